@@ -1,0 +1,31 @@
+// Batch: the named tensors of one batch, with where it sits in the run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "headrace/core/sample.h"
+#include "headrace/core/tensor.h"
+
+namespace headrace {
+
+struct Batch {
+  int64_t global_index = 0;  // position in the run: epoch * batches_per_epoch + index_in_epoch
+  int64_t epoch = 0;
+  int64_t index_in_epoch = 0;
+  // Fields in a fixed order (the order the pipeline declares them); every tensor's first
+  // dimension is the number of samples in this batch.
+  std::vector<std::pair<std::string, Tensor>> fields;
+  // Samples skipped from this batch, in epoch order.
+  std::vector<SampleError> errors;
+
+  int64_t size() const;  // samples in the batch (first dimension of its tensors)
+  // The field named `name`, or null.
+  const Tensor* Find(std::string_view name) const;
+  size_t nbytes() const;
+};
+
+}  // namespace headrace

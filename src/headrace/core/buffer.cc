@@ -1,0 +1,57 @@
+#include "headrace/core/buffer.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+namespace headrace {
+namespace {
+
+class HeapAllocator final : public Allocator {
+ public:
+  void* Allocate(size_t bytes, size_t alignment) override {
+    // aligned_alloc needs a size that is a multiple of the alignment.
+    size_t rounded = (std::max<size_t>(bytes, 1) + alignment - 1) / alignment * alignment;
+    return std::aligned_alloc(alignment, rounded);
+  }
+  void Free(void* ptr, size_t /*bytes*/) override { std::free(ptr); }
+  const char* name() const override { return "heap"; }
+};
+
+}  // namespace
+
+Allocator* DefaultAllocator() {
+  static HeapAllocator allocator;
+  return &allocator;
+}
+
+struct Buffer::Block {
+  Allocator* allocator;
+  void* ptr;
+  size_t bytes;
+  ~Block() { allocator->Free(ptr, bytes); }
+};
+
+Result<Buffer> Buffer::Allocate(size_t size, Allocator* allocator, size_t alignment) {
+  void* ptr = allocator->Allocate(size, alignment);
+  if (ptr == nullptr) {
+    return Status::ResourceExhausted("allocator '" + std::string(allocator->name()) +
+                                     "' could not provide " + std::to_string(size) + " bytes");
+  }
+  auto block = std::make_shared<Block>(Block{allocator, ptr, size});
+  return Buffer(std::move(block), static_cast<uint8_t*>(ptr), size);
+}
+
+Result<Buffer> Buffer::CopyOf(const void* data, size_t size) {
+  HR_ASSIGN_OR_RETURN(Buffer buffer, Allocate(size));
+  if (size > 0) std::memcpy(buffer.mutable_data(), data, size);
+  return buffer;
+}
+
+Buffer Buffer::Slice(size_t offset, size_t length) const {
+  offset = std::min(offset, size_);
+  length = std::min(length, size_ - offset);
+  return Buffer(owner_, data_ + offset, length);
+}
+
+}  // namespace headrace

@@ -1,0 +1,68 @@
+// Buffer: a ref-counted, aligned, sliceable byte range.
+//
+// A Buffer is written by the stage that allocated it and is immutable once it is
+// published (handed to another stage or to the consumer): slices and copies of the
+// handle share the same memory, which is freed through the allocator that produced it
+// when the last handle goes away. Allocators are pluggable so that batch memory can be
+// plain, pinned for GPU copies, or shared with another process.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "headrace/core/status.h"
+
+namespace headrace {
+
+// Where buffer memory comes from. Implementations must be thread-safe and must outlive
+// every buffer they allocated.
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // Returns memory of at least `bytes` aligned to `alignment` (a power of two), or null.
+  virtual void* Allocate(size_t bytes, size_t alignment) = 0;
+  // Returns memory obtained from Allocate with the same `bytes`.
+  virtual void Free(void* ptr, size_t bytes) = 0;
+  virtual const char* name() const = 0;
+};
+
+// Process-wide heap allocator (aligned_alloc). Never null.
+Allocator* DefaultAllocator();
+
+inline constexpr size_t kBufferAlignment = 64;
+
+class Buffer {
+ public:
+  Buffer() = default;
+
+  // Allocates `size` uninitialized bytes. Fails with kResourceExhausted when the
+  // allocator returns null.
+  static Result<Buffer> Allocate(size_t size, Allocator* allocator = DefaultAllocator(),
+                                 size_t alignment = kBufferAlignment);
+  // Allocates and copies `size` bytes from `data`.
+  static Result<Buffer> CopyOf(const void* data, size_t size);
+
+  const uint8_t* data() const { return data_; }
+  // Writable access, for the owner before the buffer is published.
+  uint8_t* mutable_data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+
+  // A view of [offset, offset + length) sharing this buffer's memory. Clamped to the
+  // buffer's bounds.
+  Buffer Slice(size_t offset, size_t length) const;
+  // Number of handles sharing the underlying memory (for tests and diagnostics).
+  long use_count() const { return owner_.use_count(); }
+
+ private:
+  struct Block;
+  Buffer(std::shared_ptr<Block> owner, uint8_t* data, size_t size)
+      : owner_(std::move(owner)), data_(data), size_(size) {}
+
+  std::shared_ptr<Block> owner_;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace headrace

@@ -1,0 +1,74 @@
+// The operator contract.
+//
+// An operator is an immutable, thread-safe description of one per-sample step
+// (`image.resize`, `text.tokenize`, ...). It owns no threads and no per-sample state:
+// the executor runs a sample's whole operator chain on one thread, start to finish,
+// passing a SampleContext that holds everything mutable. The same Op instance runs
+// concurrently on every executor thread.
+//
+// An operator adapts pure kernel functions (declared beside it, e.g. ResizeInto) to the
+// context; it is built from its typed spec by the planner (pipeline/plan.cc), one line
+// per operator, with no string-keyed registry.
+//
+// Operators that produce a batch field (image.normalize, text.tokenize) write straight
+// into the sample's slot of the batch buffer: `ctx.slots[field]` points at this
+// sample's row of that field, sized as the planner declared. No per-sample tensor is
+// copied into the batch afterwards.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "headrace/core/rng.h"
+#include "headrace/core/sample.h"
+#include "headrace/core/status.h"
+#include "headrace/ops/image/image.h"
+
+namespace headrace {
+
+// Reusable per-thread memory for intermediate images, so that a steady-state sample
+// allocates nothing. Each slot grows to the largest request seen and is reused.
+class ScratchArena {
+ public:
+  static constexpr int kSlots = 4;
+  // Memory for `bytes` bytes in slot `slot` (0 <= slot < kSlots), 64-byte aligned.
+  // Valid until the next Get of the same slot. Null only if allocation fails.
+  uint8_t* Get(int slot, size_t bytes);
+  // Total bytes held, for memory accounting.
+  size_t capacity() const;
+
+ private:
+  Buffer slots_[kSlots];
+};
+
+struct SampleContext {
+  const Sample* sample = nullptr;
+  // HashKeys(seed, epoch, sample.index): the root of this sample's randomness.
+  uint64_t sample_seed = 0;
+  ScratchArena* scratch = nullptr;
+  // The current image, once decoded; points into scratch (or into the slot).
+  ImageView image;
+  // Which scratch slot the next image-producing op should write to; ops alternate so
+  // that an op never writes over its own input.
+  int next_scratch = 0;
+  // Per batch field, the start of this sample's row in the batch buffer.
+  uint8_t* const* slots = nullptr;
+
+  // The random stream of the op at `op_position` in the chain: independent of every
+  // other op and sample, identical on every run and thread.
+  Rng OpRng(int op_position) const { return Rng(HashKeys(sample_seed, op_position)); }
+  // A writable image of the given size in the next scratch slot.
+  Result<MutableImageView> NextScratchImage(int width, int height, int channels);
+};
+
+class Op {
+ public:
+  virtual ~Op() = default;
+  // The name used in configs and reports, e.g. "image.resize".
+  virtual std::string_view name() const = 0;
+  // Runs on `ctx` for one sample. A non-ok status skips the sample (it is counted and
+  // named by epoch, index and uri by the executor); it must not be a programming error.
+  virtual Status Run(SampleContext& ctx) const = 0;
+};
+
+}  // namespace headrace

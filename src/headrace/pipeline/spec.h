@@ -1,0 +1,158 @@
+// The user-facing description of a pipeline: source -> operators -> batch -> prefetch.
+//
+// A PipelineSpec is plain data. It is built from C++ (fill the structs), from YAML
+// (config.h), or from Python, then validated and planned (plan.h) before any work
+// starts. Defaults here are the documented defaults of every key.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "headrace/core/tensor.h"
+
+namespace headrace {
+
+// --- source -------------------------------------------------------------------------
+
+// A JSONL manifest in the LLaVA / chat-VQA form:
+//   {"id": "...", "image": "images/000123.jpg",
+//    "conversations": [{"from": "human", "value": "<image>\n..."},
+//                      {"from": "gpt", "value": "..."}]}
+// Media paths are relative to `root` (by default the manifest's folder).
+struct SourceSpec {
+  std::string manifest;  // required: path of the JSONL file
+  std::string root;      // dataset root for media paths; empty = the manifest's folder
+  std::string id_field = "id";
+  std::string image_field = "image";
+  std::string conversations_field = "conversations";
+  std::string role_field = "from";
+  std::string text_field = "value";
+  // Absolute media paths are rejected unless allowed (and must then still be inside root).
+  bool allow_absolute_paths = false;
+};
+
+// --- operators ----------------------------------------------------------------------
+
+struct DecodeSpec {  // image.decode
+  // Images whose header declares more pixels are rejected before decoding
+  // (decompression bombs). Default: PIL's MAX_IMAGE_PIXELS.
+  int64_t max_pixels = 89'478'485;
+};
+
+struct ResizeSpec {  // image.resize
+  // Exactly one of: shorter_side > 0 (keep aspect), or width and height > 0 (exact).
+  int shorter_side = 0;
+  int width = 0;
+  int height = 0;
+  bool antialias = true;  // area-average when downscaling
+};
+
+struct CenterCropSpec {  // image.center_crop
+  int width = 0;
+  int height = 0;
+};
+
+struct RandomResizedCropSpec {  // image.random_resized_crop (torchvision semantics)
+  int width = 0;
+  int height = 0;
+  std::array<double, 2> scale = {0.08, 1.0};
+  std::array<double, 2> ratio = {3.0 / 4.0, 4.0 / 3.0};
+};
+
+struct FlipSpec {  // image.flip (random horizontal)
+  double p = 0.5;
+};
+
+// Which axis order normalize writes.
+enum class Layout {
+  kCHW,  // channels first: what PyTorch vision models take
+  kHWC,  // channels last
+};
+
+struct NormalizeSpec {  // image.normalize: (pixel / 255 - mean) / std
+  std::array<float, 3> mean = {0.485f, 0.456f, 0.406f};
+  std::array<float, 3> std = {0.229f, 0.224f, 0.225f};
+  DType dtype = DType::kF32;  // f32, f16 or bf16
+  Layout layout = Layout::kCHW;
+};
+
+// Renders a conversation with a simple chat template and tokenizes it with
+// SentencePiece: each turn is `<prefix><text><turn_end>`; the loss mask covers only
+// the assistant turns' text and turn_end.
+struct TokenizeSpec {  // text.tokenize
+  std::string model;  // required: SentencePiece .model file
+  int max_length = 128;
+  bool pad = true;  // pad every row to max_length (false is not supported by collation yet)
+  int pad_id = -1;  // -1: the model's pad id, or 0 if it has none
+  int ignore_index = -100;  // label value outside the loss mask
+  bool add_bos = true;
+  bool add_eos = true;
+  std::string system_prefix = "<|system|>\n";
+  std::string user_prefix = "<|user|>\n";
+  std::string assistant_prefix = "<|assistant|>\n";
+  std::string turn_end = "\n";
+};
+
+using OpSpec = std::variant<DecodeSpec, ResizeSpec, CenterCropSpec, RandomResizedCropSpec,
+                            FlipSpec, NormalizeSpec, TokenizeSpec>;
+
+// --- the rest -----------------------------------------------------------------------
+
+struct BatchSpec {
+  int64_t size = 32;
+  bool drop_last = false;  // drop an epoch's final partial batch
+};
+
+struct ExecutionSpec {
+  int cpu_threads = 0;   // 0: one per core
+  int io_threads = 0;    // 0: automatic (local files: 2)
+  int io_inflight = 32;  // reads in flight at once
+  // Bytes of encoded media fetched but not yet decoded; 0: automatic (1/8 of the budget).
+  int64_t io_budget_bytes = 0;
+};
+
+struct PrefetchSpec {
+  int depth = 4;  // batches produced or in production ahead of the consumer
+};
+
+struct MemorySpec {
+  // Bytes the pipeline may hold in queues: fetched media plus batches in flight.
+  int64_t budget_bytes = int64_t{1} << 30;
+};
+
+// What happens to a sample that fails.
+enum class ErrorPolicy {
+  kSkip,  // the batch is delivered without it (a shorter batch); counted and logged
+};
+
+struct ErrorSpec {
+  ErrorPolicy policy = ErrorPolicy::kSkip;
+  // The run fails once errors / samples attempted exceeds this (checked after at least
+  // `min_samples` samples, so that one early error does not end a run).
+  double max_error_rate = 0.05;
+  int64_t min_samples = 100;
+  int max_logged = 20;  // errors printed to stderr in full; the rest are only counted
+};
+
+struct TrainerSpec {  // the simulated trainer of `headrace run`
+  double step_ms = 0;  // time the trainer spends on each batch
+};
+
+struct PipelineSpec {
+  SourceSpec source;
+  uint64_t seed = 0;
+  int64_t epochs = 1;
+  bool shuffle = true;
+  BatchSpec batch;
+  std::vector<OpSpec> ops;
+  ExecutionSpec execution;
+  PrefetchSpec prefetch;
+  MemorySpec memory;
+  ErrorSpec errors;
+  TrainerSpec trainer;
+};
+
+}  // namespace headrace
