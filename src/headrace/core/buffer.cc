@@ -26,10 +26,14 @@ Allocator* DefaultAllocator() {
 }
 
 struct Buffer::Block {
+  Block(Allocator* a, void* p, size_t b) : allocator(a), ptr(p), bytes(b) {}
+  Block(const Block&) = delete;
+  Block& operator=(const Block&) = delete;
+  ~Block() { allocator->Free(ptr, bytes); }
+
   Allocator* allocator;
   void* ptr;
   size_t bytes;
-  ~Block() { allocator->Free(ptr, bytes); }
 };
 
 Result<Buffer> Buffer::Allocate(size_t size, Allocator* allocator, size_t alignment) {
@@ -38,7 +42,7 @@ Result<Buffer> Buffer::Allocate(size_t size, Allocator* allocator, size_t alignm
     return Status::ResourceExhausted("allocator '" + std::string(allocator->name()) +
                                      "' could not provide " + std::to_string(size) + " bytes");
   }
-  auto block = std::make_shared<Block>(Block{allocator, ptr, size});
+  auto block = std::make_shared<Block>(allocator, ptr, size);
   return Buffer(std::move(block), static_cast<uint8_t*>(ptr), size);
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -81,27 +82,27 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : status_(), value_(std::move(value)), has_value_(true) {}  // NOLINT
-  Result(Status status) : status_(std::move(status)) {                        // NOLINT
+  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
     if (status_.ok()) status_ = Status::Internal("Result constructed from an ok Status");
   }
 
-  bool ok() const { return has_value_; }
+  bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }
 
-  T& value() & { return value_; }
-  const T& value() const& { return value_; }
-  T&& value() && { return std::move(value_); }
-  T& operator*() & { return value_; }
-  const T& operator*() const& { return value_; }
-  T&& operator*() && { return std::move(value_); }
-  T* operator->() { return &value_; }
-  const T* operator->() const { return &value_; }
+  // Precondition for the accessors: ok().
+  T& value() & { return *value_; }
+  const T& value() const& { return *value_; }
+  T&& value() && { return std::move(*value_); }
+  T& operator*() & { return *value_; }
+  const T& operator*() const& { return *value_; }
+  T&& operator*() && { return std::move(*value_); }
+  T* operator->() { return &*value_; }
+  const T* operator->() const { return &*value_; }
 
  private:
   Status status_;
-  T value_{};
-  bool has_value_ = false;
+  std::optional<T> value_;
 };
 
 }  // namespace headrace

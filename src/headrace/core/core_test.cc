@@ -1,0 +1,113 @@
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "headrace/core/batch.h"
+#include "headrace/core/rng.h"
+#include "headrace/core/status.h"
+
+namespace headrace {
+namespace {
+
+Result<int> Half(int x) {
+  if (x % 2) return Status::InvalidArgument("odd");
+  return x / 2;
+}
+
+Status Quarter(int x, int* out) {
+  HR_ASSIGN_OR_RETURN(int half, Half(x));
+  HR_ASSIGN_OR_RETURN(*out, Half(half));
+  return Status::Ok();
+}
+
+TEST(Status, CarriesCodeMessageAndContext) {
+  Status s = Status::CorruptData("truncated").WithContext("image 3");
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kCorruptData);
+  EXPECT_EQ(s.ToString(), "corrupt_data: image 3: truncated");
+  EXPECT_TRUE(Status::Ok().ok());
+  EXPECT_EQ(StatusCodeName(StatusCode::kPathEscape), "path_escape");
+}
+
+TEST(Result, PropagatesErrorsThroughMacros) {
+  int out = 0;
+  EXPECT_TRUE(Quarter(8, &out).ok());
+  EXPECT_EQ(out, 2);
+  EXPECT_EQ(Quarter(6, &out).code(), StatusCode::kInvalidArgument);
+  Result<int> bad(Status::Ok());  // an ok Status is not a value
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInternal);
+}
+
+TEST(Buffer, SlicesShareMemoryAndOutliveTheOriginal) {
+  Buffer slice;
+  {
+    auto b = Buffer::CopyOf("abcdef", 6);
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b->data()) % kBufferAlignment, 0u);
+    slice = b->Slice(2, 100);  // clamped
+    EXPECT_EQ(slice.data(), b->data() + 2);
+    EXPECT_EQ(b->use_count(), 2);
+  }
+  ASSERT_EQ(slice.size(), 4u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(slice.data()), 4), "cdef");
+}
+
+class CountingAllocator final : public Allocator {
+ public:
+  void* Allocate(size_t bytes, size_t alignment) override {
+    live += bytes;
+    return DefaultAllocator()->Allocate(bytes, alignment);
+  }
+  void Free(void* p, size_t bytes) override {
+    live -= bytes;
+    DefaultAllocator()->Free(p, bytes);
+  }
+  const char* name() const override { return "counting"; }
+  int64_t live = 0;
+};
+
+TEST(Tensor, AllocatesThroughThePluggableAllocator) {
+  CountingAllocator alloc;
+  {
+    auto t = Tensor::Allocate(DType::kBF16, {2, 3, 4}, &alloc);
+    ASSERT_TRUE(t.ok());
+    EXPECT_EQ(t->nbytes(), 48u);
+    EXPECT_EQ(alloc.live, 48);
+    EXPECT_EQ(t->ToString(), "bf16[2, 3, 4]");
+  }
+  EXPECT_EQ(alloc.live, 0);
+  EXPECT_EQ(*ParseDType("f16"), DType::kF16);
+  EXPECT_FALSE(ParseDType("f64").ok());
+}
+
+TEST(Rng, IsDeterministicPerKeyAndIndependentAcrossKeys) {
+  Rng a(HashKeys(1, 2, 3)), b(HashKeys(1, 2, 3)), c(HashKeys(1, 2, 4));
+  std::set<uint64_t> seen;
+  for (int i = 0; i < 100; ++i) {
+    const uint64_t x = a.Next();
+    EXPECT_EQ(x, b.Next());
+    EXPECT_NE(x, c.Next());
+    seen.insert(x);
+  }
+  EXPECT_EQ(seen.size(), 100u);
+  Rng u(5);
+  for (int i = 0; i < 1000; ++i) {
+    EXPECT_LT(u.Below(7), 7u);
+    const double d = u.Uniform();
+    EXPECT_GE(d, 0.0);
+    EXPECT_LT(d, 1.0);
+  }
+}
+
+TEST(Batch, FindsFieldsAndReportsSize) {
+  Batch batch;
+  batch.fields.emplace_back("x", *Tensor::Allocate(DType::kF32, {5, 2}));
+  EXPECT_EQ(batch.size(), 5);
+  EXPECT_EQ(batch.nbytes(), 40u);
+  EXPECT_NE(batch.Find("x"), nullptr);
+  EXPECT_EQ(batch.Find("y"), nullptr);
+}
+
+}  // namespace
+}  // namespace headrace

@@ -1,0 +1,456 @@
+#include "headrace/exec/engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace headrace {
+namespace {
+
+// Scratch images of the sample currently running on this thread; reused, so a
+// steady-state sample allocates nothing.
+thread_local ScratchArena tls_scratch;
+
+}  // namespace
+
+size_t FieldSpec::sample_bytes() const {
+  size_t n = DTypeSize(dtype);
+  for (int64_t d : sample_shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+// One batch in production. Rows are written by many threads, each its own row; the
+// job is complete when `pending` reaches zero.
+struct Engine::BatchJob {
+  BatchPosition position;
+  std::vector<int64_t> sample_indices;
+  std::vector<Tensor> tensors;                 // one per field, then "index"
+  std::vector<std::vector<uint8_t*>> slots;    // per sample: the row pointer per field
+  std::vector<Status> status;                  // per sample
+  std::atomic<int> pending{0};
+  int64_t bytes = 0;
+};
+
+Engine::Engine(EngineInputs inputs, EngineOptions options, EpochOrder order)
+    : inputs_(std::move(inputs)),
+      options_(std::move(options)),
+      order_(std::move(order)),
+      start_time_(Clock::now()),
+      op_ns_(inputs_.ops.size()) {
+  next_ = options_.start_batch;
+}
+
+Result<std::unique_ptr<Engine>> Engine::Start(EngineInputs inputs, EngineOptions options) {
+  if (!inputs.records || inputs.records->empty()) {
+    return Status::InvalidArgument("the dataset has no samples");
+  }
+  if (inputs.reads_media && !inputs.storage) return Status::InvalidArgument("no storage");
+  if (options.cpu_threads < 1) return Status::InvalidArgument("cpu_threads must be >= 1");
+  if (options.io_inflight < 1) return Status::InvalidArgument("io_inflight must be >= 1");
+  if (options.prefetch_depth < 1) return Status::InvalidArgument("prefetch depth must be >= 1");
+  options.order.num_samples = static_cast<int64_t>(inputs.records->size());
+  HR_ASSIGN_OR_RETURN(EpochOrder order, EpochOrder::Make(options.order));
+  if (options.start_batch < 0 || options.start_batch > order.total_batches()) {
+    return Status::InvalidArgument("start batch " + std::to_string(options.start_batch) +
+                                   " is outside the run's " +
+                                   std::to_string(order.total_batches()) + " batches");
+  }
+  std::unique_ptr<Engine> engine(new Engine(std::move(inputs), options, std::move(order)));
+  const auto full_batch = static_cast<int64_t>(engine->BatchBytes(options.order.batch_size));
+  if (full_batch > options.batch_budget_bytes) {
+    return Status::InvalidArgument(
+        "one batch needs " + std::to_string(full_batch) + " bytes but the memory budget for "
+        "batches is " + std::to_string(options.batch_budget_bytes) +
+        " bytes: raise memory.budget_bytes or lower batch.size");
+  }
+  engine->pool_ = std::make_unique<ThreadPool>(options.cpu_threads);
+  engine->driver_ = std::thread([e = engine.get()] { e->DriverLoop(); });
+  return engine;
+}
+
+Engine::~Engine() {
+  Cancel();
+  if (driver_.joinable()) driver_.join();
+  {
+    // Every read callback and task refers to this engine: wait until all have run.
+    std::unique_lock lock(mu_);
+    drained_cv_.wait(lock, [this] { return outstanding_ == 0; });
+  }
+  pool_.reset();
+}
+
+void Engine::Cancel() {
+  std::lock_guard lock(mu_);
+  if (!stop_) {
+    stop_ = true;
+    if (failure_.ok()) failure_ = Status::Cancelled("the run was cancelled");
+  }
+  driver_cv_.notify_all();
+  consumer_cv_.notify_all();
+}
+
+size_t Engine::BatchBytes(int64_t samples) const {
+  size_t per_sample = sizeof(int64_t);  // the "index" field
+  for (const FieldSpec& f : inputs_.fields) per_sample += f.sample_bytes();
+  return per_sample * static_cast<size_t>(samples);
+}
+
+void Engine::DriverLoop() {
+  const int64_t total = order_.total_batches();
+  for (int64_t j = options_.start_batch; j < total; ++j) {
+    auto job = std::make_shared<BatchJob>();
+    job->position = order_.Position(j);
+    job->sample_indices = order_.SampleIndices(job->position);
+    const auto n = static_cast<int64_t>(job->sample_indices.size());
+    job->bytes = static_cast<int64_t>(BatchBytes(n));
+
+    {  // Admission: prefetch depth and batch budget.
+      std::unique_lock lock(mu_);
+      const auto wait_start = Clock::now();
+      driver_cv_.wait(lock, [&] {
+        return stop_ || (admitted_ahead_ < options_.prefetch_depth &&
+                         (batch_bytes_ + job->bytes <= options_.batch_budget_bytes ||
+                          admitted_ahead_ == 0));
+      });
+      admit_blocked_ns_ += NanosSince(wait_start);
+      if (stop_) break;
+      ++admitted_ahead_;
+      batch_bytes_ += job->bytes;
+      budget_peak_ = std::max(budget_peak_, batch_bytes_ + undecoded_bytes_);
+      outstanding_ += n;
+      samples_attempted_ += n;
+    }
+
+    // Buffers for every field, rows addressed per sample.
+    Status alloc_status;
+    for (const FieldSpec& f : inputs_.fields) {
+      std::vector<int64_t> shape{n};
+      shape.insert(shape.end(), f.sample_shape.begin(), f.sample_shape.end());
+      auto tensor = Tensor::Allocate(f.dtype, std::move(shape), options_.allocator);
+      if (!tensor.ok()) {
+        alloc_status = tensor.status();
+        break;
+      }
+      job->tensors.push_back(*std::move(tensor));
+    }
+    if (alloc_status.ok()) {
+      auto index = Tensor::Allocate(DType::kI64, {n}, options_.allocator);
+      if (index.ok()) {
+        job->tensors.push_back(*std::move(index));
+      } else {
+        alloc_status = index.status();
+      }
+    }
+    if (!alloc_status.ok()) {
+      std::lock_guard lock(mu_);
+      if (failure_.ok()) failure_ = alloc_status.WithContext("allocating a batch");
+      stop_ = true;
+      outstanding_ -= n;
+      consumer_cv_.notify_all();
+      drained_cv_.notify_all();
+      break;
+    }
+    job->slots.resize(n);
+    job->status.resize(n);
+    job->pending.store(static_cast<int>(n));
+    int64_t* index_row = job->tensors.back().mutable_data<int64_t>();
+    for (int64_t s = 0; s < n; ++s) {
+      index_row[s] = job->sample_indices[s];
+      auto& row = job->slots[s];
+      row.resize(inputs_.fields.size());
+      for (size_t f = 0; f < inputs_.fields.size(); ++f) {
+        row[f] = job->tensors[f].mutable_data<uint8_t>() + s * inputs_.fields[f].sample_bytes();
+      }
+    }
+
+    for (int64_t s = 0; s < n; ++s) {
+      const SampleRecord& record = (*inputs_.records)[job->sample_indices[s]];
+      if (!record.status.ok()) {
+        FinishSample(job, static_cast<int>(s), record.status);
+        continue;
+      }
+      if (!inputs_.reads_media) {
+        if (!pool_->Submit([this, job, s] { RunChain(job, static_cast<int>(s), Buffer()); })) {
+          FinishSample(job, static_cast<int>(s), Status::Cancelled("the run was cancelled"));
+        }
+        continue;
+      }
+      if (record.media_uri.empty()) {
+        FinishSample(job, static_cast<int>(s),
+                     Status::MissingField("the record has no image but the pipeline decodes one"));
+        continue;
+      }
+      bool issue;
+      {  // Read capacity: requests in flight, and fetched bytes not yet decoded.
+        std::unique_lock lock(mu_);
+        const auto wait_start = Clock::now();
+        bool waited_on_budget = false;
+        driver_cv_.wait(lock, [&] {
+          if (stop_) return true;
+          if (undecoded_bytes_ > options_.io_budget_bytes) {
+            waited_on_budget = true;
+            return false;
+          }
+          return reads_inflight_ < options_.io_inflight;
+        });
+        if (waited_on_budget) read_blocked_ns_ += NanosSince(wait_start);
+        issue = !stop_;
+        if (issue && reads_inflight_++ == 0) reads_busy_since_ = Clock::now();
+      }
+      if (!issue) {
+        FinishSample(job, static_cast<int>(s), Status::Cancelled("the run was cancelled"));
+        continue;
+      }
+      inputs_.storage->ReadAsync(record.media_uri,
+                                 [this, job, s](Result<Buffer> bytes) {
+                                   OnRead(job, static_cast<int>(s), std::move(bytes));
+                                 });
+    }
+  }
+  std::lock_guard lock(mu_);
+  driver_done_ = true;
+  consumer_cv_.notify_all();
+}
+
+void Engine::OnRead(const std::shared_ptr<BatchJob>& job, int slot, Result<Buffer> bytes) {
+  {
+    std::lock_guard lock(mu_);
+    if (--reads_inflight_ == 0) read_busy_ns_ += NanosSince(reads_busy_since_);
+    ++reads_done_;
+    if (bytes.ok()) {
+      bytes_read_ += static_cast<int64_t>(bytes->size());
+      undecoded_bytes_ += static_cast<int64_t>(bytes->size());
+      budget_peak_ = std::max(budget_peak_, batch_bytes_ + undecoded_bytes_);
+    }
+    driver_cv_.notify_all();
+  }
+  if (!bytes.ok()) {
+    FinishSample(job, slot, bytes.status());
+    return;
+  }
+  Buffer buffer = *std::move(bytes);
+  const auto size = static_cast<int64_t>(buffer.size());
+  const bool submitted = pool_->Submit([this, job, slot, buffer]() mutable {
+    RunChain(job, slot, std::move(buffer));
+  });
+  if (!submitted) {
+    {
+      std::lock_guard lock(mu_);
+      undecoded_bytes_ -= size;
+    }
+    FinishSample(job, slot, Status::Cancelled("the run was cancelled"));
+  }
+}
+
+void Engine::RunChain(const std::shared_ptr<BatchJob>& job, int slot, Buffer bytes) {
+  const auto size = static_cast<int64_t>(bytes.size());
+  Status status;
+  bool stopped;
+  {
+    std::lock_guard lock(mu_);
+    stopped = stop_;
+  }
+  if (stopped) {
+    status = Status::Cancelled("the run was cancelled");
+  } else {
+    const int64_t index = job->sample_indices[slot];
+    Sample sample;
+    sample.epoch = job->position.epoch;
+    sample.index = index;
+    sample.record = &(*inputs_.records)[index];
+    sample.media = std::move(bytes);
+    SampleContext ctx;
+    ctx.sample = &sample;
+    ctx.sample_seed = HashKeys(options_.order.seed, static_cast<uint64_t>(sample.epoch),
+                               static_cast<uint64_t>(index));
+    ctx.scratch = &tls_scratch;
+    ctx.slots = job->slots[slot].data();
+    for (size_t i = 0; i < inputs_.ops.size() && status.ok(); ++i) {
+      const auto op_start = Clock::now();
+      status = inputs_.ops[i]->Run(ctx);
+      op_ns_[i].fetch_add(NanosSince(op_start), std::memory_order_relaxed);
+    }
+    samples_run_.fetch_add(1, std::memory_order_relaxed);
+    // The encoded bytes die here (the last handle), before the budget is released.
+  }
+  if (inputs_.reads_media) {
+    std::lock_guard lock(mu_);
+    undecoded_bytes_ -= size;
+    driver_cv_.notify_all();
+  }
+  FinishSample(job, slot, std::move(status));
+}
+
+void Engine::FinishSample(const std::shared_ptr<BatchJob>& job, int slot, Status status) {
+  job->status[slot] = std::move(status);
+  // acq_rel: the last finisher sees every row the other threads wrote.
+  if (job->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) FinishBatch(*job);
+  std::lock_guard lock(mu_);
+  if (--outstanding_ == 0) drained_cv_.notify_all();
+}
+
+void Engine::FinishBatch(BatchJob& job) {
+  const auto start = Clock::now();
+  const auto n = static_cast<int64_t>(job.sample_indices.size());
+  Batch batch;
+  batch.global_index = job.position.local_index;
+  batch.epoch = job.position.epoch;
+  batch.index_in_epoch = job.position.index_in_epoch;
+
+  // Compact the rows of the samples that succeeded to the front, in order. This is the
+  // only copy of sample bytes in the engine, and it happens only for failed samples.
+  int64_t kept = 0;
+  int64_t copied = 0;
+  for (int64_t s = 0; s < n; ++s) {
+    const Status& st = job.status[s];
+    if (!st.ok()) {
+      if (st.code() != StatusCode::kCancelled) {
+        const SampleRecord& record = (*inputs_.records)[job.sample_indices[s]];
+        batch.errors.push_back(SampleError{job.position.epoch, job.sample_indices[s],
+                                           record.media_uri, st});
+      }
+      continue;
+    }
+    if (kept != s) {
+      for (size_t f = 0; f < job.tensors.size(); ++f) {
+        const size_t row = f < inputs_.fields.size() ? inputs_.fields[f].sample_bytes()
+                                                     : sizeof(int64_t);
+        uint8_t* base = job.tensors[f].mutable_data<uint8_t>();
+        std::memmove(base + kept * row, base + s * row, row);
+        copied += static_cast<int64_t>(row);
+      }
+    }
+    ++kept;
+  }
+  for (size_t f = 0; f < job.tensors.size(); ++f) {
+    const Tensor& t = job.tensors[f];
+    std::vector<int64_t> shape = t.shape();
+    shape[0] = kept;
+    const size_t row = f < inputs_.fields.size() ? inputs_.fields[f].sample_bytes()
+                                                 : sizeof(int64_t);
+    const std::string& name = f < inputs_.fields.size() ? inputs_.fields[f].name : "index";
+    batch.fields.emplace_back(name, Tensor(t.dtype(), std::move(shape),
+                                           t.buffer().Slice(0, row * kept)));
+  }
+  job.tensors.clear();
+  const bool cancelled = std::any_of(job.status.begin(), job.status.end(), [](const Status& s) {
+    return s.code() == StatusCode::kCancelled;
+  });
+
+  std::lock_guard lock(mu_);
+  assemble_ns_ += NanosSince(start);
+  bytes_copied_ += copied;
+  if (cancelled) return;  // the run is stopping; nobody will consume this batch
+  ready_.emplace(job.position.local_index, ReadyBatch{std::move(batch), job.bytes});
+  consumer_cv_.notify_all();
+}
+
+Status Engine::CheckErrorBudgetLocked(bool at_end) const {
+  const int64_t attempted = samples_delivered_ + samples_failed_;
+  if (samples_failed_ == 0 || attempted == 0) return Status::Ok();
+  if (!at_end && attempted < options_.min_samples) return Status::Ok();
+  const double rate = static_cast<double>(samples_failed_) / static_cast<double>(attempted);
+  if (rate <= options_.max_error_rate) return Status::Ok();
+  std::string message = "too many bad samples: " + std::to_string(samples_failed_) + " of " +
+                        std::to_string(attempted) + " failed (" +
+                        std::to_string(static_cast<int>(rate * 1000) / 10.0).substr(0, 5) +
+                        "%), above errors.max_error_rate " +
+                        std::to_string(options_.max_error_rate) + "; by kind:";
+  for (const auto& [kind, count] : errors_by_kind_) {
+    message += " " + kind + "=" + std::to_string(count);
+  }
+  if (!first_errors_.empty()) message += "; first: " + first_errors_.front().ToString();
+  return Status::ResourceExhausted(std::move(message));
+}
+
+Result<std::optional<Batch>> Engine::Next() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    const int64_t total = order_.total_batches();
+    consumer_cv_.wait(lock, [&] {
+      return !failure_.ok() || next_ >= total || ready_.count(next_) > 0;
+    });
+    if (!failure_.ok()) return failure_;
+    if (next_ >= total) {
+      Status budget = CheckErrorBudgetLocked(/*at_end=*/true);
+      if (!budget.ok()) {
+        failure_ = budget;
+        return failure_;
+      }
+      return std::optional<Batch>();
+    }
+    auto it = ready_.find(next_);
+    Batch batch = std::move(it->second.batch);
+    batch_bytes_ -= it->second.bytes;
+    ready_.erase(it);
+    ++next_;
+    --admitted_ahead_;
+    driver_cv_.notify_all();
+    // Errors are counted here, in batch order, so that whether and where the error
+    // budget stops a run does not depend on which thread finished first.
+    samples_failed_ += static_cast<int64_t>(batch.errors.size());
+    samples_delivered_ += batch.size();
+    for (const SampleError& e : batch.errors) {
+      ++errors_by_kind_[std::string(StatusCodeName(e.status.code()))];
+      if (static_cast<int>(first_errors_.size()) < options_.max_kept_errors) {
+        first_errors_.push_back(e);
+      }
+    }
+    Status budget = CheckErrorBudgetLocked(/*at_end=*/false);
+    if (!budget.ok()) {
+      failure_ = budget;
+      stop_ = true;
+      driver_cv_.notify_all();
+      return failure_;
+    }
+    if (batch.size() == 0) continue;  // every sample failed: nothing to deliver
+    ++batches_delivered_;
+    return std::optional<Batch>(std::move(batch));
+  }
+}
+
+int64_t Engine::next_batch() const {
+  std::lock_guard lock(mu_);
+  return next_;
+}
+
+EngineMetrics Engine::Metrics() const {
+  std::lock_guard lock(mu_);
+  EngineMetrics m;
+  m.elapsed_s = SecondsSince(start_time_);
+  const double elapsed = m.elapsed_s;
+  m.samples_attempted = samples_attempted_;
+  m.samples_delivered = samples_delivered_;
+  m.samples_failed = samples_failed_;
+  m.batches_delivered = batches_delivered_;
+  m.bytes_read = bytes_read_;
+  m.bytes_copied = bytes_copied_;
+  m.budget_peak_bytes = budget_peak_;
+  m.errors_by_kind = errors_by_kind_;
+  m.first_errors = first_errors_;
+
+  int64_t read_busy = read_busy_ns_;
+  if (reads_inflight_ > 0) read_busy += NanosSince(reads_busy_since_);
+  StageMetrics read{"read", "io", options_.io_inflight, reads_done_, read_busy * 1e-9,
+                    0, read_blocked_ns_ * 1e-9};
+  read.starved_s = std::max(0.0, elapsed - read.busy_s - read.blocked_s);
+
+  const int threads = pool_ ? pool_->size() : 1;
+  StageMetrics cpu{"cpu", "cpu", threads, samples_run_.load(),
+                   pool_ ? pool_->busy_seconds() / threads : 0.0, 0, 0};
+  cpu.starved_s = std::max(0.0, elapsed - cpu.busy_s);
+
+  StageMetrics batch{"batch", "assembly", options_.prefetch_depth, batches_delivered_,
+                     assemble_ns_ * 1e-9, 0, admit_blocked_ns_ * 1e-9};
+  batch.starved_s = std::max(0.0, elapsed - batch.busy_s - batch.blocked_s);
+
+  if (inputs_.reads_media) m.stages.push_back(read);
+  m.stages.push_back(cpu);
+  m.stages.push_back(batch);
+  for (size_t i = 0; i < inputs_.ops.size(); ++i) {
+    m.ops.push_back(OpMetrics{std::string(inputs_.ops[i]->name()), samples_run_.load(),
+                              op_ns_[i].load() * 1e-9});
+  }
+  return m;
+}
+
+}  // namespace headrace

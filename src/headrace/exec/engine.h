@@ -1,0 +1,196 @@
+// Engine: computes a rank's batches ahead of demand, in parallel, within a byte budget,
+// and hands them to one consumer in batch order.
+//
+//   driver thread          storage threads          CPU pool (T threads)
+//   admit batch j  ──read──▶ bytes of sample ──task──▶ op chain, start to finish,
+//   (depth, budget)          (io_inflight,             last op writes the sample's
+//                             io budget)               row of the batch buffer
+//                                                            │ last sample done
+//   consumer Next() ◀── reorder window (batches by index) ◀──┘
+//
+// Contract:
+// - Batch j of the run is a pure function of (seed, epoch, batch index): its samples
+//   come from EpochOrder, every random choice from the sample's key, and which thread
+//   computed it changes nothing. Starting at batch k yields exactly the batches an
+//   uninterrupted run yields from k on.
+// - Admission is in batch order and bounded twice: at most `prefetch_depth` batches
+//   are admitted and not yet delivered, and their buffers fit `batch_budget_bytes`.
+//   Reads stop being issued while fetched-but-undecoded bytes exceed `io_budget_bytes`.
+//   Backpressure thus flows from the consumer up to the reads.
+// - A failing sample is skipped: its batch is delivered without it (rows compacted),
+//   the error is kept in Batch::errors and counted. A batch whose samples all fail is
+//   not delivered. The run fails when errors exceed the error budget.
+// - Next() is for one consumer thread. The destructor cancels: it stops admission,
+//   lets in-flight reads and tasks finish (skipping their work), and joins every thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "headrace/core/batch.h"
+#include "headrace/core/buffer.h"
+#include "headrace/core/clock.h"
+#include "headrace/exec/epoch_order.h"
+#include "headrace/exec/thread_pool.h"
+#include "headrace/io/storage.h"
+#include "headrace/ops/op.h"
+
+namespace headrace {
+
+// One field of a batch: each sample contributes a row of `sample_shape`.
+struct FieldSpec {
+  std::string name;
+  DType dtype = DType::kU8;
+  std::vector<int64_t> sample_shape;
+  size_t sample_bytes() const;
+};
+
+struct EngineInputs {
+  std::shared_ptr<const std::vector<SampleRecord>> records;
+  // The per-sample chain; Op::Run writes into the rows of `fields` (by position).
+  std::vector<std::unique_ptr<Op>> ops;
+  std::vector<FieldSpec> fields;
+  // Whether samples need their media read before the chain runs.
+  bool reads_media = true;
+  std::shared_ptr<Storage> storage;
+};
+
+struct EngineOptions {
+  int cpu_threads = 1;
+  int io_inflight = 32;
+  int64_t io_budget_bytes = 64 << 20;
+  int64_t batch_budget_bytes = 1 << 30;
+  int prefetch_depth = 4;
+  int64_t start_batch = 0;  // the rank-local batch to start at
+  EpochOrderOptions order;
+  // Error budget: fail once failed / attempted > max_error_rate, with at least
+  // min_samples attempted (or at the end of the run).
+  double max_error_rate = 0.05;
+  int64_t min_samples = 100;
+  int max_kept_errors = 20;  // errors kept in full in the metrics
+  Allocator* allocator = DefaultAllocator();
+};
+
+// Time split of one stage over the run. Fractions of elapsed time, per unit of
+// concurrency: busy + starved + blocked ~= 1.
+struct StageMetrics {
+  std::string name;     // "read", "cpu", "batch"
+  std::string kind;     // "io", "cpu", "assembly"
+  int concurrency = 1;  // reads in flight allowed, CPU threads, ...
+  int64_t items = 0;
+  double busy_s = 0;     // doing its work
+  double starved_s = 0;  // nothing to do: waiting for input
+  double blocked_s = 0;  // work ready but output full: waiting for downstream
+};
+
+struct OpMetrics {
+  std::string name;
+  int64_t items = 0;
+  double busy_s = 0;  // summed over threads
+};
+
+struct EngineMetrics {
+  double elapsed_s = 0;
+  int64_t samples_attempted = 0;
+  int64_t samples_delivered = 0;
+  int64_t samples_failed = 0;
+  int64_t batches_delivered = 0;
+  int64_t bytes_read = 0;
+  int64_t bytes_copied = 0;  // sample bytes copied between stages / into batches
+  int64_t budget_peak_bytes = 0;  // peak of batches in flight plus undecoded bytes
+  std::vector<StageMetrics> stages;
+  std::vector<OpMetrics> ops;
+  std::map<std::string, int64_t> errors_by_kind;
+  std::vector<SampleError> first_errors;
+};
+
+class Engine {
+ public:
+  // Validates, allocates nothing large, and starts the driver thread.
+  static Result<std::unique_ptr<Engine>> Start(EngineInputs inputs, EngineOptions options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // The next batch in order; nullopt after the last one; an error when the run failed
+  // (error budget) or was cancelled.
+  Result<std::optional<Batch>> Next();
+  // Stops the run; Next() then returns kCancelled. Safe from any thread.
+  void Cancel();
+
+  const EpochOrder& order() const { return order_; }
+  // The local index of the batch Next() returns next.
+  int64_t next_batch() const;
+  EngineMetrics Metrics() const;
+
+  // Bytes of one batch's buffers at `samples` rows.
+  size_t BatchBytes(int64_t samples) const;
+
+ private:
+  struct BatchJob;
+  Engine(EngineInputs inputs, EngineOptions options, EpochOrder order);
+
+  void DriverLoop();
+  void OnRead(const std::shared_ptr<BatchJob>& job, int slot, Result<Buffer> bytes);
+  void RunChain(const std::shared_ptr<BatchJob>& job, int slot, Buffer bytes);
+  void FinishSample(const std::shared_ptr<BatchJob>& job, int slot, Status status);
+  void FinishBatch(BatchJob& job);
+  Status CheckErrorBudgetLocked(bool at_end) const;
+
+  const EngineInputs inputs_;
+  const EngineOptions options_;
+  const EpochOrder order_;
+  const Clock::time_point start_time_;
+  std::unique_ptr<ThreadPool> pool_;
+
+  mutable std::mutex mu_;
+  std::condition_variable driver_cv_;    // admission / io capacity changed, or stop
+  std::condition_variable consumer_cv_;  // a batch became ready, or stop / failure
+  std::condition_variable drained_cv_;   // outstanding_ reached zero
+  bool stop_ = false;                    // guarded by mu_
+  Status failure_;                       // guarded by mu_: first fatal error
+  int64_t next_ = 0;                     // guarded by mu_: next local batch to deliver
+  int64_t admitted_ahead_ = 0;           // guarded by mu_: admitted, not delivered
+  int64_t batch_bytes_ = 0;              // guarded by mu_: buffers of admitted batches
+  int64_t undecoded_bytes_ = 0;          // guarded by mu_
+  int64_t budget_peak_ = 0;              // guarded by mu_
+  int reads_inflight_ = 0;               // guarded by mu_
+  int64_t outstanding_ = 0;              // guarded by mu_: samples not yet finished
+  struct ReadyBatch {
+    Batch batch;
+    int64_t bytes;  // charged to the batch budget until delivered
+  };
+  std::map<int64_t, ReadyBatch> ready_;  // guarded by mu_: the reorder window
+  bool driver_done_ = false;             // guarded by mu_
+
+  // Metrics, guarded by mu_.
+  Clock::time_point reads_busy_since_;
+  int64_t read_busy_ns_ = 0;
+  int64_t read_blocked_ns_ = 0;
+  int64_t admit_blocked_ns_ = 0;
+  int64_t assemble_ns_ = 0;
+  int64_t reads_done_ = 0;
+  int64_t bytes_read_ = 0;
+  int64_t samples_attempted_ = 0;
+  int64_t samples_delivered_ = 0;
+  int64_t samples_failed_ = 0;
+  int64_t batches_delivered_ = 0;
+  int64_t bytes_copied_ = 0;
+  std::map<std::string, int64_t> errors_by_kind_;
+  std::vector<SampleError> first_errors_;
+
+  std::vector<std::atomic<int64_t>> op_ns_;  // per op, summed over threads
+  std::atomic<int64_t> samples_run_{0};
+
+  std::thread driver_;
+};
+
+}  // namespace headrace

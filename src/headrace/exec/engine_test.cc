@@ -1,0 +1,326 @@
+// The engine's conformance battery: every configuration of the executor (threads,
+// prefetch depth, reads or no reads) must pass the same behaviours: empty input, end
+// of epoch, an error in the middle, cancel while blocked, start at batch k,
+// determinism across thread counts.
+#include "headrace/exec/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <latch>
+#include <set>
+
+namespace headrace {
+namespace {
+
+// Writes a row derived from the sample's index and its random stream; fails for the
+// indices in `bad`.
+class FillOp final : public Op {
+ public:
+  explicit FillOp(std::set<int64_t> bad = {}) : bad_(std::move(bad)) {}
+  std::string_view name() const override { return "test.fill"; }
+  Status Run(SampleContext& ctx) const override {
+    if (bad_.count(ctx.sample->index)) return Status::CorruptData("bad sample");
+    Rng rng = ctx.OpRng(0);
+    auto* row = reinterpret_cast<int64_t*>(ctx.slots[0]);
+    row[0] = ctx.sample->index;
+    row[1] = static_cast<int64_t>(rng.Next() >> 1);
+    row[2] = static_cast<int64_t>(ctx.sample->media.size());
+    row[3] = ctx.sample->media.empty() ? -1 : ctx.sample->media.data()[0];
+    return Status::Ok();
+  }
+
+ private:
+  std::set<int64_t> bad_;
+};
+
+// Blocks every sample until released; counts how many started.
+class GateOp final : public Op {
+ public:
+  explicit GateOp(std::latch* started) : started_(started) {}
+  std::string_view name() const override { return "test.gate"; }
+  Status Run(SampleContext& ctx) const override {
+    if (started_ != nullptr && !counted_.exchange(true)) started_->count_down();
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [this] { return open_; });
+    return Status::Ok();
+  }
+  void Open() {
+    std::lock_guard lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::latch* started_;
+  mutable std::atomic<bool> counted_{false};
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  bool open_ = false;
+};
+
+struct Config {
+  int threads;
+  int depth;
+  bool reads_media;
+};
+
+std::string ConfigName(const testing::TestParamInfo<Config>& info) {
+  return "t" + std::to_string(info.param.threads) + "_d" + std::to_string(info.param.depth) +
+         (info.param.reads_media ? "_reads" : "_noreads");
+}
+
+class EngineConformance : public testing::TestWithParam<Config> {
+ protected:
+  static std::filesystem::path Dir() {
+    const char* tmp = std::getenv("HEADRACE_TEST_TMP");
+    auto dir = std::filesystem::path(tmp ? tmp : "/tmp") / "engine_test";
+    std::filesystem::create_directories(dir);
+    return dir;
+  }
+
+  // A dataset of n records; with reads, record i's file holds i % 251 repeated i+1 times.
+  static std::shared_ptr<std::vector<SampleRecord>> Records(int64_t n,
+                                                            std::set<int64_t> missing = {}) {
+    auto records = std::make_shared<std::vector<SampleRecord>>();
+    for (int64_t i = 0; i < n; ++i) {
+      SampleRecord r;
+      r.id = std::to_string(i);
+      r.media_uri = (Dir() / ("f" + std::to_string(i))).string();
+      if (missing.count(i)) {
+        r.media_uri += ".missing";
+      } else if (!std::filesystem::exists(r.media_uri)) {
+        std::ofstream(r.media_uri) << std::string(i + 1, static_cast<char>(i % 251));
+      }
+      records->push_back(std::move(r));
+    }
+    return records;
+  }
+
+  Result<std::unique_ptr<Engine>> Start(std::shared_ptr<std::vector<SampleRecord>> records,
+                                        std::unique_ptr<Op> op, int64_t batch_size,
+                                        int64_t epochs = 1, int64_t start = 0,
+                                        double max_error_rate = 1.0, int threads = -1) {
+    EngineInputs in;
+    in.records = std::move(records);
+    in.ops.push_back(std::move(op));
+    in.fields.push_back(FieldSpec{"row", DType::kI64, {4}});
+    in.reads_media = GetParam().reads_media;
+    in.storage = MakeLocalStorage({.threads = 2});
+    EngineOptions opt;
+    opt.cpu_threads = threads > 0 ? threads : GetParam().threads;
+    opt.prefetch_depth = GetParam().depth;
+    opt.io_inflight = 4;
+    opt.start_batch = start;
+    opt.order.batch_size = batch_size;
+    opt.order.epochs = epochs;
+    opt.order.seed = 7;
+    opt.max_error_rate = max_error_rate;
+    opt.min_samples = 1;
+    return Engine::Start(std::move(in), opt);
+  }
+
+  // All batches' rows, in delivery order.
+  static std::vector<std::vector<int64_t>> Drain(Engine& engine) {
+    std::vector<std::vector<int64_t>> out;
+    while (true) {
+      auto next = engine.Next();
+      EXPECT_TRUE(next.ok()) << next.status().ToString();
+      if (!next.ok() || !next->has_value()) break;
+      const Batch& b = **next;
+      const Tensor* row = b.Find("row");
+      EXPECT_NE(row, nullptr);
+      out.emplace_back(row->data<int64_t>(), row->data<int64_t>() + row->numel());
+    }
+    return out;
+  }
+};
+
+TEST_P(EngineConformance, RejectsEmptyInput) {
+  auto engine = Start(std::make_shared<std::vector<SampleRecord>>(), std::make_unique<FillOp>(), 4);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_P(EngineConformance, DeliversEveryBatchInOrderThenEndOfEpoch) {
+  auto engine = Start(Records(10), std::make_unique<FillOp>(), 4);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  auto batches = Drain(**engine);
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_EQ(batches[2].size(), 2u * 4);  // the partial last batch
+  std::set<int64_t> seen;
+  for (const auto& b : batches) {
+    for (size_t i = 0; i < b.size(); i += 4) {
+      seen.insert(b[i]);
+      if (GetParam().reads_media) EXPECT_EQ(b[i + 2], b[i] + 1);
+    }
+  }
+  EXPECT_EQ(seen.size(), 10u);
+  auto again = (*engine)->Next();  // end of stream is sticky
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->has_value());
+  EXPECT_EQ((*engine)->Metrics().samples_delivered, 10);
+}
+
+TEST_P(EngineConformance, SkipsAFailingSampleInTheMiddleAndNamesIt) {
+  auto engine = Start(Records(12, {5}), std::make_unique<FillOp>(std::set<int64_t>{7}), 4);
+  ASSERT_TRUE(engine.ok());
+  int64_t delivered = 0;
+  std::vector<SampleError> errors;
+  while (true) {
+    auto next = (*engine)->Next();
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    if (!next->has_value()) break;
+    delivered += (*next)->size();
+    for (const auto& e : (*next)->errors) errors.push_back(e);
+    const Tensor* index = (*next)->Find("index");
+    const Tensor* row = (*next)->Find("row");
+    for (int64_t i = 0; i < (*next)->size(); ++i) {
+      EXPECT_EQ(index->data<int64_t>()[i], row->data<int64_t>()[i * 4]);  // rows compacted
+    }
+  }
+  const bool reads = GetParam().reads_media;
+  EXPECT_EQ(delivered, reads ? 10 : 11);
+  ASSERT_EQ(errors.size(), reads ? 2u : 1u);
+  for (const auto& e : errors) {
+    EXPECT_EQ(e.epoch, 0);
+    if (e.index == 5) {
+      EXPECT_EQ(e.status.code(), StatusCode::kNotFound);
+      EXPECT_NE(e.uri.find("f5.missing"), std::string::npos);
+    } else {
+      EXPECT_EQ(e.index, 7);
+      EXPECT_EQ(e.status.code(), StatusCode::kCorruptData);
+    }
+  }
+  auto m = (*engine)->Metrics();
+  EXPECT_EQ(m.samples_failed, reads ? 2 : 1);
+}
+
+TEST_P(EngineConformance, FailsTheRunWhenErrorsExceedTheBudget) {
+  auto engine = Start(Records(8), std::make_unique<FillOp>(std::set<int64_t>{0, 1, 2, 3, 4}), 2,
+                      1, 0, /*max_error_rate=*/0.25);
+  ASSERT_TRUE(engine.ok());
+  Status failure;
+  for (int i = 0; i < 10 && failure.ok(); ++i) {
+    auto next = (*engine)->Next();
+    if (!next.ok()) {
+      failure = next.status();
+    } else if (!next->has_value()) {
+      break;
+    }
+  }
+  EXPECT_EQ(failure.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(failure.message().find("max_error_rate"), std::string::npos);
+}
+
+TEST_P(EngineConformance, CancelWhileBlockedReturnsAndJoins) {
+  std::latch started(1);
+  auto gate = std::make_unique<GateOp>(&started);
+  GateOp* gate_ptr = gate.get();
+  auto engine = Start(Records(64), std::move(gate), 4, /*epochs=*/100);
+  ASSERT_TRUE(engine.ok());
+  started.wait();  // a worker is now blocked inside the chain
+  std::thread consumer([&] {
+    auto next = (*engine)->Next();  // blocks: no batch can complete
+    EXPECT_FALSE(next.ok());
+    EXPECT_EQ(next.status().code(), StatusCode::kCancelled);
+  });
+  (*engine)->Cancel();
+  consumer.join();
+  gate_ptr->Open();
+  engine->reset();  // joins the driver, drains reads and tasks, joins the pool
+}
+
+TEST_P(EngineConformance, ConsumerStoppingEarlyDoesNotHang) {
+  auto engine = Start(Records(64), std::make_unique<FillOp>(), 4, /*epochs=*/1000);
+  ASSERT_TRUE(engine.ok());
+  auto first = (*engine)->Next();
+  ASSERT_TRUE(first.ok() && first->has_value());
+  engine->reset();  // destroyed with the producer running ahead
+}
+
+TEST_P(EngineConformance, StartingAtBatchKMatchesTheUninterruptedRun) {
+  auto full_engine = Start(Records(30), std::make_unique<FillOp>(), 4, /*epochs=*/3);
+  ASSERT_TRUE(full_engine.ok());
+  auto full = Drain(**full_engine);
+  ASSERT_EQ(full.size(), 24u);  // 8 batches per epoch (last one partial), 3 epochs
+  for (int64_t k : {0, 5, 8, 13, 23, 24}) {
+    auto engine = Start(Records(30), std::make_unique<FillOp>(), 4, 3, k);
+    ASSERT_TRUE(engine.ok());
+    auto tail = Drain(**engine);
+    ASSERT_EQ(tail.size(), full.size() - k) << "k=" << k;
+    for (size_t i = 0; i < tail.size(); ++i) EXPECT_EQ(tail[i], full[k + i]) << "k=" << k;
+  }
+}
+
+TEST_P(EngineConformance, SameSeedSameBatchesWhateverTheThreadCount) {
+  auto one = Start(Records(40), std::make_unique<FillOp>(), 8, 2, 0, 1.0, /*threads=*/1);
+  auto four = Start(Records(40), std::make_unique<FillOp>(), 8, 2, 0, 1.0, /*threads=*/4);
+  ASSERT_TRUE(one.ok() && four.ok());
+  auto a = Drain(**one);
+  auto b = Drain(**four);
+  EXPECT_EQ(a, b);
+  // A new epoch is a new order.
+  ASSERT_EQ(a.size(), 10u);
+  std::vector<int64_t> epoch0, epoch1;
+  for (int i = 0; i < 5; ++i) {
+    for (size_t r = 0; r < a[i].size(); r += 4) epoch0.push_back(a[i][r]);
+    for (size_t r = 0; r < a[i + 5].size(); r += 4) epoch1.push_back(a[i + 5][r]);
+  }
+  EXPECT_NE(epoch0, epoch1);
+  EXPECT_EQ(std::set<int64_t>(epoch0.begin(), epoch0.end()),
+            std::set<int64_t>(epoch1.begin(), epoch1.end()));
+}
+
+TEST_P(EngineConformance, NeverHoldsMoreThanDepthBatchesAhead) {
+  std::latch started(1);
+  auto gate = std::make_unique<GateOp>(nullptr);
+  GateOp* gate_ptr = gate.get();
+  auto engine = Start(Records(64), std::move(gate), 2, /*epochs=*/10);
+  ASSERT_TRUE(engine.ok());
+  gate_ptr->Open();
+  auto first = (*engine)->Next();
+  ASSERT_TRUE(first.ok() && first->has_value());
+  // The consumer holds still; the producer must stop at `depth` batches ahead.
+  auto m = (*engine)->Metrics();
+  EXPECT_LE(m.samples_attempted, 2 * (1 + GetParam().depth));
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, EngineConformance,
+                         testing::Values(Config{1, 1, false}, Config{2, 4, false},
+                                         Config{1, 2, true}, Config{3, 4, true}),
+                         ConfigName);
+
+TEST(EpochOrder, RanksGetDisjointEqualShares) {
+  std::set<int64_t> all;
+  int64_t per_rank = -1;
+  for (int rank = 0; rank < 3; ++rank) {
+    auto order = EpochOrder::Make({.num_samples = 100, .batch_size = 10, .seed = 1,
+                                   .rank = rank, .world_size = 3});
+    ASSERT_TRUE(order.ok());
+    if (per_rank < 0) per_rank = order->batches_per_rank_epoch();
+    EXPECT_EQ(order->batches_per_rank_epoch(), per_rank);
+    for (int64_t j = 0; j < order->batches_per_rank_epoch(); ++j) {
+      for (int64_t i : order->SampleIndices(order->Position(j))) {
+        EXPECT_TRUE(all.insert(i).second) << "sample " << i << " given twice";
+      }
+    }
+  }
+  EXPECT_EQ(per_rank, 3);
+  EXPECT_EQ(all.size(), 90u);
+}
+
+TEST(EpochOrder, ShuffleOffKeepsFileOrder) {
+  auto order = EpochOrder::Make({.num_samples = 5, .batch_size = 2, .shuffle = false});
+  ASSERT_TRUE(order.ok());
+  EXPECT_EQ(order->Permutation(3), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(order->SampleIndices(order->Position(2)), (std::vector<int64_t>{4}));
+}
+
+TEST(EpochOrder, RejectsBadRank) {
+  EXPECT_FALSE(EpochOrder::Make({.num_samples = 5, .rank = 2, .world_size = 2}).ok());
+}
+
+}  // namespace
+}  // namespace headrace

@@ -1,0 +1,77 @@
+#include "headrace/exec/epoch_order.h"
+
+#include <numeric>
+
+#include "headrace/core/rng.h"
+
+namespace headrace {
+namespace {
+// Keeps the order stream apart from the per-sample augmentation streams, which hash
+// (seed, epoch, index) with the same seed.
+constexpr uint64_t kOrderStream = 0x6f72646572ULL;  // "order"
+}  // namespace
+
+EpochOrder::EpochOrder(const EpochOrderOptions& options) : options_(options) {
+  const int64_t n = options.num_samples;
+  const int64_t b = options.batch_size;
+  batches_per_epoch_ = options.drop_last ? n / b : (n + b - 1) / b;
+  batches_per_rank_epoch_ = batches_per_epoch_ / options.world_size;
+}
+
+EpochOrder::EpochOrder(const EpochOrder& other)
+    : options_(other.options_),
+      batches_per_epoch_(other.batches_per_epoch_),
+      batches_per_rank_epoch_(other.batches_per_rank_epoch_) {}
+
+Result<EpochOrder> EpochOrder::Make(const EpochOrderOptions& options) {
+  if (options.num_samples <= 0) return Status::InvalidArgument("the dataset has no samples");
+  if (options.batch_size <= 0) return Status::InvalidArgument("batch.size must be >= 1");
+  if (options.world_size <= 0 || options.rank < 0 || options.rank >= options.world_size) {
+    return Status::InvalidArgument("rank must be in [0, world_size), got rank " +
+                                   std::to_string(options.rank) + " of " +
+                                   std::to_string(options.world_size));
+  }
+  EpochOrder order(options);
+  if (order.batches_per_rank_epoch_ == 0) {
+    return Status::InvalidArgument(
+        "an epoch has " + std::to_string(order.batches_per_epoch_) + " batches of " +
+        std::to_string(options.batch_size) + ", fewer than world_size " +
+        std::to_string(options.world_size) + ": lower batch.size or use fewer ranks");
+  }
+  return order;
+}
+
+BatchPosition EpochOrder::Position(int64_t local_index) const {
+  BatchPosition p;
+  p.local_index = local_index;
+  p.epoch = local_index / batches_per_rank_epoch_;
+  const int64_t k = local_index % batches_per_rank_epoch_;
+  p.index_in_epoch = k * options_.world_size + options_.rank;
+  return p;
+}
+
+std::vector<int64_t> EpochOrder::Permutation(int64_t epoch) const {
+  std::vector<int64_t> order(options_.num_samples);
+  std::iota(order.begin(), order.end(), int64_t{0});
+  if (options_.shuffle) {
+    Rng rng(HashKeys(options_.seed, static_cast<uint64_t>(epoch), kOrderStream));
+    for (int64_t i = options_.num_samples - 1; i > 0; --i) {
+      const auto j = static_cast<int64_t>(rng.Below(static_cast<uint64_t>(i) + 1));
+      std::swap(order[i], order[j]);
+    }
+  }
+  return order;
+}
+
+std::vector<int64_t> EpochOrder::SampleIndices(const BatchPosition& position) const {
+  std::lock_guard lock(mu_);
+  if (cached_epoch_ != position.epoch) {
+    cached_ = Permutation(position.epoch);
+    cached_epoch_ = position.epoch;
+  }
+  const int64_t begin = position.index_in_epoch * options_.batch_size;
+  const int64_t end = std::min(begin + options_.batch_size, options_.num_samples);
+  return std::vector<int64_t>(cached_.begin() + begin, cached_.begin() + end);
+}
+
+}  // namespace headrace

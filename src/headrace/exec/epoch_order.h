@@ -1,0 +1,69 @@
+// EpochOrder: which samples make up batch k of epoch e.
+//
+// An epoch's order is a permutation of the dataset seeded by (seed, epoch) (identity
+// when shuffle is off); batch k of the epoch is the fixed slice [k*B, (k+1)*B) of it.
+// With data-parallel ranks, the epoch's batches are dealt round-robin: rank r of W gets
+// batches r, r+W, r+2W, ... and every rank the same count (floor(batches / W)), so a
+// rank's share never depends on thread counts or on the other ranks' speed.
+//
+// A run is the sequence of a rank's batches over all epochs, numbered from 0: "local"
+// batch j is epoch j / per_rank, its (j % per_rank)-th batch for this rank.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "headrace/core/status.h"
+
+namespace headrace {
+
+struct EpochOrderOptions {
+  int64_t num_samples = 0;
+  int64_t batch_size = 1;
+  bool drop_last = false;
+  bool shuffle = true;
+  uint64_t seed = 0;
+  int64_t epochs = 1;
+  int rank = 0;
+  int world_size = 1;
+};
+
+// Where one batch of a run sits.
+struct BatchPosition {
+  int64_t local_index = 0;     // position in this rank's run
+  int64_t epoch = 0;
+  int64_t index_in_epoch = 0;  // position among all ranks' batches of the epoch
+};
+
+class EpochOrder {
+ public:
+  static Result<EpochOrder> Make(const EpochOrderOptions& options);
+
+  // Batches of one epoch, over all ranks.
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  // Batches of one epoch for this rank.
+  int64_t batches_per_rank_epoch() const { return batches_per_rank_epoch_; }
+  // Batches of the whole run for this rank.
+  int64_t total_batches() const { return batches_per_rank_epoch_ * options_.epochs; }
+
+  BatchPosition Position(int64_t local_index) const;
+  // The dataset indices of a batch, in order. Thread-safe.
+  std::vector<int64_t> SampleIndices(const BatchPosition& position) const;
+  // The full order of an epoch (for tests and tools).
+  std::vector<int64_t> Permutation(int64_t epoch) const;
+
+  EpochOrder(const EpochOrder& other);
+
+ private:
+  explicit EpochOrder(const EpochOrderOptions& options);
+  EpochOrderOptions options_;
+  int64_t batches_per_epoch_ = 0;
+  int64_t batches_per_rank_epoch_ = 0;
+  // The last epoch's permutation, kept because consecutive batches share it.
+  mutable std::mutex mu_;
+  mutable int64_t cached_epoch_ = -1;       // guarded by mu_
+  mutable std::vector<int64_t> cached_;     // guarded by mu_
+};
+
+}  // namespace headrace

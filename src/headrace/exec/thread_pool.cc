@@ -1,0 +1,73 @@
+#include "headrace/exec/thread_pool.h"
+
+#include <sched.h>
+
+#include "headrace/core/clock.h"
+
+namespace headrace {
+
+int AvailableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw > 0 ? static_cast<int>(hw) : 1;
+}
+
+ThreadPool::ThreadPool(int threads) {
+  threads_.reserve(threads);
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { WorkerLoop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+bool ThreadPool::Submit(Task task) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return false;
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+  return true;
+}
+
+void ThreadPool::WorkerLoop() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    const auto wait_start = Clock::now();
+    cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    idle_ns_ += NanosSince(wait_start);
+    if (queue_.empty()) return;  // stopping, and everything queued has run
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    const auto run_start = Clock::now();
+    task();
+    const int64_t ran = NanosSince(run_start);
+    task = nullptr;  // destroy captures outside the lock
+    lock.lock();
+    busy_ns_ += ran;
+  }
+}
+
+double ThreadPool::busy_seconds() const {
+  std::lock_guard lock(mu_);
+  return busy_ns_ * 1e-9;
+}
+
+double ThreadPool::idle_seconds() const {
+  std::lock_guard lock(mu_);
+  return idle_ns_ * 1e-9;
+}
+
+}  // namespace headrace

@@ -1,0 +1,54 @@
+// ThreadPool: a fixed set of CPU worker threads draining one FIFO of tasks.
+//
+// The pool owns its threads; operators never do. Tasks run start to finish on one
+// thread and must not block on other tasks of the same pool. Each worker accounts the
+// time it spends running tasks (busy) and waiting for one (idle), which the executor
+// reports as the CPU stage's busy and starved time.
+//
+// Shutdown (the destructor) stops accepting tasks, lets the workers finish the tasks
+// already queued, and joins them.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace headrace {
+
+class ThreadPool {
+ public:
+  using Task = std::function<void()>;
+
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  // Queues `task`. Returns false (and drops the task) once shutdown has begun.
+  bool Submit(Task task);
+
+  int size() const { return static_cast<int>(threads_.size()); }
+  // Seconds all workers together spent running tasks / waiting for tasks.
+  double busy_seconds() const;
+  double idle_seconds() const;
+
+ private:
+  void WorkerLoop();
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;    // guarded by mu_
+  bool stopping_ = false;     // guarded by mu_
+  int64_t busy_ns_ = 0;       // guarded by mu_
+  int64_t idle_ns_ = 0;       // guarded by mu_
+  std::vector<std::thread> threads_;
+};
+
+// Number of CPUs this process may run on (sched_getaffinity), at least 1.
+int AvailableCores();
+
+}  // namespace headrace
