@@ -1,0 +1,122 @@
+// text.tokenize: renders a sample's conversation with a chat template, tokenizes it with
+// SentencePiece and writes input_ids, attention_mask and labels straight into the batch.
+//
+// Three layers, each usable on its own:
+//   SentencePieceModel   the loaded model; the only place SentencePiece's API is seen
+//   ChatTemplate         a TokenizeSpec compiled against one model (fixed pieces tokenized)
+//   TokenizeConversation the pure kernel: turns -> three int64 rows
+// TokenizeOp adapts the kernel to a SampleContext.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "headrace/core/sample.h"
+#include "headrace/core/status.h"
+#include "headrace/ops/op.h"
+#include "headrace/pipeline/spec.h"
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}  // namespace sentencepiece
+
+namespace headrace {
+
+// A loaded SentencePiece model. Immutable after Load; every method is safe to call from
+// many threads at once.
+class SentencePieceModel {
+ public:
+  // Loads a .model file. kInvalidArgument naming `path` when the file is missing or is
+  // not a SentencePiece model.
+  static Result<std::unique_ptr<SentencePieceModel>> Load(const std::string& path);
+  ~SentencePieceModel();
+
+  // Replaces the contents of `ids` with the tokens of `text` (keeping its capacity).
+  // kTokenizeError when the model rejects the text.
+  Status Encode(std::string_view text, std::vector<int>* ids) const;
+
+  int vocab_size() const;
+  int bos_id() const;  // -1 when the model has none
+  int eos_id() const;  // -1 when the model has none
+  int pad_id() const;  // -1 when the model has none
+  int PieceToId(std::string_view piece) const;  // the unknown id for a piece not in the vocab
+  const std::string& IdToPiece(int id) const;
+
+ private:
+  explicit SentencePieceModel(std::unique_ptr<sentencepiece::SentencePieceProcessor> sp);
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+};
+
+// A TokenizeSpec compiled against one model: the template's fixed strings tokenized once
+// (they are the same for every sample) and its ids resolved. Immutable; shared by all
+// threads.
+struct ChatTemplate {
+  std::array<std::vector<int>, 3> prefix;  // indexed by Role: system, user, assistant
+  std::vector<int> turn_end;
+  int bos_id = -1;  // -1: no BOS is added
+  int eos_id = -1;  // -1: no EOS is added
+  int64_t pad_id = 0;
+  int64_t ignore_index = -100;
+  int64_t max_length = 128;
+
+  // kInvalidArgument, naming the `text.tokenize.*` key, when max_length is not positive,
+  // padding is off, BOS/EOS is asked of a model without one, pad_id is outside the
+  // vocabulary, or a non-empty template string tokenizes to nothing (a model that
+  // normalizes whitespace away would silently drop a "\n" turn_end, and with it the
+  // only stop signal the assistant is trained on).
+  static Result<ChatTemplate> Make(const SentencePieceModel& model, const TokenizeSpec& spec);
+};
+
+// The kernel. Renders `turns` as
+//   [BOS] (prefix(role) text turn_end)* [EOS]
+// tokenizing each template piece and each turn's text on its own, so that no token
+// spans two pieces, and writes tmpl.max_length values to each of:
+//   ids     token ids, then pad_id
+//   mask    1 on tokens, 0 on padding
+//   labels  the token id on an assistant turn's text and turn_end, and on the final EOS
+//           when the last turn is the assistant's; ignore_index elsewhere (prefixes,
+//           other roles, BOS, padding). Not shifted: the model shifts.
+// Longer conversations are cut at max_length (right truncation; the EOS is then lost).
+// kTokenizeError when `turns` is empty or the model rejects a text; the rows are then
+// unspecified. Thread-safe; allocates nothing in steady state beyond what SentencePiece
+// allocates inside Encode.
+Status TokenizeConversation(const SentencePieceModel& model, const ChatTemplate& tmpl,
+                            std::span<const Turn> turns, int64_t* ids, int64_t* mask,
+                            int64_t* labels);
+
+// The operator. Writes its three rows into ctx.slots[input_ids_field],
+// ctx.slots[attention_mask_field] and ctx.slots[labels_field], each of which must hold
+// spec.max_length int64 values (the planner declares these fields as i64[max_length]).
+class TokenizeOp : public Op {
+ public:
+  // Loads the model and compiles the template. kInvalidArgument naming
+  // `text.tokenize.<key>` on a bad spec or an unloadable model, and on negative or
+  // repeated field indices.
+  static Result<std::unique_ptr<TokenizeOp>> Make(const TokenizeSpec& spec,
+                                                  int input_ids_field,
+                                                  int attention_mask_field, int labels_field);
+
+  std::string_view name() const override { return "text.tokenize"; }
+  // kTokenizeError when the record has no turns or the model rejects its text.
+  Status Run(SampleContext& ctx) const override;
+
+  const SentencePieceModel& model() const { return *model_; }
+  const ChatTemplate& chat_template() const { return template_; }
+
+ private:
+  TokenizeOp(std::unique_ptr<SentencePieceModel> model, ChatTemplate tmpl, int input_ids_field,
+             int attention_mask_field, int labels_field);
+
+  std::unique_ptr<SentencePieceModel> model_;
+  ChatTemplate template_;
+  int input_ids_field_;
+  int attention_mask_field_;
+  int labels_field_;
+};
+
+}  // namespace headrace

@@ -1,0 +1,52 @@
+// `headrace make-sample`: writes a small synthetic VLM dataset to try the engine on.
+//
+// Layout of `out_dir` after a successful run:
+//   images/000000.jpg ...  photo-like JPEGs (q90, 4:2:0), long side 320..1600 px, aspect
+//                          1:1, 4:3, 3:2 or 16:9, landscape or portrait
+//   manifest.jsonl         one LLaVA / chat-VQA record per line, in index order:
+//                            {"id":"000123","image":"images/000123.jpg","conversations":
+//                             [{"from":"human","value":"<image>\nWhat colour is the bus?"},
+//                              {"from":"gpt","value":"Blue."}, ...]}
+//                          1 to 3 question/answer pairs about what was drawn (colour,
+//                          shape, count, position, background, a caption)
+//   tokenizer.model/.vocab a SentencePiece BPE model trained on the conversations' text:
+//                            ids 0 <unk>, 1 <s> (BOS), 2 </s> (EOS), 3 <pad>,
+//                            4..7 the user-defined symbols <image> <|system|> <|user|>
+//                            <|assistant|>, then the learned pieces (vocab_size is an
+//                            upper bound: a small dataset yields fewer).
+//                          It keeps whitespace (add_dummy_prefix=false,
+//                          remove_extra_whitespaces=false), so that text.tokenize can
+//                          tokenize template pieces one by one and a "\n" turn end stays a
+//                          token.
+//
+// The output is a pure function of (samples, seed, vocab_size): byte-identical for any
+// thread count. Image i and its conversation derive from HashKeys(seed, i).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "headrace/core/status.h"
+
+namespace headrace {
+
+struct MakeSampleOptions {
+  std::string out_dir;  // created if missing; existing files of the same names are replaced
+  int64_t samples = 1000;
+  uint64_t seed = 0;
+  int threads = 0;  // worker threads drawing and encoding images; 0: one per core
+  int vocab_size = 2000;
+};
+
+struct MakeSampleStats {
+  int64_t samples = 0;
+  int64_t image_bytes = 0;  // total size of the JPEG files
+  double seconds = 0;       // wall time, tokenizer training included
+};
+
+// Writes the dataset. kInvalidArgument on bad options (empty out_dir, samples < 1,
+// threads < 0) or a vocab_size SentencePiece refuses; kIoError when a file cannot be
+// written. On error, out_dir may hold a partial dataset.
+Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options);
+
+}  // namespace headrace
