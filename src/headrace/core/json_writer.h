@@ -5,6 +5,7 @@
 // The writer handles commas and string escaping; callers nest Begin/End correctly.
 #pragma once
 
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -40,8 +41,9 @@ class JsonWriter {
         return;
       }
       char buf[32];
-      std::snprintf(buf, sizeof buf, "%.6g", v);
-      out_ += buf;
+      // Shortest text that reads back as the same double.
+      auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+      out_.append(buf, end);
     });
   }
 

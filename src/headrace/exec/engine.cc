@@ -208,6 +208,7 @@ void Engine::DriverLoop() {
   }
   std::lock_guard lock(mu_);
   driver_done_ = true;
+  driver_done_s_ = SecondsSince(start_time_);
   consumer_cv_.notify_all();
 }
 
@@ -428,20 +429,34 @@ EngineMetrics Engine::Metrics() const {
   m.errors_by_kind = errors_by_kind_;
   m.first_errors = first_errors_;
 
+  // Idle time of a stage is "blocked" while admission waits for the consumer (nothing
+  // new may start because the prefetch queue or the budget is full) and "starved"
+  // otherwise. The split is an estimate: admission waits and idle periods are measured
+  // apart, so the blocked share is capped by the stage's idle time.
+  const double admit_blocked = admit_blocked_ns_ * 1e-9;
   int64_t read_busy = read_busy_ns_;
   if (reads_inflight_ > 0) read_busy += NanosSince(reads_busy_since_);
-  StageMetrics read{"read", "io", options_.io_inflight, reads_done_, read_busy * 1e-9,
-                    0, read_blocked_ns_ * 1e-9};
-  read.starved_s = std::max(0.0, elapsed - read.busy_s - read.blocked_s);
+  StageMetrics read{"read", "io", options_.io_inflight, reads_done_, read_busy * 1e-9, 0, 0};
+  {
+    const double idle = std::max(0.0, elapsed - read.busy_s);
+    read.blocked_s = std::min(idle, read_blocked_ns_ * 1e-9 + admit_blocked);
+    read.starved_s = idle - read.blocked_s;
+  }
 
   const int threads = pool_ ? pool_->size() : 1;
   StageMetrics cpu{"cpu", "cpu", threads, samples_run_.load(),
                    pool_ ? pool_->busy_seconds() / threads : 0.0, 0, 0};
-  cpu.starved_s = std::max(0.0, elapsed - cpu.busy_s);
+  {
+    const double idle = std::max(0.0, elapsed - cpu.busy_s);
+    cpu.blocked_s = std::min(idle, admit_blocked);
+    cpu.starved_s = idle - cpu.blocked_s;
+  }
 
+  // The batch stage's window ends when the driver has admitted the run's last batch.
+  const double window = driver_done_ ? std::min(elapsed, driver_done_s_) : elapsed;
   StageMetrics batch{"batch", "assembly", options_.prefetch_depth, batches_delivered_,
-                     assemble_ns_ * 1e-9, 0, admit_blocked_ns_ * 1e-9};
-  batch.starved_s = std::max(0.0, elapsed - batch.busy_s - batch.blocked_s);
+                     assemble_ns_ * 1e-9, 0, admit_blocked};
+  batch.starved_s = std::max(0.0, window - batch.busy_s - batch.blocked_s);
 
   if (inputs_.reads_media) m.stages.push_back(read);
   m.stages.push_back(cpu);

@@ -79,8 +79,8 @@ struct EngineOptions {
   Allocator* allocator = DefaultAllocator();
 };
 
-// Time split of one stage over the run. Fractions of elapsed time, per unit of
-// concurrency: busy + starved + blocked ~= 1.
+// Time split of one stage over the run, per unit of concurrency:
+// busy + starved + blocked ~= elapsed (for "batch": the time until the last admission).
 struct StageMetrics {
   std::string name;     // "read", "cpu", "batch"
   std::string kind;     // "io", "cpu", "assembly"
@@ -170,6 +170,7 @@ class Engine {
   };
   std::map<int64_t, ReadyBatch> ready_;  // guarded by mu_: the reorder window
   bool driver_done_ = false;             // guarded by mu_
+  double driver_done_s_ = 0;             // guarded by mu_: when it became true
 
   // Metrics, guarded by mu_.
   Clock::time_point reads_busy_since_;

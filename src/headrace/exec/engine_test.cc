@@ -11,6 +11,8 @@
 #include <latch>
 #include <set>
 
+#include <unistd.h>
+
 namespace headrace {
 namespace {
 
@@ -75,7 +77,9 @@ class EngineConformance : public testing::TestWithParam<Config> {
  protected:
   static std::filesystem::path Dir() {
     const char* tmp = std::getenv("HEADRACE_TEST_TMP");
-    auto dir = std::filesystem::path(tmp ? tmp : "/tmp") / "engine_test";
+    // One folder per process: ctest runs each test in its own process, in parallel.
+    auto dir = std::filesystem::path(tmp ? tmp : "/tmp") /
+               ("engine_test." + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
     return dir;
   }

@@ -19,7 +19,7 @@
 #include "headrace/core/sample.h"
 #include "headrace/core/status.h"
 #include "headrace/ops/op.h"
-#include "headrace/pipeline/spec.h"
+#include "headrace/ops/specs.h"
 
 namespace sentencepiece {
 class SentencePieceProcessor;

@@ -1,0 +1,358 @@
+#include "headrace/formats/manifest.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <future>
+#include <utility>
+
+namespace headrace {
+namespace {
+
+// A path split into the part ".." never climbs out of and its segments.
+struct SplitPath {
+  std::string_view prefix;  // "scheme://authority", "/" or "" (relative)
+  std::vector<std::string_view> segments;
+  bool absolute() const { return !prefix.empty(); }
+};
+
+// Length of "scheme://authority" at the start of `path`, or 0 when it is not a URI.
+// Scheme per RFC 3986: ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ).
+size_t UriPrefixLength(std::string_view path) {
+  const size_t sep = path.find("://");
+  if (sep == std::string_view::npos || sep == 0) return 0;
+  for (size_t i = 0; i < sep; ++i) {
+    const char c = path[i];
+    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+    const bool ok = alpha || (i > 0 && ((c >= '0' && c <= '9') || c == '+' || c == '-' ||
+                                        c == '.'));
+    if (!ok) return 0;
+  }
+  const size_t authority_end = path.find('/', sep + 3);
+  return authority_end == std::string_view::npos ? path.size() : authority_end;
+}
+
+// Lexical normalization. ".." at the top of an absolute path stays at the top (as "/.."
+// is "/"); at the top of a relative path it is kept, since it names the parent of the
+// current directory.
+SplitPath Split(std::string_view path) {
+  SplitPath out;
+  std::string_view rest = path;
+  if (const size_t n = UriPrefixLength(path); n > 0) {
+    out.prefix = path.substr(0, n);
+    rest = path.substr(n);
+  } else if (!path.empty() && path.front() == '/') {
+    out.prefix = path.substr(0, 1);
+    rest = path.substr(1);
+  }
+  while (!rest.empty()) {
+    const size_t slash = rest.find('/');
+    const std::string_view seg = rest.substr(0, slash);
+    rest = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+    if (seg.empty() || seg == ".") continue;
+    if (seg == "..") {
+      if (!out.segments.empty() && out.segments.back() != "..") {
+        out.segments.pop_back();
+      } else if (!out.absolute()) {
+        out.segments.push_back(seg);
+      }
+      continue;
+    }
+    out.segments.push_back(seg);
+  }
+  return out;
+}
+
+std::string Join(const SplitPath& p) {
+  std::string out(p.prefix);
+  for (size_t i = 0; i < p.segments.size(); ++i) {
+    if (i > 0 || (!out.empty() && out.back() != '/')) out += '/';
+    out += p.segments[i];
+  }
+  if (out.empty()) out = ".";
+  return out;
+}
+
+// Whether `path` (normalized) lies inside `root` (normalized): same prefix, root's
+// segments first, and no ".." after them (a relative root cannot contain "../x").
+bool Inside(const SplitPath& root, const SplitPath& path) {
+  if (root.prefix != path.prefix || path.segments.size() < root.segments.size()) return false;
+  for (size_t i = 0; i < root.segments.size(); ++i) {
+    if (root.segments[i] != path.segments[i]) return false;
+  }
+  for (size_t i = root.segments.size(); i < path.segments.size(); ++i) {
+    if (path.segments[i] == "..") return false;
+  }
+  return true;
+}
+
+// The folder of a manifest path or URI, as a root: "data/m.jsonl" -> "data",
+// "m.jsonl" -> "", "s3://b/m.jsonl" -> "s3://b", "/m.jsonl" -> "/".
+std::string_view ParentOf(std::string_view path) {
+  const size_t prefix = UriPrefixLength(path);
+  const size_t slash = path.rfind('/');
+  if (slash == std::string_view::npos || slash < prefix) return path.substr(0, prefix);
+  if (slash == 0) return path.substr(0, 1);
+  return path.substr(0, slash);
+}
+
+Result<std::string> DefaultRoot(const std::string& manifest_path, const SourceSpec& spec) {
+  std::string root(spec.root.empty() ? ParentOf(manifest_path) : std::string_view(spec.root));
+  if (UriPrefixLength(root) > 0 || (!root.empty() && root.front() == '/')) {
+    return Join(Split(root));
+  }
+  // A relative local root is anchored to the current directory now, so that records
+  // carry absolute paths and "inside root" is decidable for absolute media paths.
+  std::error_code ec;
+  const std::filesystem::path cwd = std::filesystem::current_path(ec);
+  if (ec) return Status::IoError("cannot resolve manifest root '" + root + "': " + ec.message());
+  return Join(Split(cwd.string() + "/" + root));
+}
+
+std::string LinePrefix(int64_t line) { return "line " + std::to_string(line) + ": "; }
+
+Status BadRecord(int64_t line, std::string what) {
+  return Status::BadRecord(LinePrefix(line) + std::move(what));
+}
+Status MissingField(int64_t line, std::string what) {
+  return Status::MissingField(LinePrefix(line) + std::move(what));
+}
+
+// Quotes a value from the manifest for a message, shortened to about 200 bytes (at a
+// UTF-8 character boundary) so that one huge field cannot flood the error log.
+std::string Quote(std::string_view s) {
+  size_t n = std::min<size_t>(s.size(), 200);
+  while (n < s.size() && n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  std::string out = "'";
+  out.append(s.substr(0, n));
+  if (n < s.size()) out += "...";
+  out += "'";
+  return out;
+}
+
+Result<Role> ParseRole(std::string_view role) {
+  if (role == "human" || role == "user") return Role::kUser;
+  if (role == "gpt" || role == "assistant" || role == "model") return Role::kAssistant;
+  if (role == "system") return Role::kSystem;
+  return Status::BadRecord("unknown role " + Quote(role) +
+                           " (allowed: human, user, gpt, assistant, model, system)");
+}
+
+// ResolveMediaPath against a root already split (`base`) and joined (`base_text`), so
+// that a manifest splits its root once, not once per line.
+Result<std::string> Resolve(const SplitPath& base, const std::string& base_text,
+                            std::string_view relative, bool allow_absolute) {
+  if (relative.empty()) return Status::MissingField("empty media path");
+  const bool absolute = UriPrefixLength(relative) > 0 || relative.front() == '/';
+  if (absolute) {
+    if (!allow_absolute) {
+      return Status::PathEscape("absolute media path " + Quote(relative) +
+                                " is not allowed (set source.allow_absolute_paths: true to "
+                                "accept absolute paths inside the root)");
+    }
+    if (!base.absolute()) {
+      return Status::PathEscape("absolute media path " + Quote(relative) +
+                                " cannot be checked against the relative root " +
+                                Quote(base_text) + "; make source.root absolute");
+    }
+    const SplitPath path = Split(relative);
+    if (!Inside(base, path)) {
+      return Status::PathEscape("absolute media path " + Quote(relative) +
+                                " is outside the root " + Quote(base_text));
+    }
+    return Join(path);
+  }
+
+  // Appends segments to the root's text; a ".." truncates back to the previous "/".
+  std::string out = base.segments.empty() && base.prefix.empty() ? std::string() : base_text;
+  const size_t root_size = out.size();
+  std::string_view rest = relative;
+  while (!rest.empty()) {
+    const size_t slash = rest.find('/');
+    const std::string_view seg = rest.substr(0, slash);
+    rest = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+    if (seg.empty() || seg == ".") continue;
+    if (seg == "..") {
+      if (out.size() == root_size) {
+        return Status::PathEscape("media path " + Quote(relative) + " leaves the root " +
+                                  Quote(base_text));
+      }
+      const size_t cut = out.rfind('/');
+      out.resize(cut == std::string::npos || cut < root_size ? root_size : cut);
+      continue;
+    }
+    if (!out.empty() && out.back() != '/') out += '/';
+    out += seg;
+  }
+  if (out.empty()) out = ".";
+  return out;
+}
+
+// Fills `record` (id, media_uri, turns) from one parsed line, or returns why it is bad.
+Status FillRecord(simdjson::dom::element doc, int64_t line, const SourceSpec& spec,
+                  const SplitPath& root, const std::string& root_text, SampleRecord& record) {
+  simdjson::dom::object obj;
+  if (doc.get(obj) != simdjson::SUCCESS) {
+    return BadRecord(line, "expected a JSON object, got " +
+                               std::string(doc.is_array() ? "an array" : "a scalar"));
+  }
+
+  simdjson::dom::element id;
+  if (obj.at_key(spec.id_field).get(id) != simdjson::SUCCESS) {
+    return MissingField(line, "missing field '" + spec.id_field + "'");
+  }
+  if (std::string_view s; id.get(s) == simdjson::SUCCESS) {
+    record.id.assign(s);
+  } else if (int64_t i; id.get(i) == simdjson::SUCCESS) {
+    record.id = std::to_string(i);
+  } else if (uint64_t u; id.get(u) == simdjson::SUCCESS) {
+    record.id = std::to_string(u);
+  } else {
+    return MissingField(line, "field '" + spec.id_field + "' must be a string or an integer");
+  }
+
+  simdjson::dom::element image;
+  if (obj.at_key(spec.image_field).get(image) == simdjson::SUCCESS && !image.is_null()) {
+    std::string_view path;
+    if (image.get(path) != simdjson::SUCCESS) {
+      return MissingField(line, "field '" + spec.image_field + "' must be a string");
+    }
+    if (path.empty()) return MissingField(line, "field '" + spec.image_field + "' is empty");
+    Result<std::string> uri = Resolve(root, root_text, path, spec.allow_absolute_paths);
+    if (!uri.ok()) return uri.status().WithContext(LinePrefix(line) + spec.image_field);
+    record.media_uri = std::move(uri).value();
+  }
+
+  simdjson::dom::element conv_element;
+  if (obj.at_key(spec.conversations_field).get(conv_element) != simdjson::SUCCESS) {
+    return MissingField(line, "missing field '" + spec.conversations_field + "'");
+  }
+  simdjson::dom::array conv;
+  if (conv_element.get(conv) != simdjson::SUCCESS) {
+    return MissingField(line, "field '" + spec.conversations_field + "' must be an array");
+  }
+  record.turns.reserve(conv.size());
+  size_t i = 0;
+  for (simdjson::dom::element turn_element : conv) {
+    // Built only for messages: good records allocate nothing here.
+    auto where = [&](std::string_view field) {
+      std::string w = spec.conversations_field + "[" + std::to_string(i) + "]";
+      if (!field.empty()) w.append(".").append(field);
+      return w;
+    };
+    simdjson::dom::object turn_obj;
+    if (turn_element.get(turn_obj) != simdjson::SUCCESS) {
+      return MissingField(line, "'" + where("") + "' must be an object");
+    }
+    std::string_view role_name;
+    std::string_view text;
+    if (turn_obj.at_key(spec.role_field).get(role_name) != simdjson::SUCCESS) {
+      return MissingField(line, "'" + where(spec.role_field) + "' is missing or not a string");
+    }
+    if (turn_obj.at_key(spec.text_field).get(text) != simdjson::SUCCESS) {
+      return MissingField(line, "'" + where(spec.text_field) + "' is missing or not a string");
+    }
+    Result<Role> role = ParseRole(role_name);
+    if (!role.ok()) return role.status().WithContext(LinePrefix(line) + where(spec.role_field));
+    record.turns.push_back(Turn{*role, std::string(text)});
+    ++i;
+  }
+  return Status::Ok();
+}
+
+bool IsBlank(std::string_view line) {
+  for (char c : line) {
+    if (c != ' ' && c != '\t' && c != '\r') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<std::string> ResolveMediaPath(std::string_view root, std::string_view relative,
+                                     bool allow_absolute) {
+  const SplitPath base = Split(root);
+  return Resolve(base, Join(base), relative, allow_absolute);
+}
+
+Result<Manifest> ParseManifest(const Buffer& jsonl_bytes, const std::string& manifest_path,
+                               const SourceSpec& spec) {
+  Manifest manifest;
+  manifest.path = manifest_path;
+  HR_ASSIGN_OR_RETURN(manifest.root, DefaultRoot(manifest_path, spec));
+
+  const char* const begin = reinterpret_cast<const char*>(jsonl_bytes.data());
+  const char* const end = begin + jsonl_bytes.size();
+  const SplitPath root = Split(manifest.root);  // views into manifest.root
+  const char* pos = begin;
+  if (end - pos >= 3 && std::memcmp(pos, "\xEF\xBB\xBF", 3) == 0) pos += 3;
+
+  // Reserving for every line (blank ones too) saves regrowing a million records.
+  size_t lines = 1;
+  for (const char* p = pos; (p = static_cast<const char*>(std::memchr(p, '\n', end - p)));
+       ++p) {
+    ++lines;
+  }
+  manifest.records.reserve(lines);
+
+  simdjson::dom::parser parser;
+  std::vector<char> scratch;  // padded copy of a line too close to the end of the buffer
+  int64_t line_number = 0;
+  while (pos < end) {
+    ++line_number;
+    const char* newline = static_cast<const char*>(std::memchr(pos, '\n', end - pos));
+    const char* line_end = newline ? newline : end;
+    std::string_view line(pos, line_end - pos);
+    pos = newline ? newline + 1 : end;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (IsBlank(line)) continue;
+
+    SampleRecord& record = manifest.records.emplace_back();
+    record.line = line_number;
+
+    // simdjson may read SIMDJSON_PADDING bytes past the line (any content): the rest of
+    // the buffer serves, except near its end.
+    const char* data = line.data();
+    if (static_cast<size_t>(end - (line.data() + line.size())) < simdjson::SIMDJSON_PADDING) {
+      scratch.assign(line.begin(), line.end());
+      scratch.resize(line.size() + simdjson::SIMDJSON_PADDING, '\0');
+      data = scratch.data();
+    }
+    simdjson::dom::element doc;
+    const simdjson::error_code error = parser.parse(data, line.size(), false).get(doc);
+    if (error != simdjson::SUCCESS) {
+      record.status =
+          BadRecord(line_number, std::string("invalid JSON: ") + simdjson::error_message(error));
+    } else {
+      record.status = FillRecord(doc, line_number, spec, root, manifest.root, record);
+    }
+    if (!record.status.ok()) {
+      // The id, when it was read, stays for messages; nothing else is usable.
+      record.media_uri.clear();
+      record.turns.clear();
+      ++manifest.bad_lines;
+    }
+  }
+  if (manifest.records.empty()) {
+    return Status::InvalidArgument("manifest " + Quote(manifest_path) +
+                                   " has no records (" + std::to_string(line_number) +
+                                   " lines, all blank)");
+  }
+  return manifest;
+}
+
+Result<Manifest> LoadManifest(Storage& storage, const SourceSpec& spec) {
+  if (spec.manifest.empty()) return Status::InvalidArgument("source.manifest is empty");
+  // Storage::Read, inlined: it lives in hr_io, which hr_formats does not link.
+  std::promise<Result<Buffer>> promise;
+  std::future<Result<Buffer>> future = promise.get_future();
+  storage.ReadAsync(spec.manifest,
+                    [&promise](Result<Buffer> result) { promise.set_value(std::move(result)); });
+  Result<Buffer> bytes = future.get();
+  if (!bytes.ok()) return bytes.status().WithContext("reading manifest");
+  return ParseManifest(*bytes, spec.manifest, spec);
+}
+
+}  // namespace headrace

@@ -1,0 +1,75 @@
+// The JSONL manifest: one sample per line, parsed once per run into SampleRecords.
+//
+//   {"id": "000123", "image": "images/000123.jpg",
+//    "conversations": [{"from": "human", "value": "<image>\nWhat is this?"},
+//                      {"from": "gpt", "value": "A cat."}]}
+//
+// Field names are configurable (SourceSpec). Per line:
+// - `id`: required, a string or an integer (kept as its decimal text).
+// - `image`: optional; absent or null means a text-only record (empty media_uri). When
+//   present it must be a non-empty string, resolved with ResolveMediaPath.
+// - `conversations`: required array (may be empty) of objects, each with a string role
+//   field ("human"/"user", "gpt"/"assistant"/"model", "system") and a string text field.
+// Other fields are ignored.
+//
+// A bad line does not fail the load: its record keeps its index and carries the reason
+// in `status` (kBadRecord: not JSON, not an object, unknown role; kMissingField: a
+// required field absent or of the wrong type; kPathEscape: media outside the root), so
+// the engine reports it as (epoch, index) when an epoch reaches it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "headrace/core/buffer.h"
+#include "headrace/core/sample.h"
+#include "headrace/core/status.h"
+#include "headrace/io/storage.h"
+#include "headrace/pipeline/spec.h"
+
+namespace headrace {
+
+struct Manifest {
+  std::string path;  // the manifest as given
+  // The normalized root media paths were resolved against: spec.root or the manifest's
+  // folder, made absolute for local paths.
+  std::string root;
+  // One per non-empty line, in file order; index = position in this vector.
+  std::vector<SampleRecord> records;
+  int64_t bad_lines = 0;  // records whose status is not ok
+};
+
+// Parses JSONL bytes. Blank (whitespace-only) lines are skipped but still counted for
+// line numbers; CRLF endings and a leading UTF-8 byte-order mark are accepted.
+// `manifest_path` locates the default root (its folder) and appears in messages.
+// Fails (kInvalidArgument) only when no line holds a record; bad lines are kept.
+// Reads `jsonl_bytes` in place; a line within SIMDJSON_PADDING bytes of the end is
+// copied to a small padded scratch buffer, nothing else is copied.
+Result<Manifest> ParseManifest(const Buffer& jsonl_bytes, const std::string& manifest_path,
+                               const SourceSpec& spec);
+
+// Reads spec.manifest with storage.Read and parses it. Fails with the storage's kNotFound
+// or kIoError when the file cannot be read.
+Result<Manifest> LoadManifest(Storage& storage, const SourceSpec& spec);
+
+// Joins a media path from a manifest to the dataset root, lexically (no file system
+// access), so that it works the same for local paths and URIs:
+// - root is a local path ("/data/coco", "data/coco", "" = current directory) or a URI
+//   with a scheme ("s3://bucket/prefix", "https://host/dir"); the scheme and authority
+//   of a URI are never climbed out of.
+// - `relative` is normalized: "." and empty segments are dropped, ".." removes the
+//   previous segment. A ".." may never climb above root, even to come back
+//   ("../x.jpg", "images/../../x.jpg", "../<root's name>/x.jpg"): kPathEscape.
+// - An absolute `relative` ("/x.jpg", or a URI "s3://b/x.jpg") is kPathEscape unless
+//   `allow_absolute`; when allowed it is normalized and must still lie inside root (use
+//   root "/" to accept any local absolute path). It cannot be checked against a
+//   relative root, so that is kPathEscape too.
+// - Empty `relative` is kMissingField.
+// Percent-encoding in URIs is not decoded: "%2e%2e" is an ordinary segment here, and a
+// backend that decodes it must check again.
+Result<std::string> ResolveMediaPath(std::string_view root, std::string_view relative,
+                                     bool allow_absolute);
+
+}  // namespace headrace

@@ -1,0 +1,438 @@
+#include "headrace/formats/manifest.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+namespace headrace {
+namespace {
+
+using ::testing::HasSubstr;
+
+Buffer BytesOf(std::string_view text) {
+  Result<Buffer> b = Buffer::CopyOf(text.data(), text.size());
+  EXPECT_TRUE(b.ok());
+  return *b;
+}
+
+SourceSpec Spec() {
+  SourceSpec spec;
+  spec.manifest = "/data/set/manifest.jsonl";
+  return spec;
+}
+
+Manifest ParseOk(std::string_view text, const SourceSpec& spec = Spec()) {
+  Result<Manifest> m = ParseManifest(BytesOf(text), spec.manifest, spec);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? *m : Manifest{};
+}
+
+constexpr std::string_view kGood =
+    R"({"id": "a1", "image": "images/a1.jpg", "conversations": [{"from": "human", "value": "<image>\nWhat?"}, {"from": "gpt", "value": "A cat."}]})";
+
+// --- ResolveMediaPath -----------------------------------------------------------------
+
+struct ResolveCase {
+  std::string root;
+  std::string relative;
+  bool allow_absolute;
+  std::string expected;  // empty: expect an error
+  StatusCode code = StatusCode::kOk;
+};
+
+TEST(ResolveMediaPath, ResolvesAndRejectsLexically) {
+  const ResolveCase cases[] = {
+      {"/data", "x.jpg", false, "/data/x.jpg"},
+      {"/data/", "images/x.jpg", false, "/data/images/x.jpg"},
+      {"/data", "./images//x.jpg", false, "/data/images/x.jpg"},
+      {"/data", "images/./a/../x.jpg", false, "/data/images/x.jpg"},
+      {"/data/./set/../set", "x.jpg", false, "/data/set/x.jpg"},
+      {"/", "x.jpg", false, "/x.jpg"},
+      {"data/set", "x.jpg", false, "data/set/x.jpg"},
+      {"", "x.jpg", false, "x.jpg"},
+      {"../up", "x.jpg", false, "../up/x.jpg"},
+      {"/data", "images/", false, "/data/images"},
+      {"/data", "...", false, "/data/..."},
+      {"/data", "..x/y", false, "/data/..x/y"},
+      {"/data", "../x.jpg", false, "", StatusCode::kPathEscape},
+      {"/data", "images/../../x.jpg", false, "", StatusCode::kPathEscape},
+      {"/data", "../data/x.jpg", false, "", StatusCode::kPathEscape},
+      {"/data", "..", false, "", StatusCode::kPathEscape},
+      {"", "../x.jpg", false, "", StatusCode::kPathEscape},
+      {"/data", "", false, "", StatusCode::kMissingField},
+      // Absolute paths.
+      {"/data", "/data/x.jpg", false, "", StatusCode::kPathEscape},
+      {"/data", "/data/x.jpg", true, "/data/x.jpg"},
+      {"/data", "/data/a/../x.jpg", true, "/data/x.jpg"},
+      {"/data", "/database/x.jpg", true, "", StatusCode::kPathEscape},
+      {"/data", "/etc/passwd", true, "", StatusCode::kPathEscape},
+      {"/data", "/data/../etc/passwd", true, "", StatusCode::kPathEscape},
+      {"/", "/etc/passwd", true, "/etc/passwd"},
+      {"data", "/data/x.jpg", true, "", StatusCode::kPathEscape},
+      // URIs: the scheme and authority are never climbed out of.
+      {"s3://bucket/set", "images/x.jpg", false, "s3://bucket/set/images/x.jpg"},
+      {"s3://bucket", "x.jpg", false, "s3://bucket/x.jpg"},
+      {"s3://bucket/", "x.jpg", false, "s3://bucket/x.jpg"},
+      {"https://host:8080/a/b", "../c.jpg", false, "", StatusCode::kPathEscape},
+      {"s3://bucket", "../other/x.jpg", false, "", StatusCode::kPathEscape},
+      {"s3://bucket/set", "s3://bucket/set/x.jpg", false, "", StatusCode::kPathEscape},
+      {"s3://bucket/set", "s3://bucket/set/x.jpg", true, "s3://bucket/set/x.jpg"},
+      {"s3://bucket/set", "s3://other/set/x.jpg", true, "", StatusCode::kPathEscape},
+      {"s3://bucket/set", "/set/x.jpg", true, "", StatusCode::kPathEscape},
+      {"/data", "s3://bucket/x.jpg", true, "", StatusCode::kPathEscape},
+      // Not URIs: no "://", or an invalid scheme.
+      {"/data", "c:/x.jpg", false, "/data/c:/x.jpg"},
+      {"/data", "1a://x.jpg", false, "/data/1a:/x.jpg"},
+  };
+  for (const ResolveCase& c : cases) {
+    SCOPED_TRACE("root='" + c.root + "' relative='" + c.relative + "'");
+    Result<std::string> r = ResolveMediaPath(c.root, c.relative, c.allow_absolute);
+    if (c.expected.empty()) {
+      ASSERT_FALSE(r.ok()) << *r;
+      EXPECT_EQ(r.status().code(), c.code) << r.status().ToString();
+      if (!c.relative.empty()) {
+        EXPECT_THAT(r.status().message(), HasSubstr(c.relative));
+      }
+    } else {
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ(*r, c.expected);
+    }
+  }
+}
+
+TEST(ResolveMediaPath, DisallowedAbsolutePathNamesTheSetting) {
+  Result<std::string> r = ResolveMediaPath("/data", "/etc/passwd", false);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("source.allow_absolute_paths"));
+}
+
+// --- ParseManifest --------------------------------------------------------------------
+
+TEST(ParseManifest, ParsesGoodLine) {
+  Manifest m = ParseOk(std::string(kGood) + "\n");
+  EXPECT_EQ(m.path, "/data/set/manifest.jsonl");
+  EXPECT_EQ(m.root, "/data/set");
+  EXPECT_EQ(m.bad_lines, 0);
+  ASSERT_EQ(m.records.size(), 1u);
+  const SampleRecord& r = m.records[0];
+  EXPECT_TRUE(r.status.ok());
+  EXPECT_EQ(r.line, 1);
+  EXPECT_EQ(r.id, "a1");
+  EXPECT_EQ(r.media_uri, "/data/set/images/a1.jpg");
+  ASSERT_EQ(r.turns.size(), 2u);
+  EXPECT_EQ(r.turns[0].role, Role::kUser);
+  EXPECT_EQ(r.turns[0].text, "<image>\nWhat?");
+  EXPECT_EQ(r.turns[1].role, Role::kAssistant);
+  EXPECT_EQ(r.turns[1].text, "A cat.");
+}
+
+TEST(ParseManifest, LastLineWithoutNewline) {
+  Manifest m = ParseOk(std::string(kGood) + "\n" + std::string(kGood));
+  ASSERT_EQ(m.records.size(), 2u);
+  EXPECT_TRUE(m.records[1].status.ok()) << m.records[1].status.ToString();
+  EXPECT_EQ(m.records[1].line, 2);
+}
+
+TEST(ParseManifest, SkipsBlankLinesButKeepsLineNumbers) {
+  const std::string text = "\n" + std::string(kGood) + "\n  \t\n\n" + std::string(kGood) + "\n\n";
+  Manifest m = ParseOk(text);
+  ASSERT_EQ(m.records.size(), 2u);
+  EXPECT_EQ(m.records[0].line, 2);
+  EXPECT_EQ(m.records[1].line, 5);
+}
+
+TEST(ParseManifest, AcceptsCrlfAndByteOrderMark) {
+  const std::string text = "\xEF\xBB\xBF" + std::string(kGood) + "\r\n\r\n" +
+                           std::string(kGood) + "\r\n";
+  Manifest m = ParseOk(text);
+  ASSERT_EQ(m.records.size(), 2u);
+  EXPECT_EQ(m.bad_lines, 0);
+  EXPECT_EQ(m.records[0].line, 1);
+  EXPECT_EQ(m.records[1].line, 3);
+  EXPECT_EQ(m.records[1].turns[1].text, "A cat.");
+}
+
+TEST(ParseManifest, IntegerIdsBecomeText) {
+  Manifest m = ParseOk(
+      R"({"id": 42, "conversations": []})"
+      "\n"
+      R"({"id": -7, "conversations": []})"
+      "\n"
+      R"({"id": 18446744073709551615, "conversations": []})"
+      "\n");
+  ASSERT_EQ(m.records.size(), 3u);
+  EXPECT_EQ(m.records[0].id, "42");
+  EXPECT_EQ(m.records[1].id, "-7");
+  EXPECT_EQ(m.records[2].id, "18446744073709551615");
+  EXPECT_EQ(m.bad_lines, 0);
+}
+
+TEST(ParseManifest, RecordWithoutImageIsTextOnly) {
+  Manifest m = ParseOk(
+      R"({"id": "t", "conversations": [{"from": "user", "value": "hi"}]})"
+      "\n"
+      R"({"id": "n", "image": null, "conversations": []})");
+  ASSERT_EQ(m.records.size(), 2u);
+  EXPECT_TRUE(m.records[0].status.ok());
+  EXPECT_EQ(m.records[0].media_uri, "");
+  EXPECT_TRUE(m.records[1].status.ok());
+  EXPECT_EQ(m.records[1].media_uri, "");
+}
+
+TEST(ParseManifest, KeepsUnicodeText) {
+  Manifest m = ParseOk(
+      R"({"id": "日本", "image": "画像/猫.jpg", "conversations": [{"from": "human", "value": "これは何？ \u00e9\ud83d\ude00"}, {"from": "gpt", "value": "猫 🐱"}]})");
+  ASSERT_EQ(m.records.size(), 1u);
+  const SampleRecord& r = m.records[0];
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(r.id, "日本");
+  EXPECT_EQ(r.media_uri, "/data/set/画像/猫.jpg");
+  EXPECT_EQ(r.turns[0].text, "これは何？ é😀");
+  EXPECT_EQ(r.turns[1].text, "猫 🐱");
+}
+
+TEST(ParseManifest, MapsRoles) {
+  Manifest m = ParseOk(
+      R"({"id": 1, "conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "h"}, {"from": "user", "value": "u"}, {"from": "gpt", "value": "g"}, {"from": "assistant", "value": "a"}, {"from": "model", "value": "m"}]})");
+  ASSERT_EQ(m.records.size(), 1u);
+  const auto& t = m.records[0].turns;
+  ASSERT_EQ(t.size(), 6u);
+  EXPECT_EQ(t[0].role, Role::kSystem);
+  EXPECT_EQ(t[1].role, Role::kUser);
+  EXPECT_EQ(t[2].role, Role::kUser);
+  EXPECT_EQ(t[3].role, Role::kAssistant);
+  EXPECT_EQ(t[4].role, Role::kAssistant);
+  EXPECT_EQ(t[5].role, Role::kAssistant);
+}
+
+struct BadLine {
+  std::string json;
+  StatusCode code;
+  std::vector<std::string> mentions;  // substrings the message must contain
+};
+
+TEST(ParseManifest, BadLinesKeepTheirIndexAndName) {
+  const BadLine bad[] = {
+      {R"({"id": "x", "conversations": [})", StatusCode::kBadRecord, {"invalid JSON"}},
+      {R"(not json)", StatusCode::kBadRecord, {"invalid JSON"}},
+      {R"({"id": "x", "conversations": []} trailing)", StatusCode::kBadRecord, {"invalid JSON"}},
+      {"{\"id\": \"\xff\", \"conversations\": []}", StatusCode::kBadRecord, {"invalid JSON"}},
+      {R"([1, 2])", StatusCode::kBadRecord, {"object", "array"}},
+      {R"("str")", StatusCode::kBadRecord, {"object"}},
+      {R"({"conversations": []})", StatusCode::kMissingField, {"'id'"}},
+      {R"({"id": 1.5, "conversations": []})", StatusCode::kMissingField, {"'id'", "integer"}},
+      {R"({"id": ["a"], "conversations": []})", StatusCode::kMissingField, {"'id'"}},
+      {R"({"id": "x", "image": 3, "conversations": []})",
+       StatusCode::kMissingField,
+       {"'image'", "string"}},
+      {R"({"id": "x", "image": "", "conversations": []})",
+       StatusCode::kMissingField,
+       {"'image'", "empty"}},
+      {R"({"id": "x", "image": "a.jpg"})", StatusCode::kMissingField, {"'conversations'"}},
+      {R"({"id": "x", "conversations": {"from": "human"}})",
+       StatusCode::kMissingField,
+       {"'conversations'", "array"}},
+      {R"({"id": "x", "conversations": ["hi"]})",
+       StatusCode::kMissingField,
+       {"conversations[0]", "object"}},
+      {R"({"id": "x", "conversations": [{"from": "human", "value": "a"}, {"value": "b"}]})",
+       StatusCode::kMissingField,
+       {"conversations[1].from"}},
+      {R"({"id": "x", "conversations": [{"from": "human", "value": 5}]})",
+       StatusCode::kMissingField,
+       {"conversations[0].value"}},
+      {R"({"id": "x", "conversations": [{"from": "bot", "value": "b"}]})",
+       StatusCode::kBadRecord,
+       {"conversations[0].from", "'bot'", "human", "assistant"}},
+      {R"({"id": "x", "image": "../x.jpg", "conversations": []})",
+       StatusCode::kPathEscape,
+       {"image", "../x.jpg"}},
+      {R"({"id": "x", "image": "images/../../x.jpg", "conversations": []})",
+       StatusCode::kPathEscape,
+       {"images/../../x.jpg"}},
+      {R"({"id": "x", "image": "/etc/passwd", "conversations": []})",
+       StatusCode::kPathEscape,
+       {"/etc/passwd", "allow_absolute_paths"}},
+  };
+  // good, bad[0], good, bad[1], ... so that each bad line sits at an odd index.
+  std::string text;
+  for (const BadLine& b : bad) {
+    text += std::string(kGood) + "\n" + b.json + "\n";
+  }
+  Manifest m = ParseOk(text);
+  ASSERT_EQ(m.records.size(), 2 * std::size(bad));
+  EXPECT_EQ(m.bad_lines, static_cast<int64_t>(std::size(bad)));
+  for (size_t i = 0; i < std::size(bad); ++i) {
+    SCOPED_TRACE(bad[i].json);
+    EXPECT_TRUE(m.records[2 * i].status.ok()) << m.records[2 * i].status.ToString();
+    const SampleRecord& r = m.records[2 * i + 1];
+    const int64_t line = static_cast<int64_t>(2 * i + 2);
+    EXPECT_EQ(r.line, line);
+    EXPECT_EQ(r.status.code(), bad[i].code) << r.status.ToString();
+    EXPECT_THAT(r.status.message(), HasSubstr("line " + std::to_string(line) + ":"));
+    for (const std::string& s : bad[i].mentions) {
+      EXPECT_THAT(r.status.message(), HasSubstr(s));
+    }
+    EXPECT_TRUE(r.turns.empty());
+    EXPECT_TRUE(r.media_uri.empty());
+  }
+}
+
+TEST(ParseManifest, UsesConfiguredFieldNames) {
+  SourceSpec spec = Spec();
+  spec.id_field = "uid";
+  spec.image_field = "img";
+  spec.conversations_field = "messages";
+  spec.role_field = "role";
+  spec.text_field = "content";
+  Manifest m = ParseOk(
+      R"({"uid": 3, "img": "x.png", "messages": [{"role": "user", "content": "q"}]})"
+      "\n"
+      R"({"uid": 4, "messages": [{"role": "user"}]})",
+      spec);
+  ASSERT_EQ(m.records.size(), 2u);
+  EXPECT_EQ(m.records[0].id, "3");
+  EXPECT_EQ(m.records[0].media_uri, "/data/set/x.png");
+  EXPECT_EQ(m.records[0].turns[0].text, "q");
+  EXPECT_EQ(m.records[1].status.code(), StatusCode::kMissingField);
+  EXPECT_THAT(m.records[1].status.message(), HasSubstr("messages[0].content"));
+}
+
+TEST(ParseManifest, ExplicitRootWinsOverManifestFolder) {
+  SourceSpec spec = Spec();
+  spec.root = "/media/coco/";
+  Manifest m = ParseOk(kGood, spec);
+  EXPECT_EQ(m.root, "/media/coco");
+  EXPECT_EQ(m.records[0].media_uri, "/media/coco/images/a1.jpg");
+}
+
+TEST(ParseManifest, RelativeManifestResolvesAgainstCurrentDirectory) {
+  SourceSpec spec = Spec();
+  spec.manifest = "sub/./m.jsonl";
+  Manifest m = ParseOk(kGood, spec);
+  const std::string cwd = std::filesystem::current_path().lexically_normal().string();
+  EXPECT_EQ(m.root, (cwd == "/" ? "" : cwd) + "/sub");
+  EXPECT_EQ(m.records[0].media_uri, m.root + "/images/a1.jpg");
+}
+
+TEST(ParseManifest, UriManifestResolvesAgainstItsPrefix) {
+  SourceSpec spec = Spec();
+  spec.manifest = "s3://bucket/sets/a/manifest.jsonl";
+  Manifest m = ParseOk(kGood, spec);
+  EXPECT_EQ(m.root, "s3://bucket/sets/a");
+  EXPECT_EQ(m.records[0].media_uri, "s3://bucket/sets/a/images/a1.jpg");
+}
+
+TEST(ParseManifest, AbsolutePathsInsideRootWhenAllowed) {
+  SourceSpec spec = Spec();
+  spec.allow_absolute_paths = true;
+  Manifest m = ParseOk(
+      R"({"id": 1, "image": "/data/set/a.jpg", "conversations": []})"
+      "\n"
+      R"({"id": 2, "image": "/elsewhere/b.jpg", "conversations": []})",
+      spec);
+  EXPECT_EQ(m.records[0].media_uri, "/data/set/a.jpg");
+  EXPECT_EQ(m.records[1].status.code(), StatusCode::kPathEscape);
+  EXPECT_THAT(m.records[1].status.message(), HasSubstr("line 2:"));
+}
+
+TEST(ParseManifest, FailsWhenNoRecords) {
+  for (std::string_view text : {"", "\n\n  \n", "\r\n"}) {
+    Result<Manifest> m = ParseManifest(BytesOf(text), "/d/m.jsonl", Spec());
+    ASSERT_FALSE(m.ok());
+    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(m.status().message(), HasSubstr("/d/m.jsonl"));
+  }
+}
+
+TEST(ParseManifest, AllBadLinesStillLoad) {
+  Result<Manifest> m = ParseManifest(BytesOf("x\ny\n"), "/d/m.jsonl", Spec());
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->bad_lines, 2);
+}
+
+// Most lines of a large file are parsed in place; those near the end through the
+// padded scratch copy. Both must give the same records.
+TEST(ParseManifest, ManyLinesInPlaceAndNearTheEnd) {
+  std::string text;
+  const int n = 5000;
+  for (int i = 0; i < n; ++i) {
+    text += R"({"id": )" + std::to_string(i) + R"(, "image": "i/)" + std::to_string(i) +
+            R"(.jpg", "conversations": [{"from": "human", "value": "q"}, )" +
+            R"({"from": "gpt", "value": ")" + std::string(i % 7, 'a') + "\"}]}\n";
+  }
+  Manifest m = ParseOk(text);
+  ASSERT_EQ(m.records.size(), static_cast<size_t>(n));
+  EXPECT_EQ(m.bad_lines, 0);
+  for (int i = 0; i < n; ++i) {
+    const SampleRecord& r = m.records[i];
+    ASSERT_TRUE(r.status.ok()) << i << ": " << r.status.ToString();
+    ASSERT_EQ(r.id, std::to_string(i));
+    ASSERT_EQ(r.line, i + 1);
+    ASSERT_EQ(r.media_uri, "/data/set/i/" + std::to_string(i) + ".jpg");
+    ASSERT_EQ(r.turns[1].text, std::string(i % 7, 'a'));
+  }
+}
+
+// A truncated final line must not be completed by whatever follows it in memory.
+TEST(ParseManifest, TruncatedLastLineIsBad) {
+  const std::string full = std::string(kGood) + "\n" + std::string(kGood);
+  Buffer whole = BytesOf(full);
+  Manifest m = ParseOk(std::string_view(full).substr(0, full.size() - 1));
+  ASSERT_EQ(m.records.size(), 2u);
+  EXPECT_EQ(m.records[1].status.code(), StatusCode::kBadRecord);
+
+  // The same through a slice of a longer buffer: the bytes after it are readable.
+  Result<Manifest> sliced =
+      ParseManifest(whole.Slice(0, kGood.size() - 1), "/data/set/m.jsonl", Spec());
+  ASSERT_TRUE(sliced.ok());
+  EXPECT_EQ(sliced->records[0].status.code(), StatusCode::kBadRecord);
+}
+
+// --- LoadManifest ---------------------------------------------------------------------
+
+class MapStorage final : public Storage {
+ public:
+  std::map<std::string, std::string> files;
+  void ReadAsync(std::string uri, ReadCallback done) override {
+    auto it = files.find(uri);
+    if (it == files.end()) return done(Status::NotFound("no such file: " + uri));
+    done(BytesOf(it->second));
+  }
+  std::string_view name() const override { return "map"; }
+};
+
+TEST(LoadManifest, ReadsThroughStorage) {
+  MapStorage storage;
+  storage.files["/d/m.jsonl"] = std::string(kGood) + "\n";
+  SourceSpec spec;
+  spec.manifest = "/d/m.jsonl";
+  Result<Manifest> m = LoadManifest(storage, spec);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->records.size(), 1u);
+  EXPECT_EQ(m->records[0].media_uri, "/d/images/a1.jpg");
+}
+
+TEST(LoadManifest, MissingFileIsNotFound) {
+  MapStorage storage;
+  SourceSpec spec;
+  spec.manifest = "/d/missing.jsonl";
+  Result<Manifest> m = LoadManifest(storage, spec);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(m.status().message(), HasSubstr("/d/missing.jsonl"));
+}
+
+TEST(LoadManifest, EmptyManifestPathIsInvalid) {
+  MapStorage storage;
+  Result<Manifest> m = LoadManifest(storage, SourceSpec{});
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(m.status().message(), HasSubstr("source.manifest"));
+}
+
+}  // namespace
+}  // namespace headrace

@@ -1,0 +1,1009 @@
+#include "headrace/pipeline/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <span>
+#include <sstream>
+#include <type_traits>
+#include <utility>
+
+namespace headrace {
+namespace {
+
+// --- the schema ------------------------------------------------------------------------
+//
+// Each spec struct lists its keys once, in Fields(); the parser (allowed keys and
+// values), the emitter and the key order of PipelineSpecToYaml all come from that list.
+// Adding a key is one line here; adding an op is one OpName overload, one Fields
+// overload, a ValidateOp overload, and a variant alternative in spec.h.
+
+template <typename T, typename U>
+concept SpecOf = std::is_same_v<std::remove_const_t<T>, U>;
+
+// How an integer field is written in YAML.
+enum class Unit {
+  kCount,  // a plain integer
+  kBytes,  // an integer, or a string with a unit ("1GiB")
+};
+
+void Fields(SpecOf<SourceSpec> auto& s, auto&& f) {
+  f("manifest", s.manifest);
+  f("root", s.root);
+  f("id_field", s.id_field);
+  f("image_field", s.image_field);
+  f("conversations_field", s.conversations_field);
+  f("role_field", s.role_field);
+  f("text_field", s.text_field);
+  f("allow_absolute_paths", s.allow_absolute_paths);
+}
+void Fields(SpecOf<DecodeSpec> auto& s, auto&& f) { f("max_pixels", s.max_pixels); }
+void Fields(SpecOf<ResizeSpec> auto& s, auto&& f) {
+  f("shorter_side", s.shorter_side);
+  f("width", s.width);
+  f("height", s.height);
+  f("antialias", s.antialias);
+}
+void Fields(SpecOf<CenterCropSpec> auto& s, auto&& f) {
+  f("width", s.width);
+  f("height", s.height);
+}
+void Fields(SpecOf<RandomResizedCropSpec> auto& s, auto&& f) {
+  f("width", s.width);
+  f("height", s.height);
+  f("scale", s.scale);
+  f("ratio", s.ratio);
+}
+void Fields(SpecOf<FlipSpec> auto& s, auto&& f) { f("p", s.p); }
+void Fields(SpecOf<NormalizeSpec> auto& s, auto&& f) {
+  f("mean", s.mean);
+  f("std", s.std);
+  f("dtype", s.dtype);
+  f("layout", s.layout);
+}
+void Fields(SpecOf<TokenizeSpec> auto& s, auto&& f) {
+  f("model", s.model);
+  f("max_length", s.max_length);
+  f("pad", s.pad);
+  f("pad_id", s.pad_id);
+  f("ignore_index", s.ignore_index);
+  f("add_bos", s.add_bos);
+  f("add_eos", s.add_eos);
+  f("system_prefix", s.system_prefix);
+  f("user_prefix", s.user_prefix);
+  f("assistant_prefix", s.assistant_prefix);
+  f("turn_end", s.turn_end);
+}
+void Fields(SpecOf<BatchSpec> auto& s, auto&& f) {
+  f("size", s.size);
+  f("drop_last", s.drop_last);
+}
+void Fields(SpecOf<ExecutionSpec> auto& s, auto&& f) {
+  f("cpu_threads", s.cpu_threads);
+  f("io_threads", s.io_threads);
+  f("io_inflight", s.io_inflight);
+  f("io_budget_bytes", s.io_budget_bytes, Unit::kBytes);
+}
+void Fields(SpecOf<PrefetchSpec> auto& s, auto&& f) { f("depth", s.depth); }
+void Fields(SpecOf<MemorySpec> auto& s, auto&& f) {
+  f("budget_bytes", s.budget_bytes, Unit::kBytes);
+}
+void Fields(SpecOf<ErrorSpec> auto& s, auto&& f) {
+  f("policy", s.policy);
+  f("max_error_rate", s.max_error_rate);
+  f("min_samples", s.min_samples);
+  f("max_logged", s.max_logged);
+}
+void Fields(SpecOf<TrainerSpec> auto& s, auto&& f) { f("step_ms", s.step_ms); }
+void Fields(SpecOf<PipelineSpec> auto& s, auto&& f) {
+  f("source", s.source);
+  f("seed", s.seed);
+  f("epochs", s.epochs);
+  f("shuffle", s.shuffle);
+  f("batch", s.batch);
+  f("ops", s.ops);
+  f("execution", s.execution);
+  f("prefetch", s.prefetch);
+  f("memory", s.memory);
+  f("errors", s.errors);
+  f("trainer", s.trainer);
+}
+
+template <typename T>
+concept HasFields = requires(T& t) { Fields(t, [](std::string_view, auto&, Unit = {}) {}); };
+
+constexpr std::string_view OpName(const DecodeSpec&) { return "image.decode"; }
+constexpr std::string_view OpName(const ResizeSpec&) { return "image.resize"; }
+constexpr std::string_view OpName(const CenterCropSpec&) { return "image.center_crop"; }
+constexpr std::string_view OpName(const RandomResizedCropSpec&) {
+  return "image.random_resized_crop";
+}
+constexpr std::string_view OpName(const FlipSpec&) { return "image.flip"; }
+constexpr std::string_view OpName(const NormalizeSpec&) { return "image.normalize"; }
+constexpr std::string_view OpName(const TokenizeSpec&) { return "text.tokenize"; }
+std::string_view OpName(const OpSpec& op) {
+  return std::visit([](const auto& o) { return OpName(o); }, op);
+}
+
+// The crops also take `size: N` for width = height = N.
+template <typename T>
+constexpr bool kHasSizeShorthand =
+    std::is_same_v<T, CenterCropSpec> || std::is_same_v<T, RandomResizedCropSpec>;
+
+template <typename E>
+using EnumTable = std::span<const std::pair<E, std::string_view>>;
+
+constexpr std::pair<Layout, std::string_view> kLayouts[] = {{Layout::kCHW, "chw"},
+                                                            {Layout::kHWC, "hwc"}};
+// Only the float types: normalize's output.
+constexpr std::pair<DType, std::string_view> kNormalizeDTypes[] = {
+    {DType::kF32, "f32"}, {DType::kF16, "f16"}, {DType::kBF16, "bf16"}};
+constexpr std::pair<ErrorPolicy, std::string_view> kPolicies[] = {{ErrorPolicy::kSkip, "skip"}};
+
+EnumTable<Layout> TableOf(Layout) { return kLayouts; }
+EnumTable<DType> TableOf(DType) { return kNormalizeDTypes; }
+EnumTable<ErrorPolicy> TableOf(ErrorPolicy) { return kPolicies; }
+
+template <typename E>
+std::string AllowedNames(EnumTable<E> table) {
+  std::string out;
+  for (const auto& [value, name] : table) {
+    if (!out.empty()) out += ", ";
+    out += name;
+  }
+  return out;
+}
+
+template <typename E>
+std::string_view EnumName(E value) {
+  for (const auto& [v, name] : TableOf(value)) {
+    if (v == value) return name;
+  }
+  return {};
+}
+
+template <typename T>
+struct IsStdArray : std::false_type {};
+template <typename T, size_t N>
+struct IsStdArray<std::array<T, N>> : std::true_type {};
+
+// --- small text helpers ----------------------------------------------------------------
+
+std::string Quote(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+std::string FormatDouble(double v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+std::string FormatFloat(float v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool IsIndex(std::string_view s) {
+  if (s.empty() || s.size() > 9) return false;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
+}
+
+// "batch" + "size" -> "batch.size"; a numeric key is an index: "ops" + "1" -> "ops[1]".
+std::string ChildPath(std::string_view path, std::string_view key) {
+  if (IsIndex(key)) return std::string(path) + "[" + std::string(key) + "]";
+  if (path.empty()) return std::string(key);
+  return std::string(path) + "." + std::string(key);
+}
+
+// Whether `a` is `b`, or one is the other plus ".x" / "[n]".
+bool PathsOverlap(std::string_view a, std::string_view b) {
+  if (a.size() > b.size()) std::swap(a, b);
+  if (b.substr(0, a.size()) != a) return false;
+  return b.size() == a.size() || b[a.size()] == '.' || b[a.size()] == '[';
+}
+
+std::string Describe(const YAML::Node& n) {
+  if (!n.IsDefined() || n.IsNull()) return "nothing (null)";
+  if (n.IsMap()) return "a map";
+  if (n.IsSequence()) return "a list";
+  return Quote(n.Scalar());
+}
+
+// --- reading ---------------------------------------------------------------------------
+
+// Parses a YAML tree into a spec, remembering where each key came from (a line of the
+// file, or an override) so that errors, validation's included, can say so.
+class Reader {
+ public:
+  void AddOverride(std::string path, std::string text) {
+    overrides_.emplace_back(std::move(path), std::move(text));
+  }
+
+  // " (set by override 'k=v')", " (line 7)" or "".
+  std::string Where(const std::string& path) const {
+    for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it) {
+      if (PathsOverlap(it->first, path)) return " (set by override " + Quote(it->second) + ")";
+    }
+    std::string p = path;
+    while (!p.empty()) {
+      if (auto it = lines_.find(p); it != lines_.end()) {
+        return " (line " + std::to_string(it->second) + ")";
+      }
+      const size_t cut = p.find_last_of(".[");
+      p.resize(cut == std::string::npos ? 0 : cut);
+    }
+    return "";
+  }
+
+  Status Error(const std::string& path, std::string_view what) const {
+    return Status::InvalidArgument((path.empty() ? std::string("config") : path) + ": " +
+                                   std::string(what) + Where(path));
+  }
+
+  void Note(const std::string& path, const YAML::Node& node) {
+    if (!node.IsDefined()) return;
+    const YAML::Mark mark = node.Mark();
+    if (!mark.is_null()) lines_.emplace(path, mark.line + 1);
+  }
+
+  // A map (or null: no keys) whose keys are all in `allowed`, each once.
+  Status CheckMap(const YAML::Node& node, const std::string& path,
+                  const std::vector<std::string_view>& allowed, std::string_view owner) {
+    Note(path, node);
+    if (!node.IsDefined() || node.IsNull()) return Status::Ok();
+    std::string allowed_text;
+    for (std::string_view k : allowed) {
+      if (!allowed_text.empty()) allowed_text += ", ";
+      allowed_text += k;
+    }
+    if (!node.IsMap()) {
+      return Error(path, "expected a map with keys " + allowed_text + "; got " + Describe(node));
+    }
+    std::vector<std::string> seen;
+    for (const auto& kv : node) {
+      if (!kv.first.IsScalar()) {
+        return Error(path, "map keys must be names, got " + Describe(kv.first));
+      }
+      const std::string& key = kv.first.Scalar();
+      const std::string key_path = ChildPath(path, key);
+      Note(key_path, kv.first);
+      if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+        std::string where = owner.empty() ? std::string() : " for " + std::string(owner);
+        return Error(key_path, "unknown key (allowed" + where + ": " + allowed_text + ")");
+      }
+      if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+        return Error(key_path, "duplicate key");
+      }
+      seen.push_back(key);
+    }
+    return Status::Ok();
+  }
+
+  template <typename T>
+  Status Convert(const YAML::Node& n, const std::string& path, T* out, Unit unit = Unit::kCount);
+
+  template <typename T>
+  Status ParseStruct(const YAML::Node& n, const std::string& path, std::string_view owner,
+                     T* out);
+
+  Status ParseOps(const YAML::Node& n, const std::string& path, std::vector<OpSpec>* out);
+
+ private:
+  template <size_t I = 0>
+  Status ParseOp(std::string_view name, const YAML::Node& params, const std::string& path,
+                 OpSpec* out);
+
+  Result<std::string> ScalarText(const YAML::Node& n, const std::string& path,
+                                 std::string_view expected) {
+    if (!n.IsScalar()) {
+      return Error(path, "expected " + std::string(expected) + ", got " + Describe(n));
+    }
+    return n.Scalar();
+  }
+
+  std::vector<std::pair<std::string, std::string>> overrides_;  // (key path, text)
+  std::map<std::string, int> lines_;                            // key path -> line
+};
+
+template <typename T>
+Status Reader::ParseStruct(const YAML::Node& n, const std::string& path, std::string_view owner,
+                           T* out) {
+  std::vector<std::string_view> keys;
+  Fields(*out, [&](std::string_view key, auto&, Unit = {}) { keys.push_back(key); });
+  if constexpr (kHasSizeShorthand<T>) keys.push_back("size");
+  HR_RETURN_IF_ERROR(CheckMap(n, path, keys, owner));
+  if (!n.IsDefined() || n.IsNull()) return Status::Ok();
+  Status status;
+  Fields(*out, [&](std::string_view key, auto& field, Unit unit = Unit::kCount) {
+    const YAML::Node child = n[std::string(key)];
+    if (!status.ok() || !child.IsDefined()) return;
+    status = Convert(child, ChildPath(path, key), &field, unit);
+  });
+  HR_RETURN_IF_ERROR(status);
+  if constexpr (kHasSizeShorthand<T>) {
+    const YAML::Node size = n["size"];
+    if (size.IsDefined()) {
+      const std::string size_path = ChildPath(path, "size");
+      if (n["width"].IsDefined() || n["height"].IsDefined()) {
+        return Error(size_path, "give size, or width and height, not both");
+      }
+      HR_RETURN_IF_ERROR(Convert(size, size_path, &out->width));
+      out->height = out->width;
+    }
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+Status Reader::Convert(const YAML::Node& n, const std::string& path, T* out, Unit unit) {
+  Note(path, n);
+  if constexpr (HasFields<T>) {
+    return ParseStruct(n, path, path, out);
+  } else if constexpr (std::is_same_v<T, std::vector<OpSpec>>) {
+    return ParseOps(n, path, out);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (n.IsNull()) {
+      out->clear();
+      return Status::Ok();
+    }
+    HR_ASSIGN_OR_RETURN(*out, ScalarText(n, path, "a string"));
+    return Status::Ok();
+  } else if constexpr (std::is_same_v<T, bool>) {
+    HR_ASSIGN_OR_RETURN(std::string text, ScalarText(n, path, "true or false"));
+    for (std::string_view yes : {"true", "yes", "on"}) {
+      if (EqualsIgnoreCase(text, yes)) {
+        *out = true;
+        return Status::Ok();
+      }
+    }
+    for (std::string_view no : {"false", "no", "off"}) {
+      if (EqualsIgnoreCase(text, no)) {
+        *out = false;
+        return Status::Ok();
+      }
+    }
+    return Error(path, "expected true or false, got " + Quote(text));
+  } else if constexpr (std::is_integral_v<T>) {
+    HR_ASSIGN_OR_RETURN(std::string text, ScalarText(n, path, "an integer"));
+    if (unit == Unit::kBytes) {
+      Result<int64_t> bytes = ParseByteSize(text);
+      if (!bytes.ok()) return Error(path, bytes.status().message());
+      *out = static_cast<T>(*bytes);
+      return Status::Ok();
+    }
+    std::string_view digits = Trim(text);
+    if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
+    T value{};
+    const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (ec == std::errc::result_out_of_range) {
+      return Error(path, Quote(text) + " is out of range (" +
+                             std::to_string(std::numeric_limits<T>::min()) + " to " +
+                             std::to_string(std::numeric_limits<T>::max()) + ")");
+    }
+    if (ec != std::errc() || ptr != digits.data() + digits.size() || digits.empty()) {
+      const char* what = std::is_signed_v<T> ? "an integer" : "a non-negative integer";
+      return Error(path, "expected " + std::string(what) + ", got " + Quote(text));
+    }
+    *out = value;
+    return Status::Ok();
+  } else if constexpr (std::is_floating_point_v<T>) {
+    HR_ASSIGN_OR_RETURN(std::string text, ScalarText(n, path, "a number"));
+    std::string_view digits = Trim(text);
+    if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
+    T value{};
+    // Parsed as T itself (not via double) so that a float reads back bit-exactly.
+    const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (ec != std::errc() || ptr != digits.data() + digits.size() || digits.empty() ||
+        !std::isfinite(value)) {
+      return Error(path, "expected a finite number, got " + Quote(text));
+    }
+    *out = value;
+    return Status::Ok();
+  } else if constexpr (IsStdArray<T>::value) {
+    constexpr size_t kN = std::tuple_size_v<T>;
+    if (!n.IsSequence() || n.size() != kN) {
+      return Error(path, "expected a list of " + std::to_string(kN) + " numbers, got " +
+                             (n.IsSequence() ? "a list of " + std::to_string(n.size())
+                                             : Describe(n)));
+    }
+    for (size_t i = 0; i < kN; ++i) {
+      HR_RETURN_IF_ERROR(Convert(n[i], ChildPath(path, std::to_string(i)), &(*out)[i]));
+    }
+    return Status::Ok();
+  } else if constexpr (std::is_enum_v<T>) {
+    const auto table = TableOf(T{});
+    HR_ASSIGN_OR_RETURN(std::string text, ScalarText(n, path, "one of " + AllowedNames(table)));
+    for (const auto& [value, name] : table) {
+      if (text == name) {
+        *out = value;
+        return Status::Ok();
+      }
+    }
+    return Error(path, "unknown value " + Quote(text) + " (allowed: " + AllowedNames(table) + ")");
+  } else {
+    static_assert(sizeof(T) == 0, "no YAML conversion for this field type");
+  }
+}
+
+// "image.decode, image.resize, ...": every op, in the variant's order.
+template <size_t... I>
+std::string OpNamesOf(std::index_sequence<I...>) {
+  std::string out;
+  ((out += (I == 0 ? "" : ", "), out += OpName(std::variant_alternative_t<I, OpSpec>{})), ...);
+  return out;
+}
+const std::string& AllOpNames() {
+  static const std::string names =
+      OpNamesOf(std::make_index_sequence<std::variant_size_v<OpSpec>>{});
+  return names;
+}
+
+Status Reader::ParseOps(const YAML::Node& n, const std::string& path, std::vector<OpSpec>* out) {
+  out->clear();
+  if (n.IsNull()) return Status::Ok();
+  if (!n.IsSequence()) {
+    return Error(path, "expected a list of ops (- op.name: {params}), got " + Describe(n));
+  }
+  for (size_t i = 0; i < n.size(); ++i) {
+    const YAML::Node element = n[i];
+    const std::string element_path = ChildPath(path, std::to_string(i));
+    Note(element_path, element);
+    std::string name;
+    YAML::Node params;
+    if (element.IsScalar()) {
+      name = element.Scalar();
+    } else if (element.IsMap() && element.size() == 1) {
+      const auto kv = *element.begin();
+      if (!kv.first.IsScalar()) return Error(element_path, "expected an op name as key");
+      name = kv.first.Scalar();
+      params.reset(kv.second);
+    } else {
+      return Error(element_path,
+                   "expected one op: `- op.name` or `- op.name: {params}` (a map with one "
+                   "key), got " +
+                       (element.IsMap() ? "a map with " + std::to_string(element.size()) + " keys"
+                                        : Describe(element)));
+    }
+    OpSpec op;
+    HR_RETURN_IF_ERROR(ParseOp(name, params, element_path, &op));
+    out->push_back(std::move(op));
+  }
+  return Status::Ok();
+}
+
+template <size_t I>
+Status Reader::ParseOp(std::string_view name, const YAML::Node& params, const std::string& path,
+                       OpSpec* out) {
+  if constexpr (I < std::variant_size_v<OpSpec>) {
+    using T = std::variant_alternative_t<I, OpSpec>;
+    if (name != OpName(T{})) return ParseOp<I + 1>(name, params, path, out);
+    T spec;
+    const std::string op_path = path + "." + std::string(name);
+    HR_RETURN_IF_ERROR(ParseStruct(params, op_path, name, &spec));
+    *out = std::move(spec);
+    return Status::Ok();
+  } else {
+    return Error(path, "unknown op " + Quote(name) + " (allowed: " + AllOpNames() + ")");
+  }
+}
+
+// --- overrides -------------------------------------------------------------------------
+
+// "ops[1].image.resize.shorter_side" -> ops, 1, image, resize, shorter_side.
+Result<std::vector<std::string>> SplitKey(std::string_view key) {
+  std::vector<std::string> tokens;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = key.find('.', start);
+    std::string_view piece = key.substr(start, dot == std::string_view::npos ? dot : dot - start);
+    // Peel "[n]" suffixes.
+    const size_t bracket = piece.find('[');
+    std::string_view name = piece.substr(0, bracket);
+    if (!name.empty()) tokens.emplace_back(name);
+    std::string_view rest = bracket == std::string_view::npos ? "" : piece.substr(bracket);
+    while (!rest.empty()) {
+      const size_t close = rest.find(']');
+      if (rest.front() != '[' || close == std::string_view::npos ||
+          !IsIndex(rest.substr(1, close - 1))) {
+        return Status::InvalidArgument("bad index in " + Quote(piece));
+      }
+      tokens.emplace_back(rest.substr(1, close - 1));
+      rest.remove_prefix(close + 1);
+    }
+    if (name.empty() && bracket != 0) return Status::InvalidArgument("empty key segment");
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+  return tokens;
+}
+
+std::string JoinPath(std::span<const std::string> tokens) {
+  std::string out;
+  for (const std::string& t : tokens) out = ChildPath(out, t);
+  return out;
+}
+
+bool StartsWith(std::span<const std::string> tokens, const std::vector<std::string>& prefix) {
+  if (tokens.size() < prefix.size()) return false;
+  return std::equal(prefix.begin(), prefix.end(), tokens.begin());
+}
+
+// Sets `value` at `tokens` below `node` (whose path is `path`), creating maps (or a list,
+// before an index) on the way. Errors are returned as bare reasons; the caller names the
+// override.
+Status SetIn(YAML::Node node, std::span<const std::string> tokens, const YAML::Node& value,
+             const std::string& path) {
+  const std::string& token = tokens[0];
+  const bool last = tokens.size() == 1;
+  const std::string here = ChildPath(path, token);
+  if (!node.IsDefined() || node.IsNull() || node.IsMap()) {
+    if (IsIndex(token) && node.IsDefined() && node.IsMap()) {
+      return Status::InvalidArgument((path.empty() ? "the top level" : Quote(path)) +
+                                     " is a map, not a list: no index " + token);
+    }
+    if (last) {
+      node[token] = value;
+      return Status::Ok();
+    }
+    YAML::Node child = node[token];
+    if ((!child.IsDefined() || child.IsNull()) && IsIndex(tokens[1])) {
+      child = YAML::Node(YAML::NodeType::Sequence);
+    }
+    return SetIn(child, tokens.subspan(1), value, here);
+  }
+  if (node.IsSequence()) {
+    if (!IsIndex(token)) {
+      return Status::InvalidArgument(Quote(path) + " is a list: expected an index, got " +
+                                     Quote(token));
+    }
+    const size_t index = std::stoul(token);
+    const size_t size = node.size();
+    if (index > size || (index == size && !last)) {
+      return Status::InvalidArgument(Quote(path) + " has " + std::to_string(size) +
+                                     " items: no index " + token +
+                                     (index == size ? " (set it whole to append)" : ""));
+    }
+    if (last) {
+      if (index == size) {
+        node.push_back(value);
+      } else {
+        YAML::Node element = node[index];
+        element = value;
+      }
+      return Status::Ok();
+    }
+    YAML::Node element = node[index];
+    // An op element, `name` or `{name: params}`, is addressed as N.name.param where the
+    // name itself has dots.
+    std::string name;
+    if (element.IsScalar()) {
+      name = element.Scalar();
+    } else if (element.IsMap() && element.size() == 1 && element.begin()->first.IsScalar()) {
+      name = element.begin()->first.Scalar();
+    }
+    if (!name.empty()) {
+      HR_ASSIGN_OR_RETURN(std::vector<std::string> name_tokens, SplitKey(name));
+      const auto rest = tokens.subspan(1);
+      if (!StartsWith(rest, name_tokens)) {
+        return Status::InvalidArgument(here + " is " + Quote(name) + ", not " +
+                                       Quote(JoinPath(rest)));
+      }
+      if (element.IsScalar()) {
+        YAML::Node as_map(YAML::NodeType::Map);
+        as_map[name] = YAML::Node(YAML::NodeType::Null);
+        element = as_map;
+      }
+      const auto params = rest.subspan(name_tokens.size());
+      if (params.empty()) {
+        element[name] = value;
+        return Status::Ok();
+      }
+      return SetIn(element[name], params, value, here + "." + name);
+    }
+    return SetIn(element, tokens.subspan(1), value, here);
+  }
+  return Status::InvalidArgument(Quote(path) + " is a single value, not a map: cannot set " +
+                                 Quote(token) + " in it");
+}
+
+Status ApplyOverride(YAML::Node& root, const std::string& text, Reader& reader) {
+  const auto fail = [&](std::string_view why) {
+    return Status::InvalidArgument("override " + Quote(text) + ": " + std::string(why));
+  };
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos) return fail("expected key.path=value");
+  const std::string_view key = Trim(std::string_view(text).substr(0, eq));
+  const std::string_view value_text = Trim(std::string_view(text).substr(eq + 1));
+  if (key.empty()) return fail("empty key");
+  Result<std::vector<std::string>> tokens = SplitKey(key);
+  if (!tokens.ok()) return fail(tokens.status().message());
+
+  YAML::Node value;
+  if (value_text.empty()) {
+    value = YAML::Node(std::string());
+  } else {
+    try {
+      value = YAML::Load(std::string(value_text));
+    } catch (const YAML::Exception& e) {
+      return fail("value is not valid YAML: " + e.msg);
+    }
+  }
+  if (!root.IsDefined() || root.IsNull()) root.reset(YAML::Node(YAML::NodeType::Map));
+  if (!root.IsMap()) return fail("the config is not a map");
+  if (Status set = SetIn(root, *tokens, value, ""); !set.ok()) return fail(set.message());
+  reader.AddOverride(JoinPath(*tokens), text);
+  return Status::Ok();
+}
+
+// --- writing ---------------------------------------------------------------------------
+
+template <typename T>
+void Emit(YAML::Emitter& out, const T& value, Unit unit, bool flow);
+
+template <typename T>
+void EmitStruct(YAML::Emitter& out, const T& s, bool flow) {
+  if (flow) out << YAML::Flow;
+  out << YAML::BeginMap;
+  Fields(s, [&](std::string_view key, const auto& field, Unit unit = Unit::kCount) {
+    out << YAML::Key << std::string(key) << YAML::Value;
+    Emit(out, field, unit, flow);
+  });
+  out << YAML::EndMap;
+}
+
+template <typename T>
+void Emit(YAML::Emitter& out, const T& value, Unit unit, bool flow) {
+  if constexpr (HasFields<T>) {
+    EmitStruct(out, value, flow);
+  } else if constexpr (std::is_same_v<T, std::vector<OpSpec>>) {
+    out << YAML::BeginSeq;
+    for (const OpSpec& op : value) {
+      out << YAML::BeginMap << YAML::Key << std::string(OpName(op)) << YAML::Value;
+      std::visit([&](const auto& spec) { EmitStruct(out, spec, /*flow=*/true); }, op);
+      out << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    out << YAML::DoubleQuoted << value;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    out << (value ? "true" : "false");
+  } else if constexpr (std::is_integral_v<T>) {
+    out << std::to_string(value);
+  } else if constexpr (std::is_same_v<T, float>) {
+    out << FormatFloat(value);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    out << FormatDouble(value);
+  } else if constexpr (IsStdArray<T>::value) {
+    out << YAML::Flow << YAML::BeginSeq;
+    for (const auto& v : value) Emit(out, v, unit, true);
+    out << YAML::EndSeq;
+  } else if constexpr (std::is_enum_v<T>) {
+    const std::string_view name = EnumName(value);
+    // An out-of-range value (from C++) is written so that parsing it names the problem.
+    out << (name.empty() ? "invalid_" + std::to_string(static_cast<int>(value))
+                         : std::string(name));
+  } else {
+    static_assert(sizeof(T) == 0, "no YAML conversion for this field type");
+  }
+}
+
+// --- validation ------------------------------------------------------------------------
+
+Status Invalid(const std::string& key, std::string_view what) {
+  return Status::InvalidArgument(key + ": " + std::string(what));
+}
+
+template <typename T>
+std::string Got(T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return " (got " + FormatDouble(v) + ")";
+  } else {
+    return " (got " + std::to_string(v) + ")";
+  }
+}
+
+template <typename T>
+Status AtLeast(const std::string& key, T value, T min) {
+  if (value >= min) return Status::Ok();
+  return Invalid(key, "must be >= " + std::to_string(min) + Got(value));
+}
+
+Status Probability(const std::string& key, double value) {
+  if (value >= 0.0 && value <= 1.0) return Status::Ok();
+  return Invalid(key, "must be in [0, 1]" + Got(value));
+}
+
+Status NonEmpty(const std::string& key, const std::string& value, std::string_view what) {
+  if (!value.empty()) return Status::Ok();
+  return Invalid(key, "must not be empty (" + std::string(what) + ")");
+}
+
+template <typename E>
+Status KnownEnum(const std::string& key, E value) {
+  if (!EnumName(value).empty()) return Status::Ok();
+  return Invalid(key, "invalid value " + std::to_string(static_cast<int>(value)) +
+                          " (allowed: " + AllowedNames(TableOf(value)) + ")");
+}
+
+Status ValidateOp(const std::string& p, const DecodeSpec& s) {
+  return AtLeast<int64_t>(p + ".max_pixels", s.max_pixels, 1);
+}
+
+Status ValidateOp(const std::string& p, const ResizeSpec& s) {
+  HR_RETURN_IF_ERROR(AtLeast(p + ".shorter_side", s.shorter_side, 0));
+  HR_RETURN_IF_ERROR(AtLeast(p + ".width", s.width, 0));
+  HR_RETURN_IF_ERROR(AtLeast(p + ".height", s.height, 0));
+  const bool exact = s.width > 0 || s.height > 0;
+  if (s.shorter_side > 0 && exact) {
+    return Invalid(p, "set shorter_side, or width and height, not both");
+  }
+  if (s.shorter_side == 0 && !exact) {
+    return Invalid(p + ".shorter_side", "set shorter_side > 0, or width and height > 0");
+  }
+  if (exact && s.width == 0) return Invalid(p + ".width", "must be > 0 when height is set");
+  if (exact && s.height == 0) return Invalid(p + ".height", "must be > 0 when width is set");
+  return Status::Ok();
+}
+
+Status ValidateOp(const std::string& p, const CenterCropSpec& s) {
+  HR_RETURN_IF_ERROR(AtLeast(p + ".width", s.width, 1));
+  return AtLeast(p + ".height", s.height, 1);
+}
+
+Status ValidateOp(const std::string& p, const RandomResizedCropSpec& s) {
+  HR_RETURN_IF_ERROR(AtLeast(p + ".width", s.width, 1));
+  HR_RETURN_IF_ERROR(AtLeast(p + ".height", s.height, 1));
+  const auto& [s0, s1] = s.scale;
+  if (!(s0 > 0 && s0 <= s1 && s1 <= 1)) {
+    return Invalid(p + ".scale", "must be [min, max] with 0 < min <= max <= 1 (got [" +
+                                     FormatDouble(s0) + ", " + FormatDouble(s1) + "])");
+  }
+  const auto& [r0, r1] = s.ratio;
+  if (!(r0 > 0 && r0 <= r1 && std::isfinite(r1))) {
+    return Invalid(p + ".ratio", "must be [min, max] with 0 < min <= max (got [" +
+                                     FormatDouble(r0) + ", " + FormatDouble(r1) + "])");
+  }
+  return Status::Ok();
+}
+
+Status ValidateOp(const std::string& p, const FlipSpec& s) { return Probability(p + ".p", s.p); }
+
+Status ValidateOp(const std::string& p, const NormalizeSpec& s) {
+  for (size_t c = 0; c < 3; ++c) {
+    if (!std::isfinite(s.mean[c])) {
+      return Invalid(p + ".mean[" + std::to_string(c) + "]", "must be finite" + Got(s.mean[c]));
+    }
+    if (!std::isfinite(s.std[c]) || s.std[c] == 0) {
+      return Invalid(p + ".std[" + std::to_string(c) + "]",
+                     "must be finite and non-zero" + Got(s.std[c]));
+    }
+  }
+  if (EnumName(s.dtype).empty()) {
+    return Invalid(p + ".dtype", "unsupported dtype " + Quote(DTypeName(s.dtype)) +
+                                     " (allowed: " + AllowedNames(TableOf(s.dtype)) + ")");
+  }
+  return KnownEnum(p + ".layout", s.layout);
+}
+
+Status ValidateOp(const std::string& p, const TokenizeSpec& s) {
+  HR_RETURN_IF_ERROR(NonEmpty(p + ".model", s.model, "the SentencePiece .model file"));
+  HR_RETURN_IF_ERROR(AtLeast(p + ".max_length", s.max_length, 1));
+  if (!s.pad) {
+    return Invalid(p + ".pad", "false is not supported yet: rows are padded to max_length "
+                               "(allowed: true)");
+  }
+  return AtLeast(p + ".pad_id", s.pad_id, -1);
+}
+
+Status ValidateOps(const std::vector<OpSpec>& ops) {
+  int decode_at = -1;
+  int normalize_at = -1;
+  int tokenize_at = -1;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const std::string name(OpName(ops[i]));
+    const std::string p = "ops[" + std::to_string(i) + "]." + name;
+    const auto first = [](int at) { return " (first at ops[" + std::to_string(at) + "])"; };
+    HR_RETURN_IF_ERROR(std::visit([&](const auto& spec) { return ValidateOp(p, spec); }, ops[i]));
+    if (std::holds_alternative<TokenizeSpec>(ops[i])) {
+      if (tokenize_at >= 0) return Invalid(p, "text.tokenize may appear once" + first(tokenize_at));
+      tokenize_at = static_cast<int>(i);
+      continue;
+    }
+    // An image op.
+    if (std::holds_alternative<DecodeSpec>(ops[i])) {
+      if (decode_at >= 0) return Invalid(p, "image.decode may appear once" + first(decode_at));
+      decode_at = static_cast<int>(i);
+      continue;
+    }
+    if (decode_at < 0) return Invalid(p, "image ops must come after image.decode");
+    if (normalize_at >= 0) {
+      if (std::holds_alternative<NormalizeSpec>(ops[i])) {
+        return Invalid(p, "image.normalize may appear once" + first(normalize_at));
+      }
+      return Invalid(p, "image ops must come before image.normalize (ops[" +
+                            std::to_string(normalize_at) + "]), which writes the batch");
+    }
+    if (std::holds_alternative<NormalizeSpec>(ops[i])) normalize_at = static_cast<int>(i);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// --- public ----------------------------------------------------------------------------
+
+Result<int64_t> ParseByteSize(std::string_view text) {
+  const auto fail = [&] {
+    return Status::InvalidArgument(
+        "expected a byte size: an integer or a number with a unit (B, KB, MB, GB, TB, KiB, "
+        "MiB, GiB, TiB), got " + Quote(text));
+  };
+  std::string_view s = Trim(text);
+  if (!s.empty() && s.front() == '-') {
+    return Status::InvalidArgument("a byte size cannot be negative, got " + Quote(text));
+  }
+  size_t number_end = 0;
+  while (number_end < s.size() &&
+         ((s[number_end] >= '0' && s[number_end] <= '9') || s[number_end] == '.')) {
+    ++number_end;
+  }
+  const std::string_view number = s.substr(0, number_end);
+  const std::string_view unit = Trim(s.substr(number_end));
+  if (number.empty() || number.front() == '.' || number.back() == '.') return fail();
+  static constexpr std::pair<std::string_view, int64_t> kUnits[] = {
+      {"", 1},
+      {"B", 1},
+      {"KB", 1'000},
+      {"MB", 1'000'000},
+      {"GB", 1'000'000'000},
+      {"TB", 1'000'000'000'000},
+      {"KiB", int64_t{1} << 10},
+      {"MiB", int64_t{1} << 20},
+      {"GiB", int64_t{1} << 30},
+      {"TiB", int64_t{1} << 40},
+  };
+  int64_t multiplier = 0;
+  for (const auto& [name, m] : kUnits) {
+    if (EqualsIgnoreCase(unit, name)) multiplier = m;
+  }
+  if (multiplier == 0) return fail();
+  const auto too_big = [&] {
+    return Status::InvalidArgument("byte size " + Quote(text) + " is too large (max " +
+                                   std::to_string(std::numeric_limits<int64_t>::max()) + ")");
+  };
+  if (number.find('.') == std::string_view::npos) {
+    int64_t value = 0;
+    const auto [ptr, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
+    if (ec == std::errc::result_out_of_range) return too_big();
+    if (ec != std::errc() || ptr != number.data() + number.size()) return fail();
+    int64_t bytes = 0;
+    if (__builtin_mul_overflow(value, multiplier, &bytes)) return too_big();
+    return bytes;
+  }
+  double value = 0;
+  const auto [ptr, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
+  if (ec != std::errc() || ptr != number.data() + number.size()) return fail();
+  const long double bytes = static_cast<long double>(value) * multiplier;
+  if (bytes >= 9.2e18L) return too_big();
+  return static_cast<int64_t>(std::llround(bytes));
+}
+
+Status ValidatePipelineSpec(const PipelineSpec& spec) {
+  const SourceSpec& src = spec.source;
+  HR_RETURN_IF_ERROR(NonEmpty("source.manifest", src.manifest, "the JSONL manifest path"));
+  HR_RETURN_IF_ERROR(NonEmpty("source.id_field", src.id_field, "a JSON key"));
+  HR_RETURN_IF_ERROR(NonEmpty("source.image_field", src.image_field, "a JSON key"));
+  HR_RETURN_IF_ERROR(
+      NonEmpty("source.conversations_field", src.conversations_field, "a JSON key"));
+  HR_RETURN_IF_ERROR(NonEmpty("source.role_field", src.role_field, "a JSON key"));
+  HR_RETURN_IF_ERROR(NonEmpty("source.text_field", src.text_field, "a JSON key"));
+  HR_RETURN_IF_ERROR(AtLeast<int64_t>("epochs", spec.epochs, 1));
+  HR_RETURN_IF_ERROR(AtLeast<int64_t>("batch.size", spec.batch.size, 1));
+  HR_RETURN_IF_ERROR(ValidateOps(spec.ops));
+  const ExecutionSpec& exec = spec.execution;
+  HR_RETURN_IF_ERROR(AtLeast("execution.cpu_threads", exec.cpu_threads, 0));
+  HR_RETURN_IF_ERROR(AtLeast("execution.io_threads", exec.io_threads, 0));
+  HR_RETURN_IF_ERROR(AtLeast("execution.io_inflight", exec.io_inflight, 1));
+  HR_RETURN_IF_ERROR(AtLeast<int64_t>("execution.io_budget_bytes", exec.io_budget_bytes, 0));
+  HR_RETURN_IF_ERROR(AtLeast("prefetch.depth", spec.prefetch.depth, 1));
+  HR_RETURN_IF_ERROR(AtLeast<int64_t>("memory.budget_bytes", spec.memory.budget_bytes, 1));
+  if (exec.io_budget_bytes > spec.memory.budget_bytes) {
+    return Invalid("execution.io_budget_bytes",
+                   "must not exceed memory.budget_bytes (" +
+                       std::to_string(spec.memory.budget_bytes) + ")" +
+                       Got(exec.io_budget_bytes));
+  }
+  const ErrorSpec& errors = spec.errors;
+  HR_RETURN_IF_ERROR(KnownEnum("errors.policy", errors.policy));
+  HR_RETURN_IF_ERROR(Probability("errors.max_error_rate", errors.max_error_rate));
+  HR_RETURN_IF_ERROR(AtLeast<int64_t>("errors.min_samples", errors.min_samples, 0));
+  HR_RETURN_IF_ERROR(AtLeast("errors.max_logged", errors.max_logged, 0));
+  if (!(spec.trainer.step_ms >= 0) || !std::isfinite(spec.trainer.step_ms)) {
+    return Invalid("trainer.step_ms", "must be a finite number >= 0" + Got(spec.trainer.step_ms));
+  }
+  return Status::Ok();
+}
+
+Result<PipelineSpec> ParsePipelineConfig(std::string_view yaml_text,
+                                         const std::vector<std::string>& overrides) {
+  // yaml-cpp reports through exceptions; they stop here.
+  try {
+    YAML::Node root;
+    try {
+      root = YAML::Load(std::string(yaml_text));
+    } catch (const YAML::ParserException& e) {
+      return Status::InvalidArgument("YAML syntax error at line " +
+                                     std::to_string(e.mark.line + 1) + ", column " +
+                                     std::to_string(e.mark.column + 1) + ": " + e.msg);
+    }
+    Reader reader;
+    for (const std::string& o : overrides) HR_RETURN_IF_ERROR(ApplyOverride(root, o, reader));
+    PipelineSpec spec;
+    HR_RETURN_IF_ERROR(reader.ParseStruct(root, "", "", &spec));
+    if (Status valid = ValidatePipelineSpec(spec); !valid.ok()) {
+      // Validation names the key first ("batch.size: ..."); add where it was set.
+      const std::string& m = valid.message();
+      return Status::InvalidArgument(m + reader.Where(m.substr(0, m.find(": "))));
+    }
+    return spec;
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(std::string("config: ") + e.what());
+  }
+}
+
+Result<PipelineSpec> LoadPipelineConfig(const std::string& path,
+                                        const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(status)) return Status::NotFound("no such config file: " + path);
+  if (std::filesystem::is_directory(status)) {
+    return Status::IoError("config path is a directory: " + path);
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in || in.bad()) {
+    return Status::IoError("cannot read config " + path + ": " + std::strerror(errno));
+  }
+  Result<PipelineSpec> spec = ParsePipelineConfig(text.str(), overrides);
+  if (!spec.ok()) return spec.status().WithContext(path);
+  return spec;
+}
+
+std::string PipelineSpecToYaml(const PipelineSpec& spec) {
+  YAML::Emitter out;
+  EmitStruct(out, spec, /*flow=*/false);
+  std::string text = out.c_str();
+  text += '\n';
+  return text;
+}
+
+}  // namespace headrace

@@ -1,0 +1,88 @@
+#include "headrace/pipeline/loader.h"
+
+#include "headrace/pipeline/config.h"
+#include "headrace/pipeline/plan.h"
+
+namespace headrace {
+
+Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
+                                             const LoaderOptions& options) {
+  HR_RETURN_IF_ERROR(ValidatePipelineSpec(spec));
+  std::unique_ptr<Loader> loader(new Loader());
+  loader->created_ = Clock::now();
+  loader->spec_ = spec;
+  const ExecutionSpec& ex = spec.execution;
+  loader->storage_ = options.storage;
+  if (!loader->storage_) {
+    loader->storage_ = MakeLocalStorage({.threads = ex.io_threads > 0 ? ex.io_threads : 2});
+  }
+  HR_ASSIGN_OR_RETURN(Manifest manifest, LoadManifest(*loader->storage_, spec.source));
+  loader->manifest_ = std::make_shared<Manifest>(std::move(manifest));
+  HR_ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(spec));
+
+  EngineInputs in;
+  // The records live as long as the manifest; the engine shares ownership.
+  in.records = std::shared_ptr<const std::vector<SampleRecord>>(loader->manifest_,
+                                                                &loader->manifest_->records);
+  in.ops = std::move(plan.ops);
+  in.fields = std::move(plan.fields);
+  in.reads_media = plan.reads_media;
+  in.storage = loader->storage_;
+
+  EngineOptions opt;
+  loader->cpu_threads_ = ex.cpu_threads > 0 ? ex.cpu_threads : AvailableCores();
+  opt.cpu_threads = loader->cpu_threads_;
+  opt.io_inflight = ex.io_inflight;
+  opt.io_budget_bytes =
+      ex.io_budget_bytes > 0 ? ex.io_budget_bytes : spec.memory.budget_bytes / 8;
+  opt.batch_budget_bytes = spec.memory.budget_bytes - opt.io_budget_bytes;
+  if (opt.batch_budget_bytes <= 0) {
+    return Status::InvalidArgument("execution.io_budget_bytes must be below memory.budget_bytes");
+  }
+  opt.prefetch_depth = spec.prefetch.depth;
+  opt.start_batch = options.start_batch;
+  opt.order.batch_size = spec.batch.size;
+  opt.order.drop_last = spec.batch.drop_last;
+  opt.order.shuffle = spec.shuffle;
+  opt.order.seed = spec.seed;
+  opt.order.epochs = spec.epochs;
+  opt.order.rank = options.rank;
+  opt.order.world_size = options.world_size;
+  opt.max_error_rate = spec.errors.max_error_rate;
+  opt.min_samples = spec.errors.min_samples;
+  opt.max_kept_errors = spec.errors.max_logged;
+  if (options.allocator != nullptr) opt.allocator = options.allocator;
+  HR_ASSIGN_OR_RETURN(loader->engine_, Engine::Start(std::move(in), opt));
+  return loader;
+}
+
+Loader::~Loader() = default;
+
+Result<std::optional<Batch>> Loader::Next() {
+  const auto call = Clock::now();
+  if (returned_any_) stats_.busy_s += std::chrono::duration<double>(call - last_return_at_).count();
+  auto batch = engine_->Next();
+  const auto now = Clock::now();
+  const double waited = std::chrono::duration<double>(now - call).count();
+  if (!returned_any_) {
+    if (batch.ok() && batch->has_value()) {
+      returned_any_ = true;
+      first_batch_at_ = now;
+      stats_.time_to_first_batch_s = std::chrono::duration<double>(now - created_).count();
+    }
+  } else {
+    stats_.wait_s += waited;
+    stats_.steady_s = std::chrono::duration<double>(now - first_batch_at_).count();
+  }
+  last_return_at_ = now;
+  stats_.elapsed_s = std::chrono::duration<double>(now - created_).count();
+  if (batch.ok() && batch->has_value()) {
+    ++stats_.batches;
+    stats_.samples += (*batch)->size();
+  }
+  return batch;
+}
+
+ConsumerStats Loader::consumer_stats() const { return stats_; }
+
+}  // namespace headrace

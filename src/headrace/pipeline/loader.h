@@ -1,0 +1,77 @@
+// Loader: the consumer's view of a pipeline — an iterator of batches that measures how
+// long the consumer waits for them.
+//
+//   auto loader = Loader::Make(spec);          // validates, plans, starts producing
+//   while (auto batch = (*loader)->Next(); batch.ok() && batch->has_value()) { ... }
+//
+// Time inside Next() is the consumer's wait; time between calls is its own work (the
+// training step). The first batch's wait is the cold start, reported apart.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "headrace/core/clock.h"
+#include "headrace/exec/engine.h"
+#include "headrace/formats/manifest.h"
+#include "headrace/pipeline/spec.h"
+
+namespace headrace {
+
+struct LoaderOptions {
+  int64_t start_batch = 0;  // the rank-local batch to start at (resume)
+  int rank = 0;
+  int world_size = 1;
+  Allocator* allocator = nullptr;    // batch memory; null: the heap
+  std::shared_ptr<Storage> storage;  // null: local files
+};
+
+// Wait accounting of the consumer, in seconds.
+struct ConsumerStats {
+  int64_t batches = 0;
+  int64_t samples = 0;
+  double time_to_first_batch_s = 0;  // from Make to the first batch returned
+  double wait_s = 0;                 // inside Next(), after the first batch
+  double busy_s = 0;                 // between Next() calls, after the first batch
+  double steady_s = 0;               // from the first batch returned to the last Next()
+  double elapsed_s = 0;              // from Make to the last Next()
+  // wait_s / steady_s: the share of the loop spent waiting for data, cold start apart.
+  double wait_time_ratio() const { return steady_s > 0 ? wait_s / steady_s : 0.0; }
+};
+
+class Loader {
+ public:
+  static Result<std::unique_ptr<Loader>> Make(const PipelineSpec& spec,
+                                              const LoaderOptions& options = {});
+  ~Loader();
+
+  // The next batch; nullopt at the end of the run.
+  Result<std::optional<Batch>> Next();
+
+  const PipelineSpec& spec() const { return spec_; }
+  const Manifest& manifest() const { return *manifest_; }
+  int64_t batches_per_epoch() const { return engine_->order().batches_per_rank_epoch(); }
+  int64_t total_batches() const { return engine_->order().total_batches(); }
+  int64_t next_batch() const { return engine_->next_batch(); }
+  int64_t memory_budget_bytes() const { return spec_.memory.budget_bytes; }
+  int cpu_threads() const { return cpu_threads_; }
+  ConsumerStats consumer_stats() const;
+  EngineMetrics engine_metrics() const { return engine_->Metrics(); }
+
+ private:
+  Loader() = default;
+
+  PipelineSpec spec_;
+  std::shared_ptr<Manifest> manifest_;
+  std::shared_ptr<Storage> storage_;
+  std::unique_ptr<Engine> engine_;
+  int cpu_threads_ = 1;
+
+  Clock::time_point created_;
+  Clock::time_point first_batch_at_;
+  Clock::time_point last_return_at_;
+  bool returned_any_ = false;
+  ConsumerStats stats_;
+};
+
+}  // namespace headrace

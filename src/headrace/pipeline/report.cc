@@ -1,0 +1,238 @@
+#include "headrace/pipeline/report.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "headrace/core/json_writer.h"
+#include "headrace/core/rng.h"
+
+namespace headrace {
+namespace {
+
+// Below this share of its loop waiting for data, the consumer is the bottleneck.
+constexpr double kTrainerBoundWaitRatio = 0.05;
+
+// A stage busy at least this share of the time limits throughput.
+constexpr double kBoundUtilization = 0.75;
+
+std::string Verdict(const StageMetrics& s, double utilization) {
+  if (utilization >= kBoundUtilization) return s.kind == "io" ? "io-bound" : "cpu-bound";
+  return s.blocked_s >= s.starved_s ? "blocked" : "starved";
+}
+
+std::string Format(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, v);
+  return buf;
+}
+
+void Diagnose(RunReport& r, const Loader& loader) {
+  const StageReport* read = nullptr;
+  const StageReport* cpu = nullptr;
+  for (const auto& s : r.stages) {
+    if (s.metrics.name == "read") read = &s;
+    if (s.metrics.name == "cpu") cpu = &s;
+  }
+  if (r.batches > 1 && r.wait_time_ratio <= kTrainerBoundWaitRatio) {
+    r.bottleneck = "trainer";
+    r.advice = "the pipeline keeps up: the trainer waits " +
+               Format("%.1f%%", 100 * r.wait_time_ratio) + " of its loop" +
+               (cpu ? ", CPU stage " + Format("%.0f%%", 100 * cpu->utilization) + " busy" : "") +
+               "; nothing to change";
+    return;
+  }
+  if (cpu != nullptr && cpu->utilization >= kBoundUtilization) {
+    const OpReport* costly = nullptr;
+    for (const auto& op : r.ops) {
+      if (costly == nullptr || op.ms_per_sample > costly->ms_per_sample) costly = &op;
+    }
+    r.bottleneck = "cpu";
+    r.advice = "CPU-bound: " + std::to_string(r.cpu_threads) +
+               " threads are busy; raise execution.cpu_threads (this machine has " +
+               std::to_string(AvailableCores()) +
+               " cores) or add CPU workers on other nodes" +
+               (costly ? "; costliest op " + costly->name + " at " +
+                             Format("%.2f ms/sample", costly->ms_per_sample)
+                       : "");
+    return;
+  }
+  if (read != nullptr && read->utilization >= kBoundUtilization) {
+    r.bottleneck = "read";
+    r.advice = "I/O-bound: reads are in flight most of the time and the CPU stage starves; "
+               "raise execution.io_inflight (now " +
+               std::to_string(loader.spec().execution.io_inflight) + ")";
+    return;
+  }
+  r.bottleneck = "batch";
+  r.advice = "neither reads nor CPUs are saturated while the trainer waits: raise "
+             "prefetch.depth (now " + std::to_string(loader.spec().prefetch.depth) +
+             ") or memory.budget_bytes so more batches are computed ahead";
+}
+
+}  // namespace
+
+RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
+  const ConsumerStats c = loader.consumer_stats();
+  const EngineMetrics m = loader.engine_metrics();
+  RunReport r;
+  r.samples = c.samples;
+  r.batches = c.batches;
+  r.elapsed_s = c.elapsed_s;
+  r.samples_per_s = c.elapsed_s > 0 ? c.samples / c.elapsed_s : 0;
+  r.mb_per_s = m.elapsed_s > 0 ? m.bytes_read / 1e6 / m.elapsed_s : 0;
+  r.wait_time_ratio = c.wait_time_ratio();
+  r.wait_time_ratio_with_cold_start =
+      c.elapsed_s > 0 ? (c.wait_s + c.time_to_first_batch_s) / c.elapsed_s : 0;
+  r.time_to_first_batch_s = c.time_to_first_batch_s;
+  r.consumer_wait_s = c.wait_s;
+  r.consumer_busy_s = c.busy_s;
+  r.peak_rss_bytes = PeakRssBytes();
+  r.baseline_rss_bytes = baseline_rss_bytes;
+  r.memory_budget_bytes = loader.memory_budget_bytes();
+  r.budget_peak_bytes = m.budget_peak_bytes;
+  r.bytes_copied_per_sample =
+      m.samples_delivered > 0 ? static_cast<double>(m.bytes_copied) / m.samples_delivered : 0;
+  r.cpu_threads = loader.cpu_threads();
+  r.batch_size = loader.spec().batch.size;
+  r.trainer_step_ms = loader.spec().trainer.step_ms;
+  r.errors_total = m.samples_failed;
+  r.errors_by_kind = m.errors_by_kind;
+  r.first_errors = m.first_errors;
+  for (const StageMetrics& s : m.stages) {
+    StageReport sr;
+    sr.metrics = s;
+    sr.utilization = m.elapsed_s > 0 ? std::min(1.0, s.busy_s / m.elapsed_s) : 0;
+    sr.verdict = Verdict(s, sr.utilization);
+    r.stages.push_back(std::move(sr));
+  }
+  for (const OpMetrics& op : m.ops) {
+    r.ops.push_back(OpReport{op.name, op.busy_s,
+                             op.items > 0 ? 1e3 * op.busy_s / op.items : 0.0});
+  }
+  Diagnose(r, loader);
+  return r;
+}
+
+std::string RunReportToJson(const RunReport& r) {
+  JsonWriter w;
+  w.BeginObject();
+  w.Key("samples").Int(r.samples);
+  w.Key("batches").Int(r.batches);
+  w.Key("elapsed_s").Double(r.elapsed_s);
+  w.Key("samples_per_s").Double(r.samples_per_s);
+  w.Key("mb_per_s").Double(r.mb_per_s);
+  w.Key("wait_time_ratio").Double(r.wait_time_ratio);
+  w.Key("wait_time_ratio_with_cold_start").Double(r.wait_time_ratio_with_cold_start);
+  w.Key("time_to_first_batch_s").Double(r.time_to_first_batch_s);
+  w.Key("consumer_wait_s").Double(r.consumer_wait_s);
+  w.Key("consumer_busy_s").Double(r.consumer_busy_s);
+  w.Key("peak_rss_bytes").Int(r.peak_rss_bytes);
+  w.Key("baseline_rss_bytes").Int(r.baseline_rss_bytes);
+  w.Key("memory_budget_bytes").Int(r.memory_budget_bytes);
+  w.Key("budget_peak_bytes").Int(r.budget_peak_bytes);
+  w.Key("bytes_copied_per_sample").Double(r.bytes_copied_per_sample);
+  w.Key("cpu_threads").Int(r.cpu_threads);
+  w.Key("batch_size").Int(r.batch_size);
+  w.Key("trainer_step_ms").Double(r.trainer_step_ms);
+  w.Key("errors").BeginObject();
+  w.Key("total").Int(r.errors_total);
+  w.Key("by_kind").BeginObject();
+  for (const auto& [kind, n] : r.errors_by_kind) w.Key(kind).Int(n);
+  w.EndObject();
+  w.Key("first").BeginArray();
+  for (const SampleError& e : r.first_errors) {
+    w.BeginObject();
+    w.Key("epoch").Int(e.epoch).Key("index").Int(e.index).Key("uri").String(e.uri);
+    w.Key("kind").String(StatusCodeName(e.status.code()));
+    w.Key("reason").String(e.status.message());
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  w.Key("stages").BeginArray();
+  for (const StageReport& s : r.stages) {
+    w.BeginObject();
+    w.Key("name").String(s.metrics.name);
+    w.Key("kind").String(s.metrics.kind);
+    w.Key("concurrency").Int(s.metrics.concurrency);
+    w.Key("items").Int(s.metrics.items);
+    w.Key("busy_s").Double(s.metrics.busy_s);
+    w.Key("starved_s").Double(s.metrics.starved_s);
+    w.Key("blocked_s").Double(s.metrics.blocked_s);
+    w.Key("utilization").Double(s.utilization);
+    w.Key("verdict").String(s.verdict);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("ops").BeginArray();
+  for (const OpReport& op : r.ops) {
+    w.BeginObject();
+    w.Key("name").String(op.name).Key("busy_s").Double(op.busy_s);
+    w.Key("ms_per_sample").Double(op.ms_per_sample);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("bottleneck").String(r.bottleneck);
+  w.Key("advice").String(r.advice);
+  if (!r.batch_digests.empty()) {
+    w.Key("batch_digests").BeginArray();
+    for (const auto& d : r.batch_digests) w.String(d);
+    w.EndArray();
+  }
+  w.EndObject();
+  return w.str() + "\n";
+}
+
+std::string RunReportToText(const RunReport& r) {
+  std::string out;
+  char line[256];
+  auto add = [&](const char* fmt, auto... args) {
+    std::snprintf(line, sizeof line, fmt, args...);
+    out += line;
+  };
+  add("Headrace run: %lld samples in %lld batches of up to %lld, %.2f s, %d CPU threads\n",
+      static_cast<long long>(r.samples), static_cast<long long>(r.batches),
+      static_cast<long long>(r.batch_size), r.elapsed_s, r.cpu_threads);
+  add("  throughput        %.1f samples/s (%.1f MB/s read)\n", r.samples_per_s, r.mb_per_s);
+  add("  wait-time ratio   %.3f  (trainer step %.1f ms; %.3f with cold start)\n",
+      r.wait_time_ratio, r.trainer_step_ms, r.wait_time_ratio_with_cold_start);
+  add("  first batch       %.3f s\n", r.time_to_first_batch_s);
+  add("  memory            peak RSS %.1f MiB (baseline %.1f MiB), queues peak %.1f of %.1f MiB budget\n",
+      r.peak_rss_bytes / 1048576.0, r.baseline_rss_bytes / 1048576.0,
+      r.budget_peak_bytes / 1048576.0, r.memory_budget_bytes / 1048576.0);
+  add("  copies            %.1f bytes per sample beyond the batch slot\n",
+      r.bytes_copied_per_sample);
+  out += "  stages            name    busy   starved blocked  verdict\n";
+  for (const auto& s : r.stages) {
+    add("                    %-6s %5.0f%%  %5.0f%%  %5.0f%%   %s (x%d, %lld items)\n",
+        s.metrics.name.c_str(), 100 * s.utilization,
+        100 * s.metrics.starved_s / std::max(1e-9, r.elapsed_s),
+        100 * s.metrics.blocked_s / std::max(1e-9, r.elapsed_s), s.verdict.c_str(),
+        s.metrics.concurrency, static_cast<long long>(s.metrics.items));
+  }
+  out += "  ops (ms/sample)  ";
+  for (const auto& op : r.ops) add(" %s %.2f", op.name.c_str(), op.ms_per_sample);
+  out += "\n";
+  add("  errors            %lld", static_cast<long long>(r.errors_total));
+  for (const auto& [kind, n] : r.errors_by_kind) add(" %s=%lld", kind.c_str(), static_cast<long long>(n));
+  out += "\n";
+  for (const auto& e : r.first_errors) out += "    " + e.ToString() + "\n";
+  out += "  bottleneck        " + r.bottleneck + ": " + r.advice + "\n";
+  return out;
+}
+
+std::string BatchDigest(const Batch& batch) {
+  uint64_t digest = 0xcbf29ce484222325ULL;
+  for (const auto& [name, tensor] : batch.fields) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (char c : name) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ULL;
+    const uint8_t* p = tensor.buffer().data();
+    for (size_t i = 0; i < tensor.nbytes(); ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+    digest = HashKeys(digest, h);
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(digest));
+  return buf;
+}
+
+}  // namespace headrace

@@ -1,0 +1,73 @@
+// RunReport: what a run measured, with verdicts, as JSON for machines and text for people.
+//
+// Definitions (DESIGN.md, "Measuring, first class"):
+// - wait_time_ratio: time the consumer spent inside Next() / time from the first batch
+//   to the end of the loop. The first batch's wait is time_to_first_batch_s.
+// - per stage: busy, starved (no input) and blocked (output full) seconds, per unit of
+//   concurrency, and a verdict: "io-bound" / "cpu-bound" when busy at least 75% of the
+//   time, else "blocked" or "starved", whichever took longer.
+// - bottleneck: "trainer" when the consumer barely waits (the pipeline keeps up),
+//   otherwise the stage that limits throughput, with advice on what to change.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "headrace/exec/engine.h"
+#include "headrace/pipeline/loader.h"
+
+namespace headrace {
+
+struct StageReport {
+  StageMetrics metrics;
+  double utilization = 0;  // busy / elapsed
+  std::string verdict;
+};
+
+struct OpReport {
+  std::string name;
+  double busy_s = 0;
+  double ms_per_sample = 0;  // busy_s / items: single-thread cost of the op
+};
+
+struct RunReport {
+  int64_t samples = 0;
+  int64_t batches = 0;
+  double elapsed_s = 0;
+  double samples_per_s = 0;
+  double mb_per_s = 0;  // encoded bytes read per second
+  double wait_time_ratio = 0;
+  double wait_time_ratio_with_cold_start = 0;
+  double time_to_first_batch_s = 0;
+  double consumer_wait_s = 0;
+  double consumer_busy_s = 0;
+  int64_t peak_rss_bytes = 0;
+  int64_t baseline_rss_bytes = 0;
+  int64_t memory_budget_bytes = 0;
+  int64_t budget_peak_bytes = 0;
+  double bytes_copied_per_sample = 0;
+  int cpu_threads = 0;
+  int64_t batch_size = 0;
+  double trainer_step_ms = 0;
+  int64_t errors_total = 0;
+  std::map<std::string, int64_t> errors_by_kind;
+  std::vector<SampleError> first_errors;
+  std::vector<StageReport> stages;
+  std::vector<OpReport> ops;
+  std::string bottleneck;
+  std::string advice;
+  std::vector<std::string> batch_digests;  // filled by the caller when asked for
+};
+
+// Builds the report of a loader after (or during) its run. `baseline_rss_bytes` is the
+// process's RSS before the pipeline started.
+RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes);
+
+std::string RunReportToJson(const RunReport& report);
+std::string RunReportToText(const RunReport& report);
+
+// Hex digest (64-bit FNV-1a per tensor, combined in field order) of a batch's bytes.
+std::string BatchDigest(const Batch& batch);
+
+}  // namespace headrace

@@ -1,0 +1,108 @@
+"""Bad input is skipped and counted by kind with (epoch, index, uri); nothing crashes or hangs."""
+import json
+import shutil
+import struct
+import zlib
+
+from conftest import read_report, run_headrace, write_config
+
+
+def png_bytes(width=4, height=4, corrupt_crc=False):
+    raw = b"".join(b"\x00" + bytes([200, 30, 30] * width) for _ in range(height))
+
+    def chunk(kind, data):
+        crc = zlib.crc32(kind + data)
+        if corrupt_crc:
+            crc ^= 0xFF
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw))
+            + chunk(b"IEND", b""))
+
+
+def png_header(width, height):
+    """The signature and IHDR chunk of a PNG, nothing else."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    crc = zlib.crc32(b"IHDR" + ihdr)
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + ihdr + struct.pack(">I", crc)
+
+
+def make_bad_dataset(sample_dir, out):
+    """Copies 16 good samples and appends one sample per kind of bad input."""
+    (out / "images").mkdir(parents=True)
+    good = [json.loads(l) for l in (sample_dir / "manifest.jsonl").read_text().splitlines()][:16]
+    for rec in good:
+        shutil.copy(sample_dir / rec["image"], out / rec["image"])
+    shutil.copy(sample_dir / "tokenizer.model", out / "tokenizer.model")
+    jpeg = (sample_dir / good[0]["image"]).read_bytes()
+    (out / "images/zero.jpg").write_bytes(b"")
+    (out / "images/truncated.jpg").write_bytes(jpeg[: len(jpeg) // 3])
+    (out / "images/badcrc.png").write_bytes(png_bytes(corrupt_crc=True))
+    (out / "images/good.png").write_bytes(png_bytes())
+    (out / "images/anim.gif").write_bytes(b"GIF89a" + b"\x00" * 64)
+    # A header that declares 40000 x 40000 pixels: rejected before any decoding.
+    (out / "images/bomb.png").write_bytes(png_header(40000, 40000) + b"\x00" * 64)
+    (out / "outside.jpg").write_bytes(jpeg)
+    conv = good[0]["conversations"]
+    lines = [json.dumps(rec) for rec in good]
+    bad = {
+        "missing": {"id": "m", "image": "images/missing.jpg", "conversations": conv},
+        "zero": {"id": "z", "image": "images/zero.jpg", "conversations": conv},
+        "truncated": {"id": "t", "image": "images/truncated.jpg", "conversations": conv},
+        "badcrc": {"id": "c", "image": "images/badcrc.png", "conversations": conv},
+        "gif": {"id": "g", "image": "images/anim.gif", "conversations": conv},
+        "bomb": {"id": "b", "image": "images/bomb.png", "conversations": conv},
+        "escape": {"id": "e", "image": "../outside.jpg", "conversations": conv},
+        "noimage": {"id": "n", "conversations": conv},
+    }
+    for rec in bad.values():
+        lines.append(json.dumps(rec))
+    lines.append("{this is not json")
+    lines.append(json.dumps({"id": "png-ok", "image": "images/good.png", "conversations": conv}))
+    (out / "manifest.jsonl").write_text("\n".join(lines) + "\n")
+    return out
+
+
+def test_each_bad_sample_is_skipped_and_counted_by_kind(tmp_path, headrace_bin, sample_dir):
+    data = make_bad_dataset(sample_dir, tmp_path / "bad")
+    config = write_config(tmp_path / "p.yaml", data, batch_size=4)
+    report_path = tmp_path / "r.json"
+    proc = run_headrace(headrace_bin, "run", config, "--report", report_path,
+                        "--set", "errors.max_error_rate=0.5", "--set", "epochs=2",
+                        "--set", "ops.0.image.decode.max_pixels=100000000")
+    r = read_report(report_path)
+    # 26 records per epoch: 17 good (16 JPEG + 1 PNG), 9 bad.
+    assert r["samples"] == 2 * 17
+    assert r["errors"]["total"] == 2 * 9
+    assert r["errors"]["by_kind"] == {
+        "not_found": 2, "corrupt_data": 2 * 3, "unsupported_format": 2, "pixel_limit": 2,
+        "path_escape": 2, "missing_field": 2, "bad_record": 2}
+    assert "skipped sample: epoch 0, index" in proc.stderr
+    first = r["errors"]["first"]
+    assert {e["epoch"] for e in first} == {0, 1}
+    missing = next(e for e in first if e["kind"] == "not_found")
+    assert missing["uri"].endswith("images/missing.jpg") and missing["index"] == 16
+    assert next(e for e in first if e["kind"] == "bad_record")["index"] == 24
+
+
+def test_skipped_samples_keep_batches_deterministic(tmp_path, headrace_bin, sample_dir):
+    data = make_bad_dataset(sample_dir, tmp_path / "bad")
+    config = write_config(tmp_path / "p.yaml", data, batch_size=4)
+    runs = []
+    for threads in (1, 2):
+        report_path = tmp_path / f"r{threads}.json"
+        run_headrace(headrace_bin, "run", config, "--report", report_path, "--digests",
+                     "--set", "errors.max_error_rate=0.5", "--set", f"execution.cpu_threads={threads}")
+        runs.append(read_report(report_path)["batch_digests"])
+    assert runs[0] == runs[1]
+
+
+def test_the_run_fails_clearly_past_the_error_budget(tmp_path, headrace_bin, sample_dir):
+    data = make_bad_dataset(sample_dir, tmp_path / "bad")
+    config = write_config(tmp_path / "p.yaml", data, batch_size=4)
+    proc = run_headrace(headrace_bin, "run", config, "--set", "errors.max_error_rate=0.1",
+                        check=False)
+    assert proc.returncode == 1
+    assert "too many bad samples" in proc.stderr
+    assert "max_error_rate" in proc.stderr

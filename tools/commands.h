@@ -1,0 +1,32 @@
+// The `headrace` command line: one function per subcommand, each taking the arguments
+// after its name and returning the process exit code (0 ok, 1 run failed, 2 usage or
+// configuration error).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace headrace::tools {
+
+using Args = std::vector<std::string>;
+
+int RunCommand(const Args& args);        // headrace run CONFIG ...
+int MakeSampleCommand(const Args& args); // headrace make-sample --out DIR ...
+int BenchCommand(const Args& args);      // headrace bench ops|engine CONFIG ...
+
+// Small argument helpers shared by the subcommands.
+struct ArgReader {
+  const Args& args;
+  size_t i = 0;
+  bool done() const { return i >= args.size(); }
+  const std::string& peek() const { return args[i]; }
+  // The value after flag `name` (consumes both); prints an error and returns false
+  // when it is missing.
+  bool Value(const std::string& name, std::string* out);
+};
+
+// Writes `text` to `path`, creating parent folders. Returns false (after printing why)
+// on failure.
+bool WriteTextFile(const std::string& path, const std::string& text);
+
+}  // namespace headrace::tools

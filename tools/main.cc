@@ -1,0 +1,39 @@
+// headrace: the command line. See README.md for the commands.
+#include <cstdio>
+#include <string>
+
+#include "commands.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: headrace COMMAND [ARGS]
+
+commands:
+  make-sample --out DIR [--samples N] [--seed S] [--threads T]
+      generate a chat-VQA sample dataset: JPEG images, manifest.jsonl, tokenizer.model
+  run CONFIG [--report PATH] [--set key=value ...] [--start-batch K] [--digests]
+             [--max-batches N] [--print-config] [--quiet]
+      run a pipeline against a simulated trainer (trainer.step_ms per batch) and report
+  bench ops CONFIG [--samples N] [--report PATH] [--set key=value ...]
+      single-thread cost of each operator, ms per sample
+  bench engine CONFIG [--samples N] [--report PATH] [--set key=value ...]
+      engine overhead against the operators' cost, and the fed-trainer wait-time ratio
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" ||
+      std::string(argv[1]) == "help") {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  headrace::tools::Args args(argv + 2, argv + argc);
+  if (command == "run") return headrace::tools::RunCommand(args);
+  if (command == "make-sample") return headrace::tools::MakeSampleCommand(args);
+  if (command == "bench") return headrace::tools::BenchCommand(args);
+  std::fprintf(stderr, "headrace: unknown command '%s' (allowed: make-sample, run, bench)\n%s",
+               command.c_str(), kUsage);
+  return 2;
+}

@@ -1,0 +1,46 @@
+#include <cstdio>
+
+#include "commands.h"
+#include "make_sample.h"
+
+namespace headrace::tools {
+
+int MakeSampleCommand(const Args& args) {
+  MakeSampleOptions options;
+  ArgReader r{args};
+  std::string value;
+  while (!r.done()) {
+    const std::string flag = r.peek();
+    if (flag != "--out" && flag != "--samples" && flag != "--seed" && flag != "--threads") {
+      std::fprintf(stderr, "headrace make-sample: unknown flag '%s' (allowed: --out, "
+                   "--samples, --seed, --threads)\n", flag.c_str());
+      return 2;
+    }
+    if (!r.Value(flag, &value)) return 2;
+    try {
+      if (flag == "--out") options.out_dir = value;
+      if (flag == "--samples") options.samples = std::stoll(value);
+      if (flag == "--seed") options.seed = std::stoull(value);
+      if (flag == "--threads") options.threads = std::stoi(value);
+    } catch (const std::exception&) {
+      std::fprintf(stderr, "headrace make-sample: %s needs a number, got '%s'\n",
+                   flag.c_str(), value.c_str());
+      return 2;
+    }
+  }
+  if (options.out_dir.empty() || options.samples < 1) {
+    std::fprintf(stderr, "headrace make-sample: --out DIR is required and --samples must be >= 1\n");
+    return 2;
+  }
+  auto stats = MakeSample(options);
+  if (!stats.ok()) {
+    std::fprintf(stderr, "headrace make-sample: %s\n", stats.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("wrote %lld samples (%.1f MB of JPEG) to %s in %.1f s\n",
+              static_cast<long long>(stats->samples), stats->image_bytes / 1e6,
+              options.out_dir.c_str(), stats->seconds);
+  return 0;
+}
+
+}  // namespace headrace::tools

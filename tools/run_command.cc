@@ -1,0 +1,109 @@
+// headrace run: a pipeline against a simulated trainer, with a report.
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "commands.h"
+#include "headrace/core/clock.h"
+#include "headrace/pipeline/config.h"
+#include "headrace/pipeline/loader.h"
+#include "headrace/pipeline/report.h"
+
+namespace headrace::tools {
+
+int RunCommand(const Args& args) {
+  std::string config_path, report_path;
+  std::vector<std::string> overrides;
+  int64_t start_batch = 0;
+  int64_t max_batches = -1;
+  bool digests = false, print_config = false, quiet = false;
+  ArgReader r{args};
+  std::string value;
+  while (!r.done()) {
+    const std::string flag = r.peek();
+    if (flag == "--report") {
+      if (!r.Value(flag, &report_path)) return 2;
+    } else if (flag == "--set") {
+      if (!r.Value(flag, &value)) return 2;
+      overrides.push_back(value);
+    } else if (flag == "--start-batch" || flag == "--max-batches") {
+      if (!r.Value(flag, &value)) return 2;
+      char* end = nullptr;
+      const long long n = std::strtoll(value.c_str(), &end, 10);
+      if (end == value.c_str() || *end != '\0' || n < 0) {
+        std::fprintf(stderr, "headrace run: %s needs a non-negative integer, got '%s'\n",
+                     flag.c_str(), value.c_str());
+        return 2;
+      }
+      (flag == "--start-batch" ? start_batch : max_batches) = n;
+    } else if (flag == "--digests") {
+      digests = true, ++r.i;
+    } else if (flag == "--print-config") {
+      print_config = true, ++r.i;
+    } else if (flag == "--quiet") {
+      quiet = true, ++r.i;
+    } else if (!flag.empty() && flag[0] == '-') {
+      std::fprintf(stderr, "headrace run: unknown flag '%s' (allowed: --report, --set, "
+                   "--start-batch, --max-batches, --digests, --print-config, --quiet)\n",
+                   flag.c_str());
+      return 2;
+    } else if (config_path.empty()) {
+      config_path = flag, ++r.i;
+    } else {
+      std::fprintf(stderr, "headrace run: unexpected argument '%s'\n", flag.c_str());
+      return 2;
+    }
+  }
+  if (config_path.empty()) {
+    std::fprintf(stderr, "usage: headrace run CONFIG [--report PATH] [--set key=value ...]\n");
+    return 2;
+  }
+  auto spec = LoadPipelineConfig(config_path, overrides);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "headrace run: %s: %s\n", config_path.c_str(),
+                 spec.status().ToString().c_str());
+    return 2;
+  }
+  if (print_config) std::fputs(PipelineSpecToYaml(*spec).c_str(), stdout);
+
+  const int64_t baseline_rss = CurrentRssBytes();
+  auto loader = Loader::Make(*spec, LoaderOptions{.start_batch = start_batch});
+  if (!loader.ok()) {
+    std::fprintf(stderr, "headrace run: %s\n", loader.status().ToString().c_str());
+    return loader.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  const auto step = std::chrono::duration<double, std::milli>(spec->trainer.step_ms);
+  std::vector<std::string> batch_digests;
+  int logged = 0;
+  Status failure;
+  for (int64_t n = 0; max_batches < 0 || n < max_batches; ++n) {
+    auto batch = (*loader)->Next();
+    if (!batch.ok()) {
+      failure = batch.status();
+      break;
+    }
+    if (!batch->has_value()) break;
+    for (const SampleError& e : (*batch)->errors) {
+      if (logged++ < spec->errors.max_logged) {
+        std::fprintf(stderr, "headrace: skipped sample: %s\n", e.ToString().c_str());
+      }
+    }
+    if (digests) batch_digests.push_back(BatchDigest(**batch));
+    // The simulated trainer: a step of trainer.step_ms on this batch.
+    if (step.count() > 0) {
+      std::this_thread::sleep_until(Clock::now() +
+                                    std::chrono::duration_cast<Clock::duration>(step));
+    }
+  }
+  RunReport report = BuildRunReport(**loader, baseline_rss);
+  report.batch_digests = std::move(batch_digests);
+  if (!quiet) std::fputs(RunReportToText(report).c_str(), stdout);
+  if (!report_path.empty() && !WriteTextFile(report_path, RunReportToJson(report))) return 1;
+  if (!failure.ok()) {
+    std::fprintf(stderr, "headrace run: failed: %s\n", failure.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace headrace::tools
