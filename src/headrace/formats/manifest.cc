@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <future>
 #include <utility>
 
 namespace headrace {
@@ -345,12 +344,7 @@ Result<Manifest> ParseManifest(const Buffer& jsonl_bytes, const std::string& man
 
 Result<Manifest> LoadManifest(Storage& storage, const SourceSpec& spec) {
   if (spec.manifest.empty()) return Status::InvalidArgument("source.manifest is empty");
-  // Storage::Read, inlined: it lives in hr_io, which hr_formats does not link.
-  std::promise<Result<Buffer>> promise;
-  std::future<Result<Buffer>> future = promise.get_future();
-  storage.ReadAsync(spec.manifest,
-                    [&promise](Result<Buffer> result) { promise.set_value(std::move(result)); });
-  Result<Buffer> bytes = future.get();
+  Result<Buffer> bytes = storage.Read(spec.manifest);
   if (!bytes.ok()) return bytes.status().WithContext("reading manifest");
   return ParseManifest(*bytes, spec.manifest, spec);
 }

@@ -27,7 +27,7 @@
 #include "headrace/core/sample.h"
 #include "headrace/core/status.h"
 #include "headrace/io/storage.h"
-#include "headrace/pipeline/spec.h"
+#include "headrace/formats/source_spec.h"
 
 namespace headrace {
 
