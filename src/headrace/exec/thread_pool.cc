@@ -32,11 +32,11 @@ ThreadPool::~ThreadPool() {
 }
 
 bool ThreadPool::Submit(Task task) {
-  {
-    std::lock_guard lock(mu_);
-    if (stopping_) return false;
-    queue_.push_back(std::move(task));
-  }
+  // Notify while holding the lock: once the task is queued it may run and let the
+  // pool's owner destroy the pool, so Submit must not touch the pool after unlocking.
+  std::lock_guard lock(mu_);
+  if (stopping_) return false;
+  queue_.push_back(std::move(task));
   cv_.notify_one();
   return true;
 }
