@@ -1,0 +1,370 @@
+#include "headrace/ops/image/resize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace headrace {
+namespace {
+
+// Why not libyuv's ARGBScale here: it has no area filter for ARGB at arbitrary ratios
+// (kFilterBox becomes bilinear below 2x and point sampling at odd integer factors, so a
+// fine pattern aliases), and its bilinear upscale aligns corners instead of pixel
+// centres. This separable fixed-point resampler costs about what ARGBScale does on the
+// hot path (640x480 -> 341x256); see README.md.
+//
+// Arithmetic (integers only, so results do not depend on the CPU or on which of the
+// AVX2 and portable paths ran): weights are Q14 and sum to exactly 1 << 14, so flat
+// areas stay flat. The vertical pass turns 8-bit rows into one row of pixel * 128 (Q7)
+// in int16, each tap rounded as pmulhrsw does, (p * 128 * w15 + 2^14) >> 15, with the
+// weight in Q15; the horizontal pass sums Q7 x Q14 products in int32 (pmaddwd) and
+// rounds once. The vertical rounding is at most taps/256 of a grey level.
+
+constexpr int kWeightBits = 14;
+constexpr int kRowBits = 7;
+constexpr int kRowPadding = 16;  // int16 after a row that the SIMD pass may read (zeros)
+
+// For each output index along one axis: the first source index and `taps` weights.
+struct AxisFilter {
+  int src_n = -1, dst_n = -1;
+  bool area = false;
+  int taps = 0;
+  std::vector<int32_t> start;
+  std::vector<int16_t> weights;  // dst_n * taps
+  // The same weights in Q15 (vertical pass, pmulhrsw; 1.0 saturates to 32767).
+  std::vector<int16_t> weights15;
+  // The same weights two by two, (w[2p] | w[2p + 1] << 16), for pmaddwd, laid out as
+  // the AVX2 pass loads them: for outputs 2j and 2j + 1 and pair p, 4 copies of each.
+  int pairs = 0;
+  std::vector<int32_t> lane_weights;  // ceil(dst_n / 2) * pairs * 8
+  std::vector<double> exact;          // scratch for one output's weights while building
+};
+
+void BuildAxisFilter(int src_n, int dst_n, bool area, AxisFilter* f) {
+  if (f->src_n == src_n && f->dst_n == dst_n && f->area == area) return;  // cached
+  const double scale = static_cast<double>(src_n) / dst_n;
+  // Upper bound of the source indices one output touches.
+  int taps = area ? static_cast<int>(std::ceil(scale)) + 1 : 2;
+  taps = std::min(taps, src_n);
+  f->src_n = src_n;
+  f->dst_n = dst_n;
+  f->area = area;
+  f->taps = taps;
+  f->start.assign(dst_n, 0);
+  f->weights.assign(static_cast<size_t>(dst_n) * taps, 0);
+  std::vector<double>& w = f->exact;  // reused: RandomResizedCrop rebuilds per sample
+  w.resize(taps);
+  for (int i = 0; i < dst_n; ++i) {
+    std::fill(w.begin(), w.end(), 0.0);
+    int first;
+    if (area) {
+      // Box: each source pixel weighs the fraction of it the output pixel covers.
+      const double lo = i * scale, hi = (i + 1) * scale;
+      first = std::min(static_cast<int>(lo), src_n - taps);
+      for (int j = first; j < first + taps; ++j) {
+        const double overlap = std::min(hi, j + 1.0) - std::max(lo, static_cast<double>(j));
+        if (overlap > 0) w[j - first] = overlap / scale;
+      }
+    } else {
+      // Bilinear with half-pixel centres; indices clamped (edge replication).
+      const double c = (i + 0.5) * scale - 0.5;
+      const int j = static_cast<int>(std::floor(c));
+      const double frac = c - j;
+      const int i0 = std::clamp(j, 0, src_n - 1);
+      const int i1 = std::clamp(j + 1, 0, src_n - 1);
+      first = std::min(i0, src_n - taps);
+      w[i0 - first] += 1.0 - frac;
+      w[i1 - first] += frac;
+    }
+    f->start[i] = first;
+    // Quantize so that the weights sum to exactly 1 << kWeightBits: flat areas stay flat.
+    int16_t* q = &f->weights[static_cast<size_t>(i) * taps];
+    int sum = 0, largest = 0;
+    for (int k = 0; k < taps; ++k) {
+      q[k] = static_cast<int16_t>(std::lround(w[k] * (1 << kWeightBits)));
+      sum += q[k];
+      if (q[k] > q[largest]) largest = k;
+    }
+    q[largest] = static_cast<int16_t>(q[largest] + ((1 << kWeightBits) - sum));
+  }
+  f->weights15.resize(f->weights.size());
+  for (size_t i = 0; i < f->weights.size(); ++i) {
+    f->weights15[i] = static_cast<int16_t>(std::min(2 * f->weights[i], 32767));
+  }
+  f->pairs = (taps + 1) / 2;
+  f->lane_weights.assign(static_cast<size_t>((dst_n + 1) / 2) * f->pairs * 8, 0);
+  for (int i = 0; i < dst_n; ++i) {
+    const int16_t* q = &f->weights[static_cast<size_t>(i) * taps];
+    for (int p = 0; p < f->pairs; ++p) {
+      const uint32_t lo = static_cast<uint16_t>(q[2 * p]);
+      const uint32_t hi = 2 * p + 1 < taps ? static_cast<uint16_t>(q[2 * p + 1]) : 0;
+      int32_t* lane =
+          &f->lane_weights[((static_cast<size_t>(i / 2) * f->pairs + p) * 2 + i % 2) * 4];
+      for (int k = 0; k < 4; ++k) lane[k] = static_cast<int32_t>(lo | (hi << 16));
+    }
+  }
+}
+
+struct ResizeBuffers {
+  AxisFilter x, y;
+  std::vector<int16_t> row;  // one vertically filtered row, Q7, plus kRowPadding zeros
+};
+
+// One vertical tap, exactly as pmulhrsw computes it: (p * 128 * w15 + 2^14) >> 15.
+inline int32_t VerticalTap(uint8_t p, int16_t w15) {
+  return (static_cast<int32_t>(p) * 128 * w15 + (1 << 14)) >> 15;
+}
+
+// Vertical pass: the weighted sum of `taps` source rows, values [begin, n), into Q7.
+void FilterRowsScalar(const uint8_t* const* rows, const int16_t* w15, int taps, int begin, int n,
+                      int16_t* out) {
+  for (int i = begin; i < n; ++i) {
+    int32_t a = 0;
+    for (int k = 0; k < taps; ++k) a += VerticalTap(rows[k][i], w15[k]);
+    out[i] = static_cast<int16_t>(std::min(a, 32767));
+  }
+}
+
+constexpr int kColShift = kWeightBits + kRowBits;
+
+// Horizontal pass over one Q7 row into 8-bit pixels [begin, end), portable form.
+template <int C>
+void FilterColsScalar(const int16_t* row, const AxisFilter& f, int begin, int end, uint8_t* out) {
+  const int taps = f.taps;
+  const int32_t* const start = f.start.data();
+  const int16_t* const weights = f.weights.data();
+  for (int x = begin; x < end; ++x) {
+    const int16_t* p = row + static_cast<int64_t>(start[x]) * C;
+    const int16_t* w = weights + static_cast<size_t>(x) * taps;
+    int32_t a[C];
+    for (int c = 0; c < C; ++c) a[c] = 1 << (kColShift - 1);
+    for (int k = 0; k < taps; ++k) {
+      for (int c = 0; c < C; ++c) a[c] += w[k] * p[k * C + c];
+    }
+    for (int c = 0; c < C; ++c) {
+      out[x * C + c] = static_cast<uint8_t>(std::clamp(a[c] >> kColShift, 0, 255));
+    }
+  }
+}
+
+#if defined(__x86_64__)
+bool HasAvx2() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return has;
+}
+
+constexpr int kMaxSimdTaps = 8;
+
+// 16 values per step: zero-extend, * 128, pmulhrsw by the broadcast weight, add. Taps
+// go in groups of kMaxSimdTaps, later groups adding to what earlier ones stored. The
+// sum is at most 32640 plus half a unit per tap; adds saturate, as the scalar form does,
+// so that even a >250-tap reduction cannot wrap.
+// kTaps > 0 fixes the tap count at compile time (unrolled); 0 reads `taps`.
+template <int kTaps>
+__attribute__((target("avx2"))) void FilterRowsAvx2(const uint8_t* const* rows, const int16_t* w15,
+                                                    int taps, int n, int16_t* out) {
+  if (kTaps > 0) taps = kTaps;
+  const int simd_n = n / 16 * 16;
+  for (int group = 0; group < taps; group += kMaxSimdTaps) {
+    const int group_taps = std::min(kMaxSimdTaps, taps - group);
+    __m256i weight[kMaxSimdTaps];
+    const uint8_t* src[kMaxSimdTaps];
+    for (int k = 0; k < group_taps; ++k) {
+      weight[k] = _mm256_set1_epi16(w15[group + k]);
+      src[k] = rows[group + k];
+    }
+    for (int i = 0; i < simd_n; i += 16) {
+      __m256i acc = group == 0 ? _mm256_setzero_si256()
+                               : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(out + i));
+      for (int k = 0; k < (kTaps > 0 ? kTaps : group_taps); ++k) {
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src[k] + i));
+        const __m256i q7 = _mm256_slli_epi16(_mm256_cvtepu8_epi16(bytes), kRowBits);
+        acc = _mm256_adds_epi16(acc, _mm256_mulhrs_epi16(q7, weight[k]));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), acc);
+    }
+  }
+  FilterRowsScalar(rows, w15, taps, simd_n, n, out);
+}
+
+// Two output pixels per step, one per 128-bit lane. Per pair of taps, one 16-byte load
+// holds both source pixels; pshufb interleaves them channel by channel (a0 b0 a1 b1 ...)
+// and pmaddwd applies both weights at once. kPairs > 0 fixes the pair count at compile
+// time (unrolled); 0 reads it from f.
+template <int C, int kPairs>
+__attribute__((target("avx2"))) void FilterColsAvx2(const int16_t* row, const AxisFilter& f,
+                                                    int dst_width, uint8_t* out) {
+  const __m128i interleave128 =
+      C == 4 ? _mm_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15)
+             : _mm_setr_epi8(0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1);
+  const __m256i interleave = _mm256_broadcastsi128_si256(interleave128);
+  const __m256i round = _mm256_set1_epi32(1 << (kColShift - 1));
+  // Locals, not f's members: stores through `out` (a uint8_t*) may alias anything, which
+  // would make the compiler reload every member after every pixel.
+  const int pairs = kPairs > 0 ? kPairs : f.pairs;
+  const __m256i* weights = reinterpret_cast<const __m256i*>(f.lane_weights.data());
+  const int32_t* const start = f.start.data();
+  int x = 0;
+  for (; x + 2 <= dst_width; x += 2, weights += pairs) {
+    const int16_t* p0 = row + static_cast<int64_t>(start[x]) * C;
+    const int16_t* p1 = row + static_cast<int64_t>(start[x + 1]) * C;
+    __m256i acc = round;
+    for (int k = 0; k < pairs; ++k) {
+      const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p0 + 2 * k * C));
+      const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1 + 2 * k * C));
+      const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(v0), v1, 1);
+      const __m256i w = _mm256_loadu_si256(weights + k);
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(v, interleave), w));
+    }
+    acc = _mm256_srai_epi32(acc, kColShift);
+    const __m256i words = _mm256_packs_epi32(acc, acc);
+    const __m256i bytes = _mm256_packus_epi16(words, words);
+    const uint32_t first = static_cast<uint32_t>(_mm256_extract_epi32(bytes, 0));
+    const uint32_t second = static_cast<uint32_t>(_mm256_extract_epi32(bytes, 4));
+    std::memcpy(out + static_cast<int64_t>(x) * C, &first, C);
+    std::memcpy(out + static_cast<int64_t>(x + 1) * C, &second, C);
+  }
+  FilterColsScalar<C>(row, f, x, dst_width, out);
+}
+
+template <int C>
+void FilterColsAvx2Dispatch(const int16_t* row, const AxisFilter& f, int dst_width, uint8_t* out) {
+  switch (f.pairs) {
+    case 1:
+      return FilterColsAvx2<C, 1>(row, f, dst_width, out);
+    case 2:
+      return FilterColsAvx2<C, 2>(row, f, dst_width, out);
+    case 3:
+      return FilterColsAvx2<C, 3>(row, f, dst_width, out);
+    default:
+      return FilterColsAvx2<C, 0>(row, f, dst_width, out);
+  }
+}
+#endif
+
+void FilterRows(const uint8_t* const* rows, const int16_t* w15, int taps, int n, int16_t* out,
+                bool simd) {
+#if defined(__x86_64__)
+  if (simd && HasAvx2()) {
+    switch (taps) {
+      case 2:
+        return FilterRowsAvx2<2>(rows, w15, taps, n, out);
+      case 3:
+        return FilterRowsAvx2<3>(rows, w15, taps, n, out);
+      default:
+        return FilterRowsAvx2<0>(rows, w15, taps, n, out);
+    }
+  }
+#endif
+  FilterRowsScalar(rows, w15, taps, 0, n, out);
+}
+
+void FilterCols(const int16_t* row, const AxisFilter& f, int dst_width, int channels, uint8_t* out,
+                bool simd) {
+#if defined(__x86_64__)
+  if (simd && HasAvx2()) {
+    channels == 4 ? FilterColsAvx2Dispatch<4>(row, f, dst_width, out)
+                  : FilterColsAvx2Dispatch<3>(row, f, dst_width, out);
+    return;
+  }
+#endif
+  channels == 4 ? FilterColsScalar<4>(row, f, 0, dst_width, out)
+                : FilterColsScalar<3>(row, f, 0, dst_width, out);
+}
+
+Status ResizeWith(ImageView src, MutableImageView dst, bool antialias, bool simd) {
+  const int c = src.channels;
+  if (src.empty() || dst.data == nullptr || dst.width <= 0 || dst.height <= 0 ||
+      (c != 3 && c != 4) || dst.channels != c) {
+    return Status::InvalidArgument(
+        "ResizeInto: needs non-empty 3- or 4-channel images with "
+        "matching channel counts");
+  }
+  thread_local ResizeBuffers buffers;
+  ResizeBuffers& b = buffers;
+  BuildAxisFilter(src.width, dst.width, antialias && dst.width < src.width, &b.x);
+  BuildAxisFilter(src.height, dst.height, antialias && dst.height < src.height, &b.y);
+  const int n = src.width * c;
+  if (b.row.size() < static_cast<size_t>(n) + kRowPadding) b.row.assign(n + kRowPadding, 0);
+  std::fill(b.row.begin() + n, b.row.begin() + n + kRowPadding, 0);
+  constexpr int kMaxStackTaps = 64;
+  const uint8_t* stack_rows[kMaxStackTaps];
+  std::vector<const uint8_t*> heap_rows;
+  const uint8_t** rows = stack_rows;
+  if (b.y.taps > kMaxStackTaps) {  // only for extreme vertical reductions (> 63x)
+    heap_rows.resize(b.y.taps);
+    rows = heap_rows.data();
+  }
+  for (int y = 0; y < dst.height; ++y) {
+    const int first = b.y.start[y];
+    for (int k = 0; k < b.y.taps; ++k) rows[k] = src.row(first + k);
+    FilterRows(rows, &b.y.weights15[static_cast<size_t>(y) * b.y.taps], b.y.taps, n, b.row.data(),
+               simd);
+    FilterCols(b.row.data(), b.x, dst.width, c, dst.row(y), simd);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+ImageSize ResizeOutputSize(const ResizeSpec& spec, int width, int height) {
+  if (spec.shorter_side <= 0) return {spec.width, spec.height};
+  auto scaled = [&](int longer, int shorter) {
+    return std::max(1, static_cast<int>(
+                           std::lround(static_cast<double>(longer) * spec.shorter_side / shorter)));
+  };
+  if (width <= height) return {spec.shorter_side, scaled(height, width)};
+  return {scaled(width, height), spec.shorter_side};
+}
+
+Status ValidateResizeSpec(const ResizeSpec& spec) {
+  const bool shorter = spec.shorter_side > 0;
+  const bool exact = spec.width > 0 && spec.height > 0;
+  if (shorter == exact || spec.shorter_side < 0 || spec.width < 0 || spec.height < 0 ||
+      (!exact && (spec.width != 0 || spec.height != 0))) {
+    return Status::InvalidArgument(
+        "image.resize needs either shorter_side > 0 or both width and height > 0");
+  }
+  return Status::Ok();
+}
+
+Status ResizeInto(ImageView src, MutableImageView dst, bool antialias) {
+  return ResizeWith(src, dst, antialias, /*simd=*/true);
+}
+
+namespace internal {
+Status ResizeIntoPortable(ImageView src, MutableImageView dst, bool antialias) {
+  return ResizeWith(src, dst, antialias, /*simd=*/false);
+}
+}  // namespace internal
+
+Result<Image> Resize(ImageView src, int width, int height, bool antialias) {
+  HR_ASSIGN_OR_RETURN(Image out, Image::Allocate(width, height, src.channels));
+  HR_RETURN_IF_ERROR(ResizeInto(src, out.mutable_view(), antialias));
+  return out;
+}
+
+ResizeOp::ResizeOp(const ResizeSpec& spec) : spec_(spec), valid_(ValidateResizeSpec(spec)) {}
+
+Status ResizeOp::Run(SampleContext& ctx) const {
+  HR_RETURN_IF_ERROR(valid_);
+  if (ctx.image.empty()) return Status::Internal("image.resize: no image (decode first)");
+  const ImageSize size = ResizeOutputSize(spec_, ctx.image.width, ctx.image.height);
+  if (size.width == ctx.image.width && size.height == ctx.image.height) return Status::Ok();
+  HR_ASSIGN_OR_RETURN(MutableImageView out,
+                      ctx.NextScratchImage(size.width, size.height, ctx.image.channels));
+  HR_RETURN_IF_ERROR(ResizeInto(ctx.image, out, spec_.antialias));
+  ctx.image = out;
+  return Status::Ok();
+}
+
+}  // namespace headrace
