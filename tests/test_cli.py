@@ -158,3 +158,23 @@ def test_bench_ops_writes_the_cost_of_each_operator(tmp_path, headrace_bin, samp
 def test_make_run_config_is_the_example(headrace_bin):
     text = (REPO / "examples" / "vqa.yaml").read_text()
     assert "data/sample/manifest.jsonl" in text
+
+
+def jpeg_size(data: bytes):
+    """(width, height) from a JPEG's SOF marker."""
+    i = 2
+    while i < len(data):
+        marker, length = data[i + 1], int.from_bytes(data[i + 2:i + 4], "big")
+        if marker in (0xC0, 0xC1, 0xC2):
+            return int.from_bytes(data[i + 7:i + 9], "big"), int.from_bytes(data[i + 5:i + 7], "big")
+        i += 2 + length
+    raise AssertionError("no SOF marker")
+
+
+def test_make_sample_size_fixes_every_image(tmp_path, headrace_bin):
+    run_headrace(headrace_bin, "make-sample", "--out", tmp_path, "--samples", 6, "--size", "96x64")
+    sizes = {jpeg_size(p.read_bytes()) for p in (tmp_path / "images").glob("*.jpg")}
+    assert sizes == {(96, 64)}
+    proc = run_headrace(headrace_bin, "make-sample", "--out", tmp_path, "--samples", 2,
+                        "--size", "96", check=False)
+    assert proc.returncode == 2

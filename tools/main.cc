@@ -9,7 +9,7 @@ namespace {
 constexpr const char* kUsage = R"(usage: headrace COMMAND [ARGS]
 
 commands:
-  make-sample --out DIR [--samples N] [--seed S] [--threads T]
+  make-sample --out DIR [--samples N] [--seed S] [--threads T] [--size WxH]
       generate a chat-VQA sample dataset: JPEG images, manifest.jsonl, tokenizer.model
   run CONFIG [--report PATH] [--set key=value ...] [--start-batch K] [--digests]
              [--max-batches N] [--print-config] [--quiet]

@@ -132,7 +132,7 @@ constexpr std::array<std::pair<int, int>, 4> kAspects = {{{1, 1}, {4, 3}, {3, 2}
 
 float Uniform(Rng& rng, float lo, float hi) { return static_cast<float>(rng.Uniform(lo, hi)); }
 
-Scene MakeScene(uint64_t key) {
+Scene MakeScene(uint64_t key, int fixed_width, int fixed_height) {
   Rng rng(key);
   Scene s;
   const int long_side = 320 + static_cast<int>(rng.Below(1600 - 320 + 1));
@@ -141,6 +141,10 @@ Scene MakeScene(uint64_t key) {
   const bool portrait = al != as && rng.Bernoulli(0.5);
   s.width = portrait ? short_side : long_side;
   s.height = portrait ? long_side : short_side;
+  if (fixed_width > 0 && fixed_height > 0) {  // the draws above still happen: same scenes
+    s.width = fixed_width;
+    s.height = fixed_height;
+  }
   const float w = static_cast<float>(s.width), h = static_cast<float>(s.height);
 
   s.backdrop = static_cast<Backdrop>(rng.Below(5));
@@ -888,6 +892,10 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
     return Status::InvalidArgument("make-sample: samples must be at least 1");
   }
   if (options.threads < 0) return Status::InvalidArgument("make-sample: threads must be >= 0");
+  if (options.width < 0 || options.height < 0 || (options.width > 0) != (options.height > 0) ||
+      options.width > 8192 || options.height > 8192) {
+    return Status::InvalidArgument("make-sample: size must be WxH with both in 1..8192");
+  }
 
   const fs::path root(options.out_dir);
   std::error_code ec;
@@ -916,7 +924,7 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
       const int64_t i = next.fetch_add(1, std::memory_order_relaxed);
       if (i >= n) return;
       const uint64_t key = HashKeys(options.seed, static_cast<uint64_t>(i));
-      const Scene scene = MakeScene(HashKeys(key, 0));
+      const Scene scene = MakeScene(HashKeys(key, 0), options.width, options.height);
       char id[32];
       std::snprintf(id, sizeof(id), "%06lld", static_cast<long long>(i));
       const std::string image = std::string("images/") + id + ".jpg";

@@ -36,6 +36,10 @@ struct MakeSampleOptions {
   uint64_t seed = 0;
   int threads = 0;  // worker threads drawing and encoding images; 0: one per core
   int vocab_size = 2000;
+  // Both > 0: every image is width x height (for benchmarks at a fixed size, e.g. the
+  // 640x480 of LIMITS.md); the content is the same scenes, drawn at that size.
+  int width = 0;
+  int height = 0;
 };
 
 struct MakeSampleStats {

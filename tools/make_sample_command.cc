@@ -11,9 +11,10 @@ int MakeSampleCommand(const Args& args) {
   std::string value;
   while (!r.done()) {
     const std::string flag = r.peek();
-    if (flag != "--out" && flag != "--samples" && flag != "--seed" && flag != "--threads") {
+    if (flag != "--out" && flag != "--samples" && flag != "--seed" && flag != "--threads" &&
+        flag != "--size") {
       std::fprintf(stderr, "headrace make-sample: unknown flag '%s' (allowed: --out, "
-                   "--samples, --seed, --threads)\n", flag.c_str());
+                   "--samples, --seed, --threads, --size WxH)\n", flag.c_str());
       return 2;
     }
     if (!r.Value(flag, &value)) return 2;
@@ -22,6 +23,12 @@ int MakeSampleCommand(const Args& args) {
       if (flag == "--samples") options.samples = std::stoll(value);
       if (flag == "--seed") options.seed = std::stoull(value);
       if (flag == "--threads") options.threads = std::stoi(value);
+      if (flag == "--size") {
+        const size_t x = value.find('x');
+        if (x == std::string::npos) throw std::invalid_argument("size");
+        options.width = std::stoi(value.substr(0, x));
+        options.height = std::stoi(value.substr(x + 1));
+      }
     } catch (const std::exception&) {
       std::fprintf(stderr, "headrace make-sample: %s needs a number, got '%s'\n",
                    flag.c_str(), value.c_str());
