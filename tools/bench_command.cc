@@ -129,9 +129,10 @@ void WriteOps(JsonWriter& w, const OpsBench& b) {
 }  // namespace
 
 int BenchCommand(const Args& args) {
+  if (!args.empty() && args[0] == "io") return BenchIoCommand(Args(args.begin() + 1, args.end()));
   if (args.empty() || (args[0] != "ops" && args[0] != "engine")) {
     std::fprintf(stderr, "usage: headrace bench ops|engine CONFIG [--samples N] [--report PATH] "
-                 "[--set key=value ...]\n");
+                 "[--set key=value ...]\n       headrace bench io [...]\n");
     return 2;
   }
   const std::string what = args[0];

@@ -18,6 +18,14 @@ commands:
       single-thread cost of each operator, ms per sample
   bench engine CONFIG [--samples N] [--report PATH] [--set key=value ...]
       engine overhead against the operators' cost, and the fed-trainer wait-time ratio
+  bench io [--latency-ms 20] [--inflight 1,8,32,128] [--report bench/io.json]
+           [--config CONFIG --samples N]
+      object-storage reads against a local server with injected latency; end to end
+  upload DIR s3://bucket/prefix [--create-bucket] [--endpoint URL] [--region R]
+         [--profile P] [--anonymous] [--addressing-style auto|path|virtual]
+      put every file under DIR into the bucket (e.g. the sample dataset)
+  ls s3://bucket/prefix-or-glob [--page-size N] [--endpoint URL] ...
+      list objects (ListObjectsV2, paginated)
 )";
 
 }  // namespace
@@ -33,7 +41,9 @@ int main(int argc, char** argv) {
   if (command == "run") return headrace::tools::RunCommand(args);
   if (command == "make-sample") return headrace::tools::MakeSampleCommand(args);
   if (command == "bench") return headrace::tools::BenchCommand(args);
-  std::fprintf(stderr, "headrace: unknown command '%s' (allowed: make-sample, run, bench)\n%s",
+  if (command == "upload") return headrace::tools::UploadCommand(args);
+  if (command == "ls") return headrace::tools::ListCommand(args);
+  std::fprintf(stderr, "headrace: unknown command '%s' (allowed: make-sample, run, bench, upload, ls)\n%s",
                command.c_str(), kUsage);
   return 2;
 }

@@ -106,12 +106,16 @@ void Engine::DriverLoop() {
     {  // Admission: prefetch depth and batch budget.
       std::unique_lock lock(mu_);
       const auto wait_start = Clock::now();
+      const int64_t consumer_wait_before = ConsumerWaitNanosLocked();
       driver_cv_.wait(lock, [&] {
         return stop_ || (admitted_ahead_ < options_.prefetch_depth &&
                          (batch_bytes_ + job->bytes <= options_.batch_budget_bytes ||
                           admitted_ahead_ == 0));
       });
-      admit_blocked_ns_ += NanosSince(wait_start);
+      // The wait is the consumer's doing only while the consumer was not itself waiting
+      // for a batch; the rest of it is waiting for batches in production.
+      admit_blocked_ns_ += std::max<int64_t>(
+          0, NanosSince(wait_start) - (ConsumerWaitNanosLocked() - consumer_wait_before));
       if (stop_) break;
       ++admitted_ahead_;
       batch_bytes_ += job->bytes;
@@ -220,6 +224,8 @@ void Engine::OnRead(const std::shared_ptr<BatchJob>& job, int slot, Result<Buffe
     if (bytes.ok()) {
       bytes_read_ += static_cast<int64_t>(bytes->size());
       undecoded_bytes_ += static_cast<int64_t>(bytes->size());
+      read_fill_sum_ += std::min(1.0, static_cast<double>(undecoded_bytes_) /
+                                          static_cast<double>(options_.io_budget_bytes));
       budget_peak_ = std::max(budget_peak_, batch_bytes_ + undecoded_bytes_);
     }
     driver_cv_.notify_all();
@@ -365,11 +371,17 @@ Status Engine::CheckErrorBudgetLocked(bool at_end) const {
 
 Result<std::optional<Batch>> Engine::Next() {
   std::unique_lock lock(mu_);
+  ++next_calls_;
+  batch_fill_sum_ += static_cast<double>(ready_.size()) / options_.prefetch_depth;
   while (true) {
     const int64_t total = order_.total_batches();
+    consumer_waiting_ = true;
+    consumer_waiting_since_ = Clock::now();
     consumer_cv_.wait(lock, [&] {
       return !failure_.ok() || next_ >= total || ready_.count(next_) > 0;
     });
+    consumer_waiting_ = false;
+    consumer_wait_ns_ += NanosSince(consumer_waiting_since_);
     if (!failure_.ok()) return failure_;
     if (next_ >= total) {
       Status budget = CheckErrorBudgetLocked(/*at_end=*/true);
@@ -409,6 +421,10 @@ Result<std::optional<Batch>> Engine::Next() {
   }
 }
 
+int64_t Engine::ConsumerWaitNanosLocked() const {
+  return consumer_wait_ns_ + (consumer_waiting_ ? NanosSince(consumer_waiting_since_) : 0);
+}
+
 int64_t Engine::next_batch() const {
   std::lock_guard lock(mu_);
   return next_;
@@ -437,6 +453,7 @@ EngineMetrics Engine::Metrics() const {
   int64_t read_busy = read_busy_ns_;
   if (reads_inflight_ > 0) read_busy += NanosSince(reads_busy_since_);
   StageMetrics read{"read", "io", options_.io_inflight, reads_done_, read_busy * 1e-9, 0, 0};
+  read.queue_fill = reads_done_ > 0 ? read_fill_sum_ / reads_done_ : 0.0;
   {
     const double idle = std::max(0.0, elapsed - read.busy_s);
     read.blocked_s = std::min(idle, read_blocked_ns_ * 1e-9 + admit_blocked);
@@ -457,6 +474,7 @@ EngineMetrics Engine::Metrics() const {
   StageMetrics batch{"batch", "assembly", options_.prefetch_depth, batches_delivered_,
                      assemble_ns_ * 1e-9, 0, admit_blocked};
   batch.starved_s = std::max(0.0, window - batch.busy_s - batch.blocked_s);
+  batch.queue_fill = next_calls_ > 0 ? std::min(1.0, batch_fill_sum_ / next_calls_) : 0.0;
 
   if (inputs_.reads_media) m.stages.push_back(read);
   m.stages.push_back(cpu);

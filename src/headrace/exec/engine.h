@@ -89,6 +89,10 @@ struct StageMetrics {
   double busy_s = 0;     // doing its work
   double starved_s = 0;  // nothing to do: waiting for input
   double blocked_s = 0;  // work ready but output full: waiting for downstream
+  // Mean occupancy of the stage's output queue, 0..1: for "read" undecoded bytes over
+  // the io budget (sampled at each read), for "batch" ready batches over the prefetch
+  // depth (sampled at each Next()); -1 where the stage has no queue of its own.
+  double queue_fill = -1;
 };
 
 struct OpMetrics {
@@ -144,6 +148,8 @@ class Engine {
   void FinishSample(const std::shared_ptr<BatchJob>& job, int slot, Status status);
   void FinishBatch(BatchJob& job);
   Status CheckErrorBudgetLocked(bool at_end) const;
+  // Total consumer wait so far, the wait in progress included.
+  int64_t ConsumerWaitNanosLocked() const;
 
   const EngineInputs inputs_;
   const EngineOptions options_;
@@ -176,9 +182,15 @@ class Engine {
   Clock::time_point reads_busy_since_;
   int64_t read_busy_ns_ = 0;
   int64_t read_blocked_ns_ = 0;
-  int64_t admit_blocked_ns_ = 0;
+  int64_t admit_blocked_ns_ = 0;   // admission waits while the consumer was not waiting
+  int64_t consumer_wait_ns_ = 0;   // total time inside Next() waiting for a batch
+  bool consumer_waiting_ = false;
+  Clock::time_point consumer_waiting_since_;
   int64_t assemble_ns_ = 0;
   int64_t reads_done_ = 0;
+  double read_fill_sum_ = 0;
+  double batch_fill_sum_ = 0;
+  int64_t next_calls_ = 0;
   int64_t bytes_read_ = 0;
   int64_t samples_attempted_ = 0;
   int64_t samples_delivered_ = 0;

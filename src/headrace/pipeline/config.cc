@@ -17,6 +17,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "headrace/io/uri.h"
+
 namespace headrace {
 namespace {
 
@@ -83,6 +85,8 @@ void Fields(SpecOf<TokenizeSpec> auto& s, auto&& f) {
   f("assistant_prefix", s.assistant_prefix);
   f("turn_end", s.turn_end);
 }
+// A user op is code, not config: only its name is written (as a placeholder).
+void Fields(SpecOf<UserOpSpec> auto& s, auto&& f) { f("name", s.name); }
 void Fields(SpecOf<BatchSpec> auto& s, auto&& f) {
   f("size", s.size);
   f("drop_last", s.drop_last);
@@ -104,6 +108,23 @@ void Fields(SpecOf<ErrorSpec> auto& s, auto&& f) {
   f("max_logged", s.max_logged);
 }
 void Fields(SpecOf<TrainerSpec> auto& s, auto&& f) { f("step_ms", s.step_ms); }
+void Fields(SpecOf<StorageSpec> auto& s, auto&& f) {
+  f("endpoint", s.endpoint);
+  f("region", s.region);
+  f("profile", s.profile);
+  f("anonymous", s.anonymous);
+  f("addressing_style", s.addressing_style);
+  f("connect_timeout_ms", s.connect_timeout_ms);
+  f("first_byte_timeout_ms", s.first_byte_timeout_ms);
+  f("low_speed_limit", s.low_speed_limit);
+  f("low_speed_time_s", s.low_speed_time_s);
+  f("max_retries", s.max_retries);
+  f("retry_base_ms", s.retry_base_ms);
+  f("retry_max_ms", s.retry_max_ms);
+  f("retry_budget", s.retry_budget);
+  f("part_bytes", s.part_bytes, Unit::kBytes);
+  f("max_connections", s.max_connections);
+}
 void Fields(SpecOf<PipelineSpec> auto& s, auto&& f) {
   f("source", s.source);
   f("seed", s.seed);
@@ -116,6 +137,7 @@ void Fields(SpecOf<PipelineSpec> auto& s, auto&& f) {
   f("memory", s.memory);
   f("errors", s.errors);
   f("trainer", s.trainer);
+  f("storage", s.storage);
 }
 
 template <typename T>
@@ -130,6 +152,7 @@ constexpr std::string_view OpName(const RandomResizedCropSpec&) {
 constexpr std::string_view OpName(const FlipSpec&) { return "image.flip"; }
 constexpr std::string_view OpName(const NormalizeSpec&) { return "image.normalize"; }
 constexpr std::string_view OpName(const TokenizeSpec&) { return "text.tokenize"; }
+constexpr std::string_view OpName(const UserOpSpec&) { return "user"; }
 std::string_view OpName(const OpSpec& op) {
   return std::visit([](const auto& o) { return OpName(o); }, op);
 }
@@ -152,6 +175,11 @@ constexpr std::pair<ErrorPolicy, std::string_view> kPolicies[] = {{ErrorPolicy::
 EnumTable<Layout> TableOf(Layout) { return kLayouts; }
 EnumTable<DType> TableOf(DType) { return kNormalizeDTypes; }
 EnumTable<ErrorPolicy> TableOf(ErrorPolicy) { return kPolicies; }
+constexpr std::pair<AddressingStyle, std::string_view> kAddressingStyles[] = {
+    {AddressingStyle::kAuto, "auto"},
+    {AddressingStyle::kPath, "path"},
+    {AddressingStyle::kVirtual, "virtual"}};
+EnumTable<AddressingStyle> TableOf(AddressingStyle) { return kAddressingStyles; }
 
 template <typename E>
 std::string AllowedNames(EnumTable<E> table) {
@@ -461,8 +489,11 @@ std::string OpNamesOf(std::index_sequence<I...>) {
   return out;
 }
 const std::string& AllOpNames() {
+  // Without UserOpSpec, the last alternative: it cannot be written in a config.
+  static_assert(std::is_same_v<std::variant_alternative_t<std::variant_size_v<OpSpec> - 1, OpSpec>,
+                               UserOpSpec>);
   static const std::string names =
-      OpNamesOf(std::make_index_sequence<std::variant_size_v<OpSpec>>{});
+      OpNamesOf(std::make_index_sequence<std::variant_size_v<OpSpec> - 1>{});
   return names;
 }
 
@@ -505,6 +536,11 @@ Status Reader::ParseOp(std::string_view name, const YAML::Node& params, const st
   if constexpr (I < std::variant_size_v<OpSpec>) {
     using T = std::variant_alternative_t<I, OpSpec>;
     if (name != OpName(T{})) return ParseOp<I + 1>(name, params, path, out);
+    if constexpr (std::is_same_v<T, UserOpSpec>) {
+      return Error(path, "a user op (" + Quote(name) + ") is code: add it from Python "
+                         "(headrace.ops.map) or C++, not from a config (allowed: " +
+                         AllOpNames() + ")");
+    }
     T spec;
     const std::string op_path = path + "." + std::string(name);
     HR_RETURN_IF_ERROR(ParseStruct(params, op_path, name, &spec));
@@ -823,6 +859,36 @@ Status ValidateOp(const std::string& p, const TokenizeSpec& s) {
   return AtLeast(p + ".pad_id", s.pad_id, -1);
 }
 
+Status ValidateOp(const std::string& p, const UserOpSpec& s) {
+  HR_RETURN_IF_ERROR(NonEmpty(p + ".name", s.name, "the op's name in reports"));
+  if (!s.make) return Invalid(p + ".make", "must be set (the op factory)");
+  for (size_t f = 0; f < s.fields.size(); ++f) {
+    const std::string key = p + ".fields[" + std::to_string(f) + "]";
+    HR_RETURN_IF_ERROR(NonEmpty(key, s.fields[f].name, "a batch field name"));
+    for (int64_t d : s.fields[f].sample_shape) HR_RETURN_IF_ERROR(AtLeast<int64_t>(key, d, 1));
+  }
+  return Status::Ok();
+}
+
+Status ValidateStorage(const StorageSpec& s) {
+  if (!s.endpoint.empty()) {
+    if (Result<Endpoint> ep = ParseEndpoint(s.endpoint); !ep.ok()) {
+      return Invalid("storage.endpoint", ep.status().message());
+    }
+  }
+  HR_RETURN_IF_ERROR(KnownEnum("storage.addressing_style", s.addressing_style));
+  HR_RETURN_IF_ERROR(AtLeast<int64_t>("storage.connect_timeout_ms", s.connect_timeout_ms, 1));
+  HR_RETURN_IF_ERROR(AtLeast<int64_t>("storage.first_byte_timeout_ms", s.first_byte_timeout_ms, 0));
+  HR_RETURN_IF_ERROR(AtLeast<int64_t>("storage.low_speed_limit", s.low_speed_limit, 0));
+  HR_RETURN_IF_ERROR(AtLeast<int64_t>("storage.low_speed_time_s", s.low_speed_time_s, 0));
+  HR_RETURN_IF_ERROR(AtLeast("storage.max_retries", s.max_retries, 0));
+  HR_RETURN_IF_ERROR(AtLeast<int64_t>("storage.retry_base_ms", s.retry_base_ms, 0));
+  HR_RETURN_IF_ERROR(AtLeast<int64_t>("storage.retry_max_ms", s.retry_max_ms, s.retry_base_ms));
+  HR_RETURN_IF_ERROR(AtLeast<int64_t>("storage.retry_budget", s.retry_budget, 0));
+  HR_RETURN_IF_ERROR(AtLeast<int64_t>("storage.part_bytes", s.part_bytes, 64 << 10));
+  return AtLeast("storage.max_connections", s.max_connections, 0);
+}
+
 Status ValidateOps(const std::vector<OpSpec>& ops) {
   int decode_at = -1;
   int normalize_at = -1;
@@ -832,6 +898,7 @@ Status ValidateOps(const std::vector<OpSpec>& ops) {
     const std::string p = "ops[" + std::to_string(i) + "]." + name;
     const auto first = [](int at) { return " (first at ops[" + std::to_string(at) + "])"; };
     HR_RETURN_IF_ERROR(std::visit([&](const auto& spec) { return ValidateOp(p, spec); }, ops[i]));
+    if (std::holds_alternative<UserOpSpec>(ops[i])) continue;  // reads the image, never writes it
     if (std::holds_alternative<TokenizeSpec>(ops[i])) {
       if (tokenize_at >= 0) return Invalid(p, "text.tokenize may appear once" + first(tokenize_at));
       tokenize_at = static_cast<int>(i);
@@ -946,6 +1013,7 @@ Status ValidatePipelineSpec(const PipelineSpec& spec) {
   HR_RETURN_IF_ERROR(Probability("errors.max_error_rate", errors.max_error_rate));
   HR_RETURN_IF_ERROR(AtLeast<int64_t>("errors.min_samples", errors.min_samples, 0));
   HR_RETURN_IF_ERROR(AtLeast("errors.max_logged", errors.max_logged, 0));
+  HR_RETURN_IF_ERROR(ValidateStorage(spec.storage));
   if (!(spec.trainer.step_ms >= 0) || !std::isfinite(spec.trainer.step_ms)) {
     return Invalid("trainer.step_ms", "must be a finite number >= 0" + Got(spec.trainer.step_ms));
   }

@@ -1,5 +1,6 @@
 #include "headrace/pipeline/loader.h"
 
+#include "headrace/io/object_storage.h"
 #include "headrace/pipeline/config.h"
 #include "headrace/pipeline/plan.h"
 
@@ -14,7 +15,9 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   const ExecutionSpec& ex = spec.execution;
   loader->storage_ = options.storage;
   if (!loader->storage_) {
-    loader->storage_ = MakeLocalStorage({.threads = ex.io_threads > 0 ? ex.io_threads : 2});
+    // Local paths, s3:// and http(s):// URIs, each backend opened on first use.
+    loader->storage_ =
+        OpenStorage(spec.storage, {.threads = ex.io_threads > 0 ? ex.io_threads : 2});
   }
   HR_ASSIGN_OR_RETURN(Manifest manifest, LoadManifest(*loader->storage_, spec.source));
   loader->manifest_ = std::make_shared<Manifest>(std::move(manifest));

@@ -23,7 +23,7 @@ struct LoaderOptions {
   int rank = 0;
   int world_size = 1;
   Allocator* allocator = nullptr;    // batch memory; null: the heap
-  std::shared_ptr<Storage> storage;  // null: local files
+  std::shared_ptr<Storage> storage;  // null: OpenStorage(spec.storage): local, s3://, http(s)://
 };
 
 // Wait accounting of the consumer, in seconds.

@@ -61,6 +61,7 @@ std::string OpSpecName(const OpSpec& op) {
                         [](const FlipSpec&) { return "image.flip"; },
                         [](const NormalizeSpec&) { return "image.normalize"; },
                         [](const TokenizeSpec&) { return "text.tokenize"; },
+                        [](const UserOpSpec& s) { return s.name.c_str(); },
                     },
                     op);
 }
@@ -73,7 +74,9 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec) {
   for (size_t i = 0; i < spec.ops.size(); ++i) {
     const OpSpec& op = spec.ops[i];
     const int position = static_cast<int>(i);
-    const bool is_image = !std::holds_alternative<TokenizeSpec>(op);
+    // A user op reads the image if there is one but never changes it: not an image op.
+    const bool is_image =
+        !std::holds_alternative<TokenizeSpec>(op) && !std::holds_alternative<UserOpSpec>(op);
     if (is_image && !std::holds_alternative<DecodeSpec>(op) && !decoded) {
       return OpError(i, op, "image operators need image.decode before them");
     }
@@ -136,6 +139,14 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec) {
                 plan.fields.push_back(FieldSpec{name, DType::kI64, {s.max_length}});
               }
               built = *std::move(tokenize);
+              return Status::Ok();
+            },
+            [&](const UserOpSpec& s) -> Status {
+              auto made = s.make(static_cast<int>(plan.fields.size()), position);
+              if (!made.ok()) return made.status().WithContext("ops[" + std::to_string(i) + "]");
+              if (*made == nullptr) return OpError(i, op, "the op factory returned no op");
+              plan.fields.insert(plan.fields.end(), s.fields.begin(), s.fields.end());
+              built = *std::move(made);
               return Status::Ok();
             },
         },

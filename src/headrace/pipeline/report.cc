@@ -160,6 +160,7 @@ std::string RunReportToJson(const RunReport& r) {
     w.Key("starved_s").Double(s.metrics.starved_s);
     w.Key("blocked_s").Double(s.metrics.blocked_s);
     w.Key("utilization").Double(s.utilization);
+    if (s.metrics.queue_fill >= 0) w.Key("queue_fill").Double(s.metrics.queue_fill);
     w.Key("verdict").String(s.verdict);
     w.EndObject();
   }
@@ -202,13 +203,20 @@ std::string RunReportToText(const RunReport& r) {
       r.budget_peak_bytes / 1048576.0, r.memory_budget_bytes / 1048576.0);
   add("  copies            %.1f bytes per sample beyond the batch slot\n",
       r.bytes_copied_per_sample);
-  out += "  stages            name    busy   starved blocked  verdict\n";
+  out += "  stages            name    busy   starved blocked  queue  verdict\n";
   for (const auto& s : r.stages) {
-    add("                    %-6s %5.0f%%  %5.0f%%  %5.0f%%   %s (x%d, %lld items)\n",
-        s.metrics.name.c_str(), 100 * s.utilization,
-        100 * s.metrics.starved_s / std::max(1e-9, r.elapsed_s),
-        100 * s.metrics.blocked_s / std::max(1e-9, r.elapsed_s), s.verdict.c_str(),
-        s.metrics.concurrency, static_cast<long long>(s.metrics.items));
+    const double total =
+        std::max(1e-9, s.metrics.busy_s + s.metrics.starved_s + s.metrics.blocked_s);
+    add("                    %-6s %5.0f%%  %5.0f%%  %5.0f%%  ", s.metrics.name.c_str(),
+        100 * s.metrics.busy_s / total, 100 * s.metrics.starved_s / total,
+        100 * s.metrics.blocked_s / total);
+    if (s.metrics.queue_fill >= 0) {
+      add("%4.0f%%", 100 * s.metrics.queue_fill);
+    } else {
+      out += "    -";
+    }
+    add("   %s (x%d, %lld items)\n", s.verdict.c_str(), s.metrics.concurrency,
+        static_cast<long long>(s.metrics.items));
   }
   out += "  ops (ms/sample)  ";
   for (const auto& op : r.ops) add(" %s %.2f", op.name.c_str(), op.ms_per_sample);

@@ -7,12 +7,16 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "headrace/core/tensor.h"
+#include "headrace/exec/engine.h"
 #include "headrace/formats/source_spec.h"
+#include "headrace/io/storage_spec.h"
 #include "headrace/ops/specs.h"
 
 namespace headrace {
@@ -21,8 +25,22 @@ namespace headrace {
 
 // --- operators: their specs live beside them, in ops/specs.h ---------------------
 
+// An operator supplied as code (a Python function, through the bindings) rather than
+// by name: it reads the sample, and the current image when the chain has one, and
+// writes `fields` (appended to the batch layout where the op stands). It never changes
+// the image. It cannot come from YAML: PipelineSpecToYaml writes it as a placeholder
+// `user: {name: ...}`, which the parser refuses. Keep it the last alternative.
+struct UserOpSpec {
+  std::string name;               // shown in reports and errors, e.g. "python.map(fn)"
+  std::vector<FieldSpec> fields;  // the batch fields it writes, in order
+  // Builds the op: `first_field` is the position of fields[0] among the batch's fields
+  // (its slots in SampleContext::slots), `position` its place in the chain. Called once
+  // per plan, before any work starts.
+  std::function<Result<std::unique_ptr<Op>>(int first_field, int position)> make;
+};
+
 using OpSpec = std::variant<DecodeSpec, ResizeSpec, CenterCropSpec, RandomResizedCropSpec,
-                            FlipSpec, NormalizeSpec, TokenizeSpec>;
+                            FlipSpec, NormalizeSpec, TokenizeSpec, UserOpSpec>;
 
 // --- the rest -----------------------------------------------------------------------
 
@@ -78,6 +96,7 @@ struct PipelineSpec {
   MemorySpec memory;
   ErrorSpec errors;
   TrainerSpec trainer;
+  StorageSpec storage;  // object storage (S3, HTTP); see io/storage_spec.h
 };
 
 }  // namespace headrace
