@@ -100,120 +100,114 @@ void Engine::DriverLoop() {
     auto job = std::make_shared<BatchJob>();
     job->position = order_.Position(j);
     job->sample_indices = order_.SampleIndices(job->position);
-    const auto n = static_cast<int64_t>(job->sample_indices.size());
-    job->bytes = static_cast<int64_t>(BatchBytes(n));
-
-    {  // Admission: prefetch depth and batch budget.
-      std::unique_lock lock(mu_);
-      const auto wait_start = Clock::now();
-      const int64_t consumer_wait_before = ConsumerWaitNanosLocked();
-      driver_cv_.wait(lock, [&] {
-        return stop_ || (admitted_ahead_ < options_.prefetch_depth &&
-                         (batch_bytes_ + job->bytes <= options_.batch_budget_bytes ||
-                          admitted_ahead_ == 0));
-      });
-      // The wait is the consumer's doing only while the consumer was not itself waiting
-      // for a batch; the rest of it is waiting for batches in production.
-      admit_blocked_ns_ += std::max<int64_t>(
-          0, NanosSince(wait_start) - (ConsumerWaitNanosLocked() - consumer_wait_before));
-      if (stop_) break;
-      ++admitted_ahead_;
-      batch_bytes_ += job->bytes;
-      budget_peak_ = std::max(budget_peak_, batch_bytes_ + undecoded_bytes_);
-      outstanding_ += n;
-      samples_attempted_ += n;
-    }
-
-    // Buffers for every field, rows addressed per sample.
-    Status alloc_status;
-    for (const FieldSpec& f : inputs_.fields) {
-      std::vector<int64_t> shape{n};
-      shape.insert(shape.end(), f.sample_shape.begin(), f.sample_shape.end());
-      auto tensor = Tensor::Allocate(f.dtype, std::move(shape), options_.allocator);
-      if (!tensor.ok()) {
-        alloc_status = tensor.status();
-        break;
-      }
-      job->tensors.push_back(*std::move(tensor));
-    }
-    if (alloc_status.ok()) {
-      auto index = Tensor::Allocate(DType::kI64, {n}, options_.allocator);
-      if (index.ok()) {
-        job->tensors.push_back(*std::move(index));
-      } else {
-        alloc_status = index.status();
-      }
-    }
-    if (!alloc_status.ok()) {
+    job->bytes = static_cast<int64_t>(BatchBytes(job->sample_indices.size()));
+    if (!Admit(*job)) break;
+    if (Status allocated = AllocateRows(*job); !allocated.ok()) {
       std::lock_guard lock(mu_);
-      if (failure_.ok()) failure_ = alloc_status.WithContext("allocating a batch");
+      if (failure_.ok()) failure_ = allocated.WithContext("allocating a batch");
       stop_ = true;
-      outstanding_ -= n;
+      outstanding_ -= static_cast<int64_t>(job->sample_indices.size());
       consumer_cv_.notify_all();
       drained_cv_.notify_all();
       break;
     }
-    job->slots.resize(n);
-    job->status.resize(n);
-    job->pending.store(static_cast<int>(n));
-    int64_t* index_row = job->tensors.back().mutable_data<int64_t>();
-    for (int64_t s = 0; s < n; ++s) {
-      index_row[s] = job->sample_indices[s];
-      auto& row = job->slots[s];
-      row.resize(inputs_.fields.size());
-      for (size_t f = 0; f < inputs_.fields.size(); ++f) {
-        row[f] = job->tensors[f].mutable_data<uint8_t>() + s * inputs_.fields[f].sample_bytes();
-      }
-    }
-
-    for (int64_t s = 0; s < n; ++s) {
-      const SampleRecord& record = (*inputs_.records)[job->sample_indices[s]];
-      if (!record.status.ok()) {
-        FinishSample(job, static_cast<int>(s), record.status);
-        continue;
-      }
-      if (!inputs_.reads_media) {
-        if (!pool_->Submit([this, job, s] { RunChain(job, static_cast<int>(s), Buffer()); })) {
-          FinishSample(job, static_cast<int>(s), Status::Cancelled("the run was cancelled"));
-        }
-        continue;
-      }
-      if (record.media_uri.empty()) {
-        FinishSample(job, static_cast<int>(s),
-                     Status::MissingField("the record has no image but the pipeline decodes one"));
-        continue;
-      }
-      bool issue;
-      {  // Read capacity: requests in flight, and fetched bytes not yet decoded.
-        std::unique_lock lock(mu_);
-        const auto wait_start = Clock::now();
-        bool waited_on_budget = false;
-        driver_cv_.wait(lock, [&] {
-          if (stop_) return true;
-          if (undecoded_bytes_ > options_.io_budget_bytes) {
-            waited_on_budget = true;
-            return false;
-          }
-          return reads_inflight_ < options_.io_inflight;
-        });
-        if (waited_on_budget) read_blocked_ns_ += NanosSince(wait_start);
-        issue = !stop_;
-        if (issue && reads_inflight_++ == 0) reads_busy_since_ = Clock::now();
-      }
-      if (!issue) {
-        FinishSample(job, static_cast<int>(s), Status::Cancelled("the run was cancelled"));
-        continue;
-      }
-      inputs_.storage->ReadAsync(record.media_uri,
-                                 [this, job, s](Result<Buffer> bytes) {
-                                   OnRead(job, static_cast<int>(s), std::move(bytes));
-                                 });
-    }
+    for (size_t s = 0; s < job->sample_indices.size(); ++s) IssueSample(job, static_cast<int>(s));
   }
   std::lock_guard lock(mu_);
   driver_done_ = true;
   driver_done_s_ = SecondsSince(start_time_);
   consumer_cv_.notify_all();
+}
+
+bool Engine::Admit(const BatchJob& job) {
+  std::unique_lock lock(mu_);
+  const auto wait_start = Clock::now();
+  const int64_t consumer_wait_before = ConsumerWaitNanosLocked();
+  driver_cv_.wait(lock, [&] {
+    return stop_ || (admitted_ahead_ < options_.prefetch_depth &&
+                     (batch_bytes_ + job.bytes <= options_.batch_budget_bytes ||
+                      admitted_ahead_ == 0));
+  });
+  // The wait is the consumer's doing only while the consumer was not itself waiting
+  // for a batch; the rest of it is waiting for batches in production.
+  admit_blocked_ns_ += std::max<int64_t>(
+      0, NanosSince(wait_start) - (ConsumerWaitNanosLocked() - consumer_wait_before));
+  if (stop_) return false;
+  const auto n = static_cast<int64_t>(job.sample_indices.size());
+  ++admitted_ahead_;
+  batch_bytes_ += job.bytes;
+  budget_peak_ = std::max(budget_peak_, batch_bytes_ + undecoded_bytes_);
+  outstanding_ += n;
+  samples_attempted_ += n;
+  return true;
+}
+
+Status Engine::AllocateRows(BatchJob& job) {
+  const auto n = static_cast<int64_t>(job.sample_indices.size());
+  for (const FieldSpec& f : inputs_.fields) {
+    std::vector<int64_t> shape{n};
+    shape.insert(shape.end(), f.sample_shape.begin(), f.sample_shape.end());
+    HR_ASSIGN_OR_RETURN(Tensor tensor,
+                        Tensor::Allocate(f.dtype, std::move(shape), options_.allocator));
+    job.tensors.push_back(std::move(tensor));
+  }
+  HR_ASSIGN_OR_RETURN(Tensor index, Tensor::Allocate(DType::kI64, {n}, options_.allocator));
+  job.tensors.push_back(std::move(index));
+  job.slots.resize(n);
+  job.status.resize(n);
+  job.pending.store(static_cast<int>(n));
+  int64_t* index_row = job.tensors.back().mutable_data<int64_t>();
+  for (int64_t s = 0; s < n; ++s) {
+    index_row[s] = job.sample_indices[s];
+    auto& row = job.slots[s];
+    row.resize(inputs_.fields.size());
+    for (size_t f = 0; f < inputs_.fields.size(); ++f) {
+      row[f] = job.tensors[f].mutable_data<uint8_t>() + s * inputs_.fields[f].sample_bytes();
+    }
+  }
+  return Status::Ok();
+}
+
+void Engine::IssueSample(const std::shared_ptr<BatchJob>& job, int slot) {
+  const SampleRecord& record = (*inputs_.records)[job->sample_indices[slot]];
+  if (!record.status.ok()) {
+    FinishSample(job, slot, record.status);
+    return;
+  }
+  if (!inputs_.reads_media) {
+    if (!pool_->Submit([this, job, slot] { RunChain(job, slot, Buffer()); })) {
+      FinishSample(job, slot, Status::Cancelled("the run was cancelled"));
+    }
+    return;
+  }
+  if (record.media_uri.empty()) {
+    FinishSample(job, slot,
+                 Status::MissingField("the record has no image but the pipeline decodes one"));
+    return;
+  }
+  {  // Read capacity: requests in flight, and fetched bytes not yet decoded.
+    std::unique_lock lock(mu_);
+    const auto wait_start = Clock::now();
+    bool waited_on_budget = false;
+    driver_cv_.wait(lock, [&] {
+      if (stop_) return true;
+      if (undecoded_bytes_ > options_.io_budget_bytes) {
+        waited_on_budget = true;
+        return false;
+      }
+      return reads_inflight_ < options_.io_inflight;
+    });
+    if (waited_on_budget) read_blocked_ns_ += NanosSince(wait_start);
+    if (stop_) {
+      lock.unlock();
+      FinishSample(job, slot, Status::Cancelled("the run was cancelled"));
+      return;
+    }
+    if (reads_inflight_++ == 0) reads_busy_since_ = Clock::now();
+  }
+  inputs_.storage->ReadAsync(record.media_uri, [this, job, slot](Result<Buffer> bytes) {
+    OnRead(job, slot, std::move(bytes));
+  });
 }
 
 void Engine::OnRead(const std::shared_ptr<BatchJob>& job, int slot, Result<Buffer> bytes) {

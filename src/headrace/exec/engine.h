@@ -143,6 +143,13 @@ class Engine {
   Engine(EngineInputs inputs, EngineOptions options, EpochOrder order);
 
   void DriverLoop();
+  // Waits until batch `job` fits the prefetch depth and the batch budget; false when
+  // the run stopped instead.
+  bool Admit(const BatchJob& job);
+  // Allocates the batch's tensors and points each sample's slots at its rows.
+  Status AllocateRows(BatchJob& job);
+  // Starts one sample: a read (within the read capacity) or straight to the CPU pool.
+  void IssueSample(const std::shared_ptr<BatchJob>& job, int slot);
   void OnRead(const std::shared_ptr<BatchJob>& job, int slot, Result<Buffer> bytes);
   void RunChain(const std::shared_ptr<BatchJob>& job, int slot, Buffer bytes);
   void FinishSample(const std::shared_ptr<BatchJob>& job, int slot, Status status);
