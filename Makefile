@@ -5,7 +5,9 @@ SAMPLES  ?= 1000
 DATA     := data/sample
 CMAKE_FLAGS ?=
 
-.PHONY: all setup build run test unit e2e asan tsan bench clean
+PY       := .venv/bin/python
+
+.PHONY: all setup build python run test unit e2e asan tsan bench bench-python clean
 
 all: build
 
@@ -18,6 +20,12 @@ $(BUILD)/build.ninja:
 
 build: setup $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
+	@$(MAKE) --no-print-directory python
+
+# The Python package (`import headrace`) into .venv: scikit-build-core builds the same
+# C++ core with the nanobind bindings in build-py/ (incremental).
+python: setup
+	$(PY) -m pip install -q --no-build-isolation .
 
 $(DATA)/manifest.jsonl:
 	$(BUILD)/headrace make-sample --out $(DATA) --samples $(SAMPLES)
@@ -27,6 +35,7 @@ run: build
 	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
 	$(BUILD)/headrace run examples/vqa.yaml --report out/run-report.json
 	@echo "report: out/run-report.json"
+	$(PY) examples/python_loader.py
 
 # Every test: unit tests, end-to-end tests, then the suite under ASan/UBSan and the
 # executor's tests under TSan.
@@ -36,8 +45,9 @@ test: build
 unit:
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# The binary's end-to-end tests and the Python package's tests (tests/python).
 e2e:
-	HEADRACE_BIN=$(abspath $(BUILD))/headrace .venv/bin/python -m pytest -q tests
+	HEADRACE_BIN=$(abspath $(BUILD))/headrace $(PY) -m pytest -q tests
 
 asan: setup
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHEADRACE_SANITIZE=address
@@ -53,7 +63,12 @@ tsan: setup
 # Benchmarks: results go into bench/RESULTS.md by hand, with command, machine and date.
 bench: build
 	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
-	$(BUILD)/headrace bench engine examples/vqa.yaml --samples 400 --report bench/engine.json
+	$(BUILD)/headrace bench engine examples/vqa.yaml --report bench/engine.json
+
+# Headrace vs the PyTorch DataLoader (PIL, 2 workers), results into bench/RESULTS.md by hand.
+bench-python: build
+	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
+	$(PY) bench/vs_dataloader.py --data $(DATA) --samples $(SAMPLES) --json bench/python.json
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan out
+	rm -rf $(BUILD) build-asan build-tsan build-py out

@@ -1,0 +1,20 @@
+"""The README's Python example: the sample pipeline into PyTorch, zero-copy, resumable."""
+import torch
+
+import headrace
+import headrace.torch as ht
+
+ops = headrace.ops
+pipeline = headrace.Pipeline(
+    source="data/sample/manifest.jsonl",
+    ops=[ops.decode(), ops.resize(shorter_side=256), ops.center_crop(224), ops.normalize(),
+         ops.tokenize("data/sample/tokenizer.model", max_length=128)],
+    batch_size=32, seed=0)
+loader = ht.TorchLoader(pipeline, device="cuda" if torch.cuda.is_available() else None)
+for step, batch in enumerate(loader):
+    image, ids = batch["image"], batch["input_ids"]  # torch.Tensor, no copy on the host
+    if step == 9:
+        state = loader.state_dict()  # save beside the model; load_state_dict resumes
+        break
+print(f"python: {step + 1} batches of {tuple(image.shape)} images, {tuple(ids.shape)} tokens; "
+      f"wait-time ratio {loader.wait_time_ratio:.2f}; resume state next_batch={state['next_batch']}")

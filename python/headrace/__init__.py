@@ -1,0 +1,22 @@
+"""Headrace: multimodal preprocessing in C++, zero-copy batches for Python and PyTorch.
+
+    import headrace
+    pipeline = headrace.Pipeline(
+        source="data/sample/manifest.jsonl",
+        ops=[headrace.ops.decode(), headrace.ops.resize(shorter_side=256),
+             headrace.ops.center_crop(224), headrace.ops.normalize(),
+             headrace.ops.tokenize("data/sample/tokenizer.model", max_length=128)],
+        batch_size=64, seed=0)
+    for batch in headrace.Loader(pipeline, rank=0, world_size=1):
+        image = torch.from_dlpack(batch["image"])   # no copy
+
+See python/README.md.
+"""
+from . import ops
+from ._headrace import CancelledError, ConfigError, Error, make_sample
+from .loader import Batch, Loader
+from .pipeline import Pipeline
+
+__all__ = ["Batch", "CancelledError", "ConfigError", "Error", "Loader", "Pipeline",
+           "make_sample", "ops"]
+__version__ = "0.1.0"

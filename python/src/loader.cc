@@ -1,0 +1,118 @@
+// The Loader from Python: the C++ Loader with the GIL released during all engine work
+// and while waiting for a batch.
+//
+// Threads: Next() is called by one Python thread at a time (the Python Loader is an
+// iterator). Engine threads take the GIL only inside Python operators. The destructor
+// releases the GIL before cancelling the engine, because joining its threads may wait
+// for an operator that is waiting for the GIL.
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+
+#include <memory>
+#include <optional>
+
+#include "common.h"
+#include "headrace/pipeline/loader.h"
+#include "headrace/pipeline/report.h"
+
+namespace headrace::python {
+namespace {
+
+class PyLoader {
+ public:
+  static std::unique_ptr<PyLoader> Make(const PipelineSpec& spec, int rank, int world_size,
+                                        int64_t start_batch, bool pinned) {
+    LoaderOptions options;
+    options.rank = rank;
+    options.world_size = world_size;
+    options.start_batch = start_batch;
+    if (pinned) options.allocator = PinnedAllocator();
+    if (world_size < 1 || rank < 0 || rank >= world_size) {
+      throw StatusError(Status::InvalidArgument(
+          "rank must be in [0, world_size) and world_size >= 1 (got rank " +
+          std::to_string(rank) + ", world_size " + std::to_string(world_size) + ")"));
+    }
+    std::optional<Result<std::unique_ptr<Loader>>> made;
+    {
+      nb::gil_scoped_release nogil;
+      made.emplace(Loader::Make(spec, options));
+    }
+    auto loader = std::unique_ptr<PyLoader>(new PyLoader());
+    loader->loader_ = ValueOrThrow(std::move(*made));
+    return loader;
+  }
+
+  ~PyLoader() { Close(); }
+
+  // The next batch as BatchToPython's tuple, or None at the end of the run.
+  nb::object Next() {
+    if (!loader_) throw StatusError(Status::Cancelled("the loader is closed"));
+    std::optional<Result<std::optional<Batch>>> next;
+    {
+      nb::gil_scoped_release nogil;
+      next.emplace(loader_->Next());
+    }
+    std::optional<Batch> batch = ValueOrThrow(std::move(*next));
+    if (!batch) return nb::none();
+    return BatchToPython(*batch);
+  }
+
+  void Close() {
+    if (!loader_) return;
+    nb::gil_scoped_release nogil;
+    loader_.reset();
+  }
+
+  const Loader& loader() const {
+    if (!loader_) throw StatusError(Status::Cancelled("the loader is closed"));
+    return *loader_;
+  }
+
+ private:
+  PyLoader() = default;
+  std::unique_ptr<Loader> loader_;
+};
+
+nb::dict StatsToDict(const ConsumerStats& s) {
+  nb::dict d;
+  d["batches"] = s.batches;
+  d["samples"] = s.samples;
+  d["time_to_first_batch_s"] = s.time_to_first_batch_s;
+  d["wait_s"] = s.wait_s;
+  d["busy_s"] = s.busy_s;
+  d["steady_s"] = s.steady_s;
+  d["elapsed_s"] = s.elapsed_s;
+  d["wait_time_ratio"] = s.wait_time_ratio();
+  return d;
+}
+
+}  // namespace
+
+void RegisterLoader(nb::module_& m) {
+  nb::class_<PyLoader>(m, "_Loader")
+      .def_static("make", &PyLoader::Make, nb::arg("spec"), nb::arg("rank") = 0,
+                  nb::arg("world_size") = 1, nb::arg("start_batch") = 0,
+                  nb::arg("pinned") = false)
+      .def("next", &PyLoader::Next)
+      .def("close", &PyLoader::Close)
+      .def_prop_ro("next_batch", [](const PyLoader& l) { return l.loader().next_batch(); })
+      .def_prop_ro("total_batches", [](const PyLoader& l) { return l.loader().total_batches(); })
+      .def_prop_ro("batches_per_epoch",
+                   [](const PyLoader& l) { return l.loader().batches_per_epoch(); })
+      .def_prop_ro("num_samples",
+                   [](const PyLoader& l) {
+                     return static_cast<int64_t>(l.loader().manifest().records.size());
+                   })
+      .def("consumer_stats", [](const PyLoader& l) { return StatsToDict(l.loader().consumer_stats()); })
+      .def("report_json", [](const PyLoader& l) {
+        const Loader& loader = l.loader();
+        std::string json;
+        {
+          nb::gil_scoped_release nogil;
+          json = RunReportToJson(BuildRunReport(loader, 0));
+        }
+        return json;
+      });
+}
+
+}  // namespace headrace::python

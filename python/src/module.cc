@@ -1,0 +1,15 @@
+// The extension module `headrace._headrace`: each area registers itself from its own
+// file. Python users import `headrace`, the thin layer over this module.
+#include "common.h"
+
+NB_MODULE(_headrace, m) {
+  namespace hp = headrace::python;
+  m.doc() = "Headrace C++ core (see the headrace package for the Python API)";
+  hp::RegisterErrors(m);
+  hp::RegisterSpec(m);
+  hp::RegisterBatch(m);
+  hp::RegisterUserOps(m);
+  hp::RegisterLoader(m);
+  hp::RegisterPinned(m);
+  hp::RegisterTools(m);
+}

@@ -1,0 +1,63 @@
+// Pinned (page-locked) host memory for batches, so that a trainer's
+// `tensor.to("cuda", non_blocking=True)` is a true asynchronous DMA.
+//
+// The CUDA runtime is loaded at run time (dlopen) so that the package neither links nor
+// needs CUDA: on a machine without a usable CUDA device PinnedAllocator() is null and
+// `pin_memory=True` falls back to the heap (documented no-op).
+#include <dlfcn.h>
+
+#include <mutex>
+
+#include "common.h"
+
+namespace headrace::python {
+namespace {
+
+using HostAllocFn = int (*)(void**, size_t, unsigned int);
+using FreeHostFn = int (*)(void*);
+using DeviceCountFn = int (*)(int*);
+
+class CudaHostAllocator : public Allocator {
+ public:
+  CudaHostAllocator(HostAllocFn alloc, FreeHostFn free) : alloc_(alloc), free_(free) {}
+  void* Allocate(size_t bytes, size_t /*alignment: pages are aligned*/) override {
+    void* p = nullptr;
+    return alloc_(&p, bytes == 0 ? 1 : bytes, /*cudaHostAllocPortable*/ 1) == 0 ? p : nullptr;
+  }
+  void Free(void* ptr, size_t) override { free_(ptr); }
+  const char* name() const override { return "cuda-pinned"; }
+
+ private:
+  HostAllocFn alloc_;
+  FreeHostFn free_;
+};
+
+Allocator* LoadPinned() {
+  for (const char* lib : {"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"}) {
+    void* handle = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);  // never closed: buffers outlive us
+    if (handle == nullptr) continue;
+    auto alloc = reinterpret_cast<HostAllocFn>(dlsym(handle, "cudaHostAlloc"));
+    auto free = reinterpret_cast<FreeHostFn>(dlsym(handle, "cudaFreeHost"));
+    auto count = reinterpret_cast<DeviceCountFn>(dlsym(handle, "cudaGetDeviceCount"));
+    int devices = 0;
+    if (alloc && free && count && count(&devices) == 0 && devices > 0) {
+      // Never freed: it must outlive every buffer it allocated.
+      return new CudaHostAllocator(alloc, free);
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Allocator* PinnedAllocator() {
+  static Allocator* const allocator = LoadPinned();
+  return allocator;
+}
+
+void RegisterPinned(nb::module_& m) {
+  m.def("_pinned_available", [] { return PinnedAllocator() != nullptr; },
+        "Whether batches can be allocated in pinned host memory (a CUDA device is usable).");
+}
+
+}  // namespace headrace::python

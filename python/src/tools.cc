@@ -1,0 +1,36 @@
+// Tools from Python: the sample dataset generator of `headrace make-sample`.
+#include <nanobind/stl/string.h>
+
+#include <optional>
+
+#include "../../tools/make_sample.h"
+#include "common.h"
+
+namespace headrace::python {
+
+void RegisterTools(nb::module_& m) {
+  m.def(
+      "make_sample",
+      [](const std::string& out, int64_t samples, uint64_t seed, int threads) {
+        MakeSampleOptions options;
+        options.out_dir = out;
+        options.samples = samples;
+        options.seed = seed;
+        options.threads = threads;
+        std::optional<Result<MakeSampleStats>> stats;
+        {
+          nb::gil_scoped_release nogil;
+          stats.emplace(MakeSample(options));
+        }
+        MakeSampleStats s = ValueOrThrow(std::move(*stats));
+        nb::dict d;
+        d["samples"] = s.samples;
+        d["image_bytes"] = s.image_bytes;
+        d["seconds"] = s.seconds;
+        return d;
+      },
+      nb::arg("out"), nb::arg("samples") = 1000, nb::arg("seed") = 0, nb::arg("threads") = 0,
+      "Writes the chat-VQA sample dataset (JPEGs, manifest.jsonl, tokenizer.model) to `out`.");
+}
+
+}  // namespace headrace::python

@@ -1,0 +1,188 @@
+// Python operators: a user function applied to each sample on the engine's CPU threads.
+//
+// The op holds the GIL only around the call (building the sample dict, calling, and
+// copying the returned arrays into the sample's rows of the batch); everything else on
+// that thread — the other operators, reads, assembly — runs without it. A function that
+// holds the GIL for long therefore serializes the CPU pool; for those, the Python layer
+// wraps the function so that the call waits (GIL released) on a worker process
+// (headrace/_procpool.py).
+//
+// The sample a function receives is a dict: index, epoch, id, uri, turns (a list of
+// (role, text)), and, when the chain has decoded an image, `image`: a read-only uint8
+// numpy view (height, width, 3) RGB of the engine's current image, valid only
+// during the call (copy it to keep it). The function returns a mapping with one
+// array-like per declared output field, of the declared shape; it is converted with
+// numpy.ascontiguousarray to the field's dtype and copied into the batch row.
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <memory>
+#include <tuple>
+
+#include "common.h"
+#include "headrace/ops/op.h"
+#include "headrace/pipeline/spec.h"
+
+namespace headrace::python {
+namespace {
+
+// A Python object shared by copies of a spec. Copies of the spec (made by the engine
+// without the GIL) copy only the shared_ptr; the last one drops the reference with the
+// GIL held.
+struct PyCallable {
+  nb::object fn;
+  ~PyCallable() {
+    if (!Py_IsInitialized()) {
+      fn.release();  // the interpreter is gone: nothing to decrement
+      return;
+    }
+    nb::gil_scoped_acquire gil;
+    fn.reset();
+  }
+};
+
+const char* NumpyName(DType dtype) {
+  switch (dtype) {
+    case DType::kU8: return "uint8";
+    case DType::kI32: return "int32";
+    case DType::kI64: return "int64";
+    case DType::kF16: return "float16";
+    case DType::kF32: return "float32";
+    case DType::kBF16: break;
+  }
+  return nullptr;
+}
+
+const char* RoleName(Role role) {
+  switch (role) {
+    case Role::kSystem: return "system";
+    case Role::kUser: return "user";
+    case Role::kAssistant: return "assistant";
+  }
+  return "user";
+}
+
+class PyMapOp : public Op {
+ public:
+  PyMapOp(std::string name, std::shared_ptr<PyCallable> fn, std::vector<FieldSpec> fields,
+          int first_field)
+      : name_(std::move(name)), fn_(std::move(fn)), fields_(std::move(fields)),
+        first_field_(first_field) {}
+
+  std::string_view name() const override { return name_; }
+
+  Status Run(SampleContext& ctx) const override {
+    nb::gil_scoped_acquire gil;
+    try {
+      nb::object out = fn_->fn(MakeSampleDict(ctx));
+      for (size_t f = 0; f < fields_.size(); ++f) {
+        HR_RETURN_IF_ERROR(WriteField(out, f, ctx.slots[first_field_ + f]));
+      }
+      return Status::Ok();
+    } catch (nb::python_error& e) {
+      // what() is the formatted Python traceback.
+      return Status::InvalidArgument(name_ + " raised:\n" + e.what());
+    } catch (const std::exception& e) {
+      return Status::InvalidArgument(name_ + ": " + e.what());
+    }
+  }
+
+ private:
+  nb::dict MakeSampleDict(const SampleContext& ctx) const {
+    const Sample& sample = *ctx.sample;
+    nb::dict d;
+    d["index"] = sample.index;
+    d["epoch"] = sample.epoch;
+    d["id"] = sample.record->id;
+    d["uri"] = sample.record->media_uri;
+    nb::list turns;
+    for (const Turn& t : sample.record->turns) turns.append(nb::make_tuple(RoleName(t.role), t.text));
+    d["turns"] = turns;
+    if (!ctx.image.empty()) {
+      const ImageView& im = ctx.image;
+      // RGB: the RGBX padding byte of the decoder's layout is left out of the view.
+      const size_t shape[3] = {static_cast<size_t>(im.height), static_cast<size_t>(im.width), 3};
+      const int64_t strides[3] = {im.stride, im.channels, 1};
+      nb::ndarray<nb::numpy, const uint8_t, nb::ndim<3>> view(im.data, 3, shape, nb::handle(),
+                                                              strides);
+      d["image"] = nb::cast(view, nb::rv_policy::reference);
+    }
+    return d;
+  }
+
+  Status WriteField(const nb::object& out, size_t f, uint8_t* row) const {
+    const FieldSpec& field = fields_[f];
+    nb::object value;
+    try {
+      value = out[field.name.c_str()];
+    } catch (nb::python_error&) {
+      return Status::InvalidArgument(name_ + " returned no '" + field.name +
+                                     "' (it must return a dict with every declared output)");
+    }
+    // Leaked on purpose: a static nb::object would be released after the interpreter.
+    static const nb::handle ascontiguous =
+        nb::object(nb::module_::import_("numpy").attr("ascontiguousarray")).release();
+    nb::object array = ascontiguous(value, NumpyName(field.dtype));
+    auto data = nb::cast<nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>>(array);
+    if (data.nbytes() != field.sample_bytes()) {
+      std::string want;
+      for (int64_t d : field.sample_shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
+      std::string got;
+      for (size_t d = 0; d < data.ndim(); ++d) {
+        got += (got.empty() ? "" : ", ") + std::to_string(data.shape(d));
+      }
+      return Status::InvalidArgument(name_ + " returned '" + field.name + "' of shape (" + got +
+                                     "), declared (" + want + ")");
+    }
+    std::memcpy(row, data.data(), data.nbytes());
+    return Status::Ok();
+  }
+
+  const std::string name_;
+  const std::shared_ptr<PyCallable> fn_;
+  const std::vector<FieldSpec> fields_;
+  const int first_field_;
+};
+
+}  // namespace
+
+void RegisterUserOps(nb::module_& m) {
+  using FieldTuple = std::tuple<std::string, std::string, std::vector<int64_t>>;
+  m.def(
+      "_insert_map_op",
+      [](PipelineSpec& spec, size_t position, const std::string& name,
+         const std::vector<FieldTuple>& outputs, nb::object fn) {
+        if (position > spec.ops.size()) {
+          throw StatusError(Status::InvalidArgument("ops: position " + std::to_string(position) +
+                                                    " is past the end"));
+        }
+        if (!PyCallable_Check(fn.ptr())) {
+          throw StatusError(Status::InvalidArgument(name + ": the function is not callable"));
+        }
+        std::vector<FieldSpec> fields;
+        for (const auto& [field_name, dtype_name, shape] : outputs) {
+          Result<DType> dtype = ParseDType(dtype_name);
+          if (!dtype.ok() || NumpyName(*dtype) == nullptr) {
+            throw StatusError(Status::InvalidArgument(
+                name + ".outputs." + field_name + ": dtype must be one of u8, i32, i64, f16, "
+                "f32 (got '" + dtype_name + "')"));
+          }
+          fields.push_back(FieldSpec{field_name, *dtype, shape});
+        }
+        auto callable = std::make_shared<PyCallable>();
+        callable->fn = std::move(fn);
+        UserOpSpec op;
+        op.name = name;
+        op.fields = fields;
+        op.make = [name, callable, fields](int first_field, int) -> Result<std::unique_ptr<Op>> {
+          return std::unique_ptr<Op>(std::make_unique<PyMapOp>(name, callable, fields, first_field));
+        };
+        spec.ops.insert(spec.ops.begin() + static_cast<std::ptrdiff_t>(position), std::move(op));
+      },
+      nb::arg("spec"), nb::arg("position"), nb::arg("name"), nb::arg("outputs"), nb::arg("fn"));
+}
+
+}  // namespace headrace::python

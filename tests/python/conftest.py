@@ -1,0 +1,35 @@
+"""Fixtures for the Python package's tests: a small dataset made through the binding."""
+from pathlib import Path
+
+import pytest
+
+headrace = pytest.importorskip("headrace", reason="run `make build` (pip install . into .venv)")
+
+
+@pytest.fixture(scope="session")
+def py_sample(tmp_path_factory) -> Path:
+    """48 samples, shared by the tests that only read them."""
+    out = tmp_path_factory.mktemp("py_sample")
+    headrace.make_sample(str(out), samples=48, seed=5, threads=2)
+    return out
+
+
+@pytest.fixture
+def make_pipeline(py_sample):
+    """make_pipeline(**kw): small_pipeline over the shared dataset."""
+    return lambda **kw: small_pipeline(py_sample, **kw)
+
+
+def small_pipeline(dataset: Path, **kw):
+    """decode -> resize 64 -> crop 56 -> normalize, tokenize 48: small and fast."""
+    ops = headrace.ops
+    extra_ops = kw.pop("extra_ops", [])
+    kw.setdefault("batch_size", 8)
+    kw.setdefault("seed", 1)
+    kw.setdefault("cpu_threads", 2)
+    kw.setdefault("memory_budget", "64MiB")
+    return headrace.Pipeline(
+        source=dataset / "manifest.jsonl",
+        ops=[ops.decode(), ops.resize(shorter_side=64), ops.center_crop(56), *extra_ops,
+             ops.normalize(), ops.tokenize(dataset / "tokenizer.model", max_length=48)],
+        **kw)

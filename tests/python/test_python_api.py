@@ -1,0 +1,276 @@
+"""The Python API: building pipelines, zero-copy batches, ranks, resume, bad input."""
+import gc
+import hashlib
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import headrace
+
+ops = headrace.ops
+
+
+def digest(batch) -> str:
+    h = hashlib.sha256()
+    for name in sorted(batch):
+        h.update(name.encode())
+        h.update(np.asarray(batch[name]).tobytes())
+    return h.hexdigest()
+
+
+def run_digests(loader):
+    return [(b.epoch, b.index, digest(b)) for b in loader]
+
+
+def test_builder_and_yaml_give_the_same_spec(py_sample, make_pipeline, tmp_path):
+    built = make_pipeline()
+    config = tmp_path / "p.yaml"
+    config.write_text(built.to_yaml())
+    loaded = headrace.Pipeline.from_yaml(config)
+    assert loaded.to_yaml() == built.to_yaml()
+    assert loaded.fingerprint() == built.fingerprint()
+    # Threads and budgets do not change batch content, so not the fingerprint either.
+    assert make_pipeline(cpu_threads=1).fingerprint() == built.fingerprint()
+    assert make_pipeline(seed=2).fingerprint() != built.fingerprint()
+    over = headrace.Pipeline.from_yaml(config, overrides={"batch.size": 4})
+    assert over.spec().batch_size == 4
+
+
+def test_batch_tensors_share_the_engine_memory(make_pipeline):
+    torch = pytest.importorskip("torch")
+    with headrace.Loader(make_pipeline()) as loader:
+        batch = next(iter(loader))
+    assert set(batch) == {"image", "input_ids", "attention_mask", "labels", "index"}
+    for name, tensor in batch.items():
+        assert hasattr(tensor, "__dlpack__") and tensor.__dlpack_device__() == (1, 0)
+        as_numpy = np.asarray(tensor)
+        as_torch = torch.from_dlpack(tensor)
+        engine_ptr = batch.data_ptrs[name]
+        assert as_numpy.ctypes.data == engine_ptr, name
+        assert as_torch.data_ptr() == engine_ptr, name
+        assert memoryview(tensor).obj is not None
+    image = np.asarray(batch["image"])
+    assert image.shape == (8, 3, 56, 56) and image.dtype == np.float32
+    assert np.asarray(batch["input_ids"]).dtype == np.int64
+
+
+def test_memory_lives_as_long_as_a_view(make_pipeline):
+    torch = pytest.importorskip("torch")
+    loader = headrace.Loader(make_pipeline())
+    batch = next(iter(loader))
+    image = torch.from_dlpack(batch["image"])
+    ids = np.asarray(batch["input_ids"])
+    expected_image, expected_ids = image.clone(), ids.copy()
+    loader.close()
+    del batch, loader
+    gc.collect()
+    # The engine is gone; its buffers are kept by the views, with the same content.
+    churn = [np.random.default_rng(i).random(1 << 16) for i in range(64)]
+    assert torch.equal(image, expected_image)
+    assert np.array_equal(ids, expected_ids)
+    del churn
+    view, address = headrace._headrace._test_tensor(1000)
+    arr = np.asarray(view)
+    del view
+    gc.collect()
+    assert arr.ctypes.data == address and list(arr[:5]) == [0, 1, 2, 3, 4]
+
+
+def test_ranks_get_disjoint_equal_shares_independent_of_threads(make_pipeline):
+    world = 3
+    shares = []
+    for rank in range(world):
+        indices = [tuple(np.asarray(b["index"]).tolist())
+                   for b in headrace.Loader(make_pipeline(cpu_threads=2), rank=rank,
+                                            world_size=world)]
+        one_thread = [tuple(np.asarray(b["index"]).tolist())
+                      for b in headrace.Loader(make_pipeline(cpu_threads=1), rank=rank,
+                                               world_size=world)]
+        assert indices == one_thread
+        shares.append(indices)
+    assert len({len(s) for s in shares}) == 1 and len(shares[0]) == 2  # 6 batches / 3
+    flat = [i for share in shares for batch in share for i in batch]
+    assert len(flat) == len(set(flat)) == 48
+
+
+@pytest.mark.parametrize("k", [1, 5, 6, 7, 11])
+def test_resume_yields_exactly_the_rest_of_the_run(make_pipeline, k):
+    # 48 samples, batch 8: 6 batches per epoch, 2 epochs; prefetch 4 keeps batches in
+    # flight that the consumer never took.
+    pipeline = make_pipeline(epochs=2, prefetch=4)
+    full = run_digests(headrace.Loader(pipeline))
+    assert len(full) == 12 and full[5][0] == 0 and full[6][0] == 1
+    first = headrace.Loader(pipeline)
+    it = iter(first)
+    seen = [next(it) for _ in range(k)]
+    assert [(b.epoch, b.index, digest(b)) for b in seen] == full[:k]
+    state = first.state_dict()
+    assert state["next_batch"] == k
+    first.close()
+    resumed = headrace.Loader(make_pipeline(epochs=2, prefetch=2, cpu_threads=1),
+                              state_dict=state)
+    assert run_digests(resumed) == full[k:]
+
+
+def test_state_dict_from_another_pipeline_is_refused(make_pipeline):
+    loader = headrace.Loader(make_pipeline(seed=1))
+    next(iter(loader))
+    state = loader.state_dict()
+    with pytest.raises(headrace.ConfigError, match=r"seed: saved 1, this loader 2"):
+        headrace.Loader(make_pipeline(seed=2)).load_state_dict(state)
+    with pytest.raises(headrace.ConfigError, match=r"batch_size: saved 8, this loader 4"):
+        headrace.Loader(make_pipeline(batch_size=4), state_dict=state)
+    other_crop = make_pipeline(extra_ops=[ops.flip(p=0.5)])
+    with pytest.raises(headrace.ConfigError, match=r"ops: saved"):
+        headrace.Loader(other_crop, state_dict=state)
+    with pytest.raises(headrace.ConfigError, match=r"rank: saved 0, this loader 1"):
+        headrace.Loader(make_pipeline(seed=1), rank=1, world_size=2, state_dict=state)
+    bad_params = make_pipeline(seed=1, overrides={"ops.1.image.resize.shorter_side": 60})
+    with pytest.raises(headrace.ConfigError, match=r"fingerprint"):
+        headrace.Loader(bad_params, state_dict=state)
+
+
+def test_wrong_field_name_names_the_key(py_sample, make_pipeline):
+    with pytest.raises(headrace.ConfigError, match=r"source.image_feild.*allowed") as e:
+        headrace.Pipeline(source={"manifest": py_sample / "manifest.jsonl",
+                                  "image_feild": "image"},
+                          ops=[ops.tokenize(py_sample / "tokenizer.model")])
+    assert e.value.code == "invalid_argument"
+    assert isinstance(e.value, ValueError)
+    with pytest.raises(headrace.ConfigError, match=r"batch.sise"):
+        make_pipeline(overrides={"batch.sise": 3})
+    with pytest.raises(headrace.ConfigError, match=r"resize.*shorter_sid"):
+        headrace.Pipeline(source=py_sample / "manifest.jsonl",
+                          ops=[ops.decode(), ops.BuiltinOp("image.resize", {"shorter_sid": 3})])
+
+
+def test_batch_over_the_memory_budget_is_refused(make_pipeline):
+    pipeline = make_pipeline(batch_size=64, memory_budget="1MiB")
+    with pytest.raises(headrace.ConfigError, match=r"one batch needs \d+ bytes.*memory.budget"):
+        next(iter(headrace.Loader(pipeline)))
+
+
+def image_mean(sample):
+    return {"mean": np.asarray(sample["image"], dtype=np.float32).mean(axis=(0, 1)),
+            "idx2": np.int64(sample["index"] * 2)}
+
+
+MEAN_OUTPUTS = {"mean": ("f32", [3]), "idx2": ("i64", [])}
+
+
+def test_map_op_writes_fields_on_engine_threads(make_pipeline):
+    import threading
+    threads = set()
+
+    def fn(sample):
+        threads.add(threading.get_ident())
+        return image_mean(sample)
+
+    pipeline = make_pipeline(extra_ops=[ops.map(fn, MEAN_OUTPUTS)])
+    batches = list(headrace.Loader(pipeline))
+    assert threading.get_ident() not in threads
+    for b in batches:
+        index = np.asarray(b["index"])
+        assert np.array_equal(np.asarray(b["idx2"]), index * 2)
+        mean = np.asarray(b["mean"])
+        assert mean.shape == (len(index), 3) and (mean > 0).all() and (mean < 255).all()
+
+
+def test_map_op_in_processes_matches_threads(make_pipeline):
+    threaded = list(headrace.Loader(make_pipeline(extra_ops=[ops.map(image_mean, MEAN_OUTPUTS)])))
+    in_procs = list(headrace.Loader(make_pipeline(
+        extra_ops=[ops.map(image_mean, MEAN_OUTPUTS, processes=2)])))
+    assert [digest(b) for b in threaded] == [digest(b) for b in in_procs]
+
+
+def fails_on_7(sample):
+    if sample["index"] == 7:
+        raise ValueError("bad sample seven")
+    return {"one": np.int64(1)}
+
+
+@pytest.mark.parametrize("processes", [0, 1])
+def test_user_function_that_raises_names_the_sample(make_pipeline, processes):
+    pipeline = make_pipeline(extra_ops=[ops.map(fails_on_7, {"one": ("i64", [])},
+                                                processes=processes)],
+                             overrides={"errors.max_error_rate": 0.5})
+    errors = [e for b in headrace.Loader(pipeline) for e in b.errors]
+    assert len(errors) == 1
+    assert "index 7," in errors[0] and "fails_on_7" in errors[0]
+    assert "Traceback" in errors[0] and "ValueError: bad sample seven" in errors[0]
+
+
+def test_user_function_failing_every_sample_fails_the_run(make_pipeline):
+    def always(sample):
+        raise KeyError("nope")
+
+    pipeline = make_pipeline(extra_ops=[ops.map(always, {"x": ("i64", [])})],
+                             overrides={"errors.min_samples": 8})
+    with pytest.raises(headrace.Error, match=r"too many bad samples"):
+        list(headrace.Loader(pipeline))
+
+
+def test_map_batch_and_wrong_output_shape(make_pipeline):
+    def add_flag(batch):
+        batch["flag"] = np.ones(len(np.asarray(batch["index"])))
+        return batch
+
+    batches = list(headrace.Loader(make_pipeline().map_batch(add_flag)))
+    assert all("flag" in b for b in batches)
+
+    def broken(batch):
+        raise RuntimeError("boom")
+
+    with pytest.raises(headrace.Error, match=r"map_batch.*epoch 0, index 0.*boom"):
+        list(headrace.Loader(make_pipeline().map_batch(broken)))
+
+    wrong = make_pipeline(extra_ops=[ops.map(lambda s: {"v": np.zeros(4)}, {"v": ("f32", [3])})],
+                          overrides={"errors.min_samples": 8})
+    with pytest.raises(headrace.Error, match=r"'v' of shape \(4\), declared \(3\)"):
+        list(headrace.Loader(wrong))
+
+
+def test_gil_is_released_while_waiting_and_working(py_sample, tmp_path):
+    # The consumer blocks in next() until a Python op on an engine thread has run: if
+    # next() held the GIL this would deadlock, so it runs in a child with a deadline.
+    script = tmp_path / "gil.py"
+    script.write_text(textwrap.dedent(f"""
+        import threading, numpy as np, headrace, sys
+        sys.path.insert(0, {str(py_sample.parent)!r})
+        ops = headrace.ops
+        entered = threading.Event()
+        def fn(sample):
+            entered.set()
+            return {{"x": np.int64(0)}}
+        p = headrace.Pipeline(source={str(py_sample / 'manifest.jsonl')!r},
+                              ops=[ops.tokenize({str(py_sample / 'tokenizer.model')!r}),
+                                   ops.map(fn, {{"x": ("i64", [])}})], batch_size=4,
+                              cpu_threads=2)
+        batch = next(iter(headrace.Loader(p)))
+        assert entered.is_set()
+        print("ok", np.asarray(batch["x"]).shape)
+    """))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "ok (4,)" in proc.stdout
+
+
+def test_torch_adapter_on_cpu(make_pipeline):
+    torch = pytest.importorskip("torch")
+    import headrace.torch as ht
+    loader = ht.TorchLoader(make_pipeline(epochs=1), device="cpu", pin_memory=True)
+    assert not loader.moves  # CPU: no transfer step
+    assert loader.loader.pinned == headrace._headrace._pinned_available()
+    ratios = []
+    for batch in loader:
+        assert isinstance(batch["image"], torch.Tensor)
+        assert batch["image"].shape == (8, 3, 56, 56)
+        ratios.append(loader.wait_time_ratio)
+    assert len(ratios) == 6 and all(0.0 <= r <= 1.0 for r in ratios)
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA is not available"):
+            ht.TorchLoader(make_pipeline(), device="cuda")
