@@ -7,7 +7,7 @@ CMAKE_FLAGS ?=
 
 PY       := .venv/bin/python
 
-.PHONY: all setup build python run test unit e2e asan tsan bench bench-python clean
+.PHONY: all setup build python run test unit e2e asan tsan bench bench-python bench-io clean
 
 all: build
 
@@ -69,6 +69,12 @@ bench: build
 bench-python: build
 	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
 	$(PY) bench/vs_dataloader.py --data $(DATA) --samples $(SAMPLES) --json bench/python.json
+
+# Object storage: reads through a local server with 20 ms injected latency, then the
+# pipeline end to end from local disk and from that server (bench/io.json, io_e2e.json).
+bench-io: build
+	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
+	$(BUILD)/headrace bench io --report bench/io.json --config examples/vqa.yaml --samples 1000
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-py out

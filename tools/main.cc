@@ -11,8 +11,8 @@ constexpr const char* kUsage = R"(usage: headrace COMMAND [ARGS]
 commands:
   make-sample --out DIR [--samples N] [--seed S] [--threads T] [--size WxH]
       generate a chat-VQA sample dataset: JPEG images, manifest.jsonl, tokenizer.model
-  run CONFIG [--report PATH] [--set key=value ...] [--start-batch K] [--digests]
-             [--max-batches N] [--print-config] [--quiet]
+  run CONFIG [--report PATH] [--trace PATH] [--set key=value ...] [--start-batch K]
+             [--digests] [--max-batches N] [--print-config] [--quiet]
       run a pipeline against a simulated trainer (trainer.step_ms per batch) and report
   bench ops CONFIG [--samples N] [--report PATH] [--set key=value ...]
       single-thread cost of each operator, ms per sample

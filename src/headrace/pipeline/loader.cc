@@ -55,6 +55,8 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   opt.min_samples = spec.errors.min_samples;
   opt.max_kept_errors = spec.errors.max_logged;
   if (options.allocator != nullptr) opt.allocator = options.allocator;
+  opt.trace = options.trace;
+  loader->trace_ = options.trace;
   HR_ASSIGN_OR_RETURN(loader->engine_, Engine::Start(std::move(in), opt));
   return loader;
 }
@@ -66,6 +68,11 @@ Result<std::optional<Batch>> Loader::Next() {
   if (returned_any_) stats_.busy_s += std::chrono::duration<double>(call - last_return_at_).count();
   auto batch = engine_->Next();
   const auto now = Clock::now();
+  if (trace_ != nullptr) {
+    if (!returned_any_ && stats_.batches == 0) trace_->NameThread("consumer");
+    if (returned_any_) trace_->Span("step", "consumer", last_return_at_, call);
+    trace_->Span("wait", "consumer", call, now);
+  }
   const double waited = std::chrono::duration<double>(now - call).count();
   if (!returned_any_) {
     if (batch.ok() && batch->has_value()) {

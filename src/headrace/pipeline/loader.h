@@ -24,6 +24,9 @@ struct LoaderOptions {
   int world_size = 1;
   Allocator* allocator = nullptr;    // batch memory; null: the heap
   std::shared_ptr<Storage> storage;  // null: OpenStorage(spec.storage): local, s3://, http(s)://
+  // Records a timeline of the run (reads, operators, the consumer) when set; must
+  // outlive the loader.
+  TraceRecorder* trace = nullptr;
 };
 
 // Wait accounting of the consumer, in seconds.
@@ -67,6 +70,7 @@ class Loader {
   std::unique_ptr<Engine> engine_;
   int cpu_threads_ = 1;
 
+  TraceRecorder* trace_ = nullptr;
   Clock::time_point created_;
   Clock::time_point first_batch_at_;
   Clock::time_point last_return_at_;

@@ -1,0 +1,242 @@
+#include "headrace/io/object_storage.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <vector>
+
+#include "headrace/io/loopback_server.h"
+
+namespace headrace {
+namespace {
+
+Buffer Bytes(size_t n, uint8_t seed) {
+  Buffer b = *Buffer::Allocate(n);
+  for (size_t i = 0; i < n; ++i) b.mutable_data()[i] = static_cast<uint8_t>(seed + i * 13);
+  return b;
+}
+
+bool Same(const Buffer& a, const Buffer& b) {
+  return a.size() == b.size() && std::equal(a.data(), a.data() + a.size(), b.data());
+}
+
+EnvLookup NoEnv() {
+  return [](const char*) -> std::optional<std::string> { return std::nullopt; };
+}
+
+StorageSpec Spec(const LoopbackServer& server) {
+  StorageSpec spec;
+  spec.endpoint = server.origin();
+  spec.anonymous = true;
+  spec.retry_base_ms = 1;
+  spec.retry_max_ms = 5;
+  return spec;
+}
+
+TEST(S3Storage, ReadsAnObjectPathStyle) {
+  auto server = *LoopbackServer::Start();
+  const Buffer object = Bytes(70000, 1);
+  server->Put("/bkt/images/a%20b.jpg", object);
+  auto s3 = *MakeS3Storage(Spec(*server), NoEnv());
+  auto r = s3->Read("s3://bkt/images/a b.jpg");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(Same(*r, object));
+  EXPECT_EQ(s3->stats().bytes_copied, 0);
+}
+
+TEST(S3Storage, LargeObjectIsReadAsParallelRangesIntoOneBuffer) {
+  auto server = *LoopbackServer::Start();
+  const Buffer object = Bytes(10500, 2);
+  server->Put("/bkt/big", object);
+  StorageSpec spec = Spec(*server);
+  spec.part_bytes = 1000;
+  auto s3 = *MakeS3Storage(spec, NoEnv());
+  auto r = s3->Read("s3://bkt/big");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(Same(*r, object));
+  EXPECT_EQ(server->stats().requests, 11);
+  EXPECT_EQ(s3->stats().bytes_copied, 0);
+}
+
+TEST(S3Storage, EmptyObjectReadsAsAnEmptyBuffer) {
+  auto server = *LoopbackServer::Start();
+  server->Put("/bkt/empty", Buffer());
+  auto s3 = *MakeS3Storage(Spec(*server), NoEnv());
+  auto r = s3->Read("s3://bkt/empty");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->size(), 0u);
+}
+
+TEST(S3Storage, MissingObjectIsNotFoundAndNotRetried) {
+  auto server = *LoopbackServer::Start();
+  auto s3 = *MakeS3Storage(Spec(*server), NoEnv());
+  auto r = s3->Read("s3://bkt/nope");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("NoSuchKey"), std::string::npos);
+  EXPECT_EQ(server->stats().requests, 1);
+}
+
+TEST(S3Storage, SlowDownIsRetriedUntilItPasses) {
+  auto server = *LoopbackServer::Start();
+  const Buffer object = Bytes(500, 3);
+  server->Put("/bkt/o", object);
+  server->SetFault("/bkt/o", LoopbackFault::kSlowDown, 3);
+  auto s3 = *MakeS3Storage(Spec(*server), NoEnv());
+  auto r = s3->Read("s3://bkt/o");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(Same(*r, object));
+  EXPECT_EQ(s3->stats().retries, 3);
+}
+
+TEST(S3Storage, ExhaustedRetriesNameTheEndpointAndLastError) {
+  auto server = *LoopbackServer::Start();
+  server->Put("/bkt/o", Bytes(500, 3));
+  server->SetFault("/bkt/o", LoopbackFault::kSlowDown);
+  StorageSpec spec = Spec(*server);
+  spec.max_retries = 2;
+  auto s3 = *MakeS3Storage(spec, NoEnv());
+  auto r = s3->Read("s3://bkt/o");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kIoError);
+  const std::string& m = r.status().message();
+  EXPECT_NE(m.find(server->origin()), std::string::npos) << m;
+  EXPECT_NE(m.find("3 attempts"), std::string::npos) << m;
+  EXPECT_NE(m.find("SlowDown"), std::string::npos) << m;
+}
+
+TEST(S3Storage, TruncatedBodyIsANamedErrorAfterRetries) {
+  auto server = *LoopbackServer::Start();
+  server->Put("/bkt/o", Bytes(5000, 3));
+  server->SetFault("/bkt/o", LoopbackFault::kTruncate);
+  StorageSpec spec = Spec(*server);
+  spec.max_retries = 1;
+  auto s3 = *MakeS3Storage(spec, NoEnv());
+  auto r = s3->Read("s3://bkt/o");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("truncated body"), std::string::npos)
+      << r.status().ToString();
+}
+
+TEST(S3Storage, DeadEndpointSpendsTheBudgetThenFailsFast) {
+  int port = 0;
+  {
+    auto server = *LoopbackServer::Start();
+    port = server->port();
+  }
+  StorageSpec spec;
+  spec.endpoint = "http://127.0.0.1:" + std::to_string(port);
+  spec.anonymous = true;
+  spec.retry_base_ms = 1;
+  spec.retry_max_ms = 2;
+  spec.max_retries = 100;
+  spec.retry_budget = 5;
+  auto s3 = *MakeS3Storage(spec, NoEnv());
+  auto first = s3->Read("s3://bkt/o");
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(first.status().message().find(spec.endpoint), std::string::npos);
+  EXPECT_NE(first.status().message().find("connect"), std::string::npos)
+      << first.status().message();
+  const int64_t requests = s3->stats().requests;
+  auto second = s3->Read("s3://bkt/other");
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(s3->stats().requests, requests);  // failed at once
+}
+
+TEST(S3Storage, ManyConcurrentReadsEachCompleteOnce) {
+  auto server = *LoopbackServer::Start(std::chrono::milliseconds(1));
+  for (int i = 0; i < 50; ++i) server->Put("/bkt/o" + std::to_string(i), Bytes(3000 + i, i));
+  server->SetFault("/bkt/o7", LoopbackFault::kSlowDown, 4);
+  auto s3 = *MakeS3Storage(Spec(*server), NoEnv());
+  constexpr int kN = 300;
+  std::vector<std::atomic<int>> calls(kN);
+  std::atomic<int> ok{0};
+  std::atomic<int> left{kN};
+  std::promise<void> all;
+  for (int i = 0; i < kN; ++i) {
+    s3->ReadAsync("s3://bkt/o" + std::to_string(i % 50), [&, i](Result<Buffer> r) {
+      calls[i].fetch_add(1);
+      if (r.ok() && r->size() == static_cast<size_t>(3000 + i % 50)) ok.fetch_add(1);
+      if (left.fetch_sub(1) == 1) all.set_value();
+    });
+  }
+  all.get_future().wait();
+  EXPECT_EQ(ok.load(), kN);
+  for (auto& c : calls) EXPECT_EQ(c.load(), 1);
+}
+
+TEST(S3Storage, DestructorCancelsPendingReads) {
+  auto server = *LoopbackServer::Start();
+  server->Put("/bkt/o", Bytes(10, 3));
+  server->SetFault("/bkt/o", LoopbackFault::kHang);
+  std::atomic<int> cancelled{0};
+  {
+    auto s3 = *MakeS3Storage(Spec(*server), NoEnv());
+    for (int i = 0; i < 4; ++i) {
+      s3->ReadAsync("s3://bkt/o", [&](Result<Buffer> r) {
+        if (!r.ok() && r.status().code() == StatusCode::kCancelled) cancelled.fetch_add(1);
+      });
+    }
+  }
+  EXPECT_EQ(cancelled.load(), 4);
+}
+
+TEST(S3Storage, WritesAndReadsBack) {
+  auto server = *LoopbackServer::Start();
+  auto s3 = *MakeS3Storage(Spec(*server), NoEnv());
+  const Buffer object = Bytes(4096, 5);
+  std::promise<Status> p;
+  s3->WriteAsync("s3://bkt/w/x.bin", object, [&p](Status s) { p.set_value(s); });
+  ASSERT_TRUE(p.get_future().get().ok());
+  auto r = s3->Read("s3://bkt/w/x.bin");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(Same(*r, object));
+}
+
+TEST(HttpStorage, ReadsTheUrlAsGiven) {
+  auto server = *LoopbackServer::Start();
+  const Buffer object = Bytes(1234, 6);
+  server->Put("/data/x%20y.jpg", object);
+  auto http = *MakeHttpStorage(Spec(*server));
+  auto r = http->Read(server->origin() + "/data/x y.jpg");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(Same(*r, object));
+  EXPECT_FALSE(http->List("s3://bkt/x").ok());
+}
+
+TEST(OpenStorage, RoutesLocalAndObjectUrisThroughOneStorage) {
+  auto server = *LoopbackServer::Start();
+  const Buffer object = Bytes(100, 7);
+  server->Put("/bkt/k", object);
+  server->Put("/h/k", object);
+  auto storage = OpenStorage(Spec(*server));
+  auto s3 = storage->Read("s3://bkt/k");
+  ASSERT_TRUE(s3.ok()) << s3.status().ToString();
+  EXPECT_TRUE(Same(*s3, object));
+  auto http = storage->Read(server->origin() + "/h/k");
+  ASSERT_TRUE(http.ok());
+  auto local = storage->Read("/nonexistent/file");
+  EXPECT_EQ(local.status().code(), StatusCode::kNotFound);
+}
+
+TEST(OpenStorage, MissingCredentialsFailTheReadsThatNeedThem) {
+  StorageSpec spec;
+  spec.endpoint = "http://127.0.0.1:1";
+  auto storage = OpenStorage(spec);
+  // Only meaningful when the test environment holds no AWS credentials.
+  if (std::getenv("AWS_ACCESS_KEY_ID") == nullptr && std::getenv("AWS_PROFILE") == nullptr &&
+      std::getenv("AWS_SHARED_CREDENTIALS_FILE") == nullptr) {
+    setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials", 1);
+    auto r = storage->Read("s3://bkt/k");
+    unsetenv("AWS_SHARED_CREDENTIALS_FILE");
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("no AWS credentials"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace headrace

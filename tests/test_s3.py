@@ -1,0 +1,243 @@
+"""Object storage through a real S3 implementation: moto in server mode on 127.0.0.1,
+with signature checks on. `headrace upload` puts the sample dataset into a bucket,
+`headrace ls` lists it page by page, and pipelines read it over the real protocol."""
+import json
+
+import pytest
+
+from conftest import read_report, run_headrace, write_config
+from s3_fixtures import moto_s3  # noqa: F401  (fixture)
+
+import subprocess
+
+BUCKET = "headrace-data"
+PREFIX = "datasets/sample"
+
+
+def headrace(binary, *args, env, check=True, timeout=120):
+    proc = subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"headrace {' '.join(map(str, args))} exited {proc.returncode}\n"
+                             f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def uploaded(moto_s3, sample_dir, headrace_bin, tmp_path_factory):
+    home = tmp_path_factory.mktemp("home")
+    env = moto_s3.env(home)
+    proc = headrace(headrace_bin, "upload", sample_dir, f"s3://{BUCKET}/{PREFIX}/",
+                    "--create-bucket", env=env)
+    assert "uploaded" in proc.stdout
+    return env
+
+
+def s3_config(tmp_path, sample_dir, extra=""):
+    config = write_config(tmp_path / "p.yaml", sample_dir, extra=extra)
+    text = config.read_text().replace(str(sample_dir / "manifest.jsonl"),
+                                      f"s3://{BUCKET}/{PREFIX}/manifest.jsonl")
+    config.write_text(text)
+    return config
+
+
+def local_digests(headrace_bin, tmp_path, sample_dir):
+    config = write_config(tmp_path / "local.yaml", sample_dir)
+    report = tmp_path / "local.json"
+    run_headrace(headrace_bin, "run", config, "--report", report, "--digests", "--quiet")
+    return read_report(report)["batch_digests"]
+
+
+def test_upload_puts_every_file_and_ls_pages_through_them(uploaded, moto_s3, headrace_bin,
+                                                          sample_dir):
+    files = sorted(p.relative_to(sample_dir).as_posix() for p in sample_dir.rglob("*") if p.is_file())
+    # What boto3 reads back is what was on disk.
+    client = moto_s3.client()
+    for name in ("manifest.jsonl", "images/000017.jpg"):
+        body = client.get_object(Bucket=BUCKET, Key=f"{PREFIX}/{name}")["Body"].read()
+        assert body == (sample_dir / name).read_bytes()
+
+    with moto_s3.auth_off():
+        proc = headrace(headrace_bin, "ls", f"s3://{BUCKET}/{PREFIX}/", "--page-size", 7,
+                        env=uploaded)
+        globbed = headrace(headrace_bin, "ls", f"s3://{BUCKET}/{PREFIX}/images/*.jpg",
+                           env=uploaded)
+        none = headrace(headrace_bin, "ls", f"s3://{BUCKET}/{PREFIX}/*.jsonl", env=uploaded)
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1].startswith(f"{len(files)} objects")
+    listed = sorted(line.split()[1][len(f"s3://{BUCKET}/{PREFIX}/"):] for line in lines[:-1])
+    assert listed == files
+    sizes = {line.split()[1]: int(line.split()[0]) for line in lines[:-1]}
+    assert sizes[f"s3://{BUCKET}/{PREFIX}/manifest.jsonl"] == (sample_dir / "manifest.jsonl").stat().st_size
+    # ListObjectsV2 was paginated: one request per page of 7.
+    requests = int(lines[-1].split(",")[2].split()[0])
+    assert requests == -(-len(files) // 7)
+
+    assert globbed.stdout.strip().splitlines()[-1].startswith("48 objects")
+    assert none.stdout.strip().splitlines()[-1].startswith("1 objects")
+
+
+def test_pipeline_from_s3_yields_the_batches_of_local_disk(uploaded, headrace_bin, tmp_path,
+                                                           sample_dir):
+    config = s3_config(tmp_path, sample_dir)
+    report = tmp_path / "s3.json"
+    headrace(headrace_bin, "run", config, "--report", report, "--digests", "--quiet", env=uploaded)
+    r = read_report(report)
+    assert r["samples"] == 48
+    assert r["errors"]["total"] == 0
+    assert r["batch_digests"] == local_digests(headrace_bin, tmp_path, sample_dir)
+
+
+def test_large_objects_are_read_as_ranged_parts(uploaded, headrace_bin, tmp_path, sample_dir):
+    # 64 KiB parts: most sample images take several ranged GETs, fetched in parallel into
+    # one buffer; the batches must not change.
+    big = [p for p in (sample_dir / "images").iterdir() if p.stat().st_size > 3 * 65536]
+    assert big, "the sample has no image over 192 KiB"
+    config = s3_config(tmp_path, sample_dir, extra="storage: {part_bytes: 64KiB}")
+    report = tmp_path / "s3.json"
+    headrace(headrace_bin, "run", config, "--report", report, "--digests", "--quiet", env=uploaded)
+    r = read_report(report)
+    assert r["errors"]["total"] == 0
+    assert r["batch_digests"] == local_digests(headrace_bin, tmp_path, sample_dir)
+
+
+def test_virtual_hosted_addressing(uploaded, moto_s3, headrace_bin, tmp_path, sample_dir):
+    # bucket.localhost resolves to 127.0.0.1 inside libcurl; moto serves the bucket from
+    # the Host header.
+    port = moto_s3.endpoint.rsplit(":", 1)[1]
+    env = dict(uploaded, AWS_ENDPOINT_URL=f"http://localhost:{port}")
+    with moto_s3.auth_off():
+        proc = headrace(headrace_bin, "ls", f"s3://{BUCKET}/{PREFIX}/manifest.jsonl",
+                        "--addressing-style", "virtual", env=env)
+    assert proc.stdout.strip().splitlines()[-1].startswith("1 objects")
+    config = s3_config(tmp_path, sample_dir, extra="storage: {addressing_style: virtual}")
+    report = tmp_path / "v.json"
+    headrace(headrace_bin, "run", config, "--report", report, "--quiet", env=env)
+    assert read_report(report)["samples"] == 48
+
+
+def test_credentials_from_the_shared_file_and_profile(uploaded, moto_s3, headrace_bin, tmp_path,
+                                                      sample_dir):
+    creds = tmp_path / "credentials"
+    creds.write_text(f"[default]\naws_access_key_id = AKIAWRONGWRONGWRONG0\n"
+                     f"aws_secret_access_key = wrong\n\n[train]\n"
+                     f"aws_access_key_id = {moto_s3.key_id}\n"
+                     f"aws_secret_access_key = {moto_s3.secret}\n")
+    env = moto_s3.env(tmp_path, AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None,
+                      AWS_SHARED_CREDENTIALS_FILE=str(creds), AWS_PROFILE="train")
+    config = s3_config(tmp_path, sample_dir)
+    report = tmp_path / "p.json"
+    headrace(headrace_bin, "run", config, "--report", report, "--quiet", env=env)
+    assert read_report(report)["samples"] == 48
+    # The profile can also come from the config.
+    env.pop("AWS_PROFILE")
+    headrace(headrace_bin, "run", config, "--report", report, "--quiet",
+             "--set", "storage.profile=train", env=env)
+    assert read_report(report)["samples"] == 48
+
+
+def test_wrong_secret_is_a_clear_error_that_never_prints_the_secret(uploaded, moto_s3,
+                                                                    headrace_bin, tmp_path,
+                                                                    sample_dir):
+    secret = "Wr0ngSecretValueThatMustNeverBePrinted"
+    env = dict(uploaded, AWS_SECRET_ACCESS_KEY=secret)
+    config = s3_config(tmp_path, sample_dir)
+    proc = headrace(headrace_bin, "run", config, "--report", tmp_path / "r.json", env=env,
+                    check=False)
+    assert proc.returncode == 1
+    out = proc.stdout + proc.stderr
+    assert "access denied" in out
+    assert moto_s3.endpoint in out
+    assert "environment (AWS_ACCESS_KEY_ID)" in out
+    assert "SignatureDoesNotMatch" in out
+    assert secret not in out
+    assert moto_s3.key_id not in out  # only its first characters
+
+
+def test_session_token_is_sent_and_never_printed(uploaded, headrace_bin, tmp_path, sample_dir):
+    token = "FQoGZXIvYXdzTokenMustNotLeak123"
+    env = dict(uploaded, AWS_SESSION_TOKEN=token)
+    proc = headrace(headrace_bin, "run", s3_config(tmp_path, sample_dir), env=env, check=False)
+    assert proc.returncode == 1
+    assert "InvalidToken" in proc.stderr  # moto checked the token we sent
+    assert token not in proc.stdout + proc.stderr
+
+
+def test_unknown_access_key_is_named(uploaded, headrace_bin, tmp_path, sample_dir):
+    env = dict(uploaded, AWS_ACCESS_KEY_ID="AKIANOSUCHKEY0000000")
+    proc = headrace(headrace_bin, "run", s3_config(tmp_path, sample_dir), env=env, check=False)
+    assert proc.returncode == 1
+    assert "InvalidAccessKeyId" in proc.stderr
+
+
+def test_no_credentials_anywhere_says_where_it_looked(uploaded, moto_s3, headrace_bin, tmp_path,
+                                                      sample_dir):
+    env = moto_s3.env(tmp_path, AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None)
+    proc = headrace(headrace_bin, "run", s3_config(tmp_path, sample_dir), env=env, check=False)
+    assert proc.returncode == 2
+    assert "no AWS credentials found" in proc.stderr
+    assert "storage.anonymous" in proc.stderr
+
+
+def test_anonymous_request_to_a_private_bucket_is_denied(uploaded, headrace_bin, tmp_path,
+                                                         sample_dir):
+    config = s3_config(tmp_path, sample_dir, extra="storage: {anonymous: true}")
+    proc = headrace(headrace_bin, "run", config, env=uploaded, check=False)
+    assert proc.returncode == 1
+    assert "access denied" in proc.stderr and "anonymous" in proc.stderr
+
+
+def test_missing_bucket_is_named(uploaded, headrace_bin, tmp_path, sample_dir):
+    config = s3_config(tmp_path, sample_dir)
+    config.write_text(config.read_text().replace(f"s3://{BUCKET}/", "s3://no-such-bucket/"))
+    proc = headrace(headrace_bin, "run", config, env=uploaded, check=False)
+    assert proc.returncode == 1
+    assert "bucket 'no-such-bucket' does not exist" in proc.stderr
+
+
+def test_missing_manifest_is_not_found(uploaded, headrace_bin, tmp_path, sample_dir):
+    config = s3_config(tmp_path, sample_dir)
+    config.write_text(config.read_text().replace("manifest.jsonl", "nope.jsonl"))
+    proc = headrace(headrace_bin, "run", config, env=uploaded, check=False)
+    assert proc.returncode == 1
+    assert "not_found" in proc.stderr and "nope.jsonl" in proc.stderr
+
+
+def test_bad_media_lines_are_per_sample_errors(uploaded, moto_s3, headrace_bin, tmp_path,
+                                               sample_dir):
+    lines = (sample_dir / "manifest.jsonl").read_text().splitlines()
+    missing = json.loads(lines[3])
+    missing["image"] = "images/missing.jpg"
+    escape = json.loads(lines[5])
+    escape["image"] = "../../outside/x.jpg"
+    lines[3], lines[5] = json.dumps(missing), json.dumps(escape)
+    moto_s3.client().put_object(Bucket=BUCKET, Key=f"{PREFIX}/bad.jsonl",
+                                Body="\n".join(lines).encode())
+    config = s3_config(tmp_path, sample_dir, extra="errors: {max_error_rate: 0.2}")
+    config.write_text(config.read_text().replace("manifest.jsonl", "bad.jsonl"))
+    report = tmp_path / "r.json"
+    headrace(headrace_bin, "run", config, "--report", report, "--quiet", env=uploaded)
+    r = read_report(report)
+    assert r["samples"] == 46
+    assert r["errors"]["by_kind"] == {"not_found": 1, "path_escape": 1}
+    text = json.dumps(r["errors"]["first"])
+    assert "images/missing.jpg" in text and "leaves the root" in text
+
+
+def test_storage_keys_are_validated_and_round_trip(headrace_bin, tmp_path, sample_dir):
+    config = write_config(tmp_path / "p.yaml", sample_dir,
+                          extra="storage: {addressing_style: sideways}")
+    proc = run_headrace(headrace_bin, "run", config, check=False)
+    assert proc.returncode == 2
+    assert "storage.addressing_style" in proc.stderr and "auto, path, virtual" in proc.stderr
+    config = write_config(tmp_path / "p.yaml", sample_dir,
+                          extra="storage: {endpoint: 'ftp://x', max_retries: 3}")
+    proc = run_headrace(headrace_bin, "run", config, check=False)
+    assert proc.returncode == 2 and "storage.endpoint" in proc.stderr
+    config = write_config(tmp_path / "p.yaml", sample_dir,
+                          extra="storage: {endpoint: 'http://127.0.0.1:9', region: eu-west-1, "
+                                "part_bytes: 16MiB}")
+    printed = run_headrace(headrace_bin, "run", config, "--print-config").stdout
+    assert 'endpoint: "http://127.0.0.1:9"' in printed
+    assert "part_bytes: 16777216" in printed
+    assert "addressing_style: auto" in printed
