@@ -178,3 +178,16 @@ def test_make_sample_size_fixes_every_image(tmp_path, headrace_bin):
     proc = run_headrace(headrace_bin, "make-sample", "--out", tmp_path, "--samples", 2,
                         "--size", "96", check=False)
     assert proc.returncode == 2
+
+
+def test_trace_shows_reads_operators_and_the_consumer(tmp_path, headrace_bin, sample_dir):
+    config = write_config(tmp_path / "p.yaml", sample_dir)
+    trace_path = tmp_path / "trace.json"
+    run_headrace(headrace_bin, "run", config, "--trace", trace_path, "--quiet")
+    events = json.loads(trace_path.read_text())["traceEvents"]
+    count = lambda ph, name: sum(1 for e in events if e["ph"] == ph and e["name"] == name)
+    assert count("b", "read") == count("e", "read") == 48
+    assert count("X", "image.decode") == count("X", "text.tokenize") == 48
+    assert count("X", "wait") == 7  # six batches and the end of the run
+    names = {e["args"]["name"] for e in events if e["ph"] == "M"}
+    assert {"consumer", "cpu worker"} <= names

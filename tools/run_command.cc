@@ -12,7 +12,7 @@
 namespace headrace::tools {
 
 int RunCommand(const Args& args) {
-  std::string config_path, report_path;
+  std::string config_path, report_path, trace_path;
   std::vector<std::string> overrides;
   int64_t start_batch = 0;
   int64_t max_batches = -1;
@@ -23,6 +23,8 @@ int RunCommand(const Args& args) {
     const std::string flag = r.peek();
     if (flag == "--report") {
       if (!r.Value(flag, &report_path)) return 2;
+    } else if (flag == "--trace") {
+      if (!r.Value(flag, &trace_path)) return 2;
     } else if (flag == "--set") {
       if (!r.Value(flag, &value)) return 2;
       overrides.push_back(value);
@@ -43,8 +45,8 @@ int RunCommand(const Args& args) {
     } else if (flag == "--quiet") {
       quiet = true, ++r.i;
     } else if (!flag.empty() && flag[0] == '-') {
-      std::fprintf(stderr, "headrace run: unknown flag '%s' (allowed: --report, --set, "
-                   "--start-batch, --max-batches, --digests, --print-config, --quiet)\n",
+      std::fprintf(stderr, "headrace run: unknown flag '%s' (allowed: --report, --trace, "
+                   "--set, --start-batch, --max-batches, --digests, --print-config, --quiet)\n",
                    flag.c_str());
       return 2;
     } else if (config_path.empty()) {
@@ -67,7 +69,10 @@ int RunCommand(const Args& args) {
   if (print_config) std::fputs(PipelineSpecToYaml(*spec).c_str(), stdout);
 
   const int64_t baseline_rss = CurrentRssBytes();
-  auto loader = Loader::Make(*spec, LoaderOptions{.start_batch = start_batch});
+  std::unique_ptr<TraceRecorder> trace;
+  if (!trace_path.empty()) trace = std::make_unique<TraceRecorder>();
+  auto loader =
+      Loader::Make(*spec, LoaderOptions{.start_batch = start_batch, .trace = trace.get()});
   if (!loader.ok()) {
     std::fprintf(stderr, "headrace run: %s\n", loader.status().ToString().c_str());
     return loader.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
@@ -99,6 +104,8 @@ int RunCommand(const Args& args) {
   report.batch_digests = std::move(batch_digests);
   if (!quiet) std::fputs(RunReportToText(report).c_str(), stdout);
   if (!report_path.empty() && !WriteTextFile(report_path, RunReportToJson(report))) return 1;
+  loader->reset();  // joins the engine's threads: the trace is complete
+  if (trace && !WriteTextFile(trace_path, trace->ToJson())) return 1;
   if (!failure.ok()) {
     std::fprintf(stderr, "headrace run: failed: %s\n", failure.ToString().c_str());
     return 1;

@@ -9,6 +9,8 @@ namespace {
 // Scratch images of the sample currently running on this thread; reused, so a
 // steady-state sample allocates nothing.
 thread_local ScratchArena tls_scratch;
+// Whether this thread has named its row of the trace.
+thread_local bool tls_trace_named = false;
 
 }  // namespace
 
@@ -86,6 +88,10 @@ void Engine::Cancel() {
   }
   driver_cv_.notify_all();
   consumer_cv_.notify_all();
+}
+
+int64_t Engine::TraceId(const BatchJob& job, int slot) const {
+  return job.position.local_index * options_.order.batch_size + slot;
 }
 
 size_t Engine::BatchBytes(int64_t samples) const {
@@ -205,12 +211,14 @@ void Engine::IssueSample(const std::shared_ptr<BatchJob>& job, int slot) {
     }
     if (reads_inflight_++ == 0) reads_busy_since_ = Clock::now();
   }
+  if (options_.trace != nullptr) options_.trace->AsyncBegin("read", TraceId(*job, slot), Clock::now());
   inputs_.storage->ReadAsync(record.media_uri, [this, job, slot](Result<Buffer> bytes) {
     OnRead(job, slot, std::move(bytes));
   });
 }
 
 void Engine::OnRead(const std::shared_ptr<BatchJob>& job, int slot, Result<Buffer> bytes) {
+  if (options_.trace != nullptr) options_.trace->AsyncEnd("read", TraceId(*job, slot), Clock::now());
   {
     std::lock_guard lock(mu_);
     if (--reads_inflight_ == 0) read_busy_ns_ += NanosSince(reads_busy_since_);
@@ -265,10 +273,21 @@ void Engine::RunChain(const std::shared_ptr<BatchJob>& job, int slot, Buffer byt
                                static_cast<uint64_t>(index));
     ctx.scratch = &tls_scratch;
     ctx.slots = job->slots[slot].data();
+    if (options_.trace != nullptr && !tls_trace_named) {
+      tls_trace_named = true;
+      options_.trace->NameThread("cpu worker");
+    }
     for (size_t i = 0; i < inputs_.ops.size() && status.ok(); ++i) {
       const auto op_start = Clock::now();
       status = inputs_.ops[i]->Run(ctx);
-      op_ns_[i].fetch_add(NanosSince(op_start), std::memory_order_relaxed);
+      const auto op_end = Clock::now();
+      op_ns_[i].fetch_add(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(op_end - op_start).count(),
+          std::memory_order_relaxed);
+      if (options_.trace != nullptr) {
+        // Op names are string_views into the ops' static names: stable for the run.
+        options_.trace->Span(inputs_.ops[i]->name().data(), "cpu", op_start, op_end, index);
+      }
     }
     samples_run_.fetch_add(1, std::memory_order_relaxed);
     // The encoded bytes die here (the last handle), before the budget is released.

@@ -40,6 +40,7 @@
 #include "headrace/core/clock.h"
 #include "headrace/exec/epoch_order.h"
 #include "headrace/exec/thread_pool.h"
+#include "headrace/exec/trace.h"
 #include "headrace/io/storage.h"
 #include "headrace/ops/op.h"
 
@@ -77,6 +78,8 @@ struct EngineOptions {
   int64_t min_samples = 100;
   int max_kept_errors = 20;  // errors kept in full in the metrics
   Allocator* allocator = DefaultAllocator();
+  // Records reads and operator spans when set; must outlive the engine.
+  TraceRecorder* trace = nullptr;
 };
 
 // Time split of one stage over the run, per unit of concurrency:
@@ -150,6 +153,8 @@ class Engine {
   Status AllocateRows(BatchJob& job);
   // Starts one sample: a read (within the read capacity) or straight to the CPU pool.
   void IssueSample(const std::shared_ptr<BatchJob>& job, int slot);
+  // A run-unique id of a sample slot, for async trace events.
+  int64_t TraceId(const BatchJob& job, int slot) const;
   void OnRead(const std::shared_ptr<BatchJob>& job, int slot, Result<Buffer> bytes);
   void RunChain(const std::shared_ptr<BatchJob>& job, int slot, Buffer bytes);
   void FinishSample(const std::shared_ptr<BatchJob>& job, int slot, Status status);
