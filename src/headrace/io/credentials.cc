@@ -4,18 +4,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "headrace/core/strings.h"
+
 namespace headrace {
 namespace {
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) {
-    s.remove_prefix(1);
-  }
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
 
 // Reads a whole small file; nullopt when it does not exist or cannot be read.
 std::optional<std::string> ReadSmallFile(const std::string& path) {
@@ -46,7 +38,7 @@ Result<IniFile> ParseIni(std::string_view text, std::string_view file_name) {
   while (!text.empty()) {
     ++line_number;
     const size_t nl = text.find('\n');
-    std::string_view line = Trim(text.substr(0, nl));
+    std::string_view line = TrimWhitespace(text.substr(0, nl));
     text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
     if (line.empty() || line.front() == '#' || line.front() == ';') continue;
     const auto bad = [&](std::string_view why) {
@@ -55,7 +47,7 @@ Result<IniFile> ParseIni(std::string_view text, std::string_view file_name) {
     };
     if (line.front() == '[') {
       if (line.back() != ']') return bad("a section header must end with ']'");
-      section = std::string(Trim(line.substr(1, line.size() - 2)));
+      section = std::string(TrimWhitespace(line.substr(1, line.size() - 2)));
       if (section.empty()) return bad("empty section name");
       out[section];
       in_section = true;
@@ -64,9 +56,9 @@ Result<IniFile> ParseIni(std::string_view text, std::string_view file_name) {
     const size_t eq = line.find('=');
     if (eq == std::string_view::npos) return bad("expected 'key = value'");
     if (!in_section) return bad("a key before any [section]");
-    const std::string key(Trim(line.substr(0, eq)));
+    const std::string key(TrimWhitespace(line.substr(0, eq)));
     if (key.empty()) return bad("empty key");
-    out[section][key] = std::string(Trim(line.substr(eq + 1)));
+    out[section][key] = std::string(TrimWhitespace(line.substr(eq + 1)));
   }
   return out;
 }

@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "headrace/core/clock.h"
+#include "headrace/core/strings.h"
 
 namespace headrace {
 namespace {
@@ -45,17 +46,8 @@ bool HeaderIs(std::string_view name, std::string_view want) {
   return true;
 }
 
-std::string_view TrimView(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' ||
-                        s.back() == '\n')) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
-
 bool ParseInt(std::string_view s, int64_t* out) {
-  s = TrimView(s);
+  s = TrimWhitespace(s);
   const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
   return ec == std::errc() && ptr == s.data() + s.size();
 }
@@ -125,14 +117,14 @@ struct Transfer {
       }
       return line.size();
     }
-    if (TrimView(line).empty()) {  // end of headers
+    if (TrimWhitespace(line).empty()) {  // end of headers
       if (r.status >= 100 && r.status < 200) return line.size();  // 100 Continue
       return PrepareBody() ? line.size() : 0;
     }
     const size_t colon = line.find(':');
     if (colon == std::string_view::npos) return line.size();
     const std::string_view name = line.substr(0, colon);
-    const std::string_view value = TrimView(line.substr(colon + 1));
+    const std::string_view value = TrimWhitespace(line.substr(colon + 1));
     if (HeaderIs(name, "content-length")) {
       int64_t v = -1;
       if (ParseInt(value, &v) && v >= 0) r.content_length = v;

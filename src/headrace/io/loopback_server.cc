@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "headrace/core/clock.h"
+#include "headrace/core/strings.h"
 
 namespace headrace {
 namespace {
@@ -41,23 +42,6 @@ struct Fd {
     if (fd >= 0) ::close(fd);
   }
 };
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\r')) s.remove_suffix(1);
-  return s;
-}
-
-bool IEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
 
 struct Response {
   std::string head;
@@ -229,12 +213,12 @@ bool LoopbackServer::Impl::HandleRequests(Connection& c) {
       const size_t colon = line.find(':');
       if (colon == std::string_view::npos) continue;
       const std::string_view name = line.substr(0, colon);
-      const std::string_view value = Trim(line.substr(colon + 1));
-      if (IEquals(name, "range")) range = std::string(value);
-      if (IEquals(name, "content-length")) {
+      const std::string_view value = TrimWhitespace(line.substr(colon + 1));
+      if (EqualsIgnoreCase(name, "range")) range = std::string(value);
+      if (EqualsIgnoreCase(name, "content-length")) {
         std::from_chars(value.data(), value.data() + value.size(), content_length);
       }
-      if (IEquals(name, "connection") && IEquals(value, "close")) close = true;
+      if (EqualsIgnoreCase(name, "connection") && EqualsIgnoreCase(value, "close")) close = true;
     }
     if (c.in.size() < end + 4 + content_length) return true;  // body not complete yet
     const std::string_view body(c.in.data() + end + 4, content_length);

@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "headrace/core/strings.h"
 #include "headrace/io/uri.h"
 
 namespace headrace {
@@ -219,23 +220,6 @@ std::string FormatFloat(float v) {
   return std::string(buf, r.ptr);
 }
 
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
-
 bool IsIndex(std::string_view s) {
   if (s.empty() || s.size() > 9) return false;
   for (char c : s) {
@@ -427,7 +411,7 @@ Status Reader::Convert(const YAML::Node& n, const std::string& path, T* out, Uni
       *out = static_cast<T>(*bytes);
       return Status::Ok();
     }
-    std::string_view digits = Trim(text);
+    std::string_view digits = TrimWhitespace(text);
     if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
     T value{};
     const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
@@ -444,7 +428,7 @@ Status Reader::Convert(const YAML::Node& n, const std::string& path, T* out, Uni
     return Status::Ok();
   } else if constexpr (std::is_floating_point_v<T>) {
     HR_ASSIGN_OR_RETURN(std::string text, ScalarText(n, path, "a number"));
-    std::string_view digits = Trim(text);
+    std::string_view digits = TrimWhitespace(text);
     if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
     T value{};
     // Parsed as T itself (not via double) so that a float reads back bit-exactly.
@@ -676,8 +660,8 @@ Status ApplyOverride(YAML::Node& root, const std::string& text, Reader& reader) 
   };
   const size_t eq = text.find('=');
   if (eq == std::string::npos) return fail("expected key.path=value");
-  const std::string_view key = Trim(std::string_view(text).substr(0, eq));
-  const std::string_view value_text = Trim(std::string_view(text).substr(eq + 1));
+  const std::string_view key = TrimWhitespace(std::string_view(text).substr(0, eq));
+  const std::string_view value_text = TrimWhitespace(std::string_view(text).substr(eq + 1));
   if (key.empty()) return fail("empty key");
   Result<std::vector<std::string>> tokens = SplitKey(key);
   if (!tokens.ok()) return fail(tokens.status().message());
@@ -933,7 +917,7 @@ Result<int64_t> ParseByteSize(std::string_view text) {
         "expected a byte size: an integer or a number with a unit (B, KB, MB, GB, TB, KiB, "
         "MiB, GiB, TiB), got " + Quote(text));
   };
-  std::string_view s = Trim(text);
+  std::string_view s = TrimWhitespace(text);
   if (!s.empty() && s.front() == '-') {
     return Status::InvalidArgument("a byte size cannot be negative, got " + Quote(text));
   }
@@ -943,7 +927,7 @@ Result<int64_t> ParseByteSize(std::string_view text) {
     ++number_end;
   }
   const std::string_view number = s.substr(0, number_end);
-  const std::string_view unit = Trim(s.substr(number_end));
+  const std::string_view unit = TrimWhitespace(s.substr(number_end));
   if (number.empty() || number.front() == '.' || number.back() == '.') return fail();
   static constexpr std::pair<std::string_view, int64_t> kUnits[] = {
       {"", 1},
