@@ -1,13 +1,10 @@
 """Fixtures for the end-to-end tests: the built `headrace` binary and sample datasets."""
-import json
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from e2e_util import REPO, run_headrace
 
 
 @pytest.fixture(scope="session")
@@ -18,46 +15,9 @@ def headrace_bin() -> Path:
     return path
 
 
-def run_headrace(binary, *args, check=True, timeout=300):
-    proc = subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"headrace {' '.join(map(str, args))} exited {proc.returncode}\n"
-                             f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
-    return proc
-
-
 @pytest.fixture(scope="session")
 def sample_dir(tmp_path_factory, headrace_bin) -> Path:
     """A small generated chat-VQA dataset, shared by the tests that only read it."""
     out = tmp_path_factory.mktemp("sample")
     run_headrace(headrace_bin, "make-sample", "--out", out, "--samples", 48, "--seed", 5)
     return out
-
-
-def write_config(path: Path, dataset: Path, **overrides) -> Path:
-    """A pipeline config over `dataset` like examples/vqa.yaml, small and fast."""
-    batch = overrides.pop("batch_size", 8)
-    extra = overrides.pop("extra", "")
-    path.write_text(f"""
-source:
-  manifest: {dataset / 'manifest.jsonl'}
-seed: 1
-epochs: 1
-batch: {{size: {batch}}}
-ops:
-  - image.decode: {{max_pixels: 89478485}}
-  - image.resize: {{shorter_side: 64}}
-  - image.center_crop: {{size: 56}}
-  - image.normalize: {{dtype: f32, layout: chw}}
-  - text.tokenize: {{model: {dataset / 'tokenizer.model'}, max_length: 48}}
-execution: {{cpu_threads: 2}}
-memory: {{budget_bytes: 64MiB}}
-trainer: {{step_ms: 0}}
-{extra}
-""")
-    return path
-
-
-def read_report(path: Path) -> dict:
-    return json.loads(path.read_text())

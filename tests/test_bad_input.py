@@ -4,7 +4,7 @@ import shutil
 import struct
 import zlib
 
-from conftest import read_report, run_headrace, write_config
+from e2e_util import read_report, run_headrace, write_config
 
 
 def png_bytes(width=4, height=4, corrupt_crc=False):

@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, read_report, run_headrace, write_config
+from e2e_util import REPO, read_report, run_headrace, write_config
 
 
 def test_make_sample_writes_a_manifest_images_and_a_tokenizer(sample_dir):

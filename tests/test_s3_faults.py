@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import read_report, run_headrace, write_config
+from e2e_util import read_report, run_headrace, write_config
 from s3_fixtures import fault_server, free_port  # noqa: F401  (fixture)
 
 
