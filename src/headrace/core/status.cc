@@ -16,6 +16,7 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kBadRecord: return "bad_record";
     case StatusCode::kMissingField: return "missing_field";
     case StatusCode::kTokenizeError: return "tokenize_error";
+    case StatusCode::kUserFunctionError: return "user_function_error";
     case StatusCode::kResourceExhausted: return "resource_exhausted";
     case StatusCode::kInternal: return "internal";
   }

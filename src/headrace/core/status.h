@@ -27,6 +27,7 @@ enum class StatusCode {
   kBadRecord,          // a manifest line that is not valid JSON or has the wrong shape
   kMissingField,       // a manifest record without a required field
   kTokenizeError,      // the tokenizer rejected the text
+  kUserFunctionError,  // a user-supplied (e.g. Python) function raised
   kResourceExhausted,  // a budget (memory, errors, retries) was exceeded
   kInternal,           // a bug: an invariant of the engine does not hold
 };
@@ -56,6 +57,9 @@ class [[nodiscard]] Status {
   static Status MissingField(std::string m) { return {StatusCode::kMissingField, std::move(m)}; }
   static Status TokenizeError(std::string m) {
     return {StatusCode::kTokenizeError, std::move(m)};
+  }
+  static Status UserFunctionError(std::string m) {
+    return {StatusCode::kUserFunctionError, std::move(m)};
   }
   static Status ResourceExhausted(std::string m) {
     return {StatusCode::kResourceExhausted, std::move(m)};

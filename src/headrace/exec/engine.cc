@@ -37,7 +37,8 @@ Engine::Engine(EngineInputs inputs, EngineOptions options, EpochOrder order)
       options_(std::move(options)),
       order_(std::move(order)),
       start_time_(Clock::now()),
-      op_ns_(inputs_.ops.size()) {
+      op_ns_(inputs_.ops.size()),
+      batch_op_ns_(inputs_.batch_ops.size()) {
   next_ = options_.start_batch;
 }
 
@@ -352,6 +353,7 @@ void Engine::FinishBatch(BatchJob& job) {
                                            t.buffer().Slice(0, row * kept)));
   }
   job.tensors.clear();
+  if (kept > 0) RunBatchOps(job, batch);
   const bool cancelled = std::any_of(job.status.begin(), job.status.end(), [](const Status& s) {
     return s.code() == StatusCode::kCancelled;
   });
@@ -362,6 +364,34 @@ void Engine::FinishBatch(BatchJob& job) {
   if (cancelled) return;  // the run is stopping; nobody will consume this batch
   ready_.emplace(job.position.local_index, ReadyBatch{std::move(batch), job.bytes});
   consumer_cv_.notify_all();
+}
+
+void Engine::RunBatchOps(const BatchJob& job, Batch& batch) {
+  for (size_t i = 0; i < inputs_.batch_ops.size(); ++i) {
+    const BatchOp& op = *inputs_.batch_ops[i];
+    const auto start = Clock::now();
+    Status status = op.Run(batch, HashKeys(options_.order.seed,
+                                           static_cast<uint64_t>(batch.epoch),
+                                           static_cast<uint64_t>(batch.index_in_epoch), i));
+    batch_op_ns_[i].fetch_add(NanosSince(start), std::memory_order_relaxed);
+    if (status.ok()) continue;
+    // The batch is dropped: each of its samples is an error with the op's status.
+    status = status.WithContext(std::string(op.name()) + " on batch " +
+                                std::to_string(batch.index_in_epoch) + " of epoch " +
+                                std::to_string(batch.epoch));
+    const Tensor* index = batch.Find("index");
+    for (int64_t s = 0; s < batch.size(); ++s) {
+      const int64_t sample = index->data<int64_t>()[s];
+      batch.errors.push_back(SampleError{job.position.epoch, sample,
+                                         (*inputs_.records)[sample].media_uri, status});
+    }
+    for (auto& [name, tensor] : batch.fields) {
+      std::vector<int64_t> shape = tensor.shape();
+      shape[0] = 0;
+      tensor = Tensor(tensor.dtype(), std::move(shape), tensor.buffer().Slice(0, 0));
+    }
+    return;
+  }
 }
 
 Status Engine::CheckErrorBudgetLocked(bool at_end) const {
@@ -495,6 +525,11 @@ EngineMetrics Engine::Metrics() const {
   for (size_t i = 0; i < inputs_.ops.size(); ++i) {
     m.ops.push_back(OpMetrics{std::string(inputs_.ops[i]->name()), samples_run_.load(),
                               op_ns_[i].load() * 1e-9});
+  }
+  for (size_t i = 0; i < inputs_.batch_ops.size(); ++i) {
+    // Reported per sample, like the other ops, so that costs add up.
+    m.ops.push_back(OpMetrics{std::string(inputs_.batch_ops[i]->name()), samples_run_.load(),
+                              batch_op_ns_[i].load() * 1e-9});
   }
   return m;
 }

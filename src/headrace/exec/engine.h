@@ -59,6 +59,8 @@ struct EngineInputs {
   // The per-sample chain; Op::Run writes into the rows of `fields` (by position).
   std::vector<std::unique_ptr<Op>> ops;
   std::vector<FieldSpec> fields;
+  // Per-batch steps, run in order on each complete batch before delivery.
+  std::vector<std::unique_ptr<BatchOp>> batch_ops;
   // Whether samples need their media read before the chain runs.
   bool reads_media = true;
   std::shared_ptr<Storage> storage;
@@ -159,6 +161,8 @@ class Engine {
   void RunChain(const std::shared_ptr<BatchJob>& job, int slot, Buffer bytes);
   void FinishSample(const std::shared_ptr<BatchJob>& job, int slot, Status status);
   void FinishBatch(BatchJob& job);
+  // Runs the batch ops on a complete batch; on failure, empties it and records errors.
+  void RunBatchOps(const BatchJob& job, Batch& batch);
   Status CheckErrorBudgetLocked(bool at_end) const;
   // Total consumer wait so far, the wait in progress included.
   int64_t ConsumerWaitNanosLocked() const;
@@ -212,7 +216,8 @@ class Engine {
   std::map<std::string, int64_t> errors_by_kind_;
   std::vector<SampleError> first_errors_;
 
-  std::vector<std::atomic<int64_t>> op_ns_;  // per op, summed over threads
+  std::vector<std::atomic<int64_t>> op_ns_;        // per op, summed over threads
+  std::vector<std::atomic<int64_t>> batch_op_ns_;  // per batch op
   std::atomic<int64_t> samples_run_{0};
 
   std::thread driver_;

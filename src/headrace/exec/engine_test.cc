@@ -62,6 +62,21 @@ class GateOp final : public Op {
   bool open_ = false;
 };
 
+// Adds the batch's seed-derived value to column 1 of every row; fails on batch 1 of
+// each epoch.
+class BatchMarkOp final : public BatchOp {
+ public:
+  std::string_view name() const override { return "test.batch_mark"; }
+  Status Run(Batch& batch, uint64_t batch_seed) const override {
+    if (batch.index_in_epoch == 1) return Status::UserFunctionError("batch 1 is bad");
+    const Tensor* row = batch.Find("row");
+    for (int64_t i = 0; i < batch.size(); ++i) {
+      row->mutable_data<int64_t>()[i * 4 + 1] = static_cast<int64_t>(batch_seed >> 2);
+    }
+    return Status::Ok();
+  }
+};
+
 struct Config {
   int threads;
   int depth;
@@ -105,10 +120,12 @@ class EngineConformance : public testing::TestWithParam<Config> {
   Result<std::unique_ptr<Engine>> Start(std::shared_ptr<std::vector<SampleRecord>> records,
                                         std::unique_ptr<Op> op, int64_t batch_size,
                                         int64_t epochs = 1, int64_t start = 0,
-                                        double max_error_rate = 1.0, int threads = -1) {
+                                        double max_error_rate = 1.0, int threads = -1,
+                                        std::unique_ptr<BatchOp> batch_op = nullptr) {
     EngineInputs in;
     in.records = std::move(records);
     in.ops.push_back(std::move(op));
+    if (batch_op) in.batch_ops.push_back(std::move(batch_op));
     in.fields.push_back(FieldSpec{"row", DType::kI64, {4}});
     in.reads_media = GetParam().reads_media;
     in.storage = MakeLocalStorage({.threads = 2});
@@ -289,6 +306,33 @@ TEST_P(EngineConformance, NeverHoldsMoreThanDepthBatchesAhead) {
   // The consumer holds still; the producer must stop at `depth` batches ahead.
   auto m = (*engine)->Metrics();
   EXPECT_LE(m.samples_attempted, 2 * (1 + GetParam().depth));
+}
+
+TEST_P(EngineConformance, BatchOpsRunOnCompleteBatchesAndAFailureDropsTheBatch) {
+  auto engine = Start(Records(12), std::make_unique<FillOp>(), 4, /*epochs=*/2, 0, 1.0, -1,
+                      std::make_unique<BatchMarkOp>());
+  ASSERT_TRUE(engine.ok());
+  std::vector<int64_t> marks;
+  int64_t delivered = 0;
+  while (true) {
+    auto next = (*engine)->Next();
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    if (!next->has_value()) break;
+    EXPECT_NE((*next)->index_in_epoch, 1);
+    const Tensor* row = (*next)->Find("row");
+    for (int64_t i = 0; i < (*next)->size(); ++i) marks.push_back(row->data<int64_t>()[i * 4 + 1]);
+    delivered += (*next)->size();
+  }
+  EXPECT_EQ(delivered, 16);  // 2 of 3 batches in each of 2 epochs
+  ASSERT_EQ(marks.size(), 16u);
+  EXPECT_EQ(marks[0], marks[3]);  // one value per batch...
+  EXPECT_NE(marks[0], marks[4]);  // ...different across batches
+  auto m = (*engine)->Metrics();
+  EXPECT_EQ(m.samples_failed, 8);
+  EXPECT_EQ(m.errors_by_kind["user_function_error"], 8);
+  ASSERT_FALSE(m.first_errors.empty());
+  EXPECT_NE(m.first_errors[0].status.message().find("test.batch_mark on batch 1 of epoch 0"),
+            std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, EngineConformance,

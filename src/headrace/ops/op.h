@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "headrace/core/batch.h"
 #include "headrace/core/rng.h"
 #include "headrace/core/sample.h"
 #include "headrace/core/status.h"
@@ -69,6 +70,20 @@ class Op {
   // Runs on `ctx` for one sample. A non-ok status skips the sample (it is counted and
   // named by epoch, index and uri by the executor); it must not be a programming error.
   virtual Status Run(SampleContext& ctx) const = 0;
+};
+
+// A per-batch step: runs once a batch is complete (skipped samples already removed),
+// before it is delivered, on the CPU thread that finished the batch's last sample. It
+// may change the batch's tensors in place. Like Op, it is immutable and thread-safe:
+// several batches may run it at once. A non-ok status drops the batch, and each of its
+// samples is counted as an error with that status.
+class BatchOp {
+ public:
+  virtual ~BatchOp() = default;
+  virtual std::string_view name() const = 0;
+  // `batch_seed` is HashKeys(seed, epoch, index_in_epoch, position): the root of any
+  // randomness, identical on every run and thread.
+  virtual Status Run(Batch& batch, uint64_t batch_seed) const = 0;
 };
 
 }  // namespace headrace

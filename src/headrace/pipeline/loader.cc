@@ -29,6 +29,7 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
                                                                 &loader->manifest_->records);
   in.ops = std::move(plan.ops);
   in.fields = std::move(plan.fields);
+  in.batch_ops = std::move(plan.batch_ops);
   in.reads_media = plan.reads_media;
   in.storage = loader->storage_;
 

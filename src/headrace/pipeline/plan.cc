@@ -154,6 +154,15 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec) {
     HR_RETURN_IF_ERROR(status);
     plan.ops.push_back(std::move(built));
   }
+  for (size_t i = 0; i < spec.batch_ops.size(); ++i) {
+    const BatchOpSpec& b = spec.batch_ops[i];
+    if (!b.make) {
+      return Status::InvalidArgument("batch_ops[" + std::to_string(i) + "] " + b.name +
+                                     ": no factory");
+    }
+    HR_ASSIGN_OR_RETURN(std::unique_ptr<BatchOp> op, b.make());
+    plan.batch_ops.push_back(std::move(op));
+  }
   if (decoded && !normalized) {
     return Status::InvalidArgument(
         "ops: an image chain must end with image.normalize, which writes the batch tensor");

@@ -19,6 +19,7 @@ namespace headrace {
 struct PipelinePlan {
   std::vector<std::unique_ptr<Op>> ops;
   std::vector<FieldSpec> fields;  // the batch layout, without the engine's "index"
+  std::vector<std::unique_ptr<BatchOp>> batch_ops;
   bool reads_media = false;       // the chain starts with image.decode
 };
 

@@ -39,6 +39,13 @@ struct UserOpSpec {
   std::function<Result<std::unique_ptr<Op>>(int first_field, int position)> make;
 };
 
+// A per-batch step built in code (a Python function over the whole batch, say); like
+// UserOpSpec it has no YAML form.
+struct BatchOpSpec {
+  std::string name;
+  std::function<Result<std::unique_ptr<BatchOp>>()> make;
+};
+
 using OpSpec = std::variant<DecodeSpec, ResizeSpec, CenterCropSpec, RandomResizedCropSpec,
                             FlipSpec, NormalizeSpec, TokenizeSpec, UserOpSpec>;
 
@@ -91,6 +98,7 @@ struct PipelineSpec {
   bool shuffle = true;
   BatchSpec batch;
   std::vector<OpSpec> ops;
+  std::vector<BatchOpSpec> batch_ops;  // after collation, in order
   ExecutionSpec execution;
   PrefetchSpec prefetch;
   MemorySpec memory;
