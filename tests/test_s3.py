@@ -41,11 +41,15 @@ def s3_config(tmp_path, sample_dir, extra=""):
     return config
 
 
-def local_digests(headrace_bin, tmp_path, sample_dir):
+def local_report(headrace_bin, tmp_path, sample_dir):
     config = write_config(tmp_path / "local.yaml", sample_dir)
     report = tmp_path / "local.json"
     run_headrace(headrace_bin, "run", config, "--report", report, "--digests", "--quiet")
-    return read_report(report)["batch_digests"]
+    return read_report(report)
+
+
+def local_digests(headrace_bin, tmp_path, sample_dir):
+    return local_report(headrace_bin, tmp_path, sample_dir)["batch_digests"]
 
 
 def test_upload_puts_every_file_and_ls_pages_through_them(uploaded, moto_s3, headrace_bin,
@@ -86,6 +90,41 @@ def test_pipeline_from_s3_yields_the_batches_of_local_disk(uploaded, headrace_bi
     assert r["samples"] == 48
     assert r["errors"]["total"] == 0
     assert r["batch_digests"] == local_digests(headrace_bin, tmp_path, sample_dir)
+
+
+def test_manifest_images_and_tokenizer_model_all_from_s3(uploaded, moto_s3, headrace_bin,
+                                                        tmp_path, sample_dir):
+    config = s3_config(tmp_path, sample_dir)
+    config.write_text(config.read_text().replace(str(sample_dir / "tokenizer.model"),
+                                                 f"s3://{BUCKET}/{PREFIX}/tokenizer.model"))
+    assert str(sample_dir) not in config.read_text()  # nothing left on local disk
+    report = tmp_path / "s3.json"
+    headrace(headrace_bin, "run", config, "--report", report, "--digests", "--quiet", env=uploaded)
+    r = read_report(report)
+    assert r["errors"]["total"] == 0
+    local = local_report(headrace_bin, tmp_path, sample_dir)
+    assert r["batch_digests"] == local["batch_digests"]
+    # Every read went to S3: the manifest, the model and 48 images, no retries.
+    assert list(r["storage"]) == ["s3"]
+    s3 = r["storage"]["s3"]
+    assert s3["endpoint"] == moto_s3.endpoint
+    assert s3["requests"] == 50 and s3["retries"] == 0 and s3["errors"] == 0
+    files = ["manifest.jsonl", "tokenizer.model"] + [f"images/{i:06d}.jpg" for i in range(48)]
+    assert s3["bytes"] == sum((sample_dir / f).stat().st_size for f in files)
+    assert moto_s3.secret not in report.read_text()
+    assert moto_s3.key_id not in report.read_text()
+    # The same run from local disk reports its reads there.
+    assert local["storage"] == {"local": {"reads": 50, "bytes": s3["bytes"], "errors": 0}}
+
+
+def test_missing_tokenizer_model_on_s3_names_the_key_and_uri(uploaded, headrace_bin, tmp_path,
+                                                             sample_dir):
+    config = s3_config(tmp_path, sample_dir)
+    uri = f"s3://{BUCKET}/{PREFIX}/no-such.model"
+    config.write_text(config.read_text().replace(str(sample_dir / "tokenizer.model"), uri))
+    proc = headrace(headrace_bin, "run", config, env=uploaded, check=False)
+    assert proc.returncode == 2
+    assert "text.tokenize.model" in proc.stderr and uri in proc.stderr
 
 
 def test_large_objects_are_read_as_ranged_parts(uploaded, headrace_bin, tmp_path, sample_dir):

@@ -30,10 +30,10 @@ def local_digests(headrace_bin, sample_dir, tmp_path_factory):
     return read_report(report)["batch_digests"]
 
 
-def run(headrace_bin, config, tmp_path, *args, check=True):
+def run(headrace_bin, config, tmp_path, *args, check=True, quiet=True):
     report = tmp_path / "r.json"
-    proc = run_headrace(headrace_bin, "run", config, "--report", report, "--digests", "--quiet",
-                        *args, check=check, timeout=120)
+    proc = run_headrace(headrace_bin, "run", config, "--report", report, "--digests",
+                        *(["--quiet"] if quiet else []), *args, check=check, timeout=120)
     return proc, (read_report(report) if report.exists() else None)
 
 
@@ -60,12 +60,29 @@ def test_bursts_resets_truncation_and_slow_first_bytes_lose_nothing(
     fault_server.script = {k: list(v) for k, v in script.items()}
     config = faulty_config(tmp_path, sample_dir, fault_server.endpoint,
                            storage="first_byte_timeout_ms: 300, max_retries: 6")
-    _, r = run(headrace_bin, config, tmp_path)
+    proc, r = run(headrace_bin, config, tmp_path, quiet=False)
     assert r["errors"]["total"] == 0
     assert r["samples"] == 48
     assert r["batch_digests"] == local_digests  # every sample exactly once, bytes intact
     for path, actions in script.items():
         assert fault_server.requests_for(path) == len(actions) + 1, path
+    # The report counts every injected fault as a retry, by reason.
+    injected = sum(len(actions) for actions in script.values())
+    s3 = r["storage"]["s3"]
+    assert s3["endpoint"] == fault_server.endpoint
+    assert s3["retries"] == injected == 69
+    by_reason = dict(s3["retries_by_reason"])
+    # A reset after half the body reads as either, depending on when curl sees the RST.
+    broken = by_reason.pop("reset", 0) + by_reason.pop("truncated", 0)
+    assert broken == 3
+    assert by_reason == {"SlowDown": 3 + 1 + 60, "InternalError": 1, "timeout": 1}
+    assert s3["throttles"] == 64
+    assert s3["requests"] == 48 + injected
+    assert s3["errors"] == 0
+    assert r["storage"]["local"]["reads"] == 2  # the manifest and the tokenizer model
+    line = next(l for l in proc.stdout.splitlines() if f"s3 {fault_server.endpoint}:" in l)
+    assert f"{48 + injected} requests, {injected} retries (InternalError=1, SlowDown=64" in line
+    assert "64 throttled, 0 errors" in line
 
 
 def test_retries_exhausted_become_the_samples_errors(headrace_bin, sample_dir, tmp_path,
@@ -80,6 +97,9 @@ def test_retries_exhausted_become_the_samples_errors(headrace_bin, sample_dir, t
     assert "SlowDown" in messages and "3 attempts" in messages
     assert "truncated body" in messages and fault_server.endpoint in messages
     assert fault_server.requests_for("/bkt/images/000007.jpg") == 3
+    s3 = r["storage"]["s3"]
+    assert s3["errors"] == 2
+    assert s3["retries_by_reason"] == {"SlowDown": 2, "truncated": 2}
 
 
 def test_missing_object_is_not_retried(headrace_bin, sample_dir, tmp_path, fault_server):

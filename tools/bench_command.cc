@@ -39,7 +39,7 @@ struct OpsBench {
 Result<OpsBench> MeasureOps(const PipelineSpec& spec, int64_t samples) {
   auto storage = MakeLocalStorage();
   HR_ASSIGN_OR_RETURN(Manifest manifest, LoadManifest(*storage, spec.source));
-  HR_ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(spec));
+  HR_ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(spec, *storage));
   std::vector<Buffer> rows;
   std::vector<uint8_t*> slots;
   for (const FieldSpec& f : plan.fields) {

@@ -2,6 +2,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -83,6 +84,15 @@ class LocalStorage final : public Storage {
 
   std::string_view name() const override { return "local"; }
 
+  std::vector<StorageStats> Stats() const override {
+    StorageStats s;
+    s.backend = "local";
+    s.requests = reads_.load(std::memory_order_relaxed);
+    s.bytes = bytes_.load(std::memory_order_relaxed);
+    s.errors = errors_.load(std::memory_order_relaxed);
+    return {s};
+  }
+
  private:
   struct Request {
     std::string uri;
@@ -99,7 +109,14 @@ class LocalStorage final : public Storage {
         request = std::move(queue_.front());
         queue_.pop_front();
       }
-      request.done(ReadFile(request.uri));
+      Result<Buffer> bytes = ReadFile(request.uri);
+      reads_.fetch_add(1, std::memory_order_relaxed);
+      if (bytes.ok()) {
+        bytes_.fetch_add(static_cast<int64_t>(bytes->size()), std::memory_order_relaxed);
+      } else {
+        errors_.fetch_add(1, std::memory_order_relaxed);
+      }
+      request.done(std::move(bytes));
     }
   }
 
@@ -108,6 +125,9 @@ class LocalStorage final : public Storage {
   std::deque<Request> queue_;  // guarded by mu_
   bool stopping_ = false;      // guarded by mu_
   std::vector<std::thread> threads_;
+  std::atomic<int64_t> reads_{0};
+  std::atomic<int64_t> bytes_{0};
+  std::atomic<int64_t> errors_{0};
 };
 
 }  // namespace

@@ -41,6 +41,22 @@ TEST(LocalStorage, NamesMissingFilesAndDirectories) {
   EXPECT_EQ(storage->Read(TestDir().string()).status().code(), StatusCode::kIoError);
 }
 
+TEST(LocalStorage, CountsReadsBytesAndErrors) {
+  const auto path = (TestDir() / "count.bin").string();
+  std::ofstream(path, std::ios::binary) << "12345";
+  auto storage = MakeLocalStorage();
+  ASSERT_TRUE(storage->Read(path).ok());
+  ASSERT_TRUE(storage->Read(path).ok());
+  ASSERT_FALSE(storage->Read((TestDir() / "nope.bin").string()).ok());
+  const std::vector<StorageStats> stats = storage->Stats();
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0].backend, "local");
+  EXPECT_EQ(stats[0].requests, 3);
+  EXPECT_EQ(stats[0].bytes, 10);
+  EXPECT_EQ(stats[0].errors, 1);
+  EXPECT_EQ(stats[0].retries, 0);
+}
+
 TEST(LocalStorage, ReadsZeroByteFiles) {
   const auto path = (TestDir() / "empty.bin").string();
   std::ofstream(path, std::ios::binary).flush();

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <map>
 #include <mutex>
 
 #include "headrace/io/curl_loop.h"
@@ -75,6 +76,25 @@ std::string SafeUrl(std::string_view uri) {
 
 bool Is2xx(const HttpResponse& r) { return r.status >= 200 && r.status < 300; }
 
+// The server asked us to slow down (S3 answers throttling with 503 SlowDown).
+bool IsThrottle(const HttpResponse& r, std::string_view code) {
+  return r.error == TransportError::kNone &&
+         (r.status == 429 || r.status == 503 || code == "SlowDown");
+}
+
+// The key of a retry in ObjectStoreStats::retries_by_reason.
+std::string RetryReason(const HttpResponse& r, const std::string& code) {
+  switch (r.error) {
+    case TransportError::kNone: break;
+    case TransportError::kConnect: return "connect";
+    case TransportError::kTimeout: return "timeout";
+    case TransportError::kReset: return "reset";
+    case TransportError::kTruncated: return "truncated";
+    default: return std::string(TransportErrorName(r.error));
+  }
+  return code.empty() ? "http_" + std::to_string(r.status) : code;
+}
+
 uint64_t SplitMix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -118,10 +138,32 @@ class ObjectStorage final : public ObjectStore {
     const CurlLoopStats l = loop_->stats();
     s.requests = requests_.load();
     s.retries = retries_.load();
+    {
+      std::lock_guard lock(stats_mu_);
+      s.retries_by_reason = retries_by_reason_;
+    }
+    s.throttles = throttles_.load();
+    s.failed_reads = failed_reads_.load();
     s.bytes_received = l.bytes_received;
     s.bytes_copied = l.bytes_copied;
     s.connections = l.connections;
     return s;
+  }
+
+  std::vector<StorageStats> Stats() const override {
+    const ObjectStoreStats o = stats();
+    StorageStats s;
+    s.backend = std::string(name());
+    s.endpoint = endpoint();
+    s.requests = o.requests;
+    s.retries = o.retries;
+    s.retries_by_reason = o.retries_by_reason;
+    s.throttles = o.throttles;
+    s.errors = o.failed_reads;
+    s.bytes = o.bytes_received;
+    s.connections = o.connections;
+    s.bytes_copied = o.bytes_copied;
+    return {s};
   }
 
   void ReadAsync(std::string uri, ReadCallback done) override;
@@ -156,6 +198,10 @@ class ObjectStorage final : public ObjectStore {
   size_t part_bytes_ = 8 << 20;
   std::atomic<int64_t> requests_{0};
   std::atomic<int64_t> retries_{0};
+  std::atomic<int64_t> throttles_{0};
+  std::atomic<int64_t> failed_reads_{0};
+  mutable std::mutex stats_mu_;
+  std::map<std::string, int64_t> retries_by_reason_;  // guarded by stats_mu_
   std::atomic<uint64_t> jitter_seed_{0x243f6a8885a308d3ULL};
   mutable std::mutex dead_mu_;
   std::string last_error_;  // guarded by dead_mu_: why the endpoint was declared dead
@@ -274,6 +320,7 @@ void ObjectStorage::Execute(RequestFactory make, std::string what, ResponseCallb
         }
         const std::string code = r.error == TransportError::kNone && !Is2xx(r)
                                      ? XmlValue(r.error_body, "Code") : std::string();
+        if (IsThrottle(r, code)) throttles_.fetch_add(1, std::memory_order_relaxed);
         if (IsRetryable(r.error, r.status, code)) {
           const std::string last = Describe(r);
           if (retry >= policy_.max_retries) {
@@ -290,6 +337,10 @@ void ObjectStorage::Execute(RequestFactory make, std::string what, ResponseCallb
             return;
           }
           retries_.fetch_add(1, std::memory_order_relaxed);
+          {
+            std::lock_guard lock(stats_mu_);
+            ++retries_by_reason_[RetryReason(r, code)];
+          }
           const uint64_t random =
               SplitMix(jitter_seed_.fetch_add(0x9e3779b97f4a7c15ULL, std::memory_order_relaxed));
           Execute(std::move(make), std::move(what), std::move(done), retry + 1,
@@ -347,7 +398,12 @@ Status ObjectStorage::ErrorOf(const HttpResponse& r, const std::string& what,
 void ObjectStorage::ReadAsync(std::string uri, ReadCallback done) {
   auto op = std::make_shared<ReadOp>();
   op->uri = std::move(uri);
-  op->done = std::move(done);
+  op->done = [this, done = std::move(done)](Result<Buffer> result) {
+    if (!result.ok() && result.status().code() != StatusCode::kCancelled) {
+      failed_reads_.fetch_add(1, std::memory_order_relaxed);
+    }
+    done(std::move(result));
+  };
   const std::string range = "Range: bytes=0-" + std::to_string(part_bytes_ - 1);
   auto make = [this, op, range]() {
     return MakeRequest("GET", op->uri, {}, {range}, Buffer());
@@ -519,6 +575,16 @@ class RouterStorage final : public Storage {
 
   std::string_view name() const override { return "router"; }
 
+  std::vector<StorageStats> Stats() const override {
+    std::lock_guard lock(mu_);
+    std::vector<StorageStats> out;
+    for (const Slot& slot : slots_) {
+      if (!slot.storage) continue;
+      for (StorageStats& s : slot.storage->Stats()) out.push_back(std::move(s));
+    }
+    return out;
+  }
+
  private:
   struct Slot {
     bool tried = false;
@@ -561,7 +627,7 @@ class RouterStorage final : public Storage {
 
   const StorageSpec spec_;
   const LocalStorageOptions local_options_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   Slot slots_[3];  // guarded by mu_; by UriScheme
 };
 

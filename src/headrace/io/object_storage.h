@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +39,11 @@ struct ObjectInfo {
 struct ObjectStoreStats {
   int64_t requests = 0;  // HTTP attempts, retries included
   int64_t retries = 0;
+  // By cause: the S3 error code ("SlowDown"), else "http_<status>", else the transport
+  // error ("reset", "timeout", "truncated", "connect").
+  std::map<std::string, int64_t> retries_by_reason;
+  int64_t throttles = 0;     // 429 / 503 / SlowDown responses, retried or not
+  int64_t failed_reads = 0;  // ReadAsync calls that ended in an error (not cancellation)
   int64_t bytes_received = 0;
   int64_t bytes_copied = 0;  // beyond the one write into the destination buffer
   int64_t connections = 0;   // connections opened; requests - connections were reused

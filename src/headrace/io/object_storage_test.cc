@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <future>
+#include <map>
 #include <vector>
 
 #include "headrace/io/loopback_server.h"
@@ -87,7 +88,12 @@ TEST(S3Storage, SlowDownIsRetriedUntilItPasses) {
   auto r = s3->Read("s3://bkt/o");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(Same(*r, object));
-  EXPECT_EQ(s3->stats().retries, 3);
+  const ObjectStoreStats stats = s3->stats();
+  EXPECT_EQ(stats.retries, 3);
+  EXPECT_EQ(stats.requests, 4);
+  EXPECT_EQ(stats.throttles, 3);
+  EXPECT_EQ(stats.retries_by_reason, (std::map<std::string, int64_t>{{"SlowDown", 3}}));
+  EXPECT_EQ(stats.failed_reads, 0);
 }
 
 TEST(S3Storage, ExhaustedRetriesNameTheEndpointAndLastError) {
@@ -117,6 +123,10 @@ TEST(S3Storage, TruncatedBodyIsANamedErrorAfterRetries) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("truncated body"), std::string::npos)
       << r.status().ToString();
+  const ObjectStoreStats stats = s3->stats();
+  EXPECT_EQ(stats.retries_by_reason, (std::map<std::string, int64_t>{{"truncated", 1}}));
+  EXPECT_EQ(stats.throttles, 0);
+  EXPECT_EQ(stats.failed_reads, 1);
 }
 
 TEST(S3Storage, DeadEndpointSpendsTheBudgetThenFailsFast) {
@@ -220,6 +230,24 @@ TEST(OpenStorage, RoutesLocalAndObjectUrisThroughOneStorage) {
   ASSERT_TRUE(http.ok());
   auto local = storage->Read("/nonexistent/file");
   EXPECT_EQ(local.status().code(), StatusCode::kNotFound);
+
+  // Stats: one entry per backend used, in scheme order; no URI, only the endpoint.
+  const std::vector<StorageStats> stats = storage->Stats();
+  ASSERT_EQ(stats.size(), 3u);
+  EXPECT_EQ(stats[0].backend, "local");
+  EXPECT_EQ(stats[0].requests, 1);
+  EXPECT_EQ(stats[0].errors, 1);
+  EXPECT_EQ(stats[1].backend, "s3");
+  EXPECT_EQ(stats[1].endpoint, server->origin());
+  EXPECT_EQ(stats[1].requests, 1);
+  EXPECT_EQ(stats[1].bytes, 100);
+  EXPECT_EQ(stats[1].errors, 0);
+  EXPECT_EQ(stats[2].backend, "http");
+  EXPECT_EQ(stats[2].requests, 1);
+}
+
+TEST(OpenStorage, ListsNoBackendBeforeItsFirstRead) {
+  EXPECT_TRUE(OpenStorage(StorageSpec{})->Stats().empty());
 }
 
 TEST(OpenStorage, MissingCredentialsFailTheReadsThatNeedThem) {

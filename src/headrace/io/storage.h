@@ -11,12 +11,16 @@
 //   starts). It must be short and must not block: hand the bytes to another stage.
 // - The destructor completes every pending read (with kCancelled if not yet started)
 //   and joins its threads before it returns.
+// - Stats() may be called from any thread, during or after a run.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "headrace/core/buffer.h"
 #include "headrace/core/status.h"
@@ -25,12 +29,31 @@ namespace headrace {
 
 using ReadCallback = std::function<void(Result<Buffer>)>;
 
+// What one backend has done so far, for run reports. Counters and the endpoint's origin
+// only: never a credential, a signed URL or an object's URI.
+struct StorageStats {
+  std::string backend;    // "local", "s3", "http"
+  std::string endpoint;   // object stores: where requests go; empty for local files
+  int64_t requests = 0;   // local: files read; object stores: HTTP attempts, retries included
+  int64_t retries = 0;    // object stores: attempts repeated after a retryable failure
+  // Retries by what caused them: an S3 error code ("SlowDown", "InternalError"), else
+  // "http_<status>", or the transport error ("reset", "timeout", "truncated", "connect").
+  std::map<std::string, int64_t> retries_by_reason;
+  int64_t throttles = 0;  // responses asking the client to slow down: 429, 503, SlowDown
+  int64_t errors = 0;     // reads that failed for good (after any retries); not cancellations
+  int64_t bytes = 0;      // bytes read (object stores: 2xx body bytes received)
+  int64_t connections = 0;   // object stores: connections opened (the rest were reused)
+  int64_t bytes_copied = 0;  // object stores: bytes moved beyond the one write per object
+};
+
 class Storage {
  public:
   virtual ~Storage() = default;
   virtual void ReadAsync(std::string uri, ReadCallback done) = 0;
   // "local", "s3", ...
   virtual std::string_view name() const = 0;
+  // One entry per backend that has been used (a router lists each backend it opened).
+  virtual std::vector<StorageStats> Stats() const { return {}; }
 
   // Blocking read built on ReadAsync, for small control files (manifests, models).
   Result<Buffer> Read(const std::string& uri);

@@ -982,7 +982,7 @@ Status ValidatePipelineSpec(const PipelineSpec& spec) {
   const ExecutionSpec& exec = spec.execution;
   HR_RETURN_IF_ERROR(AtLeast("execution.cpu_threads", exec.cpu_threads, 0));
   HR_RETURN_IF_ERROR(AtLeast("execution.io_threads", exec.io_threads, 0));
-  HR_RETURN_IF_ERROR(AtLeast("execution.io_inflight", exec.io_inflight, 1));
+  HR_RETURN_IF_ERROR(AtLeast("execution.io_inflight", exec.io_inflight, 0));
   HR_RETURN_IF_ERROR(AtLeast<int64_t>("execution.io_budget_bytes", exec.io_budget_bytes, 0));
   HR_RETURN_IF_ERROR(AtLeast("prefetch.depth", spec.prefetch.depth, 1));
   HR_RETURN_IF_ERROR(AtLeast<int64_t>("memory.budget_bytes", spec.memory.budget_bytes, 1));
@@ -1018,6 +1018,11 @@ Result<PipelineSpec> ParsePipelineConfig(std::string_view yaml_text,
     }
     Reader reader;
     for (const std::string& o : overrides) HR_RETURN_IF_ERROR(ApplyOverride(root, o, reader));
+    if (const YAML::Node& r = root; r.IsMap() && r["batch_ops"].IsDefined()) {
+      return Status::InvalidArgument(
+          "batch_ops: batch ops are code: add them from Python (headrace.ops.map_batch) or "
+          "C++ (PipelineSpec::batch_ops), not from a config");
+    }
     PipelineSpec spec;
     HR_RETURN_IF_ERROR(reader.ParseStruct(root, "", "", &spec));
     if (Status valid = ValidatePipelineSpec(spec); !valid.ok()) {
@@ -1055,6 +1060,20 @@ std::string PipelineSpecToYaml(const PipelineSpec& spec) {
   EmitStruct(out, spec, /*flow=*/false);
   std::string text = out.c_str();
   text += '\n';
+  if (!spec.batch_ops.empty()) {
+    // Code, like user ops: written by name as placeholders (so that the text, and the
+    // fingerprints made from it, show them), which the parser refuses.
+    YAML::Emitter ops;
+    ops << YAML::BeginMap << YAML::Key << "batch_ops" << YAML::Value << YAML::BeginSeq;
+    for (const BatchOpSpec& op : spec.batch_ops) {
+      ops << YAML::BeginMap << YAML::Key << "user" << YAML::Value << YAML::Flow << YAML::BeginMap
+          << YAML::Key << "name" << YAML::Value << YAML::DoubleQuoted << op.name << YAML::EndMap
+          << YAML::EndMap;
+    }
+    ops << YAML::EndSeq << YAML::EndMap;
+    text += ops.c_str();
+    text += '\n';
+  }
   return text;
 }
 

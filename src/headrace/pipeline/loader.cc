@@ -1,10 +1,17 @@
 #include "headrace/pipeline/loader.h"
 
+#include <algorithm>
+
 #include "headrace/io/object_storage.h"
 #include "headrace/pipeline/config.h"
 #include "headrace/pipeline/plan.h"
 
 namespace headrace {
+
+int ResolveIoInflight(const ExecutionSpec& execution, int cpu_threads) {
+  if (execution.io_inflight > 0) return execution.io_inflight;
+  return std::max(kMinAutoIoInflight, kAutoIoInflightPerThread * std::max(cpu_threads, 1));
+}
 
 Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
                                              const LoaderOptions& options) {
@@ -21,7 +28,7 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   }
   HR_ASSIGN_OR_RETURN(Manifest manifest, LoadManifest(*loader->storage_, spec.source));
   loader->manifest_ = std::make_shared<Manifest>(std::move(manifest));
-  HR_ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(spec));
+  HR_ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(spec, *loader->storage_));
 
   EngineInputs in;
   // The records live as long as the manifest; the engine shares ownership.
@@ -36,7 +43,8 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   EngineOptions opt;
   loader->cpu_threads_ = ex.cpu_threads > 0 ? ex.cpu_threads : AvailableCores();
   opt.cpu_threads = loader->cpu_threads_;
-  opt.io_inflight = ex.io_inflight;
+  loader->io_inflight_ = ResolveIoInflight(ex, loader->cpu_threads_);
+  opt.io_inflight = loader->io_inflight_;
   opt.io_budget_bytes =
       ex.io_budget_bytes > 0 ? ex.io_budget_bytes : spec.memory.budget_bytes / 8;
   opt.batch_budget_bytes = spec.memory.budget_bytes - opt.io_budget_bytes;

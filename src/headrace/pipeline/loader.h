@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "headrace/core/clock.h"
 #include "headrace/exec/engine.h"
@@ -28,6 +29,13 @@ struct LoaderOptions {
   // outlive the loader.
   TraceRecorder* trace = nullptr;
 };
+
+// execution.io_inflight as the engine runs it: the configured value, or for 0
+// (automatic) max(kMinAutoIoInflight, kAutoIoInflightPerThread × cpu_threads). The
+// measurement behind these numbers is in spec.h, beside the key.
+inline constexpr int kMinAutoIoInflight = 32;
+inline constexpr int kAutoIoInflightPerThread = 16;
+int ResolveIoInflight(const ExecutionSpec& execution, int cpu_threads);
 
 // Wait accounting of the consumer, in seconds.
 struct ConsumerStats {
@@ -58,6 +66,9 @@ class Loader {
   int64_t next_batch() const { return engine_->next_batch(); }
   int64_t memory_budget_bytes() const { return spec_.memory.budget_bytes; }
   int cpu_threads() const { return cpu_threads_; }
+  int io_inflight() const { return io_inflight_; }  // resolved (ResolveIoInflight)
+  // What each storage backend did so far (requests, retries, bytes, ...).
+  std::vector<StorageStats> storage_stats() const { return storage_->Stats(); }
   ConsumerStats consumer_stats() const;
   EngineMetrics engine_metrics() const { return engine_->Metrics(); }
 
@@ -69,6 +80,7 @@ class Loader {
   std::shared_ptr<Storage> storage_;
   std::unique_ptr<Engine> engine_;
   int cpu_threads_ = 1;
+  int io_inflight_ = 1;
 
   TraceRecorder* trace_ = nullptr;
   Clock::time_point created_;

@@ -50,6 +50,15 @@ Status OpError(size_t position, const OpSpec& op, const std::string& message) {
                                  ": " + message);
 }
 
+// A model file the storage could not read. A missing file is a mistake in the config,
+// like any other bad key; other failures (denied, endpoint down) keep their code.
+Status ModelReadError(size_t position, const std::string& uri, const Status& read) {
+  const StatusCode code =
+      read.code() == StatusCode::kNotFound ? StatusCode::kInvalidArgument : read.code();
+  return Status(code, "ops[" + std::to_string(position) + "]: text.tokenize.model: cannot read '" +
+                          uri + "': " + read.message());
+}
+
 }  // namespace
 
 std::string OpSpecName(const OpSpec& op) {
@@ -66,7 +75,7 @@ std::string OpSpecName(const OpSpec& op) {
                     op);
 }
 
-Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec) {
+Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage) {
   PipelinePlan plan;
   bool decoded = false;
   bool normalized = false;
@@ -133,7 +142,16 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec) {
             },
             [&](const TokenizeSpec& s) -> Status {
               const int first = static_cast<int>(plan.fields.size());
-              auto tokenize = TokenizeOp::Make(s, first, first + 1, first + 2);
+              Buffer model;
+              if (!s.model.empty()) {  // an empty key is TokenizeOp::Make's to name
+                Result<Buffer> read = storage.Read(s.model);
+                if (!read.ok()) return ModelReadError(i, s.model, read.status());
+                model = *std::move(read);
+              }
+              auto tokenize = TokenizeOp::Make(
+                  s,
+                  std::string_view(reinterpret_cast<const char*>(model.data()), model.size()),
+                  first, first + 1, first + 2);
               if (!tokenize.ok()) return tokenize.status().WithContext("ops[" + std::to_string(i) + "]");
               for (const char* name : {"input_ids", "attention_mask", "labels"}) {
                 plan.fields.push_back(FieldSpec{name, DType::kI64, {s.max_length}});

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "headrace/exec/engine.h"
+#include "headrace/io/storage.h"
 #include "headrace/pipeline/spec.h"
 
 namespace headrace {
@@ -23,9 +24,13 @@ struct PipelinePlan {
   bool reads_media = false;       // the chain starts with image.decode
 };
 
-// Builds the operators (loading the tokenizer model) and the batch layout. Fails with
-// kInvalidArgument, naming the op, when the chain cannot produce fixed-size batches.
-Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec);
+// Builds the operators and the batch layout. Files an operator needs (the tokenizer
+// model) are read through `storage`, so they may live wherever the data does: a local
+// path (relative to the current directory), s3:// or http(s)://. Fails with
+// kInvalidArgument, naming the op, when the chain cannot produce fixed-size batches or
+// such a file does not exist; a file that cannot be read for another reason keeps its
+// Status code (kIoError, ...), with the op, key and URI in the message.
+Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage);
 
 // The name of an op spec as written in configs ("image.resize").
 std::string OpSpecName(const OpSpec& op);

@@ -59,8 +59,7 @@ void Diagnose(RunReport& r, const Loader& loader) {
   if (read != nullptr && read->utilization >= kBoundUtilization) {
     r.bottleneck = "read";
     r.advice = "I/O-bound: reads are in flight most of the time and the CPU stage starves; "
-               "raise execution.io_inflight (now " +
-               std::to_string(loader.spec().execution.io_inflight) + ")";
+               "raise execution.io_inflight (now " + std::to_string(loader.io_inflight()) + ")";
     return;
   }
   r.bottleneck = "batch";
@@ -109,6 +108,7 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
     r.ops.push_back(OpReport{op.name, op.busy_s,
                              op.items > 0 ? 1e3 * op.busy_s / op.items : 0.0});
   }
+  r.storage = loader.storage_stats();
   Diagnose(r, loader);
   return r;
 }
@@ -173,6 +173,28 @@ std::string RunReportToJson(const RunReport& r) {
     w.EndObject();
   }
   w.EndArray();
+  // Keyed by backend: {"local": {...}, "s3": {"endpoint": ..., "requests": ...}}.
+  w.Key("storage").BeginObject();
+  for (const StorageStats& s : r.storage) {
+    w.Key(s.backend).BeginObject();
+    if (s.backend == "local") {
+      w.Key("reads").Int(s.requests);
+    } else {
+      w.Key("endpoint").String(s.endpoint);
+      w.Key("requests").Int(s.requests);
+      w.Key("retries").Int(s.retries);
+      w.Key("retries_by_reason").BeginObject();
+      for (const auto& [reason, n] : s.retries_by_reason) w.Key(reason).Int(n);
+      w.EndObject();
+      w.Key("throttles").Int(s.throttles);
+      w.Key("connections").Int(s.connections);
+      w.Key("bytes_copied").Int(s.bytes_copied);
+    }
+    w.Key("bytes").Int(s.bytes);
+    w.Key("errors").Int(s.errors);
+    w.EndObject();
+  }
+  w.EndObject();
   w.Key("bottleneck").String(r.bottleneck);
   w.Key("advice").String(r.advice);
   if (!r.batch_digests.empty()) {
@@ -225,6 +247,28 @@ std::string RunReportToText(const RunReport& r) {
   for (const auto& [kind, n] : r.errors_by_kind) add(" %s=%lld", kind.c_str(), static_cast<long long>(n));
   out += "\n";
   for (const auto& e : r.first_errors) out += "    " + e.ToString() + "\n";
+  for (size_t i = 0; i < r.storage.size(); ++i) {
+    const StorageStats& s = r.storage[i];
+    out += i == 0 ? "  storage           " : "                    ";
+    if (s.backend == "local") {
+      add("local: %lld reads, %.1f MB, %lld errors\n", static_cast<long long>(s.requests),
+          s.bytes / 1e6, static_cast<long long>(s.errors));
+      continue;
+    }
+    add("%s %s: %lld requests, %lld retries", s.backend.c_str(), s.endpoint.c_str(),
+        static_cast<long long>(s.requests), static_cast<long long>(s.retries));
+    if (!s.retries_by_reason.empty()) {
+      out += " (";
+      for (auto it = s.retries_by_reason.begin(); it != s.retries_by_reason.end(); ++it) {
+        add("%s%s=%lld", it == s.retries_by_reason.begin() ? "" : ", ", it->first.c_str(),
+            static_cast<long long>(it->second));
+      }
+      out += ")";
+    }
+    add(", %lld throttled, %lld errors, %.1f MB, %lld connections\n",
+        static_cast<long long>(s.throttles), static_cast<long long>(s.errors), s.bytes / 1e6,
+        static_cast<long long>(s.connections));
+  }
   out += "  bottleneck        " + r.bottleneck + ": " + r.advice + "\n";
   return out;
 }

@@ -6,6 +6,9 @@
 // - per stage: busy, starved (no input) and blocked (output full) seconds, per unit of
 //   concurrency, and a verdict: "io-bound" / "cpu-bound" when busy at least 75% of the
 //   time, else "blocked" or "starved", whichever took longer.
+// - storage: per backend used (local, s3, http), what it did: requests (local: files
+//   read), retries by reason, throttles, reads failed for good, bytes; object stores
+//   also their endpoint's origin and connections opened. No credential ever appears.
 // - bottleneck: "trainer" when the consumer barely waits (the pipeline keeps up),
 //   otherwise the stage that limits throughput, with advice on what to change.
 #pragma once
@@ -55,6 +58,7 @@ struct RunReport {
   std::vector<SampleError> first_errors;
   std::vector<StageReport> stages;
   std::vector<OpReport> ops;
+  std::vector<StorageStats> storage;  // one entry per backend used
   std::string bottleneck;
   std::string advice;
   std::vector<std::string> batch_digests;  // filled by the caller when asked for

@@ -59,7 +59,16 @@ struct BatchSpec {
 struct ExecutionSpec {
   int cpu_threads = 0;   // 0: one per core
   int io_threads = 0;    // 0: automatic (local files: 2)
-  int io_inflight = 32;  // reads in flight at once
+  // Reads in flight at once; 0: automatic, max(32, 16 × cpu_threads) (ResolveIoInflight,
+  // loader.h). Why: reads in flight needed ≈ objects/s × latency, and objects/s needed ≈
+  // cpu_threads × samples/s per thread. Measured (bench/RESULTS.md, issue 3): the example
+  // pipeline decodes ~255 samples/s per thread (510.8 on 2), so at object storage's ~20 ms
+  // first byte each thread needs ~5 reads in flight, and 16 leave room for ~3× that
+  // latency or a pipeline 3× cheaper per sample. One I/O thread sustained 0.95 × in-flight
+  // / latency at 1 to 128 in flight (bench/io.json: 48, 380, 1,520, 6,152 objects/s), so
+  // more in flight costs a connection each, not throughput. A fixed 32 (1,520 objects/s
+  // at 20 ms) would cap a 16-thread machine (~4,100 samples/s needed) at a third of it.
+  int io_inflight = 0;
   // Bytes of encoded media fetched but not yet decoded; 0: automatic (1/8 of the budget).
   int64_t io_budget_bytes = 0;
 };

@@ -41,7 +41,8 @@ TEST(UserOpSpec, PlansItsFieldsWhereItStands) {
   spec.source.manifest = "m.jsonl";
   spec.ops = {WriteIndexSpec(&made_with)};
   ASSERT_TRUE(ValidatePipelineSpec(spec).ok());
-  Result<PipelinePlan> plan = PlanPipeline(spec);
+  auto storage = MakeLocalStorage();
+  Result<PipelinePlan> plan = PlanPipeline(spec, *storage);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   EXPECT_EQ(made_with, 0);
   ASSERT_EQ(plan->fields.size(), 1u);
@@ -64,6 +65,21 @@ TEST(UserOpSpec, IsWrittenAsAPlaceholderThatTheParserRefuses) {
   Result<PipelineSpec> unknown = ParsePipelineConfig("source: {manifest: m}\nops: [nope]\n");
   ASSERT_FALSE(unknown.ok());
   EXPECT_THAT(unknown.status().message(), Not(HasSubstr("user")));
+}
+
+TEST(BatchOpSpec, IsWrittenByNameAsAPlaceholderThatTheParserRefuses) {
+  PipelineSpec spec;
+  spec.source.manifest = "m.jsonl";
+  spec.ops = {TokenizeSpec{}};
+  const std::string without = PipelineSpecToYaml(spec);
+  EXPECT_THAT(without, Not(HasSubstr("batch_ops")));
+  spec.batch_ops = {BatchOpSpec{"python.map_batch(f)", nullptr}};
+  const std::string yaml = PipelineSpecToYaml(spec);
+  EXPECT_THAT(yaml, HasSubstr("batch_ops:\n  - user: {name: \"python.map_batch(f)\"}"));
+  EXPECT_NE(yaml, without);  // so fingerprints made from the text differ
+  Result<PipelineSpec> parsed = ParsePipelineConfig(yaml);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(parsed.status().message(), HasSubstr("batch_ops: batch ops are code"));
 }
 
 TEST(UserOpSpec, WithoutAFactoryIsInvalid) {

@@ -72,11 +72,12 @@ SentencePieceModel::SentencePieceModel(
 
 SentencePieceModel::~SentencePieceModel() = default;
 
-Result<std::unique_ptr<SentencePieceModel>> SentencePieceModel::Load(const std::string& path) {
+Result<std::unique_ptr<SentencePieceModel>> SentencePieceModel::FromSerialized(
+    std::string_view bytes, const std::string& source) {
   auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
-  const sentencepiece::util::Status status = sp->Load(path);
+  const sentencepiece::util::Status status = sp->LoadFromSerializedProto(bytes);
   if (!status.ok()) {
-    return Status::InvalidArgument("cannot load SentencePiece model '" + path +
+    return Status::InvalidArgument("cannot load SentencePiece model '" + source +
                                    "': " + status.ToString());
   }
   return std::unique_ptr<SentencePieceModel>(new SentencePieceModel(std::move(sp)));
@@ -186,6 +187,7 @@ TokenizeOp::TokenizeOp(std::unique_ptr<SentencePieceModel> model, ChatTemplate t
       labels_field_(labels_field) {}
 
 Result<std::unique_ptr<TokenizeOp>> TokenizeOp::Make(const TokenizeSpec& spec,
+                                                     std::string_view model_bytes,
                                                      int input_ids_field,
                                                      int attention_mask_field,
                                                      int labels_field) {
@@ -198,7 +200,7 @@ Result<std::unique_ptr<TokenizeOp>> TokenizeOp::Make(const TokenizeSpec& spec,
         ", " + std::to_string(labels_field));
   }
   if (spec.model.empty()) return Status::InvalidArgument("text.tokenize.model is required");
-  auto model = SentencePieceModel::Load(spec.model);
+  auto model = SentencePieceModel::FromSerialized(model_bytes, spec.model);
   if (!model.ok()) return model.status().WithContext("text.tokenize.model");
   HR_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Make(**model, spec));
   return std::unique_ptr<TokenizeOp>(new TokenizeOp(std::move(model).value(), std::move(tmpl),

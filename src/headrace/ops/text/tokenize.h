@@ -31,9 +31,11 @@ namespace headrace {
 // many threads at once.
 class SentencePieceModel {
  public:
-  // Loads a .model file. kInvalidArgument naming `path` when the file is missing or is
-  // not a SentencePiece model.
-  static Result<std::unique_ptr<SentencePieceModel>> Load(const std::string& path);
+  // Parses the bytes of a .model file (a serialized ModelProto), read from wherever the
+  // model lives. kInvalidArgument naming `source` (the model's URI) when they are not a
+  // SentencePiece model.
+  static Result<std::unique_ptr<SentencePieceModel>> FromSerialized(std::string_view bytes,
+                                                                    const std::string& source);
   ~SentencePieceModel();
 
   // Replaces the contents of `ids` with the tokens of `text` (keeping its capacity).
@@ -94,10 +96,12 @@ Status TokenizeConversation(const SentencePieceModel& model, const ChatTemplate&
 // spec.max_length int64 values (the planner declares these fields as i64[max_length]).
 class TokenizeOp : public Op {
  public:
-  // Loads the model and compiles the template. kInvalidArgument naming
-  // `text.tokenize.<key>` on a bad spec or an unloadable model, and on negative or
-  // repeated field indices.
+  // Parses the model from `model_bytes` (the contents of spec.model, which the caller
+  // read through its Storage: local, s3:// or http(s)://) and compiles the template.
+  // kInvalidArgument naming `text.tokenize.<key>` on a bad spec or bytes that are not a
+  // model (naming spec.model), and on negative or repeated field indices.
   static Result<std::unique_ptr<TokenizeOp>> Make(const TokenizeSpec& spec,
+                                                  std::string_view model_bytes,
                                                   int input_ids_field,
                                                   int attention_mask_field, int labels_field);
 

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -55,6 +56,15 @@ std::vector<std::string> Corpus() {
     lines.push_back(std::move(line));
   }
   return lines;
+}
+
+// The op as the planner makes it: from the bytes of spec.model (here read from local
+// disk; the planner reads them through its Storage).
+Result<std::unique_ptr<TokenizeOp>> MakeFromFile(const TokenizeSpec& spec, int ids, int mask,
+                                                 int labels) {
+  std::ifstream in(spec.model, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return TokenizeOp::Make(spec, bytes, ids, mask, labels);
 }
 
 void Train(std::unordered_map<std::string, std::string> args) {
@@ -120,7 +130,7 @@ class TokenizeTest : public ::testing::Test {
   }
 
   static std::unique_ptr<TokenizeOp> MakeOp(const TokenizeSpec& spec) {
-    auto op = TokenizeOp::Make(spec, 0, 1, 2);
+    auto op = MakeFromFile(spec, 0, 1, 2);
     EXPECT_TRUE(op.ok()) << op.status().ToString();
     return op.ok() ? std::move(op).value() : nullptr;
   }
@@ -353,17 +363,17 @@ TEST_F(TokenizeTest, UsesZeroForPaddingWhenTheModelHasNoPadUnlessTold) {
 TEST_F(TokenizeTest, RejectsATurnEndTheModelNormalizesAway) {
   TokenizeSpec spec = Spec();
   spec.model = ModelPath("plain");
-  auto op = TokenizeOp::Make(spec, 0, 1, 2);
+  auto op = MakeFromFile(spec, 0, 1, 2);
   ASSERT_FALSE(op.ok());
   EXPECT_EQ(op.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(op.status().message().find("text.tokenize.turn_end"), std::string::npos)
       << op.status().ToString();
 }
 
-TEST_F(TokenizeTest, RejectsAMissingModelNamingTheKeyAndPath) {
+TEST_F(TokenizeTest, RejectsEmptyModelBytesNamingTheKeyAndUri) {
   TokenizeSpec spec = Spec();
-  spec.model = (dir_ / "no_such.model").string();
-  auto op = TokenizeOp::Make(spec, 0, 1, 2);
+  spec.model = "s3://bucket/empty.model";
+  auto op = TokenizeOp::Make(spec, "", 0, 1, 2);
   ASSERT_FALSE(op.ok());
   EXPECT_EQ(op.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(op.status().message().find("text.tokenize.model"), std::string::npos);
@@ -376,7 +386,7 @@ TEST_F(TokenizeTest, RejectsAFileThatIsNotAModel) {
   std::ofstream(path) << "this is not a protobuf";
   TokenizeSpec spec = Spec();
   spec.model = path;
-  auto op = TokenizeOp::Make(spec, 0, 1, 2);
+  auto op = MakeFromFile(spec, 0, 1, 2);
   ASSERT_FALSE(op.ok());
   EXPECT_EQ(op.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(op.status().message().find(path), std::string::npos) << op.status().ToString();
@@ -384,12 +394,12 @@ TEST_F(TokenizeTest, RejectsAFileThatIsNotAModel) {
 
 TEST_F(TokenizeTest, RejectsBadSpecsAndFields) {
   TokenizeSpec spec = Spec(0);
-  EXPECT_EQ(TokenizeOp::Make(spec, 0, 1, 2).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeFromFile(spec, 0, 1, 2).status().code(), StatusCode::kInvalidArgument);
   spec = Spec();
   spec.pad_id = 100000;
-  EXPECT_EQ(TokenizeOp::Make(spec, 0, 1, 2).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(TokenizeOp::Make(Spec(), 0, 0, 2).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(TokenizeOp::Make(Spec(), -1, 1, 2).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeFromFile(spec, 0, 1, 2).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeFromFile(Spec(), 0, 0, 2).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeFromFile(Spec(), -1, 1, 2).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
