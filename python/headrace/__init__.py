@@ -13,10 +13,10 @@
 See python/README.md.
 """
 from . import ops
-from ._headrace import CancelledError, ConfigError, Error, make_sample
+from ._headrace import CancelledError, ConfigError, Error, Tensor, make_sample
 from .loader import Batch, Loader
 from .pipeline import Pipeline
 
-__all__ = ["Batch", "CancelledError", "ConfigError", "Error", "Loader", "Pipeline",
+__all__ = ["Batch", "CancelledError", "ConfigError", "Error", "Loader", "Pipeline", "Tensor",
            "make_sample", "ops"]
 __version__ = "0.1.0"

@@ -21,32 +21,45 @@ def _close_all() -> None:
 
 
 class Batch(dict):
-    """A batch: ``{field: tensor}`` where each tensor implements ``__dlpack__``,
-    ``__dlpack_device__`` and the buffer protocol, viewing the engine's memory (use
-    ``torch.from_dlpack(t)`` or ``numpy.asarray(t)``: no copy; the memory stays valid as
-    long as any view of it exists). Also: ``epoch``, ``index`` (in the epoch, over all
+    """A batch: ``{field: tensor}``.
+
+    Delivered batches hold :class:`headrace.Tensor`s: views of the engine's memory with
+    ``__dlpack__``, ``__dlpack_device__``, the buffer protocol, ``shape``, ``dtype`` and
+    ``len()`` (use ``torch.from_dlpack(t)`` or ``numpy.asarray(t)``: no copy; the memory
+    stays valid as long as any view of it exists). Inside a ``map_batch`` function they
+    are writable numpy views instead. Also: ``epoch``, ``index`` (in the epoch, over all
     ranks), ``global_index``, ``errors`` (skipped samples, ``epoch E, index I, URI:
-    kind: reason``) and ``data_ptrs`` (each field's address in the engine)."""
+    kind: reason``), ``data_ptrs`` (each field's address in the engine) and ``seed``
+    (the batch's random seed, for ``map_batch`` functions; None on delivered batches)."""
 
-    __slots__ = ("epoch", "index", "global_index", "errors", "data_ptrs")
+    __slots__ = ("epoch", "index", "global_index", "errors", "data_ptrs", "seed")
 
-    def __init__(self, fields, epoch=0, index=0, global_index=0, errors=(), data_ptrs=None):
+    def __init__(self, fields, epoch=0, index=0, global_index=0, errors=(), data_ptrs=None,
+                 seed=None):
         super().__init__(fields)
         self.epoch = epoch
         self.index = index
         self.global_index = global_index
         self.errors = list(errors)
         self.data_ptrs = dict(data_ptrs or {})
+        self.seed = seed
 
     def __repr__(self) -> str:
-        import numpy as np
-        shapes = {}
-        for k, v in self.items():
-            try:
-                shapes[k] = tuple(np.asarray(v).shape)
-            except (TypeError, ValueError, BufferError):  # bf16 has no buffer format
-                shapes[k] = "?"
+        shapes = {k: tuple(getattr(v, "shape", ())) for k, v in self.items()}
         return f"Batch(epoch={self.epoch}, index={self.index}, fields={shapes})"
+
+
+class _BatchCall:
+    """What the engine calls for a ``map_batch`` op, on its own thread: hands the user's
+    function a :class:`Batch` of writable numpy views (see batch_op.cc)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, fields, epoch, index, global_index, seed):
+        return self.fn(Batch(fields, epoch, index, global_index, seed=seed))
 
 
 class Loader:
@@ -80,7 +93,6 @@ class Loader:
         self.pinned = bool(pin_memory) and _headrace._pinned_available()
         self._spec = pipeline.spec()
         self._fingerprint = pipeline.fingerprint()
-        self._batch_ops = pipeline.batch_ops
         self._impl = None
         self._start = 0       # where the next engine starts
         self._next_batch = 0  # the rank-local batch the consumer gets next
@@ -111,13 +123,6 @@ class Loader:
         fields, epoch, index, global_index, errors, ptrs = item
         batch = Batch(fields, epoch, index, global_index, errors, ptrs)
         self._next_batch = impl.next_batch
-        for op in self._batch_ops:
-            try:
-                batch = op.fn(batch)
-            except Exception as e:
-                raise _headrace.Error(
-                    f"{op.name} raised on the batch of epoch {epoch}, index {index}: "
-                    f"{type(e).__name__}: {e}") from e
         return batch
 
     def _engine(self):
@@ -150,6 +155,7 @@ class Loader:
             "shuffle": spec.shuffle,
             "drop_last": spec.drop_last,
             "ops": list(spec.op_names),
+            "batch_ops": list(spec.batch_op_names),
             "rank": self.rank,
             "world_size": self.world_size,
             "next_batch": self._next_batch,
@@ -164,9 +170,10 @@ class Loader:
         mine = self.state_dict()
         differences: List[str] = []
         for key in ("seed", "batch_size", "epochs", "shuffle", "drop_last", "manifest", "ops",
-                    "rank", "world_size"):
-            if state.get(key) != mine[key]:
-                differences.append(f"{key}: saved {state.get(key)!r}, this loader {mine[key]!r}")
+                    "batch_ops", "rank", "world_size"):
+            saved = state.get(key, [] if key == "batch_ops" else None)
+            if saved != mine[key]:
+                differences.append(f"{key}: saved {saved!r}, this loader {mine[key]!r}")
         if not differences and state.get("fingerprint") != mine["fingerprint"]:
             differences.append("pipeline: the saved pipeline differs in an op's parameters or "
                                "the source's fields (fingerprint "

@@ -36,7 +36,8 @@ class MapOp:
 
 @dataclasses.dataclass(frozen=True)
 class BatchMapOp:
-    """A Python function applied to each batch: ``fn(batch) -> batch``."""
+    """A Python function applied to each complete batch on the engine's threads:
+    ``fn(batch) -> None`` (in place) or ``-> {field: array}``; see :func:`map_batch`."""
 
     fn: Callable[[Any], Any]
     name: str = ""
@@ -115,10 +116,28 @@ def map(fn: Callable[[dict], Mapping[str, Any]],  # noqa: A001 (shadows builtin 
     return MapOp(fn=fn, outputs=fields, processes=int(processes), name=label)
 
 
-def map_batch(fn: Callable[[Any], Any], name: Optional[str] = None) -> BatchMapOp:
-    """A Python function applied to each whole batch, ``fn(batch) -> batch``.
+def map_batch(fn: Callable[[Any], Optional[Mapping[str, Any]]],
+              name: Optional[str] = None) -> BatchMapOp:
+    """A Python function applied to each whole batch, inside the pipeline.
 
-    It runs in the loader's iterating thread, after the engine hands the batch over (the
-    engine keeps producing the next batches meanwhile), and its time counts as wait.
+    It runs on the engine's CPU thread that completes the batch, before the batch is
+    handed over, holding the GIL only around the call: its time is the engine's (it
+    appears among the report's ops), not the training loop's wait, and the engine keeps
+    producing other batches meanwhile.
+
+    ``fn(batch)`` gets a :class:`headrace.Batch` whose values are *writable* numpy views
+    of the engine's buffers (no copy; bf16 fields as uint16), each ``[B, ...]`` with B
+    the batch's samples, and ``epoch``, ``index``, ``global_index`` and ``seed`` (derived
+    from the pipeline's seed, epoch and index: use it for any randomness so that resumed
+    runs match). Change the arrays in place (``batch["image"] *= 2``,
+    ``batch["image"][:] = ...``) and return None; or return a dict of some fields to
+    arrays of exactly their shape and dtype, which are copied in (returning ``batch``
+    itself, as before, works). Fields cannot be added, removed or reshaped: the batch's
+    layout is fixed (add per-sample fields with :func:`map`). The views are valid only
+    during the call; do not keep them.
+
+    If ``fn`` raises, the batch is dropped and each of its samples counts as an error of
+    kind ``user_function_error``, named by epoch, index and URI, with the traceback; the
+    run fails once errors pass ``errors.max_error_rate``.
     """
     return BatchMapOp(fn=fn, name=name or f"python.map_batch({getattr(fn, '__qualname__', '?')})")

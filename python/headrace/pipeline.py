@@ -95,9 +95,11 @@ class Pipeline:
         return new
 
     def map_batch(self, fn, name: Optional[str] = None) -> "Pipeline":
-        """A new pipeline that also applies ``fn(batch) -> batch`` to every batch."""
+        """A new pipeline that also applies ``headrace.ops.map_batch(fn)`` to every batch
+        (after the batch ops already there), on the engine's threads."""
         new = self._copy()
         new._batch_ops.append(_ops.map_batch(fn, name=name))
+        new.spec()
         return new
 
     def spec(self) -> "_headrace._Spec":
@@ -112,15 +114,21 @@ class Pipeline:
                 from ._procpool import ProcessMap
                 fn = ProcessMap(op.fn, op.outputs, op.processes)
             _headrace._insert_map_op(spec, position, op.name, list(op.outputs), fn)
+        if self._batch_ops:
+            from .loader import _BatchCall  # loader imports this module
+            for op in self._batch_ops:
+                _headrace._add_batch_op(spec, op.name, _BatchCall(op.fn))
         spec.validate()
         return spec
 
     def to_yaml(self) -> str:
-        """The canonical YAML of the effective spec (user ops as ``user`` placeholders)."""
+        """The canonical YAML of the effective spec (user ops and batch ops as ``user``
+        placeholders, which ``from_yaml`` refuses)."""
         return self.spec().to_yaml()
 
     def fingerprint(self) -> str:
-        """A hash of everything that decides batch content (not threads, budgets...)."""
+        """A hash of everything that decides batch content (not threads, budgets...);
+        Python ops and batch ops count by name."""
         return hashlib.sha256(self.spec().content_yaml().encode()).hexdigest()[:16]
 
     @property

@@ -38,13 +38,43 @@ T ValueOrThrow(Result<T> result) {
   return std::move(result).value();
 }
 
-// A zero-copy view of `tensor` implementing __dlpack__, __dlpack_device__ and the buffer
-// protocol (nanobind's nb_ndarray). The view owns a handle of the tensor's Buffer, so
-// the memory lives as long as the view or anything made from it (a torch tensor, a
-// numpy array) does.
+// A Python object shared by copies of a spec (a user function). Copies of the spec,
+// made by the engine without the GIL, copy only the shared_ptr; the last one drops the
+// reference with the GIL held (never from a thread that holds it).
+struct PyCallable {
+  nb::object fn;
+  ~PyCallable() {
+    if (!Py_IsInitialized()) {
+      fn.release();  // the interpreter is gone: nothing to decrement
+      return;
+    }
+    nb::gil_scoped_acquire gil;
+    fn.reset();
+  }
+};
+
+// The numpy module, imported at first use and never released. Call with the GIL held.
+// Not a function-local static: its initialization guard would be held across the
+// import, which releases the GIL, and an engine thread holding the GIL and waiting on
+// the guard would then deadlock with the importing one.
+nb::handle Numpy();
+
+// numpy's name of `dtype` ("float32"); null for bf16, which numpy does not have.
+const char* NumpyName(DType dtype);
+
+// A writable numpy view of `tensor` (no copy) that keeps its Buffer alive. bf16 is
+// viewed as uint16 (its bit patterns). For the batch ops, before a batch is delivered.
+nb::object TensorToNumpy(const Tensor& tensor);
+
+// A headrace.Tensor: a zero-copy view of `tensor` implementing __dlpack__, __dlpack_device__ and the buffer
+// protocol (by nanobind's nb_ndarray, which it wraps), with `shape`, `dtype` (numpy's
+// name, "bfloat16" for bf16), len() and __array__. The view owns a handle of the
+// tensor's Buffer, so the memory lives as long as the view or anything made from it (a
+// torch tensor, a numpy array) does.
 nb::object TensorToPython(const Tensor& tensor);
 
-// (fields: dict[str, tensor view], epoch, index_in_epoch, global_index, errors: list[str])
+// (fields: dict[str, tensor view], epoch, index_in_epoch, global_index, errors: list[str],
+//  data_ptrs: dict[str, int])
 nb::tuple BatchToPython(const Batch& batch);
 
 // The one allocator for pinned host memory, or null where no CUDA runtime is usable.
@@ -55,6 +85,7 @@ void RegisterSpec(nb::module_& m);
 void RegisterBatch(nb::module_& m);
 void RegisterLoader(nb::module_& m);
 void RegisterUserOps(nb::module_& m);
+void RegisterBatchOps(nb::module_& m);
 void RegisterPinned(nb::module_& m);
 void RegisterTools(nb::module_& m);
 

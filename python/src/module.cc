@@ -9,6 +9,7 @@ NB_MODULE(_headrace, m) {
   hp::RegisterSpec(m);
   hp::RegisterBatch(m);
   hp::RegisterUserOps(m);
+  hp::RegisterBatchOps(m);
   hp::RegisterLoader(m);
   hp::RegisterPinned(m);
   hp::RegisterTools(m);

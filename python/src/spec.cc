@@ -1,7 +1,7 @@
 // PipelineSpec from Python: parsed from YAML text or a file (the Python builder writes
 // its arguments as a JSON document, which is YAML), so that every key is validated and
-// named by the same code as `headrace run`. User ops are inserted afterwards
-// (user_op.cc).
+// named by the same code as `headrace run`. User ops and batch ops are added afterwards
+// (user_op.cc, batch_op.cc); the canonical YAML names them, so fingerprints see them.
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -52,9 +52,15 @@ void RegisterSpec(nb::module_& m) {
       .def_prop_ro("cpu_threads", [](const PipelineSpec& s) { return s.execution.cpu_threads; })
       .def_prop_ro("memory_budget_bytes",
                    [](const PipelineSpec& s) { return s.memory.budget_bytes; })
-      .def_prop_ro("op_names", [](const PipelineSpec& s) {
+      .def_prop_ro("op_names",
+                   [](const PipelineSpec& s) {
+                     std::vector<std::string> names;
+                     for (const OpSpec& op : s.ops) names.push_back(OpSpecName(op));
+                     return names;
+                   })
+      .def_prop_ro("batch_op_names", [](const PipelineSpec& s) {
         std::vector<std::string> names;
-        for (const OpSpec& op : s.ops) names.push_back(OpSpecName(op));
+        for (const BatchOpSpec& op : s.batch_ops) names.push_back(op.name);
         return names;
       });
 }

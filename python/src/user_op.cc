@@ -12,7 +12,9 @@
 // numpy view (height, width, 3) RGB of the engine's current image, valid only
 // during the call (copy it to keep it). The function returns a mapping with one
 // array-like per declared output field, of the declared shape; it is converted with
-// numpy.ascontiguousarray to the field's dtype and copied into the batch row.
+// numpy.ascontiguousarray to the field's dtype and copied into the batch row. A function
+// that raises or returns the wrong fields fails its sample with kUserFunctionError
+// ("user_function_error"), the Python traceback in the message.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -28,33 +30,6 @@
 
 namespace headrace::python {
 namespace {
-
-// A Python object shared by copies of a spec. Copies of the spec (made by the engine
-// without the GIL) copy only the shared_ptr; the last one drops the reference with the
-// GIL held.
-struct PyCallable {
-  nb::object fn;
-  ~PyCallable() {
-    if (!Py_IsInitialized()) {
-      fn.release();  // the interpreter is gone: nothing to decrement
-      return;
-    }
-    nb::gil_scoped_acquire gil;
-    fn.reset();
-  }
-};
-
-const char* NumpyName(DType dtype) {
-  switch (dtype) {
-    case DType::kU8: return "uint8";
-    case DType::kI32: return "int32";
-    case DType::kI64: return "int64";
-    case DType::kF16: return "float16";
-    case DType::kF32: return "float32";
-    case DType::kBF16: break;
-  }
-  return nullptr;
-}
 
 const char* RoleName(Role role) {
   switch (role) {
@@ -84,9 +59,9 @@ class PyMapOp : public Op {
       return Status::Ok();
     } catch (nb::python_error& e) {
       // what() is the formatted Python traceback.
-      return Status::InvalidArgument(name_ + " raised:\n" + e.what());
+      return Status::UserFunctionError(name_ + " raised:\n" + e.what());
     } catch (const std::exception& e) {
-      return Status::InvalidArgument(name_ + ": " + e.what());
+      return Status::UserFunctionError(name_ + ": " + e.what());
     }
   }
 
@@ -119,13 +94,10 @@ class PyMapOp : public Op {
     try {
       value = out[field.name.c_str()];
     } catch (nb::python_error&) {
-      return Status::InvalidArgument(name_ + " returned no '" + field.name +
-                                     "' (it must return a dict with every declared output)");
+      return Status::UserFunctionError(name_ + " returned no '" + field.name +
+                                       "' (it must return a dict with every declared output)");
     }
-    // Leaked on purpose: a static nb::object would be released after the interpreter.
-    static const nb::handle ascontiguous =
-        nb::object(nb::module_::import_("numpy").attr("ascontiguousarray")).release();
-    nb::object array = ascontiguous(value, NumpyName(field.dtype));
+    nb::object array = Numpy().attr("ascontiguousarray")(value, NumpyName(field.dtype));
     auto data = nb::cast<nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>>(array);
     if (data.nbytes() != field.sample_bytes()) {
       std::string want;
@@ -134,8 +106,8 @@ class PyMapOp : public Op {
       for (size_t d = 0; d < data.ndim(); ++d) {
         got += (got.empty() ? "" : ", ") + std::to_string(data.shape(d));
       }
-      return Status::InvalidArgument(name_ + " returned '" + field.name + "' of shape (" + got +
-                                     "), declared (" + want + ")");
+      return Status::UserFunctionError(name_ + " returned '" + field.name + "' of shape (" +
+                                       got + "), declared (" + want + ")");
     }
     std::memcpy(row, data.data(), data.nbytes());
     return Status::Ok();
