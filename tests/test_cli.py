@@ -44,6 +44,9 @@ def test_run_report_has_every_field_with_sane_values(tmp_path, headrace_bin, sam
     assert r["memory_budget_bytes"] == 64 * 1024 * 1024
     assert 0 < r["budget_peak_bytes"] <= r["memory_budget_bytes"]
     assert r["bytes_copied_per_sample"] == 0
+    # 12 batches of 5 buffers: after the first few, batch memory is reused, not faulted in.
+    assert r["batch_memory"]["reused"] + r["batch_memory"]["fresh"] == 12 * 5
+    assert r["batch_memory"]["reused"] > r["batch_memory"]["fresh"]
     assert r["errors"] == {"total": 0, "by_kind": {}, "first": []}
     assert r["trainer_step_ms"] == 5
     names = [s["name"] for s in r["stages"]]

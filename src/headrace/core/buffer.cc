@@ -26,7 +26,8 @@ Allocator* DefaultAllocator() {
 }
 
 struct Buffer::Block {
-  Block(Allocator* a, void* p, size_t b) : allocator(a), ptr(p), bytes(b) {}
+  Block(Allocator* a, void* p, size_t b, std::shared_ptr<Allocator> owner = nullptr)
+      : allocator(a), ptr(p), bytes(b), keep_alive(std::move(owner)) {}
   Block(const Block&) = delete;
   Block& operator=(const Block&) = delete;
   ~Block() { allocator->Free(ptr, bytes); }
@@ -34,6 +35,7 @@ struct Buffer::Block {
   Allocator* allocator;
   void* ptr;
   size_t bytes;
+  std::shared_ptr<Allocator> keep_alive;  // released after Free, in member order
 };
 
 Result<Buffer> Buffer::Allocate(size_t size, Allocator* allocator, size_t alignment) {
@@ -43,6 +45,18 @@ Result<Buffer> Buffer::Allocate(size_t size, Allocator* allocator, size_t alignm
                                      "' could not provide " + std::to_string(size) + " bytes");
   }
   auto block = std::make_shared<Block>(allocator, ptr, size);
+  return Buffer(std::move(block), static_cast<uint8_t*>(ptr), size);
+}
+
+Result<Buffer> Buffer::Allocate(size_t size, std::shared_ptr<Allocator> allocator,
+                                size_t alignment) {
+  Allocator* raw = allocator.get();
+  void* ptr = raw->Allocate(size, alignment);
+  if (ptr == nullptr) {
+    return Status::ResourceExhausted("allocator '" + std::string(raw->name()) +
+                                     "' could not provide " + std::to_string(size) + " bytes");
+  }
+  auto block = std::make_shared<Block>(raw, ptr, size, std::move(allocator));
   return Buffer(std::move(block), static_cast<uint8_t*>(ptr), size);
 }
 

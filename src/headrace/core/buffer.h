@@ -40,6 +40,10 @@ class Buffer {
   // allocator returns null.
   static Result<Buffer> Allocate(size_t size, Allocator* allocator = DefaultAllocator(),
                                  size_t alignment = kBufferAlignment);
+  // The same from an allocator that the buffer keeps alive until its memory is freed
+  // (a pool owned by an engine that may be gone before the consumer's last view).
+  static Result<Buffer> Allocate(size_t size, std::shared_ptr<Allocator> allocator,
+                                 size_t alignment = kBufferAlignment);
   // Allocates and copies `size` bytes from `data`.
   static Result<Buffer> CopyOf(const void* data, size_t size);
 

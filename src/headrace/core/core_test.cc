@@ -3,6 +3,7 @@
 #include <set>
 
 #include "headrace/core/batch.h"
+#include "headrace/core/pooling_allocator.h"
 #include "headrace/core/rng.h"
 #include "headrace/core/status.h"
 
@@ -107,6 +108,49 @@ TEST(Batch, FindsFieldsAndReportsSize) {
   EXPECT_EQ(batch.nbytes(), 40u);
   EXPECT_NE(batch.Find("x"), nullptr);
   EXPECT_EQ(batch.Find("y"), nullptr);
+}
+
+}  // namespace
+}  // namespace headrace
+
+namespace headrace {
+namespace {
+
+TEST(PoolingAllocator, ReusesFreedBlocksOfTheSameSizeClass) {
+  CountingAllocator base;
+  auto pool = std::make_shared<PoolingAllocator>(&base, /*max_cached_bytes=*/1 << 20);
+  const uint8_t* first;
+  {
+    auto a = Buffer::Allocate(10000, pool);
+    ASSERT_TRUE(a.ok());
+    first = a->data();
+  }
+  EXPECT_EQ(pool->cached_bytes(), 12288u);  // rounded up to 4 KiB pages
+  auto b = Buffer::Allocate(9000, pool);  // same class: the same block
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->data(), first);
+  EXPECT_EQ(pool->hits(), 1);
+  EXPECT_EQ(pool->misses(), 1);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b->data()) % kBufferAlignment, 0u);
+}
+
+TEST(PoolingAllocator, FreesPastItsCapAndOutlivesItsOwner) {
+  CountingAllocator base;
+  Buffer survivor;
+  {
+    auto pool = std::make_shared<PoolingAllocator>(&base, /*max_cached_bytes=*/8192);
+    {
+      auto a = Buffer::Allocate(8192, pool);
+      auto b = Buffer::Allocate(8192, pool);
+      ASSERT_TRUE(a.ok() && b.ok());
+    }  // one is cached, the other goes back to the base allocator
+    EXPECT_EQ(pool->cached_bytes(), 8192u);
+    EXPECT_EQ(base.live, 8192);
+    survivor = *Buffer::Allocate(100, pool);
+  }  // the owner drops the pool; the buffer keeps it alive
+  EXPECT_GT(base.live, 0);
+  survivor = Buffer();  // last user: the block returns to the pool, the pool is freed
+  EXPECT_EQ(base.live, 0);
 }
 
 }  // namespace

@@ -43,6 +43,13 @@ Result<Tensor> Tensor::Allocate(DType dtype, std::vector<int64_t> shape, Allocat
   return t;
 }
 
+Result<Tensor> Tensor::Allocate(DType dtype, std::vector<int64_t> shape,
+                                std::shared_ptr<Allocator> allocator) {
+  Tensor t(dtype, std::move(shape), Buffer());
+  HR_ASSIGN_OR_RETURN(t.buffer_, Buffer::Allocate(t.nbytes(), std::move(allocator)));
+  return t;
+}
+
 int64_t Tensor::numel() const {
   int64_t n = 1;
   for (int64_t d : shape_) n *= d;

@@ -33,6 +33,9 @@ class Tensor {
   // Allocates an uninitialized tensor.
   static Result<Tensor> Allocate(DType dtype, std::vector<int64_t> shape,
                                  Allocator* allocator = DefaultAllocator());
+  // From an allocator the tensor's buffer keeps alive (see Buffer::Allocate).
+  static Result<Tensor> Allocate(DType dtype, std::vector<int64_t> shape,
+                                 std::shared_ptr<Allocator> allocator);
 
   DType dtype() const { return dtype_; }
   const std::vector<int64_t>& shape() const { return shape_; }

@@ -38,6 +38,7 @@
 #include "headrace/core/batch.h"
 #include "headrace/core/buffer.h"
 #include "headrace/core/clock.h"
+#include "headrace/core/pooling_allocator.h"
 #include "headrace/exec/epoch_order.h"
 #include "headrace/exec/thread_pool.h"
 #include "headrace/exec/trace.h"
@@ -115,6 +116,8 @@ struct EngineMetrics {
   int64_t bytes_read = 0;
   int64_t bytes_copied = 0;  // sample bytes copied between stages / into batches
   int64_t budget_peak_bytes = 0;  // peak of batches in flight plus undecoded bytes
+  int64_t batch_memory_reused = 0;  // batch buffers served from the pool
+  int64_t batch_memory_fresh = 0;   // batch buffers newly allocated
   std::vector<StageMetrics> stages;
   std::vector<OpMetrics> ops;
   std::map<std::string, int64_t> errors_by_kind;
@@ -172,6 +175,9 @@ class Engine {
   const EpochOrder order_;
   const Clock::time_point start_time_;
   std::unique_ptr<ThreadPool> pool_;
+  // Batch memory: options_.allocator behind a pool, so that steady-state batches reuse
+  // the blocks of delivered ones instead of faulting in fresh pages.
+  std::shared_ptr<PoolingAllocator> batch_memory_;
 
   mutable std::mutex mu_;
   std::condition_variable driver_cv_;    // admission / io capacity changed, or stop

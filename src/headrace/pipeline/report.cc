@@ -89,6 +89,8 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
   r.baseline_rss_bytes = baseline_rss_bytes;
   r.memory_budget_bytes = loader.memory_budget_bytes();
   r.budget_peak_bytes = m.budget_peak_bytes;
+  r.batch_memory_reused = m.batch_memory_reused;
+  r.batch_memory_fresh = m.batch_memory_fresh;
   r.bytes_copied_per_sample =
       m.samples_delivered > 0 ? static_cast<double>(m.bytes_copied) / m.samples_delivered : 0;
   r.cpu_threads = loader.cpu_threads();
@@ -130,6 +132,8 @@ std::string RunReportToJson(const RunReport& r) {
   w.Key("baseline_rss_bytes").Int(r.baseline_rss_bytes);
   w.Key("memory_budget_bytes").Int(r.memory_budget_bytes);
   w.Key("budget_peak_bytes").Int(r.budget_peak_bytes);
+  w.Key("batch_memory").BeginObject().Key("reused").Int(r.batch_memory_reused);
+  w.Key("fresh").Int(r.batch_memory_fresh).EndObject();
   w.Key("bytes_copied_per_sample").Double(r.bytes_copied_per_sample);
   w.Key("cpu_threads").Int(r.cpu_threads);
   w.Key("batch_size").Int(r.batch_size);

@@ -49,6 +49,8 @@ struct RunReport {
   int64_t baseline_rss_bytes = 0;
   int64_t memory_budget_bytes = 0;
   int64_t budget_peak_bytes = 0;
+  int64_t batch_memory_reused = 0;  // batch buffers served from the engine's pool
+  int64_t batch_memory_fresh = 0;   // batch buffers newly allocated
   double bytes_copied_per_sample = 0;
   int cpu_threads = 0;
   int64_t batch_size = 0;
