@@ -65,7 +65,10 @@ Result<OpsBench> MeasureOps(const PipelineSpec& spec, int64_t samples) {
   ScratchArena scratch;
   std::vector<int64_t> op_ns(plan.ops.size(), 0);
   const size_t warmup = std::min<size_t>(records.size(), 16);
-  for (int pass = 0; pass < 2; ++pass) {
+  // A warm-up pass over a few samples, then three timed passes over all of them; each
+  // op's cost is its best pass (the same best-of-3 the engine runs get).
+  std::vector<int64_t> best_ns(plan.ops.size(), INT64_MAX);
+  for (int pass = 0; pass < 4; ++pass) {
     const size_t n = pass == 0 ? warmup : records.size();
     std::fill(op_ns.begin(), op_ns.end(), 0);
     for (size_t i = 0; i < n; ++i) {
@@ -85,7 +88,11 @@ Result<OpsBench> MeasureOps(const PipelineSpec& spec, int64_t samples) {
         if (!st.ok()) return st.WithContext("sample " + records[i]->id);
       }
     }
+    if (pass > 0) {
+      for (size_t k = 0; k < op_ns.size(); ++k) best_ns[k] = std::min(best_ns[k], op_ns[k]);
+    }
   }
+  op_ns = best_ns;
   OpsBench result;
   result.samples = static_cast<int64_t>(records.size());
   result.read_ms_per_sample = 1e3 * read_s / records.size();
