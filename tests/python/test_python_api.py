@@ -40,7 +40,7 @@ def test_builder_and_yaml_give_the_same_spec(py_sample, make_pipeline, tmp_path)
 
 
 def test_batch_tensors_share_the_engine_memory(make_pipeline):
-    torch = pytest.importorskip("torch")
+    import torch
     with headrace.Loader(make_pipeline()) as loader:
         batch = next(iter(loader))
     assert set(batch) == {"image", "input_ids", "attention_mask", "labels", "index"}
@@ -58,7 +58,7 @@ def test_batch_tensors_share_the_engine_memory(make_pipeline):
 
 
 def test_memory_lives_as_long_as_a_view(make_pipeline):
-    torch = pytest.importorskip("torch")
+    import torch
     loader = headrace.Loader(make_pipeline())
     batch = next(iter(loader))
     image = torch.from_dlpack(batch["image"])
@@ -425,7 +425,7 @@ def test_first_numpy_import_on_engine_threads_does_not_deadlock(py_sample, tmp_p
 
 
 def test_torch_adapter_on_cpu(make_pipeline):
-    torch = pytest.importorskip("torch")
+    import torch
     import headrace.torch as ht
     loader = ht.TorchLoader(make_pipeline(epochs=1), device="cpu", pin_memory=True)
     assert not loader.moves  # CPU: no transfer step
