@@ -1,4 +1,6 @@
 """The README's Python example: the sample pipeline into PyTorch, zero-copy, resumable."""
+import time
+
 import torch
 
 import headrace
@@ -13,6 +15,7 @@ pipeline = headrace.Pipeline(
 loader = ht.TorchLoader(pipeline, device="cuda" if torch.cuda.is_available() else None)
 for step, batch in enumerate(loader):
     image, ids = batch["image"], batch["input_ids"]  # torch.Tensor, no copy on the host
+    time.sleep(0.1)  # stands in for the training step (as trainer.step_ms does in `run`)
     if step == 9:
         state = loader.state_dict()  # save beside the model; load_state_dict resumes
         break
