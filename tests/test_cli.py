@@ -136,6 +136,9 @@ def test_config_errors_fail_before_work_and_name_the_key(tmp_path, headrace_bin,
     proc = run_headrace(headrace_bin, "run", config, "--set", "memory.budget_bytes=1KiB",
                         check=False)
     assert proc.returncode == 2 and "memory.budget_bytes" in proc.stderr
+    proc = run_headrace(headrace_bin, "run", config, "--set", "source.manifest=/no/such.jsonl",
+                        check=False)
+    assert proc.returncode == 2 and "/no/such.jsonl" in proc.stderr
 
 
 def test_the_cpp_consumer_example_reads_batches(headrace_bin, sample_dir, tmp_path):

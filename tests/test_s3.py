@@ -230,7 +230,7 @@ def test_missing_bucket_is_named(uploaded, headrace_bin, tmp_path, sample_dir):
     config = s3_config(tmp_path, sample_dir)
     config.write_text(config.read_text().replace(f"s3://{BUCKET}/", "s3://no-such-bucket/"))
     proc = headrace(headrace_bin, "run", config, env=uploaded, check=False)
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # the configuration points at nothing
     assert "bucket 'no-such-bucket' does not exist" in proc.stderr
 
 
@@ -238,7 +238,7 @@ def test_missing_manifest_is_not_found(uploaded, headrace_bin, tmp_path, sample_
     config = s3_config(tmp_path, sample_dir)
     config.write_text(config.read_text().replace("manifest.jsonl", "nope.jsonl"))
     proc = headrace(headrace_bin, "run", config, env=uploaded, check=False)
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # the configuration points at nothing
     assert "not_found" in proc.stderr and "nope.jsonl" in proc.stderr
 
 

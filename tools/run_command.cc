@@ -75,7 +75,9 @@ int RunCommand(const Args& args) {
       Loader::Make(*spec, LoaderOptions{.start_batch = start_batch, .trace = trace.get()});
   if (!loader.ok()) {
     std::fprintf(stderr, "headrace run: %s\n", loader.status().ToString().c_str());
-    return loader.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+    // A bad value or a path to nothing is a configuration error (2); I/O trouble is not.
+    const StatusCode code = loader.status().code();
+    return code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound ? 2 : 1;
   }
   const auto step = std::chrono::duration<double, std::milli>(spec->trainer.step_ms);
   std::vector<std::string> batch_digests;
