@@ -10,7 +10,7 @@ APT_PACKAGES=(
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libexif-dev libyuv-dev
   libsentencepiece-dev libsimdjson-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev
-  libcurl4-openssl-dev libssl-dev
+  libcurl4-openssl-dev libssl-dev openssl
   python3 python3-venv
 )
 

@@ -7,9 +7,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run_headrace(binary, *args, check=True, timeout=300):
+def run_headrace(binary, *args, check=True, timeout=300, env=None):
     proc = subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"headrace {' '.join(map(str, args))} exited {proc.returncode}\n"
                              f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")

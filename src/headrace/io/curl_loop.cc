@@ -330,6 +330,7 @@ void CurlLoop::Impl::StartTransfer(std::unique_ptr<Pending> p) {
   curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_easy_setopt(e, CURLOPT_NOPROXY, "localhost,127.0.0.1,::1");
   curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options.connect_timeout_ms));
+  if (!options.ca_bundle.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, options.ca_bundle.c_str());
   if (options.low_speed_limit > 0 && options.low_speed_time_s > 0) {
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, static_cast<long>(options.low_speed_limit));
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, static_cast<long>(options.low_speed_time_s));

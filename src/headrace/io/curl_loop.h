@@ -70,6 +70,7 @@ struct CurlLoopOptions {
   int64_t low_speed_limit = 1024;         // bytes/s; 0: none
   int64_t low_speed_time_s = 10;
   int max_host_connections = 0;  // 0: unlimited
+  std::string ca_bundle;         // CAs to trust for TLS; empty: the system's
 };
 
 struct CurlLoopStats {

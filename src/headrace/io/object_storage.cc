@@ -549,8 +549,10 @@ Status ObjectStorage::CreateBucket(const std::string& bucket_uri) {
   return ErrorOf(r, "CREATE BUCKET " + uri, uri);
 }
 
-CurlLoopOptions LoopOptions(const StorageSpec& spec) {
+CurlLoopOptions LoopOptions(const StorageSpec& spec, const EnvLookup& env) {
   CurlLoopOptions o;
+  o.ca_bundle = spec.ca_bundle;
+  if (o.ca_bundle.empty()) o.ca_bundle = env("AWS_CA_BUNDLE").value_or("");
   o.connect_timeout_ms = spec.connect_timeout_ms;
   o.first_byte_timeout_ms = spec.first_byte_timeout_ms;
   o.low_speed_limit = spec.low_speed_limit;
@@ -635,13 +637,14 @@ class RouterStorage final : public Storage {
 
 Result<std::unique_ptr<ObjectStore>> MakeS3Storage(const StorageSpec& spec, const EnvLookup& env) {
   HR_ASSIGN_OR_RETURN(S3Settings settings, ResolveS3Settings(spec, env));
-  HR_ASSIGN_OR_RETURN(std::unique_ptr<CurlLoop> loop, CurlLoop::Start(LoopOptions(spec)));
+  HR_ASSIGN_OR_RETURN(std::unique_ptr<CurlLoop> loop, CurlLoop::Start(LoopOptions(spec, env)));
   return std::unique_ptr<ObjectStore>(
       new ObjectStorage(Backend::kS3, std::move(settings), spec, std::move(loop)));
 }
 
 Result<std::unique_ptr<ObjectStore>> MakeHttpStorage(const StorageSpec& spec) {
-  HR_ASSIGN_OR_RETURN(std::unique_ptr<CurlLoop> loop, CurlLoop::Start(LoopOptions(spec)));
+  HR_ASSIGN_OR_RETURN(std::unique_ptr<CurlLoop> loop,
+                      CurlLoop::Start(LoopOptions(spec, ProcessEnv())));
   S3Settings none;
   none.anonymous = true;
   return std::unique_ptr<ObjectStore>(

@@ -25,6 +25,9 @@ struct StorageSpec {
   std::string region;
   // Profile of the shared credentials file; empty: AWS_PROFILE, then "default".
   std::string profile;
+  // PEM file of the certificate authorities to trust for https endpoints (a private
+  // MinIO or proxy, say); empty: AWS_CA_BUNDLE, then the system's trust store.
+  std::string ca_bundle;
   // Send unsigned requests (public buckets); no credentials are looked up.
   bool anonymous = false;
   AddressingStyle addressing_style = AddressingStyle::kAuto;

@@ -113,6 +113,7 @@ void Fields(SpecOf<StorageSpec> auto& s, auto&& f) {
   f("endpoint", s.endpoint);
   f("region", s.region);
   f("profile", s.profile);
+  f("ca_bundle", s.ca_bundle);
   f("anonymous", s.anonymous);
   f("addressing_style", s.addressing_style);
   f("connect_timeout_ms", s.connect_timeout_ms);
