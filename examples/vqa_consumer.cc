@@ -44,10 +44,11 @@ int main(int argc, char** argv) {
     }
   }
   const auto stats = (*loader)->consumer_stats();
-  std::printf("%lld batches, %lld samples, %lld tokens, first batch %.3f s, wait-time ratio %.3f "
-              "(checksum %.3f)\n",
-              static_cast<long long>(stats.batches), static_cast<long long>(stats.samples),
-              static_cast<long long>(tokens), stats.time_to_first_batch_s,
-              stats.wait_time_ratio(), checksum);
+  std::printf(
+      "%lld batches, %lld samples, %lld tokens, first batch %.3f s, wait-time ratio %.3f "
+      "(checksum %.3f)\n",
+      static_cast<long long>(stats.batches), static_cast<long long>(stats.samples),
+      static_cast<long long>(tokens), stats.time_to_first_batch_s, stats.wait_time_ratio(),
+      checksum);
   return 0;
 }

@@ -5,8 +5,8 @@
 //               T / summed operator cost) and the wait-time ratio of a trainer whose
 //               step is 1.5x the CPU time of a batch.
 #include <algorithm>
-#include <cstdint>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <thread>
 
@@ -138,7 +138,8 @@ void WriteOps(JsonWriter& w, const OpsBench& b) {
 int BenchCommand(const Args& args) {
   if (!args.empty() && args[0] == "io") return BenchIoCommand(Args(args.begin() + 1, args.end()));
   if (args.empty() || (args[0] != "ops" && args[0] != "engine")) {
-    std::fprintf(stderr, "usage: headrace bench ops|engine CONFIG [--samples N] [--report PATH] "
+    std::fprintf(stderr,
+                 "usage: headrace bench ops|engine CONFIG [--samples N] [--report PATH] "
                  "[--set key=value ...]\n       headrace bench io [...]\n");
     return 2;
   }
@@ -210,8 +211,7 @@ int BenchCommand(const Args& args) {
       }
       const double ideal = threads * 1e3 / ops->total_ms_per_sample;
       const double efficiency = best->samples_per_s / ideal;
-      std::printf("  %7d  %9.1f  %7.1f  %9.3f\n", threads, best->samples_per_s, ideal,
-                  efficiency);
+      std::printf("  %7d  %9.1f  %7.1f  %9.3f\n", threads, best->samples_per_s, ideal, efficiency);
       w.BeginObject().Key("threads").Int(threads).Key("samples_per_s").Double(best->samples_per_s);
       w.Key("ideal_samples_per_s").Double(ideal).Key("efficiency").Double(efficiency);
       w.Key("time_to_first_batch_s").Double(best->time_to_first_batch_s).EndObject();
@@ -228,12 +228,13 @@ int BenchCommand(const Args& args) {
       std::fprintf(stderr, "headrace bench: %s\n", fed.status().ToString().c_str());
       return 1;
     }
-    std::printf("\nfed trainer: step %.1f ms (1.5x a batch's CPU time at %d threads), "
-                "%lld batches\n  wait_time_ratio %.4f, time to first batch %.3f s, peak RSS "
-                "%.1f MiB (baseline %.1f MiB, budget %.1f MiB)\n",
-                step_ms, cores, static_cast<long long>(fed->batches), fed->wait_time_ratio,
-                fed->time_to_first_batch_s, fed->peak_rss_bytes / 1048576.0,
-                fed->baseline_rss_bytes / 1048576.0, fed->memory_budget_bytes / 1048576.0);
+    std::printf(
+        "\nfed trainer: step %.1f ms (1.5x a batch's CPU time at %d threads), "
+        "%lld batches\n  wait_time_ratio %.4f, time to first batch %.3f s, peak RSS "
+        "%.1f MiB (baseline %.1f MiB, budget %.1f MiB)\n",
+        step_ms, cores, static_cast<long long>(fed->batches), fed->wait_time_ratio,
+        fed->time_to_first_batch_s, fed->peak_rss_bytes / 1048576.0,
+        fed->baseline_rss_bytes / 1048576.0, fed->memory_budget_bytes / 1048576.0);
     w.Key("fed_trainer").BeginObject();
     w.Key("step_ms").Double(step_ms).Key("threads").Int(cores).Key("batches").Int(fed->batches);
     w.Key("wait_time_ratio").Double(fed->wait_time_ratio);

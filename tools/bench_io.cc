@@ -45,8 +45,8 @@ IoRow Drive(ObjectStore& store, int objects, int inflight, double seconds) {
   int pending = 0;
   int64_t done = 0, errors = 0, bytes = 0;
   const auto start = Clock::now();
-  const auto until = start + std::chrono::duration_cast<Clock::duration>(
-                                 std::chrono::duration<double>(seconds));
+  const auto until =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   int64_t issued = 0;
   while (Clock::now() < until) {
     {
@@ -160,7 +160,8 @@ int BenchIoCommand(const Args& args) {
     } else if (flag == "--e2e-report") {
       e2e_report = value;
     } else {
-      std::fprintf(stderr, "usage: headrace bench io [--latency-ms 20] [--seconds 2] "
+      std::fprintf(stderr,
+                   "usage: headrace bench io [--latency-ms 20] [--seconds 2] "
                    "[--object-bytes 65536] [--objects 512] [--inflight 1,8,32,128] "
                    "[--report bench/io.json] [--config CONFIG --samples N --e2e-report PATH]\n");
       return 2;
@@ -186,25 +187,30 @@ int BenchIoCommand(const Args& args) {
   }
   Drive(**store, objects, 32, 0.3);  // warm-up: connections, allocator
   const IoRow limit = Drive(**store, objects, 128, seconds);
-  std::printf("server limit (no latency, 128 in flight, %lld-byte objects): %.0f objects/s, "
-              "%.0f MB/s\n", static_cast<long long>(object_bytes), limit.objects_per_s,
-              limit.mb_per_s);
+  std::printf(
+      "server limit (no latency, 128 in flight, %lld-byte objects): %.0f objects/s, "
+      "%.0f MB/s\n",
+      static_cast<long long>(object_bytes), limit.objects_per_s, limit.mb_per_s);
   (*server)->SetLatency(std::chrono::microseconds(static_cast<int64_t>(latency_ms * 1000)));
-  std::printf("latency %.1f ms per request:\n  inflight  objects/s      MB/s    ideal  "
-              "efficiency\n", latency_ms);
+  std::printf(
+      "latency %.1f ms per request:\n  inflight  objects/s      MB/s    ideal  "
+      "efficiency\n",
+      latency_ms);
   JsonWriter w;
   w.BeginArray();
   int rc = 0;
   for (int inflight : inflights) {
     IoRow row = Drive(**store, objects, inflight, seconds);
     row.ideal_objects_per_s = std::min(limit.objects_per_s, inflight * 1e3 / latency_ms);
-    std::printf("  %8d  %9.1f  %8.1f  %7.1f  %9.3f%s\n", inflight, row.objects_per_s,
-                row.mb_per_s, row.ideal_objects_per_s,
-                row.objects_per_s / row.ideal_objects_per_s,
+    std::printf("  %8d  %9.1f  %8.1f  %7.1f  %9.3f%s\n", inflight, row.objects_per_s, row.mb_per_s,
+                row.ideal_objects_per_s, row.objects_per_s / row.ideal_objects_per_s,
                 row.errors ? "  (errors!)" : "");
     if (row.errors) rc = 1;
     w.BeginObject().Key("inflight").Int(inflight).Key("objects_per_s").Double(row.objects_per_s);
-    w.Key("mb_per_s").Double(row.mb_per_s).Key("ideal_objects_per_s").Double(row.ideal_objects_per_s);
+    w.Key("mb_per_s")
+        .Double(row.mb_per_s)
+        .Key("ideal_objects_per_s")
+        .Double(row.ideal_objects_per_s);
     w.Key("latency_ms").Double(latency_ms).Key("object_bytes").Int(object_bytes);
     w.Key("server_limit_objects_per_s").Double(limit.objects_per_s);
     w.Key("objects").Int(row.objects).Key("errors").Int(row.errors).EndObject();
@@ -239,11 +245,11 @@ int BenchIoCommand(const Args& args) {
   remote.source.root.clear();
   remote.storage = spec;
   const int64_t batches = std::max<int64_t>(1, samples / local.batch.size);
-  std::printf("\nend to end: %s, %lld batches of %lld, %d CPU threads, io_inflight %d, "
-              "latency %.1f ms (%.1f MB served)\n", config.c_str(),
-              static_cast<long long>(batches), static_cast<long long>(local.batch.size),
-              local.execution.cpu_threads, local.execution.io_inflight, latency_ms,
-              *served / 1e6);
+  std::printf(
+      "\nend to end: %s, %lld batches of %lld, %d CPU threads, io_inflight %d, "
+      "latency %.1f ms (%.1f MB served)\n",
+      config.c_str(), static_cast<long long>(batches), static_cast<long long>(local.batch.size),
+      local.execution.cpu_threads, local.execution.io_inflight, latency_ms, *served / 1e6);
   double local_sum = 0, remote_sum = 0;
   int64_t remote_errors = 0;
   constexpr int kRounds = 2;

@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
   if (command == "bench") return headrace::tools::BenchCommand(args);
   if (command == "upload") return headrace::tools::UploadCommand(args);
   if (command == "ls") return headrace::tools::ListCommand(args);
-  std::fprintf(stderr, "headrace: unknown command '%s' (allowed: make-sample, run, bench, upload, ls)\n%s",
+  std::fprintf(stderr,
+               "headrace: unknown command '%s' (allowed: make-sample, run, bench, upload, ls)\n%s",
                command.c_str(), kUsage);
   return 2;
 }

@@ -111,8 +111,8 @@ struct Scene {
   int height = 0;
   Backdrop backdrop = Backdrop::kField;
   Sky sky = Sky::kClear;
-  int wall = 0;        // kRoom: index into kWalls
-  float horizon = 0;   // y where the upper part (sky, wall) meets the lower part
+  int wall = 0;       // kRoom: index into kWalls
+  float horizon = 0;  // y where the upper part (sky, wall) meets the lower part
   Rgb upper_top, upper_bottom, lower_top, lower_bottom;
   float upper_texture = 0, lower_texture = 0;  // grain amplitude of each part
   std::vector<Object> objects;                 // objects[0] is the one drawn first
@@ -246,9 +246,9 @@ Scene MakeScene(uint64_t key, int fixed_width, int fixed_height) {
 
 // --- drawing --------------------------------------------------------------------------
 
-constexpr int kCell = 16;        // spacing of the low-resolution noise lattice, pixels
-constexpr int kTileA = 256;      // the two grain tiles have coprime sizes, so their sum
-constexpr int kTileB = 197;      // does not visibly repeat
+constexpr int kCell = 16;          // spacing of the low-resolution noise lattice, pixels
+constexpr int kTileA = 256;        // the two grain tiles have coprime sizes, so their sum
+constexpr int kTileB = 197;        // does not visibly repeat
 constexpr float kObjectGrain = 5;  // grain amplitude on objects
 
 // Per-thread memory reused from one image to the next.
@@ -264,9 +264,9 @@ struct Canvas {
 // Value noise: a random value per integer lattice point of octave `octave`, smoothly
 // interpolated.
 float LatticeValue(uint64_t key, int octave, int x, int y) {
-  const uint64_t h = HashKeys(key, static_cast<uint64_t>(octave),
-                              (static_cast<uint64_t>(static_cast<uint32_t>(x)) << 32) |
-                                  static_cast<uint32_t>(y));
+  const uint64_t h =
+      HashKeys(key, static_cast<uint64_t>(octave),
+               (static_cast<uint64_t>(static_cast<uint32_t>(x)) << 32) | static_cast<uint32_t>(y));
   return static_cast<float>(h >> 40) * (2.0f / 16777216.0f) - 1.0f;
 }
 
@@ -368,8 +368,7 @@ Paint ShadeObject(const Object& o, float x, float y) {
     }
     case Shape::kBox: {
       const float d = RoundedBoxDistance(dx, dy, o.hw, o.hh, std::min(o.hw, o.hh) * 0.08f);
-      return {{o.rgb.r * light, o.rgb.g * light, o.rgb.b * light},
-              Clamp01(0.5f - d / kEdge)};
+      return {{o.rgb.r * light, o.rgb.g * light, o.rgb.b * light}, Clamp01(0.5f - d / kEdge)};
     }
     case Shape::kTriangle: {
       // Apex (0, -hh), base corners (+-hw, hh): the distance to the sloped edges is the
@@ -377,8 +376,7 @@ Paint ShadeObject(const Object& o, float x, float y) {
       const float len = std::sqrt(4 * o.hh * o.hh + o.hw * o.hw);
       const float side = (2 * o.hh * std::abs(dx) - o.hw * dy - o.hw * o.hh) / len;
       const float d = std::max(side, dy - o.hh);
-      return {{o.rgb.r * light, o.rgb.g * light, o.rgb.b * light},
-              Clamp01(0.5f - d / kEdge)};
+      return {{o.rgb.r * light, o.rgb.g * light, o.rgb.b * light}, Clamp01(0.5f - d / kEdge)};
     }
     case Shape::kBus: {
       constexpr Rgb kTyre = {24, 24, 26};
@@ -402,8 +400,8 @@ Paint ShadeObject(const Object& o, float x, float y) {
       const float u = (dx - band_l) / cell_w;
       if (u >= 0 && u < static_cast<float>(o.windows)) {
         const float cx = band_l + (std::floor(u) + 0.5f) * cell_w;
-        const float wd = RoundedBoxDistance(dx - cx, dy + o.hh * 0.35f, cell_w * 0.38f,
-                                            o.hh * 0.3f, o.hh * 0.06f);
+        const float wd = RoundedBoxDistance(dx - cx, dy + o.hh * 0.35f, cell_w * 0.38f, o.hh * 0.3f,
+                                            o.hh * 0.06f);
         const float a = Clamp01(0.5f - wd / kEdge);
         const float sheen = 1.0f + 0.5f * Clamp01(-(dy + o.hh * 0.35f) / (o.hh * 0.3f));
         p.rgb = Lerp(p.rgb, {kGlass.r * sheen, kGlass.g * sheen, kGlass.b * sheen}, a);
@@ -516,8 +514,8 @@ std::string Cat(std::initializer_list<std::string_view> parts) {
 }
 
 std::string_view NumberWord(size_t n) {
-  static constexpr std::string_view kWords[] = {"zero", "one", "two", "three", "four",
-                                                "five", "six"};
+  static constexpr std::string_view kWords[] = {"zero", "one",  "two", "three",
+                                                "four", "five", "six"};
   return kWords[std::min<size_t>(n, 6)];
 }
 
@@ -638,10 +636,10 @@ QA Question(Ask ask, const Scene& s, Rng& rng) {
                                            : Cat({"The ", o.noun, " is ", where, "."})};
     }
     case Ask::kDescribe: {
-      static constexpr std::string_view kQ[] = {
-          "Describe the image briefly.", "What do you see?",
-          "Give a short description of this picture.", "What is in this image?",
-          "Write a one-sentence caption for the image."};
+      static constexpr std::string_view kQ[] = {"Describe the image briefly.", "What do you see?",
+                                                "Give a short description of this picture.",
+                                                "What is in this image?",
+                                                "Write a one-sentence caption for the image."};
       std::string question(Pick(rng, kQ));
       const Object& main = objs[0];
       std::string caption = Cat({"A ", main.area() > 0.08f * s.width * s.height ? "large " : "",
@@ -654,13 +652,13 @@ QA Question(Ask ask, const Scene& s, Rng& rng) {
       return {question, caption + "."};
     }
     case Ask::kExists: {
-      static constexpr std::string_view kAll[] = {"ball", "balloon", "plate", "clock", "coin",
-                                                  "box", "crate", "sign", "book", "tile",
-                                                  "tent", "sail", "flag", "roof", "cone", "bus"};
+      static constexpr std::string_view kAll[] = {
+          "ball", "balloon", "plate", "clock", "coin", "box",  "crate", "sign",
+          "book", "tile",    "tent",  "sail",  "flag", "roof", "cone",  "bus"};
       const std::string_view noun = rng.Bernoulli(0.5) ? o.noun : Pick(rng, kAll);
       std::string question = Cat({"Is there a ", noun, " in the image?"});
-      const auto it = std::find_if(objs.begin(), objs.end(),
-                                   [&](const Object& x) { return x.noun == noun; });
+      const auto it =
+          std::find_if(objs.begin(), objs.end(), [&](const Object& x) { return x.noun == noun; });
       if (it == objs.end()) return {question, Cat({"No, there is no ", noun, "."})};
       return {question, Cat({"Yes, there is a ", Named(*it), " ", Location(s, *it), "."})};
     }
@@ -685,16 +683,15 @@ QA Question(Ask ask, const Scene& s, Rng& rng) {
                                                 "Where was this picture taken?", "What is behind "};
       std::string question(Pick(rng, kQ));
       if (question.ends_with(' ')) question += one ? "the object?" : "the objects?";
-      return {question,
-              Cat({one ? "The object is " : "The objects are ", BackdropPhrase(s), "."})};
+      return {question, Cat({one ? "The object is " : "The objects are ", BackdropPhrase(s), "."})};
     }
     case Ask::kLeftOrRight: {
       if (objs.size() < 2) return {};
       const Object& a = objs[0];
       const Object& b = objs[1 + rng.Below(objs.size() - 1)];
       if (std::abs(a.cx - b.cx) < 0.1f * static_cast<float>(s.width)) return {};
-      std::string question = Cat({"Is the ", a.noun, " to the left or to the right of the ",
-                                  b.noun, "?"});
+      std::string question =
+          Cat({"Is the ", a.noun, " to the left or to the right of the ", b.noun, "?"});
       return {question, Cat({"The ", a.noun, " is to the ", a.cx < b.cx ? "left" : "right",
                              " of the ", Named(b), "."})};
     }
@@ -799,8 +796,8 @@ class ImageWriter {
     }
     unsigned char* buffer = jpeg_.get();
     unsigned long size = capacity_;
-    if (tjCompress2(handle_.get(), canvas_.pixels.data(), scene.width, 0, scene.height,
-                    TJPF_RGB, &buffer, &size, TJSAMP_420, 90, TJFLAG_NOREALLOC) != 0) {
+    if (tjCompress2(handle_.get(), canvas_.pixels.data(), scene.width, 0, scene.height, TJPF_RGB,
+                    &buffer, &size, TJSAMP_420, 90, TJFLAG_NOREALLOC) != 0) {
       return Status::Internal(std::string("tjCompress2: ") + tjGetErrorStr2(handle_.get()));
     }
     HR_RETURN_IF_ERROR(WriteFile(path, buffer, size));
@@ -835,8 +832,8 @@ Status TrainTokenizer(const std::vector<std::vector<QA>>& conversations,
                       const MakeSampleOptions& options) {
   size_t total = 0;
   for (const auto& c : conversations) total += 2 * c.size();
-  const size_t stride = std::max<size_t>(1, (total + kMaxTrainingSentences - 1) /
-                                                kMaxTrainingSentences);
+  const size_t stride =
+      std::max<size_t>(1, (total + kMaxTrainingSentences - 1) / kMaxTrainingSentences);
   std::vector<std::string> sentences;
   for (size_t i = 0; i < conversations.size(); i += stride) {
     for (const QA& qa : conversations[i]) {
@@ -905,8 +902,8 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
   }
 
   const int64_t n = options.samples;
-  int threads = options.threads > 0 ? options.threads
-                                    : static_cast<int>(std::thread::hardware_concurrency());
+  int threads =
+      options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   threads = static_cast<int>(std::clamp<int64_t>(threads, 1, n));
 
   std::vector<std::string> lines(n);

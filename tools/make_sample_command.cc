@@ -13,8 +13,10 @@ int MakeSampleCommand(const Args& args) {
     const std::string flag = r.peek();
     if (flag != "--out" && flag != "--samples" && flag != "--seed" && flag != "--threads" &&
         flag != "--size") {
-      std::fprintf(stderr, "headrace make-sample: unknown flag '%s' (allowed: --out, "
-                   "--samples, --seed, --threads, --size WxH)\n", flag.c_str());
+      std::fprintf(stderr,
+                   "headrace make-sample: unknown flag '%s' (allowed: --out, "
+                   "--samples, --seed, --threads, --size WxH)\n",
+                   flag.c_str());
       return 2;
     }
     if (!r.Value(flag, &value)) return 2;
@@ -30,13 +32,14 @@ int MakeSampleCommand(const Args& args) {
         options.height = std::stoi(value.substr(x + 1));
       }
     } catch (const std::exception&) {
-      std::fprintf(stderr, "headrace make-sample: %s needs a number, got '%s'\n",
-                   flag.c_str(), value.c_str());
+      std::fprintf(stderr, "headrace make-sample: %s needs a number, got '%s'\n", flag.c_str(),
+                   value.c_str());
       return 2;
     }
   }
   if (options.out_dir.empty() || options.samples < 1) {
-    std::fprintf(stderr, "headrace make-sample: --out DIR is required and --samples must be >= 1\n");
+    std::fprintf(stderr,
+                 "headrace make-sample: --out DIR is required and --samples must be >= 1\n");
     return 2;
   }
   auto stats = MakeSample(options);

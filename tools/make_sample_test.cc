@@ -141,9 +141,8 @@ TEST_F(MakeSampleTest, ImagesAreJpegsOfTheDeclaredSizesAndAspects) {
     EXPECT_TRUE(matched) << width << "x" << height;
 
     std::vector<unsigned char> pixels(static_cast<size_t>(width) * height * 3);
-    EXPECT_EQ(tjDecompress2(tj.get(), data, jpeg.size(), pixels.data(), width, 0, height,
-                            TJPF_RGB, 0),
-              0)
+    EXPECT_EQ(
+        tjDecompress2(tj.get(), data, jpeg.size(), pixels.data(), width, 0, height, TJPF_RGB, 0), 0)
         << tjGetErrorStr2(tj.get());
   }
   EXPECT_GE(seen.size(), 4u) << "24 images should show a mix of aspect ratios";

@@ -45,7 +45,8 @@ int RunCommand(const Args& args) {
     } else if (flag == "--quiet") {
       quiet = true, ++r.i;
     } else if (!flag.empty() && flag[0] == '-') {
-      std::fprintf(stderr, "headrace run: unknown flag '%s' (allowed: --report, --trace, "
+      std::fprintf(stderr,
+                   "headrace run: unknown flag '%s' (allowed: --report, --trace, "
                    "--set, --start-batch, --max-batches, --digests, --print-config, --quiet)\n",
                    flag.c_str());
       return 2;

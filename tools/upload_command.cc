@@ -46,8 +46,10 @@ int StorageFlag(ArgReader& r, StorageSpec* spec) {
     } else if (value == "virtual") {
       spec->addressing_style = AddressingStyle::kVirtual;
     } else {
-      std::fprintf(stderr, "headrace: --addressing-style: unknown value '%s' (allowed: auto, "
-                   "path, virtual)\n", value.c_str());
+      std::fprintf(stderr,
+                   "headrace: --addressing-style: unknown value '%s' (allowed: auto, "
+                   "path, virtual)\n",
+                   value.c_str());
       return -1;
     }
   }
@@ -147,8 +149,7 @@ int UploadCommand(const Args& args) {
       ++failed;
       continue;
     }
-    const std::string uri =
-        base + std::filesystem::relative(path, dir).generic_string();
+    const std::string uri = base + std::filesystem::relative(path, dir).generic_string();
     {
       std::unique_lock lock(mu);
       cv.wait(lock, [&] { return pending < inflight; });

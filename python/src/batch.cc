@@ -104,8 +104,8 @@ nb::object TensorToPython(const Tensor& tensor) {
                                   BufferOwner(tensor.buffer()), /*strides=*/nullptr,
                                   DLType(tensor.dtype()), nb::device::cpu::value);
   // `reference`: wrap, never copy (the owner keeps the memory alive).
-  return nb::cast(PyTensor{nb::cast(view, nb::rv_policy::reference), tensor.shape(),
-                           tensor.dtype()});
+  return nb::cast(
+      PyTensor{nb::cast(view, nb::rv_policy::reference), tensor.shape(), tensor.dtype()});
 }
 
 nb::tuple BatchToPython(const Batch& batch) {
@@ -137,8 +137,9 @@ void RegisterBatch(nb::module_& m) {
                      for (int64_t d : t.shape) dims.append(d);
                      return nb::tuple(dims);
                    })
-      .def_prop_ro("dtype", [](const PyTensor& t) { return PyDTypeName(t.dtype); },
-                   "numpy's name of the element type ('float32', ...; 'bfloat16')")
+      .def_prop_ro(
+          "dtype", [](const PyTensor& t) { return PyDTypeName(t.dtype); },
+          "numpy's name of the element type ('float32', ...; 'bfloat16')")
       .def_prop_ro("ndim", [](const PyTensor& t) { return t.shape.size(); })
       .def("__len__",
            [](const PyTensor& t) {

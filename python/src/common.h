@@ -66,8 +66,8 @@ const char* NumpyName(DType dtype);
 // viewed as uint16 (its bit patterns). For the batch ops, before a batch is delivered.
 nb::object TensorToNumpy(const Tensor& tensor);
 
-// A headrace.Tensor: a zero-copy view of `tensor` implementing __dlpack__, __dlpack_device__ and the buffer
-// protocol (by nanobind's nb_ndarray, which it wraps), with `shape`, `dtype` (numpy's
+// A headrace.Tensor: a zero-copy view of `tensor` implementing __dlpack__, __dlpack_device__ and
+// the buffer protocol (by nanobind's nb_ndarray, which it wraps), with `shape`, `dtype` (numpy's
 // name, "bfloat16" for bf16), len() and __array__. The view owns a handle of the
 // tensor's Buffer, so the memory lives as long as the view or anything made from it (a
 // torch tensor, a numpy array) does.

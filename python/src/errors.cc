@@ -27,16 +27,16 @@ StatusError::StatusError(Status status)
     : std::runtime_error(status.ToString()), status_(std::move(status)) {}
 
 void RegisterErrors(nb::module_& m) {
-  g_error = PyErr_NewExceptionWithDoc(
-      "headrace.Error", "A Headrace operation failed; `code` names the kind.",
-      PyExc_RuntimeError, nullptr);
+  g_error = PyErr_NewExceptionWithDoc("headrace.Error",
+                                      "A Headrace operation failed; `code` names the kind.",
+                                      PyExc_RuntimeError, nullptr);
   nb::object bases = nb::make_tuple(nb::handle(g_error), nb::handle(PyExc_ValueError));
   g_config_error = PyErr_NewExceptionWithDoc(
       "headrace.ConfigError",
       "A configuration, API argument or state dict is wrong; the message names the key.",
       bases.ptr(), nullptr);
-  g_cancelled_error = PyErr_NewExceptionWithDoc(
-      "headrace.CancelledError", "The run was stopped.", g_error, nullptr);
+  g_cancelled_error = PyErr_NewExceptionWithDoc("headrace.CancelledError", "The run was stopped.",
+                                                g_error, nullptr);
   m.attr("Error") = nb::handle(g_error);
   m.attr("ConfigError") = nb::handle(g_config_error);
   m.attr("CancelledError") = nb::handle(g_cancelled_error);

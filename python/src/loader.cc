@@ -5,6 +5,8 @@
 // iterator). Engine threads take the GIL only inside Python operators. The destructor
 // releases the GIL before cancelling the engine, because joining its threads may wait
 // for an operator that is waiting for the GIL.
+#include "headrace/pipeline/loader.h"
+
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 
@@ -12,7 +14,6 @@
 #include <optional>
 
 #include "common.h"
-#include "headrace/pipeline/loader.h"
 #include "headrace/pipeline/report.h"
 
 namespace headrace::python {
@@ -29,8 +30,8 @@ class PyLoader {
     if (pinned) options.allocator = PinnedAllocator();
     if (world_size < 1 || rank < 0 || rank >= world_size) {
       throw StatusError(Status::InvalidArgument(
-          "rank must be in [0, world_size) and world_size >= 1 (got rank " +
-          std::to_string(rank) + ", world_size " + std::to_string(world_size) + ")"));
+          "rank must be in [0, world_size) and world_size >= 1 (got rank " + std::to_string(rank) +
+          ", world_size " + std::to_string(world_size) + ")"));
     }
     std::optional<Result<std::unique_ptr<Loader>>> made;
     {
@@ -91,8 +92,7 @@ nb::dict StatsToDict(const ConsumerStats& s) {
 void RegisterLoader(nb::module_& m) {
   nb::class_<PyLoader>(m, "_Loader")
       .def_static("make", &PyLoader::Make, nb::arg("spec"), nb::arg("rank") = 0,
-                  nb::arg("world_size") = 1, nb::arg("start_batch") = 0,
-                  nb::arg("pinned") = false)
+                  nb::arg("world_size") = 1, nb::arg("start_batch") = 0, nb::arg("pinned") = false)
       .def("next", &PyLoader::Next)
       .def("close", &PyLoader::Close)
       .def_prop_ro("next_batch", [](const PyLoader& l) { return l.loader().next_batch(); })
@@ -103,7 +103,8 @@ void RegisterLoader(nb::module_& m) {
                    [](const PyLoader& l) {
                      return static_cast<int64_t>(l.loader().manifest().records.size());
                    })
-      .def("consumer_stats", [](const PyLoader& l) { return StatsToDict(l.loader().consumer_stats()); })
+      .def("consumer_stats",
+           [](const PyLoader& l) { return StatsToDict(l.loader().consumer_stats()); })
       .def("report_json", [](const PyLoader& l) {
         const Loader& loader = l.loader();
         std::string json;

@@ -33,7 +33,8 @@ class CudaHostAllocator : public Allocator {
 };
 
 Allocator* LoadPinned() {
-  for (const char* lib : {"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"}) {
+  for (const char* lib :
+       {"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"}) {
     void* handle = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);  // never closed: buffers outlive us
     if (handle == nullptr) continue;
     auto alloc = reinterpret_cast<HostAllocFn>(dlsym(handle, "cudaHostAlloc"));
@@ -56,8 +57,9 @@ Allocator* PinnedAllocator() {
 }
 
 void RegisterPinned(nb::module_& m) {
-  m.def("_pinned_available", [] { return PinnedAllocator() != nullptr; },
-        "Whether batches can be allocated in pinned host memory (a CUDA device is usable).");
+  m.def(
+      "_pinned_available", [] { return PinnedAllocator() != nullptr; },
+      "Whether batches can be allocated in pinned host memory (a CUDA device is usable).");
 }
 
 }  // namespace headrace::python

@@ -44,7 +44,9 @@ class PyMapOp : public Op {
  public:
   PyMapOp(std::string name, std::shared_ptr<PyCallable> fn, std::vector<FieldSpec> fields,
           int first_field)
-      : name_(std::move(name)), fn_(std::move(fn)), fields_(std::move(fields)),
+      : name_(std::move(name)),
+        fn_(std::move(fn)),
+        fields_(std::move(fields)),
         first_field_(first_field) {}
 
   std::string_view name() const override { return name_; }
@@ -74,7 +76,8 @@ class PyMapOp : public Op {
     d["id"] = sample.record->id;
     d["uri"] = sample.record->media_uri;
     nb::list turns;
-    for (const Turn& t : sample.record->turns) turns.append(nb::make_tuple(RoleName(t.role), t.text));
+    for (const Turn& t : sample.record->turns)
+      turns.append(nb::make_tuple(RoleName(t.role), t.text));
     d["turns"] = turns;
     if (!ctx.image.empty()) {
       const ImageView& im = ctx.image;
@@ -106,8 +109,8 @@ class PyMapOp : public Op {
       for (size_t d = 0; d < data.ndim(); ++d) {
         got += (got.empty() ? "" : ", ") + std::to_string(data.shape(d));
       }
-      return Status::UserFunctionError(name_ + " returned '" + field.name + "' of shape (" +
-                                       got + "), declared (" + want + ")");
+      return Status::UserFunctionError(name_ + " returned '" + field.name + "' of shape (" + got +
+                                       "), declared (" + want + ")");
     }
     std::memcpy(row, data.data(), data.nbytes());
     return Status::Ok();
@@ -138,9 +141,10 @@ void RegisterUserOps(nb::module_& m) {
         for (const auto& [field_name, dtype_name, shape] : outputs) {
           Result<DType> dtype = ParseDType(dtype_name);
           if (!dtype.ok() || NumpyName(*dtype) == nullptr) {
-            throw StatusError(Status::InvalidArgument(
-                name + ".outputs." + field_name + ": dtype must be one of u8, i32, i64, f16, "
-                "f32 (got '" + dtype_name + "')"));
+            throw StatusError(Status::InvalidArgument(name + ".outputs." + field_name +
+                                                      ": dtype must be one of u8, i32, i64, f16, "
+                                                      "f32 (got '" +
+                                                      dtype_name + "')"));
           }
           fields.push_back(FieldSpec{field_name, *dtype, shape});
         }
@@ -150,7 +154,8 @@ void RegisterUserOps(nb::module_& m) {
         op.name = name;
         op.fields = fields;
         op.make = [name, callable, fields](int first_field, int) -> Result<std::unique_ptr<Op>> {
-          return std::unique_ptr<Op>(std::make_unique<PyMapOp>(name, callable, fields, first_field));
+          return std::unique_ptr<Op>(
+              std::make_unique<PyMapOp>(name, callable, fields, first_field));
         };
         spec.ops.insert(spec.ops.begin() + static_cast<std::ptrdiff_t>(position), std::move(op));
       },

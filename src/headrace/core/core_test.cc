@@ -126,7 +126,7 @@ TEST(PoolingAllocator, ReusesFreedBlocksOfTheSameSizeClass) {
     first = a->data();
   }
   EXPECT_EQ(pool->cached_bytes(), 12288u);  // rounded up to 4 KiB pages
-  auto b = Buffer::Allocate(9000, pool);  // same class: the same block
+  auto b = Buffer::Allocate(9000, pool);    // same class: the same block
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->data(), first);
   EXPECT_EQ(pool->hits(), 1);

@@ -30,10 +30,18 @@ class JsonWriter {
     after_key_ = true;
     return *this;
   }
-  JsonWriter& String(std::string_view v) { return Value([&] { AppendString(v); }); }
-  JsonWriter& Int(int64_t v) { return Value([&] { out_ += std::to_string(v); }); }
-  JsonWriter& Bool(bool v) { return Value([&] { out_ += v ? "true" : "false"; }); }
-  JsonWriter& Null() { return Value([&] { out_ += "null"; }); }
+  JsonWriter& String(std::string_view v) {
+    return Value([&] { AppendString(v); });
+  }
+  JsonWriter& Int(int64_t v) {
+    return Value([&] { out_ += std::to_string(v); });
+  }
+  JsonWriter& Bool(bool v) {
+    return Value([&] { out_ += v ? "true" : "false"; });
+  }
+  JsonWriter& Null() {
+    return Value([&] { out_ += "null"; });
+  }
   JsonWriter& Double(double v) {
     return Value([&] {
       if (!std::isfinite(v)) {

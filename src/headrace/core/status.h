@@ -55,9 +55,7 @@ class [[nodiscard]] Status {
   static Status PixelLimit(std::string m) { return {StatusCode::kPixelLimit, std::move(m)}; }
   static Status BadRecord(std::string m) { return {StatusCode::kBadRecord, std::move(m)}; }
   static Status MissingField(std::string m) { return {StatusCode::kMissingField, std::move(m)}; }
-  static Status TokenizeError(std::string m) {
-    return {StatusCode::kTokenizeError, std::move(m)};
-  }
+  static Status TokenizeError(std::string m) { return {StatusCode::kTokenizeError, std::move(m)}; }
   static Status UserFunctionError(std::string m) {
     return {StatusCode::kUserFunctionError, std::move(m)};
   }
@@ -86,7 +84,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
     if (status_.ok()) status_ = Status::Internal("Result constructed from an ok Status");
   }
@@ -114,10 +112,10 @@ class [[nodiscard]] Result {
 #define HR_CONCAT_INNER_(a, b) a##b
 #define HR_CONCAT_(a, b) HR_CONCAT_INNER_(a, b)
 
-#define HR_RETURN_IF_ERROR(expr)                       \
-  do {                                                 \
-    ::headrace::Status hr_status_ = (expr);            \
-    if (!hr_status_.ok()) return hr_status_;           \
+#define HR_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::headrace::Status hr_status_ = (expr);  \
+    if (!hr_status_.ok()) return hr_status_; \
   } while (false)
 
 #define HR_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \

@@ -25,9 +25,9 @@ size_t FieldSpec::sample_bytes() const {
 struct Engine::BatchJob {
   BatchPosition position;
   std::vector<int64_t> sample_indices;
-  std::vector<Tensor> tensors;                 // one per field, then "index"
-  std::vector<std::vector<uint8_t*>> slots;    // per sample: the row pointer per field
-  std::vector<Status> status;                  // per sample
+  std::vector<Tensor> tensors;               // one per field, then "index"
+  std::vector<std::vector<uint8_t*>> slots;  // per sample: the row pointer per field
+  std::vector<Status> status;                // per sample
   std::atomic<int> pending{0};
   int64_t bytes = 0;
 };
@@ -60,10 +60,11 @@ Result<std::unique_ptr<Engine>> Engine::Start(EngineInputs inputs, EngineOptions
   std::unique_ptr<Engine> engine(new Engine(std::move(inputs), options, std::move(order)));
   const auto full_batch = static_cast<int64_t>(engine->BatchBytes(options.order.batch_size));
   if (full_batch > options.batch_budget_bytes) {
-    return Status::InvalidArgument(
-        "one batch needs " + std::to_string(full_batch) + " bytes but the memory budget for "
-        "batches is " + std::to_string(options.batch_budget_bytes) +
-        " bytes: raise memory.budget_bytes or lower batch.size");
+    return Status::InvalidArgument("one batch needs " + std::to_string(full_batch) +
+                                   " bytes but the memory budget for "
+                                   "batches is " +
+                                   std::to_string(options.batch_budget_bytes) +
+                                   " bytes: raise memory.budget_bytes or lower batch.size");
   }
   // A few batches' worth of freed blocks covers the steady state, where the consumer
   // releases batch k about when batch k + depth is admitted.
@@ -136,9 +137,9 @@ bool Engine::Admit(const BatchJob& job) {
   const auto wait_start = Clock::now();
   const int64_t consumer_wait_before = ConsumerWaitNanosLocked();
   driver_cv_.wait(lock, [&] {
-    return stop_ || (admitted_ahead_ < options_.prefetch_depth &&
-                     (batch_bytes_ + job.bytes <= options_.batch_budget_bytes ||
-                      admitted_ahead_ == 0));
+    return stop_ ||
+           (admitted_ahead_ < options_.prefetch_depth &&
+            (batch_bytes_ + job.bytes <= options_.batch_budget_bytes || admitted_ahead_ == 0));
   });
   // The wait is the consumer's doing only while the consumer was not itself waiting
   // for a batch; the rest of it is waiting for batches in production.
@@ -159,8 +160,7 @@ Status Engine::AllocateRows(BatchJob& job) {
   for (const FieldSpec& f : inputs_.fields) {
     std::vector<int64_t> shape{n};
     shape.insert(shape.end(), f.sample_shape.begin(), f.sample_shape.end());
-    HR_ASSIGN_OR_RETURN(Tensor tensor,
-                        Tensor::Allocate(f.dtype, std::move(shape), batch_memory_));
+    HR_ASSIGN_OR_RETURN(Tensor tensor, Tensor::Allocate(f.dtype, std::move(shape), batch_memory_));
     job.tensors.push_back(std::move(tensor));
   }
   HR_ASSIGN_OR_RETURN(Tensor index, Tensor::Allocate(DType::kI64, {n}, batch_memory_));
@@ -217,14 +217,16 @@ void Engine::IssueSample(const std::shared_ptr<BatchJob>& job, int slot) {
     }
     if (reads_inflight_++ == 0) reads_busy_since_ = Clock::now();
   }
-  if (options_.trace != nullptr) options_.trace->AsyncBegin("read", TraceId(*job, slot), Clock::now());
+  if (options_.trace != nullptr)
+    options_.trace->AsyncBegin("read", TraceId(*job, slot), Clock::now());
   inputs_.storage->ReadAsync(record.media_uri, [this, job, slot](Result<Buffer> bytes) {
     OnRead(job, slot, std::move(bytes));
   });
 }
 
 void Engine::OnRead(const std::shared_ptr<BatchJob>& job, int slot, Result<Buffer> bytes) {
-  if (options_.trace != nullptr) options_.trace->AsyncEnd("read", TraceId(*job, slot), Clock::now());
+  if (options_.trace != nullptr)
+    options_.trace->AsyncEnd("read", TraceId(*job, slot), Clock::now());
   {
     std::lock_guard lock(mu_);
     if (--reads_inflight_ == 0) read_busy_ns_ += NanosSince(reads_busy_since_);
@@ -244,9 +246,8 @@ void Engine::OnRead(const std::shared_ptr<BatchJob>& job, int slot, Result<Buffe
   }
   Buffer buffer = *std::move(bytes);
   const auto size = static_cast<int64_t>(buffer.size());
-  const bool submitted = pool_->Submit([this, job, slot, buffer]() mutable {
-    RunChain(job, slot, std::move(buffer));
-  });
+  const bool submitted = pool_->Submit(
+      [this, job, slot, buffer]() mutable { RunChain(job, slot, std::move(buffer)); });
   if (!submitted) {
     {
       std::lock_guard lock(mu_);
@@ -331,15 +332,15 @@ void Engine::FinishBatch(BatchJob& job) {
     if (!st.ok()) {
       if (st.code() != StatusCode::kCancelled) {
         const SampleRecord& record = (*inputs_.records)[job.sample_indices[s]];
-        batch.errors.push_back(SampleError{job.position.epoch, job.sample_indices[s],
-                                           record.media_uri, st});
+        batch.errors.push_back(
+            SampleError{job.position.epoch, job.sample_indices[s], record.media_uri, st});
       }
       continue;
     }
     if (kept != s) {
       for (size_t f = 0; f < job.tensors.size(); ++f) {
-        const size_t row = f < inputs_.fields.size() ? inputs_.fields[f].sample_bytes()
-                                                     : sizeof(int64_t);
+        const size_t row =
+            f < inputs_.fields.size() ? inputs_.fields[f].sample_bytes() : sizeof(int64_t);
         uint8_t* base = job.tensors[f].mutable_data<uint8_t>();
         std::memmove(base + kept * row, base + s * row, row);
         copied += static_cast<int64_t>(row);
@@ -351,11 +352,11 @@ void Engine::FinishBatch(BatchJob& job) {
     const Tensor& t = job.tensors[f];
     std::vector<int64_t> shape = t.shape();
     shape[0] = kept;
-    const size_t row = f < inputs_.fields.size() ? inputs_.fields[f].sample_bytes()
-                                                 : sizeof(int64_t);
+    const size_t row =
+        f < inputs_.fields.size() ? inputs_.fields[f].sample_bytes() : sizeof(int64_t);
     const std::string& name = f < inputs_.fields.size() ? inputs_.fields[f].name : "index";
-    batch.fields.emplace_back(name, Tensor(t.dtype(), std::move(shape),
-                                           t.buffer().Slice(0, row * kept)));
+    batch.fields.emplace_back(name,
+                              Tensor(t.dtype(), std::move(shape), t.buffer().Slice(0, row * kept)));
   }
   job.tensors.clear();
   if (kept > 0) RunBatchOps(job, batch);
@@ -375,8 +376,7 @@ void Engine::RunBatchOps(const BatchJob& job, Batch& batch) {
   for (size_t i = 0; i < inputs_.batch_ops.size(); ++i) {
     const BatchOp& op = *inputs_.batch_ops[i];
     const auto start = Clock::now();
-    Status status = op.Run(batch, HashKeys(options_.order.seed,
-                                           static_cast<uint64_t>(batch.epoch),
+    Status status = op.Run(batch, HashKeys(options_.order.seed, static_cast<uint64_t>(batch.epoch),
                                            static_cast<uint64_t>(batch.index_in_epoch), i));
     batch_op_ns_[i].fetch_add(NanosSince(start), std::memory_order_relaxed);
     if (status.ok()) continue;
@@ -387,8 +387,8 @@ void Engine::RunBatchOps(const BatchJob& job, Batch& batch) {
     const Tensor* index = batch.Find("index");
     for (int64_t s = 0; s < batch.size(); ++s) {
       const int64_t sample = index->data<int64_t>()[s];
-      batch.errors.push_back(SampleError{job.position.epoch, sample,
-                                         (*inputs_.records)[sample].media_uri, status});
+      batch.errors.push_back(
+          SampleError{job.position.epoch, sample, (*inputs_.records)[sample].media_uri, status});
     }
     for (auto& [name, tensor] : batch.fields) {
       std::vector<int64_t> shape = tensor.shape();
@@ -425,9 +425,8 @@ Result<std::optional<Batch>> Engine::Next() {
     const int64_t total = order_.total_batches();
     consumer_waiting_ = true;
     consumer_waiting_since_ = Clock::now();
-    consumer_cv_.wait(lock, [&] {
-      return !failure_.ok() || next_ >= total || ready_.count(next_) > 0;
-    });
+    consumer_cv_.wait(lock,
+                      [&] { return !failure_.ok() || next_ >= total || ready_.count(next_) > 0; });
     consumer_waiting_ = false;
     consumer_wait_ns_ += NanosSince(consumer_waiting_since_);
     if (!failure_.ok()) return failure_;
@@ -511,8 +510,9 @@ EngineMetrics Engine::Metrics() const {
   }
 
   const int threads = pool_ ? pool_->size() : 1;
-  StageMetrics cpu{"cpu", "cpu", threads, samples_run_.load(),
-                   pool_ ? pool_->busy_seconds() / threads : 0.0, 0, 0};
+  StageMetrics cpu{
+      "cpu", "cpu", threads, samples_run_.load(), pool_ ? pool_->busy_seconds() / threads : 0.0,
+      0,     0};
   {
     const double idle = std::max(0.0, elapsed - cpu.busy_s);
     cpu.blocked_s = std::min(idle, admit_blocked);
@@ -521,8 +521,9 @@ EngineMetrics Engine::Metrics() const {
 
   // The batch stage's window ends when the driver has admitted the run's last batch.
   const double window = driver_done_ ? std::min(elapsed, driver_done_s_) : elapsed;
-  StageMetrics batch{"batch", "assembly", options_.prefetch_depth, batches_delivered_,
-                     assemble_ns_ * 1e-9, 0, admit_blocked};
+  StageMetrics batch{
+      "batch", "assembly",   options_.prefetch_depth, batches_delivered_, assemble_ns_ * 1e-9,
+      0,       admit_blocked};
   batch.starved_s = std::max(0.0, window - batch.busy_s - batch.blocked_s);
   batch.queue_fill = next_calls_ > 0 ? std::min(1.0, batch_fill_sum_ / next_calls_) : 0.0;
 

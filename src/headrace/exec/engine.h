@@ -114,8 +114,8 @@ struct EngineMetrics {
   int64_t samples_failed = 0;
   int64_t batches_delivered = 0;
   int64_t bytes_read = 0;
-  int64_t bytes_copied = 0;  // sample bytes copied between stages / into batches
-  int64_t budget_peak_bytes = 0;  // peak of batches in flight plus undecoded bytes
+  int64_t bytes_copied = 0;         // sample bytes copied between stages / into batches
+  int64_t budget_peak_bytes = 0;    // peak of batches in flight plus undecoded bytes
   int64_t batch_memory_reused = 0;  // batch buffers served from the pool
   int64_t batch_memory_fresh = 0;   // batch buffers newly allocated
   std::vector<StageMetrics> stages;
@@ -204,8 +204,8 @@ class Engine {
   Clock::time_point reads_busy_since_;
   int64_t read_busy_ns_ = 0;
   int64_t read_blocked_ns_ = 0;
-  int64_t admit_blocked_ns_ = 0;   // admission waits while the consumer was not waiting
-  int64_t consumer_wait_ns_ = 0;   // total time inside Next() waiting for a batch
+  int64_t admit_blocked_ns_ = 0;  // admission waits while the consumer was not waiting
+  int64_t consumer_wait_ns_ = 0;  // total time inside Next() waiting for a batch
   bool consumer_waiting_ = false;
   Clock::time_point consumer_waiting_since_;
   int64_t assemble_ns_ = 0;

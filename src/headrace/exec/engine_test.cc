@@ -5,13 +5,12 @@
 #include "headrace/exec/engine.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <latch>
 #include <set>
-
-#include <unistd.h>
 
 namespace headrace {
 namespace {
@@ -93,8 +92,8 @@ class EngineConformance : public testing::TestWithParam<Config> {
   static std::filesystem::path Dir() {
     const char* tmp = std::getenv("HEADRACE_TEST_TMP");
     // One folder per process: ctest runs each test in its own process, in parallel.
-    auto dir = std::filesystem::path(tmp ? tmp : "/tmp") /
-               ("engine_test." + std::to_string(::getpid()));
+    auto dir =
+        std::filesystem::path(tmp ? tmp : "/tmp") / ("engine_test." + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
     return dir;
   }
@@ -219,8 +218,8 @@ TEST_P(EngineConformance, SkipsAFailingSampleInTheMiddleAndNamesIt) {
 }
 
 TEST_P(EngineConformance, FailsTheRunWhenErrorsExceedTheBudget) {
-  auto engine = Start(Records(8), std::make_unique<FillOp>(std::set<int64_t>{0, 1, 2, 3, 4}), 2,
-                      1, 0, /*max_error_rate=*/0.25);
+  auto engine = Start(Records(8), std::make_unique<FillOp>(std::set<int64_t>{0, 1, 2, 3, 4}), 2, 1,
+                      0, /*max_error_rate=*/0.25);
   ASSERT_TRUE(engine.ok());
   Status failure;
   for (int i = 0; i < 10 && failure.ok(); ++i) {
@@ -344,8 +343,8 @@ TEST(EpochOrder, RanksGetDisjointEqualShares) {
   std::set<int64_t> all;
   int64_t per_rank = -1;
   for (int rank = 0; rank < 3; ++rank) {
-    auto order = EpochOrder::Make({.num_samples = 100, .batch_size = 10, .seed = 1,
-                                   .rank = rank, .world_size = 3});
+    auto order = EpochOrder::Make(
+        {.num_samples = 100, .batch_size = 10, .seed = 1, .rank = rank, .world_size = 3});
     ASSERT_TRUE(order.ok());
     if (per_rank < 0) per_rank = order->batches_per_rank_epoch();
     EXPECT_EQ(order->batches_per_rank_epoch(), per_rank);

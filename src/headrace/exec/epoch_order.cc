@@ -33,10 +33,10 @@ Result<EpochOrder> EpochOrder::Make(const EpochOrderOptions& options) {
   }
   EpochOrder order(options);
   if (order.batches_per_rank_epoch_ == 0) {
-    return Status::InvalidArgument(
-        "an epoch has " + std::to_string(order.batches_per_epoch_) + " batches of " +
-        std::to_string(options.batch_size) + ", fewer than world_size " +
-        std::to_string(options.world_size) + ": lower batch.size or use fewer ranks");
+    return Status::InvalidArgument("an epoch has " + std::to_string(order.batches_per_epoch_) +
+                                   " batches of " + std::to_string(options.batch_size) +
+                                   ", fewer than world_size " + std::to_string(options.world_size) +
+                                   ": lower batch.size or use fewer ranks");
   }
   return order;
 }

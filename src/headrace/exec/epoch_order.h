@@ -31,7 +31,7 @@ struct EpochOrderOptions {
 
 // Where one batch of a run sits.
 struct BatchPosition {
-  int64_t local_index = 0;     // position in this rank's run
+  int64_t local_index = 0;  // position in this rank's run
   int64_t epoch = 0;
   int64_t index_in_epoch = 0;  // position among all ranks' batches of the epoch
 };
@@ -62,8 +62,8 @@ class EpochOrder {
   int64_t batches_per_rank_epoch_ = 0;
   // The last epoch's permutation, kept because consecutive batches share it.
   mutable std::mutex mu_;
-  mutable int64_t cached_epoch_ = -1;       // guarded by mu_
-  mutable std::vector<int64_t> cached_;     // guarded by mu_
+  mutable int64_t cached_epoch_ = -1;    // guarded by mu_
+  mutable std::vector<int64_t> cached_;  // guarded by mu_
 };
 
 }  // namespace headrace

@@ -41,10 +41,10 @@ class ThreadPool {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Task> queue_;    // guarded by mu_
-  bool stopping_ = false;     // guarded by mu_
-  int64_t busy_ns_ = 0;       // guarded by mu_
-  int64_t idle_ns_ = 0;       // guarded by mu_
+  std::deque<Task> queue_;  // guarded by mu_
+  bool stopping_ = false;   // guarded by mu_
+  int64_t busy_ns_ = 0;     // guarded by mu_
+  int64_t idle_ns_ = 0;     // guarded by mu_
   std::vector<std::thread> threads_;
 };
 

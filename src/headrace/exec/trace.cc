@@ -6,8 +6,7 @@
 
 namespace headrace {
 
-TraceRecorder::TraceRecorder(size_t max_events)
-    : origin_(Clock::now()), max_events_(max_events) {}
+TraceRecorder::TraceRecorder(size_t max_events) : origin_(Clock::now()), max_events_(max_events) {}
 
 int TraceRecorder::ThreadRow() {
   // Small stable row numbers instead of OS thread ids, so rows sort by creation.
@@ -27,21 +26,35 @@ void TraceRecorder::Add(Event e) {
 
 void TraceRecorder::Span(const char* name, const char* category, Clock::time_point start,
                          Clock::time_point end, int64_t sample_index) {
-  Add(Event{'X', name, category, ThreadRow(),
+  Add(Event{'X',
+            name,
+            category,
+            ThreadRow(),
             std::chrono::duration_cast<std::chrono::nanoseconds>(start - origin_).count(),
             std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count(),
-            sample_index, {}});
+            sample_index,
+            {}});
 }
 
 void TraceRecorder::AsyncBegin(const char* name, int64_t id, Clock::time_point at) {
-  Add(Event{'b', name, "io", 0,
-            std::chrono::duration_cast<std::chrono::nanoseconds>(at - origin_).count(), 0, id,
+  Add(Event{'b',
+            name,
+            "io",
+            0,
+            std::chrono::duration_cast<std::chrono::nanoseconds>(at - origin_).count(),
+            0,
+            id,
             {}});
 }
 
 void TraceRecorder::AsyncEnd(const char* name, int64_t id, Clock::time_point at) {
-  Add(Event{'e', name, "io", 0,
-            std::chrono::duration_cast<std::chrono::nanoseconds>(at - origin_).count(), 0, id,
+  Add(Event{'e',
+            name,
+            "io",
+            0,
+            std::chrono::duration_cast<std::chrono::nanoseconds>(at - origin_).count(),
+            0,
+            id,
             {}});
 }
 

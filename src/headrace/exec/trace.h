@@ -23,8 +23,8 @@ class TraceRecorder {
   explicit TraceRecorder(size_t max_events = 2'000'000);
 
   // A span [start, end) on the calling thread's row.
-  void Span(const char* name, const char* category, Clock::time_point start,
-            Clock::time_point end, int64_t sample_index = -1);
+  void Span(const char* name, const char* category, Clock::time_point start, Clock::time_point end,
+            int64_t sample_index = -1);
   // An async span (overlapping spans on one row), keyed by `id`.
   void AsyncBegin(const char* name, int64_t id, Clock::time_point at);
   void AsyncEnd(const char* name, int64_t id, Clock::time_point at);

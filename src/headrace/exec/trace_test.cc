@@ -13,8 +13,9 @@ TEST(TraceRecorder, WritesSpansAsyncEventsAndThreadNames) {
   trace.NameThread("consumer");
   trace.Span("wait", "consumer", t0, t0 + std::chrono::microseconds(1500));
   trace.AsyncBegin("read", 7, t0);
-  std::thread([&] { trace.Span("image.decode", "cpu", t0, t0 + std::chrono::milliseconds(2), 7); })
-      .join();
+  std::thread([&] {
+    trace.Span("image.decode", "cpu", t0, t0 + std::chrono::milliseconds(2), 7);
+  }).join();
   trace.AsyncEnd("read", 7, t0 + std::chrono::microseconds(300));
   const std::string json = trace.ToJson();
   EXPECT_NE(json.find(R"("ph":"M","name":"thread_name")"), std::string::npos);

@@ -25,8 +25,8 @@ size_t UriPrefixLength(std::string_view path) {
   for (size_t i = 0; i < sep; ++i) {
     const char c = path[i];
     const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-    const bool ok = alpha || (i > 0 && ((c >= '0' && c <= '9') || c == '+' || c == '-' ||
-                                        c == '.'));
+    const bool ok =
+        alpha || (i > 0 && ((c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.'));
     if (!ok) return 0;
   }
   const size_t authority_end = path.find('/', sep + 3);
@@ -153,13 +153,13 @@ Result<std::string> Resolve(const SplitPath& base, const std::string& base_text,
     }
     if (!base.absolute()) {
       return Status::PathEscape("absolute media path " + Quote(relative) +
-                                " cannot be checked against the relative root " +
-                                Quote(base_text) + "; make source.root absolute");
+                                " cannot be checked against the relative root " + Quote(base_text) +
+                                "; make source.root absolute");
     }
     const SplitPath path = Split(relative);
     if (!Inside(base, path)) {
-      return Status::PathEscape("absolute media path " + Quote(relative) +
-                                " is outside the root " + Quote(base_text));
+      return Status::PathEscape("absolute media path " + Quote(relative) + " is outside the root " +
+                                Quote(base_text));
     }
     return Join(path);
   }
@@ -290,8 +290,7 @@ Result<Manifest> ParseManifest(const Buffer& jsonl_bytes, const std::string& man
 
   // Reserving for every line (blank ones too) saves regrowing a million records.
   size_t lines = 1;
-  for (const char* p = pos; (p = static_cast<const char*>(std::memchr(p, '\n', end - p)));
-       ++p) {
+  for (const char* p = pos; (p = static_cast<const char*>(std::memchr(p, '\n', end - p))); ++p) {
     ++lines;
   }
   manifest.records.reserve(lines);
@@ -335,9 +334,8 @@ Result<Manifest> ParseManifest(const Buffer& jsonl_bytes, const std::string& man
     }
   }
   if (manifest.records.empty()) {
-    return Status::InvalidArgument("manifest " + Quote(manifest_path) +
-                                   " has no records (" + std::to_string(line_number) +
-                                   " lines, all blank)");
+    return Status::InvalidArgument("manifest " + Quote(manifest_path) + " has no records (" +
+                                   std::to_string(line_number) + " lines, all blank)");
   }
   return manifest;
 }

@@ -26,8 +26,8 @@
 #include "headrace/core/buffer.h"
 #include "headrace/core/sample.h"
 #include "headrace/core/status.h"
-#include "headrace/io/storage.h"
 #include "headrace/formats/source_spec.h"
+#include "headrace/io/storage.h"
 
 namespace headrace {
 

@@ -145,8 +145,8 @@ TEST(ParseManifest, SkipsBlankLinesButKeepsLineNumbers) {
 }
 
 TEST(ParseManifest, AcceptsCrlfAndByteOrderMark) {
-  const std::string text = "\xEF\xBB\xBF" + std::string(kGood) + "\r\n\r\n" +
-                           std::string(kGood) + "\r\n";
+  const std::string text =
+      "\xEF\xBB\xBF" + std::string(kGood) + "\r\n\r\n" + std::string(kGood) + "\r\n";
   Manifest m = ParseOk(text);
   ASSERT_EQ(m.records.size(), 2u);
   EXPECT_EQ(m.bad_lines, 0);
@@ -156,13 +156,12 @@ TEST(ParseManifest, AcceptsCrlfAndByteOrderMark) {
 }
 
 TEST(ParseManifest, IntegerIdsBecomeText) {
-  Manifest m = ParseOk(
-      R"({"id": 42, "conversations": []})"
-      "\n"
-      R"({"id": -7, "conversations": []})"
-      "\n"
-      R"({"id": 18446744073709551615, "conversations": []})"
-      "\n");
+  Manifest m = ParseOk(R"({"id": 42, "conversations": []})"
+                       "\n"
+                       R"({"id": -7, "conversations": []})"
+                       "\n"
+                       R"({"id": 18446744073709551615, "conversations": []})"
+                       "\n");
   ASSERT_EQ(m.records.size(), 3u);
   EXPECT_EQ(m.records[0].id, "42");
   EXPECT_EQ(m.records[1].id, "-7");
@@ -171,10 +170,9 @@ TEST(ParseManifest, IntegerIdsBecomeText) {
 }
 
 TEST(ParseManifest, RecordWithoutImageIsTextOnly) {
-  Manifest m = ParseOk(
-      R"({"id": "t", "conversations": [{"from": "user", "value": "hi"}]})"
-      "\n"
-      R"({"id": "n", "image": null, "conversations": []})");
+  Manifest m = ParseOk(R"({"id": "t", "conversations": [{"from": "user", "value": "hi"}]})"
+                       "\n"
+                       R"({"id": "n", "image": null, "conversations": []})");
   ASSERT_EQ(m.records.size(), 2u);
   EXPECT_TRUE(m.records[0].status.ok());
   EXPECT_EQ(m.records[0].media_uri, "");
@@ -288,11 +286,11 @@ TEST(ParseManifest, UsesConfiguredFieldNames) {
   spec.conversations_field = "messages";
   spec.role_field = "role";
   spec.text_field = "content";
-  Manifest m = ParseOk(
-      R"({"uid": 3, "img": "x.png", "messages": [{"role": "user", "content": "q"}]})"
-      "\n"
-      R"({"uid": 4, "messages": [{"role": "user"}]})",
-      spec);
+  Manifest m =
+      ParseOk(R"({"uid": 3, "img": "x.png", "messages": [{"role": "user", "content": "q"}]})"
+              "\n"
+              R"({"uid": 4, "messages": [{"role": "user"}]})",
+              spec);
   ASSERT_EQ(m.records.size(), 2u);
   EXPECT_EQ(m.records[0].id, "3");
   EXPECT_EQ(m.records[0].media_uri, "/data/set/x.png");
@@ -329,11 +327,10 @@ TEST(ParseManifest, UriManifestResolvesAgainstItsPrefix) {
 TEST(ParseManifest, AbsolutePathsInsideRootWhenAllowed) {
   SourceSpec spec = Spec();
   spec.allow_absolute_paths = true;
-  Manifest m = ParseOk(
-      R"({"id": 1, "image": "/data/set/a.jpg", "conversations": []})"
-      "\n"
-      R"({"id": 2, "image": "/elsewhere/b.jpg", "conversations": []})",
-      spec);
+  Manifest m = ParseOk(R"({"id": 1, "image": "/data/set/a.jpg", "conversations": []})"
+                       "\n"
+                       R"({"id": 2, "image": "/elsewhere/b.jpg", "conversations": []})",
+                       spec);
   EXPECT_EQ(m.records[0].media_uri, "/data/set/a.jpg");
   EXPECT_EQ(m.records[1].status.code(), StatusCode::kPathEscape);
   EXPECT_THAT(m.records[1].status.message(), HasSubstr("line 2:"));

@@ -26,9 +26,7 @@ std::string HomeFile(const EnvLookup& env, const char* override_var, const char*
 
 }  // namespace
 
-std::string Credentials::RedactedKeyId() const {
-  return access_key_id.substr(0, 4) + "…";
-}
+std::string Credentials::RedactedKeyId() const { return access_key_id.substr(0, 4) + "…"; }
 
 Result<IniFile> ParseIni(std::string_view text, std::string_view file_name) {
   IniFile out;
@@ -133,8 +131,7 @@ Result<S3Settings> ResolveS3Settings(const StorageSpec& spec, const EnvLookup& e
     return out;
   }
 
-  const std::string credentials_path =
-      HomeFile(env, "AWS_SHARED_CREDENTIALS_FILE", "credentials");
+  const std::string credentials_path = HomeFile(env, "AWS_SHARED_CREDENTIALS_FILE", "credentials");
   std::optional<std::string> text = ReadSmallFile(credentials_path);
   if (text) {
     HR_ASSIGN_OR_RETURN(IniFile ini, ParseIni(*text, credentials_path));
@@ -165,7 +162,8 @@ Result<S3Settings> ResolveS3Settings(const StorageSpec& spec, const EnvLookup& e
   }
   return Status::InvalidArgument(
       "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or add "
-      "profile '" + profile + "' to " + credentials_path +
+      "profile '" +
+      profile + "' to " + credentials_path +
       " (AWS_SHARED_CREDENTIALS_FILE, AWS_PROFILE), or set storage.anonymous: true for a "
       "public bucket");
 }

@@ -62,8 +62,7 @@ struct S3Settings {
 // Resolves endpoint, region and credentials. Fails (kInvalidArgument) when no credentials
 // are found and the spec is not anonymous, naming every place that was looked at and the
 // `storage.anonymous: true` alternative; or when a named profile does not exist.
-Result<S3Settings> ResolveS3Settings(const StorageSpec& spec,
-                                     const EnvLookup& env = ProcessEnv());
+Result<S3Settings> ResolveS3Settings(const StorageSpec& spec, const EnvLookup& env = ProcessEnv());
 
 // Replaces every occurrence of the credentials' secret key and session token in `text`
 // with "<redacted>" (defence in depth for messages that quote a server's reply).

@@ -83,8 +83,8 @@ TEST(Credentials, SharedFileProfileAndEndpointFromEnvironment) {
   spec.profile = "default";
   spec.region = "us-west-2";
   spec.endpoint = "http://127.0.0.1:3";
-  auto d = ResolveS3Settings(spec, FakeEnv({{"AWS_SHARED_CREDENTIALS_FILE", file},
-                                            {"AWS_CONFIG_FILE", config}}));
+  auto d = ResolveS3Settings(
+      spec, FakeEnv({{"AWS_SHARED_CREDENTIALS_FILE", file}, {"AWS_CONFIG_FILE", config}}));
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->credentials.access_key_id, "AKIADEF");
   EXPECT_EQ(d->region, "us-west-2");

@@ -79,8 +79,8 @@ struct Transfer {
     if (!request.sink.empty() || request.sink_offset > 0) {
       r.body = request.sink;
       r.body_offset = request.sink_offset;
-      capacity = request.sink.size() > request.sink_offset
-                     ? request.sink.size() - request.sink_offset : 0;
+      capacity =
+          request.sink.size() > request.sink_offset ? request.sink.size() - request.sink_offset : 0;
       return true;
     }
     size_t size = 0;
@@ -117,7 +117,7 @@ struct Transfer {
       }
       return line.size();
     }
-    if (TrimWhitespace(line).empty()) {  // end of headers
+    if (TrimWhitespace(line).empty()) {                           // end of headers
       if (r.status >= 100 && r.status < 200) return line.size();  // 100 Continue
       return PrepareBody() ? line.size() : 0;
     }
@@ -206,20 +206,15 @@ TransportError Classify(CURLcode rc, const Transfer& t) {
       return TransportError::kNone;
     case CURLE_COULDNT_CONNECT:
     case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_COULDNT_RESOLVE_PROXY:
-      return TransportError::kConnect;
-    case CURLE_OPERATION_TIMEDOUT:
-      return TransportError::kTimeout;
-    case CURLE_PARTIAL_FILE:
-      return TransportError::kTruncated;
+    case CURLE_COULDNT_RESOLVE_PROXY: return TransportError::kConnect;
+    case CURLE_OPERATION_TIMEDOUT: return TransportError::kTimeout;
+    case CURLE_PARTIAL_FILE: return TransportError::kTruncated;
     case CURLE_RECV_ERROR:
     case CURLE_SEND_ERROR:
-    case CURLE_GOT_NOTHING:
-      return TransportError::kReset;
+    case CURLE_GOT_NOTHING: return TransportError::kReset;
     case CURLE_WRITE_ERROR:
       return t.overflow ? TransportError::kBodyTooLarge : TransportError::kOther;
-    default:
-      return TransportError::kOther;
+    default: return TransportError::kOther;
   }
 }
 
@@ -341,8 +336,7 @@ void CurlLoop::Impl::StartTransfer(std::unique_ptr<Pending> p) {
     curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
     curl_easy_setopt(e, CURLOPT_READFUNCTION, ReadCallback);
     curl_easy_setopt(e, CURLOPT_READDATA, t.get());
-    curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE,
-                     static_cast<curl_off_t>(t->request.body.size()));
+    curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(t->request.body.size()));
   } else if (t->request.method != "GET") {
     curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, t->request.method.c_str());
   }
@@ -472,8 +466,7 @@ void CurlLoop::Impl::Run() {
       if (stopping) continue;
       if (!queue.empty()) wake = now;
     }
-    const auto wait_us =
-        std::chrono::duration_cast<std::chrono::microseconds>(wake - now).count();
+    const auto wait_us = std::chrono::duration_cast<std::chrono::microseconds>(wake - now).count();
     epoll_event events[256];
     const int n = ::epoll_wait(epoll_fd, events, 256,
                                static_cast<int>(std::max<int64_t>(0, (wait_us + 999) / 1000)));

@@ -58,7 +58,7 @@ struct HttpResponse {
   int64_t range_end = -1;
   int64_t range_total = -1;
   std::string etag;
-  std::string error_body;  // the first 8 KiB of a non-2xx body
+  std::string error_body;    // the first 8 KiB of a non-2xx body
   int64_t bytes_copied = 0;  // bytes moved when growing a buffer of unknown size
 };
 
@@ -74,10 +74,10 @@ struct CurlLoopOptions {
 };
 
 struct CurlLoopStats {
-  int64_t transfers = 0;         // finished transfers, any outcome
-  int64_t bytes_received = 0;    // 2xx body bytes
-  int64_t bytes_copied = 0;      // see HttpResponse::bytes_copied
-  int64_t connections = 0;       // new connections opened (the rest were reused)
+  int64_t transfers = 0;       // finished transfers, any outcome
+  int64_t bytes_received = 0;  // 2xx body bytes
+  int64_t bytes_copied = 0;    // see HttpResponse::bytes_copied
+  int64_t connections = 0;     // new connections opened (the rest were reused)
 };
 
 class CurlLoop {

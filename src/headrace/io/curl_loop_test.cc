@@ -161,9 +161,12 @@ TEST(CurlLoop, DestructorCancelsRunningAndDelayedTransfers) {
     for (int i = 0; i < 8; ++i) {
       HttpRequest req;
       req.url = server->origin() + "/o";
-      loop->Submit(std::move(req), [&](HttpResponse r) {
-        if (r.error == TransportError::kCancelled) cancelled.fetch_add(1);
-      }, std::chrono::milliseconds(i % 2 == 0 ? 0 : 60000));
+      loop->Submit(
+          std::move(req),
+          [&](HttpResponse r) {
+            if (r.error == TransportError::kCancelled) cancelled.fetch_add(1);
+          },
+          std::chrono::milliseconds(i % 2 == 0 ? 0 : 60000));
     }
   }
   EXPECT_EQ(cancelled.load(), 8);

@@ -36,8 +36,8 @@ Result<Buffer> ReadFile(const std::string& path) {
   HR_ASSIGN_OR_RETURN(Buffer buffer, Buffer::Allocate(size));
   size_t done = 0;
   while (done < size) {
-    const ssize_t n = ::pread(fd, buffer.mutable_data() + done, size - done,
-                              static_cast<off_t>(done));
+    const ssize_t n =
+        ::pread(fd, buffer.mutable_data() + done, size - done, static_cast<off_t>(done));
     if (n < 0) {
       if (errno == EINTR) continue;
       return Status::IoError("cannot read " + path + ": " + std::strerror(errno));

@@ -1,12 +1,11 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <latch>
 #include <mutex>
 #include <set>
-
-#include <unistd.h>
 
 #include "headrace/io/storage.h"
 
@@ -76,14 +75,13 @@ TEST(LocalStorage, CompletesEveryConcurrentReadExactlyOnce) {
   std::mutex mu;
   std::multiset<size_t> sizes;
   for (int i = 0; i < kFiles; ++i) {
-    storage->ReadAsync((TestDir() / ("c" + std::to_string(i))).string(),
-                       [&](Result<Buffer> r) {
-                         {
-                           std::lock_guard lock(mu);
-                           sizes.insert(r.ok() ? r->size() : 0);
-                         }
-                         done.count_down();
-                       });
+    storage->ReadAsync((TestDir() / ("c" + std::to_string(i))).string(), [&](Result<Buffer> r) {
+      {
+        std::lock_guard lock(mu);
+        sizes.insert(r.ok() ? r->size() : 0);
+      }
+      done.count_down();
+    });
   }
   done.wait();
   ASSERT_EQ(sizes.size(), static_cast<size_t>(kFiles));

@@ -12,10 +12,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <deque>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <queue>
@@ -97,13 +97,12 @@ struct LoopbackServer::Impl {
   void UpdateEvents(Connection& c);
   // Parses complete requests out of c.in and schedules their responses.
   bool HandleRequests(Connection& c);
-  Response Answer(std::string_view method, std::string_view path,
-                  std::string_view range, std::string_view body, bool* hang);
+  Response Answer(std::string_view method, std::string_view path, std::string_view range,
+                  std::string_view body, bool* hang);
 };
 
 Response LoopbackServer::Impl::Answer(std::string_view method, std::string_view path,
-                                      std::string_view range, std::string_view body,
-                                      bool* hang) {
+                                      std::string_view range, std::string_view body, bool* hang) {
   Response r;
   const std::string key(path);
   Buffer object;
@@ -135,8 +134,10 @@ Response LoopbackServer::Impl::Answer(std::string_view method, std::string_view 
     static constexpr std::string_view kBody =
         "<?xml version=\"1.0\"?><Error><Code>SlowDown</Code><Message>Please reduce your request "
         "rate.</Message></Error>";
-    r.head = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n"
-             "Content-Length: " + std::to_string(kBody.size()) + "\r\n\r\n" + std::string(kBody);
+    r.head =
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n"
+        "Content-Length: " +
+        std::to_string(kBody.size()) + "\r\n\r\n" + std::string(kBody);
     return r;
   }
   if (!found) {
@@ -157,8 +158,7 @@ Response LoopbackServer::Impl::Answer(std::string_view method, std::string_view 
     if (dash != std::string_view::npos &&
         std::from_chars(spec.data(), spec.data() + dash, a).ec == std::errc()) {
       if (dash + 1 < spec.size() &&
-          std::from_chars(spec.data() + dash + 1, spec.data() + spec.size(), b).ec ==
-              std::errc()) {
+          std::from_chars(spec.data() + dash + 1, spec.data() + spec.size(), b).ec == std::errc()) {
         end = std::min<size_t>(object.size(), b + 1);
       }
       if (a >= object.size()) {
@@ -171,12 +171,12 @@ Response LoopbackServer::Impl::Answer(std::string_view method, std::string_view 
     }
   }
   const size_t length = end - start;
-  r.head = partial ? "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes " +
-                         std::to_string(start) + "-" + std::to_string(end - 1) + "/" +
-                         std::to_string(object.size()) + "\r\n"
-                   : "HTTP/1.1 200 OK\r\n";
-  r.head += "ETag: \"e" + std::to_string(object.size()) + "\"\r\nContent-Length: " +
-            std::to_string(length) + "\r\n\r\n";
+  r.head = partial
+               ? "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes " + std::to_string(start) +
+                     "-" + std::to_string(end - 1) + "/" + std::to_string(object.size()) + "\r\n"
+               : "HTTP/1.1 200 OK\r\n";
+  r.head += "ETag: \"e" + std::to_string(object.size()) +
+            "\"\r\nContent-Length: " + std::to_string(length) + "\r\n\r\n";
   if (method != "HEAD") {
     if (fault == LoopbackFault::kTruncate) {
       r.body = object.Slice(start, length / 2);
@@ -330,9 +330,9 @@ void LoopbackServer::Impl::Run() {
     // is what the client sees, not latency rounded up to the next millisecond.
     auto wait = std::chrono::microseconds(1000000);
     if (!timers.empty()) {
-      wait = std::clamp(std::chrono::duration_cast<std::chrono::microseconds>(
-                            timers.top().due - Clock::now()),
-                        std::chrono::microseconds(0), wait);
+      wait = std::clamp(
+          std::chrono::duration_cast<std::chrono::microseconds>(timers.top().due - Clock::now()),
+          std::chrono::microseconds(0), wait);
     }
     timespec ts{static_cast<time_t>(wait.count() / 1000000),
                 static_cast<long>(wait.count() % 1000000) * 1000};

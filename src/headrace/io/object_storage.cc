@@ -116,9 +116,9 @@ class ObjectStorage final : public ObjectStore {
                 std::chrono::milliseconds(spec.retry_max_ms)},
         budget_(spec.retry_budget),
         loop_(std::move(loop)) {
-    virtual_hosted_ = spec.addressing_style == AddressingStyle::kVirtual ||
-                      (spec.addressing_style == AddressingStyle::kAuto &&
-                       !settings_.custom_endpoint);
+    virtual_hosted_ =
+        spec.addressing_style == AddressingStyle::kVirtual ||
+        (spec.addressing_style == AddressingStyle::kAuto && !settings_.custom_endpoint);
     part_bytes_ = static_cast<size_t>(std::max<int64_t>(spec.part_bytes, 1));
   }
 
@@ -298,8 +298,8 @@ Status ObjectStorage::DeadStatus() const {
       " retries without a success, storage.retry_budget); last error: " + last_error_);
 }
 
-void ObjectStorage::Execute(RequestFactory make, std::string what, ResponseCallback done,
-                            int retry, std::chrono::milliseconds delay) {
+void ObjectStorage::Execute(RequestFactory make, std::string what, ResponseCallback done, int retry,
+                            std::chrono::milliseconds delay) {
   if (budget_.Dead()) {
     done(DeadStatus());
     return;
@@ -319,7 +319,8 @@ void ObjectStorage::Execute(RequestFactory make, std::string what, ResponseCallb
           return;
         }
         const std::string code = r.error == TransportError::kNone && !Is2xx(r)
-                                     ? XmlValue(r.error_body, "Code") : std::string();
+                                     ? XmlValue(r.error_body, "Code")
+                                     : std::string();
         if (IsThrottle(r, code)) throttles_.fetch_add(1, std::memory_order_relaxed);
         if (IsRetryable(r.error, r.status, code)) {
           const std::string last = Describe(r);
@@ -389,8 +390,10 @@ Status ObjectStorage::ErrorOf(const HttpResponse& r, const std::string& what,
     }
   } else if (r.status == 301 || r.status == 307 || code == "AuthorizationHeaderMalformed" ||
              code == "PermanentRedirect") {
-    message += " (the bucket is in another region or needs another endpoint: set "
-               "storage.region or storage.endpoint; region now " + settings_.region + ")";
+    message +=
+        " (the bucket is in another region or needs another endpoint: set "
+        "storage.region or storage.endpoint; region now " +
+        settings_.region + ")";
   }
   return Status::IoError(Redact(std::move(message), settings_.credentials));
 }
@@ -405,9 +408,7 @@ void ObjectStorage::ReadAsync(std::string uri, ReadCallback done) {
     done(std::move(result));
   };
   const std::string range = "Range: bytes=0-" + std::to_string(part_bytes_ - 1);
-  auto make = [this, op, range]() {
-    return MakeRequest("GET", op->uri, {}, {range}, Buffer());
-  };
+  auto make = [this, op, range]() { return MakeRequest("GET", op->uri, {}, {range}, Buffer()); };
   Execute(std::move(make), "GET " + op->uri, [this, op](Result<HttpResponse> result) {
     if (!result.ok()) return op->Fail(result.status());
     HttpResponse& r = *result;
@@ -425,7 +426,8 @@ void ObjectStorage::ReadAsync(std::string uri, ReadCallback done) {
       return ReadParts(op, std::move(r.body), r.received, r.etag);
     }
     if (r.status == 206) {
-      return op->Fail(Status::IoError("GET " + op->uri + ": unexpected Content-Range in reply "
+      return op->Fail(Status::IoError("GET " + op->uri +
+                                      ": unexpected Content-Range in reply "
                                       "to a request for the first part"));
     }
     op->finished = true;  // 200: the whole object (a server that ignores Range)
@@ -451,15 +453,15 @@ void ObjectStorage::ReadParts(const std::shared_ptr<ReadOp>& op, Buffer buffer, 
       req.sink_offset = start;
       return req;
     };
-    const std::string what = "GET " + op->uri + " bytes " + std::to_string(start) + "-" +
-                             std::to_string(end - 1);
+    const std::string what =
+        "GET " + op->uri + " bytes " + std::to_string(start) + "-" + std::to_string(end - 1);
     Execute(std::move(make), what, [this, op, start, end, what](Result<HttpResponse> result) {
       if (op->finished) return;
       if (!result.ok()) return op->Fail(result.status());
       const HttpResponse& r = *result;
       if (r.status == 412) {
-        return op->Fail(Status::IoError("GET " + op->uri +
-                                        ": the object changed while its parts were read"));
+        return op->Fail(
+            Status::IoError("GET " + op->uri + ": the object changed while its parts were read"));
       }
       if (r.status != 206) {
         return op->Fail(Is2xx(r) ? Status::IoError(what + ": the server ignored the Range header")
@@ -497,8 +499,7 @@ Result<std::vector<ObjectInfo>> ObjectStorage::List(const std::string& pattern, 
     auto make = [this, bucket_uri, query]() {
       return MakeRequest("GET", bucket_uri, query, {}, Buffer());
     };
-    HR_ASSIGN_OR_RETURN(HttpResponse r,
-                        ExecuteBlocking(std::move(make), "LIST " + pattern));
+    HR_ASSIGN_OR_RETURN(HttpResponse r, ExecuteBlocking(std::move(make), "LIST " + pattern));
     if (!Is2xx(r)) return ErrorOf(r, "LIST " + pattern, bucket_uri);
     const std::string_view xml(reinterpret_cast<const char*>(r.body.data()), r.body.size());
     size_t at = 0;
@@ -538,7 +539,9 @@ Status ObjectStorage::CreateBucket(const std::string& bucket_uri) {
   if (settings_.region != "us-east-1") {
     const std::string xml =
         "<CreateBucketConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
-        "<LocationConstraint>" + settings_.region + "</LocationConstraint>"
+        "<LocationConstraint>" +
+        settings_.region +
+        "</LocationConstraint>"
         "</CreateBucketConfiguration>";
     HR_ASSIGN_OR_RETURN(body, Buffer::CopyOf(xml.data(), xml.size()));
   }
@@ -600,9 +603,7 @@ class RouterStorage final : public Storage {
     if (!slot.tried) {
       slot.tried = true;
       switch (scheme) {
-        case UriScheme::kLocal:
-          slot.storage = MakeLocalStorage(local_options_);
-          break;
+        case UriScheme::kLocal: slot.storage = MakeLocalStorage(local_options_); break;
         case UriScheme::kS3: {
           auto s3 = MakeS3Storage(spec_);
           if (s3.ok()) {

@@ -23,21 +23,18 @@ bool IsRetryable(TransportError transport, long http_status, std::string_view er
     case TransportError::kConnect:
     case TransportError::kTimeout:
     case TransportError::kReset:
-    case TransportError::kTruncated:
-      return true;
+    case TransportError::kTruncated: return true;
     case TransportError::kBodyTooLarge:
     case TransportError::kCancelled:
-    case TransportError::kOther:
-      return false;
-    case TransportError::kNone:
-      break;
+    case TransportError::kOther: return false;
+    case TransportError::kNone: break;
   }
-  if (error_code == "SlowDown" || error_code == "RequestTimeout" ||
-      error_code == "InternalError" || error_code == "ServiceUnavailable") {
+  if (error_code == "SlowDown" || error_code == "RequestTimeout" || error_code == "InternalError" ||
+      error_code == "ServiceUnavailable") {
     return true;
   }
-  return http_status == 500 || http_status == 502 || http_status == 503 ||
-         http_status == 504 || http_status == 429;
+  return http_status == 500 || http_status == 502 || http_status == 503 || http_status == 504 ||
+         http_status == 429;
 }
 
 std::chrono::milliseconds RetryPolicy::Backoff(int retry, uint64_t random) const {

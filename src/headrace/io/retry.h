@@ -13,14 +13,14 @@ namespace headrace {
 
 // Why a transfer ended without an HTTP response (or with an incomplete one).
 enum class TransportError {
-  kNone,              // a complete HTTP response arrived
-  kConnect,           // could not connect (refused, unreachable, DNS)
-  kTimeout,           // connect, low-speed or first-byte timeout
-  kReset,             // the connection broke while sending or receiving
-  kTruncated,         // fewer body bytes than Content-Length announced
-  kBodyTooLarge,      // more body bytes than announced (or than the destination holds)
-  kCancelled,         // the storage is shutting down
-  kOther,             // anything else (TLS failure, bad URL, ...): not retried
+  kNone,          // a complete HTTP response arrived
+  kConnect,       // could not connect (refused, unreachable, DNS)
+  kTimeout,       // connect, low-speed or first-byte timeout
+  kReset,         // the connection broke while sending or receiving
+  kTruncated,     // fewer body bytes than Content-Length announced
+  kBodyTooLarge,  // more body bytes than announced (or than the destination holds)
+  kCancelled,     // the storage is shutting down
+  kOther,         // anything else (TLS failure, bad URL, ...): not retried
 };
 std::string_view TransportErrorName(TransportError e);
 

@@ -110,16 +110,15 @@ SigningResult SignV4(const Credentials& credentials, const SigningRequest& reque
   }
 
   SigningResult out;
-  out.canonical_request = std::string(request.method) + "\n" +
-                          std::string(request.canonical_uri) + "\n" +
-                          CanonicalQuery(request.query) + "\n" + canonical_headers + "\n" +
+  out.canonical_request = std::string(request.method) + "\n" + std::string(request.canonical_uri) +
+                          "\n" + CanonicalQuery(request.query) + "\n" + canonical_headers + "\n" +
                           signed_headers + "\n" + std::string(request.payload_sha256);
 
   const std::string_view date = request.amz_date.substr(0, 8);
   const std::string scope = std::string(date) + "/" + std::string(request.region) + "/" +
                             std::string(request.service) + "/aws4_request";
-  out.string_to_sign = "AWS4-HMAC-SHA256\n" + std::string(request.amz_date) + "\n" + scope +
-                       "\n" + Sha256Hex(out.canonical_request);
+  out.string_to_sign = "AWS4-HMAC-SHA256\n" + std::string(request.amz_date) + "\n" + scope + "\n" +
+                       Sha256Hex(out.canonical_request);
 
   const Digest k_date = Hmac("AWS4" + credentials.secret_access_key, date);
   const Digest k_region = Hmac(AsView(k_date), request.region);

@@ -53,9 +53,7 @@ TEST(SigV4, CanonicalQueryEncodesAndSorts) {
             "list-type=2&prefix=a%20b%2Fc");
 }
 
-TEST(SigV4, Sha256OfEmptyIsTheDocumentedConstant) {
-  EXPECT_EQ(Sha256Hex(""), kEmptyPayloadSha256);
-}
+TEST(SigV4, Sha256OfEmptyIsTheDocumentedConstant) { EXPECT_EQ(Sha256Hex(""), kEmptyPayloadSha256); }
 
 TEST(SigV4, AmzDateIsUtcBasicFormat) {
   EXPECT_EQ(AmzDate(std::chrono::system_clock::time_point(std::chrono::seconds(1369353600))),

@@ -32,16 +32,16 @@ using ReadCallback = std::function<void(Result<Buffer>)>;
 // What one backend has done so far, for run reports. Counters and the endpoint's origin
 // only: never a credential, a signed URL or an object's URI.
 struct StorageStats {
-  std::string backend;    // "local", "s3", "http"
-  std::string endpoint;   // object stores: where requests go; empty for local files
-  int64_t requests = 0;   // local: files read; object stores: HTTP attempts, retries included
-  int64_t retries = 0;    // object stores: attempts repeated after a retryable failure
+  std::string backend;   // "local", "s3", "http"
+  std::string endpoint;  // object stores: where requests go; empty for local files
+  int64_t requests = 0;  // local: files read; object stores: HTTP attempts, retries included
+  int64_t retries = 0;   // object stores: attempts repeated after a retryable failure
   // Retries by what caused them: an S3 error code ("SlowDown", "InternalError"), else
   // "http_<status>", or the transport error ("reset", "timeout", "truncated", "connect").
   std::map<std::string, int64_t> retries_by_reason;
-  int64_t throttles = 0;  // responses asking the client to slow down: 429, 503, SlowDown
-  int64_t errors = 0;     // reads that failed for good (after any retries); not cancellations
-  int64_t bytes = 0;      // bytes read (object stores: 2xx body bytes received)
+  int64_t throttles = 0;     // responses asking the client to slow down: 429, 503, SlowDown
+  int64_t errors = 0;        // reads that failed for good (after any retries); not cancellations
+  int64_t bytes = 0;         // bytes read (object stores: 2xx body bytes received)
   int64_t connections = 0;   // object stores: connections opened (the rest were reused)
   int64_t bytes_copied = 0;  // object stores: bytes moved beyond the one write per object
 };

@@ -12,8 +12,8 @@ bool StartsWith(std::string_view s, std::string_view prefix) {
 bool IsLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
 
 bool IsUnreserved(unsigned char c) {
-  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-         c == '-' || c == '_' || c == '.' || c == '~';
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '_' || c == '.' || c == '~';
 }
 
 int HexValue(char c) {
@@ -42,8 +42,7 @@ Result<S3Location> ParseS3Uri(std::string_view uri) {
   loc.bucket = std::string(rest.substr(0, slash));
   if (slash != std::string_view::npos) loc.key = std::string(rest.substr(slash + 1));
   const std::string& b = loc.bucket;
-  bool valid = b.size() >= 3 && b.size() <= 63 && IsLowerAlnum(b.front()) &&
-               IsLowerAlnum(b.back());
+  bool valid = b.size() >= 3 && b.size() <= 63 && IsLowerAlnum(b.front()) && IsLowerAlnum(b.back());
   for (char c : b) valid = valid && (IsLowerAlnum(c) || c == '.' || c == '-');
   if (!valid) {
     return Status::InvalidArgument(
@@ -55,8 +54,8 @@ Result<S3Location> ParseS3Uri(std::string_view uri) {
 
 std::string Endpoint::HostHeader(std::string_view host_override) const {
   std::string out(host_override.empty() ? std::string_view(host) : host_override);
-  const bool default_port = port == 0 || (scheme == "http" && port == 80) ||
-                            (scheme == "https" && port == 443);
+  const bool default_port =
+      port == 0 || (scheme == "http" && port == 80) || (scheme == "https" && port == 443);
   if (!default_port) out += ":" + std::to_string(port);
   return out;
 }
@@ -67,8 +66,8 @@ std::string Endpoint::Origin(std::string_view host_override) const {
 
 Result<Endpoint> ParseEndpoint(std::string_view url) {
   const auto bad = [&](std::string_view why) {
-    return Status::InvalidArgument("invalid endpoint URL '" + std::string(url) + "': " +
-                                   std::string(why) + " (expected http[s]://host[:port])");
+    return Status::InvalidArgument("invalid endpoint URL '" + std::string(url) +
+                                   "': " + std::string(why) + " (expected http[s]://host[:port])");
   };
   Endpoint ep;
   std::string_view rest;

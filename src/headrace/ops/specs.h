@@ -61,10 +61,10 @@ struct NormalizeSpec {  // image.normalize: (pixel / 255 - mean) / std
 // SentencePiece: each turn is `<prefix><text><turn_end>`; the loss mask covers only
 // the assistant turns' text and turn_end.
 struct TokenizeSpec {  // text.tokenize
-  std::string model;  // required: SentencePiece .model file
+  std::string model;   // required: SentencePiece .model file
   int max_length = 128;
-  bool pad = true;  // pad every row to max_length (false is not supported by collation yet)
-  int pad_id = -1;  // -1: the model's pad id, or 0 if it has none
+  bool pad = true;          // pad every row to max_length (false is not supported by collation yet)
+  int pad_id = -1;          // -1: the model's pad id, or 0 if it has none
   int ignore_index = -100;  // label value outside the loss mask
   bool add_bos = true;
   bool add_eos = true;

@@ -143,7 +143,9 @@ void Fields(SpecOf<PipelineSpec> auto& s, auto&& f) {
 }
 
 template <typename T>
-concept HasFields = requires(T& t) { Fields(t, [](std::string_view, auto&, Unit = {}) {}); };
+concept HasFields = requires(T& t) {
+  Fields(t, [](std::string_view, auto&, Unit = {}) {});
+};
 
 constexpr std::string_view OpName(const DecodeSpec&) { return "image.decode"; }
 constexpr std::string_view OpName(const ResizeSpec&) { return "image.resize"; }
@@ -324,8 +326,7 @@ class Reader {
   Status Convert(const YAML::Node& n, const std::string& path, T* out, Unit unit = Unit::kCount);
 
   template <typename T>
-  Status ParseStruct(const YAML::Node& n, const std::string& path, std::string_view owner,
-                     T* out);
+  Status ParseStruct(const YAML::Node& n, const std::string& path, std::string_view owner, T* out);
 
   Status ParseOps(const YAML::Node& n, const std::string& path, std::vector<OpSpec>* out);
 
@@ -443,9 +444,9 @@ Status Reader::Convert(const YAML::Node& n, const std::string& path, T* out, Uni
   } else if constexpr (IsStdArray<T>::value) {
     constexpr size_t kN = std::tuple_size_v<T>;
     if (!n.IsSequence() || n.size() != kN) {
-      return Error(path, "expected a list of " + std::to_string(kN) + " numbers, got " +
-                             (n.IsSequence() ? "a list of " + std::to_string(n.size())
-                                             : Describe(n)));
+      return Error(path,
+                   "expected a list of " + std::to_string(kN) + " numbers, got " +
+                       (n.IsSequence() ? "a list of " + std::to_string(n.size()) : Describe(n)));
     }
     for (size_t i = 0; i < kN; ++i) {
       HR_RETURN_IF_ERROR(Convert(n[i], ChildPath(path, std::to_string(i)), &(*out)[i]));
@@ -522,9 +523,10 @@ Status Reader::ParseOp(std::string_view name, const YAML::Node& params, const st
     using T = std::variant_alternative_t<I, OpSpec>;
     if (name != OpName(T{})) return ParseOp<I + 1>(name, params, path, out);
     if constexpr (std::is_same_v<T, UserOpSpec>) {
-      return Error(path, "a user op (" + Quote(name) + ") is code: add it from Python "
-                         "(headrace.ops.map) or C++, not from a config (allowed: " +
-                         AllOpNames() + ")");
+      return Error(path, "a user op (" + Quote(name) +
+                             ") is code: add it from Python "
+                             "(headrace.ops.map) or C++, not from a config (allowed: " +
+                             AllOpNames() + ")");
     }
     T spec;
     const std::string op_path = path + "." + std::string(name);
@@ -838,8 +840,9 @@ Status ValidateOp(const std::string& p, const TokenizeSpec& s) {
   HR_RETURN_IF_ERROR(NonEmpty(p + ".model", s.model, "the SentencePiece .model file"));
   HR_RETURN_IF_ERROR(AtLeast(p + ".max_length", s.max_length, 1));
   if (!s.pad) {
-    return Invalid(p + ".pad", "false is not supported yet: rows are padded to max_length "
-                               "(allowed: true)");
+    return Invalid(p + ".pad",
+                   "false is not supported yet: rows are padded to max_length "
+                   "(allowed: true)");
   }
   return AtLeast(p + ".pad_id", s.pad_id, -1);
 }
@@ -916,7 +919,8 @@ Result<int64_t> ParseByteSize(std::string_view text) {
   const auto fail = [&] {
     return Status::InvalidArgument(
         "expected a byte size: an integer or a number with a unit (B, KB, MB, GB, TB, KiB, "
-        "MiB, GiB, TiB), got " + Quote(text));
+        "MiB, GiB, TiB), got " +
+        Quote(text));
   };
   std::string_view s = TrimWhitespace(text);
   if (!s.empty() && s.front() == '-') {
@@ -973,8 +977,7 @@ Status ValidatePipelineSpec(const PipelineSpec& spec) {
   HR_RETURN_IF_ERROR(NonEmpty("source.manifest", src.manifest, "the JSONL manifest path"));
   HR_RETURN_IF_ERROR(NonEmpty("source.id_field", src.id_field, "a JSON key"));
   HR_RETURN_IF_ERROR(NonEmpty("source.image_field", src.image_field, "a JSON key"));
-  HR_RETURN_IF_ERROR(
-      NonEmpty("source.conversations_field", src.conversations_field, "a JSON key"));
+  HR_RETURN_IF_ERROR(NonEmpty("source.conversations_field", src.conversations_field, "a JSON key"));
   HR_RETURN_IF_ERROR(NonEmpty("source.role_field", src.role_field, "a JSON key"));
   HR_RETURN_IF_ERROR(NonEmpty("source.text_field", src.text_field, "a JSON key"));
   HR_RETURN_IF_ERROR(AtLeast<int64_t>("epochs", spec.epochs, 1));
@@ -988,10 +991,9 @@ Status ValidatePipelineSpec(const PipelineSpec& spec) {
   HR_RETURN_IF_ERROR(AtLeast("prefetch.depth", spec.prefetch.depth, 1));
   HR_RETURN_IF_ERROR(AtLeast<int64_t>("memory.budget_bytes", spec.memory.budget_bytes, 1));
   if (exec.io_budget_bytes > spec.memory.budget_bytes) {
-    return Invalid("execution.io_budget_bytes",
-                   "must not exceed memory.budget_bytes (" +
-                       std::to_string(spec.memory.budget_bytes) + ")" +
-                       Got(exec.io_budget_bytes));
+    return Invalid("execution.io_budget_bytes", "must not exceed memory.budget_bytes (" +
+                                                    std::to_string(spec.memory.budget_bytes) + ")" +
+                                                    Got(exec.io_budget_bytes));
   }
   const ErrorSpec& errors = spec.errors;
   HR_RETURN_IF_ERROR(KnownEnum("errors.policy", errors.policy));

@@ -332,8 +332,8 @@ TEST(ParsePipelineConfig, TopLevelMustBeAMap) {
 PipelineSpec ValidSpec() {
   PipelineSpec s;
   s.source.manifest = "m.jsonl";
-  s.ops = {DecodeSpec{}, ResizeSpec{.shorter_side = 256}, CenterCropSpec{224, 224},
-           FlipSpec{}, NormalizeSpec{}, TokenizeSpec{.model = "t.model"}};
+  s.ops = {DecodeSpec{},    ResizeSpec{.shorter_side = 256}, CenterCropSpec{224, 224}, FlipSpec{},
+           NormalizeSpec{}, TokenizeSpec{.model = "t.model"}};
   return s;
 }
 
@@ -353,51 +353,68 @@ TEST(ValidatePipelineSpec, ErrorsNameTheKeyAndTheRange) {
       {"id_field", [](PipelineSpec& s) { s.source.id_field.clear(); }, {"source.id_field"}},
       {"epochs", [](PipelineSpec& s) { s.epochs = 0; }, {"epochs: must be >= 1", "got 0"}},
       {"batch", [](PipelineSpec& s) { s.batch.size = -2; }, {"batch.size: must be >= 1"}},
-      {"cpu_threads", [](PipelineSpec& s) { s.execution.cpu_threads = -1; },
+      {"cpu_threads",
+       [](PipelineSpec& s) { s.execution.cpu_threads = -1; },
        {"execution.cpu_threads: must be >= 0"}},
-      {"io_inflight", [](PipelineSpec& s) { s.execution.io_inflight = -1; },
+      {"io_inflight",
+       [](PipelineSpec& s) { s.execution.io_inflight = -1; },
        {"execution.io_inflight: must be >= 0"}},
-      {"io_budget", [](PipelineSpec& s) { s.execution.io_budget_bytes = int64_t{2} << 30; },
+      {"io_budget",
+       [](PipelineSpec& s) { s.execution.io_budget_bytes = int64_t{2} << 30; },
        {"execution.io_budget_bytes", "memory.budget_bytes"}},
       {"prefetch", [](PipelineSpec& s) { s.prefetch.depth = 0; }, {"prefetch.depth: must be >= 1"}},
       {"memory", [](PipelineSpec& s) { s.memory.budget_bytes = 0; }, {"memory.budget_bytes"}},
-      {"error_rate", [](PipelineSpec& s) { s.errors.max_error_rate = 1.5; },
+      {"error_rate",
+       [](PipelineSpec& s) { s.errors.max_error_rate = 1.5; },
        {"errors.max_error_rate: must be in [0, 1]", "1.5"}},
-      {"error_rate_nan", [](PipelineSpec& s) { s.errors.max_error_rate = std::nan(""); },
+      {"error_rate_nan",
+       [](PipelineSpec& s) { s.errors.max_error_rate = std::nan(""); },
        {"errors.max_error_rate"}},
-      {"policy", [](PipelineSpec& s) { s.errors.policy = static_cast<ErrorPolicy>(7); },
+      {"policy",
+       [](PipelineSpec& s) { s.errors.policy = static_cast<ErrorPolicy>(7); },
        {"errors.policy", "skip"}},
       {"step_ms", [](PipelineSpec& s) { s.trainer.step_ms = -1; }, {"trainer.step_ms"}},
-      {"max_pixels", [](PipelineSpec& s) { std::get<DecodeSpec>(s.ops[0]).max_pixels = 0; },
+      {"max_pixels",
+       [](PipelineSpec& s) { std::get<DecodeSpec>(s.ops[0]).max_pixels = 0; },
        {"ops[0].image.decode.max_pixels: must be >= 1"}},
       {"resize_negative",
        [](PipelineSpec& s) { std::get<ResizeSpec>(s.ops[1]).shorter_side = -5; },
        {"ops[1].image.resize.shorter_side: must be >= 0", "got -5"}},
-      {"resize_none", [](PipelineSpec& s) { std::get<ResizeSpec>(s.ops[1]) = ResizeSpec{}; },
+      {"resize_none",
+       [](PipelineSpec& s) { std::get<ResizeSpec>(s.ops[1]) = ResizeSpec{}; },
        {"ops[1].image.resize.shorter_side", "width and height"}},
-      {"resize_both", [](PipelineSpec& s) { std::get<ResizeSpec>(s.ops[1]).width = 3; },
+      {"resize_both",
+       [](PipelineSpec& s) { std::get<ResizeSpec>(s.ops[1]).width = 3; },
        {"ops[1].image.resize: set shorter_side, or width and height, not both"}},
       {"resize_half",
        [](PipelineSpec& s) { std::get<ResizeSpec>(s.ops[1]) = ResizeSpec{.width = 3}; },
        {"ops[1].image.resize.height: must be > 0"}},
-      {"crop", [](PipelineSpec& s) { std::get<CenterCropSpec>(s.ops[2]).height = 0; },
+      {"crop",
+       [](PipelineSpec& s) { std::get<CenterCropSpec>(s.ops[2]).height = 0; },
        {"ops[2].image.center_crop.height: must be >= 1"}},
-      {"flip", [](PipelineSpec& s) { std::get<FlipSpec>(s.ops[3]).p = 2; },
+      {"flip",
+       [](PipelineSpec& s) { std::get<FlipSpec>(s.ops[3]).p = 2; },
        {"ops[3].image.flip.p: must be in [0, 1]"}},
-      {"std", [](PipelineSpec& s) { std::get<NormalizeSpec>(s.ops[4]).std[2] = 0; },
+      {"std",
+       [](PipelineSpec& s) { std::get<NormalizeSpec>(s.ops[4]).std[2] = 0; },
        {"ops[4].image.normalize.std[2]: must be finite and non-zero"}},
-      {"dtype", [](PipelineSpec& s) { std::get<NormalizeSpec>(s.ops[4]).dtype = DType::kU8; },
+      {"dtype",
+       [](PipelineSpec& s) { std::get<NormalizeSpec>(s.ops[4]).dtype = DType::kU8; },
        {"ops[4].image.normalize.dtype", "'u8'", "f32, f16, bf16"}},
       {"layout",
        [](PipelineSpec& s) { std::get<NormalizeSpec>(s.ops[4]).layout = static_cast<Layout>(9); },
        {"ops[4].image.normalize.layout", "chw, hwc"}},
-      {"model", [](PipelineSpec& s) { std::get<TokenizeSpec>(s.ops[5]).model.clear(); },
+      {"model",
+       [](PipelineSpec& s) { std::get<TokenizeSpec>(s.ops[5]).model.clear(); },
        {"ops[5].text.tokenize.model: must not be empty"}},
-      {"max_length", [](PipelineSpec& s) { std::get<TokenizeSpec>(s.ops[5]).max_length = 0; },
+      {"max_length",
+       [](PipelineSpec& s) { std::get<TokenizeSpec>(s.ops[5]).max_length = 0; },
        {"ops[5].text.tokenize.max_length: must be >= 1"}},
-      {"pad", [](PipelineSpec& s) { std::get<TokenizeSpec>(s.ops[5]).pad = false; },
+      {"pad",
+       [](PipelineSpec& s) { std::get<TokenizeSpec>(s.ops[5]).pad = false; },
        {"ops[5].text.tokenize.pad", "allowed: true"}},
-      {"pad_id", [](PipelineSpec& s) { std::get<TokenizeSpec>(s.ops[5]).pad_id = -2; },
+      {"pad_id",
+       [](PipelineSpec& s) { std::get<TokenizeSpec>(s.ops[5]).pad_id = -2; },
        {"ops[5].text.tokenize.pad_id: must be >= -1"}},
       {"rrc_scale",
        [](PipelineSpec& s) {
@@ -409,18 +426,24 @@ TEST(ValidatePipelineSpec, ErrorsNameTheKeyAndTheRange) {
          s.ops[2] = RandomResizedCropSpec{.width = 8, .height = 8, .ratio = {0, 1}};
        },
        {"ops[2].image.random_resized_crop.ratio"}},
-      {"rrc_size", [](PipelineSpec& s) { s.ops[2] = RandomResizedCropSpec{}; },
+      {"rrc_size",
+       [](PipelineSpec& s) { s.ops[2] = RandomResizedCropSpec{}; },
        {"ops[2].image.random_resized_crop.width: must be >= 1"}},
       // Order of ops.
-      {"no_decode", [](PipelineSpec& s) { s.ops.erase(s.ops.begin()); },
+      {"no_decode",
+       [](PipelineSpec& s) { s.ops.erase(s.ops.begin()); },
        {"ops[0].image.resize: image ops must come after image.decode"}},
-      {"two_decodes", [](PipelineSpec& s) { s.ops.insert(s.ops.begin() + 2, DecodeSpec{}); },
+      {"two_decodes",
+       [](PipelineSpec& s) { s.ops.insert(s.ops.begin() + 2, DecodeSpec{}); },
        {"ops[2].image.decode: image.decode may appear once", "ops[0]"}},
-      {"two_normalizes", [](PipelineSpec& s) { s.ops.push_back(NormalizeSpec{}); },
+      {"two_normalizes",
+       [](PipelineSpec& s) { s.ops.push_back(NormalizeSpec{}); },
        {"ops[6].image.normalize: image.normalize may appear once", "ops[4]"}},
-      {"after_normalize", [](PipelineSpec& s) { s.ops.emplace_back(std::in_place_type<FlipSpec>); },
+      {"after_normalize",
+       [](PipelineSpec& s) { s.ops.emplace_back(std::in_place_type<FlipSpec>); },
        {"ops[6].image.flip: image ops must come before image.normalize (ops[4])"}},
-      {"two_tokenizes", [](PipelineSpec& s) { s.ops.push_back(TokenizeSpec{.model = "x"}); },
+      {"two_tokenizes",
+       [](PipelineSpec& s) { s.ops.push_back(TokenizeSpec{.model = "x"}); },
        {"ops[6].text.tokenize: text.tokenize may appear once"}},
   };
   for (const ValidationCase& c : cases) {
@@ -528,8 +551,8 @@ TEST(Overrides, BadValuesNameTheOverride) {
   EXPECT_THAT(st.message(), AllOf(HasSubstr("batch.size: expected an integer"),
                                   HasSubstr("override 'batch.size=abc'")));
   st = ParseError(kWithOps, {"batch.size=0"});
-  EXPECT_THAT(st.message(), AllOf(HasSubstr("batch.size: must be >= 1"),
-                                  HasSubstr("override 'batch.size=0'")));
+  EXPECT_THAT(st.message(),
+              AllOf(HasSubstr("batch.size: must be >= 1"), HasSubstr("override 'batch.size=0'")));
 }
 
 TEST(Overrides, MalformedOverridesFail) {
@@ -577,8 +600,8 @@ TEST(ParseByteSize, UnitsAndErrors) {
     ASSERT_TRUE(r.ok()) << text << ": " << r.status().ToString();
     EXPECT_EQ(*r, bytes) << text;
   }
-  for (std::string text : {"", "GiB", "1 GiBs", "1.GiB", "-1GiB", "1e9", "x", "9999999TiB",
-                           "99999999999999999999"}) {
+  for (std::string text :
+       {"", "GiB", "1 GiBs", "1.GiB", "-1GiB", "1e9", "x", "9999999TiB", "99999999999999999999"}) {
     EXPECT_FALSE(ParseByteSize(text).ok()) << text;
   }
   // Through the config, integers and strings.
@@ -619,10 +642,10 @@ TEST(PipelineSpecToYaml, RoundTripsDefaultsAndAwkwardValues) {
   ExpectSpecEq(s, back);
   EXPECT_EQ(PipelineSpecToYaml(back), yaml);
   // Every key is written.
-  for (std::string_view key : {"source:", "manifest:", "allow_absolute_paths:", "seed:", "epochs:",
-                               "shuffle:", "drop_last:", "image.decode:", "max_pixels:",
-                               "antialias:", "layout:", "turn_end:", "io_budget_bytes:",
-                               "depth:", "budget_bytes:", "policy:", "max_logged:", "step_ms:"}) {
+  for (std::string_view key :
+       {"source:", "manifest:", "allow_absolute_paths:", "seed:", "epochs:", "shuffle:",
+        "drop_last:", "image.decode:", "max_pixels:", "antialias:", "layout:", "turn_end:",
+        "io_budget_bytes:", "depth:", "budget_bytes:", "policy:", "max_logged:", "step_ms:"}) {
     EXPECT_THAT(yaml, HasSubstr(key));
   }
 }

@@ -45,8 +45,7 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   opt.cpu_threads = loader->cpu_threads_;
   loader->io_inflight_ = ResolveIoInflight(ex, loader->cpu_threads_);
   opt.io_inflight = loader->io_inflight_;
-  opt.io_budget_bytes =
-      ex.io_budget_bytes > 0 ? ex.io_budget_bytes : spec.memory.budget_bytes / 8;
+  opt.io_budget_bytes = ex.io_budget_bytes > 0 ? ex.io_budget_bytes : spec.memory.budget_bytes / 8;
   opt.batch_budget_bytes = spec.memory.budget_bytes - opt.io_budget_bytes;
   if (opt.batch_budget_bytes <= 0) {
     return Status::InvalidArgument("execution.io_budget_bytes must be below memory.budget_bytes");

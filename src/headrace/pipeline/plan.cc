@@ -46,8 +46,8 @@ DecodeTarget TargetAfterDecode(const std::vector<OpSpec>& ops, size_t decode_pos
 }
 
 Status OpError(size_t position, const OpSpec& op, const std::string& message) {
-  return Status::InvalidArgument("ops[" + std::to_string(position) + "] " + OpSpecName(op) +
-                                 ": " + message);
+  return Status::InvalidArgument("ops[" + std::to_string(position) + "] " + OpSpecName(op) + ": " +
+                                 message);
 }
 
 // A model file the storage could not read. A missing file is a mistake in the config,
@@ -90,8 +90,9 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage) {
       return OpError(i, op, "image operators need image.decode before them");
     }
     if (is_image && normalized) {
-      return OpError(i, op, "image.normalize writes the batch tensor and must be the last "
-                            "image operator");
+      return OpError(i, op,
+                     "image.normalize writes the batch tensor and must be the last "
+                     "image operator");
     }
     std::unique_ptr<Op> built;
     Status status = std::visit(
@@ -105,8 +106,8 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage) {
               return Status::Ok();
             },
             [&](const ResizeSpec& s) -> Status {
-              size = s.shorter_side > 0 ? std::nullopt
-                                        : std::optional<Size>(Size{s.width, s.height});
+              size =
+                  s.shorter_side > 0 ? std::nullopt : std::optional<Size>(Size{s.width, s.height});
               built = std::make_unique<ResizeOp>(s);
               return Status::Ok();
             },
@@ -126,9 +127,10 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage) {
             },
             [&](const NormalizeSpec& s) -> Status {
               if (!size) {
-                return OpError(i, op, "the image size is not fixed here: add "
-                                      "image.center_crop, image.random_resized_crop or an "
-                                      "exact image.resize before it");
+                return OpError(i, op,
+                               "the image size is not fixed here: add "
+                               "image.center_crop, image.random_resized_crop or an "
+                               "exact image.resize before it");
               }
               normalized = true;
               FieldSpec field{"image", s.dtype, {}};
@@ -149,10 +151,10 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage) {
                 model = *std::move(read);
               }
               auto tokenize = TokenizeOp::Make(
-                  s,
-                  std::string_view(reinterpret_cast<const char*>(model.data()), model.size()),
+                  s, std::string_view(reinterpret_cast<const char*>(model.data()), model.size()),
                   first, first + 1, first + 2);
-              if (!tokenize.ok()) return tokenize.status().WithContext("ops[" + std::to_string(i) + "]");
+              if (!tokenize.ok())
+                return tokenize.status().WithContext("ops[" + std::to_string(i) + "]");
               for (const char* name : {"input_ids", "attention_mask", "labels"}) {
                 plan.fields.push_back(FieldSpec{name, DType::kI64, {s.max_length}});
               }
@@ -186,8 +188,9 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage) {
         "ops: an image chain must end with image.normalize, which writes the batch tensor");
   }
   if (plan.fields.empty()) {
-    return Status::InvalidArgument("ops: the pipeline produces no batch field; add "
-                                   "image.normalize or text.tokenize");
+    return Status::InvalidArgument(
+        "ops: the pipeline produces no batch field; add "
+        "image.normalize or text.tokenize");
   }
   return plan;
 }

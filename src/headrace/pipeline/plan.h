@@ -21,7 +21,7 @@ struct PipelinePlan {
   std::vector<std::unique_ptr<Op>> ops;
   std::vector<FieldSpec> fields;  // the batch layout, without the engine's "index"
   std::vector<std::unique_ptr<BatchOp>> batch_ops;
-  bool reads_media = false;       // the chain starts with image.decode
+  bool reads_media = false;  // the chain starts with image.decode
 };
 
 // Builds the operators and the batch layout. Files an operator needs (the tokenizer

@@ -49,8 +49,7 @@ void Diagnose(RunReport& r, const Loader& loader) {
     r.bottleneck = "cpu";
     r.advice = "CPU-bound: " + std::to_string(r.cpu_threads) +
                " threads are busy; raise execution.cpu_threads (this machine has " +
-               std::to_string(AvailableCores()) +
-               " cores) or add CPU workers on other nodes" +
+               std::to_string(AvailableCores()) + " cores) or add CPU workers on other nodes" +
                (costly ? "; costliest op " + costly->name + " at " +
                              Format("%.2f ms/sample", costly->ms_per_sample)
                        : "");
@@ -58,14 +57,18 @@ void Diagnose(RunReport& r, const Loader& loader) {
   }
   if (read != nullptr && read->utilization >= kBoundUtilization) {
     r.bottleneck = "read";
-    r.advice = "I/O-bound: reads are in flight most of the time and the CPU stage starves; "
-               "raise execution.io_inflight (now " + std::to_string(loader.io_inflight()) + ")";
+    r.advice =
+        "I/O-bound: reads are in flight most of the time and the CPU stage starves; "
+        "raise execution.io_inflight (now " +
+        std::to_string(loader.io_inflight()) + ")";
     return;
   }
   r.bottleneck = "batch";
-  r.advice = "neither reads nor CPUs are saturated while the trainer waits: raise "
-             "prefetch.depth (now " + std::to_string(loader.spec().prefetch.depth) +
-             ") or memory.budget_bytes so more batches are computed ahead";
+  r.advice =
+      "neither reads nor CPUs are saturated while the trainer waits: raise "
+      "prefetch.depth (now " +
+      std::to_string(loader.spec().prefetch.depth) +
+      ") or memory.budget_bytes so more batches are computed ahead";
 }
 
 }  // namespace
@@ -107,8 +110,7 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
     r.stages.push_back(std::move(sr));
   }
   for (const OpMetrics& op : m.ops) {
-    r.ops.push_back(OpReport{op.name, op.busy_s,
-                             op.items > 0 ? 1e3 * op.busy_s / op.items : 0.0});
+    r.ops.push_back(OpReport{op.name, op.busy_s, op.items > 0 ? 1e3 * op.busy_s / op.items : 0.0});
   }
   r.storage = loader.storage_stats();
   Diagnose(r, loader);
@@ -221,10 +223,11 @@ std::string RunReportToText(const RunReport& r) {
       static_cast<long long>(r.samples), static_cast<long long>(r.batches),
       static_cast<long long>(r.batch_size), r.elapsed_s, r.cpu_threads);
   add("  throughput        %.1f samples/s (%.1f MB/s read)\n", r.samples_per_s, r.mb_per_s);
-  add("  wait-time ratio   %.3f  (trainer step %.1f ms; %.3f with cold start)\n",
-      r.wait_time_ratio, r.trainer_step_ms, r.wait_time_ratio_with_cold_start);
+  add("  wait-time ratio   %.3f  (trainer step %.1f ms; %.3f with cold start)\n", r.wait_time_ratio,
+      r.trainer_step_ms, r.wait_time_ratio_with_cold_start);
   add("  first batch       %.3f s\n", r.time_to_first_batch_s);
-  add("  memory            peak RSS %.1f MiB (baseline %.1f MiB), queues peak %.1f of %.1f MiB budget\n",
+  add("  memory            peak RSS %.1f MiB (baseline %.1f MiB), queues peak %.1f of %.1f MiB "
+      "budget\n",
       r.peak_rss_bytes / 1048576.0, r.baseline_rss_bytes / 1048576.0,
       r.budget_peak_bytes / 1048576.0, r.memory_budget_bytes / 1048576.0);
   add("  copies            %.1f bytes per sample beyond the batch slot\n",
@@ -248,7 +251,8 @@ std::string RunReportToText(const RunReport& r) {
   for (const auto& op : r.ops) add(" %s %.2f", op.name.c_str(), op.ms_per_sample);
   out += "\n";
   add("  errors            %lld", static_cast<long long>(r.errors_total));
-  for (const auto& [kind, n] : r.errors_by_kind) add(" %s=%lld", kind.c_str(), static_cast<long long>(n));
+  for (const auto& [kind, n] : r.errors_by_kind)
+    add(" %s=%lld", kind.c_str(), static_cast<long long>(n));
   out += "\n";
   for (const auto& e : r.first_errors) out += "    " + e.ToString() + "\n";
   for (size_t i = 0; i < r.storage.size(); ++i) {

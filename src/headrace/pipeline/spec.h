@@ -46,8 +46,8 @@ struct BatchOpSpec {
   std::function<Result<std::unique_ptr<BatchOp>>()> make;
 };
 
-using OpSpec = std::variant<DecodeSpec, ResizeSpec, CenterCropSpec, RandomResizedCropSpec,
-                            FlipSpec, NormalizeSpec, TokenizeSpec, UserOpSpec>;
+using OpSpec = std::variant<DecodeSpec, ResizeSpec, CenterCropSpec, RandomResizedCropSpec, FlipSpec,
+                            NormalizeSpec, TokenizeSpec, UserOpSpec>;
 
 // --- the rest -----------------------------------------------------------------------
 
@@ -57,8 +57,8 @@ struct BatchSpec {
 };
 
 struct ExecutionSpec {
-  int cpu_threads = 0;   // 0: one per core
-  int io_threads = 0;    // 0: automatic (local files: 2)
+  int cpu_threads = 0;  // 0: one per core
+  int io_threads = 0;   // 0: automatic (local files: 2)
   // Reads in flight at once; 0: automatic, max(32, 16 × cpu_threads) (ResolveIoInflight,
   // loader.h). Why: reads in flight needed ≈ objects/s × latency, and objects/s needed ≈
   // cpu_threads × samples/s per thread. Measured (bench/RESULTS.md, issue 3): the example
@@ -96,7 +96,7 @@ struct ErrorSpec {
   int max_logged = 20;  // errors printed to stderr in full; the rest are only counted
 };
 
-struct TrainerSpec {  // the simulated trainer of `headrace run`
+struct TrainerSpec {   // the simulated trainer of `headrace run`
   double step_ms = 0;  // time the trainer spends on each batch
 };
 

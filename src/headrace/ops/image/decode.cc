@@ -338,14 +338,11 @@ Result<ImageHeader> ReadPngHeader(const uint8_t* data, size_t size) {
 
 Status WebpStatus(VP8StatusCode code) {
   switch (code) {
-    case VP8_STATUS_OK:
-      return Status::Ok();
-    case VP8_STATUS_NOT_ENOUGH_DATA:
-      return Status::CorruptData("truncated WebP");
+    case VP8_STATUS_OK: return Status::Ok();
+    case VP8_STATUS_NOT_ENOUGH_DATA: return Status::CorruptData("truncated WebP");
     case VP8_STATUS_UNSUPPORTED_FEATURE:
       return Status::UnsupportedFormat("WebP feature not supported by libwebp");
-    case VP8_STATUS_OUT_OF_MEMORY:
-      return Status::ResourceExhausted("libwebp out of memory");
+    case VP8_STATUS_OUT_OF_MEMORY: return Status::ResourceExhausted("libwebp out of memory");
     default:
       return Status::CorruptData("corrupt WebP (libwebp status " +
                                  std::to_string(static_cast<int>(code)) + ")");
@@ -385,12 +382,9 @@ Status DecodeWebpInto(const uint8_t* data, size_t size, MutableImageView dst) {
 
 std::string_view ImageFormatName(ImageFormat format) {
   switch (format) {
-    case ImageFormat::kJpeg:
-      return "jpeg";
-    case ImageFormat::kPng:
-      return "png";
-    case ImageFormat::kWebp:
-      return "webp";
+    case ImageFormat::kJpeg: return "jpeg";
+    case ImageFormat::kPng: return "png";
+    case ImageFormat::kWebp: return "webp";
   }
   return "?";
 }
@@ -398,12 +392,9 @@ std::string_view ImageFormatName(ImageFormat format) {
 Result<ImageHeader> ReadImageHeader(const uint8_t* data, size_t size) {
   HR_ASSIGN_OR_RETURN(ImageFormat format, DetectFormat(data, size));
   switch (format) {
-    case ImageFormat::kJpeg:
-      return ReadJpegHeader(data, size);
-    case ImageFormat::kPng:
-      return ReadPngHeader(data, size);
-    case ImageFormat::kWebp:
-      return ReadWebpHeader(data, size);
+    case ImageFormat::kJpeg: return ReadJpegHeader(data, size);
+    case ImageFormat::kPng: return ReadPngHeader(data, size);
+    case ImageFormat::kWebp: return ReadWebpHeader(data, size);
   }
   return Status::Internal("unhandled image format");
 }
@@ -436,12 +427,9 @@ Status DecodeInto(const uint8_t* data, size_t size, const DecodePlan& plan, Muta
                             Dims(plan.decoded_width, plan.decoded_height) + " RGBX image");
   }
   switch (plan.header.format) {
-    case ImageFormat::kJpeg:
-      return DecodeJpegInto(data, size, plan, dst);
-    case ImageFormat::kPng:
-      return DecodePngInto(data, size, dst);
-    case ImageFormat::kWebp:
-      return DecodeWebpInto(data, size, dst);
+    case ImageFormat::kJpeg: return DecodeJpegInto(data, size, plan, dst);
+    case ImageFormat::kPng: return DecodePngInto(data, size, dst);
+    case ImageFormat::kWebp: return DecodeWebpInto(data, size, dst);
   }
   return Status::Internal("unhandled image format");
 }

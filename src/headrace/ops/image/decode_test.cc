@@ -255,30 +255,14 @@ TEST(Decode, ExifWrittenByLibexifIsRead) {
 // Where each orientation sends output pixel (x, y), from EXIF's definitions.
 void SourceOf(int orientation, int x, int y, int w, int h, int* sx, int* sy) {
   switch (orientation) {
-    case 1:
-      *sx = x, *sy = y;
-      break;
-    case 2:
-      *sx = w - 1 - x, *sy = y;
-      break;
-    case 3:
-      *sx = w - 1 - x, *sy = h - 1 - y;
-      break;
-    case 4:
-      *sx = x, *sy = h - 1 - y;
-      break;
-    case 5:
-      *sx = y, *sy = x;
-      break;
-    case 6:
-      *sx = y, *sy = h - 1 - x;
-      break;
-    case 7:
-      *sx = w - 1 - y, *sy = h - 1 - x;
-      break;
-    case 8:
-      *sx = w - 1 - y, *sy = x;
-      break;
+    case 1: *sx = x, *sy = y; break;
+    case 2: *sx = w - 1 - x, *sy = y; break;
+    case 3: *sx = w - 1 - x, *sy = h - 1 - y; break;
+    case 4: *sx = x, *sy = h - 1 - y; break;
+    case 5: *sx = y, *sy = x; break;
+    case 6: *sx = y, *sy = h - 1 - x; break;
+    case 7: *sx = w - 1 - y, *sy = h - 1 - x; break;
+    case 8: *sx = w - 1 - y, *sy = x; break;
   }
 }
 

@@ -12,8 +12,7 @@ Result<Image> Image::Allocate(int width, int height, int channels) {
   image.height_ = height;
   image.channels_ = channels;
   image.stride_ = static_cast<int64_t>(width) * channels;
-  HR_ASSIGN_OR_RETURN(image.buffer_,
-                      Buffer::Allocate(static_cast<size_t>(image.stride_) * height));
+  HR_ASSIGN_OR_RETURN(image.buffer_, Buffer::Allocate(static_cast<size_t>(image.stride_) * height));
   return image;
 }
 

@@ -45,9 +45,7 @@ class Image {
   Image() = default;
   static Result<Image> Allocate(int width, int height, int channels);
 
-  ImageView view() const {
-    return ImageView{buffer_.data(), width_, height_, channels_, stride_};
-  }
+  ImageView view() const { return ImageView{buffer_.data(), width_, height_, channels_, stride_}; }
   MutableImageView mutable_view() const {
     return MutableImageView{buffer_.mutable_data(), width_, height_, channels_, stride_};
   }

@@ -239,14 +239,10 @@ __attribute__((target("avx2"))) void FilterColsAvx2(const int16_t* row, const Ax
 template <int C>
 void FilterColsAvx2Dispatch(const int16_t* row, const AxisFilter& f, int dst_width, uint8_t* out) {
   switch (f.pairs) {
-    case 1:
-      return FilterColsAvx2<C, 1>(row, f, dst_width, out);
-    case 2:
-      return FilterColsAvx2<C, 2>(row, f, dst_width, out);
-    case 3:
-      return FilterColsAvx2<C, 3>(row, f, dst_width, out);
-    default:
-      return FilterColsAvx2<C, 0>(row, f, dst_width, out);
+    case 1: return FilterColsAvx2<C, 1>(row, f, dst_width, out);
+    case 2: return FilterColsAvx2<C, 2>(row, f, dst_width, out);
+    case 3: return FilterColsAvx2<C, 3>(row, f, dst_width, out);
+    default: return FilterColsAvx2<C, 0>(row, f, dst_width, out);
   }
 }
 #endif
@@ -256,12 +252,9 @@ void FilterRows(const uint8_t* const* rows, const int16_t* w15, int taps, int n,
 #if defined(__x86_64__)
   if (simd && HasAvx2()) {
     switch (taps) {
-      case 2:
-        return FilterRowsAvx2<2>(rows, w15, taps, n, out);
-      case 3:
-        return FilterRowsAvx2<3>(rows, w15, taps, n, out);
-      default:
-        return FilterRowsAvx2<0>(rows, w15, taps, n, out);
+      case 2: return FilterRowsAvx2<2>(rows, w15, taps, n, out);
+      case 3: return FilterRowsAvx2<3>(rows, w15, taps, n, out);
+      default: return FilterRowsAvx2<0>(rows, w15, taps, n, out);
     }
   }
 #endif

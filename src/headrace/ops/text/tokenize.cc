@@ -17,8 +17,8 @@ class RowWriter {
   bool full() const { return size_ == tmpl_.max_length; }
 
   void Append(std::span<const int> tokens, bool trained) {
-    const int64_t n = std::min<int64_t>(static_cast<int64_t>(tokens.size()),
-                                        tmpl_.max_length - size_);
+    const int64_t n =
+        std::min<int64_t>(static_cast<int64_t>(tokens.size()), tmpl_.max_length - size_);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t id = tokens[i];
       ids_[size_ + i] = id;
@@ -50,8 +50,7 @@ Result<std::vector<int>> EncodeTemplatePiece(const SentencePieceModel& model,
   std::vector<int> ids;
   Status status = model.Encode(text, &ids);
   if (!status.ok()) {
-    return Status::InvalidArgument("text.tokenize." + std::string(key) + ": " +
-                                   status.message());
+    return Status::InvalidArgument("text.tokenize." + std::string(key) + ": " + status.message());
   }
   if (!text.empty() && ids.empty()) {
     return Status::InvalidArgument(
@@ -66,8 +65,7 @@ Result<std::vector<int>> EncodeTemplatePiece(const SentencePieceModel& model,
 
 // --- SentencePieceModel ---------------------------------------------------------------
 
-SentencePieceModel::SentencePieceModel(
-    std::unique_ptr<sentencepiece::SentencePieceProcessor> sp)
+SentencePieceModel::SentencePieceModel(std::unique_ptr<sentencepiece::SentencePieceProcessor> sp)
     : sp_(std::move(sp)) {}
 
 SentencePieceModel::~SentencePieceModel() = default;
@@ -93,15 +91,12 @@ int SentencePieceModel::vocab_size() const { return sp_->GetPieceSize(); }
 int SentencePieceModel::bos_id() const { return sp_->bos_id(); }
 int SentencePieceModel::eos_id() const { return sp_->eos_id(); }
 int SentencePieceModel::pad_id() const { return sp_->pad_id(); }
-int SentencePieceModel::PieceToId(std::string_view piece) const {
-  return sp_->PieceToId(piece);
-}
+int SentencePieceModel::PieceToId(std::string_view piece) const { return sp_->PieceToId(piece); }
 const std::string& SentencePieceModel::IdToPiece(int id) const { return sp_->IdToPiece(id); }
 
 // --- ChatTemplate ---------------------------------------------------------------------
 
-Result<ChatTemplate> ChatTemplate::Make(const SentencePieceModel& model,
-                                        const TokenizeSpec& spec) {
+Result<ChatTemplate> ChatTemplate::Make(const SentencePieceModel& model, const TokenizeSpec& spec) {
   if (spec.max_length <= 0) {
     return Status::InvalidArgument("text.tokenize.max_length must be positive, got " +
                                    std::to_string(spec.max_length));
@@ -188,16 +183,15 @@ TokenizeOp::TokenizeOp(std::unique_ptr<SentencePieceModel> model, ChatTemplate t
 
 Result<std::unique_ptr<TokenizeOp>> TokenizeOp::Make(const TokenizeSpec& spec,
                                                      std::string_view model_bytes,
-                                                     int input_ids_field,
-                                                     int attention_mask_field,
+                                                     int input_ids_field, int attention_mask_field,
                                                      int labels_field) {
   if (input_ids_field < 0 || attention_mask_field < 0 || labels_field < 0 ||
       input_ids_field == attention_mask_field || input_ids_field == labels_field ||
       attention_mask_field == labels_field) {
     return Status::InvalidArgument(
         "text.tokenize: output fields must be distinct and non-negative, got " +
-        std::to_string(input_ids_field) + ", " + std::to_string(attention_mask_field) +
-        ", " + std::to_string(labels_field));
+        std::to_string(input_ids_field) + ", " + std::to_string(attention_mask_field) + ", " +
+        std::to_string(labels_field));
   }
   if (spec.model.empty()) return Status::InvalidArgument("text.tokenize.model is required");
   auto model = SentencePieceModel::FromSerialized(model_bytes, spec.model);

@@ -43,9 +43,9 @@ class SentencePieceModel {
   Status Encode(std::string_view text, std::vector<int>* ids) const;
 
   int vocab_size() const;
-  int bos_id() const;  // -1 when the model has none
-  int eos_id() const;  // -1 when the model has none
-  int pad_id() const;  // -1 when the model has none
+  int bos_id() const;                           // -1 when the model has none
+  int eos_id() const;                           // -1 when the model has none
+  int pad_id() const;                           // -1 when the model has none
   int PieceToId(std::string_view piece) const;  // the unknown id for a piece not in the vocab
   const std::string& IdToPiece(int id) const;
 
@@ -101,8 +101,7 @@ class TokenizeOp : public Op {
   // kInvalidArgument naming `text.tokenize.<key>` on a bad spec or bytes that are not a
   // model (naming spec.model), and on negative or repeated field indices.
   static Result<std::unique_ptr<TokenizeOp>> Make(const TokenizeSpec& spec,
-                                                  std::string_view model_bytes,
-                                                  int input_ids_field,
+                                                  std::string_view model_bytes, int input_ids_field,
                                                   int attention_mask_field, int labels_field);
 
   std::string_view name() const override { return "text.tokenize"; }

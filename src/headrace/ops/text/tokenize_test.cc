@@ -38,9 +38,9 @@ class VectorIterator : public sentencepiece::SentenceIterator {
 
 std::vector<std::string> Corpus() {
   static const char* const kWords[] = {
-      "what", "colour", "is", "the", "bus", "blue", "red", "green", "box", "circle",
-      "how", "many", "objects", "are", "there", "three", "two", "left", "right", "top",
-      "bottom", "a", "small", "large", "ball", "near", "sky", "field", "where", "it"};
+      "what",   "colour", "is",      "the",   "bus",   "blue",  "red", "green", "box",   "circle",
+      "how",    "many",   "objects", "are",   "there", "three", "two", "left",  "right", "top",
+      "bottom", "a",      "small",   "large", "ball",  "near",  "sky", "field", "where", "it"};
   constexpr int kWordCount = sizeof(kWords) / sizeof(kWords[0]);
   Rng rng(7);
   std::vector<std::string> lines;
@@ -97,8 +97,8 @@ class TokenizeTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     const char* env = std::getenv("HEADRACE_TEST_TMP");
-    dir_ = fs::path(env != nullptr ? env : "/tmp") /
-           ("tokenize_test_" + std::to_string(::getpid()));
+    dir_ =
+        fs::path(env != nullptr ? env : "/tmp") / ("tokenize_test_" + std::to_string(::getpid()));
     fs::create_directories(dir_);
     // What `headrace make-sample` trains: the template's markers as user-defined
     // symbols, a pad id, and whitespace kept so that a "\n" turn_end is a token.
@@ -237,10 +237,9 @@ TEST_F(TokenizeTest, PadsToMaxLengthAndMasksThePadding) {
 }
 
 TEST_F(TokenizeTest, TruncatesOnTheRight) {
-  const std::vector<Turn> turns = {User("<image>\nWhat colour is the box?"),
-                                   Assistant("The box is red."),
-                                   User("How many objects are there?"),
-                                   Assistant("There are three objects.")};
+  const std::vector<Turn> turns = {
+      User("<image>\nWhat colour is the box?"), Assistant("The box is red."),
+      User("How many objects are there?"), Assistant("There are three objects.")};
   const Rows full = Run(*MakeOp(Spec(128)), turns);
   const int64_t n = full.real();
   const int64_t cut = n - 5;
@@ -286,8 +285,8 @@ TEST_F(TokenizeTest, NeverTrainsSystemOrUserTurns) {
 TEST_F(TokenizeTest, KeepsDeclaredSymbolsAsSingleTokens) {
   auto op = MakeOp(Spec());
   const SentencePieceModel& model = op->model();
-  const Rows rows = Run(*op, {System("Be brief."), User("<image>\nWhat is there?"),
-                              Assistant("A red box.")});
+  const Rows rows =
+      Run(*op, {System("Be brief."), User("<image>\nWhat is there?"), Assistant("A red box.")});
   auto count = [&](std::string_view piece) {
     const int id = model.PieceToId(piece);
     EXPECT_NE(id, 0) << piece << " is unknown to the model";
@@ -377,8 +376,7 @@ TEST_F(TokenizeTest, RejectsEmptyModelBytesNamingTheKeyAndUri) {
   ASSERT_FALSE(op.ok());
   EXPECT_EQ(op.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(op.status().message().find("text.tokenize.model"), std::string::npos);
-  EXPECT_NE(op.status().message().find(spec.model), std::string::npos)
-      << op.status().ToString();
+  EXPECT_NE(op.status().message().find(spec.model), std::string::npos) << op.status().ToString();
 }
 
 TEST_F(TokenizeTest, RejectsAFileThatIsNotAModel) {
