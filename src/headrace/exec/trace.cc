@@ -24,38 +24,28 @@ void TraceRecorder::Add(Event e) {
   events_.push_back(std::move(e));
 }
 
+int64_t TraceRecorder::Since(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count();
+}
+
 void TraceRecorder::Span(const char* name, const char* category, Clock::time_point start,
                          Clock::time_point end, int64_t sample_index) {
   Add(Event{'X',
             name,
             category,
             ThreadRow(),
-            std::chrono::duration_cast<std::chrono::nanoseconds>(start - origin_).count(),
-            std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count(),
+            Since(origin_, start),
+            Since(start, end),
             sample_index,
             {}});
 }
 
 void TraceRecorder::AsyncBegin(const char* name, int64_t id, Clock::time_point at) {
-  Add(Event{'b',
-            name,
-            "io",
-            0,
-            std::chrono::duration_cast<std::chrono::nanoseconds>(at - origin_).count(),
-            0,
-            id,
-            {}});
+  Add(Event{'b', name, "io", 0, Since(origin_, at), 0, id, {}});
 }
 
 void TraceRecorder::AsyncEnd(const char* name, int64_t id, Clock::time_point at) {
-  Add(Event{'e',
-            name,
-            "io",
-            0,
-            std::chrono::duration_cast<std::chrono::nanoseconds>(at - origin_).count(),
-            0,
-            id,
-            {}});
+  Add(Event{'e', name, "io", 0, Since(origin_, at), 0, id, {}});
 }
 
 void TraceRecorder::NameThread(const std::string& name) {

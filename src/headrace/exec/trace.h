@@ -48,6 +48,7 @@ class TraceRecorder {
   };
   void Add(Event e);
   static int ThreadRow();
+  static int64_t Since(Clock::time_point from, Clock::time_point to);  // nanoseconds
 
   const Clock::time_point origin_;
   const size_t max_events_;
