@@ -72,8 +72,10 @@ int RunCommand(const Args& args) {
   const int64_t baseline_rss = CurrentRssBytes();
   std::unique_ptr<TraceRecorder> trace;
   if (!trace_path.empty()) trace = std::make_unique<TraceRecorder>();
-  auto loader =
-      Loader::Make(*spec, LoaderOptions{.start_batch = start_batch, .trace = trace.get()});
+  LoaderOptions options;
+  options.start_batch = start_batch;
+  options.trace = trace.get();
+  auto loader = Loader::Make(*spec, options);
   if (!loader.ok()) {
     std::fprintf(stderr, "headrace run: %s\n", loader.status().ToString().c_str());
     // A bad value or a path to nothing is a configuration error (2); I/O trouble is not.

@@ -173,7 +173,9 @@ TEST_P(EngineConformance, DeliversEveryBatchInOrderThenEndOfEpoch) {
   for (const auto& b : batches) {
     for (size_t i = 0; i < b.size(); i += 4) {
       seen.insert(b[i]);
-      if (GetParam().reads_media) EXPECT_EQ(b[i + 2], b[i] + 1);
+      if (GetParam().reads_media) {
+        EXPECT_EQ(b[i + 2], b[i] + 1);
+      }
     }
   }
   EXPECT_EQ(seen.size(), 10u);

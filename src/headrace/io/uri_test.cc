@@ -35,7 +35,9 @@ TEST(Uri, RejectsBadBucketNames) {
                           "s3://under_score/k", "http://b/k"}) {
     auto loc = ParseS3Uri(uri);
     EXPECT_FALSE(loc.ok()) << uri;
-    if (!loc.ok()) EXPECT_EQ(loc.status().code(), StatusCode::kInvalidArgument);
+    if (!loc.ok()) {
+      EXPECT_EQ(loc.status().code(), StatusCode::kInvalidArgument);
+    }
   }
 }
 
