@@ -13,7 +13,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <sstream>
 
@@ -114,13 +113,11 @@ Result<E2eRun> RunPipeline(const PipelineSpec& spec, int64_t max_batches) {
 // Serves every file under `dir` as /bench/<relative path>.
 Result<int64_t> ServeDirectory(LoopbackServer& server, const std::string& dir) {
   int64_t bytes = 0;
+  auto local = MakeLocalStorage({.threads = 1});
   for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
     if (!entry.is_regular_file()) continue;
-    const auto size = entry.file_size();
-    HR_ASSIGN_OR_RETURN(Buffer b, Buffer::Allocate(size));
-    std::ifstream in(entry.path(), std::ios::binary);
-    in.read(reinterpret_cast<char*>(b.mutable_data()), static_cast<std::streamsize>(size));
-    if (!in) return Status::IoError("cannot read " + entry.path().string());
+    HR_ASSIGN_OR_RETURN(Buffer b, local->Read(entry.path().string()));
+    const auto size = b.size();
     const std::string rel = std::filesystem::relative(entry.path(), dir).generic_string();
     server.Put("/bench/" + UriEncode(rel, true), b);
     bytes += static_cast<int64_t>(size);

@@ -9,7 +9,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 
 #include "commands.h"
@@ -54,17 +53,6 @@ int StorageFlag(ArgReader& r, StorageSpec* spec) {
     }
   }
   return 1;
-}
-
-Result<Buffer> ReadWholeFile(const std::filesystem::path& path) {
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec) return Status::IoError("cannot stat " + path.string() + ": " + ec.message());
-  HR_ASSIGN_OR_RETURN(Buffer buffer, Buffer::Allocate(size));
-  std::ifstream in(path, std::ios::binary);
-  in.read(reinterpret_cast<char*>(buffer.mutable_data()), static_cast<std::streamsize>(size));
-  if (!in) return Status::IoError("cannot read " + path.string());
-  return buffer;
 }
 
 constexpr const char* kUploadUsage =
@@ -141,8 +129,9 @@ int UploadCommand(const Args& args) {
   int pending = 0;
   int64_t failed = 0, bytes = 0;
   const auto start = Clock::now();
+  auto local = MakeLocalStorage({.threads = 1});
   for (const auto& path : files) {
-    auto data = ReadWholeFile(path);
+    auto data = local->Read(path.string());
     if (!data.ok()) {
       std::fprintf(stderr, "headrace upload: %s\n", data.status().ToString().c_str());
       std::lock_guard lock(mu);
