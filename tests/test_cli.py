@@ -197,3 +197,15 @@ def test_trace_shows_reads_operators_and_the_consumer(tmp_path, headrace_bin, sa
     assert count("X", "wait") == 7  # six batches and the end of the run
     names = {e["args"]["name"] for e in events if e["ph"] == "M"}
     assert {"consumer", "cpu worker"} <= names
+
+
+def test_unbounded_epochs_need_a_stop_on_the_command_line(tmp_path, headrace_bin, sample_dir):
+    config = write_config(tmp_path / "p.yaml", sample_dir)
+    proc = run_headrace(headrace_bin, "run", config, "--set", "epochs=null", check=False)
+    assert proc.returncode == 2
+    assert "epochs: null (unbounded)" in proc.stderr and "--max-batches" in proc.stderr
+    # With a stop, an unbounded run goes past the end of the first epoch (6 batches).
+    report = tmp_path / "r.json"
+    run_headrace(headrace_bin, "run", config, "--set", "epochs=null", "--max-batches", 9,
+                 "--report", report)
+    assert read_report(report)["batches"] == 9

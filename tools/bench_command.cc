@@ -222,7 +222,7 @@ int BenchCommand(const Args& args) {
     const int64_t fed_batches = 200;
     PipelineSpec s = *spec;
     s.execution.cpu_threads = cores;
-    s.epochs = std::max<int64_t>(s.epochs, 1000);
+    s.epochs = std::max<int64_t>(s.epochs.value_or(1), 1000);
     auto fed = RunFor(s, fed_batches, step_ms);
     if (!fed.ok()) {
       std::fprintf(stderr, "headrace bench: %s\n", fed.status().ToString().c_str());

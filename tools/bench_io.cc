@@ -234,7 +234,7 @@ int BenchIoCommand(const Args& args) {
     return 1;
   }
   PipelineSpec local = *pipeline;
-  local.epochs = std::max<int64_t>(local.epochs, 1000);
+  local.epochs = std::max<int64_t>(local.epochs.value_or(1), 1000);
   if (local.execution.cpu_threads == 0) local.execution.cpu_threads = AvailableCores();
   PipelineSpec remote = local;
   remote.source.manifest =

@@ -68,6 +68,13 @@ int RunCommand(const Args& args) {
     return 2;
   }
   if (print_config) std::fputs(PipelineSpecToYaml(*spec).c_str(), stdout);
+  if (!spec->epochs && max_batches < 0) {
+    std::fprintf(stderr,
+                 "headrace run: %s: epochs: null (unbounded) needs a consumer that stops; give "
+                 "epochs a number (>= 1) or --max-batches N\n",
+                 config_path.c_str());
+    return 2;
+  }
 
   const int64_t baseline_rss = CurrentRssBytes();
   std::unique_ptr<TraceRecorder> trace;

@@ -31,6 +31,10 @@ Result<EpochOrder> EpochOrder::Make(const EpochOrderOptions& options) {
                                    std::to_string(options.rank) + " of " +
                                    std::to_string(options.world_size));
   }
+  if (options.epochs && *options.epochs < 1) {
+    return Status::InvalidArgument("epochs must be >= 1 or unbounded, got " +
+                                   std::to_string(*options.epochs));
+  }
   EpochOrder order(options);
   if (order.batches_per_rank_epoch_ == 0) {
     return Status::InvalidArgument("an epoch has " + std::to_string(order.batches_per_epoch_) +
@@ -39,6 +43,13 @@ Result<EpochOrder> EpochOrder::Make(const EpochOrderOptions& options) {
                                    ": lower batch.size or use fewer ranks");
   }
   return order;
+}
+
+int64_t EpochOrder::total_batches() const {
+  if (!options_.epochs) return kUnboundedBatches;
+  // Saturates: a run longer than int64 batches is, for every purpose, unbounded.
+  if (*options_.epochs > kUnboundedBatches / batches_per_rank_epoch_) return kUnboundedBatches;
+  return batches_per_rank_epoch_ * *options_.epochs;
 }
 
 BatchPosition EpochOrder::Position(int64_t local_index) const {

@@ -7,11 +7,14 @@
 // rank's share never depends on thread counts or on the other ranks' speed.
 //
 // A run is the sequence of a rank's batches over all epochs, numbered from 0: "local"
-// batch j is epoch j / per_rank, its (j % per_rank)-th batch for this rank.
+// batch j is epoch j / per_rank, its (j % per_rank)-th batch for this rank. A run has a
+// number of epochs, or none (unbounded: a training loop decides when to stop).
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "headrace/core/status.h"
@@ -24,7 +27,7 @@ struct EpochOrderOptions {
   bool drop_last = false;
   bool shuffle = true;
   uint64_t seed = 0;
-  int64_t epochs = 1;
+  std::optional<int64_t> epochs = 1;  // nullopt: unbounded
   int rank = 0;
   int world_size = 1;
 };
@@ -44,8 +47,11 @@ class EpochOrder {
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
   // Batches of one epoch for this rank.
   int64_t batches_per_rank_epoch() const { return batches_per_rank_epoch_; }
-  // Batches of the whole run for this rank.
-  int64_t total_batches() const { return batches_per_rank_epoch_ * options_.epochs; }
+  // Batches of the whole run for this rank; kUnboundedBatches when the run has no end.
+  static constexpr int64_t kUnboundedBatches = std::numeric_limits<int64_t>::max();
+  int64_t total_batches() const;
+  // The run's epochs; nullopt when unbounded.
+  std::optional<int64_t> epochs() const { return options_.epochs; }
 
   BatchPosition Position(int64_t local_index) const;
   // The dataset indices of a batch, in order. Thread-safe.

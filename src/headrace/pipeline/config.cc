@@ -12,6 +12,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <span>
 #include <sstream>
 #include <type_traits>
@@ -204,6 +205,11 @@ std::string_view EnumName(E value) {
 }
 
 template <typename T>
+struct IsOptional : std::false_type {};
+template <typename T>
+struct IsOptional<std::optional<T>> : std::true_type {};
+
+template <typename T>
 struct IsStdArray : std::false_type {};
 template <typename T, size_t N>
 struct IsStdArray<std::array<T, N>> : std::true_type {};
@@ -381,6 +387,15 @@ Status Reader::Convert(const YAML::Node& n, const std::string& path, T* out, Uni
   Note(path, n);
   if constexpr (HasFields<T>) {
     return ParseStruct(n, path, path, out);
+  } else if constexpr (IsOptional<T>::value) {
+    if (n.IsNull()) {  // `key: null` (or `~`): no value
+      out->reset();
+      return Status::Ok();
+    }
+    typename T::value_type value{};
+    HR_RETURN_IF_ERROR(Convert(n, path, &value, unit));
+    *out = value;
+    return Status::Ok();
   } else if constexpr (std::is_same_v<T, std::vector<OpSpec>>) {
     return ParseOps(n, path, out);
   } else if constexpr (std::is_same_v<T, std::string>) {
@@ -706,6 +721,12 @@ template <typename T>
 void Emit(YAML::Emitter& out, const T& value, Unit unit, bool flow) {
   if constexpr (HasFields<T>) {
     EmitStruct(out, value, flow);
+  } else if constexpr (IsOptional<T>::value) {
+    if (value) {
+      Emit(out, *value, unit, flow);
+    } else {
+      out << YAML::Null;
+    }
   } else if constexpr (std::is_same_v<T, std::vector<OpSpec>>) {
     out << YAML::BeginSeq;
     for (const OpSpec& op : value) {
@@ -980,7 +1001,7 @@ Status ValidatePipelineSpec(const PipelineSpec& spec) {
   HR_RETURN_IF_ERROR(NonEmpty("source.conversations_field", src.conversations_field, "a JSON key"));
   HR_RETURN_IF_ERROR(NonEmpty("source.role_field", src.role_field, "a JSON key"));
   HR_RETURN_IF_ERROR(NonEmpty("source.text_field", src.text_field, "a JSON key"));
-  HR_RETURN_IF_ERROR(AtLeast<int64_t>("epochs", spec.epochs, 1));
+  if (spec.epochs) HR_RETURN_IF_ERROR(AtLeast<int64_t>("epochs", *spec.epochs, 1));
   HR_RETURN_IF_ERROR(AtLeast<int64_t>("batch.size", spec.batch.size, 1));
   HR_RETURN_IF_ERROR(ValidateOps(spec.ops));
   const ExecutionSpec& exec = spec.execution;

@@ -265,6 +265,21 @@ struct ErrorCase {
   std::vector<std::string> mentions;
 };
 
+TEST(ParsePipelineConfig, EpochsNullIsAnUnboundedRun) {
+  EXPECT_EQ(ParseOk(kMinimal).epochs, 1);
+  const PipelineSpec unbounded = ParseOk(std::string(kMinimal) + "epochs: null\n");
+  EXPECT_FALSE(unbounded.epochs.has_value());
+  EXPECT_FALSE(ParseOk(std::string(kMinimal) + "epochs: ~\n").epochs.has_value());
+  EXPECT_FALSE(ParseOk(std::string(kMinimal), {"epochs=null"}).epochs.has_value());
+  EXPECT_EQ(ParseOk(std::string(kMinimal) + "epochs: null\n", {"epochs=4"}).epochs, 4);
+  // The canonical YAML keeps null, so the spec reads back the same.
+  const std::string yaml = PipelineSpecToYaml(unbounded);
+  EXPECT_NE(yaml.find("epochs: ~"), std::string::npos) << yaml;
+  EXPECT_FALSE(ParseOk(yaml).epochs.has_value());
+  Status zero = ParseError(std::string(kMinimal) + "epochs: 0\n");
+  EXPECT_NE(zero.message().find("epochs: must be >= 1"), std::string::npos) << zero.ToString();
+}
+
 TEST(ParsePipelineConfig, SchemaErrorsNameTheKeyAndWhatIsAllowed) {
   const ErrorCase cases[] = {
       {"sorce: {}\n", {"sorce: unknown key", "source, seed, epochs"}},

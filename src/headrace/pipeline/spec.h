@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -103,7 +104,9 @@ struct TrainerSpec {   // the simulated trainer of `headrace run`
 struct PipelineSpec {
   SourceSpec source;
   uint64_t seed = 0;
-  int64_t epochs = 1;
+  // The run's length: `headrace run` runs this many epochs; a loader stops after them.
+  // null: unbounded (a training loop decides when to stop; loaders only).
+  std::optional<int64_t> epochs = 1;
   bool shuffle = true;
   BatchSpec batch;
   std::vector<OpSpec> ops;
