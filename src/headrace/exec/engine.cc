@@ -417,6 +417,21 @@ Status Engine::CheckErrorBudgetLocked(bool at_end) const {
   return Status::ResourceExhausted(std::move(message));
 }
 
+bool Engine::ReadyLocked() const {
+  return !failure_.ok() || next_ >= order_.total_batches() || ready_.count(next_) > 0;
+}
+
+bool Engine::WaitReady(std::chrono::nanoseconds timeout) {
+  std::unique_lock lock(mu_);
+  if (ReadyLocked()) return true;
+  consumer_waiting_ = true;
+  consumer_waiting_since_ = Clock::now();
+  const bool ready = consumer_cv_.wait_for(lock, timeout, [&] { return ReadyLocked(); });
+  consumer_waiting_ = false;
+  consumer_wait_ns_ += NanosSince(consumer_waiting_since_);
+  return ready;
+}
+
 Result<std::optional<Batch>> Engine::Next() {
   std::unique_lock lock(mu_);
   ++next_calls_;
@@ -425,8 +440,7 @@ Result<std::optional<Batch>> Engine::Next() {
     const int64_t total = order_.total_batches();
     consumer_waiting_ = true;
     consumer_waiting_since_ = Clock::now();
-    consumer_cv_.wait(lock,
-                      [&] { return !failure_.ok() || next_ >= total || ready_.count(next_) > 0; });
+    consumer_cv_.wait(lock, [&] { return ReadyLocked(); });
     consumer_waiting_ = false;
     consumer_wait_ns_ += NanosSince(consumer_waiting_since_);
     if (!failure_.ok()) return failure_;

@@ -135,6 +135,10 @@ class Engine {
   // The next batch in order; nullopt after the last one; an error when the run failed
   // (error budget) or was cancelled.
   Result<std::optional<Batch>> Next();
+  // Waits up to `timeout` until Next() would return without blocking (a batch is ready,
+  // the run ended or failed); true if so. Lets a consumer that must stay responsive (a
+  // Python loop noticing Ctrl-C) wait in slices; the time counts as consumer wait.
+  bool WaitReady(std::chrono::nanoseconds timeout);
   // Stops the run; Next() then returns kCancelled. Safe from any thread.
   void Cancel();
 
@@ -167,6 +171,8 @@ class Engine {
   // Runs the batch ops on a complete batch; on failure, empties it and records errors.
   void RunBatchOps(const BatchJob& job, Batch& batch);
   Status CheckErrorBudgetLocked(bool at_end) const;
+  // Whether Next() would return without waiting.
+  bool ReadyLocked() const;
   // Total consumer wait so far, the wait in progress included.
   int64_t ConsumerWaitNanosLocked() const;
 

@@ -118,7 +118,7 @@ class EngineConformance : public testing::TestWithParam<Config> {
 
   Result<std::unique_ptr<Engine>> Start(std::shared_ptr<std::vector<SampleRecord>> records,
                                         std::unique_ptr<Op> op, int64_t batch_size,
-                                        int64_t epochs = 1, int64_t start = 0,
+                                        std::optional<int64_t> epochs = 1, int64_t start = 0,
                                         double max_error_rate = 1.0, int threads = -1,
                                         std::unique_ptr<BatchOp> batch_op = nullptr) {
     EngineInputs in;
@@ -254,6 +254,39 @@ TEST_P(EngineConformance, CancelWhileBlockedReturnsAndJoins) {
   engine->reset();  // joins the driver, drains reads and tasks, joins the pool
 }
 
+TEST_P(EngineConformance, WaitReadyTimesOutUntilABatchIsReady) {
+  std::latch started(1);
+  auto gate = std::make_unique<GateOp>(&started);
+  GateOp* gate_ptr = gate.get();
+  auto engine = Start(Records(8), std::move(gate), 4);
+  ASSERT_TRUE(engine.ok());
+  started.wait();  // a sample of batch 0 is held in the chain: nothing can be ready
+  EXPECT_FALSE((*engine)->WaitReady(std::chrono::milliseconds(1)));
+  gate_ptr->Open();
+  // Without a deadline that matters: the batch arrives, and Next() then has it at once.
+  while (!(*engine)->WaitReady(std::chrono::milliseconds(50))) {
+  }
+  auto next = (*engine)->Next();
+  ASSERT_TRUE(next.ok() && next->has_value());
+  auto rest = Drain(**engine);
+  EXPECT_EQ(rest.size(), 1u);
+  EXPECT_TRUE((*engine)->WaitReady(std::chrono::milliseconds(0)));  // the end is "ready"
+}
+
+TEST_P(EngineConformance, UnboundedEpochsRunOnAcrossEpochs) {
+  auto engine = Start(Records(10), std::make_unique<FillOp>(), 4, /*epochs=*/std::nullopt);
+  ASSERT_TRUE(engine.ok());
+  EXPECT_EQ((*engine)->order().total_batches(), EpochOrder::kUnboundedBatches);
+  std::vector<int64_t> epochs;
+  for (int i = 0; i < 3 * 3 + 1; ++i) {  // 3 batches an epoch
+    auto next = (*engine)->Next();
+    ASSERT_TRUE(next.ok() && next->has_value());
+    epochs.push_back((*next)->epoch);
+  }
+  EXPECT_EQ(epochs, (std::vector<int64_t>{0, 0, 0, 1, 1, 1, 2, 2, 2, 3}));
+  engine->reset();  // destroyed with the producer running ahead, forever
+}
+
 TEST_P(EngineConformance, ConsumerStoppingEarlyDoesNotHang) {
   auto engine = Start(Records(64), std::make_unique<FillOp>(), 4, /*epochs=*/1000);
   ASSERT_TRUE(engine.ok());
@@ -365,6 +398,18 @@ TEST(EpochOrder, ShuffleOffKeepsFileOrder) {
   ASSERT_TRUE(order.ok());
   EXPECT_EQ(order->Permutation(3), (std::vector<int64_t>{0, 1, 2, 3, 4}));
   EXPECT_EQ(order->SampleIndices(order->Position(2)), (std::vector<int64_t>{4}));
+}
+
+TEST(EpochOrder, UnboundedAndHugeRunsSaturate) {
+  auto unbounded = EpochOrder::Make({.num_samples = 10, .batch_size = 3, .epochs = std::nullopt});
+  ASSERT_TRUE(unbounded.ok());
+  EXPECT_EQ(unbounded->total_batches(), EpochOrder::kUnboundedBatches);
+  EXPECT_EQ(unbounded->Position(4 * 1000000 + 1).epoch, 1000000);
+  auto huge = EpochOrder::Make(
+      {.num_samples = 10, .batch_size = 3, .epochs = std::numeric_limits<int64_t>::max() / 2});
+  ASSERT_TRUE(huge.ok());
+  EXPECT_EQ(huge->total_batches(), EpochOrder::kUnboundedBatches);  // 4 x (max / 2) overflows
+  EXPECT_FALSE(EpochOrder::Make({.num_samples = 10, .epochs = 0}).ok());
 }
 
 TEST(EpochOrder, RejectsBadRank) {

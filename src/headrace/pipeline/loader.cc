@@ -13,6 +13,30 @@ int ResolveIoInflight(const ExecutionSpec& execution, int cpu_threads) {
   return std::max(kMinAutoIoInflight, kAutoIoInflightPerThread * std::max(cpu_threads, 1));
 }
 
+namespace {
+
+// The run-local batch at which LoaderOptions start: start_epoch's first batch plus
+// start_batch.
+Result<int64_t> StartBatch(const LoaderOptions& options, EpochOrderOptions order,
+                           size_t num_samples) {
+  if (options.start_epoch < 0 || options.start_batch < 0) {
+    return Status::InvalidArgument("the start epoch and batch must be >= 0, got epoch " +
+                                   std::to_string(options.start_epoch) + ", batch " +
+                                   std::to_string(options.start_batch));
+  }
+  if (options.start_epoch == 0) return options.start_batch;
+  order.num_samples = static_cast<int64_t>(num_samples);
+  HR_ASSIGN_OR_RETURN(EpochOrder epoch_order, EpochOrder::Make(order));
+  const int64_t per_epoch = epoch_order.batches_per_rank_epoch();
+  if (options.start_epoch > (EpochOrder::kUnboundedBatches - options.start_batch) / per_epoch) {
+    return Status::InvalidArgument("start epoch " + std::to_string(options.start_epoch) +
+                                   " is beyond any run");
+  }
+  return options.start_epoch * per_epoch + options.start_batch;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
                                              const LoaderOptions& options) {
   HR_RETURN_IF_ERROR(ValidatePipelineSpec(spec));
@@ -51,7 +75,6 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
     return Status::InvalidArgument("execution.io_budget_bytes must be below memory.budget_bytes");
   }
   opt.prefetch_depth = spec.prefetch.depth;
-  opt.start_batch = options.start_batch;
   opt.order.batch_size = spec.batch.size;
   opt.order.drop_last = spec.batch.drop_last;
   opt.order.shuffle = spec.shuffle;
@@ -59,6 +82,8 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   opt.order.epochs = spec.epochs;
   opt.order.rank = options.rank;
   opt.order.world_size = options.world_size;
+  HR_ASSIGN_OR_RETURN(opt.start_batch,
+                      StartBatch(options, opt.order, loader->manifest_->records.size()));
   opt.max_error_rate = spec.errors.max_error_rate;
   opt.min_samples = spec.errors.min_samples;
   opt.max_kept_errors = spec.errors.max_logged;
@@ -71,8 +96,14 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
 
 Loader::~Loader() = default;
 
+bool Loader::WaitReady(std::chrono::nanoseconds timeout) {
+  if (!wait_started_) wait_started_ = Clock::now();
+  return engine_->WaitReady(timeout);
+}
+
 Result<std::optional<Batch>> Loader::Next() {
-  const auto call = Clock::now();
+  const auto call = wait_started_.value_or(Clock::now());
+  wait_started_.reset();
   if (returned_any_) stats_.busy_s += std::chrono::duration<double>(call - last_return_at_).count();
   auto batch = engine_->Next();
   const auto now = Clock::now();

@@ -20,7 +20,10 @@
 namespace headrace {
 
 struct LoaderOptions {
-  int64_t start_batch = 0;  // the rank-local batch to start at (resume)
+  // Where to start (resume): the rank-local batch `start_batch`, counted from the first
+  // batch of epoch `start_epoch` (0: from the start of the run).
+  int64_t start_epoch = 0;
+  int64_t start_batch = 0;
   int rank = 0;
   int world_size = 1;
   Allocator* allocator = nullptr;    // batch memory; null: the heap
@@ -58,10 +61,16 @@ class Loader {
 
   // The next batch; nullopt at the end of the run.
   Result<std::optional<Batch>> Next();
+  // Waits up to `timeout` until Next() would not block; true if so. A consumer that must
+  // notice interrupts calls this in slices before Next(); the time counts as its wait.
+  bool WaitReady(std::chrono::nanoseconds timeout);
+  // Stops the run from any thread: a waiting Next() returns kCancelled.
+  void Cancel() { engine_->Cancel(); }
 
   const PipelineSpec& spec() const { return spec_; }
   const Manifest& manifest() const { return *manifest_; }
   int64_t batches_per_epoch() const { return engine_->order().batches_per_rank_epoch(); }
+  // EpochOrder::kUnboundedBatches when the run's epochs are unbounded.
   int64_t total_batches() const { return engine_->order().total_batches(); }
   int64_t next_batch() const { return engine_->next_batch(); }
   int64_t memory_budget_bytes() const { return spec_.memory.budget_bytes; }
@@ -87,6 +96,7 @@ class Loader {
   Clock::time_point first_batch_at_;
   Clock::time_point last_return_at_;
   bool returned_any_ = false;
+  std::optional<Clock::time_point> wait_started_;  // the first WaitReady() before Next()
   ConsumerStats stats_;
 };
 
