@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
-  g++ make cmake ninja-build pkg-config
+  g++ make cmake ninja-build pkg-config ccache
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libexif-dev libyuv-dev
   libsentencepiece-dev libsimdjson-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev
