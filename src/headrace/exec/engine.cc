@@ -469,14 +469,18 @@ Result<std::optional<Batch>> Engine::Next() {
         first_errors_.push_back(e);
       }
     }
-    Status budget = CheckErrorBudgetLocked(/*at_end=*/false);
+    // An epoch's end is a verdict point too: a run without an end (or a long one) must
+    // not go on for epochs with every sample failing just because min_samples is large.
+    const bool epoch_end = next_ % order_.batches_per_rank_epoch() == 0;
+    Status budget = CheckErrorBudgetLocked(/*at_end=*/epoch_end);
     if (!budget.ok()) {
       failure_ = budget;
       stop_ = true;
       driver_cv_.notify_all();
       return failure_;
     }
-    if (batch.size() == 0) continue;  // every sample failed: nothing to deliver
+    // Every sample failed: nothing to deliver, unless the consumer follows positions.
+    if (batch.size() == 0 && !options_.deliver_empty_batches) continue;
     ++batches_delivered_;
     return std::optional<Batch>(std::move(batch));
   }

@@ -19,7 +19,7 @@
 //   Backpressure thus flows from the consumer up to the reads.
 // - A failing sample is skipped: its batch is delivered without it (rows compacted),
 //   the error is kept in Batch::errors and counted. A batch whose samples all fail is
-//   not delivered. The run fails when errors exceed the error budget.
+//   not delivered (or delivered empty, with deliver_empty_batches). The run fails when errors exceed the error budget.
 // - Next() is for one consumer thread. The destructor cancels: it stops admission,
 //   lets in-flight reads and tasks finish (skipping their work), and joins every thread.
 #pragma once
@@ -74,9 +74,14 @@ struct EngineOptions {
   int64_t batch_budget_bytes = 1 << 30;
   int prefetch_depth = 4;
   int64_t start_batch = 0;  // the rank-local batch to start at
+  // A batch whose samples all failed is delivered with no rows (its errors inside)
+  // instead of being skipped: for consumers that follow positions, such as a loader that
+  // ends each epoch at its last batch. Skipping would make Next() run on into the next
+  // epoch, and never return at all when every batch of an unbounded run fails.
+  bool deliver_empty_batches = false;
   EpochOrderOptions order;
   // Error budget: fail once failed / attempted > max_error_rate, with at least
-  // min_samples attempted (or at the end of the run).
+  // min_samples attempted (or at the end of each epoch).
   double max_error_rate = 0.05;
   int64_t min_samples = 100;
   int max_kept_errors = 20;  // errors kept in full in the metrics

@@ -84,6 +84,7 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   opt.order.world_size = options.world_size;
   HR_ASSIGN_OR_RETURN(opt.start_batch,
                       StartBatch(options, opt.order, loader->manifest_->records.size()));
+  opt.deliver_empty_batches = options.deliver_empty_batches;
   opt.max_error_rate = spec.errors.max_error_rate;
   opt.min_samples = spec.errors.min_samples;
   opt.max_kept_errors = spec.errors.max_logged;
@@ -125,7 +126,7 @@ Result<std::optional<Batch>> Loader::Next() {
   }
   last_return_at_ = now;
   stats_.elapsed_s = std::chrono::duration<double>(now - created_).count();
-  if (batch.ok() && batch->has_value()) {
+  if (batch.ok() && batch->has_value() && (*batch)->size() > 0) {
     ++stats_.batches;
     stats_.samples += (*batch)->size();
   }

@@ -26,6 +26,8 @@ struct LoaderOptions {
   int64_t start_batch = 0;
   int rank = 0;
   int world_size = 1;
+  // See EngineOptions::deliver_empty_batches.
+  bool deliver_empty_batches = false;
   Allocator* allocator = nullptr;    // batch memory; null: the heap
   std::shared_ptr<Storage> storage;  // null: OpenStorage(spec.storage): local, s3://, http(s)://
   // Records a timeline of the run (reads, operators, the consumer) when set; must
