@@ -57,7 +57,7 @@ def run(data, samples, extra, batch_ops=(), in_loop=None):
         source={"manifest": str(sub), "root": str(data)},
         ops=[ops.decode(), ops.resize(shorter_side=256), ops.center_crop(224), *extra,
              ops.normalize(), ops.tokenize(data / "tokenizer.model", max_length=128)],
-        batch_size=64, seed=0, cpu_threads=2)
+        batch_size=64, seed=0, epochs=1, cpu_threads=2)
     for fn in batch_ops:
         pipeline = pipeline.map_batch(fn)
     t0 = time.perf_counter()

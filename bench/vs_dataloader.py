@@ -107,7 +107,7 @@ def headrace_loader(data, samples):
         source=source,
         ops=[ops.decode(), ops.resize(shorter_side=256), ops.center_crop(224), ops.normalize(),
              ops.tokenize(data / "tokenizer.model", max_length=MAX_LEN)],
-        batch_size=64, seed=0, cpu_threads=2)
+        batch_size=64, seed=0, epochs=1, cpu_threads=2)
     return ht.TorchLoader(pipeline, device=None)
 
 

@@ -7,16 +7,18 @@
              headrace.ops.center_crop(224), headrace.ops.normalize(),
              headrace.ops.tokenize("data/sample/tokenizer.model", max_length=128)],
         batch_size=64, seed=0)
-    for batch in headrace.Loader(pipeline, rank=0, world_size=1):
-        image = torch.from_dlpack(batch["image"])   # no copy
+    loader = headrace.Loader(pipeline)      # rank/world size from torch.distributed or torchrun
+    for epoch in range(3):
+        for batch in loader:                # one epoch per `for`, each its own shuffle
+            image = torch.from_dlpack(batch["image"])   # no copy
 
 See python/README.md.
 """
 from . import ops
 from ._headrace import CancelledError, ConfigError, Error, Tensor, make_sample
-from .loader import Batch, Loader
+from .loader import Batch, Loader, default_rank_and_world_size
 from .pipeline import Pipeline
 
 __all__ = ["Batch", "CancelledError", "ConfigError", "Error", "Loader", "Pipeline", "Tensor",
-           "make_sample", "ops"]
+           "default_rank_and_world_size", "make_sample", "ops"]
 __version__ = "0.1.0"

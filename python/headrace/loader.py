@@ -1,15 +1,16 @@
-"""Loader: an iterable of batches with exact mid-run resume (state_dict)."""
+"""Loader: an iterable of batches, one epoch per ``for``, with exact resume (state_dict)."""
 from __future__ import annotations
 
 import atexit
 import os
+import sys
 import weakref
-from typing import Any, Dict, Iterator, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from . import _headrace
 from .pipeline import Pipeline
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2  # 1: a whole-run position (next_batch), before one epoch per `for`
 _live: "weakref.WeakSet[Loader]" = weakref.WeakSet()
 
 
@@ -62,41 +63,97 @@ class _BatchCall:
         return self.fn(Batch(fields, epoch, index, global_index, seed=seed))
 
 
+def default_rank_and_world_size(rank: Optional[int] = None,
+                                world_size: Optional[int] = None) -> Tuple[int, int]:
+    """This process's data-parallel rank and world size: an explicit argument wins, then
+    ``torch.distributed`` when it is initialized, then ``RANK``/``WORLD_SIZE`` (torchrun
+    sets both), else 0 and 1."""
+    found: Optional[Tuple[int, int, str]] = None
+    dist = sys.modules.get("torch.distributed")  # initialized implies imported
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        found = (dist.get_rank(), dist.get_world_size(), "torch.distributed")
+    else:
+        env_rank, env_world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+        if env_rank is not None or env_world is not None:
+            where = f"RANK={env_rank!r}, WORLD_SIZE={env_world!r}"
+            if env_rank is None or env_world is None:
+                raise _headrace.ConfigError(
+                    f"environment: {where}: set both RANK and WORLD_SIZE (as torchrun does), "
+                    "or neither")
+            try:
+                found = (int(env_rank), int(env_world), "environment")
+            except ValueError:
+                raise _headrace.ConfigError(
+                    f"environment: {where}: both must be integers") from None
+            if not 0 <= found[0] < found[1]:
+                raise _headrace.ConfigError(
+                    f"environment: {where}: RANK must be in [0, WORLD_SIZE)")
+    source = "arguments"
+    if rank is None or world_size is None:
+        if found is not None:
+            source = found[2] if rank is None and world_size is None else \
+                f"arguments and {found[2]}"
+            rank = found[0] if rank is None else rank
+            world_size = found[1] if world_size is None else world_size
+        else:
+            rank = 0 if rank is None else rank
+            world_size = 1 if world_size is None else world_size
+    rank, world_size = int(rank), int(world_size)
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise _headrace.ConfigError(
+            f"rank must be in [0, world_size) (got rank {rank}, world_size {world_size}, "
+            f"from {source})")
+    return rank, world_size
+
+
 class Loader:
-    """The batches of ``pipeline`` for data-parallel ``rank`` of ``world_size``.
+    """The batches of ``pipeline`` for data-parallel ``rank`` of ``world_size``, one
+    epoch per ``for``, as ``DataLoader`` with ``DistributedSampler`` gives them::
 
-    Iterating yields the rest of the run (every epoch of the pipeline, in order); once
-    exhausted, iterating again starts a new run. The engine computes ahead of the
-    consumer on its own threads; the GIL is released while it works and while the loop
-    waits for a batch.
+        for epoch in range(3):
+            for batch in loader:   # epoch 0, then 1, then 2: each its own shuffle
+                ...
 
-    ``state_dict()`` after batch k, given to ``load_state_dict`` (here or in another
-    process, with the same pipeline), resumes at batch k + 1 exactly: batches that were
-    prefetched but not consumed are simply computed again.
+    Each ``for`` is the next epoch (a loop left with ``break`` counts as its epoch);
+    ``set_epoch(e)`` jumps to epoch ``e`` explicitly; ``len(loader)`` is this rank's
+    batches per epoch. The pipeline's ``epochs`` limits the run (``None``/``null``:
+    unbounded); ``run()`` iterates every remaining epoch in one loop.
+
+    The engine computes ahead of the consumer on its own threads, across epoch
+    boundaries (the next epoch's first batches are ready when an epoch ends); the GIL is
+    released while it works and while the loop waits, and Ctrl-C interrupts a wait.
+
+    ``rank``/``world_size`` default to ``torch.distributed``'s when it is initialized,
+    else to the ``RANK``/``WORLD_SIZE`` environment (torchrun), else 0 and 1.
+
+    ``state_dict()`` taken after a batch, given to ``load_state_dict`` (here or in a new
+    process, with the same pipeline), continues that epoch at the next batch; the
+    ``for`` after that one is the next epoch. Prefetched batches that were never
+    consumed are simply computed again.
 
     ``pin_memory=True`` allocates batches in pinned (page-locked) host memory when a CUDA
     device is usable, so that ``.to("cuda", non_blocking=True)`` is asynchronous; on a
     CPU-only machine it is a no-op (``pinned`` says which happened).
     """
 
-    def __init__(self, pipeline: Union[Pipeline, str, os.PathLike], rank: int = 0,
-                 world_size: int = 1, pin_memory: bool = False,
+    def __init__(self, pipeline: Union[Pipeline, str, os.PathLike], rank: Optional[int] = None,
+                 world_size: Optional[int] = None, pin_memory: bool = False,
                  state_dict: Optional[Dict[str, Any]] = None):
         if not isinstance(pipeline, Pipeline):
             pipeline = Pipeline.from_yaml(pipeline)
         self.pipeline = pipeline
-        self.rank = int(rank)
-        self.world_size = int(world_size)
-        if not 0 <= self.rank < self.world_size:
-            raise _headrace.ConfigError(
-                f"rank must be in [0, world_size) (got rank {rank}, world_size {world_size})")
+        self.rank, self.world_size = default_rank_and_world_size(rank, world_size)
         self.pinned = bool(pin_memory) and _headrace._pinned_available()
         self._spec = pipeline.spec()
         self._fingerprint = pipeline.fingerprint()
+        self._limit: Optional[int] = self._spec.epochs  # epochs of the run; None: unbounded
         self._impl = None
-        self._start = 0       # where the next engine starts
-        self._next_batch = 0  # the rank-local batch the consumer gets next
-        self._finished = False
+        # Where the consumer is: the epoch and the rank-local batch in it that come next.
+        self._epoch = 0
+        self._batch = 0
+        self._per_epoch: Optional[int] = None  # this rank's batches per epoch, once known
+        self._active = False  # a `for` over self._epoch started and has not ended
+        self._keep = False    # the next `for` continues self._epoch (resume, set_epoch)
         self._last_stats: Optional[Dict[str, float]] = None
         _live.add(self)
         if state_dict is not None:
@@ -104,46 +161,109 @@ class Loader:
 
     # --- iteration -------------------------------------------------------------------
 
-    def __iter__(self) -> Iterator[Batch]:
-        if self._finished:  # a new run
-            self._finished = False
-            self._start = self._next_batch = 0
+    def __iter__(self) -> "Loader":
+        """Starts the next epoch (or continues the one a state dict or ``set_epoch`` set)."""
+        if self._active and not self._keep:  # the last `for` left its epoch early
+            self._epoch, self._batch = self._epoch + 1, 0
+        self._keep = False
+        self._check_epoch(self._epoch, "epoch")
+        self._active = True
         return self
 
     def __next__(self) -> Batch:
-        if self._finished:
-            raise StopIteration
-        impl = self._engine()
-        item = impl.next()
-        if item is None:
-            self._finished = True
-            self._next_batch = impl.next_batch
-            self.close()
-            raise StopIteration
-        fields, epoch, index, global_index, errors, ptrs = item
-        batch = Batch(fields, epoch, index, global_index, errors, ptrs)
-        self._next_batch = impl.next_batch
-        return batch
+        if not self._active:
+            self.__iter__()  # next(loader) without a `for`
+        per_epoch = self._batches_per_epoch()
+        while True:
+            if self._batch >= per_epoch:
+                self._end_epoch()
+            impl = self._engine()
+            item = impl.next()
+            if item is None:  # the end of the run
+                self._end_epoch()
+            self._batch = impl.next_batch - self._epoch * per_epoch
+            fields, epoch, index, global_index, errors, ptrs = item
+            # A batch whose samples all failed comes empty (its errors are counted in the
+            # report): it holds the position, and the loop goes on to the next one.
+            if len(fields["index"]) > 0:
+                return Batch(fields, epoch, index, global_index, errors, ptrs)
+
+    def _end_epoch(self):
+        self._epoch, self._batch, self._active = self._epoch + 1, 0, False
+        if self._limit is not None and self._epoch >= self._limit:
+            self.close()  # the run is over: free the engine's threads and memory
+        raise StopIteration
+
+    def run(self) -> Iterator[Batch]:
+        """Every remaining batch of the run, epoch after epoch, in one loop (what
+        ``headrace run`` consumes). Endless when the pipeline's epochs is unbounded."""
+        while self._limit is None or self._epoch < self._limit:
+            yield from self
+
+    def set_epoch(self, epoch: int) -> None:
+        """Makes the next ``for`` iterate ``epoch``, from its first batch, as
+        ``DistributedSampler.set_epoch`` does. The epoch the loader is already positioned
+        in (after ``load_state_dict``, or the one the next ``for`` would start anyway)
+        keeps its position, so the usual ``set_epoch(e)`` before each ``for`` never
+        undoes a resume or stalls the prefetch."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int):
+            raise _headrace.ConfigError(f"set_epoch: epoch must be an int, got {epoch!r}")
+        self._check_epoch(epoch, "set_epoch")
+        if epoch == self._epoch and not self._active:
+            self._keep = True
+            return
+        self._epoch, self._batch, self._active, self._keep = epoch, 0, False, True
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the current (or next) ``for`` iterates."""
+        return self._epoch
+
+    def _check_epoch(self, epoch: int, what: str) -> None:
+        if epoch < 0 or (self._limit is not None and epoch >= self._limit):
+            allowed = (f"[0, {self._limit})" if self._limit is not None else ">= 0")
+            raise _headrace.ConfigError(
+                f"{what}: epoch {epoch} is outside the run (allowed: {allowed}; the pipeline's "
+                f"epochs is {self._limit if self._limit is not None else 'null (unbounded)'}"
+                "; set epochs to null for a run without an end)")
 
     def _engine(self):
-        if self._impl is None:
-            self._impl = _headrace._Loader.make(self._spec, self.rank, self.world_size,
-                                                self._start, self.pinned)
-        return self._impl
+        """The engine, positioned at the consumer's (epoch, batch): the running one when it
+        is there already, so that prefetch carries over from one epoch to the next."""
+        if self._impl is not None and self._per_epoch is not None and \
+                self._impl.next_batch == self._epoch * self._per_epoch + self._batch:
+            return self._impl
+        self.close()
+        impl = _headrace._Loader.make(self._spec, self.rank, self.world_size, self._epoch,
+                                      self._batch, self.pinned)
+        if self._per_epoch is not None and impl.batches_per_epoch != self._per_epoch:
+            impl.close()
+            raise _headrace.ConfigError(
+                f"state dict: batches_per_epoch: saved {self._per_epoch}, this loader "
+                f"{impl.batches_per_epoch} (the dataset changed)")
+        self._per_epoch = impl.batches_per_epoch
+        self._impl = impl
+        return impl
+
+    def _batches_per_epoch(self) -> int:
+        if self._per_epoch is None:
+            self._engine()
+        return self._per_epoch
 
     def __len__(self) -> int:
-        """Batches of the whole run for this rank (every epoch)."""
-        return self._engine().total_batches
+        """This rank's batches per epoch (as ``len(DataLoader)``)."""
+        return self._batches_per_epoch()
 
     @property
     def batches_per_epoch(self) -> int:
         """This rank's batches per epoch."""
-        return self._engine().batches_per_epoch
+        return self._batches_per_epoch()
 
     # --- resume ----------------------------------------------------------------------
 
     def state_dict(self) -> Dict[str, Any]:
-        """Where the consumer is: the next batch it would get, and what that means."""
+        """Where the consumer is: the epoch and the batch in it that come next, and what
+        pipeline they belong to."""
         spec = self._spec
         return {
             "version": _STATE_VERSION,
@@ -151,27 +271,36 @@ class Loader:
             "manifest": spec.manifest,
             "seed": spec.seed,
             "batch_size": spec.batch_size,
-            "epochs": spec.epochs,
             "shuffle": spec.shuffle,
             "drop_last": spec.drop_last,
             "ops": list(spec.op_names),
             "batch_ops": list(spec.batch_op_names),
             "rank": self.rank,
             "world_size": self.world_size,
-            "next_batch": self._next_batch,
+            "epoch": self._epoch,
+            "batch_in_epoch": self._batch,
+            "batches_per_epoch": self._per_epoch,
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Resume where ``state`` was taken. Refused, naming what differs, when it comes
-        from another pipeline, seed, rank or world size."""
-        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
+        """Resume where ``state`` was taken: the next ``for`` continues its epoch at the
+        next batch. Refused, naming what differs, when it comes from another pipeline,
+        seed, rank or world size, or from an older headrace."""
+        if not isinstance(state, dict) or "version" not in state:
             raise _headrace.ConfigError(
                 f"state dict: not a headrace Loader state (version {_STATE_VERSION} expected)")
+        if state["version"] != _STATE_VERSION:
+            raise _headrace.ConfigError(
+                f"state dict: version: saved {state['version']!r}, this loader "
+                f"{_STATE_VERSION}: version 1 held a position in the whole run (next_batch "
+                f"{state.get('next_batch')!r}), version 2 holds epoch and batch_in_epoch, "
+                "since each `for` is one epoch; resume from a checkpoint written by this "
+                "version")
         mine = self.state_dict()
         differences: List[str] = []
-        for key in ("seed", "batch_size", "epochs", "shuffle", "drop_last", "manifest", "ops",
+        for key in ("seed", "batch_size", "shuffle", "drop_last", "manifest", "ops",
                     "batch_ops", "rank", "world_size"):
-            saved = state.get(key, [] if key == "batch_ops" else None)
+            saved = state.get(key)
             if saved != mine[key]:
                 differences.append(f"{key}: saved {saved!r}, this loader {mine[key]!r}")
         if not differences and state.get("fingerprint") != mine["fingerprint"]:
@@ -181,13 +310,19 @@ class Loader:
         if differences:
             raise _headrace.ConfigError(
                 "state dict from a different pipeline: " + "; ".join(differences))
-        next_batch = state.get("next_batch")
-        if not isinstance(next_batch, int) or next_batch < 0:
-            raise _headrace.ConfigError(f"state dict: next_batch must be an int >= 0 "
-                                        f"(got {next_batch!r})")
+        epoch, batch = state.get("epoch"), state.get("batch_in_epoch")
+        per_epoch = state.get("batches_per_epoch")
+        for key, value in (("epoch", epoch), ("batch_in_epoch", batch)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise _headrace.ConfigError(
+                    f"state dict: {key} must be an int >= 0 (got {value!r})")
+        if per_epoch is not None and (not isinstance(per_epoch, int) or batch > per_epoch):
+            raise _headrace.ConfigError(
+                f"state dict: batch_in_epoch {batch} is past batches_per_epoch {per_epoch!r}")
+        self._check_epoch(epoch, "state dict")
         self.close()
-        self._start = self._next_batch = next_batch
-        self._finished = False
+        self._epoch, self._batch, self._per_epoch = epoch, batch, per_epoch
+        self._active, self._keep = False, True
 
     # --- measurement and lifetime ----------------------------------------------------
 
@@ -213,12 +348,11 @@ class Loader:
         return json.loads(self._impl.report_json())
 
     def close(self) -> None:
-        """Stops the engine (batches already handed out stay valid)."""
+        """Stops the engine (batches already handed out stay valid). The position is
+        kept: iterating again starts a new engine there."""
         impl, self._impl = self._impl, None
         if impl is not None:
             self._last_stats = impl.consumer_stats()
-            if not self._finished:
-                self._start = self._next_batch
             impl.close()
 
     def __enter__(self) -> "Loader":

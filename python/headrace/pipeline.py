@@ -27,12 +27,14 @@ class Pipeline:
     ``Pipeline(source="data/sample/manifest.jsonl", ops=[headrace.ops.decode(), ...],
     batch_size=64, seed=0)``, or ``Pipeline.from_yaml("examples/vqa.yaml")``. Keyword
     names are the config's (``batch_size`` is ``batch.size``); ``overrides`` takes any
-    other key as in ``headrace run --set``. Errors name the config key.
+    other key as in ``headrace run --set``. Errors name the config key. ``epochs`` limits
+    the run; the default, None, leaves it to the training loop (a loader iterates one
+    epoch per ``for``, as many as the loop asks for).
     """
 
     def __init__(self, source: Union[str, os.PathLike, Mapping[str, Any]],
                  ops: Iterable[Any] = (), *, batch_size: int = 32, seed: int = 0,
-                 epochs: int = 1, shuffle: bool = True, drop_last: bool = False,
+                 epochs: Optional[int] = None, shuffle: bool = True, drop_last: bool = False,
                  cpu_threads: int = 0, prefetch: int = 4,
                  memory_budget: Union[None, int, str] = None, overrides: Overrides = None):
         if isinstance(source, Mapping):
@@ -43,7 +45,7 @@ class Pipeline:
         config = {
             "source": source_config,
             "seed": int(seed),
-            "epochs": int(epochs),
+            "epochs": None if epochs is None else int(epochs),
             "shuffle": bool(shuffle),
             "batch": {"size": int(batch_size), "drop_last": bool(drop_last)},
             "ops": [],

@@ -1,9 +1,10 @@
 """PyTorch adapter: batches as ``torch.Tensor``s, optionally on a device.
 
     loader = headrace.torch.TorchLoader(pipeline, device="cuda")  # or "cpu" / None
-    for batch in loader:                 # {"image": Tensor[B,3,224,224], "input_ids": ...}
-        loss = model(batch["image"], batch["input_ids"])
-        ...
+    for epoch in range(epochs):
+        for batch in loader:             # {"image": Tensor[B,3,224,224], "input_ids": ...}
+            loss = model(batch["image"], batch["input_ids"])
+            ...
     loader.wait_time_ratio               # at any time
 
 On the host, each tensor is ``torch.from_dlpack`` of the engine's memory: no copy. With
@@ -33,7 +34,7 @@ class TorchLoader:
     def __init__(self, pipeline: Union[Pipeline, Loader, str, os.PathLike],
                  device: Union[None, str, torch.device] = None,
                  pin_memory: Optional[bool] = None, non_blocking: bool = True,
-                 rank: int = 0, world_size: int = 1):
+                 rank: Optional[int] = None, world_size: Optional[int] = None):
         self.device = torch.device(device) if device is not None else None
         self.non_blocking = non_blocking
         moves = self.device is not None and self.device.type != "cpu"
@@ -56,6 +57,7 @@ class TorchLoader:
         self._created = time.perf_counter()
 
     def __iter__(self) -> Iterator[Dict[str, torch.Tensor]]:
+        """One epoch, as :class:`headrace.Loader` (the next ``for`` is the next epoch)."""
         it = iter(self.loader)
         while True:
             start = time.perf_counter()
@@ -103,7 +105,16 @@ class TorchLoader:
         self.loader.load_state_dict(state)
 
     def __len__(self) -> int:
+        """This rank's batches per epoch."""
         return len(self.loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        """As :meth:`headrace.Loader.set_epoch`."""
+        self.loader.set_epoch(epoch)
+
+    @property
+    def epoch(self) -> int:
+        return self.loader.epoch
 
     def close(self) -> None:
         self.loader.close()

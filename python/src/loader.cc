@@ -7,9 +7,11 @@
 // for an operator that is waiting for the GIL.
 #include "headrace/pipeline/loader.h"
 
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 
@@ -19,14 +21,20 @@
 namespace headrace::python {
 namespace {
 
+// How often a waiting Next() looks for signals (Ctrl-C): well under the ~100 ms a
+// person notices, and rare enough to cost nothing.
+constexpr std::chrono::milliseconds kSignalPoll{20};
+
 class PyLoader {
  public:
   static std::unique_ptr<PyLoader> Make(const PipelineSpec& spec, int rank, int world_size,
-                                        int64_t start_batch, bool pinned) {
+                                        int64_t start_epoch, int64_t start_batch, bool pinned) {
     LoaderOptions options;
     options.rank = rank;
     options.world_size = world_size;
+    options.start_epoch = start_epoch;
     options.start_batch = start_batch;
+    options.deliver_empty_batches = true;  // the Python loader ends epochs by position
     if (pinned) options.allocator = PinnedAllocator();
     if (world_size < 1 || rank < 0 || rank >= world_size) {
       throw StatusError(Status::InvalidArgument(
@@ -45,9 +53,21 @@ class PyLoader {
 
   ~PyLoader() { Close(); }
 
-  // The next batch as BatchToPython's tuple, or None at the end of the run.
+  // The next batch as BatchToPython's tuple, or None at the end of the run. Waits in
+  // slices of kSignalPoll without the GIL, checking for signals between them, so that
+  // Ctrl-C in a loop waiting on a stalled source raises KeyboardInterrupt at once
+  // instead of when the engine returns.
   nb::object Next() {
     if (!loader_) throw StatusError(Status::Cancelled("the loader is closed"));
+    while (true) {
+      bool ready = false;
+      {
+        nb::gil_scoped_release nogil;
+        ready = loader_->WaitReady(kSignalPoll);
+      }
+      if (ready) break;
+      if (PyErr_CheckSignals() != 0) throw nb::python_error();
+    }
     std::optional<Result<std::optional<Batch>>> next;
     {
       nb::gil_scoped_release nogil;
@@ -92,11 +112,17 @@ nb::dict StatsToDict(const ConsumerStats& s) {
 void RegisterLoader(nb::module_& m) {
   nb::class_<PyLoader>(m, "_Loader")
       .def_static("make", &PyLoader::Make, nb::arg("spec"), nb::arg("rank") = 0,
-                  nb::arg("world_size") = 1, nb::arg("start_batch") = 0, nb::arg("pinned") = false)
+                  nb::arg("world_size") = 1, nb::arg("start_epoch") = 0,
+                  nb::arg("start_batch") = 0, nb::arg("pinned") = false)
       .def("next", &PyLoader::Next)
       .def("close", &PyLoader::Close)
       .def_prop_ro("next_batch", [](const PyLoader& l) { return l.loader().next_batch(); })
-      .def_prop_ro("total_batches", [](const PyLoader& l) { return l.loader().total_batches(); })
+      .def_prop_ro("total_batches",
+                   [](const PyLoader& l) -> std::optional<int64_t> {
+                     const int64_t total = l.loader().total_batches();
+                     if (total == EpochOrder::kUnboundedBatches) return std::nullopt;
+                     return total;
+                   })
       .def_prop_ro("batches_per_epoch",
                    [](const PyLoader& l) { return l.loader().batches_per_epoch(); })
       .def_prop_ro("num_samples",

@@ -2,6 +2,7 @@
 // its arguments as a JSON document, which is YAML), so that every key is validated and
 // named by the same code as `headrace run`. User ops and batch ops are added afterwards
 // (user_op.cc, batch_op.cc); the canonical YAML names them, so fingerprints see them.
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -21,6 +22,7 @@ std::string ContentYaml(const PipelineSpec& spec) {
   content.memory = {};
   content.errors = {};
   content.trainer = {};
+  content.epochs = std::nullopt;  // the run's length: where a run stops, not what it holds
   return PipelineSpecToYaml(content);
 }
 

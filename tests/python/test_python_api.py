@@ -101,18 +101,21 @@ def test_resume_yields_exactly_the_rest_of_the_run(make_pipeline, k):
     # 48 samples, batch 8: 6 batches per epoch, 2 epochs; prefetch 4 keeps batches in
     # flight that the consumer never took.
     pipeline = make_pipeline(epochs=2, prefetch=4)
-    full = run_digests(headrace.Loader(pipeline))
+    full = run_digests(headrace.Loader(pipeline).run())
     assert len(full) == 12 and full[5][0] == 0 and full[6][0] == 1
     first = headrace.Loader(pipeline)
-    it = iter(first)
+    it = first.run()
     seen = [next(it) for _ in range(k)]
     assert [(b.epoch, b.index, digest(b)) for b in seen] == full[:k]
     state = first.state_dict()
-    assert state["next_batch"] == k
+    # After the last batch of an epoch the position is (epoch, 6): that epoch's `for`
+    # has not ended yet.
+    assert state["epoch"] * 6 + state["batch_in_epoch"] == k
+    assert state["batch_in_epoch"] == (6 if k == 6 else k % 6)
     first.close()
     resumed = headrace.Loader(make_pipeline(epochs=2, prefetch=2, cpu_threads=1),
                               state_dict=state)
-    assert run_digests(resumed) == full[k:]
+    assert run_digests(resumed.run()) == full[k:]
 
 
 def test_state_dict_from_another_pipeline_is_refused(make_pipeline):
@@ -231,7 +234,8 @@ def test_map_batch_runs_on_engine_threads_in_place(make_pipeline):
                       time.perf_counter() - start))
 
     plain = list(headrace.Loader(make_pipeline()))
-    loader = headrace.Loader(make_pipeline().map_batch(halve))
+    # One epoch: with no limit the engine would run on into epoch 1 while this loop waits.
+    loader = headrace.Loader(make_pipeline(epochs=1).map_batch(halve))
     it = iter(loader)
     halved = [next(it) for _ in range(len(loader))]  # the engine stays up for report()
     report = loader.report()
@@ -348,7 +352,7 @@ def test_state_dict_names_a_different_python_function(make_pipeline, tmp_path):
     with pytest.raises(headrace.ConfigError, match=r"batch_ops: saved \[.*\], this loader \[\]"):
         headrace.Loader(base, state_dict=state)
     resumed = headrace.Loader(base.map_batch(f), state_dict=state)  # same function name
-    assert resumed.state_dict()["next_batch"] == 1
+    assert (resumed.state_dict()["epoch"], resumed.state_dict()["batch_in_epoch"]) == (0, 1)
     (tmp_path / "f.yaml").write_text(with_f.to_yaml())
     with pytest.raises(headrace.ConfigError, match=r"batch_ops: batch ops are code"):
         headrace.Pipeline.from_yaml(tmp_path / "f.yaml")

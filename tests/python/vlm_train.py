@@ -21,6 +21,7 @@ IMAGE = 32
 PATCH = 8
 MAX_LEN = 48
 VOCAB = 2000
+EPOCHS = 4
 
 
 class TinyVLM(nn.Module):
@@ -53,7 +54,7 @@ def pipeline(dataset):
         source=f"{dataset}/manifest.jsonl",
         ops=[ops.decode(), ops.resize(shorter_side=IMAGE), ops.center_crop(IMAGE),
              ops.normalize(), ops.tokenize(f"{dataset}/tokenizer.model", max_length=MAX_LEN)],
-        batch_size=8, seed=3, epochs=4, cpu_threads=2, memory_budget="64MiB")
+        batch_size=8, seed=3, cpu_threads=2, memory_budget="64MiB")  # epochs: the loop's
 
 
 def digest(batch):
@@ -76,27 +77,33 @@ def main():
     model = TinyVLM()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     loader = ht.TorchLoader(pipeline(args.dataset), device="cpu")
-    step = 0
+    step, start_epoch = 0, 0
     if args.resume:
         ckpt = torch.load(args.resume, weights_only=False)
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         loader.load_state_dict(ckpt["loader"])
-        step = ckpt["step"]
+        step, start_epoch = ckpt["step"], ckpt["epoch"]
     record = {"start_step": step, "steps": []}
     loss_fn = nn.CrossEntropyLoss(ignore_index=-100)
-    for batch in loader:
-        logits = model(batch["image"], batch["input_ids"])
-        # Next-token prediction on the assistant tokens (labels are -100 elsewhere).
-        loss = loss_fn(logits[:, :-1].reshape(-1, VOCAB), batch["labels"][:, 1:].reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        step += 1
-        record["steps"].append({"loss": loss.item(), "digest": digest(batch)})
-        if step == args.checkpoint_at:
-            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                        "loader": loader.state_dict(), "step": step}, args.checkpoint)
+    # The usual PyTorch loop: one `for` per epoch, set_epoch as with DistributedSampler
+    # (after a resume, the first `for` finishes the checkpointed epoch).
+    for epoch in range(start_epoch, EPOCHS):
+        loader.set_epoch(epoch)
+        for batch in loader:
+            logits = model(batch["image"], batch["input_ids"])
+            # Next-token prediction on the assistant tokens (labels are -100 elsewhere).
+            loss = loss_fn(logits[:, :-1].reshape(-1, VOCAB), batch["labels"][:, 1:].reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            step += 1
+            record["steps"].append({"loss": loss.item(), "digest": digest(batch),
+                                    "epoch": epoch})
+            if step == args.checkpoint_at:
+                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                            "loader": loader.state_dict(), "step": step, "epoch": epoch},
+                           args.checkpoint)
     record["wait_time_ratio"] = loader.wait_time_ratio
     with open(args.out, "w") as f:
         json.dump(record, f)
