@@ -10,7 +10,9 @@ namespace headrace {
 
 int ResolveIoInflight(const ExecutionSpec& execution, int cpu_threads) {
   if (execution.io_inflight > 0) return execution.io_inflight;
-  return std::max(kMinAutoIoInflight, kAutoIoInflightPerThread * std::max(cpu_threads, 1));
+  // In 64 bits: cpu_threads is validated, but this is public and must not overflow.
+  const int64_t automatic = int64_t{kAutoIoInflightPerThread} * std::max(cpu_threads, 1);
+  return static_cast<int>(std::clamp<int64_t>(automatic, kMinAutoIoInflight, kMaxAutoIoInflight));
 }
 
 Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,

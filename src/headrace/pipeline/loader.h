@@ -31,10 +31,11 @@ struct LoaderOptions {
 };
 
 // execution.io_inflight as the engine runs it: the configured value, or for 0
-// (automatic) max(kMinAutoIoInflight, kAutoIoInflightPerThread × cpu_threads). The
-// measurement behind these numbers is in spec.h, beside the key.
+// (automatic) max(kMinAutoIoInflight, kAutoIoInflightPerThread × cpu_threads), at most
+// kMaxAutoIoInflight. The measurement behind these numbers is in spec.h, beside the key.
 inline constexpr int kMinAutoIoInflight = 32;
 inline constexpr int kAutoIoInflightPerThread = 16;
+inline constexpr int kMaxAutoIoInflight = 16384;  // 16 per thread at 1024 threads
 int ResolveIoInflight(const ExecutionSpec& execution, int cpu_threads);
 
 // Wait accounting of the consumer, in seconds.

@@ -21,5 +21,11 @@ TEST(ResolveIoInflight, AutomaticIsSixteenPerCpuThreadButAtLeastThirtyTwo) {
   EXPECT_EQ(ResolveIoInflight(ex, 0), 32);
 }
 
+TEST(ResolveIoInflight, AutomaticIsCappedWithoutOverflow) {
+  ExecutionSpec ex;
+  EXPECT_EQ(ResolveIoInflight(ex, 1024), kMaxAutoIoInflight);
+  EXPECT_EQ(ResolveIoInflight(ex, 2'000'000'000), kMaxAutoIoInflight);  // 16 x 2e9 > INT_MAX
+}
+
 }  // namespace
 }  // namespace headrace
