@@ -663,6 +663,10 @@ Status SetIn(YAML::Node node, std::span<const std::string> tokens, const YAML::N
                                  Quote(token) + " in it");
 }
 
+// More parts than any key of the schema has (the deepest, ops.N.image.normalize.mean.0,
+// has 6). SetIn recurses once per part: an unbounded key would overflow the stack.
+constexpr size_t kMaxKeyParts = 32;
+
 Status ApplyOverride(YAML::Node& root, const std::string& text, Reader& reader) {
   const auto fail = [&](std::string_view why) {
     return Status::InvalidArgument("override " + Quote(text) + ": " + std::string(why));
@@ -674,6 +678,11 @@ Status ApplyOverride(YAML::Node& root, const std::string& text, Reader& reader) 
   if (key.empty()) return fail("empty key");
   Result<std::vector<std::string>> tokens = SplitKey(key);
   if (!tokens.ok()) return fail(tokens.status().message());
+  if (tokens->size() > kMaxKeyParts) {
+    return Status::InvalidArgument("override " + Quote(key.substr(0, 64)) + "...: the key has " +
+                                   std::to_string(tokens->size()) + " parts, at most " +
+                                   std::to_string(kMaxKeyParts) + " are allowed");
+  }
 
   YAML::Node value;
   if (value_text.empty()) {

@@ -658,6 +658,15 @@ TEST(Overrides, MalformedOverridesFail) {
   }
 }
 
+TEST(Overrides, AKeyWithTooManyPartsFailsWithoutRecursing) {
+  std::string key = "batch";
+  for (int i = 0; i < 20000; ++i) key += ".x";
+  Status st = ParseError(kWithOps, {key + "=1"});
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("override 'batch.x.x"),
+                                  HasSubstr("the key has 20001 parts, at most 32 are allowed")));
+  EXPECT_LT(st.message().size(), 300u);  // the key is not repeated whole
+}
+
 // --- byte sizes ------------------------------------------------------------------------
 
 TEST(ParseByteSize, UnitsAndErrors) {
