@@ -1,8 +1,14 @@
 """Bad input is skipped and counted by kind with (epoch, index, uri); nothing crashes or hangs."""
 import json
+import os
+import re
 import shutil
+import signal
 import struct
+import subprocess
 import zlib
+
+import pytest
 
 from e2e_util import read_report, run_headrace, write_config
 
@@ -106,3 +112,14 @@ def test_the_run_fails_clearly_past_the_error_budget(tmp_path, headrace_bin, sam
     assert proc.returncode == 1
     assert "too many bad samples" in proc.stderr
     assert "max_error_rate" in proc.stderr
+
+
+def test_a_config_that_is_not_a_regular_file_exits_2_naming_it(tmp_path, headrace_bin):
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    # /dev/zero used to be read without end; a FIFO used to block forever in open().
+    for path, what in [("/dev/zero", "is a character device"), (fifo, "is a FIFO"),
+                       (tmp_path, "is a directory")]:
+        proc = run_headrace(headrace_bin, "run", path, check=False, timeout=60)
+        assert proc.returncode == 2, (path, proc.stderr)
+        assert f"{path} {what}" in proc.stderr

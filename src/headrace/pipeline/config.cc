@@ -1,19 +1,20 @@
 #include "headrace/pipeline/config.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <span>
-#include <sstream>
 #include <type_traits>
 #include <utility>
 
@@ -1076,19 +1077,50 @@ Result<PipelineSpec> ParsePipelineConfig(std::string_view yaml_text,
 
 Result<PipelineSpec> LoadPipelineConfig(const std::string& path,
                                         const std::vector<std::string>& overrides) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (!std::filesystem::exists(status)) return Status::NotFound("no such config file: " + path);
-  if (std::filesystem::is_directory(status)) {
-    return Status::IoError("config path is a directory: " + path);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) return Status::NotFound("no such config file: " + path);
+    return Status::IoError("cannot open config " + path + ": " + std::strerror(err));
   }
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in || in.bad()) {
-    return Status::IoError("cannot read config " + path + ": " + std::strerror(errno));
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return Status::IoError("cannot stat config " + path + ": " + std::strerror(errno));
   }
-  Result<PipelineSpec> spec = ParsePipelineConfig(text.str(), overrides);
+  // A directory, FIFO or device (/dev/zero: endless) is a wrong path, like a missing file.
+  if (!S_ISREG(st.st_mode)) {
+    const char* what = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                                              : "not a regular file";
+    return Status::InvalidArgument("config " + path + " is " + what +
+                                   "; expected a regular YAML file");
+  }
+  const auto too_large = [&] {
+    return Status::InvalidArgument("config " + path + " is larger than " +
+                                   std::to_string(kMaxConfigBytes >> 20) +
+                                   " MiB; expected a YAML pipeline config");
+  };
+  if (st.st_size > kMaxConfigBytes) return too_large();
+  // Read at most one byte past the limit: the file may grow while we read it.
+  std::string text;
+  char buf[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::IoError("cannot read config " + path + ": " + std::strerror(errno));
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (static_cast<int64_t>(text.size()) > kMaxConfigBytes) return too_large();
+  }
+  Result<PipelineSpec> spec = ParsePipelineConfig(text, overrides);
   if (!spec.ok()) return spec.status().WithContext(path);
   return spec;
 }

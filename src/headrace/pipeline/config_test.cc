@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -780,6 +782,37 @@ TEST(LoadPipelineConfig, MissingFileIsNotFound) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(s.status().message(), HasSubstr("missing.yaml"));
+}
+
+TEST(LoadPipelineConfig, ADirectoryFifoOrDeviceIsAConfigErrorNamingThePath) {
+  const std::string fifo = TempDir() + "/fifo.yaml";
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // Opening a FIFO used to wait for a writer forever; /dev/zero used to be read forever.
+  const std::pair<std::string, std::string> cases[] = {
+      {TempDir(), "is a directory"}, {fifo, "is a FIFO"}, {"/dev/zero", "is a character device"}};
+  for (const auto& [path, what] : cases) {
+    SCOPED_TRACE(path);
+    Result<PipelineSpec> s = LoadPipelineConfig(path);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.status().message(), AllOf(HasSubstr(path), HasSubstr(what)));
+  }
+  std::filesystem::remove(fifo);
+}
+
+TEST(LoadPipelineConfig, AFileLargerThanTheLimitIsAConfigError) {
+  const std::string path = TempDir() + "/huge.yaml";
+  {
+    std::ofstream out(path);
+    out << kMinimal;
+    out << std::string(kMaxConfigBytes, '#');  // a comment, valid YAML but too long
+  }
+  Result<PipelineSpec> s = LoadPipelineConfig(path);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status().message(), AllOf(HasSubstr(path), HasSubstr("larger than 16 MiB")));
+  std::filesystem::remove(path);
 }
 
 }  // namespace
