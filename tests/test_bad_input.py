@@ -114,6 +114,45 @@ def test_the_run_fails_clearly_past_the_error_budget(tmp_path, headrace_bin, sam
     assert "max_error_rate" in proc.stderr
 
 
+# --- hostile configuration: exit 2 naming the key or file and what is allowed ------------
+
+def _deep_key():
+    return "batch" + ".x" * 20000 + "=1"
+
+
+@pytest.mark.parametrize("override, mentions", [
+    # Used to abort on an uncaught std::system_error (40000 threads).
+    ("execution.cpu_threads=40000", ["execution.cpu_threads: must be in [0, 1024]", "got 40000"]),
+    # Used to overflow computing io_inflight (16 x 2e9), then die of bad_alloc.
+    ("execution.cpu_threads=2000000000", ["execution.cpu_threads: must be in [0, 1024]"]),
+    ("execution.io_inflight=1000000000", ["execution.io_inflight: must be in [0, 16384]"]),
+    ("prefetch.depth=1000000000", ["prefetch.depth: must be in [1, 1024]"]),
+    # Used to overflow the stack, one recursion per part.
+    (_deep_key(), ["the key has 20001 parts, at most 32"]),
+    # Used to wrap the batch's bytes to a few KB and pass the budget check.
+    ("ops.2.image.center_crop.size=1073741824",
+     ["ops[2].image.center_crop.width: must be in [1, 16384]", "got 1073741824"]),
+    # Used to pass, then fail every sample.
+    ("ops.1.image.resize.shorter_side=1000000",
+     ["ops[1].image.resize.shorter_side: must be in [0, 16384]", "got 1000000"]),
+    # In range, but over the budget: the message names the key that is too large, not
+    # only memory.budget_bytes.
+    ("ops.2.image.center_crop.size=16384",
+     ["ops[2].image.center_crop.size 16384: a batch of 4 samples would take",
+      "lower it or batch.size, or raise memory.budget_bytes"]),
+    ("ops.4.text.tokenize.max_length=1048576",
+     ["ops[4].text.tokenize.max_length 1048576: a batch of 4 samples would take"]),
+])
+def test_out_of_range_values_exit_2_naming_the_key(tmp_path, headrace_bin, sample_dir,
+                                                   override, mentions):
+    config = write_config(tmp_path / "p.yaml", sample_dir, batch_size=4)
+    proc = run_headrace(headrace_bin, "run", config, "--set", override, check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    for m in mentions:
+        assert m in proc.stderr
+    assert len(proc.stderr) < 2000  # a 20000-part key is not echoed whole
+
+
 def test_a_config_that_is_not_a_regular_file_exits_2_naming_it(tmp_path, headrace_bin):
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
