@@ -162,3 +162,15 @@ def test_a_config_that_is_not_a_regular_file_exits_2_naming_it(tmp_path, headrac
         proc = run_headrace(headrace_bin, "run", path, check=False, timeout=60)
         assert proc.returncode == 2, (path, proc.stderr)
         assert f"{path} {what}" in proc.stderr
+
+
+def test_a_directory_as_manifest_or_model_exits_2_naming_it(tmp_path, headrace_bin,
+                                                             sample_dir):
+    config = write_config(tmp_path / "p.yaml", sample_dir, batch_size=4)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    for override in (f"source.manifest={folder}", f"ops.4.text.tokenize.model={folder}"):
+        proc = run_headrace(headrace_bin, "run", config, "--set", override, check=False,
+                            timeout=60)
+        assert proc.returncode == 2, (override, proc.stderr)
+        assert f"not a regular file (a directory): {folder}" in proc.stderr
