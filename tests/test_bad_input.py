@@ -174,3 +174,15 @@ def test_a_directory_as_manifest_or_model_exits_2_naming_it(tmp_path, headrace_b
                             timeout=60)
         assert proc.returncode == 2, (override, proc.stderr)
         assert f"not a regular file (a directory): {folder}" in proc.stderr
+
+
+def test_the_error_budget_message_gives_both_rates_as_percentages(tmp_path, headrace_bin,
+                                                                 sample_dir):
+    data = make_bad_dataset(sample_dir, tmp_path / "bad")
+    config = write_config(tmp_path / "p.yaml", data, batch_size=4)
+    proc = run_headrace(headrace_bin, "run", config, "--set", "errors.max_error_rate=0.1",
+                        check=False)
+    assert proc.returncode == 1
+    # Was "9 of 26 failed (34.6%), above errors.max_error_rate 0.100000".
+    assert re.search(r"\d+ of \d+ samples failed \(\d+(\.\d+)?%\), "
+                     r"above errors\.max_error_rate 10%;", proc.stderr), proc.stderr
