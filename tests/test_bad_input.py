@@ -176,6 +176,18 @@ def test_a_directory_as_manifest_or_model_exits_2_naming_it(tmp_path, headrace_b
         assert f"not a regular file (a directory): {folder}" in proc.stderr
 
 
+def test_an_unwritable_report_path_is_found_before_the_run(tmp_path, headrace_bin,
+                                                          sample_dir):
+    config = write_config(tmp_path / "p.yaml", sample_dir, batch_size=4)
+    (tmp_path / "file").write_text("a file, not a folder")
+    for flag in ("--report", "--trace"):
+        for path in (tmp_path / "file" / "r.json", tmp_path):
+            proc = run_headrace(headrace_bin, "run", config, flag, path, check=False)
+            assert proc.returncode == 2, (flag, path, proc.stderr)
+            assert f"{flag} {path}: cannot write" in proc.stderr
+            assert "Headrace run:" not in proc.stdout  # no run happened
+
+
 def test_the_error_budget_message_gives_both_rates_as_percentages(tmp_path, headrace_bin,
                                                                  sample_dir):
     data = make_bad_dataset(sample_dir, tmp_path / "bad")

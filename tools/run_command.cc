@@ -61,6 +61,9 @@ int RunCommand(const Args& args) {
     std::fprintf(stderr, "usage: headrace run CONFIG [--report PATH] [--set key=value ...]\n");
     return 2;
   }
+  // Found now, not after a run whose report would then be lost.
+  if (!report_path.empty() && !CheckWritable("headrace run", "--report", report_path)) return 2;
+  if (!trace_path.empty() && !CheckWritable("headrace run", "--trace", trace_path)) return 2;
   auto spec = LoadPipelineConfig(config_path, overrides);
   if (!spec.ok()) {
     std::fprintf(stderr, "headrace run: %s: %s\n", config_path.c_str(),
