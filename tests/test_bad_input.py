@@ -198,3 +198,41 @@ def test_the_error_budget_message_gives_both_rates_as_percentages(tmp_path, head
     # Was "9 of 26 failed (34.6%), above errors.max_error_rate 0.100000".
     assert re.search(r"\d+ of \d+ samples failed \(\d+(\.\d+)?%\), "
                      r"above errors\.max_error_rate 10%;", proc.stderr), proc.stderr
+
+
+# --- interrupts --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sig, code, name", [(signal.SIGINT, 130, "SIGINT"),
+                                             (signal.SIGTERM, 143, "SIGTERM")])
+def test_a_signal_stops_the_run_cleanly_with_a_partial_report(tmp_path, headrace_bin,
+                                                             sample_dir, sig, code, name):
+    data = make_bad_dataset(sample_dir, tmp_path / "bad")
+    config = write_config(tmp_path / "p.yaml", data, batch_size=4)
+    report_path = tmp_path / "r.json"
+    # A run far longer than the test: it ends only by the signal.
+    proc = subprocess.Popen(
+        [str(headrace_bin), "run", str(config), "--report", str(report_path),
+         "--set", "epochs=1000000", "--set", "errors.max_error_rate=1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # A shell's background job inherits SIGINT ignored, which headrace keeps.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        # The first skipped sample's line: the consumer loop is running.
+        for line in proc.stderr:
+            if "skipped sample" in line:
+                break
+        else:
+            pytest.fail(f"no skipped sample logged; exit {proc.wait()}")
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=120)  # a guard against a hang only
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == code, stderr
+    assert f"stopped by {name}" in stderr and "the report is partial" in stderr
+    assert f"interrupted       by {name}" in stdout
+    r = read_report(report_path)
+    assert r["partial"] is True
+    assert r["interrupted_by"] == name
+    assert r["batches"] >= 1

@@ -59,6 +59,9 @@ class Loader {
 
   // The next batch; nullopt at the end of the run.
   Result<std::optional<Batch>> Next();
+  // Stops the run: a Next() waiting now, and every later one, returns kCancelled. Safe
+  // from any thread while the loader lives (a signal watcher's, say).
+  void Cancel() { engine_->Cancel(); }
 
   const PipelineSpec& spec() const { return spec_; }
   const Manifest& manifest() const { return *manifest_; }

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace headrace {
@@ -129,6 +130,22 @@ TEST(Loader, SizeProductsThatOverflowAreCaughtNotWrapped) {
   EXPECT_THAT(loader.status().message(),
               AllOf(HasSubstr("ops[0].fields[0] (huge, x) shape 1099511627776x1099511627776"),
                     HasSubstr("would take more than 9223372036854775807 bytes")));
+}
+
+TEST(Loader, CancelFromAnotherThreadEndsABlockedNext) {
+  auto storage = std::make_shared<ManifestStorage>(/*hold=*/true);
+  auto loader = Loader::Make(ImageSpec(8), {.storage = storage});
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  std::thread canceller([&] {
+    storage->WaitForARead();  // the engine is running; the consumer waits for batch 0
+    (*loader)->Cancel();
+  });
+  auto batch = (*loader)->Next();
+  canceller.join();
+  ASSERT_FALSE(batch.ok());
+  EXPECT_EQ(batch.status().code(), StatusCode::kCancelled);
+  EXPECT_EQ((*loader)->Next().status().code(), StatusCode::kCancelled);
+  storage->Release();  // the reads in flight end; the loader then joins its threads
 }
 
 }  // namespace
