@@ -1,8 +1,14 @@
 """Bad input is skipped and counted by kind with (epoch, index, uri); nothing crashes or hangs."""
 import json
+import os
+import re
 import shutil
+import signal
 import struct
+import subprocess
 import zlib
+
+import pytest
 
 from e2e_util import read_report, run_headrace, write_config
 
@@ -106,3 +112,127 @@ def test_the_run_fails_clearly_past_the_error_budget(tmp_path, headrace_bin, sam
     assert proc.returncode == 1
     assert "too many bad samples" in proc.stderr
     assert "max_error_rate" in proc.stderr
+
+
+# --- hostile configuration: exit 2 naming the key or file and what is allowed ------------
+
+def _deep_key():
+    return "batch" + ".x" * 20000 + "=1"
+
+
+@pytest.mark.parametrize("override, mentions", [
+    # Used to abort on an uncaught std::system_error (40000 threads).
+    ("execution.cpu_threads=40000", ["execution.cpu_threads: must be in [0, 1024]", "got 40000"]),
+    # Used to overflow computing io_inflight (16 x 2e9), then die of bad_alloc.
+    ("execution.cpu_threads=2000000000", ["execution.cpu_threads: must be in [0, 1024]"]),
+    ("execution.io_inflight=1000000000", ["execution.io_inflight: must be in [0, 16384]"]),
+    ("prefetch.depth=1000000000", ["prefetch.depth: must be in [1, 1024]"]),
+    # Used to overflow the stack, one recursion per part.
+    (_deep_key(), ["the key has 20001 parts, at most 32"]),
+    # Used to wrap the batch's bytes to a few KB and pass the budget check.
+    ("ops.2.image.center_crop.size=1073741824",
+     ["ops[2].image.center_crop.width: must be in [1, 16384]", "got 1073741824"]),
+    # Used to pass, then fail every sample.
+    ("ops.1.image.resize.shorter_side=1000000",
+     ["ops[1].image.resize.shorter_side: must be in [0, 16384]", "got 1000000"]),
+    # In range, but over the budget: the message names the key that is too large, not
+    # only memory.budget_bytes.
+    ("ops.2.image.center_crop.size=16384",
+     ["ops[2].image.center_crop.size 16384: a batch of 4 samples would take",
+      "lower it or batch.size, or raise memory.budget_bytes"]),
+    ("ops.4.text.tokenize.max_length=1048576",
+     ["ops[4].text.tokenize.max_length 1048576: a batch of 4 samples would take"]),
+])
+def test_out_of_range_values_exit_2_naming_the_key(tmp_path, headrace_bin, sample_dir,
+                                                   override, mentions):
+    config = write_config(tmp_path / "p.yaml", sample_dir, batch_size=4)
+    proc = run_headrace(headrace_bin, "run", config, "--set", override, check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    for m in mentions:
+        assert m in proc.stderr
+    assert len(proc.stderr) < 2000  # a 20000-part key is not echoed whole
+
+
+def test_a_config_that_is_not_a_regular_file_exits_2_naming_it(tmp_path, headrace_bin):
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    # /dev/zero used to be read without end; a FIFO used to block forever in open().
+    for path, what in [("/dev/zero", "is a character device"), (fifo, "is a FIFO"),
+                       (tmp_path, "is a directory")]:
+        proc = run_headrace(headrace_bin, "run", path, check=False, timeout=60)
+        assert proc.returncode == 2, (path, proc.stderr)
+        assert f"{path} {what}" in proc.stderr
+
+
+def test_a_directory_as_manifest_or_model_exits_2_naming_it(tmp_path, headrace_bin,
+                                                             sample_dir):
+    config = write_config(tmp_path / "p.yaml", sample_dir, batch_size=4)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    for override in (f"source.manifest={folder}", f"ops.4.text.tokenize.model={folder}"):
+        proc = run_headrace(headrace_bin, "run", config, "--set", override, check=False,
+                            timeout=60)
+        assert proc.returncode == 2, (override, proc.stderr)
+        assert f"not a regular file (a directory): {folder}" in proc.stderr
+
+
+def test_an_unwritable_report_path_is_found_before_the_run(tmp_path, headrace_bin,
+                                                          sample_dir):
+    config = write_config(tmp_path / "p.yaml", sample_dir, batch_size=4)
+    (tmp_path / "file").write_text("a file, not a folder")
+    for flag in ("--report", "--trace"):
+        for path in (tmp_path / "file" / "r.json", tmp_path):
+            proc = run_headrace(headrace_bin, "run", config, flag, path, check=False)
+            assert proc.returncode == 2, (flag, path, proc.stderr)
+            assert f"{flag} {path}: cannot write" in proc.stderr
+            assert "Headrace run:" not in proc.stdout  # no run happened
+
+
+def test_the_error_budget_message_gives_both_rates_as_percentages(tmp_path, headrace_bin,
+                                                                 sample_dir):
+    data = make_bad_dataset(sample_dir, tmp_path / "bad")
+    config = write_config(tmp_path / "p.yaml", data, batch_size=4)
+    proc = run_headrace(headrace_bin, "run", config, "--set", "errors.max_error_rate=0.1",
+                        check=False)
+    assert proc.returncode == 1
+    # Was "9 of 26 failed (34.6%), above errors.max_error_rate 0.100000".
+    assert re.search(r"\d+ of \d+ samples failed \(\d+(\.\d+)?%\), "
+                     r"above errors\.max_error_rate 10%;", proc.stderr), proc.stderr
+
+
+# --- interrupts --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sig, code, name", [(signal.SIGINT, 130, "SIGINT"),
+                                             (signal.SIGTERM, 143, "SIGTERM")])
+def test_a_signal_stops_the_run_cleanly_with_a_partial_report(tmp_path, headrace_bin,
+                                                             sample_dir, sig, code, name):
+    data = make_bad_dataset(sample_dir, tmp_path / "bad")
+    config = write_config(tmp_path / "p.yaml", data, batch_size=4)
+    report_path = tmp_path / "r.json"
+    # A run far longer than the test: it ends only by the signal.
+    proc = subprocess.Popen(
+        [str(headrace_bin), "run", str(config), "--report", str(report_path),
+         "--set", "epochs=1000000", "--set", "errors.max_error_rate=1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # A shell's background job inherits SIGINT ignored, which headrace keeps.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        # The first skipped sample's line: the consumer loop is running.
+        for line in proc.stderr:
+            if "skipped sample" in line:
+                break
+        else:
+            pytest.fail(f"no skipped sample logged; exit {proc.wait()}")
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=120)  # a guard against a hang only
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == code, stderr
+    assert f"stopped by {name}" in stderr and "the report is partial" in stderr
+    assert f"interrupted       by {name}" in stdout
+    r = read_report(report_path)
+    assert r["partial"] is True
+    assert r["interrupted_by"] == name
+    assert r["batches"] >= 1

@@ -1,6 +1,11 @@
 #include "commands.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -26,6 +31,27 @@ bool WriteTextFile(const std::string& path, const std::string& text) {
     std::fprintf(stderr, "headrace: cannot write %s\n", path.c_str());
     return false;
   }
+  return true;
+}
+
+bool CheckWritable(const char* command, const char* flag, const std::string& path) {
+  const auto fail = [&](const std::string& why) {
+    std::fprintf(stderr, "%s: %s %s: cannot write: %s\n", command, flag, path.c_str(),
+                 why.c_str());
+    return false;
+  };
+  std::error_code ec;
+  const auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) {
+    std::filesystem::create_directories(parent, ec);
+    if (ec) return fail(ec.message());
+  }
+  const bool existed = std::filesystem::exists(path, ec);
+  // O_NONBLOCK: a FIFO without a reader fails (ENXIO) instead of waiting for one.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd < 0) return fail(std::strerror(errno));
+  ::close(fd);
+  if (!existed) ::unlink(path.c_str());
   return true;
 }
 

@@ -32,4 +32,10 @@ struct ArgReader {
 // on failure.
 bool WriteTextFile(const std::string& path, const std::string& text);
 
+// Whether WriteTextFile(path, ...) can succeed, found before a run rather than after it:
+// creates the parent folders and opens the file for writing without truncating it (a
+// file that did not exist is removed again). Returns false after printing
+// "<command>: <flag> <path>: cannot write: <why>".
+bool CheckWritable(const char* command, const char* flag, const std::string& path);
+
 }  // namespace headrace::tools

@@ -1,9 +1,9 @@
 // headrace run: a pipeline against a simulated trainer, with a report.
 #include <chrono>
 #include <cstdio>
-#include <thread>
 
 #include "commands.h"
+#include "interrupt.h"
 #include "headrace/core/clock.h"
 #include "headrace/pipeline/config.h"
 #include "headrace/pipeline/loader.h"
@@ -61,6 +61,9 @@ int RunCommand(const Args& args) {
     std::fprintf(stderr, "usage: headrace run CONFIG [--report PATH] [--set key=value ...]\n");
     return 2;
   }
+  // Found now, not after a run whose report would then be lost.
+  if (!report_path.empty() && !CheckWritable("headrace run", "--report", report_path)) return 2;
+  if (!trace_path.empty() && !CheckWritable("headrace run", "--trace", trace_path)) return 2;
   auto spec = LoadPipelineConfig(config_path, overrides);
   if (!spec.ok()) {
     std::fprintf(stderr, "headrace run: %s: %s\n", config_path.c_str(),
@@ -76,6 +79,8 @@ int RunCommand(const Args& args) {
     return 2;
   }
 
+  // From here on SIGINT and SIGTERM stop the run cleanly: a partial report, 128 + signal.
+  InterruptWatcher interrupt;
   const int64_t baseline_rss = CurrentRssBytes();
   std::unique_ptr<TraceRecorder> trace;
   if (!trace_path.empty()) trace = std::make_unique<TraceRecorder>();
@@ -89,6 +94,8 @@ int RunCommand(const Args& args) {
     const StatusCode code = loader.status().code();
     return code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound ? 2 : 1;
   }
+  if (interrupt.signal() != 0) return 128 + interrupt.signal();  // before any batch
+  interrupt.SetStop([l = loader->get()] { l->Cancel(); });
   const auto step = std::chrono::duration<double, std::milli>(spec->trainer.step_ms);
   std::vector<std::string> batch_digests;
   int logged = 0;
@@ -106,21 +113,29 @@ int RunCommand(const Args& args) {
       }
     }
     if (digests) batch_digests.push_back(BatchDigest(**batch));
-    // The simulated trainer: a step of trainer.step_ms on this batch.
-    if (step.count() > 0) {
-      std::this_thread::sleep_until(Clock::now() +
-                                    std::chrono::duration_cast<Clock::duration>(step));
-    }
+    // The simulated trainer: a step of trainer.step_ms on this batch (cut short by a
+    // signal, after which the next Next() reports the cancellation).
+    if (step.count() > 0) interrupt.WaitFor(std::chrono::duration_cast<Clock::duration>(step));
   }
+  // A signal cancels the run; it is not the run's failure.
+  const int signal = interrupt.signal();
+  if (signal != 0 && failure.code() == StatusCode::kCancelled) failure = Status::Ok();
   RunReport report = BuildRunReport(**loader, baseline_rss);
   report.batch_digests = std::move(batch_digests);
+  if (signal != 0) report.interrupted_by = SignalName(signal);
   if (!quiet) std::fputs(RunReportToText(report).c_str(), stdout);
   if (!report_path.empty() && !WriteTextFile(report_path, RunReportToJson(report))) return 1;
+  interrupt.SetStop(nullptr);
   loader->reset();  // joins the engine's threads: the trace is complete
   if (trace && !WriteTextFile(trace_path, trace->ToJson())) return 1;
   if (!failure.ok()) {
     std::fprintf(stderr, "headrace run: failed: %s\n", failure.ToString().c_str());
     return 1;
+  }
+  if (signal != 0) {
+    std::fprintf(stderr, "headrace run: stopped by %s after %lld batches; the report is partial\n",
+                 SignalName(signal), static_cast<long long>(report.batches));
+    return 128 + signal;
   }
   return 0;
 }

@@ -1,6 +1,7 @@
 #include "headrace/exec/engine.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 namespace headrace {
@@ -405,11 +406,17 @@ Status Engine::CheckErrorBudgetLocked(bool at_end) const {
   if (!at_end && attempted < options_.min_samples) return Status::Ok();
   const double rate = static_cast<double>(samples_failed_) / static_cast<double>(attempted);
   if (rate <= options_.max_error_rate) return Status::Ok();
+  const auto percent = [](double v, int digits) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.*g%%", digits, v * 100);
+    return std::string(text);
+  };
+  int digits = 3;  // more only where 3 would print the rate equal to the limit it exceeds
+  while (digits < 17 && percent(rate, digits) == percent(options_.max_error_rate, digits)) ++digits;
   std::string message = "too many bad samples: " + std::to_string(samples_failed_) + " of " +
-                        std::to_string(attempted) + " failed (" +
-                        std::to_string(static_cast<int>(rate * 1000) / 10.0).substr(0, 5) +
-                        "%), above errors.max_error_rate " +
-                        std::to_string(options_.max_error_rate) + "; by kind:";
+                        std::to_string(attempted) + " samples failed (" + percent(rate, digits) +
+                        "), above errors.max_error_rate " +
+                        percent(options_.max_error_rate, digits) + "; by kind:";
   for (const auto& [kind, count] : errors_by_kind_) {
     message += " " + kind + "=" + std::to_string(count);
   }

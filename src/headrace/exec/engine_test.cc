@@ -234,6 +234,11 @@ TEST_P(EngineConformance, FailsTheRunWhenErrorsExceedTheBudget) {
   }
   EXPECT_EQ(failure.code(), StatusCode::kResourceExhausted);
   EXPECT_NE(failure.message().find("max_error_rate"), std::string::npos);
+  // Both as percentages, neither truncated: was "1 of 2 failed (50.0%), above
+  // errors.max_error_rate 0.250000".
+  EXPECT_NE(failure.message().find(" of 2 samples failed (50%), above errors.max_error_rate 25%;"),
+            std::string::npos)
+      << failure.message();
 }
 
 TEST_P(EngineConformance, CancelWhileBlockedReturnsAndJoins) {

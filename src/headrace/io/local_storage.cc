@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -17,7 +18,9 @@ namespace headrace {
 namespace {
 
 Result<Buffer> ReadFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below); reads
+  // of a regular file ignore the flag.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT || err == ENOTDIR) return Status::NotFound("no such file: " + path);
@@ -31,7 +34,13 @@ Result<Buffer> ReadFile(const std::string& path) {
   if (::fstat(fd, &st) != 0) {
     return Status::IoError("cannot stat " + path + ": " + std::strerror(errno));
   }
-  if (!S_ISREG(st.st_mode)) return Status::IoError("not a regular file: " + path);
+  // A directory, FIFO or device where a file should be is a wrong path: kNotFound, like
+  // a missing file (so that a manifest or model path naming one is a config error).
+  if (!S_ISREG(st.st_mode)) {
+    return Status::NotFound("not a regular file (" +
+                            std::string(S_ISDIR(st.st_mode) ? "a directory" : "a special file") +
+                            "): " + path);
+  }
   const size_t size = static_cast<size_t>(st.st_size);
   HR_ASSIGN_OR_RETURN(Buffer buffer, Buffer::Allocate(size));
   size_t done = 0;

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -37,7 +38,22 @@ TEST(LocalStorage, NamesMissingFilesAndDirectories) {
   auto missing = storage->Read((TestDir() / "nope.jpg").string());
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   EXPECT_NE(missing.status().message().find("nope.jpg"), std::string::npos);
-  EXPECT_EQ(storage->Read(TestDir().string()).status().code(), StatusCode::kIoError);
+  // A directory where a file should be is a wrong path too (a config error when it is
+  // the manifest or the tokenizer model).
+  auto directory = storage->Read(TestDir().string());
+  EXPECT_EQ(directory.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(directory.status().message().find("not a regular file (a directory)"),
+            std::string::npos);
+}
+
+TEST(LocalStorage, RefusesAFifoWithoutWaitingForAWriter) {
+  const auto path = (TestDir() / "fifo").string();
+  std::filesystem::remove(path);
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  auto storage = MakeLocalStorage();
+  auto fifo = storage->Read(path);  // used to block in open() forever
+  EXPECT_EQ(fifo.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(fifo.status().message().find("a special file"), std::string::npos);
 }
 
 TEST(LocalStorage, CountsReadsBytesAndErrors) {

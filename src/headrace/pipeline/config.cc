@@ -1,20 +1,21 @@
 #include "headrace/pipeline/config.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
 #include <span>
-#include <sstream>
 #include <type_traits>
 #include <utility>
 
@@ -269,7 +270,9 @@ class Reader {
   }
 
   // " (set by override 'k=v')", " (line 7)" or "".
-  std::string Where(const std::string& path) const {
+  std::string Where(const std::string& key) const {
+    const auto alias = aliases_.find(key);
+    const std::string& path = alias == aliases_.end() ? key : alias->second;
     for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it) {
       if (PathsOverlap(it->first, path)) return " (set by override " + Quote(it->second) + ")";
     }
@@ -351,6 +354,8 @@ class Reader {
 
   std::vector<std::pair<std::string, std::string>> overrides_;  // (key path, text)
   std::map<std::string, int> lines_;                            // key path -> line
+  // Key path -> the key that set it: a crop's width and height -> its size.
+  std::map<std::string, std::string> aliases_;
 };
 
 template <typename T>
@@ -377,6 +382,8 @@ Status Reader::ParseStruct(const YAML::Node& n, const std::string& path, std::st
       }
       HR_RETURN_IF_ERROR(Convert(size, size_path, &out->width));
       out->height = out->width;
+      aliases_[ChildPath(path, "width")] = size_path;
+      aliases_[ChildPath(path, "height")] = size_path;
     }
   }
   return Status::Ok();
@@ -672,6 +679,10 @@ Status SetIn(YAML::Node node, std::span<const std::string> tokens, const YAML::N
                                  Quote(token) + " in it");
 }
 
+// More parts than any key of the schema has (the deepest, ops.N.image.normalize.mean.0,
+// has 6). SetIn recurses once per part: an unbounded key would overflow the stack.
+constexpr size_t kMaxKeyParts = 32;
+
 Status ApplyOverride(YAML::Node& root, const std::string& text, Reader& reader) {
   const auto fail = [&](std::string_view why) {
     return Status::InvalidArgument("override " + Quote(text) + ": " + std::string(why));
@@ -683,6 +694,11 @@ Status ApplyOverride(YAML::Node& root, const std::string& text, Reader& reader) 
   if (key.empty()) return fail("empty key");
   Result<std::vector<std::string>> tokens = SplitKey(key);
   if (!tokens.ok()) return fail(tokens.status().message());
+  if (tokens->size() > kMaxKeyParts) {
+    return Status::InvalidArgument("override " + Quote(key.substr(0, 64)) + "...: the key has " +
+                                   std::to_string(tokens->size()) + " parts, at most " +
+                                   std::to_string(kMaxKeyParts) + " are allowed");
+  }
 
   YAML::Node value;
   if (value_text.empty()) {
@@ -780,6 +796,25 @@ Status AtLeast(const std::string& key, T value, T min) {
   return Invalid(key, "must be >= " + std::to_string(min) + Got(value));
 }
 
+template <typename T>
+Status InRange(const std::string& key, T value, T min, T max) {
+  if (value >= min && value <= max) return Status::Ok();
+  return Invalid(key, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "]" +
+                          Got(value));
+}
+
+// Upper bounds. Beyond them a value is a typo or an attack, not a configuration: each
+// would make the run fail later, and less clearly (a thread that cannot start, sizes
+// whose products overflow, a resize every sample fails).
+constexpr int kMaxThreads = 1024;       // execution.cpu_threads, execution.io_threads
+constexpr int kMaxIoInflight = 16384;   // 16 per thread at kMaxThreads (spec.h)
+constexpr int kMaxPrefetchDepth = 1024;
+constexpr int64_t kMaxEpochs = 1'000'000;
+constexpr int64_t kMaxBatchSize = int64_t{1} << 20;
+constexpr int kMaxImageSide = 16384;    // sizes of resize and the crops: 16K, 256 Mpixel
+constexpr int kMaxTokens = 1 << 20;     // text.tokenize.max_length
+constexpr double kMaxStepMs = 3'600'000;  // trainer.step_ms: an hour
+
 Status Probability(const std::string& key, double value) {
   if (value >= 0.0 && value <= 1.0) return Status::Ok();
   return Invalid(key, "must be in [0, 1]" + Got(value));
@@ -802,9 +837,9 @@ Status ValidateOp(const std::string& p, const DecodeSpec& s) {
 }
 
 Status ValidateOp(const std::string& p, const ResizeSpec& s) {
-  HR_RETURN_IF_ERROR(AtLeast(p + ".shorter_side", s.shorter_side, 0));
-  HR_RETURN_IF_ERROR(AtLeast(p + ".width", s.width, 0));
-  HR_RETURN_IF_ERROR(AtLeast(p + ".height", s.height, 0));
+  HR_RETURN_IF_ERROR(InRange(p + ".shorter_side", s.shorter_side, 0, kMaxImageSide));
+  HR_RETURN_IF_ERROR(InRange(p + ".width", s.width, 0, kMaxImageSide));
+  HR_RETURN_IF_ERROR(InRange(p + ".height", s.height, 0, kMaxImageSide));
   const bool exact = s.width > 0 || s.height > 0;
   if (s.shorter_side > 0 && exact) {
     return Invalid(p, "set shorter_side, or width and height, not both");
@@ -818,13 +853,13 @@ Status ValidateOp(const std::string& p, const ResizeSpec& s) {
 }
 
 Status ValidateOp(const std::string& p, const CenterCropSpec& s) {
-  HR_RETURN_IF_ERROR(AtLeast(p + ".width", s.width, 1));
-  return AtLeast(p + ".height", s.height, 1);
+  HR_RETURN_IF_ERROR(InRange(p + ".width", s.width, 1, kMaxImageSide));
+  return InRange(p + ".height", s.height, 1, kMaxImageSide);
 }
 
 Status ValidateOp(const std::string& p, const RandomResizedCropSpec& s) {
-  HR_RETURN_IF_ERROR(AtLeast(p + ".width", s.width, 1));
-  HR_RETURN_IF_ERROR(AtLeast(p + ".height", s.height, 1));
+  HR_RETURN_IF_ERROR(InRange(p + ".width", s.width, 1, kMaxImageSide));
+  HR_RETURN_IF_ERROR(InRange(p + ".height", s.height, 1, kMaxImageSide));
   const auto& [s0, s1] = s.scale;
   if (!(s0 > 0 && s0 <= s1 && s1 <= 1)) {
     return Invalid(p + ".scale", "must be [min, max] with 0 < min <= max <= 1 (got [" +
@@ -859,7 +894,7 @@ Status ValidateOp(const std::string& p, const NormalizeSpec& s) {
 
 Status ValidateOp(const std::string& p, const TokenizeSpec& s) {
   HR_RETURN_IF_ERROR(NonEmpty(p + ".model", s.model, "the SentencePiece .model file"));
-  HR_RETURN_IF_ERROR(AtLeast(p + ".max_length", s.max_length, 1));
+  HR_RETURN_IF_ERROR(InRange(p + ".max_length", s.max_length, 1, kMaxTokens));
   if (!s.pad) {
     return Invalid(p + ".pad",
                    "false is not supported yet: rows are padded to max_length "
@@ -1001,15 +1036,15 @@ Status ValidatePipelineSpec(const PipelineSpec& spec) {
   HR_RETURN_IF_ERROR(NonEmpty("source.conversations_field", src.conversations_field, "a JSON key"));
   HR_RETURN_IF_ERROR(NonEmpty("source.role_field", src.role_field, "a JSON key"));
   HR_RETURN_IF_ERROR(NonEmpty("source.text_field", src.text_field, "a JSON key"));
-  if (spec.epochs) HR_RETURN_IF_ERROR(AtLeast<int64_t>("epochs", *spec.epochs, 1));
-  HR_RETURN_IF_ERROR(AtLeast<int64_t>("batch.size", spec.batch.size, 1));
+  if (spec.epochs) HR_RETURN_IF_ERROR(InRange<int64_t>("epochs", *spec.epochs, 1, kMaxEpochs));
+  HR_RETURN_IF_ERROR(InRange<int64_t>("batch.size", spec.batch.size, 1, kMaxBatchSize));
   HR_RETURN_IF_ERROR(ValidateOps(spec.ops));
   const ExecutionSpec& exec = spec.execution;
-  HR_RETURN_IF_ERROR(AtLeast("execution.cpu_threads", exec.cpu_threads, 0));
-  HR_RETURN_IF_ERROR(AtLeast("execution.io_threads", exec.io_threads, 0));
-  HR_RETURN_IF_ERROR(AtLeast("execution.io_inflight", exec.io_inflight, 0));
+  HR_RETURN_IF_ERROR(InRange("execution.cpu_threads", exec.cpu_threads, 0, kMaxThreads));
+  HR_RETURN_IF_ERROR(InRange("execution.io_threads", exec.io_threads, 0, kMaxThreads));
+  HR_RETURN_IF_ERROR(InRange("execution.io_inflight", exec.io_inflight, 0, kMaxIoInflight));
   HR_RETURN_IF_ERROR(AtLeast<int64_t>("execution.io_budget_bytes", exec.io_budget_bytes, 0));
-  HR_RETURN_IF_ERROR(AtLeast("prefetch.depth", spec.prefetch.depth, 1));
+  HR_RETURN_IF_ERROR(InRange("prefetch.depth", spec.prefetch.depth, 1, kMaxPrefetchDepth));
   HR_RETURN_IF_ERROR(AtLeast<int64_t>("memory.budget_bytes", spec.memory.budget_bytes, 1));
   if (exec.io_budget_bytes > spec.memory.budget_bytes) {
     return Invalid("execution.io_budget_bytes", "must not exceed memory.budget_bytes (" +
@@ -1022,8 +1057,9 @@ Status ValidatePipelineSpec(const PipelineSpec& spec) {
   HR_RETURN_IF_ERROR(AtLeast<int64_t>("errors.min_samples", errors.min_samples, 0));
   HR_RETURN_IF_ERROR(AtLeast("errors.max_logged", errors.max_logged, 0));
   HR_RETURN_IF_ERROR(ValidateStorage(spec.storage));
-  if (!(spec.trainer.step_ms >= 0) || !std::isfinite(spec.trainer.step_ms)) {
-    return Invalid("trainer.step_ms", "must be a finite number >= 0" + Got(spec.trainer.step_ms));
+  if (!(spec.trainer.step_ms >= 0 && spec.trainer.step_ms <= kMaxStepMs)) {
+    return Invalid("trainer.step_ms",
+                   "must be in [0, " + FormatDouble(kMaxStepMs) + "]" + Got(spec.trainer.step_ms));
   }
   return Status::Ok();
 }
@@ -1062,19 +1098,50 @@ Result<PipelineSpec> ParsePipelineConfig(std::string_view yaml_text,
 
 Result<PipelineSpec> LoadPipelineConfig(const std::string& path,
                                         const std::vector<std::string>& overrides) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (!std::filesystem::exists(status)) return Status::NotFound("no such config file: " + path);
-  if (std::filesystem::is_directory(status)) {
-    return Status::IoError("config path is a directory: " + path);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) return Status::NotFound("no such config file: " + path);
+    return Status::IoError("cannot open config " + path + ": " + std::strerror(err));
   }
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in || in.bad()) {
-    return Status::IoError("cannot read config " + path + ": " + std::strerror(errno));
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return Status::IoError("cannot stat config " + path + ": " + std::strerror(errno));
   }
-  Result<PipelineSpec> spec = ParsePipelineConfig(text.str(), overrides);
+  // A directory, FIFO or device (/dev/zero: endless) is a wrong path, like a missing file.
+  if (!S_ISREG(st.st_mode)) {
+    const char* what = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                                              : "not a regular file";
+    return Status::InvalidArgument("config " + path + " is " + what +
+                                   "; expected a regular YAML file");
+  }
+  const auto too_large = [&] {
+    return Status::InvalidArgument("config " + path + " is larger than " +
+                                   std::to_string(kMaxConfigBytes >> 20) +
+                                   " MiB; expected a YAML pipeline config");
+  };
+  if (st.st_size > kMaxConfigBytes) return too_large();
+  // Read at most one byte past the limit: the file may grow while we read it.
+  std::string text;
+  char buf[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::IoError("cannot read config " + path + ": " + std::strerror(errno));
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (static_cast<int64_t>(text.size()) > kMaxConfigBytes) return too_large();
+  }
+  Result<PipelineSpec> spec = ParsePipelineConfig(text, overrides);
   if (!spec.ok()) return spec.status().WithContext(path);
   return spec;
 }

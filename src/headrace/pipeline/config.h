@@ -22,6 +22,7 @@
 // override that set it.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,9 +32,13 @@
 
 namespace headrace {
 
+// The largest config file LoadPipelineConfig reads.
+inline constexpr int64_t kMaxConfigBytes = int64_t{16} << 20;
+
 // Reads the YAML file at `path`, applies `overrides`, parses and validates. Fails with
-// kNotFound / kIoError when the file cannot be read; other errors are prefixed with
-// `path`.
+// kNotFound when there is no such file, kInvalidArgument when `path` is not a regular
+// file (a directory, a FIFO, /dev/zero) or is larger than kMaxConfigBytes, kIoError
+// when it cannot be read; other errors are prefixed with `path`.
 Result<PipelineSpec> LoadPipelineConfig(const std::string& path,
                                         const std::vector<std::string>& overrides = {});
 

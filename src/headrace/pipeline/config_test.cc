@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -277,7 +279,7 @@ TEST(ParsePipelineConfig, EpochsNullIsAnUnboundedRun) {
   EXPECT_NE(yaml.find("epochs: ~"), std::string::npos) << yaml;
   EXPECT_FALSE(ParseOk(yaml).epochs.has_value());
   Status zero = ParseError(std::string(kMinimal) + "epochs: 0\n");
-  EXPECT_NE(zero.message().find("epochs: must be >= 1"), std::string::npos) << zero.ToString();
+  EXPECT_NE(zero.message().find("epochs: must be in [1, "), std::string::npos) << zero.ToString();
 }
 
 TEST(ParsePipelineConfig, SchemaErrorsNameTheKeyAndWhatIsAllowed) {
@@ -327,7 +329,8 @@ TEST(ParsePipelineConfig, ErrorsGiveTheLine) {
   EXPECT_THAT(st.message(), AllOf(HasSubstr("batch.size"), HasSubstr("(line 3)")));
   // Validation errors too.
   st = ParseError(std::string(kMinimal) + "epochs: 1\nbatch:\n  drop_last: true\n  size: 0\n");
-  EXPECT_THAT(st.message(), AllOf(HasSubstr("batch.size: must be >= 1"), HasSubstr("(line 5)")));
+  EXPECT_THAT(st.message(),
+              AllOf(HasSubstr("batch.size: must be in [1, 1048576]"), HasSubstr("(line 5)")));
 }
 
 TEST(ParsePipelineConfig, SyntaxErrorGivesLineNumber) {
@@ -366,18 +369,24 @@ TEST(ValidatePipelineSpec, ErrorsNameTheKeyAndTheRange) {
   const ValidationCase cases[] = {
       {"manifest", [](PipelineSpec& s) { s.source.manifest.clear(); }, {"source.manifest"}},
       {"id_field", [](PipelineSpec& s) { s.source.id_field.clear(); }, {"source.id_field"}},
-      {"epochs", [](PipelineSpec& s) { s.epochs = 0; }, {"epochs: must be >= 1", "got 0"}},
-      {"batch", [](PipelineSpec& s) { s.batch.size = -2; }, {"batch.size: must be >= 1"}},
+      {"epochs",
+       [](PipelineSpec& s) { s.epochs = 0; },
+       {"epochs: must be in [1, 1000000]", "got 0"}},
+      {"batch",
+       [](PipelineSpec& s) { s.batch.size = -2; },
+       {"batch.size: must be in [1, 1048576]"}},
       {"cpu_threads",
        [](PipelineSpec& s) { s.execution.cpu_threads = -1; },
-       {"execution.cpu_threads: must be >= 0"}},
+       {"execution.cpu_threads: must be in [0, 1024]"}},
       {"io_inflight",
        [](PipelineSpec& s) { s.execution.io_inflight = -1; },
-       {"execution.io_inflight: must be >= 0"}},
+       {"execution.io_inflight: must be in [0, 16384]"}},
       {"io_budget",
        [](PipelineSpec& s) { s.execution.io_budget_bytes = int64_t{2} << 30; },
        {"execution.io_budget_bytes", "memory.budget_bytes"}},
-      {"prefetch", [](PipelineSpec& s) { s.prefetch.depth = 0; }, {"prefetch.depth: must be >= 1"}},
+      {"prefetch",
+       [](PipelineSpec& s) { s.prefetch.depth = 0; },
+       {"prefetch.depth: must be in [1, 1024]"}},
       {"memory", [](PipelineSpec& s) { s.memory.budget_bytes = 0; }, {"memory.budget_bytes"}},
       {"error_rate",
        [](PipelineSpec& s) { s.errors.max_error_rate = 1.5; },
@@ -394,7 +403,7 @@ TEST(ValidatePipelineSpec, ErrorsNameTheKeyAndTheRange) {
        {"ops[0].image.decode.max_pixels: must be >= 1"}},
       {"resize_negative",
        [](PipelineSpec& s) { std::get<ResizeSpec>(s.ops[1]).shorter_side = -5; },
-       {"ops[1].image.resize.shorter_side: must be >= 0", "got -5"}},
+       {"ops[1].image.resize.shorter_side: must be in [0, 16384]", "got -5"}},
       {"resize_none",
        [](PipelineSpec& s) { std::get<ResizeSpec>(s.ops[1]) = ResizeSpec{}; },
        {"ops[1].image.resize.shorter_side", "width and height"}},
@@ -406,7 +415,7 @@ TEST(ValidatePipelineSpec, ErrorsNameTheKeyAndTheRange) {
        {"ops[1].image.resize.height: must be > 0"}},
       {"crop",
        [](PipelineSpec& s) { std::get<CenterCropSpec>(s.ops[2]).height = 0; },
-       {"ops[2].image.center_crop.height: must be >= 1"}},
+       {"ops[2].image.center_crop.height: must be in [1, 16384]"}},
       {"flip",
        [](PipelineSpec& s) { std::get<FlipSpec>(s.ops[3]).p = 2; },
        {"ops[3].image.flip.p: must be in [0, 1]"}},
@@ -424,7 +433,7 @@ TEST(ValidatePipelineSpec, ErrorsNameTheKeyAndTheRange) {
        {"ops[5].text.tokenize.model: must not be empty"}},
       {"max_length",
        [](PipelineSpec& s) { std::get<TokenizeSpec>(s.ops[5]).max_length = 0; },
-       {"ops[5].text.tokenize.max_length: must be >= 1"}},
+       {"ops[5].text.tokenize.max_length: must be in [1, 1048576]"}},
       {"pad",
        [](PipelineSpec& s) { std::get<TokenizeSpec>(s.ops[5]).pad = false; },
        {"ops[5].text.tokenize.pad", "allowed: true"}},
@@ -443,7 +452,7 @@ TEST(ValidatePipelineSpec, ErrorsNameTheKeyAndTheRange) {
        {"ops[2].image.random_resized_crop.ratio"}},
       {"rrc_size",
        [](PipelineSpec& s) { s.ops[2] = RandomResizedCropSpec{}; },
-       {"ops[2].image.random_resized_crop.width: must be >= 1"}},
+       {"ops[2].image.random_resized_crop.width: must be in [1, 16384]"}},
       // Order of ops.
       {"no_decode",
        [](PipelineSpec& s) { s.ops.erase(s.ops.begin()); },
@@ -470,6 +479,70 @@ TEST(ValidatePipelineSpec, ErrorsNameTheKeyAndTheRange) {
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
     for (const std::string& m : c.mentions) EXPECT_THAT(st.message(), HasSubstr(m));
   }
+}
+
+// Values past these bounds used to pass and then crash (a thread pool of 40000 threads
+// aborts on std::system_error; 16 x 2e9 reads in flight overflows) or fail every sample.
+TEST(ValidatePipelineSpec, ValuesAboveTheirBoundsNameTheKeyAndTheRange) {
+  const ValidationCase cases[] = {
+      {"cpu_threads",
+       [](PipelineSpec& s) { s.execution.cpu_threads = 40000; },
+       {"execution.cpu_threads: must be in [0, 1024]", "got 40000"}},
+      {"cpu_threads_2e9",
+       [](PipelineSpec& s) { s.execution.cpu_threads = 2'000'000'000; },
+       {"execution.cpu_threads: must be in [0, 1024]"}},
+      {"io_threads",
+       [](PipelineSpec& s) { s.execution.io_threads = 5000; },
+       {"execution.io_threads: must be in [0, 1024]"}},
+      {"io_inflight",
+       [](PipelineSpec& s) { s.execution.io_inflight = 1 << 30; },
+       {"execution.io_inflight: must be in [0, 16384]"}},
+      {"prefetch",
+       [](PipelineSpec& s) { s.prefetch.depth = 1 << 30; },
+       {"prefetch.depth: must be in [1, 1024]"}},
+      {"epochs",
+       [](PipelineSpec& s) { s.epochs = int64_t{1} << 62; },
+       {"epochs: must be in [1, 1000000]"}},
+      {"batch",
+       [](PipelineSpec& s) { s.batch.size = int64_t{1} << 40; },
+       {"batch.size: must be in [1, 1048576]"}},
+      {"shorter_side",
+       [](PipelineSpec& s) { std::get<ResizeSpec>(s.ops[1]).shorter_side = 1'000'000; },
+       {"ops[1].image.resize.shorter_side: must be in [0, 16384]", "got 1000000"}},
+      {"resize_width",
+       [](PipelineSpec& s) {
+         std::get<ResizeSpec>(s.ops[1]) = ResizeSpec{.width = 1 << 30, .height = 8};
+       },
+       {"ops[1].image.resize.width: must be in [0, 16384]"}},
+      {"crop",
+       [](PipelineSpec& s) { std::get<CenterCropSpec>(s.ops[2]) = {1 << 30, 1 << 30}; },
+       {"ops[2].image.center_crop.width: must be in [1, 16384]", "got 1073741824"}},
+      {"rrc",
+       [](PipelineSpec& s) { s.ops[2] = RandomResizedCropSpec{.width = 8, .height = 20000}; },
+       {"ops[2].image.random_resized_crop.height: must be in [1, 16384]"}},
+      {"max_length",
+       [](PipelineSpec& s) { std::get<TokenizeSpec>(s.ops[5]).max_length = 1 << 30; },
+       {"ops[5].text.tokenize.max_length: must be in [1, 1048576]"}},
+      {"step_ms",
+       [](PipelineSpec& s) { s.trainer.step_ms = 1e300; },
+       {"trainer.step_ms: must be in [0, 3600000]"}},
+  };
+  for (const ValidationCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    PipelineSpec spec = ValidSpec();
+    c.mutate(spec);
+    Status st = ValidatePipelineSpec(spec);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    for (const std::string& m : c.mentions) EXPECT_THAT(st.message(), HasSubstr(m));
+  }
+  // The bounds themselves are allowed.
+  PipelineSpec spec = ValidSpec();
+  spec.execution.cpu_threads = 1024;
+  spec.execution.io_inflight = 16384;
+  std::get<ResizeSpec>(spec.ops[1]).shorter_side = 16384;
+  std::get<CenterCropSpec>(spec.ops[2]) = {16384, 16384};
+  EXPECT_TRUE(ValidatePipelineSpec(spec).ok()) << ValidatePipelineSpec(spec).ToString();
 }
 
 TEST(ValidatePipelineSpec, TextOnlyAndEmptyOpListsAreValid) {
@@ -567,7 +640,18 @@ TEST(Overrides, BadValuesNameTheOverride) {
                                   HasSubstr("override 'batch.size=abc'")));
   st = ParseError(kWithOps, {"batch.size=0"});
   EXPECT_THAT(st.message(),
-              AllOf(HasSubstr("batch.size: must be >= 1"), HasSubstr("override 'batch.size=0'")));
+              AllOf(HasSubstr("batch.size: must be in [1, 1048576]"),
+                    HasSubstr("override 'batch.size=0'")));
+}
+
+TEST(Overrides, OutOfRangeValuesNameTheKeyTheRangeAndTheOverride) {
+  Status st = ParseError(kWithOps, {"execution.cpu_threads=40000"});
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("execution.cpu_threads: must be in [0, 1024]"),
+                                  HasSubstr("override 'execution.cpu_threads=40000'")));
+  st = ParseError(kWithOps, {"ops.2.image.center_crop.size=1073741824"});
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("ops[2].image.center_crop.width: must be in [1, "
+                                            "16384] (got 1073741824)"),
+                                  HasSubstr("override 'ops.2.image.center_crop.size=")));
 }
 
 TEST(Overrides, MalformedOverridesFail) {
@@ -589,6 +673,15 @@ TEST(Overrides, MalformedOverridesFail) {
     Status st = ParseError(std::string(kWithOps) + "batch: {size: 4}\n", {o});
     EXPECT_THAT(st.message(), AllOf(HasSubstr("override '" + o + "'"), HasSubstr(why)));
   }
+}
+
+TEST(Overrides, AKeyWithTooManyPartsFailsWithoutRecursing) {
+  std::string key = "batch";
+  for (int i = 0; i < 20000; ++i) key += ".x";
+  Status st = ParseError(kWithOps, {key + "=1"});
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("override 'batch.x.x"),
+                                  HasSubstr("the key has 20001 parts, at most 32 are allowed")));
+  EXPECT_LT(st.message().size(), 300u);  // the key is not repeated whole
 }
 
 // --- byte sizes ------------------------------------------------------------------------
@@ -704,6 +797,37 @@ TEST(LoadPipelineConfig, MissingFileIsNotFound) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(s.status().message(), HasSubstr("missing.yaml"));
+}
+
+TEST(LoadPipelineConfig, ADirectoryFifoOrDeviceIsAConfigErrorNamingThePath) {
+  const std::string fifo = TempDir() + "/fifo.yaml";
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // Opening a FIFO used to wait for a writer forever; /dev/zero used to be read forever.
+  const std::pair<std::string, std::string> cases[] = {
+      {TempDir(), "is a directory"}, {fifo, "is a FIFO"}, {"/dev/zero", "is a character device"}};
+  for (const auto& [path, what] : cases) {
+    SCOPED_TRACE(path);
+    Result<PipelineSpec> s = LoadPipelineConfig(path);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.status().message(), AllOf(HasSubstr(path), HasSubstr(what)));
+  }
+  std::filesystem::remove(fifo);
+}
+
+TEST(LoadPipelineConfig, AFileLargerThanTheLimitIsAConfigError) {
+  const std::string path = TempDir() + "/huge.yaml";
+  {
+    std::ofstream out(path);
+    out << kMinimal;
+    out << std::string(kMaxConfigBytes, '#');  // a comment, valid YAML but too long
+  }
+  Result<PipelineSpec> s = LoadPipelineConfig(path);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status().message(), AllOf(HasSubstr(path), HasSubstr("larger than 16 MiB")));
+  std::filesystem::remove(path);
 }
 
 }  // namespace

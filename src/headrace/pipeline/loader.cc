@@ -10,7 +10,9 @@ namespace headrace {
 
 int ResolveIoInflight(const ExecutionSpec& execution, int cpu_threads) {
   if (execution.io_inflight > 0) return execution.io_inflight;
-  return std::max(kMinAutoIoInflight, kAutoIoInflightPerThread * std::max(cpu_threads, 1));
+  // In 64 bits: cpu_threads is validated, but this is public and must not overflow.
+  const int64_t automatic = int64_t{kAutoIoInflightPerThread} * std::max(cpu_threads, 1);
+  return static_cast<int>(std::clamp<int64_t>(automatic, kMinAutoIoInflight, kMaxAutoIoInflight));
 }
 
 namespace {
@@ -53,6 +55,13 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   HR_ASSIGN_OR_RETURN(Manifest manifest, LoadManifest(*loader->storage_, spec.source));
   loader->manifest_ = std::make_shared<Manifest>(std::move(manifest));
   HR_ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(spec, *loader->storage_));
+  EngineOptions opt;
+  opt.io_budget_bytes = ex.io_budget_bytes > 0 ? ex.io_budget_bytes : spec.memory.budget_bytes / 8;
+  opt.batch_budget_bytes = spec.memory.budget_bytes - opt.io_budget_bytes;
+  if (opt.batch_budget_bytes <= 0) {
+    return Status::InvalidArgument("execution.io_budget_bytes must be below memory.budget_bytes");
+  }
+  HR_RETURN_IF_ERROR(CheckBatchFitsBudget(spec, plan, opt.batch_budget_bytes));
 
   EngineInputs in;
   // The records live as long as the manifest; the engine shares ownership.
@@ -64,16 +73,10 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   in.reads_media = plan.reads_media;
   in.storage = loader->storage_;
 
-  EngineOptions opt;
   loader->cpu_threads_ = ex.cpu_threads > 0 ? ex.cpu_threads : AvailableCores();
   opt.cpu_threads = loader->cpu_threads_;
   loader->io_inflight_ = ResolveIoInflight(ex, loader->cpu_threads_);
   opt.io_inflight = loader->io_inflight_;
-  opt.io_budget_bytes = ex.io_budget_bytes > 0 ? ex.io_budget_bytes : spec.memory.budget_bytes / 8;
-  opt.batch_budget_bytes = spec.memory.budget_bytes - opt.io_budget_bytes;
-  if (opt.batch_budget_bytes <= 0) {
-    return Status::InvalidArgument("execution.io_budget_bytes must be below memory.budget_bytes");
-  }
   opt.prefetch_depth = spec.prefetch.depth;
   opt.order.batch_size = spec.batch.size;
   opt.order.drop_last = spec.batch.drop_last;

@@ -36,10 +36,11 @@ struct LoaderOptions {
 };
 
 // execution.io_inflight as the engine runs it: the configured value, or for 0
-// (automatic) max(kMinAutoIoInflight, kAutoIoInflightPerThread × cpu_threads). The
-// measurement behind these numbers is in spec.h, beside the key.
+// (automatic) max(kMinAutoIoInflight, kAutoIoInflightPerThread × cpu_threads), at most
+// kMaxAutoIoInflight. The measurement behind these numbers is in spec.h, beside the key.
 inline constexpr int kMinAutoIoInflight = 32;
 inline constexpr int kAutoIoInflightPerThread = 16;
+inline constexpr int kMaxAutoIoInflight = 16384;  // 16 per thread at 1024 threads
 int ResolveIoInflight(const ExecutionSpec& execution, int cpu_threads);
 
 // Wait accounting of the consumer, in seconds.
@@ -66,7 +67,8 @@ class Loader {
   // Waits up to `timeout` until Next() would not block; true if so. A consumer that must
   // notice interrupts calls this in slices before Next(); the time counts as its wait.
   bool WaitReady(std::chrono::nanoseconds timeout);
-  // Stops the run from any thread: a waiting Next() returns kCancelled.
+  // Stops the run: a Next() waiting now, and every later one, returns kCancelled. Safe
+  // from any thread while the loader lives (a signal watcher's, say).
   void Cancel() { engine_->Cancel(); }
 
   const PipelineSpec& spec() const { return spec_; }

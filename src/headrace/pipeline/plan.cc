@@ -1,5 +1,8 @@
 #include "headrace/pipeline/plan.h"
 
+#include <algorithm>
+#include <limits>
+#include <map>
 #include <optional>
 
 #include "headrace/ops/image/center_crop.h"
@@ -45,6 +48,14 @@ DecodeTarget TargetAfterDecode(const std::vector<OpSpec>& ops, size_t decode_pos
   return DecodeTarget{};
 }
 
+// "ops[2].image.center_crop.size 224", or "... .width 300, height 200".
+std::string SizeSource(size_t position, std::string_view op, int width, int height,
+                       bool has_size_key) {
+  const std::string p = "ops[" + std::to_string(position) + "]." + std::string(op);
+  if (has_size_key && width == height) return p + ".size " + std::to_string(width);
+  return p + ".width " + std::to_string(width) + ", height " + std::to_string(height);
+}
+
 Status OpError(size_t position, const OpSpec& op, const std::string& message) {
   return Status::InvalidArgument("ops[" + std::to_string(position) + "] " + OpSpecName(op) + ": " +
                                  message);
@@ -80,6 +91,7 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage) {
   bool decoded = false;
   bool normalized = false;
   std::optional<Size> size;  // fixed image size at this point of the chain, if known
+  std::string size_source;   // the key that fixed it (SizeSource)
   for (size_t i = 0; i < spec.ops.size(); ++i) {
     const OpSpec& op = spec.ops[i];
     const int position = static_cast<int>(i);
@@ -108,16 +120,19 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage) {
             [&](const ResizeSpec& s) -> Status {
               size =
                   s.shorter_side > 0 ? std::nullopt : std::optional<Size>(Size{s.width, s.height});
+              size_source = SizeSource(i, "image.resize", s.width, s.height, false);
               built = std::make_unique<ResizeOp>(s);
               return Status::Ok();
             },
             [&](const CenterCropSpec& s) -> Status {
               size = Size{s.width, s.height};
+              size_source = SizeSource(i, "image.center_crop", s.width, s.height, true);
               built = std::make_unique<CenterCropOp>(s);
               return Status::Ok();
             },
             [&](const RandomResizedCropSpec& s) -> Status {
               size = Size{s.width, s.height};
+              size_source = SizeSource(i, "image.random_resized_crop", s.width, s.height, true);
               built = std::make_unique<RandomResizedCropOp>(s, position);
               return Status::Ok();
             },
@@ -140,6 +155,7 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage) {
               built = std::make_unique<NormalizeOp>(s, static_cast<int>(plan.fields.size()),
                                                     size->width, size->height);
               plan.fields.push_back(std::move(field));
+              plan.field_sources.push_back(size_source);
               return Status::Ok();
             },
             [&](const TokenizeSpec& s) -> Status {
@@ -157,6 +173,9 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage) {
                 return tokenize.status().WithContext("ops[" + std::to_string(i) + "]");
               for (const char* name : {"input_ids", "attention_mask", "labels"}) {
                 plan.fields.push_back(FieldSpec{name, DType::kI64, {s.max_length}});
+                plan.field_sources.push_back("ops[" + std::to_string(i) +
+                                             "].text.tokenize.max_length " +
+                                             std::to_string(s.max_length));
               }
               built = *std::move(tokenize);
               return Status::Ok();
@@ -165,7 +184,16 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage) {
               auto made = s.make(static_cast<int>(plan.fields.size()), position);
               if (!made.ok()) return made.status().WithContext("ops[" + std::to_string(i) + "]");
               if (*made == nullptr) return OpError(i, op, "the op factory returned no op");
-              plan.fields.insert(plan.fields.end(), s.fields.begin(), s.fields.end());
+              for (size_t f = 0; f < s.fields.size(); ++f) {
+                std::string shape;
+                for (int64_t d : s.fields[f].sample_shape) {
+                  shape += (shape.empty() ? "" : "x") + std::to_string(d);
+                }
+                plan.fields.push_back(s.fields[f]);
+                plan.field_sources.push_back("ops[" + std::to_string(i) + "].fields[" +
+                                             std::to_string(f) + "] (" + s.name + ", " +
+                                             s.fields[f].name + ") shape " + shape);
+              }
               built = *std::move(made);
               return Status::Ok();
             },
@@ -193,6 +221,45 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage) {
         "image.normalize or text.tokenize");
   }
   return plan;
+}
+
+Status CheckBatchFitsBudget(const PipelineSpec& spec, const PipelinePlan& plan,
+                            int64_t batch_budget_bytes) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  const auto mul = [](int64_t a, int64_t b) {
+    int64_t out = 0;
+    return __builtin_mul_overflow(a, b, &out) ? kMax : out;
+  };
+  const auto add = [](int64_t a, int64_t b) {
+    int64_t out = 0;
+    return __builtin_add_overflow(a, b, &out) ? kMax : out;
+  };
+  // Bytes of one sample, per source key (text.tokenize writes three fields); kMax when a
+  // product overflows, which no budget can hold.
+  std::map<std::string, int64_t> by_source;
+  int64_t sample_bytes = static_cast<int64_t>(sizeof(int64_t));  // the engine's "index"
+  for (size_t f = 0; f < plan.fields.size(); ++f) {
+    int64_t bytes = static_cast<int64_t>(DTypeSize(plan.fields[f].dtype));
+    for (int64_t d : plan.fields[f].sample_shape) bytes = mul(bytes, d);
+    const std::string& source = f < plan.field_sources.size() ? plan.field_sources[f]
+                                                              : plan.fields[f].name;
+    by_source[source] = add(by_source[source], bytes);
+    sample_bytes = add(sample_bytes, bytes);
+  }
+  const int64_t batch_bytes = mul(sample_bytes, spec.batch.size);
+  if (batch_bytes <= batch_budget_bytes) return Status::Ok();
+  const auto largest =
+      std::max_element(by_source.begin(), by_source.end(),
+                       [](const auto& a, const auto& b) { return a.second < b.second; });
+  const std::string key = largest == by_source.end() ? std::string("batch.size") : largest->first;
+  const std::string bytes_text =
+      batch_bytes == kMax ? "more than " + std::to_string(kMax) : std::to_string(batch_bytes);
+  return Status::InvalidArgument(
+      key + ": a batch of " + std::to_string(spec.batch.size) + " samples would take " +
+      bytes_text + " bytes, more than the " + std::to_string(batch_budget_bytes) +
+      " that memory.budget_bytes " + std::to_string(spec.memory.budget_bytes) +
+      " leaves for batches after execution.io_budget_bytes; lower it or batch.size, or "
+      "raise memory.budget_bytes");
 }
 
 }  // namespace headrace

@@ -203,6 +203,8 @@ std::string RunReportToJson(const RunReport& r) {
   w.EndObject();
   w.Key("bottleneck").String(r.bottleneck);
   w.Key("advice").String(r.advice);
+  w.Key("partial").Bool(!r.interrupted_by.empty());
+  if (!r.interrupted_by.empty()) w.Key("interrupted_by").String(r.interrupted_by);
   if (!r.batch_digests.empty()) {
     w.Key("batch_digests").BeginArray();
     for (const auto& d : r.batch_digests) w.String(d);
@@ -222,6 +224,9 @@ std::string RunReportToText(const RunReport& r) {
   add("Headrace run: %lld samples in %lld batches of up to %lld, %.2f s, %d CPU threads\n",
       static_cast<long long>(r.samples), static_cast<long long>(r.batches),
       static_cast<long long>(r.batch_size), r.elapsed_s, r.cpu_threads);
+  if (!r.interrupted_by.empty()) {
+    add("  interrupted       by %s: a partial report\n", r.interrupted_by.c_str());
+  }
   add("  throughput        %.1f samples/s (%.1f MB/s read)\n", r.samples_per_s, r.mb_per_s);
   add("  wait-time ratio   %.3f  (trainer step %.1f ms; %.3f with cold start)\n", r.wait_time_ratio,
       r.trainer_step_ms, r.wait_time_ratio_with_cold_start);

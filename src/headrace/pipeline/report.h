@@ -64,6 +64,9 @@ struct RunReport {
   std::string bottleneck;
   std::string advice;
   std::vector<std::string> batch_digests;  // filled by the caller when asked for
+  // Set by the caller ("SIGINT", "SIGTERM") when a signal stopped the run early: the
+  // report is then partial, covering what ran until the stop.
+  std::string interrupted_by;
 };
 
 // Builds the report of a loader after (or during) its run. `baseline_rss_bytes` is the
