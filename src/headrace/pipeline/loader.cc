@@ -62,6 +62,7 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   opt.max_error_rate = spec.errors.max_error_rate;
   opt.min_samples = spec.errors.min_samples;
   opt.max_kept_errors = spec.errors.max_logged;
+  opt.scratch_retain_bytes = spec.memory.scratch_bytes_per_thread;
   if (options.allocator != nullptr) opt.allocator = options.allocator;
   opt.trace = options.trace;
   loader->trace_ = options.trace;
