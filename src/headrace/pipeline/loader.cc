@@ -28,6 +28,7 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   }
   HR_ASSIGN_OR_RETURN(Manifest manifest, LoadManifest(*loader->storage_, spec.source));
   loader->manifest_ = std::make_shared<Manifest>(std::move(manifest));
+  loader->manifest_bytes_ = static_cast<int64_t>(ManifestMemoryBytes(*loader->manifest_));
   HR_ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(spec, *loader->storage_));
 
   EngineInputs in;
