@@ -44,6 +44,12 @@ def test_run_report_has_every_field_with_sane_values(tmp_path, headrace_bin, sam
     assert r["memory_budget_bytes"] == 64 * 1024 * 1024
     assert 0 < r["budget_peak_bytes"] <= r["memory_budget_bytes"]
     assert r["bytes_copied_per_sample"] == 0
+    # Memory outside the budget: the parsed manifest and the CPU threads' scratch.
+    memory = r["memory"]
+    assert memory["manifest_bytes"] > 48 * 200
+    assert memory["scratch_sample_peak_bytes"] > 0
+    assert 0 < memory["scratch_bytes"] <= memory["scratch_peak_bytes"]
+    assert memory["scratch_bytes_per_thread"] == 32 * 1024 * 1024
     # 12 batches of 5 buffers: after the first few, batch memory is reused, not faulted in.
     assert r["batch_memory"]["reused"] + r["batch_memory"]["fresh"] == 12 * 5
     assert r["batch_memory"]["reused"] > r["batch_memory"]["fresh"]

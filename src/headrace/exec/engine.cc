@@ -8,10 +8,18 @@ namespace headrace {
 namespace {
 
 // Scratch images of the sample currently running on this thread; reused, so a
-// steady-state sample allocates nothing.
+// steady-state sample allocates nothing. Counted in the engine's scratch_usage_: pool
+// threads belong to one engine and exit before it is destroyed.
 thread_local ScratchArena tls_scratch;
 // Whether this thread has named its row of the trace.
 thread_local bool tls_trace_named = false;
+
+// target = max(target, value), for peaks updated by many threads.
+void StoreMax(std::atomic<int64_t>& target, int64_t value) {
+  int64_t seen = target.load(std::memory_order_relaxed);
+  while (seen < value && !target.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
 
 }  // namespace
 
@@ -51,6 +59,9 @@ Result<std::unique_ptr<Engine>> Engine::Start(EngineInputs inputs, EngineOptions
   if (options.cpu_threads < 1) return Status::InvalidArgument("cpu_threads must be >= 1");
   if (options.io_inflight < 1) return Status::InvalidArgument("io_inflight must be >= 1");
   if (options.prefetch_depth < 1) return Status::InvalidArgument("prefetch depth must be >= 1");
+  if (options.scratch_retain_bytes < 0) {
+    return Status::InvalidArgument("the scratch allowance must be >= 0");
+  }
   options.order.num_samples = static_cast<int64_t>(inputs.records->size());
   HR_ASSIGN_OR_RETURN(EpochOrder order, EpochOrder::Make(options.order));
   if (options.start_batch < 0 || options.start_batch > order.total_batches()) {
@@ -279,6 +290,7 @@ void Engine::RunChain(const std::shared_ptr<BatchJob>& job, int slot, Buffer byt
     ctx.sample = &sample;
     ctx.sample_seed = HashKeys(options_.order.seed, static_cast<uint64_t>(sample.epoch),
                                static_cast<uint64_t>(index));
+    tls_scratch.Account(&scratch_usage_);
     ctx.scratch = &tls_scratch;
     ctx.slots = job->slots[slot].data();
     if (options_.trace != nullptr && !tls_trace_named) {
@@ -298,6 +310,7 @@ void Engine::RunChain(const std::shared_ptr<BatchJob>& job, int slot, Buffer byt
       }
     }
     samples_run_.fetch_add(1, std::memory_order_relaxed);
+    SettleScratch();
     // The encoded bytes die here (the last handle), before the budget is released.
   }
   if (inputs_.reads_media) {
@@ -306,6 +319,11 @@ void Engine::RunChain(const std::shared_ptr<BatchJob>& job, int slot, Buffer byt
     driver_cv_.notify_all();
   }
   FinishSample(job, slot, std::move(status));
+}
+
+void Engine::SettleScratch() {
+  StoreMax(scratch_sample_peak_, static_cast<int64_t>(tls_scratch.capacity()));
+  tls_scratch.Trim(static_cast<size_t>(options_.scratch_retain_bytes));
 }
 
 void Engine::FinishSample(const std::shared_ptr<BatchJob>& job, int slot, Status status) {
@@ -516,6 +534,10 @@ EngineMetrics Engine::Metrics() const {
   m.budget_peak_bytes = budget_peak_;
   m.batch_memory_reused = batch_memory_->hits();
   m.batch_memory_fresh = batch_memory_->misses();
+  m.scratch_bytes = scratch_usage_.held();
+  m.scratch_peak_bytes = scratch_usage_.peak();
+  m.scratch_sample_peak_bytes = scratch_sample_peak_.load(std::memory_order_relaxed);
+  m.scratch_retain_bytes = options_.scratch_retain_bytes;
   m.errors_by_kind = errors_by_kind_;
   m.first_errors = first_errors_;
 

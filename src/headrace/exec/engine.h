@@ -86,6 +86,10 @@ struct EngineOptions {
   int64_t min_samples = 100;
   int max_kept_errors = 20;  // errors kept in full in the metrics
   Allocator* allocator = DefaultAllocator();
+  // Scratch memory (ops/op.h ScratchArena) each CPU thread keeps between samples; a
+  // sample that needs more gets it, and it is freed when that sample ends. Outside
+  // the two budgets above: the run report shows it (EngineMetrics::scratch_*).
+  int64_t scratch_retain_bytes = int64_t{32} << 20;
   // Records reads and operator spans when set; must outlive the engine.
   TraceRecorder* trace = nullptr;
 };
@@ -123,6 +127,12 @@ struct EngineMetrics {
   int64_t budget_peak_bytes = 0;    // peak of batches in flight plus undecoded bytes
   int64_t batch_memory_reused = 0;  // batch buffers served from the pool
   int64_t batch_memory_fresh = 0;   // batch buffers newly allocated
+  // Scratch memory of the CPU threads (intermediate images); each thread trims its
+  // own to EngineOptions::scratch_retain_bytes after every sample:
+  int64_t scratch_bytes = 0;              // held by all threads now
+  int64_t scratch_peak_bytes = 0;         // most held by all threads at once
+  int64_t scratch_sample_peak_bytes = 0;  // most one thread held for one sample
+  int64_t scratch_retain_bytes = 0;       // the per-thread allowance kept between samples
   std::vector<StageMetrics> stages;
   std::vector<OpMetrics> ops;
   std::map<std::string, int64_t> errors_by_kind;
@@ -171,6 +181,9 @@ class Engine {
   int64_t TraceId(const BatchJob& job, int slot) const;
   void OnRead(const std::shared_ptr<BatchJob>& job, int slot, Result<Buffer> bytes);
   void RunChain(const std::shared_ptr<BatchJob>& job, int slot, Buffer bytes);
+  // After a sample: notes what this thread's scratch grew to, then trims it to the
+  // per-thread allowance.
+  void SettleScratch();
   void FinishSample(const std::shared_ptr<BatchJob>& job, int slot, Status status);
   void FinishBatch(BatchJob& job);
   // Runs the batch ops on a complete batch; on failure, empties it and records errors.
@@ -236,6 +249,8 @@ class Engine {
   std::vector<std::atomic<int64_t>> op_ns_;        // per op, summed over threads
   std::vector<std::atomic<int64_t>> batch_op_ns_;  // per batch op
   std::atomic<int64_t> samples_run_{0};
+  ScratchUsage scratch_usage_;                   // all CPU threads' arenas
+  std::atomic<int64_t> scratch_sample_peak_{0};  // most one arena held after a sample
 
   std::thread driver_;
 };

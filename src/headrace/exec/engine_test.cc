@@ -36,6 +36,27 @@ class FillOp final : public Op {
   std::set<int64_t> bad_;
 };
 
+// FillOp that first takes scratch memory: `huge_bytes` for sample `huge_index`, 64 KiB
+// for the others, as a decode of one huge image among ordinary ones does.
+class ScratchOp final : public Op {
+ public:
+  ScratchOp(int64_t huge_index, size_t huge_bytes)
+      : huge_index_(huge_index), huge_bytes_(huge_bytes) {}
+  std::string_view name() const override { return "test.scratch"; }
+  Status Run(SampleContext& ctx) const override {
+    const size_t bytes = ctx.sample->index == huge_index_ ? huge_bytes_ : 64 << 10;
+    HR_ASSIGN_OR_RETURN(MutableImageView image,
+                        ctx.NextScratchImage(static_cast<int>(bytes / 4096), 1024, 4));
+    image.data[0] = 1;
+    return fill_.Run(ctx);
+  }
+
+ private:
+  int64_t huge_index_;
+  size_t huge_bytes_;
+  FillOp fill_;
+};
+
 // Blocks every sample until released; counts how many started.
 class GateOp final : public Op {
  public:
@@ -138,8 +159,11 @@ class EngineConformance : public testing::TestWithParam<Config> {
     opt.order.seed = 7;
     opt.max_error_rate = max_error_rate;
     opt.min_samples = 1;
+    opt.scratch_retain_bytes = scratch_retain_bytes_;
     return Engine::Start(std::move(in), opt);
   }
+
+  int64_t scratch_retain_bytes_ = EngineOptions{}.scratch_retain_bytes;
 
   // All batches' rows, in delivery order.
   static std::vector<std::vector<int64_t>> Drain(Engine& engine) {
@@ -372,6 +396,22 @@ TEST_P(EngineConformance, BatchOpsRunOnCompleteBatchesAndAFailureDropsTheBatch) 
   ASSERT_FALSE(m.first_errors.empty());
   EXPECT_NE(m.first_errors[0].status.message().find("test.batch_mark on batch 1 of epoch 0"),
             std::string::npos);
+}
+
+TEST_P(EngineConformance, ReturnsAHugeSampleScratchAndReportsIt) {
+  constexpr int64_t kMiB = 1 << 20;
+  scratch_retain_bytes_ = 4 * kMiB;
+  auto engine = Start(Records(12), std::make_unique<ScratchOp>(5, 64 * kMiB), 4);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  ASSERT_EQ(Drain(**engine).size(), 3u);
+  const EngineMetrics m = (*engine)->Metrics();
+  EXPECT_GE(m.scratch_sample_peak_bytes, 64 * kMiB);
+  EXPECT_GE(m.scratch_peak_bytes, m.scratch_sample_peak_bytes);
+  // Held now: what every thread kept of its ordinary samples, within the allowance;
+  // the huge slot went back after its sample.
+  EXPECT_GT(m.scratch_bytes, 0);
+  EXPECT_LE(m.scratch_bytes, GetParam().threads * 4 * kMiB);
+  EXPECT_EQ(m.scratch_retain_bytes, 4 * kMiB);
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, EngineConformance,

@@ -340,6 +340,40 @@ Result<Manifest> ParseManifest(const Buffer& jsonl_bytes, const std::string& man
   return manifest;
 }
 
+namespace {
+
+// What glibc's malloc takes for a request of `n` bytes.
+size_t HeapBlockBytes(size_t n) {
+  return n == 0 ? 0 : std::max<size_t>(32, (n + 8 + 15) / 16 * 16);
+}
+
+// The heap block behind a string; none when its characters live inside the object.
+size_t StringHeapBytes(const std::string& s) {
+  const auto* self = reinterpret_cast<const char*>(&s);
+  const bool in_object = s.data() >= self && s.data() < self + sizeof(s);
+  return in_object ? 0 : HeapBlockBytes(s.capacity() + 1);
+}
+
+}  // namespace
+
+size_t ManifestMemoryBytes(const Manifest& manifest) {
+  size_t bytes = sizeof(Manifest) + StringHeapBytes(manifest.path) +
+                 StringHeapBytes(manifest.root) +
+                 HeapBlockBytes(manifest.records.capacity() * sizeof(SampleRecord));
+  for (const SampleRecord& r : manifest.records) {
+    bytes += StringHeapBytes(r.id) + StringHeapBytes(r.media_uri) +
+             HeapBlockBytes(r.turns.capacity() * sizeof(Turn));
+    for (const Turn& turn : r.turns) bytes += StringHeapBytes(turn.text);
+    if (!r.status.ok()) {
+      // The status's shared state (control block, code, message object) and message.
+      const size_t message = r.status.message().size();
+      bytes += HeapBlockBytes(16 + 8 + sizeof(std::string)) +
+               (message > 15 ? HeapBlockBytes(message + 1) : 0);
+    }
+  }
+  return bytes;
+}
+
 Result<Manifest> LoadManifest(Storage& storage, const SourceSpec& spec) {
   if (spec.manifest.empty()) return Status::InvalidArgument("source.manifest is empty");
   Result<Buffer> bytes = storage.Read(spec.manifest);

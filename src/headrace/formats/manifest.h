@@ -50,6 +50,13 @@ struct Manifest {
 Result<Manifest> ParseManifest(const Buffer& jsonl_bytes, const std::string& manifest_path,
                                const SourceSpec& spec);
 
+// The bytes `manifest` holds in memory, for the run report: the records array (its
+// capacity), each record's strings, turns and error, counted from the containers'
+// capacities, each heap block as glibc's malloc sizes it (an 8-byte header, rounded up
+// to 16 bytes, at least 32). Strings short enough to live inside their object count
+// once, in the record. O(records); does not allocate.
+size_t ManifestMemoryBytes(const Manifest& manifest);
+
 // Reads spec.manifest with storage.Read and parses it. Fails with the storage's kNotFound
 // or kIoError when the file cannot be read.
 Result<Manifest> LoadManifest(Storage& storage, const SourceSpec& spec);

@@ -402,6 +402,38 @@ class MapStorage final : public Storage {
   std::string_view name() const override { return "map"; }
 };
 
+TEST(ManifestMemoryBytes, CountsEveryRecordsStringsAndGrowsWithTheManifest) {
+  auto manifest_of = [](int lines, const std::string& text) {
+    std::string jsonl;
+    for (int i = 0; i < lines; ++i) {
+      jsonl += R"({"id": "record-with-a-long-id-)" + std::to_string(i) +
+               R"(", "image": "images/some/deeper/folder/)" + std::to_string(i) +
+               R"(.jpg", "conversations": [{"from": "human", "value": ")" + text +
+               R"("}, {"from": "gpt", "value": "A cat."}]})" + "\n";
+    }
+    return ParseOk(jsonl);
+  };
+  const std::string text(200, 'x');
+  const Manifest small = manifest_of(100, text);
+  const Manifest large = manifest_of(1000, text);
+  const size_t small_bytes = ManifestMemoryBytes(small);
+  const size_t large_bytes = ManifestMemoryBytes(large);
+
+  // At least what the containers hold: the records, and per record its id, path,
+  // two turns and the long turn's text (with its terminating zero).
+  size_t floor = 0;
+  for (const SampleRecord& r : large.records) {
+    floor += sizeof(SampleRecord) + r.id.size() + 1 + r.media_uri.size() + 1 +
+             2 * sizeof(Turn) + text.size() + 1;
+  }
+  EXPECT_GE(large_bytes, floor);
+  // And not wildly more: the heap's headers and rounding.
+  EXPECT_LE(large_bytes, floor + 1000 * 5 * 32 + 4096);
+  // Ten times the lines, about ten times the bytes.
+  EXPECT_GT(large_bytes, 9 * small_bytes);
+  EXPECT_LT(large_bytes, 11 * small_bytes);
+}
+
 TEST(LoadManifest, ReadsThroughStorage) {
   MapStorage storage;
   storage.files["/d/m.jsonl"] = std::string(kGood) + "\n";

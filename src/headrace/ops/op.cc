@@ -2,6 +2,23 @@
 
 namespace headrace {
 
+void ScratchUsage::Add(int64_t delta) {
+  const int64_t held = held_.fetch_add(delta, std::memory_order_relaxed) + delta;
+  int64_t peak = peak_.load(std::memory_order_relaxed);
+  while (peak < held && !peak_.compare_exchange_weak(peak, held, std::memory_order_relaxed)) {
+  }
+}
+
+ScratchArena::~ScratchArena() { Account(nullptr); }
+
+void ScratchArena::Account(ScratchUsage* usage) {
+  if (usage == usage_) return;
+  const auto held = static_cast<int64_t>(capacity());
+  if (usage_ != nullptr) usage_->Add(-held);
+  usage_ = usage;
+  if (usage_ != nullptr) usage_->Add(held);
+}
+
 uint8_t* ScratchArena::Get(int slot, size_t bytes) {
   Buffer& buffer = slots_[slot];
   if (buffer.size() < bytes) {
@@ -9,6 +26,9 @@ uint8_t* ScratchArena::Get(int slot, size_t bytes) {
     // on every sample.
     auto grown = Buffer::Allocate(bytes + bytes / 4);
     if (!grown.ok()) return nullptr;
+    if (usage_ != nullptr) {
+      usage_->Add(static_cast<int64_t>(grown->size()) - static_cast<int64_t>(buffer.size()));
+    }
     buffer = *std::move(grown);
   }
   return buffer.mutable_data();
@@ -18,6 +38,21 @@ size_t ScratchArena::capacity() const {
   size_t total = 0;
   for (const Buffer& b : slots_) total += b.size();
   return total;
+}
+
+size_t ScratchArena::Trim(size_t retain_bytes) {
+  size_t freed = 0;
+  for (size_t held = capacity(); held > retain_bytes;) {
+    Buffer* largest = &slots_[0];
+    for (Buffer& b : slots_) {
+      if (b.size() > largest->size()) largest = &b;
+    }
+    held -= largest->size();
+    freed += largest->size();
+    *largest = Buffer();
+  }
+  if (usage_ != nullptr) usage_->Add(-static_cast<int64_t>(freed));
+  return freed;
 }
 
 Result<MutableImageView> SampleContext::NextScratchImage(int width, int height, int channels) {

@@ -16,6 +16,7 @@
 // copied into the batch afterwards.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string_view>
 
@@ -27,19 +28,54 @@
 
 namespace headrace {
 
+// What a group of arenas (one engine's CPU threads) holds, kept current as they grow
+// and shrink, so that its peak counts images held at the same time on different
+// threads. Thread-safe.
+class ScratchUsage {
+ public:
+  // Adds `delta` bytes (negative: freed) and raises the peak when it is passed.
+  void Add(int64_t delta);
+  int64_t held() const { return held_.load(std::memory_order_relaxed); }
+  int64_t peak() const { return peak_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<int64_t> held_{0};
+  std::atomic<int64_t> peak_{0};
+};
+
 // Reusable per-thread memory for intermediate images, so that a steady-state sample
-// allocates nothing. Each slot grows to the largest request seen and is reused.
+// allocates nothing. Each slot grows to the largest request seen (plus a quarter, so
+// slowly growing images do not reallocate each time) and is reused. One thread owns an
+// arena; it is not thread-safe.
+//
+// What a sample needs it gets: a valid 9000x9000 PNG takes 324 MB in one slot, bounded
+// only by image.decode's max_pixels. Trim between samples gives such memory back, so
+// that one huge image does not pin it for the rest of the run (the executor trims to
+// memory.scratch_bytes_per_thread after every sample).
 class ScratchArena {
  public:
   static constexpr int kSlots = 4;
+  ScratchArena() = default;
+  ~ScratchArena();
+  ScratchArena(const ScratchArena&) = delete;
+  ScratchArena& operator=(const ScratchArena&) = delete;
+
+  // Counts this arena's bytes in `usage` from now on, as they change (moving them out
+  // of the group counted before); null stops counting. `usage` must outlive the
+  // arena or the next Account call.
+  void Account(ScratchUsage* usage);
   // Memory for `bytes` bytes in slot `slot` (0 <= slot < kSlots), 64-byte aligned.
-  // Valid until the next Get of the same slot. Null only if allocation fails.
+  // Valid until the next Get of the same slot or a Trim. Null only if allocation fails.
   uint8_t* Get(int slot, size_t bytes);
   // Total bytes held, for memory accounting.
   size_t capacity() const;
+  // Frees slots, largest first, until at most `retain_bytes` are held; returns the
+  // bytes freed. Between samples only: it invalidates what Get returned for them.
+  size_t Trim(size_t retain_bytes);
 
  private:
   Buffer slots_[kSlots];
+  ScratchUsage* usage_ = nullptr;
 };
 
 struct SampleContext {

@@ -103,6 +103,7 @@ void Fields(SpecOf<ExecutionSpec> auto& s, auto&& f) {
 void Fields(SpecOf<PrefetchSpec> auto& s, auto&& f) { f("depth", s.depth); }
 void Fields(SpecOf<MemorySpec> auto& s, auto&& f) {
   f("budget_bytes", s.budget_bytes, Unit::kBytes);
+  f("scratch_bytes_per_thread", s.scratch_bytes_per_thread, Unit::kBytes);
 }
 void Fields(SpecOf<ErrorSpec> auto& s, auto&& f) {
   f("policy", s.policy);
@@ -1046,6 +1047,8 @@ Status ValidatePipelineSpec(const PipelineSpec& spec) {
   HR_RETURN_IF_ERROR(AtLeast<int64_t>("execution.io_budget_bytes", exec.io_budget_bytes, 0));
   HR_RETURN_IF_ERROR(InRange("prefetch.depth", spec.prefetch.depth, 1, kMaxPrefetchDepth));
   HR_RETURN_IF_ERROR(AtLeast<int64_t>("memory.budget_bytes", spec.memory.budget_bytes, 1));
+  HR_RETURN_IF_ERROR(AtLeast<int64_t>("memory.scratch_bytes_per_thread",
+                                      spec.memory.scratch_bytes_per_thread, 0));
   if (exec.io_budget_bytes > spec.memory.budget_bytes) {
     return Invalid("execution.io_budget_bytes", "must not exceed memory.budget_bytes (" +
                                                     std::to_string(spec.memory.budget_bytes) + ")" +

@@ -54,6 +54,7 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   }
   HR_ASSIGN_OR_RETURN(Manifest manifest, LoadManifest(*loader->storage_, spec.source));
   loader->manifest_ = std::make_shared<Manifest>(std::move(manifest));
+  loader->manifest_bytes_ = static_cast<int64_t>(ManifestMemoryBytes(*loader->manifest_));
   HR_ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(spec, *loader->storage_));
   EngineOptions opt;
   opt.io_budget_bytes = ex.io_budget_bytes > 0 ? ex.io_budget_bytes : spec.memory.budget_bytes / 8;
@@ -91,6 +92,7 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   opt.max_error_rate = spec.errors.max_error_rate;
   opt.min_samples = spec.errors.min_samples;
   opt.max_kept_errors = spec.errors.max_logged;
+  opt.scratch_retain_bytes = spec.memory.scratch_bytes_per_thread;
   if (options.allocator != nullptr) opt.allocator = options.allocator;
   opt.trace = options.trace;
   loader->trace_ = options.trace;

@@ -73,6 +73,9 @@ class Loader {
 
   const PipelineSpec& spec() const { return spec_; }
   const Manifest& manifest() const { return *manifest_; }
+  // The parsed manifest's memory (ManifestMemoryBytes), held for the whole run outside
+  // memory.budget_bytes; measured once, after loading.
+  int64_t manifest_bytes() const { return manifest_bytes_; }
   int64_t batches_per_epoch() const { return engine_->order().batches_per_rank_epoch(); }
   // EpochOrder::kUnboundedBatches when the run's epochs are unbounded.
   int64_t total_batches() const { return engine_->order().total_batches(); }
@@ -94,6 +97,7 @@ class Loader {
   std::unique_ptr<Engine> engine_;
   int cpu_threads_ = 1;
   int io_inflight_ = 1;
+  int64_t manifest_bytes_ = 0;
 
   TraceRecorder* trace_ = nullptr;
   Clock::time_point created_;

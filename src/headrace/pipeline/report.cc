@@ -94,6 +94,11 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
   r.budget_peak_bytes = m.budget_peak_bytes;
   r.batch_memory_reused = m.batch_memory_reused;
   r.batch_memory_fresh = m.batch_memory_fresh;
+  r.manifest_bytes = loader.manifest_bytes();
+  r.scratch_bytes = m.scratch_bytes;
+  r.scratch_peak_bytes = m.scratch_peak_bytes;
+  r.scratch_sample_peak_bytes = m.scratch_sample_peak_bytes;
+  r.scratch_bytes_per_thread = m.scratch_retain_bytes;
   r.bytes_copied_per_sample =
       m.samples_delivered > 0 ? static_cast<double>(m.bytes_copied) / m.samples_delivered : 0;
   r.cpu_threads = loader.cpu_threads();
@@ -136,6 +141,13 @@ std::string RunReportToJson(const RunReport& r) {
   w.Key("budget_peak_bytes").Int(r.budget_peak_bytes);
   w.Key("batch_memory").BeginObject().Key("reused").Int(r.batch_memory_reused);
   w.Key("fresh").Int(r.batch_memory_fresh).EndObject();
+  w.Key("memory").BeginObject();
+  w.Key("manifest_bytes").Int(r.manifest_bytes);
+  w.Key("scratch_bytes").Int(r.scratch_bytes);
+  w.Key("scratch_peak_bytes").Int(r.scratch_peak_bytes);
+  w.Key("scratch_sample_peak_bytes").Int(r.scratch_sample_peak_bytes);
+  w.Key("scratch_bytes_per_thread").Int(r.scratch_bytes_per_thread);
+  w.EndObject();
   w.Key("bytes_copied_per_sample").Double(r.bytes_copied_per_sample);
   w.Key("cpu_threads").Int(r.cpu_threads);
   w.Key("batch_size").Int(r.batch_size);
@@ -235,6 +247,10 @@ std::string RunReportToText(const RunReport& r) {
       "budget\n",
       r.peak_rss_bytes / 1048576.0, r.baseline_rss_bytes / 1048576.0,
       r.budget_peak_bytes / 1048576.0, r.memory_budget_bytes / 1048576.0);
+  add("  outside budget    manifest %.1f MiB, scratch %.1f MiB (peak %.1f MiB, one sample up "
+      "to %.1f MiB, %.1f MiB/thread kept)\n",
+      r.manifest_bytes / 1048576.0, r.scratch_bytes / 1048576.0, r.scratch_peak_bytes / 1048576.0,
+      r.scratch_sample_peak_bytes / 1048576.0, r.scratch_bytes_per_thread / 1048576.0);
   add("  copies            %.1f bytes per sample beyond the batch slot\n",
       r.bytes_copied_per_sample);
   out += "  stages            name    busy   starved blocked  queue  verdict\n";

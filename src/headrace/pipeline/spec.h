@@ -81,6 +81,11 @@ struct PrefetchSpec {
 struct MemorySpec {
   // Bytes the pipeline may hold in queues: fetched media plus batches in flight.
   int64_t budget_bytes = int64_t{1} << 30;
+  // Scratch memory for intermediate images each CPU thread keeps between samples, on
+  // top of budget_bytes. A sample that needs more (a huge image, up to image.decode's
+  // max_pixels × 4 bytes) gets it and gives it back when it ends. The run report shows
+  // what was held (memory.scratch_*). 32 MiB covers two 2560×1440 RGBX images.
+  int64_t scratch_bytes_per_thread = int64_t{32} << 20;
 };
 
 // What happens to a sample that fails.

@@ -15,6 +15,7 @@ class RowWriter {
       : tmpl_(tmpl), ids_(ids), mask_(mask), labels_(labels) {}
 
   bool full() const { return size_ == tmpl_.max_length; }
+  int64_t room() const { return tmpl_.max_length - size_; }
 
   void Append(std::span<const int> tokens, bool trained) {
     const int64_t n =
@@ -61,6 +62,21 @@ Result<std::vector<int>> EncodeTemplatePiece(const SentencePieceModel& model,
   return ids;
 }
 
+// Where to cut `text` at or before `limit` (< text.size()): before the run of spaces
+// nearest `limit` when one starts in its second half (no piece spans it), else at the
+// start of the UTF-8 character that `limit` falls in.
+size_t CutPoint(std::string_view text, size_t limit) {
+  for (size_t p = limit; p > limit / 2; --p) {
+    if (text[p] != ' ') continue;
+    while (p > 0 && text[p - 1] == ' ') --p;
+    if (p > 0) return p;
+    break;
+  }
+  size_t p = limit;
+  while (p > 0 && (static_cast<uint8_t>(text[p]) & 0xC0) == 0x80) --p;
+  return p;
+}
+
 }  // namespace
 
 // --- SentencePieceModel ---------------------------------------------------------------
@@ -82,6 +98,7 @@ Result<std::unique_ptr<SentencePieceModel>> SentencePieceModel::FromSerialized(
 }
 
 Status SentencePieceModel::Encode(std::string_view text, std::vector<int>* ids) const {
+  bytes_encoded_.fetch_add(static_cast<int64_t>(text.size()), std::memory_order_relaxed);
   const sentencepiece::util::Status status = sp_->Encode(text, ids);
   if (!status.ok()) return Status::TokenizeError("SentencePiece: " + status.ToString());
   return Status::Ok();
@@ -93,6 +110,16 @@ int SentencePieceModel::eos_id() const { return sp_->eos_id(); }
 int SentencePieceModel::pad_id() const { return sp_->pad_id(); }
 int SentencePieceModel::PieceToId(std::string_view piece) const { return sp_->PieceToId(piece); }
 const std::string& SentencePieceModel::IdToPiece(int id) const { return sp_->IdToPiece(id); }
+
+Status EncodeLeadingTokens(const SentencePieceModel& model, std::string_view text, int64_t count,
+                           std::vector<int>* ids) {
+  const int64_t want = count + kLeadingSlackTokens;
+  for (size_t limit = static_cast<size_t>(want * kLeadingBytesPerToken);; limit *= 2) {
+    if (limit >= text.size()) return model.Encode(text, ids);
+    HR_RETURN_IF_ERROR(model.Encode(text.substr(0, CutPoint(text, limit)), ids));
+    if (static_cast<int64_t>(ids->size()) >= want) return Status::Ok();
+  }
+}
 
 // --- ChatTemplate ---------------------------------------------------------------------
 
@@ -159,7 +186,10 @@ Status TokenizeConversation(const SentencePieceModel& model, const ChatTemplate&
     if (row.full()) break;  // the rest would be truncated: skip tokenizing it
     const bool trained = turn.role == Role::kAssistant;
     row.Append(tmpl.prefix[static_cast<int>(turn.role)], /*trained=*/false);
-    HR_RETURN_IF_ERROR(model.Encode(turn.text, &text_ids));
+    if (row.full()) break;
+    // Only as much of the text as the row has room for: a huge turn costs no more
+    // than a short one.
+    HR_RETURN_IF_ERROR(EncodeLeadingTokens(model, turn.text, row.room(), &text_ids));
     row.Append(text_ids, trained);
     row.Append(tmpl.turn_end, trained);
   }

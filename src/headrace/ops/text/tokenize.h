@@ -9,6 +9,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -39,8 +40,12 @@ class SentencePieceModel {
   ~SentencePieceModel();
 
   // Replaces the contents of `ids` with the tokens of `text` (keeping its capacity).
-  // kTokenizeError when the model rejects the text.
+  // kTokenizeError when the model rejects the text. SentencePiece's working memory is
+  // ~140 bytes per byte of text: callers bound `text` (EncodeLeadingTokens).
   Status Encode(std::string_view text, std::vector<int>* ids) const;
+  // Bytes of text handed to Encode so far, summed over all threads: what tokenizing
+  // cost, for tests and reports.
+  int64_t bytes_encoded() const { return bytes_encoded_.load(std::memory_order_relaxed); }
 
   int vocab_size() const;
   int bos_id() const;                           // -1 when the model has none
@@ -52,7 +57,29 @@ class SentencePieceModel {
  private:
   explicit SentencePieceModel(std::unique_ptr<sentencepiece::SentencePieceProcessor> sp);
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  mutable std::atomic<int64_t> bytes_encoded_{0};
 };
+
+// The first tokens of `text`, at least `count` of them when the whole text has that
+// many, without encoding the whole text: its cost is bounded by `count`, not by the
+// length of `text` (a 100 MB turn in a row of 48 tokens encodes a few hundred bytes).
+//
+// It encodes a prefix of about kLeadingBytesPerToken bytes per token wanted, doubling
+// it until the prefix yields `count` + kLeadingSlackTokens tokens or is the whole text.
+// The prefix is cut before a run of spaces when one lies in its second half, else at
+// a UTF-8 character boundary.
+//
+// Exactness: the first `count` tokens equal the first `count` of model.Encode(text)
+// whenever the cut falls before a space and the model splits pieces at whitespace
+// (SentencePiece's default, split_by_whitespace=true, with the space as a piece prefix),
+// since then no piece spans the cut. A cut inside a run without spaces (e.g. CJK text)
+// may change the last few tokens before it; the slack keeps those out of the `count`.
+// Text the model's normalizer removes (runs of whitespace) yields no tokens, so it is
+// scanned to its end: the cost is then its length, at the normalizer's small memory.
+inline constexpr int64_t kLeadingBytesPerToken = 8;
+inline constexpr int64_t kLeadingSlackTokens = 8;
+Status EncodeLeadingTokens(const SentencePieceModel& model, std::string_view text, int64_t count,
+                           std::vector<int>* ids);
 
 // A TokenizeSpec compiled against one model: the template's fixed strings tokenized once
 // (they are the same for every sample) and its ids resolved. Immutable; shared by all
@@ -84,9 +111,11 @@ struct ChatTemplate {
 //           when the last turn is the assistant's; ignore_index elsewhere (prefixes,
 //           other roles, BOS, padding). Not shifted: the model shifts.
 // Longer conversations are cut at max_length (right truncation; the EOS is then lost).
-// kTokenizeError when `turns` is empty or the model rejects a text; the rows are then
-// unspecified. Thread-safe; allocates nothing in steady state beyond what SentencePiece
-// allocates inside Encode.
+// Each text is encoded only as far as the row has room (EncodeLeadingTokens), so the
+// cost of a sample is bounded by max_length, however long its turns.
+// kTokenizeError when `turns` is empty or the model rejects the part of a text it
+// encodes; the rows are then unspecified. Thread-safe; allocates nothing in steady state
+// beyond what SentencePiece allocates inside Encode.
 Status TokenizeConversation(const SentencePieceModel& model, const ChatTemplate& tmpl,
                             std::span<const Turn> turns, int64_t* ids, int64_t* mask,
                             int64_t* labels);

@@ -347,6 +347,82 @@ TEST_F(TokenizeTest, IsDeterministicAcrossThreads) {
   }
 }
 
+// Ordinary text of about `bytes` bytes: the corpus's words with punctuation, runs of
+// spaces, newlines and a few non-ASCII words.
+std::string LongText(size_t bytes, uint64_t seed) {
+  static const char* const kWords[] = {"what", "colour", "is",    "the",   "bus",  "blue",
+                                       "red",  "Where",  "many",  "objects", "café", "naïve",
+                                       "<image>", "three", "left", "bottom", "sky", "ball."};
+  constexpr int kWordCount = sizeof(kWords) / sizeof(kWords[0]);
+  static const char* const kGaps[] = {" ", " ", " ", " ", "  ", ", ", "? ", ".\n", "\n", "   "};
+  Rng rng(seed);
+  std::string text;
+  text.reserve(bytes + 16);
+  while (text.size() < bytes) {
+    text += kWords[rng.Below(kWordCount)];
+    text += kGaps[rng.Below(10)];
+  }
+  return text;
+}
+
+TEST_F(TokenizeTest, LeadingTokensEqualThoseOfTheWholeText) {
+  auto op = MakeOp(Spec());
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    const std::string text = LongText(64 << 10, seed);
+    const std::vector<int> full = Encode(text);
+    for (int64_t count : {1, 2, 7, 48, 128, 1000, 4000}) {
+      SCOPED_TRACE(testing::Message() << "seed " << seed << ", count " << count);
+      std::vector<int> ids;
+      ASSERT_TRUE(EncodeLeadingTokens(op->model(), text, count, &ids).ok());
+      ASSERT_GE(static_cast<int64_t>(ids.size()), count);
+      EXPECT_EQ(std::vector<int>(ids.begin(), ids.begin() + count),
+                std::vector<int>(full.begin(), full.begin() + count));
+    }
+  }
+}
+
+TEST_F(TokenizeTest, LeadingTokensOfAShortTextAreAllOfIt) {
+  auto op = MakeOp(Spec());
+  std::vector<int> ids;
+  ASSERT_TRUE(EncodeLeadingTokens(op->model(), "What colour is the bus?", 100, &ids).ok());
+  EXPECT_EQ(ids, Encode("What colour is the bus?"));
+}
+
+TEST_F(TokenizeTest, LeadingTokensOfTextWithoutSpacesAreCutAtACharacter) {
+  auto op = MakeOp(Spec());
+  std::string text;
+  while (text.size() < (16 << 10)) text += "whatcolourcafé";
+  std::vector<int> ids;
+  ASSERT_TRUE(EncodeLeadingTokens(op->model(), text, 16, &ids).ok());
+  ASSERT_GE(ids.size(), 16u);
+  const std::vector<int> full = Encode(text);
+  EXPECT_EQ(std::vector<int>(ids.begin(), ids.begin() + 16),
+            std::vector<int>(full.begin(), full.begin() + 16));
+}
+
+TEST_F(TokenizeTest, AHugeTurnCostsWhatMaxLengthNeeds) {
+  // Measured before the fix: a 100 MB turn took 14 GB and 124 s for max_length 48,
+  // because the whole text was encoded and then cut.
+  const TokenizeSpec spec = Spec(48);
+  auto op = MakeOp(spec);
+  const std::string text = LongText(4 << 20, 9);
+  const int64_t before = op->model().bytes_encoded();
+  const Rows rows = Run(*op, {User(text), Assistant("Blue.")});
+  const int64_t encoded = op->model().bytes_encoded() - before;
+  // A few hundred bytes of the text, whatever its length.
+  EXPECT_LE(encoded, 2 * (spec.max_length + kLeadingSlackTokens) * kLeadingBytesPerToken);
+
+  // The row is the one the whole text would give: BOS, the user prefix, then the
+  // text's first tokens up to max_length. The reference encodes a 64 KiB prefix cut
+  // before a space, which holds the same first tokens (LeadingTokensEqualThoseOf...).
+  std::vector<int64_t> want = {1};
+  for (int id : Encode(spec.user_prefix)) want.push_back(id);
+  for (int id : Encode(text.substr(0, text.find(' ', 64 << 10)))) want.push_back(id);
+  want.resize(spec.max_length);
+  EXPECT_EQ(rows.ids, want);
+  EXPECT_EQ(rows.mask, std::vector<int64_t>(spec.max_length, 1));
+}
+
 TEST_F(TokenizeTest, UsesZeroForPaddingWhenTheModelHasNoPadUnlessTold) {
   TokenizeSpec spec = Spec(32);
   spec.model = ModelPath("plain");
