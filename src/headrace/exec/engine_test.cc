@@ -353,7 +353,7 @@ class SizedStorage final : public Storage {
   }
   void ReadAsyncGated(std::string uri, ReadCallback done, ReadGate gate) override {
     const int64_t size = size_of_(uri);
-    if (gate && !gate(size)) return done(Status::ResourceExhausted("refused"));
+    if (gate && !gate(size)) return done(Status::Cancelled("refused"));
     done(*Buffer::Allocate(static_cast<size_t>(size)));
     if (served_.fetch_add(1) + 1 == 2) after_second_read_();
   }

@@ -104,8 +104,8 @@ Result<Buffer> ReadFile(const std::string& path, const ReadRules& rules, const R
                                      " bytes (storage.max_object_bytes)");
   }
   if (gate && !gate(st.st_size)) {
-    return Status::ResourceExhausted("reading " + QuoteForMessage(path) +
-                                     ": its size was refused by the reader");
+    return Status::Cancelled("reading " + QuoteForMessage(path) +
+                             ": its size was refused by the reader");
   }
   const size_t size = static_cast<size_t>(st.st_size);
   HR_ASSIGN_OR_RETURN(Buffer buffer, Buffer::Allocate(size));
@@ -206,7 +206,7 @@ class LocalStorage final : public Storage {
       reads_.fetch_add(1, std::memory_order_relaxed);
       if (bytes.ok()) {
         bytes_.fetch_add(static_cast<int64_t>(bytes->size()), std::memory_order_relaxed);
-      } else {
+      } else if (bytes.status().code() != StatusCode::kCancelled) {
         errors_.fetch_add(1, std::memory_order_relaxed);
       }
       request.done(std::move(bytes));

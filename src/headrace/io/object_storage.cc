@@ -359,7 +359,7 @@ void ObjectStorage::Execute(RequestFactory make, std::string what, ResponseCallb
           return;
         }
         if (r.error == TransportError::kRefused) {
-          done(Status::ResourceExhausted(what + ": " + r.error_text));
+          done(Status::Cancelled(what + ": " + r.error_text));
           return;
         }
         if (r.error != TransportError::kNone) {

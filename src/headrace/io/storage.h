@@ -38,7 +38,8 @@ using ReadCallback = std::function<void(Result<Buffer>)>;
 // with the bytes it is about to hold: the object's size (local: the file's size; HTTP,
 // S3: Content-Length or Content-Range's total), or for a body of unknown length its
 // buffer's new capacity before each growth. Returning false gives the read up: nothing
-// more is allocated and `done` gets kResourceExhausted. Must be short and not block.
+// more is allocated and `done` gets kCancelled (not counted as a storage error). Must
+// be short and must not block.
 // The engine charges its I/O budget here, so that bytes are counted before they exist.
 using ReadGate = std::function<bool(int64_t bytes)>;
 
