@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "headrace/core/sample.h"
+
 namespace headrace {
 namespace {
 
@@ -24,6 +26,14 @@ TEST(QuoteForMessage, NeverCutsInsideAUtf8Character) {
 
 TEST(QuoteForMessage, ShowsControlBytes) {
   EXPECT_EQ(QuoteForMessage(std::string_view("a\0b\n", 4)), "'a\\x00b\\x0a'");
+}
+
+TEST(SampleError, ToStringShortensAHugeUri) {
+  const SampleError short_uri{0, 3, "/data/x.jpg", Status::NotFound("gone")};
+  EXPECT_EQ(short_uri.ToString(), "epoch 0, index 3, /data/x.jpg: not_found: gone");
+  const SampleError huge{1, 2, "/data/" + std::string(1 << 20, 'x'), Status::NotFound("gone")};
+  EXPECT_LT(huge.ToString().size(), 300u);
+  EXPECT_NE(huge.ToString().find("(1048582 bytes)"), std::string::npos);
 }
 
 }  // namespace
