@@ -203,7 +203,10 @@ class LocalStorage final : public Storage {
       }
       Result<Buffer> bytes = root_error_.ok() ? ReadFile(request.uri, rules_, request.gate)
                                               : Result<Buffer>(root_error_);
-      reads_.fetch_add(1, std::memory_order_relaxed);
+      // A read its gate gave up (kCancelled) read nothing: not counted.
+      if (bytes.ok() || bytes.status().code() != StatusCode::kCancelled) {
+        reads_.fetch_add(1, std::memory_order_relaxed);
+      }
       if (bytes.ok()) {
         bytes_.fetch_add(static_cast<int64_t>(bytes->size()), std::memory_order_relaxed);
       } else if (bytes.status().code() != StatusCode::kCancelled) {

@@ -65,7 +65,9 @@ TEST(LocalStorage, SizeGateSeesTheFileSizeBeforeItIsReadAndMayRefuse) {
       EXPECT_EQ(r->size(), 1234u);
     } else {
       EXPECT_EQ(r.status().code(), StatusCode::kCancelled);
-      EXPECT_EQ(storage->Stats()[0].errors, 0);  // given up by the reader, not failed
+      // Given up by the reader: neither a file read nor a failure.
+      EXPECT_EQ(storage->Stats()[0].errors, 0);
+      EXPECT_EQ(storage->Stats()[0].requests, 1);
     }
   }
 }

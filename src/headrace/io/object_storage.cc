@@ -388,7 +388,7 @@ Status ObjectStorage::ErrorOf(const HttpResponse& r, const std::string& what,
     if (code == "NoSuchBucket") {
       const auto loc = ParseS3Uri(uri);
       return Status::NotFound("bucket " + QuoteForMessage(loc.ok() ? loc->bucket : uri) +
-                              "' does not exist at endpoint " + endpoint() + " (" + detail + ")");
+                              " does not exist at endpoint " + endpoint() + " (" + detail + ")");
     }
     return Status::NotFound("no such object: " + QuoteForMessage(uri) + " (" + detail + ")");
   }
