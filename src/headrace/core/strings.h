@@ -1,7 +1,9 @@
 // Small string helpers shared by the parsers (config, credentials, HTTP headers).
 #pragma once
 
+#include <algorithm>
 #include <cctype>
+#include <string>
 #include <string_view>
 
 namespace headrace {
@@ -25,5 +27,11 @@ inline bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   }
   return true;
 }
+
+// `s` in single quotes for an error message, cut to at most `max_bytes` (at a UTF-8
+// character boundary) with "...(N bytes)" after a cut, so that a huge path or field
+// from untrusted input cannot flood a log; NUL and other control bytes are shown as
+// "\xHH". Use it wherever a message quotes a URI, a path or a manifest value.
+std::string QuoteForMessage(std::string_view s, size_t max_bytes = 200);
 
 }  // namespace headrace

@@ -209,17 +209,21 @@ void Engine::IssueSample(const std::shared_ptr<BatchJob>& job, int slot) {
                  Status::MissingField("the record has no image but the pipeline decodes one"));
     return;
   }
-  {  // Read capacity: requests in flight, and fetched bytes not yet decoded.
+  auto charge = std::make_shared<ReadCharge>();
+  {  // Read capacity: requests in flight, and the I/O budget's charge.
     std::unique_lock lock(mu_);
     const auto wait_start = Clock::now();
     bool waited_on_budget = false;
     driver_cv_.wait(lock, [&] {
       if (stop_) return true;
-      if (undecoded_bytes_ > options_.io_budget_bytes) {
+      if (reads_inflight_ >= options_.io_inflight) return false;
+      // Parked reads go first; a first read of unknown size goes alone.
+      if (!parked_.empty() || (read_estimate_ < 0 && reads_inflight_ > 0) ||
+          !ReadFitsLocked(std::max<int64_t>(read_estimate_, 0))) {
         waited_on_budget = true;
         return false;
       }
-      return reads_inflight_ < options_.io_inflight;
+      return true;
     });
     if (waited_on_budget) read_blocked_ns_ += NanosSince(wait_start);
     if (stop_) {
@@ -227,31 +231,115 @@ void Engine::IssueSample(const std::shared_ptr<BatchJob>& job, int slot) {
       FinishSample(job, slot, Status::Cancelled("the run was cancelled"));
       return;
     }
-    if (reads_inflight_++ == 0) reads_busy_since_ = Clock::now();
+    ChargeReadLocked(*charge, std::max<int64_t>(read_estimate_, 0));
   }
-  if (options_.trace != nullptr)
-    options_.trace->AsyncBegin("read", TraceId(*job, slot), Clock::now());
-  inputs_.storage->ReadAsync(record.media_uri, [this, job, slot](Result<Buffer> bytes) {
-    OnRead(job, slot, std::move(bytes));
-  });
+  StartRead(job, slot, std::move(charge));
 }
 
-void Engine::OnRead(const std::shared_ptr<BatchJob>& job, int slot, Result<Buffer> bytes) {
+bool Engine::ReadFitsLocked(int64_t bytes) const {
+  return reads_inflight_ < options_.io_inflight &&
+         (undecoded_bytes_ + bytes <= options_.io_budget_bytes ||
+          (undecoded_bytes_ == 0 && reads_inflight_ == 0));
+}
+
+void Engine::ChargeReadLocked(ReadCharge& charge, int64_t bytes) {
+  charge.bytes = bytes;
+  charge.refused = -1;
+  charge.sized = false;
+  undecoded_bytes_ += bytes;
+  budget_peak_ = std::max(budget_peak_, batch_bytes_ + undecoded_bytes_);
+  if (reads_inflight_++ == 0) reads_busy_since_ = Clock::now();
+}
+
+void Engine::StartRead(const std::shared_ptr<BatchJob>& job, int slot,
+                       std::shared_ptr<ReadCharge> charge) {
+  if (options_.trace != nullptr)
+    options_.trace->AsyncBegin("read", TraceId(*job, slot), Clock::now());
+  const SampleRecord& record = (*inputs_.records)[job->sample_indices[slot]];
+  ReadGate gate = [this, charge](int64_t size) { return OnReadSize(*charge, size); };
+  inputs_.storage->ReadAsyncGated(
+      record.media_uri,
+      [this, job, slot, charge = std::move(charge)](Result<Buffer> bytes) {
+        OnRead(job, slot, charge, std::move(bytes));
+      },
+      std::move(gate));
+}
+
+void Engine::NoteReadSizeLocked(int64_t size) {
+  read_estimate_ = std::max(size, read_estimate_ - read_estimate_ / 16);
+}
+
+bool Engine::OnReadSize(ReadCharge& charge, int64_t size) {
+  std::lock_guard lock(mu_);
+  NoteReadSizeLocked(size);
+  charge.sized = true;
+  const int64_t others = undecoded_bytes_ - charge.bytes;
+  if (others > 0 && others + size > options_.io_budget_bytes) {
+    charge.refused = size;
+    return false;
+  }
+  undecoded_bytes_ = others + size;
+  charge.bytes = size;
+  budget_peak_ = std::max(budget_peak_, batch_bytes_ + undecoded_bytes_);
+  driver_cv_.notify_all();  // a reservation larger than the object frees budget
+  return true;
+}
+
+std::vector<Engine::ParkedRead> Engine::TakeParkedLocked() {
+  std::vector<ParkedRead> out;
+  while (!parked_.empty() && (stop_ || ReadFitsLocked(parked_.front().charge->refused))) {
+    if (!stop_) ChargeReadLocked(*parked_.front().charge, parked_.front().charge->refused);
+    out.push_back(std::move(parked_.front()));
+    parked_.pop_front();
+  }
+  return out;
+}
+
+void Engine::RestartParked(std::vector<ParkedRead> reads) {
+  for (ParkedRead& read : reads) {
+    if (read.charge->refused >= 0) {
+      FinishSample(read.job, read.slot, Status::Cancelled("the run was cancelled"));
+    } else {
+      StartRead(read.job, read.slot, std::move(read.charge));
+    }
+  }
+}
+
+void Engine::OnRead(const std::shared_ptr<BatchJob>& job, int slot,
+                    const std::shared_ptr<ReadCharge>& charge, Result<Buffer> bytes) {
   if (options_.trace != nullptr)
     options_.trace->AsyncEnd("read", TraceId(*job, slot), Clock::now());
+  const bool refused = charge->refused >= 0;  // its gate ran on this thread, before
+  std::vector<ParkedRead> restart;
   {
     std::lock_guard lock(mu_);
     if (--reads_inflight_ == 0) read_busy_ns_ += NanosSince(reads_busy_since_);
-    ++reads_done_;
-    if (bytes.ok()) {
-      bytes_read_ += static_cast<int64_t>(bytes->size());
-      undecoded_bytes_ += static_cast<int64_t>(bytes->size());
-      read_fill_sum_ += std::min(1.0, static_cast<double>(undecoded_bytes_) /
-                                          static_cast<double>(options_.io_budget_bytes));
-      budget_peak_ = std::max(budget_peak_, batch_bytes_ + undecoded_bytes_);
+    if (refused) {
+      // Nothing was allocated: wait until the object's size fits (or nothing else is
+      // charged), then read it again.
+      undecoded_bytes_ -= charge->bytes;
+      charge->bytes = 0;
+      parked_.push_back(ParkedRead{job, slot, charge});
+    } else {
+      ++reads_done_;
+      if (bytes.ok()) {
+        // The charge becomes the buffer's size (it differs when the storage ignored the
+        // gate, or the object changed between its size and its bytes).
+        bytes_read_ += static_cast<int64_t>(bytes->size());
+        undecoded_bytes_ += static_cast<int64_t>(bytes->size()) - charge->bytes;
+        if (!charge->sized) NoteReadSizeLocked(static_cast<int64_t>(bytes->size()));
+        read_fill_sum_ += std::min(1.0, static_cast<double>(undecoded_bytes_) /
+                                            static_cast<double>(options_.io_budget_bytes));
+        budget_peak_ = std::max(budget_peak_, batch_bytes_ + undecoded_bytes_);
+      } else {
+        undecoded_bytes_ -= charge->bytes;
+      }
     }
+    restart = TakeParkedLocked();
     driver_cv_.notify_all();
   }
+  RestartParked(std::move(restart));
+  if (refused) return;
   if (!bytes.ok()) {
     FinishSample(job, slot, bytes.status());
     return;
@@ -264,7 +352,9 @@ void Engine::OnRead(const std::shared_ptr<BatchJob>& job, int slot, Result<Buffe
     {
       std::lock_guard lock(mu_);
       undecoded_bytes_ -= size;
+      restart = TakeParkedLocked();
     }
+    RestartParked(std::move(restart));
     FinishSample(job, slot, Status::Cancelled("the run was cancelled"));
   }
 }
@@ -314,9 +404,14 @@ void Engine::RunChain(const std::shared_ptr<BatchJob>& job, int slot, Buffer byt
     // The encoded bytes die here (the last handle), before the budget is released.
   }
   if (inputs_.reads_media) {
-    std::lock_guard lock(mu_);
-    undecoded_bytes_ -= size;
-    driver_cv_.notify_all();
+    std::vector<ParkedRead> restart;
+    {
+      std::lock_guard lock(mu_);
+      undecoded_bytes_ -= size;
+      restart = TakeParkedLocked();
+      driver_cv_.notify_all();
+    }
+    RestartParked(std::move(restart));
   }
   FinishSample(job, slot, std::move(status));
 }

@@ -15,8 +15,18 @@
 //   uninterrupted run yields from k on.
 // - Admission is in batch order and bounded twice: at most `prefetch_depth` batches
 //   are admitted and not yet delivered, and their buffers fit `batch_budget_bytes`.
-//   Reads stop being issued while fetched-but-undecoded bytes exceed `io_budget_bytes`.
 //   Backpressure thus flows from the consumer up to the reads.
+// - I/O budget: bytes are charged to `io_budget_bytes` before they exist, and the charge
+//   never exceeds it unless one object alone does (then nothing else is charged):
+//   a read is issued with a reservation (an estimate: the largest recent object, a
+//   maximum that decays by 1/16 per read so that one outlier does not serialize the
+//   run; before the first size is known, one read at a time) only when the charge plus
+//   the reservation fits, or nothing else is charged or in flight (progress). The storage's size gate
+//   (ReadGate) swaps the reservation for the object's size before the bytes are
+//   allocated, and refuses the read if it does not fit while other bytes are charged;
+//   a refused read is parked and re-issued, ahead of new reads, as soon as its size
+//   fits or nothing else is charged. The charge is released when the chain is done
+//   with the bytes. A storage that ignores the gate is charged on completion instead.
 // - A failing sample is skipped: its batch is delivered without it (rows compacted),
 //   the error is kept in Batch::errors and counted. A batch whose samples all fail is
 //   not delivered (or delivered empty, with deliver_empty_batches). The run fails when errors exceed the error budget.
@@ -27,6 +37,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -179,7 +190,34 @@ class Engine {
   void IssueSample(const std::shared_ptr<BatchJob>& job, int slot);
   // A run-unique id of a sample slot, for async trace events.
   int64_t TraceId(const BatchJob& job, int slot) const;
-  void OnRead(const std::shared_ptr<BatchJob>& job, int slot, Result<Buffer> bytes);
+  // The I/O budget's charge of one read (see the contract), shared by its gate and
+  // its completion; guarded by mu_.
+  struct ReadCharge {
+    int64_t bytes = 0;      // charged now: the reservation, then the object's size
+    int64_t refused = -1;   // >= 0: the gate refused this size; the read is parked
+    bool sized = false;     // the gate ran (a storage may ignore it)
+  };
+  struct ParkedRead {
+    std::shared_ptr<BatchJob> job;
+    int slot;
+    std::shared_ptr<ReadCharge> charge;
+  };
+  // Whether a read charging `bytes` may be issued now (see the contract).
+  bool ReadFitsLocked(int64_t bytes) const;
+  // Charges `charge` and counts it in flight.
+  void ChargeReadLocked(ReadCharge& charge, int64_t bytes);
+  void StartRead(const std::shared_ptr<BatchJob>& job, int slot,
+                 std::shared_ptr<ReadCharge> charge);
+  // Updates the reservation of new reads with an object's size.
+  void NoteReadSizeLocked(int64_t size);
+  // The gate of a read: swaps its reservation for the object's size, or refuses.
+  bool OnReadSize(ReadCharge& charge, int64_t size);
+  // Parked reads that may start now, already charged; all of them once the run stopped
+  // (still refused: RestartParked finishes those as cancelled).
+  std::vector<ParkedRead> TakeParkedLocked();
+  void RestartParked(std::vector<ParkedRead> reads);
+  void OnRead(const std::shared_ptr<BatchJob>& job, int slot,
+              const std::shared_ptr<ReadCharge>& charge, Result<Buffer> bytes);
   void RunChain(const std::shared_ptr<BatchJob>& job, int slot, Buffer bytes);
   // After a sample: notes what this thread's scratch grew to, then trims it to the
   // per-thread allowance.
@@ -212,7 +250,11 @@ class Engine {
   int64_t next_ = 0;                     // guarded by mu_: next local batch to deliver
   int64_t admitted_ahead_ = 0;           // guarded by mu_: admitted, not delivered
   int64_t batch_bytes_ = 0;              // guarded by mu_: buffers of admitted batches
-  int64_t undecoded_bytes_ = 0;          // guarded by mu_
+  // Guarded by mu_: the I/O budget's charge: reads in flight and fetched bytes the chain
+  // has not finished with (see the contract).
+  int64_t undecoded_bytes_ = 0;
+  int64_t read_estimate_ = -1;           // guarded by mu_: -1 until a size is known
+  std::deque<ParkedRead> parked_;        // guarded by mu_: reads refused by their gate
   int64_t budget_peak_ = 0;              // guarded by mu_
   int reads_inflight_ = 0;               // guarded by mu_
   int64_t outstanding_ = 0;              // guarded by mu_: samples not yet finished

@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <utility>
 
+#include "headrace/core/strings.h"
+#include "headrace/io/uri.h"
+
 namespace headrace {
 namespace {
 
@@ -106,7 +109,10 @@ Result<std::string> DefaultRoot(const std::string& manifest_path, const SourceSp
   // carry absolute paths and "inside root" is decidable for absolute media paths.
   std::error_code ec;
   const std::filesystem::path cwd = std::filesystem::current_path(ec);
-  if (ec) return Status::IoError("cannot resolve manifest root '" + root + "': " + ec.message());
+  if (ec) {
+    return Status::IoError("cannot resolve manifest root " + QuoteForMessage(root) + ": " +
+                           ec.message());
+  }
   return Join(Split(cwd.string() + "/" + root));
 }
 
@@ -119,71 +125,68 @@ Status MissingField(int64_t line, std::string what) {
   return Status::MissingField(LinePrefix(line) + std::move(what));
 }
 
-// Quotes a value from the manifest for a message, shortened to about 200 bytes (at a
-// UTF-8 character boundary) so that one huge field cannot flood the error log.
-std::string Quote(std::string_view s) {
-  size_t n = std::min<size_t>(s.size(), 200);
-  while (n < s.size() && n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
-  std::string out = "'";
-  out.append(s.substr(0, n));
-  if (n < s.size()) out += "...";
-  out += "'";
-  return out;
-}
-
 Result<Role> ParseRole(std::string_view role) {
   if (role == "human" || role == "user") return Role::kUser;
   if (role == "gpt" || role == "assistant" || role == "model") return Role::kAssistant;
   if (role == "system") return Role::kSystem;
-  return Status::BadRecord("unknown role " + Quote(role) +
+  return Status::BadRecord("unknown role " + QuoteForMessage(role) +
                            " (allowed: human, user, gpt, assistant, model, system)");
 }
 
+// Whether a segment of an http(s) URL is a path step in disguise once a server decodes
+// it: "%2e%2e", "..%2f..", "%2E", "a%5cb".
+bool EncodedTraversal(std::string_view segment) {
+  if (segment.find('%') == std::string_view::npos) return false;
+  const std::string decoded = UriDecode(segment);
+  return decoded == "." || decoded == ".." || decoded.find_first_of("/\\") != std::string::npos;
+}
+
 // ResolveMediaPath against a root already split (`base`) and joined (`base_text`), so
-// that a manifest splits its root once, not once per line.
+// that a manifest splits its root once, not once per line. One segment walk (Split)
+// serves absolute and relative paths alike.
 Result<std::string> Resolve(const SplitPath& base, const std::string& base_text,
                             std::string_view relative, bool allow_absolute) {
   if (relative.empty()) return Status::MissingField("empty media path");
+  if (relative.find('\0') != std::string_view::npos) {
+    // The C library would read the path only up to the NUL: another file.
+    return Status::BadRecord("media path " + QuoteForMessage(relative) + " contains a NUL byte");
+  }
+  const bool http = SchemeOf(base_text) == UriScheme::kHttp;
   const bool absolute = UriPrefixLength(relative) > 0 || relative.front() == '/';
   if (absolute) {
     if (!allow_absolute) {
-      return Status::PathEscape("absolute media path " + Quote(relative) +
+      return Status::PathEscape("absolute media path " + QuoteForMessage(relative) +
                                 " is not allowed (set source.allow_absolute_paths: true to "
                                 "accept absolute paths inside the root)");
     }
     if (!base.absolute()) {
-      return Status::PathEscape("absolute media path " + Quote(relative) +
-                                " cannot be checked against the relative root " + Quote(base_text) +
-                                "; make source.root absolute");
+      return Status::PathEscape("absolute media path " + QuoteForMessage(relative) +
+                                " cannot be checked against the relative root " +
+                                QuoteForMessage(base_text) + "; make source.root absolute");
     }
     const SplitPath path = Split(relative);
-    if (!Inside(base, path)) {
-      return Status::PathEscape("absolute media path " + Quote(relative) + " is outside the root " +
-                                Quote(base_text));
+    const bool disguised =
+        http && std::any_of(path.segments.begin(), path.segments.end(), EncodedTraversal);
+    if (!Inside(base, path) || disguised) {
+      return Status::PathEscape("absolute media path " + QuoteForMessage(relative) +
+                                " is outside the root " + QuoteForMessage(base_text));
     }
     return Join(path);
   }
 
-  // Appends segments to the root's text; a ".." truncates back to the previous "/".
+  // Relative: after Split, a ".." can only remain at the front, where it leaves root.
+  const SplitPath path = Split(relative);
+  if (!path.segments.empty() && path.segments.front() == "..") {
+    return Status::PathEscape("media path " + QuoteForMessage(relative) + " leaves the root " +
+                              QuoteForMessage(base_text));
+  }
+  // The segments are object names, never URL syntax: on http(s) each is percent-encoded,
+  // so "%2e%2e", "a#b.jpg" or "a?x.jpg" request exactly that object (S3 keys are encoded
+  // by the backend; local paths are used as they are).
   std::string out = base.segments.empty() && base.prefix.empty() ? std::string() : base_text;
-  const size_t root_size = out.size();
-  std::string_view rest = relative;
-  while (!rest.empty()) {
-    const size_t slash = rest.find('/');
-    const std::string_view seg = rest.substr(0, slash);
-    rest = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
-    if (seg.empty() || seg == ".") continue;
-    if (seg == "..") {
-      if (out.size() == root_size) {
-        return Status::PathEscape("media path " + Quote(relative) + " leaves the root " +
-                                  Quote(base_text));
-      }
-      const size_t cut = out.rfind('/');
-      out.resize(cut == std::string::npos || cut < root_size ? root_size : cut);
-      continue;
-    }
+  for (const std::string_view segment : path.segments) {
     if (!out.empty() && out.back() != '/') out += '/';
-    out += seg;
+    out += http ? UriEncode(segment, false) : std::string(segment);
   }
   if (out.empty()) out = ".";
   return out;
@@ -276,6 +279,10 @@ Result<std::string> ResolveMediaPath(std::string_view root, std::string_view rel
   return Resolve(base, Join(base), relative, allow_absolute);
 }
 
+Result<std::string> ManifestRoot(const SourceSpec& spec) {
+  return DefaultRoot(spec.manifest, spec);
+}
+
 Result<Manifest> ParseManifest(const Buffer& jsonl_bytes, const std::string& manifest_path,
                                const SourceSpec& spec) {
   Manifest manifest;
@@ -334,8 +341,9 @@ Result<Manifest> ParseManifest(const Buffer& jsonl_bytes, const std::string& man
     }
   }
   if (manifest.records.empty()) {
-    return Status::InvalidArgument("manifest " + Quote(manifest_path) + " has no records (" +
-                                   std::to_string(line_number) + " lines, all blank)");
+    return Status::InvalidArgument("manifest " + QuoteForMessage(manifest_path) +
+                                   " has no records (" + std::to_string(line_number) +
+                                   " lines, all blank)");
   }
   return manifest;
 }

@@ -13,9 +13,9 @@
 // Other fields are ignored.
 //
 // A bad line does not fail the load: its record keeps its index and carries the reason
-// in `status` (kBadRecord: not JSON, not an object, unknown role; kMissingField: a
-// required field absent or of the wrong type; kPathEscape: media outside the root), so
-// the engine reports it as (epoch, index) when an epoch reaches it.
+// in `status` (kBadRecord: not JSON, not an object, unknown role, a NUL in the media
+// path; kMissingField: a required field absent or of the wrong type; kPathEscape: media
+// outside the root), so the engine reports it as (epoch, index) when an epoch reaches it.
 #pragma once
 
 #include <cstdint>
@@ -73,10 +73,21 @@ Result<Manifest> LoadManifest(Storage& storage, const SourceSpec& spec);
 //   `allow_absolute`; when allowed it is normalized and must still lie inside root (use
 //   root "/" to accept any local absolute path). It cannot be checked against a
 //   relative root, so that is kPathEscape too.
-// - Empty `relative` is kMissingField.
-// Percent-encoding in URIs is not decoded: "%2e%2e" is an ordinary segment here, and a
-// backend that decodes it must check again.
+// - Empty `relative` is kMissingField; one with a NUL byte is kBadRecord (the C library
+//   would read only the part before it: another file).
+// - The segments of `relative` are literal object names on every backend. Under an
+//   http(s) root each is percent-encoded (RFC 3986 unreserved characters kept), so
+//   "%2e%2e/x.jpg", "..%2fx.jpg", "a#b.jpg" and "a?x.jpg" request exactly those names
+//   and a server that decodes the URL cannot be led out of the root. An allowed absolute
+//   http(s) URL is a URL: a segment that decodes to "." or ".." or holds an encoded '/'
+//   or '\' is kPathEscape. Local paths and s3:// keys are kept byte for byte (the S3
+//   backend encodes every key).
 Result<std::string> ResolveMediaPath(std::string_view root, std::string_view relative,
                                      bool allow_absolute);
+
+// The root media paths of spec's manifest resolve against (Manifest::root), without
+// reading anything: spec.root or the manifest's folder, normalized, local paths made
+// absolute.
+Result<std::string> ManifestRoot(const SourceSpec& spec);
 
 }  // namespace headrace

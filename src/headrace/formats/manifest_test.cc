@@ -83,6 +83,24 @@ TEST(ResolveMediaPath, ResolvesAndRejectsLexically) {
       {"s3://bucket/set", "s3://other/set/x.jpg", true, "", StatusCode::kPathEscape},
       {"s3://bucket/set", "/set/x.jpg", true, "", StatusCode::kPathEscape},
       {"/data", "s3://bucket/x.jpg", true, "", StatusCode::kPathEscape},
+      // Manifest paths are literal object names: on http(s) every segment is
+      // percent-encoded, so a server that decodes the URL cannot be led out of the root.
+      {"http://h/set", "%2e%2e/secret.jpg", false, "http://h/set/%252e%252e/secret.jpg"},
+      {"http://h/set", "..%2fsecret.jpg", false, "http://h/set/..%252fsecret.jpg"},
+      {"http://h/set", "images/..%2F..%2Fprivate%2Fsecret2.jpg", false,
+       "http://h/set/images/..%252F..%252Fprivate%252Fsecret2.jpg"},
+      {"https://h/set", "images/a#b.jpg", false, "https://h/set/images/a%23b.jpg"},
+      {"https://h/set", "images/a?x.jpg", false, "https://h/set/images/a%3Fx.jpg"},
+      {"http://h/set", "a b~-_.JPG", false, "http://h/set/a%20b~-_.JPG"},
+      {"http://h/set", "%2e%2e/../x.jpg", false, "http://h/set/x.jpg"},
+      {"http://h/set", "%2e%2e/../../x.jpg", false, "", StatusCode::kPathEscape},
+      // ... an absolute http(s) URL is a URL: a step in disguise is an escape.
+      {"http://h/set", "http://h/set/a%20b.jpg", true, "http://h/set/a%20b.jpg"},
+      {"http://h/set", "http://h/set/%2e%2e/x.jpg", true, "", StatusCode::kPathEscape},
+      {"http://h/set", "http://h/set/a%2F..%2F..%2Fx.jpg", true, "", StatusCode::kPathEscape},
+      // ... S3 keys and local names are kept byte for byte (the S3 backend encodes keys).
+      {"s3://bucket/set", "%2e%2e/x.jpg", false, "s3://bucket/set/%2e%2e/x.jpg"},
+      {"/data", "%2e%2e/x.jpg", false, "/data/%2e%2e/x.jpg"},
       // Not URIs: no "://", or an invalid scheme.
       {"/data", "c:/x.jpg", false, "/data/c:/x.jpg"},
       {"/data", "1a://x.jpg", false, "/data/1a:/x.jpg"},
@@ -101,6 +119,25 @@ TEST(ResolveMediaPath, ResolvesAndRejectsLexically) {
       EXPECT_EQ(*r, c.expected);
     }
   }
+}
+
+TEST(ResolveMediaPath, NulInThePathIsABadRecord) {
+  // open() would stop at the NUL and read "/data/a.jpg" instead.
+  const std::string path("a.jpg\0../../etc/passwd", 22);
+  Result<std::string> r = ResolveMediaPath("/data", path, false);
+  ASSERT_FALSE(r.ok()) << *r;
+  EXPECT_EQ(r.status().code(), StatusCode::kBadRecord);
+  EXPECT_THAT(r.status().message(), HasSubstr("NUL"));
+  EXPECT_THAT(r.status().message(), HasSubstr("'a.jpg\\x00../../etc/passwd'"));
+}
+
+TEST(ResolveMediaPath, ErrorQuotesAtMostAShortPrefixOfAHugePath) {
+  const std::string huge = "../" + std::string(1 << 20, 'a');
+  Result<std::string> r = ResolveMediaPath("/data", huge, false);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kPathEscape);
+  EXPECT_LT(r.status().message().size(), 600u);
+  EXPECT_THAT(r.status().message(), HasSubstr("(1048579 bytes)"));
 }
 
 TEST(ResolveMediaPath, DisallowedAbsolutePathNamesTheSetting) {
@@ -251,6 +288,9 @@ TEST(ParseManifest, BadLinesKeepTheirIndexAndName) {
       {R"({"id": "x", "image": "images/../../x.jpg", "conversations": []})",
        StatusCode::kPathEscape,
        {"images/../../x.jpg"}},
+      {R"({"id": "x", "image": "images/a.jpg\u0000.png", "conversations": []})",
+       StatusCode::kBadRecord,
+       {"image", "NUL", "'images/a.jpg\\x00.png'"}},
       {R"({"id": "x", "image": "/etc/passwd", "conversations": []})",
        StatusCode::kPathEscape,
        {"/etc/passwd", "allow_absolute_paths"}},

@@ -64,6 +64,8 @@ struct Transfer {
   bool first_byte = false;
   bool first_byte_timed_out = false;
   bool overflow = false;
+  bool over_limit = false;
+  bool refused = false;
   bool alloc_failed = false;
   bool is_2xx = false;
   bool growable = false;
@@ -91,8 +93,17 @@ struct Transfer {
       size = static_cast<size_t>(r.content_length);
     } else {
       size = kUnknownSizeStart;
+      if (request.max_body_bytes >= 0) {
+        size = std::min(size, static_cast<size_t>(request.max_body_bytes));
+      }
       growable = true;
     }
+    if (!growable && request.max_body_bytes >= 0 &&
+        size > static_cast<size_t>(request.max_body_bytes)) {
+      over_limit = true;
+      return false;
+    }
+    if (!Admit(size)) return false;
     Result<Buffer> buffer = Buffer::Allocate(size);
     if (!buffer.ok()) {
       alloc_failed = true;
@@ -101,6 +112,13 @@ struct Transfer {
     r.body = std::move(buffer).value();
     capacity = size - r.body_offset;
     return true;
+  }
+
+  // Whether the body may hold `bytes` (the size gate); records a refusal.
+  bool Admit(size_t bytes) {
+    if (!request.size_gate || request.size_gate(static_cast<int64_t>(bytes))) return true;
+    refused = true;
+    return false;
   }
 
   size_t OnHeader(std::string_view line) {
@@ -159,7 +177,16 @@ struct Transfer {
         overflow = true;
         return 0;  // ends the transfer with CURLE_WRITE_ERROR
       }
-      const size_t new_capacity = std::max(capacity * 2, r.received + n);
+      size_t new_capacity = std::max(capacity * 2, r.received + n);
+      if (request.max_body_bytes >= 0) {
+        const auto limit = static_cast<size_t>(request.max_body_bytes);
+        if (r.received + n > limit) {
+          over_limit = true;
+          return 0;
+        }
+        new_capacity = std::min(new_capacity, limit);
+      }
+      if (!Admit(new_capacity)) return 0;
       Result<Buffer> bigger = Buffer::Allocate(new_capacity);
       if (!bigger.ok()) {
         alloc_failed = true;
@@ -213,6 +240,8 @@ TransportError Classify(CURLcode rc, const Transfer& t) {
     case CURLE_SEND_ERROR:
     case CURLE_GOT_NOTHING: return TransportError::kReset;
     case CURLE_WRITE_ERROR:
+      if (t.over_limit) return TransportError::kOverLimit;
+      if (t.refused) return TransportError::kRefused;
       return t.overflow ? TransportError::kBodyTooLarge : TransportError::kOther;
     default: return TransportError::kOther;
   }
@@ -370,6 +399,15 @@ void CurlLoop::Impl::Finish(Transfer* raw, CURLcode rc) {
                    " bytes (Content-Length mismatch)";
   } else if (r.error == TransportError::kBodyTooLarge) {
     r.error_text = "the body is larger than announced";
+  } else if (r.error == TransportError::kOverLimit) {
+    const int64_t announced = r.range_total >= 0 ? r.range_total : r.content_length;
+    r.error_text = announced >= 0 ? "the object is " + std::to_string(announced) + " bytes"
+                                  : "the body passed the limit after " +
+                                        std::to_string(r.received) +
+                                        " bytes (length not announced)";
+    r.error_text += ", limit " + std::to_string(t->request.max_body_bytes) + " bytes";
+  } else if (r.error == TransportError::kRefused) {
+    r.error_text = "the body's size was refused by the reader";
   } else if (r.error != TransportError::kNone) {
     r.error_text = t->error_buffer[0] != '\0' ? t->error_buffer : curl_easy_strerror(rc);
   }

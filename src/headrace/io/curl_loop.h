@@ -13,6 +13,7 @@
 //   from Content-Range's total size, the body written at the range's start, so that the
 //   other ranges can be written beside it), or written into HttpRequest::sink. Only a
 //   response without Content-Length grows its buffer, and those copies are counted.
+//   HttpRequest::max_body_bytes and size_gate are applied before each allocation.
 // - Timeouts: connect, first byte (from the start of the transfer to the first response
 //   header byte) and low speed; each ends the transfer with TransportError::kTimeout.
 // - The destructor stops the thread: pending and running transfers complete with
@@ -42,6 +43,16 @@ struct HttpRequest {
   // sink.size() - sink_offset bytes) instead of a buffer of its own.
   Buffer sink;
   size_t sink_offset = 0;
+  // The most 2xx body bytes accepted (-1: no limit). A body announced larger (by
+  // Content-Length, or Content-Range's total) ends the transfer before anything is
+  // allocated; one of unknown length ends as soon as it passes the limit. Either way
+  // the response has TransportError::kOverLimit. Not checked for a sink.
+  int64_t max_body_bytes = -1;
+  // Asked, on the I/O thread, with the bytes the body's buffer is about to hold: the
+  // announced size before the buffer is allocated, then the new capacity before each
+  // growth of a body of unknown length. Returning false ends the transfer with
+  // TransportError::kRefused. Not asked for a sink.
+  std::function<bool(int64_t bytes)> size_gate;
 };
 
 struct HttpResponse {

@@ -1,5 +1,7 @@
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,34 +14,107 @@
 #include <thread>
 #include <vector>
 
+#include "headrace/core/strings.h"
 #include "headrace/io/storage.h"
 
 namespace headrace {
 namespace {
 
-Result<Buffer> ReadFile(const std::string& path) {
-  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below); reads
-  // of a regular file ignore the flag.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT || err == ENOTDIR) return Status::NotFound("no such file: " + path);
-    return Status::IoError("cannot open " + path + ": " + std::strerror(err));
+struct FdCloser {
+  int fd;
+  ~FdCloser() {
+    if (fd >= 0) ::close(fd);
   }
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
+};
+
+// Opens `relative` (no leading '/') below the directory `root_fd` without following any
+// symbolic link: openat2 where the kernel has it, else one openat(O_NOFOLLOW) per
+// component. Returns the fd or -errno.
+int OpenBeneath(int root_fd, const std::string& relative) {
+  open_how how{};
+  how.flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    const long fd = ::syscall(SYS_openat2, root_fd, relative.c_str(), &how, sizeof(how));
+    if (fd >= 0) return static_cast<int>(fd);
+    if (errno == EAGAIN) continue;  // a concurrent rename below the root: try again
+    if (errno != ENOSYS) return -errno;
+    break;
+  }
+  // Kernels before 5.6. The path is normalized (no "." or ".."); refuse them anyway.
+  FdCloser dir{-1};
+  size_t at = 0;
+  while (true) {
+    const size_t slash = relative.find('/', at);
+    const std::string part = relative.substr(at, slash - at);
+    if (part.empty() || part == "." || part == "..") return -EXDEV;
+    const bool last = slash == std::string::npos;
+    const int flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW | (last ? 0 : O_DIRECTORY);
+    const int fd = ::openat(dir.fd >= 0 ? dir.fd : root_fd, part.c_str(), flags);
+    if (fd < 0) return -errno;
+    if (last) return fd;
+    FdCloser next{fd};
+    std::swap(dir.fd, next.fd);
+    at = slash + 1;
+  }
+}
+
+// What every read obeys, fixed at construction.
+struct ReadRules {
+  int64_t max_object_bytes = 0;
+  int root_fd = -1;  // >= 0: paths under `root` are opened beneath it, links refused
+  std::string root;  // with a trailing '/'
+};
+
+Result<int> OpenFile(const std::string& path, const ReadRules& rules) {
+  const bool beneath = rules.root_fd >= 0 && path.size() > rules.root.size() &&
+                       path.compare(0, rules.root.size(), rules.root) == 0;
+  int fd = -1;
+  int err = 0;
+  if (beneath) {
+    fd = OpenBeneath(rules.root_fd, path.substr(rules.root.size()));
+    err = fd < 0 ? -fd : 0;
+  } else {
+    // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below); reads
+    // of a regular file ignore the flag.
+    fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    err = fd < 0 ? errno : 0;
+  }
+  if (fd >= 0) return fd;
+  if (err == ENOENT || err == ENOTDIR) {
+    return Status::NotFound("no such file: " + QuoteForMessage(path));
+  }
+  if (beneath && (err == ELOOP || err == EXDEV)) {
+    return Status::PathEscape(QuoteForMessage(path) +
+                              " goes through a symbolic link below the dataset root: refused "
+                              "(storage.follow_symlinks: false)");
+  }
+  return Status::IoError("cannot open " + QuoteForMessage(path) + ": " + std::strerror(err));
+}
+
+Result<Buffer> ReadFile(const std::string& path, const ReadRules& rules, const ReadGate& gate) {
+  HR_ASSIGN_OR_RETURN(const int fd, OpenFile(path, rules));
+  FdCloser closer{fd};
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
-    return Status::IoError("cannot stat " + path + ": " + std::strerror(errno));
+    return Status::IoError("cannot stat " + QuoteForMessage(path) + ": " + std::strerror(errno));
   }
   // A directory, FIFO or device where a file should be is a wrong path: kNotFound, like
   // a missing file (so that a manifest or model path naming one is a config error).
   if (!S_ISREG(st.st_mode)) {
     return Status::NotFound("not a regular file (" +
                             std::string(S_ISDIR(st.st_mode) ? "a directory" : "a special file") +
-                            "): " + path);
+                            "): " + QuoteForMessage(path));
+  }
+  if (rules.max_object_bytes > 0 && st.st_size > rules.max_object_bytes) {
+    return Status::ResourceExhausted(QuoteForMessage(path) + " is " + std::to_string(st.st_size) +
+                                     " bytes, over the limit of " +
+                                     std::to_string(rules.max_object_bytes) +
+                                     " bytes (storage.max_object_bytes)");
+  }
+  if (gate && !gate(st.st_size)) {
+    return Status::Cancelled("reading " + QuoteForMessage(path) +
+                             ": its size was refused by the reader");
   }
   const size_t size = static_cast<size_t>(st.st_size);
   HR_ASSIGN_OR_RETURN(Buffer buffer, Buffer::Allocate(size));
@@ -49,7 +124,7 @@ Result<Buffer> ReadFile(const std::string& path) {
         ::pread(fd, buffer.mutable_data() + done, size - done, static_cast<off_t>(done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Status::IoError("cannot read " + path + ": " + std::strerror(errno));
+      return Status::IoError("cannot read " + QuoteForMessage(path) + ": " + std::strerror(errno));
     }
     if (n == 0) break;  // the file shrank while we read it
     done += static_cast<size_t>(n);
@@ -61,8 +136,19 @@ Result<Buffer> ReadFile(const std::string& path) {
 // blocking system calls, so asynchrony here means "not on the caller's thread".
 class LocalStorage final : public Storage {
  public:
-  explicit LocalStorage(int threads) {
-    for (int i = 0; i < std::max(1, threads); ++i) {
+  explicit LocalStorage(const LocalStorageOptions& options) {
+    rules_.max_object_bytes = options.max_object_bytes;
+    if (!options.follow_symlinks && !options.root.empty()) {
+      rules_.root = options.root;
+      if (rules_.root.back() != '/') rules_.root += '/';
+      // The root itself is trusted configuration: it may be reached through links.
+      rules_.root_fd = ::open(options.root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+      if (rules_.root_fd < 0) {
+        root_error_ = Status::IoError("cannot open the dataset root " +
+                                      QuoteForMessage(options.root) + ": " + std::strerror(errno));
+      }
+    }
+    for (int i = 0; i < std::max(1, options.threads); ++i) {
       threads_.emplace_back([this] { Loop(); });
     }
   }
@@ -77,13 +163,18 @@ class LocalStorage final : public Storage {
     cv_.notify_all();
     for (auto& t : threads_) t.join();
     for (auto& r : abandoned) r.done(Status::Cancelled("storage shut down"));
+    if (rules_.root_fd >= 0) ::close(rules_.root_fd);
   }
 
   void ReadAsync(std::string uri, ReadCallback done) override {
+    ReadAsyncGated(std::move(uri), std::move(done), nullptr);
+  }
+
+  void ReadAsyncGated(std::string uri, ReadCallback done, ReadGate gate) override {
     {
       std::lock_guard lock(mu_);
       if (!stopping_) {
-        queue_.push_back(Request{std::move(uri), std::move(done)});
+        queue_.push_back(Request{std::move(uri), std::move(done), std::move(gate)});
         cv_.notify_one();
         return;
       }
@@ -106,6 +197,7 @@ class LocalStorage final : public Storage {
   struct Request {
     std::string uri;
     ReadCallback done;
+    ReadGate gate;
   };
 
   void Loop() {
@@ -118,17 +210,23 @@ class LocalStorage final : public Storage {
         request = std::move(queue_.front());
         queue_.pop_front();
       }
-      Result<Buffer> bytes = ReadFile(request.uri);
-      reads_.fetch_add(1, std::memory_order_relaxed);
+      Result<Buffer> bytes = root_error_.ok() ? ReadFile(request.uri, rules_, request.gate)
+                                              : Result<Buffer>(root_error_);
+      // A read its gate gave up (kCancelled) read nothing: not counted.
+      if (bytes.ok() || bytes.status().code() != StatusCode::kCancelled) {
+        reads_.fetch_add(1, std::memory_order_relaxed);
+      }
       if (bytes.ok()) {
         bytes_.fetch_add(static_cast<int64_t>(bytes->size()), std::memory_order_relaxed);
-      } else {
+      } else if (bytes.status().code() != StatusCode::kCancelled) {
         errors_.fetch_add(1, std::memory_order_relaxed);
       }
       request.done(std::move(bytes));
     }
   }
 
+  ReadRules rules_;    // fixed before the threads start
+  Status root_error_;  // why the root could not be opened (follow_symlinks: false)
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Request> queue_;  // guarded by mu_
@@ -142,7 +240,7 @@ class LocalStorage final : public Storage {
 }  // namespace
 
 std::unique_ptr<Storage> MakeLocalStorage(const LocalStorageOptions& options) {
-  return std::make_unique<LocalStorage>(options.threads);
+  return std::make_unique<LocalStorage>(options);
 }
 
 }  // namespace headrace

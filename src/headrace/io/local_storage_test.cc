@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <latch>
 #include <mutex>
 #include <set>
@@ -31,6 +32,80 @@ TEST(LocalStorage, ReadsWholeFilesIntoOneBuffer) {
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()),
             "hello, storage");
   EXPECT_EQ(storage->name(), "local");
+}
+
+TEST(LocalStorage, FileOverMaxObjectBytesFailsNamingTheKey) {
+  const auto path = (TestDir() / "big.bin").string();
+  std::ofstream(path, std::ios::binary) << std::string(5000, 'x');
+  auto storage = MakeLocalStorage({.max_object_bytes = 4096});
+  auto bytes = storage->Read(path);
+  EXPECT_EQ(bytes.status().code(), StatusCode::kResourceExhausted);
+  for (const char* part : {"storage.max_object_bytes", "5000", "4096", "big.bin"}) {
+    EXPECT_NE(bytes.status().message().find(part), std::string::npos) << bytes.status().ToString();
+  }
+  EXPECT_TRUE(MakeLocalStorage({.max_object_bytes = 5000})->Read(path).ok());
+}
+
+TEST(LocalStorage, SizeGateSeesTheFileSizeBeforeItIsReadAndMayRefuse) {
+  const auto path = (TestDir() / "gated.bin").string();
+  std::ofstream(path, std::ios::binary) << std::string(1234, 'g');
+  auto storage = MakeLocalStorage();
+  for (const bool admit : {true, false}) {
+    std::promise<Result<Buffer>> promise;
+    int64_t asked = -1;
+    storage->ReadAsyncGated(
+        path, [&promise](Result<Buffer> r) { promise.set_value(std::move(r)); },
+        [&asked, admit](int64_t bytes) {
+          asked = bytes;
+          return admit;
+        });
+    Result<Buffer> r = promise.get_future().get();
+    EXPECT_EQ(asked, 1234);
+    if (admit) {
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ(r->size(), 1234u);
+    } else {
+      EXPECT_EQ(r.status().code(), StatusCode::kCancelled);
+      // Given up by the reader: neither a file read nor a failure.
+      EXPECT_EQ(storage->Stats()[0].errors, 0);
+      EXPECT_EQ(storage->Stats()[0].requests, 1);
+    }
+  }
+}
+
+TEST(LocalStorage, SymlinksBelowTheRootAreRefusedUnlessFollowed) {
+  namespace fs = std::filesystem;
+  const fs::path base = TestDir() / "links";
+  fs::remove_all(base);
+  fs::create_directories(base / "root" / "images");
+  fs::create_directories(base / "outside");
+  std::ofstream(base / "root" / "images" / "real.jpg") << "real";
+  std::ofstream(base / "outside" / "secret.jpg") << "secret";
+  fs::create_symlink(base / "outside" / "secret.jpg", base / "root" / "images" / "link.jpg");
+  fs::create_directory_symlink(base / "outside", base / "root" / "dirlink");
+  fs::create_symlink("real.jpg", base / "root" / "images" / "inner.jpg");  // stays inside
+  fs::create_directory_symlink(base / "root", base / "rootlink");
+  const std::string root = (base / "root").string();
+
+  auto follow = MakeLocalStorage({.root = root});
+  EXPECT_TRUE(follow->Read(root + "/images/link.jpg").ok());  // today's default
+
+  auto strict = MakeLocalStorage({.follow_symlinks = false, .root = root});
+  EXPECT_TRUE(strict->Read(root + "/images/real.jpg").ok());
+  for (const char* refused : {"/images/link.jpg", "/dirlink/secret.jpg", "/images/inner.jpg"}) {
+    Result<Buffer> r = strict->Read(root + refused);
+    EXPECT_EQ(r.status().code(), StatusCode::kPathEscape) << refused << ": "
+                                                           << r.status().ToString();
+    EXPECT_NE(r.status().message().find("storage.follow_symlinks"), std::string::npos);
+  }
+  EXPECT_EQ(strict->Read(root + "/images/none.jpg").status().code(), StatusCode::kNotFound);
+  // Files outside the root (a manifest, a tokenizer model) are opened as usual.
+  EXPECT_TRUE(strict->Read((base / "outside" / "secret.jpg").string()).ok());
+  // The root itself may be reached through a link.
+  const std::string via = (base / "rootlink").string();
+  auto linked_root = MakeLocalStorage({.follow_symlinks = false, .root = via});
+  EXPECT_TRUE(linked_root->Read(via + "/images/real.jpg").ok());
+  EXPECT_EQ(linked_root->Read(via + "/images/link.jpg").status().code(), StatusCode::kPathEscape);
 }
 
 TEST(LocalStorage, NamesMissingFilesAndDirectories) {

@@ -148,6 +148,12 @@ Response LoopbackServer::Impl::Answer(std::string_view method, std::string_view 
              std::to_string(kBody.size()) + "\r\n\r\n" + std::string(kBody);
     return r;
   }
+  if (fault == LoopbackFault::kNoLength) {
+    r.head = "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n";
+    if (method != "HEAD") r.body = object;
+    r.close_after = true;
+    return r;
+  }
   size_t start = 0;
   size_t end = object.size();  // exclusive
   bool partial = false;

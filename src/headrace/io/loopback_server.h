@@ -24,6 +24,8 @@ enum class LoopbackFault {
   kSlowDown,  // answer 503 SlowDown (`count` times, then serve normally)
   kTruncate,  // announce the full Content-Length, send half the body, close
   kHang,      // never answer (until the client gives up)
+  kNoLength,  // answer 200 without Content-Length (ignoring Range), the body ended by
+              // closing the connection
 };
 
 struct LoopbackServerStats {

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 
+#include "headrace/core/strings.h"
 #include "headrace/io/curl_loop.h"
 #include "headrace/io/retry.h"
 #include "headrace/io/sigv4.h"
@@ -166,7 +167,10 @@ class ObjectStorage final : public ObjectStore {
     return {s};
   }
 
-  void ReadAsync(std::string uri, ReadCallback done) override;
+  void ReadAsync(std::string uri, ReadCallback done) override {
+    ReadAsyncGated(std::move(uri), std::move(done), nullptr);
+  }
+  void ReadAsyncGated(std::string uri, ReadCallback done, ReadGate gate) override;
   Result<std::vector<ObjectInfo>> List(const std::string& pattern, int page_size) override;
   void WriteAsync(std::string uri, Buffer bytes, std::function<void(Status)> done) override;
   Status CreateBucket(const std::string& bucket_uri) override;
@@ -211,6 +215,7 @@ class ObjectStorage final : public ObjectStore {
 // One ReadAsync: its parts all complete on the I/O thread, so no lock is needed.
 struct ObjectStorage::ReadOp {
   std::string uri;
+  std::string what;  // "GET '<uri, shortened>'", for messages
   ReadCallback done;
   int parts_pending = 0;
   bool finished = false;
@@ -348,6 +353,15 @@ void ObjectStorage::Execute(RequestFactory make, std::string what, ResponseCallb
                   policy_.Backoff(retry + 1, random));
           return;
         }
+        if (r.error == TransportError::kOverLimit) {
+          done(Status::ResourceExhausted(what + ": " + r.error_text +
+                                         " (storage.max_object_bytes); transfer aborted"));
+          return;
+        }
+        if (r.error == TransportError::kRefused) {
+          done(Status::Cancelled(what + ": " + r.error_text));
+          return;
+        }
         if (r.error != TransportError::kNone) {
           done(Status::IoError(what + " at endpoint " + endpoint() + ": " + Describe(r)));
           return;
@@ -373,10 +387,10 @@ Status ObjectStorage::ErrorOf(const HttpResponse& r, const std::string& what,
   if (r.status == 404) {
     if (code == "NoSuchBucket") {
       const auto loc = ParseS3Uri(uri);
-      return Status::NotFound("bucket '" + (loc.ok() ? loc->bucket : uri) +
-                              "' does not exist at endpoint " + endpoint() + " (" + detail + ")");
+      return Status::NotFound("bucket " + QuoteForMessage(loc.ok() ? loc->bucket : uri) +
+                              " does not exist at endpoint " + endpoint() + " (" + detail + ")");
     }
-    return Status::NotFound("no such object: " + uri + " (" + detail + ")");
+    return Status::NotFound("no such object: " + QuoteForMessage(uri) + " (" + detail + ")");
   }
   std::string message = what + " at endpoint " + endpoint() + ": " + detail;
   if (r.status == 403 || r.status == 401) {
@@ -398,9 +412,10 @@ Status ObjectStorage::ErrorOf(const HttpResponse& r, const std::string& what,
   return Status::IoError(Redact(std::move(message), settings_.credentials));
 }
 
-void ObjectStorage::ReadAsync(std::string uri, ReadCallback done) {
+void ObjectStorage::ReadAsyncGated(std::string uri, ReadCallback done, ReadGate gate) {
   auto op = std::make_shared<ReadOp>();
   op->uri = std::move(uri);
+  op->what = "GET " + QuoteForMessage(op->uri);
   op->done = [this, done = std::move(done)](Result<Buffer> result) {
     if (!result.ok() && result.status().code() != StatusCode::kCancelled) {
       failed_reads_.fetch_add(1, std::memory_order_relaxed);
@@ -408,15 +423,22 @@ void ObjectStorage::ReadAsync(std::string uri, ReadCallback done) {
     done(std::move(result));
   };
   const std::string range = "Range: bytes=0-" + std::to_string(part_bytes_ - 1);
-  auto make = [this, op, range]() { return MakeRequest("GET", op->uri, {}, {range}, Buffer()); };
-  Execute(std::move(make), "GET " + op->uri, [this, op](Result<HttpResponse> result) {
+  // The first reply says how big the object is: the limit and the gate apply to it (the
+  // other parts land in the buffer it allocates).
+  auto make = [this, op, range, gate = std::move(gate)]() -> Result<HttpRequest> {
+    HR_ASSIGN_OR_RETURN(HttpRequest req, MakeRequest("GET", op->uri, {}, {range}, Buffer()));
+    req.max_body_bytes = spec_.max_object_bytes > 0 ? spec_.max_object_bytes : -1;
+    req.size_gate = gate;
+    return req;
+  };
+  Execute(std::move(make), op->what, [this, op](Result<HttpResponse> result) {
     if (!result.ok()) return op->Fail(result.status());
     HttpResponse& r = *result;
     if (r.status == 416 && r.range_total <= 0) {  // an empty object has no byte 0
       op->finished = true;
       return op->done(Buffer());
     }
-    if (!Is2xx(r)) return op->Fail(ErrorOf(r, "GET " + op->uri, op->uri));
+    if (!Is2xx(r)) return op->Fail(ErrorOf(r, op->what, op->uri));
     if (r.status == 206 && r.range_start == 0 && r.range_total >= 0) {
       const size_t total = static_cast<size_t>(r.range_total);
       if (r.received >= total) {
@@ -426,7 +448,7 @@ void ObjectStorage::ReadAsync(std::string uri, ReadCallback done) {
       return ReadParts(op, std::move(r.body), r.received, r.etag);
     }
     if (r.status == 206) {
-      return op->Fail(Status::IoError("GET " + op->uri +
+      return op->Fail(Status::IoError(op->what +
                                       ": unexpected Content-Range in reply "
                                       "to a request for the first part"));
     }
@@ -454,14 +476,14 @@ void ObjectStorage::ReadParts(const std::shared_ptr<ReadOp>& op, Buffer buffer, 
       return req;
     };
     const std::string what =
-        "GET " + op->uri + " bytes " + std::to_string(start) + "-" + std::to_string(end - 1);
+        op->what + " bytes " + std::to_string(start) + "-" + std::to_string(end - 1);
     Execute(std::move(make), what, [this, op, start, end, what](Result<HttpResponse> result) {
       if (op->finished) return;
       if (!result.ok()) return op->Fail(result.status());
       const HttpResponse& r = *result;
       if (r.status == 412) {
         return op->Fail(
-            Status::IoError("GET " + op->uri + ": the object changed while its parts were read"));
+            Status::IoError(op->what + ": the object changed while its parts were read"));
       }
       if (r.status != 206) {
         return op->Fail(Is2xx(r) ? Status::IoError(what + ": the server ignored the Range header")
@@ -482,7 +504,8 @@ void ObjectStorage::ReadParts(const std::shared_ptr<ReadOp>& op, Buffer buffer, 
 
 Result<std::vector<ObjectInfo>> ObjectStorage::List(const std::string& pattern, int page_size) {
   if (backend_ != Backend::kS3) {
-    return Status::InvalidArgument("listing is only supported for s3:// URIs: " + pattern);
+    return Status::InvalidArgument("listing is only supported for s3:// URIs: " +
+                                   QuoteForMessage(pattern));
   }
   HR_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(pattern));
   page_size = std::clamp(page_size, 1, 1000);
@@ -499,8 +522,9 @@ Result<std::vector<ObjectInfo>> ObjectStorage::List(const std::string& pattern, 
     auto make = [this, bucket_uri, query]() {
       return MakeRequest("GET", bucket_uri, query, {}, Buffer());
     };
-    HR_ASSIGN_OR_RETURN(HttpResponse r, ExecuteBlocking(std::move(make), "LIST " + pattern));
-    if (!Is2xx(r)) return ErrorOf(r, "LIST " + pattern, bucket_uri);
+    const std::string what = "LIST " + QuoteForMessage(pattern);
+    HR_ASSIGN_OR_RETURN(HttpResponse r, ExecuteBlocking(std::move(make), what));
+    if (!Is2xx(r)) return ErrorOf(r, what, bucket_uri);
     const std::string_view xml(reinterpret_cast<const char*>(r.body.data()), r.body.size());
     size_t at = 0;
     while (true) {
@@ -516,7 +540,8 @@ Result<std::vector<ObjectInfo>> ObjectStorage::List(const std::string& pattern, 
     if (XmlValue(xml, "IsTruncated") != "true") break;
     token = XmlValue(xml, "NextContinuationToken");
     if (token.empty()) {
-      return Status::IoError("LIST " + pattern + ": a truncated page without a continuation token");
+      return Status::IoError("LIST " + QuoteForMessage(pattern) +
+                             ": a truncated page without a continuation token");
     }
   }
   return out;
@@ -524,16 +549,18 @@ Result<std::vector<ObjectInfo>> ObjectStorage::List(const std::string& pattern, 
 
 void ObjectStorage::WriteAsync(std::string uri, Buffer bytes, std::function<void(Status)> done) {
   auto make = [this, uri, bytes]() { return MakeRequest("PUT", uri, {}, {}, bytes); };
-  Execute(std::move(make), "PUT " + uri,
+  Execute(std::move(make), "PUT " + QuoteForMessage(uri),
           [this, uri, done = std::move(done)](Result<HttpResponse> r) {
             if (!r.ok()) return done(r.status());
-            if (!Is2xx(*r)) return done(ErrorOf(*r, "PUT " + uri, uri));
+            if (!Is2xx(*r)) return done(ErrorOf(*r, "PUT " + QuoteForMessage(uri), uri));
             done(Status::Ok());
           });
 }
 
 Status ObjectStorage::CreateBucket(const std::string& bucket_uri) {
-  if (backend_ != Backend::kS3) return Status::InvalidArgument("not an s3:// URI: " + bucket_uri);
+  if (backend_ != Backend::kS3) {
+    return Status::InvalidArgument("not an s3:// URI: " + QuoteForMessage(bucket_uri));
+  }
   HR_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(bucket_uri));
   Buffer body;
   if (settings_.region != "us-east-1") {
@@ -567,15 +594,23 @@ CurlLoopOptions LoopOptions(const StorageSpec& spec, const EnvLookup& env) {
 // Routes each URI to its backend, creating backends on first use.
 class RouterStorage final : public Storage {
  public:
-  RouterStorage(const StorageSpec& spec, const LocalStorageOptions& local)
-      : spec_(spec), local_options_(local) {}
+  // The storage spec's rules apply to local files too.
+  RouterStorage(const StorageSpec& spec, LocalStorageOptions local)
+      : spec_(spec), local_options_(std::move(local)) {
+    local_options_.max_object_bytes = spec.max_object_bytes;
+    local_options_.follow_symlinks = spec.follow_symlinks;
+  }
 
   void ReadAsync(std::string uri, ReadCallback done) override {
+    ReadAsyncGated(std::move(uri), std::move(done), nullptr);
+  }
+
+  void ReadAsyncGated(std::string uri, ReadCallback done, ReadGate gate) override {
     const UriScheme scheme = SchemeOf(uri);
     if (scheme == UriScheme::kLocal && uri.rfind("file://", 0) == 0) uri.erase(0, 7);
     Result<Storage*> backend = Get(scheme);
     if (!backend.ok()) return done(backend.status());
-    (*backend)->ReadAsync(std::move(uri), std::move(done));
+    (*backend)->ReadAsyncGated(std::move(uri), std::move(done), std::move(gate));
   }
 
   std::string_view name() const override { return "router"; }
@@ -629,7 +664,7 @@ class RouterStorage final : public Storage {
   }
 
   const StorageSpec spec_;
-  const LocalStorageOptions local_options_;
+  LocalStorageOptions local_options_;  // fixed in the constructor
   mutable std::mutex mu_;
   Slot slots_[3];  // guarded by mu_; by UriScheme
 };

@@ -217,6 +217,73 @@ TEST(HttpStorage, ReadsTheUrlAsGiven) {
   EXPECT_FALSE(http->List("s3://bkt/x").ok());
 }
 
+TEST(HttpStorage, ObjectOverMaxObjectBytesFailsBeforeItsBodyIsRead) {
+  auto server = *LoopbackServer::Start();
+  server->Put("/set/big.jpg", Bytes(5000, 1));
+  StorageSpec spec = Spec(*server);
+  spec.max_object_bytes = 4096;
+  spec.part_bytes = 1000;  // the first part's Content-Range gives the size
+  auto http = *MakeHttpStorage(spec);
+  Result<Buffer> r = http->Read(server->origin() + "/set/big.jpg");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
+  for (const char* part : {"storage.max_object_bytes", "5000", "4096", "/set/big.jpg"}) {
+    EXPECT_NE(r.status().message().find(part), std::string::npos) << r.status().ToString();
+  }
+  EXPECT_EQ(http->stats().bytes_received, 0);  // aborted at the headers
+  EXPECT_EQ(http->stats().retries, 0);
+}
+
+TEST(HttpStorage, BodyWithoutLengthIsCutAsSoonAsItPassesMaxObjectBytes) {
+  auto server = *LoopbackServer::Start();
+  const Buffer small = Bytes(3000, 2);
+  server->Put("/small", small);
+  server->Put("/stream", Bytes(4 << 20, 3));
+  server->SetFault("/small", LoopbackFault::kNoLength);
+  server->SetFault("/stream", LoopbackFault::kNoLength);
+  StorageSpec spec = Spec(*server);
+  spec.max_object_bytes = 100000;
+  auto http = *MakeHttpStorage(spec);
+  Result<Buffer> ok = http->Read(server->origin() + "/small");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE(Same(*ok, small));
+  Result<Buffer> r = http->Read(server->origin() + "/stream");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("storage.max_object_bytes"), std::string::npos);
+  EXPECT_NE(r.status().message().find("not announced"), std::string::npos);
+  EXPECT_LE(http->stats().bytes_received, 3000 + 100000);
+  EXPECT_EQ(http->stats().retries, 0);
+}
+
+TEST(HttpStorage, SizeGateSeesTheSizeBeforeTheBodyAndMayRefuseIt) {
+  auto server = *LoopbackServer::Start();
+  const Buffer object = Bytes(70000, 4);
+  server->Put("/o", object);
+  auto http = *MakeHttpStorage(Spec(*server));
+  std::vector<int64_t> asked;
+  auto read = [&](bool admit) {
+    std::promise<Result<Buffer>> promise;
+    http->ReadAsyncGated(
+        server->origin() + "/o",
+        [&promise](Result<Buffer> r) { promise.set_value(std::move(r)); },
+        [&asked, admit](int64_t bytes) {
+          asked.push_back(bytes);
+          return admit;
+        });
+    return promise.get_future().get();
+  };
+  Result<Buffer> admitted = read(true);
+  ASSERT_TRUE(admitted.ok()) << admitted.status().ToString();
+  EXPECT_TRUE(Same(*admitted, object));
+  const int64_t received = http->stats().bytes_received;
+  Result<Buffer> refused = read(false);
+  EXPECT_EQ(refused.status().code(), StatusCode::kCancelled);
+  EXPECT_EQ(http->stats().failed_reads, 0);  // given up by the reader, not failed
+  EXPECT_EQ(http->stats().bytes_received, received);  // nothing of the refused body
+  EXPECT_EQ(asked, (std::vector<int64_t>{70000, 70000}));
+}
+
 TEST(OpenStorage, RoutesLocalAndObjectUrisThroughOneStorage) {
   auto server = *LoopbackServer::Start();
   const Buffer object = Bytes(100, 7);

@@ -12,6 +12,8 @@ std::string_view TransportErrorName(TransportError e) {
     case TransportError::kReset: return "connection reset";
     case TransportError::kTruncated: return "truncated body";
     case TransportError::kBodyTooLarge: return "body larger than announced";
+    case TransportError::kOverLimit: return "body over the size limit";
+    case TransportError::kRefused: return "body size refused";
     case TransportError::kCancelled: return "cancelled";
     case TransportError::kOther: return "transfer failed";
   }
@@ -25,6 +27,8 @@ bool IsRetryable(TransportError transport, long http_status, std::string_view er
     case TransportError::kReset:
     case TransportError::kTruncated: return true;
     case TransportError::kBodyTooLarge:
+    case TransportError::kOverLimit:
+    case TransportError::kRefused:
     case TransportError::kCancelled:
     case TransportError::kOther: return false;
     case TransportError::kNone: break;

@@ -19,6 +19,8 @@ enum class TransportError {
   kReset,         // the connection broke while sending or receiving
   kTruncated,     // fewer body bytes than Content-Length announced
   kBodyTooLarge,  // more body bytes than announced (or than the destination holds)
+  kOverLimit,     // the body is (or is announced) larger than HttpRequest::max_body_bytes
+  kRefused,       // HttpRequest::size_gate refused the body's size
   kCancelled,     // the storage is shutting down
   kOther,         // anything else (TLS failure, bad URL, ...): not retried
 };
@@ -26,8 +28,8 @@ std::string_view TransportErrorName(TransportError e);
 
 // Whether an attempt that ended this way is worth repeating: 500, 502, 503, 504 and 429
 // (throttling), an S3 "SlowDown" or "RequestTimeout" error code whatever the status,
-// and transport errors other than kOther / kCancelled / kBodyTooLarge. 403, 404 and other
-// 4xx are final.
+// and transport errors other than kOther / kCancelled / kBodyTooLarge / kOverLimit /
+// kRefused. 403, 404 and other 4xx are final.
 bool IsRetryable(TransportError transport, long http_status, std::string_view error_code);
 
 struct RetryPolicy {

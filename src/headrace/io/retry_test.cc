@@ -26,6 +26,8 @@ TEST(RetryPolicy, NeverRetriesClientErrors) {
   EXPECT_FALSE(IsRetryable(TransportError::kOther, 0, ""));
   EXPECT_FALSE(IsRetryable(TransportError::kCancelled, 0, ""));
   EXPECT_FALSE(IsRetryable(TransportError::kBodyTooLarge, 0, ""));
+  EXPECT_FALSE(IsRetryable(TransportError::kOverLimit, 0, ""));
+  EXPECT_FALSE(IsRetryable(TransportError::kRefused, 0, ""));
 }
 
 TEST(RetryPolicy, BackoffIsJitteredBelowAnExponentialCap) {

@@ -12,6 +12,12 @@
 // - The destructor completes every pending read (with kCancelled if not yet started)
 //   and joins its threads before it returns.
 // - Stats() may be called from any thread, during or after a run.
+// - ReadAsyncGated is ReadAsync with a ReadGate. A backend that cannot know an object's
+//   size before its bytes arrive may ignore the gate (the default does): the reader then
+//   learns the size in `done`. Local, S3 and HTTP backends honour it.
+// - An object larger than the backend's limit (storage.max_object_bytes) fails with
+//   kResourceExhausted naming the limit, before its bytes are allocated when its size is
+//   known, else as soon as the bytes received pass it.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +34,14 @@
 namespace headrace {
 
 using ReadCallback = std::function<void(Result<Buffer>)>;
+// Asked on the storage thread, before a read allocates memory for an object's bytes,
+// with the bytes it is about to hold: the object's size (local: the file's size; HTTP,
+// S3: Content-Length or Content-Range's total), or for a body of unknown length its
+// buffer's new capacity before each growth. Returning false gives the read up: nothing
+// more is allocated and `done` gets kCancelled (not counted as a storage error). Must
+// be short and must not block.
+// The engine charges its I/O budget here, so that bytes are counted before they exist.
+using ReadGate = std::function<bool(int64_t bytes)>;
 
 // What one backend has done so far, for run reports. Counters and the endpoint's origin
 // only: never a credential, a signed URL or an object's URI.
@@ -50,6 +64,9 @@ class Storage {
  public:
   virtual ~Storage() = default;
   virtual void ReadAsync(std::string uri, ReadCallback done) = 0;
+  virtual void ReadAsyncGated(std::string uri, ReadCallback done, ReadGate gate) {
+    ReadAsync(std::move(uri), std::move(done));
+  }
   // "local", "s3", ...
   virtual std::string_view name() const = 0;
   // One entry per backend that has been used (a router lists each backend it opened).
@@ -61,6 +78,16 @@ class Storage {
 
 struct LocalStorageOptions {
   int threads = 2;  // reader threads; page-cache hits are CPU work, misses wait on disk
+  // Files larger than this fail with kResourceExhausted (checked by fstat before any
+  // byte is read). <= 0: no limit.
+  int64_t max_object_bytes = 0;
+  // false: paths under `root` are opened relative to it with openat2(RESOLVE_BENEATH |
+  // RESOLVE_NO_SYMLINKS) (kernels without openat2: one openat(O_NOFOLLOW) per
+  // component), so a symbolic link anywhere below the root (the file or a folder on the
+  // way) fails the read with kPathEscape. The root itself may be reached through links.
+  // Paths outside the root (manifest, tokenizer model) are opened as usual.
+  bool follow_symlinks = true;
+  std::string root = {};  // absolute; empty: the rule above does not apply
 };
 
 // Reads files from the local file system.

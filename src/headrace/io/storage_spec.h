@@ -1,8 +1,9 @@
 // StorageSpec: how a pipeline reaches object storage (the `storage:` section of a config).
 //
-// Plain data with documented defaults; every field is optional. Local paths need none of
-// it. Credentials are never part of the spec: they come from the environment or the
-// shared credentials file (credentials.h), so a config file can be shared safely.
+// Plain data with documented defaults; every field is optional. Local paths use only
+// max_object_bytes and follow_symlinks. Credentials are never part of the spec: they
+// come from the environment or the shared credentials file (credentials.h), so a config
+// file can be shared safely.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +54,17 @@ struct StorageSpec {
   int64_t part_bytes = int64_t{8} << 20;
   // Connections kept per host (0: no limit but the reads in flight).
   int max_connections = 0;
+
+  // The largest object a read accepts, on every backend (> 0). A larger one fails that
+  // read with kResourceExhausted naming this key: before any byte is allocated when its
+  // size is known (file size, Content-Length, Content-Range), else as soon as the bytes
+  // received pass it (a body without Content-Length cannot grow without bound).
+  int64_t max_object_bytes = int64_t{1} << 30;
+  // false: local media are opened beneath the dataset root without following symbolic
+  // links (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS); a link below the root fails
+  // the sample with kPathEscape. For manifests from untrusted sources. The root itself
+  // may be reached through links.
+  bool follow_symlinks = true;
 };
 
 }  // namespace headrace

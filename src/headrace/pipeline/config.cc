@@ -129,6 +129,8 @@ void Fields(SpecOf<StorageSpec> auto& s, auto&& f) {
   f("retry_budget", s.retry_budget);
   f("part_bytes", s.part_bytes, Unit::kBytes);
   f("max_connections", s.max_connections);
+  f("max_object_bytes", s.max_object_bytes, Unit::kBytes);
+  f("follow_symlinks", s.follow_symlinks);
 }
 void Fields(SpecOf<PipelineSpec> auto& s, auto&& f) {
   f("source", s.source);
@@ -931,7 +933,8 @@ Status ValidateStorage(const StorageSpec& s) {
   HR_RETURN_IF_ERROR(AtLeast<int64_t>("storage.retry_max_ms", s.retry_max_ms, s.retry_base_ms));
   HR_RETURN_IF_ERROR(AtLeast<int64_t>("storage.retry_budget", s.retry_budget, 0));
   HR_RETURN_IF_ERROR(AtLeast<int64_t>("storage.part_bytes", s.part_bytes, 64 << 10));
-  return AtLeast("storage.max_connections", s.max_connections, 0);
+  HR_RETURN_IF_ERROR(AtLeast("storage.max_connections", s.max_connections, 0));
+  return AtLeast<int64_t>("storage.max_object_bytes", s.max_object_bytes, 1);
 }
 
 Status ValidateOps(const std::vector<OpSpec>& ops) {

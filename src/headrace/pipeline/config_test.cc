@@ -398,6 +398,9 @@ TEST(ValidatePipelineSpec, ErrorsNameTheKeyAndTheRange) {
        [](PipelineSpec& s) { s.errors.policy = static_cast<ErrorPolicy>(7); },
        {"errors.policy", "skip"}},
       {"step_ms", [](PipelineSpec& s) { s.trainer.step_ms = -1; }, {"trainer.step_ms"}},
+      {"max_object_bytes",
+       [](PipelineSpec& s) { s.storage.max_object_bytes = 0; },
+       {"storage.max_object_bytes: must be >= 1", "got 0"}},
       {"max_pixels",
        [](PipelineSpec& s) { std::get<DecodeSpec>(s.ops[0]).max_pixels = 0; },
        {"ops[0].image.decode.max_pixels: must be >= 1"}},
@@ -756,6 +759,19 @@ TEST(PipelineSpecToYaml, RoundTripsDefaultsAndAwkwardValues) {
         "io_budget_bytes:", "depth:", "budget_bytes:", "policy:", "max_logged:", "step_ms:"}) {
     EXPECT_THAT(yaml, HasSubstr(key));
   }
+}
+
+TEST(ParsePipelineConfig, StorageSizeLimitAndSymlinkKeys) {
+  const PipelineSpec defaults = ParseOk(kMinimal);
+  EXPECT_EQ(defaults.storage.max_object_bytes, int64_t{1} << 30);
+  EXPECT_TRUE(defaults.storage.follow_symlinks);
+  const PipelineSpec s = ParseOk(std::string(kMinimal) +
+                                 "storage: {max_object_bytes: 2MiB, follow_symlinks: false}");
+  EXPECT_EQ(s.storage.max_object_bytes, 2 << 20);
+  EXPECT_FALSE(s.storage.follow_symlinks);
+  const PipelineSpec back = ParseOk(PipelineSpecToYaml(s));
+  EXPECT_EQ(back.storage.max_object_bytes, 2 << 20);
+  EXPECT_FALSE(back.storage.follow_symlinks);
 }
 
 TEST(PipelineSpecToYaml, IsStableForEqualSpecs) {

@@ -49,8 +49,15 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   loader->storage_ = options.storage;
   if (!loader->storage_) {
     // Local paths, s3:// and http(s):// URIs, each backend opened on first use.
-    loader->storage_ =
-        OpenStorage(spec.storage, {.threads = ex.io_threads > 0 ? ex.io_threads : 2});
+    LocalStorageOptions local;
+    local.threads = ex.io_threads > 0 ? ex.io_threads : 2;
+    if (!spec.storage.follow_symlinks) {
+      // Local media are opened beneath the dataset root (storage.follow_symlinks).
+      Result<std::string> root = ManifestRoot(spec.source);
+      if (!root.ok()) return root.status();
+      if (!root->empty() && root->front() == '/') local.root = *std::move(root);
+    }
+    loader->storage_ = OpenStorage(spec.storage, local);
   }
   HR_ASSIGN_OR_RETURN(Manifest manifest, LoadManifest(*loader->storage_, spec.source));
   loader->manifest_ = std::make_shared<Manifest>(std::move(manifest));
