@@ -28,8 +28,8 @@ namespace {
 constexpr std::string_view kSetMarker = "\n#--set\n";
 
 void CheckFailure(const Status& s, std::string_view what) {
-  HR_FUZZ_CHECK(s.code() == StatusCode::kInvalidArgument, "%.*s: %s",
-                static_cast<int>(what.size()), what.data(), s.ToString().c_str());
+  HR_FUZZ_CHECK(s.code() == StatusCode::kInvalidArgument, "%.*s: %s", static_cast<int>(what.size()),
+                what.data(), s.ToString().c_str());
 }
 
 }  // namespace
@@ -63,7 +63,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   HR_FUZZ_CHECK(again.ok(), "canonical YAML does not parse back: %s\n--- canonical:\n%s",
                 again.status().ToString().c_str(), canonical.c_str());
   const std::string twice = PipelineSpecToYaml(*again);
-  HR_FUZZ_CHECK(twice == canonical, "canonical YAML changed on a round trip\n--- first:\n%s--- second:\n%s",
+  HR_FUZZ_CHECK(twice == canonical,
+                "canonical YAML changed on a round trip\n--- first:\n%s--- second:\n%s",
                 canonical.c_str(), twice.c_str());
   return 0;
 }

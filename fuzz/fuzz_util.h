@@ -33,14 +33,14 @@ inline Buffer ExactCopy(const uint8_t* data, size_t size) {
 
 // Stops the fuzzer with a report when a property of the code under test fails; the
 // crash (an abort) is what libFuzzer and the replay driver catch.
-#define HR_FUZZ_CHECK(condition, ...)                                            \
-  do {                                                                           \
-    if (!(condition)) {                                                          \
+#define HR_FUZZ_CHECK(condition, ...)                                                    \
+  do {                                                                                   \
+    if (!(condition)) {                                                                  \
       std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #condition); \
-      std::fprintf(stderr, __VA_ARGS__);                                         \
-      std::fprintf(stderr, "\n");                                                \
-      std::abort();                                                              \
-    }                                                                            \
+      std::fprintf(stderr, __VA_ARGS__);                                                 \
+      std::fprintf(stderr, "\n");                                                        \
+      std::abort();                                                                      \
+    }                                                                                    \
   } while (false)
 
 }  // namespace headrace::fuzz

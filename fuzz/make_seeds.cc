@@ -67,12 +67,14 @@ Bytes Jpeg(int w, int h, int pixel_format, int channels, int subsamp, int qualit
 
 // `jpeg` with an APP1 Exif segment after SOI whose IFD0 holds Orientation = `orientation`.
 Bytes WithExifOrientation(const Bytes& jpeg, int orientation) {
-  const Bytes segment = {0xFF, 0xE1, 0x00, 0x22, 'E', 'x', 'i', 'f', 0, 0,   // APP1, length 34
-                         'M',  'M',  0,    42,   0,   0,   0,   8,          // TIFF, IFD0 at 8
-                         0,    1,                                           // one entry
-                         0x01, 0x12, 0,    3,    0,   0,   0,   1,          // Orientation SHORT
-                         0,    static_cast<uint8_t>(orientation), 0, 0,     //   value
-                         0,    0,    0,    0};                              // no next IFD
+  // clang-format off
+  const Bytes segment = {0xFF, 0xE1, 0x00, 0x22, 'E', 'x', 'i', 'f', 0, 0,  // APP1, length 34
+                         'M', 'M', 0, 42, 0, 0, 0, 8,                        // TIFF, IFD0 at 8
+                         0, 1,                                               // one entry
+                         0x01, 0x12, 0, 3, 0, 0, 0, 1,                       // Orientation SHORT
+                         0, static_cast<uint8_t>(orientation), 0, 0,         //   value
+                         0, 0, 0, 0};                                        // no next IFD
+  // clang-format on
   Bytes out(jpeg.begin(), jpeg.begin() + 2);
   out.insert(out.end(), segment.begin(), segment.end());
   out.insert(out.end(), jpeg.begin() + 2, jpeg.end());
@@ -127,12 +129,12 @@ bool DecodeSeeds(const fs::path& dir) {
   ok &= Write(dir / "rgb420.jpg", Jpeg(17, 9, TJPF_RGB, 3, TJSAMP_420, 50, 0));
   ok &= Write(dir / "gray.jpg", Jpeg(9, 7, TJPF_GRAY, 1, TJSAMP_GRAY, 75, 0));
   ok &= Write(dir / "cmyk.jpg", Jpeg(8, 8, TJPF_CMYK, 4, TJSAMP_444, 90, 0));
-  ok &= Write(dir / "progressive.jpg",
-              Jpeg(16, 12, TJPF_RGB, 3, TJSAMP_422, 80, TJFLAG_PROGRESSIVE));
-  ok &= Write(dir / "exif6.jpg",
-              WithExifOrientation(Jpeg(12, 5, TJPF_RGB, 3, TJSAMP_420, 80, 0), 6));
-  ok &= Write(dir / "exif3.jpg",
-              WithExifOrientation(Jpeg(7, 4, TJPF_RGB, 3, TJSAMP_444, 80, 0), 3));
+  ok &=
+      Write(dir / "progressive.jpg", Jpeg(16, 12, TJPF_RGB, 3, TJSAMP_422, 80, TJFLAG_PROGRESSIVE));
+  ok &=
+      Write(dir / "exif6.jpg", WithExifOrientation(Jpeg(12, 5, TJPF_RGB, 3, TJSAMP_420, 80, 0), 6));
+  ok &=
+      Write(dir / "exif3.jpg", WithExifOrientation(Jpeg(7, 4, TJPF_RGB, 3, TJSAMP_444, 80, 0), 3));
   ok &= Write(dir / "rgb.png", Png(7, 5, PNG_FORMAT_RGB));
   ok &= Write(dir / "rgba.png", Png(6, 6, PNG_FORMAT_RGBA));
   ok &= Write(dir / "gray.png", Png(5, 9, PNG_FORMAT_GRAY));
@@ -146,31 +148,28 @@ bool DecodeSeeds(const fs::path& dir) {
 
 bool ManifestSeeds(const fs::path& dir) {
   constexpr std::string_view kGood =
-      R"({"id": "000001", "image": "images/000001.jpg", "conversations": [{"from": "human", "value": "<image>\nWhat colour is the bus?"}, {"from": "gpt", "value": "Blue."}]})"
-      "\n";
-  bool ok = Write(dir / "good.jsonl", kGood);
-  ok &= Write(dir / "mixed.jsonl",
-              "\xEF\xBB\xBF" + std::string(kGood) +
-                  R"({"id": 2, "image": null, "conversations": [{"from": "system", "value": "s"}, {"from": "user", "value": "u"}, {"from": "assistant", "value": "a"}]})"
-                  "\r\n\n   \n"
-                  R"({"id": "3", "image": "a/./b//../c.png", "conversations": []})"
-                  "\n"
-                  R"({"id": "4", "image": "../outside.jpg", "conversations": []})"
-                  "\n"
-                  R"({"id": "5", "image": "/data/set/abs.jpg", "conversations": []})"
-                  "\n"
-                  R"({"id": "6", "image": "s3://bucket/set/x.jpg", "conversations": []})"
-                  "\n"
-                  R"({"id": "7", "conversations": [{"from": "robot", "value": "?"}]})"
-                  "\n"
-                  R"({"id": 1.5, "conversations": [{"from": "gpt"}]})"
-                  "\n"
-                  R"(["not", "an", "object"])"
-                  "\n"
-                  "{\"id\": \"8\", \"conversations\": [{\"from\": \"gpt\", \"value\": \"\\u00e9\\ud83d\\ude8c\"}]}\n"
-                  "not json\n"
-                  R"({"id": "9", "image": "", "conversations": {}})");
-  return ok;
+      R"({"id": "000001", "image": "images/000001.jpg", "conversations": [{"from": "human", "value": "<image>\nWhat colour is the bus?"}, {"from": "gpt", "value": "Blue."}]})";
+  // A byte-order mark, CRLF and blank lines, then one line per way a record can go wrong.
+  constexpr std::string_view kMixed[] = {
+      kGood,
+      R"({"id": 2, "image": null, "conversations": [{"from": "system", "value": "s"}, {"from": "user", "value": "u"}, {"from": "assistant", "value": "a"}]})"
+      "\r",
+      "",
+      "   ",
+      R"({"id": "3", "image": "a/./b//../c.png", "conversations": []})",
+      R"({"id": "4", "image": "../outside.jpg", "conversations": []})",
+      R"({"id": "5", "image": "/data/set/abs.jpg", "conversations": []})",
+      R"({"id": "6", "image": "s3://bucket/set/x.jpg", "conversations": []})",
+      R"({"id": "7", "conversations": [{"from": "robot", "value": "?"}]})",
+      R"({"id": 1.5, "conversations": [{"from": "gpt"}]})",
+      R"(["not", "an", "object"])",
+      R"({"id": "8", "conversations": [{"from": "gpt", "value": "\u00e9\ud83d\ude8c"}]})",
+      "not json",
+      R"({"id": "9", "image": "", "conversations": {}})",
+  };
+  std::string mixed = "\xEF\xBB\xBF";
+  for (std::string_view line : kMixed) mixed.append(line).append("\n");
+  return Write(dir / "good.jsonl", std::string(kGood) + "\n") && Write(dir / "mixed.jsonl", mixed);
 }
 
 bool ConfigSeeds(const fs::path& dir, const fs::path& source_dir) {
@@ -184,15 +183,20 @@ bool ConfigSeeds(const fs::path& dir, const fs::path& source_dir) {
       return false;
     }
     ok &= Write(dir / fs::path(example).filename(),
-                text.str() + "#--set\nbatch.size=64\nops.1.image.resize.shorter_side=320\n"
-                             "memory.budget_bytes=1.5GiB\nops.4.image.normalize.mean=[0.5,0.5,0.5]\n");
+                text.str() +
+                    "#--set\nbatch.size=64\nops.1.image.resize.shorter_side=320\n"
+                    "memory.budget_bytes=1.5GiB\nops.4.image.normalize.mean=[0.5,0.5,0.5]\n");
   }
   // The canonical YAML of a spec with every op names every key there is.
   PipelineSpec spec;
   spec.source.manifest = "data/sample/manifest.jsonl";
-  spec.ops = {DecodeSpec{}, RandomResizedCropSpec{.width = 224, .height = 224}, FlipSpec{},
-              ResizeSpec{.shorter_side = 256}, CenterCropSpec{.width = 224, .height = 224},
-              NormalizeSpec{}, TokenizeSpec{.model = "tokenizer.model"}};
+  spec.ops = {DecodeSpec{},
+              RandomResizedCropSpec{.width = 224, .height = 224},
+              FlipSpec{},
+              ResizeSpec{.shorter_side = 256},
+              CenterCropSpec{.width = 224, .height = 224},
+              NormalizeSpec{},
+              TokenizeSpec{.model = "tokenizer.model"}};
   ok &= Write(dir / "canonical.yaml", PipelineSpecToYaml(spec));
   ok &= Write(dir / "overrides.yaml",
               "source: {manifest: m.jsonl}\nops: [image.decode, image.flip]\n#--set\n"
@@ -204,9 +208,15 @@ bool ConfigSeeds(const fs::path& dir, const fs::path& source_dir) {
 bool TokenizeSeeds(const fs::path& dir) {
   // max_length - 1, flags, then role byte + text per turn, separated by 0x00.
   using namespace std::string_literals;
-  bool ok = Write(dir / "chat", "\x7f\x03\x01<image>\nWhat colour is the bus?\0\x02The bus is blue.\0"s);
-  ok &= Write(dir / "system", "\x0f\x01\x03" "Describe it.\0\x01What?\0\x02" "A cat.\0\x01" "And?"s);
-  ok &= Write(dir / "unicode", "\xff\x02\x02\xc3\xa9\xe7\x8c\xab\xf0\x9f\x9a\x8c \xff\xfe bad\0\x01\n\n\t"s);
+  bool ok =
+      Write(dir / "chat", "\x7f\x03\x01<image>\nWhat colour is the bus?\0\x02The bus is blue.\0"s);
+  ok &= Write(dir / "system",
+              "\x0f\x01\x03"
+              "Describe it.\0\x01What?\0\x02"
+              "A cat.\0\x01"
+              "And?"s);
+  ok &= Write(dir / "unicode",
+              "\xff\x02\x02\xc3\xa9\xe7\x8c\xab\xf0\x9f\x9a\x8c \xff\xfe bad\0\x01\n\n\t"s);
   return ok;
 }
 

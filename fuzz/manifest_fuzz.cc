@@ -54,8 +54,7 @@ void ParseAndCheck(const Buffer& bytes, const std::string& path, const SourceSpe
       continue;
     }
     HR_FUZZ_CHECK(r.media_uri.empty() || InsideRoot(manifest->root, r.media_uri),
-                  "media '%s' escapes the root '%s'", r.media_uri.c_str(),
-                  manifest->root.c_str());
+                  "media '%s' escapes the root '%s'", r.media_uri.c_str(), manifest->root.c_str());
   }
   HR_FUZZ_CHECK(bad == manifest->bad_lines, "bad_lines %lld, counted %lld",
                 static_cast<long long>(manifest->bad_lines), static_cast<long long>(bad));

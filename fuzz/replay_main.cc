@@ -130,8 +130,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  const std::string crash_file =
-      "replay-crash-" + fs::path(argv[0]).filename().string();
+  const std::string crash_file = "replay-crash-" + fs::path(argv[0]).filename().string();
   const auto start = std::chrono::steady_clock::now();
   long runs = 0;
   Rng rng(seed);
