@@ -4,10 +4,14 @@ JOBS     ?= $(shell nproc)
 SAMPLES  ?= 1000
 DATA     := data/sample
 CMAKE_FLAGS ?=
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_SMOKE_SECONDS ?= 10
+FUZZ_TARGETS := decode manifest config tokenize
 
 PY       := .venv/bin/python
 
-.PHONY: all setup build python run test unit e2e asan tsan bench bench-python bench-io clean
+.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io clean
 
 all: build
 
@@ -37,10 +41,11 @@ run: build
 	@echo "report: out/run-report.json"
 	$(PY) examples/python_loader.py
 
-# Every test: unit tests, end-to-end tests, then the suite under ASan/UBSan and the
-# executor's tests under TSan.
+# Every test: unit tests, end-to-end tests, then the suite under ASan/UBSan (the fuzz
+# targets' replay harness included), the executor's tests under TSan, and a short
+# libFuzzer run of each fuzz target.
 test: build
-	@$(MAKE) --no-print-directory unit e2e asan tsan
+	@$(MAKE) --no-print-directory unit e2e asan tsan fuzz-smoke
 
 unit:
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
@@ -60,6 +65,18 @@ tsan: setup
 	TSAN_OPTIONS=halt_on_error=1 build-tsan/src/headrace/exec/hr_exec_test
 	TSAN_OPTIONS=halt_on_error=1 build-tsan/src/headrace/io/hr_io_test
 
+# Fuzzing (fuzz/README.md): each libFuzzer target for FUZZ_SECONDS under ASan/UBSan,
+# built with clang in $(FUZZ_BUILD); corpora grow in fuzz-corpus/, crashing inputs land
+# in fuzz-crashes/ and make this fail.
+fuzz: setup
+	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_COMPILER=clang++ -DHEADRACE_FUZZ=ON -DHEADRACE_BUILD_TESTS=OFF
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target hr_fuzz_seeds $(addprefix hr_fuzz_,$(FUZZ_TARGETS))
+	fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+fuzz-smoke:
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS)
+
 # Benchmarks: results go into bench/RESULTS.md by hand, with command, machine and date.
 bench: build
 	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
@@ -77,4 +94,4 @@ bench-io: build
 	$(BUILD)/headrace bench io --report bench/io.json --config examples/vqa.yaml --samples 1000
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan build-py out
+	rm -rf $(BUILD) build-asan build-tsan build-py $(FUZZ_BUILD) out

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
   g++ make cmake ninja-build pkg-config ccache
+  clang libclang-rt-14-dev
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libexif-dev libyuv-dev
   libsentencepiece-dev libsimdjson-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev

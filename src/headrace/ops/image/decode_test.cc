@@ -352,6 +352,19 @@ TEST(Decode, MaxPixelsRejectsBeforeDecodingAnyPixel) {
   EXPECT_EQ(DecodeImage(png.data(), png.size(), spec).status().code(), StatusCode::kPixelLimit);
 }
 
+TEST(Decode, MaxPixelsRejectsWebpBeforeDecodingAnyPixel) {
+  // The VP8 frame header's 14-bit sizes (bytes 26-29: RIFF, chunk header, frame tag,
+  // start code) set to 16383 x 16383, over a bitstream cut short: undecodable, so only
+  // the check on the header can answer PixelLimit.
+  Bytes webp = EncodeWebp(Bytes(48 * 40 * 3, 90), 48, 40, 3, 80);
+  ASSERT_EQ(std::memcmp(webp.data() + 12, "VP8 ", 4), 0);
+  webp[26] = 0xFF, webp[27] = 0x3F, webp[28] = 0xFF, webp[29] = 0x3F;
+  ASSERT_EQ(ReadImageHeader(webp.data(), webp.size())->width, 16383);
+  webp.resize(40);
+  EXPECT_EQ(Decode(webp).status().code(), StatusCode::kPixelLimit)
+      << Decode(webp).status().ToString();
+}
+
 TEST(Decode, ZeroBytesAreCorrupt) {
   Result<Image> image = DecodeImage(nullptr, 0, DecodeSpec{});
   EXPECT_EQ(image.status().code(), StatusCode::kCorruptData);

@@ -1,0 +1,240 @@
+// hr_fuzz_seeds OUT_DIR: writes the seed corpus of every fuzz target, one folder each
+// (OUT_DIR/decode, manifest, config, tokenize), generated rather than checked in:
+// tiny images in every form the decoder handles, manifest lines good and bad, the
+// example config and the canonical YAML of a spec with every op, and conversations.
+#include <png.h>
+#include <turbojpeg.h>
+#include <webp/encode.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "headrace/pipeline/config.h"
+
+namespace fs = std::filesystem;
+
+namespace headrace::fuzz {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+bool Write(const fs::path& path, const void* data, size_t size) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
+  if (!out) std::fprintf(stderr, "hr_fuzz_seeds: cannot write %s\n", path.c_str());
+  return static_cast<bool>(out);
+}
+bool Write(const fs::path& path, const Bytes& b) { return Write(path, b.data(), b.size()); }
+bool Write(const fs::path& path, std::string_view s) { return Write(path, s.data(), s.size()); }
+
+// A small gradient with some edges, `channels` bytes per pixel.
+Bytes Pixels(int w, int h, int channels) {
+  Bytes p(static_cast<size_t>(w) * h * channels);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      for (int c = 0; c < channels; ++c) {
+        p[(static_cast<size_t>(y) * w + x) * channels + c] =
+            static_cast<uint8_t>(x * 29 + y * 13 + c * 71 + ((x / 4 + y / 4) % 2) * 90);
+      }
+    }
+  }
+  return p;
+}
+
+Bytes Jpeg(int w, int h, int pixel_format, int channels, int subsamp, int quality, int flags) {
+  tjhandle handle = tjInitCompress();
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  const Bytes pixels = Pixels(w, h, channels);
+  Bytes jpeg;
+  if (tjCompress2(handle, pixels.data(), w, 0, h, pixel_format, &out, &size, subsamp, quality,
+                  flags) == 0) {
+    jpeg.assign(out, out + size);
+  } else {
+    std::fprintf(stderr, "hr_fuzz_seeds: tjCompress2: %s\n", tjGetErrorStr2(handle));
+  }
+  tjFree(out);
+  tjDestroy(handle);
+  return jpeg;
+}
+
+// `jpeg` with an APP1 Exif segment after SOI whose IFD0 holds Orientation = `orientation`.
+Bytes WithExifOrientation(const Bytes& jpeg, int orientation) {
+  // clang-format off
+  const Bytes segment = {0xFF, 0xE1, 0x00, 0x22, 'E', 'x', 'i', 'f', 0, 0,  // APP1, length 34
+                         'M', 'M', 0, 42, 0, 0, 0, 8,                        // TIFF, IFD0 at 8
+                         0, 1,                                               // one entry
+                         0x01, 0x12, 0, 3, 0, 0, 0, 1,                       // Orientation SHORT
+                         0, static_cast<uint8_t>(orientation), 0, 0,         //   value
+                         0, 0, 0, 0};                                        // no next IFD
+  // clang-format on
+  Bytes out(jpeg.begin(), jpeg.begin() + 2);
+  out.insert(out.end(), segment.begin(), segment.end());
+  out.insert(out.end(), jpeg.begin() + 2, jpeg.end());
+  return out;
+}
+
+Bytes Png(int w, int h, uint32_t format) {
+  png_image image;
+  std::memset(&image, 0, sizeof(image));
+  image.version = PNG_IMAGE_VERSION;
+  image.width = w;
+  image.height = h;
+  image.format = format;
+  const Bytes pixels = Pixels(w, h, PNG_IMAGE_PIXEL_SIZE(format));
+  Bytes colormap;
+  if (format & PNG_FORMAT_FLAG_COLORMAP) {
+    image.colormap_entries = 256;
+    colormap = Pixels(16, 16, PNG_IMAGE_SAMPLE_CHANNELS(format));
+  }
+  png_alloc_size_t size = 0;
+  const void* cmap = colormap.empty() ? nullptr : colormap.data();
+  if (!png_image_write_to_memory(&image, nullptr, &size, 0, pixels.data(), 0, cmap)) return {};
+  Bytes png(size);
+  if (!png_image_write_to_memory(&image, png.data(), &size, 0, pixels.data(), 0, cmap)) {
+    std::fprintf(stderr, "hr_fuzz_seeds: png: %s\n", image.message);
+    return {};
+  }
+  png.resize(size);
+  return png;
+}
+
+Bytes Webp(int w, int h, int channels, float quality) {
+  const Bytes pixels = Pixels(w, h, channels);
+  uint8_t* out = nullptr;
+  size_t size = 0;
+  const int stride = w * channels;
+  if (quality < 0) {
+    size = channels == 4 ? WebPEncodeLosslessRGBA(pixels.data(), w, h, stride, &out)
+                         : WebPEncodeLosslessRGB(pixels.data(), w, h, stride, &out);
+  } else {
+    size = channels == 4 ? WebPEncodeRGBA(pixels.data(), w, h, stride, quality, &out)
+                         : WebPEncodeRGB(pixels.data(), w, h, stride, quality, &out);
+  }
+  Bytes webp(out, out + size);
+  WebPFree(out);
+  return webp;
+}
+
+bool DecodeSeeds(const fs::path& dir) {
+  bool ok = true;
+  ok &= Write(dir / "rgb444.jpg", Jpeg(8, 6, TJPF_RGB, 3, TJSAMP_444, 90, 0));
+  ok &= Write(dir / "rgb420.jpg", Jpeg(17, 9, TJPF_RGB, 3, TJSAMP_420, 50, 0));
+  ok &= Write(dir / "gray.jpg", Jpeg(9, 7, TJPF_GRAY, 1, TJSAMP_GRAY, 75, 0));
+  ok &= Write(dir / "cmyk.jpg", Jpeg(8, 8, TJPF_CMYK, 4, TJSAMP_444, 90, 0));
+  ok &=
+      Write(dir / "progressive.jpg", Jpeg(16, 12, TJPF_RGB, 3, TJSAMP_422, 80, TJFLAG_PROGRESSIVE));
+  ok &=
+      Write(dir / "exif6.jpg", WithExifOrientation(Jpeg(12, 5, TJPF_RGB, 3, TJSAMP_420, 80, 0), 6));
+  ok &=
+      Write(dir / "exif3.jpg", WithExifOrientation(Jpeg(7, 4, TJPF_RGB, 3, TJSAMP_444, 80, 0), 3));
+  ok &= Write(dir / "rgb.png", Png(7, 5, PNG_FORMAT_RGB));
+  ok &= Write(dir / "rgba.png", Png(6, 6, PNG_FORMAT_RGBA));
+  ok &= Write(dir / "gray.png", Png(5, 9, PNG_FORMAT_GRAY));
+  ok &= Write(dir / "rgba16.png", Png(4, 3, PNG_FORMAT_LINEAR_RGB_ALPHA));
+  ok &= Write(dir / "palette.png", Png(8, 4, PNG_FORMAT_RGB_COLORMAP));
+  ok &= Write(dir / "lossy.webp", Webp(10, 6, 3, 60));
+  ok &= Write(dir / "lossy_alpha.webp", Webp(6, 6, 4, 60));
+  ok &= Write(dir / "lossless.webp", Webp(5, 7, 4, -1));
+  return ok;
+}
+
+bool ManifestSeeds(const fs::path& dir) {
+  constexpr std::string_view kGood =
+      R"({"id": "000001", "image": "images/000001.jpg", "conversations": [{"from": "human", "value": "<image>\nWhat colour is the bus?"}, {"from": "gpt", "value": "Blue."}]})";
+  // A byte-order mark, CRLF and blank lines, then one line per way a record can go wrong.
+  constexpr std::string_view kMixed[] = {
+      kGood,
+      R"({"id": 2, "image": null, "conversations": [{"from": "system", "value": "s"}, {"from": "user", "value": "u"}, {"from": "assistant", "value": "a"}]})"
+      "\r",
+      "",
+      "   ",
+      R"({"id": "3", "image": "a/./b//../c.png", "conversations": []})",
+      R"({"id": "4", "image": "../outside.jpg", "conversations": []})",
+      R"({"id": "5", "image": "/data/set/abs.jpg", "conversations": []})",
+      R"({"id": "6", "image": "s3://bucket/set/x.jpg", "conversations": []})",
+      R"({"id": "7", "conversations": [{"from": "robot", "value": "?"}]})",
+      R"({"id": 1.5, "conversations": [{"from": "gpt"}]})",
+      R"(["not", "an", "object"])",
+      R"({"id": "8", "conversations": [{"from": "gpt", "value": "\u00e9\ud83d\ude8c"}]})",
+      "not json",
+      R"({"id": "9", "image": "", "conversations": {}})",
+  };
+  std::string mixed = "\xEF\xBB\xBF";
+  for (std::string_view line : kMixed) mixed.append(line).append("\n");
+  return Write(dir / "good.jsonl", std::string(kGood) + "\n") && Write(dir / "mixed.jsonl", mixed);
+}
+
+bool ConfigSeeds(const fs::path& dir, const fs::path& source_dir) {
+  bool ok = true;
+  for (const char* example : {"examples/vqa.yaml"}) {
+    std::ifstream in(source_dir / example, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (!in) {
+      std::fprintf(stderr, "hr_fuzz_seeds: cannot read %s\n", (source_dir / example).c_str());
+      return false;
+    }
+    ok &= Write(dir / fs::path(example).filename(),
+                text.str() +
+                    "#--set\nbatch.size=64\nops.1.image.resize.shorter_side=320\n"
+                    "memory.budget_bytes=1.5GiB\nops.4.image.normalize.mean=[0.5,0.5,0.5]\n");
+  }
+  // The canonical YAML of a spec with every op names every key there is.
+  PipelineSpec spec;
+  spec.source.manifest = "data/sample/manifest.jsonl";
+  spec.ops = {DecodeSpec{},
+              RandomResizedCropSpec{.width = 224, .height = 224},
+              FlipSpec{},
+              ResizeSpec{.shorter_side = 256},
+              CenterCropSpec{.width = 224, .height = 224},
+              NormalizeSpec{},
+              TokenizeSpec{.model = "tokenizer.model"}};
+  ok &= Write(dir / "canonical.yaml", PipelineSpecToYaml(spec));
+  ok &= Write(dir / "overrides.yaml",
+              "source: {manifest: m.jsonl}\nops: [image.decode, image.flip]\n#--set\n"
+              "ops[1].image.flip.p=0.25\nops.2={image.normalize: {dtype: bf16, layout: hwc}}\n"
+              "execution.io_budget_bytes=64 MB\nstorage.endpoint=http://localhost:9000\n");
+  return ok;
+}
+
+bool TokenizeSeeds(const fs::path& dir) {
+  // max_length - 1, flags, then role byte + text per turn, separated by 0x00.
+  using namespace std::string_literals;
+  bool ok =
+      Write(dir / "chat", "\x7f\x03\x01<image>\nWhat colour is the bus?\0\x02The bus is blue.\0"s);
+  ok &= Write(dir / "system",
+              "\x0f\x01\x03"
+              "Describe it.\0\x01What?\0\x02"
+              "A cat.\0\x01"
+              "And?"s);
+  ok &= Write(dir / "unicode",
+              "\xff\x02\x02\xc3\xa9\xe7\x8c\xab\xf0\x9f\x9a\x8c \xff\xfe bad\0\x01\n\n\t"s);
+  return ok;
+}
+
+}  // namespace
+}  // namespace headrace::fuzz
+
+int main(int argc, char** argv) {
+  using namespace headrace::fuzz;
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+    return 2;
+  }
+  const fs::path out = argv[1];
+  for (const char* target : {"decode", "manifest", "config", "tokenize"}) {
+    fs::create_directories(out / target);
+  }
+  const bool ok = DecodeSeeds(out / "decode") && ManifestSeeds(out / "manifest") &&
+                  ConfigSeeds(out / "config", HEADRACE_SOURCE_DIR) &&
+                  TokenizeSeeds(out / "tokenize");
+  return ok ? 0 : 1;
+}
