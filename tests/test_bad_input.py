@@ -173,7 +173,7 @@ def test_a_directory_as_manifest_or_model_exits_2_naming_it(tmp_path, headrace_b
         proc = run_headrace(headrace_bin, "run", config, "--set", override, check=False,
                             timeout=60)
         assert proc.returncode == 2, (override, proc.stderr)
-        assert f"not a regular file (a directory): {folder}" in proc.stderr
+        assert f"not a regular file (a directory): '{folder}'" in proc.stderr
 
 
 def test_an_unwritable_report_path_is_found_before_the_run(tmp_path, headrace_bin,

@@ -152,7 +152,9 @@ def test_wrong_field_name_names_the_key(py_sample, make_pipeline):
 
 def test_batch_over_the_memory_budget_is_refused(make_pipeline):
     pipeline = make_pipeline(batch_size=64, memory_budget="1MiB")
-    with pytest.raises(headrace.ConfigError, match=r"one batch needs \d+ bytes.*memory.budget"):
+    with pytest.raises(headrace.ConfigError,
+                       match=r"center_crop.size 56: a batch of 64 samples would take \d+ bytes"
+                             r".*memory.budget_bytes"):
         next(iter(headrace.Loader(pipeline)))
 
 
