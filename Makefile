@@ -11,7 +11,7 @@ FUZZ_TARGETS := decode manifest config tokenize
 
 PY       := .venv/bin/python
 
-.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io clean
+.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-epochs clean
 
 all: build
 
@@ -86,6 +86,11 @@ bench: build
 bench-python: build
 	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
 	$(PY) bench/vs_dataloader.py --data $(DATA) --samples $(SAMPLES) --json bench/python.json
+
+# The wait for each epoch's first batch, with and without prefetch across epochs.
+bench-epochs: build
+	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
+	$(PY) bench/epoch_boundary.py --epochs 11 --samples 256 --json bench/epochs.json
 
 # Object storage: reads through a local server with 20 ms injected latency, then the
 # pipeline end to end from local disk and from that server (bench/io.json, io_e2e.json).
