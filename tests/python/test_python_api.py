@@ -445,3 +445,14 @@ def test_torch_adapter_on_cpu(make_pipeline):
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="CUDA is not available"):
             ht.TorchLoader(make_pipeline(), device="cuda")
+
+
+def test_a_python_op_output_named_like_another_field_is_refused(make_pipeline):
+    def fn(sample):
+        return {"index": np.int64(0)}
+
+    with pytest.raises(headrace.ConfigError, match=r"'index' is the engine's own"):
+        next(iter(headrace.Loader(make_pipeline(extra_ops=[ops.map(fn, {"index": ("i64", [])})]))))
+    with pytest.raises(headrace.ConfigError,
+                       match=r"writes the field 'labels', which ops\[4\].text.tokenize"):
+        next(iter(headrace.Loader(make_pipeline().map(fn, {"labels": ("i64", [])}))))

@@ -86,6 +86,31 @@ std::string OpSpecName(const OpSpec& op) {
                     op);
 }
 
+namespace {
+
+// Batch fields are found by name (Batch::Find, the Python batch dict): two fields of one
+// name, or one named like the engine's own "index", would shadow each other.
+Status CheckFieldNames(const PipelinePlan& plan) {
+  std::map<std::string_view, size_t> seen;
+  for (size_t f = 0; f < plan.fields.size(); ++f) {
+    const std::string& name = plan.fields[f].name;
+    const std::string& source = plan.field_sources[f];
+    if (name == "index") {
+      return Status::InvalidArgument(source + ": the field name 'index' is the engine's own "
+                                     "(each sample's dataset index): choose another name");
+    }
+    const auto [it, fresh] = seen.emplace(name, f);
+    if (!fresh) {
+      return Status::InvalidArgument(source + ": writes the field '" + name + "', which " +
+                                     plan.field_sources[it->second] +
+                                     " writes too: batch field names must be unique");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage) {
   PipelinePlan plan;
   bool decoded = false;
@@ -220,6 +245,7 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage) {
         "ops: the pipeline produces no batch field; add "
         "image.normalize or text.tokenize");
   }
+  HR_RETURN_IF_ERROR(CheckFieldNames(plan));
   return plan;
 }
 

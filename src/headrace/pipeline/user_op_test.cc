@@ -51,6 +51,28 @@ TEST(UserOpSpec, PlansItsFieldsWhereItStands) {
   EXPECT_EQ(OpSpecName(spec.ops[0]), "test.write_index");
 }
 
+TEST(UserOpSpec, FieldNamesAreUniqueAndIndexIsTheEngines) {
+  int made_with = -1;
+  PipelineSpec spec;
+  spec.source.manifest = "m.jsonl";
+  UserOpSpec shadow = WriteIndexSpec(&made_with);
+  shadow.fields[0].name = "index";
+  spec.ops = {shadow};
+  auto storage = MakeLocalStorage();
+  Result<PipelinePlan> plan = PlanPipeline(spec, *storage);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(plan.status().message(), HasSubstr("ops[0].fields[0] (test.write_index, index)"));
+  EXPECT_THAT(plan.status().message(), HasSubstr("'index' is the engine's own"));
+
+  spec.ops = {WriteIndexSpec(&made_with), WriteIndexSpec(&made_with)};
+  plan = PlanPipeline(spec, *storage);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_THAT(plan.status().message(),
+              HasSubstr("ops[1].fields[0] (test.write_index, copy) shape 1: writes the field "
+                        "'copy', which ops[0].fields[0]"));
+}
+
 TEST(UserOpSpec, IsWrittenAsAPlaceholderThatTheParserRefuses) {
   int made_with = -1;
   PipelineSpec spec;
