@@ -149,7 +149,8 @@ def test_a_state_dict_from_before_epochs_is_refused(make_pipeline):
     old = dict(loader.state_dict(), version=1, next_batch=7)
     for key in ("epoch", "batch_in_epoch", "batches_per_epoch"):
         del old[key]
-    with pytest.raises(headrace.ConfigError, match=r"version: saved 1, this loader 2.*next_batch 7"):
+    with pytest.raises(headrace.ConfigError,
+                       match=r"version: saved 1, this loader 2.*next_batch 7"):
         headrace.Loader(make_pipeline(), state_dict=old)
 
 
@@ -166,7 +167,8 @@ def test_rank_and_world_size_come_from_the_environment(make_pipeline, monkeypatc
 
 
 @pytest.mark.parametrize("env, message", [
-    ({"RANK": "2", "WORLD_SIZE": "2"}, r"RANK='2', WORLD_SIZE='2'.*RANK must be in \[0, WORLD_SIZE\)"),
+    ({"RANK": "2", "WORLD_SIZE": "2"},
+     r"RANK='2', WORLD_SIZE='2'.*RANK must be in \[0, WORLD_SIZE\)"),
     ({"RANK": "0"}, r"RANK='0', WORLD_SIZE=None.*set both"),
     ({"WORLD_SIZE": "4"}, r"RANK=None, WORLD_SIZE='4'.*set both"),
     ({"RANK": "a", "WORLD_SIZE": "2"}, r"RANK='a', WORLD_SIZE='2'.*integers"),
