@@ -9,7 +9,7 @@ APT_PACKAGES=(
   g++ make cmake ninja-build pkg-config ccache
   clang libclang-rt-14-dev
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libexif-dev libyuv-dev
-  libsentencepiece-dev libsimdjson-dev libyaml-cpp-dev
+  libsentencepiece-dev libsimdjson-dev libyaml-cpp-dev libarchive-dev
   libgtest-dev libgmock-dev
   libcurl4-openssl-dev libssl-dev openssl
   python3 python3-venv

@@ -1,0 +1,210 @@
+#include "headrace/formats/tar_shard.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace headrace {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path TempPath(const std::string& name) {
+  const char* env = std::getenv("HEADRACE_TEST_TMP");
+  const fs::path dir = fs::path(env != nullptr ? env : "/tmp") /
+                       ("tar_shard_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return dir / name;
+}
+
+std::vector<uint8_t> ReadBytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  const std::string s = out.str();
+  return {s.begin(), s.end()};
+}
+
+std::span<const uint8_t> Bytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+struct NamedData {
+  std::string name;
+  std::string data;
+};
+
+std::vector<uint8_t> WriteTar(const std::string& file, const std::vector<NamedData>& members) {
+  const fs::path path = TempPath(file);
+  auto writer = TarWriter::Open(path.string());
+  EXPECT_TRUE(writer.ok()) << writer.status().ToString();
+  for (const NamedData& m : members) {
+    EXPECT_TRUE((*writer)->Add(m.name, Bytes(m.data)).ok());
+  }
+  auto size = (*writer)->Close();
+  EXPECT_TRUE(size.ok()) << size.status().ToString();
+  std::vector<uint8_t> bytes = ReadBytes(path);
+  EXPECT_EQ(*size, static_cast<int64_t>(bytes.size()));
+  return bytes;
+}
+
+std::string Slice(const std::vector<uint8_t>& bytes, int64_t offset, int64_t size) {
+  return std::string(reinterpret_cast<const char*>(bytes.data()) + offset, size);
+}
+
+std::vector<NamedData> Members() {
+  return {
+      {"000000.jpg", std::string(1000, 'j')},
+      {"000000.json", R"({"id":"000000"})"},
+      {"000001.jpg", std::string(512, 'k')},  // exactly one block
+      {"000001.json", ""},                     // empty member
+      // Longer than ustar's 100-character name: libarchive writes a pax header first.
+      {std::string(120, 'd') + "/000002.seg.png", std::string(7, 'p')},
+  };
+}
+
+TEST(ListTarMembers, OffsetsPointAtEachMembersBytes) {
+  const std::vector<NamedData> members = Members();
+  const std::vector<uint8_t> tar = WriteTar("round_trip.tar", members);
+  const TarListing listing = ListTarMembers(tar);
+  ASSERT_TRUE(listing.status.ok()) << listing.status.ToString();
+  ASSERT_EQ(listing.members.size(), members.size());
+  for (size_t i = 0; i < members.size(); ++i) {
+    const TarMember& m = listing.members[i];
+    EXPECT_EQ(m.name, members[i].name);
+    EXPECT_EQ(m.size, static_cast<int64_t>(members[i].data.size()));
+    EXPECT_EQ(m.offset % 512, 0) << m.name;
+    EXPECT_EQ(Slice(tar, m.offset, m.size), members[i].data) << m.name;
+  }
+}
+
+TEST(TarWriter, SameMembersGiveSameBytes) {
+  EXPECT_EQ(WriteTar("a.tar", Members()), WriteTar("b.tar", Members()));
+}
+
+TEST(ListTarMembers, TruncatedLastMemberIsNamedAndEarlierMembersKept) {
+  std::vector<uint8_t> tar =
+      WriteTar("truncated.tar", {{"a.txt", "alpha"}, {"b.bin", std::string(3000, 'b')}});
+  const TarListing whole = ListTarMembers(tar);
+  ASSERT_TRUE(whole.status.ok());
+  tar.resize(whole.members[1].offset + 1000);  // inside b.bin's data
+  const TarListing cut = ListTarMembers(tar);
+  EXPECT_EQ(cut.status.code(), StatusCode::kCorruptData);
+  EXPECT_NE(cut.status.message().find("b.bin"), std::string::npos) << cut.status.ToString();
+  EXPECT_NE(cut.status.message().find("header at offset 1024"), std::string::npos)
+      << cut.status.ToString();
+  ASSERT_EQ(cut.members.size(), 1u);
+  EXPECT_EQ(cut.members[0].name, "a.txt");
+}
+
+TEST(ListTarMembers, TruncatedHeaderIsCorruptData) {
+  std::vector<uint8_t> tar = WriteTar("cut_header.tar", {{"a.txt", "alpha"}, {"b.txt", "beta"}});
+  tar.resize(1024 + 100);  // a.txt's header and data, then part of b.txt's header
+  const TarListing cut = ListTarMembers(tar);
+  EXPECT_FALSE(cut.status.ok());
+  ASSERT_EQ(cut.members.size(), 1u);
+}
+
+TEST(ListTarMembers, NonTarInputIsAStatus) {
+  const std::string text(4096, 'x');
+  const TarListing listing = ListTarMembers(Bytes(text));
+  EXPECT_EQ(listing.status.code(), StatusCode::kUnsupportedFormat) << listing.status.ToString();
+  EXPECT_TRUE(listing.members.empty());
+  const TarListing empty = ListTarMembers({});
+  EXPECT_TRUE(empty.members.empty());
+}
+
+std::vector<TarMember> Named(std::initializer_list<const char*> names) {
+  std::vector<TarMember> members;
+  int64_t offset = 512;
+  for (const char* name : names) {
+    members.push_back({name, offset, 10});
+    offset += 1024;
+  }
+  return members;
+}
+
+TEST(GroupSamples, GroupsConsecutiveMembersByKeyKeepingTheFolder) {
+  const auto samples = GroupSamples(
+      Named({"a/000017.jpg", "a/000017.json", "a/000017.seg.png", "b/000017.jpg", "x.y/1.txt"}));
+  ASSERT_EQ(samples.size(), 3u);
+  EXPECT_EQ(samples[0].key, "a/000017");
+  ASSERT_EQ(samples[0].fields.size(), 3u);
+  EXPECT_EQ(samples[0].fields[0].name, "jpg");
+  EXPECT_EQ(samples[0].fields[2].name, "seg.png");
+  EXPECT_EQ(samples[0].fields[2].offset, 512 + 2 * 1024);
+  EXPECT_EQ(samples[1].key, "b/000017");
+  EXPECT_EQ(samples[2].key, "x.y/1");  // a dot in the folder is not the key's end
+  EXPECT_EQ(samples[2].fields[0].name, "txt");
+  for (const TarSample& s : samples) EXPECT_TRUE(s.status.ok()) << s.status.ToString();
+}
+
+TEST(GroupSamples, KeySeenAgainLaterMarksOnlyThatSample) {
+  const auto samples = GroupSamples(Named({"1.jpg", "2.jpg", "1.json", "3.jpg"}));
+  ASSERT_EQ(samples.size(), 4u);
+  EXPECT_TRUE(samples[0].status.ok());
+  EXPECT_TRUE(samples[1].status.ok());
+  EXPECT_EQ(samples[2].status.code(), StatusCode::kBadRecord);
+  EXPECT_NE(samples[2].status.message().find("1.json"), std::string::npos);
+  EXPECT_TRUE(samples[3].status.ok());
+}
+
+TEST(GroupSamples, DuplicateFieldAndMissingFieldAreNamed) {
+  const std::vector<std::string> required = {"jpg", "json"};
+  const auto samples = GroupSamples(
+      Named({"1.jpg", "1.json", "1.jpg", "2.jpg", "3.json", "3.jpg", "4", ".json"}), required);
+  ASSERT_EQ(samples.size(), 5u);
+  EXPECT_EQ(samples[0].status.code(), StatusCode::kBadRecord);
+  EXPECT_NE(samples[0].status.message().find("field 'jpg' appears twice"), std::string::npos);
+  EXPECT_EQ(samples[1].status.code(), StatusCode::kMissingField);  // 2.jpg has no partner
+  EXPECT_NE(samples[1].status.message().find("'json'"), std::string::npos);
+  EXPECT_TRUE(samples[2].status.ok());  // field order does not matter
+  EXPECT_EQ(samples[3].status.code(), StatusCode::kBadRecord);  // "4": no field
+  EXPECT_EQ(samples[4].status.code(), StatusCode::kBadRecord);  // ".json": no key
+}
+
+TEST(ShardIndex, JsonRoundTripKeepsSamplesAndFieldOrder) {
+  const auto samples = GroupSamples(Named({"1.jpg", "1.json", "2.jpg", "2.jpg", "3.txt"}));
+  const ShardIndex index = MakeShardIndex("shard-000000.tar", 10000, samples);
+  ASSERT_EQ(index.samples.size(), 2u);  // sample 2 has a duplicate field
+  const std::string json = ShardIndexToJson(index);
+  auto parsed = ParseShardIndex(json);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->shard, "shard-000000.tar");
+  EXPECT_EQ(parsed->bytes, 10000);
+  ASSERT_EQ(parsed->samples.size(), 2u);
+  EXPECT_EQ(parsed->samples[0].key, "1");
+  ASSERT_EQ(parsed->samples[0].fields.size(), 2u);
+  EXPECT_EQ(parsed->samples[0].fields[1].name, "json");
+  EXPECT_EQ(parsed->samples[0].fields[1].offset, 512 + 1024);
+  EXPECT_EQ(parsed->samples[0].fields[1].size, 10);
+  EXPECT_EQ(parsed->samples[1].key, "3");
+  EXPECT_EQ(ShardIndexToJson(*parsed), json);
+}
+
+TEST(ShardIndex, RejectsMalformedIndexes) {
+  for (const char* bad : {
+           "not json",
+           R"({"format":"other","version":1,"shard":"s","bytes":10,"samples":[]})",
+           R"({"format":"headrace.shard_index","version":2,"shard":"s","bytes":10,"samples":[]})",
+           R"({"format":"headrace.shard_index","version":1,"bytes":10,"samples":[]})",
+           R"({"format":"headrace.shard_index","version":1,"shard":"s","bytes":10,)"
+           R"("samples":[{"key":"1","fields":{"jpg":[8,5]}}]})",
+           R"({"format":"headrace.shard_index","version":1,"shard":"s","bytes":10,)"
+           R"("samples":[{"key":"1","fields":{"jpg":[-1,5]}}]})",
+           R"({"format":"headrace.shard_index","version":1,"shard":"s","bytes":10,)"
+           R"("samples":[{"fields":{}}]})",
+       }) {
+    auto parsed = ParseShardIndex(bad);
+    EXPECT_EQ(parsed.status().code(), StatusCode::kBadRecord) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace headrace
