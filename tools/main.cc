@@ -26,6 +26,8 @@ commands:
       put every file under DIR into the bucket (e.g. the sample dataset)
   ls s3://bucket/prefix-or-glob [--page-size N] [--endpoint URL] ...
       list objects (ListObjectsV2, paginated)
+  shard MANIFEST --out DIR [--target-size 256MB]
+      pack a manifest's samples into WebDataset tar shards with .idx.json indexes
 )";
 
 }  // namespace
@@ -43,8 +45,10 @@ int main(int argc, char** argv) {
   if (command == "bench") return headrace::tools::BenchCommand(args);
   if (command == "upload") return headrace::tools::UploadCommand(args);
   if (command == "ls") return headrace::tools::ListCommand(args);
+  if (command == "shard") return headrace::tools::ShardCommand(args);
   std::fprintf(stderr,
-               "headrace: unknown command '%s' (allowed: make-sample, run, bench, upload, ls)\n%s",
+               "headrace: unknown command '%s' (allowed: make-sample, run, bench, upload, ls, "
+               "shard)\n%s",
                command.c_str(), kUsage);
   return 2;
 }
