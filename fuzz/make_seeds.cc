@@ -1,7 +1,8 @@
 // hr_fuzz_seeds OUT_DIR: writes the seed corpus of every fuzz target, one folder each
-// (OUT_DIR/decode, manifest, config, tokenize), generated rather than checked in:
+// (OUT_DIR/decode, manifest, config, tokenize, tar), generated rather than checked in:
 // tiny images in every form the decoder handles, manifest lines good and bad, the
-// example config and the canonical YAML of a spec with every op, and conversations.
+// example config and the canonical YAML of a spec with every op, conversations, and
+// small WebDataset shards (whole, truncated) and a shard index.
 #include <png.h>
 #include <turbojpeg.h>
 #include <webp/encode.h>
@@ -16,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "headrace/formats/tar_shard.h"
 #include "headrace/pipeline/config.h"
 
 namespace fs = std::filesystem;
@@ -220,6 +222,34 @@ bool TokenizeSeeds(const fs::path& dir) {
   return ok;
 }
 
+bool TarSeeds(const fs::path& dir) {
+  const auto add = [](TarWriter& w, const std::string& name, std::string_view data) {
+    return w.Add(name, {reinterpret_cast<const uint8_t*>(data.data()), data.size()}).ok();
+  };
+  auto writer = TarWriter::Open((dir / "shard.tar").string());
+  if (!writer.ok()) return false;
+  TarWriter& w = **writer;
+  // Pairs, a field with a dot, a long name (a pax header), a sample without its json, a
+  // key seen again, a duplicate field, an empty member.
+  bool ok = add(w, "000000.jpg", "\xff\xd8\xff\xe0jpeg") &&
+            add(w, "000000.json", "{\"id\":0}") && add(w, "dir/000001.seg.png", "png") && add(w, "dir/000001.json", "{}") &&
+            add(w, std::string(120, 'd') + "/000002.json", "{}") && add(w, "000003.jpg", "") &&
+            add(w, "000000.txt", "again") && add(w, "000004.json", "a") &&
+            add(w, "000004.json", "b");
+  ok &= (*writer)->Close().ok();
+  const std::string shard = [&] {
+    std::ifstream in(dir / "shard.tar", std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }();
+  ok &= !shard.empty() && Write(dir / "truncated.tar", std::string_view(shard).substr(0, 1700));
+  ok &= Write(dir / "index.json",
+              R"({"format":"headrace.shard_index","version":1,"shard":"s.tar","bytes":4096,)"
+              R"("samples":[{"key":"000000","fields":{"jpg":[512,9],"json":[1536,8]}}]})");
+  return ok;
+}
+
 }  // namespace
 }  // namespace headrace::fuzz
 
@@ -230,11 +260,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path out = argv[1];
-  for (const char* target : {"decode", "manifest", "config", "tokenize"}) {
+  for (const char* target : {"decode", "manifest", "config", "tokenize", "tar"}) {
     fs::create_directories(out / target);
   }
   const bool ok = DecodeSeeds(out / "decode") && ManifestSeeds(out / "manifest") &&
                   ConfigSeeds(out / "config", HEADRACE_SOURCE_DIR) &&
-                  TokenizeSeeds(out / "tokenize");
+                  TokenizeSeeds(out / "tokenize") && TarSeeds(out / "tar");
   return ok ? 0 : 1;
 }
