@@ -1,5 +1,7 @@
 #include "headrace/formats/tar_shard.h"
 
+#include <archive.h>
+#include <archive_entry.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -81,6 +83,56 @@ TEST(ListTarMembers, OffsetsPointAtEachMembersBytes) {
     EXPECT_EQ(m.size, static_cast<int64_t>(members[i].data.size()));
     EXPECT_EQ(m.offset % 512, 0) << m.name;
     EXPECT_EQ(Slice(tar, m.offset, m.size), members[i].data) << m.name;
+  }
+}
+
+// An archive as other tools write them: `format` (libarchive's GNU, full pax with times,
+// or plain ustar), a folder and a symbolic link before the files.
+std::vector<uint8_t> WriteForeignTar(int format, const std::vector<NamedData>& members) {
+  std::vector<uint8_t> out(1 << 20);
+  size_t used = 0;
+  archive* a = archive_write_new();
+  EXPECT_EQ(archive_write_set_format(a, format), ARCHIVE_OK);
+  EXPECT_EQ(archive_write_open_memory(a, out.data(), out.size(), &used), ARCHIVE_OK);
+  const auto header = [&](const std::string& name, int type, int64_t size) {
+    archive_entry* e = archive_entry_new();
+    archive_entry_set_pathname(e, name.c_str());
+    archive_entry_set_filetype(e, type);
+    archive_entry_set_perm(e, 0644);
+    archive_entry_set_size(e, size);
+    archive_entry_set_mtime(e, 1700000000, 123);
+    if (type == AE_IFLNK) archive_entry_set_symlink(e, "elsewhere");
+    EXPECT_EQ(archive_write_header(a, e), ARCHIVE_OK) << archive_error_string(a);
+    archive_entry_free(e);
+  };
+  header("folder", AE_IFDIR, 0);
+  header("link.txt", AE_IFLNK, 0);
+  for (const NamedData& m : members) {
+    header(m.name, AE_IFREG, static_cast<int64_t>(m.data.size()));
+    if (!m.data.empty()) archive_write_data(a, m.data.data(), m.data.size());
+  }
+  EXPECT_EQ(archive_write_close(a), ARCHIVE_OK);
+  archive_write_free(a);
+  out.resize(used);
+  return out;
+}
+
+TEST(ListTarMembers, ReadsGnuPaxAndUstarArchivesSkippingFoldersAndLinks) {
+  std::vector<NamedData> members = Members();
+  for (const int format : {ARCHIVE_FORMAT_TAR_GNUTAR, ARCHIVE_FORMAT_TAR_PAX_INTERCHANGE,
+                           ARCHIVE_FORMAT_TAR_USTAR}) {
+    SCOPED_TRACE(format);
+    // ustar cannot hold the long name: drop it there.
+    if (format == ARCHIVE_FORMAT_TAR_USTAR) members.pop_back();
+    const std::vector<uint8_t> tar = WriteForeignTar(format, members);
+    const TarListing listing = ListTarMembers(tar);
+    ASSERT_TRUE(listing.status.ok()) << listing.status.ToString();
+    ASSERT_EQ(listing.members.size(), members.size());
+    for (size_t i = 0; i < members.size(); ++i) {
+      const TarMember& m = listing.members[i];
+      EXPECT_EQ(m.name, members[i].name);
+      EXPECT_EQ(Slice(tar, m.offset, m.size), members[i].data) << m.name;
+    }
   }
 }
 
