@@ -231,8 +231,8 @@ bool TarSeeds(const fs::path& dir) {
   TarWriter& w = **writer;
   // Pairs, a field with a dot, a long name (a pax header), a sample without its json, a
   // key seen again, a duplicate field, an empty member.
-  bool ok = add(w, "000000.jpg", "\xff\xd8\xff\xe0jpeg") &&
-            add(w, "000000.json", "{\"id\":0}") && add(w, "dir/000001.seg.png", "png") && add(w, "dir/000001.json", "{}") &&
+  bool ok = add(w, "000000.jpg", "\xff\xd8\xff\xe0jpeg") && add(w, "000000.json", "{\"id\":0}") &&
+            add(w, "dir/000001.seg.png", "png") && add(w, "dir/000001.json", "{}") &&
             add(w, std::string(120, 'd') + "/000002.json", "{}") && add(w, "000003.jpg", "") &&
             add(w, "000000.txt", "again") && add(w, "000004.json", "a") &&
             add(w, "000004.json", "b");

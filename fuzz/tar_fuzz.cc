@@ -34,9 +34,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     HR_FUZZ_CHECK(!m.name.empty(), "member without a name");
     HR_FUZZ_CHECK(m.offset >= previous_end && m.size >= 0 && m.size <= total - m.offset,
                   "member '%s' [%lld, +%lld) outside the input (%lld bytes) or before %lld",
-                  m.name.c_str(), static_cast<long long>(m.offset),
-                  static_cast<long long>(m.size), static_cast<long long>(total),
-                  static_cast<long long>(previous_end));
+                  m.name.c_str(), static_cast<long long>(m.offset), static_cast<long long>(m.size),
+                  static_cast<long long>(total), static_cast<long long>(previous_end));
     previous_end = m.offset + m.size;
   }
 

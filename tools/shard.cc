@@ -150,8 +150,8 @@ Result<ShardStats> WriteShards(const ShardOptions& options) {
     if (!record.media_uri.empty()) {
       auto read = storage->Read(record.media_uri);
       if (!read.ok()) {
-        return Status(read.status().code(), "line " + std::to_string(record.line) + ": " +
-                                                read.status().message());
+        return Status(read.status().code(),
+                      "line " + std::to_string(record.line) + ": " + read.status().message());
       }
       media = *std::move(read);
     }

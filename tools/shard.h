@@ -38,8 +38,8 @@ struct ShardOptions {
 struct ShardStats {
   int64_t samples = 0;  // written
   int64_t shards = 0;
-  int64_t bytes = 0;                   // total tar bytes
-  std::vector<std::string> skipped;    // one message per bad manifest record
+  int64_t bytes = 0;                 // total tar bytes
+  std::vector<std::string> skipped;  // one message per bad manifest record
 };
 
 // kInvalidArgument for bad options; the manifest's or a media file's read error; kIoError

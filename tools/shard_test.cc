@@ -82,7 +82,8 @@ TEST_F(ShardTest, EveryMemberHoldsTheOriginalBytesAndTheIndexPointsAtThem) {
   const fs::path out = options.out_dir;
   simdjson::dom::parser parser;
   simdjson::dom::object shards_json;
-  const simdjson::padded_string shards_text = simdjson::padded_string(ReadFile(out / "shards.json"));
+  const simdjson::padded_string shards_text =
+      simdjson::padded_string(ReadFile(out / "shards.json"));
   ASSERT_EQ(parser.parse(shards_text).get(shards_json), simdjson::SUCCESS);
   int64_t total = 0;
   ASSERT_EQ(shards_json["samples"].get(total), simdjson::SUCCESS);
@@ -167,9 +168,11 @@ TEST_F(ShardTest, BadRecordsAreSkippedTextOnlyRecordsKept) {
   const fs::path manifest = Data() / "mixed.jsonl";
   {
     std::ofstream out(manifest, std::ios::binary);
-    out << R"({"id":"a","image":"images/000000.jpg","conversations":[]})" << "\n"
+    out << R"({"id":"a","image":"images/000000.jpg","conversations":[]})"
+        << "\n"
         << "not json\n"
-        << R"({"id":"b","conversations":[{"from":"human","value":"hi"}]})" << "\n";
+        << R"({"id":"b","conversations":[{"from":"human","value":"hi"}]})"
+        << "\n";
   }
   ShardOptions options = Options("mixed");
   options.manifest = manifest.string();
@@ -192,7 +195,8 @@ TEST_F(ShardTest, MissingMediaFailsNamingTheLine) {
   const fs::path manifest = Data() / "missing.jsonl";
   {
     std::ofstream out(manifest, std::ios::binary);
-    out << R"({"id":"a","image":"images/nope.jpg","conversations":[]})" << "\n";
+    out << R"({"id":"a","image":"images/nope.jpg","conversations":[]})"
+        << "\n";
   }
   ShardOptions options = Options("missing");
   options.manifest = manifest.string();

@@ -43,8 +43,7 @@ TarListing ListTarMembers(std::span<const uint8_t> bytes) {
   // the shard. No filter is enabled, so a .tar.gz is "not a tar archive".
   archive_read_support_format_tar(a);
   // libarchive's memory reader takes a non-const pointer but only reads through it.
-  if (archive_read_open_memory(a, const_cast<uint8_t*>(bytes.data()), bytes.size()) !=
-      ARCHIVE_OK) {
+  if (archive_read_open_memory(a, const_cast<uint8_t*>(bytes.data()), bytes.size()) != ARCHIVE_OK) {
     listing.status = Status::UnsupportedFormat("not a tar archive: " + ArchiveError(a));
     return listing;
   }
@@ -83,10 +82,10 @@ TarListing ListTarMembers(std::span<const uint8_t> bytes) {
     // After the headers, everything up to the data has been consumed from the input.
     TarMember member{name, archive_filter_bytes(a, 0), archive_entry_size(entry)};
     if (member.size < 0 || member.offset > total || member.size > total - member.offset) {
-      listing.status = Status::CorruptData(
-          "truncated archive: " + Where(name, header_offset) + " needs " +
-          std::to_string(member.size) + " bytes at offset " + std::to_string(member.offset) +
-          ", the archive has " + std::to_string(total));
+      listing.status = Status::CorruptData("truncated archive: " + Where(name, header_offset) +
+                                           " needs " + std::to_string(member.size) +
+                                           " bytes at offset " + std::to_string(member.offset) +
+                                           ", the archive has " + std::to_string(total));
       return listing;
     }
     listing.members.push_back(std::move(member));
@@ -116,9 +115,9 @@ std::vector<TarSample> GroupSamples(std::span<const TarMember> members,
     }
     TarSample& s = samples.back();
     if (s.status.ok() && (dot == base || field.empty())) {
-      s.status = Status::BadRecord("sample '" + key + "': member '" + m.name + "' at offset " +
-                                   std::to_string(m.offset) +
-                                   " has no key or no field (want KEY.FIELD)");
+      s.status =
+          Status::BadRecord("sample '" + key + "': member '" + m.name + "' at offset " +
+                            std::to_string(m.offset) + " has no key or no field (want KEY.FIELD)");
     }
     for (const TarField& f : s.fields) {
       if (s.status.ok() && f.name == field) {
@@ -134,9 +133,9 @@ std::vector<TarSample> GroupSamples(std::span<const TarMember> members,
       bool found = false;
       for (const TarField& f : s.fields) found |= f.name == required;
       if (s.status.ok() && !found) {
-        s.status = Status::MissingField("sample '" + s.key + "' has no '" + required +
-                                        "' member (fields: " + std::to_string(s.fields.size()) +
-                                        ")");
+        s.status =
+            Status::MissingField("sample '" + s.key + "' has no '" + required +
+                                 "' member (fields: " + std::to_string(s.fields.size()) + ")");
       }
     }
   }
@@ -166,7 +165,7 @@ Status TarWriter::Add(const std::string& name, std::span<const uint8_t> data) {
   if (archive_ == nullptr) return Status::Internal(path_ + ": Add after Close");
   if (name.empty()) return Status::InvalidArgument(path_ + ": a tar member needs a name");
   std::unique_ptr<archive_entry, void (*)(archive_entry*)> entry(archive_entry_new(),
-                                                                  archive_entry_free);
+                                                                 archive_entry_free);
   archive_entry_set_pathname(entry.get(), name.c_str());
   archive_entry_set_filetype(entry.get(), AE_IFREG);
   archive_entry_set_perm(entry.get(), 0644);
@@ -177,8 +176,8 @@ Status TarWriter::Add(const std::string& name, std::span<const uint8_t> data) {
   if (archive_write_header(archive_, entry.get()) != ARCHIVE_OK) {
     return Status::IoError(path_ + ": member '" + name + "': " + ArchiveError(archive_));
   }
-  if (!data.empty() &&
-      archive_write_data(archive_, data.data(), data.size()) != static_cast<la_ssize_t>(data.size())) {
+  if (!data.empty() && archive_write_data(archive_, data.data(), data.size()) !=
+                           static_cast<la_ssize_t>(data.size())) {
     return Status::IoError(path_ + ": member '" + name + "': " + ArchiveError(archive_));
   }
   return Status::Ok();
@@ -229,9 +228,7 @@ std::string ShardIndexToJson(const ShardIndex& index) {
 }
 
 Result<ShardIndex> ParseShardIndex(std::string_view json) {
-  const auto bad = [](const std::string& why) {
-    return Status::BadRecord("shard index: " + why);
-  };
+  const auto bad = [](const std::string& why) { return Status::BadRecord("shard index: " + why); };
   simdjson::dom::parser parser;
   const simdjson::padded_string padded(json);
   simdjson::dom::object root;

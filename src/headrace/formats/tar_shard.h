@@ -105,8 +105,8 @@ struct ShardIndex {
     std::string key;
     std::vector<TarField> fields;
   };
-  std::string shard;   // the tar's file name, relative to the index
-  int64_t bytes = 0;   // the tar's size
+  std::string shard;  // the tar's file name, relative to the index
+  int64_t bytes = 0;  // the tar's size
   std::vector<Sample> samples;
 };
 

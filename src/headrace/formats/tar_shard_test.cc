@@ -19,8 +19,8 @@ namespace fs = std::filesystem;
 
 fs::path TempPath(const std::string& name) {
   const char* env = std::getenv("HEADRACE_TEST_TMP");
-  const fs::path dir = fs::path(env != nullptr ? env : "/tmp") /
-                       ("tar_shard_test_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::path(env != nullptr ? env : "/tmp") / ("tar_shard_test_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   return dir / name;
 }
@@ -65,7 +65,7 @@ std::vector<NamedData> Members() {
       {"000000.jpg", std::string(1000, 'j')},
       {"000000.json", R"({"id":"000000"})"},
       {"000001.jpg", std::string(512, 'k')},  // exactly one block
-      {"000001.json", ""},                     // empty member
+      {"000001.json", ""},                    // empty member
       // Longer than ustar's 100-character name: libarchive writes a pax header first.
       {std::string(120, 'd') + "/000002.seg.png", std::string(7, 'p')},
   };
@@ -119,8 +119,8 @@ std::vector<uint8_t> WriteForeignTar(int format, const std::vector<NamedData>& m
 
 TEST(ListTarMembers, ReadsGnuPaxAndUstarArchivesSkippingFoldersAndLinks) {
   std::vector<NamedData> members = Members();
-  for (const int format : {ARCHIVE_FORMAT_TAR_GNUTAR, ARCHIVE_FORMAT_TAR_PAX_INTERCHANGE,
-                           ARCHIVE_FORMAT_TAR_USTAR}) {
+  for (const int format :
+       {ARCHIVE_FORMAT_TAR_GNUTAR, ARCHIVE_FORMAT_TAR_PAX_INTERCHANGE, ARCHIVE_FORMAT_TAR_USTAR}) {
     SCOPED_TRACE(format);
     // ustar cannot hold the long name: drop it there.
     if (format == ARCHIVE_FORMAT_TAR_USTAR) members.pop_back();
@@ -216,7 +216,7 @@ TEST(GroupSamples, DuplicateFieldAndMissingFieldAreNamed) {
   EXPECT_NE(samples[0].status.message().find("field 'jpg' appears twice"), std::string::npos);
   EXPECT_EQ(samples[1].status.code(), StatusCode::kMissingField);  // 2.jpg has no partner
   EXPECT_NE(samples[1].status.message().find("'json'"), std::string::npos);
-  EXPECT_TRUE(samples[2].status.ok());  // field order does not matter
+  EXPECT_TRUE(samples[2].status.ok());                          // field order does not matter
   EXPECT_EQ(samples[3].status.code(), StatusCode::kBadRecord);  // "4": no field
   EXPECT_EQ(samples[4].status.code(), StatusCode::kBadRecord);  // ".json": no key
 }
