@@ -1,5 +1,6 @@
 #include "shard.h"
 
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>

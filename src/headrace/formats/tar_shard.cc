@@ -4,6 +4,7 @@
 #include <archive_entry.h>
 #include <simdjson.h>
 
+#include <algorithm>
 #include <memory>
 #include <set>
 #include <utility>
@@ -48,24 +49,31 @@ TarListing ListTarMembers(std::span<const uint8_t> bytes) {
     return listing;
   }
   const int64_t total = static_cast<int64_t>(bytes.size());
+  // Where the next header should start: after the previous entry's data, padded to a
+  // 512-byte block. For messages only; libarchive does the reading.
+  int64_t next_header = 0;
+  std::string previous_name;
   for (;;) {
     archive_entry* entry = nullptr;
-    const int64_t previous_end = archive_filter_bytes(a, 0);
     const int rc = archive_read_next_header(a, &entry);
     if (rc == ARCHIVE_EOF) break;
     if (rc < ARCHIVE_WARN) {
       const std::string message = ArchiveError(a);
-      if (listing.members.empty() && previous_end == 0) {
+      if (previous_name.empty()) {
         listing.status = Status::UnsupportedFormat("not a tar archive: " + message);
       } else {
-        listing.status = Status::CorruptData("tar header at offset " +
-                                             std::to_string(previous_end) + ": " + message);
+        listing.status =
+            Status::CorruptData("the tar header at offset " + std::to_string(next_header) +
+                                ", after member '" + previous_name + "': " + message);
       }
       return listing;
     }
     const int64_t header_offset = archive_read_header_position(a);
+    const int64_t data_offset = archive_filter_bytes(a, 0);
+    next_header = data_offset + (std::max<int64_t>(archive_entry_size(entry), 0) + 511) / 512 * 512;
     const char* raw_name = archive_entry_pathname(entry);
     const std::string name = raw_name != nullptr ? raw_name : "";
+    previous_name = name.empty() ? "(no name)" : name;
     if (archive_entry_filetype(entry) != AE_IFREG || archive_entry_hardlink(entry) != nullptr) {
       continue;  // archive_read_next_header skips the data of the previous entry
     }
@@ -80,7 +88,7 @@ TarListing ListTarMembers(std::span<const uint8_t> bytes) {
       return listing;
     }
     // After the headers, everything up to the data has been consumed from the input.
-    TarMember member{name, archive_filter_bytes(a, 0), archive_entry_size(entry)};
+    TarMember member{name, data_offset, archive_entry_size(entry)};
     if (member.size < 0 || member.offset > total || member.size > total - member.offset) {
       listing.status = Status::CorruptData("truncated archive: " + Where(name, header_offset) +
                                            " needs " + std::to_string(member.size) +
