@@ -5,6 +5,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <set>
 #include <utility>
@@ -59,8 +60,13 @@ TarListing ListTarMembers(std::span<const uint8_t> bytes) {
     if (rc == ARCHIVE_EOF) break;
     if (rc < ARCHIVE_WARN) {
       const std::string message = ArchiveError(a);
-      if (previous_name.empty()) {
+      // A first header with ustar's magic is a damaged tar, anything else not one.
+      const bool ustar_magic =
+          bytes.size() >= 262 && std::memcmp(bytes.data() + 257, "ustar", 5) == 0;
+      if (previous_name.empty() && !ustar_magic) {
         listing.status = Status::UnsupportedFormat("not a tar archive: " + message);
+      } else if (previous_name.empty()) {
+        listing.status = Status::CorruptData("the first tar header (offset 0): " + message);
       } else {
         listing.status =
             Status::CorruptData("the tar header at offset " + std::to_string(next_header) +
@@ -70,7 +76,10 @@ TarListing ListTarMembers(std::span<const uint8_t> bytes) {
     }
     const int64_t header_offset = archive_read_header_position(a);
     const int64_t data_offset = archive_filter_bytes(a, 0);
-    next_header = data_offset + (std::max<int64_t>(archive_entry_size(entry), 0) + 511) / 512 * 512;
+    // Clamped: a pax header may declare any size up to INT64_MAX.
+    const int64_t padded =
+        (std::clamp<int64_t>(archive_entry_size(entry), 0, total) + 511) / 512 * 512;
+    next_header = data_offset + padded;
     const char* raw_name = archive_entry_pathname(entry);
     const std::string name = raw_name != nullptr ? raw_name : "";
     previous_name = name.empty() ? "(no name)" : name;
