@@ -1,4 +1,5 @@
 #include "make_sample.h"
+#include "test_files.h"
 
 #include <gtest/gtest.h>
 #include <sentencepiece_processor.h>
@@ -22,19 +23,8 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kSamples = 24;
 
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-std::vector<std::string> Lines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
+using test::Lines;
+using test::ReadFile;
 
 std::string Id(int64_t i) {
   char id[16];

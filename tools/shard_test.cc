@@ -13,6 +13,7 @@
 
 #include "headrace/formats/tar_shard.h"
 #include "make_sample.h"
+#include "test_files.h"
 
 namespace headrace {
 namespace {
@@ -21,19 +22,8 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kSamples = 12;
 
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-std::vector<std::string> Lines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
+using test::Lines;
+using test::ReadFile;
 
 std::span<const uint8_t> Span(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
