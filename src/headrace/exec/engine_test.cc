@@ -407,9 +407,9 @@ TEST_P(EngineConformance, ReturnsAHugeSampleScratchAndReportsIt) {
   const EngineMetrics m = (*engine)->Metrics();
   EXPECT_GE(m.scratch_sample_peak_bytes, 64 * kMiB);
   EXPECT_GE(m.scratch_peak_bytes, m.scratch_sample_peak_bytes);
-  // Held now: what every thread kept of its ordinary samples, within the allowance;
-  // the huge slot went back after its sample.
-  EXPECT_GT(m.scratch_bytes, 0);
+  // Held now: what each thread kept, within the allowance; the huge slot went back
+  // after its sample. (Possibly nothing: a thread whose last sample was the huge one
+  // trimmed its only slot, and which thread ran last is up to timing.)
   EXPECT_LE(m.scratch_bytes, GetParam().threads * 4 * kMiB);
   EXPECT_EQ(m.scratch_retain_bytes, 4 * kMiB);
 }
