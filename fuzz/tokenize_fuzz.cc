@@ -11,8 +11,6 @@
 // kTokenizeError; the rows are max_length long, the mask is ones then zeros, padding is
 // pad_id with ignore_index labels, every id is in the vocabulary, and a label is either
 // ignore_index or the id at its position.
-#include <sentencepiece_trainer.h>
-
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -24,33 +22,26 @@
 
 #include "fuzz/fuzz_util.h"
 #include "headrace/ops/text/tokenize.h"
+#include "tools/make_sample.h"
 
 namespace headrace::fuzz {
 namespace {
 
-class Sentences final : public sentencepiece::SentenceIterator {
- public:
-  Sentences() {
-    static constexpr const char* kColours[] = {"red", "green", "blue", "yellow", "white"};
-    static constexpr const char* kShapes[] = {"circle", "square", "triangle", "bus", "cat"};
-    for (const char* c : kColours) {
-      for (const char* s : kShapes) {
-        lines_.push_back(std::string("<|user|>\n<image>\nWhat colour is the ") + s + "?\n");
-        lines_.push_back(std::string("<|assistant|>\nThe ") + s + " is " + c + ".\n");
-        lines_.push_back(std::string("<|system|>\nDescribe a ") + c + " " + s +
-                         ", in détail: ünïcödé 猫 🚌\n");
-      }
+// Chat-like lines in every role, with non-ASCII text, to train the model on.
+std::vector<std::string> Sentences() {
+  static constexpr const char* kColours[] = {"red", "green", "blue", "yellow", "white"};
+  static constexpr const char* kShapes[] = {"circle", "square", "triangle", "bus", "cat"};
+  std::vector<std::string> lines;
+  for (const char* c : kColours) {
+    for (const char* s : kShapes) {
+      lines.push_back(std::string("<|user|>\n<image>\nWhat colour is the ") + s + "?\n");
+      lines.push_back(std::string("<|assistant|>\nThe ") + s + " is " + c + ".\n");
+      lines.push_back(std::string("<|system|>\nDescribe a ") + c + " " + s +
+                      ", in détail: ünïcödé 猫 🚌\n");
     }
   }
-  bool done() const override { return next_ >= lines_.size(); }
-  void Next() override { ++next_; }
-  const std::string& value() const override { return lines_[next_]; }
-  sentencepiece::util::Status status() const override { return {}; }
-
- private:
-  std::vector<std::string> lines_;
-  size_t next_ = 0;
-};
+  return lines;
+}
 
 constexpr int kIds = 0, kMask = 1, kLabels = 2;
 constexpr int kMaxLength = 256;
@@ -62,31 +53,15 @@ std::array<std::unique_ptr<TokenizeOp>, 4>& Ops() {
 }
 
 void Init() {
-  Sentences sentences;
-  std::string model;
-  const auto trained = sentencepiece::SentencePieceTrainer::Train(
-      {{"model_type", "bpe"},
-       {"vocab_size", "200"},
-       {"hard_vocab_limit", "false"},
-       {"character_coverage", "1.0"},
-       {"user_defined_symbols", "<image>,<|system|>,<|user|>,<|assistant|>"},
-       {"unk_id", "0"},
-       {"bos_id", "1"},
-       {"eos_id", "2"},
-       {"pad_id", "3"},
-       {"add_dummy_prefix", "false"},
-       {"remove_extra_whitespaces", "false"},
-       {"minloglevel", "2"},
-       {"num_threads", "1"}},
-      &sentences, &model);
-  HR_FUZZ_CHECK(trained.ok(), "training the model: %s", trained.ToString().c_str());
+  auto model = TrainChatTokenizer(Sentences(), /*vocab_size=*/200);
+  HR_FUZZ_CHECK(model.ok(), "training the model: %s", model.status().ToString().c_str());
   for (int flags = 0; flags < 4; ++flags) {
     TokenizeSpec spec;
     spec.model = "fuzz.model";
     spec.max_length = kMaxLength;
     spec.add_bos = (flags & 1) != 0;
     spec.add_eos = (flags & 2) != 0;
-    auto op = TokenizeOp::Make(spec, model, kIds, kMask, kLabels);
+    auto op = TokenizeOp::Make(spec, *model, kIds, kMask, kLabels);
     HR_FUZZ_CHECK(op.ok(), "TokenizeOp::Make: %s", op.status().ToString().c_str());
     Ops()[flags] = std::move(op).value();
   }

@@ -828,25 +828,16 @@ class SentenceList : public sentencepiece::SentenceIterator {
 // conversations is used (deterministically, unlike SentencePiece's own sampling).
 constexpr size_t kMaxTrainingSentences = 200'000;
 
-Status TrainTokenizer(const std::vector<std::vector<QA>>& conversations,
-                      const MakeSampleOptions& options) {
-  size_t total = 0;
-  for (const auto& c : conversations) total += 2 * c.size();
-  const size_t stride =
-      std::max<size_t>(1, (total + kMaxTrainingSentences - 1) / kMaxTrainingSentences);
-  std::vector<std::string> sentences;
-  for (size_t i = 0; i < conversations.size(); i += stride) {
-    for (const QA& qa : conversations[i]) {
-      sentences.push_back(qa.question);
-      sentences.push_back(qa.answer);
-    }
-  }
+}  // namespace
+
+Result<std::string> TrainChatTokenizer(const std::vector<std::string>& sentences,
+                                       int vocab_size) {
   SentenceList iterator(sentences);
   // No model_prefix: the trainer would record it (an absolute path) inside the model,
   // and the files would differ by where they were written.
   const std::unordered_map<std::string, std::string> args = {
       {"model_type", "bpe"},
-      {"vocab_size", std::to_string(options.vocab_size)},
+      {"vocab_size", std::to_string(vocab_size)},
       {"hard_vocab_limit", "false"},
       {"character_coverage", "1.0"},
       {"user_defined_symbols", "<image>,<|system|>,<|user|>,<|assistant|>"},
@@ -864,6 +855,25 @@ Status TrainTokenizer(const std::vector<std::vector<QA>>& conversations,
   if (!trained.ok()) {
     return Status::InvalidArgument("training the tokenizer failed: " + trained.ToString());
   }
+  return model;
+}
+
+namespace {
+
+Status TrainTokenizer(const std::vector<std::vector<QA>>& conversations,
+                      const MakeSampleOptions& options) {
+  size_t total = 0;
+  for (const auto& c : conversations) total += 2 * c.size();
+  const size_t stride =
+      std::max<size_t>(1, (total + kMaxTrainingSentences - 1) / kMaxTrainingSentences);
+  std::vector<std::string> sentences;
+  for (size_t i = 0; i < conversations.size(); i += stride) {
+    for (const QA& qa : conversations[i]) {
+      sentences.push_back(qa.question);
+      sentences.push_back(qa.answer);
+    }
+  }
+  HR_ASSIGN_OR_RETURN(const std::string model, TrainChatTokenizer(sentences, options.vocab_size));
   // The .vocab file as spm_train writes it: "piece<TAB>score" per id.
   sentencepiece::SentencePieceProcessor sp;
   const auto loaded = sp.LoadFromSerializedProto(model);

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "headrace/core/status.h"
 
@@ -52,5 +53,11 @@ struct MakeSampleStats {
 // threads < 0) or a vocab_size SentencePiece refuses; kIoError when a file cannot be
 // written. On error, out_dir may hold a partial dataset.
 Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options);
+
+// A SentencePiece BPE model (serialized) trained on `sentences` the way make-sample
+// trains its tokenizer: the chat template's markers as user-defined symbols, a pad id,
+// whitespace kept. Deterministic for the same sentences.
+Result<std::string> TrainChatTokenizer(const std::vector<std::string>& sentences,
+                                       int vocab_size);
 
 }  // namespace headrace
