@@ -64,6 +64,21 @@ Result<std::unique_ptr<Engine>> Engine::Start(EngineInputs inputs, EngineOptions
   }
   options.order.num_samples = static_cast<int64_t>(inputs.records->size());
   HR_ASSIGN_OR_RETURN(EpochOrder order, EpochOrder::Make(options.order));
+  if (options.start_epoch < 0 ||
+      options.start_epoch > EpochOrder::kUnboundedBatches / order.batches_per_rank_epoch()) {
+    return Status::InvalidArgument("start epoch " + std::to_string(options.start_epoch) +
+                                   " is outside any run");
+  }
+  // From here on, start_batch counts from the start of the run.
+  const int64_t epoch_start = options.start_epoch * order.batches_per_rank_epoch();
+  if (options.start_batch > 0 &&
+      epoch_start > EpochOrder::kUnboundedBatches - options.start_batch) {
+    return Status::InvalidArgument("start batch " + std::to_string(options.start_batch) +
+                                   " of epoch " + std::to_string(options.start_epoch) +
+                                   " is outside any run");
+  }
+  options.start_batch += epoch_start;
+  options.start_epoch = 0;
   if (options.start_batch < 0 || options.start_batch > order.total_batches()) {
     return Status::InvalidArgument("start batch " + std::to_string(options.start_batch) +
                                    " is outside the run's " +

@@ -84,7 +84,10 @@ struct EngineOptions {
   int64_t io_budget_bytes = 64 << 20;
   int64_t batch_budget_bytes = 1 << 30;
   int prefetch_depth = 4;
-  int64_t start_batch = 0;  // the rank-local batch to start at
+  // Where to start: the rank-local batch `start_batch`, counted from the first batch of
+  // epoch `start_epoch` (0: from the start of the run).
+  int64_t start_epoch = 0;
+  int64_t start_batch = 0;
   // A batch whose samples all failed is delivered with no rows (its errors inside)
   // instead of being skipped: for consumers that follow positions, such as a loader that
   // ends each epoch at its last batch. Skipping would make Next() run on into the next

@@ -15,30 +15,6 @@ int ResolveIoInflight(const ExecutionSpec& execution, int cpu_threads) {
   return static_cast<int>(std::clamp<int64_t>(automatic, kMinAutoIoInflight, kMaxAutoIoInflight));
 }
 
-namespace {
-
-// The run-local batch at which LoaderOptions start: start_epoch's first batch plus
-// start_batch.
-Result<int64_t> StartBatch(const LoaderOptions& options, EpochOrderOptions order,
-                           size_t num_samples) {
-  if (options.start_epoch < 0 || options.start_batch < 0) {
-    return Status::InvalidArgument("the start epoch and batch must be >= 0, got epoch " +
-                                   std::to_string(options.start_epoch) + ", batch " +
-                                   std::to_string(options.start_batch));
-  }
-  if (options.start_epoch == 0) return options.start_batch;
-  order.num_samples = static_cast<int64_t>(num_samples);
-  HR_ASSIGN_OR_RETURN(EpochOrder epoch_order, EpochOrder::Make(order));
-  const int64_t per_epoch = epoch_order.batches_per_rank_epoch();
-  if (options.start_epoch > (EpochOrder::kUnboundedBatches - options.start_batch) / per_epoch) {
-    return Status::InvalidArgument("start epoch " + std::to_string(options.start_epoch) +
-                                   " is beyond any run");
-  }
-  return options.start_epoch * per_epoch + options.start_batch;
-}
-
-}  // namespace
-
 Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
                                              const LoaderOptions& options) {
   HR_RETURN_IF_ERROR(ValidatePipelineSpec(spec));
@@ -93,8 +69,8 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   opt.order.epochs = spec.epochs;
   opt.order.rank = options.rank;
   opt.order.world_size = options.world_size;
-  HR_ASSIGN_OR_RETURN(opt.start_batch,
-                      StartBatch(options, opt.order, loader->manifest_->records.size()));
+  opt.start_epoch = options.start_epoch;
+  opt.start_batch = options.start_batch;
   opt.deliver_empty_batches = options.deliver_empty_batches;
   opt.max_error_rate = spec.errors.max_error_rate;
   opt.min_samples = spec.errors.min_samples;
