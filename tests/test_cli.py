@@ -198,7 +198,10 @@ def test_trace_shows_reads_operators_and_the_consumer(tmp_path, headrace_bin, sa
     run_headrace(headrace_bin, "run", config, "--trace", trace_path, "--quiet")
     events = json.loads(trace_path.read_text())["traceEvents"]
     count = lambda ph, name: sum(1 for e in events if e["ph"] == ph and e["name"] == name)
-    assert count("b", "read") == count("e", "read") == 48
+    # Every sample read once; a read refused by the I/O budget's size gate (the object
+    # did not fit yet) is issued again later and shows as a second span of its id.
+    assert count("b", "read") == count("e", "read") >= 48
+    assert len({e["id"] for e in events if e["ph"] == "b" and e["name"] == "read"}) == 48
     assert count("X", "image.decode") == count("X", "text.tokenize") == 48
     assert count("X", "wait") == 7  # six batches and the end of the run
     names = {e["args"]["name"] for e in events if e["ph"] == "M"}
