@@ -62,18 +62,22 @@ void DecodeWithKernel(const Buffer& bytes, const DecodeSpec& spec) {
 }
 
 void DecodeWithOp(const Buffer& bytes, const DecodeSpec& spec) {
-  static const DecodeOp op(spec, DecodeTarget{.min_shorter_side = 16});
+  static const DecodeOp op(spec, DecodeTarget{.min_shorter_side = 16}, /*slot=*/0);
   SampleRecord record;
   Sample sample;
   sample.record = &record;
   sample.media = bytes;
   ScratchArena scratch;
+  Value values[1] = {EncodedBytes{bytes.data(), bytes.size()}};
   SampleContext ctx;
   ctx.sample = &sample;
   ctx.scratch = &scratch;
+  ctx.values = values;
   if (Status s = op.Run(ctx); !s.ok()) return CheckFailure(s);
-  CheckSize(ctx.image.width, ctx.image.height);
-  HR_FUZZ_CHECK(ctx.image.channels == 4 && ctx.image.data != nullptr, "bad decoded image");
+  const ImageView* image = ctx.Get<ImageView>(0);
+  HR_FUZZ_CHECK(image != nullptr, "no decoded image");
+  CheckSize(image->width, image->height);
+  HR_FUZZ_CHECK(image->channels == 4 && image->data != nullptr, "bad decoded image");
 }
 
 }  // namespace

@@ -61,8 +61,8 @@ void Init() {
     spec.max_length = kMaxLength;
     spec.add_bos = (flags & 1) != 0;
     spec.add_eos = (flags & 2) != 0;
-    auto op = TokenizeOp::Make(spec, *model, kIds, kMask, kLabels);
-    HR_FUZZ_CHECK(op.ok(), "TokenizeOp::Make: %s", op.status().ToString().c_str());
+    auto op = TokenizeOp::FromModel(spec, *model, kIds, kMask, kLabels, /*conversation_slot=*/0);
+    HR_FUZZ_CHECK(op.ok(), "TokenizeOp::FromModel: %s", op.status().ToString().c_str());
     Ops()[flags] = std::move(op).value();
   }
 }
@@ -101,8 +101,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                        reinterpret_cast<uint8_t*>(mask.data()),
                        reinterpret_cast<uint8_t*>(labels.data())};
   SampleContext ctx;
+  Value values[1] = {TurnsView{sample.record->turns}};
   ctx.sample = &sample;
-  ctx.slots = slots;
+  ctx.rows = slots;
+  ctx.values = values;
   const Status status = op.Run(ctx);
 
   ChatTemplate tmpl = op.chat_template();

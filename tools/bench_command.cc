@@ -63,6 +63,7 @@ Result<OpsBench> MeasureOps(const PipelineSpec& spec, int64_t samples) {
   const double read_s = SecondsSince(read_start);
 
   ScratchArena scratch;
+  std::vector<Value> values(static_cast<size_t>(plan.num_values));
   std::vector<int64_t> op_ns(plan.ops.size(), 0);
   const size_t warmup = std::min<size_t>(records.size(), 16);
   // A warm-up pass over a few samples, then three timed passes over all of them; each
@@ -80,7 +81,9 @@ Result<OpsBench> MeasureOps(const PipelineSpec& spec, int64_t samples) {
       ctx.sample = &sample;
       ctx.sample_seed = HashKeys(spec.seed, 0, i);
       ctx.scratch = &scratch;
-      ctx.slots = slots.data();
+      ctx.rows = slots.data();
+      FillSourceValues(plan.source_values, sample, values);
+      ctx.values = values;
       for (size_t k = 0; k < plan.ops.size(); ++k) {
         const auto start = Clock::now();
         Status st = plan.ops[k]->Run(ctx);

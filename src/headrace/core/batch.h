@@ -12,6 +12,18 @@
 
 namespace headrace {
 
+// One field of a batch: each sample contributes a row of `sample_shape`.
+struct FieldSpec {
+  std::string name;
+  DType dtype = DType::kU8;
+  std::vector<int64_t> sample_shape;
+  size_t sample_bytes() const {
+    size_t n = DTypeSize(dtype);
+    for (int64_t d : sample_shape) n *= static_cast<size_t>(d);
+    return n;
+  }
+};
+
 struct Batch {
   int64_t global_index = 0;  // position in the run: epoch * batches_per_epoch + index_in_epoch
   int64_t epoch = 0;

@@ -11,6 +11,9 @@ namespace {
 // steady-state sample allocates nothing. Counted in the engine's scratch_usage_: pool
 // threads belong to one engine and exit before it is destroyed.
 thread_local ScratchArena tls_scratch;
+// The named values of the sample running on this thread (SampleContext::values):
+// sized once per engine, so a steady-state sample allocates nothing.
+thread_local std::vector<Value> tls_values;
 // Whether this thread has named its row of the trace.
 thread_local bool tls_trace_named = false;
 
@@ -22,12 +25,6 @@ void StoreMax(std::atomic<int64_t>& target, int64_t value) {
 }
 
 }  // namespace
-
-size_t FieldSpec::sample_bytes() const {
-  size_t n = DTypeSize(dtype);
-  for (int64_t d : sample_shape) n *= static_cast<size_t>(d);
-  return n;
-}
 
 // One batch in production. Rows are written by many threads, each its own row; the
 // job is complete when `pending` reaches zero.
@@ -397,7 +394,10 @@ void Engine::RunChain(const std::shared_ptr<BatchJob>& job, int slot, Buffer byt
                                static_cast<uint64_t>(index));
     tls_scratch.Account(&scratch_usage_);
     ctx.scratch = &tls_scratch;
-    ctx.slots = job->slots[slot].data();
+    ctx.rows = job->slots[slot].data();
+    tls_values.resize(static_cast<size_t>(inputs_.num_values));
+    FillSourceValues(inputs_.source_values, sample, tls_values);
+    ctx.values = tls_values;
     if (options_.trace != nullptr && !tls_trace_named) {
       tls_trace_named = true;
       options_.trace->NameThread("cpu worker");

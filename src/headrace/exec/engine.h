@@ -58,19 +58,15 @@
 
 namespace headrace {
 
-// One field of a batch: each sample contributes a row of `sample_shape`.
-struct FieldSpec {
-  std::string name;
-  DType dtype = DType::kU8;
-  std::vector<int64_t> sample_shape;
-  size_t sample_bytes() const;
-};
-
 struct EngineInputs {
   std::shared_ptr<const std::vector<SampleRecord>> records;
   // The per-sample chain; Op::Run writes into the rows of `fields` (by position).
   std::vector<std::unique_ptr<Op>> ops;
   std::vector<FieldSpec> fields;
+  // Slots of named values the chain uses (ops/value.h), and the source's values among
+  // them, filled before the chain runs.
+  int num_values = 0;
+  std::vector<SourceValue> source_values;
   // Per-batch steps, run in order on each complete batch before delivery.
   std::vector<std::unique_ptr<BatchOp>> batch_ops;
   // Whether samples need their media read before the chain runs.

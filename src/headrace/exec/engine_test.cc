@@ -24,7 +24,7 @@ class FillOp final : public Op {
   Status Run(SampleContext& ctx) const override {
     if (bad_.count(ctx.sample->index)) return Status::CorruptData("bad sample");
     Rng rng = ctx.OpRng(0);
-    auto* row = reinterpret_cast<int64_t*>(ctx.slots[0]);
+    auto* row = reinterpret_cast<int64_t*>(ctx.rows[0]);
     row[0] = ctx.sample->index;
     row[1] = static_cast<int64_t>(rng.Next() >> 1);
     row[2] = static_cast<int64_t>(ctx.sample->media.size());

@@ -1,4 +1,4 @@
-// The operator contract.
+// The operator contract, at run time (the plan-time half is ops/op_plan.h).
 //
 // An operator is an immutable, thread-safe description of one per-sample step
 // (`image.resize`, `text.tokenize`, ...). It owns no threads and no per-sample state:
@@ -7,24 +7,27 @@
 // concurrently on every executor thread.
 //
 // An operator adapts pure kernel functions (declared beside it, e.g. ResizeInto) to the
-// context; it is built from its typed spec by the planner (pipeline/plan.cc), one line
-// per operator, with no string-keyed registry.
+// context. It reads and writes named values (ops/value.h) by the slot indices the
+// planner gave it when it was made, so a sample's chain does no string lookups.
 //
 // Operators that produce a batch field (image.normalize, text.tokenize) write straight
-// into the sample's slot of the batch buffer: `ctx.slots[field]` points at this
-// sample's row of that field, sized as the planner declared. No per-sample tensor is
-// copied into the batch afterwards.
+// into the sample's row of the batch buffer: `ctx.rows[field]` points at this sample's
+// row of that field, sized as the planner declared. No per-sample tensor is copied into
+// the batch afterwards.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <span>
 #include <string_view>
+#include <variant>
 
 #include "headrace/core/batch.h"
 #include "headrace/core/rng.h"
 #include "headrace/core/sample.h"
 #include "headrace/core/status.h"
 #include "headrace/ops/image/image.h"
+#include "headrace/ops/value.h"
 
 namespace headrace {
 
@@ -83,19 +86,30 @@ struct SampleContext {
   // HashKeys(seed, epoch, sample.index): the root of this sample's randomness.
   uint64_t sample_seed = 0;
   ScratchArena* scratch = nullptr;
-  // The current image, once decoded; points into scratch (or into the slot).
-  ImageView image;
+  // The sample's named values, indexed by the slots the planner assigned. The executor
+  // fills the source's values (encoded media, the conversation) before the chain runs,
+  // every other slot empty; an op replaces the values it writes. Views point into the
+  // sample or into scratch, and are valid until the sample's chain ends.
+  std::span<Value> values;
   // Which scratch slot the next image-producing op should write to; ops alternate so
   // that an op never writes over its own input.
   int next_scratch = 0;
   // Per batch field, the start of this sample's row in the batch buffer.
-  uint8_t* const* slots = nullptr;
+  uint8_t* const* rows = nullptr;
 
   // The random stream of the op at `op_position` in the chain: independent of every
   // other op and sample, identical on every run and thread.
   Rng OpRng(int op_position) const { return Rng(HashKeys(sample_seed, op_position)); }
   // A writable image of the given size in the next scratch slot.
   Result<MutableImageView> NextScratchImage(int width, int height, int channels);
+  // The value in `slot` if it holds a T (EncodedBytes, ImageView, ...), else null: the
+  // sample has no such value, or (a bug) another kind.
+  template <typename T>
+  const T* Get(int slot) const {
+    if (slot < 0 || static_cast<size_t>(slot) >= values.size()) return nullptr;
+    return std::get_if<T>(&values[static_cast<size_t>(slot)]);
+  }
+  void Set(int slot, const Value& value) { values[static_cast<size_t>(slot)] = value; }
 };
 
 class Op {

@@ -21,6 +21,9 @@
 
 #include "headrace/core/strings.h"
 #include "headrace/io/uri.h"
+#include "headrace/ops/schema.h"
+#include "headrace/pipeline/op_types.h"
+#include "headrace/pipeline/plan.h"
 
 namespace headrace {
 namespace {
@@ -29,8 +32,11 @@ namespace {
 //
 // Each spec struct lists its keys once, in Fields(); the parser (allowed keys and
 // values), the emitter and the key order of PipelineSpecToYaml all come from that list.
-// Adding a key is one line here; adding an op is one OpName overload, one Fields
-// overload, a ValidateOp overload, and a variant alternative in spec.h.
+// Adding a key is one line here. Operators are not named in this file: each op type of
+// ops/all_ops.h carries its name, its Fields and its Validate (ops/op_plan.h), and the
+// parser, the emitter and ValidatePipelineSpec iterate that list; the order of the ops
+// (what each reads and writes) is checked by the planner's declaration pass
+// (CheckOpChain), the same code that plans them. Adding an op touches nothing here.
 
 template <typename T, typename U>
 concept SpecOf = std::is_same_v<std::remove_const_t<T>, U>;
@@ -51,45 +57,14 @@ void Fields(SpecOf<SourceSpec> auto& s, auto&& f) {
   f("text_field", s.text_field);
   f("allow_absolute_paths", s.allow_absolute_paths);
 }
-void Fields(SpecOf<DecodeSpec> auto& s, auto&& f) { f("max_pixels", s.max_pixels); }
-void Fields(SpecOf<ResizeSpec> auto& s, auto&& f) {
-  f("shorter_side", s.shorter_side);
-  f("width", s.width);
-  f("height", s.height);
-  f("antialias", s.antialias);
+// Every op's parameters: its own Fields (ops/op_plan.h), found through the op list.
+template <typename T>
+concept IsOpSpec = requires { typename OpTypeOf<std::remove_const_t<T>>::Spec; };
+template <typename T>
+  requires IsOpSpec<T>
+void Fields(T& s, auto&& f) {
+  OpTypeOf<std::remove_const_t<T>>::Fields(s, f);
 }
-void Fields(SpecOf<CenterCropSpec> auto& s, auto&& f) {
-  f("width", s.width);
-  f("height", s.height);
-}
-void Fields(SpecOf<RandomResizedCropSpec> auto& s, auto&& f) {
-  f("width", s.width);
-  f("height", s.height);
-  f("scale", s.scale);
-  f("ratio", s.ratio);
-}
-void Fields(SpecOf<FlipSpec> auto& s, auto&& f) { f("p", s.p); }
-void Fields(SpecOf<NormalizeSpec> auto& s, auto&& f) {
-  f("mean", s.mean);
-  f("std", s.std);
-  f("dtype", s.dtype);
-  f("layout", s.layout);
-}
-void Fields(SpecOf<TokenizeSpec> auto& s, auto&& f) {
-  f("model", s.model);
-  f("max_length", s.max_length);
-  f("pad", s.pad);
-  f("pad_id", s.pad_id);
-  f("ignore_index", s.ignore_index);
-  f("add_bos", s.add_bos);
-  f("add_eos", s.add_eos);
-  f("system_prefix", s.system_prefix);
-  f("user_prefix", s.user_prefix);
-  f("assistant_prefix", s.assistant_prefix);
-  f("turn_end", s.turn_end);
-}
-// A user op is code, not config: only its name is written (as a placeholder).
-void Fields(SpecOf<UserOpSpec> auto& s, auto&& f) { f("name", s.name); }
 void Fields(SpecOf<BatchSpec> auto& s, auto&& f) {
   f("size", s.size);
   f("drop_last", s.drop_last);
@@ -152,61 +127,33 @@ concept HasFields = requires(T& t) {
   Fields(t, [](std::string_view, auto&, Unit = {}) {});
 };
 
-constexpr std::string_view OpName(const DecodeSpec&) { return "image.decode"; }
-constexpr std::string_view OpName(const ResizeSpec&) { return "image.resize"; }
-constexpr std::string_view OpName(const CenterCropSpec&) { return "image.center_crop"; }
-constexpr std::string_view OpName(const RandomResizedCropSpec&) {
-  return "image.random_resized_crop";
-}
-constexpr std::string_view OpName(const FlipSpec&) { return "image.flip"; }
-constexpr std::string_view OpName(const NormalizeSpec&) { return "image.normalize"; }
-constexpr std::string_view OpName(const TokenizeSpec&) { return "text.tokenize"; }
-constexpr std::string_view OpName(const UserOpSpec&) { return "user"; }
+// The config name of an op ("image.resize"; "user" for code ops).
 std::string_view OpName(const OpSpec& op) {
-  return std::visit([](const auto& o) { return OpName(o); }, op);
+  return VisitOpType(op, []<typename T>(const auto&) { return T::kName; });
 }
 
-// The crops also take `size: N` for width = height = N.
+// Ops whose Spec has width and height may also take `size: N` for width = height = N
+// (the crops: kSizeKey).
 template <typename T>
-constexpr bool kHasSizeShorthand =
-    std::is_same_v<T, CenterCropSpec> || std::is_same_v<T, RandomResizedCropSpec>;
+constexpr bool kHasSizeShorthand = [] {
+  if constexpr (IsOpSpec<T>) {
+    return requires { OpTypeOf<T>::kSizeKey; };
+  } else {
+    return false;
+  }
+}();
 
-template <typename E>
-using EnumTable = std::span<const std::pair<E, std::string_view>>;
-
-constexpr std::pair<Layout, std::string_view> kLayouts[] = {{Layout::kCHW, "chw"},
-                                                            {Layout::kHWC, "hwc"}};
-// Only the float types: normalize's output.
-constexpr std::pair<DType, std::string_view> kNormalizeDTypes[] = {
-    {DType::kF32, "f32"}, {DType::kF16, "f16"}, {DType::kBF16, "bf16"}};
 constexpr std::pair<ErrorPolicy, std::string_view> kPolicies[] = {{ErrorPolicy::kSkip, "skip"}};
-
-EnumTable<Layout> TableOf(Layout) { return kLayouts; }
-EnumTable<DType> TableOf(DType) { return kNormalizeDTypes; }
+}  // namespace
 EnumTable<ErrorPolicy> TableOf(ErrorPolicy) { return kPolicies; }
+namespace {
 constexpr std::pair<AddressingStyle, std::string_view> kAddressingStyles[] = {
     {AddressingStyle::kAuto, "auto"},
     {AddressingStyle::kPath, "path"},
     {AddressingStyle::kVirtual, "virtual"}};
+}  // namespace
 EnumTable<AddressingStyle> TableOf(AddressingStyle) { return kAddressingStyles; }
-
-template <typename E>
-std::string AllowedNames(EnumTable<E> table) {
-  std::string out;
-  for (const auto& [value, name] : table) {
-    if (!out.empty()) out += ", ";
-    out += name;
-  }
-  return out;
-}
-
-template <typename E>
-std::string_view EnumName(E value) {
-  for (const auto& [v, name] : TableOf(value)) {
-    if (v == value) return name;
-  }
-  return {};
-}
+namespace {
 
 template <typename T>
 struct IsOptional : std::false_type {};
@@ -496,7 +443,8 @@ Status Reader::Convert(const YAML::Node& n, const std::string& path, T* out, Uni
 template <size_t... I>
 std::string OpNamesOf(std::index_sequence<I...>) {
   std::string out;
-  ((out += (I == 0 ? "" : ", "), out += OpName(std::variant_alternative_t<I, OpSpec>{})), ...);
+  ((out += (I == 0 ? "" : ", "), out += OpTypeOf<std::variant_alternative_t<I, OpSpec>>::kName),
+   ...);
   return out;
 }
 const std::string& AllOpNames() {
@@ -546,7 +494,7 @@ Status Reader::ParseOp(std::string_view name, const YAML::Node& params, const st
                        OpSpec* out) {
   if constexpr (I < std::variant_size_v<OpSpec>) {
     using T = std::variant_alternative_t<I, OpSpec>;
-    if (name != OpName(T{})) return ParseOp<I + 1>(name, params, path, out);
+    if (name != OpTypeOf<T>::kName) return ParseOp<I + 1>(name, params, path, out);
     if constexpr (std::is_same_v<T, UserOpSpec>) {
       return Error(path, "a user op (" + Quote(name) +
                              ") is code: add it from Python "
@@ -780,31 +728,13 @@ void Emit(YAML::Emitter& out, const T& value, Unit unit, bool flow) {
 
 // --- validation ------------------------------------------------------------------------
 
-Status Invalid(const std::string& key, std::string_view what) {
-  return Status::InvalidArgument(key + ": " + std::string(what));
-}
-
-template <typename T>
-std::string Got(T v) {
-  if constexpr (std::is_floating_point_v<T>) {
-    return " (got " + FormatDouble(v) + ")";
-  } else {
-    return " (got " + std::to_string(v) + ")";
-  }
-}
-
-template <typename T>
-Status AtLeast(const std::string& key, T value, T min) {
-  if (value >= min) return Status::Ok();
-  return Invalid(key, "must be >= " + std::to_string(min) + Got(value));
-}
-
-template <typename T>
-Status InRange(const std::string& key, T value, T min, T max) {
-  if (value >= min && value <= max) return Status::Ok();
-  return Invalid(key, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "]" +
-                          Got(value));
-}
+using schema::AtLeast;
+using schema::Got;
+using schema::InRange;
+using schema::Invalid;
+using schema::KnownEnum;
+using schema::NonEmpty;
+using schema::Probability;
 
 // Upper bounds. Beyond them a value is a typo or an attack, not a configuration: each
 // would make the run fail later, and less clearly (a thread that cannot start, sizes
@@ -814,108 +744,7 @@ constexpr int kMaxIoInflight = 16384;   // 16 per thread at kMaxThreads (spec.h)
 constexpr int kMaxPrefetchDepth = 1024;
 constexpr int64_t kMaxEpochs = 1'000'000;
 constexpr int64_t kMaxBatchSize = int64_t{1} << 20;
-constexpr int kMaxImageSide = 16384;    // sizes of resize and the crops: 16K, 256 Mpixel
-constexpr int kMaxTokens = 1 << 20;     // text.tokenize.max_length
 constexpr double kMaxStepMs = 3'600'000;  // trainer.step_ms: an hour
-
-Status Probability(const std::string& key, double value) {
-  if (value >= 0.0 && value <= 1.0) return Status::Ok();
-  return Invalid(key, "must be in [0, 1]" + Got(value));
-}
-
-Status NonEmpty(const std::string& key, const std::string& value, std::string_view what) {
-  if (!value.empty()) return Status::Ok();
-  return Invalid(key, "must not be empty (" + std::string(what) + ")");
-}
-
-template <typename E>
-Status KnownEnum(const std::string& key, E value) {
-  if (!EnumName(value).empty()) return Status::Ok();
-  return Invalid(key, "invalid value " + std::to_string(static_cast<int>(value)) +
-                          " (allowed: " + AllowedNames(TableOf(value)) + ")");
-}
-
-Status ValidateOp(const std::string& p, const DecodeSpec& s) {
-  return AtLeast<int64_t>(p + ".max_pixels", s.max_pixels, 1);
-}
-
-Status ValidateOp(const std::string& p, const ResizeSpec& s) {
-  HR_RETURN_IF_ERROR(InRange(p + ".shorter_side", s.shorter_side, 0, kMaxImageSide));
-  HR_RETURN_IF_ERROR(InRange(p + ".width", s.width, 0, kMaxImageSide));
-  HR_RETURN_IF_ERROR(InRange(p + ".height", s.height, 0, kMaxImageSide));
-  const bool exact = s.width > 0 || s.height > 0;
-  if (s.shorter_side > 0 && exact) {
-    return Invalid(p, "set shorter_side, or width and height, not both");
-  }
-  if (s.shorter_side == 0 && !exact) {
-    return Invalid(p + ".shorter_side", "set shorter_side > 0, or width and height > 0");
-  }
-  if (exact && s.width == 0) return Invalid(p + ".width", "must be > 0 when height is set");
-  if (exact && s.height == 0) return Invalid(p + ".height", "must be > 0 when width is set");
-  return Status::Ok();
-}
-
-Status ValidateOp(const std::string& p, const CenterCropSpec& s) {
-  HR_RETURN_IF_ERROR(InRange(p + ".width", s.width, 1, kMaxImageSide));
-  return InRange(p + ".height", s.height, 1, kMaxImageSide);
-}
-
-Status ValidateOp(const std::string& p, const RandomResizedCropSpec& s) {
-  HR_RETURN_IF_ERROR(InRange(p + ".width", s.width, 1, kMaxImageSide));
-  HR_RETURN_IF_ERROR(InRange(p + ".height", s.height, 1, kMaxImageSide));
-  const auto& [s0, s1] = s.scale;
-  if (!(s0 > 0 && s0 <= s1 && s1 <= 1)) {
-    return Invalid(p + ".scale", "must be [min, max] with 0 < min <= max <= 1 (got [" +
-                                     FormatDouble(s0) + ", " + FormatDouble(s1) + "])");
-  }
-  const auto& [r0, r1] = s.ratio;
-  if (!(r0 > 0 && r0 <= r1 && std::isfinite(r1))) {
-    return Invalid(p + ".ratio", "must be [min, max] with 0 < min <= max (got [" +
-                                     FormatDouble(r0) + ", " + FormatDouble(r1) + "])");
-  }
-  return Status::Ok();
-}
-
-Status ValidateOp(const std::string& p, const FlipSpec& s) { return Probability(p + ".p", s.p); }
-
-Status ValidateOp(const std::string& p, const NormalizeSpec& s) {
-  for (size_t c = 0; c < 3; ++c) {
-    if (!std::isfinite(s.mean[c])) {
-      return Invalid(p + ".mean[" + std::to_string(c) + "]", "must be finite" + Got(s.mean[c]));
-    }
-    if (!std::isfinite(s.std[c]) || s.std[c] == 0) {
-      return Invalid(p + ".std[" + std::to_string(c) + "]",
-                     "must be finite and non-zero" + Got(s.std[c]));
-    }
-  }
-  if (EnumName(s.dtype).empty()) {
-    return Invalid(p + ".dtype", "unsupported dtype " + Quote(DTypeName(s.dtype)) +
-                                     " (allowed: " + AllowedNames(TableOf(s.dtype)) + ")");
-  }
-  return KnownEnum(p + ".layout", s.layout);
-}
-
-Status ValidateOp(const std::string& p, const TokenizeSpec& s) {
-  HR_RETURN_IF_ERROR(NonEmpty(p + ".model", s.model, "the SentencePiece .model file"));
-  HR_RETURN_IF_ERROR(InRange(p + ".max_length", s.max_length, 1, kMaxTokens));
-  if (!s.pad) {
-    return Invalid(p + ".pad",
-                   "false is not supported yet: rows are padded to max_length "
-                   "(allowed: true)");
-  }
-  return AtLeast(p + ".pad_id", s.pad_id, -1);
-}
-
-Status ValidateOp(const std::string& p, const UserOpSpec& s) {
-  HR_RETURN_IF_ERROR(NonEmpty(p + ".name", s.name, "the op's name in reports"));
-  if (!s.make) return Invalid(p + ".make", "must be set (the op factory)");
-  for (size_t f = 0; f < s.fields.size(); ++f) {
-    const std::string key = p + ".fields[" + std::to_string(f) + "]";
-    HR_RETURN_IF_ERROR(NonEmpty(key, s.fields[f].name, "a batch field name"));
-    for (int64_t d : s.fields[f].sample_shape) HR_RETURN_IF_ERROR(AtLeast<int64_t>(key, d, 1));
-  }
-  return Status::Ok();
-}
 
 Status ValidateStorage(const StorageSpec& s) {
   if (!s.endpoint.empty()) {
@@ -937,38 +766,15 @@ Status ValidateStorage(const StorageSpec& s) {
   return AtLeast<int64_t>("storage.max_object_bytes", s.max_object_bytes, 1);
 }
 
-Status ValidateOps(const std::vector<OpSpec>& ops) {
-  int decode_at = -1;
-  int normalize_at = -1;
-  int tokenize_at = -1;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const std::string name(OpName(ops[i]));
-    const std::string p = "ops[" + std::to_string(i) + "]." + name;
-    const auto first = [](int at) { return " (first at ops[" + std::to_string(at) + "])"; };
-    HR_RETURN_IF_ERROR(std::visit([&](const auto& spec) { return ValidateOp(p, spec); }, ops[i]));
-    if (std::holds_alternative<UserOpSpec>(ops[i])) continue;  // reads the image, never writes it
-    if (std::holds_alternative<TokenizeSpec>(ops[i])) {
-      if (tokenize_at >= 0) return Invalid(p, "text.tokenize may appear once" + first(tokenize_at));
-      tokenize_at = static_cast<int>(i);
-      continue;
-    }
-    // An image op.
-    if (std::holds_alternative<DecodeSpec>(ops[i])) {
-      if (decode_at >= 0) return Invalid(p, "image.decode may appear once" + first(decode_at));
-      decode_at = static_cast<int>(i);
-      continue;
-    }
-    if (decode_at < 0) return Invalid(p, "image ops must come after image.decode");
-    if (normalize_at >= 0) {
-      if (std::holds_alternative<NormalizeSpec>(ops[i])) {
-        return Invalid(p, "image.normalize may appear once" + first(normalize_at));
-      }
-      return Invalid(p, "image ops must come before image.normalize (ops[" +
-                            std::to_string(normalize_at) + "]), which writes the batch");
-    }
-    if (std::holds_alternative<NormalizeSpec>(ops[i])) normalize_at = static_cast<int>(i);
+// Each op's own rules (its Validate), then the chain's declarations (CheckOpChain):
+// every value an op reads exists with the kind it needs, batch field names are unique.
+Status ValidateOps(const PipelineSpec& spec) {
+  for (size_t i = 0; i < spec.ops.size(); ++i) {
+    const std::string key = OpKey(i, spec.ops[i]);
+    HR_RETURN_IF_ERROR(VisitOpType(
+        spec.ops[i], [&]<typename T>(const auto& op) { return T::Validate(op, key); }));
   }
-  return Status::Ok();
+  return CheckOpChain(spec);
 }
 
 }  // namespace
@@ -1042,7 +848,7 @@ Status ValidatePipelineSpec(const PipelineSpec& spec) {
   HR_RETURN_IF_ERROR(NonEmpty("source.text_field", src.text_field, "a JSON key"));
   if (spec.epochs) HR_RETURN_IF_ERROR(InRange<int64_t>("epochs", *spec.epochs, 1, kMaxEpochs));
   HR_RETURN_IF_ERROR(InRange<int64_t>("batch.size", spec.batch.size, 1, kMaxBatchSize));
-  HR_RETURN_IF_ERROR(ValidateOps(spec.ops));
+  HR_RETURN_IF_ERROR(ValidateOps(spec));
   const ExecutionSpec& exec = spec.execution;
   HR_RETURN_IF_ERROR(InRange("execution.cpu_threads", exec.cpu_threads, 0, kMaxThreads));
   HR_RETURN_IF_ERROR(InRange("execution.io_threads", exec.io_threads, 0, kMaxThreads));

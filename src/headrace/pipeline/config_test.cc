@@ -456,22 +456,30 @@ TEST(ValidatePipelineSpec, ErrorsNameTheKeyAndTheRange) {
       {"rrc_size",
        [](PipelineSpec& s) { s.ops[2] = RandomResizedCropSpec{}; },
        {"ops[2].image.random_resized_crop.width: must be in [1, 16384]"}},
-      // Order of ops.
+      // Order of ops: what each op reads must exist, with the kind it reads.
       {"no_decode",
        [](PipelineSpec& s) { s.ops.erase(s.ops.begin()); },
-       {"ops[0].image.resize: image ops must come after image.decode"}},
+       {"ops[0].image.resize: reads 'image' as an image, but at this point 'image' is "
+        "encoded bytes (from the source field 'image'): add image.decode before it"}},
       {"two_decodes",
        [](PipelineSpec& s) { s.ops.insert(s.ops.begin() + 2, DecodeSpec{}); },
-       {"ops[2].image.decode: image.decode may appear once", "ops[0]"}},
+       {"ops[2].image.decode: reads 'image' as encoded bytes, but at this point 'image' is an "
+        "image (from ops[1].image.resize)"}},
       {"two_normalizes",
        [](PipelineSpec& s) { s.ops.push_back(NormalizeSpec{}); },
-       {"ops[6].image.normalize: image.normalize may appear once", "ops[4]"}},
-      {"after_normalize",
-       [](PipelineSpec& s) { s.ops.emplace_back(std::in_place_type<FlipSpec>); },
-       {"ops[6].image.flip: image ops must come before image.normalize (ops[4])"}},
+       {"ops[6].image.normalize: writes the field 'image', which ops[4].image.normalize writes "
+        "too"}},
       {"two_tokenizes",
        [](PipelineSpec& s) { s.ops.push_back(TokenizeSpec{.model = "x"}); },
-       {"ops[6].text.tokenize: text.tokenize may appear once"}},
+       {"ops[6].text.tokenize: writes the field 'input_ids', which ops[5].text.tokenize writes "
+        "too"}},
+      {"no_such_value",
+       [](PipelineSpec& s) { std::get<FlipSpec>(s.ops[3]).field = "depth"; },
+       {"ops[3].image.flip: reads 'depth' as an image, but no value 'depth' exists at this "
+        "point (values: 'image' (an image), 'conversation' (a conversation))"}},
+      {"size_not_fixed",
+       [](PipelineSpec& s) { s.ops.erase(s.ops.begin() + 2); },
+       {"ops[3].image.normalize: the image size is not fixed here"}},
   };
   for (const ValidationCase& c : cases) {
     SCOPED_TRACE(c.name);

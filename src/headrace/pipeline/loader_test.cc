@@ -23,7 +23,7 @@ class IndexOp final : public Op {
  public:
   std::string_view name() const override { return "test.index"; }
   Status Run(SampleContext& ctx) const override {
-    *reinterpret_cast<int64_t*>(ctx.slots[0]) = ctx.sample->index;
+    *reinterpret_cast<int64_t*>(ctx.rows[0]) = ctx.sample->index;
     return Status::Ok();
   }
 };
@@ -44,7 +44,7 @@ PipelineSpec IndexPipeline(const std::filesystem::path& dir, int samples) {
   UserOpSpec op;
   op.name = "test.index";
   op.fields = {FieldSpec{"copy", DType::kI64, {1}}};
-  op.make = [](int, int) -> Result<std::unique_ptr<Op>> {
+  op.make = [](const UserOpBinding&) -> Result<std::unique_ptr<Op>> {
     return std::unique_ptr<Op>(std::make_unique<IndexOp>());
   };
   spec.ops = {op};
@@ -189,7 +189,7 @@ TEST(Loader, SizeProductsThatOverflowAreCaughtNotWrapped) {
   user.name = "huge";
   // 2^40 x 2^40 x 4 bytes: wraps to 0 in 64 bits.
   user.fields = {FieldSpec{"x", DType::kF32, {int64_t{1} << 40, int64_t{1} << 40}}};
-  user.make = [](int, int) -> Result<std::unique_ptr<Op>> {
+  user.make = [](const UserOpBinding&) -> Result<std::unique_ptr<Op>> {
     return std::unique_ptr<Op>(std::make_unique<NoOp>());
   };
   spec.ops = {user};

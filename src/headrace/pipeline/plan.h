@@ -1,10 +1,13 @@
 // Planning: from a validated PipelineSpec to the operator chain and batch layout the
 // engine runs.
 //
-// The planner is where specs become operators (one line per operator kind), where the
-// image geometry is followed through the chain so that batch shapes are known before
-// any work starts, and where cross-operator decisions are made: the decoder is told
-// the smallest size the next resize needs, so that it can scale in the DCT domain.
+// The planner knows no operator by name. It walks the chain three times, through the
+// description each operator type carries (ops/op_plan.h): Declare forward, checking
+// that every value an op reads exists with the kind it asks for (and, for images, the
+// shape known at that point), giving each value name a slot and each batch field a
+// row; Hint backward (what later ops need of a value: image.resize tells image.decode
+// its size, so that JPEGs scale in the DCT domain); Make forward, building the ops.
+// The source's fields are the chain's first values (SourceFieldsOf).
 #pragma once
 
 #include <memory>
@@ -13,9 +16,34 @@
 
 #include "headrace/exec/engine.h"
 #include "headrace/io/storage.h"
+#include "headrace/ops/op_plan.h"
 #include "headrace/pipeline/spec.h"
 
 namespace headrace {
+
+// --- The source's fields ------------------------------------------------------------
+// TEMPORARY STAND-IN for the source schema the lead is adding to core/sample.h
+// (SourceField, FieldKind, MediaRef); delete these two when it lands and use its types.
+enum class FieldKind {
+  kImage,       // media: an image file
+  kVideo,       // media: a video file
+  kAudio,       // media: an audio file
+  kPointCloud,  // media: a point cloud file
+  kBytes,       // media: opaque bytes
+  kText,        // a string of text
+  kConversation,  // turns of a conversation
+  kInt,         // scalars passed through
+  kFloat,
+  kString,
+};
+struct SourceField {
+  std::string name;
+  FieldKind kind = FieldKind::kImage;
+  int max_items = 1;
+};
+
+// The fields the source declares: the chain's initial values.
+std::vector<SourceField> SourceFieldsOf(const SourceSpec& source);
 
 struct PipelinePlan {
   std::vector<std::unique_ptr<Op>> ops;
@@ -24,16 +52,28 @@ struct PipelinePlan {
   // ("ops[2].image.center_crop.size 224", "ops[4].text.tokenize.max_length 128").
   std::vector<std::string> field_sources;
   std::vector<std::unique_ptr<BatchOp>> batch_ops;
-  bool reads_media = false;  // the chain starts with image.decode
+  // The named values: how many slots, and the source values the engine fills.
+  int num_values = 0;
+  std::vector<SourceValue> source_values;
+  bool reads_media = false;  // an op reads a media field of the source
 };
 
 // Builds the operators and the batch layout. Files an operator needs (the tokenizer
 // model) are read through `storage`, so they may live wherever the data does: a local
 // path (relative to the current directory), s3:// or http(s)://. Fails with
-// kInvalidArgument, naming the op, when the chain cannot produce fixed-size batches or
-// such a file does not exist; a file that cannot be read for another reason keeps its
+// kInvalidArgument, naming the op, when the chain does not check (CheckOpChain) or such
+// a file does not exist; a file that cannot be read for another reason keeps its
 // Status code (kIoError, ...), with the op, key and URI in the message.
 Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage);
+
+// The declaration pass alone, building nothing and reading no file: every op reads
+// values that exist with the kind (and, where it needs one, the fixed shape) it asks
+// for, and batch field names are unique and not the engine's "index". kInvalidArgument
+// naming the op's key ("ops[1].image.resize: reads 'image' as an image, but at this
+// point 'image' is encoded bytes: add image.decode before it"). ValidatePipelineSpec
+// runs it. PlanPipeline also requires that no op's output is dropped unread and that
+// the chain writes a batch field (a config may be validated in parts).
+Status CheckOpChain(const PipelineSpec& spec);
 
 // Checks that one full batch (spec.batch.size rows of every field, plus the engine's
 // int64 index) fits `batch_budget_bytes`, what memory.budget_bytes leaves for batches
@@ -43,7 +83,12 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage);
 Status CheckBatchFitsBudget(const PipelineSpec& spec, const PipelinePlan& plan,
                             int64_t batch_budget_bytes);
 
-// The name of an op spec as written in configs ("image.resize").
-std::string OpSpecName(const OpSpec& op);
+namespace internal {
+// The three passes over `ops` from `state` (whose values are the chain's inputs),
+// without the whole-chain checks of CheckOpChain: for the op conformance battery,
+// which plans one op at a time. Appends the built ops to `built`.
+Status PlanOps(const std::vector<OpSpec>& ops, PlanState& state,
+               std::vector<std::unique_ptr<Op>>* built);
+}  // namespace internal
 
 }  // namespace headrace

@@ -18,26 +18,32 @@
 #include "headrace/exec/engine.h"
 #include "headrace/formats/source_spec.h"
 #include "headrace/io/storage_spec.h"
-#include "headrace/ops/specs.h"
+#include "headrace/ops/all_ops.h"
 
 namespace headrace {
 
 // --- source: SourceSpec lives beside the manifest reader, in formats/source_spec.h --
 
-// --- operators: their specs live beside them, in ops/specs.h ---------------------
+// --- operators: their specs live beside them, listed in ops/all_ops.h --------------
+
+// Where a user op stands in the plan, for its factory.
+struct UserOpBinding {
+  int first_row = 0;  // the row index of fields[0] (SampleContext::rows); the rest follow
+  int position = 0;   // its place in the chain (SampleContext::OpRng)
+  // The image values that exist where the op stands: name and slot (SampleContext::values).
+  std::vector<std::pair<std::string, int>> images;
+};
 
 // An operator supplied as code (a Python function, through the bindings) rather than
-// by name: it reads the sample, and the current image when the chain has one, and
+// by name: it reads the sample, and the images the chain holds where it stands, and
 // writes `fields` (appended to the batch layout where the op stands). It never changes
-// the image. It cannot come from YAML: PipelineSpecToYaml writes it as a placeholder
+// a value. It cannot come from YAML: PipelineSpecToYaml writes it as a placeholder
 // `user: {name: ...}`, which the parser refuses. Keep it the last alternative.
 struct UserOpSpec {
   std::string name;               // shown in reports and errors, e.g. "python.map(fn)"
   std::vector<FieldSpec> fields;  // the batch fields it writes, in order
-  // Builds the op: `first_field` is the position of fields[0] among the batch's fields
-  // (its slots in SampleContext::slots), `position` its place in the chain. Called once
-  // per plan, before any work starts.
-  std::function<Result<std::unique_ptr<Op>>(int first_field, int position)> make;
+  // Builds the op; called once per plan, before any work starts.
+  std::function<Result<std::unique_ptr<Op>>(const UserOpBinding&)> make;
 };
 
 // A per-batch step built in code (a Python function over the whole batch, say); like
@@ -47,8 +53,12 @@ struct BatchOpSpec {
   std::function<Result<std::unique_ptr<BatchOp>>()> make;
 };
 
-using OpSpec = std::variant<DecodeSpec, ResizeSpec, CenterCropSpec, RandomResizedCropSpec, FlipSpec,
-                            NormalizeSpec, TokenizeSpec, UserOpSpec>;
+// Every op of ops/all_ops.h by its spec, then the code op.
+using OpSpec = AllOps::SpecVariant<UserOpSpec>;
+
+// The name of an op as configs, reports and errors write it ("image.resize"); a user
+// op's own name ("python.map(fn)").
+std::string_view OpSpecName(const OpSpec& op);
 
 // --- the rest -----------------------------------------------------------------------
 

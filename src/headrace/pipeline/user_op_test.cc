@@ -16,7 +16,7 @@ class WriteIndexOp : public Op {
   explicit WriteIndexOp(int field) : field_(field) {}
   std::string_view name() const override { return "test.write_index"; }
   Status Run(SampleContext& ctx) const override {
-    *reinterpret_cast<int64_t*>(ctx.slots[field_]) = ctx.sample->index;
+    *reinterpret_cast<int64_t*>(ctx.rows[field_]) = ctx.sample->index;
     return Status::Ok();
   }
 
@@ -28,9 +28,9 @@ UserOpSpec WriteIndexSpec(int* made_with_field) {
   UserOpSpec op;
   op.name = "test.write_index";
   op.fields = {FieldSpec{"copy", DType::kI64, {1}}};
-  op.make = [made_with_field](int first_field, int) -> Result<std::unique_ptr<Op>> {
-    *made_with_field = first_field;
-    return std::unique_ptr<Op>(std::make_unique<WriteIndexOp>(first_field));
+  op.make = [made_with_field](const UserOpBinding& at) -> Result<std::unique_ptr<Op>> {
+    *made_with_field = at.first_row;
+    return std::unique_ptr<Op>(std::make_unique<WriteIndexOp>(at.first_row));
   };
   return op;
 }

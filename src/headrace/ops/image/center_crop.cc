@@ -1,5 +1,7 @@
 #include "headrace/ops/image/center_crop.h"
 
+#include "headrace/ops/schema.h"
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -54,28 +56,47 @@ Status CenterCropInto(ImageView src, MutableImageView dst) {
   return Status::Ok();
 }
 
-Status ValidateCenterCropSpec(const CenterCropSpec& spec) {
-  if (spec.width <= 0 || spec.height <= 0) {
-    return Status::InvalidArgument("image.center_crop needs width > 0 and height > 0, got " +
-                                   std::to_string(spec.width) + "x" + std::to_string(spec.height));
-  }
-  return Status::Ok();
+std::string CropSizeSource(const std::string& key, int width, int height) {
+  if (width == height) return key + ".size " + std::to_string(width);
+  return key + ".width " + std::to_string(width) + ", height " + std::to_string(height);
 }
 
-CenterCropOp::CenterCropOp(const CenterCropSpec& spec)
-    : spec_(spec), valid_(ValidateCenterCropSpec(spec)) {}
+Status CenterCropOp::Validate(const Spec& s, const std::string& p) {
+  HR_RETURN_IF_ERROR(schema::NonEmpty(p + ".field", s.field, "the image value to crop"));
+  HR_RETURN_IF_ERROR(schema::InRange(p + ".width", s.width, 1, kMaxImageSide));
+  return schema::InRange(p + ".height", s.height, 1, kMaxImageSide);
+}
+
+Status CenterCropOp::Declare(const Spec& spec, PlanContext& ctx) {
+  HR_ASSIGN_OR_RETURN(ValueDesc image, ctx.Read(spec.field, ValueKind::kImage));
+  const int64_t channels = image.shape.size() == 3 ? image.shape[2] : -1;
+  image.shape = {spec.height, spec.width, channels};
+  image.shape_source = CropSizeSource(ctx.key(), spec.width, spec.height);
+  return ctx.Write(spec.field, std::move(image));
+}
+
+Result<std::unique_ptr<Op>> CenterCropOp::Make(const Spec& spec, PlanContext& ctx) {
+  return std::unique_ptr<Op>(std::make_unique<CenterCropOp>(spec, ctx.slot(spec.field)));
+}
+
+CenterCropOp::CenterCropOp(const CenterCropSpec& spec, int slot)
+    : spec_(spec), slot_(slot), valid_(Validate(spec, std::string(kName))) {}
 
 Status CenterCropOp::Run(SampleContext& ctx) const {
   HR_RETURN_IF_ERROR(valid_);
-  if (ctx.image.empty()) return Status::Internal("image.center_crop: no image (decode first)");
-  if (ctx.image.width >= spec_.width && ctx.image.height >= spec_.height) {
-    ctx.image = CenterCropView(ctx.image, spec_.width, spec_.height);
+  const ImageView* in = ctx.Get<ImageView>(slot_);
+  if (in == nullptr || in->empty()) {
+    return Status::Internal("image.center_crop: no image (decode first)");
+  }
+  const ImageView image = *in;
+  if (image.width >= spec_.width && image.height >= spec_.height) {
+    ctx.Set(slot_, CenterCropView(image, spec_.width, spec_.height));
     return Status::Ok();
   }
   HR_ASSIGN_OR_RETURN(MutableImageView out,
-                      ctx.NextScratchImage(spec_.width, spec_.height, ctx.image.channels));
-  HR_RETURN_IF_ERROR(CenterCropInto(ctx.image, out));
-  ctx.image = out;
+                      ctx.NextScratchImage(spec_.width, spec_.height, image.channels));
+  HR_RETURN_IF_ERROR(CenterCropInto(image, out));
+  ctx.Set(slot_, ImageView(out));
   return Status::Ok();
 }
 

@@ -6,12 +6,26 @@
 // image.resize's job, not this operator's.
 #pragma once
 
+#include <memory>
+#include <string>
+#include <string_view>
+
 #include "headrace/core/status.h"
 #include "headrace/ops/image/image.h"
 #include "headrace/ops/op.h"
-#include "headrace/ops/specs.h"
+#include "headrace/ops/op_plan.h"
 
 namespace headrace {
+
+struct CenterCropSpec {  // image.center_crop
+  int width = 0;
+  int height = 0;
+  std::string field = "image";  // the image value cropped in place
+};
+
+// "ops[2].image.center_crop.size 224", or "... .width 300, height 200": the key that
+// fixes the size a crop writes, for messages.
+std::string CropSizeSource(const std::string& key, int width, int height);
 
 // Offset of a centred window of `crop` in `size` >= crop: torchvision's
 // int(round((size - crop) / 2)), rounding half to even.
@@ -24,17 +38,32 @@ ImageView CenterCropView(ImageView src, int width, int height);
 // zeros where src is smaller. dst must not overlap src.
 Status CenterCropInto(ImageView src, MutableImageView dst);
 
-Status ValidateCenterCropSpec(const CenterCropSpec& spec);
-
 class CenterCropOp : public Op {
  public:
-  explicit CenterCropOp(const CenterCropSpec& spec);
+  static constexpr std::string_view kName = "image.center_crop";
+  static constexpr std::string_view kDoc =
+      "The centred size x size (or width x height) window, zero-padded when smaller.";
+  using Spec = CenterCropSpec;
+  static constexpr bool kSizeKey = true;  // `size: N` sets width and height
+  static void Fields(auto& s, auto&& f) {
+    f("width", s.width);
+    f("height", s.height);
+    f("field", s.field);
+  }
+  static Status Validate(const Spec& spec, const std::string& key);
+  // Reads and writes the image `field`, fixing its size.
+  static Status Declare(const Spec& spec, PlanContext& ctx);
+  static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
+  static Spec ExampleSpec() { return Spec{.width = 24, .height = 20}; }
 
-  std::string_view name() const override { return "image.center_crop"; }
+  CenterCropOp(const CenterCropSpec& spec, int slot);
+
+  std::string_view name() const override { return kName; }
   Status Run(SampleContext& ctx) const override;
 
  private:
   CenterCropSpec spec_;
+  int slot_;
   Status valid_;
 };
 

@@ -29,13 +29,13 @@ TEST(CenterCropOp, IsAViewWithTheCentrePixels) {
   for (int channels : {3, 4}) {
     const Image src = Positions(300, 260, channels);
     testing::TestContext t;
-    t.ctx.image = src.view();
+    t.SetImage(src.view());
     CenterCropSpec spec;
     spec.width = spec.height = 224;
-    CenterCropOp op(spec);
+    CenterCropOp op(spec, testing::TestContext::kImageSlot);
     EXPECT_EQ(op.name(), "image.center_crop");
     ASSERT_TRUE(op.Run(t.ctx).ok());
-    const ImageView& v = t.ctx.image;
+    const ImageView& v = t.image();
     EXPECT_EQ(v.width, 224);
     EXPECT_EQ(v.height, 224);
     EXPECT_EQ(v.stride, src.view().stride);  // a view into the source, not a copy
@@ -52,11 +52,11 @@ TEST(CenterCropOp, IsAViewWithTheCentrePixels) {
 TEST(CenterCropOp, PadsSmallerDimensionWithZeros) {
   const Image src = Positions(200, 300, 4);
   testing::TestContext t;
-  t.ctx.image = src.view();
+  t.SetImage(src.view());
   CenterCropSpec spec;
   spec.width = spec.height = 224;
-  ASSERT_TRUE(CenterCropOp(spec).Run(t.ctx).ok());
-  const ImageView& v = t.ctx.image;
+  ASSERT_TRUE(CenterCropOp(spec, testing::TestContext::kImageSlot).Run(t.ctx).ok());
+  const ImageView& v = t.image();
   ASSERT_EQ(v.width, 224);
   ASSERT_EQ(v.height, 224);
   // x: 12 columns of zeros, the 200 source columns, 12 of zeros; y: rows 38..261.
@@ -87,8 +87,8 @@ TEST(CenterCropOp, PadsBothDimensions) {
 TEST(CenterCropOp, RejectsEmptyCrop) {
   testing::TestContext t;
   const Image src = Positions(10, 10, 3);
-  t.ctx.image = src.view();
-  EXPECT_EQ(CenterCropOp(CenterCropSpec{}).Run(t.ctx).code(), StatusCode::kInvalidArgument);
+  t.SetImage(src.view());
+  EXPECT_EQ(CenterCropOp(CenterCropSpec{}, testing::TestContext::kImageSlot).Run(t.ctx).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "headrace/ops/image/decode.h"
 
+#include "headrace/ops/schema.h"
+
 #include <png.h>
 #include <turbojpeg.h>
 #include <webp/decode.h>
@@ -496,22 +498,44 @@ Result<MutableImageView> CachedScratchImage(SampleContext& ctx, int width, int h
 
 }  // namespace
 
-DecodeOp::DecodeOp(const DecodeSpec& spec, DecodeTarget target) : spec_(spec), target_(target) {}
+Status DecodeOp::Validate(const Spec& spec, const std::string& key) {
+  HR_RETURN_IF_ERROR(schema::NonEmpty(key + ".field", spec.field, "the value to decode"));
+  return schema::AtLeast<int64_t>(key + ".max_pixels", spec.max_pixels, 1);
+}
+
+Status DecodeOp::Declare(const Spec& spec, PlanContext& ctx) {
+  HR_RETURN_IF_ERROR(ctx.Read(spec.field, ValueKind::kEncoded).status());
+  return ctx.Write(spec.field, ValueDesc{ValueKind::kImage, {-1, -1, 4}, ""});
+}
+
+Result<std::unique_ptr<Op>> DecodeOp::Make(const Spec& spec, PlanContext& ctx) {
+  const SizeHint hint = ctx.hint(spec.field);
+  const DecodeTarget target{hint.min_shorter_side, hint.min_width, hint.min_height};
+  return std::unique_ptr<Op>(std::make_unique<DecodeOp>(spec, target, ctx.slot(spec.field)));
+}
+
+DecodeOp::DecodeOp(const DecodeSpec& spec, DecodeTarget target, int slot)
+    : spec_(spec), target_(target), slot_(slot) {}
 
 Status DecodeOp::Run(SampleContext& ctx) const {
-  if (ctx.sample == nullptr) return Status::Internal("image.decode: no sample in context");
-  const Buffer& media = ctx.sample->media;
-  HR_ASSIGN_OR_RETURN(DecodePlan plan, PlanDecode(media.data(), media.size(), spec_, target_));
+  const EncodedBytes* media = ctx.Get<EncodedBytes>(slot_);
+  if (media == nullptr) {
+    return Status::MissingField("the record has no " + spec_.field +
+                                " but the pipeline decodes one (image.decode)");
+  }
+  // A copy: writing the image below replaces the value that held the bytes.
+  const EncodedBytes bytes = *media;
+  HR_ASSIGN_OR_RETURN(DecodePlan plan, PlanDecode(bytes.data, bytes.size, spec_, target_));
   HR_ASSIGN_OR_RETURN(MutableImageView decoded,
                       CachedScratchImage(ctx, plan.decoded_width, plan.decoded_height));
-  HR_RETURN_IF_ERROR(DecodeInto(media.data(), media.size(), plan, decoded));
+  HR_RETURN_IF_ERROR(DecodeInto(bytes.data, bytes.size, plan, decoded));
   if (plan.header.orientation == 1) {
-    ctx.image = decoded;
+    ctx.Set(slot_, ImageView(decoded));
     return Status::Ok();
   }
   HR_ASSIGN_OR_RETURN(MutableImageView oriented, ctx.NextScratchImage(plan.width, plan.height, 4));
   HR_RETURN_IF_ERROR(ApplyOrientation(decoded, plan.header.orientation, oriented));
-  ctx.image = oriented;
+  ctx.Set(slot_, ImageView(oriented));
   return Status::Ok();
 }
 

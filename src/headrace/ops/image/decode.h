@@ -17,14 +17,25 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <string_view>
 
 #include "headrace/core/status.h"
 #include "headrace/ops/image/image.h"
 #include "headrace/ops/op.h"
-#include "headrace/ops/specs.h"
+#include "headrace/ops/op_plan.h"
 
 namespace headrace {
+
+struct DecodeSpec {  // image.decode
+  // Images whose header declares more pixels are rejected before decoding
+  // (decompression bombs). Default: PIL's MAX_IMAGE_PIXELS.
+  int64_t max_pixels = 89'478'485;
+  // The value read (encoded bytes: a media field of the source) and replaced by the
+  // decoded image.
+  std::string field = "image";
+};
 
 // The container formats image.decode recognises (by magic bytes, not by file name).
 enum class ImageFormat {
@@ -93,18 +104,38 @@ Status ApplyOrientation(ImageView src, int orientation, MutableImageView dst);
 Result<Image> DecodeImage(const uint8_t* data, size_t size, const DecodeSpec& spec,
                           DecodeTarget target = {});
 
-// The operator: decodes ctx.sample->media in place (no copy of the bytes) into scratch
-// and sets ctx.image. Uses one scratch slot, two when the image needs re-orienting.
+// The operator: decodes the encoded bytes of value `field` in place (no copy) into
+// scratch and replaces the value with the image. Uses one scratch slot, two when the
+// image needs re-orienting. A sample without the value fails with kMissingField.
 class DecodeOp : public Op {
  public:
-  DecodeOp(const DecodeSpec& spec, DecodeTarget target);
+  static constexpr std::string_view kName = "image.decode";
+  static constexpr std::string_view kDoc =
+      "JPEG/PNG/WebP to RGB pixels; rejects images above max_pixels.";
+  using Spec = DecodeSpec;
+  static void Fields(auto& s, auto&& f) {
+    f("max_pixels", s.max_pixels);
+    f("field", s.field);
+  }
+  static Status Validate(const Spec& spec, const std::string& key);
+  // Reads `field` as encoded bytes, writes it as an RGBX image of unknown size.
+  static Status Declare(const Spec& spec, PlanContext& ctx);
+  // The decoder scales to what the ops after it need of the image (ctx.hint).
+  static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
+  static Spec ExampleSpec() { return Spec{}; }
 
-  std::string_view name() const override { return "image.decode"; }
+  // slot: the value read and written (SampleContext::values).
+  DecodeOp(const DecodeSpec& spec, DecodeTarget target, int slot);
+
+  std::string_view name() const override { return kName; }
   Status Run(SampleContext& ctx) const override;
+  // The size the ops after it need (from ResizeOp::Hint through the planner).
+  const DecodeTarget& target() const { return target_; }
 
  private:
   DecodeSpec spec_;
   DecodeTarget target_;
+  int slot_;
 };
 
 }  // namespace headrace

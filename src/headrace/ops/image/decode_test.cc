@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <random>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "headrace/ops/image/image_test_util.h"
 
@@ -458,15 +459,15 @@ TEST(Decode, DamagedFilesNeverCrash) {
 TEST(DecodeOp, DecodesSampleMediaIntoScratch) {
   testing::TestContext t;
   t.SetMedia(EncodeJpegRgb(64, 48, [](int x, int y, int c) { return Quadrants(x, y, c, 64, 48); }));
-  DecodeOp op(DecodeSpec{}, DecodeTarget{});
+  DecodeOp op(DecodeSpec{}, DecodeTarget{}, testing::TestContext::kImageSlot);
   EXPECT_EQ(op.name(), "image.decode");
   const Status status = op.Run(t.ctx);
   ASSERT_TRUE(status.ok()) << status.ToString();
-  EXPECT_EQ(t.ctx.image.width, 64);
-  EXPECT_EQ(t.ctx.image.height, 48);
-  EXPECT_EQ(t.ctx.image.channels, 4);
+  EXPECT_EQ(t.image().width, 64);
+  EXPECT_EQ(t.image().height, 48);
+  EXPECT_EQ(t.image().channels, 4);
   EXPECT_EQ(t.ctx.next_scratch, 1);
-  ExpectColour(t.ctx.image, 10, 10, 255, 0, 0, 12);
+  ExpectColour(t.image(), 10, 10, 255, 0, 0, 12);
   // The media buffer is read in place: no handle to it was kept or copied.
   EXPECT_EQ(t.sample.media.use_count(), 1);
 }
@@ -474,18 +475,23 @@ TEST(DecodeOp, DecodesSampleMediaIntoScratch) {
 TEST(DecodeOp, AppliesOrientationAndTarget) {
   testing::TestContext t;
   t.SetMedia(testing::InsertAfterSoi(CornerJpeg(128, 64), testing::ExifApp1(6, false)));
-  DecodeOp op(DecodeSpec{}, DecodeTarget{.min_shorter_side = 32});
+  DecodeOp op(DecodeSpec{}, DecodeTarget{.min_shorter_side = 32}, testing::TestContext::kImageSlot);
   const Status status = op.Run(t.ctx);
   ASSERT_TRUE(status.ok()) << status.ToString();
-  EXPECT_EQ(t.ctx.image.width, 32);  // 1/2 scale, then rotated
-  EXPECT_EQ(t.ctx.image.height, 64);
-  EXPECT_EQ(RedCorner(t.ctx.image), 1);
+  EXPECT_EQ(t.image().width, 32);  // 1/2 scale, then rotated
+  EXPECT_EQ(t.image().height, 64);
+  EXPECT_EQ(RedCorner(t.image()), 1);
 }
 
 TEST(DecodeOp, ReportsErrorsAsStatus) {
   testing::TestContext t;
-  DecodeOp op(DecodeSpec{}, DecodeTarget{});
-  EXPECT_EQ(op.Run(t.ctx).code(), StatusCode::kCorruptData);  // no media: zero bytes
+  DecodeOp op(DecodeSpec{}, DecodeTarget{}, testing::TestContext::kImageSlot);
+  // No media item for the field: a clear per-sample error.
+  const Status missing = op.Run(t.ctx);
+  EXPECT_EQ(missing.code(), StatusCode::kMissingField);
+  EXPECT_THAT(missing.message(), ::testing::HasSubstr("the record has no image"));
+  t.SetMedia({});
+  EXPECT_EQ(op.Run(t.ctx).code(), StatusCode::kCorruptData);  // zero bytes
   t.SetMedia({1, 2, 3, 4, 5});
   EXPECT_EQ(op.Run(t.ctx).code(), StatusCode::kUnsupportedFormat);
 }

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "headrace/ops/schema.h"
+
 #include "libyuv/planar_functions.h"
 
 namespace headrace {
@@ -20,25 +22,38 @@ Status FlipHorizontalInto(ImageView src, MutableImageView dst) {
   return Status::Ok();
 }
 
-Status ValidateFlipSpec(const FlipSpec& spec) {
-  if (!(spec.p >= 0.0 && spec.p <= 1.0)) {
-    return Status::InvalidArgument("image.flip needs 0 <= p <= 1, got " + std::to_string(spec.p));
-  }
-  return Status::Ok();
+Status FlipOp::Validate(const Spec& spec, const std::string& key) {
+  HR_RETURN_IF_ERROR(schema::NonEmpty(key + ".field", spec.field, "the image value to flip"));
+  return schema::Probability(key + ".p", spec.p);
 }
 
-FlipOp::FlipOp(const FlipSpec& spec, int op_position)
-    : spec_(spec), op_position_(op_position), valid_(ValidateFlipSpec(spec)) {}
+Status FlipOp::Declare(const Spec& spec, PlanContext& ctx) {
+  HR_ASSIGN_OR_RETURN(ValueDesc image, ctx.Read(spec.field, ValueKind::kImage));
+  return ctx.Write(spec.field, std::move(image));
+}
+
+Result<std::unique_ptr<Op>> FlipOp::Make(const Spec& spec, PlanContext& ctx) {
+  return std::unique_ptr<Op>(
+      std::make_unique<FlipOp>(spec, ctx.position(), ctx.slot(spec.field)));
+}
+
+FlipOp::FlipOp(const FlipSpec& spec, int op_position, int slot)
+    : spec_(spec),
+      op_position_(op_position),
+      slot_(slot),
+      valid_(Validate(spec, std::string(kName))) {}
 
 Status FlipOp::Run(SampleContext& ctx) const {
   HR_RETURN_IF_ERROR(valid_);
-  if (ctx.image.empty()) return Status::Internal("image.flip: no image (decode first)");
+  const ImageView* in = ctx.Get<ImageView>(slot_);
+  if (in == nullptr || in->empty()) return Status::Internal("image.flip: no image (decode first)");
+  const ImageView image = *in;
   Rng rng = ctx.OpRng(op_position_);
   if (!rng.Bernoulli(spec_.p)) return Status::Ok();
   HR_ASSIGN_OR_RETURN(MutableImageView out,
-                      ctx.NextScratchImage(ctx.image.width, ctx.image.height, ctx.image.channels));
-  HR_RETURN_IF_ERROR(FlipHorizontalInto(ctx.image, out));
-  ctx.image = out;
+                      ctx.NextScratchImage(image.width, image.height, image.channels));
+  HR_RETURN_IF_ERROR(FlipHorizontalInto(image, out));
+  ctx.Set(slot_, ImageView(out));
   return Status::Ok();
 }
 

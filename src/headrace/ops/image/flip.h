@@ -5,31 +5,54 @@
 // mirrored copy into the next scratch slot.
 #pragma once
 
+#include <memory>
+#include <string>
+#include <string_view>
+
 #include "headrace/core/status.h"
 #include "headrace/ops/image/image.h"
 #include "headrace/ops/op.h"
-#include "headrace/ops/specs.h"
+#include "headrace/ops/op_plan.h"
 
 namespace headrace {
+
+struct FlipSpec {  // image.flip (random horizontal)
+  double p = 0.5;
+  std::string field = "image";  // the image value flipped in place
+};
 
 // Writes `src` mirrored left-right into `dst` (same size and channels, 3 or 4, no
 // overlap).
 Status FlipHorizontalInto(ImageView src, MutableImageView dst);
 
-// Ok if 0 <= p <= 1.
-Status ValidateFlipSpec(const FlipSpec& spec);
-
 class FlipOp : public Op {
  public:
-  // op_position: this op's index in the chain, which keys its random stream.
-  FlipOp(const FlipSpec& spec, int op_position);
+  static constexpr std::string_view kName = "image.flip";
+  static constexpr std::string_view kDoc =
+      "Random horizontal flip with probability p, seeded per sample.";
+  using Spec = FlipSpec;
+  static void Fields(auto& s, auto&& f) {
+    f("p", s.p);
+    f("field", s.field);
+  }
+  static Status Validate(const Spec& spec, const std::string& key);  // 0 <= p <= 1
+  // Reads and writes the image `field`; its shape is unchanged.
+  static Status Declare(const Spec& spec, PlanContext& ctx);
+  // Geometry-neutral: what later ops need of the image, they need of its input.
+  static void Hint(const Spec&, ValueHints&) {}
+  static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
+  static Spec ExampleSpec() { return Spec{.p = 0.5}; }
 
-  std::string_view name() const override { return "image.flip"; }
+  // op_position: this op's index in the chain, which keys its random stream.
+  FlipOp(const FlipSpec& spec, int op_position, int slot);
+
+  std::string_view name() const override { return kName; }
   Status Run(SampleContext& ctx) const override;
 
  private:
   FlipSpec spec_;
   int op_position_;
+  int slot_;
   Status valid_;
 };
 

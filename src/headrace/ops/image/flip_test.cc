@@ -14,17 +14,17 @@ TEST(FlipOp, AlwaysFlipsWithPOneAndMirrorsPixels) {
     const Image src =
         MakeImage(37, 5, channels, [](int x, int y, int c) { return x * 3 + y + c * 100; });
     testing::TestContext t;
-    t.ctx.image = src.view();
-    FlipOp op(FlipSpec{.p = 1.0}, 2);
+    t.SetImage(src.view());
+    FlipOp op(FlipSpec{.p = 1.0}, 2, testing::TestContext::kImageSlot);
     EXPECT_EQ(op.name(), "image.flip");
     ASSERT_TRUE(op.Run(t.ctx).ok());
-    ASSERT_EQ(t.ctx.image.width, 37);
-    ASSERT_EQ(t.ctx.image.channels, channels);
-    EXPECT_NE(t.ctx.image.data, src.view().data);
+    ASSERT_EQ(t.image().width, 37);
+    ASSERT_EQ(t.image().channels, channels);
+    EXPECT_NE(t.image().data, src.view().data);
     for (int y = 0; y < 5; ++y) {
       for (int x = 0; x < 37; ++x) {
         for (int c = 0; c < 3; ++c) {
-          ASSERT_EQ(Pixel(t.ctx.image, x, y)[c], Pixel(src.view(), 36 - x, y)[c]);
+          ASSERT_EQ(Pixel(t.image(), x, y)[c], Pixel(src.view(), 36 - x, y)[c]);
         }
       }
     }
@@ -34,9 +34,9 @@ TEST(FlipOp, AlwaysFlipsWithPOneAndMirrorsPixels) {
 TEST(FlipOp, NeverFlipsWithPZeroAndCopiesNothing) {
   const Image src = MakeImage(8, 8, 4, [](int x, int, int) { return x; });
   testing::TestContext t;
-  t.ctx.image = src.view();
-  ASSERT_TRUE(FlipOp(FlipSpec{.p = 0.0}, 0).Run(t.ctx).ok());
-  EXPECT_EQ(t.ctx.image.data, src.view().data);
+  t.SetImage(src.view());
+  ASSERT_TRUE(FlipOp(FlipSpec{.p = 0.0}, 0, testing::TestContext::kImageSlot).Run(t.ctx).ok());
+  EXPECT_EQ(t.image().data, src.view().data);
   EXPECT_EQ(t.ctx.next_scratch, 0);
 }
 
@@ -44,9 +44,9 @@ TEST(FlipOp, NeverFlipsWithPZeroAndCopiesNothing) {
 bool Flipped(uint64_t seed, int position, double p) {
   const Image src = MakeImage(4, 1, 3, [](int x, int, int) { return x; });
   testing::TestContext t(seed);
-  t.ctx.image = src.view();
-  EXPECT_TRUE(FlipOp(FlipSpec{.p = p}, position).Run(t.ctx).ok());
-  return Pixel(t.ctx.image, 0, 0)[0] == 3;
+  t.SetImage(src.view());
+  EXPECT_TRUE(FlipOp(FlipSpec{.p = p}, position, testing::TestContext::kImageSlot).Run(t.ctx).ok());
+  return Pixel(t.image(), 0, 0)[0] == 3;
 }
 
 TEST(FlipOp, DecisionIsDeterministicPerSampleAndOpPosition) {
@@ -66,9 +66,9 @@ TEST(FlipOp, DecisionIsDeterministicPerSampleAndOpPosition) {
 }
 
 TEST(FlipOp, RejectsProbabilityOutsideUnitInterval) {
-  EXPECT_EQ(ValidateFlipSpec(FlipSpec{.p = 1.5}).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(ValidateFlipSpec(FlipSpec{.p = -0.1}).code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(ValidateFlipSpec(FlipSpec{.p = 0.5}).ok());
+  EXPECT_EQ(FlipOp::Validate(FlipSpec{.p = 1.5}, "image.flip").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(FlipOp::Validate(FlipSpec{.p = -0.1}, "image.flip").code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(FlipOp::Validate(FlipSpec{.p = 0.5}, "image.flip").ok());
 }
 
 }  // namespace

@@ -12,6 +12,10 @@
 
 namespace headrace {
 
+// The largest width or height an operator's parameters may ask for (16K: 256 Mpixel);
+// beyond it a value is a typo, and products of sizes could overflow.
+inline constexpr int kMaxImageSide = 16384;
+
 struct ImageView {
   const uint8_t* data = nullptr;
   int width = 0;

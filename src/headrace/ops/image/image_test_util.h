@@ -2,6 +2,8 @@
 // libwebp) so that every test image is generated, never checked in.
 #pragma once
 
+#include <array>
+
 #include <png.h>
 #include <turbojpeg.h>
 #include <webp/encode.h>
@@ -153,22 +155,36 @@ inline Bytes EncodeWebp(const Bytes& pixels, int width, int height, int channels
   return webp;
 }
 
-// A context over one sample, with its own scratch arena and (optionally) batch slots.
+// A context over one sample, with its own scratch arena, named values (the image in
+// slot kImageSlot) and (optionally) batch rows.
 struct TestContext {
+  static constexpr int kImageSlot = 0;
   Sample sample;
   ScratchArena scratch;
-  std::vector<uint8_t*> slot_pointers;
+  std::vector<uint8_t*> row_pointers;
+  std::array<Value, 4> values{};
   SampleContext ctx;
 
   explicit TestContext(uint64_t sample_seed = 1) {
     ctx.sample = &sample;
     ctx.sample_seed = sample_seed;
     ctx.scratch = &scratch;
+    ctx.values = values;
   }
-  void SetMedia(const Bytes& bytes) { sample.media = *Buffer::CopyOf(bytes.data(), bytes.size()); }
-  void SetSlots(std::vector<uint8_t*> slots) {
-    slot_pointers = std::move(slots);
-    ctx.slots = slot_pointers.data();
+  // The sample's encoded media, as the executor binds it: the value in kImageSlot.
+  void SetMedia(const Bytes& bytes) {
+    sample.media = *Buffer::CopyOf(bytes.data(), bytes.size());
+    values[kImageSlot] = EncodedBytes{sample.media.data(), sample.media.size()};
+  }
+  void SetImage(ImageView image) { values[kImageSlot] = image; }
+  // The image in kImageSlot; empty when the slot holds none.
+  ImageView image() const {
+    const ImageView* v = std::get_if<ImageView>(&values[kImageSlot]);
+    return v == nullptr ? ImageView{} : *v;
+  }
+  void SetRows(std::vector<uint8_t*> rows) {
+    row_pointers = std::move(rows);
+    ctx.rows = row_pointers.data();
   }
 };
 

@@ -184,33 +184,86 @@ Status NormalizeInto(ImageView src, const NormalizeSpec& spec, uint8_t* dst) {
   return NormalizeInto(src, table, dst);
 }
 
-NormalizeOp::NormalizeOp(const NormalizeSpec& spec, int field_index, int width, int height)
-    : field_index_(field_index), width_(width), height_(height) {
+namespace {
+constexpr std::pair<Layout, std::string_view> kLayouts[] = {{Layout::kCHW, "chw"},
+                                                            {Layout::kHWC, "hwc"}};
+// Only the float types: normalize's output.
+constexpr std::pair<DType, std::string_view> kNormalizeDTypes[] = {
+    {DType::kF32, "f32"}, {DType::kF16, "f16"}, {DType::kBF16, "bf16"}};
+}  // namespace
+
+EnumTable<Layout> TableOf(Layout) { return kLayouts; }
+EnumTable<DType> TableOf(DType) { return kNormalizeDTypes; }
+
+Status NormalizeOp::Validate(const Spec& s, const std::string& p) {
+  HR_RETURN_IF_ERROR(schema::NonEmpty(p + ".field", s.field, "the image value to normalize"));
+  for (size_t c = 0; c < 3; ++c) {
+    if (!std::isfinite(s.mean[c])) {
+      return schema::Invalid(p + ".mean[" + std::to_string(c) + "]",
+                             "must be finite" + schema::Got(s.mean[c]));
+    }
+    if (!std::isfinite(s.std[c]) || s.std[c] == 0) {
+      return schema::Invalid(p + ".std[" + std::to_string(c) + "]",
+                             "must be finite and non-zero" + schema::Got(s.std[c]));
+    }
+  }
+  if (EnumName(s.dtype).empty()) {
+    return schema::Invalid(p + ".dtype", "unsupported dtype " + schema::Quote(DTypeName(s.dtype)) +
+                                             " (allowed: " + AllowedNames(TableOf(s.dtype)) + ")");
+  }
+  return schema::KnownEnum(p + ".layout", s.layout);
+}
+
+Status NormalizeOp::Declare(const Spec& spec, PlanContext& ctx) {
+  HR_ASSIGN_OR_RETURN(ValueDesc image, ctx.Read(spec.field, ValueKind::kImage));
+  if (image.shape.size() != 3 || image.shape[0] <= 0 || image.shape[1] <= 0) {
+    return ctx.Error("the image size is not fixed here: add image.center_crop, "
+                     "image.random_resized_crop or an exact image.resize before it");
+  }
+  const int64_t h = image.shape[0], w = image.shape[1];
+  FieldSpec field{OutputOf(spec), spec.dtype, {}};
+  field.sample_shape = spec.layout == Layout::kCHW ? std::vector<int64_t>{3, h, w}
+                                                   : std::vector<int64_t>{h, w, 3};
+  ctx.AddField(std::move(field), image.shape_source);
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Op>> NormalizeOp::Make(const Spec& spec, PlanContext& ctx) {
+  const ValueDesc* image = ctx.input(spec.field);
+  if (image == nullptr) return ctx.Error("made without its declaration");
+  return std::unique_ptr<Op>(std::make_unique<NormalizeOp>(
+      spec, ctx.row(OutputOf(spec)), static_cast<int>(image->shape[1]),
+      static_cast<int>(image->shape[0]), ctx.slot(spec.field)));
+}
+
+NormalizeOp::NormalizeOp(const NormalizeSpec& spec, int row, int width, int height, int slot)
+    : row_(row), width_(width), height_(height), slot_(slot) {
   Result<NormalizeTable> table = NormalizeTable::Make(spec);
   if (table.ok()) {
     table_ = *std::move(table);
   } else {
     valid_ = table.status();
   }
-  if (valid_.ok() && (width <= 0 || height <= 0 || field_index < 0)) {
+  if (valid_.ok() && (width <= 0 || height <= 0 || row < 0)) {
     valid_ = Status::InvalidArgument("image.normalize needs a field index and a positive size");
   }
 }
 
 Status NormalizeOp::Run(SampleContext& ctx) const {
   HR_RETURN_IF_ERROR(valid_);
-  const ImageView& image = ctx.image;
+  const ImageView* in = ctx.Get<ImageView>(slot_);
+  if (in == nullptr) return Status::Internal("image.normalize: no image (decode first)");
+  const ImageView& image = *in;
   if (image.width != width_ || image.height != height_) {
     return Status::Internal("image.normalize: image is " + std::to_string(image.width) + "x" +
                             std::to_string(image.height) + " but the batch field is " +
                             std::to_string(width_) + "x" + std::to_string(height_) +
                             "; end the chain with a resize/crop to exactly that size");
   }
-  if (ctx.slots == nullptr || ctx.slots[field_index_] == nullptr) {
-    return Status::Internal("image.normalize: no batch slot for field " +
-                            std::to_string(field_index_));
+  if (ctx.rows == nullptr || ctx.rows[row_] == nullptr) {
+    return Status::Internal("image.normalize: no batch row for field " + std::to_string(row_));
   }
-  return NormalizeInto(image, table_, ctx.slots[field_index_]);
+  return NormalizeInto(image, table_, ctx.rows[row_]);
 }
 
 }  // namespace headrace

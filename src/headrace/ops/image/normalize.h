@@ -11,13 +11,38 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
 
 #include "headrace/core/status.h"
+#include "headrace/core/tensor.h"
 #include "headrace/ops/image/image.h"
 #include "headrace/ops/op.h"
-#include "headrace/ops/specs.h"
+#include "headrace/ops/op_plan.h"
+#include "headrace/ops/schema.h"
 
 namespace headrace {
+
+// Which axis order normalize writes.
+enum class Layout {
+  kCHW,  // channels first: what PyTorch vision models take
+  kHWC,  // channels last
+};
+
+struct NormalizeSpec {  // image.normalize: (pixel / 255 - mean) / std
+  std::array<float, 3> mean = {0.485f, 0.456f, 0.406f};
+  std::array<float, 3> std = {0.229f, 0.224f, 0.225f};
+  DType dtype = DType::kF32;  // f32, f16 or bf16
+  Layout layout = Layout::kCHW;
+  std::string field = "image";  // the image value read (of fixed size)
+  std::string output;           // the batch field written; empty: named like `field`
+};
+
+// The config names of Layout ("chw", "hwc") and of the dtypes normalize writes
+// ("f32", "f16", "bf16").
+EnumTable<Layout> TableOf(Layout);
+EnumTable<DType> TableOf(DType);
 
 // Round-to-nearest-even conversions (exposed for tests and other kernels).
 uint16_t FloatToHalf(float value);
@@ -58,20 +83,43 @@ Status NormalizeInto(ImageView src, const NormalizeSpec& spec, uint8_t* dst);
 
 class NormalizeOp : public Op {
  public:
-  // field_index: the batch field written (ctx.slots[field_index]); width x height: the
-  // image size that field was declared with.
-  NormalizeOp(const NormalizeSpec& spec, int field_index, int width, int height);
+  static constexpr std::string_view kName = "image.normalize";
+  static constexpr std::string_view kDoc =
+      "(pixel / 255 - mean) / std of the image into a batch field ([3, H, W] or [H, W, 3]).";
+  using Spec = NormalizeSpec;
+  static void Fields(auto& s, auto&& f) {
+    f("mean", s.mean);
+    f("std", s.std);
+    f("dtype", s.dtype);
+    f("layout", s.layout);
+    f("field", s.field);
+    f("output", s.output);
+  }
+  static Status Validate(const Spec& spec, const std::string& key);
+  // Reads the image `field`, whose size must be fixed here, and writes the batch field
+  // `output` (the image value is left as it is).
+  static Status Declare(const Spec& spec, PlanContext& ctx);
+  static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
+  static Spec ExampleSpec() { return Spec{}; }
+  static std::string OutputOf(const Spec& spec) {
+    return spec.output.empty() ? spec.field : spec.output;
+  }
 
-  std::string_view name() const override { return "image.normalize"; }
-  // Fails with kInternal when ctx.image is not exactly width x height.
+  // row: the batch field written (ctx.rows[row]); width x height: the image size that
+  // field was declared with; slot: the image value read.
+  NormalizeOp(const NormalizeSpec& spec, int row, int width, int height, int slot);
+
+  std::string_view name() const override { return kName; }
+  // Fails with kInternal when the image is not exactly width x height.
   Status Run(SampleContext& ctx) const override;
 
  private:
   Status valid_;
   NormalizeTable table_;
-  int field_index_;
+  int row_;
   int width_;
   int height_;
+  int slot_;
 };
 
 }  // namespace headrace

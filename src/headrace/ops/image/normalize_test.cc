@@ -157,10 +157,10 @@ TEST(NormalizeOp, WritesIntoTheBatchSlot) {
   const Image image = MakeImage(6, 4, 4, [](int x, int, int) { return x * 40; });
   std::vector<float> other(3 * 6 * 4, -1.0f), row(3 * 6 * 4, -1.0f);
   testing::TestContext t;
-  t.SetSlots({reinterpret_cast<uint8_t*>(other.data()), reinterpret_cast<uint8_t*>(row.data())});
-  t.ctx.image = image.view();
+  t.SetRows({reinterpret_cast<uint8_t*>(other.data()), reinterpret_cast<uint8_t*>(row.data())});
+  t.SetImage(image.view());
   NormalizeSpec spec;
-  NormalizeOp op(spec, /*field_index=*/1, 6, 4);
+  NormalizeOp op(spec, /*field_index=*/1, 6, 4, testing::TestContext::kImageSlot);
   EXPECT_EQ(op.name(), "image.normalize");
   ASSERT_TRUE(op.Run(t.ctx).ok());
   EXPECT_NEAR(row[5], RefValue(spec, 0, 200), 2e-6f);
@@ -172,9 +172,9 @@ TEST(NormalizeOp, WrongImageSizeIsInternalError) {
   const Image image = MakeImage(6, 5, 4, [](int, int, int) { return 0; });
   std::vector<float> row(3 * 6 * 4);
   testing::TestContext t;
-  t.SetSlots({reinterpret_cast<uint8_t*>(row.data())});
-  t.ctx.image = image.view();
-  const Status status = NormalizeOp(NormalizeSpec{}, 0, 6, 4).Run(t.ctx);
+  t.SetRows({reinterpret_cast<uint8_t*>(row.data())});
+  t.SetImage(image.view());
+  const Status status = NormalizeOp(NormalizeSpec{}, 0, 6, 4, testing::TestContext::kImageSlot).Run(t.ctx);
   EXPECT_EQ(status.code(), StatusCode::kInternal);
   EXPECT_NE(status.message().find("6x5"), std::string::npos) << status.message();
 }
@@ -182,8 +182,8 @@ TEST(NormalizeOp, WrongImageSizeIsInternalError) {
 TEST(NormalizeOp, MissingSlotIsInternalError) {
   const Image image = MakeImage(6, 4, 4, [](int, int, int) { return 0; });
   testing::TestContext t;
-  t.ctx.image = image.view();
-  EXPECT_EQ(NormalizeOp(NormalizeSpec{}, 0, 6, 4).Run(t.ctx).code(), StatusCode::kInternal);
+  t.SetImage(image.view());
+  EXPECT_EQ(NormalizeOp(NormalizeSpec{}, 0, 6, 4, testing::TestContext::kImageSlot).Run(t.ctx).code(), StatusCode::kInternal);
 }
 
 }  // namespace

@@ -1,5 +1,10 @@
 #include "headrace/ops/image/random_resized_crop.h"
 
+#include <cmath>
+
+#include "headrace/ops/image/center_crop.h"
+#include "headrace/ops/schema.h"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -43,34 +48,59 @@ CropWindow RandomResizedCropWindow(int width, int height, const RandomResizedCro
   return window;
 }
 
-Status ValidateRandomResizedCropSpec(const RandomResizedCropSpec& spec) {
-  if (spec.width <= 0 || spec.height <= 0) {
-    return Status::InvalidArgument("image.random_resized_crop needs width > 0 and height > 0");
+Status RandomResizedCropOp::Validate(const Spec& s, const std::string& p) {
+  HR_RETURN_IF_ERROR(schema::NonEmpty(p + ".field", s.field, "the image value to crop"));
+  HR_RETURN_IF_ERROR(schema::InRange(p + ".width", s.width, 1, kMaxImageSide));
+  HR_RETURN_IF_ERROR(schema::InRange(p + ".height", s.height, 1, kMaxImageSide));
+  const auto& [s0, s1] = s.scale;
+  if (!(s0 > 0 && s0 <= s1 && s1 <= 1)) {
+    return schema::Invalid(p + ".scale", "must be [min, max] with 0 < min <= max <= 1 (got [" +
+                                             schema::FormatDouble(s0) + ", " +
+                                             schema::FormatDouble(s1) + "])");
   }
-  if (!(spec.scale[0] > 0 && spec.scale[0] <= spec.scale[1])) {
-    return Status::InvalidArgument("image.random_resized_crop needs 0 < scale[0] <= scale[1]");
-  }
-  if (!(spec.ratio[0] > 0 && spec.ratio[0] <= spec.ratio[1])) {
-    return Status::InvalidArgument("image.random_resized_crop needs 0 < ratio[0] <= ratio[1]");
+  const auto& [r0, r1] = s.ratio;
+  if (!(r0 > 0 && r0 <= r1 && std::isfinite(r1))) {
+    return schema::Invalid(p + ".ratio", "must be [min, max] with 0 < min <= max (got [" +
+                                             schema::FormatDouble(r0) + ", " +
+                                             schema::FormatDouble(r1) + "])");
   }
   return Status::Ok();
 }
 
-RandomResizedCropOp::RandomResizedCropOp(const RandomResizedCropSpec& spec, int op_position)
-    : spec_(spec), op_position_(op_position), valid_(ValidateRandomResizedCropSpec(spec)) {}
+Status RandomResizedCropOp::Declare(const Spec& spec, PlanContext& ctx) {
+  HR_ASSIGN_OR_RETURN(ValueDesc image, ctx.Read(spec.field, ValueKind::kImage));
+  const int64_t channels = image.shape.size() == 3 ? image.shape[2] : -1;
+  image.shape = {spec.height, spec.width, channels};
+  image.shape_source = CropSizeSource(ctx.key(), spec.width, spec.height);
+  return ctx.Write(spec.field, std::move(image));
+}
+
+Result<std::unique_ptr<Op>> RandomResizedCropOp::Make(const Spec& spec, PlanContext& ctx) {
+  return std::unique_ptr<Op>(
+      std::make_unique<RandomResizedCropOp>(spec, ctx.position(), ctx.slot(spec.field)));
+}
+
+RandomResizedCropOp::RandomResizedCropOp(const RandomResizedCropSpec& spec, int op_position,
+                                         int slot)
+    : spec_(spec),
+      op_position_(op_position),
+      slot_(slot),
+      valid_(Validate(spec, std::string(kName))) {}
 
 Status RandomResizedCropOp::Run(SampleContext& ctx) const {
   HR_RETURN_IF_ERROR(valid_);
-  if (ctx.image.empty()) {
+  const ImageView* in = ctx.Get<ImageView>(slot_);
+  if (in == nullptr || in->empty()) {
     return Status::Internal("image.random_resized_crop: no image (decode first)");
   }
+  const ImageView image = *in;
   Rng rng = ctx.OpRng(op_position_);
-  const CropWindow w = RandomResizedCropWindow(ctx.image.width, ctx.image.height, spec_, rng);
-  const ImageView window = ctx.image.Crop(w.x, w.y, w.width, w.height);
+  const CropWindow w = RandomResizedCropWindow(image.width, image.height, spec_, rng);
+  const ImageView window = image.Crop(w.x, w.y, w.width, w.height);
   HR_ASSIGN_OR_RETURN(MutableImageView out,
-                      ctx.NextScratchImage(spec_.width, spec_.height, ctx.image.channels));
+                      ctx.NextScratchImage(spec_.width, spec_.height, image.channels));
   HR_RETURN_IF_ERROR(ResizeInto(window, out, /*antialias=*/true));
-  ctx.image = out;
+  ctx.Set(slot_, ImageView(out));
   return Status::Ok();
 }
 

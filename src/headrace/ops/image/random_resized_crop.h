@@ -8,13 +8,26 @@
 // is the same on every run and thread.
 #pragma once
 
+#include <array>
+#include <memory>
+#include <string>
+#include <string_view>
+
 #include "headrace/core/rng.h"
 #include "headrace/core/status.h"
 #include "headrace/ops/image/image.h"
 #include "headrace/ops/op.h"
-#include "headrace/ops/specs.h"
+#include "headrace/ops/op_plan.h"
 
 namespace headrace {
+
+struct RandomResizedCropSpec {  // image.random_resized_crop (torchvision semantics)
+  int width = 0;
+  int height = 0;
+  std::array<double, 2> scale = {0.08, 1.0};
+  std::array<double, 2> ratio = {3.0 / 4.0, 4.0 / 3.0};
+  std::string field = "image";  // the image value cropped in place
+};
 
 struct CropWindow {
   int x = 0;
@@ -28,20 +41,39 @@ struct CropWindow {
 CropWindow RandomResizedCropWindow(int width, int height, const RandomResizedCropSpec& spec,
                                    Rng& rng);
 
-// Ok if width, height > 0, 0 < scale[0] <= scale[1] and 0 < ratio[0] <= ratio[1].
-Status ValidateRandomResizedCropSpec(const RandomResizedCropSpec& spec);
-
 class RandomResizedCropOp : public Op {
  public:
-  // op_position: this op's index in the chain, which keys its random stream.
-  RandomResizedCropOp(const RandomResizedCropSpec& spec, int op_position);
+  static constexpr std::string_view kName = "image.random_resized_crop";
+  static constexpr std::string_view kDoc =
+      "A random window of random area and aspect, resized to size (torchvision), seeded "
+      "per sample.";
+  using Spec = RandomResizedCropSpec;
+  static constexpr bool kSizeKey = true;  // `size: N` sets width and height
+  static void Fields(auto& s, auto&& f) {
+    f("width", s.width);
+    f("height", s.height);
+    f("scale", s.scale);
+    f("ratio", s.ratio);
+    f("field", s.field);
+  }
+  // width, height in [1, kMaxImageSide], 0 < scale[0] <= scale[1] <= 1,
+  // 0 < ratio[0] <= ratio[1] (finite).
+  static Status Validate(const Spec& spec, const std::string& key);
+  // Reads and writes the image `field`, fixing its size.
+  static Status Declare(const Spec& spec, PlanContext& ctx);
+  static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
+  static Spec ExampleSpec() { return Spec{.width = 16, .height = 12}; }
 
-  std::string_view name() const override { return "image.random_resized_crop"; }
+  // op_position: this op's index in the chain, which keys its random stream.
+  RandomResizedCropOp(const RandomResizedCropSpec& spec, int op_position, int slot);
+
+  std::string_view name() const override { return kName; }
   Status Run(SampleContext& ctx) const override;
 
  private:
   RandomResizedCropSpec spec_;
   int op_position_;
+  int slot_;
   Status valid_;
 };
 

@@ -26,12 +26,12 @@ RandomResizedCropSpec Spec(int w, int h) {
 testing::Bytes RunOp(const Image& src, uint64_t seed, const RandomResizedCropSpec& spec,
                      int position = 1) {
   testing::TestContext t(seed);
-  t.ctx.image = src.view();
-  Status status = RandomResizedCropOp(spec, position).Run(t.ctx);
+  t.SetImage(src.view());
+  Status status = RandomResizedCropOp(spec, position, testing::TestContext::kImageSlot).Run(t.ctx);
   EXPECT_TRUE(status.ok()) << status.ToString();
-  EXPECT_EQ(t.ctx.image.width, spec.width);
-  EXPECT_EQ(t.ctx.image.height, spec.height);
-  return PixelsOf(t.ctx.image);
+  EXPECT_EQ(t.image().width, spec.width);
+  EXPECT_EQ(t.image().height, spec.height);
+  return PixelsOf(t.image());
 }
 
 TEST(RandomResizedCropOp, SameSeedGivesSameOutput) {
@@ -107,14 +107,14 @@ TEST(RandomResizedCropWindow, FallsBackToCentreCropClampedToRatio) {
 }
 
 TEST(RandomResizedCropOp, RejectsBadSpec) {
-  EXPECT_EQ(ValidateRandomResizedCropSpec(Spec(0, 10)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(RandomResizedCropOp::Validate(Spec(0, 10), "image.random_resized_crop").code(), StatusCode::kInvalidArgument);
   RandomResizedCropSpec spec = Spec(10, 10);
   spec.scale = {0.5, 0.2};
-  EXPECT_EQ(ValidateRandomResizedCropSpec(spec).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(RandomResizedCropOp::Validate(spec, "image.random_resized_crop").code(), StatusCode::kInvalidArgument);
   spec = Spec(10, 10);
   spec.ratio = {0.0, 1.0};
-  EXPECT_EQ(ValidateRandomResizedCropSpec(spec).code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(ValidateRandomResizedCropSpec(Spec(10, 10)).ok());
+  EXPECT_EQ(RandomResizedCropOp::Validate(spec, "image.random_resized_crop").code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(RandomResizedCropOp::Validate(Spec(10, 10), "image.random_resized_crop").ok());
 }
 
 }  // namespace

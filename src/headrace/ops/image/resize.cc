@@ -1,5 +1,7 @@
 #include "headrace/ops/image/resize.h"
 
+#include "headrace/ops/schema.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -319,17 +321,6 @@ ImageSize ResizeOutputSize(const ResizeSpec& spec, int width, int height) {
   return {scaled(width, height), spec.shorter_side};
 }
 
-Status ValidateResizeSpec(const ResizeSpec& spec) {
-  const bool shorter = spec.shorter_side > 0;
-  const bool exact = spec.width > 0 && spec.height > 0;
-  if (shorter == exact || spec.shorter_side < 0 || spec.width < 0 || spec.height < 0 ||
-      (!exact && (spec.width != 0 || spec.height != 0))) {
-    return Status::InvalidArgument(
-        "image.resize needs either shorter_side > 0 or both width and height > 0");
-  }
-  return Status::Ok();
-}
-
 Status ResizeInto(ImageView src, MutableImageView dst, bool antialias) {
   return ResizeWith(src, dst, antialias, /*simd=*/true);
 }
@@ -346,17 +337,66 @@ Result<Image> Resize(ImageView src, int width, int height, bool antialias) {
   return out;
 }
 
-ResizeOp::ResizeOp(const ResizeSpec& spec) : spec_(spec), valid_(ValidateResizeSpec(spec)) {}
+Status ResizeOp::Validate(const Spec& s, const std::string& p) {
+  HR_RETURN_IF_ERROR(schema::NonEmpty(p + ".field", s.field, "the image value to resize"));
+  HR_RETURN_IF_ERROR(schema::InRange(p + ".shorter_side", s.shorter_side, 0, kMaxImageSide));
+  HR_RETURN_IF_ERROR(schema::InRange(p + ".width", s.width, 0, kMaxImageSide));
+  HR_RETURN_IF_ERROR(schema::InRange(p + ".height", s.height, 0, kMaxImageSide));
+  const bool exact = s.width > 0 || s.height > 0;
+  if (s.shorter_side > 0 && exact) {
+    return schema::Invalid(p, "set shorter_side, or width and height, not both");
+  }
+  if (s.shorter_side == 0 && !exact) {
+    return schema::Invalid(p + ".shorter_side", "set shorter_side > 0, or width and height > 0");
+  }
+  if (exact && s.width == 0) return schema::Invalid(p + ".width", "must be > 0 when height is set");
+  if (exact && s.height == 0) return schema::Invalid(p + ".height", "must be > 0 when width is set");
+  return Status::Ok();
+}
+
+Status ResizeOp::Declare(const Spec& spec, PlanContext& ctx) {
+  HR_ASSIGN_OR_RETURN(ValueDesc image, ctx.Read(spec.field, ValueKind::kImage));
+  const int64_t channels = image.shape.size() == 3 ? image.shape[2] : -1;
+  if (spec.shorter_side > 0) {
+    image.shape = {-1, -1, channels};
+    image.shape_source.clear();
+  } else {
+    image.shape = {spec.height, spec.width, channels};
+    image.shape_source = ctx.key() + ".width " + std::to_string(spec.width) + ", height " +
+                         std::to_string(spec.height);
+  }
+  return ctx.Write(spec.field, std::move(image));
+}
+
+void ResizeOp::Hint(const Spec& spec, ValueHints& hints) {
+  SizeHint need;
+  if (spec.shorter_side > 0) {
+    need.min_shorter_side = spec.shorter_side;
+  } else {
+    need.min_width = spec.width;
+    need.min_height = spec.height;
+  }
+  hints.Set(spec.field, need);
+}
+
+Result<std::unique_ptr<Op>> ResizeOp::Make(const Spec& spec, PlanContext& ctx) {
+  return std::unique_ptr<Op>(std::make_unique<ResizeOp>(spec, ctx.slot(spec.field)));
+}
+
+ResizeOp::ResizeOp(const ResizeSpec& spec, int slot)
+    : spec_(spec), slot_(slot), valid_(Validate(spec, std::string(kName))) {}
 
 Status ResizeOp::Run(SampleContext& ctx) const {
   HR_RETURN_IF_ERROR(valid_);
-  if (ctx.image.empty()) return Status::Internal("image.resize: no image (decode first)");
-  const ImageSize size = ResizeOutputSize(spec_, ctx.image.width, ctx.image.height);
-  if (size.width == ctx.image.width && size.height == ctx.image.height) return Status::Ok();
+  const ImageView* in = ctx.Get<ImageView>(slot_);
+  if (in == nullptr) return Status::Internal("image.resize: no image (decode first)");
+  const ImageView image = *in;
+  const ImageSize size = ResizeOutputSize(spec_, image.width, image.height);
+  if (size.width == image.width && size.height == image.height) return Status::Ok();
   HR_ASSIGN_OR_RETURN(MutableImageView out,
-                      ctx.NextScratchImage(size.width, size.height, ctx.image.channels));
-  HR_RETURN_IF_ERROR(ResizeInto(ctx.image, out, spec_.antialias));
-  ctx.image = out;
+                      ctx.NextScratchImage(size.width, size.height, image.channels));
+  HR_RETURN_IF_ERROR(ResizeInto(image, out, spec_.antialias));
+  ctx.Set(slot_, ImageView(out));
   return Status::Ok();
 }
 

@@ -40,19 +40,19 @@ TEST(ResizeOutputSize, ExactSizeIgnoresInput) {
 
 TEST(ResizeSpecValidation, NeedsExactlyOneMode) {
   ResizeSpec none;
-  EXPECT_EQ(ValidateResizeSpec(none).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResizeOp::Validate(none, "image.resize").code(), StatusCode::kInvalidArgument);
   ResizeSpec both;
   both.shorter_side = 10;
   both.width = both.height = 5;
-  EXPECT_EQ(ValidateResizeSpec(both).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResizeOp::Validate(both, "image.resize").code(), StatusCode::kInvalidArgument);
   ResizeSpec width_only;
   width_only.width = 5;
-  EXPECT_EQ(ValidateResizeSpec(width_only).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResizeOp::Validate(width_only, "image.resize").code(), StatusCode::kInvalidArgument);
   ResizeSpec shorter;
   shorter.shorter_side = 10;
-  EXPECT_TRUE(ValidateResizeSpec(shorter).ok());
+  EXPECT_TRUE(ResizeOp::Validate(shorter, "image.resize").ok());
   testing::TestContext t;
-  EXPECT_EQ(ResizeOp(none).Run(t.ctx).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResizeOp(none, testing::TestContext::kImageSlot).Run(t.ctx).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(ResizeInto, AntialiasedDownscaleOfFineCheckerboardIsGrey) {
@@ -229,26 +229,26 @@ TEST(ResizeInto, RejectsMismatchedChannels) {
 TEST(ResizeOp, ResizesIntoScratchToShorterSide) {
   const Image src = MakeImage(640, 480, 4, [](int x, int, int) { return x & 0xFF; });
   testing::TestContext t;
-  t.ctx.image = src.view();
+  t.SetImage(src.view());
   ResizeSpec spec;
   spec.shorter_side = 256;
-  ResizeOp op(spec);
+  ResizeOp op(spec, testing::TestContext::kImageSlot);
   EXPECT_EQ(op.name(), "image.resize");
   ASSERT_TRUE(op.Run(t.ctx).ok());
-  EXPECT_EQ(t.ctx.image.width, 341);
-  EXPECT_EQ(t.ctx.image.height, 256);
-  EXPECT_EQ(t.ctx.image.channels, 4);
-  EXPECT_NE(t.ctx.image.data, src.view().data);
+  EXPECT_EQ(t.image().width, 341);
+  EXPECT_EQ(t.image().height, 256);
+  EXPECT_EQ(t.image().channels, 4);
+  EXPECT_NE(t.image().data, src.view().data);
 }
 
 TEST(ResizeOp, LeavesImageOfRequestedSizeUntouched) {
   const Image src = MakeImage(300, 256, 3, [](int, int, int) { return 5; });
   testing::TestContext t;
-  t.ctx.image = src.view();
+  t.SetImage(src.view());
   ResizeSpec spec;
   spec.shorter_side = 256;
-  ASSERT_TRUE(ResizeOp(spec).Run(t.ctx).ok());
-  EXPECT_EQ(t.ctx.image.data, src.view().data);
+  ASSERT_TRUE(ResizeOp(spec, testing::TestContext::kImageSlot).Run(t.ctx).ok());
+  EXPECT_EQ(t.image().data, src.view().data);
   EXPECT_EQ(t.ctx.next_scratch, 0);
 }
 

@@ -1,5 +1,7 @@
 #include "headrace/ops/text/tokenize.h"
 
+#include "headrace/ops/schema.h"
+
 #include <sentencepiece_processor.h>
 
 #include <algorithm>
@@ -203,43 +205,83 @@ Status TokenizeConversation(const SentencePieceModel& model, const ChatTemplate&
 
 // --- TokenizeOp -----------------------------------------------------------------------
 
+namespace {
+constexpr const char* kOutputs[] = {"input_ids", "attention_mask", "labels"};
+}  // namespace
+
+Status TokenizeOp::Validate(const Spec& s, const std::string& p) {
+  HR_RETURN_IF_ERROR(schema::NonEmpty(p + ".model", s.model, "the SentencePiece .model file"));
+  HR_RETURN_IF_ERROR(schema::InRange(p + ".max_length", s.max_length, 1, kMaxTokens));
+  if (!s.pad) {
+    return schema::Invalid(p + ".pad",
+                           "false is not supported yet: rows are padded to max_length "
+                           "(allowed: true)");
+  }
+  HR_RETURN_IF_ERROR(schema::NonEmpty(p + ".field", s.field, "the conversation value"));
+  return schema::AtLeast(p + ".pad_id", s.pad_id, -1);
+}
+
+Status TokenizeOp::Declare(const Spec& spec, PlanContext& ctx) {
+  HR_RETURN_IF_ERROR(ctx.Read(spec.field, ValueKind::kConversation).status());
+  for (const char* name : kOutputs) {
+    ctx.AddField(FieldSpec{spec.output_prefix + name, DType::kI64, {spec.max_length}},
+                 ctx.key() + ".max_length " + std::to_string(spec.max_length));
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Op>> TokenizeOp::Make(const Spec& spec, PlanContext& ctx) {
+  HR_ASSIGN_OR_RETURN(Buffer model, ctx.ReadFile("model", spec.model));
+  auto op = FromModel(
+      spec, std::string_view(reinterpret_cast<const char*>(model.data()), model.size()),
+      ctx.row(spec.output_prefix + kOutputs[0]), ctx.row(spec.output_prefix + kOutputs[1]),
+      ctx.row(spec.output_prefix + kOutputs[2]), ctx.slot(spec.field));
+  if (!op.ok()) return op.status().WithContext(ctx.key().substr(0, ctx.key().find('.')));
+  return std::unique_ptr<Op>(*std::move(op));
+}
+
 TokenizeOp::TokenizeOp(std::unique_ptr<SentencePieceModel> model, ChatTemplate tmpl,
-                       int input_ids_field, int attention_mask_field, int labels_field)
+                       int input_ids_row, int attention_mask_row, int labels_row,
+                       int conversation_slot)
     : model_(std::move(model)),
       template_(std::move(tmpl)),
-      input_ids_field_(input_ids_field),
-      attention_mask_field_(attention_mask_field),
-      labels_field_(labels_field) {}
+      input_ids_row_(input_ids_row),
+      attention_mask_row_(attention_mask_row),
+      labels_row_(labels_row),
+      conversation_slot_(conversation_slot) {}
 
-Result<std::unique_ptr<TokenizeOp>> TokenizeOp::Make(const TokenizeSpec& spec,
-                                                     std::string_view model_bytes,
-                                                     int input_ids_field, int attention_mask_field,
-                                                     int labels_field) {
-  if (input_ids_field < 0 || attention_mask_field < 0 || labels_field < 0 ||
-      input_ids_field == attention_mask_field || input_ids_field == labels_field ||
-      attention_mask_field == labels_field) {
+Result<std::unique_ptr<TokenizeOp>> TokenizeOp::FromModel(const TokenizeSpec& spec,
+                                                          std::string_view model_bytes,
+                                                          int input_ids_row,
+                                                          int attention_mask_row, int labels_row,
+                                                          int conversation_slot) {
+  if (input_ids_row < 0 || attention_mask_row < 0 || labels_row < 0 ||
+      input_ids_row == attention_mask_row || input_ids_row == labels_row ||
+      attention_mask_row == labels_row) {
     return Status::InvalidArgument(
         "text.tokenize: output fields must be distinct and non-negative, got " +
-        std::to_string(input_ids_field) + ", " + std::to_string(attention_mask_field) + ", " +
-        std::to_string(labels_field));
+        std::to_string(input_ids_row) + ", " + std::to_string(attention_mask_row) + ", " +
+        std::to_string(labels_row));
   }
   if (spec.model.empty()) return Status::InvalidArgument("text.tokenize.model is required");
   auto model = SentencePieceModel::FromSerialized(model_bytes, spec.model);
   if (!model.ok()) return model.status().WithContext("text.tokenize.model");
   HR_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Make(**model, spec));
   return std::unique_ptr<TokenizeOp>(new TokenizeOp(std::move(model).value(), std::move(tmpl),
-                                                    input_ids_field, attention_mask_field,
-                                                    labels_field));
+                                                    input_ids_row, attention_mask_row,
+                                                    labels_row, conversation_slot));
 }
 
 Status TokenizeOp::Run(SampleContext& ctx) const {
-  if (ctx.sample == nullptr || ctx.sample->record == nullptr || ctx.slots == nullptr) {
-    return Status::Internal("text.tokenize: context without a sample record or slots");
+  if (ctx.rows == nullptr) return Status::Internal("text.tokenize: context without batch rows");
+  const TurnsView* conversation = ctx.Get<TurnsView>(conversation_slot_);
+  if (conversation == nullptr) {
+    return Status::MissingField("the record has no conversation for text.tokenize");
   }
-  return TokenizeConversation(*model_, template_, ctx.sample->record->turns,
-                              reinterpret_cast<int64_t*>(ctx.slots[input_ids_field_]),
-                              reinterpret_cast<int64_t*>(ctx.slots[attention_mask_field_]),
-                              reinterpret_cast<int64_t*>(ctx.slots[labels_field_]));
+  return TokenizeConversation(*model_, template_, conversation->turns,
+                              reinterpret_cast<int64_t*>(ctx.rows[input_ids_row_]),
+                              reinterpret_cast<int64_t*>(ctx.rows[attention_mask_row_]),
+                              reinterpret_cast<int64_t*>(ctx.rows[labels_row_]));
 }
 
 }  // namespace headrace

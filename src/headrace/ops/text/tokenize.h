@@ -20,13 +20,37 @@
 #include "headrace/core/sample.h"
 #include "headrace/core/status.h"
 #include "headrace/ops/op.h"
-#include "headrace/ops/specs.h"
+#include "headrace/ops/op_plan.h"
 
 namespace sentencepiece {
 class SentencePieceProcessor;
 }  // namespace sentencepiece
 
 namespace headrace {
+
+// Renders a conversation with a simple chat template and tokenizes it with
+// SentencePiece: each turn is `<prefix><text><turn_end>`; the loss mask covers only
+// the assistant turns' text and turn_end.
+struct TokenizeSpec {  // text.tokenize
+  std::string model;   // required: SentencePiece .model file
+  int max_length = 128;
+  bool pad = true;          // pad every row to max_length (false is not supported by collation yet)
+  int pad_id = -1;          // -1: the model's pad id, or 0 if it has none
+  int ignore_index = -100;  // label value outside the loss mask
+  bool add_bos = true;
+  bool add_eos = true;
+  std::string system_prefix = "<|system|>\n";
+  std::string user_prefix = "<|user|>\n";
+  std::string assistant_prefix = "<|assistant|>\n";
+  std::string turn_end = "\n";
+  std::string field = "conversation";  // the conversation value read
+  // Prepended to the three batch fields' names, so that two tokenize ops can write
+  // side by side ("answer_" -> answer_input_ids, ...).
+  std::string output_prefix;
+};
+
+// text.tokenize.max_length's upper bound.
+inline constexpr int kMaxTokens = 1 << 20;
 
 // A loaded SentencePiece model. Immutable after Load; every method is safe to call from
 // many threads at once.
@@ -120,35 +144,67 @@ Status TokenizeConversation(const SentencePieceModel& model, const ChatTemplate&
                             std::span<const Turn> turns, int64_t* ids, int64_t* mask,
                             int64_t* labels);
 
-// The operator. Writes its three rows into ctx.slots[input_ids_field],
-// ctx.slots[attention_mask_field] and ctx.slots[labels_field], each of which must hold
-// spec.max_length int64 values (the planner declares these fields as i64[max_length]).
+// The operator. Reads the conversation value `field` and writes its three rows into
+// ctx.rows[input_ids_row], ctx.rows[attention_mask_row] and ctx.rows[labels_row], each
+// of which must hold spec.max_length int64 values (declared as i64[max_length]).
 class TokenizeOp : public Op {
  public:
+  static constexpr std::string_view kName = "text.tokenize";
+  static constexpr std::string_view kDoc =
+      "The conversation through a chat template and SentencePiece model: input_ids, "
+      "attention_mask and assistant-only labels.";
+  using Spec = TokenizeSpec;
+  static void Fields(auto& s, auto&& f) {
+    f("model", s.model);
+    f("max_length", s.max_length);
+    f("pad", s.pad);
+    f("pad_id", s.pad_id);
+    f("ignore_index", s.ignore_index);
+    f("add_bos", s.add_bos);
+    f("add_eos", s.add_eos);
+    f("system_prefix", s.system_prefix);
+    f("user_prefix", s.user_prefix);
+    f("assistant_prefix", s.assistant_prefix);
+    f("turn_end", s.turn_end);
+    f("field", s.field);
+    f("output_prefix", s.output_prefix);
+  }
+  static Status Validate(const Spec& spec, const std::string& key);
+  // Reads the conversation `field`; writes output_prefix + input_ids, attention_mask
+  // and labels, i64[max_length] each.
+  static Status Declare(const Spec& spec, PlanContext& ctx);
+  // Reads the model file through ctx (local, s3://, http(s)://).
+  static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
+  // Its model is "example.model": the conformance battery supplies that file.
+  static Spec ExampleSpec() { return Spec{.model = "example.model", .max_length = 24}; }
+
   // Parses the model from `model_bytes` (the contents of spec.model, which the caller
   // read through its Storage: local, s3:// or http(s)://) and compiles the template.
   // kInvalidArgument naming `text.tokenize.<key>` on a bad spec or bytes that are not a
-  // model (naming spec.model), and on negative or repeated field indices.
-  static Result<std::unique_ptr<TokenizeOp>> Make(const TokenizeSpec& spec,
-                                                  std::string_view model_bytes, int input_ids_field,
-                                                  int attention_mask_field, int labels_field);
+  // model (naming spec.model), and on negative or repeated row indices.
+  static Result<std::unique_ptr<TokenizeOp>> FromModel(const TokenizeSpec& spec,
+                                                       std::string_view model_bytes,
+                                                       int input_ids_row, int attention_mask_row,
+                                                       int labels_row, int conversation_slot);
 
-  std::string_view name() const override { return "text.tokenize"; }
-  // kTokenizeError when the record has no turns or the model rejects its text.
+  std::string_view name() const override { return kName; }
+  // kTokenizeError when the conversation has no turns or the model rejects its text;
+  // kMissingField when the sample has no such value.
   Status Run(SampleContext& ctx) const override;
 
   const SentencePieceModel& model() const { return *model_; }
   const ChatTemplate& chat_template() const { return template_; }
 
  private:
-  TokenizeOp(std::unique_ptr<SentencePieceModel> model, ChatTemplate tmpl, int input_ids_field,
-             int attention_mask_field, int labels_field);
+  TokenizeOp(std::unique_ptr<SentencePieceModel> model, ChatTemplate tmpl, int input_ids_row,
+             int attention_mask_row, int labels_row, int conversation_slot);
 
   std::unique_ptr<SentencePieceModel> model_;
   ChatTemplate template_;
-  int input_ids_field_;
-  int attention_mask_field_;
-  int labels_field_;
+  int input_ids_row_;
+  int attention_mask_row_;
+  int labels_row_;
+  int conversation_slot_;
 };
 
 }  // namespace headrace

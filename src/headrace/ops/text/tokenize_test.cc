@@ -64,7 +64,7 @@ Result<std::unique_ptr<TokenizeOp>> MakeFromFile(const TokenizeSpec& spec, int i
                                                  int labels) {
   std::ifstream in(spec.model, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return TokenizeOp::Make(spec, bytes, ids, mask, labels);
+  return TokenizeOp::FromModel(spec, bytes, ids, mask, labels, /*conversation_slot=*/0);
 }
 
 void Train(std::unordered_map<std::string, std::string> args) {
@@ -135,8 +135,8 @@ class TokenizeTest : public ::testing::Test {
     return op.ok() ? std::move(op).value() : nullptr;
   }
 
-  // Runs the op as the executor would: through a SampleContext whose slots point at
-  // this sample's rows.
+  // Runs the op as the executor would: through a SampleContext whose rows point at
+  // this sample's rows, the record's turns bound to the conversation value (slot 0).
   static Rows Run(const TokenizeOp& op, std::vector<Turn> turns, Status* status = nullptr) {
     const int64_t n = op.chat_template().max_length;
     Rows rows{std::vector<int64_t>(n, -7), std::vector<int64_t>(n, -7),
@@ -148,9 +148,11 @@ class TokenizeTest : public ::testing::Test {
     uint8_t* slots[3] = {reinterpret_cast<uint8_t*>(rows.ids.data()),
                          reinterpret_cast<uint8_t*>(rows.mask.data()),
                          reinterpret_cast<uint8_t*>(rows.labels.data())};
+    Value values[1] = {TurnsView{record.turns}};
     SampleContext ctx;
     ctx.sample = &sample;
-    ctx.slots = slots;
+    ctx.rows = slots;
+    ctx.values = values;
     Status s = op.Run(ctx);
     if (status != nullptr) {
       *status = s;
@@ -448,7 +450,7 @@ TEST_F(TokenizeTest, RejectsATurnEndTheModelNormalizesAway) {
 TEST_F(TokenizeTest, RejectsEmptyModelBytesNamingTheKeyAndUri) {
   TokenizeSpec spec = Spec();
   spec.model = "s3://bucket/empty.model";
-  auto op = TokenizeOp::Make(spec, "", 0, 1, 2);
+  auto op = TokenizeOp::FromModel(spec, "", 0, 1, 2, 0);
   ASSERT_FALSE(op.ok());
   EXPECT_EQ(op.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(op.status().message().find("text.tokenize.model"), std::string::npos);

@@ -1,0 +1,171 @@
+#include "headrace/ops/op_plan.h"
+
+namespace headrace {
+
+SizeHint ValueHints::Get(std::string_view name) const {
+  for (const auto& [n, hint] : hints_) {
+    if (n == name) return hint;
+  }
+  return SizeHint{};
+}
+
+void ValueHints::Set(std::string_view name, SizeHint hint) {
+  for (auto& [n, h] : hints_) {
+    if (n == name) {
+      h = hint;
+      return;
+    }
+  }
+  hints_.emplace_back(std::string(name), hint);
+}
+
+void ValueHints::Clear(std::string_view name) { Set(name, SizeHint{}); }
+
+Status PlanContext::Error(std::string_view what) const {
+  return Status::InvalidArgument(key() + ": " + std::string(what));
+}
+
+int PlanContext::Find(std::string_view name) const {
+  for (size_t v = 0; v < state_.values.size(); ++v) {
+    if (state_.values[v].name == name) return static_cast<int>(v);
+  }
+  return -1;
+}
+
+namespace {
+
+std::string Available(const PlanState& state) {
+  std::string out;
+  for (const PlanValue& v : state.values) {
+    if (!out.empty()) out += ", ";
+    out += "'" + v.name + "' (" + std::string(ValueKindName(v.desc.kind)) + ")";
+  }
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+Result<ValueDesc> PlanContext::Read(std::string_view name, ValueKind kind) {
+  int v = Find(name);
+  if (v < 0 && state_.synthesize_inputs) {
+    PlanValue synth{std::string(name), ValueDesc{kind, {}, ""}, "the test", -1, -1, false};
+    if (kind == ValueKind::kImage) {
+      synth.desc.shape = {kSynthImageHeight, kSynthImageWidth, 4};
+      synth.desc.shape_source = "the test image";
+    }
+    state_.values.push_back(std::move(synth));
+    v = static_cast<int>(state_.values.size()) - 1;
+  }
+  const std::string quoted = "'" + std::string(name) + "'";
+  if (v < 0) {
+    return Error("reads " + quoted + " as " + std::string(ValueKindName(kind)) +
+                 ", but no value " + quoted + " exists at this point (values: " +
+                 Available(state_) + ")");
+  }
+  PlanValue& value = state_.values[static_cast<size_t>(v)];
+  if (value.desc.kind != kind) {
+    std::string message = "reads " + quoted + " as " + std::string(ValueKindName(kind)) +
+                          ", but at this point " + quoted + " is " +
+                          std::string(ValueKindName(value.desc.kind)) + " (from " +
+                          value.written_by + ")";
+    const std::string_view made_by = ValueKindMadeBy(kind);
+    if (value.desc.kind == ValueKind::kEncoded && !made_by.empty()) {
+      message += ": add " + std::string(made_by) + " before it";
+    }
+    return Error(message);
+  }
+  value.read = true;
+  if (value.source_field >= 0) {
+    const auto field = static_cast<size_t>(value.source_field);
+    if (state_.source_slots.size() <= field) state_.source_slots.resize(field + 1, -1);
+    state_.source_slots[field] = v;
+  }
+  PlanOpRecord& r = record();
+  r.reads.emplace_back(std::string(name), v);
+  r.inputs.push_back(value.desc);
+  return value.desc;
+}
+
+std::vector<std::string> PlanContext::ReadEvery(ValueKind kind) {
+  std::vector<std::string> names;
+  for (const PlanValue& v : state_.values) {
+    if (v.desc.kind == kind) names.push_back(v.name);
+  }
+  for (const std::string& n : names) (void)Read(n, kind);
+  return names;
+}
+
+Status PlanContext::Write(std::string_view name, ValueDesc desc) {
+  int v = Find(name);
+  if (v >= 0) {
+    const PlanValue& old = state_.values[static_cast<size_t>(v)];
+    if (old.writer >= 0 && !old.read) {
+      return Status::InvalidArgument(old.written_by + ": writes '" + old.name +
+                                     "', which no later op reads before " + key() +
+                                     " replaces it: its work would be thrown away");
+    }
+  } else {
+    state_.values.push_back(PlanValue{std::string(name), {}, "", -1, -1, false});
+    v = static_cast<int>(state_.values.size()) - 1;
+  }
+  PlanValue& value = state_.values[static_cast<size_t>(v)];
+  value.desc = std::move(desc);
+  value.written_by = key();
+  value.writer = op_;
+  value.source_field = -1;
+  value.read = false;
+  record().writes.emplace_back(std::string(name), v);
+  return Status::Ok();
+}
+
+void PlanContext::AddField(FieldSpec field, std::string size_source, std::string writer) {
+  record().fields.emplace_back(field.name, static_cast<int>(state_.fields.size()));
+  state_.field_writers.push_back(writer.empty() ? key() : std::move(writer));
+  state_.fields.push_back(std::move(field));
+  state_.field_sources.push_back(std::move(size_source));
+}
+
+int PlanContext::slot(std::string_view name) const {
+  for (const auto& [n, s] : record().writes) {
+    if (n == name) return s;
+  }
+  for (const auto& [n, s] : record().reads) {
+    if (n == name) return s;
+  }
+  return -1;
+}
+
+int PlanContext::row(std::string_view field) const {
+  for (const auto& [n, r] : record().fields) {
+    if (n == field) return r;
+  }
+  return -1;
+}
+
+const ValueDesc* PlanContext::input(std::string_view name) const {
+  const PlanOpRecord& r = record();
+  for (size_t i = 0; i < r.reads.size(); ++i) {
+    if (r.reads[i].first == name) return &r.inputs[i];
+  }
+  return nullptr;
+}
+
+Result<Buffer> PlanContext::ReadFile(std::string_view param, const std::string& uri) const {
+  // "ops[4]: text.tokenize.model: cannot read '...'": the key as config errors write it.
+  const size_t dot = key().find('.');
+  const std::string where = key().substr(0, dot) + ": " + key().substr(dot + 1) + "." +
+                            std::string(param);
+  if (!state_.read_file) {
+    return Status::Internal(where + ": no file reader while planning");
+  }
+  Result<Buffer> read = state_.read_file(uri);
+  if (read.ok()) return read;
+  // A missing file is a mistake in the config, like any other bad key; other failures
+  // (denied, endpoint down) keep their code.
+  const StatusCode code = read.status().code() == StatusCode::kNotFound
+                              ? StatusCode::kInvalidArgument
+                              : read.status().code();
+  return Status(code, where + ": cannot read '" + uri + "': " + read.status().message());
+}
+
+}  // namespace headrace

@@ -1,0 +1,184 @@
+// The operator contract, at plan time: what an operator type declares about itself.
+//
+// An operator type is a class deriving from Op (op.h) that also carries its own
+// description as static members; the one list of them is ops/all_ops.h, which the
+// config parser and emitter, the planner, the Python builders and the conformance
+// battery all iterate. Adding an operator is its file, its test and one entry there.
+//
+//   static constexpr std::string_view kName = "image.resize";  // the config name
+//   static constexpr std::string_view kDoc = "...";            // one line, for Python
+//   using Spec = ResizeSpec;           // plain data beside the op, with documented defaults
+//   static void Fields(auto& spec, auto&& f);
+//       each parameter once, in order: f("key", spec.member). The config parser (allowed
+//       keys, types), the canonical YAML and the Python schema come from it.
+//   static Status Validate(const Spec&, const std::string& key);
+//       the parameter rules, the only copy: kInvalidArgument naming `key` + ".param".
+//   static Status Declare(const Spec&, PlanContext&);
+//       the named values it reads and writes, with their kind and known shape, and the
+//       batch fields it writes. Runs at config validation and at planning; reads no file.
+//   static Result<std::unique_ptr<Op>> Make(const Spec&, PlanContext&);
+//       builds the op after every op has declared: slots, rows and hints come from ctx.
+//   static Spec ExampleSpec();          // a representative spec, for the conformance battery
+// Optional:
+//   static void Hint(const Spec&, ValueHints&);   // see ValueHints
+//   static constexpr bool kSizeKey = true;        // also takes `size: N` (width = height = N)
+//
+// Planning is three passes over the chain: Declare forward (kinds and shapes checked),
+// Hint backward, Make forward. Errors name the op by key: "ops[1].image.resize: ...".
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "headrace/core/batch.h"
+#include "headrace/core/buffer.h"
+#include "headrace/core/status.h"
+#include "headrace/ops/value.h"
+
+namespace headrace {
+
+// What is known at plan time about a named value at one point of the chain.
+struct ValueDesc {
+  ValueKind kind = ValueKind::kEncoded;
+  // The per-sample shape, where known; a dimension that varies between samples is -1.
+  // Images: {height, width, channels}. Empty: no shape (encoded bytes, conversations).
+  std::vector<int64_t> shape;
+  // The key, with its value, that fixed the shape, for messages
+  // ("ops[2].image.center_crop.size 224"); empty when nothing did.
+  std::string shape_source;
+
+  bool fixed() const {
+    for (int64_t d : shape) {
+      if (d < 0) return false;
+    }
+    return !shape.empty();
+  }
+};
+
+// The smallest image later operators need of a value, so that its producer may make it
+// smaller for less work (image.decode scales JPEGs in the DCT domain). Sizes are of the
+// displayed image; 0 = no constraint.
+struct SizeHint {
+  int min_shorter_side = 0;
+  int min_width = 0;
+  int min_height = 0;
+
+  bool any() const { return min_shorter_side > 0 || min_width > 0 || min_height > 0; }
+};
+
+// Per value name, what the operators after a point of the chain need of it. The planner
+// walks the chain backward: before an op's Hint runs, `hints` is what the ops after it
+// need; after, what the ops after its predecessor need. An op without a Hint hook
+// clears the hints of every value it reads (it needs them as they are: the safe
+// default); a geometry-neutral op declares an empty Hint (needs pass through it); an
+// op that rescales replaces the need of its input with its own (image.resize).
+class ValueHints {
+ public:
+  SizeHint Get(std::string_view name) const;
+  void Set(std::string_view name, SizeHint hint);
+  void Clear(std::string_view name);
+
+ private:
+  std::vector<std::pair<std::string, SizeHint>> hints_;
+};
+
+// A named value of the chain being planned. Its slot is its index in PlanState::values:
+// one slot per name, reused by every op that writes the name.
+struct PlanValue {
+  std::string name;
+  ValueDesc desc;
+  std::string written_by;  // "ops[0].image.decode", or "the source field 'image'"
+  int writer = -1;         // the op that wrote it, -1 for the source
+  int source_field = -1;   // for source values: the index of the source's field
+  bool read = false;       // read since it was written
+};
+
+// What one op declared, kept from Declare to Make.
+struct PlanOpRecord {
+  std::string key;                                   // "ops[2].image.resize"
+  std::vector<std::pair<std::string, int>> reads;    // value name, slot
+  std::vector<std::pair<std::string, int>> writes;   // value name, slot
+  std::vector<std::pair<std::string, int>> fields;   // batch field name, row
+  std::vector<ValueDesc> inputs;                     // parallel to reads: as read
+  ValueHints hints_after;                            // what later ops need (Make)
+};
+
+// The chain being planned (pipeline/plan.cc drives it).
+struct PlanState {
+  std::vector<PlanValue> values;
+  std::vector<FieldSpec> fields;
+  std::vector<std::string> field_sources;  // per field: the key that sets its size
+  std::vector<std::string> field_writers;  // per field: who writes it (an op's key)
+  std::vector<PlanOpRecord> ops;
+  // Per source field (PlanValue::source_field): the slot of its value once an op reads
+  // it, else -1 (or past the end). The engine fills only these.
+  std::vector<int> source_slots;
+  // Reads a file an op's parameter names (a tokenizer model), wherever it lives. Unset
+  // during config validation, which reads no file.
+  std::function<Result<Buffer>(const std::string& uri)> read_file;
+  // Tests only (the conformance battery): a read of a value that does not exist creates
+  // it as a source value of the kind asked, images of fixed size kSynthImage*.
+  bool synthesize_inputs = false;
+};
+
+inline constexpr int kSynthImageWidth = 40;
+inline constexpr int kSynthImageHeight = 30;
+
+// One op's view of the plan: what Declare, Hint and Make see.
+class PlanContext {
+ public:
+  // `op` indexes state.ops (which the caller has sized).
+  PlanContext(PlanState& state, int op) : state_(state), op_(op) {}
+
+  // The op's place in the chain: keys its random stream (SampleContext::OpRng).
+  int position() const { return op_; }
+  // "ops[2].image.resize": the prefix of every key this op names in a message.
+  const std::string& key() const { return record().key; }
+  // kInvalidArgument "<key>: <what>".
+  Status Error(std::string_view what) const;
+
+  // --- Declare -------------------------------------------------------------------------
+  // Reads the value `name` as `kind`: its description, or a config error naming the op,
+  // the value and what is available ("reads 'image' as an image, but at this point
+  // 'image' is encoded bytes: add image.decode before it").
+  Result<ValueDesc> Read(std::string_view name, ValueKind kind);
+  // Reads every value of `kind` that exists here (for code ops that take what there
+  // is): their names, in slot order.
+  std::vector<std::string> ReadEvery(ValueKind kind);
+  // Writes `name` (replacing what it held). Fails when the value it replaces was written
+  // by an op and never read: that op's work would be thrown away.
+  Status Write(std::string_view name, ValueDesc desc);
+  // Declares a batch field this op writes, a row per sample; `size_source` is the key
+  // that sets its size, `writer` who writes it (default: key()), for messages.
+  void AddField(FieldSpec field, std::string size_source, std::string writer = "");
+
+  // --- Make (after every op declared) --------------------------------------------------
+  // The slot of a value this op read or wrote; -1 if it declared none of that name.
+  int slot(std::string_view name) const;
+  // The row index of a batch field this op declared; -1 if none of that name.
+  int row(std::string_view field) const;
+  // The values this op read, in order: name and slot.
+  const std::vector<std::pair<std::string, int>>& reads() const { return record().reads; }
+  // The value as this op read it (the first read of that name).
+  const ValueDesc* input(std::string_view name) const;
+  // What the ops after this one need of `name`.
+  SizeHint hint(std::string_view name) const { return record().hints_after.Get(name); }
+  // Reads the file at `uri`, named by this op's parameter `param`. A missing file is a
+  // config error (kInvalidArgument); other failures keep their code. Messages name the
+  // op, the key and the URI.
+  Result<Buffer> ReadFile(std::string_view param, const std::string& uri) const;
+
+ private:
+  const PlanOpRecord& record() const { return state_.ops[static_cast<size_t>(op_)]; }
+  PlanOpRecord& record() { return state_.ops[static_cast<size_t>(op_)]; }
+  int Find(std::string_view name) const;
+
+  PlanState& state_;
+  int op_;
+};
+
+}  // namespace headrace

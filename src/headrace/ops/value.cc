@@ -1,0 +1,44 @@
+#include "headrace/ops/value.h"
+
+#include <algorithm>
+
+namespace headrace {
+
+std::string_view ValueKindName(ValueKind kind) {
+  switch (kind) {
+    case ValueKind::kEncoded: return "encoded bytes";
+    case ValueKind::kImage: return "an image";
+    case ValueKind::kConversation: return "a conversation";
+  }
+  return "an unknown kind";
+}
+
+std::string_view ValueKindMadeBy(ValueKind kind) {
+  switch (kind) {
+    case ValueKind::kImage: return "image.decode";
+    case ValueKind::kEncoded:
+    case ValueKind::kConversation: return "";
+  }
+  return "";
+}
+
+void FillSourceValues(std::span<const SourceValue> sources, const Sample& sample,
+                      std::span<Value> values) {
+  std::fill(values.begin(), values.end(), Value());
+  for (const SourceValue& source : sources) {
+    Value& value = values[static_cast<size_t>(source.slot)];
+    switch (source.from) {
+      case SourceValue::From::kMedia:
+        // A record has one media item today: the source's one media field.
+        if (!sample.record->media_uri.empty()) {
+          value = EncodedBytes{sample.media.data(), sample.media.size()};
+        }
+        break;
+      case SourceValue::From::kConversation:
+        value = TurnsView{sample.record->turns};
+        break;
+    }
+  }
+}
+
+}  // namespace headrace

@@ -1,0 +1,87 @@
+// Named values: what operators read and write in a sample's context.
+//
+// A sample's chain passes values between operators by name ("image", "conversation",
+// "depth"). The planner gives each name a slot at plan time (pipeline/plan.cc), so an
+// operator finds its input by index, never by string, and a value is a small view:
+// the bytes or pixels it points at live in the sample (encoded media, the record's
+// turns) or in the thread's scratch arena.
+//
+// A new modality adds an alternative to Value and a ValueKind (audio samples, video
+// frames, point clouds); existing operators do not change.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <variant>
+
+#include "headrace/core/sample.h"
+#include "headrace/ops/image/image.h"
+
+namespace headrace {
+
+// Encoded media as read from storage (a JPEG file, a WAV file, ...): a view of the
+// sample's bytes, decoded in place.
+struct EncodedBytes {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+};
+
+// A conversation: a view of the record's turns.
+struct TurnsView {
+  std::span<const Turn> turns;
+};
+
+// One value of a sample. std::monostate: the sample has no such value (a record without
+// an item for a media field).
+using Value = std::variant<std::monostate, EncodedBytes, ImageView, TurnsView>;
+
+// What a value holds, as declared at plan time. Each kind is one alternative of Value.
+enum class ValueKind {
+  kEncoded,       // EncodedBytes: media not decoded yet
+  kImage,         // ImageView: 8-bit pixels (shape: height, width, channels)
+  kConversation,  // TurnsView: the record's turns
+};
+
+// "encoded bytes", "an image", "a conversation": for messages.
+std::string_view ValueKindName(ValueKind kind);
+
+// The operator that turns encoded bytes into a value of `kind` ("image.decode"), or ""
+// when there is none: for the planner's hint "add image.decode before it".
+std::string_view ValueKindMadeBy(ValueKind kind);
+
+// The Value alternative of each kind.
+template <ValueKind K>
+struct ValueTypeOf;
+template <>
+struct ValueTypeOf<ValueKind::kEncoded> {
+  using type = EncodedBytes;
+};
+template <>
+struct ValueTypeOf<ValueKind::kImage> {
+  using type = ImageView;
+};
+template <>
+struct ValueTypeOf<ValueKind::kConversation> {
+  using type = TurnsView;
+};
+
+// A value filled from the sample before its chain runs: the planner's binding of one
+// source field to a context slot.
+struct SourceValue {
+  enum class From {
+    kMedia,         // EncodedBytes of the sample's media item for `field`; absent if none
+    kConversation,  // TurnsView of the record's turns
+  };
+  From from = From::kMedia;
+  int field = 0;  // the source field's index (what MediaRef::field names)
+  int slot = 0;
+};
+
+// Empties `values` and fills the `sources` from `sample`: what the executor (and
+// `bench ops`) does before a sample's chain. Allocates nothing.
+void FillSourceValues(std::span<const SourceValue> sources, const Sample& sample,
+                      std::span<Value> values);
+
+}  // namespace headrace
