@@ -2,12 +2,21 @@
 
 The built-in operators are the C++ ones of the YAML config (``image.decode`` ...): each
 function here returns their config entry, so a pipeline built in code and one read from
-YAML are the same PipelineSpec. ``map`` and ``map_batch`` add Python functions.
+YAML are the same PipelineSpec. The functions are made from the schema the C++ op list
+exports (``decode``, ``resize``, ``center_crop``, ``random_resized_crop``, ``flip``,
+``normalize``, ``tokenize``, ... and ``op(name, **params)`` for any), with the
+parameters in the order the op declares them. ``map`` and ``map_batch`` add Python
+functions.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Optional, Sequence, Tuple
+import inspect
+import json
+import os
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from . import _headrace
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,54 +52,84 @@ class BatchMapOp:
     name: str = ""
 
 
+def _plain(value: Any) -> Any:
+    """A parameter as the config (JSON) writes it: paths as strings, sequences as lists."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 def _params(**kwargs) -> dict:
-    return {k: v for k, v in kwargs.items() if v is not None}
+    return {k: _plain(v) for k, v in kwargs.items() if v is not None}
 
 
-def decode(max_pixels: Optional[int] = None) -> BuiltinOp:
-    """``image.decode``: JPEG/PNG/WebP to pixels; rejects images above ``max_pixels``."""
-    return BuiltinOp("image.decode", _params(max_pixels=max_pixels))
+# The C++ operators' schema (ops/all_ops.h): name, doc and parameters (key, type, default,
+# choices) of each, in the list's order. The builders below are made from it, so a new
+# C++ operator needs no edit here.
+_SCHEMA = _headrace._op_schema()
+_PARAMS = {entry["name"]: [p[0] for p in entry["params"]] for entry in _SCHEMA}
 
 
-def resize(shorter_side: Optional[int] = None, width: Optional[int] = None,
-           height: Optional[int] = None, antialias: Optional[bool] = None) -> BuiltinOp:
-    """``image.resize``: to ``shorter_side`` (keeping aspect) or to exactly ``width`` x ``height``."""
-    return BuiltinOp("image.resize", _params(shorter_side=shorter_side, width=width,
-                                             height=height, antialias=antialias))
+def op(name: str, **params) -> BuiltinOp:
+    """Any built-in operator by its config name: ``op("image.resize", shorter_side=256)``.
+
+    Parameters left out (or None) keep their defaults. An unknown parameter or a value of
+    the wrong type raises :class:`headrace.ConfigError`, naming the key and the allowed
+    ones, as a YAML config would; ranges are checked when the pipeline is built.
+    """
+    params = _params(**params)
+    _headrace._check_op(name, json.dumps(params))
+    return BuiltinOp(name, params)
 
 
-def center_crop(size: Optional[int] = None, width: Optional[int] = None,
-                height: Optional[int] = None) -> BuiltinOp:
-    """``image.center_crop`` to ``size`` x ``size`` (or ``width`` x ``height``)."""
-    return BuiltinOp("image.center_crop", _params(size=size, width=width, height=height))
+def _describe(entry: dict) -> str:
+    lines = [f"``{entry['name']}``: {entry['doc']}", "", "Parameters (default):"]
+    for key, type_name, default, choices in entry["params"]:
+        shown = "unset" if default is None else repr(default)
+        if choices:
+            type_name += " (" + ", ".join(choices) + ")"
+        lines.append(f"    {key}: {type_name} = {shown}")
+    return "\n".join(lines)
 
 
-def random_resized_crop(size: Optional[int] = None, width: Optional[int] = None,
-                        height: Optional[int] = None, scale: Optional[Sequence[float]] = None,
-                        ratio: Optional[Sequence[float]] = None) -> BuiltinOp:
-    """``image.random_resized_crop`` (torchvision semantics), seeded per sample."""
-    return BuiltinOp("image.random_resized_crop",
-                     _params(size=size, width=width, height=height,
-                             scale=list(scale) if scale else None,
-                             ratio=list(ratio) if ratio else None))
+def _make_builder(entry: dict) -> Callable[..., BuiltinOp]:
+    name = entry["name"]
+    keys = _PARAMS[name]
+
+    def builder(*args, **kwargs) -> BuiltinOp:
+        if len(args) > len(keys):
+            raise TypeError(f"{name} takes at most {len(keys)} positional arguments "
+                            f"({', '.join(keys)}), got {len(args)}")
+        for key, value in zip(keys, args):
+            if key in kwargs:
+                raise TypeError(f"{name}: got two values for '{key}'")
+            kwargs[key] = value
+        return op(name, **kwargs)
+
+    builder.__name__ = builder.__qualname__ = name.rsplit(".", 1)[-1]
+    builder.__doc__ = _describe(entry)
+    builder.__signature__ = inspect.Signature(
+        [inspect.Parameter(k, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
+         for k in keys], return_annotation=BuiltinOp)
+    return builder
 
 
-def flip(p: Optional[float] = None) -> BuiltinOp:
-    """``image.flip``: random horizontal flip with probability ``p``, seeded per sample."""
-    return BuiltinOp("image.flip", _params(p=p))
+def _short_names() -> Dict[str, str]:
+    """``decode`` for ``image.decode``, ...: the last part of each op's name, where no
+    other op shares it (those are reached through :func:`op`)."""
+    short: Dict[str, List[str]] = {}
+    for entry in _SCHEMA:
+        short.setdefault(entry["name"].rsplit(".", 1)[-1], []).append(entry["name"])
+    return {k: v[0] for k, v in short.items() if len(v) == 1}
 
 
-def normalize(mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None,
-              dtype: Optional[str] = None, layout: Optional[str] = None) -> BuiltinOp:
-    """``image.normalize``: ``(pixel / 255 - mean) / std`` into the batch's ``image`` field."""
-    return BuiltinOp("image.normalize", _params(mean=list(mean) if mean else None,
-                                                std=list(std) if std else None,
-                                                dtype=dtype, layout=layout))
-
-
-def tokenize(model: str, max_length: Optional[int] = None, **options) -> BuiltinOp:
-    """``text.tokenize``: the conversation with SentencePiece ``model``, assistant-only labels."""
-    return BuiltinOp("text.tokenize", _params(model=str(model), max_length=max_length, **options))
+for _short, _name in _short_names().items():
+    if _short in ("op", "map", "map_batch"):
+        continue
+    globals()[_short] = _make_builder(next(e for e in _SCHEMA if e["name"] == _name))
+del _short, _name
 
 
 def map(fn: Callable[[dict], Mapping[str, Any]],  # noqa: A001 (shadows builtin on purpose)

@@ -8,9 +8,9 @@
 // (headrace/_procpool.py).
 //
 // The sample a function receives is a dict: index, epoch, id, uri, turns (a list of
-// (role, text)), and, when the chain has decoded an image, `image`: a read-only uint8
-// numpy view (height, width, 3) RGB of the engine's current image, valid only
-// during the call (copy it to keep it). The function returns a mapping with one
+// (role, text)), and, for each image value the chain holds where the op stands (after
+// image.decode: `image`), a read-only uint8 numpy view (height, width, 3) RGB of it by
+// its name, valid only during the call (copy it to keep it). The function returns a mapping with one
 // array-like per declared output field, of the declared shape; it is converted with
 // numpy.ascontiguousarray to the field's dtype and copied into the batch row. A function
 // that raises or returns the wrong fields fails its sample with kUserFunctionError
@@ -43,11 +43,12 @@ const char* RoleName(Role role) {
 class PyMapOp : public Op {
  public:
   PyMapOp(std::string name, std::shared_ptr<PyCallable> fn, std::vector<FieldSpec> fields,
-          int first_field)
+          const UserOpBinding& at)
       : name_(std::move(name)),
         fn_(std::move(fn)),
         fields_(std::move(fields)),
-        first_field_(first_field) {}
+        first_row_(at.first_row),
+        images_(at.images) {}
 
   std::string_view name() const override { return name_; }
 
@@ -56,7 +57,7 @@ class PyMapOp : public Op {
     try {
       nb::object out = fn_->fn(MakeSampleDict(ctx));
       for (size_t f = 0; f < fields_.size(); ++f) {
-        HR_RETURN_IF_ERROR(WriteField(out, f, ctx.slots[first_field_ + f]));
+        HR_RETURN_IF_ERROR(WriteField(out, f, ctx.rows[first_row_ + f]));
       }
       return Status::Ok();
     } catch (nb::python_error& e) {
@@ -79,14 +80,16 @@ class PyMapOp : public Op {
     for (const Turn& t : sample.record->turns)
       turns.append(nb::make_tuple(RoleName(t.role), t.text));
     d["turns"] = turns;
-    if (!ctx.image.empty()) {
-      const ImageView& im = ctx.image;
+    for (const auto& [image_name, slot] : images_) {
+      const ImageView* image = ctx.Get<ImageView>(slot);
+      if (image == nullptr || image->empty()) continue;
+      const ImageView& im = *image;
       // RGB: the RGBX padding byte of the decoder's layout is left out of the view.
       const size_t shape[3] = {static_cast<size_t>(im.height), static_cast<size_t>(im.width), 3};
       const int64_t strides[3] = {im.stride, im.channels, 1};
       nb::ndarray<nb::numpy, const uint8_t, nb::ndim<3>> view(im.data, 3, shape, nb::handle(),
                                                               strides);
-      d["image"] = nb::cast(view, nb::rv_policy::reference);
+      d[image_name.c_str()] = nb::cast(view, nb::rv_policy::reference);
     }
     return d;
   }
@@ -119,7 +122,9 @@ class PyMapOp : public Op {
   const std::string name_;
   const std::shared_ptr<PyCallable> fn_;
   const std::vector<FieldSpec> fields_;
-  const int first_field_;
+  const int first_row_;
+  // The image values the op sees: name and slot.
+  const std::vector<std::pair<std::string, int>> images_;
 };
 
 }  // namespace
@@ -153,9 +158,8 @@ void RegisterUserOps(nb::module_& m) {
         UserOpSpec op;
         op.name = name;
         op.fields = fields;
-        op.make = [name, callable, fields](int first_field, int) -> Result<std::unique_ptr<Op>> {
-          return std::unique_ptr<Op>(
-              std::make_unique<PyMapOp>(name, callable, fields, first_field));
+        op.make = [name, callable, fields](const UserOpBinding& at) -> Result<std::unique_ptr<Op>> {
+          return std::unique_ptr<Op>(std::make_unique<PyMapOp>(name, callable, fields, at));
         };
         spec.ops.insert(spec.ops.begin() + static_cast<std::ptrdiff_t>(position), std::move(op));
       },

@@ -456,3 +456,60 @@ def test_a_python_op_output_named_like_another_field_is_refused(make_pipeline):
     with pytest.raises(headrace.ConfigError,
                        match=r"writes the field 'labels', which ops\[4\].text.tokenize"):
         next(iter(headrace.Loader(make_pipeline().map(fn, {"labels": ("i64", [])}))))
+
+
+def test_op_builders_come_from_the_cpp_op_list():
+    schema = headrace._headrace._op_schema()
+    names = [entry["name"] for entry in schema]
+    assert names[:2] == ["image.decode", "image.resize"] and "text.tokenize" in names
+    # Every op has a builder named by the last part of its name, made from its schema.
+    for name in names:
+        builder = getattr(ops, name.rsplit(".", 1)[-1])
+        assert builder().name == name
+    resize = next(e for e in schema if e["name"] == "image.resize")
+    assert [p[0] for p in resize["params"]] == ["shorter_side", "width", "height", "antialias",
+                                                "field"]
+    normalize = next(e for e in schema if e["name"] == "image.normalize")
+    assert ("dtype", "enum", "f32", ["f32", "f16", "bf16"]) in [tuple(p) for p in
+                                                                 normalize["params"]]
+    assert ("mean", "list[float, 3]", [0.485, 0.456, 0.406], None) in [
+        tuple(p) for p in normalize["params"]]
+    # Positional parameters follow the op's declaration order; the generic form is the same.
+    assert ops.resize(256) == ops.op("image.resize", shorter_side=256)
+    assert ops.center_crop(224).config() == {"image.center_crop": {"size": 224}}
+    assert ops.tokenize("m.model", 48).config() == {
+        "text.tokenize": {"model": "m.model", "max_length": 48}}
+
+
+def test_an_unknown_op_parameter_fails_as_in_yaml():
+    with pytest.raises(headrace.ConfigError,
+                       match=r"image.resize.shorter_sid: unknown key \(allowed for image.resize: "
+                             r"shorter_side, width, height, antialias, field\)"):
+        ops.resize(shorter_sid=3)
+    with pytest.raises(headrace.ConfigError, match=r"image.flip.p: expected a finite number"):
+        ops.op("image.flip", p="often")
+    with pytest.raises(headrace.ConfigError, match=r"unknown op 'image.blur' \(allowed: image."):
+        ops.op("image.blur")
+    with pytest.raises(TypeError, match="at most"):
+        ops.flip(0.5, "image", 3)
+
+
+def test_ops_name_the_values_they_read_and_write(make_pipeline, py_sample):
+    # The defaults spelled out give the same pipeline as the defaults.
+    default = make_pipeline(shuffle=False)
+    named = headrace.Pipeline(
+        source=py_sample / "manifest.jsonl", shuffle=False, batch_size=8, seed=1,
+        cpu_threads=2, memory_budget="64MiB",
+        ops=[ops.decode(field="image"), ops.resize(shorter_side=64, field="image"),
+             ops.center_crop(56, field="image"), ops.normalize(field="image", output="image"),
+             ops.tokenize(py_sample / "tokenizer.model", max_length=48, field="conversation")])
+    a, b = next(iter(headrace.Loader(default))), next(iter(headrace.Loader(named)))
+    assert list(a.keys()) == list(b.keys())
+    for key in a.keys():
+        assert bytes(memoryview(a[key])) == bytes(memoryview(b[key])), key
+    # A normalize of a value nothing decoded is refused, naming the op and what exists.
+    with pytest.raises(headrace.ConfigError,
+                       match=r"ops\[1\].image.normalize: reads 'image' as an image, but at this "
+                             r"point 'image' is encoded bytes .*add image.decode before it"):
+        headrace.Pipeline(source=py_sample / "manifest.jsonl",
+                          ops=[ops.tokenize(py_sample / "tokenizer.model"), ops.normalize()])

@@ -289,10 +289,13 @@ class Reader {
 
   Status ParseOps(const YAML::Node& n, const std::string& path, std::vector<OpSpec>* out);
 
- private:
+  // One op `name` with `params`; its keys are named `path.name.key` (`name.key` when
+  // `path` is empty).
   template <size_t I = 0>
   Status ParseOp(std::string_view name, const YAML::Node& params, const std::string& path,
                  OpSpec* out);
+
+ private:
 
   Result<std::string> ScalarText(const YAML::Node& n, const std::string& path,
                                  std::string_view expected) {
@@ -502,7 +505,7 @@ Status Reader::ParseOp(std::string_view name, const YAML::Node& params, const st
                              AllOpNames() + ")");
     }
     T spec;
-    const std::string op_path = path + "." + std::string(name);
+    const std::string op_path = path.empty() ? std::string(name) : path + "." + std::string(name);
     HR_RETURN_IF_ERROR(ParseStruct(params, op_path, name, &spec));
     *out = std::move(spec);
     return Status::Ok();
@@ -956,6 +959,23 @@ Result<PipelineSpec> LoadPipelineConfig(const std::string& path,
   Result<PipelineSpec> spec = ParsePipelineConfig(text, overrides);
   if (!spec.ok()) return spec.status().WithContext(path);
   return spec;
+}
+
+Result<OpSpec> ParseOpConfig(std::string_view name, std::string_view params_yaml) {
+  try {
+    YAML::Node params;
+    try {
+      params = YAML::Load(std::string(params_yaml));
+    } catch (const YAML::ParserException& e) {
+      return Status::InvalidArgument(std::string(name) + ": YAML syntax error: " + e.msg);
+    }
+    Reader reader;
+    OpSpec op;
+    HR_RETURN_IF_ERROR(reader.ParseOp(name, params, "", &op));
+    return op;
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(std::string(name) + ": " + e.what());
+  }
 }
 
 std::string PipelineSpecToYaml(const PipelineSpec& spec) {

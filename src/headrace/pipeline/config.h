@@ -59,6 +59,13 @@ Result<PipelineSpec> ParsePipelineConfig(std::string_view yaml_text,
 // LoadPipelineConfig and ParsePipelineConfig call it.
 Status ValidatePipelineSpec(const PipelineSpec& spec);
 
+// One op's entry as a config writes it (`name` and its params, a YAML map or null),
+// parsed alone: kInvalidArgument as the config's, keys named `name.key`
+// ("image.resize.shorter_sid: unknown key (allowed for image.resize: ...)"). Values are
+// not validated (ValidatePipelineSpec does, with the op's place in the chain). For the
+// Python builders.
+Result<OpSpec> ParseOpConfig(std::string_view name, std::string_view params_yaml);
+
 // Canonical YAML of the whole effective spec: every key in a fixed order, defaults
 // filled in, sizes in plain bytes, numbers written so that they read back exactly.
 // ParsePipelineConfig(PipelineSpecToYaml(s)) gives a spec equal to s, and equal specs
