@@ -138,8 +138,9 @@ def map(fn: Callable[[dict], Mapping[str, Any]],  # noqa: A001 (shadows builtin 
     """A Python function applied to each sample, writing new batch fields.
 
     ``fn(sample)`` gets a dict: ``index``, ``epoch``, ``id``, ``uri``, ``turns`` (list of
-    ``(role, text)``) and, after ``decode``, ``image``: a read-only uint8 ``(H, W, C)`` numpy
-    view of the current image, valid only during the call. It returns a dict with one
+    ``(role, text)``) and, for each image value the chain holds where the op stands (after
+    ``decode``: ``image``), a read-only uint8 ``(H, W, C)`` numpy view of it by its name,
+    valid only during the call. It returns a dict with one
     array-like per output; ``outputs`` declares each as ``name: (dtype, shape)`` with dtype
     one of ``u8, i32, i64, f16, f32``; the batch gets a ``[B, *shape]`` field per output.
 

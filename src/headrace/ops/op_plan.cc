@@ -68,10 +68,9 @@ Result<ValueDesc> PlanContext::Read(std::string_view name, ValueKind kind) {
                           ", but at this point " + quoted + " is " +
                           std::string(ValueKindName(value.desc.kind)) + " (from " +
                           value.written_by + ")";
-    const std::string_view made_by = ValueKindMadeBy(kind);
-    if (value.desc.kind == ValueKind::kEncoded && !made_by.empty()) {
-      message += ": add " + std::string(made_by) + " before it";
-    }
+    const std::string made_by =
+        state_.producer_of ? state_.producer_of(value.desc.kind, kind) : std::string();
+    if (!made_by.empty()) message += ": add " + made_by + " before it";
     return Error(message);
   }
   value.read = true;

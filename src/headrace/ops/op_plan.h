@@ -120,6 +120,10 @@ struct PlanState {
   // Reads a file an op's parameter names (a tokenizer model), wherever it lives. Unset
   // during config validation, which reads no file.
   std::function<Result<Buffer>(const std::string& uri)> read_file;
+  // The name of an op that turns a value of kind `from` into one of kind `to` (encoded
+  // bytes into an image: "image.decode"), or "": for the advice in a kind mismatch. The
+  // planner answers from the op list's declarations. Optional.
+  std::function<std::string(ValueKind from, ValueKind to)> producer_of;
   // Tests only (the conformance battery): a read of a value that does not exist creates
   // it as a source value of the kind asked, images of fixed size kSynthImage*.
   bool synthesize_inputs = false;

@@ -13,15 +13,6 @@ std::string_view ValueKindName(ValueKind kind) {
   return "an unknown kind";
 }
 
-std::string_view ValueKindMadeBy(ValueKind kind) {
-  switch (kind) {
-    case ValueKind::kImage: return "image.decode";
-    case ValueKind::kEncoded:
-    case ValueKind::kConversation: return "";
-  }
-  return "";
-}
-
 void FillSourceValues(std::span<const SourceValue> sources, const Sample& sample,
                       std::span<Value> values) {
   std::fill(values.begin(), values.end(), Value());

@@ -47,10 +47,6 @@ enum class ValueKind {
 // "encoded bytes", "an image", "a conversation": for messages.
 std::string_view ValueKindName(ValueKind kind);
 
-// The operator that turns encoded bytes into a value of `kind` ("image.decode"), or ""
-// when there is none: for the planner's hint "add image.decode before it".
-std::string_view ValueKindMadeBy(ValueKind kind);
-
 // The Value alternative of each kind.
 template <ValueKind K>
 struct ValueTypeOf;

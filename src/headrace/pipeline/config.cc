@@ -127,11 +127,6 @@ concept HasFields = requires(T& t) {
   Fields(t, [](std::string_view, auto&, Unit = {}) {});
 };
 
-// The config name of an op ("image.resize"; "user" for code ops).
-std::string_view OpName(const OpSpec& op) {
-  return VisitOpType(op, []<typename T>(const auto&) { return T::kName; });
-}
-
 // Ops whose Spec has width and height may also take `size: N` for width = height = N
 // (the crops: kSizeKey).
 template <typename T>
@@ -700,8 +695,11 @@ void Emit(YAML::Emitter& out, const T& value, Unit unit, bool flow) {
   } else if constexpr (std::is_same_v<T, std::vector<OpSpec>>) {
     out << YAML::BeginSeq;
     for (const OpSpec& op : value) {
-      out << YAML::BeginMap << YAML::Key << std::string(OpName(op)) << YAML::Value;
-      std::visit([&](const auto& spec) { EmitStruct(out, spec, /*flow=*/true); }, op);
+      // The op type's config name: a code op's is the placeholder "user".
+      VisitOpType(op, [&]<typename OpType>(const auto& spec) {
+        out << YAML::BeginMap << YAML::Key << std::string(OpType::kName) << YAML::Value;
+        EmitStruct(out, spec, /*flow=*/true);
+      });
       out << YAML::EndMap;
     }
     out << YAML::EndSeq;
@@ -767,17 +765,6 @@ Status ValidateStorage(const StorageSpec& s) {
   HR_RETURN_IF_ERROR(AtLeast<int64_t>("storage.part_bytes", s.part_bytes, 64 << 10));
   HR_RETURN_IF_ERROR(AtLeast("storage.max_connections", s.max_connections, 0));
   return AtLeast<int64_t>("storage.max_object_bytes", s.max_object_bytes, 1);
-}
-
-// Each op's own rules (its Validate), then the chain's declarations (CheckOpChain):
-// every value an op reads exists with the kind it needs, batch field names are unique.
-Status ValidateOps(const PipelineSpec& spec) {
-  for (size_t i = 0; i < spec.ops.size(); ++i) {
-    const std::string key = OpKey(i, spec.ops[i]);
-    HR_RETURN_IF_ERROR(VisitOpType(
-        spec.ops[i], [&]<typename T>(const auto& op) { return T::Validate(op, key); }));
-  }
-  return CheckOpChain(spec);
 }
 
 }  // namespace
@@ -851,7 +838,9 @@ Status ValidatePipelineSpec(const PipelineSpec& spec) {
   HR_RETURN_IF_ERROR(NonEmpty("source.text_field", src.text_field, "a JSON key"));
   if (spec.epochs) HR_RETURN_IF_ERROR(InRange<int64_t>("epochs", *spec.epochs, 1, kMaxEpochs));
   HR_RETURN_IF_ERROR(InRange<int64_t>("batch.size", spec.batch.size, 1, kMaxBatchSize));
-  HR_RETURN_IF_ERROR(ValidateOps(spec));
+  // Each op's own rules (its Validate) and the chain's declarations: what every op reads
+  // exists with the kind it needs, batch field names are unique.
+  HR_RETURN_IF_ERROR(CheckOpChain(spec));
   const ExecutionSpec& exec = spec.execution;
   HR_RETURN_IF_ERROR(InRange("execution.cpu_threads", exec.cpu_threads, 0, kMaxThreads));
   HR_RETURN_IF_ERROR(InRange("execution.io_threads", exec.io_threads, 0, kMaxThreads));

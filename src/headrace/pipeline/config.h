@@ -53,9 +53,9 @@ Result<PipelineSpec> LoadPipelineConfig(const std::string& path,
 Result<PipelineSpec> ParsePipelineConfig(std::string_view yaml_text,
                                          const std::vector<std::string>& overrides = {});
 
-// Checks every value range (each op's own Validate for its parameters) and the op
-// chain's declarations (CheckOpChain, plan.h: each op reads a value that exists with the
-// kind it needs; batch field names are unique). For specs built in C++ or Python too;
+// Checks every value range and the op chain (CheckOpChain, plan.h: each op's own
+// Validate for its parameters, each op reads a value that exists with the kind it
+// needs, batch field names are unique). For specs built in C++ or Python too;
 // LoadPipelineConfig and ParsePipelineConfig call it.
 Status ValidatePipelineSpec(const PipelineSpec& spec);
 

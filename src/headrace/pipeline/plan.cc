@@ -84,6 +84,7 @@ Status DeclareOps(const std::vector<OpSpec>& ops, PlanState& state) {
     state.ops[position].key = OpKey(position, ops[i]);
     PlanContext ctx(state, position);
     HR_RETURN_IF_ERROR(VisitOpType(ops[i], [&]<typename T>(const auto& spec) {
+      HR_RETURN_IF_ERROR(T::Validate(spec, ctx.key()));
       return T::Declare(spec, ctx);
     }));
   }
@@ -179,8 +180,35 @@ Status CheckOutputsUsed(const PlanState& state) {
   return Status::Ok();
 }
 
+// The first op of the list that reads a value of kind `from` and writes it back, under
+// the same name, as kind `to` (image.decode for encoded bytes -> image), from each op's
+// declaration of its ExampleSpec. Only on the error path: it declares every op.
+std::string ProducerOf(ValueKind from, ValueKind to) {
+  std::string found;
+  AllOps::ForEach([&]<typename T>() {
+    if (!found.empty()) return;
+    PlanState probe;
+    probe.synthesize_inputs = true;
+    probe.ops.resize(1);
+    probe.ops[0].key = std::string(T::kName);
+    PlanContext ctx(probe, 0);
+    if (!T::Declare(T::ExampleSpec(), ctx).ok()) return;
+    const PlanOpRecord& r = probe.ops[0];
+    for (size_t i = 0; i < r.reads.size(); ++i) {
+      for (const auto& [name, slot] : r.writes) {
+        if (name == r.reads[i].first && r.inputs[i].kind == from &&
+            probe.values[static_cast<size_t>(slot)].desc.kind == to) {
+          found = T::kName;
+        }
+      }
+    }
+  });
+  return found;
+}
+
 Result<PlanState> DeclareChain(const PipelineSpec& spec) {
   PlanState state;
+  state.producer_of = ProducerOf;
   AddSourceValues(SourceFieldsOf(spec.source), state);
   HR_RETURN_IF_ERROR(DeclareOps(spec.ops, state));
   HR_RETURN_IF_ERROR(CheckFieldNames(state));

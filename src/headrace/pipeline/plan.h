@@ -66,7 +66,8 @@ struct PipelinePlan {
 // Status code (kIoError, ...), with the op, key and URI in the message.
 Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage);
 
-// The declaration pass alone, building nothing and reading no file: every op reads
+// The declaration pass alone, building nothing and reading no file: every op's
+// parameters pass its Validate, every op reads
 // values that exist with the kind (and, where it needs one, the fixed shape) it asks
 // for, and batch field names are unique and not the engine's "index". kInvalidArgument
 // naming the op's key ("ops[1].image.resize: reads 'image' as an image, but at this
