@@ -192,7 +192,7 @@ Result<std::string> Resolve(const SplitPath& base, const std::string& base_text,
   return out;
 }
 
-// Fills `record` (id, media_uri, turns) from one parsed line, or returns why it is bad.
+// Fills `record` (id, media, turns) from one parsed line, or returns why it is bad.
 Status FillRecord(simdjson::dom::element doc, int64_t line, const SourceSpec& spec,
                   const SplitPath& root, const std::string& root_text, SampleRecord& record) {
   simdjson::dom::object obj;
@@ -224,7 +224,7 @@ Status FillRecord(simdjson::dom::element doc, int64_t line, const SourceSpec& sp
     if (path.empty()) return MissingField(line, "field '" + spec.image_field + "' is empty");
     Result<std::string> uri = Resolve(root, root_text, path, spec.allow_absolute_paths);
     if (!uri.ok()) return uri.status().WithContext(LinePrefix(line) + spec.image_field);
-    record.media_uri = std::move(uri).value();
+    record.media.push_back(MediaRef{kImageField, std::move(uri).value()});
   }
 
   simdjson::dom::element conv_element;
@@ -335,7 +335,7 @@ Result<Manifest> ParseManifest(const Buffer& jsonl_bytes, const std::string& man
     }
     if (!record.status.ok()) {
       // The id, when it was read, stays for messages; nothing else is usable.
-      record.media_uri.clear();
+      record.media.clear();
       record.turns.clear();
       ++manifest.bad_lines;
     }
@@ -369,8 +369,9 @@ size_t ManifestMemoryBytes(const Manifest& manifest) {
                  StringHeapBytes(manifest.root) +
                  HeapBlockBytes(manifest.records.capacity() * sizeof(SampleRecord));
   for (const SampleRecord& r : manifest.records) {
-    bytes += StringHeapBytes(r.id) + StringHeapBytes(r.media_uri) +
+    bytes += StringHeapBytes(r.id) + HeapBlockBytes(r.media.capacity() * sizeof(MediaRef)) +
              HeapBlockBytes(r.turns.capacity() * sizeof(Turn));
+    for (const MediaRef& m : r.media) bytes += StringHeapBytes(m.uri);
     for (const Turn& turn : r.turns) bytes += StringHeapBytes(turn.text);
     if (!r.status.ok()) {
       // The status's shared state (control block, code, message object) and message.

@@ -2,6 +2,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include "headrace/core/sample.h"
 
 namespace headrace {
 
@@ -21,5 +24,14 @@ struct SourceSpec {
   // Absolute media paths are rejected unless allowed (and must then still be inside root).
   bool allow_absolute_paths = false;
 };
+
+// The fields of the records a manifest source yields, in order: MediaRef::field and the
+// planner's source values index this list. Today's manifest has two.
+inline constexpr int kImageField = 0;         // media: the `image_field` key
+inline constexpr int kConversationField = 1;  // SampleRecord::turns
+inline std::vector<SourceField> SourceFieldsOf(const SourceSpec&) {
+  return {SourceField{"image", FieldKind::kImage, 0},
+          SourceField{"conversation", FieldKind::kConversation, 0}};
+}
 
 }  // namespace headrace

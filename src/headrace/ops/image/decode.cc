@@ -496,11 +496,14 @@ Result<MutableImageView> CachedScratchImage(SampleContext& ctx, int width, int h
 
 }  // namespace
 
-DecodeOp::DecodeOp(const DecodeSpec& spec, DecodeTarget target) : spec_(spec), target_(target) {}
+DecodeOp::DecodeOp(const DecodeSpec& spec, DecodeTarget target, int media_field)
+    : spec_(spec), target_(target), media_field_(media_field) {}
 
 Status DecodeOp::Run(SampleContext& ctx) const {
   if (ctx.sample == nullptr) return Status::Internal("image.decode: no sample in context");
-  const Buffer& media = ctx.sample->media;
+  const Buffer* found = ctx.sample->MediaOf(media_field_);
+  if (found == nullptr) return Status::MissingField("the record has no image");
+  const Buffer& media = *found;
   HR_ASSIGN_OR_RETURN(DecodePlan plan, PlanDecode(media.data(), media.size(), spec_, target_));
   HR_ASSIGN_OR_RETURN(MutableImageView decoded,
                       CachedScratchImage(ctx, plan.decoded_width, plan.decoded_height));

@@ -97,7 +97,8 @@ Result<Image> DecodeImage(const uint8_t* data, size_t size, const DecodeSpec& sp
 // and sets ctx.image. Uses one scratch slot, two when the image needs re-orienting.
 class DecodeOp : public Op {
  public:
-  DecodeOp(const DecodeSpec& spec, DecodeTarget target);
+  // Decodes the sample's first media item of source field `media_field`.
+  DecodeOp(const DecodeSpec& spec, DecodeTarget target, int media_field = 0);
 
   std::string_view name() const override { return "image.decode"; }
   Status Run(SampleContext& ctx) const override;
@@ -105,6 +106,7 @@ class DecodeOp : public Op {
  private:
   DecodeSpec spec_;
   DecodeTarget target_;
+  int media_field_;
 };
 
 }  // namespace headrace

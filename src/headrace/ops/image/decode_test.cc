@@ -468,7 +468,7 @@ TEST(DecodeOp, DecodesSampleMediaIntoScratch) {
   EXPECT_EQ(t.ctx.next_scratch, 1);
   ExpectColour(t.ctx.image, 10, 10, 255, 0, 0, 12);
   // The media buffer is read in place: no handle to it was kept or copied.
-  EXPECT_EQ(t.sample.media.use_count(), 1);
+  EXPECT_EQ(t.sample.media[0].use_count(), 1);
 }
 
 TEST(DecodeOp, AppliesOrientationAndTarget) {
@@ -485,7 +485,9 @@ TEST(DecodeOp, AppliesOrientationAndTarget) {
 TEST(DecodeOp, ReportsErrorsAsStatus) {
   testing::TestContext t;
   DecodeOp op(DecodeSpec{}, DecodeTarget{});
-  EXPECT_EQ(op.Run(t.ctx).code(), StatusCode::kCorruptData);  // no media: zero bytes
+  EXPECT_EQ(op.Run(t.ctx).code(), StatusCode::kMissingField);  // no media item at all
+  t.SetMedia({});
+  EXPECT_EQ(op.Run(t.ctx).code(), StatusCode::kCorruptData);  // zero bytes
   t.SetMedia({1, 2, 3, 4, 5});
   EXPECT_EQ(op.Run(t.ctx).code(), StatusCode::kUnsupportedFormat);
 }

@@ -155,17 +155,20 @@ inline Bytes EncodeWebp(const Bytes& pixels, int width, int height, int channels
 
 // A context over one sample, with its own scratch arena and (optionally) batch slots.
 struct TestContext {
+  SampleRecord record;  // one media item, of source field 0
   Sample sample;
   ScratchArena scratch;
   std::vector<uint8_t*> slot_pointers;
   SampleContext ctx;
 
   explicit TestContext(uint64_t sample_seed = 1) {
+    record.media.push_back(MediaRef{0, "test-media"});
+    sample.record = &record;
     ctx.sample = &sample;
     ctx.sample_seed = sample_seed;
     ctx.scratch = &scratch;
   }
-  void SetMedia(const Bytes& bytes) { sample.media = *Buffer::CopyOf(bytes.data(), bytes.size()); }
+  void SetMedia(const Bytes& bytes) { sample.media = {*Buffer::CopyOf(bytes.data(), bytes.size())}; }
   void SetSlots(std::vector<uint8_t*> slots) {
     slot_pointers = std::move(slots);
     ctx.slots = slot_pointers.data();

@@ -236,7 +236,7 @@ Status TokenizeOp::Run(SampleContext& ctx) const {
   if (ctx.sample == nullptr || ctx.sample->record == nullptr || ctx.slots == nullptr) {
     return Status::Internal("text.tokenize: context without a sample record or slots");
   }
-  return TokenizeConversation(*model_, template_, ctx.sample->record->turns,
+  return TokenizeConversation(*model_, template_, ctx.sample->Conversation(),
                               reinterpret_cast<int64_t*>(ctx.slots[input_ids_field_]),
                               reinterpret_cast<int64_t*>(ctx.slots[attention_mask_field_]),
                               reinterpret_cast<int64_t*>(ctx.slots[labels_field_]));
