@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "headrace/core/buffer.h"
@@ -60,6 +61,13 @@ struct MediaRef {
   int64_t length = -1;  // bytes from offset; -1: the whole object
 };
 
+// A value the source parsed inline for a non-media field (text, string, int, float).
+// A list field has one entry per item, in list order.
+struct Attribute {
+  int field = 0;  // index into the source's fields
+  std::variant<int64_t, double, std::string> value;
+};
+
 // A parsed record of a source. Immutable after the source is loaded; shared by all
 // epochs.
 struct SampleRecord {
@@ -68,6 +76,8 @@ struct SampleRecord {
   // field order; a list field has its items in list order. Empty for a text-only record.
   std::vector<MediaRef> media;
   std::vector<Turn> turns;
+  // Values of the text and scalar fields, grouped by field in the source's order.
+  std::vector<Attribute> attributes;
   // Not ok when the manifest line could not be parsed or resolved; the sample then fails
   // with this status whenever an epoch reaches it, so errors keep their (epoch, index).
   Status status;

@@ -524,6 +524,25 @@ void Engine::FinishBatch(BatchJob& job) {
                               Tensor(t.dtype(), std::move(shape), t.buffer().Slice(0, row * kept)));
   }
   job.tensors.clear();
+  for (const EngineInputs::StringField& f : inputs_.strings) {
+    Batch::Strings& column = batch.strings.emplace_back();
+    column.name = f.name;
+    column.list = f.list;
+    column.rows.reserve(static_cast<size_t>(kept));
+    for (int64_t s = 0; s < n; ++s) {
+      if (!job.status[s].ok()) continue;
+      const SampleRecord& record = (*inputs_.records)[job.sample_indices[s]];
+      std::vector<std::string>& row = column.rows.emplace_back();
+      if (f.field < 0) {
+        row.push_back(record.id);
+        continue;
+      }
+      for (const Attribute& a : record.attributes) {
+        if (a.field != f.field) continue;
+        if (const auto* text = std::get_if<std::string>(&a.value)) row.push_back(*text);
+      }
+    }
+  }
   if (kept > 0) RunBatchOps(job, batch);
   const bool cancelled = std::any_of(job.status.begin(), job.status.end(), [](const Status& s) {
     return s.code() == StatusCode::kCancelled;
@@ -560,6 +579,7 @@ void Engine::RunBatchOps(const BatchJob& job, Batch& batch) {
       shape[0] = 0;
       tensor = Tensor(tensor.dtype(), std::move(shape), tensor.buffer().Slice(0, 0));
     }
+    for (Batch::Strings& column : batch.strings) column.rows.clear();
     return;
   }
 }

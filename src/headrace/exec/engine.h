@@ -71,6 +71,14 @@ struct EngineInputs {
   // The per-sample chain; Op::Run writes into the rows of `fields` (by position).
   std::vector<std::unique_ptr<Op>> ops;
   std::vector<FieldSpec> fields;
+  // Per-sample strings collected into Batch::strings, in this order: field -1 is the
+  // record's id, else the Attribute values of that source field.
+  struct StringField {
+    std::string name;
+    int field = -1;
+    bool list = false;
+  };
+  std::vector<StringField> strings;
   // Per-batch steps, run in order on each complete batch before delivery.
   std::vector<std::unique_ptr<BatchOp>> batch_ops;
   // Whether samples need their media read before the chain runs (each item of

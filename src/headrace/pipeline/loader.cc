@@ -55,6 +55,7 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   in.fields = std::move(plan.fields);
   in.batch_ops = std::move(plan.batch_ops);
   in.reads_media = plan.reads_media;
+  in.strings = std::move(plan.strings);
   in.storage = loader->storage_;
 
   loader->cpu_threads_ = ex.cpu_threads > 0 ? ex.cpu_threads : AvailableCores();

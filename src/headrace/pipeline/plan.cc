@@ -12,6 +12,7 @@
 #include "headrace/ops/image/random_resized_crop.h"
 #include "headrace/ops/image/resize.h"
 #include "headrace/ops/text/tokenize.h"
+#include "headrace/pipeline/source_fields.h"
 
 namespace headrace {
 namespace {
@@ -236,6 +237,7 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage) {
     HR_ASSIGN_OR_RETURN(std::unique_ptr<BatchOp> op, b.make());
     plan.batch_ops.push_back(std::move(op));
   }
+  AddSourceFields(spec.source, plan);
   if (decoded && !normalized) {
     return Status::InvalidArgument(
         "ops: an image chain must end with image.normalize, which writes the batch tensor");

@@ -24,6 +24,8 @@ struct PipelinePlan {
   // ("ops[2].image.center_crop.size 224", "ops[4].text.tokenize.max_length 128").
   std::vector<std::string> field_sources;
   std::vector<std::unique_ptr<BatchOp>> batch_ops;
+  // Per-sample strings for Batch::strings: the id, then the source's text fields.
+  std::vector<EngineInputs::StringField> strings;
   bool reads_media = false;  // the chain starts with image.decode
 };
 
