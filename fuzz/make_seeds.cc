@@ -265,8 +265,8 @@ std::string ParquetFile(int rows, int64_t rows_per_group, arrow::Compression::ty
   arrow::Int64Builder id;
   arrow::DoubleBuilder score;
   arrow::BooleanBuilder flag;
-  auto media_type = arrow::struct_(
-      {arrow::field("bytes", arrow::binary()), arrow::field("path", arrow::utf8())});
+  auto media_type =
+      arrow::struct_({arrow::field("bytes", arrow::binary()), arrow::field("path", arrow::utf8())});
   auto media_bytes = std::make_shared<arrow::BinaryBuilder>();
   auto media_path = std::make_shared<arrow::StringBuilder>();
   arrow::StructBuilder media(media_type, arrow::default_memory_pool(), {media_bytes, media_path});
@@ -295,15 +295,15 @@ std::string ParquetFile(int rows, int64_t rows_per_group, arrow::Compression::ty
         flag.Finish(&arrays[4]).ok() && media.Finish(&arrays[5]).ok() &&
         tags.Finish(&arrays[6]).ok();
   if (!ok) return "";
-  auto schema = arrow::schema(
-      {arrow::field("image", arrow::binary()), arrow::field("text", arrow::utf8()),
-       arrow::field("id", arrow::int64()), arrow::field("score", arrow::float64()),
-       arrow::field("flag", arrow::boolean()), arrow::field("media", media_type),
-       arrow::field("tags", arrow::list(arrow::int64()))});
+  auto schema =
+      arrow::schema({arrow::field("image", arrow::binary()), arrow::field("text", arrow::utf8()),
+                     arrow::field("id", arrow::int64()), arrow::field("score", arrow::float64()),
+                     arrow::field("flag", arrow::boolean()), arrow::field("media", media_type),
+                     arrow::field("tags", arrow::list(arrow::int64()))});
   auto sink = arrow::io::BufferOutputStream::Create().ValueOrDie();
   auto properties = parquet::WriterProperties::Builder().compression(codec)->build();
-  if (!parquet::arrow::WriteTable(*arrow::Table::Make(schema, arrays),
-                                  arrow::default_memory_pool(), sink, rows_per_group, properties)
+  if (!parquet::arrow::WriteTable(*arrow::Table::Make(schema, arrays), arrow::default_memory_pool(),
+                                  sink, rows_per_group, properties)
            .ok()) {
     return "";
   }

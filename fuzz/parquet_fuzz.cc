@@ -61,8 +61,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Result<ParquetLayout> whole = ReadParquetLayout(fuzz::ExactCopy(data, size));
   if (!probe.ok()) {
     const StatusCode code = probe.status().code();
-    HR_FUZZ_CHECK(code == StatusCode::kCorruptData || code == StatusCode::kUnsupportedFormat,
-                  "%s", probe.status().ToString().c_str());
+    HR_FUZZ_CHECK(code == StatusCode::kCorruptData || code == StatusCode::kUnsupportedFormat, "%s",
+                  probe.status().ToString().c_str());
     // (Codes may differ: the whole file also shows its head, "PAR1" for a cut file.)
     HR_FUZZ_CHECK(!whole.ok(), "the tail fails (%s), the whole file does not",
                   probe.status().ToString().c_str());
@@ -81,10 +81,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     HR_FUZZ_CHECK(g.first_row == rows && g.rows >= 0, "row group rows");
     rows += g.rows;
     if (g.length == 0) continue;
-    HR_FUZZ_CHECK(g.offset >= 4 && g.length > 0 && g.offset + g.length <= file_size &&
-                      (g.offset < data_end),
-                  "row group range [%lld, +%lld) outside the data of a %zu-byte file",
-                  static_cast<long long>(g.offset), static_cast<long long>(g.length), size);
+    HR_FUZZ_CHECK(
+        g.offset >= 4 && g.length > 0 && g.offset + g.length <= file_size && (g.offset < data_end),
+        "row group range [%lld, +%lld) outside the data of a %zu-byte file",
+        static_cast<long long>(g.offset), static_cast<long long>(g.length), size);
   }
   HR_FUZZ_CHECK(rows == layout.rows, "rows do not add up");
 

@@ -117,8 +117,7 @@ class RowGroupFile final : public arrow::io::RandomAccessFile {
     ARROW_ASSIGN_OR_RAISE(headrace::Buffer view, View(position, nbytes, allow_short_read));
     return std::make_shared<HeldBuffer>(std::move(view));
   }
-  arrow::Result<std::shared_ptr<arrow::Buffer>> ReadAt(int64_t position,
-                                                       int64_t nbytes) override {
+  arrow::Result<std::shared_ptr<arrow::Buffer>> ReadAt(int64_t position, int64_t nbytes) override {
     return ReadAt(position, nbytes, /*allow_short_read=*/true);
   }
 
@@ -138,8 +137,8 @@ class RowGroupFile final : public arrow::io::RandomAccessFile {
     const int64_t end = offset_ + static_cast<int64_t>(bytes_.size());
     if (nbytes > 0 && (position < offset_ || position + nbytes > end)) {
       return arrow::Status::IOError("the reader asked for bytes [", position, ", ",
-                                    position + nbytes, ") outside the row group's range [",
-                                    offset_, ", ", end, ")");
+                                    position + nbytes, ") outside the row group's range [", offset_,
+                                    ", ", end, ")");
     }
     if (nbytes == 0) return headrace::Buffer();
     return bytes_.Slice(static_cast<size_t>(position - offset_), static_cast<size_t>(nbytes));
@@ -233,14 +232,11 @@ ParquetColumnKind Classify(const arrow::DataType& type) {
     case Type::INT64:
     case Type::UINT8:
     case Type::UINT16:
-    case Type::UINT32:
-      return ParquetColumnKind::kInt64;
-    case Type::BOOL:
-      return ParquetColumnKind::kBool;
+    case Type::UINT32: return ParquetColumnKind::kInt64;
+    case Type::BOOL: return ParquetColumnKind::kBool;
     case Type::HALF_FLOAT:
     case Type::FLOAT:
-    case Type::DOUBLE:
-      return ParquetColumnKind::kDouble;
+    case Type::DOUBLE: return ParquetColumnKind::kDouble;
     case Type::DICTIONARY: {
       // A column written from a pandas categorical: read back as dictionary<string>.
       const auto& value_type = *static_cast<const arrow::DictionaryType&>(type).value_type();
@@ -261,8 +257,7 @@ ParquetColumnKind Classify(const arrow::DataType& type) {
       return bytes == 1 && path == 1 ? ParquetColumnKind::kBytesWithPath
                                      : ParquetColumnKind::kUnsupported;
     }
-    default:
-      return ParquetColumnKind::kUnsupported;
+    default: return ParquetColumnKind::kUnsupported;
   }
 }
 
@@ -288,8 +283,8 @@ std::string ColumnNames(const ParquetLayout& layout) {
 // bytes more for files from parquet-mr before 1.2.9, which left the dictionary page
 // header out of total_compressed_size (PARQUET-816).
 Result<std::pair<int64_t, int64_t>> ColumnChunkRange(const parquet::FileMetaData& metadata,
-                                                    const parquet::ColumnChunkMetaData& chunk,
-                                                    int64_t file_size, int64_t data_end) {
+                                                     const parquet::ColumnChunkMetaData& chunk,
+                                                     int64_t file_size, int64_t data_end) {
   int64_t start = chunk.data_page_offset();
   if (chunk.has_dictionary_page() && chunk.dictionary_page_offset() > 0 &&
       start > chunk.dictionary_page_offset()) {
@@ -322,9 +317,9 @@ Result<ParquetLayout> ParseFooter(int64_t file_size, const uint8_t* footer, uint
   }
 
   parquet::arrow::SchemaManifest manifest;
-  const arrow::Status schema_status = parquet::arrow::SchemaManifest::Make(
-      metadata.schema(), metadata.key_value_metadata(), parquet::ArrowReaderProperties(),
-      &manifest);
+  const arrow::Status schema_status =
+      parquet::arrow::SchemaManifest::Make(metadata.schema(), metadata.key_value_metadata(),
+                                           parquet::ArrowReaderProperties(), &manifest);
   if (!schema_status.ok()) {
     return Status::UnsupportedFormat("schema: " + schema_status.message());
   }
@@ -361,14 +356,19 @@ Result<ParquetLayout> ParseFooter(int64_t file_size, const uint8_t* footer, uint
     int64_t end = 0;
     for (int c = 0; c < num_columns; ++c) {
       const std::unique_ptr<parquet::ColumnChunkMetaData> chunk = group->ColumnChunk(c);
+      if (!chunk->file_path().empty()) {
+        return Status::UnsupportedFormat(RowGroupContext(i) +
+                                         ": a column chunk lives in another file ('" +
+                                         chunk->file_path() + "')");
+      }
       // An empty row group is never read (Arrow's writer gives its chunks offset 0).
       if (out.rows > 0) {
         Result<std::pair<int64_t, int64_t>> range =
             ColumnChunkRange(metadata, *chunk, file_size, data_end);
         if (!range.ok()) {
-          return range.status().WithContext(
-              RowGroupContext(i) + ", column '" +
-              metadata.schema()->Column(c)->path()->ToDotString() + "'");
+          return range.status().WithContext(RowGroupContext(i) + ", column '" +
+                                            metadata.schema()->Column(c)->path()->ToDotString() +
+                                            "'");
         }
         begin = std::min(begin, range->first);
         end = std::max(end, range->first + range->second);
@@ -412,18 +412,14 @@ Status ForEachPlainView(const arrow::Array& array, Emit&& emit) {
   };
   switch (array.type_id()) {
     case Type::BINARY:
-    case Type::STRING:
-      return each(static_cast<const arrow::BinaryArray&>(array));
+    case Type::STRING: return each(static_cast<const arrow::BinaryArray&>(array));
     case Type::LARGE_BINARY:
-    case Type::LARGE_STRING:
-      return each(static_cast<const arrow::LargeBinaryArray&>(array));
+    case Type::LARGE_STRING: return each(static_cast<const arrow::LargeBinaryArray&>(array));
     case Type::FIXED_SIZE_BINARY:
       return each(static_cast<const arrow::FixedSizeBinaryArray&>(array));
     case Type::BINARY_VIEW:
-    case Type::STRING_VIEW:
-      return each(static_cast<const arrow::BinaryViewArray&>(array));
-    default:
-      return Status::Internal("not a binary or string array: " + array.type()->ToString());
+    case Type::STRING_VIEW: return each(static_cast<const arrow::BinaryViewArray&>(array));
+    default: return Status::Internal("not a binary or string array: " + array.type()->ToString());
   }
 }
 
@@ -521,10 +517,8 @@ Status AppendChunk(ParquetColumnKind kind, const arrow::Array& array,
   auto as_int = [](auto v) { return static_cast<int64_t>(v); };
   auto as_double = [](auto v) { return static_cast<double>(v); };
   switch (kind) {
-    case ParquetColumnKind::kBytes:
-      return AppendBytes(array, out, nullptr, decoded);
-    case ParquetColumnKind::kString:
-      return AppendStrings(array, out, nullptr, decoded);
+    case ParquetColumnKind::kBytes: return AppendBytes(array, out, nullptr, decoded);
+    case ParquetColumnKind::kString: return AppendStrings(array, out, nullptr, decoded);
     case ParquetColumnKind::kBool:
       AppendNumbers<arrow::BooleanArray>(array, out, as_int);
       return Status::Ok();
@@ -579,18 +573,18 @@ Status AppendChunk(ParquetColumnKind kind, const arrow::Array& array,
       }
       return Status::Ok();
     }
-    case ParquetColumnKind::kUnsupported:
-      break;
+    case ParquetColumnKind::kUnsupported: break;
   }
   return Status::Internal("no conversion for " + array.type()->ToString());
 }
 
-Result<ParquetRowGroupData> Decode(const ParquetLayout& layout, int row_group,
-                                   const Buffer& bytes, std::span<const std::string> columns,
+Result<ParquetRowGroupData> Decode(const ParquetLayout& layout, int row_group, const Buffer& bytes,
+                                   std::span<const std::string> columns,
                                    const ParquetDecodeOptions& options) {
   const std::string context = RowGroupContext(row_group);
   if (layout.footer == nullptr) {
-    return Status::InvalidArgument(context + ": the layout has no footer (not from ReadParquetTail)");
+    return Status::InvalidArgument(context +
+                                   ": the layout has no footer (not from ReadParquetTail)");
   }
   if (row_group < 0 || static_cast<size_t>(row_group) >= layout.row_groups.size()) {
     return Status::InvalidArgument(context + ": the file has " +
@@ -639,7 +633,8 @@ Result<ParquetRowGroupData> Decode(const ParquetLayout& layout, int row_group,
   const parquet::FileMetaData& metadata = *layout.footer->metadata;
   const std::unique_ptr<parquet::RowGroupMetaData> group_metadata = metadata.RowGroup(row_group);
   int64_t uncompressed = 0;
-  for (int leaf : leaves) uncompressed += group_metadata->ColumnChunk(leaf)->total_uncompressed_size();
+  for (int leaf : leaves)
+    uncompressed += group_metadata->ColumnChunk(leaf)->total_uncompressed_size();
   if (options.max_uncompressed_bytes > 0 && uncompressed > options.max_uncompressed_bytes) {
     return Status::ResourceExhausted(
         context + ": the selected columns are " + std::to_string(uncompressed) +
@@ -711,8 +706,8 @@ Result<ParquetRowGroupData> Decode(const ParquetLayout& layout, int row_group,
       if (!status.ok()) return status.WithContext(context + ", column '" + column.name + "'");
     }
     if (static_cast<int64_t>(values.values.size()) != group.rows) {
-      return Status::CorruptData(context + ", column '" + column.name + "': " +
-                                 std::to_string(values.values.size()) + " values for " +
+      return Status::CorruptData(context + ", column '" + column.name +
+                                 "': " + std::to_string(values.values.size()) + " values for " +
                                  std::to_string(group.rows) + " rows");
     }
     data.decoded_bytes += static_cast<int64_t>(values.values.size() * sizeof(ParquetValue));
@@ -756,7 +751,8 @@ Result<ParquetTailProbe> ReadParquetTail(int64_t file_size, const Buffer& tail) 
   }
   const uint8_t* end = tail.data() + have;
   if (have < 4 || std::memcmp(end - 4, kEncryptedMagic.data(), 4) == 0) {
-    if (have >= 4) return Status::UnsupportedFormat("encrypted Parquet file (its footer ends in PARE)");
+    if (have >= 4)
+      return Status::UnsupportedFormat("encrypted Parquet file (its footer ends in PARE)");
     return Status::UnsupportedFormat("not a Parquet file: " + std::to_string(file_size) + " bytes");
   }
   if (std::memcmp(end - 4, kMagic.data(), 4) != 0) {
@@ -781,15 +777,15 @@ Result<ParquetTailProbe> ReadParquetTail(int64_t file_size, const Buffer& tail) 
   if (needed + 4 > file_size) {
     return Status::CorruptData("truncated Parquet file: its footer length says " +
                                std::to_string(footer_len) + " bytes, the file has " +
-                               std::to_string(file_size) + " (with the 12 bytes of magic and length)");
+                               std::to_string(file_size) +
+                               " (with the 12 bytes of magic and length)");
   }
   if (have < needed) {
     probe.tail_bytes_needed = needed;
     return probe;
   }
-  Result<ParquetLayout> layout = Guarded<ParquetLayout>("Parquet footer", [&] {
-    return ParseFooter(file_size, end - needed, footer_len);
-  });
+  Result<ParquetLayout> layout = Guarded<ParquetLayout>(
+      "Parquet footer", [&] { return ParseFooter(file_size, end - needed, footer_len); });
   if (!layout.ok()) {
     const Status& s = layout.status();
     // Everything that fails in the footer is the footer's fault, except what it asks for.

@@ -10,10 +10,12 @@
 #include <simdjson.h>
 #include <turbojpeg.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace headrace {
@@ -54,7 +56,8 @@ std::vector<Row> MakeRows(int n) {
   for (int i = 0; i < n; ++i) {
     Row& r = rows[static_cast<size_t>(i)];
     if (i % 5 != 3) r.image = i == 7 ? std::string() : MakeJpeg(8 + i, 6 + i % 4, i);
-    if (i % 4 != 2) r.caption = "caption " + std::to_string(i) + std::string(static_cast<size_t>(i), 'x');
+    if (i % 4 != 2)
+      r.caption = "caption " + std::to_string(i) + std::string(static_cast<size_t>(i), 'x');
     r.id = 1000000000000LL + i;
     if (i % 6 != 1) r.score = i * 0.25;
     r.flag = i % 2 == 0;
@@ -73,8 +76,8 @@ std::shared_ptr<arrow::Table> MakeTable(const std::vector<Row>& rows) {
   arrow::Int64Builder id;
   arrow::DoubleBuilder score;
   arrow::BooleanBuilder flag;
-  auto media_type = arrow::struct_(
-      {arrow::field("bytes", arrow::binary()), arrow::field("path", arrow::utf8())});
+  auto media_type =
+      arrow::struct_({arrow::field("bytes", arrow::binary()), arrow::field("path", arrow::utf8())});
   auto media_bytes = std::make_shared<arrow::BinaryBuilder>();
   auto media_path = std::make_shared<arrow::StringBuilder>();
   arrow::StructBuilder media(media_type, arrow::default_memory_pool(), {media_bytes, media_path});
@@ -106,13 +109,11 @@ std::shared_ptr<arrow::Table> MakeTable(const std::vector<Row>& rows) {
   EXPECT_TRUE(flag.Finish(&arrays[4]).ok());
   EXPECT_TRUE(media.Finish(&arrays[5]).ok());
   EXPECT_TRUE(tags.Finish(&arrays[6]).ok());
-  auto schema = arrow::schema({arrow::field("image", arrow::binary()),
-                               arrow::field("caption", arrow::utf8()),
-                               arrow::field("id", arrow::int64()),
-                               arrow::field("score", arrow::float64()),
-                               arrow::field("flag", arrow::boolean()),
-                               arrow::field("media", media_type),
-                               arrow::field("tags", arrow::list(arrow::utf8()))});
+  auto schema =
+      arrow::schema({arrow::field("image", arrow::binary()), arrow::field("caption", arrow::utf8()),
+                     arrow::field("id", arrow::int64()), arrow::field("score", arrow::float64()),
+                     arrow::field("flag", arrow::boolean()), arrow::field("media", media_type),
+                     arrow::field("tags", arrow::list(arrow::utf8()))});
   return arrow::Table::Make(schema, arrays);
 }
 
@@ -121,8 +122,8 @@ Buffer WriteParquet(const arrow::Table& table, int64_t rows_per_group,
                     arrow::Compression::type codec = arrow::Compression::SNAPPY) {
   auto sink = arrow::io::BufferOutputStream::Create().ValueOrDie();
   auto properties = parquet::WriterProperties::Builder().compression(codec)->build();
-  const arrow::Status status = parquet::arrow::WriteTable(table, arrow::default_memory_pool(),
-                                                          sink, rows_per_group, properties);
+  const arrow::Status status = parquet::arrow::WriteTable(table, arrow::default_memory_pool(), sink,
+                                                          rows_per_group, properties);
   EXPECT_TRUE(status.ok()) << status.ToString();
   std::shared_ptr<arrow::Buffer> bytes = sink->Finish().ValueOrDie();
   return *Buffer::CopyOf(bytes->data(), static_cast<size_t>(bytes->size()));
@@ -159,9 +160,9 @@ class ParquetTableTest : public ::testing::Test {
 TEST_F(ParquetTableTest, LayoutHasColumnsKindsRowsAndRowGroups) {
   ASSERT_EQ(layout_.columns.size(), 7u);
   const std::vector<std::pair<std::string, ParquetColumnKind>> want = {
-      {"image", ParquetColumnKind::kBytes},         {"caption", ParquetColumnKind::kString},
-      {"id", ParquetColumnKind::kInt64},            {"score", ParquetColumnKind::kDouble},
-      {"flag", ParquetColumnKind::kBool},           {"media", ParquetColumnKind::kBytesWithPath},
+      {"image", ParquetColumnKind::kBytes},     {"caption", ParquetColumnKind::kString},
+      {"id", ParquetColumnKind::kInt64},        {"score", ParquetColumnKind::kDouble},
+      {"flag", ParquetColumnKind::kBool},       {"media", ParquetColumnKind::kBytesWithPath},
       {"tags", ParquetColumnKind::kUnsupported}};
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(layout_.columns[i].name, want[i].first);
@@ -219,7 +220,8 @@ TEST_F(ParquetTableTest, LayoutFromTheTailAloneAsksForMoreBytesThenReadsIt) {
   // And a tail-only layout decodes a row group.
   const ParquetRowGroup& g = from_tail.row_groups[2];
   const std::vector<std::string> columns = {"image", "caption", "id", "score", "flag", "media"};
-  Result<ParquetRowGroupData> data = DecodeParquetRowGroup(from_tail, 2, RangeOf(file_, g), columns);
+  Result<ParquetRowGroupData> data =
+      DecodeParquetRowGroup(from_tail, 2, RangeOf(file_, g), columns);
   ASSERT_TRUE(data.ok()) << data.status().ToString();
   EXPECT_EQ(data->rows, kRowsPerGroup);
   ExpectRowGroupMatches(*data, rows_);
@@ -281,7 +283,8 @@ TEST_F(ParquetTableTest, EachRowGroupDecodesFromOnlyItsRangeToTheWrittenValues) 
   const std::vector<std::string> columns = {"image", "caption", "id", "score", "flag", "media"};
   for (int i = 0; i < static_cast<int>(layout_.row_groups.size()); ++i) {
     const ParquetRowGroup& g = layout_.row_groups[static_cast<size_t>(i)];
-    Result<ParquetRowGroupData> data = DecodeParquetRowGroup(layout_, i, RangeOf(file_, g), columns);
+    Result<ParquetRowGroupData> data =
+        DecodeParquetRowGroup(layout_, i, RangeOf(file_, g), columns);
     ASSERT_TRUE(data.ok()) << data.status().ToString();
     EXPECT_EQ(data->row_group, i);
     EXPECT_EQ(data->first_row, g.first_row);
@@ -299,6 +302,32 @@ TEST_F(ParquetTableTest, EachRowGroupDecodesFromOnlyItsRangeToTheWrittenValues) 
   }
 }
 
+TEST_F(ParquetTableTest, ThreadsDecodingOneLayoutAtOnceGetTheSameValues) {
+  const std::vector<std::string> columns = {"image", "caption", "id", "score", "flag", "media"};
+  std::vector<Buffer> ranges;
+  for (const ParquetRowGroup& g : layout_.row_groups) ranges.push_back(RangeOf(file_, g));
+  std::vector<std::thread> threads;
+  std::atomic<int> decoded{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round) {
+        for (size_t k = 0; k < ranges.size(); ++k) {
+          const int i = static_cast<int>((k + static_cast<size_t>(t)) % ranges.size());
+          Result<ParquetRowGroupData> data =
+              DecodeParquetRowGroup(layout_, i, ranges[static_cast<size_t>(i)], columns);
+          EXPECT_TRUE(data.ok()) << data.status().ToString();
+          if (data.ok()) {
+            ExpectRowGroupMatches(*data, rows_);
+            decoded.fetch_add(1);
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(decoded.load(), 4 * 3 * static_cast<int>(ranges.size()));
+}
+
 TEST_F(ParquetTableTest, JpegBytesComeBackAsDecodableJpegs) {
   const ParquetRowGroup& g = layout_.row_groups[0];
   const std::string image[] = {"image"};
@@ -307,7 +336,8 @@ TEST_F(ParquetTableTest, JpegBytesComeBackAsDecodableJpegs) {
   const Buffer& jpeg = std::get<Buffer>(data->columns[0].values[1]);
   tjhandle tj = tjInitDecompress();
   int w = 0, h = 0, subsampling = 0, colorspace = 0;
-  EXPECT_EQ(tjDecompressHeader3(tj, jpeg.data(), jpeg.size(), &w, &h, &subsampling, &colorspace), 0);
+  EXPECT_EQ(tjDecompressHeader3(tj, jpeg.data(), jpeg.size(), &w, &h, &subsampling, &colorspace),
+            0);
   tjDestroy(tj);
   EXPECT_EQ(w, 9);
   EXPECT_EQ(h, 7);
@@ -416,7 +446,8 @@ TEST(ParquetTable, DictionaryPagesThatExpandPastTheDecodeCapAreRefused) {
   ASSERT_LT(g.uncompressed_bytes, 100000);
   ParquetDecodeOptions options;
   options.max_uncompressed_bytes = 1 << 20;  // the footer check passes; the cap is 4 MiB
-  Result<ParquetRowGroupData> data = DecodeParquetRowGroup(*layout, 0, RangeOf(file, g), {}, options);
+  Result<ParquetRowGroupData> data =
+      DecodeParquetRowGroup(*layout, 0, RangeOf(file, g), {}, options);
   ASSERT_FALSE(data.ok());
   EXPECT_EQ(data.status().code(), StatusCode::kResourceExhausted);
   EXPECT_NE(data.status().message().find("decoding needs more than 4194304 bytes"),
@@ -444,17 +475,17 @@ TEST_F(ParquetTableTest, TruncatedFileIsCorruptData) {
   Result<ParquetTailProbe> probe = ReadParquetTail(static_cast<int64_t>(file_.size()), tail);
   ASSERT_FALSE(probe.ok());
   EXPECT_EQ(probe.status().code(), StatusCode::kCorruptData);
-  EXPECT_NE(probe.status().message().find("footer length says 1073741824 bytes"),
-            std::string::npos)
+  EXPECT_NE(probe.status().message().find("footer length says 1073741824 bytes"), std::string::npos)
       << probe.status().message();
   // A row group's range cut short is the caller's mistake (wrong size) ...
   const ParquetRowGroup& g = layout_.row_groups[1];
-  Result<ParquetRowGroupData> data =
-      DecodeParquetRowGroup(layout_, 1, RangeOf(file_, g).Slice(0, static_cast<size_t>(g.length / 2)));
+  Result<ParquetRowGroupData> data = DecodeParquetRowGroup(
+      layout_, 1, RangeOf(file_, g).Slice(0, static_cast<size_t>(g.length / 2)));
   EXPECT_EQ(data.status().code(), StatusCode::kInvalidArgument);
   // ... while the same size with its second half zeroed is damaged data.
   Buffer damaged = RangeOf(file_, g);
-  std::memset(damaged.mutable_data() + g.length / 2, 0, static_cast<size_t>(g.length - g.length / 2));
+  std::memset(damaged.mutable_data() + g.length / 2, 0,
+              static_cast<size_t>(g.length - g.length / 2));
   data = DecodeParquetRowGroup(layout_, 1, damaged, std::vector<std::string>{"image", "caption"});
   ASSERT_FALSE(data.ok());
   EXPECT_EQ(data.status().code(), StatusCode::kCorruptData) << data.status().ToString();
@@ -490,7 +521,8 @@ TEST_F(ParquetTableTest, GarbageIsUnsupportedOrCorruptNeverACrash) {
     for (int i = 0; i < static_cast<int>(damaged->row_groups.size()); ++i) {
       const ParquetRowGroup& g = damaged->row_groups[static_cast<size_t>(i)];
       const std::vector<std::string> columns = {"image", "caption", "id"};
-      Result<ParquetRowGroupData> data = DecodeParquetRowGroup(*damaged, i, RangeOf(copy, g), columns);
+      Result<ParquetRowGroupData> data =
+          DecodeParquetRowGroup(*damaged, i, RangeOf(copy, g), columns);
       if (!data.ok()) {
         const StatusCode code = data.status().code();
         EXPECT_TRUE(code == StatusCode::kCorruptData || code == StatusCode::kUnsupportedFormat ||
