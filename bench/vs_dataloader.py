@@ -142,7 +142,7 @@ def zero_copy_check(data):
     loader = headrace_loader(data, 64)
     batch = next(iter(loader.loader))
     ok = all(torch.from_dlpack(t).data_ptr() == batch.data_ptrs[k] == np.asarray(t).ctypes.data
-             for k, t in batch.items())
+             for k, t in batch.items() if k in batch.data_ptrs)
     loader.close()
     return ok
 

@@ -64,9 +64,10 @@ void DecodeWithKernel(const Buffer& bytes, const DecodeSpec& spec) {
 void DecodeWithOp(const Buffer& bytes, const DecodeSpec& spec) {
   static const DecodeOp op(spec, DecodeTarget{.min_shorter_side = 16}, /*slot=*/0);
   SampleRecord record;
+  record.media.push_back(MediaRef{0, "fuzz"});
   Sample sample;
   sample.record = &record;
-  sample.media = bytes;
+  sample.media = {bytes};
   ScratchArena scratch;
   Value values[1] = {EncodedBytes{bytes.data(), bytes.size()}};
   SampleContext ctx;

@@ -1,8 +1,13 @@
 // hr_fuzz_seeds OUT_DIR: writes the seed corpus of every fuzz target, one folder each
-// (OUT_DIR/decode, manifest, config, tokenize, tar), generated rather than checked in:
-// tiny images in every form the decoder handles, manifest lines good and bad, the
-// example config and the canonical YAML of a spec with every op, conversations, and
-// small WebDataset shards (whole, truncated) and a shard index.
+// (OUT_DIR/decode, manifest, config, tokenize, tar, parquet), generated rather than
+// checked in: tiny images in every form the decoder handles, manifest lines good and
+// bad, the example config and the canonical YAML of a spec with every op,
+// conversations, small WebDataset shards (whole, truncated) and a shard index, and
+// small Parquet files written by Arrow (whole, truncated).
+#include <arrow/api.h>
+#include <arrow/io/memory.h>
+#include <parquet/arrow/writer.h>
+#include <parquet/properties.h>
 #include <png.h>
 #include <turbojpeg.h>
 #include <webp/encode.h>
@@ -250,6 +255,71 @@ bool TarSeeds(const fs::path& dir) {
   return ok;
 }
 
+// Parquet files as Arrow writes them: every column kind parquet_table reads (bytes
+// with nulls, string, int64, double, bool, struct<bytes, path>), one it does not (a
+// list), several row groups; snappy, zstd and uncompressed; a dictionary-encoded column;
+// and a copy cut short.
+std::string ParquetFile(int rows, int64_t rows_per_group, arrow::Compression::type codec) {
+  arrow::BinaryBuilder image;
+  arrow::StringBuilder text;
+  arrow::Int64Builder id;
+  arrow::DoubleBuilder score;
+  arrow::BooleanBuilder flag;
+  auto media_type =
+      arrow::struct_({arrow::field("bytes", arrow::binary()), arrow::field("path", arrow::utf8())});
+  auto media_bytes = std::make_shared<arrow::BinaryBuilder>();
+  auto media_path = std::make_shared<arrow::StringBuilder>();
+  arrow::StructBuilder media(media_type, arrow::default_memory_pool(), {media_bytes, media_path});
+  arrow::ListBuilder tags(arrow::default_memory_pool(), std::make_shared<arrow::Int64Builder>());
+  bool ok = true;
+  const Bytes jpeg = Jpeg(8, 8, TJPF_RGB, 3, TJSAMP_420, 80, 0);
+  const std::string_view jpeg_view(reinterpret_cast<const char*>(jpeg.data()), jpeg.size());
+  for (int i = 0; i < rows; ++i) {
+    ok &= (i % 3 == 1 ? image.AppendNull() : image.Append(jpeg_view)).ok();
+    ok &= text.Append(i % 2 ? "a cat" : "a bus").ok();
+    ok &= id.Append(i).ok();
+    ok &= (i % 4 == 2 ? score.AppendNull() : score.Append(i * 0.5)).ok();
+    ok &= flag.Append(i % 2 == 0).ok();
+    if (i % 5 == 4) {
+      ok &= media.AppendNull().ok();
+    } else {
+      ok &= media.Append().ok() &&
+            (i % 2 ? media_bytes->AppendNull() : media_bytes->Append("bytes")).ok() &&
+            media_path->Append("x.jpg").ok();
+    }
+    ok &= tags.Append().ok();
+  }
+  std::vector<std::shared_ptr<arrow::Array>> arrays(7);
+  ok &= image.Finish(&arrays[0]).ok() && text.Finish(&arrays[1]).ok() &&
+        id.Finish(&arrays[2]).ok() && score.Finish(&arrays[3]).ok() &&
+        flag.Finish(&arrays[4]).ok() && media.Finish(&arrays[5]).ok() &&
+        tags.Finish(&arrays[6]).ok();
+  if (!ok) return "";
+  auto schema =
+      arrow::schema({arrow::field("image", arrow::binary()), arrow::field("text", arrow::utf8()),
+                     arrow::field("id", arrow::int64()), arrow::field("score", arrow::float64()),
+                     arrow::field("flag", arrow::boolean()), arrow::field("media", media_type),
+                     arrow::field("tags", arrow::list(arrow::int64()))});
+  auto sink = arrow::io::BufferOutputStream::Create().ValueOrDie();
+  auto properties = parquet::WriterProperties::Builder().compression(codec)->build();
+  if (!parquet::arrow::WriteTable(*arrow::Table::Make(schema, arrays), arrow::default_memory_pool(),
+                                  sink, rows_per_group, properties)
+           .ok()) {
+    return "";
+  }
+  std::shared_ptr<arrow::Buffer> bytes = sink->Finish().ValueOrDie();
+  return bytes->ToString();
+}
+
+bool ParquetSeeds(const fs::path& dir) {
+  const std::string snappy = ParquetFile(10, 4, arrow::Compression::SNAPPY);
+  bool ok = !snappy.empty() && Write(dir / "snappy.parquet", snappy);
+  ok &= Write(dir / "zstd.parquet", ParquetFile(6, 3, arrow::Compression::ZSTD));
+  ok &= Write(dir / "plain.parquet", ParquetFile(3, 3, arrow::Compression::UNCOMPRESSED));
+  ok &= Write(dir / "truncated.parquet", std::string_view(snappy).substr(0, snappy.size() / 2));
+  return ok;
+}
+
 }  // namespace
 }  // namespace headrace::fuzz
 
@@ -260,11 +330,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path out = argv[1];
-  for (const char* target : {"decode", "manifest", "config", "tokenize", "tar"}) {
+  for (const char* target : {"decode", "manifest", "config", "tokenize", "tar", "parquet"}) {
     fs::create_directories(out / target);
   }
   const bool ok = DecodeSeeds(out / "decode") && ManifestSeeds(out / "manifest") &&
                   ConfigSeeds(out / "config", HEADRACE_SOURCE_DIR) &&
-                  TokenizeSeeds(out / "tokenize") && TarSeeds(out / "tar");
+                  TokenizeSeeds(out / "tokenize") && TarSeeds(out / "tar") &&
+                  ParquetSeeds(out / "parquet");
   return ok ? 0 : 1;
 }

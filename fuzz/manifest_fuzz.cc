@@ -50,11 +50,13 @@ void ParseAndCheck(const Buffer& bytes, const std::string& path, const SourceSpe
     previous_line = r.line;
     if (!r.status.ok()) {
       ++bad;
-      HR_FUZZ_CHECK(r.media_uri.empty() && r.turns.empty(), "bad record keeps its fields");
+      HR_FUZZ_CHECK(r.media.empty() && r.turns.empty(), "bad record keeps its fields");
       continue;
     }
-    HR_FUZZ_CHECK(r.media_uri.empty() || InsideRoot(manifest->root, r.media_uri),
-                  "media '%s' escapes the root '%s'", r.media_uri.c_str(), manifest->root.c_str());
+    for (const MediaRef& m : r.media) {
+      HR_FUZZ_CHECK(InsideRoot(manifest->root, m.uri), "media '%s' escapes the root '%s'",
+                    m.uri.c_str(), manifest->root.c_str());
+    }
   }
   HR_FUZZ_CHECK(bad == manifest->bad_lines, "bad_lines %lld, counted %lld",
                 static_cast<long long>(manifest->bad_lines), static_cast<long long>(bad));

@@ -57,7 +57,10 @@ Result<OpsBench> MeasureOps(const PipelineSpec& spec, int64_t samples) {
   const auto read_start = Clock::now();
   if (plan.reads_media) {
     for (size_t i = 0; i < records.size(); ++i) {
-      HR_ASSIGN_OR_RETURN(media[i], storage->Read(records[i]->media_uri));
+      // One media item per record here (the image pipeline's): the first.
+      if (!records[i]->media.empty()) {
+        HR_ASSIGN_OR_RETURN(media[i], storage->Read(records[i]->media.front().uri));
+      }
     }
   }
   const double read_s = SecondsSince(read_start);
@@ -76,7 +79,7 @@ Result<OpsBench> MeasureOps(const PipelineSpec& spec, int64_t samples) {
       Sample sample;
       sample.index = static_cast<int64_t>(i);
       sample.record = records[i];
-      sample.media = media[i];
+      sample.media = {media[i]};
       SampleContext ctx;
       ctx.sample = &sample;
       ctx.sample_seed = HashKeys(spec.seed, 0, i);

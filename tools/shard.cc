@@ -148,8 +148,8 @@ Result<ShardStats> WriteShards(const ShardOptions& options) {
       continue;
     }
     Buffer media;
-    if (!record.media_uri.empty()) {
-      auto read = storage->Read(record.media_uri);
+    if (!record.uri().empty()) {
+      auto read = storage->Read(record.uri());
       if (!read.ok()) {
         return Status(read.status().code(),
                       "line " + std::to_string(record.line) + ": " + read.status().message());
@@ -159,7 +159,7 @@ Result<ShardStats> WriteShards(const ShardOptions& options) {
     const std::string_view json = lines[record.line - 1];
     const int64_t sample_bytes =
         TarBytes(static_cast<int64_t>(json.size())) +
-        (record.media_uri.empty() ? 0 : TarBytes(static_cast<int64_t>(media.size())));
+        (record.uri().empty() ? 0 : TarBytes(static_cast<int64_t>(media.size())));
     if (writer != nullptr && open_bytes + sample_bytes > options.target_bytes) {
       HR_RETURN_IF_ERROR(close_shard());
     }
@@ -171,8 +171,8 @@ Result<ShardStats> WriteShards(const ShardOptions& options) {
       open_bytes = 1024;  // the two zero blocks that end an archive
     }
     const std::string key = Key(static_cast<int64_t>(i));
-    if (!record.media_uri.empty()) {
-      HR_RETURN_IF_ERROR(writer->Add(key + "." + Extension(record.media_uri),
+    if (!record.uri().empty()) {
+      HR_RETURN_IF_ERROR(writer->Add(key + "." + Extension(record.uri()),
                                      std::span<const uint8_t>(media.data(), media.size())));
     }
     HR_RETURN_IF_ERROR(writer->Add(key + ".json", Span(json)));

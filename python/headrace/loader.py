@@ -22,7 +22,8 @@ def _close_all() -> None:
 
 
 class Batch(dict):
-    """A batch: ``{field: tensor}``.
+    """A batch: ``{field: tensor}``, plus ``{name: list}`` for strings: ``id`` (each
+    sample's record id) and the source's text fields.
 
     Delivered batches hold :class:`headrace.Tensor`s: views of the engine's memory with
     ``__dlpack__``, ``__dlpack_device__``, the buffer protocol, ``shape``, ``dtype`` and
@@ -46,7 +47,8 @@ class Batch(dict):
         self.seed = seed
 
     def __repr__(self) -> str:
-        shapes = {k: tuple(getattr(v, "shape", ())) for k, v in self.items()}
+        shapes = {k: (len(v),) if isinstance(v, list) else tuple(getattr(v, "shape", ()))
+                  for k, v in self.items()}
         return f"Batch(epoch={self.epoch}, index={self.index}, fields={shapes})"
 
 

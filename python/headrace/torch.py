@@ -78,9 +78,12 @@ class TorchLoader:
 
     def to_torch(self, batch: Batch) -> Dict[str, torch.Tensor]:
         """The batch as torch tensors (zero-copy on the host), moved if a device is set."""
-        tensors = {name: torch.from_dlpack(t) for name, t in batch.items()}
+        # Strings (ids, text fields) are lists: passed through as they are.
+        tensors = {name: t if isinstance(t, list) else torch.from_dlpack(t)
+                   for name, t in batch.items()}
         if self.moves:
-            tensors = {name: t.to(self.device, non_blocking=self.non_blocking)
+            tensors = {name: t if isinstance(t, list) else
+                       t.to(self.device, non_blocking=self.non_blocking)
                        for name, t in tensors.items()}
         return tensors
 
@@ -118,3 +121,9 @@ class TorchLoader:
 
     def close(self) -> None:
         self.loader.close()
+
+    def __enter__(self) -> "TorchLoader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

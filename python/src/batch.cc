@@ -115,6 +115,23 @@ nb::tuple BatchToPython(const Batch& batch) {
     fields[name.c_str()] = TensorToPython(tensor);
     pointers[name.c_str()] = reinterpret_cast<uintptr_t>(tensor.buffer().data());
   }
+  // Strings (the ids, the source's text fields): a list per batch, of str (None where a
+  // record lacks the field) or, for a list field, of lists.
+  for (const Batch::Strings& column : batch.strings) {
+    nb::list rows;
+    for (const std::vector<std::string>& row : column.rows) {
+      if (column.list) {
+        nb::list items;
+        for (const std::string& s : row) items.append(nb::str(s.data(), s.size()));
+        rows.append(items);
+      } else if (row.empty()) {
+        rows.append(nb::none());
+      } else {
+        rows.append(nb::str(row.front().data(), row.front().size()));
+      }
+    }
+    fields[column.name.c_str()] = rows;
+  }
   nb::list errors;
   for (const SampleError& e : batch.errors) errors.append(e.ToString());
   return nb::make_tuple(fields, batch.epoch, batch.index_in_epoch, batch.global_index, errors,

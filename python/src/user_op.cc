@@ -75,7 +75,7 @@ class PyMapOp : public Op {
     d["index"] = sample.index;
     d["epoch"] = sample.epoch;
     d["id"] = sample.record->id;
-    d["uri"] = sample.record->media_uri;
+    d["uri"] = sample.record->uri();
     nb::list turns;
     for (const Turn& t : sample.record->turns)
       turns.append(nb::make_tuple(RoleName(t.role), t.text));

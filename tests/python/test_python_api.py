@@ -43,8 +43,13 @@ def test_batch_tensors_share_the_engine_memory(make_pipeline):
     import torch
     with headrace.Loader(make_pipeline()) as loader:
         batch = next(iter(loader))
-    assert set(batch) == {"image", "input_ids", "attention_mask", "labels", "index"}
+    assert set(batch) == {"image", "input_ids", "attention_mask", "labels", "index", "id"}
+    # The ids are strings, one per sample in row order: the records' own ids.
+    assert len(batch["id"]) == len(batch["index"])
+    assert all(isinstance(i, str) for i in batch["id"])
     for name, tensor in batch.items():
+        if name == "id":
+            continue
         assert hasattr(tensor, "__dlpack__") and tensor.__dlpack_device__() == (1, 0)
         as_numpy = np.asarray(tensor)
         as_torch = torch.from_dlpack(tensor)

@@ -31,6 +31,15 @@ struct Batch {
   // Fields in a fixed order (the order the pipeline declares them); every tensor's first
   // dimension is the number of samples in this batch.
   std::vector<std::pair<std::string, Tensor>> fields;
+  // Per-sample strings, in the same row order: each sample's id ("id") and the
+  // source's text and string fields. A row holds the field's items (one for a single
+  // field; none when the record lacks it).
+  struct Strings {
+    std::string name;
+    bool list = false;  // a list field (max_items > 0): every row is a list
+    std::vector<std::vector<std::string>> rows;
+  };
+  std::vector<Strings> strings;
   // Samples skipped from this batch, in epoch order.
   std::vector<SampleError> errors;
 

@@ -1,8 +1,24 @@
 #include "headrace/core/sample.h"
 
+#include <algorithm>
+
 #include "headrace/core/strings.h"
 
 namespace headrace {
+
+const std::string& SampleRecord::uri() const {
+  static const std::string kNone;
+  return media.empty() ? kNone : media.front().uri;
+}
+
+const Buffer* Sample::MediaOf(int field) const {
+  if (record == nullptr) return nullptr;
+  const size_t n = std::min(media.size(), record->media.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (record->media[i].field == field) return &media[i];
+  }
+  return nullptr;
+}
 
 std::string SampleError::ToString() const {
   // A URI from a hostile manifest may be huge; the status usually quotes it again.

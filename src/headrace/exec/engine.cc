@@ -210,18 +210,16 @@ void Engine::IssueSample(const std::shared_ptr<BatchJob>& job, int slot) {
     FinishSample(job, slot, record.status);
     return;
   }
-  if (!inputs_.reads_media) {
-    if (!pool_->Submit([this, job, slot] { RunChain(job, slot, Buffer()); })) {
+  if (!inputs_.reads_media || record.media.empty()) {
+    // Nothing to read (a text-only record: the op that needs a media field says so).
+    if (!pool_->Submit([this, job, slot] { RunChain(job, slot, {}, 0); })) {
       FinishSample(job, slot, Status::Cancelled("the run was cancelled"));
     }
     return;
   }
-  if (record.media_uri.empty()) {
-    FinishSample(job, slot,
-                 Status::MissingField("the record has no image but the pipeline decodes one"));
-    return;
-  }
   auto charge = std::make_shared<ReadCharge>();
+  charge->sample = std::make_shared<SampleReads>();
+  charge->sample->bytes.resize(record.media.size());
   {  // Read capacity: requests in flight, and the I/O budget's charge.
     std::unique_lock lock(mu_);
     const auto wait_start = Clock::now();
@@ -259,6 +257,7 @@ void Engine::ChargeReadLocked(ReadCharge& charge, int64_t bytes) {
   charge.refused = -1;
   charge.sized = false;
   undecoded_bytes_ += bytes;
+  charge.sample->charged += bytes;
   budget_peak_ = std::max(budget_peak_, batch_bytes_ + undecoded_bytes_);
   if (reads_inflight_++ == 0) reads_busy_since_ = Clock::now();
 }
@@ -268,13 +267,17 @@ void Engine::StartRead(const std::shared_ptr<BatchJob>& job, int slot,
   if (options_.trace != nullptr)
     options_.trace->AsyncBegin("read", TraceId(*job, slot), Clock::now());
   const SampleRecord& record = (*inputs_.records)[job->sample_indices[slot]];
+  const MediaRef& ref = record.media[charge->item];
   ReadGate gate = [this, charge](int64_t size) { return OnReadSize(*charge, size); };
-  inputs_.storage->ReadAsyncGated(
-      record.media_uri,
-      [this, job, slot, charge = std::move(charge)](Result<Buffer> bytes) {
-        OnRead(job, slot, charge, std::move(bytes));
-      },
-      std::move(gate));
+  ReadCallback done = [this, job, slot, charge](Result<Buffer> bytes) {
+    OnRead(job, slot, charge, std::move(bytes));
+  };
+  if (ref.offset == 0 && ref.length < 0) {
+    inputs_.storage->ReadAsyncGated(ref.uri, std::move(done), std::move(gate));
+  } else {
+    inputs_.storage->ReadRangeAsyncGated(ref.uri, ref.offset, ref.length, std::move(done),
+                                         std::move(gate));
+  }
 }
 
 void Engine::NoteReadSizeLocked(int64_t size) {
@@ -285,12 +288,16 @@ bool Engine::OnReadSize(ReadCharge& charge, int64_t size) {
   std::lock_guard lock(mu_);
   NoteReadSizeLocked(size);
   charge.sized = true;
+  SampleReads& sample = *charge.sample;
   const int64_t others = undecoded_bytes_ - charge.bytes;
-  if (others > 0 && others + size > options_.io_budget_bytes) {
+  // A later item of a sample is never refused: the sample holds its earlier items.
+  const bool first = sample.charged == charge.bytes;
+  if (first && others > 0 && others + size > options_.io_budget_bytes) {
     charge.refused = size;
     return false;
   }
   undecoded_bytes_ = others + size;
+  sample.charged += size - charge.bytes;
   charge.bytes = size;
   budget_peak_ = std::max(budget_peak_, batch_bytes_ + undecoded_bytes_);
   driver_cv_.notify_all();  // a reservation larger than the object frees budget
@@ -310,6 +317,8 @@ std::vector<Engine::ParkedRead> Engine::TakeParkedLocked() {
 void Engine::RestartParked(std::vector<ParkedRead> reads) {
   for (ParkedRead& read : reads) {
     if (read.charge->refused >= 0) {
+      // The run stopped while it was parked; a parked read is a sample's first, so the
+      // sample holds nothing.
       FinishSample(read.job, read.slot, Status::Cancelled("the run was cancelled"));
     } else {
       StartRead(read.job, read.slot, std::move(read.charge));
@@ -317,12 +326,29 @@ void Engine::RestartParked(std::vector<ParkedRead> reads) {
   }
 }
 
+void Engine::ReleaseReadBytes(int64_t bytes) {
+  std::vector<ParkedRead> restart;
+  {
+    std::lock_guard lock(mu_);
+    undecoded_bytes_ -= bytes;
+    restart = TakeParkedLocked();
+    driver_cv_.notify_all();
+  }
+  RestartParked(std::move(restart));
+}
+
 void Engine::OnRead(const std::shared_ptr<BatchJob>& job, int slot,
                     const std::shared_ptr<ReadCharge>& charge, Result<Buffer> bytes) {
   if (options_.trace != nullptr)
     options_.trace->AsyncEnd("read", TraceId(*job, slot), Clock::now());
+  SampleReads& sample = *charge->sample;
   const bool refused = charge->refused >= 0;  // its gate ran on this thread, before
+  const int items = static_cast<int>(sample.bytes.size());
+  const bool more = bytes.ok() && charge->item + 1 < items;
+  std::shared_ptr<ReadCharge> next;  // the sample's next item, already charged
   std::vector<ParkedRead> restart;
+  Status failed;
+  int64_t release = 0;  // the sample's charge, once it failed
   {
     std::lock_guard lock(mu_);
     if (--reads_inflight_ == 0) read_busy_ns_ += NanosSince(reads_busy_since_);
@@ -330,6 +356,7 @@ void Engine::OnRead(const std::shared_ptr<BatchJob>& job, int slot,
       // Nothing was allocated: wait until the object's size fits (or nothing else is
       // charged), then read it again.
       undecoded_bytes_ -= charge->bytes;
+      sample.charged -= charge->bytes;
       charge->bytes = 0;
       parked_.push_back(ParkedRead{job, slot, charge});
     } else {
@@ -337,14 +364,29 @@ void Engine::OnRead(const std::shared_ptr<BatchJob>& job, int slot,
       if (bytes.ok()) {
         // The charge becomes the buffer's size (it differs when the storage ignored the
         // gate, or the object changed between its size and its bytes).
-        bytes_read_ += static_cast<int64_t>(bytes->size());
-        undecoded_bytes_ += static_cast<int64_t>(bytes->size()) - charge->bytes;
-        if (!charge->sized) NoteReadSizeLocked(static_cast<int64_t>(bytes->size()));
+        const auto size = static_cast<int64_t>(bytes->size());
+        bytes_read_ += size;
+        undecoded_bytes_ += size - charge->bytes;
+        sample.charged += size - charge->bytes;
+        charge->bytes = size;
+        if (!charge->sized) NoteReadSizeLocked(size);
         read_fill_sum_ += std::min(1.0, static_cast<double>(undecoded_bytes_) /
                                             static_cast<double>(options_.io_budget_bytes));
         budget_peak_ = std::max(budget_peak_, batch_bytes_ + undecoded_bytes_);
+        sample.bytes[charge->item] = *std::move(bytes);
       } else {
-        undecoded_bytes_ -= charge->bytes;
+        failed = bytes.status();
+      }
+      if (more && stop_) failed = Status::Cancelled("the run was cancelled");
+      if (!failed.ok()) {
+        release = sample.charged;  // this item's reservation and the items before it
+        sample.charged = 0;
+        undecoded_bytes_ -= release;
+      } else if (more) {
+        next = std::make_shared<ReadCharge>();
+        next->sample = charge->sample;
+        next->item = charge->item + 1;
+        ChargeReadLocked(*next, std::max<int64_t>(read_estimate_, 0));
       }
     }
     restart = TakeParkedLocked();
@@ -352,27 +394,29 @@ void Engine::OnRead(const std::shared_ptr<BatchJob>& job, int slot,
   }
   RestartParked(std::move(restart));
   if (refused) return;
-  if (!bytes.ok()) {
-    FinishSample(job, slot, bytes.status());
+  if (!failed.ok()) {
+    sample.bytes.clear();
+    FinishSample(job, slot, std::move(failed));
     return;
   }
-  Buffer buffer = *std::move(bytes);
-  const auto size = static_cast<int64_t>(buffer.size());
-  const bool submitted = pool_->Submit(
-      [this, job, slot, buffer]() mutable { RunChain(job, slot, std::move(buffer)); });
+  if (next != nullptr) {
+    StartRead(job, slot, std::move(next));
+    return;
+  }
+  const int64_t charged = sample.charged;
+  std::vector<Buffer> media = std::move(sample.bytes);
+  const bool submitted =
+      pool_->Submit([this, job, slot, media = std::move(media), charged]() mutable {
+        RunChain(job, slot, std::move(media), charged);
+      });
   if (!submitted) {
-    {
-      std::lock_guard lock(mu_);
-      undecoded_bytes_ -= size;
-      restart = TakeParkedLocked();
-    }
-    RestartParked(std::move(restart));
+    ReleaseReadBytes(charged);
     FinishSample(job, slot, Status::Cancelled("the run was cancelled"));
   }
 }
 
-void Engine::RunChain(const std::shared_ptr<BatchJob>& job, int slot, Buffer bytes) {
-  const auto size = static_cast<int64_t>(bytes.size());
+void Engine::RunChain(const std::shared_ptr<BatchJob>& job, int slot, std::vector<Buffer> media,
+                      int64_t charged) {
   Status status;
   bool stopped;
   {
@@ -387,7 +431,7 @@ void Engine::RunChain(const std::shared_ptr<BatchJob>& job, int slot, Buffer byt
     sample.epoch = job->position.epoch;
     sample.index = index;
     sample.record = &(*inputs_.records)[index];
-    sample.media = std::move(bytes);
+    sample.media = std::move(media);
     SampleContext ctx;
     ctx.sample = &sample;
     ctx.sample_seed = HashKeys(options_.order.seed, static_cast<uint64_t>(sample.epoch),
@@ -418,16 +462,8 @@ void Engine::RunChain(const std::shared_ptr<BatchJob>& job, int slot, Buffer byt
     SettleScratch();
     // The encoded bytes die here (the last handle), before the budget is released.
   }
-  if (inputs_.reads_media) {
-    std::vector<ParkedRead> restart;
-    {
-      std::lock_guard lock(mu_);
-      undecoded_bytes_ -= size;
-      restart = TakeParkedLocked();
-      driver_cv_.notify_all();
-    }
-    RestartParked(std::move(restart));
-  }
+  media.clear();
+  if (charged > 0) ReleaseReadBytes(charged);
   FinishSample(job, slot, std::move(status));
 }
 
@@ -462,7 +498,7 @@ void Engine::FinishBatch(BatchJob& job) {
       if (st.code() != StatusCode::kCancelled) {
         const SampleRecord& record = (*inputs_.records)[job.sample_indices[s]];
         batch.errors.push_back(
-            SampleError{job.position.epoch, job.sample_indices[s], record.media_uri, st});
+            SampleError{job.position.epoch, job.sample_indices[s], record.uri(), st});
       }
       continue;
     }
@@ -488,6 +524,25 @@ void Engine::FinishBatch(BatchJob& job) {
                               Tensor(t.dtype(), std::move(shape), t.buffer().Slice(0, row * kept)));
   }
   job.tensors.clear();
+  for (const EngineInputs::StringField& f : inputs_.strings) {
+    Batch::Strings& column = batch.strings.emplace_back();
+    column.name = f.name;
+    column.list = f.list;
+    column.rows.reserve(static_cast<size_t>(kept));
+    for (int64_t s = 0; s < n; ++s) {
+      if (!job.status[s].ok()) continue;
+      const SampleRecord& record = (*inputs_.records)[job.sample_indices[s]];
+      std::vector<std::string>& row = column.rows.emplace_back();
+      if (f.field < 0) {
+        row.push_back(record.id);
+        continue;
+      }
+      for (const Attribute& a : record.attributes) {
+        if (a.field != f.field) continue;
+        if (const auto* text = std::get_if<std::string>(&a.value)) row.push_back(*text);
+      }
+    }
+  }
   if (kept > 0) RunBatchOps(job, batch);
   const bool cancelled = std::any_of(job.status.begin(), job.status.end(), [](const Status& s) {
     return s.code() == StatusCode::kCancelled;
@@ -517,13 +572,14 @@ void Engine::RunBatchOps(const BatchJob& job, Batch& batch) {
     for (int64_t s = 0; s < batch.size(); ++s) {
       const int64_t sample = index->data<int64_t>()[s];
       batch.errors.push_back(
-          SampleError{job.position.epoch, sample, (*inputs_.records)[sample].media_uri, status});
+          SampleError{job.position.epoch, sample, (*inputs_.records)[sample].uri(), status});
     }
     for (auto& [name, tensor] : batch.fields) {
       std::vector<int64_t> shape = tensor.shape();
       shape[0] = 0;
       tensor = Tensor(tensor.dtype(), std::move(shape), tensor.buffer().Slice(0, 0));
     }
+    for (Batch::Strings& column : batch.strings) column.rows.clear();
     return;
   }
 }

@@ -67,9 +67,18 @@ struct EngineInputs {
   // them, filled before the chain runs.
   int num_values = 0;
   std::vector<SourceValue> source_values;
+  // Per-sample strings collected into Batch::strings, in this order: field -1 is the
+  // record's id, else the Attribute values of that source field.
+  struct StringField {
+    std::string name;
+    int field = -1;
+    bool list = false;
+  };
+  std::vector<StringField> strings;
   // Per-batch steps, run in order on each complete batch before delivery.
   std::vector<std::unique_ptr<BatchOp>> batch_ops;
-  // Whether samples need their media read before the chain runs.
+  // Whether samples need their media read before the chain runs (each item of
+  // SampleRecord::media, whole objects or byte ranges).
   bool reads_media = true;
   std::shared_ptr<Storage> storage;
 };
@@ -189,9 +198,22 @@ class Engine {
   void IssueSample(const std::shared_ptr<BatchJob>& job, int slot);
   // A run-unique id of a sample slot, for async trace events.
   int64_t TraceId(const BatchJob& job, int slot) const;
+  // The media reads of one sample, one per record->media item, one after another: the
+  // next item is read when the previous one is in, and the chain runs after the last.
+  // So a sample holds at most one read in flight, and only its first read ever waits
+  // for the I/O budget: the items after it are charged even past the budget (by at
+  // most the rest of one sample), which a sample that already holds bytes could not
+  // wait for without waiting for itself. Guarded by mu_ (`bytes`: written by the
+  // completion of each item, in turn).
+  struct SampleReads {
+    std::vector<Buffer> bytes;
+    int64_t charged = 0;  // this sample's share of the I/O budget's charge
+  };
   // The I/O budget's charge of one read (see the contract), shared by its gate and
   // its completion; guarded by mu_.
   struct ReadCharge {
+    std::shared_ptr<SampleReads> sample;
+    int item = 0;           // which of the record's media items
     int64_t bytes = 0;      // charged now: the reservation, then the object's size
     int64_t refused = -1;   // >= 0: the gate refused this size; the read is parked
     bool sized = false;     // the gate ran (a storage may ignore it)
@@ -201,7 +223,8 @@ class Engine {
     int slot;
     std::shared_ptr<ReadCharge> charge;
   };
-  // Whether a read charging `bytes` may be issued now (see the contract).
+  // Whether a sample's first read, charging `bytes`, may be issued now (see the
+  // contract).
   bool ReadFitsLocked(int64_t bytes) const;
   // Charges `charge` and counts it in flight.
   void ChargeReadLocked(ReadCharge& charge, int64_t bytes);
@@ -217,7 +240,12 @@ class Engine {
   void RestartParked(std::vector<ParkedRead> reads);
   void OnRead(const std::shared_ptr<BatchJob>& job, int slot,
               const std::shared_ptr<ReadCharge>& charge, Result<Buffer> bytes);
-  void RunChain(const std::shared_ptr<BatchJob>& job, int slot, Buffer bytes);
+  // Releases `bytes` of the I/O budget's charge and restarts the parked reads that fit.
+  void ReleaseReadBytes(int64_t bytes);
+  // Runs the chain on a sample whose media (possibly none) are in `media`; `charged`
+  // is their charge to the I/O budget, released when the chain is done with them.
+  void RunChain(const std::shared_ptr<BatchJob>& job, int slot, std::vector<Buffer> media,
+                int64_t charged);
   // After a sample: notes what this thread's scratch grew to, then trims it to the
   // per-thread allowance.
   void SettleScratch();

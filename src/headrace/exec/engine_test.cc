@@ -27,8 +27,9 @@ class FillOp final : public Op {
     auto* row = reinterpret_cast<int64_t*>(ctx.rows[0]);
     row[0] = ctx.sample->index;
     row[1] = static_cast<int64_t>(rng.Next() >> 1);
-    row[2] = static_cast<int64_t>(ctx.sample->media.size());
-    row[3] = ctx.sample->media.empty() ? -1 : ctx.sample->media.data()[0];
+    const Buffer* media = ctx.sample->MediaOf(0);
+    row[2] = media == nullptr ? 0 : static_cast<int64_t>(media->size());
+    row[3] = media == nullptr || media->empty() ? -1 : media->data()[0];
     return Status::Ok();
   }
 
@@ -126,12 +127,13 @@ class EngineConformance : public testing::TestWithParam<Config> {
     for (int64_t i = 0; i < n; ++i) {
       SampleRecord r;
       r.id = std::to_string(i);
-      r.media_uri = (Dir() / ("f" + std::to_string(i))).string();
+      std::string uri = (Dir() / ("f" + std::to_string(i))).string();
       if (missing.count(i)) {
-        r.media_uri += ".missing";
-      } else if (!std::filesystem::exists(r.media_uri)) {
-        std::ofstream(r.media_uri) << std::string(i + 1, static_cast<char>(i % 251));
+        uri += ".missing";
+      } else if (!std::filesystem::exists(uri)) {
+        std::ofstream(uri) << std::string(i + 1, static_cast<char>(i % 251));
       }
+      r.media.push_back(MediaRef{0, uri});
       records->push_back(std::move(r));
     }
     return records;
@@ -207,6 +209,76 @@ TEST_P(EngineConformance, DeliversEveryBatchInOrderThenEndOfEpoch) {
   ASSERT_TRUE(again.ok());
   EXPECT_FALSE(again->has_value());
   EXPECT_EQ((*engine)->Metrics().samples_delivered, 10);
+}
+
+// Writes, per sample, the size and first byte of each of its two media items.
+class TwoMediaOp final : public Op {
+ public:
+  std::string_view name() const override { return "test.two_media"; }
+  Status Run(SampleContext& ctx) const override {
+    auto* row = reinterpret_cast<int64_t*>(ctx.rows[0]);
+    row[0] = ctx.sample->index;
+    for (int field = 0; field < 2; ++field) {
+      const Buffer* media = ctx.sample->MediaOf(field);
+      if (media == nullptr) return Status::MissingField("no item of field " + std::to_string(field));
+      row[1 + 2 * field] = static_cast<int64_t>(media->size());
+      row[2 + 2 * field] = media->empty() ? -1 : media->data()[0];
+    }
+    return Status::Ok();
+  }
+};
+
+TEST_P(EngineConformance, ReadsEveryMediaItemOfASampleWholeOrAsARange) {
+  // Record i: field 0 is file i whole; field 1 is byte [1, 2) of file i + 1 (which
+  // holds (i + 1) % 251 repeated i + 2 times); record 3's second item is missing.
+  auto records = Records(8);
+  for (int64_t i = 0; i < 7; ++i) {
+    MediaRef ref{1, (*records)[i + 1].media[0].uri, 1, 1};
+    if (i == 3) ref.uri += ".missing";
+    (*records)[i].media.push_back(ref);
+  }
+  records->pop_back();
+  EngineInputs in;
+  in.records = records;
+  in.ops.push_back(std::make_unique<TwoMediaOp>());
+  in.fields.push_back(FieldSpec{"row", DType::kI64, {5}});
+  in.storage = MakeLocalStorage({.threads = 2});
+  EngineOptions opt;
+  opt.cpu_threads = GetParam().threads;
+  opt.prefetch_depth = GetParam().depth;
+  opt.io_inflight = 3;  // fewer than a batch's reads: a sample's items wait for capacity
+  opt.io_budget_bytes = 4;  // smaller than two items: reads go one sample at a time
+  opt.order.batch_size = 3;
+  opt.order.shuffle = false;
+  opt.max_error_rate = 1.0;
+  opt.min_samples = 1;
+  auto engine = Engine::Start(std::move(in), opt);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  std::set<int64_t> seen;
+  std::vector<SampleError> errors;
+  while (true) {
+    auto next = (*engine)->Next();
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    if (!next->has_value()) break;
+    const Tensor* row = (*next)->Find("row");
+    for (int64_t s = 0; s < row->shape()[0]; ++s) {
+      const int64_t* r = row->data<int64_t>() + 5 * s;
+      const int64_t i = r[0];
+      seen.insert(i);
+      EXPECT_EQ(r[1], i + 1) << i;
+      EXPECT_EQ(r[2], i % 251) << i;
+      EXPECT_EQ(r[3], 1) << i;  // the range, not the object
+      EXPECT_EQ(r[4], (i + 1) % 251) << i;
+    }
+    for (const SampleError& e : (*next)->errors) errors.push_back(e);
+  }
+  EXPECT_EQ(seen, (std::set<int64_t>{0, 1, 2, 4, 5, 6}));
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].index, 3);
+  EXPECT_EQ(errors[0].status.code(), StatusCode::kNotFound);
+  const EngineMetrics m = (*engine)->Metrics();
+  EXPECT_EQ(m.samples_delivered, 6);
+  EXPECT_EQ(m.samples_failed, 1);
 }
 
 TEST_P(EngineConformance, SkipsAFailingSampleInTheMiddleAndNamesIt) {
@@ -451,7 +523,7 @@ EngineMetrics RunWithIoBudget(int64_t n, std::function<int64_t(int64_t)> size_of
   for (int64_t i = 0; i < n; ++i) {
     SampleRecord r;
     r.id = std::to_string(i);
-    r.media_uri = std::to_string(i);
+    r.media.push_back(MediaRef{0, std::to_string(i)});
     records->push_back(std::move(r));
   }
   auto gate = std::make_unique<GateOp>(nullptr);

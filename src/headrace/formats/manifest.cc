@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <span>
 #include <utility>
 
 #include "headrace/core/strings.h"
@@ -192,9 +193,100 @@ Result<std::string> Resolve(const SplitPath& base, const std::string& base_text,
   return out;
 }
 
-// Fills `record` (id, media_uri, turns) from one parsed line, or returns why it is bad.
+// Appends the chat turns of `conv` (a JSON array) to record.turns.
+Status ReadConversation(simdjson::dom::element conv_element, int64_t line, const SourceSpec& spec,
+                        const std::string& key, SampleRecord& record) {
+  simdjson::dom::array conv;
+  if (conv_element.get(conv) != simdjson::SUCCESS) {
+    return MissingField(line, "field '" + key + "' must be an array");
+  }
+  record.turns.reserve(conv.size());
+  size_t i = 0;
+  for (simdjson::dom::element turn_element : conv) {
+    // Built only for messages: good records allocate nothing here.
+    auto where = [&](std::string_view field) {
+      std::string w = key + "[" + std::to_string(i) + "]";
+      if (!field.empty()) w.append(".").append(field);
+      return w;
+    };
+    simdjson::dom::object turn_obj;
+    if (turn_element.get(turn_obj) != simdjson::SUCCESS) {
+      return MissingField(line, "'" + where("") + "' must be an object");
+    }
+    std::string_view role_name;
+    std::string_view text;
+    if (turn_obj.at_key(spec.role_field).get(role_name) != simdjson::SUCCESS) {
+      return MissingField(line, "'" + where(spec.role_field) + "' is missing or not a string");
+    }
+    if (turn_obj.at_key(spec.text_field).get(text) != simdjson::SUCCESS) {
+      return MissingField(line, "'" + where(spec.text_field) + "' is missing or not a string");
+    }
+    Result<Role> role = ParseRole(role_name);
+    if (!role.ok()) return role.status().WithContext(LinePrefix(line) + where(spec.role_field));
+    record.turns.push_back(Turn{*role, std::string(text)});
+    ++i;
+  }
+  return Status::Ok();
+}
+
+// What a value of `kind` must be in JSON, for messages.
+const char* ExpectedJson(FieldKind kind) {
+  switch (kind) {
+    case FieldKind::kInt:
+      return "an integer";
+    case FieldKind::kFloat:
+      return "a number";
+    default:
+      return "a string";
+  }
+}
+
+// One item of a media, text or scalar field: a MediaRef or an Attribute of `record`.
+Status ReadItem(simdjson::dom::element item, int64_t line, const SourceSpec& spec,
+                const SplitPath& root, const std::string& root_text, int field,
+                const SourceFieldSpec& f, const std::string& where, SampleRecord& record) {
+  const auto wrong = [&] {
+    return MissingField(line, "field '" + where + "' must be " + ExpectedJson(f.kind));
+  };
+  if (IsMediaKind(f.kind)) {
+    std::string_view path;
+    if (item.get(path) != simdjson::SUCCESS) return wrong();
+    if (path.empty()) return MissingField(line, "field '" + where + "' is empty");
+    Result<std::string> uri = Resolve(root, root_text, path, spec.allow_absolute_paths);
+    if (!uri.ok()) return uri.status().WithContext(LinePrefix(line) + where);
+    record.media.push_back(MediaRef{field, std::move(uri).value()});
+    return Status::Ok();
+  }
+  Attribute attribute{field, int64_t{0}};
+  switch (f.kind) {
+    case FieldKind::kInt: {
+      int64_t i;
+      if (item.get(i) != simdjson::SUCCESS) return wrong();
+      attribute.value = i;
+      break;
+    }
+    case FieldKind::kFloat: {
+      double d;
+      if (item.get(d) != simdjson::SUCCESS) return wrong();  // integers convert
+      attribute.value = d;
+      break;
+    }
+    default: {  // text, string
+      std::string_view text;
+      if (item.get(text) != simdjson::SUCCESS) return wrong();
+      attribute.value = std::string(text);
+      break;
+    }
+  }
+  record.attributes.push_back(std::move(attribute));
+  return Status::Ok();
+}
+
+// Fills `record` (id, media, turns, attributes) from one parsed line, or returns why it
+// is bad.
 Status FillRecord(simdjson::dom::element doc, int64_t line, const SourceSpec& spec,
-                  const SplitPath& root, const std::string& root_text, SampleRecord& record) {
+                  std::span<const SourceFieldSpec> fields, const SplitPath& root,
+                  const std::string& root_text, SampleRecord& record) {
   simdjson::dom::object obj;
   if (doc.get(obj) != simdjson::SUCCESS) {
     return BadRecord(line, "expected a JSON object, got " +
@@ -215,51 +307,37 @@ Status FillRecord(simdjson::dom::element doc, int64_t line, const SourceSpec& sp
     return MissingField(line, "field '" + spec.id_field + "' must be a string or an integer");
   }
 
-  simdjson::dom::element image;
-  if (obj.at_key(spec.image_field).get(image) == simdjson::SUCCESS && !image.is_null()) {
-    std::string_view path;
-    if (image.get(path) != simdjson::SUCCESS) {
-      return MissingField(line, "field '" + spec.image_field + "' must be a string");
+  for (size_t fi = 0; fi < fields.size(); ++fi) {
+    const SourceFieldSpec& f = fields[fi];
+    const int field = static_cast<int>(fi);
+    simdjson::dom::element value;
+    if (obj.at_key(f.key).get(value) != simdjson::SUCCESS || value.is_null()) {
+      if (f.required) return MissingField(line, "missing field '" + f.key + "'");
+      continue;
     }
-    if (path.empty()) return MissingField(line, "field '" + spec.image_field + "' is empty");
-    Result<std::string> uri = Resolve(root, root_text, path, spec.allow_absolute_paths);
-    if (!uri.ok()) return uri.status().WithContext(LinePrefix(line) + spec.image_field);
-    record.media_uri = std::move(uri).value();
-  }
-
-  simdjson::dom::element conv_element;
-  if (obj.at_key(spec.conversations_field).get(conv_element) != simdjson::SUCCESS) {
-    return MissingField(line, "missing field '" + spec.conversations_field + "'");
-  }
-  simdjson::dom::array conv;
-  if (conv_element.get(conv) != simdjson::SUCCESS) {
-    return MissingField(line, "field '" + spec.conversations_field + "' must be an array");
-  }
-  record.turns.reserve(conv.size());
-  size_t i = 0;
-  for (simdjson::dom::element turn_element : conv) {
-    // Built only for messages: good records allocate nothing here.
-    auto where = [&](std::string_view field) {
-      std::string w = spec.conversations_field + "[" + std::to_string(i) + "]";
-      if (!field.empty()) w.append(".").append(field);
-      return w;
-    };
-    simdjson::dom::object turn_obj;
-    if (turn_element.get(turn_obj) != simdjson::SUCCESS) {
-      return MissingField(line, "'" + where("") + "' must be an object");
+    if (f.kind == FieldKind::kConversation) {
+      HR_RETURN_IF_ERROR(ReadConversation(value, line, spec, f.key, record));
+      continue;
     }
-    std::string_view role_name;
-    std::string_view text;
-    if (turn_obj.at_key(spec.role_field).get(role_name) != simdjson::SUCCESS) {
-      return MissingField(line, "'" + where(spec.role_field) + "' is missing or not a string");
+    if (f.max_items == 0) {
+      HR_RETURN_IF_ERROR(ReadItem(value, line, spec, root, root_text, field, f, f.key, record));
+      continue;
     }
-    if (turn_obj.at_key(spec.text_field).get(text) != simdjson::SUCCESS) {
-      return MissingField(line, "'" + where(spec.text_field) + "' is missing or not a string");
+    simdjson::dom::array items;
+    if (value.get(items) != simdjson::SUCCESS) {
+      return MissingField(line, "field '" + f.key + "' must be a list (max_items " +
+                                    std::to_string(f.max_items) + ")");
     }
-    Result<Role> role = ParseRole(role_name);
-    if (!role.ok()) return role.status().WithContext(LinePrefix(line) + where(spec.role_field));
-    record.turns.push_back(Turn{*role, std::string(text)});
-    ++i;
+    if (items.size() > static_cast<size_t>(f.max_items)) {
+      return BadRecord(line, "field '" + f.key + "' has " + std::to_string(items.size()) +
+                                 " items, more than its max_items " +
+                                 std::to_string(f.max_items));
+    }
+    size_t i = 0;
+    for (simdjson::dom::element item : items) {
+      HR_RETURN_IF_ERROR(ReadItem(item, line, spec, root, root_text, field, f,
+                                  f.key + "[" + std::to_string(i++) + "]", record));
+    }
   }
   return Status::Ok();
 }
@@ -302,6 +380,7 @@ Result<Manifest> ParseManifest(const Buffer& jsonl_bytes, const std::string& man
   }
   manifest.records.reserve(lines);
 
+  const std::vector<SourceFieldSpec> fields = ResolvedFields(spec);
   simdjson::dom::parser parser;
   std::vector<char> scratch;  // padded copy of a line too close to the end of the buffer
   int64_t line_number = 0;
@@ -331,12 +410,13 @@ Result<Manifest> ParseManifest(const Buffer& jsonl_bytes, const std::string& man
       record.status =
           BadRecord(line_number, std::string("invalid JSON: ") + simdjson::error_message(error));
     } else {
-      record.status = FillRecord(doc, line_number, spec, root, manifest.root, record);
+      record.status = FillRecord(doc, line_number, spec, fields, root, manifest.root, record);
     }
     if (!record.status.ok()) {
       // The id, when it was read, stays for messages; nothing else is usable.
-      record.media_uri.clear();
+      record.media.clear();
       record.turns.clear();
+      record.attributes.clear();
       ++manifest.bad_lines;
     }
   }
@@ -369,8 +449,13 @@ size_t ManifestMemoryBytes(const Manifest& manifest) {
                  StringHeapBytes(manifest.root) +
                  HeapBlockBytes(manifest.records.capacity() * sizeof(SampleRecord));
   for (const SampleRecord& r : manifest.records) {
-    bytes += StringHeapBytes(r.id) + StringHeapBytes(r.media_uri) +
+    bytes += StringHeapBytes(r.id) + HeapBlockBytes(r.media.capacity() * sizeof(MediaRef)) +
              HeapBlockBytes(r.turns.capacity() * sizeof(Turn));
+    for (const MediaRef& m : r.media) bytes += StringHeapBytes(m.uri);
+    bytes += HeapBlockBytes(r.attributes.capacity() * sizeof(Attribute));
+    for (const Attribute& a : r.attributes) {
+      if (const auto* text = std::get_if<std::string>(&a.value)) bytes += StringHeapBytes(*text);
+    }
     for (const Turn& turn : r.turns) bytes += StringHeapBytes(turn.text);
     if (!r.status.ok()) {
       // The status's shared state (control block, code, message object) and message.

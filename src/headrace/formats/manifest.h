@@ -6,7 +6,7 @@
 //
 // Field names are configurable (SourceSpec). Per line:
 // - `id`: required, a string or an integer (kept as its decimal text).
-// - `image`: optional; absent or null means a text-only record (empty media_uri). When
+// - `image`: optional; absent or null means a text-only record (no media). When
 //   present it must be a non-empty string, resolved with ResolveMediaPath.
 // - `conversations`: required array (may be empty) of objects, each with a string role
 //   field ("human"/"user", "gpt"/"assistant"/"model", "system") and a string text field.

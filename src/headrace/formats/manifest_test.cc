@@ -158,7 +158,7 @@ TEST(ParseManifest, ParsesGoodLine) {
   EXPECT_TRUE(r.status.ok());
   EXPECT_EQ(r.line, 1);
   EXPECT_EQ(r.id, "a1");
-  EXPECT_EQ(r.media_uri, "/data/set/images/a1.jpg");
+  EXPECT_EQ(r.uri(), "/data/set/images/a1.jpg");
   ASSERT_EQ(r.turns.size(), 2u);
   EXPECT_EQ(r.turns[0].role, Role::kUser);
   EXPECT_EQ(r.turns[0].text, "<image>\nWhat?");
@@ -212,9 +212,9 @@ TEST(ParseManifest, RecordWithoutImageIsTextOnly) {
                        R"({"id": "n", "image": null, "conversations": []})");
   ASSERT_EQ(m.records.size(), 2u);
   EXPECT_TRUE(m.records[0].status.ok());
-  EXPECT_EQ(m.records[0].media_uri, "");
+  EXPECT_EQ(m.records[0].uri(), "");
   EXPECT_TRUE(m.records[1].status.ok());
-  EXPECT_EQ(m.records[1].media_uri, "");
+  EXPECT_EQ(m.records[1].uri(), "");
 }
 
 TEST(ParseManifest, KeepsUnicodeText) {
@@ -224,7 +224,7 @@ TEST(ParseManifest, KeepsUnicodeText) {
   const SampleRecord& r = m.records[0];
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
   EXPECT_EQ(r.id, "日本");
-  EXPECT_EQ(r.media_uri, "/data/set/画像/猫.jpg");
+  EXPECT_EQ(r.uri(), "/data/set/画像/猫.jpg");
   EXPECT_EQ(r.turns[0].text, "これは何？ é😀");
   EXPECT_EQ(r.turns[1].text, "猫 🐱");
 }
@@ -315,7 +315,7 @@ TEST(ParseManifest, BadLinesKeepTheirIndexAndName) {
       EXPECT_THAT(r.status.message(), HasSubstr(s));
     }
     EXPECT_TRUE(r.turns.empty());
-    EXPECT_TRUE(r.media_uri.empty());
+    EXPECT_TRUE(r.uri().empty());
   }
 }
 
@@ -333,7 +333,7 @@ TEST(ParseManifest, UsesConfiguredFieldNames) {
               spec);
   ASSERT_EQ(m.records.size(), 2u);
   EXPECT_EQ(m.records[0].id, "3");
-  EXPECT_EQ(m.records[0].media_uri, "/data/set/x.png");
+  EXPECT_EQ(m.records[0].uri(), "/data/set/x.png");
   EXPECT_EQ(m.records[0].turns[0].text, "q");
   EXPECT_EQ(m.records[1].status.code(), StatusCode::kMissingField);
   EXPECT_THAT(m.records[1].status.message(), HasSubstr("messages[0].content"));
@@ -344,7 +344,7 @@ TEST(ParseManifest, ExplicitRootWinsOverManifestFolder) {
   spec.root = "/media/coco/";
   Manifest m = ParseOk(kGood, spec);
   EXPECT_EQ(m.root, "/media/coco");
-  EXPECT_EQ(m.records[0].media_uri, "/media/coco/images/a1.jpg");
+  EXPECT_EQ(m.records[0].uri(), "/media/coco/images/a1.jpg");
 }
 
 TEST(ParseManifest, RelativeManifestResolvesAgainstCurrentDirectory) {
@@ -353,7 +353,7 @@ TEST(ParseManifest, RelativeManifestResolvesAgainstCurrentDirectory) {
   Manifest m = ParseOk(kGood, spec);
   const std::string cwd = std::filesystem::current_path().lexically_normal().string();
   EXPECT_EQ(m.root, (cwd == "/" ? "" : cwd) + "/sub");
-  EXPECT_EQ(m.records[0].media_uri, m.root + "/images/a1.jpg");
+  EXPECT_EQ(m.records[0].uri(), m.root + "/images/a1.jpg");
 }
 
 TEST(ParseManifest, UriManifestResolvesAgainstItsPrefix) {
@@ -361,7 +361,7 @@ TEST(ParseManifest, UriManifestResolvesAgainstItsPrefix) {
   spec.manifest = "s3://bucket/sets/a/manifest.jsonl";
   Manifest m = ParseOk(kGood, spec);
   EXPECT_EQ(m.root, "s3://bucket/sets/a");
-  EXPECT_EQ(m.records[0].media_uri, "s3://bucket/sets/a/images/a1.jpg");
+  EXPECT_EQ(m.records[0].uri(), "s3://bucket/sets/a/images/a1.jpg");
 }
 
 TEST(ParseManifest, AbsolutePathsInsideRootWhenAllowed) {
@@ -371,7 +371,7 @@ TEST(ParseManifest, AbsolutePathsInsideRootWhenAllowed) {
                        "\n"
                        R"({"id": 2, "image": "/elsewhere/b.jpg", "conversations": []})",
                        spec);
-  EXPECT_EQ(m.records[0].media_uri, "/data/set/a.jpg");
+  EXPECT_EQ(m.records[0].uri(), "/data/set/a.jpg");
   EXPECT_EQ(m.records[1].status.code(), StatusCode::kPathEscape);
   EXPECT_THAT(m.records[1].status.message(), HasSubstr("line 2:"));
 }
@@ -409,7 +409,7 @@ TEST(ParseManifest, ManyLinesInPlaceAndNearTheEnd) {
     ASSERT_TRUE(r.status.ok()) << i << ": " << r.status.ToString();
     ASSERT_EQ(r.id, std::to_string(i));
     ASSERT_EQ(r.line, i + 1);
-    ASSERT_EQ(r.media_uri, "/data/set/i/" + std::to_string(i) + ".jpg");
+    ASSERT_EQ(r.uri(), "/data/set/i/" + std::to_string(i) + ".jpg");
     ASSERT_EQ(r.turns[1].text, std::string(i % 7, 'a'));
   }
 }
@@ -463,7 +463,7 @@ TEST(ManifestMemoryBytes, CountsEveryRecordsStringsAndGrowsWithTheManifest) {
   // two turns and the long turn's text (with its terminating zero).
   size_t floor = 0;
   for (const SampleRecord& r : large.records) {
-    floor += sizeof(SampleRecord) + r.id.size() + 1 + r.media_uri.size() + 1 +
+    floor += sizeof(SampleRecord) + r.id.size() + 1 + sizeof(MediaRef) + r.uri().size() + 1 +
              2 * sizeof(Turn) + text.size() + 1;
   }
   EXPECT_GE(large_bytes, floor);
@@ -482,7 +482,7 @@ TEST(LoadManifest, ReadsThroughStorage) {
   Result<Manifest> m = LoadManifest(storage, spec);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->records.size(), 1u);
-  EXPECT_EQ(m->records[0].media_uri, "/d/images/a1.jpg");
+  EXPECT_EQ(m->records[0].uri(), "/d/images/a1.jpg");
 }
 
 TEST(LoadManifest, MissingFileIsNotFound) {
@@ -501,6 +501,105 @@ TEST(LoadManifest, EmptyManifestPathIsInvalid) {
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(m.status().message(), HasSubstr("source.manifest"));
+}
+
+// --- source.fields ----------------------------------------------------------------------
+
+SourceSpec SpecWithFields() {
+  SourceSpec spec;
+  spec.manifest = "/data/set/manifest.jsonl";
+  spec.fields = {
+      {"image", FieldKind::kImage, "", 0, true},
+      {"views", FieldKind::kImage, "more", 3, false},
+      {"label", FieldKind::kInt, "", 0, false},
+      {"score", FieldKind::kFloat, "", 0, false},
+      {"caption", FieldKind::kText, "", 0, false},
+      {"tags", FieldKind::kString, "", 2, false},
+      {"chat", FieldKind::kConversation, "conversations", 0, false},
+  };
+  return spec;
+}
+
+Manifest ParseWith(const SourceSpec& spec, const std::string& text) {
+  Result<Manifest> m = ParseManifest(*Buffer::CopyOf(text.data(), text.size()), spec.manifest, spec);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? *std::move(m) : Manifest{};
+}
+
+TEST(ParseManifest, DeclaredFieldsFeedMediaListsScalarsAndText) {
+  const Manifest m = ParseWith(
+      SpecWithFields(),
+      R"({"id": 1, "image": "a.jpg", "more": ["b.jpg", "c/d.png"], "label": 7, "score": 2,)"
+      R"( "caption": "a cat", "tags": ["x", "y"],)"
+      R"( "conversations": [{"from": "human", "value": "hi"}]})"
+      "\n"
+      R"({"id": 2, "image": "e.jpg", "more": [], "label": null})"
+      "\n");
+  ASSERT_EQ(m.records.size(), 2u);
+  const SampleRecord& r = m.records[0];
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  ASSERT_EQ(r.media.size(), 3u);
+  EXPECT_EQ(r.media[0].field, 0);
+  EXPECT_EQ(r.media[0].uri, "/data/set/a.jpg");
+  EXPECT_EQ(r.media[1].field, 1);
+  EXPECT_EQ(r.media[1].uri, "/data/set/b.jpg");
+  EXPECT_EQ(r.media[2].field, 1);
+  EXPECT_EQ(r.media[2].uri, "/data/set/c/d.png");
+  ASSERT_EQ(r.attributes.size(), 5u);
+  EXPECT_EQ(r.attributes[0].field, 2);
+  EXPECT_EQ(std::get<int64_t>(r.attributes[0].value), 7);
+  EXPECT_EQ(r.attributes[1].field, 3);
+  EXPECT_EQ(std::get<double>(r.attributes[1].value), 2.0);  // an integer reads as a float
+  EXPECT_EQ(std::get<std::string>(r.attributes[2].value), "a cat");
+  EXPECT_EQ(std::get<std::string>(r.attributes[3].value), "x");
+  EXPECT_EQ(std::get<std::string>(r.attributes[4].value), "y");
+  ASSERT_EQ(r.turns.size(), 1u);
+  // Optional fields may be absent or null; an empty list is no items.
+  const SampleRecord& r2 = m.records[1];
+  ASSERT_TRUE(r2.status.ok()) << r2.status.ToString();
+  EXPECT_EQ(r2.media.size(), 1u);
+  EXPECT_TRUE(r2.attributes.empty());
+  EXPECT_TRUE(r2.turns.empty());
+}
+
+TEST(ParseManifest, DeclaredFieldErrorsAreNamedPerRecord) {
+  const Manifest m = ParseWith(SpecWithFields(),
+                               R"({"id": 1, "more": []})"
+                               "\n"
+                               R"({"id": 2, "image": "a.jpg", "label": "seven"})"
+                               "\n"
+                               R"({"id": 3, "image": "a.jpg", "more": ["1", "2", "3", "4"]})"
+                               "\n"
+                               R"({"id": 4, "image": "a.jpg", "more": "b.jpg"})"
+                               "\n"
+                               R"({"id": 5, "image": "a.jpg", "tags": ["x", 3]})"
+                               "\n"
+                               R"({"id": 6, "image": "a.jpg", "more": ["../../x.jpg"]})"
+                               "\n");
+  ASSERT_EQ(m.records.size(), 6u);
+  EXPECT_EQ(m.bad_lines, 6);
+  EXPECT_EQ(m.records[0].status.code(), StatusCode::kMissingField);
+  EXPECT_THAT(m.records[0].status.message(), HasSubstr("missing field 'image'"));
+  EXPECT_EQ(m.records[1].status.code(), StatusCode::kMissingField);
+  EXPECT_THAT(m.records[1].status.message(), HasSubstr("'label' must be an integer"));
+  EXPECT_EQ(m.records[2].status.code(), StatusCode::kBadRecord);
+  EXPECT_THAT(m.records[2].status.message(), HasSubstr("4 items, more than its max_items 3"));
+  EXPECT_THAT(m.records[3].status.message(), HasSubstr("'more' must be a list"));
+  EXPECT_THAT(m.records[4].status.message(), HasSubstr("'tags[1]' must be a string"));
+  EXPECT_EQ(m.records[5].status.code(), StatusCode::kPathEscape);
+  for (const SampleRecord& r : m.records) {
+    EXPECT_TRUE(r.media.empty() && r.attributes.empty() && r.turns.empty());
+  }
+}
+
+TEST(ParseManifest, DefaultFieldsAreTheLlavaPair) {
+  SourceSpec spec;
+  const std::vector<SourceField> fields = SourceFieldsOf(spec);
+  ASSERT_EQ(fields.size(), 2u);
+  EXPECT_EQ(fields[kImageField].name, "image");
+  EXPECT_EQ(fields[kImageField].kind, FieldKind::kImage);
+  EXPECT_EQ(fields[kConversationField].name, "conversation");
+  EXPECT_EQ(fields[kConversationField].kind, FieldKind::kConversation);
 }
 
 }  // namespace

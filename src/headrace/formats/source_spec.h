@@ -2,8 +2,33 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include "headrace/core/sample.h"
 
 namespace headrace {
+
+// One entry of `source.fields`: a named field of the records, its kind, and the manifest
+// key that feeds it.
+//   fields:
+//     - {name: image, kind: image}                       # "image": "a.jpg"
+//     - {name: views, kind: image, key: images, max_items: 4}  # "images": ["a.jpg", ...]
+//     - {name: label, kind: int}                         # "label": 3
+//     - {name: caption, kind: text}                      # "caption": "a cat"
+//     - {name: conversation, kind: conversation, key: conversations}
+// Media kinds (image, video, audio, pointcloud, bytes) hold paths, resolved against the
+// root and read before the chain runs; conversation holds chat turns; text and string
+// hold strings; int and float numbers. A field may be absent from a record (or null)
+// unless `required`; a list field (max_items > 0) holds a JSON array of up to max_items.
+// Scalars (int, float) pass through to the batch as tensors ([B], or [B, max_items] plus
+// `<name>_count`); text and string fields as a list of strings per batch.
+struct SourceFieldSpec {
+  std::string name;          // required: the value's name in the chain and the batch
+  FieldKind kind = FieldKind::kImage;
+  std::string key;           // the manifest's JSON key; empty: `name`
+  int max_items = 0;         // 0: one value; N > 0: a list of up to N
+  bool required = false;     // a record without it is a per-sample error (kMissingField)
+};
 
 // A JSONL manifest in the LLaVA / chat-VQA form:
 //   {"id": "...", "image": "images/000123.jpg",
@@ -14,6 +39,11 @@ struct SourceSpec {
   std::string manifest;  // required: path of the JSONL file
   std::string root;      // dataset root for media paths; empty = the manifest's folder
   std::string id_field = "id";
+  // The record's fields. Empty: the LLaVA form below, i.e. an optional image (key
+  // `image_field`) and a required conversation (key `conversations_field`). When given,
+  // image_field and conversations_field are not used (give the keys here instead);
+  // role_field and text_field still name the keys inside a conversation's turns.
+  std::vector<SourceFieldSpec> fields;
   std::string image_field = "image";
   std::string conversations_field = "conversations";
   std::string role_field = "from";
@@ -21,5 +51,16 @@ struct SourceSpec {
   // Absolute media paths are rejected unless allowed (and must then still be inside root).
   bool allow_absolute_paths = false;
 };
+
+// The fields of the records a manifest source yields, in order: MediaRef::field,
+// Attribute::field and the planner's source values index this list. Without
+// `spec.fields`: an image (kImageField) and a conversation (kConversationField).
+inline constexpr int kImageField = 0;
+inline constexpr int kConversationField = 1;
+std::vector<SourceField> SourceFieldsOf(const SourceSpec& spec);
+
+// The spec's fields with every default filled in (the two LLaVA fields when
+// spec.fields is empty; key = name where empty).
+std::vector<SourceFieldSpec> ResolvedFields(const SourceSpec& spec);
 
 }  // namespace headrace

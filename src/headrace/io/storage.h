@@ -67,6 +67,14 @@ class Storage {
   virtual void ReadAsyncGated(std::string uri, ReadCallback done, ReadGate gate) {
     ReadAsync(std::move(uri), std::move(done));
   }
+  // Reads bytes [offset, offset + length) of the object (length < 0: to its end), for
+  // members of shards. The gate sees the range's size. A range that starts past the
+  // object's end fails with kInvalidArgument; one that runs past it is cut short
+  // (the callback gets fewer bytes: the reader checks what it needs).
+  // The default reads the whole object and slices it: backends that can fetch a range
+  // (local pread, HTTP Range) override it.
+  virtual void ReadRangeAsyncGated(std::string uri, int64_t offset, int64_t length,
+                                   ReadCallback done, ReadGate gate);
   // "local", "s3", ...
   virtual std::string_view name() const = 0;
   // One entry per backend that has been used (a router lists each backend it opened).

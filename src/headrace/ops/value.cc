@@ -20,13 +20,12 @@ void FillSourceValues(std::span<const SourceValue> sources, const Sample& sample
     Value& value = values[static_cast<size_t>(source.slot)];
     switch (source.from) {
       case SourceValue::From::kMedia:
-        // A record has one media item today: the source's one media field.
-        if (!sample.record->media_uri.empty()) {
-          value = EncodedBytes{sample.media.data(), sample.media.size()};
+        if (const Buffer* media = sample.MediaOf(source.field)) {
+          value = EncodedBytes{media->data(), media->size()};
         }
         break;
       case SourceValue::From::kConversation:
-        value = TurnsView{sample.record->turns};
+        value = TurnsView{sample.Conversation()};
         break;
     }
   }

@@ -47,10 +47,18 @@ enum class Unit {
   kBytes,  // an integer, or a string with a unit ("1GiB")
 };
 
+void Fields(SpecOf<SourceFieldSpec> auto& s, auto&& f) {
+  f("name", s.name);
+  f("kind", s.kind);
+  f("key", s.key);
+  f("max_items", s.max_items);
+  f("required", s.required);
+}
 void Fields(SpecOf<SourceSpec> auto& s, auto&& f) {
   f("manifest", s.manifest);
   f("root", s.root);
   f("id_field", s.id_field);
+  f("fields", s.fields);
   f("image_field", s.image_field);
   f("conversations_field", s.conversations_field);
   f("role_field", s.role_field);
@@ -148,12 +156,25 @@ constexpr std::pair<AddressingStyle, std::string_view> kAddressingStyles[] = {
     {AddressingStyle::kVirtual, "virtual"}};
 }  // namespace
 EnumTable<AddressingStyle> TableOf(AddressingStyle) { return kAddressingStyles; }
+constexpr std::pair<FieldKind, std::string_view> kFieldKinds[] = {
+    {FieldKind::kImage, "image"},   {FieldKind::kVideo, "video"},
+    {FieldKind::kAudio, "audio"},   {FieldKind::kPointCloud, "pointcloud"},
+    {FieldKind::kBytes, "bytes"},   {FieldKind::kText, "text"},
+    {FieldKind::kConversation, "conversation"},
+    {FieldKind::kInt, "int"},       {FieldKind::kFloat, "float"},
+    {FieldKind::kString, "string"}};
+EnumTable<FieldKind> TableOf(FieldKind) { return kFieldKinds; }
 namespace {
 
 template <typename T>
 struct IsOptional : std::false_type {};
 template <typename T>
 struct IsOptional<std::optional<T>> : std::true_type {};
+// A list of structs with Fields() (source.fields), read and written as a YAML sequence.
+template <typename T>
+struct IsStructList : std::false_type {};
+template <typename T>
+struct IsStructList<std::vector<T>> : std::bool_constant<!std::is_same_v<T, OpSpec>> {};
 
 template <typename T>
 struct IsStdArray : std::false_type {};
@@ -353,6 +374,17 @@ Status Reader::Convert(const YAML::Node& n, const std::string& path, T* out, Uni
     return Status::Ok();
   } else if constexpr (std::is_same_v<T, std::vector<OpSpec>>) {
     return ParseOps(n, path, out);
+  } else if constexpr (IsStructList<T>::value) {
+    if (n.IsNull()) {
+      out->clear();
+      return Status::Ok();
+    }
+    if (!n.IsSequence()) return Error(path, "expected a list, got " + Describe(n));
+    out->assign(n.size(), typename T::value_type{});
+    for (size_t i = 0; i < n.size(); ++i) {
+      HR_RETURN_IF_ERROR(Convert(n[i], ChildPath(path, std::to_string(i)), &(*out)[i]));
+    }
+    return Status::Ok();
   } else if constexpr (std::is_same_v<T, std::string>) {
     if (n.IsNull()) {
       out->clear();
@@ -703,6 +735,10 @@ void Emit(YAML::Emitter& out, const T& value, Unit unit, bool flow) {
       out << YAML::EndMap;
     }
     out << YAML::EndSeq;
+  } else if constexpr (IsStructList<T>::value) {
+    out << YAML::BeginSeq;
+    for (const auto& item : value) EmitStruct(out, item, /*flow=*/true);
+    out << YAML::EndSeq;
   } else if constexpr (std::is_same_v<T, std::string>) {
     out << YAML::DoubleQuoted << value;
   } else if constexpr (std::is_same_v<T, bool>) {
@@ -828,6 +864,35 @@ Result<int64_t> ParseByteSize(std::string_view text) {
   return static_cast<int64_t>(std::llround(bytes));
 }
 
+// source.fields: names unique and not the engine's own, keys given, one conversation at
+// most, list sizes bounded.
+Status ValidateSourceFields(const SourceSpec& src) {
+  constexpr int kMaxItems = 4096;
+  std::map<std::string, size_t> names;
+  int conversations = 0;
+  for (size_t i = 0; i < src.fields.size(); ++i) {
+    const SourceFieldSpec& f = src.fields[i];
+    const std::string p = "source.fields[" + std::to_string(i) + "]";
+    HR_RETURN_IF_ERROR(NonEmpty(p + ".name", f.name, "the field's name"));
+    if (f.name == "index" || f.name == "id") {
+      return Invalid(p + ".name", "'" + f.name +
+                                      "' is the engine's own batch field (each sample's "
+                                      "dataset index and id): choose another name");
+    }
+    if (const auto [it, fresh] = names.emplace(f.name, i); !fresh) {
+      return Invalid(p + ".name", "'" + f.name + "' is also source.fields[" +
+                                      std::to_string(it->second) +
+                                      "].name: field names must be unique");
+    }
+    if (f.kind == FieldKind::kConversation) {
+      if (++conversations > 1) return Invalid(p + ".kind", "only one field may be a conversation");
+      if (f.max_items != 0) return Invalid(p + ".max_items", "a conversation is not a list" + Got(f.max_items));
+    }
+    HR_RETURN_IF_ERROR(InRange(p + ".max_items", f.max_items, 0, kMaxItems));
+  }
+  return Status::Ok();
+}
+
 Status ValidatePipelineSpec(const PipelineSpec& spec) {
   const SourceSpec& src = spec.source;
   HR_RETURN_IF_ERROR(NonEmpty("source.manifest", src.manifest, "the JSONL manifest path"));
@@ -836,6 +901,7 @@ Status ValidatePipelineSpec(const PipelineSpec& spec) {
   HR_RETURN_IF_ERROR(NonEmpty("source.conversations_field", src.conversations_field, "a JSON key"));
   HR_RETURN_IF_ERROR(NonEmpty("source.role_field", src.role_field, "a JSON key"));
   HR_RETURN_IF_ERROR(NonEmpty("source.text_field", src.text_field, "a JSON key"));
+  HR_RETURN_IF_ERROR(ValidateSourceFields(src));
   if (spec.epochs) HR_RETURN_IF_ERROR(InRange<int64_t>("epochs", *spec.epochs, 1, kMaxEpochs));
   HR_RETURN_IF_ERROR(InRange<int64_t>("batch.size", spec.batch.size, 1, kMaxBatchSize));
   // Each op's own rules (its Validate) and the chain's declarations: what every op reads

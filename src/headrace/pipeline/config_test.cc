@@ -854,5 +854,61 @@ TEST(LoadPipelineConfig, AFileLargerThanTheLimitIsAConfigError) {
   std::filesystem::remove(path);
 }
 
+// --- source.fields -----------------------------------------------------------------------
+
+TEST(SourceFields, ParseValidateAndRoundTrip) {
+  const PipelineSpec s = ParseOk(
+      "source:\n"
+      "  manifest: m.jsonl\n"
+      "  fields:\n"
+      "    - {name: image, kind: image, required: true}\n"
+      "    - {name: views, kind: image, key: more, max_items: 4}\n"
+      "    - {name: label, kind: int}\n"
+      "    - {name: conversation, kind: conversation, key: conversations}\n");
+  ASSERT_EQ(s.source.fields.size(), 4u);
+  EXPECT_EQ(s.source.fields[1].name, "views");
+  EXPECT_EQ(s.source.fields[1].kind, FieldKind::kImage);
+  EXPECT_EQ(s.source.fields[1].key, "more");
+  EXPECT_EQ(s.source.fields[1].max_items, 4);
+  EXPECT_TRUE(s.source.fields[0].required);
+  EXPECT_EQ(s.source.fields[2].kind, FieldKind::kInt);
+  EXPECT_TRUE(ValidatePipelineSpec(s).ok());
+  const PipelineSpec again = ParseOk(PipelineSpecToYaml(s));
+  ASSERT_EQ(again.source.fields.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(again.source.fields[i].name, s.source.fields[i].name);
+    EXPECT_EQ(again.source.fields[i].kind, s.source.fields[i].kind);
+    EXPECT_EQ(again.source.fields[i].key, s.source.fields[i].key);
+    EXPECT_EQ(again.source.fields[i].max_items, s.source.fields[i].max_items);
+    EXPECT_EQ(again.source.fields[i].required, s.source.fields[i].required);
+  }
+  const Status kind = ParseError("source: {manifest: m, fields: [{name: x, kind: jpeg}]}\n");
+  EXPECT_THAT(kind.message(), HasSubstr("source.fields[0].kind: unknown value 'jpeg'"));
+  EXPECT_THAT(kind.message(), HasSubstr("image, video, audio, pointcloud, bytes, text"));
+  const Status key = ParseError("source: {manifest: m, fields: [{name: x, knd: int}]}\n");
+  EXPECT_THAT(key.message(), HasSubstr("source.fields[0].knd: unknown key"));
+  EXPECT_THAT(ParseError("source: {manifest: m, fields: {name: x}}\n").message(),
+              HasSubstr("source.fields: expected a list"));
+}
+
+TEST(SourceFields, ValidationNamesTheField) {
+  const auto check = [](std::vector<SourceFieldSpec> fields, std::string_view expected) {
+    PipelineSpec spec;
+    spec.source.manifest = "m.jsonl";
+    spec.source.fields = std::move(fields);
+    const Status st = ValidatePipelineSpec(spec);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << expected;
+    EXPECT_THAT(st.message(), HasSubstr(std::string(expected)));
+  };
+  check({{"a", FieldKind::kInt}, {"a", FieldKind::kText}},
+        "source.fields[1].name: 'a' is also source.fields[0].name");
+  check({{"index", FieldKind::kInt}}, "source.fields[0].name: 'index' is the engine's own");
+  check({{"id", FieldKind::kString}}, "source.fields[0].name: 'id' is the engine's own");
+  check({{"", FieldKind::kInt}}, "source.fields[0].name");
+  check({{"c", FieldKind::kConversation}, {"d", FieldKind::kConversation}},
+        "source.fields[1].kind: only one field may be a conversation");
+  check({{"v", FieldKind::kImage, "", 5000}}, "source.fields[0].max_items: must be in [0, 4096]");
+}
+
 }  // namespace
 }  // namespace headrace

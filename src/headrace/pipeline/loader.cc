@@ -57,6 +57,7 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   in.reads_media = plan.reads_media;
   in.num_values = plan.num_values;
   in.source_values = std::move(plan.source_values);
+  in.strings = std::move(plan.strings);
   in.storage = loader->storage_;
 
   loader->cpu_threads_ = ex.cpu_threads > 0 ? ex.cpu_threads : AvailableCores();

@@ -6,16 +6,9 @@
 
 #include "headrace/ops/schema.h"
 #include "headrace/pipeline/op_types.h"
+#include "headrace/pipeline/source_fields.h"
 
 namespace headrace {
-
-// THE HARD-WIRED SOURCE SCHEMA, in one place until the source declares its fields
-// (core/sample.h's SourceField, being added on main): a manifest record has one media
-// object, the "image" field, and one conversation, the "conversation" field.
-std::vector<SourceField> SourceFieldsOf(const SourceSpec&) {
-  return {SourceField{"image", FieldKind::kImage, 1},
-          SourceField{"conversation", FieldKind::kConversation, 1}};
-}
 
 std::string_view OpSpecName(const OpSpec& op) {
   return std::visit(
@@ -121,19 +114,19 @@ Status MakeOps(const std::vector<OpSpec>& ops, PlanState& state,
   return Status::Ok();
 }
 
-// The source's fields as the chain's first values. Fields of a kind no op reads yet
-// (text, scalars) are not values.
+// The source's fields as the chain's first values: a media field's item as encoded
+// bytes, the conversation. Fields of a kind no op reads yet are not values: text and
+// scalars (they go to the batch as they are: source_fields.h), and lists of media
+// (max_items > 0), which wait for a list value.
 void AddSourceValues(const std::vector<SourceField>& fields, PlanState& state) {
   for (size_t f = 0; f < fields.size(); ++f) {
     ValueKind kind;
-    switch (fields[f].kind) {
-      case FieldKind::kImage:
-      case FieldKind::kVideo:
-      case FieldKind::kAudio:
-      case FieldKind::kPointCloud:
-      case FieldKind::kBytes: kind = ValueKind::kEncoded; break;
-      case FieldKind::kConversation: kind = ValueKind::kConversation; break;
-      default: continue;
+    if (IsMediaKind(fields[f].kind) && fields[f].max_items == 0) {
+      kind = ValueKind::kEncoded;
+    } else if (fields[f].kind == FieldKind::kConversation) {
+      kind = ValueKind::kConversation;
+    } else {
+      continue;
     }
     state.values.push_back(PlanValue{fields[f].name, ValueDesc{kind, {}, ""},
                                      "the source field '" + fields[f].name + "'", -1,
@@ -143,11 +136,12 @@ void AddSourceValues(const std::vector<SourceField>& fields, PlanState& state) {
 
 // Batch fields are found by name (Batch::Find, the Python batch dict): two fields of one
 // name, or one named like the engine's own "index", would shadow each other.
-Status CheckFieldNames(const PlanState& state) {
+Status CheckFieldNames(const std::vector<FieldSpec>& fields,
+                       const std::vector<std::string>& writers) {
   std::map<std::string_view, size_t> seen;
-  for (size_t f = 0; f < state.fields.size(); ++f) {
-    const std::string& name = state.fields[f].name;
-    const std::string& source = state.field_writers[f];
+  for (size_t f = 0; f < fields.size(); ++f) {
+    const std::string& name = fields[f].name;
+    const std::string& source = writers[f];
     if (name == "index") {
       return Status::InvalidArgument(source + ": the field name 'index' is the engine's own "
                                      "(each sample's dataset index): choose another name");
@@ -155,15 +149,15 @@ Status CheckFieldNames(const PlanState& state) {
     const auto [it, fresh] = seen.emplace(name, f);
     if (!fresh) {
       return Status::InvalidArgument(source + ": writes the field '" + name + "', which " +
-                                     state.field_writers[it->second] +
+                                     writers[it->second] +
                                      " writes too: batch field names must be unique");
     }
   }
   return Status::Ok();
 }
 
-// That the chain's work reaches the batch: no op's output is dropped unread, and there
-// is a batch field. Plan time only: a config may be written (and validated) in parts.
+// That the chain's work reaches the batch: no op's output is dropped unread. Plan time
+// only: a config may be written (and validated) in parts.
 Status CheckOutputsUsed(const PlanState& state) {
   for (const PlanValue& v : state.values) {
     if (v.writer >= 0 && !v.read) {
@@ -171,11 +165,6 @@ Status CheckOutputsUsed(const PlanState& state) {
                                      "', which no later op reads: its work would be thrown "
                                      "away");
     }
-  }
-  if (state.fields.empty()) {
-    return Status::InvalidArgument(
-        "ops: the pipeline produces no batch field; add "
-        "image.normalize or text.tokenize");
   }
   return Status::Ok();
 }
@@ -211,7 +200,7 @@ Result<PlanState> DeclareChain(const PipelineSpec& spec) {
   state.producer_of = ProducerOf;
   AddSourceValues(SourceFieldsOf(spec.source), state);
   HR_RETURN_IF_ERROR(DeclareOps(spec.ops, state));
-  HR_RETURN_IF_ERROR(CheckFieldNames(state));
+  HR_RETURN_IF_ERROR(CheckFieldNames(state.fields, state.field_writers));
   return state;
 }
 
@@ -260,6 +249,19 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage) {
     }
     HR_ASSIGN_OR_RETURN(std::unique_ptr<BatchOp> op, b.make());
     plan.batch_ops.push_back(std::move(op));
+  }
+  // The source's scalar fields (and the op that writes them) and its strings.
+  const size_t op_fields = plan.fields.size();
+  AddSourceFields(spec.source, plan);
+  std::vector<std::string> writers = std::move(state.field_writers);
+  for (size_t f = op_fields; f < plan.field_sources.size(); ++f) {
+    writers.push_back(plan.field_sources[f]);
+  }
+  HR_RETURN_IF_ERROR(CheckFieldNames(plan.fields, writers));
+  if (plan.fields.empty()) {
+    return Status::InvalidArgument(
+        "ops: the pipeline produces no batch field; add "
+        "image.normalize or text.tokenize");
   }
   return plan;
 }

@@ -7,7 +7,7 @@
 // shape known at that point), giving each value name a slot and each batch field a
 // row; Hint backward (what later ops need of a value: image.resize tells image.decode
 // its size, so that JPEGs scale in the DCT domain); Make forward, building the ops.
-// The source's fields are the chain's first values (SourceFieldsOf).
+// The source's fields are the chain's first values (SourceFieldsOf, formats/source_spec.h).
 #pragma once
 
 #include <memory>
@@ -21,30 +21,6 @@
 
 namespace headrace {
 
-// --- The source's fields ------------------------------------------------------------
-// TEMPORARY STAND-IN for the source schema the lead is adding to core/sample.h
-// (SourceField, FieldKind, MediaRef); delete these two when it lands and use its types.
-enum class FieldKind {
-  kImage,       // media: an image file
-  kVideo,       // media: a video file
-  kAudio,       // media: an audio file
-  kPointCloud,  // media: a point cloud file
-  kBytes,       // media: opaque bytes
-  kText,        // a string of text
-  kConversation,  // turns of a conversation
-  kInt,         // scalars passed through
-  kFloat,
-  kString,
-};
-struct SourceField {
-  std::string name;
-  FieldKind kind = FieldKind::kImage;
-  int max_items = 1;
-};
-
-// The fields the source declares: the chain's initial values.
-std::vector<SourceField> SourceFieldsOf(const SourceSpec& source);
-
 struct PipelinePlan {
   std::vector<std::unique_ptr<Op>> ops;
   std::vector<FieldSpec> fields;  // the batch layout, without the engine's "index"
@@ -52,6 +28,8 @@ struct PipelinePlan {
   // ("ops[2].image.center_crop.size 224", "ops[4].text.tokenize.max_length 128").
   std::vector<std::string> field_sources;
   std::vector<std::unique_ptr<BatchOp>> batch_ops;
+  // Per-sample strings for Batch::strings: the id, then the source's text fields.
+  std::vector<EngineInputs::StringField> strings;
   // The named values: how many slots, and the source values the engine fills.
   int num_values = 0;
   std::vector<SourceValue> source_values;

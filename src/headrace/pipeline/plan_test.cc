@@ -1,5 +1,7 @@
 #include "headrace/pipeline/plan.h"
 
+#include "headrace/pipeline/config.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -186,6 +188,41 @@ TEST(CheckOpChain, TwoTokenizeOpsNeedDistinctFieldNames) {
                         "ops[0].text.tokenize writes too"));
   std::get<TokenizeSpec>(spec.ops[1]).output_prefix = "b_";
   EXPECT_TRUE(CheckOpChain(spec).ok()) << CheckOpChain(spec).ToString();
+}
+
+// A source with two image fields: two chains, each from its own field, plan side by side;
+// the engine fills both.
+TEST(PlanPipeline, TwoChainsOverTwoSourceFields) {
+  PipelineSpec spec = ImageSpec({
+      DecodeSpec{},
+      DecodeSpec{.field = "depth"},
+      CenterCropSpec{.width = 24, .height = 24},
+      ResizeSpec{.width = 16, .height = 16, .field = "depth"},
+      NormalizeSpec{},
+      NormalizeSpec{.field = "depth"},
+  });
+  spec.source.fields = {SourceFieldSpec{.name = "image", .kind = FieldKind::kImage},
+                        SourceFieldSpec{.name = "depth", .kind = FieldKind::kImage},
+                        SourceFieldSpec{.name = "conversation", .kind = FieldKind::kConversation,
+                                        .key = "conversations"}};
+  ASSERT_TRUE(ValidatePipelineSpec(spec).ok()) << ValidatePipelineSpec(spec).ToString();
+  auto storage = MakeLocalStorage();
+  Result<PipelinePlan> plan = PlanPipeline(spec, *storage);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->source_values.size(), 2u);  // no op reads the conversation
+  EXPECT_EQ(plan->source_values[0].field, 0);
+  EXPECT_EQ(plan->source_values[1].field, 1);
+  EXPECT_NE(plan->source_values[0].slot, plan->source_values[1].slot);
+  EXPECT_TRUE(plan->reads_media);
+  EXPECT_EQ(DecodeAt(*plan, 1).target().min_width, 16);
+  EXPECT_FALSE(DecodeAt(*plan, 0).target().any());
+  // Normalizing 'depth' before it is decoded names what is there.
+  std::swap(spec.ops[1], spec.ops[5]);
+  const Status early = ValidatePipelineSpec(spec);
+  EXPECT_THAT(early.message(),
+              HasSubstr("ops[1].image.normalize: reads 'depth' as an image, but at this point "
+                        "'depth' is encoded bytes (from the source field 'depth'): add "
+                        "image.decode before it"));
 }
 
 // Two chains over two media fields plan side by side, each with its own slot, field and

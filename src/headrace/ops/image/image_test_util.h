@@ -159,6 +159,7 @@ inline Bytes EncodeWebp(const Bytes& pixels, int width, int height, int channels
 // slot kImageSlot) and (optionally) batch rows.
 struct TestContext {
   static constexpr int kImageSlot = 0;
+  SampleRecord record;  // one media item, of source field 0
   Sample sample;
   ScratchArena scratch;
   std::vector<uint8_t*> row_pointers;
@@ -166,6 +167,8 @@ struct TestContext {
   SampleContext ctx;
 
   explicit TestContext(uint64_t sample_seed = 1) {
+    record.media.push_back(MediaRef{0, "test-media"});
+    sample.record = &record;
     ctx.sample = &sample;
     ctx.sample_seed = sample_seed;
     ctx.scratch = &scratch;
@@ -173,8 +176,8 @@ struct TestContext {
   }
   // The sample's encoded media, as the executor binds it: the value in kImageSlot.
   void SetMedia(const Bytes& bytes) {
-    sample.media = *Buffer::CopyOf(bytes.data(), bytes.size());
-    values[kImageSlot] = EncodedBytes{sample.media.data(), sample.media.size()};
+    sample.media = {*Buffer::CopyOf(bytes.data(), bytes.size())};
+    values[kImageSlot] = EncodedBytes{sample.media[0].data(), sample.media[0].size()};
   }
   void SetImage(ImageView image) { values[kImageSlot] = image; }
   // The image in kImageSlot; empty when the slot holds none.

@@ -1,0 +1,27 @@
+#include "headrace/formats/source_spec.h"
+
+namespace headrace {
+
+std::vector<SourceFieldSpec> ResolvedFields(const SourceSpec& spec) {
+  if (spec.fields.empty()) {
+    // The LLaVA form; the order is kImageField, kConversationField.
+    return {SourceFieldSpec{"image", FieldKind::kImage, spec.image_field, 0, false},
+            SourceFieldSpec{"conversation", FieldKind::kConversation, spec.conversations_field,
+                            0, true}};
+  }
+  std::vector<SourceFieldSpec> out = spec.fields;
+  for (SourceFieldSpec& f : out) {
+    if (f.key.empty()) f.key = f.name;
+  }
+  return out;
+}
+
+std::vector<SourceField> SourceFieldsOf(const SourceSpec& spec) {
+  std::vector<SourceField> out;
+  for (const SourceFieldSpec& f : ResolvedFields(spec)) {
+    out.push_back(SourceField{f.name, f.kind, f.max_items});
+  }
+  return out;
+}
+
+}  // namespace headrace

@@ -1,0 +1,90 @@
+#include "headrace/pipeline/source_fields.h"
+
+#include <cstring>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace headrace {
+namespace {
+
+// One scalar source field and the batch rows it fills.
+struct ScalarField {
+  int field = 0;  // index into the source's fields
+  std::string name;
+  FieldKind kind = FieldKind::kInt;
+  int max_items = 0;  // 0: one value
+  int row = 0;        // its batch field
+  int count_row = -1; // `<name>_count` for a list
+};
+
+class PassThroughOp final : public Op {
+ public:
+  explicit PassThroughOp(std::vector<ScalarField> fields) : fields_(std::move(fields)) {}
+  std::string_view name() const override { return "source.fields"; }
+
+  Status Run(SampleContext& ctx) const override {
+    const SampleRecord& record = *ctx.sample->record;
+    for (const ScalarField& f : fields_) {
+      const int capacity = f.max_items == 0 ? 1 : f.max_items;
+      uint8_t* row = ctx.rows[f.row];
+      const size_t item_bytes = f.kind == FieldKind::kInt ? sizeof(int64_t) : sizeof(float);
+      std::memset(row, 0, item_bytes * static_cast<size_t>(capacity));
+      int items = 0;
+      for (const Attribute& a : record.attributes) {
+        if (a.field != f.field || items == capacity) continue;
+        if (f.kind == FieldKind::kInt) {
+          const int64_t v = std::get<int64_t>(a.value);
+          std::memcpy(row + items * item_bytes, &v, item_bytes);
+        } else {
+          const float v = static_cast<float>(std::get<double>(a.value));
+          std::memcpy(row + items * item_bytes, &v, item_bytes);
+        }
+        ++items;
+      }
+      if (f.max_items == 0 && items == 0) {
+        return Status::MissingField("the record has no '" + f.name + "'");
+      }
+      if (f.count_row >= 0) {
+        const int64_t count = items;
+        std::memcpy(ctx.rows[f.count_row], &count, sizeof(count));
+      }
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::vector<ScalarField> fields_;
+};
+
+}  // namespace
+
+void AddSourceFields(const SourceSpec& spec, PipelinePlan& plan) {
+  plan.strings.push_back(EngineInputs::StringField{"id", -1, false});
+  const std::vector<SourceFieldSpec> fields = ResolvedFields(spec);
+  std::vector<ScalarField> scalars;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const SourceFieldSpec& f = fields[i];
+    const std::string source = "source.fields[" + std::to_string(i) + "] (" + f.name + ")";
+    const int field = static_cast<int>(i);
+    if (f.kind == FieldKind::kText || f.kind == FieldKind::kString) {
+      plan.strings.push_back(EngineInputs::StringField{f.name, field, f.max_items > 0});
+      continue;
+    }
+    if (f.kind != FieldKind::kInt && f.kind != FieldKind::kFloat) continue;
+    ScalarField s{field, f.name, f.kind, f.max_items, static_cast<int>(plan.fields.size())};
+    FieldSpec tensor{f.name, f.kind == FieldKind::kInt ? DType::kI64 : DType::kF32, {}};
+    if (f.max_items > 0) tensor.sample_shape = {f.max_items};
+    plan.fields.push_back(std::move(tensor));
+    plan.field_sources.push_back(source);
+    if (f.max_items > 0) {
+      s.count_row = static_cast<int>(plan.fields.size());
+      plan.fields.push_back(FieldSpec{f.name + "_count", DType::kI64, {}});
+      plan.field_sources.push_back(source + " count");
+    }
+    scalars.push_back(std::move(s));
+  }
+  if (!scalars.empty()) plan.ops.push_back(std::make_unique<PassThroughOp>(std::move(scalars)));
+}
+
+}  // namespace headrace

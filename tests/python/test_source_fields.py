@@ -1,0 +1,144 @@
+"""source.fields: named fields of declared kinds, scalars and strings through to the batch.
+
+A manifest with, per record, an image, a list of extra views, an int label, a float
+score, a list of ints, a caption and a list of tags goes through a real pipeline; each
+batch row must carry its own record's values (matched by id), and a record lacking a
+single scalar is skipped and named, nothing else lost.
+"""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import headrace
+
+ops = headrace.ops
+
+FIELDS = [
+    {"name": "image", "kind": "image", "required": True},
+    {"name": "views", "kind": "image", "key": "more", "max_items": 2},
+    {"name": "conversation", "kind": "conversation", "key": "conversations"},
+    {"name": "label", "kind": "int"},
+    {"name": "score", "kind": "float"},
+    {"name": "boxes", "kind": "int", "max_items": 3},
+    {"name": "caption", "kind": "text"},
+    {"name": "tags", "kind": "string", "max_items": 2},
+]
+
+
+def expected(i: int) -> dict:
+    return {"label": i % 10, "score": i / 4, "boxes": list(range(i % 4)),
+            "caption": f"caption {i}", "tags": ["t"] * (i % 3)}
+
+
+@pytest.fixture(scope="module")
+def fields_dataset(py_sample: Path, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("fields")
+    lines = (py_sample / "manifest.jsonl").read_text().splitlines()
+    with open(out / "manifest.jsonl", "w") as f:
+        for i, line in enumerate(lines):
+            r = json.loads(line)
+            r["image"] = str(py_sample / r["image"])
+            r["more"] = [str(py_sample / json.loads(lines[(i + k) % len(lines)])["image"])
+                         for k in (1, 2)][: i % 3]
+            r.update({k: v for k, v in expected(i).items() if k != "caption" or i % 5})
+            if i == 7:
+                del r["label"]  # a single scalar the batch cannot leave empty
+            f.write(json.dumps(r) + "\n")
+    return out
+
+
+def pipeline(dataset: Path, py_sample: Path, **kw):
+    return headrace.Pipeline(
+        source={"manifest": dataset / "manifest.jsonl", "fields": FIELDS,
+                "allow_absolute_paths": True, "root": "/"},
+        ops=[ops.decode(), ops.resize(width=32, height=32), ops.normalize(),
+             ops.tokenize(py_sample / "tokenizer.model", max_length=32)],
+        batch_size=8, seed=3, cpu_threads=2, memory_budget="64MiB",
+        overrides={"errors.max_error_rate": 0.5}, **kw)
+
+
+def test_scalars_and_strings_reach_each_row(fields_dataset, py_sample):
+    seen = {}
+    errors = []
+    with headrace.Loader(pipeline(fields_dataset, py_sample)) as loader:
+        for batch in loader:
+            errors += batch.errors
+            n = len(batch["index"])
+            assert batch["label"].shape == (n,) and batch["label"].dtype == "int64"
+            assert batch["score"].shape == (n,) and batch["score"].dtype == "float32"
+            assert batch["boxes"].shape == (n, 3) and batch["boxes_count"].shape == (n,)
+            assert len(batch["id"]) == len(batch["caption"]) == len(batch["tags"]) == n
+            label = np.asarray(batch["label"])
+            score = np.asarray(batch["score"])
+            boxes = np.asarray(batch["boxes"])
+            count = np.asarray(batch["boxes_count"])
+            for row, index in enumerate(np.asarray(batch["index"])):
+                i = int(index)
+                want = expected(i)
+                assert batch["id"][row] == f"{i:06d}"
+                assert label[row] == want["label"]
+                assert score[row] == pytest.approx(want["score"])
+                assert count[row] == len(want["boxes"])
+                assert list(boxes[row][: count[row]]) == want["boxes"]
+                assert not boxes[row][count[row]:].any()  # zero-padded
+                assert batch["caption"][row] == (want["caption"] if i % 5 else None)
+                assert batch["tags"][row] == want["tags"]
+                seen[i] = True
+    assert sorted(seen) == [i for i in range(48) if i != 7]
+    assert len(errors) == 1
+    assert "index 7" in errors[0] and "missing_field" in errors[0] and "'label'" in errors[0]
+
+
+def test_torch_loader_passes_strings_through(fields_dataset, py_sample):
+    import torch
+    from headrace.torch import TorchLoader
+    with TorchLoader(pipeline(fields_dataset, py_sample, shuffle=False)) as loader:
+        batch = next(iter(loader))
+    assert isinstance(batch["label"], torch.Tensor)
+    assert batch["id"][:3] == ["000000", "000001", "000002"]
+    assert batch["caption"][1] == "caption 1"
+
+
+def test_field_errors_name_the_key(fields_dataset, py_sample):
+    bad = [dict(f) for f in FIELDS] + [{"name": "label", "kind": "text"}]
+    with pytest.raises(headrace.ConfigError, match=r"source.fields\[8\].name: 'label' is also"):
+        headrace.Pipeline(source={"manifest": fields_dataset / "manifest.jsonl", "fields": bad})
+    # A scalar named like a batch field an op writes: two fields of one name.
+    clash = FIELDS + [{"name": "input_ids", "kind": "int"}]
+    with pytest.raises(headrace.Error, match="input_ids"):
+        p = headrace.Pipeline(
+            source={"manifest": fields_dataset / "manifest.jsonl", "fields": clash,
+                    "allow_absolute_paths": True, "root": "/"},
+            ops=[ops.tokenize(py_sample / "tokenizer.model", max_length=16)])
+        with headrace.Loader(p) as loader:
+            next(iter(loader))
+
+
+def test_two_image_fields_run_two_chains(py_sample, tmp_path):
+    """Ops name the field they read: a second image field gets its own chain and batch
+    field. Here 'depth' is the record's own image, flipped after the resize, so its rows
+    are the image rows mirrored, exactly."""
+    lines = (py_sample / "manifest.jsonl").read_text().splitlines()
+    with open(tmp_path / "manifest.jsonl", "w") as f:
+        for line in lines:
+            r = json.loads(line)
+            r["image"] = r["depth"] = str(py_sample / r["image"])
+            f.write(json.dumps(r) + "\n")
+    fields = [{"name": "image", "kind": "image"}, {"name": "depth", "kind": "image"},
+              {"name": "conversation", "kind": "conversation", "key": "conversations"}]
+    p = headrace.Pipeline(
+        source={"manifest": tmp_path / "manifest.jsonl", "fields": fields,
+                "allow_absolute_paths": True, "root": "/"},
+        ops=[ops.decode(), ops.decode(field="depth"),
+             ops.resize(width=32, height=32), ops.resize(width=32, height=32, field="depth"),
+             ops.flip(p=1.0, field="depth"),
+             ops.normalize(), ops.normalize(field="depth")],
+        batch_size=8, seed=3, cpu_threads=2, memory_budget="64MiB", shuffle=False)
+    with headrace.Loader(p) as loader:
+        batch = next(iter(loader))
+    image, depth = np.asarray(batch["image"]), np.asarray(batch["depth"])
+    assert image.shape == depth.shape == (8, 3, 32, 32)
+    assert np.array_equal(depth, image[:, :, :, ::-1])
+    assert not np.array_equal(depth, image)
