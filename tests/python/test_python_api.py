@@ -511,7 +511,10 @@ def test_ops_name_the_values_they_read_and_write(make_pipeline, py_sample):
     a, b = next(iter(headrace.Loader(default))), next(iter(headrace.Loader(named)))
     assert list(a.keys()) == list(b.keys())
     for key in a.keys():
-        assert bytes(memoryview(a[key])) == bytes(memoryview(b[key])), key
+        if isinstance(a[key], list):  # the ids
+            assert a[key] == b[key]
+        else:
+            assert bytes(memoryview(a[key])) == bytes(memoryview(b[key])), key
     # A normalize of a value nothing decoded is refused, naming the op and what exists.
     with pytest.raises(headrace.ConfigError,
                        match=r"ops\[1\].image.normalize: reads 'image' as an image, but at this "
