@@ -10,9 +10,10 @@
 // The sample a function receives is a dict: index, epoch, id, uri, turns (a list of
 // (role, text)), and, for each image value the chain holds where the op stands (after
 // image.decode: `image`), a read-only uint8 numpy view (height, width, 3) RGB of it by
-// its name, valid only during the call (copy it to keep it). The function returns a mapping with one
-// array-like per declared output field, of the declared shape; it is converted with
-// numpy.ascontiguousarray to the field's dtype and copied into the batch row. A function
+// its name, valid only during the call (copy it to keep it). The function returns a
+// mapping with one array-like per declared output field, of the declared shape; it is
+// converted with numpy.ascontiguousarray to the field's dtype and copied into the batch
+// row. A function
 // that raises or returns the wrong fields fails its sample with kUserFunctionError
 // ("user_function_error"), the Python traceback in the message.
 #include <nanobind/ndarray.h>

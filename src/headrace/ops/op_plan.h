@@ -47,16 +47,10 @@ struct ValueDesc {
   // The per-sample shape, where known; a dimension that varies between samples is -1.
   // Images: {height, width, channels}. Empty: no shape (encoded bytes, conversations).
   std::vector<int64_t> shape;
-  // The key, with its value, that fixed the shape, for messages
-  // ("ops[2].image.center_crop.size 224"); empty when nothing did.
+  // The key, with its value, that set the shape, for messages: what fixed it
+  // ("ops[2].image.center_crop.size 224"), or what makes it vary ("ops[1].image.resize
+  // .shorter_side 256 (keeps each image's aspect ratio)").
   std::string shape_source;
-
-  bool fixed() const {
-    for (int64_t d : shape) {
-      if (d < 0) return false;
-    }
-    return !shape.empty();
-  }
 };
 
 // The smallest image later operators need of a value, so that its producer may make it

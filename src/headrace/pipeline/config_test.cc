@@ -479,7 +479,8 @@ TEST(ValidatePipelineSpec, ErrorsNameTheKeyAndTheRange) {
         "point (values: 'image' (an image), 'conversation' (a conversation))"}},
       {"size_not_fixed",
        [](PipelineSpec& s) { s.ops.erase(s.ops.begin() + 2); },
-       {"ops[3].image.normalize: the image size is not fixed here"}},
+       {"ops[3].image.normalize: the image size is not fixed here (ops[1].image.resize"
+        ".shorter_side 256 (keeps each image's aspect ratio))"}},
   };
   for (const ValidationCase& c : cases) {
     SCOPED_TRACE(c.name);

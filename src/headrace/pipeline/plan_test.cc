@@ -140,9 +140,10 @@ TEST(PlanPipeline, NormalizeNeedsAFixedSizeAndNamesWhatIsMissing) {
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(plan.status().message(),
-              HasSubstr("ops[2].image.normalize: the image size is not fixed here: add "
-                        "image.center_crop, image.random_resized_crop or an exact "
-                        "image.resize before it"));
+              HasSubstr("ops[2].image.normalize: the image size is not fixed here "
+                        "(ops[1].image.resize.shorter_side 64 (keeps each image's aspect "
+                        "ratio)): add image.center_crop, image.random_resized_crop or an "
+                        "exact image.resize before it"));
 }
 
 TEST(PlanPipeline, AnImageIsReadableAfterNormalize) {

@@ -88,7 +88,8 @@ TEST(CenterCropOp, RejectsEmptyCrop) {
   testing::TestContext t;
   const Image src = Positions(10, 10, 3);
   t.SetImage(src.view());
-  EXPECT_EQ(CenterCropOp(CenterCropSpec{}, testing::TestContext::kImageSlot).Run(t.ctx).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CenterCropOp(CenterCropSpec{}, testing::TestContext::kImageSlot).Run(t.ctx).code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

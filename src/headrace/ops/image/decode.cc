@@ -505,7 +505,8 @@ Status DecodeOp::Validate(const Spec& spec, const std::string& key) {
 
 Status DecodeOp::Declare(const Spec& spec, PlanContext& ctx) {
   HR_RETURN_IF_ERROR(ctx.Read(spec.field, ValueKind::kEncoded).status());
-  return ctx.Write(spec.field, ValueDesc{ValueKind::kImage, {-1, -1, 4}, ""});
+  return ctx.Write(spec.field,
+                   ValueDesc{ValueKind::kImage, {-1, -1, 4}, ctx.key() + " (each image's own size)"});
 }
 
 Result<std::unique_ptr<Op>> DecodeOp::Make(const Spec& spec, PlanContext& ctx) {

@@ -66,8 +66,10 @@ TEST(FlipOp, DecisionIsDeterministicPerSampleAndOpPosition) {
 }
 
 TEST(FlipOp, RejectsProbabilityOutsideUnitInterval) {
-  EXPECT_EQ(FlipOp::Validate(FlipSpec{.p = 1.5}, "image.flip").code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(FlipOp::Validate(FlipSpec{.p = -0.1}, "image.flip").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(FlipOp::Validate(FlipSpec{.p = 1.5}, "image.flip").code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(FlipOp::Validate(FlipSpec{.p = -0.1}, "image.flip").code(),
+            StatusCode::kInvalidArgument);
   EXPECT_TRUE(FlipOp::Validate(FlipSpec{.p = 0.5}, "image.flip").ok());
 }
 

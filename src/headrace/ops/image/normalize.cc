@@ -217,8 +217,9 @@ Status NormalizeOp::Validate(const Spec& s, const std::string& p) {
 Status NormalizeOp::Declare(const Spec& spec, PlanContext& ctx) {
   HR_ASSIGN_OR_RETURN(ValueDesc image, ctx.Read(spec.field, ValueKind::kImage));
   if (image.shape.size() != 3 || image.shape[0] <= 0 || image.shape[1] <= 0) {
-    return ctx.Error("the image size is not fixed here: add image.center_crop, "
-                     "image.random_resized_crop or an exact image.resize before it");
+    return ctx.Error("the image size is not fixed here (" + image.shape_source +
+                     "): add image.center_crop, image.random_resized_crop or an exact "
+                     "image.resize before it");
   }
   const int64_t h = image.shape[0], w = image.shape[1];
   FieldSpec field{OutputOf(spec), spec.dtype, {}};

@@ -174,7 +174,8 @@ TEST(NormalizeOp, WrongImageSizeIsInternalError) {
   testing::TestContext t;
   t.SetRows({reinterpret_cast<uint8_t*>(row.data())});
   t.SetImage(image.view());
-  const Status status = NormalizeOp(NormalizeSpec{}, 0, 6, 4, testing::TestContext::kImageSlot).Run(t.ctx);
+  const Status status =
+      NormalizeOp(NormalizeSpec{}, 0, 6, 4, testing::TestContext::kImageSlot).Run(t.ctx);
   EXPECT_EQ(status.code(), StatusCode::kInternal);
   EXPECT_NE(status.message().find("6x5"), std::string::npos) << status.message();
 }
@@ -183,7 +184,9 @@ TEST(NormalizeOp, MissingSlotIsInternalError) {
   const Image image = MakeImage(6, 4, 4, [](int, int, int) { return 0; });
   testing::TestContext t;
   t.SetImage(image.view());
-  EXPECT_EQ(NormalizeOp(NormalizeSpec{}, 0, 6, 4, testing::TestContext::kImageSlot).Run(t.ctx).code(), StatusCode::kInternal);
+  EXPECT_EQ(
+      NormalizeOp(NormalizeSpec{}, 0, 6, 4, testing::TestContext::kImageSlot).Run(t.ctx).code(),
+      StatusCode::kInternal);
 }
 
 }  // namespace

@@ -107,13 +107,16 @@ TEST(RandomResizedCropWindow, FallsBackToCentreCropClampedToRatio) {
 }
 
 TEST(RandomResizedCropOp, RejectsBadSpec) {
-  EXPECT_EQ(RandomResizedCropOp::Validate(Spec(0, 10), "image.random_resized_crop").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(RandomResizedCropOp::Validate(Spec(0, 10), "image.random_resized_crop").code(),
+            StatusCode::kInvalidArgument);
   RandomResizedCropSpec spec = Spec(10, 10);
   spec.scale = {0.5, 0.2};
-  EXPECT_EQ(RandomResizedCropOp::Validate(spec, "image.random_resized_crop").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(RandomResizedCropOp::Validate(spec, "image.random_resized_crop").code(),
+            StatusCode::kInvalidArgument);
   spec = Spec(10, 10);
   spec.ratio = {0.0, 1.0};
-  EXPECT_EQ(RandomResizedCropOp::Validate(spec, "image.random_resized_crop").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(RandomResizedCropOp::Validate(spec, "image.random_resized_crop").code(),
+            StatusCode::kInvalidArgument);
   EXPECT_TRUE(RandomResizedCropOp::Validate(Spec(10, 10), "image.random_resized_crop").ok());
 }
 

@@ -350,7 +350,9 @@ Status ResizeOp::Validate(const Spec& s, const std::string& p) {
     return schema::Invalid(p + ".shorter_side", "set shorter_side > 0, or width and height > 0");
   }
   if (exact && s.width == 0) return schema::Invalid(p + ".width", "must be > 0 when height is set");
-  if (exact && s.height == 0) return schema::Invalid(p + ".height", "must be > 0 when width is set");
+  if (exact && s.height == 0) {
+    return schema::Invalid(p + ".height", "must be > 0 when width is set");
+  }
   return Status::Ok();
 }
 
@@ -359,7 +361,8 @@ Status ResizeOp::Declare(const Spec& spec, PlanContext& ctx) {
   const int64_t channels = image.shape.size() == 3 ? image.shape[2] : -1;
   if (spec.shorter_side > 0) {
     image.shape = {-1, -1, channels};
-    image.shape_source.clear();
+    image.shape_source = ctx.key() + ".shorter_side " + std::to_string(spec.shorter_side) +
+                         " (keeps each image's aspect ratio)";
   } else {
     image.shape = {spec.height, spec.width, channels};
     image.shape_source = ctx.key() + ".width " + std::to_string(spec.width) + ", height " +

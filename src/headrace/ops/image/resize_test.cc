@@ -52,7 +52,8 @@ TEST(ResizeSpecValidation, NeedsExactlyOneMode) {
   shorter.shorter_side = 10;
   EXPECT_TRUE(ResizeOp::Validate(shorter, "image.resize").ok());
   testing::TestContext t;
-  EXPECT_EQ(ResizeOp(none, testing::TestContext::kImageSlot).Run(t.ctx).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResizeOp(none, testing::TestContext::kImageSlot).Run(t.ctx).code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(ResizeInto, AntialiasedDownscaleOfFineCheckerboardIsGrey) {
