@@ -105,7 +105,7 @@ def main():
                 "peak_rss_mib": report["peak_rss_bytes"] / 2**20,
                 "budget_peak_mib": report["budget_peak_bytes"] / 2**20,
                 "block_cache": report.get("block_cache"),
-                "errors": report["errors_total"],
+                "errors": report["errors"]["total"],
             }
     finally:
         server.terminate()

@@ -97,7 +97,7 @@ def test_python_pipeline_over_shards_resumes_and_splits_ranks(sharded):
     def pipeline():
         return headrace.Pipeline(
             source={"shards": shard_pattern(sharded), "shuffle_window": 3},
-            ops=[ops.decode(), ops.resize(shorter_side=32), ops.center_crop(32)],
+            ops=[ops.decode(), ops.resize(shorter_side=32), ops.center_crop(32), ops.normalize()],
             batch_size=8, seed=4, epochs=2, cpu_threads=2)
 
     def indices(batch):
