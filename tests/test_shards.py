@@ -11,7 +11,6 @@ import tarfile
 import pytest
 
 from e2e_util import read_report, run_headrace, write_config
-from s3_fixtures import moto_s3  # noqa: F401  (fixture)
 
 BUCKET = "headrace-shards"
 
