@@ -360,7 +360,8 @@ Result<ShardSource> LoadShardSource(Storage& storage, const SourceSpec& spec) {
 
 Result<std::vector<Turn>> ParseConversationJson(std::span<const uint8_t> json,
                                                 const SourceSpec& spec) {
-  simdjson::dom::parser parser;
+  // One parser per thread: it keeps its buffers from one sample to the next.
+  thread_local simdjson::dom::parser parser;
   const simdjson::padded_string padded(reinterpret_cast<const char*>(json.data()), json.size());
   simdjson::dom::object obj;
   if (const auto error = parser.parse(padded).get(obj); error != simdjson::SUCCESS) {
