@@ -46,9 +46,10 @@ namespace headrace {
 // `NAME[?]=EXT[,EXT...]`: NAME is a field (its kind: image, video, audio, pointcloud,
 // bytes, text or conversation by that name, else bytes), '?' makes it optional, EXTs
 // are member extensions as GroupSamples names them ("jpg", "seg.png"; case-sensitive).
-// Default (SourceSpec::shard_fields): "image?=jpg,jpeg,png,webp conversation=json
-// text?=txt". This maps onto the lead's general `source.fields` list (name, kind, key,
-// max_items) with key = the extension list; merge the two there.
+// Default (SourceSpec::shard_fields): "image?=jpg,jpeg,png,webp conversation=json", the
+// manifest's two LLaVA fields. Each entry maps onto one `source.fields` entry (name,
+// kind, key, max_items, required) with key = the extension list and required = no '?':
+// when the two are merged, the shard source reads ResolvedFields(spec) instead.
 struct ShardFieldMap {
   std::vector<SourceField> fields;                 // image, conversation, then the rest
   std::vector<std::vector<std::string>> extensions;  // per field

@@ -100,10 +100,12 @@ TEST(ParseShardFields, DefaultsAndCustomFields) {
   SourceSpec spec;
   auto map = ParseShardFields(spec.shard_fields);
   ASSERT_TRUE(map.ok()) << map.status().ToString();
-  ASSERT_EQ(map->fields.size(), 3u);
+  ASSERT_EQ(map->fields.size(), 2u);
   EXPECT_EQ(map->fields[kImageField].name, "image");
   EXPECT_EQ(map->fields[kConversationField].kind, FieldKind::kConversation);
-  EXPECT_EQ(map->fields[2].kind, FieldKind::kText);
+  auto text = ParseShardFields(spec.shard_fields + " text?=txt");
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(text->fields[2].kind, FieldKind::kText);
   EXPECT_EQ(map->FieldOf("png"), kImageField);
   EXPECT_EQ(map->FieldOf("json"), kConversationField);
   EXPECT_EQ(map->FieldOf("mp4"), -1);
@@ -135,6 +137,7 @@ TEST(LoadShardSource, RecordsFollowShardAndSampleOrderWithMemberRanges) {
                                    /*index=*/false);
   SourceSpec spec;
   spec.shards = (TempDir() / "order-{000..001}.tar").string();
+  spec.shard_fields += " text?=txt";
   auto storage = MakeLocalStorage();
   auto source = LoadShardSource(*storage, spec);
   ASSERT_TRUE(source.ok()) << source.status().ToString();

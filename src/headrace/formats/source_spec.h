@@ -28,8 +28,10 @@ struct SourceSpec {
   // path or a storage URI with brace ranges ("s3://b/train/shard-{000000..000999}.tar")
   // and, for local paths, globs. See formats/shard_source.h.
   std::string shards;
-  // Which tar members feed which field (ParseShardFields in formats/shard_source.h).
-  std::string shard_fields = "image?=jpg,jpeg,png,webp conversation=json text?=txt";
+  // Which tar members feed which field (ParseShardFields in formats/shard_source.h). The
+  // default gives the manifest's two fields (SourceFieldsOf); more, e.g. "text?=txt", are
+  // read as media items the ops do not know yet.
+  std::string shard_fields = "image?=jpg,jpeg,png,webp conversation=json";
   // Consecutive shards (in the epoch's seeded shard order) whose samples are shuffled
   // together. Memory vs randomness: the block cache holds about this many shards (see
   // cache_bytes), and a sample only mixes with samples of its window.
