@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "headrace/core/strings.h"
+#include "headrace/formats/shard_source.h"
 #include "headrace/io/uri.h"
 #include "headrace/ops/schema.h"
 #include "headrace/pipeline/op_types.h"
@@ -64,6 +65,11 @@ void Fields(SpecOf<SourceSpec> auto& s, auto&& f) {
   f("role_field", s.role_field);
   f("text_field", s.text_field);
   f("allow_absolute_paths", s.allow_absolute_paths);
+  f("shards", s.shards);
+  f("shard_fields", s.shard_fields);
+  f("shuffle_window", s.shuffle_window);
+  f("block_bytes", s.block_bytes, Unit::kBytes);
+  f("cache_bytes", s.cache_bytes, Unit::kBytes);
 }
 // Every op's parameters: its own Fields (ops/op_plan.h), found through the op list.
 template <typename T>
@@ -864,6 +870,36 @@ Result<int64_t> ParseByteSize(std::string_view text) {
   return static_cast<int64_t>(std::llround(bytes));
 }
 
+namespace {
+
+// The shard keys, and the block cache's share of memory.budget_bytes.
+Status ValidateShardSource(const PipelineSpec& spec) {
+  const SourceSpec& src = spec.source;
+  if (Result<ShardFieldMap> fields = ParseShardFields(src.shard_fields); !fields.ok()) {
+    return fields.status();
+  }
+  HR_RETURN_IF_ERROR(InRange<int64_t>("source.shuffle_window", src.shuffle_window, 1, 1'000'000));
+  HR_RETURN_IF_ERROR(
+      InRange<int64_t>("source.block_bytes", src.block_bytes, 4096, int64_t{1} << 30));
+  HR_RETURN_IF_ERROR(AtLeast<int64_t>("source.cache_bytes", src.cache_bytes, 0));
+  if (src.cache_bytes > 0 && src.cache_bytes < src.block_bytes) {
+    return Invalid("source.cache_bytes", "must hold at least one block (source.block_bytes " +
+                                             std::to_string(src.block_bytes) + ")" +
+                                             Got(src.cache_bytes));
+  }
+  const int64_t io = spec.execution.io_budget_bytes;
+  if (src.cache_bytes > 0 && src.cache_bytes + io >= spec.memory.budget_bytes) {
+    return Invalid("source.cache_bytes",
+                   "the block cache (source.cache_bytes " + std::to_string(src.cache_bytes) +
+                       ") plus execution.io_budget_bytes (" + std::to_string(io) +
+                       ") leaves nothing of memory.budget_bytes (" +
+                       std::to_string(spec.memory.budget_bytes) +
+                       ") for batches: raise memory.budget_bytes or lower source.cache_bytes "
+                       "(and source.shuffle_window)");
+  }
+  return Status::Ok();
+}
+
 // source.fields: names unique and not the engine's own, keys given, one conversation at
 // most, list sizes bounded.
 Status ValidateSourceFields(const SourceSpec& src) {
@@ -893,9 +929,20 @@ Status ValidateSourceFields(const SourceSpec& src) {
   return Status::Ok();
 }
 
+}  // namespace
+
 Status ValidatePipelineSpec(const PipelineSpec& spec) {
   const SourceSpec& src = spec.source;
-  HR_RETURN_IF_ERROR(NonEmpty("source.manifest", src.manifest, "the JSONL manifest path"));
+  if (!src.manifest.empty() && !src.shards.empty()) {
+    return Invalid("source.shards",
+                   "source.manifest and source.shards are exclusive: set one of them");
+  }
+  if (src.shards.empty()) {
+    HR_RETURN_IF_ERROR(NonEmpty("source.manifest", src.manifest,
+                                "the JSONL manifest path (or set source.shards)"));
+  } else {
+    HR_RETURN_IF_ERROR(ValidateShardSource(spec));
+  }
   HR_RETURN_IF_ERROR(NonEmpty("source.id_field", src.id_field, "a JSON key"));
   HR_RETURN_IF_ERROR(NonEmpty("source.image_field", src.image_field, "a JSON key"));
   HR_RETURN_IF_ERROR(NonEmpty("source.conversations_field", src.conversations_field, "a JSON key"));
