@@ -8,6 +8,7 @@ namespace headrace {
 
 const std::string& SampleRecord::uri() const {
   static const std::string kNone;
+  if (!location.empty()) return location;
   return media.empty() ? kNone : media.front().uri;
 }
 

@@ -83,8 +83,12 @@ struct SampleRecord {
   Status status;
   // 1-based line number in the manifest, for messages.
   int64_t line = 0;
+  // Where the record is, for messages, when its first media URI does not say (a sample
+  // of a tar shard: "s3://b/shard-000003.tar#000017"); empty for a manifest's records.
+  std::string location;
 
-  // The URI that names this record in messages: its first media item's, else empty.
+  // The URI that names this record in messages: its location when set, else its first
+  // media item's, else empty.
   const std::string& uri() const;
 };
 

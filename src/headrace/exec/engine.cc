@@ -435,6 +435,7 @@ void Engine::RunChain(const std::shared_ptr<BatchJob>& job, int slot, std::vecto
     sample.index = index;
     sample.record = &(*inputs_.records)[index];
     sample.media = std::move(media);
+    if (inputs_.prepare_sample) status = inputs_.prepare_sample(sample);
     SampleContext ctx;
     ctx.sample = &sample;
     ctx.sample_seed = HashKeys(options_.order.seed, static_cast<uint64_t>(sample.epoch),

@@ -38,6 +38,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -85,6 +86,10 @@ struct EngineInputs {
   // SampleRecord::media, whole objects or byte ranges).
   bool reads_media = true;
   std::shared_ptr<Storage> storage;
+  // Run on the CPU thread before the chain, with the sample's media read: what a source
+  // parses per sample at run time (a shard's conversation member into Sample::turns). A
+  // status that is not ok fails the sample (the chain does not run). Must be thread-safe.
+  std::function<Status(Sample&)> prepare_sample;
 };
 
 struct EngineOptions {

@@ -9,6 +9,16 @@ namespace {
 // Keeps the order stream apart from the per-sample augmentation streams, which hash
 // (seed, epoch, index) with the same seed.
 constexpr uint64_t kOrderStream = 0x6f72646572ULL;  // "order"
+constexpr uint64_t kShardStream = 0x7368617264ULL;  // "shard": the shard order
+constexpr uint64_t kWindowStream = 0x77696e646fULL;  // "windo": one window's shuffle
+
+template <typename T>
+void Shuffle(std::vector<T>& v, size_t begin, Rng& rng) {
+  for (size_t i = v.size() - 1; i > begin; --i) {
+    const size_t j = begin + static_cast<size_t>(rng.Below(i - begin + 1));
+    std::swap(v[i], v[j]);
+  }
+}
 }  // namespace
 
 EpochOrder::EpochOrder(const EpochOrderOptions& options) : options_(options) {
@@ -30,6 +40,22 @@ Result<EpochOrder> EpochOrder::Make(const EpochOrderOptions& options) {
     return Status::InvalidArgument("rank must be in [0, world_size), got rank " +
                                    std::to_string(options.rank) + " of " +
                                    std::to_string(options.world_size));
+  }
+  if (!options.shard_samples.empty()) {
+    int64_t sum = 0;
+    for (int64_t n : options.shard_samples) {
+      if (n < 0) return Status::InvalidArgument("a shard's sample count is negative");
+      sum += n;
+    }
+    if (sum != options.num_samples) {
+      return Status::InvalidArgument("the shards hold " + std::to_string(sum) +
+                                     " samples, the dataset " +
+                                     std::to_string(options.num_samples));
+    }
+    if (options.shuffle_window < 1) {
+      return Status::InvalidArgument("source.shuffle_window must be >= 1, got " +
+                                     std::to_string(options.shuffle_window));
+    }
   }
   if (options.epochs && *options.epochs < 1) {
     return Status::InvalidArgument("epochs must be >= 1 or unbounded, got " +
@@ -64,7 +90,27 @@ BatchPosition EpochOrder::Position(int64_t local_index) const {
 std::vector<int64_t> EpochOrder::Permutation(int64_t epoch) const {
   std::vector<int64_t> order(options_.num_samples);
   std::iota(order.begin(), order.end(), int64_t{0});
-  if (options_.shuffle) {
+  if (options_.shuffle && !options_.shard_samples.empty()) {
+    const std::vector<int64_t>& counts = options_.shard_samples;
+    std::vector<int64_t> first(counts.size());  // each shard's first dataset index
+    for (size_t s = 1; s < counts.size(); ++s) first[s] = first[s - 1] + counts[s - 1];
+    std::vector<int64_t> shards(counts.size());
+    std::iota(shards.begin(), shards.end(), int64_t{0});
+    Rng shard_rng(HashKeys(options_.seed, static_cast<uint64_t>(epoch), kShardStream));
+    if (!shards.empty()) Shuffle(shards, 0, shard_rng);
+    order.clear();
+    const auto window = static_cast<size_t>(options_.shuffle_window);
+    for (size_t w = 0; w * window < shards.size(); ++w) {
+      const size_t begin = order.size();
+      for (size_t k = w * window; k < std::min(shards.size(), (w + 1) * window); ++k) {
+        for (int64_t i = 0; i < counts[shards[k]]; ++i) order.push_back(first[shards[k]] + i);
+      }
+      if (order.size() > begin + 1) {
+        Rng rng(HashKeys(options_.seed, static_cast<uint64_t>(epoch), kWindowStream, w));
+        Shuffle(order, begin, rng);
+      }
+    }
+  } else if (options_.shuffle) {
     Rng rng(HashKeys(options_.seed, static_cast<uint64_t>(epoch), kOrderStream));
     for (int64_t i = options_.num_samples - 1; i > 0; --i) {
       const auto j = static_cast<int64_t>(rng.Below(static_cast<uint64_t>(i) + 1));

@@ -6,6 +6,15 @@
 // batches r, r+W, r+2W, ... and every rank the same count (floor(batches / W)), so a
 // rank's share never depends on thread counts or on the other ranks' speed.
 //
+// Sharded datasets (EpochOrderOptions::shard_samples): the dataset is shards in order,
+// each a run of consecutive dataset indices. A shuffled epoch is then a seeded order of
+// the shards, cut into windows of `shuffle_window` consecutive shards (in that order), and
+// a seeded shuffle of the samples within each window; windows follow each other. Still a
+// pure function of (seed, epoch). The window trades memory for randomness: a reader
+// holds the window's shards (a block cache of ~window × shard bytes) and a sample can
+// only land next to samples of the same window; window = all shards is a full shuffle,
+// window = 1 shuffles within one shard at a time.
+//
 // A run is the sequence of a rank's batches over all epochs, numbered from 0: "local"
 // batch j is epoch j / per_rank, its (j % per_rank)-th batch for this rank. A run has a
 // number of epochs, or none (unbounded: a training loop decides when to stop).
@@ -30,6 +39,10 @@ struct EpochOrderOptions {
   std::optional<int64_t> epochs = 1;  // nullopt: unbounded
   int rank = 0;
   int world_size = 1;
+  // Samples per shard, in dataset order (they sum to num_samples); empty: no shards, a
+  // shuffle is one permutation of the whole dataset.
+  std::vector<int64_t> shard_samples;
+  int64_t shuffle_window = 1;  // shards shuffled together (>= 1); with shard_samples only
 };
 
 // Where one batch of a run sits.

@@ -50,6 +50,24 @@ struct SourceSpec {
   std::string text_field = "value";
   // Absolute media paths are rejected unless allowed (and must then still be inside root).
   bool allow_absolute_paths = false;
+
+  // WebDataset tar shards instead of a manifest (exactly one of the two is set): a local
+  // path or a storage URI with brace ranges ("s3://b/train/shard-{000000..000999}.tar")
+  // and, for local paths, globs. See formats/shard_source.h.
+  std::string shards;
+  // Which tar members feed which field (ParseShardFields in formats/shard_source.h).
+  std::string shard_fields = "image?=jpg,jpeg,png,webp conversation=json text?=txt";
+  // Consecutive shards (in the epoch's seeded shard order) whose samples are shuffled
+  // together. Memory vs randomness: the block cache holds about this many shards (see
+  // cache_bytes), and a sample only mixes with samples of its window.
+  int64_t shuffle_window = 2;
+  // Shards are read in aligned blocks of this many bytes, each shared by every member in
+  // it (io/block_cache.h): one request per block, not per member.
+  int64_t block_bytes = int64_t{16} << 20;
+  // The block cache's bytes, part of memory.budget_bytes; 0: automatic, enough for the
+  // window: (shuffle_window + 1) × the largest shard (rounded up to blocks), or four
+  // blocks when shuffle is off.
+  int64_t cache_bytes = 0;
 };
 
 // The fields of the records a manifest source yields, in order: MediaRef::field,

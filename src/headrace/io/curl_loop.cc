@@ -86,7 +86,10 @@ struct Transfer {
       return true;
     }
     size_t size = 0;
-    if (r.range_total >= 0 && r.range_start >= 0 && r.range_start <= r.range_total) {
+    if (request.range_body && r.status == 206 && r.range_start >= 0 &&
+        r.range_end >= r.range_start) {
+      size = static_cast<size_t>(r.range_end - r.range_start + 1);
+    } else if (r.range_total >= 0 && r.range_start >= 0 && r.range_start <= r.range_total) {
       size = static_cast<size_t>(r.range_total);
       r.body_offset = static_cast<size_t>(r.range_start);
     } else if (r.content_length >= 0) {

@@ -53,6 +53,11 @@ struct HttpRequest {
   // growth of a body of unknown length. Returning false ends the transfer with
   // TransportError::kRefused. Not asked for a sink.
   std::function<bool(int64_t bytes)> size_gate;
+  // For a ranged read of its own (a member of a shard): a 206 body gets a buffer of the
+  // range's size (Content-Range's END - START + 1), written from its start, instead of
+  // one of the object's total size. max_body_bytes and size_gate then see the range's
+  // size.
+  bool range_body = false;
 };
 
 struct HttpResponse {

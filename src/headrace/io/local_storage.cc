@@ -92,7 +92,12 @@ Result<int> OpenFile(const std::string& path, const ReadRules& rules) {
   return Status::IoError("cannot open " + QuoteForMessage(path) + ": " + std::strerror(err));
 }
 
-Result<Buffer> ReadFile(const std::string& path, const ReadRules& rules, const ReadGate& gate) {
+// Reads bytes [offset, offset + length) of `path` (length < 0: to its end; a range that
+// runs past the end is cut short, one that starts past it is kInvalidArgument). The size
+// limit and the gate see the bytes the read allocates: the range's, not the file's, so
+// that a member of a large shard is read like a small file.
+Result<Buffer> ReadFile(const std::string& path, const ReadRules& rules, const ReadGate& gate,
+                        int64_t offset = 0, int64_t length = -1) {
   HR_ASSIGN_OR_RETURN(const int fd, OpenFile(path, rules));
   FdCloser closer{fd};
   struct stat st {};
@@ -106,22 +111,28 @@ Result<Buffer> ReadFile(const std::string& path, const ReadRules& rules, const R
                             std::string(S_ISDIR(st.st_mode) ? "a directory" : "a special file") +
                             "): " + QuoteForMessage(path));
   }
-  if (rules.max_object_bytes > 0 && st.st_size > rules.max_object_bytes) {
-    return Status::ResourceExhausted(QuoteForMessage(path) + " is " + std::to_string(st.st_size) +
-                                     " bytes, over the limit of " +
+  if (offset < 0 || offset > st.st_size) {
+    return Status::InvalidArgument("byte range of " + QuoteForMessage(path) + " starts at " +
+                                   std::to_string(offset) + ", past its " +
+                                   std::to_string(st.st_size) + " bytes");
+  }
+  const int64_t want = length < 0 ? st.st_size - offset : std::min(length, st.st_size - offset);
+  if (rules.max_object_bytes > 0 && want > rules.max_object_bytes) {
+    return Status::ResourceExhausted(QuoteForMessage(path) + (length >= 0 ? ": the range is " : " is ") +
+                                     std::to_string(want) + " bytes, over the limit of " +
                                      std::to_string(rules.max_object_bytes) +
                                      " bytes (storage.max_object_bytes)");
   }
-  if (gate && !gate(st.st_size)) {
+  if (gate && !gate(want)) {
     return Status::Cancelled("reading " + QuoteForMessage(path) +
                              ": its size was refused by the reader");
   }
-  const size_t size = static_cast<size_t>(st.st_size);
+  const size_t size = static_cast<size_t>(want);
   HR_ASSIGN_OR_RETURN(Buffer buffer, Buffer::Allocate(size));
   size_t done = 0;
   while (done < size) {
-    const ssize_t n =
-        ::pread(fd, buffer.mutable_data() + done, size - done, static_cast<off_t>(done));
+    const ssize_t n = ::pread(fd, buffer.mutable_data() + done, size - done,
+                              static_cast<off_t>(offset + static_cast<int64_t>(done)));
     if (n < 0) {
       if (errno == EINTR) continue;
       return Status::IoError("cannot read " + QuoteForMessage(path) + ": " + std::strerror(errno));
@@ -171,10 +182,18 @@ class LocalStorage final : public Storage {
   }
 
   void ReadAsyncGated(std::string uri, ReadCallback done, ReadGate gate) override {
+    ReadRangeAsyncGated(std::move(uri), 0, -1, std::move(done), std::move(gate));
+  }
+
+  // One pread of the range: the rules (links below the root, the size limit) and the gate
+  // apply exactly as to a whole file, to the range's bytes.
+  void ReadRangeAsyncGated(std::string uri, int64_t offset, int64_t length, ReadCallback done,
+                           ReadGate gate) override {
     {
       std::lock_guard lock(mu_);
       if (!stopping_) {
-        queue_.push_back(Request{std::move(uri), std::move(done), std::move(gate)});
+        queue_.push_back(
+            Request{std::move(uri), std::move(done), std::move(gate), offset, length});
         cv_.notify_one();
         return;
       }
@@ -198,6 +217,8 @@ class LocalStorage final : public Storage {
     std::string uri;
     ReadCallback done;
     ReadGate gate;
+    int64_t offset = 0;
+    int64_t length = -1;  // -1: to the end
   };
 
   void Loop() {
@@ -210,7 +231,8 @@ class LocalStorage final : public Storage {
         request = std::move(queue_.front());
         queue_.pop_front();
       }
-      Result<Buffer> bytes = root_error_.ok() ? ReadFile(request.uri, rules_, request.gate)
+      Result<Buffer> bytes = root_error_.ok() ? ReadFile(request.uri, rules_, request.gate, request.offset,
+                                                       request.length)
                                               : Result<Buffer>(root_error_);
       // A read its gate gave up (kCancelled) read nothing: not counted.
       if (bytes.ok() || bytes.status().code() != StatusCode::kCancelled) {

@@ -171,6 +171,8 @@ class ObjectStorage final : public ObjectStore {
     ReadAsyncGated(std::move(uri), std::move(done), nullptr);
   }
   void ReadAsyncGated(std::string uri, ReadCallback done, ReadGate gate) override;
+  void ReadRangeAsyncGated(std::string uri, int64_t offset, int64_t length, ReadCallback done,
+                           ReadGate gate) override;
   Result<std::vector<ObjectInfo>> List(const std::string& pattern, int page_size) override;
   void WriteAsync(std::string uri, Buffer bytes, std::function<void(Status)> done) override;
   Status CreateBucket(const std::string& bucket_uri) override;
@@ -457,6 +459,55 @@ void ObjectStorage::ReadAsyncGated(std::string uri, ReadCallback done, ReadGate 
   });
 }
 
+// One GET with "Range: bytes=A-B" (a shard member or a block of one), whatever
+// part_bytes says: the caller chose the range's size. The body lands in a buffer of the
+// range's size (HttpRequest::range_body), so the limit and the gate see the range.
+void ObjectStorage::ReadRangeAsyncGated(std::string uri, int64_t offset, int64_t length,
+                                        ReadCallback done, ReadGate gate) {
+  if (offset < 0) {
+    return done(Status::InvalidArgument("byte range starts at " + std::to_string(offset)));
+  }
+  if (length == 0) return done(Buffer());
+  auto op = std::make_shared<ReadOp>();
+  op->uri = std::move(uri);
+  const std::string last = length < 0 ? std::string() : std::to_string(offset + length - 1);
+  op->what = "GET " + QuoteForMessage(op->uri) + " bytes " + std::to_string(offset) + "-" + last;
+  op->done = [this, done = std::move(done)](Result<Buffer> result) {
+    if (!result.ok() && result.status().code() != StatusCode::kCancelled) {
+      failed_reads_.fetch_add(1, std::memory_order_relaxed);
+    }
+    done(std::move(result));
+  };
+  const std::string range = "Range: bytes=" + std::to_string(offset) + "-" + last;
+  auto make = [this, op, range, gate = std::move(gate)]() -> Result<HttpRequest> {
+    HR_ASSIGN_OR_RETURN(HttpRequest req, MakeRequest("GET", op->uri, {}, {range}, Buffer()));
+    req.max_body_bytes = spec_.max_object_bytes > 0 ? spec_.max_object_bytes : -1;
+    req.size_gate = gate;
+    req.range_body = true;
+    return req;
+  };
+  Execute(std::move(make), op->what, [this, op, offset, length](Result<HttpResponse> result) {
+    if (!result.ok()) return op->Fail(result.status());
+    HttpResponse& r = *result;
+    if (r.status == 416) {
+      return op->Fail(Status::InvalidArgument(
+          op->what + ": the range starts past the object's end" +
+          (r.range_total >= 0 ? " (" + std::to_string(r.range_total) + " bytes)" : "")));
+    }
+    if (!Is2xx(r)) return op->Fail(ErrorOf(r, op->what, op->uri));
+    op->finished = true;
+    if (r.status == 206) return op->done(r.body.Slice(0, r.received));
+    // 200: a server that ignores Range sent the whole object.
+    const auto size = static_cast<int64_t>(r.body.size());
+    if (offset > size) {
+      return op->done(Status::InvalidArgument(op->what + ": the range starts past the object's " +
+                                              std::to_string(size) + " bytes"));
+    }
+    const int64_t n = length < 0 ? size - offset : std::min(length, size - offset);
+    op->done(r.body.Slice(static_cast<size_t>(offset), static_cast<size_t>(n)));
+  });
+}
+
 void ObjectStorage::ReadParts(const std::shared_ptr<ReadOp>& op, Buffer buffer, size_t first_len,
                               std::string etag) {
   const size_t total = buffer.size();
@@ -611,6 +662,16 @@ class RouterStorage final : public Storage {
     Result<Storage*> backend = Get(scheme);
     if (!backend.ok()) return done(backend.status());
     (*backend)->ReadAsyncGated(std::move(uri), std::move(done), std::move(gate));
+  }
+
+  void ReadRangeAsyncGated(std::string uri, int64_t offset, int64_t length, ReadCallback done,
+                           ReadGate gate) override {
+    const UriScheme scheme = SchemeOf(uri);
+    if (scheme == UriScheme::kLocal && uri.rfind("file://", 0) == 0) uri.erase(0, 7);
+    Result<Storage*> backend = Get(scheme);
+    if (!backend.ok()) return done(backend.status());
+    (*backend)->ReadRangeAsyncGated(std::move(uri), offset, length, std::move(done),
+                                    std::move(gate));
   }
 
   std::string_view name() const override { return "router"; }

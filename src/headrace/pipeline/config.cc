@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "headrace/core/strings.h"
+#include "headrace/formats/shard_source.h"
 #include "headrace/io/uri.h"
 
 namespace headrace {
@@ -58,6 +59,11 @@ void Fields(SpecOf<SourceSpec> auto& s, auto&& f) {
   f("role_field", s.role_field);
   f("text_field", s.text_field);
   f("allow_absolute_paths", s.allow_absolute_paths);
+  f("shards", s.shards);
+  f("shard_fields", s.shard_fields);
+  f("shuffle_window", s.shuffle_window);
+  f("block_bytes", s.block_bytes, Unit::kBytes);
+  f("cache_bytes", s.cache_bytes, Unit::kBytes);
 }
 void Fields(SpecOf<DecodeSpec> auto& s, auto&& f) { f("max_pixels", s.max_pixels); }
 void Fields(SpecOf<ResizeSpec> auto& s, auto&& f) {
@@ -1097,9 +1103,50 @@ Status ValidateSourceFields(const SourceSpec& src) {
   return Status::Ok();
 }
 
+namespace {
+
+// The shard keys, and the block cache's share of memory.budget_bytes.
+Status ValidateShardSource(const PipelineSpec& spec) {
+  const SourceSpec& src = spec.source;
+  if (Result<ShardFieldMap> fields = ParseShardFields(src.shard_fields); !fields.ok()) {
+    return fields.status();
+  }
+  HR_RETURN_IF_ERROR(InRange<int64_t>("source.shuffle_window", src.shuffle_window, 1, 1'000'000));
+  HR_RETURN_IF_ERROR(
+      InRange<int64_t>("source.block_bytes", src.block_bytes, 4096, int64_t{1} << 30));
+  HR_RETURN_IF_ERROR(AtLeast<int64_t>("source.cache_bytes", src.cache_bytes, 0));
+  if (src.cache_bytes > 0 && src.cache_bytes < src.block_bytes) {
+    return Invalid("source.cache_bytes", "must hold at least one block (source.block_bytes " +
+                                             std::to_string(src.block_bytes) + ")" +
+                                             Got(src.cache_bytes));
+  }
+  const int64_t io = spec.execution.io_budget_bytes;
+  if (src.cache_bytes > 0 && src.cache_bytes + io >= spec.memory.budget_bytes) {
+    return Invalid("source.cache_bytes",
+                   "the block cache (source.cache_bytes " + std::to_string(src.cache_bytes) +
+                       ") plus execution.io_budget_bytes (" + std::to_string(io) +
+                       ") leaves nothing of memory.budget_bytes (" +
+                       std::to_string(spec.memory.budget_bytes) +
+                       ") for batches: raise memory.budget_bytes or lower source.cache_bytes "
+                       "(and source.shuffle_window)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ValidatePipelineSpec(const PipelineSpec& spec) {
   const SourceSpec& src = spec.source;
-  HR_RETURN_IF_ERROR(NonEmpty("source.manifest", src.manifest, "the JSONL manifest path"));
+  if (!src.manifest.empty() && !src.shards.empty()) {
+    return Invalid("source.shards",
+                   "source.manifest and source.shards are exclusive: set one of them");
+  }
+  if (src.shards.empty()) {
+    HR_RETURN_IF_ERROR(NonEmpty("source.manifest", src.manifest,
+                                "the JSONL manifest path (or set source.shards)"));
+  } else {
+    HR_RETURN_IF_ERROR(ValidateShardSource(spec));
+  }
   HR_RETURN_IF_ERROR(NonEmpty("source.id_field", src.id_field, "a JSON key"));
   HR_RETURN_IF_ERROR(NonEmpty("source.image_field", src.image_field, "a JSON key"));
   HR_RETURN_IF_ERROR(NonEmpty("source.conversations_field", src.conversations_field, "a JSON key"));

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "headrace/formats/shard_source.h"
+#include "headrace/io/block_cache.h"
 #include "headrace/io/object_storage.h"
 #include "headrace/pipeline/config.h"
 #include "headrace/pipeline/plan.h"
@@ -13,6 +15,39 @@ int ResolveIoInflight(const ExecutionSpec& execution, int cpu_threads) {
   // In 64 bits: cpu_threads is validated, but this is public and must not overflow.
   const int64_t automatic = int64_t{kAutoIoInflightPerThread} * std::max(cpu_threads, 1);
   return static_cast<int>(std::clamp<int64_t>(automatic, kMinAutoIoInflight, kMaxAutoIoInflight));
+}
+
+Result<int64_t> BlockCacheBytes(const PipelineSpec& spec, const ShardSource& shards) {
+  const SourceSpec& src = spec.source;
+  const int64_t block = src.block_bytes;
+  int64_t largest = 0;
+  int64_t total = 0;
+  for (const int64_t bytes : shards.shard_bytes) {
+    const int64_t rounded = (bytes + block - 1) / block * block;
+    largest = std::max(largest, rounded);
+    total += rounded;
+  }
+  const auto window = std::min<int64_t>(src.shuffle_window,
+                                        static_cast<int64_t>(shards.shard_bytes.size()));
+  // Shuffled, a window's samples come in any order: every block of its shards is in use
+  // until the window ends. In order, a few blocks are.
+  const int64_t needed = spec.shuffle ? window * largest : std::min(total, block);
+  if (src.cache_bytes > 0) {
+    if (src.cache_bytes < needed) {
+      return Status::InvalidArgument(
+          "source.cache_bytes (" + std::to_string(src.cache_bytes) + ") cannot hold a window of " +
+          std::to_string(window) + " shards (source.shuffle_window) of up to " +
+          std::to_string(largest) + " bytes in blocks of source.block_bytes: it needs " +
+          std::to_string(needed) +
+          "; raise source.cache_bytes, lower source.shuffle_window, or write smaller shards");
+    }
+    return src.cache_bytes;
+  }
+  // One shard more than the window: the next window's first blocks load while the last
+  // samples of this one are still read.
+  const int64_t automatic = spec.shuffle ? std::min(total, (window + 1) * largest)
+                                         : std::min(total, 4 * block);
+  return std::max(automatic, block);
 }
 
 Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
@@ -27,7 +62,7 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
     // Local paths, s3:// and http(s):// URIs, each backend opened on first use.
     LocalStorageOptions local;
     local.threads = ex.io_threads > 0 ? ex.io_threads : 2;
-    if (!spec.storage.follow_symlinks) {
+    if (!spec.storage.follow_symlinks && spec.source.shards.empty()) {
       // Local media are opened beneath the dataset root (storage.follow_symlinks).
       Result<std::string> root = ManifestRoot(spec.source);
       if (!root.ok()) return root.status();
@@ -35,14 +70,49 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
     }
     loader->storage_ = OpenStorage(spec.storage, local);
   }
-  HR_ASSIGN_OR_RETURN(Manifest manifest, LoadManifest(*loader->storage_, spec.source));
-  loader->manifest_ = std::make_shared<Manifest>(std::move(manifest));
-  loader->manifest_bytes_ = static_cast<int64_t>(ManifestMemoryBytes(*loader->manifest_));
-  HR_ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(spec, *loader->storage_));
   EngineOptions opt;
+  int64_t cache_bytes = 0;  // the shard source's block cache, part of the budget
+  if (spec.source.shards.empty()) {
+    HR_ASSIGN_OR_RETURN(Manifest manifest, LoadManifest(*loader->storage_, spec.source));
+    loader->manifest_ = std::make_shared<Manifest>(std::move(manifest));
+    loader->manifest_bytes_ = static_cast<int64_t>(ManifestMemoryBytes(*loader->manifest_));
+    loader->source_ = "manifest " + spec.source.manifest;
+  } else {
+    HR_ASSIGN_OR_RETURN(ShardSource shards, LoadShardSource(*loader->storage_, spec.source));
+    HR_ASSIGN_OR_RETURN(cache_bytes, BlockCacheBytes(spec, shards));
+    auto cache = std::make_shared<BlockCache>(
+        loader->storage_, BlockCacheOptions{spec.source.block_bytes, cache_bytes});
+    for (size_t i = 0; i < shards.shards.size(); ++i) {
+      cache->SetObjectSize(shards.shards[i], shards.shard_bytes[i]);
+    }
+    loader->storage_ = cache;
+    loader->block_cache_ = std::move(cache);
+    loader->manifest_bytes_ = static_cast<int64_t>(ShardSourceMemoryBytes(shards));
+    loader->source_ = "shards " + spec.source.shards + " (" +
+                      std::to_string(shards.shards.size()) + " shards, " +
+                      std::to_string(shards.indexed_shards) + " indexed, " +
+                      std::to_string(shards.scanned_shards) + " scanned)";
+    opt.order.shard_samples = std::move(shards.shard_samples);
+    opt.order.shuffle_window = spec.source.shuffle_window;
+    // The records as a Manifest, so that callers that count records see no difference.
+    auto manifest = std::make_shared<Manifest>();
+    manifest->path = spec.source.shards;
+    manifest->records = std::move(shards.records);
+    manifest->bad_lines = shards.bad_samples;
+    loader->manifest_ = std::move(manifest);
+  }
+  HR_ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(spec, *loader->storage_));
   opt.io_budget_bytes = ex.io_budget_bytes > 0 ? ex.io_budget_bytes : spec.memory.budget_bytes / 8;
-  opt.batch_budget_bytes = spec.memory.budget_bytes - opt.io_budget_bytes;
+  opt.batch_budget_bytes = spec.memory.budget_bytes - opt.io_budget_bytes - cache_bytes;
   if (opt.batch_budget_bytes <= 0) {
+    if (cache_bytes > 0) {
+      return Status::InvalidArgument(
+          "memory.budget_bytes (" + std::to_string(spec.memory.budget_bytes) +
+          ") cannot hold the shard block cache (" + std::to_string(cache_bytes) +
+          " bytes: source.cache_bytes, sized by source.shuffle_window) plus "
+          "execution.io_budget_bytes (" + std::to_string(opt.io_budget_bytes) +
+          "): raise memory.budget_bytes, or lower source.shuffle_window or source.cache_bytes");
+    }
     return Status::InvalidArgument("execution.io_budget_bytes must be below memory.budget_bytes");
   }
   HR_RETURN_IF_ERROR(CheckBatchFitsBudget(spec, plan, opt.batch_budget_bytes));
@@ -57,6 +127,11 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   in.reads_media = plan.reads_media;
   in.strings = std::move(plan.strings);
   in.storage = loader->storage_;
+  if (!spec.source.shards.empty()) {
+    in.prepare_sample = [source = spec.source](Sample& sample) {
+      return PrepareShardSample(sample, source);
+    };
+  }
 
   loader->cpu_threads_ = ex.cpu_threads > 0 ? ex.cpu_threads : AvailableCores();
   opt.cpu_threads = loader->cpu_threads_;

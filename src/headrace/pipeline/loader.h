@@ -15,6 +15,7 @@
 #include "headrace/core/clock.h"
 #include "headrace/exec/engine.h"
 #include "headrace/formats/manifest.h"
+#include "headrace/io/block_cache.h"
 #include "headrace/pipeline/spec.h"
 
 namespace headrace {
@@ -42,6 +43,13 @@ inline constexpr int kMinAutoIoInflight = 32;
 inline constexpr int kAutoIoInflightPerThread = 16;
 inline constexpr int kMaxAutoIoInflight = 16384;  // 16 per thread at 1024 threads
 int ResolveIoInflight(const ExecutionSpec& execution, int cpu_threads);
+
+struct ShardSource;
+// The shard source's block cache bytes: source.cache_bytes, checked to hold a shuffle
+// window of the largest shard (kInvalidArgument naming the keys), or when 0, automatic:
+// (window + 1) × the largest shard rounded up to blocks (four blocks unshuffled), at most
+// every shard's bytes.
+Result<int64_t> BlockCacheBytes(const PipelineSpec& spec, const ShardSource& shards);
 
 // Wait accounting of the consumer, in seconds.
 struct ConsumerStats {
@@ -85,6 +93,11 @@ class Loader {
   int io_inflight() const { return io_inflight_; }  // resolved (ResolveIoInflight)
   // What each storage backend did so far (requests, retries, bytes, ...).
   std::vector<StorageStats> storage_stats() const { return storage_->Stats(); }
+  // What the source is, for the run report: "manifest PATH" or "shards PATTERN (N shards,
+  // ...)".
+  const std::string& source() const { return source_; }
+  // The shard source's block cache (io/block_cache.h); null for a manifest.
+  const BlockCache* block_cache() const { return block_cache_.get(); }
   ConsumerStats consumer_stats() const;
   EngineMetrics engine_metrics() const { return engine_->Metrics(); }
 
@@ -94,6 +107,8 @@ class Loader {
   PipelineSpec spec_;
   std::shared_ptr<Manifest> manifest_;
   std::shared_ptr<Storage> storage_;
+  std::shared_ptr<BlockCache> block_cache_;  // the shard source's; also storage_ then
+  std::string source_;
   std::unique_ptr<Engine> engine_;
   int cpu_threads_ = 1;
   int io_inflight_ = 1;

@@ -118,6 +118,11 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
     r.ops.push_back(OpReport{op.name, op.busy_s, op.items > 0 ? 1e3 * op.busy_s / op.items : 0.0});
   }
   r.storage = loader.storage_stats();
+  r.source = loader.source();
+  if (const BlockCache* cache = loader.block_cache(); cache != nullptr) {
+    r.has_block_cache = true;
+    r.block_cache = cache->CacheStats();
+  }
   Diagnose(r, loader);
   return r;
 }
@@ -213,6 +218,21 @@ std::string RunReportToJson(const RunReport& r) {
     w.EndObject();
   }
   w.EndObject();
+  w.Key("source").String(r.source);
+  if (r.has_block_cache) {
+    const BlockCacheStats& c = r.block_cache;
+    w.Key("block_cache").BeginObject();
+    w.Key("block_bytes").Int(c.block_bytes);
+    w.Key("capacity_bytes").Int(c.capacity_bytes);
+    w.Key("block_reads").Int(c.block_reads);
+    w.Key("block_hits").Int(c.block_hits);
+    w.Key("block_waits").Int(c.block_waits);
+    w.Key("evictions").Int(c.evictions);
+    w.Key("bytes_held").Int(c.bytes_held);
+    w.Key("peak_bytes").Int(c.peak_bytes);
+    w.Key("bytes_copied").Int(c.bytes_copied);
+    w.EndObject();
+  }
   w.Key("bottleneck").String(r.bottleneck);
   w.Key("advice").String(r.advice);
   w.Key("partial").Bool(!r.interrupted_by.empty());
@@ -276,6 +296,16 @@ std::string RunReportToText(const RunReport& r) {
     add(" %s=%lld", kind.c_str(), static_cast<long long>(n));
   out += "\n";
   for (const auto& e : r.first_errors) out += "    " + e.ToString() + "\n";
+  if (!r.source.empty()) out += "  source            " + r.source + "\n";
+  if (r.has_block_cache) {
+    const BlockCacheStats& c = r.block_cache;
+    add("  block cache       %lld blocks of %.1f MiB read, %lld hits, %lld waits, %lld "
+        "evicted; peak %.1f of %.1f MiB\n",
+        static_cast<long long>(c.block_reads), c.block_bytes / 1048576.0,
+        static_cast<long long>(c.block_hits), static_cast<long long>(c.block_waits),
+        static_cast<long long>(c.evictions), c.peak_bytes / 1048576.0,
+        c.capacity_bytes / 1048576.0);
+  }
   for (size_t i = 0; i < r.storage.size(); ++i) {
     const StorageStats& s = r.storage[i];
     out += i == 0 ? "  storage           " : "                    ";

@@ -67,6 +67,10 @@ struct RunReport {
   std::vector<StageReport> stages;
   std::vector<OpReport> ops;
   std::vector<StorageStats> storage;  // one entry per backend used
+  std::string source;                 // Loader::source(): "manifest ..." or "shards ..."
+  // The shard source's block cache (io/block_cache.h); has_block_cache false otherwise.
+  bool has_block_cache = false;
+  BlockCacheStats block_cache;
   std::string bottleneck;
   std::string advice;
   std::vector<std::string> batch_digests;  // filled by the caller when asked for

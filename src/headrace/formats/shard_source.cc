@@ -1,0 +1,421 @@
+#include "headrace/formats/shard_source.h"
+
+#include <glob.h>
+#include <simdjson.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <set>
+#include <utility>
+
+#include "headrace/core/strings.h"
+#include "headrace/io/uri.h"
+
+namespace headrace {
+namespace {
+
+constexpr size_t kMaxShardNames = 10'000'000;
+
+FieldKind KindOfName(std::string_view name) {
+  if (name == "image") return FieldKind::kImage;
+  if (name == "video") return FieldKind::kVideo;
+  if (name == "audio") return FieldKind::kAudio;
+  if (name == "pointcloud") return FieldKind::kPointCloud;
+  if (name == "text") return FieldKind::kText;
+  if (name == "conversation") return FieldKind::kConversation;
+  return FieldKind::kBytes;
+}
+
+std::vector<std::string_view> SplitOn(std::string_view text, char sep) {
+  std::vector<std::string_view> out;
+  while (true) {
+    const size_t at = text.find(sep);
+    const std::string_view part = text.substr(0, at);
+    if (!part.empty()) out.push_back(part);
+    if (at == std::string_view::npos) break;
+    text.remove_prefix(at + 1);
+  }
+  return out;
+}
+
+bool AllDigits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// Expands the first brace group of every name, until none is left.
+Result<std::vector<std::string>> ExpandBraces(std::string_view pattern) {
+  std::vector<std::string> done;
+  std::vector<std::string> todo = {std::string(pattern)};
+  while (!todo.empty()) {
+    std::vector<std::string> next;
+    for (std::string& name : todo) {
+      const size_t open = name.find('{');
+      if (open == std::string::npos) {
+        if (name.find('}') != std::string::npos) {
+          return Status::InvalidArgument("source.shards: a '}' without its '{' in " +
+                                         QuoteForMessage(pattern));
+        }
+        done.push_back(std::move(name));
+        continue;
+      }
+      const size_t close = name.find('}', open);
+      if (close == std::string::npos) {
+        return Status::InvalidArgument("source.shards: a '{' without its '}' in " +
+                                       QuoteForMessage(pattern));
+      }
+      const std::string_view body = std::string_view(name).substr(open + 1, close - open - 1);
+      const std::string head = name.substr(0, open);
+      const std::string tail = name.substr(close + 1);
+      std::vector<std::string> items;
+      if (const size_t dots = body.find(".."); dots != std::string_view::npos) {
+        const std::string_view a = body.substr(0, dots);
+        const std::string_view b = body.substr(dots + 2);
+        if (!AllDigits(a) || !AllDigits(b) || a.size() > 18 || b.size() > 18) {
+          return Status::InvalidArgument("source.shards: brace range {" + std::string(body) +
+                                         "} in " + QuoteForMessage(pattern) +
+                                         " must be {FIRST..LAST} with decimal numbers");
+        }
+        const long long first = std::stoll(std::string(a));
+        const long long last = std::stoll(std::string(b));
+        if (last < first) {
+          return Status::InvalidArgument("source.shards: brace range {" + std::string(body) +
+                                         "} in " + QuoteForMessage(pattern) + " runs backwards");
+        }
+        if (static_cast<unsigned long long>(last - first) >= kMaxShardNames) {
+          return Status::InvalidArgument("source.shards: " + QuoteForMessage(pattern) +
+                                         " names more than 10,000,000 shards");
+        }
+        for (long long v = first; v <= last; ++v) {
+          char digits[32];
+          std::snprintf(digits, sizeof digits, "%0*lld", static_cast<int>(a.size()), v);
+          items.emplace_back(digits);
+        }
+      } else {
+        for (std::string_view item : SplitOn(body, ',')) items.emplace_back(item);
+        if (items.empty()) {
+          return Status::InvalidArgument("source.shards: an empty brace group in " +
+                                         QuoteForMessage(pattern));
+        }
+      }
+      for (const std::string& item : items) next.push_back(head + item + tail);
+      if (next.size() + done.size() > kMaxShardNames) {
+        return Status::InvalidArgument("source.shards: " + QuoteForMessage(pattern) +
+                                       " names more than 10,000,000 shards");
+      }
+    }
+    todo = std::move(next);
+  }
+  return done;
+}
+
+Result<Role> ParseRole(std::string_view role) {
+  if (role == "human" || role == "user") return Role::kUser;
+  if (role == "gpt" || role == "assistant" || role == "model") return Role::kAssistant;
+  if (role == "system") return Role::kSystem;
+  return Status::BadRecord("unknown role " + QuoteForMessage(role) +
+                           " (allowed: human, user, gpt, assistant, model, system)");
+}
+
+std::string IndexUri(const std::string& shard) { return shard + ".idx.json"; }
+
+}  // namespace
+
+int ShardFieldMap::FieldOf(std::string_view extension) const {
+  for (size_t f = 0; f < extensions.size(); ++f) {
+    for (const std::string& e : extensions[f]) {
+      if (e == extension) return static_cast<int>(f);
+    }
+  }
+  return -1;
+}
+
+Result<ShardFieldMap> ParseShardFields(std::string_view text) {
+  ShardFieldMap map;
+  map.fields = {SourceField{"image", FieldKind::kImage, 0},
+                SourceField{"conversation", FieldKind::kConversation, 0}};
+  map.extensions.resize(2);
+  map.required = {false, false};
+  const auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument("source.shard_fields: " + why + " in " + QuoteForMessage(text) +
+                                   " (want NAME[?]=EXT[,EXT...] separated by spaces, e.g. "
+                                   "\"image?=jpg,png conversation=json\")");
+  };
+  for (std::string_view entry : SplitOn(text, ' ')) {
+    const size_t eq = entry.find('=');
+    if (eq == std::string_view::npos || eq == 0) return bad("an entry without NAME=");
+    std::string_view name = entry.substr(0, eq);
+    const bool optional = name.back() == '?';
+    if (optional) name.remove_suffix(1);
+    if (name.empty()) return bad("an empty field name");
+    if (name == "index") return bad("'index' is the engine's own field");
+    const std::vector<std::string_view> exts = SplitOn(entry.substr(eq + 1), ',');
+    if (exts.empty()) return bad("field '" + std::string(name) + "' has no extension");
+    int field = -1;
+    for (size_t f = 0; f < map.fields.size(); ++f) {
+      if (map.fields[f].name == name) field = static_cast<int>(f);
+    }
+    if (field >= 2 || (field >= 0 && !map.extensions[field].empty())) {
+      return bad("field '" + std::string(name) + "' appears twice");
+    }
+    if (field < 0) {
+      field = static_cast<int>(map.fields.size());
+      map.fields.push_back(SourceField{std::string(name), KindOfName(name), 0});
+      map.extensions.emplace_back();
+      map.required.push_back(false);
+    }
+    for (std::string_view e : exts) {
+      if (map.FieldOf(e) >= 0) return bad("extension '" + std::string(e) + "' feeds two fields");
+      map.extensions[field].emplace_back(e);
+    }
+    map.required[field] = !optional;
+  }
+  return map;
+}
+
+Result<std::vector<std::string>> ExpandShardPattern(std::string_view pattern) {
+  if (pattern.empty()) return Status::InvalidArgument("source.shards is empty");
+  HR_ASSIGN_OR_RETURN(std::vector<std::string> names, ExpandBraces(pattern));
+  std::vector<std::string> out;
+  for (std::string& name : names) {
+    if (name.find_first_of("*?[") == std::string::npos) {
+      out.push_back(std::move(name));
+      continue;
+    }
+    if (SchemeOf(name) != UriScheme::kLocal || name.rfind("file://", 0) == 0) {
+      return Status::InvalidArgument(
+          "source.shards: " + QuoteForMessage(name) +
+          ": globs ('*', '?', '[') match local files only (object stores are not listed "
+          "here); name the shards with a brace range, e.g. shard-{000000..000999}.tar");
+    }
+    glob_t g{};
+    const int rc = ::glob(name.c_str(), 0, nullptr, &g);
+    if (rc == 0) {
+      for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);  // sorted
+    }
+    ::globfree(&g);
+    if (rc == GLOB_NOMATCH) {
+      return Status::NotFound("source.shards: no file matches " + QuoteForMessage(name));
+    }
+    if (rc != 0) return Status::IoError("source.shards: cannot list " + QuoteForMessage(name));
+    if (out.size() > kMaxShardNames) {
+      return Status::InvalidArgument("source.shards: more than 10,000,000 shards");
+    }
+  }
+  return out;
+}
+
+void AppendShardRecords(const std::string& shard_uri, std::span<const TarSample> samples,
+                        const ShardFieldMap& map, ShardSource& out) {
+  for (const TarSample& s : samples) {
+    SampleRecord& record = out.records.emplace_back();
+    record.id = s.key;
+    record.location = shard_uri + "#" + s.key;
+    record.line = static_cast<int64_t>(out.records.size());
+    record.status = s.status;
+    if (record.status.ok()) {
+      // Fields in the source's order, whatever the members' order in the tar.
+      std::vector<const TarField*> by_field(map.fields.size(), nullptr);
+      for (const TarField& f : s.fields) {
+        const int field = map.FieldOf(f.name);
+        if (field < 0) continue;  // a member no field asks for
+        if (by_field[field] != nullptr) {
+          record.status = Status::BadRecord("sample '" + s.key + "': members '" +
+                                            by_field[field]->name + "' and '" + f.name +
+                                            "' both feed field '" + map.fields[field].name + "'");
+          break;
+        }
+        by_field[field] = &f;
+      }
+      for (size_t field = 0; field < by_field.size() && record.status.ok(); ++field) {
+        if (by_field[field] == nullptr) {
+          if (map.required[field]) {
+            std::string exts;
+            for (const std::string& e : map.extensions[field]) exts += (exts.empty() ? "." : "/.") + e;
+            record.status = Status::MissingField("sample '" + s.key + "' has no " + exts +
+                                                 " member (field '" + map.fields[field].name +
+                                                 "' is required)");
+          }
+          continue;
+        }
+        record.media.push_back(MediaRef{static_cast<int>(field), shard_uri,
+                                        by_field[field]->offset, by_field[field]->size});
+      }
+    }
+    if (!record.status.ok()) {
+      record.status = record.status.WithContext(record.location);
+      record.media.clear();
+      ++out.bad_samples;
+    }
+  }
+}
+
+namespace {
+
+// Reads every shard's index at once (they are small), then scans the shards that have
+// none, one at a time (each is read whole).
+Status LoadShards(Storage& storage, const std::vector<std::string>& shards,
+                  const ShardFieldMap& map, ShardSource& out) {
+  const size_t n = shards.size();
+  std::vector<Result<Buffer>> indexes(n, Status::Internal("not read"));
+  {
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t pending = n;
+    // At most 256 index reads in flight: an object store's connections, not a million.
+    constexpr size_t kWindow = 256;
+    size_t issued = 0;
+    std::unique_lock lock(mu);
+    while (issued < n || pending > 0) {
+      while (issued < n && issued - (n - pending) < kWindow) {
+        const size_t i = issued++;
+        lock.unlock();
+        storage.ReadAsync(IndexUri(shards[i]), [&, i](Result<Buffer> bytes) {
+          std::lock_guard inner(mu);
+          indexes[i] = std::move(bytes);
+          --pending;
+          cv.notify_all();
+        });
+        lock.lock();
+      }
+      if (pending == 0) break;
+      const size_t before = pending;
+      cv.wait(lock, [&] { return pending < before; });
+    }
+  }
+  const std::vector<std::string> required;  // checked per field, in AppendShardRecords
+  for (size_t i = 0; i < n; ++i) {
+    const std::string& shard = shards[i];
+    const size_t before = out.records.size();
+    if (indexes[i].ok()) {
+      const Buffer& bytes = *indexes[i];
+      Result<ShardIndex> index = ParseShardIndex(
+          std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+      if (!index.ok()) return index.status().WithContext(IndexUri(shard));
+      std::vector<TarSample> samples;
+      samples.reserve(index->samples.size());
+      std::set<std::string_view> keys;
+      for (ShardIndex::Sample& s : index->samples) {
+        TarSample& t = samples.emplace_back();
+        t.key = std::move(s.key);
+        t.fields = std::move(s.fields);
+      }
+      for (TarSample& t : samples) {
+        if (!keys.insert(t.key).second) {
+          t.status = Status::BadRecord("sample '" + t.key + "' appears twice in the index");
+        }
+      }
+      AppendShardRecords(shard, samples, map, out);
+      out.shard_bytes.push_back(index->bytes);
+      ++out.indexed_shards;
+    } else if (indexes[i].status().code() == StatusCode::kNotFound) {
+      Result<Buffer> tar = storage.Read(shard);
+      if (!tar.ok()) {
+        if (tar.status().code() == StatusCode::kNotFound) {
+          return Status::NotFound("source.shards: shard " + QuoteForMessage(shard) +
+                                  " does not exist (nor its index " +
+                                  QuoteForMessage(IndexUri(shard)) + ")");
+        }
+        return tar.status().WithContext("reading shard " + QuoteForMessage(shard));
+      }
+      const TarListing listing = ListTarMembers(std::span<const uint8_t>(tar->data(), tar->size()));
+      std::vector<TarSample> samples = GroupSamples(listing.members, required);
+      if (!listing.status.ok()) {
+        if (samples.empty()) {
+          TarSample& whole = samples.emplace_back();
+          whole.key = "";
+          whole.status = listing.status;
+        } else {
+          // The members of the last sample before the damage may be cut off.
+          samples.back().status = listing.status;
+        }
+      }
+      AppendShardRecords(shard, samples, map, out);
+      out.shard_bytes.push_back(static_cast<int64_t>(tar->size()));
+      ++out.scanned_shards;
+    } else {
+      return indexes[i].status().WithContext("reading " + QuoteForMessage(IndexUri(shard)));
+    }
+    out.shard_samples.push_back(static_cast<int64_t>(out.records.size() - before));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ShardSource> LoadShardSource(Storage& storage, const SourceSpec& spec) {
+  HR_ASSIGN_OR_RETURN(const ShardFieldMap map, ParseShardFields(spec.shard_fields));
+  ShardSource out;
+  HR_ASSIGN_OR_RETURN(out.shards, ExpandShardPattern(spec.shards));
+  out.fields = map.fields;
+  HR_RETURN_IF_ERROR(LoadShards(storage, out.shards, map, out));
+  if (out.records.empty()) {
+    return Status::InvalidArgument("source.shards: the " + std::to_string(out.shards.size()) +
+                                   " shards of " + QuoteForMessage(spec.shards) +
+                                   " hold no samples");
+  }
+  return out;
+}
+
+Result<std::vector<Turn>> ParseConversationJson(std::span<const uint8_t> json,
+                                                const SourceSpec& spec) {
+  simdjson::dom::parser parser;
+  const simdjson::padded_string padded(reinterpret_cast<const char*>(json.data()), json.size());
+  simdjson::dom::object obj;
+  if (const auto error = parser.parse(padded).get(obj); error != simdjson::SUCCESS) {
+    return Status::BadRecord(std::string("conversation member: not a JSON object (") +
+                             simdjson::error_message(error) + ")");
+  }
+  simdjson::dom::array conv;
+  if (obj.at_key(spec.conversations_field).get(conv) != simdjson::SUCCESS) {
+    return Status::MissingField("conversation member: no array '" + spec.conversations_field +
+                                "'");
+  }
+  std::vector<Turn> turns;
+  turns.reserve(conv.size());
+  for (simdjson::dom::element element : conv) {
+    const std::string where =
+        "conversation member: '" + spec.conversations_field + "[" + std::to_string(turns.size()) + "]";
+    simdjson::dom::object turn;
+    std::string_view role_name;
+    std::string_view text;
+    if (element.get(turn) != simdjson::SUCCESS) return Status::MissingField(where + "' must be an object");
+    if (turn.at_key(spec.role_field).get(role_name) != simdjson::SUCCESS) {
+      return Status::MissingField(where + "." + spec.role_field + "' is missing or not a string");
+    }
+    if (turn.at_key(spec.text_field).get(text) != simdjson::SUCCESS) {
+      return Status::MissingField(where + "." + spec.text_field + "' is missing or not a string");
+    }
+    Result<Role> role = ParseRole(role_name);
+    if (!role.ok()) return role.status().WithContext(where + "." + spec.role_field + "'");
+    turns.push_back(Turn{*role, std::string(text)});
+  }
+  return turns;
+}
+
+Status PrepareShardSample(Sample& sample, const SourceSpec& spec) {
+  sample.has_parsed_turns = true;
+  const Buffer* json = sample.MediaOf(kConversationField);
+  if (json == nullptr) return Status::Ok();
+  Result<std::vector<Turn>> turns =
+      ParseConversationJson(std::span<const uint8_t>(json->data(), json->size()), spec);
+  if (!turns.ok()) {
+    return turns.status().WithContext(sample.record != nullptr ? sample.record->uri() : "");
+  }
+  sample.turns = std::move(turns).value();
+  return Status::Ok();
+}
+
+size_t ShardSourceMemoryBytes(const ShardSource& source) {
+  size_t bytes = sizeof(ShardSource) + source.records.capacity() * sizeof(SampleRecord);
+  for (const std::string& s : source.shards) bytes += s.capacity() + 1;
+  for (const SampleRecord& r : source.records) {
+    bytes += r.id.capacity() + r.location.capacity() + r.media.capacity() * sizeof(MediaRef);
+    for (const MediaRef& m : r.media) bytes += m.uri.capacity();
+    if (!r.status.ok()) bytes += 64 + r.status.message().size();
+  }
+  return bytes;
+}
+
+}  // namespace headrace

@@ -1,0 +1,98 @@
+// The shard source: WebDataset tar shards (`source.shards`) turned into SampleRecords.
+//
+//   "s3://b/train/shard-{000..099}.tar"  ──ExpandShardPattern──▶ shard URIs, in order
+//        │ per shard: <shard>.idx.json (ParseShardIndex), read concurrently;
+//        │ without one: the tar itself, scanned (ListTarMembers + GroupSamples)
+//        ▼
+//   records: shards in pattern order, samples in shard order; record i has dataset
+//   index i, id = the sample's key, location = "<shard URI>#<key>", one MediaRef per
+//   field with the member's byte range in the shard (read through io/block_cache.h)
+//
+// Fields come from member extensions (`source.shard_fields`, see ParseShardFields). The
+// field list always starts with `image` (0) and `conversation` (1), the positions the
+// manifest source gives them, so that the planner and the ops see the same layout from
+// either source. The conversation is a media item like the image: its .json member is
+// fetched with the sample and parsed on the CPU thread (PrepareShardSample, the engine's
+// prepare hook) with the manifest's conversation keys (conversations_field, role_field,
+// text_field).
+//
+// Errors. Load-time (the run does not start): a pattern with a bad brace range, a glob
+// under s3:// or http(s):// (no listing there: use a brace range), a pattern that matches
+// nothing, a shard with neither a tar nor an index (kNotFound naming it), an index that
+// does not parse. Per sample (the record keeps its index and fails when an epoch reaches
+// it, named "<shard>#<key>"): a key that reappears after other keys, a field twice, a
+// member with no key or field, a missing required field (".jpg with no .json"), two
+// members of one single-item field; in a scanned shard whose tail is damaged or truncated
+// the samples before the damage are kept, and the last of them is marked bad (its members
+// may be incomplete); a shard that is not a tar at all is one bad record. At run time a
+// member that runs past a shard truncated after its index was written is kCorruptData.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "headrace/core/sample.h"
+#include "headrace/core/status.h"
+#include "headrace/formats/source_spec.h"
+#include "headrace/formats/tar_shard.h"
+#include "headrace/io/storage.h"
+
+namespace headrace {
+
+// Which members feed which field. `source.shard_fields` is a space-separated list of
+// `NAME[?]=EXT[,EXT...]`: NAME is a field (its kind: image, video, audio, pointcloud,
+// bytes, text or conversation by that name, else bytes), '?' makes it optional, EXTs
+// are member extensions as GroupSamples names them ("jpg", "seg.png"; case-sensitive).
+// Default (SourceSpec::shard_fields): "image?=jpg,jpeg,png,webp conversation=json
+// text?=txt". This maps onto the lead's general `source.fields` list (name, kind, key,
+// max_items) with key = the extension list; merge the two there.
+struct ShardFieldMap {
+  std::vector<SourceField> fields;                 // image, conversation, then the rest
+  std::vector<std::vector<std::string>> extensions;  // per field
+  std::vector<bool> required;                      // per field
+  // The field a member extension feeds, or -1.
+  int FieldOf(std::string_view extension) const;
+};
+Result<ShardFieldMap> ParseShardFields(std::string_view text);
+
+// Brace ranges ("{000..099}": zero-padded to the first bound's width) and lists
+// ("{a,b}") expand everywhere, left to right, in order; then '*', '?' and '[...]' globs
+// match local files (sorted). kInvalidArgument for a malformed range, a glob in a URI, or
+// more than 10 million names.
+Result<std::vector<std::string>> ExpandShardPattern(std::string_view pattern);
+
+struct ShardSource {
+  std::vector<std::string> shards;    // URIs, in dataset order
+  std::vector<int64_t> shard_samples;  // records per shard (bad ones included)
+  std::vector<int64_t> shard_bytes;    // each tar's size
+  std::vector<SampleRecord> records;
+  std::vector<SourceField> fields;
+  int64_t bad_samples = 0;     // records whose status is not ok
+  int64_t indexed_shards = 0;  // read from a sidecar index
+  int64_t scanned_shards = 0;  // read whole and listed
+};
+
+// Loads spec.shards (see the header comment). Index reads run concurrently.
+Result<ShardSource> LoadShardSource(Storage& storage, const SourceSpec& spec);
+
+// The records of one shard from its members' grouping, for LoadShardSource and tests.
+void AppendShardRecords(const std::string& shard_uri, std::span<const TarSample> samples,
+                        const ShardFieldMap& map, ShardSource& out);
+
+// Parses a conversation member (a JSON object with spec.conversations_field, as in a
+// manifest line) into turns.
+Result<std::vector<Turn>> ParseConversationJson(std::span<const uint8_t> json,
+                                                const SourceSpec& spec);
+
+// The engine's prepare hook for shard samples: parses the conversation field's bytes
+// into sample.turns (has_parsed_turns), naming the sample's location on failure. A sample
+// without a conversation member gets no turns.
+Status PrepareShardSample(Sample& sample, const SourceSpec& spec);
+
+// The bytes the source's records hold, for the run report (as ManifestMemoryBytes).
+size_t ShardSourceMemoryBytes(const ShardSource& source);
+
+}  // namespace headrace
