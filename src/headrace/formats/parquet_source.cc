@@ -42,8 +42,8 @@ std::vector<Result<Buffer>> ReadAll(size_t n,
       });
       lock.lock();
     }
-    const size_t before = finished;
-    cv.wait(lock, [&] { return finished > before; });
+    // Until a read completes that lets another start (or the last one completes).
+    cv.wait(lock, [&] { return finished == n || (issued < n && issued - finished < kLoadWindow); });
   }
   return out;
 }
