@@ -228,13 +228,14 @@ Status ParquetRowGroupCache::Prepare(Sample& sample) {
       // fresh read (the group was dropped between this sample's read and now).
       Buffer bytes = own;
       if (it != groups_.end() && it->second.state == GroupState::kFetched) bytes = it->second.bytes;
-      if (it == groups_.end() || it->second.state == GroupState::kFetching) {
-        // kFetching with bytes of our own: decode those rather than wait; the fetch's
-        // bytes are then dropped when it completes (OnFetched sees a decoding entry).
-        if (it == groups_.end()) it = groups_.emplace(group, Entry{}).first;
+      // kFetching with bytes of our own: decode those for this sample rather than wait,
+      // and leave the entry to its fetch.
+      const bool fetch_pending = it != groups_.end() && it->second.state == GroupState::kFetching;
+      if (it == groups_.end()) {
+        it = groups_.emplace(group, Entry{}).first;
+        it->second.state = GroupState::kDecoding;
       }
       Entry& entry = it->second;
-      const bool fetch_pending = entry.state == GroupState::kFetching;
       if (!fetch_pending) {
         entry.state = GroupState::kDecoding;
         TouchLocked(group, entry);
@@ -279,13 +280,13 @@ Status ParquetRowGroupCache::Prepare(Sample& sample) {
       decoded_cv_.notify_all();
       break;
     }
-    // Each row is a sample once per epoch: when every row has been prepared, nothing
-    // else is likely to need the group soon (a rank's share or an epoch that overlaps
-    // the next may still: they read it again).
+    // Each row is a sample once per epoch: when an epoch has prepared every row, nothing
+    // is likely to need the group soon (the next epoch's samples of it, admitted early,
+    // may: they read it again).
     auto it = groups_.find(group);
     if (it != groups_.end() &&
         (it->second.state == GroupState::kDecoded || it->second.state == GroupState::kFailed) &&
-        ++it->second.prepared >= source_->group_rows[group]) {
+        ++it->second.prepared[sample.epoch] >= source_->group_rows[group]) {
       EraseLocked(group);
     }
   }

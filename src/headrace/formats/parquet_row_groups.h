@@ -19,9 +19,10 @@
 // Memory. The cache holds fetched bytes until the group is decoded, then the decoded
 // columns (ParquetRowGroupData::decoded_bytes); the sum is kept at or below
 // `capacity_bytes` by dropping the least recently used groups that nobody is fetching or
-// decoding. A group is dropped as soon as all its rows have been prepared once (each row is
-// a sample once per epoch), so in order (or a shuffle window's order) the cache holds
-// about the groups in flight, not the bound. Samples keep only slices of the cells they
+// decoding. A group is dropped as soon as all its rows have been prepared in one epoch
+// (each row is a sample once per epoch), so in order (or a shuffle window's order) the
+// cache holds about the groups in flight, not the bound. (A rank's share of an epoch never
+// uses every row: there the bound alone decides.) Samples keep only slices of the cells they
 // use (a dropped group's columns live until those samples end). A group whose selected
 // columns' uncompressed size exceeds the capacity is refused before it is decoded
 // (kResourceExhausted naming both sizes); Arrow's own allocations while decoding are
@@ -104,7 +105,8 @@ class ParquetRowGroupCache final : public Storage {
     std::shared_ptr<const ParquetRowGroupData> data;  // kDecoded
     Status status;                    // kFailed
     int64_t held = 0;                 // bytes counted against the capacity
-    int64_t prepared = 0;             // samples prepared from it
+    // Samples prepared from it, per epoch: when one epoch has used every row, it goes.
+    std::map<int64_t, int64_t> prepared;
     bool in_lru = false;
     std::list<size_t>::iterator lru;  // valid when in_lru
   };

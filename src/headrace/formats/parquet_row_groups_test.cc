@@ -207,6 +207,12 @@ TEST(ParquetRowGroupCache, TheCapacityBoundsWhatIsHeldAndADroppedGroupIsReadAgai
   ASSERT_TRUE(PrepareRecord(cache, *f.source, 1, Buffer(), again).ok());
   EXPECT_EQ(cache.CacheStats().refetches, 1);
   EXPECT_NE(again.MediaOf(0), nullptr);
+  // It is cached again: the next sample of the group neither waits nor reads.
+  const int64_t decodes = cache.CacheStats().decodes;
+  Sample third;
+  ASSERT_TRUE(PrepareRecord(cache, *f.source, 2, Buffer(), third).ok());
+  EXPECT_EQ(cache.CacheStats().refetches, 1);
+  EXPECT_EQ(cache.CacheStats().decodes, decodes);
 }
 
 TEST(ParquetRowGroupCache, OtherRangesPassThrough) {
