@@ -11,7 +11,7 @@ FUZZ_TARGETS := decode manifest config tokenize tar parquet
 
 PY       := .venv/bin/python
 
-.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-epochs clean
+.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs clean
 
 all: build
 
@@ -98,6 +98,11 @@ bench-epochs: build
 bench-io: build
 	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
 	$(BUILD)/headrace bench io --report bench/io.json --config examples/vqa.yaml --samples 1000
+
+# Loose files vs tar shards from the 20 ms latency object server: samples/s and requests
+# per sample side by side (bench/shards.json; numbers into bench/RESULTS.md by hand).
+bench-shards: build
+	$(PY) bench/shards.py --bin $(BUILD)/headrace --json bench/shards.json
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-py $(FUZZ_BUILD) out

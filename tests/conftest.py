@@ -5,6 +5,9 @@ from pathlib import Path
 import pytest
 
 from e2e_util import REPO, run_headrace
+# moto's S3 server, one per session for every module that uses it: moto reads its
+# no-auth bootstrap count once per process, so a second server could not create its user.
+from s3_fixtures import moto_s3  # noqa: F401  (fixture)
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ import json
 import pytest
 
 from e2e_util import read_report, run_headrace, write_config
-from s3_fixtures import moto_s3  # noqa: F401  (fixture)
 
 import subprocess
 

@@ -140,6 +140,9 @@ void WriteOps(JsonWriter& w, const OpsBench& b) {
 
 int BenchCommand(const Args& args) {
   if (!args.empty() && args[0] == "io") return BenchIoCommand(Args(args.begin() + 1, args.end()));
+  if (!args.empty() && args[0] == "serve") {
+    return BenchServeCommand(Args(args.begin() + 1, args.end()));
+  }
   if (args.empty() || (args[0] != "ops" && args[0] != "engine")) {
     std::fprintf(stderr,
                  "usage: headrace bench ops|engine CONFIG [--samples N] [--report PATH] "

@@ -24,6 +24,7 @@
 #include "headrace/io/object_storage.h"
 #include "headrace/pipeline/config.h"
 #include "headrace/pipeline/loader.h"
+#include "interrupt.h"
 
 namespace headrace::tools {
 namespace {
@@ -126,6 +127,53 @@ Result<int64_t> ServeDirectory(LoopbackServer& server, const std::string& dir) {
 }
 
 }  // namespace
+
+// headrace bench serve DIR [--latency-ms 20]: the benchmark's object server on its own,
+// for scripts (bench/shards.py): every file under DIR as s3://bench/<path>, each response
+// held back by the latency. Prints "endpoint http://127.0.0.1:PORT" and serves until
+// SIGINT or SIGTERM.
+int BenchServeCommand(const Args& args) {
+  std::string dir, value;
+  double latency_ms = 20;
+  ArgReader r{args};
+  while (!r.done()) {
+    const std::string flag = r.peek();
+    if (flag == "--latency-ms") {
+      if (!r.Value(flag, &value)) return 2;
+      latency_ms = std::atof(value.c_str());
+    } else if (dir.empty() && !flag.starts_with("--")) {
+      dir = flag;
+      ++r.i;
+    } else {
+      std::fprintf(stderr, "usage: headrace bench serve DIR [--latency-ms 20]\n");
+      return 2;
+    }
+  }
+  if (dir.empty() || !(latency_ms >= 0)) {
+    std::fprintf(stderr, "usage: headrace bench serve DIR [--latency-ms 20]\n");
+    return 2;
+  }
+  InterruptWatcher interrupt;
+  auto server = LoopbackServer::Start(
+      std::chrono::microseconds(static_cast<int64_t>(latency_ms * 1000)));
+  if (!server.ok()) {
+    std::fprintf(stderr, "headrace bench serve: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  auto bytes = ServeDirectory(**server, dir);
+  if (!bytes.ok()) {
+    std::fprintf(stderr, "headrace bench serve: %s\n", bytes.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("endpoint %s (%.1f MB of %s as s3://bench/, %.0f ms latency)\n",
+              (*server)->origin().c_str(), *bytes / 1e6, dir.c_str(), latency_ms);
+  std::fflush(stdout);
+  while (!interrupt.WaitFor(std::chrono::seconds(1))) {
+  }
+  const LoopbackServerStats stats = (*server)->stats();
+  std::printf("served %lld requests\n", static_cast<long long>(stats.requests));
+  return 0;
+}
 
 int BenchIoCommand(const Args& args) {
   double latency_ms = 20, seconds = 2;

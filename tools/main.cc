@@ -10,7 +10,9 @@ constexpr const char* kUsage = R"(usage: headrace COMMAND [ARGS]
 
 commands:
   make-sample --out DIR [--samples N] [--seed S] [--threads T] [--size WxH]
-      generate a chat-VQA sample dataset: JPEG images, manifest.jsonl, tokenizer.model
+              [--shards [--shard-size BYTES]]
+      generate a chat-VQA sample dataset: JPEG images, manifest.jsonl, tokenizer.model;
+      --shards: also as WebDataset tar shards with indexes in DIR/shards
   run CONFIG [--report PATH] [--trace PATH] [--set key=value ...] [--start-batch K]
              [--digests] [--max-batches N] [--print-config] [--quiet]
       run a pipeline against a simulated trainer (trainer.step_ms per batch) and report

@@ -2,6 +2,7 @@
 
 #include "commands.h"
 #include "make_sample.h"
+#include "shard.h"
 
 namespace headrace::tools {
 
@@ -9,13 +10,20 @@ int MakeSampleCommand(const Args& args) {
   MakeSampleOptions options;
   ArgReader r{args};
   std::string value;
+  bool shards = false;
+  int64_t shard_bytes = 0;  // 0: WriteShards' default
   while (!r.done()) {
     const std::string flag = r.peek();
+    if (flag == "--shards") {  // no value
+      shards = true;
+      ++r.i;
+      continue;
+    }
     if (flag != "--out" && flag != "--samples" && flag != "--seed" && flag != "--threads" &&
-        flag != "--size") {
+        flag != "--size" && flag != "--shard-size") {
       std::fprintf(stderr,
                    "headrace make-sample: unknown flag '%s' (allowed: --out, "
-                   "--samples, --seed, --threads, --size WxH)\n",
+                   "--samples, --seed, --threads, --size WxH, --shards, --shard-size BYTES)\n",
                    flag.c_str());
       return 2;
     }
@@ -25,6 +33,10 @@ int MakeSampleCommand(const Args& args) {
       if (flag == "--samples") options.samples = std::stoll(value);
       if (flag == "--seed") options.seed = std::stoull(value);
       if (flag == "--threads") options.threads = std::stoi(value);
+      if (flag == "--shard-size") {
+        shard_bytes = std::stoll(value);
+        if (shard_bytes < 1) throw std::invalid_argument("shard-size");
+      }
       if (flag == "--size") {
         const size_t x = value.find('x');
         if (x == std::string::npos) throw std::invalid_argument("size");
@@ -50,6 +62,23 @@ int MakeSampleCommand(const Args& args) {
   std::printf("wrote %lld samples (%.1f MB of JPEG) to %s in %.1f s\n",
               static_cast<long long>(stats->samples), stats->image_bytes / 1e6,
               options.out_dir.c_str(), stats->seconds);
+  if (shards) {
+    // The same dataset as WebDataset tar shards with their indexes, in manifest order
+    // (tools/shard.h): OUT/shards/shard-000000.tar, ...
+    ShardOptions shard_options;
+    shard_options.manifest = options.out_dir + "/manifest.jsonl";
+    shard_options.out_dir = options.out_dir + "/shards";
+    if (shard_bytes > 0) shard_options.target_bytes = shard_bytes;
+    auto written = WriteShards(shard_options);
+    if (!written.ok()) {
+      std::fprintf(stderr, "headrace make-sample: --shards: %s\n",
+                   written.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("wrote %lld samples in %lld shards (%.1f MB) to %s\n",
+                static_cast<long long>(written->samples), static_cast<long long>(written->shards),
+                written->bytes / 1e6, shard_options.out_dir.c_str());
+  }
   return 0;
 }
 

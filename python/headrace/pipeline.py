@@ -25,7 +25,9 @@ class Pipeline:
     """What to compute: the same PipelineSpec as a YAML config, built in code.
 
     ``Pipeline(source="data/sample/manifest.jsonl", ops=[headrace.ops.decode(), ...],
-    batch_size=64, seed=0)``, or ``Pipeline.from_yaml("examples/vqa.yaml")``. Keyword
+    batch_size=64, seed=0)``, or ``Pipeline.from_yaml("examples/vqa.yaml")``. ``source``
+    is a manifest path or the config's ``source`` mapping, e.g. WebDataset tar shards:
+    ``{"shards": "s3://b/train/shard-{000000..000999}.tar", "shuffle_window": 4}``. Keyword
     names are the config's (``batch_size`` is ``batch.size``); ``overrides`` takes any
     other key as in ``headrace run --set``. Errors name the config key. ``epochs`` limits
     the run; the default, None, leaves it to the training loop (a loader iterates one
@@ -146,5 +148,6 @@ class Pipeline:
 
     def __repr__(self) -> str:
         spec = self.spec()
-        return (f"Pipeline(manifest={spec.manifest!r}, ops={spec.op_names}, "
+        source = f"shards={spec.shards!r}" if spec.shards else f"manifest={spec.manifest!r}"
+        return (f"Pipeline({source}, ops={spec.op_names}, "
                 f"batch_size={spec.batch_size}, seed={spec.seed}, epochs={spec.epochs})")

@@ -244,7 +244,7 @@ void AppendShardRecords(const std::string& shard_uri, std::span<const TarSample>
       }
     }
     if (!record.status.ok()) {
-      record.status = record.status.WithContext(record.location);
+      // The record's location (its uri() in messages) names the shard and key already.
       record.media.clear();
       ++out.bad_samples;
     }
@@ -360,7 +360,8 @@ Result<ShardSource> LoadShardSource(Storage& storage, const SourceSpec& spec) {
 
 Result<std::vector<Turn>> ParseConversationJson(std::span<const uint8_t> json,
                                                 const SourceSpec& spec) {
-  simdjson::dom::parser parser;
+  // One parser per thread: it keeps its buffers from one sample to the next.
+  thread_local simdjson::dom::parser parser;
   const simdjson::padded_string padded(reinterpret_cast<const char*>(json.data()), json.size());
   simdjson::dom::object obj;
   if (const auto error = parser.parse(padded).get(obj); error != simdjson::SUCCESS) {
@@ -400,9 +401,7 @@ Status PrepareShardSample(Sample& sample, const SourceSpec& spec) {
   if (json == nullptr) return Status::Ok();
   Result<std::vector<Turn>> turns =
       ParseConversationJson(std::span<const uint8_t>(json->data(), json->size()), spec);
-  if (!turns.ok()) {
-    return turns.status().WithContext(sample.record != nullptr ? sample.record->uri() : "");
-  }
+  if (!turns.ok()) return turns.status();  // the sample's error names its location
   sample.turns = std::move(turns).value();
   return Status::Ok();
 }

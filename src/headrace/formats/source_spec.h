@@ -71,8 +71,8 @@ struct SourceSpec {
   // it (io/block_cache.h): one request per block, not per member.
   int64_t block_bytes = int64_t{16} << 20;
   // The block cache's bytes, part of memory.budget_bytes; 0: automatic, enough for the
-  // window: (shuffle_window + 1) × the largest shard (rounded up to blocks), or four
-  // blocks when shuffle is off.
+  // window: (shuffle_window + 1) × the largest shard, or four blocks when shuffle is
+  // off; never more than all the shards' bytes.
   int64_t cache_bytes = 0;
 };
 

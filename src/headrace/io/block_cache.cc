@@ -251,6 +251,7 @@ void BlockCache::ReadRangeAsyncGated(std::string uri, int64_t offset, int64_t le
   member->blocks.resize(static_cast<size_t>(last_block - member->first_block + 1));
   member->done = std::move(done);
   std::vector<BlockRead> reads;
+  bool complete_now = false;
   {
     std::lock_guard lock(impl_->mu);
     for (int64_t i = member->first_block; i <= last_block; ++i) {
@@ -274,12 +275,14 @@ void BlockCache::ReadRangeAsyncGated(std::string uri, int64_t offset, int64_t le
       it->second.waiters.push_back(member);
       ++member->pending;
     }
-    if (member->pending == 0) impl_->stats.bytes_copied += length;
+    // Decided under the lock: once a waiter is registered, the block's callback (on
+    // another thread) may complete the member at any time.
+    complete_now = member->pending == 0;
+    if (complete_now) impl_->stats.bytes_copied += length;
     reads = impl_->StartQueuedLocked();
   }
   IssueBlockReads(base_.get(), impl_, std::move(reads));
-  // Not under the lock: no block callback can touch `member` once pending is 0.
-  if (member->pending == 0) CompleteMember(*member, block_bytes);
+  if (complete_now) CompleteMember(*member, block_bytes);
 }
 
 BlockCacheStats BlockCache::CacheStats() const {

@@ -192,5 +192,58 @@ TEST(LocalStorage, ShutdownCompletesPendingReads) {
   EXPECT_EQ(completed.load(), 200);
 }
 
+Result<Buffer> ReadLocalRange(Storage& storage, const std::string& path, int64_t offset,
+                              int64_t length, int64_t* gated = nullptr) {
+  std::promise<Result<Buffer>> promise;
+  storage.ReadRangeAsyncGated(
+      path, offset, length, [&promise](Result<Buffer> r) { promise.set_value(std::move(r)); },
+      [gated](int64_t bytes) {
+        if (gated != nullptr) *gated = bytes;
+        return true;
+      });
+  return promise.get_future().get();
+}
+
+std::string Text(const Buffer& b) {
+  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+TEST(LocalStorage, RangedReadPreadsTheRangeAndGatesItsSize) {
+  const auto path = (TestDir() / "shard.bin").string();
+  std::ofstream(path, std::ios::binary) << "0123456789abcdefghij";
+  auto storage = MakeLocalStorage({.max_object_bytes = 8});  // the file is 20 bytes
+  int64_t gated = -1;
+  auto r = ReadLocalRange(*storage, path, 5, 6, &gated);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(Text(*r), "56789a");
+  EXPECT_EQ(gated, 6);
+  // The limit applies to the range: a range over it fails, naming the key.
+  auto big = ReadLocalRange(*storage, path, 0, 9);
+  EXPECT_EQ(big.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(big.status().message().find("storage.max_object_bytes"), std::string::npos);
+  // Cut short at the end; past the end is kInvalidArgument.
+  auto tail = ReadLocalRange(*storage, path, 16, 8);
+  ASSERT_TRUE(tail.ok()) << tail.status().ToString();
+  EXPECT_EQ(Text(*tail), "ghij");
+  EXPECT_EQ(ReadLocalRange(*storage, path, 21, 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadLocalRange(*storage, path + ".none", 0, 1).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(storage->Stats()[0].requests, 5);
+}
+
+TEST(LocalStorage, RangedReadRefusesALinkBelowTheRoot) {
+  const auto root = TestDir() / "range_root";
+  std::filesystem::create_directories(root);
+  std::ofstream(root / "real.tar", std::ios::binary) << "tarbytes";
+  std::filesystem::remove(root / "link.tar");
+  std::filesystem::create_symlink(root / "real.tar", root / "link.tar");
+  auto storage = MakeLocalStorage({.follow_symlinks = false, .root = root.string()});
+  auto ok = ReadLocalRange(*storage, (root / "real.tar").string(), 3, 5);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(Text(*ok), "bytes");
+  EXPECT_EQ(ReadLocalRange(*storage, (root / "link.tar").string(), 0, 3).status().code(),
+            StatusCode::kPathEscape);
+}
+
 }  // namespace
 }  // namespace headrace

@@ -333,5 +333,80 @@ TEST(OpenStorage, MissingCredentialsFailTheReadsThatNeedThem) {
   }
 }
 
+// Blocks of a shard are fetched as ranges: one request per range, whatever part_bytes,
+// into a buffer of the range's size, and the gate sees that size.
+Result<Buffer> ReadRange(Storage& storage, const std::string& uri, int64_t offset,
+                         int64_t length, int64_t* gated = nullptr) {
+  std::promise<Result<Buffer>> promise;
+  storage.ReadRangeAsyncGated(
+      uri, offset, length, [&promise](Result<Buffer> r) { promise.set_value(std::move(r)); },
+      [gated](int64_t bytes) {
+        if (gated != nullptr) *gated = bytes;
+        return true;
+      });
+  return promise.get_future().get();
+}
+
+TEST(S3Storage, RangedReadIsOneRequestOfTheRangeOnly) {
+  auto server = *LoopbackServer::Start();
+  const Buffer object = Bytes(10500, 3);
+  server->Put("/bkt/shard.tar", object);
+  StorageSpec spec = Spec(*server);
+  spec.part_bytes = 1000;  // a whole-object read would take 11 requests
+  auto s3 = *MakeS3Storage(spec, NoEnv());
+  int64_t gated = -1;
+  auto r = ReadRange(*s3, "s3://bkt/shard.tar", 3000, 2500, &gated);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(Same(*r, object.Slice(3000, 2500)));
+  EXPECT_EQ(gated, 2500);
+  EXPECT_EQ(server->stats().requests, 1);
+  EXPECT_EQ(s3->stats().requests, 1);
+
+  // Past the end: cut short; starting past it: kInvalidArgument.
+  auto tail = ReadRange(*s3, "s3://bkt/shard.tar", 10000, 1000);
+  ASSERT_TRUE(tail.ok()) << tail.status().ToString();
+  EXPECT_TRUE(Same(*tail, object.Slice(10000, 500)));
+  auto rest = ReadRange(*s3, "s3://bkt/shard.tar", 9000, -1);
+  ASSERT_TRUE(rest.ok()) << rest.status().ToString();
+  EXPECT_TRUE(Same(*rest, object.Slice(9000, 1500)));
+  auto past = ReadRange(*s3, "s3://bkt/shard.tar", 20000, 10);
+  EXPECT_EQ(past.status().code(), StatusCode::kInvalidArgument) << past.status().ToString();
+  auto missing = ReadRange(*s3, "s3://bkt/none.tar", 0, 10);
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+TEST(HttpStorage, RangedReadSendsARangeHeader) {
+  auto server = *LoopbackServer::Start();
+  const Buffer object = Bytes(5000, 4);
+  server->Put("/data/shard.tar", object);
+  auto http = *MakeHttpStorage(Spec(*server));
+  auto r = ReadRange(*http, server->origin() + "/data/shard.tar", 100, 400);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(Same(*r, object.Slice(100, 400)));
+  EXPECT_EQ(server->stats().requests, 1);
+}
+
+TEST(HttpStorage, RangedReadOfAServerThatIgnoresRangeSlicesTheWholeObject) {
+  auto server = *LoopbackServer::Start();
+  const Buffer object = Bytes(3000, 5);
+  server->Put("/data/norange.tar", object);
+  server->SetFault("/data/norange.tar", LoopbackFault::kNoLength);
+  auto http = *MakeHttpStorage(Spec(*server));
+  auto r = ReadRange(*http, server->origin() + "/data/norange.tar", 1000, 200);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(Same(*r, object.Slice(1000, 200)));
+}
+
+TEST(OpenStorage, RouterForwardsRangedReads) {
+  auto server = *LoopbackServer::Start();
+  const Buffer object = Bytes(4000, 6);
+  server->Put("/bkt/s.tar", object);
+  auto storage = OpenStorage(Spec(*server));
+  auto r = ReadRange(*storage, "s3://bkt/s.tar", 10, 20);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(Same(*r, object.Slice(10, 20)));
+  EXPECT_EQ(server->stats().requests, 1);
+}
+
 }  // namespace
 }  // namespace headrace

@@ -24,24 +24,25 @@ int ResolveIoInflight(const ExecutionSpec& execution, int cpu_threads) {
 Result<int64_t> BlockCacheBytes(const PipelineSpec& spec, const ShardSource& shards) {
   const SourceSpec& src = spec.source;
   const int64_t block = src.block_bytes;
+  // A shard's blocks hold exactly its bytes: the last block is cut at its size.
   int64_t largest = 0;
   int64_t total = 0;
   for (const int64_t bytes : shards.shard_bytes) {
-    const int64_t rounded = (bytes + block - 1) / block * block;
-    largest = std::max(largest, rounded);
-    total += rounded;
+    largest = std::max(largest, bytes);
+    total += bytes;
   }
+  const int64_t one_block = std::max<int64_t>(1, std::min(block, largest));
   const auto window = std::min<int64_t>(src.shuffle_window,
                                         static_cast<int64_t>(shards.shard_bytes.size()));
   // Shuffled, a window's samples come in any order: every block of its shards is in use
-  // until the window ends. In order, a few blocks are.
-  const int64_t needed = spec.shuffle ? window * largest : std::min(total, block);
+  // until the window ends. In order, a member's one or two blocks are.
+  const int64_t needed = spec.shuffle ? window * largest : std::min(total, 2 * one_block);
   if (src.cache_bytes > 0) {
     if (src.cache_bytes < needed) {
       return Status::InvalidArgument(
           "source.cache_bytes (" + std::to_string(src.cache_bytes) + ") cannot hold a window of " +
           std::to_string(window) + " shards (source.shuffle_window) of up to " +
-          std::to_string(largest) + " bytes in blocks of source.block_bytes: it needs " +
+          std::to_string(largest) + " bytes: it needs " +
           std::to_string(needed) +
           "; raise source.cache_bytes, lower source.shuffle_window, or write smaller shards");
     }
@@ -50,8 +51,8 @@ Result<int64_t> BlockCacheBytes(const PipelineSpec& spec, const ShardSource& sha
   // One shard more than the window: the next window's first blocks load while the last
   // samples of this one are still read.
   const int64_t automatic = spec.shuffle ? std::min(total, (window + 1) * largest)
-                                         : std::min(total, 4 * block);
-  return std::max(automatic, block);
+                                         : std::min(total, 4 * one_block);
+  return std::max<int64_t>(automatic, 1);
 }
 
 Result<int64_t> RowGroupCacheBytes(const PipelineSpec& spec, const ParquetSource& source) {

@@ -56,8 +56,7 @@ Result<int64_t> RowGroupCacheBytes(const PipelineSpec& spec, const ParquetSource
 struct ShardSource;
 // The shard source's block cache bytes: source.cache_bytes, checked to hold a shuffle
 // window of the largest shard (kInvalidArgument naming the keys), or when 0, automatic:
-// (window + 1) × the largest shard rounded up to blocks (four blocks unshuffled), at most
-// every shard's bytes.
+// (window + 1) × the largest shard (four blocks unshuffled), at most every shard's bytes.
 Result<int64_t> BlockCacheBytes(const PipelineSpec& spec, const ShardSource& shards);
 
 // Wait accounting of the consumer, in seconds.

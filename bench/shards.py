@@ -1,0 +1,141 @@
+"""Loose files vs WebDataset tar shards from the 20 ms latency object server.
+
+The same generated dataset (make-sample --shards) is served by `headrace bench serve`
+(the LoopbackServer of `bench io`, every response held back by --latency-ms) as
+s3://bench/...; the same pipeline (examples/vqa.yaml's ops, trainer step 0, the same
+CPU threads and reads in flight) runs over its manifest (one GET per image) and over its
+shards (indexes + 16 MiB ranged blocks through the block cache). Prints and writes
+samples/s, requests per sample and memory side by side, with shards/loose ratios.
+
+    python bench/shards.py [--samples 2000] [--size 640x480] [--latency-ms 20]
+                           [--cpu-threads 2] [--json bench/shards.json]
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run(binary, *args, **kw):
+    proc = subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True, **kw)
+    if proc.returncode != 0:
+        sys.exit(f"headrace {' '.join(map(str, args))} exited {proc.returncode}\n"
+                 f"{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def config_text(source, data, endpoint, args, epochs):
+    return f"""
+source: {source}
+seed: 0
+epochs: {epochs}
+shuffle: true
+batch: {{size: 32}}
+ops:
+  - image.decode: {{max_pixels: 89478485}}
+  - image.resize: {{shorter_side: 256}}
+  - image.center_crop: {{size: 224}}
+  - image.normalize: {{dtype: f32, layout: chw}}
+  - text.tokenize: {{model: {data / 'tokenizer.model'}, max_length: 128}}
+execution: {{cpu_threads: {args.cpu_threads}, io_inflight: {args.io_inflight}}}
+memory: {{budget_bytes: {args.budget}}}
+trainer: {{step_ms: 0}}
+storage: {{endpoint: "{endpoint}", anonymous: true, addressing_style: path}}
+"""
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bin", default=os.environ.get("HEADRACE_BIN", REPO / "build/headrace"))
+    parser.add_argument("--samples", type=int, default=2000)
+    parser.add_argument("--size", default="640x480")
+    parser.add_argument("--shard-size", type=int, default=64 * 1000 * 1000)
+    parser.add_argument("--latency-ms", type=float, default=20)
+    parser.add_argument("--cpu-threads", type=int, default=2)
+    parser.add_argument("--io-inflight", type=int, default=64)
+    parser.add_argument("--budget", default="1GiB")
+    parser.add_argument("--window", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--data", default=None, help="reuse a make-sample --shards folder")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench_shards."))
+    data = Path(args.data) if args.data else tmp / "data"
+    if not (data / "shards" / "shards.json").exists():
+        run(args.bin, "make-sample", "--out", data, "--samples", args.samples, "--size",
+            args.size, "--shards", "--shard-size", args.shard_size)
+    shards = json.loads((data / "shards" / "shards.json").read_text())
+    n = len(shards["shards"])
+    server = subprocess.Popen([str(args.bin), "bench", "serve", data, "--latency-ms",
+                               str(args.latency_ms)], stdout=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline()
+        if not line.startswith("endpoint "):
+            sys.exit(f"bench serve said: {line!r}")
+        endpoint = line.split()[1]
+        sources = {
+            "loose files": "{manifest: s3://bench/manifest.jsonl}",
+            "tar shards": (f'{{shards: "s3://bench/shards/shard-{{000000..{n - 1:06d}}}.tar", '
+                           f"shuffle_window: {args.window}}}"),
+        }
+        rows = {}
+        for name, source in sources.items():
+            config = tmp / f"{name.replace(' ', '_')}.yaml"
+            config.write_text(config_text(source, data, endpoint, args, args.epochs))
+            report_path = tmp / f"{name.replace(' ', '_')}.json"
+            start = time.monotonic()
+            run(args.bin, "run", config, "--report", report_path, "--quiet")
+            wall = time.monotonic() - start
+            report = json.loads(report_path.read_text())
+            requests = report["storage"]["s3"]["requests"]
+            rows[name] = {
+                "samples": report["samples"],
+                "samples_per_s": report["samples_per_s"],
+                "requests": requests,
+                "requests_per_sample": requests / max(1, report["samples"]),
+                "wall_s": wall,
+                "peak_rss_mib": report["peak_rss_bytes"] / 2**20,
+                "budget_peak_mib": report["budget_peak_bytes"] / 2**20,
+                "block_cache": report.get("block_cache"),
+                "errors": report["errors"]["total"],
+            }
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+    loose, tar = rows["loose files"], rows["tar shards"]
+    result = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores visible",
+        "command": "python bench/shards.py " + " ".join(sys.argv[1:]),
+        "dataset": {"samples": args.samples, "size": args.size, "shards": n,
+                    "shard_bytes": args.shard_size, "window": args.window},
+        "latency_ms": args.latency_ms, "cpu_threads": args.cpu_threads,
+        "io_inflight": args.io_inflight, "epochs": args.epochs,
+        "loose": loose, "shards": tar,
+        "ratio_samples_per_s": tar["samples_per_s"] / loose["samples_per_s"],
+        "ratio_requests_per_sample": tar["requests_per_sample"] / loose["requests_per_sample"],
+    }
+    print(f"{'':24}{'loose files':>14}{'tar shards':>14}{'shards/loose':>14}")
+    for key, fmt in (("samples_per_s", "{:14.1f}"), ("requests_per_sample", "{:14.4f}"),
+                     ("requests", "{:14d}"), ("peak_rss_mib", "{:14.1f}")):
+        ratio = tar[key] / loose[key] if loose[key] else float("nan")
+        print(f"{key:24}" + fmt.format(loose[key]) + fmt.format(tar[key]) + f"{ratio:14.3f}")
+    cache = tar["block_cache"] or {}
+    print(f"block cache: {cache.get('block_reads')} blocks read, peak "
+          f"{cache.get('peak_bytes', 0) / 2**20:.1f} of {cache.get('capacity_bytes', 0) / 2**20:.1f}"
+          f" MiB")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

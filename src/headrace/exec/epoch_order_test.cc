@@ -1,0 +1,100 @@
+#include "headrace/exec/epoch_order.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <map>
+#include <set>
+
+namespace headrace {
+namespace {
+
+// 10 shards of 7..16 samples.
+EpochOrderOptions Sharded(int64_t window, bool shuffle = true) {
+  EpochOrderOptions o;
+  for (int64_t s = 0; s < 10; ++s) o.shard_samples.push_back(7 + s);
+  o.num_samples = std::accumulate(o.shard_samples.begin(), o.shard_samples.end(), int64_t{0});
+  o.batch_size = 8;
+  o.shuffle = shuffle;
+  o.seed = 42;
+  o.epochs = 3;
+  o.shuffle_window = window;
+  return o;
+}
+
+// The shard of dataset index i.
+int64_t ShardOf(const EpochOrderOptions& o, int64_t i) {
+  for (size_t s = 0; s < o.shard_samples.size(); ++s) {
+    if (i < o.shard_samples[s]) return static_cast<int64_t>(s);
+    i -= o.shard_samples[s];
+  }
+  return -1;
+}
+
+TEST(EpochOrder, ShardWindowsShuffleWithinWindowsOfWholeShards) {
+  const EpochOrderOptions o = Sharded(3);
+  auto order = EpochOrder::Make(o);
+  ASSERT_TRUE(order.ok()) << order.status().ToString();
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    const std::vector<int64_t> p = order->Permutation(epoch);
+    std::vector<int64_t> sorted = p;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<int64_t> all(o.num_samples);
+    std::iota(all.begin(), all.end(), int64_t{0});
+    ASSERT_EQ(sorted, all);  // a permutation
+    // Shards ranked by first appearance: window = rank / 3. All samples of a window
+    // come before any sample of the next one.
+    std::map<int64_t, int64_t> rank;
+    for (int64_t i : p) rank.emplace(ShardOf(o, i), static_cast<int64_t>(rank.size()));
+    ASSERT_EQ(rank.size(), 10u);
+    int64_t window = 0;
+    for (int64_t i : p) {
+      const int64_t w = rank[ShardOf(o, i)] / 3;
+      EXPECT_GE(w, window) << "epoch " << epoch;
+      window = w;
+    }
+    EXPECT_EQ(window, 3);
+  }
+}
+
+TEST(EpochOrder, ShardOrderIsAPureFunctionOfSeedAndEpoch) {
+  auto a = EpochOrder::Make(Sharded(2));
+  auto b = EpochOrder::Make(Sharded(2));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->Permutation(1), b->Permutation(1));
+  EXPECT_NE(a->Permutation(0), a->Permutation(1));
+  EpochOrderOptions other = Sharded(2);
+  other.seed = 43;
+  EXPECT_NE(EpochOrder::Make(other)->Permutation(1), a->Permutation(1));
+  // Batches are slices of the permutation, as without shards.
+  const std::vector<int64_t> p = a->Permutation(2);
+  const BatchPosition pos = a->Position(a->batches_per_rank_epoch() * 2 + 3);
+  EXPECT_EQ(a->SampleIndices(pos), std::vector<int64_t>(p.begin() + 24, p.begin() + 32));
+}
+
+TEST(EpochOrder, UnshuffledShardsKeepTheDatasetOrder) {
+  auto order = EpochOrder::Make(Sharded(4, /*shuffle=*/false));
+  ASSERT_TRUE(order.ok());
+  const std::vector<int64_t> p = order->Permutation(5);
+  EXPECT_TRUE(std::is_sorted(p.begin(), p.end()));
+}
+
+TEST(EpochOrder, AWindowOfOneShardKeepsEachShardTogether) {
+  const EpochOrderOptions o = Sharded(1);
+  const std::vector<int64_t> p = EpochOrder::Make(o)->Permutation(0);
+  int changes = 0;
+  for (size_t i = 1; i < p.size(); ++i) changes += ShardOf(o, p[i]) != ShardOf(o, p[i - 1]);
+  EXPECT_EQ(changes, 9);
+}
+
+TEST(EpochOrder, ShardCountsMustAddUpToTheDataset) {
+  EpochOrderOptions o = Sharded(2);
+  o.num_samples += 1;
+  EXPECT_EQ(EpochOrder::Make(o).status().code(), StatusCode::kInvalidArgument);
+  o = Sharded(0);
+  EXPECT_EQ(EpochOrder::Make(o).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace headrace

@@ -1,0 +1,244 @@
+#include "headrace/formats/shard_source.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace headrace {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path TempDir() {
+  const char* env = std::getenv("HEADRACE_TEST_TMP");
+  const fs::path dir = fs::path(env != nullptr ? env : "/tmp") /
+                       ("shard_source_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::span<const uint8_t> Bytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+std::string ReadText(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+const char* kConversation =
+    R"({"id": "x", "conversations": [{"from": "human", "value": "<image>\nHi?"}, )"
+    R"({"from": "gpt", "value": "Hello."}]})";
+
+// Writes a tar of (name, data) members; with `index`, its sidecar index too.
+std::string WriteShard(const std::string& file,
+                       const std::vector<std::pair<std::string, std::string>>& members,
+                       bool index = true) {
+  const fs::path path = TempDir() / file;
+  auto writer = TarWriter::Open(path.string());
+  EXPECT_TRUE(writer.ok());
+  for (const auto& [name, data] : members) EXPECT_TRUE((*writer)->Add(name, Bytes(data)).ok());
+  EXPECT_TRUE((*writer)->Close().ok());
+  fs::remove(path.string() + ".idx.json");
+  if (index) {
+    const std::string bytes = ReadText(path);
+    const TarListing listing = ListTarMembers(Bytes(bytes));
+    EXPECT_TRUE(listing.status.ok());
+    const auto samples = GroupSamples(listing.members);
+    std::ofstream(path.string() + ".idx.json")
+        << ShardIndexToJson(MakeShardIndex(file, static_cast<int64_t>(bytes.size()), samples));
+  }
+  return path.string();
+}
+
+TEST(ExpandShardPattern, BraceRangesKeepTheirWidthAndExpandInOrder) {
+  auto names = ExpandShardPattern("s3://b/{a,b}/shard-{008..011}.tar");
+  ASSERT_TRUE(names.ok()) << names.status().ToString();
+  const std::vector<std::string> want = {
+      "s3://b/a/shard-008.tar", "s3://b/a/shard-009.tar", "s3://b/a/shard-010.tar",
+      "s3://b/a/shard-011.tar", "s3://b/b/shard-008.tar", "s3://b/b/shard-009.tar",
+      "s3://b/b/shard-010.tar", "s3://b/b/shard-011.tar"};
+  EXPECT_EQ(*names, want);
+  EXPECT_EQ(*ExpandShardPattern("/d/x.tar"), std::vector<std::string>{"/d/x.tar"});
+}
+
+TEST(ExpandShardPattern, BadPatternsAreConfigErrorsNamingTheKey) {
+  for (const char* bad : {"s{1..}.tar", "s{3..1}.tar", "s{1..2.tar", "s}.tar", "s{}.tar",
+                          "s3://b/shard-*.tar", "https://h/s-?.tar", ""}) {
+    auto r = ExpandShardPattern(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(r.status().message().find("source.shards"), std::string::npos)
+        << r.status().ToString();
+  }
+  auto s3 = ExpandShardPattern("s3://b/shard-*.tar");
+  EXPECT_NE(s3.status().message().find("brace range"), std::string::npos);
+}
+
+TEST(ExpandShardPattern, GlobsMatchLocalFilesSorted) {
+  const fs::path dir = TempDir() / "glob";
+  fs::create_directories(dir);
+  for (const char* name : {"b-1.tar", "a-2.tar", "a-1.tar", "a-1.tar.idx.json"}) {
+    std::ofstream(dir / name) << "x";
+  }
+  auto names = ExpandShardPattern((dir / "a-*.tar").string());
+  ASSERT_TRUE(names.ok()) << names.status().ToString();
+  EXPECT_EQ(*names, (std::vector<std::string>{(dir / "a-1.tar").string(),
+                                               (dir / "a-2.tar").string()}));
+  EXPECT_EQ(ExpandShardPattern((dir / "z-*.tar").string()).status().code(),
+            StatusCode::kNotFound);
+}
+
+TEST(ParseShardFields, DefaultsAndCustomFields) {
+  SourceSpec spec;
+  auto map = ParseShardFields(spec.shard_fields);
+  ASSERT_TRUE(map.ok()) << map.status().ToString();
+  ASSERT_EQ(map->fields.size(), 3u);
+  EXPECT_EQ(map->fields[kImageField].name, "image");
+  EXPECT_EQ(map->fields[kConversationField].kind, FieldKind::kConversation);
+  EXPECT_EQ(map->fields[2].kind, FieldKind::kText);
+  EXPECT_EQ(map->FieldOf("png"), kImageField);
+  EXPECT_EQ(map->FieldOf("json"), kConversationField);
+  EXPECT_EQ(map->FieldOf("mp4"), -1);
+  EXPECT_FALSE(map->required[kImageField]);
+  EXPECT_TRUE(map->required[kConversationField]);
+
+  auto custom = ParseShardFields("conversation?=json.gz image=jpg depth=seg.png");
+  ASSERT_TRUE(custom.ok()) << custom.status().ToString();
+  EXPECT_EQ(custom->fields[2].name, "depth");
+  EXPECT_EQ(custom->fields[2].kind, FieldKind::kBytes);
+  EXPECT_TRUE(custom->required[kImageField]);
+  EXPECT_EQ(custom->FieldOf("seg.png"), 2);
+  for (const char* bad : {"image", "=jpg", "image=", "image=jpg image=png", "a=jpg b=jpg",
+                          "index=bin"}) {
+    auto r = ParseShardFields(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("source.shard_fields"), std::string::npos);
+  }
+}
+
+TEST(LoadShardSource, RecordsFollowShardAndSampleOrderWithMemberRanges) {
+  const std::string a = WriteShard("order-000.tar", {{"k0.jpg", "JPEG0"},
+                                                     {"k0.json", kConversation},
+                                                     {"k1.json", kConversation},
+                                                     {"k1.png", "PNG1"}});
+  const std::string b = WriteShard("order-001.tar", {{"k2.jpg", "JPEG2"},
+                                                     {"k2.json", kConversation},
+                                                     {"k2.txt", "caption"}},
+                                   /*index=*/false);
+  SourceSpec spec;
+  spec.shards = (TempDir() / "order-{000..001}.tar").string();
+  auto storage = MakeLocalStorage();
+  auto source = LoadShardSource(*storage, spec);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  EXPECT_EQ(source->shards, (std::vector<std::string>{a, b}));
+  EXPECT_EQ(source->shard_samples, (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(source->indexed_shards, 1);
+  EXPECT_EQ(source->scanned_shards, 1);
+  EXPECT_EQ(source->shard_bytes[0], static_cast<int64_t>(fs::file_size(a)));
+  ASSERT_EQ(source->records.size(), 3u);
+  const SampleRecord& k1 = source->records[1];
+  EXPECT_EQ(k1.id, "k1");
+  EXPECT_EQ(k1.uri(), a + "#k1");
+  ASSERT_EQ(k1.media.size(), 2u);  // in field order: image first, whatever the tar's order
+  EXPECT_EQ(k1.media[0].field, kImageField);
+  EXPECT_EQ(k1.media[1].field, kConversationField);
+  const std::string bytes = ReadText(a);
+  EXPECT_EQ(bytes.substr(k1.media[0].offset, k1.media[0].length), "PNG1");
+  EXPECT_EQ(bytes.substr(k1.media[1].offset, k1.media[1].length), kConversation);
+  const SampleRecord& k2 = source->records[2];
+  ASSERT_EQ(k2.media.size(), 3u);
+  EXPECT_EQ(k2.media[2].field, 2);
+  EXPECT_EQ(ReadText(b).substr(k2.media[2].offset, k2.media[2].length), "caption");
+}
+
+TEST(LoadShardSource, BadSamplesAreNamedPerSampleAndNothingElseIsLost) {
+  WriteShard("bad-000.tar", {{"a.jpg", "A"},
+                             {"a.json", kConversation},
+                             {"lonely.jpg", "no partner"},  // no .json: a required field
+                             {"two.jpg", "1"},
+                             {"two.png", "2"},  // two members of one field
+                             {"two.json", kConversation},
+                             {"b.jpg", "B"},
+                             {"b.json", kConversation},
+                             {"a.jpg", "again"},  // a key seen before
+                             {"a.json", kConversation},
+                             {"c.json", kConversation}},
+             /*index=*/false);
+  SourceSpec spec;
+  spec.shards = (TempDir() / "bad-000.tar").string();
+  auto storage = MakeLocalStorage();
+  auto source = LoadShardSource(*storage, spec);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  ASSERT_EQ(source->records.size(), 6u);
+  std::vector<StatusCode> codes;
+  for (const SampleRecord& r : source->records) codes.push_back(r.status.code());
+  EXPECT_EQ(codes, (std::vector<StatusCode>{StatusCode::kOk, StatusCode::kMissingField,
+                                             StatusCode::kBadRecord, StatusCode::kOk,
+                                             StatusCode::kBadRecord, StatusCode::kOk}));
+  EXPECT_EQ(source->bad_samples, 3);
+  const Status& lonely = source->records[1].status;
+  EXPECT_EQ(source->records[1].uri(), (TempDir() / "bad-000.tar#lonely").string());
+  EXPECT_NE(lonely.message().find("'lonely'"), std::string::npos) << lonely.ToString();
+  EXPECT_NE(lonely.message().find(".json"), std::string::npos) << lonely.ToString();
+  EXPECT_TRUE(source->records[1].media.empty());
+}
+
+TEST(LoadShardSource, ATruncatedTarKeepsTheSamplesBeforeTheDamage) {
+  const std::string path = WriteShard("trunc-000.tar", {{"a.jpg", std::string(3000, 'a')},
+                                                        {"a.json", kConversation},
+                                                        {"b.jpg", std::string(3000, 'b')},
+                                                        {"b.json", kConversation},
+                                                        {"c.jpg", std::string(3000, 'c')}},
+                                      /*index=*/false);
+  fs::resize_file(path, fs::file_size(path) - 1024 - 2000);  // cuts c.jpg's data
+  SourceSpec spec;
+  spec.shards = path;
+  auto storage = MakeLocalStorage();
+  auto source = LoadShardSource(*storage, spec);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  ASSERT_EQ(source->records.size(), 2u);
+  EXPECT_TRUE(source->records[0].status.ok());
+  EXPECT_EQ(source->records[1].status.code(), StatusCode::kCorruptData);
+  EXPECT_NE(source->records[1].status.message().find("c.jpg"), std::string::npos)
+      << source->records[1].status.ToString();
+}
+
+TEST(LoadShardSource, AMissingShardIsALoadErrorNamingIt) {
+  WriteShard("miss-000.tar", {{"a.jpg", "A"}, {"a.json", kConversation}});
+  SourceSpec spec;
+  spec.shards = (TempDir() / "miss-{000..001}.tar").string();
+  auto storage = MakeLocalStorage();
+  auto source = LoadShardSource(*storage, spec);
+  ASSERT_FALSE(source.ok());
+  EXPECT_EQ(source.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(source.status().message().find("miss-001.tar"), std::string::npos)
+      << source.status().ToString();
+}
+
+TEST(ParseConversationJson, ReadsTurnsWithTheManifestKeys) {
+  SourceSpec spec;
+  auto turns = ParseConversationJson(Bytes(kConversation), spec);
+  ASSERT_TRUE(turns.ok()) << turns.status().ToString();
+  ASSERT_EQ(turns->size(), 2u);
+  EXPECT_EQ((*turns)[0].role, Role::kUser);
+  EXPECT_EQ((*turns)[1].text, "Hello.");
+  EXPECT_EQ(ParseConversationJson(Bytes("{"), spec).status().code(), StatusCode::kBadRecord);
+  EXPECT_EQ(ParseConversationJson(Bytes(R"({"conversations": [{"from": "cat", "value": ""}]})"),
+                                  spec)
+                .status()
+                .code(),
+            StatusCode::kBadRecord);
+  EXPECT_EQ(ParseConversationJson(Bytes(R"({"x": 1})"), spec).status().code(),
+            StatusCode::kMissingField);
+}
+
+}  // namespace
+}  // namespace headrace
