@@ -137,6 +137,7 @@ void RegisterSpec(nb::module_& m) {
       .def("content_yaml", &ContentYaml)
       .def_prop_ro("manifest", [](const PipelineSpec& s) { return s.source.manifest; })
       .def_prop_ro("shards", [](const PipelineSpec& s) { return s.source.shards; })
+      .def_prop_ro("parquet", [](const PipelineSpec& s) { return s.source.parquet; })
       .def_prop_ro("seed", [](const PipelineSpec& s) { return s.seed; })
       .def_prop_ro("epochs", [](const PipelineSpec& s) { return s.epochs; })
       .def_prop_ro("shuffle", [](const PipelineSpec& s) { return s.shuffle; })

@@ -5,6 +5,7 @@
 #include "headrace/core/batch.h"
 #include "headrace/core/pooling_allocator.h"
 #include "headrace/core/rng.h"
+#include "headrace/core/sample.h"
 #include "headrace/core/status.h"
 
 namespace headrace {
@@ -151,6 +152,28 @@ TEST(PoolingAllocator, FreesPastItsCapAndOutlivesItsOwner) {
   EXPECT_GT(base.live, 0);
   survivor = Buffer();  // last user: the block returns to the pool, the pool is freed
   EXPECT_EQ(base.live, 0);
+}
+
+}  // namespace
+}  // namespace headrace
+
+namespace headrace {
+namespace {
+
+TEST(Sample, ValuesParsedAtRunTimeComeFirstWithTheRecordsAsFallback) {
+  SampleRecord record;
+  record.attributes = {Attribute{2, int64_t{7}}};
+  record.media = {MediaRef{0, "a.jpg"}};
+  Sample sample;
+  sample.record = &record;
+  sample.media = {*Buffer::CopyOf("rec", 3)};
+  ASSERT_EQ(sample.Attributes().size(), 1u);
+  EXPECT_EQ(sample.MediaOf(0)->size(), 3u);
+  sample.has_parsed_attributes = true;  // parsed, and empty: not the record's
+  EXPECT_TRUE(sample.Attributes().empty());
+  sample.parsed_media.push_back(Sample::FieldMedia{0, *Buffer::CopyOf("cell!", 5)});
+  EXPECT_EQ(sample.MediaOf(0)->size(), 5u);
+  EXPECT_EQ(sample.MediaOf(1), nullptr);
 }
 
 }  // namespace

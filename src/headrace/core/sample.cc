@@ -13,6 +13,9 @@ const std::string& SampleRecord::uri() const {
 }
 
 const Buffer* Sample::MediaOf(int field) const {
+  for (const FieldMedia& m : parsed_media) {
+    if (m.field == field) return &m.bytes;
+  }
   if (record == nullptr) return nullptr;
   const size_t n = std::min(media.size(), record->media.size());
   for (size_t i = 0; i < n; ++i) {

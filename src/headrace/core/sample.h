@@ -104,13 +104,29 @@ struct Sample {
   // rather than holding it in the record; see Conversation().
   std::vector<Turn> turns;
   bool has_parsed_turns = false;
+  // The text and scalar values, when the source reads them at run time (the cells of a
+  // Parquet row group) rather than holding them in the record; see Attributes().
+  std::vector<Attribute> attributes;
+  bool has_parsed_attributes = false;
+  // Media the source puts in place at run time, by source field (the bytes cells of a
+  // Parquet row group, slices of the decoded column); MediaOf() looks here first.
+  struct FieldMedia {
+    int field = 0;
+    Buffer bytes;
+  };
+  std::vector<FieldMedia> parsed_media;
 
   // The sample's conversation: the parsed one when there is one, else the record's.
   const std::vector<Turn>& Conversation() const {
     return has_parsed_turns || record == nullptr ? turns : record->turns;
   }
-  // The bytes of the first media item of source field `field`, or null when the record
-  // has none.
+  // The sample's text and scalar values: the parsed ones when there are, else the
+  // record's.
+  const std::vector<Attribute>& Attributes() const {
+    return has_parsed_attributes || record == nullptr ? attributes : record->attributes;
+  }
+  // The bytes of the first media item of source field `field`: a parsed one, else the
+  // record's; null when there is none.
   const Buffer* MediaOf(int field) const;
 };
 

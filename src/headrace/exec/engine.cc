@@ -34,6 +34,9 @@ struct Engine::BatchJob {
   std::vector<Tensor> tensors;               // one per field, then "index"
   std::vector<std::vector<uint8_t*>> slots;  // per sample: the row pointer per field
   std::vector<Status> status;                // per sample
+  // Per sample: the text values its source parsed at run time (Sample::Attributes()),
+  // for FinishBatch's strings; nullopt: the record's. Each written by its sample's thread.
+  std::vector<std::optional<std::vector<Attribute>>> parsed_attributes;
   std::atomic<int> pending{0};
   int64_t bytes = 0;
 };
@@ -191,6 +194,7 @@ Status Engine::AllocateRows(BatchJob& job) {
   job.tensors.push_back(std::move(index));
   job.slots.resize(n);
   job.status.resize(n);
+  if (!inputs_.strings.empty()) job.parsed_attributes.resize(n);
   job.pending.store(static_cast<int>(n));
   int64_t* index_row = job.tensors.back().mutable_data<int64_t>();
   for (int64_t s = 0; s < n; ++s) {
@@ -459,6 +463,9 @@ void Engine::RunChain(const std::shared_ptr<BatchJob>& job, int slot, std::vecto
         options_.trace->Span(inputs_.ops[i]->name().data(), "cpu", op_start, op_end, index);
       }
     }
+    if (status.ok() && sample.has_parsed_attributes && !job->parsed_attributes.empty()) {
+      job->parsed_attributes[slot] = std::move(sample.attributes);
+    }
     samples_run_.fetch_add(1, std::memory_order_relaxed);
     SettleScratch();
     // The encoded bytes die here (the last handle), before the budget is released.
@@ -538,7 +545,8 @@ void Engine::FinishBatch(BatchJob& job) {
         row.push_back(record.id);
         continue;
       }
-      for (const Attribute& a : record.attributes) {
+      const auto& parsed = job.parsed_attributes[s];
+      for (const Attribute& a : parsed ? *parsed : record.attributes) {
         if (a.field != f.field) continue;
         if (const auto* text = std::get_if<std::string>(&a.value)) row.push_back(*text);
       }

@@ -625,3 +625,48 @@ TEST(EpochOrder, RejectsBadRank) {
 
 }  // namespace
 }  // namespace headrace
+
+namespace headrace {
+namespace {
+
+TEST(EnginePrepareHook, StringsParsedAtRunTimeReachTheBatchTheRecordsOtherwise) {
+  auto records = std::make_shared<std::vector<SampleRecord>>(6);
+  for (int i = 0; i < 6; ++i) {
+    (*records)[i].id = std::to_string(i);
+    (*records)[i].attributes = {Attribute{3, std::string("record ") + std::to_string(i)}};
+  }
+  EngineInputs in;
+  in.records = records;
+  in.ops.push_back(std::make_unique<FillOp>());
+  in.fields.push_back(FieldSpec{"row", DType::kI64, {4}});
+  in.strings.push_back(EngineInputs::StringField{"caption", 3, false});
+  in.reads_media = false;
+  // Even samples get their caption at run time, as a Parquet row group's cells.
+  in.prepare_sample = [](Sample& sample) {
+    if (sample.index % 2 == 0) {
+      sample.has_parsed_attributes = true;
+      sample.attributes = {Attribute{3, "parsed " + std::to_string(sample.index)}};
+    }
+    return Status::Ok();
+  };
+  EngineOptions opt;
+  opt.cpu_threads = 2;
+  opt.order.batch_size = 6;
+  auto engine = Engine::Start(std::move(in), opt);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  auto batch = (*engine)->Next();
+  ASSERT_TRUE(batch.ok() && batch->has_value());
+  const Batch& b = **batch;
+  ASSERT_EQ(b.strings.size(), 1u);
+  ASSERT_EQ(b.strings[0].rows.size(), 6u);
+  const Tensor* index = b.Find("index");
+  ASSERT_NE(index, nullptr);
+  for (int row = 0; row < 6; ++row) {
+    const int64_t i = index->data<int64_t>()[row];
+    EXPECT_EQ(b.strings[0].rows[row],
+              std::vector<std::string>{(i % 2 == 0 ? "parsed " : "record ") + std::to_string(i)});
+  }
+}
+
+}  // namespace
+}  // namespace headrace

@@ -55,6 +55,12 @@ struct SourceSpec {
   // path or a storage URI with brace ranges ("s3://b/train/shard-{000000..000999}.tar")
   // and, for local paths, globs. See formats/shard_source.h.
   std::string shards;
+  // Parquet files instead of a manifest (formats/parquet_source.h): a local path or a
+  // storage URI with brace ranges and, for local paths, globs, as `shards`. Row groups are
+  // the groups of the shuffle (shuffle_window); `fields` maps columns (a field's key is
+  // its column) or, when empty, the defaults of parquet_source.h; cache_bytes sizes the
+  // decoded row-group cache.
+  std::string parquet;
   // Which tar members feed which field (ParseShardFields in formats/shard_source.h). The
   // default gives the manifest's two fields (SourceFieldsOf); more, e.g. "text?=txt", are
   // read as media items the ops do not know yet.

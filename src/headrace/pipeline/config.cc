@@ -66,6 +66,7 @@ void Fields(SpecOf<SourceSpec> auto& s, auto&& f) {
   f("text_field", s.text_field);
   f("allow_absolute_paths", s.allow_absolute_paths);
   f("shards", s.shards);
+  f("parquet", s.parquet);
   f("shard_fields", s.shard_fields);
   f("shuffle_window", s.shuffle_window);
   f("block_bytes", s.block_bytes, Unit::kBytes);
@@ -933,13 +934,19 @@ Status ValidateSourceFields(const SourceSpec& src) {
 
 Status ValidatePipelineSpec(const PipelineSpec& spec) {
   const SourceSpec& src = spec.source;
-  if (!src.manifest.empty() && !src.shards.empty()) {
-    return Invalid("source.shards",
-                   "source.manifest and source.shards are exclusive: set one of them");
+  if (!src.manifest.empty() + !src.shards.empty() + !src.parquet.empty() > 1) {
+    return Invalid(src.parquet.empty() ? "source.shards" : "source.parquet",
+                   "source.manifest, source.shards and source.parquet are exclusive: set one "
+                   "of them");
   }
-  if (src.shards.empty()) {
+  if (!src.parquet.empty()) {
+    HR_RETURN_IF_ERROR(
+        InRange<int64_t>("source.shuffle_window", src.shuffle_window, 1, 1'000'000));
+    HR_RETURN_IF_ERROR(AtLeast<int64_t>("source.cache_bytes", src.cache_bytes, 0));
+  } else if (src.shards.empty()) {
     HR_RETURN_IF_ERROR(NonEmpty("source.manifest", src.manifest,
-                                "the JSONL manifest path (or set source.shards)"));
+                                "the JSONL manifest path (or set source.shards or "
+                                "source.parquet)"));
   } else {
     HR_RETURN_IF_ERROR(ValidateShardSource(spec));
   }

@@ -913,3 +913,29 @@ TEST(SourceFields, ValidationNamesTheField) {
 
 }  // namespace
 }  // namespace headrace
+
+namespace headrace {
+namespace {
+
+constexpr std::string_view kParquetOps = R"(
+ops:
+  - text.tokenize: {model: m.model, max_length: 8}
+)";
+
+TEST(ConfigParquet, ParquetIsASourceOfItsOwnExclusiveWithTheOthers) {
+  const PipelineSpec s =
+      ParseOk("source: {parquet: \"d/part-{0..3}.parquet\", shuffle_window: 4}" +
+              std::string(kParquetOps));
+  EXPECT_EQ(s.source.parquet, "d/part-{0..3}.parquet");
+  EXPECT_EQ(s.source.shuffle_window, 4);
+  const Status both =
+      ParseError("source: {parquet: a.parquet, manifest: m.jsonl}" + std::string(kParquetOps));
+  EXPECT_THAT(both.message(), AllOf(HasSubstr("source.parquet"), HasSubstr("exclusive")));
+  EXPECT_THAT(ParseError("source: {parquet: a.parquet, shuffle_window: 0}" +
+                         std::string(kParquetOps))
+                  .message(),
+              HasSubstr("source.shuffle_window"));
+}
+
+}  // namespace
+}  // namespace headrace

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 
+#include <limits>
+
+#include "headrace/formats/parquet_row_groups.h"
+#include "headrace/formats/parquet_source.h"
 #include "headrace/formats/shard_source.h"
 #include "headrace/io/block_cache.h"
 #include "headrace/io/object_storage.h"
@@ -51,6 +55,39 @@ Result<int64_t> BlockCacheBytes(const PipelineSpec& spec, const ShardSource& sha
   return std::max<int64_t>(automatic, 1);
 }
 
+Result<int64_t> RowGroupCacheBytes(const PipelineSpec& spec, const ParquetSource& source) {
+  const SourceSpec& src = spec.source;
+  int64_t largest = 0;  // what one group holds at most: its bytes, then its cells
+  int64_t total = 0;
+  int64_t fewest_rows = std::numeric_limits<int64_t>::max();
+  for (size_t g = 0; g < source.groups.size(); ++g) {
+    const ParquetSource::Group& group = source.groups[g];
+    const ParquetRowGroup& rg = source.layouts[group.file].row_groups[group.row_group];
+    // A decoded cell costs its bytes plus its slot (ParquetValue).
+    const int64_t held =
+        std::max(rg.length, rg.uncompressed_bytes + rg.rows * int64_t{sizeof(ParquetValue)});
+    largest = std::max(largest, held);
+    total += held;
+    if (rg.rows > 0) fewest_rows = std::min(fewest_rows, rg.rows);
+  }
+  if (src.cache_bytes > 0) return src.cache_bytes;
+  // The groups the samples in flight span: the batches admitted ahead (prefetch depth) in
+  // order, plus a shuffle window, whose samples come in any order.
+  const int64_t in_flight = int64_t{spec.prefetch.depth} * spec.batch.size;
+  const int64_t groups_in_flight =
+      (fewest_rows == std::numeric_limits<int64_t>::max() ? 1 : in_flight / fewest_rows + 2) +
+      (spec.shuffle ? src.shuffle_window : 0);
+  int64_t automatic = largest;
+  if (groups_in_flight > 0 && largest <= total / groups_in_flight) {
+    automatic = groups_in_flight * largest;
+  } else {
+    automatic = total;
+  }
+  // At most half the budget: the rest is batches and the I/O budget. A group that does
+  // not fit is each of its samples' error, naming the sizes (parquet_row_groups.h).
+  return std::max<int64_t>(1, std::min(automatic, spec.memory.budget_bytes / 2));
+}
+
 Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
                                              const LoaderOptions& options) {
   HR_RETURN_IF_ERROR(ValidatePipelineSpec(spec));
@@ -63,7 +100,8 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
     // Local paths, s3:// and http(s):// URIs, each backend opened on first use.
     LocalStorageOptions local;
     local.threads = ex.io_threads > 0 ? ex.io_threads : 2;
-    if (!spec.storage.follow_symlinks && spec.source.shards.empty()) {
+    if (!spec.storage.follow_symlinks && spec.source.shards.empty() &&
+        spec.source.parquet.empty()) {
       // Local media are opened beneath the dataset root (storage.follow_symlinks).
       Result<std::string> root = ManifestRoot(spec.source);
       if (!root.ok()) return root.status();
@@ -73,7 +111,30 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   }
   EngineOptions opt;
   int64_t cache_bytes = 0;  // the shard source's block cache, part of the budget
-  if (spec.source.shards.empty()) {
+  // The spec the planner sees: a Parquet source's fields are resolved from its columns.
+  PipelineSpec planned = spec;
+  std::shared_ptr<ParquetRowGroupCache> row_groups;
+  if (!spec.source.parquet.empty()) {
+    HR_ASSIGN_OR_RETURN(ParquetSource parquet, LoadParquetSource(*loader->storage_, spec.source));
+    HR_ASSIGN_OR_RETURN(cache_bytes, RowGroupCacheBytes(spec, parquet));
+    planned.source.fields = parquet.fields;
+    loader->manifest_bytes_ = static_cast<int64_t>(ParquetSourceMemoryBytes(parquet));
+    loader->source_ = "parquet " + spec.source.parquet + " (" +
+                      std::to_string(parquet.files.size()) + " files, " +
+                      std::to_string(parquet.groups.size()) + " row groups)";
+    opt.order.shard_samples = parquet.group_rows;
+    opt.order.shuffle_window = spec.source.shuffle_window;
+    auto manifest = std::make_shared<Manifest>();
+    manifest->path = spec.source.parquet;
+    manifest->records = std::move(parquet.records);
+    manifest->bad_lines = parquet.bad_records;
+    loader->manifest_ = std::move(manifest);
+    row_groups = std::make_shared<ParquetRowGroupCache>(
+        loader->storage_, std::make_shared<const ParquetSource>(std::move(parquet)), spec.source,
+        cache_bytes);
+    loader->storage_ = row_groups;
+    loader->row_group_cache_ = row_groups;
+  } else if (spec.source.shards.empty()) {
     HR_ASSIGN_OR_RETURN(Manifest manifest, LoadManifest(*loader->storage_, spec.source));
     loader->manifest_ = std::make_shared<Manifest>(std::move(manifest));
     loader->manifest_bytes_ = static_cast<int64_t>(ManifestMemoryBytes(*loader->manifest_));
@@ -102,10 +163,18 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
     manifest->bad_lines = shards.bad_samples;
     loader->manifest_ = std::move(manifest);
   }
-  HR_ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(spec, *loader->storage_));
+  HR_ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(planned, *loader->storage_));
   opt.io_budget_bytes = ex.io_budget_bytes > 0 ? ex.io_budget_bytes : spec.memory.budget_bytes / 8;
   opt.batch_budget_bytes = spec.memory.budget_bytes - opt.io_budget_bytes - cache_bytes;
   if (opt.batch_budget_bytes <= 0) {
+    if (row_groups != nullptr) {
+      return Status::InvalidArgument(
+          "memory.budget_bytes (" + std::to_string(spec.memory.budget_bytes) +
+          ") cannot hold the Parquet row-group cache (" + std::to_string(cache_bytes) +
+          " bytes: source.cache_bytes) plus execution.io_budget_bytes (" +
+          std::to_string(opt.io_budget_bytes) +
+          "): raise memory.budget_bytes or lower source.cache_bytes");
+    }
     if (cache_bytes > 0) {
       return Status::InvalidArgument(
           "memory.budget_bytes (" + std::to_string(spec.memory.budget_bytes) +
@@ -130,7 +199,9 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   in.source_values = std::move(plan.source_values);
   in.strings = std::move(plan.strings);
   in.storage = loader->storage_;
-  if (!spec.source.shards.empty()) {
+  if (row_groups != nullptr) {
+    in.prepare_sample = [row_groups](Sample& sample) { return row_groups->Prepare(sample); };
+  } else if (!spec.source.shards.empty()) {
     in.prepare_sample = [source = spec.source](Sample& sample) {
       return PrepareShardSample(sample, source);
     };

@@ -15,6 +15,7 @@
 #include "headrace/core/clock.h"
 #include "headrace/exec/engine.h"
 #include "headrace/formats/manifest.h"
+#include "headrace/formats/parquet_row_groups.h"
 #include "headrace/io/block_cache.h"
 #include "headrace/pipeline/spec.h"
 
@@ -43,6 +44,14 @@ inline constexpr int kMinAutoIoInflight = 32;
 inline constexpr int kAutoIoInflightPerThread = 16;
 inline constexpr int kMaxAutoIoInflight = 16384;  // 16 per thread at 1024 threads
 int ResolveIoInflight(const ExecutionSpec& execution, int cpu_threads);
+
+struct ParquetSource;
+// The Parquet source's row-group cache bytes (formats/parquet_row_groups.h):
+// source.cache_bytes, or when 0, automatic: the row groups the samples in flight span
+// (prefetch.depth × batch.size samples, plus source.shuffle_window groups when shuffled)
+// × the largest group (its bytes or its decoded cells), at most every group's and at most
+// half of memory.budget_bytes.
+Result<int64_t> RowGroupCacheBytes(const PipelineSpec& spec, const ParquetSource& source);
 
 struct ShardSource;
 // The shard source's block cache bytes: source.cache_bytes, checked to hold a shuffle
@@ -97,6 +106,8 @@ class Loader {
   const std::string& source() const { return source_; }
   // The shard source's block cache (io/block_cache.h); null for a manifest.
   const BlockCache* block_cache() const { return block_cache_.get(); }
+  // The Parquet source's row-group cache; null for other sources.
+  const ParquetRowGroupCache* row_group_cache() const { return row_group_cache_.get(); }
   ConsumerStats consumer_stats() const;
   EngineMetrics engine_metrics() const { return engine_->Metrics(); }
 
@@ -107,6 +118,7 @@ class Loader {
   std::shared_ptr<Manifest> manifest_;
   std::shared_ptr<Storage> storage_;
   std::shared_ptr<BlockCache> block_cache_;  // the shard source's; also storage_ then
+  std::shared_ptr<ParquetRowGroupCache> row_group_cache_;  // the Parquet source's; also storage_
   std::string source_;
   std::unique_ptr<Engine> engine_;
   int cpu_threads_ = 1;

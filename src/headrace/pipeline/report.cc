@@ -123,6 +123,10 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
     r.has_block_cache = true;
     r.block_cache = cache->CacheStats();
   }
+  if (const ParquetRowGroupCache* cache = loader.row_group_cache(); cache != nullptr) {
+    r.has_row_group_cache = true;
+    r.row_group_cache = cache->CacheStats();
+  }
   Diagnose(r, loader);
   return r;
 }
@@ -233,6 +237,21 @@ std::string RunReportToJson(const RunReport& r) {
     w.Key("bytes_copied").Int(c.bytes_copied);
     w.EndObject();
   }
+  if (r.has_row_group_cache) {
+    const RowGroupCacheStats& c = r.row_group_cache;
+    w.Key("row_group_cache").BeginObject();
+    w.Key("capacity_bytes").Int(c.capacity_bytes);
+    w.Key("fetches").Int(c.fetches);
+    w.Key("fetch_waits").Int(c.fetch_waits);
+    w.Key("fetch_hits").Int(c.fetch_hits);
+    w.Key("decodes").Int(c.decodes);
+    w.Key("decode_waits").Int(c.decode_waits);
+    w.Key("refetches").Int(c.refetches);
+    w.Key("evictions").Int(c.evictions);
+    w.Key("bytes_held").Int(c.bytes_held);
+    w.Key("peak_bytes").Int(c.peak_bytes);
+    w.EndObject();
+  }
   w.Key("bottleneck").String(r.bottleneck);
   w.Key("advice").String(r.advice);
   w.Key("partial").Bool(!r.interrupted_by.empty());
@@ -305,6 +324,14 @@ std::string RunReportToText(const RunReport& r) {
         static_cast<long long>(c.block_hits), static_cast<long long>(c.block_waits),
         static_cast<long long>(c.evictions), c.peak_bytes / 1048576.0,
         c.capacity_bytes / 1048576.0);
+  }
+  if (r.has_row_group_cache) {
+    const RowGroupCacheStats& c = r.row_group_cache;
+    add("  row-group cache   %lld row groups read, %lld decoded (%lld re-read), %lld "
+        "evicted; peak %.1f of %.1f MiB\n",
+        static_cast<long long>(c.fetches), static_cast<long long>(c.decodes),
+        static_cast<long long>(c.refetches), static_cast<long long>(c.evictions),
+        c.peak_bytes / 1048576.0, c.capacity_bytes / 1048576.0);
   }
   for (size_t i = 0; i < r.storage.size(); ++i) {
     const StorageStats& s = r.storage[i];

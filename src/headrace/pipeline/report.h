@@ -71,6 +71,9 @@ struct RunReport {
   // The shard source's block cache (io/block_cache.h); has_block_cache false otherwise.
   bool has_block_cache = false;
   BlockCacheStats block_cache;
+  // The Parquet source's row-group cache (formats/parquet_row_groups.h).
+  bool has_row_group_cache = false;
+  RowGroupCacheStats row_group_cache;
   std::string bottleneck;
   std::string advice;
   std::vector<std::string> batch_digests;  // filled by the caller when asked for

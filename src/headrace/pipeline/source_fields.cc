@@ -24,14 +24,14 @@ class PassThroughOp final : public Op {
   std::string_view name() const override { return "source.fields"; }
 
   Status Run(SampleContext& ctx) const override {
-    const SampleRecord& record = *ctx.sample->record;
+    const std::vector<Attribute>& attributes = ctx.sample->Attributes();
     for (const ScalarField& f : fields_) {
       const int capacity = f.max_items == 0 ? 1 : f.max_items;
       uint8_t* row = ctx.rows[f.row];
       const size_t item_bytes = f.kind == FieldKind::kInt ? sizeof(int64_t) : sizeof(float);
       std::memset(row, 0, item_bytes * static_cast<size_t>(capacity));
       int items = 0;
-      for (const Attribute& a : record.attributes) {
+      for (const Attribute& a : attributes) {
         if (a.field != f.field || items == capacity) continue;
         if (f.kind == FieldKind::kInt) {
           const int64_t v = std::get<int64_t>(a.value);

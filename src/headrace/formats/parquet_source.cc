@@ -1,0 +1,480 @@
+#include "headrace/formats/parquet_source.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <array>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string_view>
+#include <thread>
+
+#include "headrace/core/strings.h"
+#include "headrace/formats/manifest.h"
+#include "headrace/formats/shard_source.h"
+
+namespace headrace {
+namespace {
+
+// Reads in flight at once while loading: an object store's connections, not a million.
+constexpr size_t kLoadWindow = 64;
+
+// Runs `start(i, done)` for every i in [0, n), at most kLoadWindow at a time, and returns
+// what each read delivered. `start` issues one asynchronous read that calls `done`.
+std::vector<Result<Buffer>> ReadAll(size_t n,
+                                    const std::function<void(size_t, ReadCallback)>& start) {
+  std::vector<Result<Buffer>> out(n, Status::Internal("not read"));
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t issued = 0;
+  size_t finished = 0;
+  std::unique_lock lock(mu);
+  while (finished < n) {
+    while (issued < n && issued - finished < kLoadWindow) {
+      const size_t i = issued++;
+      lock.unlock();
+      start(i, [&, i](Result<Buffer> bytes) {
+        std::lock_guard inner(mu);
+        out[i] = std::move(bytes);
+        ++finished;
+        cv.notify_all();
+      });
+      lock.lock();
+    }
+    // Until a read completes that lets another start (or the last one completes).
+    cv.wait(lock, [&] { return finished == n || (issued < n && issued - finished < kLoadWindow); });
+  }
+  return out;
+}
+
+bool IsMedia(FieldKind kind) { return IsMediaKind(kind); }
+
+std::string ColumnList(const ParquetLayout& layout) {
+  std::string out;
+  for (const ParquetColumn& c : layout.columns) {
+    if (!out.empty()) out += ", ";
+    out += c.name + " (" + std::string(ParquetColumnKindName(c.kind)) + ")";
+  }
+  return out.empty() ? "none" : out;
+}
+
+std::string_view KindName(FieldKind kind) {
+  switch (kind) {
+    case FieldKind::kImage: return "image";
+    case FieldKind::kVideo: return "video";
+    case FieldKind::kAudio: return "audio";
+    case FieldKind::kPointCloud: return "pointcloud";
+    case FieldKind::kBytes: return "bytes";
+    case FieldKind::kText: return "text";
+    case FieldKind::kConversation: return "conversation";
+    case FieldKind::kInt: return "int";
+    case FieldKind::kFloat: return "float";
+    case FieldKind::kString: return "string";
+  }
+  return "?";
+}
+
+// Whether a field of `kind` can be fed by a column of `column`.
+bool Accepts(FieldKind kind, ParquetColumnKind column) {
+  using C = ParquetColumnKind;
+  if (IsMedia(kind)) return column == C::kBytes || column == C::kBytesWithPath || column == C::kString;
+  switch (kind) {
+    case FieldKind::kConversation:
+    case FieldKind::kText:
+    case FieldKind::kString: return column == C::kString;
+    case FieldKind::kInt: return column == C::kInt64 || column == C::kBool;
+    case FieldKind::kFloat: return column == C::kDouble || column == C::kInt64 || column == C::kBool;
+    default: return false;
+  }
+}
+
+// A media field fed by a string column reads the media at the path the cell names.
+bool IsPathColumn(FieldKind kind, ParquetColumnKind column) {
+  return IsMedia(kind) && column == ParquetColumnKind::kString;
+}
+
+const ParquetColumn* FirstOf(const ParquetLayout& layout, std::initializer_list<const char*> names,
+                             bool (*accept)(ParquetColumnKind)) {
+  for (const char* name : names) {
+    const ParquetColumn* c = layout.FindColumn(name);
+    if (c != nullptr && accept(c->kind)) return c;
+  }
+  return nullptr;
+}
+
+std::string FileMessage(const std::string& uri) { return QuoteForMessage(uri); }
+
+}  // namespace
+
+size_t ParquetSource::GroupOf(int64_t index) const {
+  const auto it = std::upper_bound(groups.begin(), groups.end(), index,
+                                   [](int64_t i, const Group& g) { return i < g.first_record; });
+  return static_cast<size_t>(it - groups.begin()) - 1;
+}
+
+int64_t ParquetSource::LargestRowGroupBytes() const {
+  int64_t largest = 0;
+  for (const Group& g : groups) {
+    largest = std::max(largest, layouts[g.file].row_groups[g.row_group].length);
+  }
+  return largest;
+}
+
+int64_t ParquetSource::LargestRowGroupUncompressedBytes() const {
+  int64_t largest = 0;
+  for (const Group& g : groups) {
+    largest = std::max(largest, layouts[g.file].row_groups[g.row_group].uncompressed_bytes);
+  }
+  return largest;
+}
+
+Result<std::vector<SourceFieldSpec>> ResolveParquetFields(const SourceSpec& spec,
+                                                          const ParquetLayout& layout) {
+  if (!spec.fields.empty()) {
+    std::vector<SourceFieldSpec> fields = ResolvedFields(spec);
+    for (size_t i = 0; i < fields.size(); ++i) {
+      const SourceFieldSpec& f = fields[i];
+      const std::string where = "source.fields[" + std::to_string(i) + "] (" + f.name + ")";
+      if (f.max_items > 0) {
+        return Status::InvalidArgument(where + ": list fields (max_items) are not read from "
+                                               "Parquet yet; give one column per field");
+      }
+      const ParquetColumn* c = layout.FindColumn(f.key);
+      if (c == nullptr) {
+        return Status::NotFound(where + ": no column '" + f.key + "' in the Parquet files; the "
+                                "first file's columns: " + ColumnList(layout));
+      }
+      if (!Accepts(f.kind, c->kind)) {
+        return Status::InvalidArgument(where + ": column '" + c->name + "' holds " +
+                                       c->arrow_type + ", which a field of kind " +
+                                       std::string(KindName(f.kind)) + " cannot take");
+      }
+    }
+    return fields;
+  }
+  // The defaults: image and conversation first, at the positions the ops expect.
+  std::vector<SourceFieldSpec> fields = {
+      SourceFieldSpec{"image", FieldKind::kImage, "", 0, false},
+      SourceFieldSpec{"conversation", FieldKind::kConversation, "", 0, false}};
+  const auto media_column = [](ParquetColumnKind k) {
+    return k == ParquetColumnKind::kBytes || k == ParquetColumnKind::kBytesWithPath ||
+           k == ParquetColumnKind::kString;
+  };
+  const auto string_column = [](ParquetColumnKind k) { return k == ParquetColumnKind::kString; };
+  if (const ParquetColumn* c =
+          FirstOf(layout, {"image", "jpg", "jpeg", "png", "webp", "img"}, media_column)) {
+    fields[0].key = c->name;
+  }
+  if (const ParquetColumn* c =
+          FirstOf(layout, {"conversations", "conversation", "messages"}, string_column)) {
+    fields[1].key = c->name;
+    fields[1].required = true;  // as a manifest's conversations
+  }
+  for (const ParquetColumn& c : layout.columns) {
+    if (c.name == fields[0].key || c.name == fields[1].key) continue;
+    if (c.name == "id" || c.name == "index" || c.name == "image" || c.name == "conversation") {
+      continue;  // the engine's own batch fields, and names taken above
+    }
+    const bool text = c.name == "text" || c.name == "caption" || c.name == "txt";
+    switch (c.kind) {
+      case ParquetColumnKind::kString:
+        fields.push_back(
+            SourceFieldSpec{c.name, text ? FieldKind::kText : FieldKind::kString, c.name, 0, false});
+        break;
+      case ParquetColumnKind::kInt64:
+      case ParquetColumnKind::kBool:
+        fields.push_back(SourceFieldSpec{c.name, FieldKind::kInt, c.name, 0, false});
+        break;
+      case ParquetColumnKind::kDouble:
+        fields.push_back(SourceFieldSpec{c.name, FieldKind::kFloat, c.name, 0, false});
+        break;
+      default:
+        break;  // other bytes columns and unsupported kinds are not read
+    }
+  }
+  return fields;
+}
+
+Result<ParquetLayout> ReadParquetFooter(Storage& storage, const std::string& uri, int64_t* reads) {
+  std::vector<std::string> one = {uri};
+  int64_t size = -1;
+  std::vector<Result<Buffer>> probe = ReadAll(1, [&](size_t, ReadCallback done) {
+    storage.ReadAsyncGated(uri, std::move(done), [&size](int64_t bytes) {
+      size = bytes;
+      return false;  // the size is all this read is for
+    });
+  });
+  if (reads != nullptr) ++*reads;
+  if (probe[0].ok()) return ReadParquetLayout(*probe[0]);  // a storage that ignores gates
+  if (size < 0) return probe[0].status();
+  int64_t tail_bytes = std::min(size, kParquetDefaultTailBytes);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::vector<Result<Buffer>> tail = ReadAll(1, [&](size_t, ReadCallback done) {
+      storage.ReadRangeAsyncGated(uri, size - tail_bytes, tail_bytes, std::move(done),
+                                  [](int64_t) { return true; });
+    });
+    if (reads != nullptr) ++*reads;
+    if (!tail[0].ok()) return tail[0].status();
+    if (static_cast<int64_t>(tail[0]->size()) != tail_bytes) {
+      return Status::CorruptData("the file shrank while it was read (" +
+                                 std::to_string(tail[0]->size()) + " tail bytes of " +
+                                 std::to_string(tail_bytes) + ")");
+    }
+    HR_ASSIGN_OR_RETURN(ParquetTailProbe got, ReadParquetTail(size, *tail[0]));
+    if (got.layout) return *std::move(got.layout);
+    tail_bytes = got.tail_bytes_needed;
+  }
+  return Status::CorruptData("the footer needed more tail bytes twice");
+}
+
+Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec) {
+  ParquetSource out;
+  {
+    Result<std::vector<std::string>> files = ExpandShardPattern(spec.parquet);
+    if (!files.ok()) {
+      // The pattern rules are the shard source's; the key is ours.
+      std::string message = files.status().message();
+      if (message.rfind("source.shards", 0) == 0) message.replace(0, 13, "source.parquet");
+      return Status(files.status().code(), std::move(message));
+    }
+    out.files = *std::move(files);
+  }
+  // Footers, concurrently: one thread per file would be a lot; the reads are what wait.
+  const size_t n = out.files.size();
+  std::vector<Result<ParquetLayout>> layouts(n, Status::Internal("not read"));
+  {
+    std::mutex mu;
+    std::vector<std::thread> threads;
+    size_t next = 0;
+    int64_t reads = 0;
+    const size_t workers = std::min<size_t>(n, 16);
+    for (size_t w = 0; w < workers; ++w) {
+      threads.emplace_back([&] {
+        while (true) {
+          size_t i;
+          {
+            std::lock_guard lock(mu);
+            if (next == n) return;
+            i = next++;
+          }
+          int64_t r = 0;
+          Result<ParquetLayout> layout = ReadParquetFooter(storage, out.files[i], &r);
+          std::lock_guard lock(mu);
+          layouts[i] = std::move(layout);
+          reads += r;
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    out.load_reads += reads;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (layouts[i].ok()) {
+      out.layouts.push_back(*std::move(layouts[i]));
+      continue;
+    }
+    const Status& st = layouts[i].status();
+    if (st.code() == StatusCode::kNotFound) {
+      return Status::NotFound("source.parquet: " + FileMessage(out.files[i]) + " does not exist");
+    }
+    return st.WithContext("source.parquet: " + FileMessage(out.files[i]));
+  }
+  HR_ASSIGN_OR_RETURN(out.fields, ResolveParquetFields(spec, out.layouts.front()));
+
+  // Which columns each row group gives at run time, and which are paths read now.
+  std::vector<ParquetFieldColumn> paths;
+  for (size_t f = 0; f < out.fields.size(); ++f) {
+    const SourceFieldSpec& field = out.fields[f];
+    if (field.key.empty()) continue;  // a default field without a column
+    const ParquetColumn* c = out.layouts.front().FindColumn(field.key);
+    ParquetFieldColumn column{c->name, static_cast<int>(f), field.kind, c->kind, field.required};
+    (IsPathColumn(field.kind, c->kind) ? paths : out.columns).push_back(std::move(column));
+  }
+  // Every file must hold the same columns, of the same kinds.
+  for (size_t i = 1; i < n; ++i) {
+    for (const auto* list : {&out.columns, &paths}) {
+      for (const ParquetFieldColumn& col : *list) {
+        const ParquetColumn* c = out.layouts[i].FindColumn(col.column);
+        if (c == nullptr) {
+          return Status::NotFound("source.parquet: " + FileMessage(out.files[i]) +
+                                  " has no column '" + col.column + "' (field '" +
+                                  out.fields[col.field].name + "'); its columns: " +
+                                  ColumnList(out.layouts[i]));
+        }
+        if (c->kind != col.column_kind) {
+          return Status::InvalidArgument(
+              "source.parquet: column '" + col.column + "' is " + c->arrow_type + " in " +
+              FileMessage(out.files[i]) + " but " +
+              std::string(ParquetColumnKindName(col.column_kind)) + " in " +
+              FileMessage(out.files[0]));
+        }
+      }
+    }
+  }
+
+  std::vector<std::string> path_names;
+  for (const ParquetFieldColumn& p : paths) path_names.push_back(p.column);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string& uri = out.files[i];
+    const ParquetLayout& layout = out.layouts[i];
+    // Path columns: one ranged read per row group, that column decoded, now.
+    std::vector<ParquetRowGroupData> path_data;
+    std::string root;
+    if (!paths.empty()) {
+      SourceSpec for_root = spec;
+      for_root.manifest = uri;
+      HR_ASSIGN_OR_RETURN(root, ManifestRoot(for_root));
+      std::vector<Result<Buffer>> groups =
+          ReadAll(layout.row_groups.size(), [&](size_t g, ReadCallback done) {
+            const ParquetRowGroup& rg = layout.row_groups[g];
+            storage.ReadRangeAsyncGated(uri, rg.offset, rg.length, std::move(done),
+                                        [](int64_t) { return true; });
+          });
+      out.load_reads += static_cast<int64_t>(groups.size());
+      for (size_t g = 0; g < groups.size(); ++g) {
+        if (!groups[g].ok()) return groups[g].status().WithContext("source.parquet: " + FileMessage(uri));
+        Result<ParquetRowGroupData> data =
+            DecodeParquetRowGroup(layout, static_cast<int>(g), *groups[g], path_names);
+        if (!data.ok()) return data.status().WithContext("source.parquet: " + FileMessage(uri));
+        path_data.push_back(*std::move(data));
+      }
+    }
+    for (size_t g = 0; g < layout.row_groups.size(); ++g) {
+      const ParquetRowGroup& rg = layout.row_groups[g];
+      out.groups.push_back(ParquetSource::Group{static_cast<int>(i), static_cast<int>(g),
+                                                static_cast<int64_t>(out.records.size())});
+      out.group_rows.push_back(rg.rows);
+      for (int64_t r = 0; r < rg.rows; ++r) {
+        SampleRecord& record = out.records.emplace_back();
+        record.location = uri + "#row " + std::to_string(rg.first_row + r);
+        record.id = record.location;
+        record.line = rg.first_row + r + 1;
+        if (!out.columns.empty()) {
+          record.media.push_back(MediaRef{kRowGroupField, uri, rg.offset, rg.length});
+        }
+        for (size_t p = 0; p < paths.size() && record.status.ok(); ++p) {
+          const ParquetValue& cell = path_data[g].columns[p].values[r];
+          const auto* path = std::get_if<std::string>(&cell);
+          if (path == nullptr) {
+            if (paths[p].required) {
+              record.status = Status::MissingField("column '" + paths[p].column + "' is null");
+            }
+            continue;
+          }
+          Result<std::string> resolved = ResolveMediaPath(root, *path, spec.allow_absolute_paths);
+          if (!resolved.ok()) {
+            record.status = resolved.status().WithContext("column '" + paths[p].column + "'");
+            continue;
+          }
+          record.media.push_back(MediaRef{paths[p].field, *std::move(resolved)});
+        }
+        if (!record.status.ok()) {
+          record.status = record.status.WithContext(record.location);
+          record.media.clear();
+          ++out.bad_records;
+        }
+      }
+    }
+  }
+  if (out.records.empty()) {
+    return Status::InvalidArgument("source.parquet: the " + std::to_string(n) + " files of " +
+                                   QuoteForMessage(spec.parquet) + " hold no rows");
+  }
+  return out;
+}
+
+Result<std::vector<Turn>> ParseConversationCell(std::string_view json, const SourceSpec& spec) {
+  size_t start = json.find_first_not_of(" \t\r\n");
+  if (start != std::string_view::npos && json[start] == '[') {
+    // An array of turns: the shard parser reads an object, so wrap it in one.
+    SourceSpec wrapped = spec;
+    wrapped.conversations_field = "c";
+    const std::string object = "{\"c\":" + std::string(json) + "}";
+    return ParseConversationJson(
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(object.data()), object.size()),
+        wrapped);
+  }
+  return ParseConversationJson(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(json.data()), json.size()), spec);
+}
+
+Status FillSampleFromRowGroup(const ParquetSource& source, const SourceSpec& spec,
+                              const ParquetRowGroupData& data, int64_t row, Sample& sample) {
+  if (row < 0 || row >= data.rows || data.columns.size() != source.columns.size()) {
+    return Status::Internal("row " + std::to_string(row) + " is not in row group " +
+                            std::to_string(data.row_group));
+  }
+  sample.has_parsed_attributes = true;
+  sample.attributes.clear();
+  sample.parsed_media.clear();
+  for (size_t c = 0; c < source.columns.size(); ++c) {
+    const ParquetFieldColumn& col = source.columns[c];
+    const ParquetValue& cell = data.columns[c].values[static_cast<size_t>(row)];
+    if (std::holds_alternative<std::monostate>(cell)) {
+      // Not required: as an absent manifest key (an op that needs the field says so).
+      if (col.required) return Status::MissingField("column '" + col.column + "' is null");
+      continue;
+    }
+    if (IsMedia(col.kind)) {
+      const Buffer* bytes = std::get_if<Buffer>(&cell);
+      if (const auto* media = std::get_if<ParquetMedia>(&cell)) {
+        if (!media->bytes) {
+          return Status::MissingField(
+              "column '" + col.column + "' has no bytes" +
+              (media->path ? " (only a path, " + QuoteForMessage(*media->path) +
+                                 ", which is not read: store the bytes)"
+                           : std::string()));
+        }
+        bytes = &*media->bytes;
+      }
+      sample.parsed_media.push_back(Sample::FieldMedia{col.field, *bytes});
+      continue;
+    }
+    switch (col.kind) {
+      case FieldKind::kConversation: {
+        Result<std::vector<Turn>> turns =
+            ParseConversationCell(std::get<std::string>(cell), spec);
+        if (!turns.ok()) {
+          return turns.status().WithContext("column '" + col.column + "'");
+        }
+        sample.turns = *std::move(turns);
+        sample.has_parsed_turns = true;
+        break;
+      }
+      case FieldKind::kText:
+      case FieldKind::kString:
+        sample.attributes.push_back(Attribute{col.field, std::get<std::string>(cell)});
+        break;
+      case FieldKind::kInt:
+        sample.attributes.push_back(Attribute{col.field, std::get<int64_t>(cell)});
+        break;
+      case FieldKind::kFloat: {
+        const double v = std::holds_alternative<double>(cell)
+                             ? std::get<double>(cell)
+                             : static_cast<double>(std::get<int64_t>(cell));
+        sample.attributes.push_back(Attribute{col.field, v});
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  // A record without a conversation column still has a (empty) conversation here.
+  sample.has_parsed_turns = true;
+  return Status::Ok();
+}
+
+size_t ParquetSourceMemoryBytes(const ParquetSource& source) {
+  size_t bytes = sizeof(ParquetSource) + source.records.capacity() * sizeof(SampleRecord) +
+                 source.groups.capacity() * (sizeof(ParquetSource::Group) + sizeof(int64_t));
+  for (const std::string& s : source.files) bytes += s.capacity() + 1;
+  for (const SampleRecord& r : source.records) {
+    bytes += r.id.capacity() + r.location.capacity() + r.media.capacity() * sizeof(MediaRef);
+    for (const MediaRef& m : r.media) bytes += m.uri.capacity();
+    if (!r.status.ok()) bytes += 64 + r.status.message().size();
+  }
+  return bytes;
+}
+
+}  // namespace headrace

@@ -1,0 +1,133 @@
+// The Parquet source: Parquet files (`source.parquet`) turned into SampleRecords without
+// reading their rows (Hugging Face datasets, LAION-style tables).
+//
+//   "s3://b/train/part-{00000..00099}.parquet"  ──ExpandShardPattern──▶ file URIs, in order
+//        │ per file, concurrently: its size, then one ranged read of its tail
+//        │ (ReadParquetTail; a second, larger one when the footer is longer)
+//        ▼
+//   ParquetLayout per file ──ResolveParquetFields──▶ fields (source.fields or defaults)
+//        ▼
+//   records: files in pattern order, rows in file order; record i has dataset index i,
+//   id and location "<file URI>#row N" (N: the row in its file), and one MediaRef
+//   (field kRowGroupField) to its row group's byte range: every sample of a row group
+//   names the same range, which ParquetRowGroupCache (parquet_row_groups.h) reads once
+//   and decodes once. The cells themselves (bytes, strings, numbers, conversations) are
+//   put into the Sample at run time by the engine's prepare hook.
+//
+// Path/URL columns (a media field whose column holds strings) are the exception: their
+// paths are needed to read the media, so they are read at load time, one ranged read
+// per row group, decoding that column only, and become ordinary MediaRefs resolved
+// against `source.root` (default: the file's folder), exactly as a manifest's paths.
+//
+// Fields. `source.fields` maps columns: a field's key is its column. Kinds and the
+// columns they accept:
+//   image, video, audio, pointcloud, bytes: a binary column (the bytes are the media), a
+//       struct<bytes, path> column (Hugging Face Image/Audio: its bytes), or a string
+//       column (a path or URL, see above)
+//   conversation: a string column holding JSON, an array of turns or an object with
+//       `source.conversations_field` (turn keys: role_field, text_field)
+//   text, string: a string column; int: an integer or bool column; float: a float or
+//       integer column
+// Lists (max_items > 0) are refused: Parquet list columns are not read yet.
+// Defaults (no source.fields), from the first file's columns:
+//   image:        the first of the columns `image`, `jpg`, `jpeg`, `png`, `webp`, `img`
+//                 (binary or struct<bytes, path>; a string one is a path/URL)
+//   conversation: `conversations`, `conversation` or `messages` (a JSON string column)
+//   text:         `text`, `caption`, `txt` (string columns, each a text field by its name)
+//   scalars:      every other int/bool (int), float (float) and string (string) column,
+//                 by its name, except `id` and `index` (the engine's own batch fields)
+// Other binary and unsupported columns are not read. `image` and `conversation` are
+// always fields 0 and 1 (as the manifest source has them), absent or not.
+//
+// Errors. Load-time: a pattern that matches nothing or a file that does not exist
+// (kNotFound naming it), a file that is not Parquet or whose footer does not parse, a
+// field's column missing from a file (kNotFound naming the column, the file and the
+// columns there are) or of a kind the field cannot take (kInvalidArgument). Per sample
+// (named "<file>#row N"): a null cell in a required field, a path-only struct<bytes,
+// path> cell, a conversation that does not parse; the row group's own errors (see
+// parquet_row_groups.h) fail every sample of that group.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "headrace/core/sample.h"
+#include "headrace/core/status.h"
+#include "headrace/formats/parquet_table.h"
+#include "headrace/formats/source_spec.h"
+#include "headrace/io/storage.h"
+
+namespace headrace {
+
+// MediaRef::field of a record's row group: not a source field (Sample::MediaOf never
+// finds it); the prepare hook replaces it with the cells.
+inline constexpr int kRowGroupField = -1;
+
+// A column read from each row group at run time, and the field it feeds.
+struct ParquetFieldColumn {
+  std::string column;
+  int field = 0;  // index into ParquetSource::fields
+  FieldKind kind = FieldKind::kImage;
+  ParquetColumnKind column_kind = ParquetColumnKind::kBytes;
+  bool required = false;
+};
+
+struct ParquetSource {
+  std::vector<std::string> files;      // URIs, in dataset order
+  std::vector<ParquetLayout> layouts;  // per file
+  // The resolved fields (defaults filled in, key = column): what the planner sees.
+  std::vector<SourceFieldSpec> fields;
+  // The columns decoded from each row group at run time, in this order.
+  std::vector<ParquetFieldColumn> columns;
+  // Every row group of every file, in dataset order: EpochOrder's groups.
+  struct Group {
+    int file = 0;
+    int row_group = 0;
+    int64_t first_record = 0;
+  };
+  std::vector<Group> groups;
+  std::vector<int64_t> group_rows;  // rows per group, same order
+  std::vector<SampleRecord> records;
+  int64_t bad_records = 0;
+  // Load-time reads: footers (tail reads, size probes included) and row groups read for
+  // path columns.
+  int64_t load_reads = 0;
+
+  // The group of record `index` (a dataset index).
+  size_t GroupOf(int64_t index) const;
+  // The largest row group: its byte range, and its uncompressed bytes in the footer.
+  int64_t LargestRowGroupBytes() const;
+  int64_t LargestRowGroupUncompressedBytes() const;
+};
+
+// The fields `spec.fields` names, or the defaults above, checked against `layout` (the
+// first file's): kNotFound / kInvalidArgument as above.
+Result<std::vector<SourceFieldSpec>> ResolveParquetFields(const SourceSpec& spec,
+                                                          const ParquetLayout& layout);
+
+// Loads spec.parquet (see the header comment).
+Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec);
+
+// A file's layout from its tail: its size (a gated read refused at the size), then one
+// ranged read of kParquetDefaultTailBytes, another when the footer is longer. `reads`
+// counts the requests.
+Result<ParquetLayout> ReadParquetFooter(Storage& storage, const std::string& uri,
+                                        int64_t* reads = nullptr);
+
+// Puts row `row` of `data` (a row group decoded with source.columns, in that order) into
+// `sample`: media cells into parsed_media, text and scalars into attributes (both then
+// marked parsed), a conversation into turns. Per-sample errors as above, naming the
+// record's location.
+Status FillSampleFromRowGroup(const ParquetSource& source, const SourceSpec& spec,
+                              const ParquetRowGroupData& data, int64_t row, Sample& sample);
+
+// Parses a conversation cell: a JSON array of turns, or an object holding one under
+// spec.conversations_field.
+Result<std::vector<Turn>> ParseConversationCell(std::string_view json, const SourceSpec& spec);
+
+// The bytes the source's records hold, for the run report (as ManifestMemoryBytes).
+size_t ParquetSourceMemoryBytes(const ParquetSource& source);
+
+}  // namespace headrace

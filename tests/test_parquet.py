@@ -1,0 +1,221 @@
+"""Parquet as a source, end to end: tables written with pyarrow from `make-sample`'s
+dataset, read by the real binary from local disk and from moto's S3 server."""
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from e2e_util import read_report, run_headrace, write_config
+from s3_fixtures import moto_s3  # noqa: F401  (fixture)
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+ROWS_PER_GROUP = 16
+SAMPLES = 96
+FILES = 2
+BUCKET = "headrace-parquet"
+
+
+def manifest_rows(dataset: Path):
+    return [json.loads(line) for line in (dataset / "manifest.jsonl").read_text().splitlines()]
+
+
+def write_parquet(dataset: Path, out: Path, rows=None, image=None, extra=None, files=FILES,
+                  rows_per_group=ROWS_PER_GROUP):
+    """The manifest's samples as `files` Parquet files: id, image bytes, conversations as
+    JSON (what Hugging Face LLaVA-style tables hold), in manifest order. `image(i, bytes)`
+    may replace a cell; `extra` adds columns (name -> list over all rows)."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows = rows if rows is not None else manifest_rows(dataset)
+    per = -(-len(rows) // files)
+    names = []
+    for f in range(files):
+        lo, hi = f * per, min(len(rows), (f + 1) * per)
+        images = []
+        for i in range(lo, hi):
+            data = (dataset / rows[i]["image"]).read_bytes()
+            images.append(image(i, data) if image else data)
+        columns = {
+            "id": [r["id"] for r in rows[lo:hi]],
+            "image": pa.array(images, type=pa.binary()),
+            "conversations": [json.dumps(r["conversations"]) for r in rows[lo:hi]],
+        }
+        for name, values in (extra or {}).items():
+            columns[name] = values[lo:hi]
+        name = out / f"part-{f:05d}.parquet"
+        pq.write_table(pa.table(columns), name, row_group_size=rows_per_group)
+        names.append(name)
+    return names
+
+
+def pattern(folder, files=FILES):
+    return str(folder / f"part-{{00000..{files - 1:05d}}}.parquet")
+
+
+def parquet_config(path: Path, dataset: Path, source: str, extra: str = "", **overrides):
+    config = write_config(path, dataset, extra=extra, **overrides)
+    text = config.read_text().replace(f"manifest: {dataset / 'manifest.jsonl'}",
+                                      f"parquet: \"{source}\"")
+    config.write_text(text)
+    return config
+
+
+def run(binary, config, report, *args, check=True, env=None):
+    proc = run_headrace(binary, "run", config, "--report", report, "--digests", "--quiet", *args,
+                        check=check, env=env)
+    return proc, (read_report(report) if report.exists() else None)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory, headrace_bin):
+    out = tmp_path_factory.mktemp("pq-sample")
+    run_headrace(headrace_bin, "make-sample", "--out", out, "--samples", SAMPLES, "--seed", 3,
+                 "--size", "96x72")
+    return out
+
+
+@pytest.fixture(scope="module")
+def tables(dataset, tmp_path_factory):
+    out = tmp_path_factory.mktemp("pq")
+    write_parquet(dataset, out)
+    return out
+
+
+def test_unshuffled_parquet_yields_the_manifests_batches_byte_for_byte(
+        dataset, tables, headrace_bin, tmp_path):
+    flags = ["--set", "shuffle=false", "--set", "epochs=2"]
+    manifest = write_config(tmp_path / "m.yaml", dataset)
+    _, m = run(headrace_bin, manifest, tmp_path / "m.json", *flags)
+    parquet = parquet_config(tmp_path / "p.yaml", dataset, pattern(tables))
+    _, p = run(headrace_bin, parquet, tmp_path / "p.json", *flags)
+    assert p["errors"]["total"] == 0
+    assert p["samples"] == m["samples"] == 2 * SAMPLES
+    assert p["batch_digests"] == m["batch_digests"]
+    assert p["source"].startswith("parquet ") and "6 row groups" in p["source"]
+    cache = p["row_group_cache"]
+    # Each row group read and decoded once per epoch (the cache lets a group go when all
+    # its rows are done).
+    assert cache["fetches"] == 2 * SAMPLES // ROWS_PER_GROUP
+    assert cache["decodes"] == cache["fetches"]
+    assert cache["refetches"] == 0
+    assert 0 < cache["peak_bytes"] <= cache["capacity_bytes"]
+
+
+def test_shuffled_runs_are_deterministic_and_resume_exactly(dataset, tables, headrace_bin,
+                                                            tmp_path):
+    config = parquet_config(tmp_path / "p.yaml", dataset, pattern(tables),
+                            extra="shuffle: true")
+    flags = ["--set", "epochs=2", "--set", "source.shuffle_window=2"]
+    _, full = run(headrace_bin, config, tmp_path / "full.json", *flags)
+    _, again = run(headrace_bin, config, tmp_path / "again.json", *flags,
+                   "--set", "execution.cpu_threads=1")
+    assert full["batch_digests"] == again["batch_digests"]
+    _, ordered = run(headrace_bin, config, tmp_path / "ordered.json", *flags,
+                     "--set", "shuffle=false")
+    assert full["batch_digests"] != ordered["batch_digests"]
+    per_epoch = SAMPLES // 8
+    for k in (5, per_epoch + 3):  # mid first epoch, mid second
+        _, resumed = run(headrace_bin, config, tmp_path / f"from{k}.json", *flags,
+                         "--start-batch", k)
+        assert resumed["batch_digests"] == full["batch_digests"][k:]
+
+
+def test_scalar_and_text_columns_reach_the_batch(dataset, headrace_bin, tmp_path):
+    rows = manifest_rows(dataset)
+    labels = [i % 5 for i in range(len(rows))]
+    a = write_parquet(dataset, tmp_path / "a", extra={"label": labels,
+                                                      "caption": [f"c{i}" for i in range(len(rows))]})
+    b = write_parquet(dataset, tmp_path / "b", extra={"label": [x + 1 for x in labels],
+                                                      "caption": [f"c{i}" for i in range(len(rows))]})
+    digests = []
+    for folder in (a[0].parent, b[0].parent):
+        config = parquet_config(tmp_path / f"{folder.name}.yaml", dataset, pattern(folder),
+                                extra="shuffle: false")
+        proc = run_headrace(headrace_bin, "run", config, "--print-config", "--digests", "--quiet",
+                            "--report", tmp_path / f"{folder.name}.json")
+        digests.append(read_report(tmp_path / f"{folder.name}.json")["batch_digests"])
+    # The label column is a batch tensor: other labels, other batches.
+    assert digests[0] != digests[1]
+
+
+def test_a_null_image_and_a_corrupt_image_fail_only_their_samples(dataset, headrace_bin,
+                                                                   tmp_path):
+    def image(i, data):
+        # Row 70: a JPEG cut off halfway.
+        return None if i == 5 else data[:len(data) // 2] if i == 70 else data
+    write_parquet(dataset, tmp_path / "bad", image=image)
+    config = parquet_config(tmp_path / "p.yaml", dataset, pattern(tmp_path / "bad"),
+                            extra="shuffle: false\nerrors: {max_error_rate: 0.5}")
+    _, r = run(headrace_bin, config, tmp_path / "r.json")
+    assert r["samples"] == SAMPLES - 2
+    assert r["errors"]["total"] == 2
+    first = r["errors"]["first"]
+    text = json.dumps(first)
+    assert "part-00000.parquet#row 5" in text
+    # Row 70 of the dataset is row 22 of the second file.
+    assert "part-00001.parquet#row 22" in text
+    assert set(r["errors"]["by_kind"]) == {"missing_field", "corrupt_data"}
+
+
+def test_a_row_group_bigger_than_the_memory_budget_is_an_error_naming_the_sizes(
+        dataset, tables, headrace_bin, tmp_path):
+    # 16 images of 96x72 are ~40 KB: the row-group cache gets half of a 64 KiB budget.
+    config = parquet_config(tmp_path / "p.yaml", dataset, pattern(tables), batch_size=2,
+                            extra="shuffle: false")
+    proc, _ = run(headrace_bin, config, tmp_path / "r.json", "--set", "memory.budget_bytes=64KiB",
+                  "--set", "ops.2.image.center_crop.size=8", "--set", "ops.1.image.resize.shorter_side=8",
+                  "--set", "ops.4.text.tokenize.max_length=8", check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "resource_exhausted" in proc.stderr
+    assert "bytes uncompressed" in proc.stderr and "over the limit of 32768" in proc.stderr
+    assert "source.cache_bytes" in proc.stderr and "memory.budget_bytes" in proc.stderr
+
+
+def test_a_missing_column_names_it_and_the_columns_there(dataset, tables, headrace_bin,
+                                                         tmp_path):
+    config = parquet_config(
+        tmp_path / "p.yaml", dataset, pattern(tables),
+        extra="")
+    text = config.read_text().replace(
+        "parquet: ", "fields: [{name: image, kind: image, key: jpg}, "
+        "{name: conversation, kind: conversation, key: conversations}]\n  parquet: ")
+    config.write_text(text)
+    proc = run_headrace(headrace_bin, "run", config, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "no column 'jpg'" in proc.stderr
+    assert "id (string), image (bytes), conversations (string)" in proc.stderr
+
+
+def test_a_file_that_does_not_exist_is_a_config_error_naming_it(dataset, tables, headrace_bin,
+                                                                tmp_path):
+    config = parquet_config(tmp_path / "p.yaml", dataset, pattern(tables, files=3))
+    proc = run_headrace(headrace_bin, "run", config, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "part-00002.parquet" in proc.stderr and "does not exist" in proc.stderr
+
+
+def test_parquet_on_s3_reads_one_request_per_row_group_plus_footers(
+        moto_s3, dataset, tables, headrace_bin, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    env = moto_s3.env(home)
+    subprocess.run([str(headrace_bin), "upload", str(tables), f"s3://{BUCKET}/train/",
+                    "--create-bucket"], env=env, check=True, capture_output=True)
+    config = parquet_config(tmp_path / "p.yaml", dataset,
+                            f"s3://{BUCKET}/train/part-{{00000..{FILES - 1:05d}}}.parquet",
+                            extra="shuffle: false")
+    _, r = run(headrace_bin, config, tmp_path / "s3.json", env=env)
+    local_config = parquet_config(tmp_path / "l.yaml", dataset, pattern(tables),
+                                  extra="shuffle: false")
+    _, local = run(headrace_bin, local_config, tmp_path / "l.json")
+    assert r["batch_digests"] == local["batch_digests"]
+    s3 = r["storage"]["s3"]
+    groups = SAMPLES // ROWS_PER_GROUP
+    # Per file: a size probe and one tail read; then one ranged GET per row group.
+    assert s3["requests"] <= groups + 2 * FILES, s3
+    assert r["row_group_cache"]["fetches"] == groups
+    assert groups / SAMPLES == 1 / ROWS_PER_GROUP
+    print(f"s3 requests: {s3['requests']} for {SAMPLES} samples "
+          f"({s3['requests'] / SAMPLES:.4f} per sample; row groups alone {groups / SAMPLES:.4f})")
