@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from e2e_util import read_report, run_headrace, write_config
-from s3_fixtures import moto_s3  # noqa: F401  (fixture)
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
