@@ -1,14 +1,16 @@
-"""Loose files vs WebDataset tar shards from the 20 ms latency object server.
+"""Loose files vs WebDataset tar shards vs Parquet from the 20 ms latency object server.
 
 The same generated dataset (make-sample --shards) is served by `headrace bench serve`
 (the LoopbackServer of `bench io`, every response held back by --latency-ms) as
 s3://bench/...; the same pipeline (examples/vqa.yaml's ops, trainer step 0, the same
 CPU threads and reads in flight) runs over its manifest (one GET per image) and over its
-shards (indexes + 16 MiB ranged blocks through the block cache). Prints and writes
-samples/s, requests per sample and memory side by side, with shards/loose ratios.
+shards (indexes + 16 MiB ranged blocks through the block cache) and over the same
+samples as Parquet files written by pyarrow (image bytes + conversations as JSON, one
+ranged read and one decode per row group). Prints and writes samples/s, requests per
+sample and memory side by side, with ratios to the loose files.
 
     python bench/shards.py [--samples 2000] [--size 640x480] [--latency-ms 20]
-                           [--cpu-threads 2] [--json bench/shards.json]
+                           [--cpu-threads 2] [--rows-per-group 250] [--json bench/shards.json]
 """
 import argparse
 import json
@@ -51,6 +53,27 @@ storage: {{endpoint: "{endpoint}", anonymous: true, addressing_style: path}}
 """
 
 
+def write_parquet(data: Path, files: int, rows_per_group: int) -> None:
+    """The manifest's samples as Parquet under data/parquet/: id, image bytes and the
+    conversation as JSON (a Hugging Face LLaVA-style table), in manifest order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    out = data / "parquet"
+    if (out / f"part-{files - 1:05d}.parquet").exists():
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [json.loads(line) for line in (data / "manifest.jsonl").read_text().splitlines()]
+    per = -(-len(rows) // files)
+    for f in range(files):
+        part = rows[f * per:(f + 1) * per]
+        table = pa.table({
+            "id": [r["id"] for r in part],
+            "image": pa.array([(data / r["image"]).read_bytes() for r in part], type=pa.binary()),
+            "conversations": [json.dumps(r["conversations"]) for r in part],
+        })
+        pq.write_table(table, out / f"part-{f:05d}.parquet", row_group_size=rows_per_group)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bin", default=os.environ.get("HEADRACE_BIN", REPO / "build/headrace"))
@@ -63,6 +86,8 @@ def main():
     parser.add_argument("--budget", default="1GiB")
     parser.add_argument("--window", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--rows-per-group", type=int, default=250)
+    parser.add_argument("--parquet-files", type=int, default=4)
     parser.add_argument("--data", default=None, help="reuse a make-sample --shards folder")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -74,6 +99,7 @@ def main():
             args.size, "--shards", "--shard-size", args.shard_size)
     shards = json.loads((data / "shards" / "shards.json").read_text())
     n = len(shards["shards"])
+    write_parquet(data, args.parquet_files, args.rows_per_group)
     server = subprocess.Popen([str(args.bin), "bench", "serve", data, "--latency-ms",
                                str(args.latency_ms)], stdout=subprocess.PIPE, text=True)
     try:
@@ -85,6 +111,8 @@ def main():
             "loose files": "{manifest: s3://bench/manifest.jsonl}",
             "tar shards": (f'{{shards: "s3://bench/shards/shard-{{000000..{n - 1:06d}}}.tar", '
                            f"shuffle_window: {args.window}}}"),
+            "parquet": (f'{{parquet: "s3://bench/parquet/part-{{00000..'
+                        f'{args.parquet_files - 1:05d}}}.parquet", shuffle_window: {args.window}}}'),
         }
         rows = {}
         for name, source in sources.items():
@@ -105,13 +133,14 @@ def main():
                 "peak_rss_mib": report["peak_rss_bytes"] / 2**20,
                 "budget_peak_mib": report["budget_peak_bytes"] / 2**20,
                 "block_cache": report.get("block_cache"),
+                "row_group_cache": report.get("row_group_cache"),
                 "errors": report["errors"]["total"],
             }
     finally:
         server.terminate()
         server.wait(timeout=30)
 
-    loose, tar = rows["loose files"], rows["tar shards"]
+    loose, tar, parquet = rows["loose files"], rows["tar shards"], rows["parquet"]
     result = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores visible",
@@ -120,15 +149,21 @@ def main():
                     "shard_bytes": args.shard_size, "window": args.window},
         "latency_ms": args.latency_ms, "cpu_threads": args.cpu_threads,
         "io_inflight": args.io_inflight, "epochs": args.epochs,
-        "loose": loose, "shards": tar,
+        "parquet_rows_per_group": args.rows_per_group, "parquet_files": args.parquet_files,
+        "loose": loose, "shards": tar, "parquet": parquet,
         "ratio_samples_per_s": tar["samples_per_s"] / loose["samples_per_s"],
         "ratio_requests_per_sample": tar["requests_per_sample"] / loose["requests_per_sample"],
+        "parquet_ratio_samples_per_s": parquet["samples_per_s"] / loose["samples_per_s"],
+        "parquet_ratio_requests_per_sample":
+            parquet["requests_per_sample"] / loose["requests_per_sample"],
     }
-    print(f"{'':24}{'loose files':>14}{'tar shards':>14}{'shards/loose':>14}")
+    print(f"{'':24}{'loose files':>14}{'tar shards':>14}{'parquet':>14}"
+          f"{'shards/loose':>14}{'parquet/loose':>14}")
     for key, fmt in (("samples_per_s", "{:14.1f}"), ("requests_per_sample", "{:14.4f}"),
                      ("requests", "{:14d}"), ("peak_rss_mib", "{:14.1f}")):
-        ratio = tar[key] / loose[key] if loose[key] else float("nan")
-        print(f"{key:24}" + fmt.format(loose[key]) + fmt.format(tar[key]) + f"{ratio:14.3f}")
+        ratios = [row[key] / loose[key] if loose[key] else float("nan") for row in (tar, parquet)]
+        print(f"{key:24}" + fmt.format(loose[key]) + fmt.format(tar[key]) +
+              fmt.format(parquet[key]) + "".join(f"{r:14.3f}" for r in ratios))
     cache = tar["block_cache"] or {}
     print(f"block cache: {cache.get('block_reads')} blocks read, peak "
           f"{cache.get('peak_bytes', 0) / 2**20:.1f} of {cache.get('capacity_bytes', 0) / 2**20:.1f}"
