@@ -126,14 +126,6 @@ Status MissingField(int64_t line, std::string what) {
   return Status::MissingField(LinePrefix(line) + std::move(what));
 }
 
-Result<Role> ParseRole(std::string_view role) {
-  if (role == "human" || role == "user") return Role::kUser;
-  if (role == "gpt" || role == "assistant" || role == "model") return Role::kAssistant;
-  if (role == "system") return Role::kSystem;
-  return Status::BadRecord("unknown role " + QuoteForMessage(role) +
-                           " (allowed: human, user, gpt, assistant, model, system)");
-}
-
 // Whether a segment of an http(s) URL is a path step in disguise once a server decodes
 // it: "%2e%2e", "..%2f..", "%2E", "a%5cb".
 bool EncodedTraversal(std::string_view segment) {
@@ -350,6 +342,14 @@ bool IsBlank(std::string_view line) {
 }
 
 }  // namespace
+
+Result<Role> ParseRole(std::string_view role) {
+  if (role == "human" || role == "user") return Role::kUser;
+  if (role == "gpt" || role == "assistant" || role == "model") return Role::kAssistant;
+  if (role == "system") return Role::kSystem;
+  return Status::BadRecord("unknown role " + QuoteForMessage(role) +
+                           " (allowed: human, user, gpt, assistant, model, system)");
+}
 
 Result<std::string> ResolveMediaPath(std::string_view root, std::string_view relative,
                                      bool allow_absolute) {

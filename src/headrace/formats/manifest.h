@@ -61,6 +61,11 @@ size_t ManifestMemoryBytes(const Manifest& manifest);
 // or kIoError when the file cannot be read.
 Result<Manifest> LoadManifest(Storage& storage, const SourceSpec& spec);
 
+// A conversation turn's role: "human"/"user" -> user, "gpt"/"assistant"/"model" ->
+// assistant, "system" -> system; anything else is kBadRecord naming the allowed ones.
+// Shared by every source that reads chat turns (manifest lines, shard .json members).
+Result<Role> ParseRole(std::string_view role);
+
 // Joins a media path from a manifest to the dataset root, lexically (no file system
 // access), so that it works the same for local paths and URIs:
 // - root is a local path ("/data/coco", "data/coco", "" = current directory) or a URI

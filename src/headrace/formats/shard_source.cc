@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "headrace/core/strings.h"
+#include "headrace/formats/manifest.h"
 #include "headrace/io/uri.h"
 
 namespace headrace {
@@ -108,14 +109,6 @@ Result<std::vector<std::string>> ExpandBraces(std::string_view pattern) {
     todo = std::move(next);
   }
   return done;
-}
-
-Result<Role> ParseRole(std::string_view role) {
-  if (role == "human" || role == "user") return Role::kUser;
-  if (role == "gpt" || role == "assistant" || role == "model") return Role::kAssistant;
-  if (role == "system") return Role::kSystem;
-  return Status::BadRecord("unknown role " + QuoteForMessage(role) +
-                           " (allowed: human, user, gpt, assistant, model, system)");
 }
 
 std::string IndexUri(const std::string& shard) { return shard + ".idx.json"; }
