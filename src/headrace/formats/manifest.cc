@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "headrace/core/strings.h"
+#include "headrace/formats/conversation_json.h"
 #include "headrace/io/uri.h"
 
 namespace headrace {
@@ -185,42 +186,6 @@ Result<std::string> Resolve(const SplitPath& base, const std::string& base_text,
   return out;
 }
 
-// Appends the chat turns of `conv` (a JSON array) to record.turns.
-Status ReadConversation(simdjson::dom::element conv_element, int64_t line, const SourceSpec& spec,
-                        const std::string& key, SampleRecord& record) {
-  simdjson::dom::array conv;
-  if (conv_element.get(conv) != simdjson::SUCCESS) {
-    return MissingField(line, "field '" + key + "' must be an array");
-  }
-  record.turns.reserve(conv.size());
-  size_t i = 0;
-  for (simdjson::dom::element turn_element : conv) {
-    // Built only for messages: good records allocate nothing here.
-    auto where = [&](std::string_view field) {
-      std::string w = key + "[" + std::to_string(i) + "]";
-      if (!field.empty()) w.append(".").append(field);
-      return w;
-    };
-    simdjson::dom::object turn_obj;
-    if (turn_element.get(turn_obj) != simdjson::SUCCESS) {
-      return MissingField(line, "'" + where("") + "' must be an object");
-    }
-    std::string_view role_name;
-    std::string_view text;
-    if (turn_obj.at_key(spec.role_field).get(role_name) != simdjson::SUCCESS) {
-      return MissingField(line, "'" + where(spec.role_field) + "' is missing or not a string");
-    }
-    if (turn_obj.at_key(spec.text_field).get(text) != simdjson::SUCCESS) {
-      return MissingField(line, "'" + where(spec.text_field) + "' is missing or not a string");
-    }
-    Result<Role> role = ParseRole(role_name);
-    if (!role.ok()) return role.status().WithContext(LinePrefix(line) + where(spec.role_field));
-    record.turns.push_back(Turn{*role, std::string(text)});
-    ++i;
-  }
-  return Status::Ok();
-}
-
 // What a value of `kind` must be in JSON, for messages.
 const char* ExpectedJson(FieldKind kind) {
   switch (kind) {
@@ -308,7 +273,7 @@ Status FillRecord(simdjson::dom::element doc, int64_t line, const SourceSpec& sp
       continue;
     }
     if (f.kind == FieldKind::kConversation) {
-      HR_RETURN_IF_ERROR(ReadConversation(value, line, spec, f.key, record));
+      HR_RETURN_IF_ERROR(AppendTurns(value, spec, f.key, LinePrefix(line), record.turns));
       continue;
     }
     if (f.max_items == 0) {
@@ -349,6 +314,43 @@ Result<Role> ParseRole(std::string_view role) {
   if (role == "system") return Role::kSystem;
   return Status::BadRecord("unknown role " + QuoteForMessage(role) +
                            " (allowed: human, user, gpt, assistant, model, system)");
+}
+
+Status AppendTurns(simdjson::dom::element conv_element, const SourceSpec& spec,
+                   const std::string& key, std::string_view prefix, std::vector<Turn>& out) {
+  simdjson::dom::array conv;
+  if (conv_element.get(conv) != simdjson::SUCCESS) {
+    return Status::MissingField(std::string(prefix) + "field '" + key + "' must be an array");
+  }
+  out.reserve(out.size() + conv.size());
+  size_t i = 0;
+  for (simdjson::dom::element turn_element : conv) {
+    // Built only for messages: good records allocate nothing here.
+    auto where = [&](std::string_view field) {
+      std::string w = key + "[" + std::to_string(i) + "]";
+      if (!field.empty()) w.append(".").append(field);
+      return w;
+    };
+    const auto missing = [&](std::string_view field, std::string_view what) {
+      return Status::MissingField(std::string(prefix) + "'" + where(field) + "' " +
+                                  std::string(what));
+    };
+    simdjson::dom::object turn_obj;
+    if (turn_element.get(turn_obj) != simdjson::SUCCESS) return missing("", "must be an object");
+    std::string_view role_name;
+    std::string_view text;
+    if (turn_obj.at_key(spec.role_field).get(role_name) != simdjson::SUCCESS) {
+      return missing(spec.role_field, "is missing or not a string");
+    }
+    if (turn_obj.at_key(spec.text_field).get(text) != simdjson::SUCCESS) {
+      return missing(spec.text_field, "is missing or not a string");
+    }
+    Result<Role> role = ParseRole(role_name);
+    if (!role.ok()) return role.status().WithContext(std::string(prefix) + where(spec.role_field));
+    out.push_back(Turn{*role, std::string(text)});
+    ++i;
+  }
+  return Status::Ok();
 }
 
 Result<std::string> ResolveMediaPath(std::string_view root, std::string_view relative,

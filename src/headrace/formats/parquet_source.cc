@@ -469,12 +469,7 @@ size_t ParquetSourceMemoryBytes(const ParquetSource& source) {
   size_t bytes = sizeof(ParquetSource) + source.records.capacity() * sizeof(SampleRecord) +
                  source.groups.capacity() * (sizeof(ParquetSource::Group) + sizeof(int64_t));
   for (const std::string& s : source.files) bytes += s.capacity() + 1;
-  for (const SampleRecord& r : source.records) {
-    bytes += r.id.capacity() + r.location.capacity() + r.media.capacity() * sizeof(MediaRef);
-    for (const MediaRef& m : r.media) bytes += m.uri.capacity();
-    if (!r.status.ok()) bytes += 64 + r.status.message().size();
-  }
-  return bytes;
+  return bytes + RecordsHeapBytes(source.records);
 }
 
 }  // namespace headrace

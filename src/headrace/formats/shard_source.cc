@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "headrace/core/strings.h"
+#include "headrace/formats/conversation_json.h"
 #include "headrace/formats/manifest.h"
 #include "headrace/io/uri.h"
 
@@ -361,30 +362,14 @@ Result<std::vector<Turn>> ParseConversationJson(std::span<const uint8_t> json,
     return Status::BadRecord(std::string("conversation member: not a JSON object (") +
                              simdjson::error_message(error) + ")");
   }
-  simdjson::dom::array conv;
+  simdjson::dom::element conv;
   if (obj.at_key(spec.conversations_field).get(conv) != simdjson::SUCCESS) {
     return Status::MissingField("conversation member: no array '" + spec.conversations_field +
                                 "'");
   }
   std::vector<Turn> turns;
-  turns.reserve(conv.size());
-  for (simdjson::dom::element element : conv) {
-    const std::string where =
-        "conversation member: '" + spec.conversations_field + "[" + std::to_string(turns.size()) + "]";
-    simdjson::dom::object turn;
-    std::string_view role_name;
-    std::string_view text;
-    if (element.get(turn) != simdjson::SUCCESS) return Status::MissingField(where + "' must be an object");
-    if (turn.at_key(spec.role_field).get(role_name) != simdjson::SUCCESS) {
-      return Status::MissingField(where + "." + spec.role_field + "' is missing or not a string");
-    }
-    if (turn.at_key(spec.text_field).get(text) != simdjson::SUCCESS) {
-      return Status::MissingField(where + "." + spec.text_field + "' is missing or not a string");
-    }
-    Result<Role> role = ParseRole(role_name);
-    if (!role.ok()) return role.status().WithContext(where + "." + spec.role_field + "'");
-    turns.push_back(Turn{*role, std::string(text)});
-  }
+  HR_RETURN_IF_ERROR(AppendTurns(conv, spec, spec.conversations_field, "conversation member: ",
+                                 turns));
   return turns;
 }
 
@@ -399,15 +384,20 @@ Status PrepareShardSample(Sample& sample, const SourceSpec& spec) {
   return Status::Ok();
 }
 
-size_t ShardSourceMemoryBytes(const ShardSource& source) {
-  size_t bytes = sizeof(ShardSource) + source.records.capacity() * sizeof(SampleRecord);
-  for (const std::string& s : source.shards) bytes += s.capacity() + 1;
-  for (const SampleRecord& r : source.records) {
+size_t RecordsHeapBytes(const std::vector<SampleRecord>& records) {
+  size_t bytes = 0;
+  for (const SampleRecord& r : records) {
     bytes += r.id.capacity() + r.location.capacity() + r.media.capacity() * sizeof(MediaRef);
     for (const MediaRef& m : r.media) bytes += m.uri.capacity();
     if (!r.status.ok()) bytes += 64 + r.status.message().size();
   }
   return bytes;
+}
+
+size_t ShardSourceMemoryBytes(const ShardSource& source) {
+  size_t bytes = sizeof(ShardSource) + source.records.capacity() * sizeof(SampleRecord);
+  for (const std::string& s : source.shards) bytes += s.capacity() + 1;
+  return bytes + RecordsHeapBytes(source.records);
 }
 
 }  // namespace headrace

@@ -96,4 +96,9 @@ Status PrepareShardSample(Sample& sample, const SourceSpec& spec);
 // The bytes the source's records hold, for the run report (as ManifestMemoryBytes).
 size_t ShardSourceMemoryBytes(const ShardSource& source);
 
+// What `records` hold on the heap beyond the vector itself (ids, locations, media refs
+// and their URIs, error messages), estimated from the containers' capacities; shared by
+// the sources whose records name byte ranges of larger files (shards, Parquet).
+size_t RecordsHeapBytes(const std::vector<SampleRecord>& records);
+
 }  // namespace headrace
