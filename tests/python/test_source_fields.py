@@ -142,3 +142,70 @@ def test_two_image_fields_run_two_chains(py_sample, tmp_path):
     assert image.shape == depth.shape == (8, 3, 32, 32)
     assert np.array_equal(depth, image[:, :, :, ::-1])
     assert not np.array_equal(depth, image)
+
+
+def test_a_list_of_images_goes_through_the_chain_item_by_item(fields_dataset, py_sample):
+    """The 'views' list (up to 2 images per record, 0-2 here) through decode, resize and
+    normalize: [B, 2, 3, 32, 32] plus views_count. Each item must equal, bit for bit, what
+    the single-image chain makes of the same file; the missing items are zeros."""
+    def build(extra_ops):
+        return headrace.Pipeline(
+            source={"manifest": fields_dataset / "manifest.jsonl", "fields": FIELDS,
+                    "allow_absolute_paths": True, "root": "/"},
+            ops=[ops.decode(), ops.resize(width=32, height=32), ops.normalize()] + extra_ops,
+            batch_size=8, seed=3, cpu_threads=2, memory_budget="64MiB", shuffle=False,
+            overrides={"errors.max_error_rate": 0.5})
+
+    singles = {}
+    with headrace.Loader(build([])) as loader:
+        for batch in loader:
+            for row, index in enumerate(np.asarray(batch["index"])):
+                singles[int(index)] = np.asarray(batch["image"])[row].copy()
+    n = len(singles) + 1  # record 7 is skipped (no label)
+
+    list_ops = [ops.decode(field="views"), ops.resize(width=32, height=32, field="views"),
+                ops.normalize(field="views")]
+    checked = 0
+    with headrace.Loader(build(list_ops)) as loader:
+        for batch in loader:
+            views = np.asarray(batch["views"])
+            count = np.asarray(batch["views_count"])
+            assert views.shape == (len(count), 2, 3, 32, 32) and count.dtype == np.int64
+            for row, index in enumerate(np.asarray(batch["index"])):
+                i = int(index)
+                assert count[row] == i % 3
+                for k in range(count[row]):
+                    source = (i + k + 1) % n
+                    if source in singles:
+                        assert np.array_equal(views[row, k], singles[source]), (i, k)
+                        checked += 1
+                assert not views[row, count[row]:].any()
+    assert checked > 30
+
+
+def test_a_corrupt_item_of_a_list_names_the_item(fields_dataset, py_sample, tmp_path):
+    """A record whose second view does not decode is skipped and named by the item's
+    place in the list and its URI; every other record comes through."""
+    bad = tmp_path / "broken.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
+    lines = (fields_dataset / "manifest.jsonl").read_text().splitlines()
+    r = json.loads(lines[5])
+    assert len(r["more"]) == 2
+    r["more"][1] = str(bad)
+    lines[5] = json.dumps(r)
+    (tmp_path / "manifest.jsonl").write_text("\n".join(lines) + "\n")
+    p = headrace.Pipeline(
+        source={"manifest": tmp_path / "manifest.jsonl", "fields": FIELDS,
+                "allow_absolute_paths": True, "root": "/"},
+        ops=[ops.decode(field="views"), ops.resize(width=16, height=16, field="views"),
+             ops.normalize(field="views")],
+        batch_size=8, seed=3, cpu_threads=2, memory_budget="64MiB",
+        overrides={"errors.max_error_rate": 0.5})
+    errors, rows = [], 0
+    with headrace.Loader(p) as loader:
+        for batch in loader:
+            errors += batch.errors
+            rows += len(batch["index"])
+    assert rows == len(lines) - 2  # record 7 lacks its label, record 5 its second view
+    named = [e for e in errors if "index 5" in e]
+    assert len(named) == 1 and f"views[1] {bad}" in named[0] and "corrupt" in named[0], errors

@@ -128,6 +128,24 @@ struct Sample {
   // The bytes of the first media item of source field `field`: a parsed one, else the
   // record's; null when there is none.
   const Buffer* MediaOf(int field) const;
+  // Calls f(const Buffer& bytes, const std::string& uri) for each media item of source
+  // field `field`, in list order: the parsed ones when there are, else the record's.
+  // The URI is the item's own, or the record's for a parsed item.
+  template <typename F>
+  void ForEachMedia(int field, F&& f) const {
+    static const std::string kNone;
+    bool parsed = false;
+    for (const FieldMedia& m : parsed_media) {
+      if (m.field != field) continue;
+      parsed = true;
+      f(m.bytes, record != nullptr ? record->uri() : kNone);
+    }
+    if (parsed || record == nullptr) return;
+    const size_t n = media.size() < record->media.size() ? media.size() : record->media.size();
+    for (size_t i = 0; i < n; ++i) {
+      if (record->media[i].field == field) f(media[i], record->media[i].uri);
+    }
+  }
 };
 
 // A sample that was skipped, with enough to find it again.

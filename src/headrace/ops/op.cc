@@ -12,6 +12,7 @@ void ScratchUsage::Add(int64_t delta) {
 ScratchArena::~ScratchArena() { Account(nullptr); }
 
 void ScratchArena::Account(ScratchUsage* usage) {
+  if (nested_ != nullptr) nested_->Account(usage);
   if (usage == usage_) return;
   const auto held = static_cast<int64_t>(capacity());
   if (usage_ != nullptr) usage_->Add(-held);
@@ -35,22 +36,39 @@ uint8_t* ScratchArena::Get(int slot, size_t bytes) {
 }
 
 size_t ScratchArena::capacity() const {
-  size_t total = 0;
+  size_t total = nested_ != nullptr ? nested_->capacity() : 0;
   for (const Buffer& b : slots_) total += b.size();
   return total;
+}
+
+ScratchArena& ScratchArena::Nested() {
+  if (nested_ == nullptr) {
+    nested_ = std::make_unique<ScratchArena>();
+    nested_->Account(usage_);
+  }
+  return *nested_;
+}
+
+template <typename F>
+void ScratchArena::ForEachBuffer(F&& f) {
+  for (Buffer& b : slots_) f(b);
+  if (nested_ != nullptr) {
+    for (Buffer& b : nested_->slots_) f(b);
+  }
 }
 
 size_t ScratchArena::Trim(size_t retain_bytes) {
   size_t freed = 0;
   for (size_t held = capacity(); held > retain_bytes;) {
     Buffer* largest = &slots_[0];
-    for (Buffer& b : slots_) {
+    ForEachBuffer([&](Buffer& b) {
       if (b.size() > largest->size()) largest = &b;
-    }
+    });
     held -= largest->size();
     freed += largest->size();
     *largest = Buffer();
   }
+  // Both arenas count in the same usage (Account keeps them together).
   if (usage_ != nullptr) usage_->Add(-static_cast<int64_t>(freed));
   return freed;
 }

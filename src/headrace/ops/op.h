@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <variant>
@@ -70,15 +71,24 @@ class ScratchArena {
   // Memory for `bytes` bytes in slot `slot` (0 <= slot < kSlots), 64-byte aligned.
   // Valid until the next Get of the same slot or a Trim. Null only if allocation fails.
   uint8_t* Get(int slot, size_t bytes);
-  // Total bytes held, for memory accounting.
+  // Total bytes held (the nested arena's included), for memory accounting.
   size_t capacity() const;
-  // Frees slots, largest first, until at most `retain_bytes` are held; returns the
-  // bytes freed. Between samples only: it invalidates what Get returned for them.
+  // Frees slots (the nested arena's included), largest first, until at most
+  // `retain_bytes` are held; returns the bytes freed. Between samples only: it
+  // invalidates what Get returned for them.
   size_t Trim(size_t retain_bytes);
+  // A second arena, counted with this one: for the ops that run over each item of a
+  // list (ForEachItemOp) while the sample's other images stay in this arena's slots.
+  ScratchArena& Nested();
 
  private:
+  // Each slot's buffer, this arena's then the nested one's.
+  template <typename F>
+  void ForEachBuffer(F&& f);
+
   Buffer slots_[kSlots];
   ScratchUsage* usage_ = nullptr;
+  std::unique_ptr<ScratchArena> nested_;
 };
 
 struct SampleContext {

@@ -38,12 +38,18 @@ std::string Available(const PlanState& state) {
   std::string out;
   for (const PlanValue& v : state.values) {
     if (!out.empty()) out += ", ";
-    out += "'" + v.name + "' (" + std::string(ValueKindName(v.desc.kind)) + ")";
+    out += "'" + v.name + "' (" + DescribeValue(v.desc) + ")";
   }
   return out.empty() ? "none" : out;
 }
 
 }  // namespace
+
+std::string DescribeValue(const ValueDesc& desc) {
+  if (desc.items == 0) return std::string(ValueKindName(desc.kind));
+  return "a list of up to " + std::to_string(desc.items) + " items, each " +
+         std::string(ValueKindName(desc.kind));
+}
 
 Result<ValueDesc> PlanContext::Read(std::string_view name, ValueKind kind) {
   int v = Find(name);
@@ -66,12 +72,28 @@ Result<ValueDesc> PlanContext::Read(std::string_view name, ValueKind kind) {
   if (value.desc.kind != kind) {
     std::string message = "reads " + quoted + " as " + std::string(ValueKindName(kind)) +
                           ", but at this point " + quoted + " is " +
-                          std::string(ValueKindName(value.desc.kind)) + " (from " +
-                          value.written_by + ")";
+                          DescribeValue(value.desc) + " (from " + value.written_by + ")";
     const std::string made_by =
         state_.producer_of ? state_.producer_of(value.desc.kind, kind) : std::string();
     if (!made_by.empty()) message += ": add " + made_by + " before it";
     return Error(message);
+  }
+  // An op runs either once per sample or once per item of one list: what it reads must
+  // agree. (Mixing would need a per-item view of a single value, which no op wants yet.)
+  PlanOpRecord& op = record();
+  if (value.list_field >= 0) {
+    if (op.reads_single || (op.list_field >= 0 && op.list_field != value.list_field)) {
+      return Error("reads " + quoted + ", " + DescribeValue(value.desc) +
+                   ", together with a value that is not an item of that list: an op runs "
+                   "once per item of one list, or once per sample");
+    }
+    op.list_field = value.list_field;
+    op.items = value.desc.items;
+  } else if (op.list_field >= 0) {
+    return Error("reads " + quoted + ", a single value, together with a list's items: an op "
+                 "runs once per item of one list, or once per sample");
+  } else {
+    op.reads_single = true;
   }
   value.read = true;
   if (value.source_field >= 0) {
@@ -79,16 +101,15 @@ Result<ValueDesc> PlanContext::Read(std::string_view name, ValueKind kind) {
     if (state_.source_slots.size() <= field) state_.source_slots.resize(field + 1, -1);
     state_.source_slots[field] = v;
   }
-  PlanOpRecord& r = record();
-  r.reads.emplace_back(std::string(name), v);
-  r.inputs.push_back(value.desc);
+  op.reads.emplace_back(std::string(name), v);
+  op.inputs.push_back(value.desc);
   return value.desc;
 }
 
 std::vector<std::string> PlanContext::ReadEvery(ValueKind kind) {
   std::vector<std::string> names;
   for (const PlanValue& v : state_.values) {
-    if (v.desc.kind == kind) names.push_back(v.name);
+    if (v.desc.kind == kind && v.list_field < 0) names.push_back(v.name);
   }
   for (const std::string& n : names) (void)Read(n, kind);
   return names;
@@ -112,9 +133,24 @@ Status PlanContext::Write(std::string_view name, ValueDesc desc) {
   value.written_by = key();
   value.writer = op_;
   value.source_field = -1;
+  value.list_field = -1;
   value.read = false;
   record().writes.emplace_back(std::string(name), v);
   return Status::Ok();
+}
+
+void PlanContext::FinishDeclare() {
+  const PlanOpRecord& op = record();
+  if (op.list_field < 0) return;
+  for (const auto& [name, slot] : op.writes) {
+    PlanValue& value = state_.values[static_cast<size_t>(slot)];
+    value.desc.items = op.items;
+    value.list_field = op.list_field;
+  }
+  for (const auto& [name, row] : op.fields) {
+    std::vector<int64_t>& shape = state_.fields[static_cast<size_t>(row)].sample_shape;
+    shape.insert(shape.begin(), op.items);
+  }
 }
 
 void PlanContext::AddField(FieldSpec field, std::string size_source, std::string writer) {

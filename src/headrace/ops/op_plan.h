@@ -51,7 +51,13 @@ struct ValueDesc {
   // ("ops[2].image.center_crop.size 224"), or what makes it vary ("ops[1].image.resize
   // .shorter_side 256 (keeps each image's aspect ratio)").
   std::string shape_source;
+  // 0: one value per sample. N > 0: a list of up to N items per sample (a media field
+  // with max_items N and what ops make of it); `kind` and `shape` describe each item.
+  int items = 0;
 };
+
+// "an image", "a list of up to 4 items, each an image": for messages.
+std::string DescribeValue(const ValueDesc& desc);
 
 // The smallest image later operators need of a value, so that its producer may make it
 // smaller for less work (image.decode scales JPEGs in the DCT domain). Sizes are of the
@@ -89,6 +95,9 @@ struct PlanValue {
   int writer = -1;         // the op that wrote it, -1 for the source
   int source_field = -1;   // for source values: the index of the source's field
   bool read = false;       // read since it was written
+  // For a list value (desc.items > 0): the source field whose items it comes from. Every
+  // value made from one list is of that list; the ops over it run once per item.
+  int list_field = -1;
 };
 
 // What one op declared, kept from Declare to Make.
@@ -99,6 +108,13 @@ struct PlanOpRecord {
   std::vector<std::pair<std::string, int>> fields;   // batch field name, row
   std::vector<ValueDesc> inputs;                     // parallel to reads: as read
   ValueHints hints_after;                            // what later ops need (Make)
+  // An op that reads a list value runs once per item of that list (a mapped op): the
+  // list's source field and its max items; -1/0 for an op that runs once per sample.
+  // Its writes are items of the same list, and its batch fields gain a leading [items]
+  // dimension. See ForEachItemOp (ops/for_each_item.h).
+  int list_field = -1;
+  int items = 0;
+  bool reads_single = false;  // it read a value that is not a list item
 };
 
 // The chain being planned (pipeline/plan.cc drives it).
@@ -153,6 +169,9 @@ class PlanContext {
   // Declares a batch field this op writes, a row per sample; `size_source` is the key
   // that sets its size, `writer` who writes it (default: key()), for messages.
   void AddField(FieldSpec field, std::string size_source, std::string writer = "");
+  // After the op's Declare (the planner calls it): a mapped op's writes become items of
+  // its list, and its batch fields [items, ...shape].
+  void FinishDeclare();
 
   // --- Make (after every op declared) --------------------------------------------------
   // The slot of a value this op read or wrote; -1 if it declared none of that name.

@@ -4,6 +4,7 @@
 #include <limits>
 #include <map>
 
+#include "headrace/ops/for_each_item.h"
 #include "headrace/ops/schema.h"
 #include "headrace/pipeline/op_types.h"
 #include "headrace/pipeline/source_fields.h"
@@ -80,6 +81,7 @@ Status DeclareOps(const std::vector<OpSpec>& ops, PlanState& state) {
       HR_RETURN_IF_ERROR(T::Validate(spec, ctx.key()));
       return T::Declare(spec, ctx);
     }));
+    ctx.FinishDeclare();
   }
   return Status::Ok();
 }
@@ -115,23 +117,111 @@ Status MakeOps(const std::vector<OpSpec>& ops, PlanState& state,
 }
 
 // The source's fields as the chain's first values: a media field's item as encoded
-// bytes, the conversation. Fields of a kind no op reads yet are not values: text and
-// scalars (they go to the batch as they are: source_fields.h), and lists of media
-// (max_items > 0), which wait for a list value.
+// bytes (a list field's items: a list value, each item encoded bytes), the
+// conversation. Text and scalars are not values: they go to the batch as they are
+// (source_fields.h).
 void AddSourceValues(const std::vector<SourceField>& fields, PlanState& state) {
   for (size_t f = 0; f < fields.size(); ++f) {
     ValueKind kind;
-    if (IsMediaKind(fields[f].kind) && fields[f].max_items == 0) {
+    if (IsMediaKind(fields[f].kind)) {
       kind = ValueKind::kEncoded;
     } else if (fields[f].kind == FieldKind::kConversation) {
       kind = ValueKind::kConversation;
     } else {
       continue;
     }
-    state.values.push_back(PlanValue{fields[f].name, ValueDesc{kind, {}, ""},
-                                     "the source field '" + fields[f].name + "'", -1,
-                                     static_cast<int>(f), false});
+    PlanValue value{fields[f].name, ValueDesc{kind, {}, ""},
+                    "the source field '" + fields[f].name + "'", -1, static_cast<int>(f),
+                    false};
+    if (IsMediaKind(fields[f].kind) && fields[f].max_items > 0) {
+      value.desc.items = fields[f].max_items;
+      value.list_field = static_cast<int>(f);
+    }
+    state.values.push_back(std::move(value));
   }
+}
+
+// One list whose items some ops run over: those ops (positions in the chain, in order),
+// the slot its items are read from, and the row of its `<list>_count` field.
+struct ListGroup {
+  int field = -1;
+  std::vector<int> ops;
+  int slot = -1;
+  int count_row = -1;
+};
+
+std::vector<ListGroup> ListGroups(const PlanState& state) {
+  std::vector<ListGroup> groups;
+  for (size_t i = 0; i < state.ops.size(); ++i) {
+    const int field = state.ops[i].list_field;
+    if (field < 0) continue;
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const ListGroup& g) { return g.field == field; });
+    if (it == groups.end()) {
+      groups.push_back(ListGroup{field, {}, -1, -1});
+      it = groups.end() - 1;
+    }
+    it->ops.push_back(static_cast<int>(i));
+  }
+  for (ListGroup& g : groups) {
+    const auto f = static_cast<size_t>(g.field);
+    g.slot = f < state.source_slots.size() ? state.source_slots[f] : -1;
+  }
+  return groups;
+}
+
+// Each list whose ops write batch fields gets `<list>_count` (i64, per sample): how many
+// of its [N, ...] items are real; the rest are zeros.
+void AddItemCounts(const std::vector<SourceField>& fields, PlanState& state) {
+  for (const ListGroup& g : ListGroups(state)) {
+    const bool writes_fields = std::any_of(g.ops.begin(), g.ops.end(), [&](int op) {
+      return !state.ops[static_cast<size_t>(op)].fields.empty();
+    });
+    if (!writes_fields) continue;
+    const std::string& list = fields[static_cast<size_t>(g.field)].name;
+    const std::string source = "the source field '" + list + "' (its item count)";
+    state.fields.push_back(FieldSpec{list + "_count", DType::kI64, {}});
+    state.field_writers.push_back(source);
+    state.field_sources.push_back(source);
+  }
+}
+
+// Gathers each list's ops into one ForEachItemOp at the place of the last of them
+// (ops/for_each_item.h says why this order is sound).
+std::vector<std::unique_ptr<Op>> GroupListOps(const std::vector<SourceField>& fields,
+                                              const PlanState& state,
+                                              std::vector<std::unique_ptr<Op>> ops) {
+  std::vector<ListGroup> groups = ListGroups(state);
+  std::vector<std::unique_ptr<Op>> out;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const int field = state.ops[i].list_field;
+    if (field < 0) {
+      out.push_back(std::move(ops[i]));
+      continue;
+    }
+    const ListGroup& g = *std::find_if(groups.begin(), groups.end(),
+                                       [&](const ListGroup& x) { return x.field == field; });
+    if (g.ops.back() != static_cast<int>(i)) continue;  // gathered at the last one
+    ForEachItemOp::Options options;
+    options.list = fields[static_cast<size_t>(field)].name;
+    options.source_field = field;
+    options.slot = g.slot;
+    options.max_items = fields[static_cast<size_t>(field)].max_items;
+    std::vector<std::unique_ptr<Op>> inner;
+    for (int op : g.ops) {
+      inner.push_back(std::move(ops[static_cast<size_t>(op)]));
+      for (const auto& [name, row] : state.ops[static_cast<size_t>(op)].fields) {
+        const FieldSpec& spec = state.fields[static_cast<size_t>(row)];
+        options.fields.push_back(ForEachItemOp::ItemField{
+            row, spec.sample_bytes() / static_cast<size_t>(options.max_items)});
+      }
+    }
+    for (size_t r = 0; r < state.fields.size(); ++r) {
+      if (state.fields[r].name == options.list + "_count") options.count_row = static_cast<int>(r);
+    }
+    out.push_back(std::make_unique<ForEachItemOp>(std::move(options), std::move(inner)));
+  }
+  return out;
 }
 
 // Batch fields are found by name (Batch::Find, the Python batch dict): two fields of one
@@ -198,8 +288,10 @@ std::string ProducerOf(ValueKind from, ValueKind to) {
 Result<PlanState> DeclareChain(const PipelineSpec& spec) {
   PlanState state;
   state.producer_of = ProducerOf;
-  AddSourceValues(SourceFieldsOf(spec.source), state);
+  const std::vector<SourceField> fields = SourceFieldsOf(spec.source);
+  AddSourceValues(fields, state);
   HR_RETURN_IF_ERROR(DeclareOps(spec.ops, state));
+  AddItemCounts(fields, state);
   HR_RETURN_IF_ERROR(CheckFieldNames(state.fields, state.field_writers));
   return state;
 }
@@ -223,13 +315,19 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage) {
   state.read_file = [&storage](const std::string& uri) { return storage.Read(uri); };
   HintOps(spec.ops, state);
   PipelinePlan plan;
-  HR_RETURN_IF_ERROR(MakeOps(spec.ops, state, &plan.ops));
+  std::vector<std::unique_ptr<Op>> ops;
+  HR_RETURN_IF_ERROR(MakeOps(spec.ops, state, &ops));
+  const std::vector<SourceField> fields = SourceFieldsOf(spec.source);
+  plan.ops = GroupListOps(fields, state, std::move(ops));
   plan.fields = std::move(state.fields);
   plan.field_sources = std::move(state.field_sources);
   plan.num_values = static_cast<int>(state.values.size());
-  const std::vector<SourceField> fields = SourceFieldsOf(spec.source);
   for (size_t f = 0; f < fields.size(); ++f) {
     if (state.source_slots.size() <= f || state.source_slots[f] < 0) continue;
+    if (fields[f].max_items > 0 && IsMediaKind(fields[f].kind)) {
+      plan.reads_media = true;  // ForEachItemOp fills its items, one at a time
+      continue;
+    }
     SourceValue value;
     value.field = static_cast<int>(f);
     value.slot = state.source_slots[f];

@@ -1,6 +1,7 @@
 #include "headrace/pipeline/plan.h"
 
 #include "headrace/pipeline/config.h"
+#include "headrace/ops/for_each_item.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -224,6 +225,49 @@ TEST(PlanPipeline, TwoChainsOverTwoSourceFields) {
               HasSubstr("ops[1].image.normalize: reads 'depth' as an image, but at this point "
                         "'depth' is encoded bytes (from the source field 'depth'): add "
                         "image.decode before it"));
+}
+
+// A list of media: the ops over its items become one ForEachItemOp at the place of the
+// last of them, its fields [max_items, ...] plus `<list>_count`; the resize still tells
+// the decode of each item its size; the single image's chain is planned as before.
+TEST(PlanPipeline, OpsOverAListOfMediaRunPerItemWithListShapedFields) {
+  PipelineSpec spec = ImageSpec({
+      DecodeSpec{.field = "views"},
+      DecodeSpec{},
+      ResizeSpec{.width = 16, .height = 16, .field = "views"},
+      CenterCropSpec{.width = 24, .height = 24},
+      NormalizeSpec{.field = "views"},
+      NormalizeSpec{},
+  });
+  spec.source.fields = {SourceFieldSpec{.name = "image", .kind = FieldKind::kImage},
+                        SourceFieldSpec{.name = "views", .kind = FieldKind::kImage,
+                                        .max_items = 3}};
+  ASSERT_TRUE(ValidatePipelineSpec(spec).ok()) << ValidatePipelineSpec(spec).ToString();
+  auto storage = MakeLocalStorage();
+  Result<PipelinePlan> plan = PlanPipeline(spec, *storage);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->ops.size(), 4u);  // decode(image), center_crop, [views ops], normalize
+  EXPECT_EQ(plan->ops[2]->name(), "views[*]: image.decode, image.resize, image.normalize");
+  const auto& each = dynamic_cast<const ForEachItemOp&>(*plan->ops[2]);
+  EXPECT_EQ(dynamic_cast<const DecodeOp&>(*each.ops()[0]).target().min_width, 16);
+  EXPECT_FALSE(DecodeAt(*plan, 0).target().any());
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const FieldSpec& f : plan->fields) shapes[f.name] = f.sample_shape;
+  EXPECT_EQ(shapes["views"], (std::vector<int64_t>{3, 3, 16, 16}));
+  EXPECT_EQ(shapes["image"], (std::vector<int64_t>{3, 24, 24}));
+  ASSERT_TRUE(shapes.count("views_count"));
+  EXPECT_EQ(shapes["views_count"], std::vector<int64_t>{});
+  EXPECT_TRUE(plan->reads_media);
+  ASSERT_EQ(plan->source_values.size(), 1u) << "the list's items are filled per item";
+
+  // Normalizing the list before its items have a fixed size says so, naming the list.
+  spec.ops = {DecodeSpec{.field = "views"}, NormalizeSpec{.field = "views"}};
+  EXPECT_THAT(ValidatePipelineSpec(spec).message(),
+              HasSubstr("ops[1].image.normalize: the image size is not fixed here"));
+  // Reading the list as an image before decoding it names it as a list.
+  spec.ops = {NormalizeSpec{.field = "views"}};
+  EXPECT_THAT(ValidatePipelineSpec(spec).message(),
+              HasSubstr("'views' is a list of up to 3 items, each encoded bytes"));
 }
 
 // Two chains over two media fields plan side by side, each with its own slot, field and

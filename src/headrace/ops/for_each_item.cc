@@ -1,0 +1,67 @@
+#include "headrace/ops/for_each_item.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace headrace {
+
+ForEachItemOp::ForEachItemOp(Options options, std::vector<std::unique_ptr<Op>> ops)
+    : options_(std::move(options)), ops_(std::move(ops)) {
+  name_ = options_.list + "[*]:";
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    name_ += (i == 0 ? " " : ", ") + std::string(ops_[i]->name());
+  }
+  for (const ItemField& f : options_.fields) num_rows_ = std::max(num_rows_, f.row + 1);
+  num_rows_ = std::max(num_rows_, options_.count_row + 1);
+}
+
+Status ForEachItemOp::Run(SampleContext& ctx) const {
+  // The item's view of the sample: its rows, randomness and scratch. Per thread, reused.
+  thread_local std::vector<uint8_t*> item_rows;
+  item_rows.assign(ctx.rows, ctx.rows + num_rows_);
+  SampleContext item = ctx;
+  item.rows = item_rows.data();
+  item.scratch = &ctx.scratch->Nested();
+  item.next_scratch = 0;
+
+  Status status;
+  int count = 0;
+  ctx.sample->ForEachMedia(options_.source_field, [&](const Buffer& bytes,
+                                                      const std::string& uri) {
+    if (!status.ok()) return;
+    if (count == options_.max_items) {  // the source caps lists; a bug if it did not
+      status = Status::Internal(options_.list + ": more than max_items " +
+                                std::to_string(options_.max_items) + " items");
+      return;
+    }
+    for (const ItemField& f : options_.fields) {
+      item_rows[static_cast<size_t>(f.row)] =
+          ctx.rows[f.row] + static_cast<size_t>(count) * f.item_bytes;
+    }
+    item.sample_seed = HashKeys(ctx.sample_seed, static_cast<uint64_t>(count));
+    item.Set(options_.slot, EncodedBytes{bytes.data(), bytes.size()});
+    for (const auto& op : ops_) {
+      status = op->Run(item);
+      if (!status.ok()) {
+        status = status.WithContext(options_.list + "[" + std::to_string(count) + "] " + uri);
+        break;
+      }
+    }
+    ++count;
+  });
+  // The item's values die with it: no op after this one may read them.
+  item.Set(options_.slot, Value());
+  if (!status.ok()) return status;
+  for (const ItemField& f : options_.fields) {
+    const size_t used = static_cast<size_t>(count) * f.item_bytes;
+    std::memset(ctx.rows[f.row] + used, 0,
+                static_cast<size_t>(options_.max_items) * f.item_bytes - used);
+  }
+  if (options_.count_row >= 0) {
+    const int64_t n = count;
+    std::memcpy(ctx.rows[options_.count_row], &n, sizeof n);
+  }
+  return Status::Ok();
+}
+
+}  // namespace headrace
