@@ -12,6 +12,7 @@ APT_PACKAGES=(
   libsentencepiece-dev libsimdjson-dev libyaml-cpp-dev libarchive-dev
   libgtest-dev libgmock-dev
   libcurl4-openssl-dev libssl-dev openssl
+  libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev ffmpeg
   python3 python3-venv
 )
 

@@ -53,13 +53,14 @@ Result<OpsBench> MeasureOps(const PipelineSpec& spec, int64_t samples) {
   }
   if (records.empty()) return Status::InvalidArgument("the manifest has no good records");
   // Read everything first so that the timed passes measure the operators only.
-  std::vector<Buffer> media(records.size());
+  std::vector<std::vector<Buffer>> media(records.size());
   const auto read_start = Clock::now();
   if (plan.reads_media) {
     for (size_t i = 0; i < records.size(); ++i) {
-      // One media item per record here (the image pipeline's): the first.
-      if (!records[i]->media.empty()) {
-        HR_ASSIGN_OR_RETURN(media[i], storage->Read(records[i]->media.front().uri));
+      // Every item, as the engine reads them (a manifest's are whole files).
+      for (const MediaRef& ref : records[i]->media) {
+        HR_ASSIGN_OR_RETURN(Buffer bytes, storage->Read(ref.uri));
+        media[i].push_back(std::move(bytes));
       }
     }
   }
@@ -79,7 +80,7 @@ Result<OpsBench> MeasureOps(const PipelineSpec& spec, int64_t samples) {
       Sample sample;
       sample.index = static_cast<int64_t>(i);
       sample.record = records[i];
-      sample.media = {media[i]};
+      sample.media = media[i];
       SampleContext ctx;
       ctx.sample = &sample;
       ctx.sample_seed = HashKeys(spec.seed, 0, i);

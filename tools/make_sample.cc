@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -22,6 +23,7 @@
 
 #include "headrace/core/clock.h"
 #include "headrace/core/rng.h"
+#include "headrace/ops/av/av_encode.h"
 
 namespace headrace {
 namespace {
@@ -741,11 +743,15 @@ void AppendJsonString(std::string& out, std::string_view s) {
 }
 
 std::string ManifestLine(const std::string& id, const std::string& image,
-                         const std::vector<QA>& conversation) {
+                         const std::vector<QA>& conversation, const std::string& video = "") {
   std::string line = "{\"id\":";
   AppendJsonString(line, id);
   line += ",\"image\":";
   AppendJsonString(line, image);
+  if (!video.empty()) {
+    line += ",\"video\":";
+    AppendJsonString(line, video);
+  }
   line += ",\"conversations\":[";
   for (size_t i = 0; i < conversation.size(); ++i) {
     if (i > 0) line += ',';
@@ -810,6 +816,36 @@ class ImageWriter {
   unsigned long capacity_ = 0;
   Canvas canvas_;
 };
+
+// The sample's clip: its scene drawn small once, then panned 3 px a frame (wrapping), so
+// that consecutive frames differ and a decoder's frame choice shows.
+Result<int64_t> WriteClip(uint64_t scene_key, uint64_t key, const fs::path& path) {
+  constexpr int kWidth = 160, kHeight = 120;
+  const Scene scene = MakeScene(scene_key, kWidth, kHeight);  // the same scene, small
+  thread_local Canvas canvas;
+  Draw(scene, key, canvas);
+  av::VideoClip clip;
+  clip.width = kWidth;
+  clip.height = kHeight;
+  clip.frames = 20;
+  clip.fps = 10;
+  clip.gop = 10;
+  clip.paint = [&](int frame, uint8_t* rgb) {
+    const int shift = 3 * frame;
+    for (int y = 0; y < kHeight; ++y) {
+      const uint8_t* src = canvas.pixels.data() + static_cast<size_t>(y) * kWidth * 3;
+      uint8_t* dst = rgb + static_cast<size_t>(y) * kWidth * 3;
+      for (int x = 0; x < kWidth; ++x) {
+        std::memcpy(dst + 3 * x, src + 3 * ((x + shift) % kWidth), 3);
+      }
+    }
+  };
+  HR_RETURN_IF_ERROR(av::WriteVideo(path.string(), clip));
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) return Status::IoError("cannot stat " + path.string() + ": " + ec.message());
+  return static_cast<int64_t>(size);
+}
 
 class SentenceList : public sentencepiece::SentenceIterator {
  public:
@@ -906,9 +942,10 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
 
   const fs::path root(options.out_dir);
   std::error_code ec;
-  fs::create_directories(root / "images", ec);
-  if (ec) {
-    return Status::IoError("cannot create " + (root / "images").string() + ": " + ec.message());
+  for (const char* dir : {"images", "videos"}) {
+    if (std::string_view(dir) == "videos" && !options.video) continue;
+    fs::create_directories(root / dir, ec);
+    if (ec) return Status::IoError("cannot create " + (root / dir).string() + ": " + ec.message());
   }
 
   const int64_t n = options.samples;
@@ -920,6 +957,7 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
   std::vector<std::vector<QA>> conversations(n);
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> image_bytes{0};
+  std::atomic<int64_t> video_bytes{0};
   std::atomic<bool> failed{false};
   std::mutex error_mutex;
   Status first_error;  // guarded by error_mutex
@@ -941,8 +979,18 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
         break;
       }
       image_bytes.fetch_add(*size, std::memory_order_relaxed);
+      std::string video;
+      if (options.video) {
+        video = std::string("videos/") + id + ".mp4";
+        auto clip = WriteClip(HashKeys(key, 0), HashKeys(key, 1), root / video);
+        if (!clip.ok()) {
+          status = clip.status();
+          break;
+        }
+        video_bytes.fetch_add(*clip, std::memory_order_relaxed);
+      }
       conversations[i] = MakeConversation(scene, HashKeys(key, 2));
-      lines[i] = ManifestLine(id, image, conversations[i]);
+      lines[i] = ManifestLine(id, image, conversations[i], video);
     }
     if (!status.ok()) {
       failed.store(true);
@@ -965,6 +1013,7 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
   MakeSampleStats stats;
   stats.samples = n;
   stats.image_bytes = image_bytes.load();
+  stats.video_bytes = video_bytes.load();
   stats.seconds = SecondsSince(start);
   return stats;
 }

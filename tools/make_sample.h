@@ -9,6 +9,7 @@
 //                              {"from":"gpt","value":"Blue."}, ...]}
 //                          1 to 3 question/answer pairs about what was drawn (colour,
 //                          shape, count, position, background, a caption)
+//   videos/000000.mp4 ...  with `video`: H.264 clips of the same scenes (see below)
 //   tokenizer.model/.vocab a SentencePiece BPE model trained on the conversations' text:
 //                            ids 0 <unk>, 1 <s> (BOS), 2 </s> (EOS), 3 <pad>,
 //                            4..7 the user-defined symbols <image> <|system|> <|user|>
@@ -41,11 +42,16 @@ struct MakeSampleOptions {
   // 640x480 of LIMITS.md); the content is the same scenes, drawn at that size.
   int width = 0;
   int height = 0;
+  // `--modalities video`: each sample also gets videos/<id>.mp4, an H.264 clip (2 s,
+  // 10 fps, 160x120, a keyframe each second) panning across a small drawing of the same
+  // scene, and its manifest line a "video" key, so that the conversation fits the clip too.
+  bool video = false;
 };
 
 struct MakeSampleStats {
   int64_t samples = 0;
   int64_t image_bytes = 0;  // total size of the JPEG files
+  int64_t video_bytes = 0;  // total size of the MP4 files (with `video`)
   double seconds = 0;       // wall time, tokenizer training included
 };
 

@@ -20,14 +20,35 @@ int MakeSampleCommand(const Args& args) {
       continue;
     }
     if (flag != "--out" && flag != "--samples" && flag != "--seed" && flag != "--threads" &&
-        flag != "--size" && flag != "--shard-size") {
+        flag != "--size" && flag != "--shard-size" && flag != "--modalities") {
       std::fprintf(stderr,
                    "headrace make-sample: unknown flag '%s' (allowed: --out, "
-                   "--samples, --seed, --threads, --size WxH, --shards, --shard-size BYTES)\n",
+                   "--samples, --seed, --threads, --size WxH, --shards, --shard-size BYTES, "
+                   "--modalities LIST)\n",
                    flag.c_str());
       return 2;
     }
     if (!r.Value(flag, &value)) return 2;
+    if (flag == "--modalities") {
+      // Images always; the rest by name. Audio, point clouds and OCR pages come with
+      // their operators.
+      for (size_t start = 0; start <= value.size();) {
+        size_t comma = value.find(',', start);
+        if (comma == std::string::npos) comma = value.size();
+        const std::string m = value.substr(start, comma - start);
+        if (m == "video" || m == "all") {
+          options.video = true;
+        } else if (m != "image") {
+          std::fprintf(stderr,
+                       "headrace make-sample: --modalities: unknown modality '%s' (allowed: "
+                       "image, video, all)\n",
+                       m.c_str());
+          return 2;
+        }
+        start = comma + 1;
+      }
+      continue;
+    }
     try {
       if (flag == "--out") options.out_dir = value;
       if (flag == "--samples") options.samples = std::stoll(value);
@@ -59,8 +80,11 @@ int MakeSampleCommand(const Args& args) {
     std::fprintf(stderr, "headrace make-sample: %s\n", stats.status().ToString().c_str());
     return 1;
   }
-  std::printf("wrote %lld samples (%.1f MB of JPEG) to %s in %.1f s\n",
+  std::printf("wrote %lld samples (%.1f MB of JPEG%s) to %s in %.1f s\n",
               static_cast<long long>(stats->samples), stats->image_bytes / 1e6,
+              options.video ? (", " + std::to_string(stats->video_bytes / 1000) +
+                               " KB of H.264").c_str()
+                            : "",
               options.out_dir.c_str(), stats->seconds);
   if (shards) {
     // The same dataset as WebDataset tar shards with their indexes, in manifest order

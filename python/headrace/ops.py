@@ -4,7 +4,7 @@ The built-in operators are the C++ ones of the YAML config (``image.decode`` ...
 function here returns their config entry, so a pipeline built in code and one read from
 YAML are the same PipelineSpec. The functions are made from the schema the C++ op list
 exports (``decode``, ``resize``, ``center_crop``, ``random_resized_crop``, ``flip``,
-``normalize``, ``tokenize``, ... and ``op(name, **params)`` for any), with the
+``normalize``, ``tokenize``, ``video_decode``, ... and ``op(name, **params)`` for any), with the
 parameters in the order the op declares them. ``map`` and ``map_batch`` add Python
 functions.
 """
@@ -117,12 +117,15 @@ def _make_builder(entry: dict) -> Callable[..., BuiltinOp]:
 
 
 def _short_names() -> Dict[str, str]:
-    """``decode`` for ``image.decode``, ...: the last part of each op's name, where no
-    other op shares it (those are reached through :func:`op`)."""
-    short: Dict[str, List[str]] = {}
+    """``decode`` for ``image.decode``, ...: the last part of each op's name. Where ops
+    share it, the first in the list keeps it and the others are named with their
+    modality: ``video_decode`` for ``video.decode``."""
+    out: Dict[str, str] = {}
     for entry in _SCHEMA:
-        short.setdefault(entry["name"].rsplit(".", 1)[-1], []).append(entry["name"])
-    return {k: v[0] for k, v in short.items() if len(v) == 1}
+        modality, short = entry["name"].rsplit(".", 1)
+        out[short if short not in out else modality.replace(".", "_") + "_" + short] = \
+            entry["name"]
+    return out
 
 
 for _short, _name in _short_names().items():

@@ -11,12 +11,13 @@ namespace headrace::python {
 void RegisterTools(nb::module_& m) {
   m.def(
       "make_sample",
-      [](const std::string& out, int64_t samples, uint64_t seed, int threads) {
+      [](const std::string& out, int64_t samples, uint64_t seed, int threads, bool video) {
         MakeSampleOptions options;
         options.out_dir = out;
         options.samples = samples;
         options.seed = seed;
         options.threads = threads;
+        options.video = video;
         std::optional<Result<MakeSampleStats>> stats;
         {
           nb::gil_scoped_release nogil;
@@ -26,11 +27,14 @@ void RegisterTools(nb::module_& m) {
         nb::dict d;
         d["samples"] = s.samples;
         d["image_bytes"] = s.image_bytes;
+        d["video_bytes"] = s.video_bytes;
         d["seconds"] = s.seconds;
         return d;
       },
       nb::arg("out"), nb::arg("samples") = 1000, nb::arg("seed") = 0, nb::arg("threads") = 0,
-      "Writes the chat-VQA sample dataset (JPEGs, manifest.jsonl, tokenizer.model) to `out`.");
+      nb::arg("video") = false,
+      "Writes the chat-VQA sample dataset (JPEGs, manifest.jsonl, tokenizer.model) to `out`;\n"
+      "video=True adds an H.264 clip of each scene (videos/<id>.mp4, manifest key 'video').");
 }
 
 }  // namespace headrace::python

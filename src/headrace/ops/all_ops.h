@@ -17,6 +17,7 @@
 #include "headrace/ops/image/random_resized_crop.h"
 #include "headrace/ops/image/resize.h"
 #include "headrace/ops/text/tokenize.h"
+#include "headrace/ops/video/decode.h"
 
 namespace headrace {
 
@@ -55,6 +56,7 @@ using AllOps = OpList<DecodeOp,             //
                       RandomResizedCropOp,  //
                       FlipOp,               //
                       NormalizeOp,          //
-                      TokenizeOp>;
+                      TokenizeOp,           //
+                      VideoDecodeOp>;
 
 }  // namespace headrace

@@ -12,6 +12,10 @@
 //     inputs.
 // A new op is covered as soon as it is in the list.
 #include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+#include <mutex>
 #include <sentencepiece_trainer.h>
 
 #include <cstring>
@@ -82,6 +86,9 @@ const std::string& ExampleModel() {
 struct Planned {
   PlanState state;
   std::vector<std::unique_ptr<Op>> ops;
+  // The op's own encoded input (T::ExampleInput: a video for video.decode), if it has
+  // one; else encoded inputs are JPEGs.
+  std::function<Bytes(int index)> example_input;
   const PlanOpRecord& record() const { return state.ops.at(0); }
 };
 
@@ -99,6 +106,19 @@ std::unique_ptr<Planned> PlanAlone() {
   if (!status.ok()) return nullptr;
   EXPECT_EQ(planned->ops.size(), 1u);
   EXPECT_EQ(planned->ops[0]->name(), T::kName);
+  if constexpr (requires { T::ExampleInput(0); }) {
+    planned->example_input = [](int index) {
+      static std::mutex mu;
+      static std::map<int, Bytes> made;  // encoding is slow next to the op: once per index
+      std::lock_guard lock(mu);
+      auto it = made.find(index);
+      if (it == made.end()) {
+        const auto bytes = T::ExampleInput(index);
+        it = made.emplace(index, Bytes(bytes.begin(), bytes.end())).first;
+      }
+      return it->second;
+    };
+  }
   return planned;
 }
 
@@ -133,14 +153,16 @@ struct Input {
 };
 
 // A well-formed input of `kind` for sample `index` (content differs per sample).
-Input GoodInput(ValueKind kind, int index) {
+Input GoodInput(ValueKind kind, int index, const Planned& planned) {
   Input in{kind, {}, {}, {}};
   const auto pixel = [index](int x, int y, int c) {
     return static_cast<uint8_t>((x * 7 + y * 13 + c * 50 + index * 31) & 0xFF);
   };
   switch (kind) {
     case ValueKind::kEncoded:
-      in.encoded = testing::EncodeJpegRgb(kSynthImageWidth, kSynthImageHeight, pixel);
+      in.encoded = planned.example_input
+                       ? planned.example_input(index)
+                       : testing::EncodeJpegRgb(kSynthImageWidth, kSynthImageHeight, pixel);
       break;
     case ValueKind::kImage: {
       in.image = *Image::Allocate(kSynthImageWidth, kSynthImageHeight, 4);
@@ -234,7 +256,7 @@ Output RunSample(const Planned& planned, ScratchArena& scratch, int index, uint6
   std::vector<std::optional<Input>> own;
   if (inputs == nullptr) {
     for (size_t i = 0; i < record.reads.size(); ++i) {
-      own.emplace_back(GoodInput(record.inputs[i].kind, index));
+      own.emplace_back(GoodInput(record.inputs[i].kind, index, planned));
     }
     inputs = &own;
   }
@@ -335,7 +357,7 @@ TYPED_TEST(OpConformance, AMissingInputIsAStatusNotACrash) {
   for (size_t missing = 0; missing < record.reads.size(); ++missing) {
     std::vector<std::optional<Input>> inputs;
     for (size_t i = 0; i < record.reads.size(); ++i) {
-      if (i != missing) inputs.emplace_back(GoodInput(record.inputs[i].kind, 0));
+      if (i != missing) inputs.emplace_back(GoodInput(record.inputs[i].kind, 0, *planned));
       else inputs.emplace_back(std::nullopt);
     }
     ScratchArena scratch;
@@ -354,7 +376,7 @@ TYPED_TEST(OpConformance, BadInputIsAStatusNotACrash) {
     std::vector<std::pair<Input, bool>> cases;
     switch (kind) {
       case ValueKind::kEncoded: {
-        const Bytes good = GoodInput(kind, 0).encoded;
+        const Bytes good = GoodInput(kind, 0, *planned).encoded;
         Input truncated{kind, Bytes(good.begin(), good.begin() + good.size() / 3), {}, {}};
         Input garbage{kind, Bytes(300, 0x5A), {}, {}};
         Input flipped{kind, good, {}, {}};
@@ -380,7 +402,8 @@ TYPED_TEST(OpConformance, BadInputIsAStatusNotACrash) {
     for (size_t c = 0; c < cases.size(); ++c) {
       std::vector<std::optional<Input>> inputs;
       for (size_t i = 0; i < record.reads.size(); ++i) {
-        inputs.emplace_back(i == bad ? cases[c].first : GoodInput(record.inputs[i].kind, 0));
+        inputs.emplace_back(i == bad ? cases[c].first
+                                     : GoodInput(record.inputs[i].kind, 0, *planned));
       }
       ScratchArena scratch;
       const Output out = RunSample(*planned, scratch, 0, 1, &inputs);

@@ -1,0 +1,176 @@
+#include "headrace/ops/av/av_input.h"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/error.h>
+#include <libavutil/log.h>
+#include <libavutil/mem.h>
+}
+
+namespace headrace::av {
+namespace {
+
+constexpr int kIoBufferBytes = 64 * 1024;
+
+}  // namespace
+
+void SilenceLog() {
+  static std::once_flag once;
+  std::call_once(once, [] { av_log_set_level(AV_LOG_QUIET); });
+}
+
+Status Error(std::string_view what, int av_error) {
+  char text[AV_ERROR_MAX_STRING_SIZE] = {};
+  av_strerror(av_error, text, sizeof text);
+  return Status::CorruptData(std::string(what) + ": " + text);
+}
+
+void FrameDeleter::operator()(AVFrame* frame) const { av_frame_free(&frame); }
+
+FramePtr NewFrame() { return FramePtr(av_frame_alloc()); }
+
+Result<std::unique_ptr<Input>> Input::Open(const uint8_t* data, size_t size, Media media,
+                                           int threads) {
+  SilenceLog();
+  if (size == 0) return Status::CorruptData("empty file");
+  std::unique_ptr<Input> in(new Input());
+  in->memory_ = Memory{data, size, 0};
+  auto* buffer = static_cast<uint8_t*>(av_malloc(kIoBufferBytes));
+  if (buffer == nullptr) return Status::ResourceExhausted("av_malloc failed");
+  const auto read = [](void* opaque, uint8_t* out, int want) -> int {
+    auto* m = static_cast<Memory*>(opaque);
+    const size_t n = std::min(static_cast<size_t>(want), m->size - m->pos);
+    if (n == 0) return AVERROR_EOF;
+    std::memcpy(out, m->data + m->pos, n);
+    m->pos += n;
+    return static_cast<int>(n);
+  };
+  const auto seek = [](void* opaque, int64_t offset, int whence) -> int64_t {
+    auto* m = static_cast<Memory*>(opaque);
+    if (whence & AVSEEK_SIZE) return static_cast<int64_t>(m->size);
+    int64_t base = 0;
+    switch (whence & ~AVSEEK_FORCE) {
+      case SEEK_SET: base = 0; break;
+      case SEEK_CUR: base = static_cast<int64_t>(m->pos); break;
+      case SEEK_END: base = static_cast<int64_t>(m->size); break;
+      default: return -1;
+    }
+    const int64_t to = base + offset;
+    if (to < 0 || to > static_cast<int64_t>(m->size)) return -1;
+    m->pos = static_cast<size_t>(to);
+    return to;
+  };
+  in->io_ = avio_alloc_context(buffer, kIoBufferBytes, 0, &in->memory_, read, nullptr, seek);
+  if (in->io_ == nullptr) {
+    av_free(buffer);
+    return Status::ResourceExhausted("avio_alloc_context failed");
+  }
+  in->format_ = avformat_alloc_context();
+  if (in->format_ == nullptr) return Status::ResourceExhausted("avformat_alloc_context failed");
+  in->format_->pb = in->io_;
+  in->format_->flags |= AVFMT_FLAG_CUSTOM_IO;
+  if (int rc = avformat_open_input(&in->format_, nullptr, nullptr, nullptr); rc < 0) {
+    in->format_ = nullptr;  // freed by avformat_open_input
+    return Error("not a media container FFmpeg reads", rc);
+  }
+  if (int rc = avformat_find_stream_info(in->format_, nullptr); rc < 0) {
+    return Error("cannot read the stream parameters", rc);
+  }
+  const AVMediaType type = media == Media::kVideo ? AVMEDIA_TYPE_VIDEO : AVMEDIA_TYPE_AUDIO;
+  const AVCodec* decoder = nullptr;
+  in->stream_ = av_find_best_stream(in->format_, type, -1, -1, &decoder, 0);
+  if (in->stream_ < 0) {
+    return Error(media == Media::kVideo ? "no video stream FFmpeg decodes"
+                                        : "no audio stream FFmpeg decodes",
+                 in->stream_);
+  }
+  const AVStream* stream = in->format_->streams[in->stream_];
+  in->codec_ = avcodec_alloc_context3(decoder);
+  if (in->codec_ == nullptr) return Status::ResourceExhausted("avcodec_alloc_context3 failed");
+  if (int rc = avcodec_parameters_to_context(in->codec_, stream->codecpar); rc < 0) {
+    return Error("bad codec parameters", rc);
+  }
+  in->codec_->thread_count = std::max(1, threads);
+  in->codec_->pkt_timebase = stream->time_base;
+  if (int rc = avcodec_open2(in->codec_, decoder, nullptr); rc < 0) {
+    return Error(std::string("cannot open the ") + decoder->name + " decoder", rc);
+  }
+  in->packet_ = av_packet_alloc();
+  if (in->packet_ == nullptr) return Status::ResourceExhausted("av_packet_alloc failed");
+  in->time_base_ = av_q2d(stream->time_base);
+  in->start_pts_ = stream->start_time == AV_NOPTS_VALUE ? 0 : stream->start_time;
+  if (stream->duration != AV_NOPTS_VALUE && stream->duration > 0) {
+    in->duration_ = static_cast<double>(stream->duration) * in->time_base_;
+  } else if (in->format_->duration != AV_NOPTS_VALUE && in->format_->duration > 0) {
+    in->duration_ = static_cast<double>(in->format_->duration) / AV_TIME_BASE;
+  }
+  return in;
+}
+
+Input::~Input() {
+  av_packet_free(&packet_);
+  avcodec_free_context(&codec_);
+  if (format_ != nullptr) avformat_close_input(&format_);
+  if (io_ != nullptr) {
+    av_freep(&io_->buffer);
+    avio_context_free(&io_);
+  }
+}
+
+Status Input::SeekBefore(double seconds) {
+  const auto ts = start_pts_ + static_cast<int64_t>(seconds / time_base_);
+  if (int rc = av_seek_frame(format_, stream_, ts, AVSEEK_FLAG_BACKWARD); rc < 0) {
+    return Error("seek failed", rc);
+  }
+  avcodec_flush_buffers(codec_);
+  draining_ = done_ = false;
+  return Status::Ok();
+}
+
+Result<bool> Input::NextFrame(AVFrame* frame) {
+  av_frame_unref(frame);
+  while (!done_) {
+    const int got = avcodec_receive_frame(codec_, frame);
+    if (got == 0) return true;
+    if (got == AVERROR_EOF) {
+      done_ = true;
+      break;
+    }
+    if (got != AVERROR(EAGAIN)) return Error("decoding failed", got);
+    if (draining_) {  // the decoder wants input, but there is none left
+      done_ = true;
+      break;
+    }
+    const int rc = av_read_frame(format_, packet_);
+    if (rc == AVERROR_EOF) {
+      draining_ = true;
+      avcodec_send_packet(codec_, nullptr);
+      continue;
+    }
+    if (rc < 0) return Error("reading the container failed", rc);
+    if (packet_->stream_index == stream_) {
+      const int sent = avcodec_send_packet(codec_, packet_);
+      av_packet_unref(packet_);
+      // Damaged packets are skipped as FFmpeg's tools skip them; a stream with none that
+      // decode ends with no frame, which the op reports.
+      if (sent < 0 && sent != AVERROR_INVALIDDATA) return Error("decoding failed", sent);
+    } else {
+      av_packet_unref(packet_);
+    }
+  }
+  return false;
+}
+
+double Input::FrameTime(const AVFrame* frame) const {
+  const int64_t pts = frame->best_effort_timestamp != AV_NOPTS_VALUE ? frame->best_effort_timestamp
+                                                                     : frame->pts;
+  if (pts == AV_NOPTS_VALUE) return 0;
+  return static_cast<double>(pts - start_pts_) * time_base_;
+}
+
+}  // namespace headrace::av

@@ -1,0 +1,93 @@
+// video.decode: N frames of a video (H.264 and whatever else the installed FFmpeg
+// decodes, from MP4, MKV, WebM, ...), converted to RGB and resized with libswscale,
+// written straight into the sample's row as uint8 [T, 3, H, W] (or [T, H, W, 3]).
+//
+// Which frames: T timestamps in a window of the video, and for each the frame shown at
+// that time (the last frame starting at or before it). The window is the whole video,
+// or a clip of `clip_seconds` starting at random (seeded per sample: a resumed epoch
+// decodes the same clip, a new epoch another), at the start or in the center. The T
+// timestamps are spread evenly over the window (each in the middle of its 1/T), or
+// `fps` > 0 spaces them 1/fps apart from the window's start (a short video repeats its
+// last frame). A window that starts late is reached by seeking to the keyframe before
+// it, not by decoding from the start. A stream whose container gives no duration (a raw
+// elementary stream) yields its first T frames (at `fps` if set).
+//
+// `threads` is libavcodec's thread count per decoder (default 1: the executor already
+// decodes one sample per CPU thread; more helps a stage with few, long videos).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "headrace/core/status.h"
+#include "headrace/ops/op.h"
+#include "headrace/ops/op_plan.h"
+#include "headrace/ops/schema.h"
+
+namespace headrace {
+
+enum class ClipStart { kRandom, kStart, kCenter };
+enum class VideoLayout { kTCHW, kTHWC };
+EnumTable<ClipStart> TableOf(ClipStart);
+EnumTable<VideoLayout> TableOf(VideoLayout);
+
+struct VideoDecodeSpec {  // video.decode
+  int frames = 8;              // T, frames per sample
+  int width = 224;             // output size (the frames are scaled to it)
+  int height = 224;
+  double fps = 0;              // > 0: frames 1/fps apart; 0: spread over the window
+  double clip_seconds = 0;     // > 0: a clip of this length; 0: the whole video
+  ClipStart clip_start = ClipStart::kRandom;  // random, start, center
+  VideoLayout layout = VideoLayout::kTCHW;    // tchw or thwc
+  int threads = 1;             // libavcodec threads per decoder
+  std::string field = "video";  // the encoded video read
+  std::string output;           // the batch field written; empty: named like `field`
+};
+
+// The times (seconds from the stream's start) of the frames to take from a video of
+// `duration` seconds (0: unknown), given the spec and, for a random clip, a uniform
+// draw `u` in [0, 1). Exposed for tests.
+std::vector<double> FrameTimes(const VideoDecodeSpec& spec, double duration, double u);
+
+class VideoDecodeOp : public Op {
+ public:
+  static constexpr std::string_view kName = "video.decode";
+  static constexpr std::string_view kDoc =
+      "Decode T frames of a video (FFmpeg), resized, into uint8 [T,3,H,W]; seeded clips.";
+  using Spec = VideoDecodeSpec;
+  static void Fields(auto& s, auto&& f) {
+    f("frames", s.frames);
+    f("width", s.width);
+    f("height", s.height);
+    f("fps", s.fps);
+    f("clip_seconds", s.clip_seconds);
+    f("clip_start", s.clip_start);
+    f("layout", s.layout);
+    f("threads", s.threads);
+    f("field", s.field);
+    f("output", s.output);
+  }
+  static Status Validate(const Spec& spec, const std::string& key);
+  // Reads the encoded video `field`; writes the batch field [T,3,H,W] (or [T,H,W,3]).
+  static Status Declare(const Spec& spec, PlanContext& ctx);
+  static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
+  static Spec ExampleSpec() {
+    return Spec{.frames = 4, .width = 32, .height = 24, .clip_seconds = 0.8};
+  }
+  // The battery's input (pipeline/op_conformance_test.cc): a short H.264 clip per index.
+  static std::vector<uint8_t> ExampleInput(int index);
+
+  VideoDecodeOp(const VideoDecodeSpec& spec, int op_position, int slot, int row);
+  std::string_view name() const override { return kName; }
+  Status Run(SampleContext& ctx) const override;
+
+ private:
+  VideoDecodeSpec spec_;
+  int op_position_;
+  int slot_;
+  int row_;
+};
+
+}  // namespace headrace

@@ -1,0 +1,177 @@
+#include "headrace/ops/video/decode.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "headrace/ops/av/av_encode.h"
+
+namespace headrace {
+namespace {
+
+using ::testing::HasSubstr;
+
+// 30 frames at 10 fps (3 s), a keyframe every 5: frame i is one flat color whose red is
+// 8 i, so a decoded frame says which frame it was.
+const std::vector<uint8_t>& Clip() {
+  static const std::vector<uint8_t> clip = [] {
+    av::VideoClip c;
+    c.width = 64;
+    c.height = 48;
+    c.frames = 30;
+    c.fps = 10;
+    c.gop = 5;
+    c.paint = [](int frame, uint8_t* rgb) {
+      for (int i = 0; i < 64 * 48; ++i) {
+        rgb[3 * i] = static_cast<uint8_t>(8 * frame);
+        rgb[3 * i + 1] = static_cast<uint8_t>(255 - 8 * frame);
+        rgb[3 * i + 2] = 100;
+      }
+    };
+    const char* tmp = std::getenv("HEADRACE_TEST_TMP");
+    std::filesystem::path dir = tmp != nullptr ? tmp : std::filesystem::temp_directory_path();
+    std::filesystem::create_directories(dir);
+    // ctest runs each test as its own process, in parallel: one file per process.
+    const std::string name = "video_decode_test." + std::to_string(::getpid()) + ".mp4";
+    auto bytes = av::EncodeVideo(c, (dir / name).string());
+    EXPECT_TRUE(bytes.ok()) << bytes.status().ToString();
+    return bytes.ok() ? *bytes : std::vector<uint8_t>();
+  }();
+  return clip;
+}
+
+struct Decoded {
+  Status status;
+  std::vector<uint8_t> row;
+};
+
+Decoded DecodeWith(const VideoDecodeSpec& spec, const std::vector<uint8_t>& bytes, uint64_t seed = 1) {
+  EXPECT_TRUE(VideoDecodeOp::Validate(spec, "video.decode").ok());
+  VideoDecodeOp op(spec, 0, 0, 0);
+  Decoded out;
+  out.row.assign(static_cast<size_t>(spec.frames) * 3 * spec.width * spec.height, 0xEE);
+  std::vector<Value> values = {EncodedBytes{bytes.data(), bytes.size()}};
+  uint8_t* rows[1] = {out.row.data()};
+  ScratchArena scratch;
+  SampleContext ctx;
+  ctx.sample_seed = seed;
+  ctx.scratch = &scratch;
+  ctx.values = values;
+  ctx.rows = rows;
+  out.status = op.Run(ctx);
+  return out;
+}
+
+// Which source frame each output frame is, from its red (tchw: the R plane first).
+std::vector<int> FramesOf(const Decoded& d, const VideoDecodeSpec& spec) {
+  std::vector<int> frames;
+  const size_t plane = static_cast<size_t>(spec.width) * spec.height;
+  for (int t = 0; t < spec.frames; ++t) {
+    const uint8_t* f = d.row.data() + static_cast<size_t>(t) * 3 * plane;
+    const int red = spec.layout == VideoLayout::kTCHW ? f[plane / 2] : f[3 * (plane / 2)];
+    frames.push_back((red + 4) / 8);
+  }
+  return frames;
+}
+
+TEST(VideoDecode, TakesTheFrameShownAtEvenlySpreadTimes) {
+  VideoDecodeSpec spec{.frames = 3, .width = 32, .height = 24};
+  const Decoded d = DecodeWith(spec, Clip());
+  ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+  EXPECT_EQ(FramesOf(d, spec), (std::vector<int>{5, 15, 25}));  // at 0.5 s, 1.5 s, 2.5 s
+  // Flat colors survive H.264 and scaling within a few levels, in R, G, B plane order.
+  const size_t plane = 32 * 24;
+  EXPECT_NEAR(d.row[plane / 2], 40, 6);
+  EXPECT_NEAR(d.row[plane + plane / 2], 215, 6);
+  EXPECT_NEAR(d.row[2 * plane + plane / 2], 100, 6);
+}
+
+TEST(VideoDecode, AClipInTheCenterSeeksToIt) {
+  VideoDecodeSpec spec{.frames = 2, .width = 16, .height = 16, .clip_seconds = 1.0,
+                       .clip_start = ClipStart::kCenter};
+  const Decoded d = DecodeWith(spec, Clip());
+  ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+  EXPECT_EQ(FramesOf(d, spec), (std::vector<int>{12, 17}));  // 1.25 s and 1.75 s
+}
+
+TEST(VideoDecode, FpsSpacesFramesAndTheLastFrameStaysPastTheEnd) {
+  VideoDecodeSpec spec{.frames = 4, .width = 16, .height = 16, .fps = 5, .clip_seconds = 1,
+                       .clip_start = ClipStart::kStart};
+  Decoded d = DecodeWith(spec, Clip());
+  ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+  EXPECT_EQ(FramesOf(d, spec), (std::vector<int>{0, 2, 4, 6}));
+  spec = VideoDecodeSpec{.frames = 5, .width = 16, .height = 16, .fps = 1};
+  d = DecodeWith(spec, Clip());
+  ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+  EXPECT_EQ(FramesOf(d, spec), (std::vector<int>{0, 10, 20, 29, 29}));
+}
+
+TEST(VideoDecode, RandomClipsAreSeededPerSample) {
+  VideoDecodeSpec spec{.frames = 2, .width = 16, .height = 16, .clip_seconds = 0.5};
+  std::vector<std::vector<int>> seen;
+  for (uint64_t seed : {1u, 2u, 3u, 4u, 5u, 1u}) {
+    const Decoded d = DecodeWith(spec, Clip(), seed);
+    ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+    seen.push_back(FramesOf(d, spec));
+    EXPECT_LE(seen.back()[1] - seen.back()[0], 3);  // within one half-second clip
+  }
+  EXPECT_EQ(seen.front(), seen.back());  // the same seed, the same clip
+  EXPECT_NE(std::count(seen.begin(), seen.end(), seen.front()), 5) << "seeds pick other clips";
+}
+
+// The same pixels channels last, within the rounding of swscale's two output paths
+// (planar GBR and packed RGB).
+TEST(VideoDecode, ThwcHoldsTheSamePixelsChannelsLast) {
+  VideoDecodeSpec chw{.frames = 2, .width = 8, .height = 6};
+  VideoDecodeSpec hwc = chw;
+  hwc.layout = VideoLayout::kTHWC;
+  const Decoded a = DecodeWith(chw, Clip()), b = DecodeWith(hwc, Clip());
+  ASSERT_TRUE(a.status.ok() && b.status.ok());
+  const size_t plane = 8 * 6;
+  for (size_t t = 0; t < 2; ++t) {
+    for (size_t p = 0; p < plane; ++p) {
+      for (size_t c = 0; c < 3; ++c) {
+        ASSERT_NEAR(a.row[t * 3 * plane + c * plane + p], b.row[t * 3 * plane + 3 * p + c], 3);
+      }
+    }
+  }
+}
+
+TEST(VideoDecode, BadVideosAreNamedErrors) {
+  const std::vector<uint8_t>& clip = Clip();
+  const VideoDecodeSpec spec{.frames = 2, .width = 8, .height = 8};
+  const Decoded truncated = DecodeWith(spec, std::vector<uint8_t>(clip.begin(), clip.begin() + clip.size() / 2));
+  EXPECT_EQ(truncated.status.code(), StatusCode::kCorruptData);
+  const Decoded garbage = DecodeWith(spec, std::vector<uint8_t>(5000, 0x42));
+  EXPECT_EQ(garbage.status.code(), StatusCode::kCorruptData);
+  EXPECT_THAT(garbage.status.message(), HasSubstr("not a media container"));
+  const Decoded empty = DecodeWith(spec, std::vector<uint8_t>());
+  EXPECT_EQ(empty.status.code(), StatusCode::kCorruptData);
+}
+
+TEST(VideoDecode, ValidateNamesTheKey) {
+  VideoDecodeSpec spec;
+  spec.frames = 0;
+  EXPECT_THAT(VideoDecodeOp::Validate(spec, "ops[0].video.decode").message(),
+              HasSubstr("ops[0].video.decode.frames: must be in [1, 4096]"));
+  spec = VideoDecodeSpec{};
+  spec.clip_seconds = -1;
+  EXPECT_THAT(VideoDecodeOp::Validate(spec, "v").message(), HasSubstr("v.clip_seconds"));
+}
+
+TEST(FrameTimes, UnknownDurationTakesTheFirstFrames) {
+  const VideoDecodeSpec spec{.frames = 3, .fps = 2};
+  EXPECT_EQ(FrameTimes(spec, 0, 0.5), (std::vector<double>{0, 0.5, 1.0}));
+  const VideoDecodeSpec random{.frames = 1, .clip_seconds = 2};
+  EXPECT_DOUBLE_EQ(FrameTimes(random, 10, 0.25)[0], 2.0 + 1.0);  // begin 8 * 0.25, mid 1 s
+}
+
+}  // namespace
+}  // namespace headrace
