@@ -743,7 +743,8 @@ void AppendJsonString(std::string& out, std::string_view s) {
 }
 
 std::string ManifestLine(const std::string& id, const std::string& image,
-                         const std::vector<QA>& conversation, const std::string& video = "") {
+                         const std::vector<QA>& conversation, const std::string& video = "",
+                         const std::string& audio = "") {
   std::string line = "{\"id\":";
   AppendJsonString(line, id);
   line += ",\"image\":";
@@ -751,6 +752,10 @@ std::string ManifestLine(const std::string& id, const std::string& image,
   if (!video.empty()) {
     line += ",\"video\":";
     AppendJsonString(line, video);
+  }
+  if (!audio.empty()) {
+    line += ",\"audio\":";
+    AppendJsonString(line, audio);
   }
   line += ",\"conversations\":[";
   for (size_t i = 0; i < conversation.size(); ++i) {
@@ -841,6 +846,28 @@ Result<int64_t> WriteClip(uint64_t scene_key, uint64_t key, const fs::path& path
     }
   };
   HR_RETURN_IF_ERROR(av::WriteVideo(path.string(), clip));
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) return Status::IoError("cannot stat " + path.string() + ": " + ec.message());
+  return static_cast<int64_t>(size);
+}
+
+// Sample i's audio: 1.5 s of a tone at AudioToneHz(i), 16 kHz mono, faded in and out
+// over 50 ms.
+Result<int64_t> WriteTone(int64_t i, const fs::path& path) {
+  constexpr int kRate = 16000;
+  constexpr double kSeconds = 1.5, kFade = 0.05;
+  av::AudioClip clip;
+  clip.sample_rate = kRate;
+  clip.channels = 1;
+  clip.seconds = kSeconds;
+  const double hz = AudioToneHz(i);
+  clip.sample = [hz](int64_t k, int) {
+    const double t = static_cast<double>(k) / kRate;
+    const double fade = std::min({1.0, t / kFade, (kSeconds - t) / kFade});
+    return static_cast<float>(0.6 * fade * std::sin(2 * M_PI * hz * t));
+  };
+  HR_RETURN_IF_ERROR(av::WriteAudio(path.string(), clip));
   std::error_code ec;
   const auto size = fs::file_size(path, ec);
   if (ec) return Status::IoError("cannot stat " + path.string() + ": " + ec.message());
@@ -942,8 +969,9 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
 
   const fs::path root(options.out_dir);
   std::error_code ec;
-  for (const char* dir : {"images", "videos"}) {
+  for (const char* dir : {"images", "videos", "audio"}) {
     if (std::string_view(dir) == "videos" && !options.video) continue;
+    if (std::string_view(dir) == "audio" && !options.audio) continue;
     fs::create_directories(root / dir, ec);
     if (ec) return Status::IoError("cannot create " + (root / dir).string() + ": " + ec.message());
   }
@@ -958,6 +986,7 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> image_bytes{0};
   std::atomic<int64_t> video_bytes{0};
+  std::atomic<int64_t> audio_bytes{0};
   std::atomic<bool> failed{false};
   std::mutex error_mutex;
   Status first_error;  // guarded by error_mutex
@@ -989,8 +1018,18 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
         }
         video_bytes.fetch_add(*clip, std::memory_order_relaxed);
       }
+      std::string audio;
+      if (options.audio) {
+        audio = std::string("audio/") + id + ".wav";
+        auto tone = WriteTone(i, root / audio);
+        if (!tone.ok()) {
+          status = tone.status();
+          break;
+        }
+        audio_bytes.fetch_add(*tone, std::memory_order_relaxed);
+      }
       conversations[i] = MakeConversation(scene, HashKeys(key, 2));
-      lines[i] = ManifestLine(id, image, conversations[i], video);
+      lines[i] = ManifestLine(id, image, conversations[i], video, audio);
     }
     if (!status.ok()) {
       failed.store(true);
@@ -1014,6 +1053,7 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
   stats.samples = n;
   stats.image_bytes = image_bytes.load();
   stats.video_bytes = video_bytes.load();
+  stats.audio_bytes = audio_bytes.load();
   stats.seconds = SecondsSince(start);
   return stats;
 }

@@ -10,6 +10,7 @@
 //                          1 to 3 question/answer pairs about what was drawn (colour,
 //                          shape, count, position, background, a caption)
 //   videos/000000.mp4 ...  with `video`: H.264 clips of the same scenes (see below)
+//   audio/000000.wav ...   with `audio`: tones (see below)
 //   tokenizer.model/.vocab a SentencePiece BPE model trained on the conversations' text:
 //                            ids 0 <unk>, 1 <s> (BOS), 2 </s> (EOS), 3 <pad>,
 //                            4..7 the user-defined symbols <image> <|system|> <|user|>
@@ -46,12 +47,19 @@ struct MakeSampleOptions {
   // 10 fps, 160x120, a keyframe each second) panning across a small drawing of the same
   // scene, and its manifest line a "video" key, so that the conversation fits the clip too.
   bool video = false;
+  // `--modalities audio`: audio/<id>.wav, 16 kHz mono, 1.5 s of a tone at
+  // AudioToneHz(i) (a fade at both ends), and a manifest key "audio".
+  bool audio = false;
 };
+
+// The tone of sample i's audio clip: 200 + 50 * (i % 12) Hz, for tests to check.
+inline double AudioToneHz(int64_t i) { return 200.0 + 50.0 * static_cast<double>(i % 12); }
 
 struct MakeSampleStats {
   int64_t samples = 0;
   int64_t image_bytes = 0;  // total size of the JPEG files
   int64_t video_bytes = 0;  // total size of the MP4 files (with `video`)
+  int64_t audio_bytes = 0;  // total size of the WAV files (with `audio`)
   double seconds = 0;       // wall time, tokenizer training included
 };
 

@@ -4,7 +4,8 @@ The built-in operators are the C++ ones of the YAML config (``image.decode`` ...
 function here returns their config entry, so a pipeline built in code and one read from
 YAML are the same PipelineSpec. The functions are made from the schema the C++ op list
 exports (``decode``, ``resize``, ``center_crop``, ``random_resized_crop``, ``flip``,
-``normalize``, ``tokenize``, ``video_decode``, ... and ``op(name, **params)`` for any), with the
+``normalize``, ``tokenize``, ``video_decode``, ``audio_decode``, ``audio_resample``,
+``audio_crop``, ... and ``op(name, **params)`` for any), with the
 parameters in the order the op declares them. ``map`` and ``map_batch`` add Python
 functions.
 """
@@ -117,14 +118,15 @@ def _make_builder(entry: dict) -> Callable[..., BuiltinOp]:
 
 
 def _short_names() -> Dict[str, str]:
-    """``decode`` for ``image.decode``, ...: the last part of each op's name. Where ops
-    share it, the first in the list keeps it and the others are named with their
-    modality: ``video_decode`` for ``video.decode``."""
+    """The builders' names: the last part of the op's name for image and text ops
+    (``decode`` for ``image.decode``, ``tokenize``), and the modality too for the others
+    (``video_decode``, ``audio_crop``), so that a short name never means two things."""
     out: Dict[str, str] = {}
     for entry in _SCHEMA:
         modality, short = entry["name"].rsplit(".", 1)
-        out[short if short not in out else modality.replace(".", "_") + "_" + short] = \
-            entry["name"]
+        key = short if modality in ("image", "text") else modality.replace(".", "_") + "_" + short
+        assert key not in out, f"two ops would share the builder name {key}"
+        out[key] = entry["name"]
     return out
 
 

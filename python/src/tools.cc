@@ -11,13 +11,15 @@ namespace headrace::python {
 void RegisterTools(nb::module_& m) {
   m.def(
       "make_sample",
-      [](const std::string& out, int64_t samples, uint64_t seed, int threads, bool video) {
+      [](const std::string& out, int64_t samples, uint64_t seed, int threads, bool video,
+         bool audio) {
         MakeSampleOptions options;
         options.out_dir = out;
         options.samples = samples;
         options.seed = seed;
         options.threads = threads;
         options.video = video;
+        options.audio = audio;
         std::optional<Result<MakeSampleStats>> stats;
         {
           nb::gil_scoped_release nogil;
@@ -28,13 +30,15 @@ void RegisterTools(nb::module_& m) {
         d["samples"] = s.samples;
         d["image_bytes"] = s.image_bytes;
         d["video_bytes"] = s.video_bytes;
+        d["audio_bytes"] = s.audio_bytes;
         d["seconds"] = s.seconds;
         return d;
       },
       nb::arg("out"), nb::arg("samples") = 1000, nb::arg("seed") = 0, nb::arg("threads") = 0,
-      nb::arg("video") = false,
+      nb::arg("video") = false, nb::arg("audio") = false,
       "Writes the chat-VQA sample dataset (JPEGs, manifest.jsonl, tokenizer.model) to `out`;\n"
-      "video=True adds an H.264 clip of each scene (videos/<id>.mp4, manifest key 'video').");
+      "video=True adds an H.264 clip of each scene (videos/<id>.mp4, manifest key 'video');\n"
+      "audio=True a 1.5 s tone (audio/<id>.wav, key 'audio', 200 + 50 * (i % 12) Hz).");
 }
 
 }  // namespace headrace::python

@@ -467,15 +467,14 @@ def test_op_builders_come_from_the_cpp_op_list():
     schema = headrace._headrace._op_schema()
     names = [entry["name"] for entry in schema]
     assert names[:2] == ["image.decode", "image.resize"] and "text.tokenize" in names
-    # Every op has a builder named by the last part of its name, made from its schema;
-    # where an earlier op took that name, by its modality too (video_decode).
-    taken = set()
+    # Every op has a builder made from its schema: named by the last part of its name for
+    # image and text ops, by its modality too for the others (video_decode).
     for name in names:
         modality, short = name.rsplit(".", 1)
-        builder = getattr(ops, short if short not in taken else modality + "_" + short)
-        taken.add(short)
+        builder = getattr(ops, short if modality in ("image", "text") else f"{modality}_{short}")
         assert builder().name == name
     assert ops.decode().name == "image.decode" and ops.video_decode().name == "video.decode"
+    assert ops.audio_crop().name == "audio.crop" and not hasattr(ops, "crop")
     resize = next(e for e in schema if e["name"] == "image.resize")
     assert [p[0] for p in resize["params"]] == ["shorter_side", "width", "height", "antialias",
                                                 "field"]

@@ -10,6 +10,9 @@
 #include <type_traits>
 #include <variant>
 
+#include "headrace/ops/audio/crop.h"
+#include "headrace/ops/audio/decode.h"
+#include "headrace/ops/audio/resample.h"
 #include "headrace/ops/image/center_crop.h"
 #include "headrace/ops/image/decode.h"
 #include "headrace/ops/image/flip.h"
@@ -57,6 +60,9 @@ using AllOps = OpList<DecodeOp,             //
                       FlipOp,               //
                       NormalizeOp,          //
                       TokenizeOp,           //
-                      VideoDecodeOp>;
+                      VideoDecodeOp,        //
+                      AudioDecodeOp,        //
+                      AudioResampleOp,      //
+                      AudioCropOp>;
 
 }  // namespace headrace

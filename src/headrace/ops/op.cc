@@ -81,4 +81,11 @@ Result<MutableImageView> SampleContext::NextScratchImage(int width, int height, 
   return MutableImageView{data, width, height, channels, stride};
 }
 
+Result<uint8_t*> SampleContext::NextScratchBytes(size_t bytes) {
+  uint8_t* data = scratch->Get(next_scratch, bytes);
+  if (data == nullptr) return Status::ResourceExhausted("scratch allocation failed");
+  next_scratch = (next_scratch + 1) % ScratchArena::kSlots;
+  return data;
+}
+
 }  // namespace headrace

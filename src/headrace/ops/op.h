@@ -112,6 +112,8 @@ struct SampleContext {
   Rng OpRng(int op_position) const { return Rng(HashKeys(sample_seed, op_position)); }
   // A writable image of the given size in the next scratch slot.
   Result<MutableImageView> NextScratchImage(int width, int height, int channels);
+  // `bytes` bytes in the next scratch slot (64-byte aligned), for other kinds of values.
+  Result<uint8_t*> NextScratchBytes(size_t bytes);
   // The value in `slot` if it holds a T (EncodedBytes, ImageView, ...), else null: the
   // sample has no such value, or (a bug) another kind.
   template <typename T>

@@ -58,6 +58,10 @@ Result<ValueDesc> PlanContext::Read(std::string_view name, ValueKind kind) {
     if (kind == ValueKind::kImage) {
       synth.desc.shape = {kSynthImageHeight, kSynthImageWidth, 4};
       synth.desc.shape_source = "the test image";
+    } else if (kind == ValueKind::kAudio) {
+      synth.desc.shape = {1, -1};
+      synth.desc.rate = kSynthAudioRate;
+      synth.desc.shape_source = "the test audio";
     }
     state_.values.push_back(std::move(synth));
     v = static_cast<int>(state_.values.size()) - 1;

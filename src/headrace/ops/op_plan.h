@@ -54,6 +54,8 @@ struct ValueDesc {
   // 0: one value per sample. N > 0: a list of up to N items per sample (a media field
   // with max_items N and what ops make of it); `kind` and `shape` describe each item.
   int items = 0;
+  // Audio: samples per second, when every sample has the same (0: it varies).
+  int rate = 0;
 };
 
 // "an image", "a list of up to 4 items, each an image": for messages.
@@ -141,6 +143,7 @@ struct PlanState {
 
 inline constexpr int kSynthImageWidth = 40;
 inline constexpr int kSynthImageHeight = 30;
+inline constexpr int kSynthAudioRate = 16000;  // synthesized audio: mono at this rate
 
 // One op's view of the plan: what Declare, Hint and Make see.
 class PlanContext {

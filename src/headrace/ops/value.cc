@@ -9,6 +9,7 @@ std::string_view ValueKindName(ValueKind kind) {
     case ValueKind::kEncoded: return "encoded bytes";
     case ValueKind::kImage: return "an image";
     case ValueKind::kConversation: return "a conversation";
+    case ValueKind::kAudio: return "audio";
   }
   return "an unknown kind";
 }

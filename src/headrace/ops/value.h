@@ -33,15 +33,26 @@ struct TurnsView {
   std::span<const Turn> turns;
 };
 
+// Decoded audio: float samples in [-1, 1], planar (channel c's frames at data + c *
+// frames), in the thread's scratch arena.
+struct AudioView {
+  const float* data = nullptr;
+  int channels = 0;
+  int64_t frames = 0;  // samples per channel
+  int sample_rate = 0;
+  const float* channel(int c) const { return data + static_cast<int64_t>(c) * frames; }
+};
+
 // One value of a sample. std::monostate: the sample has no such value (a record without
 // an item for a media field).
-using Value = std::variant<std::monostate, EncodedBytes, ImageView, TurnsView>;
+using Value = std::variant<std::monostate, EncodedBytes, ImageView, TurnsView, AudioView>;
 
 // What a value holds, as declared at plan time. Each kind is one alternative of Value.
 enum class ValueKind {
   kEncoded,       // EncodedBytes: media not decoded yet
   kImage,         // ImageView: 8-bit pixels (shape: height, width, channels)
   kConversation,  // TurnsView: the record's turns
+  kAudio,         // AudioView: samples (shape: channels, frames; ValueDesc::rate)
 };
 
 // "encoded bytes", "an image", "a conversation": for messages.
@@ -61,6 +72,10 @@ struct ValueTypeOf<ValueKind::kImage> {
 template <>
 struct ValueTypeOf<ValueKind::kConversation> {
   using type = TurnsView;
+};
+template <>
+struct ValueTypeOf<ValueKind::kAudio> {
+  using type = AudioView;
 };
 
 // A value filled from the sample before its chain runs: the planner's binding of one

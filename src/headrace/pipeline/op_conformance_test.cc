@@ -18,6 +18,7 @@
 #include <mutex>
 #include <sentencepiece_trainer.h>
 
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -128,12 +129,18 @@ struct Input {
   Bytes encoded;
   Image image;
   std::vector<Turn> turns;
+  std::vector<float> samples;  // audio: planar
+  int channels = 0;
+  int rate = 0;
 
   Value AsValue() const {
     switch (kind) {
       case ValueKind::kEncoded: return EncodedBytes{encoded.data(), encoded.size()};
       case ValueKind::kImage: return image.view();
       case ValueKind::kConversation: return TurnsView{turns};
+      case ValueKind::kAudio:
+        return AudioView{samples.data(), channels,
+                         channels > 0 ? static_cast<int64_t>(samples.size()) / channels : 0, rate};
     }
     return {};
   }
@@ -146,6 +153,10 @@ struct Input {
         Bytes out;
         for (const Turn& t : turns) out.insert(out.end(), t.text.begin(), t.text.end());
         return out;
+      }
+      case ValueKind::kAudio: {
+        const auto* p = reinterpret_cast<const uint8_t*>(samples.data());
+        return Bytes(p, p + samples.size() * sizeof(float));
       }
     }
     return {};
@@ -177,6 +188,13 @@ Input GoodInput(ValueKind kind, int index, const Planned& planned) {
     case ValueKind::kConversation:
       in.turns = {Turn{Role::kUser, "what is in picture " + std::to_string(index) + "?"},
                   Turn{Role::kAssistant, "a red square and " + std::to_string(index) + " dots."}};
+      break;
+    case ValueKind::kAudio:  // a quarter second of a tone at the rate the op was planned for
+      in.channels = 1;
+      in.rate = kSynthAudioRate;
+      for (int i = 0; i < kSynthAudioRate / 4; ++i) {
+        in.samples.push_back(static_cast<float>(std::sin(0.05 * (index + 1) * i)));
+      }
       break;
   }
   return in;
@@ -396,6 +414,14 @@ TYPED_TEST(OpConformance, BadInputIsAStatusNotACrash) {
         Input empty{kind, {}, {}, {}};
         Input huge{kind, {}, {}, {Turn{Role::kAssistant, std::string(100000, 'a')}}};
         cases = {{empty, false}, {huge, false}};
+        break;
+      }
+      case ValueKind::kAudio: {
+        Input none{kind, {}, {}, {}, {}, 1, kSynthAudioRate};
+        Input one{kind, {}, {}, {}, {0.5f}, 1, kSynthAudioRate};
+        Input loud{kind, {}, {}, {}, std::vector<float>(3 * kSynthAudioRate, 7.0f), 1,
+                   kSynthAudioRate};
+        cases = {{none, false}, {one, false}, {loud, false}};
         break;
       }
     }

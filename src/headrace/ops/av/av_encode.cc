@@ -1,5 +1,7 @@
 #include "headrace/ops/av/av_encode.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -10,6 +12,7 @@
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
+#include <libavutil/channel_layout.h>
 #include <libavutil/opt.h>
 #include <libswscale/swscale.h>
 }
@@ -112,14 +115,123 @@ Status WriteVideo(const std::string& path, const VideoClip& clip) {
   return Status::Ok();
 }
 
-Result<std::vector<uint8_t>> EncodeVideo(const VideoClip& clip, const std::string& scratch_path) {
-  HR_RETURN_IF_ERROR(WriteVideo(scratch_path, clip));
+namespace {
+
+Result<std::vector<uint8_t>> ReadBack(const std::string& scratch_path) {
   std::ifstream in(scratch_path, std::ios::binary);
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
                              std::istreambuf_iterator<char>());
   std::remove(scratch_path.c_str());
   if (bytes.empty()) return Status::IoError("cannot read back " + scratch_path);
   return bytes;
+}
+
+// The encoder's first sample format this writer fills, or AV_SAMPLE_FMT_NONE.
+AVSampleFormat PickFormat(const AVCodec* encoder) {
+  for (const AVSampleFormat* f = encoder->sample_fmts; f != nullptr && *f != AV_SAMPLE_FMT_NONE;
+       ++f) {
+    switch (*f) {
+      case AV_SAMPLE_FMT_S16:
+      case AV_SAMPLE_FMT_S16P:
+      case AV_SAMPLE_FMT_FLT:
+      case AV_SAMPLE_FMT_FLTP:
+      case AV_SAMPLE_FMT_S32: return *f;
+      default: break;
+    }
+  }
+  return AV_SAMPLE_FMT_NONE;
+}
+
+// Sample i of channel c of `clip` into `frame` at position k, in the frame's format.
+void Put(AVFrame* frame, int k, int c, int channels, float v) {
+  v = std::max(-1.0f, std::min(1.0f, v));
+  switch (static_cast<AVSampleFormat>(frame->format)) {
+    case AV_SAMPLE_FMT_S16:
+      reinterpret_cast<int16_t*>(frame->data[0])[k * channels + c] =
+          static_cast<int16_t>(std::lrint(v * 32767));
+      break;
+    case AV_SAMPLE_FMT_S16P:
+      reinterpret_cast<int16_t*>(frame->data[c])[k] = static_cast<int16_t>(std::lrint(v * 32767));
+      break;
+    case AV_SAMPLE_FMT_FLT: reinterpret_cast<float*>(frame->data[0])[k * channels + c] = v; break;
+    case AV_SAMPLE_FMT_FLTP: reinterpret_cast<float*>(frame->data[c])[k] = v; break;
+    case AV_SAMPLE_FMT_S32:
+      reinterpret_cast<int32_t*>(frame->data[0])[k * channels + c] =
+          static_cast<int32_t>(std::lrint(static_cast<double>(v) * 2147483647.0));
+      break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+Result<std::vector<uint8_t>> EncodeVideo(const VideoClip& clip, const std::string& scratch_path) {
+  HR_RETURN_IF_ERROR(WriteVideo(scratch_path, clip));
+  return ReadBack(scratch_path);
+}
+
+Status WriteAudio(const std::string& path, const AudioClip& clip) {
+  SilenceLog();
+  Output out;
+  if (int rc = avformat_alloc_output_context2(&out.format, nullptr, nullptr, path.c_str());
+      rc < 0) {
+    return Error("no container for " + path, rc);
+  }
+  const AVCodec* encoder = avcodec_find_encoder_by_name(clip.codec.c_str());
+  if (encoder == nullptr) return Status::InvalidArgument("no FFmpeg encoder " + clip.codec);
+  const AVSampleFormat format = PickFormat(encoder);
+  if (format == AV_SAMPLE_FMT_NONE) {
+    return Status::InvalidArgument("no sample format this writer fills for " + clip.codec);
+  }
+  AVStream* stream = avformat_new_stream(out.format, nullptr);
+  out.codec = avcodec_alloc_context3(encoder);
+  out.packet = av_packet_alloc();
+  if (stream == nullptr || out.codec == nullptr || out.packet == nullptr) {
+    return Status::ResourceExhausted("FFmpeg allocation failed");
+  }
+  out.codec->sample_fmt = format;
+  out.codec->sample_rate = clip.sample_rate;
+  av_channel_layout_default(&out.codec->ch_layout, clip.channels);
+  out.codec->time_base = AVRational{1, clip.sample_rate};
+  out.codec->thread_count = 1;
+  if (out.format->oformat->flags & AVFMT_GLOBALHEADER) {
+    out.codec->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+  }
+  if (int rc = avcodec_open2(out.codec, encoder, nullptr); rc < 0) {
+    return Error("cannot open the encoder " + clip.codec, rc);
+  }
+  avcodec_parameters_from_context(stream->codecpar, out.codec);
+  stream->time_base = out.codec->time_base;
+  if (int rc = avio_open(&out.format->pb, path.c_str(), AVIO_FLAG_WRITE); rc < 0) {
+    return Error("cannot write " + path, rc);
+  }
+  if (int rc = avformat_write_header(out.format, nullptr); rc < 0) return Error("header", rc);
+  const int per_frame = out.codec->frame_size > 0 ? out.codec->frame_size : 1024;
+  const auto total = static_cast<int64_t>(clip.seconds * clip.sample_rate);
+  FramePtr frame = NewFrame();
+  if (frame == nullptr) return Status::ResourceExhausted("av_frame_alloc");
+  for (int64_t at = 0; at < total; at += per_frame) {
+    av_frame_unref(frame.get());
+    frame->format = format;
+    frame->sample_rate = clip.sample_rate;
+    av_channel_layout_copy(&frame->ch_layout, &out.codec->ch_layout);
+    // A fixed-size encoder takes full frames only, but its last one may be short.
+    frame->nb_samples = static_cast<int>(std::min<int64_t>(per_frame, total - at));
+    if (int rc = av_frame_get_buffer(frame.get(), 0); rc < 0) return Error("frame", rc);
+    for (int k = 0; k < frame->nb_samples; ++k) {
+      for (int c = 0; c < clip.channels; ++c) Put(frame.get(), k, c, clip.channels, clip.sample(at + k, c));
+    }
+    frame->pts = at;
+    HR_RETURN_IF_ERROR(Drain(out, stream, frame.get()));
+  }
+  HR_RETURN_IF_ERROR(Drain(out, stream, nullptr));
+  if (int rc = av_write_trailer(out.format); rc < 0) return Error("trailer", rc);
+  return Status::Ok();
+}
+
+Result<std::vector<uint8_t>> EncodeAudio(const AudioClip& clip, const std::string& scratch_path) {
+  HR_RETURN_IF_ERROR(WriteAudio(scratch_path, clip));
+  return ReadBack(scratch_path);
 }
 
 }  // namespace headrace::av

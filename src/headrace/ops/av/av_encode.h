@@ -30,4 +30,18 @@ Status WriteVideo(const std::string& path, const VideoClip& clip);
 // is written and removed).
 Result<std::vector<uint8_t>> EncodeVideo(const VideoClip& clip, const std::string& scratch_path);
 
+struct AudioClip {
+  int sample_rate = 16000;
+  int channels = 1;
+  double seconds = 1.0;
+  std::string codec = "pcm_s16le";  // pcm_s16le (.wav), flac, libmp3lame, libopus, aac
+  // Sample i of channel c, in [-1, 1].
+  std::function<float(int64_t i, int c)> sample;
+};
+
+// Encodes `clip` into the file `path` (container from the extension: .wav, .flac, .mp3,
+// .ogg/.opus, .m4a).
+Status WriteAudio(const std::string& path, const AudioClip& clip);
+Result<std::vector<uint8_t>> EncodeAudio(const AudioClip& clip, const std::string& scratch_path);
+
 }  // namespace headrace::av

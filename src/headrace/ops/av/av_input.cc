@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <string_view>
 
 extern "C" {
 #include <libavcodec/avcodec.h>
@@ -16,6 +17,24 @@ namespace headrace::av {
 namespace {
 
 constexpr int kIoBufferBytes = 64 * 1024;
+
+// The demuxer of the common containers, from their magic bytes. FFmpeg's probe runs every
+// demuxer it has over the first kilobytes (libopenmpt's among them), which costs more
+// than decoding a short clip; these signatures are unambiguous, and anything else is
+// probed as usual.
+const AVInputFormat* GuessFormat(const uint8_t* d, size_t n) {
+  const auto at = [&](size_t offset, std::string_view magic) {
+    return n >= offset + magic.size() && std::memcmp(d + offset, magic.data(), magic.size()) == 0;
+  };
+  const char* name = nullptr;
+  if (at(0, "RIFF") && at(8, "WAVE")) name = "wav";
+  else if (at(0, "fLaC")) name = "flac";
+  else if (at(0, "OggS")) name = "ogg";
+  else if (at(4, "ftyp")) name = "mov,mp4,m4a,3gp,3g2,mj2";
+  else if (at(0, "\x1A\x45\xDF\xA3")) name = "matroska,webm";
+  else if (at(0, "ID3")) name = "mp3";
+  return name != nullptr ? av_find_input_format(name) : nullptr;
+}
 
 }  // namespace
 
@@ -74,14 +93,31 @@ Result<std::unique_ptr<Input>> Input::Open(const uint8_t* data, size_t size, Med
   if (in->format_ == nullptr) return Status::ResourceExhausted("avformat_alloc_context failed");
   in->format_->pb = in->io_;
   in->format_->flags |= AVFMT_FLAG_CUSTOM_IO;
-  if (int rc = avformat_open_input(&in->format_, nullptr, nullptr, nullptr); rc < 0) {
+  const AVInputFormat* known = GuessFormat(data, size);
+  // A known container declares its codecs: FFmpeg's second look at the first packets (a
+  // WAV's PCM probed against every demuxer, in case it holds MP3) is skipped too.
+  if (known != nullptr) in->format_->max_probe_packets = 0;
+  if (int rc = avformat_open_input(&in->format_, nullptr, known, nullptr); rc < 0) {
     in->format_ = nullptr;  // freed by avformat_open_input
     return Error("not a media container FFmpeg reads", rc);
   }
-  if (int rc = avformat_find_stream_info(in->format_, nullptr); rc < 0) {
-    return Error("cannot read the stream parameters", rc);
-  }
   const AVMediaType type = media == Media::kVideo ? AVMEDIA_TYPE_VIDEO : AVMEDIA_TYPE_AUDIO;
+  // Containers with a header (MP4, MKV, WAV, FLAC) already describe their streams; probing
+  // them (avformat_find_stream_info decodes frames to do it) is only for those that do
+  // not, and costs as much as the decode itself on short files.
+  bool described = false;
+  for (unsigned i = 0; i < in->format_->nb_streams; ++i) {
+    const AVCodecParameters* p = in->format_->streams[i]->codecpar;
+    if (p->codec_type != type || p->codec_id == AV_CODEC_ID_NONE) continue;
+    described |= type == AVMEDIA_TYPE_VIDEO ? p->width > 0 && p->height > 0 && p->format >= 0
+                                            : p->sample_rate > 0 && p->ch_layout.nb_channels > 0 &&
+                                                  p->format >= 0;
+  }
+  if (!described) {
+    if (int rc = avformat_find_stream_info(in->format_, nullptr); rc < 0) {
+      return Error("cannot read the stream parameters", rc);
+    }
+  }
   const AVCodec* decoder = nullptr;
   in->stream_ = av_find_best_stream(in->format_, type, -1, -1, &decoder, 0);
   if (in->stream_ < 0) {

@@ -1,0 +1,56 @@
+// audio.crop: a fixed-length window of audio into the batch: f32 [channels, N] with
+// N = seconds x the audio's rate, and `<output>_length` (i64): the real samples in it.
+// Longer audio is cropped (a window starting at random, seeded per sample and epoch; at
+// the start; or in the center); shorter audio is zero-padded at the end.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "headrace/core/status.h"
+#include "headrace/ops/op.h"
+#include "headrace/ops/op_plan.h"
+#include "headrace/ops/video/decode.h"  // ClipStart: random, start, center
+
+namespace headrace {
+
+struct AudioCropSpec {  // audio.crop
+  double seconds = 4.0;
+  ClipStart start = ClipStart::kRandom;  // random, start, center
+  std::string field = "audio";
+  std::string output;  // the batch field written; empty: named like `field`
+};
+
+class AudioCropOp : public Op {
+ public:
+  static constexpr std::string_view kName = "audio.crop";
+  static constexpr std::string_view kDoc =
+      "A fixed-length audio window (seeded random, start or center; zero-padded) into "
+      "f32 [C, N] plus <output>_length.";
+  using Spec = AudioCropSpec;
+  static void Fields(auto& s, auto&& f) {
+    f("seconds", s.seconds);
+    f("start", s.start);
+    f("field", s.field);
+    f("output", s.output);
+  }
+  static Status Validate(const Spec& spec, const std::string& key);
+  // Needs the audio's channels and rate fixed (audio.decode's channels and sample_rate,
+  // or audio.resample).
+  static Status Declare(const Spec& spec, PlanContext& ctx);
+  static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
+  static Spec ExampleSpec() { return Spec{.seconds = 0.1}; }
+
+  AudioCropOp(const AudioCropSpec& spec, int op_position, int slot, int row, int length_row,
+              int channels, int64_t frames);
+  std::string_view name() const override { return kName; }
+  Status Run(SampleContext& ctx) const override;
+
+ private:
+  AudioCropSpec spec_;
+  int op_position_, slot_, row_, length_row_, channels_;
+  int64_t frames_;
+};
+
+}  // namespace headrace

@@ -1,0 +1,55 @@
+// audio.decode: an audio file (WAV, FLAC, MP3, Ogg/Vorbis, Opus, AAC, ... whatever the
+// installed FFmpeg reads) to float samples, planar, in scratch: the value `field` becomes
+// audio. Optionally resampled (libswresample, in the same pass) and mixed to mono (the
+// mean of the channels) or to stereo (a mono source duplicated; more channels: the first
+// two). Reads at most `max_seconds` of a long file.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "headrace/core/status.h"
+#include "headrace/ops/op.h"
+#include "headrace/ops/op_plan.h"
+
+namespace headrace {
+
+struct AudioDecodeSpec {  // audio.decode
+  int sample_rate = 0;      // > 0: resample to it; 0: the file's own rate
+  int channels = 0;         // 1: mono, 2: stereo; 0: the file's own channels
+  double max_seconds = 600;  // read at most this much (a long file is cut)
+  std::string field = "audio";
+};
+
+class AudioDecodeOp : public Op {
+ public:
+  static constexpr std::string_view kName = "audio.decode";
+  static constexpr std::string_view kDoc =
+      "Decode audio (FFmpeg) to float samples; optional resample and mono/stereo mix.";
+  using Spec = AudioDecodeSpec;
+  static void Fields(auto& s, auto&& f) {
+    f("sample_rate", s.sample_rate);
+    f("channels", s.channels);
+    f("max_seconds", s.max_seconds);
+    f("field", s.field);
+  }
+  static Status Validate(const Spec& spec, const std::string& key);
+  // Reads the encoded `field`, writes it back as audio (channels and rate when set).
+  static Status Declare(const Spec& spec, PlanContext& ctx);
+  static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
+  static Spec ExampleSpec() { return Spec{.sample_rate = 8000, .channels = 1}; }
+  // The battery's input: a short WAV tone per index.
+  static std::vector<uint8_t> ExampleInput(int index);
+
+  AudioDecodeOp(const AudioDecodeSpec& spec, int slot) : spec_(spec), slot_(slot) {}
+  std::string_view name() const override { return kName; }
+  Status Run(SampleContext& ctx) const override;
+
+ private:
+  AudioDecodeSpec spec_;
+  int slot_;
+};
+
+}  // namespace headrace
