@@ -248,3 +248,54 @@ def test_no_ray_cluster_reachable_is_a_clear_error(make_pipeline, tmp_path):
                           timeout=120, env=env, cwd=tmp_path)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "no Ray cluster reachable at 127.0.0.1:1" in proc.stdout
+
+
+def test_inside_a_torch_trainer_each_rank_gets_its_share(cluster, pipeline, tmp_path):
+    import json
+
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    # Nested, so that it travels by value (the Train workers cannot import this module).
+    def _train_loop(config):
+        """One Ray Train worker: a DDP step per batch of its rank's headrace.ray batches."""
+        import json
+
+        import torch
+        import ray.train
+        import ray.train.torch
+
+        import headrace.ray
+
+        loader = headrace.ray.TorchLoader(config["pipeline"], workers=2,
+                                          worker_resources=config["worker"],
+                                          name="train-test")
+        rank = loader.loader.rank
+        model = ray.train.torch.prepare_model(torch.nn.Sequential(
+            torch.nn.Flatten(), torch.nn.Linear(3 * 56 * 56, 4)))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        seen = []
+        for _ in range(2):
+            for batch in loader:
+                loss = torch.nn.functional.cross_entropy(model(batch["image"]),
+                                                         batch["input_ids"][:, 0] % 4)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                seen.append(batch["index"].tolist())
+        with open(f"{config['out']}/rank{rank}.json", "w") as f:
+            json.dump({"rank": rank, "world_size": loader.loader.world_size, "seen": seen}, f)
+        loader.close()
+
+    trainer = TorchTrainer(
+        _train_loop,
+        train_loop_config={"pipeline": pipeline, "out": str(tmp_path), "worker": WORKER},
+        scaling_config=ScalingConfig(num_workers=2, use_gpu=False,
+                                     resources_per_worker={"CPU": 0.5, "trainer": 1}),
+        run_config=RunConfig(storage_path=str(tmp_path / "train"), name="headrace"))
+    trainer.fit()
+    for rank in (0, 1):
+        got = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert got["world_size"] == 2  # from the Ray Train context, not given
+        local = headrace.Loader(pipeline, rank=rank, world_size=2)
+        assert got["seen"] == [np.asarray(b["index"]).tolist() for _ in range(2) for b in local]
