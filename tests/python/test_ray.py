@@ -151,6 +151,22 @@ def test_scale_up_and_down_mid_epoch_keeps_the_sequence(cluster, pipeline):
     assert len(used) >= 2  # the added workers computed some of the batches
 
 
+def test_autoscale_grows_the_pool_while_the_rank_waits(cluster, pipeline):
+    # Any wait is above a target of 0: rank 0 adds a worker at its 8th batch, up to 2.
+    loader = hray.Loader(pipeline, workers=1, min_workers=1, max_workers=2,
+                         target_wait_time_ratio=0.0, worker_resources=WORKER)
+    try:
+        got = [digest(b) for _ in range(2) for b in loader]
+        targets = loader.pool_stats()["target_workers"]
+    finally:
+        loader.close()
+    assert targets == 2
+    assert got == local_run(pipeline)
+    with hray.Loader(pipeline, workers=1, max_workers=2, worker_resources=WORKER) as bounded:
+        with pytest.raises(headrace.ConfigError, match=r"outside \[min_workers, max_workers\]"):
+            bounded.scale(3)
+
+
 def test_a_killed_coordinator_restarts_and_the_sequence_goes_on(cluster, pipeline, tmp_path):
     journal = tmp_path / "journal.jsonl"
     loader = hray.Loader(pipeline, workers=2, worker_resources=WORKER, journal=str(journal))
