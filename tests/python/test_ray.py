@@ -208,6 +208,33 @@ def test_a_state_taken_with_two_workers_resumes_with_one_identically(cluster, pi
     assert [digest(b) for _ in range(2) for b in local] == full[4:]
 
 
+def test_a_workers_sample_errors_reach_the_ranks_report_as_locally(cluster, py_sample,
+                                                                      tmp_path):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(py_sample, data)
+    (data / "images" / "000005.jpg").write_bytes(b"not a jpeg")  # corrupt
+    (data / "images" / "000017.jpg").unlink()                     # missing
+    ops = headrace.ops
+    broken = headrace.Pipeline(
+        source=data / "manifest.jsonl", batch_size=8, seed=1, epochs=1, shuffle=False,
+        ops=[ops.decode(), ops.resize(shorter_side=64), ops.center_crop(56), ops.normalize(),
+             ops.tokenize(data / "tokenizer.model", max_length=48)],
+        overrides={"errors.max_error_rate": 0.5})
+    local = [(b.index, b.errors, np.asarray(b["index"]).tolist())
+             for b in headrace.Loader(broken)]
+    loader = hray.Loader(broken, workers=2, worker_resources=WORKER)
+    try:
+        got = [(b.index, b.errors, np.asarray(b["index"]).tolist()) for b in loader]
+        stats = loader.stats()
+    finally:
+        loader.close()
+    assert got == local
+    assert stats["samples_failed"] == 2 and stats["samples"] == 46
+    assert [len(e) for _, e, _ in got] == [1, 0, 1, 0, 0, 0]
+
+
 def test_a_real_pytorch_loop_trains_on_ray_batches(cluster, pipeline):
     import torch
     torch.manual_seed(0)
