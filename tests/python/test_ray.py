@@ -158,13 +158,12 @@ def test_autoscale_grows_the_pool_while_the_rank_waits(cluster, pipeline):
     try:
         got = [digest(b) for _ in range(2) for b in loader]
         targets = loader.pool_stats()["target_workers"]
+        with pytest.raises(headrace.ConfigError, match=r"outside \[min_workers, max_workers\]"):
+            loader.scale(3)
     finally:
         loader.close()
     assert targets == 2
     assert got == local_run(pipeline)
-    with hray.Loader(pipeline, workers=1, max_workers=2, worker_resources=WORKER) as bounded:
-        with pytest.raises(headrace.ConfigError, match=r"outside \[min_workers, max_workers\]"):
-            bounded.scale(3)
 
 
 def test_a_killed_coordinator_restarts_and_the_sequence_goes_on(cluster, pipeline, tmp_path):

@@ -101,6 +101,10 @@ class Coordinator:
                     self._reassignments += 1
                 elif kind == "dead":
                     self._worker_deaths += 1
+                elif kind == "attach":
+                    self._ranks.add(e["rank"])
+                elif kind == "detach":
+                    self._ranks.discard(e["rank"])
 
     # --- the pool ------------------------------------------------------------------------
 
@@ -193,11 +197,13 @@ class Coordinator:
     def attach(self, rank: int) -> Optional[Tuple[int, int]]:
         """A rank joins; returns what the journal says it consumed up to, if anything."""
         self._ranks.add(rank)
+        self._log({"e": "attach", "rank": rank})
         return self._consumed.get(rank)
 
     def detach(self, rank: int) -> int:
         """A rank leaves; when none is left the pool is stopped. Returns ranks left."""
         self._ranks.discard(rank)
+        self._log({"e": "detach", "rank": rank})
         if not self._ranks:
             for wid in list(self._workers):
                 self._remove(wid, kill=True)
