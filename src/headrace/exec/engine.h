@@ -195,7 +195,7 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // The next batch in order; nullopt after the last one; an error when the run failed
-  // (error budget) or was cancelled.
+  // (error budget) or was cancelled; kInvalidArgument on a Schedule::kOnDemand engine.
   Result<std::optional<Batch>> Next();
   // Waits up to `timeout` until Next() would return without blocking (a batch is ready,
   // the run ended or failed); true if so. Lets a consumer that must stay responsive (a
