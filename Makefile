@@ -11,7 +11,7 @@ FUZZ_TARGETS := decode manifest config tokenize tar parquet
 
 PY       := .venv/bin/python
 
-.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs clean
+.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray clean
 
 all: build
 
@@ -40,6 +40,13 @@ run: build
 	$(BUILD)/headrace run examples/vqa.yaml --report out/run-report.json
 	@echo "report: out/run-report.json"
 	$(PY) examples/python_loader.py
+
+# The example pipeline disaggregated (python/headrace/ray): a local 3-node Ray cluster
+# (ray.cluster_utils: a trainer node, two CPU nodes with a headrace_cpu resource), worker
+# actors spread over the CPU nodes, two trainer ranks pulling their batches by reference.
+run-ray: build
+	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
+	$(PY) examples/ray_run.py --config examples/vqa.yaml
 
 # Every test: unit tests, end-to-end tests, then the suite under ASan/UBSan (a short
 # mutation run of every fuzz target included: fuzz_smoke.* in ctest) and the executor's
@@ -103,6 +110,12 @@ bench-io: build
 # per sample side by side (bench/shards.json; numbers into bench/RESULTS.md by hand).
 bench-shards: build
 	$(PY) bench/shards.py --bin $(BUILD)/headrace --json bench/shards.json
+
+# headrace.ray on simulated nodes: throughput vs workers, by reference vs by value through
+# the coordinator, spread vs pack, overhead vs the embedded loader (bench/ray.json).
+bench-ray: build
+	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
+	$(PY) bench/ray_streaming.py --json bench/ray.json
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-py $(FUZZ_BUILD) out

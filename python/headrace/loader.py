@@ -235,9 +235,8 @@ class Loader:
         if self._impl is not None and self._per_epoch is not None and \
                 self._impl.next_batch == self._epoch * self._per_epoch + self._batch:
             return self._impl
-        self.close()
-        impl = _headrace._Loader.make(self._spec, self.rank, self.world_size, self._epoch,
-                                      self._batch, self.pinned)
+        self._stop_engine()
+        impl = self._make_engine(self._epoch, self._batch)
         if self._per_epoch is not None and impl.batches_per_epoch != self._per_epoch:
             impl.close()
             raise _headrace.ConfigError(
@@ -246,6 +245,13 @@ class Loader:
         self._per_epoch = impl.batches_per_epoch
         self._impl = impl
         return impl
+
+    def _make_engine(self, epoch: int, batch: int):
+        """A new engine that delivers this rank's batches from (epoch, batch) on, with
+        ``next()``, ``next_batch``, ``batches_per_epoch``, ``consumer_stats()``,
+        ``report_json()`` and ``close()`` (headrace.ray's stream has the same)."""
+        return _headrace._Loader.make(self._spec, self.rank, self.world_size, epoch, batch,
+                                      self.pinned)
 
     def _batches_per_epoch(self) -> int:
         if self._per_epoch is None:
@@ -322,7 +328,7 @@ class Loader:
             raise _headrace.ConfigError(
                 f"state dict: batch_in_epoch {batch} is past batches_per_epoch {per_epoch!r}")
         self._check_epoch(epoch, "state dict")
-        self.close()
+        self._stop_engine()
         self._epoch, self._batch, self._per_epoch = epoch, batch, per_epoch
         self._active, self._keep = False, True
 
@@ -352,6 +358,11 @@ class Loader:
     def close(self) -> None:
         """Stops the engine (batches already handed out stay valid). The position is
         kept: iterating again starts a new engine there."""
+        self._stop_engine()
+
+    def _stop_engine(self) -> None:
+        """Stops the engine that serves the current position (repositioning, resume);
+        ``close()`` is this plus whatever else a subclass holds (headrace.ray's workers)."""
         impl, self._impl = self._impl, None
         if impl is not None:
             self._last_stats = impl.consumer_stats()

@@ -2,7 +2,8 @@
 // and while waiting for a batch.
 //
 // Threads: Next() is called by one Python thread at a time (the Python Loader is an
-// iterator). Engine threads take the GIL only inside Python operators. The destructor
+// iterator). On an on-demand loader (a Ray worker), Submit()/Take() are called from any
+// number of Python threads at once (one per pending call), each waiting without the GIL. Engine threads take the GIL only inside Python operators. The destructor
 // releases the GIL before cancelling the engine, because joining its threads may wait
 // for an operator that is waiting for the GIL.
 #include "headrace/pipeline/loader.h"
@@ -28,8 +29,10 @@ constexpr std::chrono::milliseconds kSignalPoll{20};
 class PyLoader {
  public:
   static std::unique_ptr<PyLoader> Make(const PipelineSpec& spec, int rank, int world_size,
-                                        int64_t start_epoch, int64_t start_batch, bool pinned) {
+                                        int64_t start_epoch, int64_t start_batch, bool pinned,
+                                        bool on_demand) {
     LoaderOptions options;
+    if (on_demand) options.schedule = Schedule::kOnDemand;
     options.rank = rank;
     options.world_size = world_size;
     options.start_epoch = start_epoch;
@@ -78,20 +81,68 @@ class PyLoader {
     return BatchToPython(*batch);
   }
 
-  void Close() {
+  // Schedule::kOnDemand: queues run-wide batch `batch` for computing.
+  void Submit(int64_t batch) {
+    Status submitted;
+    {
+      nb::gil_scoped_release nogil;
+      submitted = loader().Submit(batch);
+    }
+    if (!submitted.ok()) throw StatusError(submitted);
+  }
+
+  // Schedule::kOnDemand: waits for submitted batch `batch` (without the GIL, noticing
+  // signals between slices as Next() does) and returns BatchToPython's tuple.
+  nb::object Take(int64_t batch) {
+    // A handle of its own: Close() from another thread must not free the loader under a
+    // waiting Take (it cancels it instead).
+    std::shared_ptr<Loader> held = loader_;
+    if (!held) throw StatusError(Status::Cancelled("the loader is closed"));
+    Loader& l = *held;
+    while (true) {
+      bool ready = false;
+      {
+        nb::gil_scoped_release nogil;
+        ready = l.WaitTakeable(batch, kSignalPoll);
+      }
+      if (ready) break;
+      if (PyErr_CheckSignals() != 0) throw nb::python_error();
+    }
+    std::optional<Result<Batch>> taken;
+    {
+      nb::gil_scoped_release nogil;
+      taken.emplace(l.Take(batch));
+    }
+    return BatchToPython(ValueOrThrow(std::move(*taken)));
+  }
+
+  // Stops the run from any thread: pending Take() calls return kCancelled.
+  void Cancel() {
     if (!loader_) return;
     nb::gil_scoped_release nogil;
-    loader_.reset();
+    loader_->Cancel();
+  }
+
+  void Close() {
+    std::shared_ptr<Loader> loader = std::move(loader_);  // with the GIL: Take() copies it
+    if (!loader) return;
+    nb::gil_scoped_release nogil;
+    loader->Cancel();
+    loader.reset();  // the last Take() still waiting, if any, frees it when it returns
   }
 
   const Loader& loader() const {
     if (!loader_) throw StatusError(Status::Cancelled("the loader is closed"));
     return *loader_;
   }
+  Loader& loader() {
+    if (!loader_) throw StatusError(Status::Cancelled("the loader is closed"));
+    return *loader_;
+  }
 
  private:
   PyLoader() = default;
-  std::unique_ptr<Loader> loader_;
+  std::shared_ptr<Loader> loader_;
 };
 
 nb::dict StatsToDict(const ConsumerStats& s) {
@@ -113,8 +164,14 @@ void RegisterLoader(nb::module_& m) {
   nb::class_<PyLoader>(m, "_Loader")
       .def_static("make", &PyLoader::Make, nb::arg("spec"), nb::arg("rank") = 0,
                   nb::arg("world_size") = 1, nb::arg("start_epoch") = 0,
-                  nb::arg("start_batch") = 0, nb::arg("pinned") = false)
+                  nb::arg("start_batch") = 0, nb::arg("pinned") = false,
+                  nb::arg("on_demand") = false)
       .def("next", &PyLoader::Next)
+      .def("submit", &PyLoader::Submit, nb::arg("batch"))
+      .def("take", &PyLoader::Take, nb::arg("batch"))
+      .def("cancel", &PyLoader::Cancel)
+      .def_prop_ro("manifest_bytes",
+                   [](const PyLoader& l) { return l.loader().manifest_bytes(); })
       .def("close", &PyLoader::Close)
       .def_prop_ro("next_batch", [](const PyLoader& l) { return l.loader().next_batch(); })
       .def_prop_ro("total_batches",

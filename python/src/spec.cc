@@ -146,6 +146,9 @@ void RegisterSpec(nb::module_& m) {
       .def_prop_ro("cpu_threads", [](const PipelineSpec& s) { return s.execution.cpu_threads; })
       .def_prop_ro("memory_budget_bytes",
                    [](const PipelineSpec& s) { return s.memory.budget_bytes; })
+      .def_prop_ro("max_error_rate", [](const PipelineSpec& s) { return s.errors.max_error_rate; })
+      .def_prop_ro("min_samples", [](const PipelineSpec& s) { return s.errors.min_samples; })
+      .def_prop_ro("prefetch_depth", [](const PipelineSpec& s) { return s.prefetch.depth; })
       .def_prop_ro("op_names",
                    [](const PipelineSpec& s) {
                      std::vector<std::string> names;

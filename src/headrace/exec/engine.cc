@@ -135,28 +135,47 @@ size_t Engine::BatchBytes(int64_t samples) const {
 }
 
 void Engine::DriverLoop() {
-  const int64_t total = order_.total_batches();
-  for (int64_t j = options_.start_batch; j < total; ++j) {
-    auto job = std::make_shared<BatchJob>();
-    job->position = order_.Position(j);
-    job->sample_indices = order_.SampleIndices(job->position);
-    job->bytes = static_cast<int64_t>(BatchBytes(job->sample_indices.size()));
-    if (!Admit(*job)) break;
-    if (Status allocated = AllocateRows(*job); !allocated.ok()) {
-      std::lock_guard lock(mu_);
-      if (failure_.ok()) failure_ = allocated.WithContext("allocating a batch");
-      stop_ = true;
-      outstanding_ -= static_cast<int64_t>(job->sample_indices.size());
-      consumer_cv_.notify_all();
-      drained_cv_.notify_all();
-      break;
+  if (options_.schedule == Schedule::kSequential) {
+    const int64_t total = order_.total_batches();
+    for (int64_t j = options_.start_batch; j < total; ++j) {
+      if (!StartBatch(j)) break;
     }
-    for (size_t s = 0; s < job->sample_indices.size(); ++s) IssueSample(job, static_cast<int>(s));
+  } else {
+    while (true) {
+      int64_t j = 0;
+      {
+        std::unique_lock lock(mu_);
+        driver_cv_.wait(lock, [this] { return stop_ || !submitted_.empty(); });
+        if (stop_) break;
+        j = submitted_.front();
+        submitted_.pop_front();
+      }
+      if (!StartBatch(j)) break;
+    }
   }
   std::lock_guard lock(mu_);
   driver_done_ = true;
   driver_done_s_ = SecondsSince(start_time_);
   consumer_cv_.notify_all();
+}
+
+bool Engine::StartBatch(int64_t j) {
+  auto job = std::make_shared<BatchJob>();
+  job->position = order_.Position(j);
+  job->sample_indices = order_.SampleIndices(job->position);
+  job->bytes = static_cast<int64_t>(BatchBytes(job->sample_indices.size()));
+  if (!Admit(*job)) return false;
+  if (Status allocated = AllocateRows(*job); !allocated.ok()) {
+    std::lock_guard lock(mu_);
+    if (failure_.ok()) failure_ = allocated.WithContext("allocating a batch");
+    stop_ = true;
+    outstanding_ -= static_cast<int64_t>(job->sample_indices.size());
+    consumer_cv_.notify_all();
+    drained_cv_.notify_all();
+    return false;
+  }
+  for (size_t s = 0; s < job->sample_indices.size(); ++s) IssueSample(job, static_cast<int>(s));
+  return true;
 }
 
 bool Engine::Admit(const BatchJob& job) {
@@ -633,6 +652,9 @@ bool Engine::WaitReady(std::chrono::nanoseconds timeout) {
 }
 
 Result<std::optional<Batch>> Engine::Next() {
+  if (options_.schedule != Schedule::kSequential) {
+    return Status::InvalidArgument("Next() on an on-demand engine: use Submit() and Take()");
+  }
   std::unique_lock lock(mu_);
   ++next_calls_;
   batch_fill_sum_ += static_cast<double>(ready_.size()) / options_.prefetch_depth;
@@ -661,14 +683,7 @@ Result<std::optional<Batch>> Engine::Next() {
     driver_cv_.notify_all();
     // Errors are counted here, in batch order, so that whether and where the error
     // budget stops a run does not depend on which thread finished first.
-    samples_failed_ += static_cast<int64_t>(batch.errors.size());
-    samples_delivered_ += batch.size();
-    for (const SampleError& e : batch.errors) {
-      ++errors_by_kind_[std::string(StatusCodeName(e.status.code()))];
-      if (static_cast<int>(first_errors_.size()) < options_.max_kept_errors) {
-        first_errors_.push_back(e);
-      }
-    }
+    CountDeliveredLocked(batch);
     // An epoch's end is a verdict point too: a run without an end (or a long one) must
     // not go on for epochs with every sample failing just because min_samples is large.
     const bool epoch_end = next_ % order_.batches_per_rank_epoch() == 0;
@@ -684,6 +699,67 @@ Result<std::optional<Batch>> Engine::Next() {
     ++batches_delivered_;
     return std::optional<Batch>(std::move(batch));
   }
+}
+
+void Engine::CountDeliveredLocked(const Batch& batch) {
+  samples_failed_ += static_cast<int64_t>(batch.errors.size());
+  samples_delivered_ += batch.size();
+  for (const SampleError& e : batch.errors) {
+    ++errors_by_kind_[std::string(StatusCodeName(e.status.code()))];
+    if (static_cast<int>(first_errors_.size()) < options_.max_kept_errors) {
+      first_errors_.push_back(e);
+    }
+  }
+}
+
+Status Engine::Submit(int64_t batch) {
+  if (options_.schedule != Schedule::kOnDemand) {
+    return Status::InvalidArgument("Submit() on a sequential engine");
+  }
+  if (batch < 0 || batch >= order_.total_batches()) {
+    return Status::InvalidArgument("batch " + std::to_string(batch) + " is outside the run's " +
+                                   std::to_string(order_.total_batches()) + " batches");
+  }
+  std::lock_guard lock(mu_);
+  if (!failure_.ok()) return failure_;
+  if (!untaken_.insert(batch).second) {
+    return Status::InvalidArgument("batch " + std::to_string(batch) +
+                                 " is already submitted and not yet taken");
+  }
+  submitted_.push_back(batch);
+  driver_cv_.notify_all();
+  return Status::Ok();
+}
+
+bool Engine::WaitTakeable(int64_t batch, std::chrono::nanoseconds timeout) {
+  std::unique_lock lock(mu_);
+  return consumer_cv_.wait_for(lock, timeout, [&] {
+    return !failure_.ok() || untaken_.count(batch) == 0 || ready_.count(batch) > 0;
+  });
+}
+
+Result<Batch> Engine::Take(int64_t batch) {
+  if (options_.schedule != Schedule::kOnDemand) {
+    return Status::InvalidArgument("Take() on a sequential engine: use Next()");
+  }
+  std::unique_lock lock(mu_);
+  if (untaken_.count(batch) == 0) {
+    return Status::InvalidArgument("batch " + std::to_string(batch) +
+                                      " was not submitted, or was taken already");
+  }
+  consumer_cv_.wait(lock, [&] { return !failure_.ok() || ready_.count(batch) > 0; });
+  if (!failure_.ok()) return failure_;
+  auto it = ready_.find(batch);
+  Batch out = std::move(it->second.batch);
+  batch_bytes_ -= it->second.bytes;
+  ready_.erase(it);
+  untaken_.erase(batch);
+  --admitted_ahead_;
+  driver_cv_.notify_all();
+  CountDeliveredLocked(out);
+  ++batches_delivered_;
+  ++next_calls_;
+  return out;
 }
 
 int64_t Engine::ConsumerWaitNanosLocked() const {

@@ -32,6 +32,19 @@
 //   not delivered (or delivered empty, with deliver_empty_batches). The run fails when errors exceed the error budget.
 // - Next() is for one consumer thread. The destructor cancels: it stops admission,
 //   lets in-flight reads and tasks finish (skipping their work), and joins every thread.
+//   Reads already issued are not interrupted (Storage has no per-request cancellation):
+//   a closing engine waits for them, retries included.
+// - Schedule::kOnDemand (a Ray worker, python/headrace/ray): the driver admits only the
+//   batches Submit() names, in submission order, within the same two bounds, and each
+//   is collected by Take(k), from any number of threads. An admitted batch holds its
+//   place in the window until it is taken, so every submitted batch must be taken, and
+//   a single thread taking more than prefetch_depth batches takes them in submission
+//   order (a Ray worker takes each in the thread of the call that submitted it). Batch k is
+//   the same bytes as batch k of a sequential run of the same options: the worker runs
+//   with rank 0 of world size 1, so k is the run-wide batch index over all ranks
+//   (epoch × batches per epoch + index in epoch). The error budget is not applied: the
+//   batch's errors travel in it and the consumer owns the budget (the run's, not each
+//   worker's).
 #pragma once
 
 #include <atomic>
@@ -43,6 +56,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -88,7 +102,16 @@ struct EngineInputs {
   std::function<Status(Sample&)> prepare_sample;
 };
 
+// Which batches the driver admits, and how the consumer collects them.
+enum class Schedule {
+  // Every batch of the run from start_batch on, in order; Next() delivers them in order.
+  kSequential,
+  // Only the batches Submit() names, in submission order; Take(k) collects batch k.
+  kOnDemand,
+};
+
 struct EngineOptions {
+  Schedule schedule = Schedule::kSequential;
   int cpu_threads = 1;
   int io_inflight = 32;
   int64_t io_budget_bytes = 64 << 20;
@@ -172,7 +195,7 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // The next batch in order; nullopt after the last one; an error when the run failed
-  // (error budget) or was cancelled.
+  // (error budget) or was cancelled; kInvalidArgument on a Schedule::kOnDemand engine.
   Result<std::optional<Batch>> Next();
   // Waits up to `timeout` until Next() would return without blocking (a batch is ready,
   // the run ended or failed); true if so. Lets a consumer that must stay responsive (a
@@ -180,6 +203,18 @@ class Engine {
   bool WaitReady(std::chrono::nanoseconds timeout);
   // Stops the run; Next() then returns kCancelled. Safe from any thread.
   void Cancel();
+
+  // Schedule::kOnDemand only. Queues batch `batch` (a local index, see the contract) for
+  // computing; kInvalidArgument outside the run, while it is queued or not yet taken,
+  // or in sequential mode; the run's failure once it failed. Safe from any thread.
+  Status Submit(int64_t batch);
+  // Waits for submitted batch `batch` and hands it over (with no rows if every sample
+  // failed: it holds the position); kInvalidArgument if it was not submitted or was
+  // taken already, kCancelled once the engine is cancelled. Any number of threads may take
+  // different batches at once.
+  Result<Batch> Take(int64_t batch);
+  // Waits up to `timeout` until Take(batch) would not block; true if so.
+  bool WaitTakeable(int64_t batch, std::chrono::nanoseconds timeout);
 
   const EpochOrder& order() const { return order_; }
   // The local index of the batch Next() returns next.
@@ -194,6 +229,10 @@ class Engine {
   Engine(EngineInputs inputs, EngineOptions options, EpochOrder order);
 
   void DriverLoop();
+  // Builds, admits and starts batch `j`; false when the run stopped instead.
+  bool StartBatch(int64_t j);
+  // Counts a delivered batch's samples and errors in the metrics.
+  void CountDeliveredLocked(const Batch& batch);
   // Waits until batch `job` fits the prefetch depth and the batch budget; false when
   // the run stopped instead.
   bool Admit(const BatchJob& job);
@@ -295,6 +334,10 @@ class Engine {
     int64_t bytes;  // charged to the batch budget until delivered
   };
   std::map<int64_t, ReadyBatch> ready_;  // guarded by mu_: the reorder window
+  // Guarded by mu_ (Schedule::kOnDemand): batches submitted and not yet admitted, in
+  // submission order, and every batch submitted and not yet taken.
+  std::deque<int64_t> submitted_;
+  std::set<int64_t> untaken_;
   bool driver_done_ = false;             // guarded by mu_
   double driver_done_s_ = 0;             // guarded by mu_: when it became true
 

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <latch>
+#include <map>
+#include <thread>
 #include <set>
 
 namespace headrace {
@@ -143,7 +145,8 @@ class EngineConformance : public testing::TestWithParam<Config> {
                                         std::unique_ptr<Op> op, int64_t batch_size,
                                         std::optional<int64_t> epochs = 1, int64_t start = 0,
                                         double max_error_rate = 1.0, int threads = -1,
-                                        std::unique_ptr<BatchOp> batch_op = nullptr) {
+                                        std::unique_ptr<BatchOp> batch_op = nullptr,
+                                        Schedule schedule = Schedule::kSequential) {
     EngineInputs in;
     in.records = std::move(records);
     in.ops.push_back(std::move(op));
@@ -152,6 +155,7 @@ class EngineConformance : public testing::TestWithParam<Config> {
     in.reads_media = GetParam().reads_media;
     in.storage = MakeLocalStorage({.threads = 2});
     EngineOptions opt;
+    opt.schedule = schedule;
     opt.cpu_threads = threads > 0 ? threads : GetParam().threads;
     opt.prefetch_depth = GetParam().depth;
     opt.io_inflight = 4;
@@ -408,6 +412,81 @@ TEST_P(EngineConformance, StartingAtBatchKMatchesTheUninterruptedRun) {
     ASSERT_EQ(tail.size(), full.size() - k) << "k=" << k;
     for (size_t i = 0; i < tail.size(); ++i) EXPECT_EQ(tail[i], full[k + i]) << "k=" << k;
   }
+}
+
+// The rows of a batch taken on demand.
+std::vector<int64_t> Rows(const Batch& b) {
+  const Tensor* row = b.Find("row");
+  return std::vector<int64_t>(row->data<int64_t>(), row->data<int64_t>() + row->numel());
+}
+
+TEST_P(EngineConformance, OnDemandBatchesInAnyOrderMatchTheSequentialRun) {
+  auto seq = Start(Records(30), std::make_unique<FillOp>(), 4, /*epochs=*/2, 0, 1.0, -1,
+                   std::make_unique<BatchMarkOp>());
+  ASSERT_TRUE(seq.ok());
+  std::vector<std::vector<int64_t>> full;
+  while (true) {  // every position, the failed batch 1 of each epoch included (empty)
+    auto next = (*seq)->Next();
+    ASSERT_TRUE(next.ok());
+    if (!next->has_value()) break;
+    full.push_back(Rows(**next));
+  }
+  ASSERT_EQ(full.size(), 14u);  // batch 1 of each epoch fails whole: 16 - 2
+  auto demand = Start(Records(30), std::make_unique<FillOp>(), 4, 2, 0, 1.0, -1,
+                      std::make_unique<BatchMarkOp>(), Schedule::kOnDemand);
+  ASSERT_TRUE(demand.ok()) << demand.status().ToString();
+  Engine& e = **demand;
+  EXPECT_EQ(e.Next().status().code(), StatusCode::kInvalidArgument);
+  // Out of order, across the epoch boundary, more than the prefetch depth submitted.
+  const std::vector<int64_t> order{13, 2, 9, 0, 15, 7, 8, 1};
+  for (int64_t k : order) ASSERT_TRUE(e.Submit(k).ok()) << k;
+  EXPECT_EQ(e.Submit(2).code(), StatusCode::kInvalidArgument);  // queued already
+  EXPECT_EQ(e.Submit(16).code(), StatusCode::kInvalidArgument);  // outside the run
+  // Each taken by its own thread, as a Ray worker's calls do: a batch admitted holds
+  // the window until taken, so one thread alone would have to take in submission order.
+  std::map<int64_t, std::vector<int64_t>> got;
+  std::map<int64_t, size_t> errors;
+  std::mutex got_mu;
+  std::vector<std::thread> takers;
+  for (int64_t k : order) {
+    takers.emplace_back([&, k] {
+      Result<Batch> b = e.Take(k);
+      ASSERT_TRUE(b.ok()) << b.status().ToString();
+      std::lock_guard lock(got_mu);
+      got[k] = Rows(*b);
+      errors[k] = b->errors.size();
+    });
+  }
+  for (std::thread& t : takers) t.join();
+  ASSERT_EQ(got.size(), order.size());
+  EXPECT_EQ(got[1].size(), 0u);  // the position of a dropped batch, its errors inside
+  EXPECT_EQ(errors[1], 4u);
+  EXPECT_EQ(e.Take(2).status().code(), StatusCode::kInvalidArgument);  // taken already
+  // Sequential delivery skips the two dropped batches: map positions to it.
+  auto seq_index = [](int64_t k) { return k - (k >= 1) - (k >= 9); };
+  for (const auto& [k, rows] : got) {
+    if (k % 8 == 1) continue;
+    EXPECT_EQ(rows, full[seq_index(k)]) << "batch " << k;
+  }
+  // A batch taken once can be submitted again (a reassignment) and is the same.
+  ASSERT_TRUE(e.Submit(9).ok());
+  auto again = e.Take(9);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(Rows(*again), got[9]);
+}
+
+TEST_P(EngineConformance, OnDemandTakeWaitingIsWokenByCancel) {
+  auto gate = std::make_unique<GateOp>(nullptr);
+  GateOp* gate_ptr = gate.get();
+  auto engine = Start(Records(16), std::move(gate), 4, 1, 0, 1.0, -1, nullptr,
+                      Schedule::kOnDemand);
+  ASSERT_TRUE(engine.ok());
+  ASSERT_TRUE((*engine)->Submit(3).ok());
+  EXPECT_FALSE((*engine)->WaitTakeable(3, std::chrono::milliseconds(1)));
+  std::thread canceller([&] { (*engine)->Cancel(); });
+  EXPECT_EQ((*engine)->Take(3).status().code(), StatusCode::kCancelled);
+  canceller.join();
+  gate_ptr->Open();
 }
 
 TEST_P(EngineConformance, SameSeedSameBatchesWhateverTheThreadCount) {

@@ -222,6 +222,7 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   opt.start_epoch = options.start_epoch;
   opt.start_batch = options.start_batch;
   opt.deliver_empty_batches = options.deliver_empty_batches;
+  opt.schedule = options.schedule;
   opt.max_error_rate = spec.errors.max_error_rate;
   opt.min_samples = spec.errors.min_samples;
   opt.max_kept_errors = spec.errors.max_logged;

@@ -30,6 +30,10 @@ struct LoaderOptions {
   int world_size = 1;
   // See EngineOptions::deliver_empty_batches.
   bool deliver_empty_batches = false;
+  // Schedule::kOnDemand: batches are computed as Submit() names them and collected with
+  // Take() (a Ray worker; use rank 0 of world size 1 so that batch k is the run-wide
+  // index over all ranks; see EngineOptions::schedule). Next() is then refused.
+  Schedule schedule = Schedule::kSequential;
   Allocator* allocator = nullptr;    // batch memory; null: the heap
   std::shared_ptr<Storage> storage;  // null: OpenStorage(spec.storage): local, s3://, http(s)://
   // Records a timeline of the run (reads, operators, the consumer) when set; must
@@ -83,6 +87,12 @@ class Loader {
   // Waits up to `timeout` until Next() would not block; true if so. A consumer that must
   // notice interrupts calls this in slices before Next(); the time counts as its wait.
   bool WaitReady(std::chrono::nanoseconds timeout);
+  // Schedule::kOnDemand: see Engine::Submit / Take / WaitTakeable.
+  Status Submit(int64_t batch) { return engine_->Submit(batch); }
+  Result<Batch> Take(int64_t batch) { return engine_->Take(batch); }
+  bool WaitTakeable(int64_t batch, std::chrono::nanoseconds timeout) {
+    return engine_->WaitTakeable(batch, timeout);
+  }
   // Stops the run: a Next() waiting now, and every later one, returns kCancelled. Safe
   // from any thread while the loader lives (a signal watcher's, say).
   void Cancel() { engine_->Cancel(); }

@@ -1,0 +1,115 @@
+"""The worker actor: one C++ engine in on-demand mode, answering ``get_batch(k)``.
+
+A threaded actor (``max_concurrency``): each pending call is a thread that submits its
+batch to the engine and waits for it without the GIL, so one worker serves many calls
+while its engine computes. The batch is the call's return value: Ray copies it once into
+the object store of this node and the caller (the rank) owns it, so it outlives this
+worker; nothing here ``ray.put``s.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, Dict
+
+import numpy as np
+
+from .. import _headrace
+
+
+class Worker:
+    """Computes run-wide batches by index (rank 0 of world size 1: batch k of the run is
+    epoch k // batches_per_epoch, batch k % batches_per_epoch over all ranks)."""
+
+    def __init__(self, worker_id: int, pipeline, cwd: str, cpu_threads: int):
+        import ray
+        # Relative paths in the pipeline (manifest, tokenizer) name the driver's folder; on
+        # a node that has it (the same machine, a shared filesystem) they resolve there.
+        if cwd and os.path.isdir(cwd):
+            os.chdir(cwd)
+        if pipeline.spec().cpu_threads == 0 and cpu_threads > 0:
+            # "one per core" means the cores Ray gave this actor, not the whole machine's.
+            pipeline = pipeline._copy()
+            pipeline._overrides = list(pipeline._overrides) + [
+                f"execution.cpu_threads={cpu_threads}"]
+        self.worker_id = worker_id
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self._impl = _headrace._Loader.make(pipeline.spec(), 0, 1, 0, 0, False, True)
+        self._lock = threading.Lock()
+        # Batches being computed, by index: a second call for one (a rank that moved on
+        # and came back, its earlier request still running) shares the first one's result
+        # instead of submitting it twice.
+        self._inflight: Dict[int, Dict[str, Any]] = {}
+        self._batches = 0
+        self._bytes = 0
+        self._busy_s = 0.0
+        self._started = time.perf_counter()
+
+    def info(self) -> Dict[str, Any]:
+        """What this worker is and holds: node, run shape, the source's memory."""
+        return {
+            "worker": self.worker_id,
+            "node_id": self.node_id,
+            "pid": os.getpid(),
+            "batches_per_epoch": self._impl.batches_per_epoch,  # over all ranks
+            "num_samples": self._impl.num_samples,
+            "manifest_bytes": self._impl.manifest_bytes,
+            # EpochOrder keeps one epoch's permutation: 8 bytes per sample.
+            "order_bytes": 8 * self._impl.num_samples,
+            "cpus": os.cpu_count(),
+        }
+
+    def get_batch(self, k: int) -> Dict[str, Any]:
+        """Batch k of the run, as numpy arrays (zero-copy views of the engine's memory
+        until Ray serializes them into the object store: the one copy)."""
+        with self._lock:
+            slot = self._inflight.get(k)
+            first = slot is None
+            if first:
+                slot = self._inflight[k] = {"done": threading.Event(), "out": None,
+                                            "error": None}
+        if not first:
+            slot["done"].wait()
+            if slot["error"] is not None:
+                raise slot["error"]
+            return slot["out"]
+        try:
+            slot["out"] = self._compute(k)
+            return slot["out"]
+        except BaseException as e:
+            slot["error"] = e
+            raise
+        finally:
+            with self._lock:
+                del self._inflight[k]
+            slot["done"].set()
+
+    def _compute(self, k: int) -> Dict[str, Any]:
+        start = time.perf_counter()
+        self._impl.submit(k)
+        fields, epoch, index, _, errors, _ = self._impl.take(k)
+        out = {}
+        nbytes = 0
+        for name, value in fields.items():
+            if isinstance(value, list):
+                out[name] = value
+            else:
+                array = np.asarray(value)
+                nbytes += array.nbytes
+                out[name] = array
+        with self._lock:
+            self._batches += 1
+            self._bytes += nbytes
+            self._busy_s += time.perf_counter() - start
+        return {"fields": out, "epoch": epoch, "index": index, "errors": list(errors),
+                "worker": self.worker_id, "node_id": self.node_id, "bytes": nbytes}
+
+    def stats(self) -> Dict[str, Any]:
+        with self._lock:
+            return {"worker": self.worker_id, "node_id": self.node_id, "batches": self._batches,
+                    "bytes": self._bytes, "uptime_s": time.perf_counter() - self._started}
+
+    def close(self) -> None:
+        """Cancels the engine: waiting calls fail with CancelledError."""
+        self._impl.close()

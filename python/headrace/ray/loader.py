@@ -1,0 +1,445 @@
+"""headrace.ray.Loader: a rank's batches computed by a pool of worker actors on other nodes.
+
+    rank (this process)                  coordinator (metadata)        workers (C++ engine)
+    want batch j ── assign(k) ─────────▶ least-loaded live worker
+                 ◀── worker handle ────┘
+                 ── worker.get_batch.remote(k) ─────────────────────▶ Submit(k), Take(k)
+                 ◀── ObjectRef (owned by the rank) ◀── numpy arrays in the worker node's
+                                                       object store (one copy)
+    ray.get in order; a dead worker's refs ── failed(k) ─▶ another worker, same bytes
+    done(j) ─────────────────────────────▶ journaled position
+
+``k`` is the run-wide batch index over all ranks: rank r of W consumes, in each epoch e,
+batches ``e * batches_per_epoch + i * W + r`` for i = 0, 1, ...: the same batches, in the
+same order, as :class:`headrace.Loader` gives rank r of W.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+import uuid
+from typing import Any, Dict, List, Optional, Union
+
+from .. import _headrace
+from ..loader import Loader as _LocalLoader
+from ..loader import Batch, default_rank_and_world_size
+from ..pipeline import Pipeline
+from ._coordinator import Coordinator, node_fits
+
+PLACEMENTS = ("spread", "pack")
+
+
+def _ray():
+    import ray
+    return ray
+
+
+def _connect(address: Optional[str]) -> None:
+    """Attaches to the Ray cluster (``ray.init(address)``; "auto": the one running on this
+    machine or RAY_ADDRESS) unless this process already is; a clear error when there is
+    none, before any work."""
+    ray = _ray()
+    if ray.is_initialized():
+        return
+    if address and address != "auto" and "://" not in address:
+        # ray.init retries an address where nothing listens for minutes: look first.
+        host, _, port = address.rpartition(":")
+        try:
+            socket.create_connection((host or "127.0.0.1", int(port)), timeout=5).close()
+        except (OSError, ValueError) as e:
+            raise _headrace.ConfigError(
+                f"headrace.ray: no Ray cluster reachable at {address}: {e}. Start one "
+                "(`ray start --head`), pass the head's GCS address, or call ray.init() "
+                "first") from None
+    try:
+        ray.init(address=address or "auto", namespace="headrace", log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise _headrace.ConfigError(
+            f"headrace.ray: no Ray cluster reachable at {address or 'auto (RAY_ADDRESS or a local `ray start`)'}: "
+            f"{e}. Start one (`ray start --head`), pass address=..., or call ray.init() "
+            "first") from None
+
+
+def _check_resources(resources: Dict[str, float]) -> None:
+    """Fails, naming the resource, when no node of the cluster could host one worker."""
+    ray = _ray()
+    for key, amount in resources.items():
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0:
+            raise _headrace.ConfigError(
+                f"worker_resources: {key} must be a number >= 0, got {amount!r}")
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    for key, amount in resources.items():
+        if amount > 0 and not any(n["Resources"].get(key, 0) >= amount for n in nodes):
+            offered = sorted({k for n in nodes for k in n["Resources"]
+                              if not k.startswith("node:") and "_group_" not in k})
+            raise _headrace.ConfigError(
+                f"worker_resources: no node of the Ray cluster has {key}={amount:g} "
+                f"({len(nodes)} alive nodes; resources they offer: {', '.join(offered)})")
+    if not any(node_fits(n, resources) for n in nodes):
+        raise _headrace.ConfigError(
+            f"worker_resources: no single node of the Ray cluster has all of {resources}")
+
+
+def _train_context():
+    """(rank, world_size) from Ray Train when this process is one of its workers."""
+    if "ray.train" not in sys.modules:
+        return None
+    try:
+        import ray.train
+        ctx = ray.train.get_context()
+        rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    except Exception:
+        return None
+    if rank is None or world is None:
+        return None
+    return int(rank), int(world)
+
+
+class _Stream:
+    """A rank's batches from (epoch, batch) on, served by the pool: what
+    :class:`headrace.Loader` calls its engine (``next()``, ``next_batch``, ...)."""
+
+    def __init__(self, loader: "Loader", start_epoch: int, start_batch: int):
+        ray = _ray()
+        self._ray = ray
+        self._loader = loader
+        self._coord = loader._coordinator
+        info = loader._run_info
+        self.rank, self.world_size = loader.rank, loader.world_size
+        self._global_per_epoch = info["batches_per_epoch"]
+        self.batches_per_epoch = self._global_per_epoch // self.world_size
+        if self.batches_per_epoch == 0:
+            raise _headrace.ConfigError(
+                f"an epoch has {self._global_per_epoch} batches, fewer than world_size "
+                f"{self.world_size}: lower batch.size or use fewer ranks")
+        epochs = loader._spec.epochs
+        self.total_batches = None if epochs is None else epochs * self.batches_per_epoch
+        self.next_batch = start_epoch * self.batches_per_epoch + start_batch
+        self._requested = self.next_batch  # the next rank-local batch to request
+        self._pending: collections.deque = collections.deque()  # [j, k, worker, ref]
+        self._workers = 1
+        self._finished: List = []  # (worker, k) received since the last done()
+        # Consumer accounting, as the C++ Loader keeps it (pipeline/loader.h).
+        self._created = time.perf_counter()
+        self._first_at: Optional[float] = None
+        self._last_return: Optional[float] = None
+        self._stats = {"batches": 0, "samples": 0, "time_to_first_batch_s": 0.0,
+                       "wait_s": 0.0, "busy_s": 0.0, "steady_s": 0.0, "elapsed_s": 0.0}
+        self._bytes = 0
+        self._reassigned = 0
+        self._failed_samples = 0
+        self._delivered_samples = 0
+        self._by_worker: Dict[int, int] = collections.Counter()
+        self._window = (time.perf_counter(), 0.0, 0)  # autoscale: (since, wait_s, batches)
+
+    def _k(self, j: int) -> int:
+        """Rank-local run batch j -> run-wide batch index over all ranks."""
+        epoch, i = divmod(j, self.batches_per_epoch)
+        return epoch * self._global_per_epoch + i * self.world_size + self.rank
+
+    def _ahead(self) -> int:
+        if self._loader._prefetch is not None:
+            return self._loader._prefetch
+        return max(4, 2 * self._workers)
+
+    def _fill(self) -> None:
+        want = self._ahead() - len(self._pending)
+        if self.total_batches is not None:
+            want = min(want, self.total_batches - self._requested)
+        if want <= 0:
+            return
+        js = list(range(self._requested, self._requested + want))
+        ks = [self._k(j) for j in js]
+        # Requests an earlier stream of this loader left running (a `for` left early, a
+        # repositioning) are taken over, not made again.
+        orphans = self._loader._orphans
+        fresh = [k for k in ks if k not in orphans]
+        assigned = {}
+        if fresh:
+            got, self._workers = self._ray.get(self._coord.assign.remote(self.rank, fresh))
+            assigned = dict(zip(fresh, got))
+        for j, k in zip(js, ks):
+            if k in orphans:
+                wid, ref = orphans.pop(k)
+            else:
+                wid, handle = assigned[k]
+                ref = handle.get_batch.remote(k)
+            self._pending.append([j, k, wid, ref])
+        self._requested += want
+
+    def _reassign(self, dead: int) -> None:
+        """Every pending request to worker ``dead`` goes to another worker."""
+        for entry in self._pending:
+            if entry[2] == dead:
+                wid, handle = self._ray.get(
+                    self._coord.failed.remote(self.rank, entry[1], dead))
+                entry[2], entry[3] = wid, handle.get_batch.remote(entry[1])
+                self._reassigned += 1
+
+    def next(self):
+        if self.total_batches is not None and self.next_batch >= self.total_batches:
+            return None
+        call = time.perf_counter()
+        if self._last_return is not None and self._first_at is not None:
+            self._stats["busy_s"] += call - self._last_return
+        self._fill()
+        entry = self._pending[0]
+        while True:
+            try:
+                out = self._ray.get(entry[3])
+                break
+            except self._ray.exceptions.RayActorError:
+                self._reassign(entry[2])
+        self._pending.popleft()
+        j, k, wid, _ = entry
+        self.next_batch = j + 1
+        self._finished.append((wid, k))
+        epoch, batch = divmod(self.next_batch, self.batches_per_epoch)
+        # Fire and forget: calls from one caller run in order on the actor.
+        self._coord.done.remote(self.rank, self._finished, epoch, batch)
+        self._finished = []
+        self._fill()  # keep the window full while the consumer works on this batch
+        fields = out["fields"]
+        n = len(fields["index"])
+        self._bytes += out["bytes"]
+        self._by_worker[out["worker"]] += 1
+        self._count_errors(out["errors"], n, j)
+        now = time.perf_counter()
+        if self._first_at is None:
+            self._first_at = now
+            self._stats["time_to_first_batch_s"] = now - self._created
+        else:
+            self._stats["wait_s"] += now - call
+            self._stats["steady_s"] = now - self._first_at
+        self._last_return = now
+        self._stats["elapsed_s"] = now - self._created
+        if n > 0:
+            self._stats["batches"] += 1
+            self._stats["samples"] += n
+        self._loader._maybe_autoscale(self)
+        ptrs = {name: v.ctypes.data for name, v in fields.items() if hasattr(v, "ctypes")}
+        return fields, out["epoch"], out["index"], j, out["errors"], ptrs
+
+    def _count_errors(self, errors: List[str], delivered: int, j: int) -> None:
+        """The run's error budget, applied where the batches are consumed: in batch order,
+        as the local loader does, whichever worker computed them."""
+        self._failed_samples += len(errors)
+        self._delivered_samples += delivered
+        attempted = self._failed_samples + self._delivered_samples
+        spec = self._loader._spec
+        if not self._failed_samples:
+            return
+        at_end = (j + 1) % self.batches_per_epoch == 0
+        if not at_end and attempted < spec.min_samples:
+            return
+        rate = self._failed_samples / attempted
+        if rate > spec.max_error_rate:
+            raise _headrace.Error(
+                f"too many bad samples: {self._failed_samples} of {attempted} samples failed "
+                f"({rate:.3%}), above errors.max_error_rate {spec.max_error_rate:.3%}; "
+                f"first: {errors[0] if errors else '(earlier batch)'}")
+
+    def window_wait_ratio(self):
+        """The wait-time ratio since the last call (autoscale), and the batches in it."""
+        since, wait_before, batches_before = self._window
+        now = time.perf_counter()
+        self._window = (now, self._stats["wait_s"], self._stats["batches"])
+        span = now - since
+        ratio = (self._stats["wait_s"] - wait_before) / span if span > 0 else 0.0
+        return ratio, self._stats["batches"] - batches_before
+
+    def consumer_stats(self) -> Dict[str, Any]:
+        s = dict(self._stats)
+        s["wait_time_ratio"] = s["wait_s"] / s["steady_s"] if s["steady_s"] > 0 else 0.0
+        s["batches_per_s"] = s["batches"] / s["steady_s"] if s["steady_s"] > 0 else 0.0
+        s["bytes_moved"] = self._bytes
+        s["rank_reassignments"] = self._reassigned
+        s["samples_failed"] = self._failed_samples
+        s["batches_by_worker"] = dict(self._by_worker)
+        return s
+
+    def report_json(self) -> str:
+        return json.dumps({"consumer": self.consumer_stats(),
+                           "pool": self._ray.get(self._coord.stats.remote())})
+
+    def close(self) -> None:
+        # Requests never consumed go to the loader: a later stream that needs the same
+        # batches takes them over (the next epoch's first ones, after a `for` left early).
+        for _, k, wid, ref in self._pending:
+            self._loader._orphans[k] = (wid, ref)
+        self._pending.clear()
+
+
+class Loader(_LocalLoader):
+    """:class:`headrace.Loader` whose batches a pool of Ray worker actors computes.
+
+    The same iteration (one epoch per ``for``, ``set_epoch``, ``len``), the same batches
+    for the same rank (byte-identical), the same ``state_dict()``, which resumes here with
+    any number of workers or in a local :class:`headrace.Loader`. Batches are numpy arrays
+    (read-only views of Ray's object store: zero-copy on the worker's node, one transfer
+    from another).
+
+    ``workers``: the pool's size (``scale(n)`` changes it while running). ``placement``:
+    "spread" (default: Ray's SPREAD strategy, workers on as many nodes as have the
+    resources) or "pack" (as few nodes as possible). ``worker_resources``: what each
+    worker reserves, e.g. ``{"CPU": 2, "headrace_cpu": 1}`` to run only on nodes that
+    offer a custom ``headrace_cpu`` resource; its CPU count is also the worker engine's
+    threads when the pipeline's ``cpu_threads`` is 0. ``min_workers``/``max_workers``:
+    when either is given, rank 0 resizes the pool within them: one more worker while the
+    ranks' recent wait-time ratio is above ``target_wait_time_ratio``, one fewer while it is
+    under a quarter of it. ``prefetch``: requests each rank keeps ahead of its consumption
+    (default max(4, 2 × workers)). ``rank``/``world_size``: from Ray Train's context inside
+    a ``TorchTrainer``, else as :class:`headrace.Loader`. Ranks that pass the same ``name``
+    (default: derived from the pipeline and world size when world_size > 1) share one pool;
+    its coordinator journals to ``journal`` (default under the temp folder of its node).
+    ``address``: the Ray cluster to attach to when this process is not attached yet.
+    """
+
+    def __init__(self, pipeline: Union[Pipeline, str, os.PathLike], rank: Optional[int] = None,
+                 world_size: Optional[int] = None, workers: int = 4, placement: str = "spread",
+                 worker_resources: Optional[Dict[str, float]] = None,
+                 min_workers: Optional[int] = None, max_workers: Optional[int] = None,
+                 prefetch: Optional[int] = None, name: Optional[str] = None,
+                 address: Optional[str] = None, journal: Optional[str] = None,
+                 target_wait_time_ratio: float = 0.1,
+                 state_dict: Optional[Dict[str, Any]] = None):
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise _headrace.ConfigError(f"workers must be an int >= 1, got {workers!r}")
+        if placement not in PLACEMENTS:
+            raise _headrace.ConfigError(
+                f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
+        lo = 1 if min_workers is None else min_workers
+        hi = workers if max_workers is None else max_workers
+        if not 1 <= lo <= hi or not lo <= workers <= hi:
+            raise _headrace.ConfigError(
+                f"workers: need 1 <= min_workers <= workers <= max_workers, got min_workers "
+                f"{min_workers!r}, workers {workers}, max_workers {max_workers!r}")
+        if prefetch is not None and (not isinstance(prefetch, int) or prefetch < 1):
+            raise _headrace.ConfigError(f"prefetch must be an int >= 1, got {prefetch!r}")
+        resources = dict({"CPU": 2} if worker_resources is None else worker_resources)
+        _connect(address)
+        _check_resources(resources)
+        if rank is None and world_size is None:
+            found = _train_context()
+            if found is not None:
+                rank, world_size = found
+        self._ray_options = {"workers": workers, "placement": placement,
+                             "worker_resources": resources}
+        self._autoscale = (min_workers is not None or max_workers is not None, lo, hi)
+        self._target_ratio = float(target_wait_time_ratio)
+        self._prefetch = prefetch
+        self._journal = journal
+        self._coordinator = None
+        self._last_pool: Dict[str, Any] = {}
+        self._orphans: Dict[int, Any] = {}  # batch k -> (worker, ref) no stream consumes
+        self._run_info: Optional[Dict[str, Any]] = None
+        super().__init__(pipeline, rank=rank, world_size=world_size)
+        if name is None:
+            name = (f"run-{uuid.uuid4().hex[:12]}" if self.world_size == 1 else
+                    f"{self._fingerprint}-w{self.world_size}")
+        self.name = name
+        self._start_pool()
+        if state_dict is not None:
+            self.load_state_dict(state_dict)
+
+    # --- the pool ------------------------------------------------------------------------
+
+    def _start_pool(self) -> None:
+        if self._coordinator is not None:
+            return
+        ray = _ray()
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        journal = self._journal or os.path.join(tempfile.gettempdir(), "headrace-ray",
+                                                f"{self.name}.jsonl")
+        # On this node (its journal is a local file), restarted by Ray after a crash; its
+        # calls are retried across a restart. Detached: it outlives the rank that made it
+        # while other ranks use it; the last rank to close stops it.
+        here = ray.get_runtime_context().get_node_id()
+        self._coordinator = ray.remote(Coordinator).options(
+            name=f"headrace-{self.name}", namespace="headrace", get_if_exists=True,
+            lifetime="detached", num_cpus=0, max_restarts=-1, max_task_retries=-1,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
+        ).remote(self.name, self.pipeline, self._ray_options["workers"],
+                 self._ray_options["placement"], self._ray_options["worker_resources"],
+                 os.getcwd(), journal)
+        ray.get(self._coordinator.attach.remote(self.rank))
+        self._run_info = ray.get(self._coordinator.info.remote())
+
+    def scale(self, n: int) -> None:
+        """Resizes the pool to ``n`` workers while training runs: new workers take new
+        batches as soon as they start; surplus ones stop after delivering theirs."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise _headrace.ConfigError(f"scale: n must be an int >= 1, got {n!r}")
+        if self._autoscale[0] and not self._autoscale[1] <= n <= self._autoscale[2]:
+            raise _headrace.ConfigError(
+                f"scale: {n} is outside [min_workers, max_workers] = "
+                f"[{self._autoscale[1]}, {self._autoscale[2]}]")
+        self._start_pool()
+        _ray().get(self._coordinator.scale.remote(n))
+
+    def _maybe_autoscale(self, stream: _Stream) -> None:
+        on, lo, hi = self._autoscale
+        if not on or self.rank != 0 or stream._stats["batches"] % 8 != 0:
+            return
+        ratio, batches = stream.window_wait_ratio()
+        if batches == 0:
+            return
+        n = stream._workers
+        if ratio > self._target_ratio and n < hi:
+            self.scale(n + 1)
+        elif ratio < self._target_ratio / 4 and n > lo:
+            self.scale(n - 1)
+
+    def pool_stats(self) -> Dict[str, Any]:
+        """The pool as the coordinator sees it: each worker's node, state and load,
+        reassignments, coordinator restarts, each rank's journaled position. After
+        ``close()`` (and at the end of the run), the last figures seen."""
+        if self._coordinator is not None:
+            self._last_pool = _ray().get(self._coordinator.stats.remote())
+        return dict(self._last_pool)
+
+    def stats(self) -> Dict[str, Any]:
+        """This rank's wait accounting (as :meth:`headrace.Loader.stats`: wait_time_ratio,
+        ...; also batches_per_s, bytes_moved, samples_failed), plus ``workers`` (each with
+        its ``node_id``), ``reassignments`` and ``coordinator_restarts`` of the pool."""
+        out = dict(super().stats())
+        pool = self.pool_stats()
+        if pool:
+            out.update(workers=pool["workers"], reassignments=pool["reassignments"],
+                       worker_deaths=pool["worker_deaths"],
+                       coordinator_restarts=pool["coordinator_restarts"])
+        return out
+
+    # --- the engine headrace.Loader iterates -----------------------------------------------
+
+    def _make_engine(self, epoch: int, batch: int) -> _Stream:
+        self._start_pool()
+        return _Stream(self, epoch, batch)
+
+    def close(self) -> None:
+        """Stops this rank's stream and detaches from the pool; the last rank to close
+        stops the workers and the coordinator. Iterating again starts a new pool."""
+        super().close()
+        coord, self._coordinator = self._coordinator, None
+        if coord is None:
+            return
+        if self._orphans:  # tell the coordinator they are no longer outstanding
+            try:
+                coord.done.remote(self.rank, [(w, k) for k, (w, _) in self._orphans.items()],
+                                  self._epoch, self._batch)
+            except Exception:
+                pass
+            self._orphans.clear()
+        ray = _ray()
+        try:
+            self._last_pool = ray.get(coord.stats.remote(), timeout=30)
+            left = ray.get(coord.detach.remote(self.rank), timeout=30)
+            if left == 0:
+                ray.kill(coord, no_restart=True)
+        except Exception:
+            pass  # the cluster is gone already

@@ -1,0 +1,343 @@
+"""headrace.ray on a real multi-node Ray cluster (ray.cluster_utils.Cluster on 127.0.0.1):
+one "trainer" head node and two CPU nodes offering a custom ``headrace_cpu`` resource, real
+worker and coordinator actors, a real PyTorch loop. One cluster for the whole module."""
+import hashlib
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import ray  # noqa: F401  (a missing ray fails here: it is a test dependency)
+from ray.cluster_utils import Cluster
+
+import headrace
+import headrace.ray as hray
+
+CPU_NODES = 2
+WORKER = {"CPU": 1, "headrace_cpu": 1}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster(initialize_head=True, connect=False, head_node_args={
+        "num_cpus": 2, "resources": {"trainer": 2}, "include_dashboard": False,
+        "object_store_memory": 96 << 20})
+    for _ in range(CPU_NODES):
+        c.add_node(num_cpus=2, resources={"headrace_cpu": 2}, object_store_memory=96 << 20)
+    c.wait_for_nodes()
+    ray.init(address=c.address, namespace="headrace-test", log_to_driver=False)
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+@pytest.fixture
+def pipeline(make_pipeline):
+    return make_pipeline(epochs=2)  # 48 samples, batch 8: 6 batches per epoch
+
+
+def digest(batch):
+    """Everything a batch holds: each field's bytes (strings as text), epoch and indices."""
+    h = hashlib.sha256()
+    for name in sorted(batch):
+        value = batch[name]
+        h.update(name.encode())
+        h.update(repr(value).encode() if isinstance(value, list) else np.asarray(value).tobytes())
+    return (batch.epoch, batch.index, batch.global_index, h.hexdigest())
+
+
+def rest_of_epoch(it):
+    """The rest of the epoch a ``next(it)`` started (a new ``for`` would be the next epoch)."""
+    out = []
+    while True:
+        try:
+            out.append(digest(next(it)))
+        except StopIteration:
+            return out
+
+
+def local_run(pipeline, rank=0, world_size=1, epochs=2):
+    loader = headrace.Loader(pipeline, rank=rank, world_size=world_size)
+    return [digest(b) for _ in range(epochs) for b in loader]
+
+
+def node_of(handle):
+    return ray.get(handle.info.remote())["node_id"]
+
+
+def wait_for(predicate, what, timeout=60):
+    """Polls Ray's state until ``predicate()`` holds (Ray gives no event for it)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def live_workers(loader):
+    return [w for w in loader.pool_stats()["workers"] if w["state"] == "live"]
+
+
+def cpu_nodes():
+    return {n["NodeID"] for n in ray.nodes() if n["Alive"] and "headrace_cpu" in n["Resources"]}
+
+
+def test_spread_puts_workers_on_different_cpu_nodes_and_pack_on_one(cluster, pipeline):
+    for placement, nodes in (("spread", CPU_NODES), ("pack", 1)):
+        loader = hray.Loader(pipeline, workers=2, placement=placement, worker_resources=WORKER)
+        try:
+            wait_for(lambda: len(live_workers(loader)) == 2, "two live workers")
+            placed = {w["node_id"] for w in live_workers(loader)}
+            assert len(placed) == nodes, (placement, loader.pool_stats())
+            assert placed <= cpu_nodes()  # only nodes with headrace_cpu, not the trainer
+            assert next(iter(loader))["image"].shape == (8, 3, 56, 56)
+        finally:
+            loader.close()
+
+
+def test_a_ranks_batches_are_byte_identical_to_the_local_loaders(cluster, pipeline):
+    loader = hray.Loader(pipeline, rank=1, world_size=2, workers=2, worker_resources=WORKER)
+    try:
+        assert len(loader) == 3
+        got = [digest(b) for _ in range(2) for b in loader]
+        stats = loader.stats()
+    finally:
+        loader.close()
+    assert got == local_run(pipeline, rank=1, world_size=2)
+    assert stats["batches"] == 6 and 0 <= stats["wait_time_ratio"] <= 1
+    # Live workers are on CPU nodes (one may still be starting: its node is not known yet).
+    assert {w["node_id"] for w in stats["workers"] if w["state"] == "live"} <= cpu_nodes()
+    assert stats["bytes_moved"] > 0 and stats["reassignments"] == 0
+
+
+def test_a_worker_killed_mid_epoch_loses_and_duplicates_nothing(cluster, pipeline):
+    loader = hray.Loader(pipeline, workers=2, worker_resources=WORKER, prefetch=4)
+    try:
+        it = iter(loader)
+        got = [digest(next(it)) for _ in range(2)]
+        victim = live_workers(loader)[0]["worker"]
+        handles = ray.get(loader._coordinator.worker_handles.remote())
+        ray.kill(handles[victim])
+        got += rest_of_epoch(it)
+        got += [digest(b) for b in loader]  # epoch 1
+        stats = loader.stats()
+    finally:
+        loader.close()
+    assert got == local_run(pipeline)
+    assert stats["worker_deaths"] == 1 and stats["reassignments"] >= 1
+    assert victim not in {w["worker"] for w in stats["workers"]}
+    assert len(stats["workers"]) == 2  # a replacement keeps the pool at its size
+
+
+def test_scale_up_and_down_mid_epoch_keeps_the_sequence(cluster, pipeline):
+    loader = hray.Loader(pipeline, workers=1, worker_resources=WORKER)
+    try:
+        it = iter(loader)
+        got = [digest(next(it)) for _ in range(2)]
+        loader.scale(3)
+        wait_for(lambda: len(live_workers(loader)) == 3, "three live workers")
+        got += [digest(next(it)) for _ in range(2)]
+        loader.scale(1)
+        got += rest_of_epoch(it)
+        got += [digest(b) for b in loader]
+        wait_for(lambda: len(loader.pool_stats()["workers"]) == 1, "the pool back at one")
+        used = {int(w) for w in loader.stats()["batches_by_worker"]}
+    finally:
+        loader.close()
+    assert got == local_run(pipeline)
+    assert len(used) >= 2  # the added workers computed some of the batches
+
+
+def test_autoscale_grows_the_pool_while_the_rank_waits(cluster, pipeline):
+    # Any wait is above a target of 0: rank 0 adds a worker at its 8th batch, up to 2.
+    loader = hray.Loader(pipeline, workers=1, min_workers=1, max_workers=2,
+                         target_wait_time_ratio=0.0, worker_resources=WORKER)
+    try:
+        got = [digest(b) for _ in range(2) for b in loader]
+        targets = loader.pool_stats()["target_workers"]
+        with pytest.raises(headrace.ConfigError, match=r"outside \[min_workers, max_workers\]"):
+            loader.scale(3)
+    finally:
+        loader.close()
+    assert targets == 2
+    assert got == local_run(pipeline)
+
+
+def test_a_killed_coordinator_restarts_and_the_sequence_goes_on(cluster, pipeline, tmp_path):
+    journal = tmp_path / "journal.jsonl"
+    loader = hray.Loader(pipeline, workers=2, worker_resources=WORKER, journal=str(journal))
+    try:
+        it = iter(loader)
+        got = [digest(next(it)) for _ in range(3)]
+        before = ray.get(loader._coordinator.pid.remote())
+        ray.kill(loader._coordinator, no_restart=False)
+        got += rest_of_epoch(it)
+        assert ray.get(loader._coordinator.pid.remote()) != before  # a new process
+        got += [digest(b) for b in loader]
+        pool = loader.pool_stats()  # as the run ended
+    finally:
+        loader.close()
+    assert got == local_run(pipeline)
+    assert pool["coordinator_restarts"] == 1
+    assert pool["consumed"]["0"] == [2, 0]  # journaled: the run's end, after the restart
+    assert journal.read_text().count('"e":"start"') == 2
+
+
+def test_a_state_taken_with_two_workers_resumes_with_one_identically(cluster, pipeline):
+    full = local_run(pipeline)
+    loader = hray.Loader(pipeline, workers=2, worker_resources=WORKER)
+    try:
+        it = iter(loader)
+        got = [digest(next(it)) for _ in range(4)]
+        state = loader.state_dict()
+    finally:
+        loader.close()
+    assert got == full[:4] and state["epoch"] == 0 and state["batch_in_epoch"] == 4
+    resumed = hray.Loader(pipeline, workers=1, worker_resources=WORKER, state_dict=state)
+    try:
+        rest = [digest(b) for _ in range(2) for b in resumed]
+    finally:
+        resumed.close()
+    assert rest == full[4:]
+    # The same state resumes the local loader too: one state format for both.
+    local = headrace.Loader(pipeline, state_dict=state)
+    assert [digest(b) for _ in range(2) for b in local] == full[4:]
+
+
+def test_a_workers_sample_errors_reach_the_ranks_report_as_locally(cluster, py_sample,
+                                                                      tmp_path):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(py_sample, data)
+    (data / "images" / "000005.jpg").write_bytes(b"not a jpeg")  # corrupt
+    (data / "images" / "000017.jpg").unlink()                     # missing
+    ops = headrace.ops
+    broken = headrace.Pipeline(
+        source=data / "manifest.jsonl", batch_size=8, seed=1, epochs=1, shuffle=False,
+        ops=[ops.decode(), ops.resize(shorter_side=64), ops.center_crop(56), ops.normalize(),
+             ops.tokenize(data / "tokenizer.model", max_length=48)],
+        overrides={"errors.max_error_rate": 0.5})
+    local = [(b.index, b.errors, np.asarray(b["index"]).tolist())
+             for b in headrace.Loader(broken)]
+    loader = hray.Loader(broken, workers=2, worker_resources=WORKER)
+    try:
+        got = [(b.index, b.errors, np.asarray(b["index"]).tolist()) for b in loader]
+        stats = loader.stats()
+    finally:
+        loader.close()
+    assert got == local
+    assert stats["samples_failed"] == 2 and stats["samples"] == 46
+    assert [len(e) for _, e, _ in got] == [1, 0, 1, 0, 0, 0]
+
+
+def test_a_real_pytorch_loop_trains_on_ray_batches(cluster, pipeline):
+    import torch
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 56 * 56, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = hray.TorchLoader(pipeline, workers=2, worker_resources=WORKER)
+    losses, indices = [], []
+    try:
+        for _ in range(2):
+            for batch in loader:
+                assert isinstance(batch["image"], torch.Tensor)
+                target = batch["input_ids"][:, 0] % 4
+                loss = torch.nn.functional.cross_entropy(model(batch["image"]), target)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+                indices.append(batch["index"].tolist())
+        stats = loader.stats()
+    finally:
+        loader.close()
+    local = headrace.Loader(pipeline)
+    assert indices == [np.asarray(b["index"]).tolist() for _ in range(2) for b in local]
+    assert len(losses) == 12 and all(np.isfinite(losses))
+    assert "wait_time_ratio" in stats and stats["workers"]
+
+
+def test_bad_input_fails_clearly_before_any_work(cluster, pipeline):
+    with pytest.raises(headrace.ConfigError, match="workers must be an int >= 1"):
+        hray.Loader(pipeline, workers=0)
+    with pytest.raises(headrace.ConfigError, match="placement must be one of spread, pack"):
+        hray.Loader(pipeline, placement="everywhere")
+    with pytest.raises(headrace.ConfigError, match="no node of the Ray cluster has gpu_box=1"):
+        hray.Loader(pipeline, worker_resources={"CPU": 1, "gpu_box": 1})
+    with pytest.raises(headrace.ConfigError, match="no node of the Ray cluster has CPU=64"):
+        hray.Loader(pipeline, worker_resources={"CPU": 64})
+    with pytest.raises(headrace.ConfigError, match="min_workers <= workers <= max_workers"):
+        hray.Loader(pipeline, workers=4, max_workers=2)
+    # Nothing was started by any of them.
+    assert not [a for a in ray.util.list_named_actors(all_namespaces=True)
+                if a["name"].startswith("headrace-")]
+
+
+def test_no_ray_cluster_reachable_is_a_clear_error(make_pipeline, tmp_path):
+    # A fresh process, pointed at an address where no cluster runs.
+    code = ("import headrace, headrace.ray, sys\n"
+            f"p = headrace.Pipeline(source={str(make_pipeline().spec().manifest)!r})\n"
+            "try:\n"
+            "    headrace.ray.Loader(p, address='127.0.0.1:1')\n"
+            "except headrace.ConfigError as e:\n"
+            "    print(e); sys.exit(3)\n")
+    env = dict(os.environ, RAY_ADDRESS="", RAY_gcs_rpc_server_connect_timeout_s="1")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=tmp_path)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "no Ray cluster reachable at 127.0.0.1:1" in proc.stdout
+
+
+def test_inside_a_torch_trainer_each_rank_gets_its_share(cluster, pipeline, tmp_path):
+    import json
+
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    # Nested, so that it travels by value (the Train workers cannot import this module).
+    def _train_loop(config):
+        """One Ray Train worker: a DDP step per batch of its rank's headrace.ray batches."""
+        import json
+
+        import torch
+        import ray.train
+        import ray.train.torch
+
+        import headrace.ray
+
+        loader = headrace.ray.TorchLoader(config["pipeline"], workers=2,
+                                          worker_resources=config["worker"],
+                                          name="train-test")
+        rank = loader.loader.rank
+        model = ray.train.torch.prepare_model(torch.nn.Sequential(
+            torch.nn.Flatten(), torch.nn.Linear(3 * 56 * 56, 4)))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        seen = []
+        for _ in range(2):
+            for batch in loader:
+                loss = torch.nn.functional.cross_entropy(model(batch["image"]),
+                                                         batch["input_ids"][:, 0] % 4)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                seen.append(batch["index"].tolist())
+        with open(f"{config['out']}/rank{rank}.json", "w") as f:
+            json.dump({"rank": rank, "world_size": loader.loader.world_size, "seen": seen}, f)
+        loader.close()
+
+    trainer = TorchTrainer(
+        _train_loop,
+        train_loop_config={"pipeline": pipeline, "out": str(tmp_path), "worker": WORKER},
+        scaling_config=ScalingConfig(num_workers=2, use_gpu=False,
+                                     resources_per_worker={"CPU": 0.5, "trainer": 1}),
+        run_config=RunConfig(storage_path=str(tmp_path / "train"), name="headrace"))
+    trainer.fit()
+    for rank in (0, 1):
+        got = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert got["world_size"] == 2  # from the Ray Train context, not given
+        local = headrace.Loader(pipeline, rank=rank, world_size=2)
+        assert got["seen"] == [np.asarray(b["index"]).tolist() for _ in range(2) for b in local]
