@@ -330,3 +330,22 @@ def test_source_fields_and_shard_fields_together_are_a_config_error(sharded):
                                                    "exclusive"):
         headrace.Pipeline(source={"shards": shard_pattern(sharded), "fields": ld.SHARD_FIELDS,
                                   "shard_fields": "image=jpg conversation=json"})
+
+
+def test_scalars_come_from_members_even_when_no_op_reads_media(sample_dir, list_sources):
+    """A pipeline with no op at all still reads each sample's members (shards) or row
+    group (Parquet): the .cls label and the label column reach the batch."""
+    import headrace
+    fields = [{"name": "label", "kind": "int", "key": "cls"}]
+    for source in ({"shards": list_sources["shards"], "fields": fields},
+                   {"parquet": list_sources["parquet"],
+                    "fields": [dict(fields[0], key="label")]}):
+        p = headrace.Pipeline(source=source, batch_size=8, cpu_threads=2,
+                              memory_budget="64MiB", shuffle=False)
+        labels, errors = [], []
+        with headrace.Loader(p) as loader:
+            for batch in loader:
+                errors += batch.errors
+                labels += [int(x) for x in np.asarray(batch["label"])]
+        assert errors == [], source
+        assert labels == [i % 7 for i in range(48)], source
