@@ -118,9 +118,9 @@ Result<std::span<const ParquetValue>> ListItems(const ParquetFieldColumn& col,
                              " items, more than its max_items " + std::to_string(col.max_items));
   }
   if (items.empty() && col.required) {
+    const bool null = std::holds_alternative<std::monostate>(cell);
     return Status::MissingField("column '" + col.column + "' " +
-                                (std::holds_alternative<std::monostate>(cell) ? "is null"
-                                                                              : "is an empty list"));
+                                (null ? "is null" : "is an empty list"));
   }
   return items;
 }

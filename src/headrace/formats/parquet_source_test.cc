@@ -204,7 +204,8 @@ Buffer WriteListTable(const std::vector<Items>& views) {
   auto hf_item = std::make_shared<arrow::StructBuilder>(
       struct_type, pool,
       std::vector<std::shared_ptr<arrow::ArrayBuilder>>{
-          std::make_shared<arrow::BinaryBuilder>(pool), std::make_shared<arrow::StringBuilder>(pool)});
+          std::make_shared<arrow::BinaryBuilder>(pool),
+          std::make_shared<arrow::StringBuilder>(pool)});
   arrow::ListBuilder hf_b(pool, hf_item);
   arrow::BinaryBuilder image_b;
   auto* views_v = static_cast<arrow::BinaryBuilder*>(views_b.value_builder());
@@ -267,7 +268,9 @@ std::vector<Items> ViewsOfRows(int n) {
   std::vector<Items> views;
   for (int i = 0; i < n; ++i) {
     std::vector<std::optional<std::string>> items;
-    for (int k = 0; k < i % 3; ++k) items.emplace_back("view " + std::to_string(i) + "." + std::to_string(k));
+    for (int k = 0; k < i % 3; ++k) {
+      items.emplace_back("view " + std::to_string(i) + "." + std::to_string(k));
+    }
     views.emplace_back(std::move(items));
   }
   return views;

@@ -369,9 +369,9 @@ TEST_F(ParquetTableTest, SelectedColumnsComeInTheOrderAskedAndAllWhenNoneAsked) 
 }
 
 TEST(ParquetTable, ListsOfListsAndOfUnreadTypesAreUnsupported) {
-  arrow::ListBuilder outer(arrow::default_memory_pool(),
-                           std::make_shared<arrow::ListBuilder>(
-                               arrow::default_memory_pool(), std::make_shared<arrow::Int64Builder>()));
+  auto inner = std::make_shared<arrow::ListBuilder>(arrow::default_memory_pool(),
+                                                    std::make_shared<arrow::Int64Builder>());
+  arrow::ListBuilder outer(arrow::default_memory_pool(), inner);
   EXPECT_TRUE(outer.Append().ok());
   std::shared_ptr<arrow::Array> nested;
   EXPECT_TRUE(outer.Finish(&nested).ok());
