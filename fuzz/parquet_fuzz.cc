@@ -26,8 +26,16 @@ namespace {
 
 using namespace headrace;
 
-bool KindHolds(ParquetColumnKind kind, const ParquetValue& v) {
+bool KindHolds(ParquetColumnKind kind, bool list, const ParquetValue& v) {
   if (std::holds_alternative<std::monostate>(v)) return true;
+  if (list) {
+    const auto* cell = std::get_if<ParquetList>(&v);
+    if (cell == nullptr) return false;
+    for (const ParquetValue& item : cell->items) {
+      if (!KindHolds(kind, false, item)) return false;
+    }
+    return true;
+  }
   switch (kind) {
     case ParquetColumnKind::kBytes: return std::holds_alternative<Buffer>(v);
     case ParquetColumnKind::kString: return std::holds_alternative<std::string>(v);
@@ -115,7 +123,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       HR_FUZZ_CHECK(static_cast<int64_t>(c.values.size()) == g.rows, "column '%s': %zu values",
                     c.name.c_str(), c.values.size());
       for (const ParquetValue& v : c.values) {
-        HR_FUZZ_CHECK(KindHolds(c.kind, v), "column '%s' holds a value of another kind",
+        HR_FUZZ_CHECK(KindHolds(c.kind, c.list, v), "column '%s' holds a value of another kind",
                       c.name.c_str());
       }
     }

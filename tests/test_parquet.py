@@ -218,3 +218,138 @@ def test_parquet_on_s3_reads_one_request_per_row_group_plus_footers(
     assert groups / SAMPLES == 1 / ROWS_PER_GROUP
     print(f"s3 requests: {s3['requests']} for {SAMPLES} samples "
           f"({s3['requests'] / SAMPLES:.4f} per sample; row groups alone {groups / SAMPLES:.4f})")
+
+
+# --- Path/URL columns and list columns (source.fields with max_items) ---
+
+import numpy as np  # noqa: E402
+
+import list_dataset as ld  # noqa: E402
+
+
+def test_a_path_column_reads_the_files_it_names_like_the_manifest(dataset, tmp_path):
+    """A string column of a media field holds paths, resolved against source.root: the
+    images equal the manifest's. A path that leaves the root is its sample's path_escape,
+    a null path in a required field its missing_field; nothing else is lost."""
+    import headrace
+    recs = ld.records(dataset)
+    recs = [r if i != 4 else r[:4] + ("../outside.jpg",) for i, r in enumerate(recs)]
+    pattern = ld.write_parquet(dataset, tmp_path / "p", recs=recs)
+    ops = headrace.ops
+
+    def images(source, **kw):
+        p = headrace.Pipeline(source=source, ops=[ops.decode(), ops.resize(width=24, height=24),
+                                                  ops.normalize()],
+                              batch_size=8, seed=1, cpu_threads=2, memory_budget="64MiB",
+                              shuffle=False, overrides={"errors.max_error_rate": 0.5})
+        rows, errors = {}, []
+        with headrace.Loader(p) as loader:
+            for batch in loader:
+                errors += batch.errors
+                for row, index in enumerate(np.asarray(batch["index"])):
+                    rows[int(index)] = np.asarray(batch["image"])[row].copy()
+        return rows, errors
+
+    want, errors = images(dataset / "manifest.jsonl")
+    assert errors == [] and len(want) == SAMPLES
+    got, errors = images({"parquet": pattern, "root": dataset,
+                          "fields": [{"name": "image", "kind": "image", "key": "image_path",
+                                      "required": True}]})
+    assert sorted(got) == [i for i in range(SAMPLES) if i != 4]
+    for i, image in got.items():
+        assert np.array_equal(image, want[i]), i
+    assert len(errors) == 1 and "index 4," in errors[0] and "path_escape" in errors[0], errors
+    assert "part-00000.parquet#row 4" in errors[0] and "column 'image_path'" in errors[0]
+
+
+def test_bad_list_cells_fail_only_their_samples_each_named(dataset, tmp_path):
+    """list<binary> and list<struct<bytes, path>> views: a fourth item (max_items 3), a
+    null item, a corrupt item; a null list is an empty one. Each bad row is one named
+    error, the rest match the manifest's arrays."""
+    def views(i, data):
+        if i == 3:
+            return data + [data[0]]  # 4 items
+        if i == 5:
+            return data + [None]  # item 1 is null
+        if i == 8:
+            return None  # a null list: no views, no error
+        if i == 10:
+            return [data[0], b"\xff\xd8\xff not a jpeg"]
+        return data
+
+    pattern = ld.write_parquet(dataset, tmp_path / "p", views=views)
+    want, errors = ld.collect({"manifest": ld.write_manifest(dataset, tmp_path / "m"),
+                               "fields": ld.MANIFEST_FIELDS, "allow_absolute_paths": True,
+                               "root": "/"})
+    assert errors == []
+    keep = [i for i in range(SAMPLES) if i not in (3, 5, 10)]
+    for column in ("views", "hf_views"):
+        got, errors = ld.collect({"parquet": pattern, "fields": ld.parquet_fields(column)})
+        assert list(got["index"]) == keep, column
+        assert len(errors) == 3, (column, errors)
+        named = {i: [e for e in errors if f"index {i}," in e] for i in (3, 5, 10)}
+        assert all(len(v) == 1 for v in named.values()), errors
+        assert (f"column '{column}' has 4 items, more than its max_items 3" in named[3][0]
+                and "bad_record" in named[3][0])
+        assert f"column '{column}' item 1 is null" in named[5][0]
+        assert "part-00000.parquet#row 5" in named[5][0]
+        assert "views[1]" in named[10][0] and "corrupt" in named[10][0]
+        assert got["views_count"][keep.index(8)] == 0
+        for field in ("views", "views_count", "label"):
+            assert np.array_equal(got[field], want[field][keep]), (column, field)
+
+
+def test_a_list_column_needs_a_list_field(dataset, tmp_path):
+    import headrace
+    pattern = ld.write_parquet(dataset, tmp_path / "p")
+    fields = ld.parquet_fields("views")
+    fields[0] = dict(fields[0], max_items=0)
+    with pytest.raises(headrace.Error, match="column 'views' holds list<element: binary>, a list"):
+        ld.collect({"parquet": pattern, "fields": fields})
+
+
+def test_a_url_column_on_s3_gives_the_local_paths_batches(moto_s3, dataset, headrace_bin,
+                                                          tmp_path):
+    """image_path and view_paths as s3:// URLs (allow_absolute_paths, root the bucket's
+    prefix) read from moto give the batches of the same columns as local relative paths."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = moto_s3.env(home)
+    subprocess.run([str(headrace_bin), "upload", str(dataset / "images"),
+                    f"s3://{BUCKET}/urls/images/", "--create-bucket"],
+                   env=env, check=True, capture_output=True)
+    url = f"s3://{BUCKET}/urls/"
+    local = ld.write_parquet(dataset, tmp_path / "local")
+    remote = ld.write_parquet(dataset, tmp_path / "remote", prefix=url)
+    digests = []
+    for name, pattern, root in (("local", local, dataset), ("remote", remote, url)):
+        config = tmp_path / f"{name}.yaml"
+        config.write_text(f"""
+source:
+  parquet: "{pattern}"
+  root: "{root}"
+  allow_absolute_paths: true
+  fields:
+    - {{name: image, kind: image, key: image_path, required: true}}
+    - {{name: views, kind: image, key: view_paths, max_items: {ld.MAX_VIEWS}}}
+shuffle: false
+seed: 1
+batch: {{size: 8}}
+ops:
+  - image.decode: {{}}
+  - image.resize: {{width: 24, height: 24}}
+  - image.normalize: {{}}
+  - image.decode: {{field: views}}
+  - image.resize: {{width: 24, height: 24, field: views}}
+  - image.normalize: {{field: views}}
+execution: {{cpu_threads: 2}}
+memory: {{budget_bytes: 64MiB}}
+trainer: {{step_ms: 0}}
+""")
+        _, r = run(headrace_bin, config, tmp_path / f"{name}.json", env=env)
+        assert r["errors"]["total"] == 0 and r["samples"] == SAMPLES, r["errors"]
+        digests.append(r["batch_digests"])
+        if name == "remote":  # every image and view read from moto, one GET each
+            views = sum(i % (ld.MAX_VIEWS + 1) for i in range(SAMPLES))
+            assert r["storage"]["s3"]["requests"] >= SAMPLES + views, r["storage"]
+    assert digests[0] == digests[1]

@@ -240,3 +240,112 @@ def test_source_keys_are_validated_by_name(sharded, headrace_bin, tmp_path):
     _, proc = run(headrace_bin, big, tmp_path, "big", check=False)
     assert proc.returncode == 2
     assert "source.cache_bytes" in proc.stderr and "memory.budget_bytes" in proc.stderr
+
+
+# --- Lists of images per sample: the same dataset as a manifest, shards and Parquet ---
+
+import numpy as np  # noqa: E402
+
+import list_dataset as ld  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def list_sources(sample_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("lists")
+    return {"manifest": ld.write_manifest(sample_dir, out / "m"),
+            "shards": ld.write_shards(sample_dir, out / "s"),
+            "parquet": ld.write_parquet(sample_dir, out / "p")}
+
+
+def test_a_list_of_images_per_sample_gives_the_same_batches_from_every_source(
+        sample_dir, list_sources):
+    """0-3 views per sample through decode, resize and normalize (each item): the shards
+    (KEY.N.jpg members), Parquet list<binary>, list<struct<bytes, path>> and list<string>
+    paths all give the manifest's views, views_count and label arrays, byte for byte."""
+    want, errors = ld.collect({"manifest": list_sources["manifest"], "fields": ld.MANIFEST_FIELDS,
+                               "allow_absolute_paths": True, "root": "/"})
+    assert errors == []
+    n = len(want["index"])
+    assert n == 48 and list(want["index"]) == list(range(n))
+    assert list(want["views_count"]) == [i % 4 for i in range(n)]
+    assert list(want["label"]) == [i % 7 for i in range(n)]
+    assert want["views"].shape == (n, ld.MAX_VIEWS, 3, 24, 24)
+    for i in range(n):
+        assert want["views"][i, : i % 4].any(axis=(1, 2, 3)).all(), i
+        assert not want["views"][i, i % 4:].any(), i
+    sources = {
+        "shards": {"shards": list_sources["shards"], "fields": ld.SHARD_FIELDS},
+        "parquet list<binary>": {"parquet": list_sources["parquet"],
+                                 "fields": ld.parquet_fields("views")},
+        "parquet list<struct<bytes, path>>": {"parquet": list_sources["parquet"],
+                                              "fields": ld.parquet_fields("hf_views")},
+        "parquet list<string> paths": {"parquet": list_sources["parquet"], "root": sample_dir,
+                                       "fields": ld.parquet_fields("view_paths")},
+    }
+    for name, source in sources.items():
+        got, errors = ld.collect(source)
+        assert errors == [], name
+        for field in want:
+            assert got[field].dtype == want[field].dtype, (name, field)
+            assert np.array_equal(got[field], want[field]), (name, field)
+
+
+def test_bad_list_members_fail_only_their_samples_each_named(sample_dir, tmp_path):
+    """Four bad samples in the shards: a fourth view (max_items 3), item 0 twice, a .cls
+    that is not a number and a corrupt second view; each is its own named error and the
+    other 44 samples come through with the manifest's values."""
+    recs = ld.records(sample_dir)
+
+    def members(i, items):
+        key = recs[i][0]
+        if i == 3:  # three views already: one more is over max_items
+            return items + [(f"{key}.3.jpg", items[0][1])]
+        if i == 6:  # "00" is item 0 again
+            return items + [(f"{key}.00.jpg", items[0][1])]
+        if i == 9:
+            return [(n, b"nine\n" if n.endswith(".cls") else d) for n, d in items]
+        if i == 10:
+            return [(n, b"\xff\xd8\xff not a jpeg" if n.endswith(".1.jpg") else d)
+                    for n, d in items]
+        return items
+
+    pattern = ld.write_shards(sample_dir, tmp_path / "bad", members=members)
+    got, errors = ld.collect({"shards": pattern, "fields": ld.SHARD_FIELDS})
+    assert sorted(int(i) for i in got["index"]) == [i for i in range(48) if i not in (3, 6, 9, 10)]
+    assert len(errors) == 4, errors
+    by_index = {i: [e for e in errors if f"index {i}," in e] for i in (3, 6, 9, 10)}
+    assert all(len(v) == 1 for v in by_index.values()), errors
+    assert "bad_record" in by_index[3][0] and "has 4 items, more than its max_items 3" in by_index[3][0]
+    assert f"#{recs[3][0]}" in by_index[3][0]
+    assert "are both item 0 of field 'views'" in by_index[6][0]
+    assert "field 'label': member is not an integer: 'nine" in by_index[9][0]
+    assert "views[1]" in by_index[10][0] and "corrupt" in by_index[10][0]
+    assert list(got["views_count"]) == [i % 4 for i in got["index"]]
+    assert list(got["label"]) == [i % 7 for i in got["index"]]
+
+
+def test_source_fields_and_shard_fields_together_are_a_config_error(sharded):
+    import headrace
+    with pytest.raises(headrace.ConfigError, match="source.fields and source.shard_fields are "
+                                                   "exclusive"):
+        headrace.Pipeline(source={"shards": shard_pattern(sharded), "fields": ld.SHARD_FIELDS,
+                                  "shard_fields": "image=jpg conversation=json"})
+
+
+def test_scalars_come_from_members_even_when_no_op_reads_media(sample_dir, list_sources):
+    """A pipeline with no op at all still reads each sample's members (shards) or row
+    group (Parquet): the .cls label and the label column reach the batch."""
+    import headrace
+    fields = [{"name": "label", "kind": "int", "key": "cls"}]
+    for source in ({"shards": list_sources["shards"], "fields": fields},
+                   {"parquet": list_sources["parquet"],
+                    "fields": [dict(fields[0], key="label")]}):
+        p = headrace.Pipeline(source=source, batch_size=8, cpu_threads=2,
+                              memory_budget="64MiB", shuffle=False)
+        labels, errors = [], []
+        with headrace.Loader(p) as loader:
+            for batch in loader:
+                errors += batch.errors
+                labels += [int(x) for x in np.asarray(batch["label"])]
+        assert errors == [], source
+        assert labels == [i % 7 for i in range(48)], source

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <span>
 #include <string_view>
 #include <thread>
 
@@ -54,7 +55,8 @@ std::string ColumnList(const ParquetLayout& layout) {
   std::string out;
   for (const ParquetColumn& c : layout.columns) {
     if (!out.empty()) out += ", ";
-    out += c.name + " (" + std::string(ParquetColumnKindName(c.kind)) + ")";
+    const std::string kind(ParquetColumnKindName(c.kind));
+    out += c.name + " (" + (c.list ? "list<" + kind + ">" : kind) + ")";
   }
   return out.empty() ? "none" : out;
 }
@@ -75,7 +77,7 @@ std::string_view KindName(FieldKind kind) {
   return "?";
 }
 
-// Whether a field of `kind` can be fed by a column of `column`.
+// Whether a field of `kind` can be fed by a column (or a list column's items) of `column`.
 bool Accepts(FieldKind kind, ParquetColumnKind column) {
   using C = ParquetColumnKind;
   if (IsMedia(kind)) return column == C::kBytes || column == C::kBytesWithPath || column == C::kString;
@@ -98,12 +100,109 @@ const ParquetColumn* FirstOf(const ParquetLayout& layout, std::initializer_list<
                              bool (*accept)(ParquetColumnKind)) {
   for (const char* name : names) {
     const ParquetColumn* c = layout.FindColumn(name);
-    if (c != nullptr && accept(c->kind)) return c;
+    if (c != nullptr && !c->list && accept(c->kind)) return c;
   }
   return nullptr;
 }
 
 std::string FileMessage(const std::string& uri) { return QuoteForMessage(uri); }
+
+// The cell of a list column as its items: none for a null list. kBadRecord over
+// max_items, kMissingField for a required field with no items.
+Result<std::span<const ParquetValue>> ListItems(const ParquetFieldColumn& col,
+                                                const ParquetValue& cell) {
+  std::span<const ParquetValue> items;
+  if (const auto* list = std::get_if<ParquetList>(&cell)) items = list->items;
+  if (items.size() > static_cast<size_t>(col.max_items)) {
+    return Status::BadRecord("column '" + col.column + "' has " + std::to_string(items.size()) +
+                             " items, more than its max_items " + std::to_string(col.max_items));
+  }
+  if (items.empty() && col.required) {
+    const bool null = std::holds_alternative<std::monostate>(cell);
+    return Status::MissingField("column '" + col.column + "' " +
+                                (null ? "is null" : "is an empty list"));
+  }
+  return items;
+}
+
+// "column 'views'", or "column 'views' item 2" for an item of a list.
+std::string CellName(const ParquetFieldColumn& col, int item) {
+  std::string name = "column '" + col.column + "'";
+  if (item >= 0) name += " item " + std::to_string(item);
+  return name;
+}
+
+// A path cell (or a path list's cell) of a media field as the record's MediaRefs,
+// resolved against `root`.
+Status AppendPathCell(const ParquetFieldColumn& col, const ParquetValue& cell,
+                      const std::string& root, bool allow_absolute, SampleRecord& record) {
+  const auto append = [&](const ParquetValue& value, int item) -> Status {
+    const auto* path = std::get_if<std::string>(&value);
+    if (path == nullptr) return Status::MissingField(CellName(col, item) + " is null");
+    Result<std::string> resolved = ResolveMediaPath(root, *path, allow_absolute);
+    if (!resolved.ok()) return resolved.status().WithContext(CellName(col, item));
+    record.media.push_back(MediaRef{col.field, *std::move(resolved)});
+    return Status::Ok();
+  };
+  if (!col.list) {
+    if (std::holds_alternative<std::monostate>(cell)) {
+      return col.required ? Status::MissingField(CellName(col, -1) + " is null") : Status::Ok();
+    }
+    return append(cell, -1);
+  }
+  HR_ASSIGN_OR_RETURN(std::span<const ParquetValue> items, ListItems(col, cell));
+  for (size_t i = 0; i < items.size(); ++i) {
+    HR_RETURN_IF_ERROR(append(items[i], static_cast<int>(i)));
+  }
+  return Status::Ok();
+}
+
+// One media cell (or list item) as bytes: a path-only struct<bytes, path> cell is
+// kMissingField, naming the path.
+Result<Buffer> MediaBytes(const ParquetFieldColumn& col, const ParquetValue& cell, int item) {
+  if (const auto* bytes = std::get_if<Buffer>(&cell)) return *bytes;
+  if (const auto* media = std::get_if<ParquetMedia>(&cell)) {
+    if (media->bytes) return *media->bytes;
+    return Status::MissingField(CellName(col, item) + " has no bytes" +
+                                (media->path ? " (only a path, " + QuoteForMessage(*media->path) +
+                                                   ", which is not read: store the bytes)"
+                                             : std::string()));
+  }
+  return Status::MissingField(CellName(col, item) + " is null");
+}
+
+// One text or scalar cell (or list item) of `col` as the sample's Attribute.
+Status AppendAttribute(const ParquetFieldColumn& col, const ParquetValue& cell, int item,
+                       Sample& sample) {
+  switch (col.kind) {
+    case FieldKind::kText:
+    case FieldKind::kString:
+      if (const auto* text = std::get_if<std::string>(&cell)) {
+        sample.attributes.push_back(Attribute{col.field, *text});
+        return Status::Ok();
+      }
+      break;
+    case FieldKind::kInt:
+      if (const auto* i = std::get_if<int64_t>(&cell)) {
+        sample.attributes.push_back(Attribute{col.field, *i});
+        return Status::Ok();
+      }
+      break;
+    case FieldKind::kFloat:
+      if (const auto* d = std::get_if<double>(&cell)) {
+        sample.attributes.push_back(Attribute{col.field, *d});
+        return Status::Ok();
+      }
+      if (const auto* i = std::get_if<int64_t>(&cell)) {
+        sample.attributes.push_back(Attribute{col.field, static_cast<double>(*i)});
+        return Status::Ok();
+      }
+      break;
+    default:
+      return Status::Ok();
+  }
+  return Status::MissingField(CellName(col, item) + " is null");
+}
 
 }  // namespace
 
@@ -136,10 +235,6 @@ Result<std::vector<SourceFieldSpec>> ResolveParquetFields(const SourceSpec& spec
     for (size_t i = 0; i < fields.size(); ++i) {
       const SourceFieldSpec& f = fields[i];
       const std::string where = "source.fields[" + std::to_string(i) + "] (" + f.name + ")";
-      if (f.max_items > 0) {
-        return Status::InvalidArgument(where + ": list fields (max_items) are not read from "
-                                               "Parquet yet; give one column per field");
-      }
       const ParquetColumn* c = layout.FindColumn(f.key);
       if (c == nullptr) {
         return Status::NotFound(where + ": no column '" + f.key + "' in the Parquet files; the "
@@ -149,6 +244,13 @@ Result<std::vector<SourceFieldSpec>> ResolveParquetFields(const SourceSpec& spec
         return Status::InvalidArgument(where + ": column '" + c->name + "' holds " +
                                        c->arrow_type + ", which a field of kind " +
                                        std::string(KindName(f.kind)) + " cannot take");
+      }
+      if (c->list != (f.max_items > 0)) {
+        return Status::InvalidArgument(
+            where + ": column '" + c->name + "' holds " + c->arrow_type +
+            (c->list ? ", a list: declare the field a list (max_items: the most items a row has)"
+                     : ", not a list, which a list field (max_items " +
+                           std::to_string(f.max_items) + ") needs"));
       }
     }
     return fields;
@@ -172,6 +274,7 @@ Result<std::vector<SourceFieldSpec>> ResolveParquetFields(const SourceSpec& spec
     fields[1].required = true;  // as a manifest's conversations
   }
   for (const ParquetColumn& c : layout.columns) {
+    if (c.list) continue;  // list columns are read only when source.fields declares them
     if (c.name == fields[0].key || c.name == fields[1].key) continue;
     if (c.name == "id" || c.name == "index" || c.name == "image" || c.name == "conversation") {
       continue;  // the engine's own batch fields, and names taken above
@@ -288,7 +391,8 @@ Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec
     const SourceFieldSpec& field = out.fields[f];
     if (field.key.empty()) continue;  // a default field without a column
     const ParquetColumn* c = out.layouts.front().FindColumn(field.key);
-    ParquetFieldColumn column{c->name, static_cast<int>(f), field.kind, c->kind, field.required};
+    ParquetFieldColumn column{c->name,   static_cast<int>(f), field.kind,   c->kind,
+                              c->list,   field.max_items,     field.required};
     (IsPathColumn(field.kind, c->kind) ? paths : out.columns).push_back(std::move(column));
   }
   // Every file must hold the same columns, of the same kinds.
@@ -302,11 +406,11 @@ Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec
                                   out.fields[col.field].name + "'); its columns: " +
                                   ColumnList(out.layouts[i]));
         }
-        if (c->kind != col.column_kind) {
+        if (c->kind != col.column_kind || c->list != col.list) {
           return Status::InvalidArgument(
               "source.parquet: column '" + col.column + "' is " + c->arrow_type + " in " +
               FileMessage(out.files[i]) + " but " +
-              std::string(ParquetColumnKindName(col.column_kind)) + " in " +
+              out.layouts[0].FindColumn(col.column)->arrow_type + " in " +
               FileMessage(out.files[0]));
         }
       }
@@ -354,20 +458,8 @@ Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec
           record.media.push_back(MediaRef{kRowGroupField, uri, rg.offset, rg.length});
         }
         for (size_t p = 0; p < paths.size() && record.status.ok(); ++p) {
-          const ParquetValue& cell = path_data[g].columns[p].values[r];
-          const auto* path = std::get_if<std::string>(&cell);
-          if (path == nullptr) {
-            if (paths[p].required) {
-              record.status = Status::MissingField("column '" + paths[p].column + "' is null");
-            }
-            continue;
-          }
-          Result<std::string> resolved = ResolveMediaPath(root, *path, spec.allow_absolute_paths);
-          if (!resolved.ok()) {
-            record.status = resolved.status().WithContext("column '" + paths[p].column + "'");
-            continue;
-          }
-          record.media.push_back(MediaRef{paths[p].field, *std::move(resolved)});
+          record.status = AppendPathCell(paths[p], path_data[g].columns[p].values[r], root,
+                                         spec.allow_absolute_paths, record);
         }
         if (!record.status.ok()) {
           record.status = record.status.WithContext(record.location);
@@ -411,54 +503,37 @@ Status FillSampleFromRowGroup(const ParquetSource& source, const SourceSpec& spe
   for (size_t c = 0; c < source.columns.size(); ++c) {
     const ParquetFieldColumn& col = source.columns[c];
     const ParquetValue& cell = data.columns[c].values[static_cast<size_t>(row)];
+    if (col.list) {
+      // Items in list order; a null list is an empty one.
+      HR_ASSIGN_OR_RETURN(std::span<const ParquetValue> items, ListItems(col, cell));
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (IsMedia(col.kind)) {
+          HR_ASSIGN_OR_RETURN(Buffer bytes, MediaBytes(col, items[i], static_cast<int>(i)));
+          sample.parsed_media.push_back(Sample::FieldMedia{col.field, std::move(bytes)});
+        } else {
+          HR_RETURN_IF_ERROR(AppendAttribute(col, items[i], static_cast<int>(i), sample));
+        }
+      }
+      continue;
+    }
     if (std::holds_alternative<std::monostate>(cell)) {
       // Not required: as an absent manifest key (an op that needs the field says so).
       if (col.required) return Status::MissingField("column '" + col.column + "' is null");
       continue;
     }
     if (IsMedia(col.kind)) {
-      const Buffer* bytes = std::get_if<Buffer>(&cell);
-      if (const auto* media = std::get_if<ParquetMedia>(&cell)) {
-        if (!media->bytes) {
-          return Status::MissingField(
-              "column '" + col.column + "' has no bytes" +
-              (media->path ? " (only a path, " + QuoteForMessage(*media->path) +
-                                 ", which is not read: store the bytes)"
-                           : std::string()));
-        }
-        bytes = &*media->bytes;
-      }
-      sample.parsed_media.push_back(Sample::FieldMedia{col.field, *bytes});
+      HR_ASSIGN_OR_RETURN(Buffer bytes, MediaBytes(col, cell, -1));
+      sample.parsed_media.push_back(Sample::FieldMedia{col.field, std::move(bytes)});
       continue;
     }
-    switch (col.kind) {
-      case FieldKind::kConversation: {
-        Result<std::vector<Turn>> turns =
-            ParseConversationCell(std::get<std::string>(cell), spec);
-        if (!turns.ok()) {
-          return turns.status().WithContext("column '" + col.column + "'");
-        }
-        sample.turns = *std::move(turns);
-        sample.has_parsed_turns = true;
-        break;
-      }
-      case FieldKind::kText:
-      case FieldKind::kString:
-        sample.attributes.push_back(Attribute{col.field, std::get<std::string>(cell)});
-        break;
-      case FieldKind::kInt:
-        sample.attributes.push_back(Attribute{col.field, std::get<int64_t>(cell)});
-        break;
-      case FieldKind::kFloat: {
-        const double v = std::holds_alternative<double>(cell)
-                             ? std::get<double>(cell)
-                             : static_cast<double>(std::get<int64_t>(cell));
-        sample.attributes.push_back(Attribute{col.field, v});
-        break;
-      }
-      default:
-        break;
+    if (col.kind == FieldKind::kConversation) {
+      Result<std::vector<Turn>> turns = ParseConversationCell(std::get<std::string>(cell), spec);
+      if (!turns.ok()) return turns.status().WithContext("column '" + col.column + "'");
+      sample.turns = *std::move(turns);
+      sample.has_parsed_turns = true;
+      continue;
     }
+    HR_RETURN_IF_ERROR(AppendAttribute(col, cell, -1, sample));
   }
   // A record without a conversation column still has a (empty) conversation here.
   sample.has_parsed_turns = true;

@@ -28,7 +28,15 @@
 //       `source.conversations_field` (turn keys: role_field, text_field)
 //   text, string: a string column; int: an integer or bool column; float: a float or
 //       integer column
-// Lists (max_items > 0) are refused: Parquet list columns are not read yet.
+// A list field (max_items > 0) takes a list column (list<T> or large_list<T>) whose items
+// T are what a single field of its kind takes: list<binary> and list<struct<bytes,
+// path>> (Hugging Face Sequence(Image())) give a media list, one Sample::parsed_media
+// entry per item in list order; list<string> of a media field gives paths, read at load
+// time like a path column (one MediaRef per item); list<int64|int32|bool>,
+// list<double|float> and list<string> give int, float and text/string lists, one
+// Attribute per item. A null list is an empty list. A list column needs a list field
+// and a list field a list column (kInvalidArgument otherwise). Defaults never read a
+// list column.
 // Defaults (no source.fields), from the first file's columns:
 //   image:        the first of the columns `image`, `jpg`, `jpeg`, `png`, `webp`, `img`
 //                 (binary or struct<bytes, path>; a string one is a path/URL)
@@ -44,7 +52,10 @@
 // field's column missing from a file (kNotFound naming the column, the file and the
 // columns there are) or of a kind the field cannot take (kInvalidArgument). Per sample
 // (named "<file>#row N"): a null cell in a required field, a path-only struct<bytes,
-// path> cell, a conversation that does not parse; the row group's own errors (see
+// path> cell, a conversation that does not parse; for a list: more items than
+// max_items (kBadRecord, "column 'views' has 5 items, more than its max_items 4"), a
+// null item ("column 'views' item 2 is null"), no items in a required field
+// (kMissingField); the row group's own errors (see
 // parquet_row_groups.h) fail every sample of that group.
 #pragma once
 
@@ -70,7 +81,9 @@ struct ParquetFieldColumn {
   std::string column;
   int field = 0;  // index into ParquetSource::fields
   FieldKind kind = FieldKind::kImage;
-  ParquetColumnKind column_kind = ParquetColumnKind::kBytes;
+  ParquetColumnKind column_kind = ParquetColumnKind::kBytes;  // of its items, for a list
+  bool list = false;   // a list column, feeding a list field
+  int max_items = 0;   // the list field's
   bool required = false;
 };
 

@@ -187,5 +187,252 @@ TEST(ParquetSource, ConversationCellsAreAnArrayOrAnObject) {
   EXPECT_FALSE(ParseConversationCell("not json", spec).ok());
 }
 
+// A table of list columns, one row per entry of `views` (nullopt: a null list; an item
+// nullopt: a null item): views list<binary>, hf list<struct<bytes, path>>, paths
+// list<string>, boxes list<int64>, scores list<double>, tags list<string>, and a plain
+// image column. Row i's other lists have i % 3 items.
+using Items = std::optional<std::vector<std::optional<std::string>>>;
+Buffer WriteListTable(const std::vector<Items>& views) {
+  auto pool = arrow::default_memory_pool();
+  auto struct_type = arrow::struct_(
+      {arrow::field("bytes", arrow::binary()), arrow::field("path", arrow::utf8())});
+  arrow::ListBuilder views_b(pool, std::make_shared<arrow::BinaryBuilder>(pool));
+  arrow::ListBuilder paths_b(pool, std::make_shared<arrow::StringBuilder>(pool));
+  arrow::ListBuilder tags_b(pool, std::make_shared<arrow::StringBuilder>(pool));
+  arrow::ListBuilder boxes_b(pool, std::make_shared<arrow::Int64Builder>(pool));
+  arrow::ListBuilder scores_b(pool, std::make_shared<arrow::DoubleBuilder>(pool));
+  auto hf_item = std::make_shared<arrow::StructBuilder>(
+      struct_type, pool,
+      std::vector<std::shared_ptr<arrow::ArrayBuilder>>{
+          std::make_shared<arrow::BinaryBuilder>(pool),
+          std::make_shared<arrow::StringBuilder>(pool)});
+  arrow::ListBuilder hf_b(pool, hf_item);
+  arrow::BinaryBuilder image_b;
+  auto* views_v = static_cast<arrow::BinaryBuilder*>(views_b.value_builder());
+  auto* paths_v = static_cast<arrow::StringBuilder*>(paths_b.value_builder());
+  auto* tags_v = static_cast<arrow::StringBuilder*>(tags_b.value_builder());
+  auto* boxes_v = static_cast<arrow::Int64Builder*>(boxes_b.value_builder());
+  auto* scores_v = static_cast<arrow::DoubleBuilder*>(scores_b.value_builder());
+  auto* hf_bytes = static_cast<arrow::BinaryBuilder*>(hf_item->field_builder(0));
+  auto* hf_path = static_cast<arrow::StringBuilder*>(hf_item->field_builder(1));
+  for (size_t i = 0; i < views.size(); ++i) {
+    const int n = static_cast<int>(i % 3);
+    if (views[i]) {
+      EXPECT_TRUE(views_b.Append().ok());
+      for (const auto& item : *views[i]) {
+        EXPECT_TRUE((item ? views_v->Append(*item) : views_v->AppendNull()).ok());
+      }
+    } else {
+      EXPECT_TRUE(views_b.AppendNull().ok());
+    }
+    EXPECT_TRUE(paths_b.Append().ok());
+    EXPECT_TRUE(tags_b.Append().ok());
+    EXPECT_TRUE(boxes_b.Append().ok());
+    EXPECT_TRUE(scores_b.Append().ok());
+    EXPECT_TRUE(hf_b.Append().ok());
+    for (int k = 0; k < n; ++k) {
+      const std::string tag = std::to_string(i) + "." + std::to_string(k);
+      EXPECT_TRUE(paths_v->Append("img/" + tag + ".jpg").ok());
+      EXPECT_TRUE(tags_v->Append("t" + tag).ok());
+      EXPECT_TRUE(boxes_v->Append(static_cast<int64_t>(10 * i + k)).ok());
+      EXPECT_TRUE(scores_v->Append(i + k * 0.25).ok());
+      EXPECT_TRUE(hf_item->Append().ok());
+      EXPECT_TRUE(hf_bytes->Append("hf " + tag).ok());
+      EXPECT_TRUE(hf_path->Append(tag + ".png").ok());
+    }
+    EXPECT_TRUE(image_b.Append("image " + std::to_string(i)).ok());
+  }
+  std::vector<std::shared_ptr<arrow::Array>> arrays(7);
+  EXPECT_TRUE(views_b.Finish(&arrays[0]).ok());
+  EXPECT_TRUE(hf_b.Finish(&arrays[1]).ok());
+  EXPECT_TRUE(paths_b.Finish(&arrays[2]).ok());
+  EXPECT_TRUE(boxes_b.Finish(&arrays[3]).ok());
+  EXPECT_TRUE(scores_b.Finish(&arrays[4]).ok());
+  EXPECT_TRUE(tags_b.Finish(&arrays[5]).ok());
+  EXPECT_TRUE(image_b.Finish(&arrays[6]).ok());
+  auto schema = arrow::schema({arrow::field("views", arrays[0]->type()),
+                               arrow::field("hf", arrays[1]->type()),
+                               arrow::field("paths", arrays[2]->type()),
+                               arrow::field("boxes", arrays[3]->type()),
+                               arrow::field("scores", arrays[4]->type()),
+                               arrow::field("tags", arrays[5]->type()),
+                               arrow::field("image", arrow::binary())});
+  auto table = arrow::Table::Make(schema, arrays);
+  auto sink = arrow::io::BufferOutputStream::Create().ValueOrDie();
+  EXPECT_TRUE(parquet::arrow::WriteTable(*table, pool, sink, 4).ok());
+  std::shared_ptr<arrow::Buffer> bytes = sink->Finish().ValueOrDie();
+  return *Buffer::CopyOf(bytes->data(), static_cast<size_t>(bytes->size()));
+}
+
+std::vector<Items> ViewsOfRows(int n) {
+  std::vector<Items> views;
+  for (int i = 0; i < n; ++i) {
+    std::vector<std::optional<std::string>> items;
+    for (int k = 0; k < i % 3; ++k) {
+      items.emplace_back("view " + std::to_string(i) + "." + std::to_string(k));
+    }
+    views.emplace_back(std::move(items));
+  }
+  return views;
+}
+
+// Decodes row `row`'s group of `source` (file `uri` in `storage`) and fills a sample.
+Status FillRow(MemoryStorage& storage, const ParquetSource& source, const SourceSpec& spec,
+               int64_t row, Sample& sample) {
+  const size_t g = source.GroupOf(row);
+  const ParquetLayout& layout = source.layouts[source.groups[g].file];
+  const ParquetRowGroup& rg = layout.row_groups[source.groups[g].row_group];
+  std::vector<std::string> columns;
+  for (const ParquetFieldColumn& c : source.columns) columns.push_back(c.column);
+  Result<ParquetRowGroupData> data = DecodeParquetRowGroup(
+      layout, source.groups[g].row_group,
+      storage.files[source.files[source.groups[g].file]].Slice(static_cast<size_t>(rg.offset),
+                                                               static_cast<size_t>(rg.length)),
+      columns);
+  if (!data.ok()) return data.status();
+  sample.index = row;
+  sample.record = &source.records[row];
+  return FillSampleFromRowGroup(source, spec, *data, row - source.groups[g].first_record, sample);
+}
+
+std::vector<std::string> MediaItems(const Sample& sample, int field) {
+  std::vector<std::string> out;
+  sample.ForEachMedia(field, [&](const Buffer& b, const std::string&) {
+    out.emplace_back(reinterpret_cast<const char*>(b.data()), b.size());
+  });
+  return out;
+}
+
+SourceSpec ListSpec() {
+  SourceSpec spec = ParquetSpec("/d/lists.parquet");
+  spec.fields = {SourceFieldSpec{"views", FieldKind::kImage, "", 3, false},
+                 SourceFieldSpec{"hf", FieldKind::kImage, "", 2, false},
+                 SourceFieldSpec{"boxes", FieldKind::kInt, "", 3, false},
+                 SourceFieldSpec{"scores", FieldKind::kFloat, "", 3, false},
+                 SourceFieldSpec{"tags", FieldKind::kString, "", 2, false},
+                 SourceFieldSpec{"image", FieldKind::kImage, "", 0, false}};
+  return spec;
+}
+
+TEST(ParquetSource, ListColumnsGiveTheirItemsInListOrder) {
+  MemoryStorage storage;
+  storage.files["/d/lists.parquet"] = WriteListTable(ViewsOfRows(10));
+  const SourceSpec spec = ListSpec();
+  Result<ParquetSource> source = LoadParquetSource(storage, spec);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  EXPECT_TRUE(source->layouts[0].FindColumn("hf")->list);
+  EXPECT_EQ(source->layouts[0].FindColumn("hf")->kind, ParquetColumnKind::kBytesWithPath);
+  for (int64_t row : {0, 1, 5, 8}) {
+    Sample sample;
+    ASSERT_TRUE(FillRow(storage, *source, spec, row, sample).ok()) << row;
+    const int n = static_cast<int>(row % 3);
+    std::vector<std::string> views, hf, tags;
+    std::vector<int64_t> boxes;
+    std::vector<double> scores;
+    for (int k = 0; k < n; ++k) {
+      const std::string tag = std::to_string(row) + "." + std::to_string(k);
+      views.push_back("view " + tag);
+      hf.push_back("hf " + tag);
+      tags.push_back("t" + tag);
+      boxes.push_back(10 * row + k);
+      scores.push_back(static_cast<double>(row) + k * 0.25);
+    }
+    EXPECT_EQ(MediaItems(sample, 0), views) << row;
+    EXPECT_EQ(MediaItems(sample, 1), hf) << row;
+    EXPECT_EQ(MediaItems(sample, 5), std::vector<std::string>{"image " + std::to_string(row)});
+    std::vector<std::string> got_tags;
+    std::vector<int64_t> got_boxes;
+    std::vector<double> got_scores;
+    for (const Attribute& a : sample.Attributes()) {
+      if (a.field == 2) got_boxes.push_back(std::get<int64_t>(a.value));
+      if (a.field == 3) got_scores.push_back(std::get<double>(a.value));
+      if (a.field == 4) got_tags.push_back(std::get<std::string>(a.value));
+    }
+    EXPECT_EQ(got_boxes, boxes);
+    EXPECT_EQ(got_scores, scores);
+    EXPECT_EQ(got_tags, tags);
+  }
+}
+
+TEST(ParquetSource, ABadListCellIsThatSamplesNamedError) {
+  std::vector<Items> views = ViewsOfRows(8);
+  views[1] = std::nullopt;                                          // null list: empty
+  views[2] = std::vector<std::optional<std::string>>{"a", "b", "c", "d"};  // over max_items 3
+  views[4] = std::vector<std::optional<std::string>>{"a", std::nullopt};  // a null item
+  MemoryStorage storage;
+  storage.files["/d/lists.parquet"] = WriteListTable(views);
+  SourceSpec spec = ListSpec();
+  Result<ParquetSource> source = LoadParquetSource(storage, spec);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  Sample null_list, over, null_item, fine;
+  ASSERT_TRUE(FillRow(storage, *source, spec, 1, null_list).ok());
+  EXPECT_TRUE(MediaItems(null_list, 0).empty());
+  Status status = FillRow(storage, *source, spec, 2, over);
+  EXPECT_EQ(status.code(), StatusCode::kBadRecord);
+  EXPECT_THAT(status.message(), HasSubstr("column 'views' has 4 items, more than its max_items 3"));
+  status = FillRow(storage, *source, spec, 4, null_item);
+  EXPECT_EQ(status.code(), StatusCode::kMissingField);
+  EXPECT_THAT(status.message(), HasSubstr("column 'views' item 1 is null"));
+  ASSERT_TRUE(FillRow(storage, *source, spec, 5, fine).ok());
+  EXPECT_EQ(MediaItems(fine, 0).size(), 2u);
+  // Required: a null or empty list is the sample's error.
+  spec.fields[0].required = true;
+  source = LoadParquetSource(storage, spec);
+  ASSERT_TRUE(source.ok());
+  Sample empty;
+  status = FillRow(storage, *source, spec, 1, empty);
+  EXPECT_EQ(status.code(), StatusCode::kMissingField);
+  EXPECT_THAT(status.message(), HasSubstr("column 'views' is null"));
+  status = FillRow(storage, *source, spec, 0, empty);
+  EXPECT_THAT(status.message(), HasSubstr("column 'views' is an empty list"));
+}
+
+TEST(ParquetSource, APathListBecomesTheRecordsMediaRefsAtLoad) {
+  MemoryStorage storage;
+  storage.files["/d/lists.parquet"] = WriteListTable(ViewsOfRows(6));
+  SourceSpec spec = ParquetSpec("/d/lists.parquet");
+  spec.fields = {SourceFieldSpec{"frames", FieldKind::kImage, "paths", 2, false}};
+  Result<ParquetSource> source = LoadParquetSource(storage, spec);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  EXPECT_TRUE(source->columns.empty());  // nothing left for run time
+  const SampleRecord& r5 = source->records[5];
+  ASSERT_TRUE(r5.status.ok());
+  ASSERT_EQ(r5.media.size(), 2u);
+  EXPECT_EQ(r5.media[0].uri, "/d/img/5.0.jpg");
+  EXPECT_EQ(r5.media[1].uri, "/d/img/5.1.jpg");
+  EXPECT_EQ(r5.media[1].field, 0);
+  EXPECT_TRUE(source->records[3].media.empty());
+  // One item too many is that record's error, named by its row.
+  spec.fields[0].max_items = 1;
+  source = LoadParquetSource(storage, spec);
+  ASSERT_TRUE(source.ok());
+  EXPECT_EQ(source->bad_records, 2);  // rows 2 and 5
+  EXPECT_EQ(source->records[2].status.code(), StatusCode::kBadRecord);
+  EXPECT_THAT(source->records[2].status.message(), HasSubstr("#row 2"));
+  EXPECT_THAT(source->records[2].status.message(), HasSubstr("more than its max_items 1"));
+}
+
+TEST(ParquetSource, ListColumnsAndListFieldsMustMatch) {
+  MemoryStorage storage;
+  storage.files["/d/lists.parquet"] = WriteListTable(ViewsOfRows(3));
+  // Defaults read no list column.
+  Result<ParquetSource> defaults = LoadParquetSource(storage, ParquetSpec("/d/lists.parquet"));
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  ASSERT_EQ(defaults->columns.size(), 1u);
+  EXPECT_EQ(defaults->columns[0].column, "image");
+  SourceSpec spec = ParquetSpec("/d/lists.parquet");
+  spec.fields = {SourceFieldSpec{"views", FieldKind::kImage, "", 0, false}};
+  Result<ParquetSource> source = LoadParquetSource(storage, spec);
+  EXPECT_EQ(source.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(source.status().message(), HasSubstr("a list: declare the field a list"));
+  spec.fields = {SourceFieldSpec{"image", FieldKind::kImage, "", 2, false}};
+  source = LoadParquetSource(storage, spec);
+  EXPECT_EQ(source.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(source.status().message(), HasSubstr("not a list, which a list field"));
+  spec.fields = {SourceFieldSpec{"boxes", FieldKind::kText, "", 3, false}};
+  source = LoadParquetSource(storage, spec);
+  EXPECT_THAT(source.status().message(), HasSubstr("kind text cannot take"));
+}
+
 }  // namespace
 }  // namespace headrace

@@ -16,6 +16,7 @@
 #include <limits>
 #include <new>
 #include <set>
+#include <tuple>
 #include <utility>
 
 namespace headrace {
@@ -261,6 +262,18 @@ ParquetColumnKind Classify(const arrow::DataType& type) {
   }
 }
 
+// A top-level column's kind, and whether it is a list of items of that kind. A list of
+// lists (or of anything Classify does not read) is kUnsupported.
+std::pair<ParquetColumnKind, bool> ClassifyColumn(const arrow::DataType& type) {
+  if (type.id() == arrow::Type::LIST || type.id() == arrow::Type::LARGE_LIST) {
+    const arrow::DataType& item = *static_cast<const arrow::BaseListType&>(type).value_type();
+    const ParquetColumnKind kind = Classify(item);
+    if (kind == ParquetColumnKind::kUnsupported) return {kind, false};
+    return {kind, true};
+  }
+  return {Classify(type), false};
+}
+
 void CollectLeaves(const parquet::arrow::SchemaField& field, std::vector<int>& out) {
   if (field.is_leaf()) out.push_back(field.column_index);
   for (const auto& child : field.children) CollectLeaves(child, out);
@@ -327,7 +340,7 @@ Result<ParquetLayout> ParseFooter(int64_t file_size, const uint8_t* footer, uint
   for (const auto& field : manifest.schema_fields) {
     ParquetColumn& column = layout.columns.emplace_back();
     column.name = field.field->name();
-    column.kind = Classify(*field.field->type());
+    std::tie(column.kind, column.list) = ClassifyColumn(*field.field->type());
     column.arrow_type = field.field->type()->ToString();
     if (!names.insert(column.name).second) {
       return Status::UnsupportedFormat("two top-level columns are named '" + column.name + "'");
@@ -578,6 +591,44 @@ Status AppendChunk(ParquetColumnKind kind, const arrow::Array& array,
   return Status::Internal("no conversion for " + array.type()->ToString());
 }
 
+// A list column's chunk: its items converted as a column of `kind` (every item of the
+// chunk, in order), then cut into one ParquetList per row by the list's offsets.
+Status AppendListChunk(ParquetColumnKind kind, const arrow::Array& array,
+                       std::vector<ParquetValue>& out, int64_t& decoded) {
+  auto cut = [&](const auto& list) -> Status {
+    std::vector<ParquetValue> items;
+    items.reserve(static_cast<size_t>(list.values()->length()));
+    HR_RETURN_IF_ERROR(AppendChunk(kind, *list.values(), items, decoded));
+    decoded += static_cast<int64_t>(items.size() * sizeof(ParquetValue));
+    for (int64_t i = 0; i < list.length(); ++i) {
+      if (list.IsNull(i)) {
+        out.emplace_back(std::monostate());
+        continue;
+      }
+      const int64_t begin = list.value_offset(i);
+      const int64_t length = list.value_length(i);
+      if (begin < 0 || length < 0 || begin > static_cast<int64_t>(items.size()) ||
+          length > static_cast<int64_t>(items.size()) - begin) {
+        return Status::CorruptData("list offsets [" + std::to_string(begin) + ", +" +
+                                   std::to_string(length) + ") outside its " +
+                                   std::to_string(items.size()) + " items");
+      }
+      ParquetList cell;
+      cell.items.reserve(static_cast<size_t>(length));
+      for (int64_t k = begin; k < begin + length; ++k) {
+        cell.items.push_back(std::move(items[static_cast<size_t>(k)]));
+      }
+      out.emplace_back(std::move(cell));
+    }
+    return Status::Ok();
+  };
+  switch (array.type_id()) {
+    case arrow::Type::LIST: return cut(static_cast<const arrow::ListArray&>(array));
+    case arrow::Type::LARGE_LIST: return cut(static_cast<const arrow::LargeListArray&>(array));
+    default: return Status::Internal("not a list array: " + array.type()->ToString());
+  }
+}
+
 Result<ParquetRowGroupData> Decode(const ParquetLayout& layout, int row_group, const Buffer& bytes,
                                    std::span<const std::string> columns,
                                    const ParquetDecodeOptions& options) {
@@ -622,7 +673,7 @@ Result<ParquetRowGroupData> Decode(const ParquetLayout& layout, int row_group, c
       return Status::UnsupportedFormat(
           context + ": column '" + column.name + "' is " + column.arrow_type +
           ", which is not read (readable: binary, string, integers up to int64, bool, "
-          "float, double, struct<bytes: binary, path: string>)");
+          "float, double, struct<bytes: binary, path: string>, and lists of these)");
     }
     const auto& column_leaves = layout.footer->leaves[index];
     leaves.insert(leaves.end(), column_leaves.begin(), column_leaves.end());
@@ -653,7 +704,8 @@ Result<ParquetRowGroupData> Decode(const ParquetLayout& layout, int row_group, c
   data.rows = group.rows;
   if (group.rows == 0) {
     for (size_t index : selected) {
-      data.columns.push_back({layout.columns[index].name, layout.columns[index].kind, {}});
+      data.columns.push_back(
+          {layout.columns[index].name, layout.columns[index].kind, layout.columns[index].list, {}});
     }
     return data;
   }
@@ -696,13 +748,16 @@ Result<ParquetRowGroupData> Decode(const ParquetLayout& layout, int row_group, c
     ParquetColumnValues& values = data.columns.emplace_back();
     values.name = column.name;
     values.kind = column.kind;
+    values.list = column.list;
     const std::shared_ptr<arrow::ChunkedArray> chunks = table->GetColumnByName(column.name);
     if (chunks == nullptr) {
       return Status::Internal(context + ": Arrow returned no column '" + column.name + "'");
     }
     values.values.reserve(static_cast<size_t>(group.rows));
     for (const std::shared_ptr<arrow::Array>& chunk : chunks->chunks()) {
-      const Status status = AppendChunk(column.kind, *chunk, values.values, data.decoded_bytes);
+      const Status status =
+          column.list ? AppendListChunk(column.kind, *chunk, values.values, data.decoded_bytes)
+                      : AppendChunk(column.kind, *chunk, values.values, data.decoded_bytes);
       if (!status.ok()) return status.WithContext(context + ", column '" + column.name + "'");
     }
     if (static_cast<int64_t>(values.values.size()) != group.rows) {

@@ -45,8 +45,9 @@ enum class ParquetColumnKind {
   kDouble,         // float16, float, double: a double per row
   kBytesWithPath,  // struct<bytes: binary, path: string>, as Hugging Face `datasets` writes
                    // Image and Audio features: a ParquetMedia per row
-  kUnsupported,    // anything else (lists, maps, other structs, timestamps, decimals, ...):
-                   // listed in the layout, but selecting it is kUnsupportedFormat
+  kUnsupported,    // anything else (maps, other structs, lists of lists, timestamps,
+                   // decimals, ...): listed in the layout, but selecting it is
+                   // kUnsupportedFormat
 };
 
 // "bytes", "string", "int64", "bool", "double", "bytes_with_path", "unsupported".
@@ -54,7 +55,10 @@ std::string_view ParquetColumnKindName(ParquetColumnKind kind);
 
 struct ParquetColumn {
   std::string name;
+  // A list column (list<T>, large_list<T>): the kind of its items T, one of the kinds
+  // above but kUnsupported; each cell is then a ParquetList.
   ParquetColumnKind kind = ParquetColumnKind::kUnsupported;
+  bool list = false;
   std::string arrow_type;  // Arrow's spelling, for messages: "struct<bytes: binary, path: string>"
 };
 
@@ -130,13 +134,22 @@ struct ParquetMedia {
 // One cell. std::monostate is SQL null: a null image is a per-sample error for the
 // engine, not a failed row group. Which alternative a non-null cell holds follows the
 // column's kind: kBytes → Buffer, kString → std::string, kInt64 and kBool → int64_t,
-// kDouble → double, kBytesWithPath → ParquetMedia.
+// kDouble → double, kBytesWithPath → ParquetMedia; a list column's cells are ParquetList.
+struct ParquetList;
 using ParquetValue =
-    std::variant<std::monostate, Buffer, std::string, int64_t, double, ParquetMedia>;
+    std::variant<std::monostate, Buffer, std::string, int64_t, double, ParquetMedia, ParquetList>;
+
+// A cell of a list column: its items in list order, each a ParquetValue of the column's
+// item kind (std::monostate for a null item). A null list is std::monostate, not an
+// empty ParquetList.
+struct ParquetList {
+  std::vector<ParquetValue> items;
+};
 
 struct ParquetColumnValues {
   std::string name;
-  ParquetColumnKind kind = ParquetColumnKind::kUnsupported;
+  ParquetColumnKind kind = ParquetColumnKind::kUnsupported;  // of the items, for a list
+  bool list = false;
   std::vector<ParquetValue> values;  // one per row of the row group
 };
 

@@ -163,13 +163,15 @@ TEST_F(ParquetTableTest, LayoutHasColumnsKindsRowsAndRowGroups) {
       {"image", ParquetColumnKind::kBytes},     {"caption", ParquetColumnKind::kString},
       {"id", ParquetColumnKind::kInt64},        {"score", ParquetColumnKind::kDouble},
       {"flag", ParquetColumnKind::kBool},       {"media", ParquetColumnKind::kBytesWithPath},
-      {"tags", ParquetColumnKind::kUnsupported}};
+      {"tags", ParquetColumnKind::kString}};
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(layout_.columns[i].name, want[i].first);
     EXPECT_EQ(layout_.columns[i].kind, want[i].second)
         << want[i].first << ": " << layout_.columns[i].arrow_type;
   }
   EXPECT_EQ(layout_.columns[6].arrow_type, "list<element: string>");
+  for (size_t i = 0; i < 6; ++i) EXPECT_FALSE(layout_.columns[i].list) << i;
+  EXPECT_TRUE(layout_.columns[6].list);  // a list of strings
   EXPECT_EQ(layout_.rows, kRows);
   EXPECT_EQ(layout_.file_size, static_cast<int64_t>(file_.size()));
   ASSERT_EQ(layout_.row_groups.size(), 5u);
@@ -353,12 +355,33 @@ TEST_F(ParquetTableTest, SelectedColumnsComeInTheOrderAskedAndAllWhenNoneAsked) 
   EXPECT_EQ(data->columns[0].kind, ParquetColumnKind::kInt64);
   EXPECT_EQ(std::get<int64_t>(data->columns[0].values[0]), rows_[5].id);
   EXPECT_EQ(data->columns[1].name, "image");
-  // Every column: "tags" (a list) is not read.
+  // Every column, "tags" (a list of strings) too: a ParquetList per row, items in order.
   Result<ParquetRowGroupData> all = DecodeParquetRowGroup(layout_, 1, RangeOf(file_, g));
-  ASSERT_FALSE(all.ok());
-  EXPECT_EQ(all.status().code(), StatusCode::kUnsupportedFormat);
-  EXPECT_NE(all.status().message().find("'tags'"), std::string::npos) << all.status().message();
-  EXPECT_NE(all.status().message().find("list<element: string>"), std::string::npos);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  ASSERT_EQ(all->columns.size(), 7u);
+  EXPECT_TRUE(all->columns[6].list);
+  for (size_t r = 0; r < all->columns[6].values.size(); ++r) {
+    const auto& cell = std::get<ParquetList>(all->columns[6].values[r]);
+    std::vector<std::string> got;
+    for (const ParquetValue& v : cell.items) got.push_back(std::get<std::string>(v));
+    EXPECT_EQ(got, std::vector<std::string>{"t"}) << r;
+  }
+}
+
+TEST(ParquetTable, ListsOfListsAndOfUnreadTypesAreUnsupported) {
+  auto inner = std::make_shared<arrow::ListBuilder>(arrow::default_memory_pool(),
+                                                    std::make_shared<arrow::Int64Builder>());
+  arrow::ListBuilder outer(arrow::default_memory_pool(), inner);
+  EXPECT_TRUE(outer.Append().ok());
+  std::shared_ptr<arrow::Array> nested;
+  EXPECT_TRUE(outer.Finish(&nested).ok());
+  auto table = arrow::Table::Make(arrow::schema({arrow::field("nested", nested->type())}),
+                                  {nested});
+  const Buffer file = WriteParquet(*table, 10);
+  Result<ParquetLayout> layout = ReadParquetLayout(file);
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  EXPECT_EQ(layout->columns[0].kind, ParquetColumnKind::kUnsupported);
+  EXPECT_FALSE(layout->columns[0].list);
 }
 
 TEST_F(ParquetTableTest, ZstdAndUncompressedFilesDecodeTheSame) {

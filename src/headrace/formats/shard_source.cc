@@ -4,6 +4,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <charconv>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
@@ -118,11 +119,66 @@ std::string IndexUri(const std::string& shard) { return shard + ".idx.json"; }
 
 int ShardFieldMap::FieldOf(std::string_view extension) const {
   for (size_t f = 0; f < extensions.size(); ++f) {
+    if (fields[f].max_items > 0) continue;
     for (const std::string& e : extensions[f]) {
       if (e == extension) return static_cast<int>(f);
     }
   }
   return -1;
+}
+
+ShardFieldMap::Item ShardFieldMap::ItemOf(std::string_view extension) const {
+  if (const int field = FieldOf(extension); field >= 0) return Item{field, -1};
+  const size_t dot = extension.find('.');
+  if (dot == std::string_view::npos || dot > 9) return Item{};  // at most 9 digits
+  const std::string_view number = extension.substr(0, dot);
+  const std::string_view rest = extension.substr(dot + 1);
+  if (!AllDigits(number)) return Item{};
+  for (size_t f = 0; f < extensions.size(); ++f) {
+    if (fields[f].max_items == 0) continue;
+    for (const std::string& e : extensions[f]) {
+      if (e == rest) return Item{static_cast<int>(f), std::stoll(std::string(number))};
+    }
+  }
+  return Item{};
+}
+
+Result<ShardFieldMap> ShardFieldsOf(const SourceSpec& spec) {
+  if (spec.fields.empty()) return ParseShardFields(spec.shard_fields);
+  if (spec.shard_fields != SourceSpec().shard_fields) {
+    return Status::InvalidArgument(
+        "source.shard_fields: source.fields and source.shard_fields are exclusive (both "
+        "say which members feed which field): give one; in source.fields a field's key is "
+        "its extension list, e.g. {name: image, kind: image, key: \"jpg,png\"}");
+  }
+  ShardFieldMap map;
+  const std::vector<SourceFieldSpec> fields = ResolvedFields(spec);
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const SourceFieldSpec& f = fields[i];
+    const std::string where = "source.fields[" + std::to_string(i) + "] (" + f.name + ")";
+    const std::vector<std::string_view> exts = SplitOn(f.key, ',');
+    if (exts.empty()) {
+      return Status::InvalidArgument(where + ".key: no member extension in " +
+                                     QuoteForMessage(f.key));
+    }
+    map.fields.push_back(SourceField{f.name, f.kind, f.max_items});
+    map.required.push_back(f.required);
+    map.extensions.emplace_back();
+    if (f.kind == FieldKind::kConversation) map.conversation = static_cast<int>(i);
+    for (std::string_view e : exts) {
+      for (size_t other = 0; other < i; ++other) {
+        if ((fields[other].max_items > 0) != (f.max_items > 0)) continue;
+        for (const std::string& taken : map.extensions[other]) {
+          if (taken == e) {
+            return Status::InvalidArgument(where + ".key: extension '" + std::string(e) +
+                                           "' also feeds field '" + fields[other].name + "'");
+          }
+        }
+      }
+      map.extensions.back().emplace_back(e);
+    }
+  }
+  return map;
 }
 
 Result<ShardFieldMap> ParseShardFields(std::string_view text) {
@@ -131,6 +187,7 @@ Result<ShardFieldMap> ParseShardFields(std::string_view text) {
                 SourceField{"conversation", FieldKind::kConversation, 0}};
   map.extensions.resize(2);
   map.required = {false, false};
+  map.conversation = kConversationField;
   const auto bad = [&](const std::string& why) {
     return Status::InvalidArgument("source.shard_fields: " + why + " in " + QuoteForMessage(text) +
                                    " (want NAME[?]=EXT[,EXT...] separated by spaces, e.g. "
@@ -200,6 +257,71 @@ Result<std::vector<std::string>> ExpandShardPattern(std::string_view pattern) {
   return out;
 }
 
+namespace {
+
+// The record's MediaRefs from a sample's members: fields in the source's order, a list's
+// items in their number's order, whatever the members' order in the tar.
+Status FillShardRecord(const std::string& shard_uri, const TarSample& s, const ShardFieldMap& map,
+                       SampleRecord& record) {
+  struct Member {
+    int64_t item = -1;
+    const TarField* field = nullptr;
+  };
+  std::vector<std::vector<Member>> by_field(map.fields.size());
+  for (const TarField& f : s.fields) {
+    const ShardFieldMap::Item at = map.ItemOf(f.name);
+    if (at.field < 0) continue;  // a member no field asks for
+    std::vector<Member>& members = by_field[static_cast<size_t>(at.field)];
+    if (at.item < 0 && !members.empty()) {
+      return Status::BadRecord("sample '" + s.key + "': members '" + members[0].field->name +
+                               "' and '" + f.name + "' both feed field '" +
+                               map.fields[at.field].name + "'");
+    }
+    members.push_back(Member{at.item, &f});
+  }
+  for (size_t field = 0; field < by_field.size(); ++field) {
+    std::vector<Member>& members = by_field[field];
+    const SourceField& info = map.fields[field];
+    if (members.empty()) {
+      if (map.required[field]) {
+        std::string exts;
+        for (const std::string& e : map.extensions[field]) {
+          exts += (exts.empty() ? "." : "/.") + std::string(info.max_items > 0 ? "N." : "") + e;
+        }
+        return Status::MissingField("sample '" + s.key + "' has no " + exts +
+                                    " member (field '" + info.name + "' is required)");
+      }
+      continue;
+    }
+    if (info.max_items > 0) {
+      std::stable_sort(members.begin(), members.end(),
+                       [](const Member& a, const Member& b) { return a.item < b.item; });
+      for (size_t i = 1; i < members.size(); ++i) {
+        if (members[i].item == members[i - 1].item) {
+          return Status::BadRecord("sample '" + s.key + "': members '" +
+                                   members[i - 1].field->name + "' and '" +
+                                   members[i].field->name + "' are both item " +
+                                   std::to_string(members[i].item) + " of field '" + info.name +
+                                   "'");
+        }
+      }
+      if (members.size() > static_cast<size_t>(info.max_items)) {
+        return Status::BadRecord("sample '" + s.key + "': field '" + info.name + "' has " +
+                                 std::to_string(members.size()) +
+                                 " items, more than its max_items " +
+                                 std::to_string(info.max_items));
+      }
+    }
+    for (const Member& m : members) {
+      record.media.push_back(
+          MediaRef{static_cast<int>(field), shard_uri, m.field->offset, m.field->size});
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 void AppendShardRecords(const std::string& shard_uri, std::span<const TarSample> samples,
                         const ShardFieldMap& map, ShardSource& out) {
   for (const TarSample& s : samples) {
@@ -208,35 +330,7 @@ void AppendShardRecords(const std::string& shard_uri, std::span<const TarSample>
     record.location = shard_uri + "#" + s.key;
     record.line = static_cast<int64_t>(out.records.size());
     record.status = s.status;
-    if (record.status.ok()) {
-      // Fields in the source's order, whatever the members' order in the tar.
-      std::vector<const TarField*> by_field(map.fields.size(), nullptr);
-      for (const TarField& f : s.fields) {
-        const int field = map.FieldOf(f.name);
-        if (field < 0) continue;  // a member no field asks for
-        if (by_field[field] != nullptr) {
-          record.status = Status::BadRecord("sample '" + s.key + "': members '" +
-                                            by_field[field]->name + "' and '" + f.name +
-                                            "' both feed field '" + map.fields[field].name + "'");
-          break;
-        }
-        by_field[field] = &f;
-      }
-      for (size_t field = 0; field < by_field.size() && record.status.ok(); ++field) {
-        if (by_field[field] == nullptr) {
-          if (map.required[field]) {
-            std::string exts;
-            for (const std::string& e : map.extensions[field]) exts += (exts.empty() ? "." : "/.") + e;
-            record.status = Status::MissingField("sample '" + s.key + "' has no " + exts +
-                                                 " member (field '" + map.fields[field].name +
-                                                 "' is required)");
-          }
-          continue;
-        }
-        record.media.push_back(MediaRef{static_cast<int>(field), shard_uri,
-                                        by_field[field]->offset, by_field[field]->size});
-      }
-    }
+    if (record.status.ok()) record.status = FillShardRecord(shard_uri, s, map, record);
     if (!record.status.ok()) {
       // The record's location (its uri() in messages) names the shard and key already.
       record.media.clear();
@@ -339,8 +433,9 @@ Status LoadShards(Storage& storage, const std::vector<std::string>& shards,
 }  // namespace
 
 Result<ShardSource> LoadShardSource(Storage& storage, const SourceSpec& spec) {
-  HR_ASSIGN_OR_RETURN(const ShardFieldMap map, ParseShardFields(spec.shard_fields));
+  HR_ASSIGN_OR_RETURN(const ShardFieldMap map, ShardFieldsOf(spec));
   ShardSource out;
+  out.map = map;
   HR_ASSIGN_OR_RETURN(out.shards, ExpandShardPattern(spec.shards));
   out.fields = map.fields;
   HR_RETURN_IF_ERROR(LoadShards(storage, out.shards, map, out));
@@ -373,13 +468,69 @@ Result<std::vector<Turn>> ParseConversationJson(std::span<const uint8_t> json,
   return turns;
 }
 
-Status PrepareShardSample(Sample& sample, const SourceSpec& spec) {
+namespace {
+
+// A text or scalar member's value: its bytes as text; a number with the ASCII
+// whitespace around it (a `.cls` member is "3\n") trimmed.
+Result<Attribute> ParseMemberValue(const Buffer& bytes, int field, const SourceField& info) {
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  if (info.kind == FieldKind::kText || info.kind == FieldKind::kString) {
+    return Attribute{field, std::string(text)};
+  }
+  const size_t begin = text.find_first_not_of(" \t\r\n");
+  const size_t end = text.find_last_not_of(" \t\r\n");
+  const std::string_view number =
+      begin == std::string_view::npos ? std::string_view() : text.substr(begin, end - begin + 1);
+  const auto bad = [&](const char* what) {
+    return Status::BadRecord("field '" + info.name + "': member is not " + what + ": " +
+                             QuoteForMessage(text.substr(0, 64)));
+  };
+  if (info.kind == FieldKind::kInt) {
+    int64_t v = 0;
+    const auto [ptr, ec] = std::from_chars(number.data(), number.data() + number.size(), v);
+    if (number.empty() || ec != std::errc() || ptr != number.data() + number.size()) {
+      return bad("an integer");
+    }
+    return Attribute{field, v};
+  }
+  double v = 0;
+  const auto [ptr, ec] = std::from_chars(number.data(), number.data() + number.size(), v);
+  if (number.empty() || ec != std::errc() || ptr != number.data() + number.size()) {
+    return bad("a number");
+  }
+  return Attribute{field, v};
+}
+
+}  // namespace
+
+Status PrepareShardSample(Sample& sample, const SourceSpec& spec, const ShardFieldMap& map) {
   sample.has_parsed_turns = true;
-  const Buffer* json = sample.MediaOf(kConversationField);
+  sample.has_parsed_attributes = true;
+  sample.attributes.clear();
+  Status status;
+  for (size_t f = 0; f < map.fields.size() && status.ok(); ++f) {
+    const SourceField& info = map.fields[f];
+    if (info.kind != FieldKind::kText && info.kind != FieldKind::kString &&
+        info.kind != FieldKind::kInt && info.kind != FieldKind::kFloat) {
+      continue;
+    }
+    sample.ForEachMedia(static_cast<int>(f), [&](const Buffer& bytes, const std::string&) {
+      if (!status.ok()) return;
+      Result<Attribute> value = ParseMemberValue(bytes, static_cast<int>(f), info);
+      if (!value.ok()) {
+        status = value.status();
+        return;
+      }
+      sample.attributes.push_back(*std::move(value));
+    });
+  }
+  if (!status.ok()) return status;  // the sample's error names its location
+  if (map.conversation < 0) return Status::Ok();
+  const Buffer* json = sample.MediaOf(map.conversation);
   if (json == nullptr) return Status::Ok();
   Result<std::vector<Turn>> turns =
       ParseConversationJson(std::span<const uint8_t>(json->data(), json->size()), spec);
-  if (!turns.ok()) return turns.status();  // the sample's error names its location
+  if (!turns.ok()) return turns.status();
   sample.turns = std::move(turns).value();
   return Status::Ok();
 }

@@ -8,13 +8,21 @@
 //   index i, id = the sample's key, location = "<shard URI>#<key>", one MediaRef per
 //   field with the member's byte range in the shard (read through io/block_cache.h)
 //
-// Fields come from member extensions (`source.shard_fields`, see ParseShardFields). The
-// field list always starts with `image` (0) and `conversation` (1), the positions the
-// manifest source gives them, so that the planner and the ops see the same layout from
-// either source. The conversation is a media item like the image: its .json member is
-// fetched with the sample and parsed on the CPU thread (PrepareShardSample, the engine's
-// prepare hook) with the manifest's conversation keys (conversations_field, role_field,
-// text_field).
+// Fields come from member extensions: `source.fields` when given (ShardFieldsOf: a
+// field's key is its comma-separated extension list, default its name), else the
+// shorthand `source.shard_fields` (ParseShardFields), whose list always starts with
+// `image` (0) and `conversation` (1), the positions the manifest source gives them.
+// Giving both is a configuration error. Every member a field takes is a media item of
+// the record: the conversation's .json member is fetched with the sample and parsed on
+// the CPU thread (PrepareShardSample, the engine's prepare hook) with the manifest's
+// conversation keys (conversations_field, role_field, text_field); members of text,
+// string, int and float fields (a WebDataset `.cls` label, a `.txt` caption) are read
+// there too, as their UTF-8 text, into the sample's attributes.
+//
+// Lists: a field with max_items N takes the members whose extension is `<n>.<ext>` for
+// a decimal n and an `<ext>` of the field's (WebDataset keys end at the first dot, so
+// 000017.0.jpg and 000017.1.jpg are items 0 and 1 of key 000017), as its items in n
+// order (gaps allowed); none is an empty list.
 //
 // Errors. Load-time (the run does not start): a pattern with a bad brace range, a glob
 // under s3:// or http(s):// (no listing there: use a brace range), a pattern that matches
@@ -22,10 +30,13 @@
 // does not parse. Per sample (the record keeps its index and fails when an epoch reaches
 // it, named "<shard>#<key>"): a key that reappears after other keys, a field twice, a
 // member with no key or field, a missing required field (".jpg with no .json"), two
-// members of one single-item field; in a scanned shard whose tail is damaged or truncated
-// the samples before the damage are kept, and the last of them is marked bad (its members
-// may be incomplete); a shard that is not a tar at all is one bad record. At run time a
-// member that runs past a shard truncated after its index was written is kCorruptData.
+// members of one single-item field, two members for one item of a list, more items than
+// max_items ("field 'views' has 5 items, more than its max_items 4"), a text or scalar
+// member that does not parse (at prepare time); in a scanned shard whose tail is damaged
+// or truncated the samples before the damage are kept, and the last of them is marked
+// bad (its members may be incomplete); a shard that is not a tar at all is one bad
+// record. At run time a member that runs past a shard truncated after its index was
+// written is kCorruptData.
 #pragma once
 
 #include <cstdint>
@@ -47,17 +58,30 @@ namespace headrace {
 // bytes, text or conversation by that name, else bytes), '?' makes it optional, EXTs
 // are member extensions as GroupSamples names them ("jpg", "seg.png"; case-sensitive).
 // Default (SourceSpec::shard_fields): "image?=jpg,jpeg,png,webp conversation=json", the
-// manifest's two LLaVA fields. Each entry maps onto one `source.fields` entry (name,
-// kind, key, max_items, required) with key = the extension list and required = no '?':
-// when the two are merged, the shard source reads ResolvedFields(spec) instead.
+// manifest's two LLaVA fields. Each entry is one `source.fields` entry (name, kind,
+// key, max_items, required) with key = the extension list, required = no '?' and no
+// list; ShardFieldsOf reads `source.fields` itself when given.
 struct ShardFieldMap {
-  std::vector<SourceField> fields;                 // image, conversation, then the rest
+  std::vector<SourceField> fields;                 // the source's fields, in order
   std::vector<std::vector<std::string>> extensions;  // per field
   std::vector<bool> required;                      // per field
-  // The field a member extension feeds, or -1.
+  int conversation = -1;                           // the conversation field, or -1
+  // The single-item field a member extension feeds, or -1.
   int FieldOf(std::string_view extension) const;
+  // The field and item a member extension feeds: a single-item field's exact extension
+  // (item -1), else `<n>.<ext>` of a list field (item n); field -1 for none.
+  struct Item {
+    int field = -1;
+    int64_t item = -1;
+  };
+  Item ItemOf(std::string_view extension) const;
 };
 Result<ShardFieldMap> ParseShardFields(std::string_view text);
+
+// The fields of a shard source: from spec.fields when given (kInvalidArgument, naming
+// both keys, when spec.shard_fields is not its default too; an empty extension, or one
+// that feeds two single fields or two list fields), else ParseShardFields.
+Result<ShardFieldMap> ShardFieldsOf(const SourceSpec& spec);
 
 // Brace ranges ("{000..099}": zero-padded to the first bound's width) and lists
 // ("{a,b}") expand everywhere, left to right, in order; then '*', '?' and '[...]' globs
@@ -71,6 +95,7 @@ struct ShardSource {
   std::vector<int64_t> shard_bytes;    // each tar's size
   std::vector<SampleRecord> records;
   std::vector<SourceField> fields;
+  ShardFieldMap map;           // what PrepareShardSample reads the members with
   int64_t bad_samples = 0;     // records whose status is not ok
   int64_t indexed_shards = 0;  // read from a sidecar index
   int64_t scanned_shards = 0;  // read whole and listed
@@ -89,9 +114,11 @@ Result<std::vector<Turn>> ParseConversationJson(std::span<const uint8_t> json,
                                                 const SourceSpec& spec);
 
 // The engine's prepare hook for shard samples: parses the conversation field's bytes
-// into sample.turns (has_parsed_turns), naming the sample's location on failure. A sample
-// without a conversation member gets no turns.
-Status PrepareShardSample(Sample& sample, const SourceSpec& spec);
+// into sample.turns (has_parsed_turns), and the members of text, string, int and float
+// fields into sample.attributes (has_parsed_attributes, one per item in list order);
+// kBadRecord naming the field for a member that does not parse. A sample without a
+// conversation member gets no turns.
+Status PrepareShardSample(Sample& sample, const SourceSpec& spec, const ShardFieldMap& map);
 
 // The bytes the source's records hold, for the run report (as ManifestMemoryBytes).
 size_t ShardSourceMemoryBytes(const ShardSource& source);

@@ -162,6 +162,151 @@ TEST(LoadShardSource, RecordsFollowShardAndSampleOrderWithMemberRanges) {
   EXPECT_EQ(ReadText(b).substr(k2.media[2].offset, k2.media[2].length), "caption");
 }
 
+TEST(ShardFieldsOf, SourceFieldsKeysAreExtensionListsAndExcludeShardFields) {
+  SourceSpec spec;
+  spec.fields = {SourceFieldSpec{"views", FieldKind::kImage, "jpg,png", 4, false},
+                 SourceFieldSpec{"image", FieldKind::kImage, "jpg", 0, true},
+                 SourceFieldSpec{"cls", FieldKind::kInt, "", 0, false},
+                 SourceFieldSpec{"conversation", FieldKind::kConversation, "json", 0, false}};
+  auto map = ShardFieldsOf(spec);
+  ASSERT_TRUE(map.ok()) << map.status().ToString();
+  EXPECT_EQ(map->extensions[0], (std::vector<std::string>{"jpg", "png"}));
+  EXPECT_EQ(map->extensions[2], (std::vector<std::string>{"cls"}));  // key = name
+  EXPECT_EQ(map->conversation, 3);
+  EXPECT_TRUE(map->required[1]);
+  // A single field takes its extension exactly; a list `<n>.<ext>`.
+  EXPECT_EQ(map->ItemOf("jpg").field, 1);
+  EXPECT_EQ(map->ItemOf("0.jpg").field, 0);
+  EXPECT_EQ(map->ItemOf("12.png").item, 12);
+  EXPECT_EQ(map->ItemOf("x.jpg").field, -1);
+  EXPECT_EQ(map->ItemOf("1.json").field, -1);
+  EXPECT_EQ(map->ItemOf("png").field, -1);
+
+  SourceSpec both = spec;
+  both.shard_fields = "image=jpg";
+  auto refused = ShardFieldsOf(both);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("source.fields and source.shard_fields are exclusive"),
+            std::string::npos);
+  SourceSpec twice = spec;
+  twice.fields.push_back(SourceFieldSpec{"other", FieldKind::kBytes, "png,jpg", 0, false});
+  auto dup = ShardFieldsOf(twice);
+  EXPECT_EQ(dup.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(dup.status().message().find("extension 'jpg' also feeds field 'image'"),
+            std::string::npos)
+      << dup.status().ToString();
+}
+
+SourceSpec ListShardSpec(const std::string& file) {
+  SourceSpec spec;
+  spec.shards = (TempDir() / file).string();
+  spec.fields = {SourceFieldSpec{"views", FieldKind::kImage, "jpg,png", 3, false},
+                 SourceFieldSpec{"conversation", FieldKind::kConversation, "json", 0, false},
+                 SourceFieldSpec{"label", FieldKind::kInt, "cls", 0, false},
+                 SourceFieldSpec{"caption", FieldKind::kText, "txt", 0, false},
+                 SourceFieldSpec{"scores", FieldKind::kFloat, "score", 2, false}};
+  return spec;
+}
+
+// The bytes of each of `record`'s media items of `field`, read from its shard.
+std::vector<std::string> Items(const SampleRecord& record, int field) {
+  std::vector<std::string> out;
+  for (const MediaRef& m : record.media) {
+    if (m.field == field) out.push_back(ReadText(m.uri).substr(m.offset, m.length));
+  }
+  return out;
+}
+
+TEST(LoadShardSource, ListMembersAreTheItemsInTheirNumbersOrder) {
+  WriteShard("list-000.tar", {{"a.10.jpg", "A10"},  // 10 after 2: numbers, not text
+                              {"a.2.png", "A2"},
+                              {"a.0.jpg", "A0"},
+                              {"a.json", kConversation},
+                              {"a.cls", "3\n"},
+                              {"a.txt", "a cat"},
+                              {"a.1.score", "0.5"},
+                              {"b.json", kConversation},  // no views: an empty list
+                              {"c.0.jpg", "C0"},
+                              {"c.1.jpg", "C1"},
+                              {"c.2.jpg", "C2"},
+                              {"c.3.jpg", "C3"},  // 4 items, max_items 3
+                              {"d.0.jpg", "D0"},
+                              {"d.0.png", "D0 again"},  // two members for item 0
+                              {"e.1.jpg", "E1"}},
+             /*index=*/false);
+  auto storage = MakeLocalStorage();
+  auto source = LoadShardSource(*storage, ListShardSpec("list-000.tar"));
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  ASSERT_EQ(source->records.size(), 5u);
+  const SampleRecord& a = source->records[0];
+  ASSERT_TRUE(a.status.ok()) << a.status.ToString();
+  EXPECT_EQ(Items(a, 0), (std::vector<std::string>{"A0", "A2", "A10"}));
+  EXPECT_EQ(Items(a, 2), (std::vector<std::string>{"3\n"}));
+  EXPECT_EQ(Items(a, 4), (std::vector<std::string>{"0.5"}));
+  EXPECT_TRUE(source->records[1].status.ok());
+  EXPECT_TRUE(Items(source->records[1], 0).empty());
+  const Status& c = source->records[2].status;
+  EXPECT_EQ(c.code(), StatusCode::kBadRecord);
+  EXPECT_NE(c.message().find("field 'views' has 4 items, more than its max_items 3"),
+            std::string::npos)
+      << c.ToString();
+  const Status& d = source->records[3].status;
+  EXPECT_EQ(d.code(), StatusCode::kBadRecord);
+  EXPECT_NE(d.message().find("are both item 0 of field 'views'"), std::string::npos)
+      << d.ToString();
+  EXPECT_EQ(Items(source->records[4], 0), (std::vector<std::string>{"E1"}));  // gaps allowed
+  EXPECT_EQ(source->bad_samples, 2);
+
+  // A required list with no items names the pattern.
+  SourceSpec spec = ListShardSpec("list-000.tar");
+  spec.fields[0].required = true;
+  source = LoadShardSource(*storage, spec);
+  ASSERT_TRUE(source.ok());
+  EXPECT_EQ(source->records[1].status.code(), StatusCode::kMissingField);
+  EXPECT_NE(source->records[1].status.message().find(".N.jpg/.N.png"), std::string::npos)
+      << source->records[1].status.ToString();
+}
+
+TEST(PrepareShardSample, TextAndScalarMembersBecomeTheSamplesAttributes) {
+  WriteShard("values-000.tar", {{"a.0.jpg", "A0"},
+                                {"a.cls", " 7\n"},
+                                {"a.txt", "a cat"},
+                                {"a.0.score", "0.25"},
+                                {"a.1.score", "-2"},
+                                {"b.cls", "seven"},
+                                {"c.0.score", "1e"}},
+             /*index=*/false);
+  auto storage = MakeLocalStorage();
+  const SourceSpec spec = ListShardSpec("values-000.tar");
+  auto source = LoadShardSource(*storage, spec);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  ASSERT_EQ(source->records.size(), 3u);
+  const auto prepare = [&](size_t i, Sample& sample) {
+    sample.record = &source->records[i];
+    for (const MediaRef& m : sample.record->media) {
+      const std::string bytes = ReadText(m.uri).substr(m.offset, m.length);
+      sample.media.push_back(*Buffer::CopyOf(bytes.data(), bytes.size()));
+    }
+    return PrepareShardSample(sample, spec, source->map);
+  };
+  Sample a;
+  ASSERT_TRUE(prepare(0, a).ok());
+  ASSERT_EQ(a.Attributes().size(), 4u);
+  EXPECT_EQ(a.Attributes()[0].field, 2);
+  EXPECT_EQ(std::get<int64_t>(a.Attributes()[0].value), 7);
+  EXPECT_EQ(std::get<std::string>(a.Attributes()[1].value), "a cat");
+  EXPECT_EQ(std::get<double>(a.Attributes()[2].value), 0.25);
+  EXPECT_EQ(std::get<double>(a.Attributes()[3].value), -2.0);
+  EXPECT_TRUE(a.Conversation().empty());
+  Sample b, c;
+  const Status bad_int = prepare(1, b);
+  EXPECT_EQ(bad_int.code(), StatusCode::kBadRecord);
+  EXPECT_NE(bad_int.message().find("field 'label': member is not an integer: 'seven'"),
+            std::string::npos)
+      << bad_int.ToString();
+  EXPECT_EQ(prepare(2, c).code(), StatusCode::kBadRecord);
+}
+
 TEST(LoadShardSource, BadSamplesAreNamedPerSampleAndNothingElseIsLost) {
   WriteShard("bad-000.tar", {{"a.jpg", "A"},
                              {"a.json", kConversation},

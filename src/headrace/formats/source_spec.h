@@ -9,7 +9,8 @@
 namespace headrace {
 
 // One entry of `source.fields`: a named field of the records, its kind, and the manifest
-// key that feeds it.
+// key that feeds it (for Parquet the column; for tar shards the comma-separated member
+// extensions, a list's items being the members `KEY.<n>.<ext>`).
 //   fields:
 //     - {name: image, kind: image}                       # "image": "a.jpg"
 //     - {name: views, kind: image, key: images, max_items: 4}  # "images": ["a.jpg", ...]
@@ -61,9 +62,11 @@ struct SourceSpec {
   // its column) or, when empty, the defaults of parquet_source.h; cache_bytes sizes the
   // decoded row-group cache.
   std::string parquet;
-  // Which tar members feed which field (ParseShardFields in formats/shard_source.h). The
-  // default gives the manifest's two fields (SourceFieldsOf); more, e.g. "text?=txt", are
-  // read as media items the ops do not know yet.
+  // Which tar members feed which field (ParseShardFields in formats/shard_source.h): the
+  // shorthand of `fields` for shards, exclusive with it (giving both is a configuration
+  // error). The default gives the manifest's two fields (SourceFieldsOf); more, e.g.
+  // "text?=txt", are read with the sample but not collated into the batch (declare them
+  // in `fields` for that).
   std::string shard_fields = "image?=jpg,jpeg,png,webp conversation=json";
   // Consecutive shards (in the epoch's seeded shard order) whose samples are shuffled
   // together. Memory vs randomness: the block cache holds about this many shards (see

@@ -873,10 +873,13 @@ Result<int64_t> ParseByteSize(std::string_view text) {
 
 namespace {
 
+Status ValidateSourceFields(const SourceSpec& src);
+
 // The shard keys, and the block cache's share of memory.budget_bytes.
 Status ValidateShardSource(const PipelineSpec& spec) {
   const SourceSpec& src = spec.source;
-  if (Result<ShardFieldMap> fields = ParseShardFields(src.shard_fields); !fields.ok()) {
+  HR_RETURN_IF_ERROR(ValidateSourceFields(src));  // before its keys are read as extensions
+  if (Result<ShardFieldMap> fields = ShardFieldsOf(src); !fields.ok()) {
     return fields.status();
   }
   HR_RETURN_IF_ERROR(InRange<int64_t>("source.shuffle_window", src.shuffle_window, 1, 1'000'000));

@@ -114,6 +114,7 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   // The spec the planner sees: a Parquet source's fields are resolved from its columns.
   PipelineSpec planned = spec;
   std::shared_ptr<ParquetRowGroupCache> row_groups;
+  std::shared_ptr<const ShardFieldMap> shard_fields;  // the shard source's, for its prepare hook
   if (!spec.source.parquet.empty()) {
     HR_ASSIGN_OR_RETURN(ParquetSource parquet, LoadParquetSource(*loader->storage_, spec.source));
     HR_ASSIGN_OR_RETURN(cache_bytes, RowGroupCacheBytes(spec, parquet));
@@ -154,6 +155,7 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
                       std::to_string(shards.shards.size()) + " shards, " +
                       std::to_string(shards.indexed_shards) + " indexed, " +
                       std::to_string(shards.scanned_shards) + " scanned)";
+    shard_fields = std::make_shared<const ShardFieldMap>(std::move(shards.map));
     opt.order.shard_samples = std::move(shards.shard_samples);
     opt.order.shuffle_window = spec.source.shuffle_window;
     // The records as a Manifest, so that callers that count records see no difference.
@@ -194,16 +196,18 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   in.ops = std::move(plan.ops);
   in.fields = std::move(plan.fields);
   in.batch_ops = std::move(plan.batch_ops);
-  in.reads_media = plan.reads_media;
+  // A shard's or a row group's values (conversation, text, scalars) come with its media
+  // reads, so those sources read even when no op reads a media field.
+  in.reads_media = plan.reads_media || row_groups != nullptr || shard_fields != nullptr;
   in.num_values = plan.num_values;
   in.source_values = std::move(plan.source_values);
   in.strings = std::move(plan.strings);
   in.storage = loader->storage_;
   if (row_groups != nullptr) {
     in.prepare_sample = [row_groups](Sample& sample) { return row_groups->Prepare(sample); };
-  } else if (!spec.source.shards.empty()) {
-    in.prepare_sample = [source = spec.source](Sample& sample) {
-      return PrepareShardSample(sample, source);
+  } else if (shard_fields != nullptr) {
+    in.prepare_sample = [source = spec.source, shard_fields](Sample& sample) {
+      return PrepareShardSample(sample, source, *shard_fields);
     };
   }
 
