@@ -64,7 +64,8 @@ _CODE = ["def f(x):\n    return x*2\n", "for (int i = 0; i < n; ++i) {\n\tsum +=
          "{\"key\": [1, 2, 3]}", "SELECT * FROM t WHERE id=42;", "0x1F600 == 128512", "a_b-c.d/e\\f"]
 _SPACE = [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n ", "    \n", "\u00a0", "\u3000",
           "\u2009", "\n\n\n   ", "\t\t"]
-_COMBINING = ["e\u0301", "a\u0308", "n\u0303", "\u1100\u1161", "o\u0302\u0323", "A\u030a"]
+_COMBINING = ["e\u0301", "a\u0308", "n\u0303", "\u1100\u1161", "o\u0302\u0323", "A\u030a",
+              "\u2126", "\u212b", "\uf900", "\u0958"]  # the last four change under NFC alone
 _NUMBERS = ["0", "7", "42", "123", "2024", "3.14159", "1,000,000", "12345678", "٣", "½", "Ⅻ"]
 
 
@@ -109,7 +110,8 @@ def make_corpus(n: int, seed: int = 0) -> list:
 
 def train(style: str, corpus: list, vocab_size: int = 3000):
     """A trained `tokenizers.Tokenizer` in the given style's configuration."""
-    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, processors
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from tokenizers import processors
     from tokenizers import trainers
 
     special = QWEN2_SPECIAL if style == "qwen2" else LLAMA3_SPECIAL
@@ -124,6 +126,7 @@ def train(style: str, corpus: list, vocab_size: int = 3000):
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     tok.train_from_iterator(corpus, trainer)
+    tok.decoder = decoders.ByteLevel()
     if style == "llama3":
         bos = tok.token_to_id("<|begin_of_text|>")
         tok.post_processor = processors.Sequence([

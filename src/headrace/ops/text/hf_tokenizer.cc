@@ -873,6 +873,86 @@ void ApplySplit(const SplitStep& step, std::string_view text, const std::vector<
   }
 }
 
+// Whether normalization can never reach across the start of the character at
+// text[at]: ASCII and every starter (combining class 0) that is neither a mark nor a
+// Hangul vowel/trailing jamo, the only characters that compose with what precedes them.
+bool ChunkStart(std::string_view text, size_t at) {
+  const auto lead = static_cast<uint8_t>(text[at]);
+  if (lead < 0x80) return true;
+  utf8proc_int32_t cp = -1;
+  utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + at),
+                   static_cast<utf8proc_ssize_t>(text.size() - at), &cp);
+  if (cp < 0) return true;
+  if ((cp >= 0x1161 && cp <= 0x1175) || (cp >= 0x11A8 && cp <= 0x11C2)) return false;
+  const utf8proc_property_t* p = utf8proc_get_property(cp);
+  return p->combining_class == 0 && p->category != UTF8PROC_CATEGORY_MN &&
+         p->category != UTF8PROC_CATEGORY_MC && p->category != UTF8PROC_CATEGORY_ME;
+}
+
+// Whether the character at text[at], alone, is left as it is by `form`: it has no
+// decomposition (a Hangul syllable only decomposes in NFD/NFKD). Characters with one
+// (é, Ω, ﬁ) go through utf8proc.
+bool StableAlone(std::string_view text, size_t at, NormalForm form) {
+  if (static_cast<uint8_t>(text[at]) < 0x80) return true;
+  utf8proc_int32_t cp = -1;
+  utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + at),
+                   static_cast<utf8proc_ssize_t>(text.size() - at), &cp);
+  if (cp < 0) return true;
+  if (cp >= 0xAC00 && cp <= 0xD7A3) return form == NormalForm::kNfc || form == NormalForm::kNfkc;
+  return utf8proc_get_property(cp)->decomp_seqindex == UINT16_MAX;
+}
+
+// Applies one normal form to `text` in chunks that each start where ChunkStart says no
+// normalization crosses. Writes the result to *out and, per byte of it, the byte of
+// `text` its chunk starts at (exact where a chunk is unchanged).
+// Returns false when the text is unchanged (*out and *map are then unspecified).
+bool NormalizeChunks(std::string_view text, NormalForm form, std::string* out,
+                     std::vector<uint32_t>* map) {
+  // Below U+0300 (lead byte 0xCC) every character is NFC already; only ASCII is stable
+  // under every form.
+  const uint8_t stable_below = form == NormalForm::kNfc ? 0xCC : 0x80;
+  if (std::all_of(text.begin(), text.end(),
+                  [&](char c) { return static_cast<uint8_t>(c) < stable_below; })) {
+    return false;
+  }
+  int options = UTF8PROC_STABLE;
+  options |= (form == NormalForm::kNfc || form == NormalForm::kNfkc) ? UTF8PROC_COMPOSE
+                                                                     : UTF8PROC_DECOMPOSE;
+  if (form == NormalForm::kNfkc || form == NormalForm::kNfkd) options |= UTF8PROC_COMPAT;
+  out->clear();
+  map->clear();
+  bool changed = false;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = std::min(start + Utf8CharLength(static_cast<uint8_t>(text[start])), text.size());
+    bool stable = StableAlone(text, start, form);
+    while (end < text.size() && !ChunkStart(text, end)) {
+      end = std::min(end + Utf8CharLength(static_cast<uint8_t>(text[end])), text.size());
+      stable = false;
+    }
+    const std::string_view chunk = text.substr(start, end - start);
+    utf8proc_uint8_t* result = nullptr;
+    utf8proc_ssize_t n = -1;
+    if (!stable) {
+      n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(chunk.data()),
+                       static_cast<utf8proc_ssize_t>(chunk.size()), &result,
+                       static_cast<utf8proc_option_t>(options));
+    }
+    const bool same = n < 0 || std::string_view(reinterpret_cast<const char*>(result),
+                                                static_cast<size_t>(n)) == chunk;
+    if (same) {
+      out->append(chunk);
+      for (size_t k = start; k < end; ++k) map->push_back(static_cast<uint32_t>(k));
+    } else {
+      out->append(reinterpret_cast<const char*>(result), static_cast<size_t>(n));
+      map->insert(map->end(), static_cast<size_t>(n), static_cast<uint32_t>(start));
+      changed = true;
+    }
+    std::free(result);
+    start = end;
+  }
+  return changed;
+}
+
 struct WordCache {
   uint64_t owner = 0;
   std::unordered_map<std::string, std::vector<int>, StringHash, std::equal_to<>> words;
@@ -886,40 +966,26 @@ void HfTokenizer::Impl::EncodeSegment(std::string_view text, uint32_t base,
                                       std::vector<int>* ids,
                                       std::vector<uint32_t>* starts) const {
   if (text.empty()) return;
-  // Normalization; when it changes the text, starts fall back to the segment's start.
-  thread_local std::string normalized;
+  // Normalization. When it changes the text, `to_original` maps each normalized byte
+  // back to the text's byte (the start of the chunk it came from), so starts stay
+  // exact outside the characters it changed.
+  thread_local std::string normalized, next;
+  thread_local std::vector<uint32_t> to_original, next_map;
   bool changed = false;
   for (const NormalForm form : normalizers) {
-    bool ascii_or_stable = true;
-    for (char c : text) {
-      const auto b = static_cast<uint8_t>(c);
-      // Below U+0300 every character is NFC already (the lead byte 0xCC starts U+0300).
-      if (form == NormalForm::kNfc ? b >= 0xCC : b >= 0x80) {
-        ascii_or_stable = false;
-        break;
+    if (NormalizeChunks(text, form, &next, &next_map)) {
+      if (changed) {
+        for (uint32_t& o : next_map) o = to_original[o];
       }
-    }
-    if (ascii_or_stable) continue;
-    int options = UTF8PROC_STABLE;
-    if (form == NormalForm::kNfc || form == NormalForm::kNfkc) {
-      options |= UTF8PROC_COMPOSE;
-    } else {
-      options |= UTF8PROC_DECOMPOSE;
-    }
-    if (form == NormalForm::kNfkc || form == NormalForm::kNfkd) options |= UTF8PROC_COMPAT;
-    utf8proc_uint8_t* result = nullptr;
-    const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                                            static_cast<utf8proc_ssize_t>(text.size()), &result,
-                                            static_cast<utf8proc_option_t>(options));
-    if (n < 0) continue;  // cannot happen on valid UTF-8
-    std::string next(reinterpret_cast<const char*>(result), static_cast<size_t>(n));
-    std::free(result);
-    if (next != text) {
-      changed = true;
-      normalized = std::move(next);
+      std::swap(normalized, next);
+      std::swap(to_original, next_map);
       text = normalized;
+      changed = true;
     }
   }
+  const auto original = [&](uint32_t at) {
+    return !changed ? at : at < to_original.size() ? to_original[at] : to_original.back();
+  };
 
   thread_local std::vector<Piece> pieces, scratch;
   pieces.assign(1, Piece{0, static_cast<uint32_t>(text.size())});
@@ -956,7 +1022,7 @@ void HfTokenizer::Impl::EncodeSegment(std::string_view text, uint32_t base,
     uint32_t at = p.first;
     for (size_t i = 0; i < result->size(); i += 2) {
       ids->push_back((*result)[i]);
-      if (starts != nullptr) starts->push_back(base + (changed ? 0 : at));
+      if (starts != nullptr) starts->push_back(base + original(at));
       at += static_cast<uint32_t>((*result)[i + 1]);
     }
   }
