@@ -11,7 +11,7 @@ FUZZ_TARGETS := decode manifest config tokenize tar parquet
 
 PY       := .venv/bin/python
 
-.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs clean
+.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs bench-tokenize clean
 
 all: build
 
@@ -103,6 +103,13 @@ bench-io: build
 # per sample side by side (bench/shards.json; numbers into bench/RESULTS.md by hand).
 bench-shards: build
 	$(PY) bench/shards.py --bin $(BUILD)/headrace --json bench/shards.json
+
+# text.tokenize with a HF tokenizer.json: encoding vs the `tokenizers` package on one
+# thread, and the VQA pipeline with it vs SentencePiece (bench/tokenize.json; numbers
+# into bench/RESULTS.md by hand).
+bench-tokenize: build
+	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
+	$(PY) bench/tokenize.py --bin $(BUILD)/headrace --data $(DATA) --json bench/tokenize.json
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-py $(FUZZ_BUILD) out

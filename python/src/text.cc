@@ -60,21 +60,38 @@ void RegisterText(nb::module_& m) {
       .def(
           "encode_batch",
           [](const HfTokenizer& t, nb::sequence items, bool add_special_tokens) {
-            std::vector<std::string> texts;
+            // Views into the Python objects (kept alive by `items`); one flat output.
+            std::vector<std::string_view> texts;
             for (nb::handle item : items) {
               if (nb::isinstance<nb::bytes>(item)) {
                 nb::bytes b = nb::borrow<nb::bytes>(item);
                 texts.emplace_back(static_cast<const char*>(b.data()), b.size());
               } else {
-                texts.push_back(nb::cast<std::string>(item));
+                Py_ssize_t size = 0;
+                const char* utf8 = PyUnicode_AsUTF8AndSize(item.ptr(), &size);
+                if (utf8 == nullptr) throw nb::python_error();
+                texts.emplace_back(utf8, static_cast<size_t>(size));
               }
             }
-            std::vector<std::vector<int>> out(texts.size());
+            std::vector<int> ids;
+            std::vector<size_t> ends(texts.size());
             {
               nb::gil_scoped_release nogil;
               for (size_t i = 0; i < texts.size(); ++i) {
-                t.Encode(texts[i], add_special_tokens, &out[i]);
+                t.Encode(texts[i], add_special_tokens, &ids);
+                ends[i] = ids.size();
               }
+            }
+            nb::list out;
+            size_t begin = 0;
+            for (size_t end : ends) {
+              PyObject* row = PyList_New(static_cast<Py_ssize_t>(end - begin));
+              if (row == nullptr) throw nb::python_error();
+              for (size_t k = begin; k < end; ++k) {
+                PyList_SET_ITEM(row, static_cast<Py_ssize_t>(k - begin), PyLong_FromLong(ids[k]));
+              }
+              out.append(nb::steal(row));
+              begin = end;
             }
             return out;
           },

@@ -223,15 +223,13 @@ class Regex {
 
   // Calls f(start, end) for each non-empty, non-overlapping match in `s`, left to right.
   template <typename F>
-  void ForEachMatch(std::string_view s, F&& f) const {
-    thread_local std::unique_ptr<pcre2_match_data, MatchDataDeleter> data(
-        pcre2_match_data_create(1, nullptr));
+  void ForEachMatch(std::string_view s, pcre2_match_data* data, F&& f) const {
     size_t pos = 0;
     while (pos < s.size()) {
       const int rc = pcre2_match(code_.get(), reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(),
-                                 pos, PCRE2_NO_UTF_CHECK, data.get(), nullptr);
+                                 pos, PCRE2_NO_UTF_CHECK, data, nullptr);
       if (rc < 0) return;  // no match (or a resource limit: the rest stays unsplit)
-      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data.get());
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data);
       const size_t start = ov[0], end = ov[1];
       if (end == start) {  // an empty match: step over one character
         pos = start + Utf8CharLength(static_cast<uint8_t>(s[start]));
@@ -277,6 +275,43 @@ constexpr const char* kGpt2Pattern =
 
 using Piece = std::pair<uint32_t, uint32_t>;  // [start, end) in the normalized text
 
+// The BPE merge loop's state: symbols in a doubly linked list, candidate merges in a
+// min-heap by (rank, position), the order tokenizers applies them in.
+struct Symbol {
+  int id, bytes, prev, next;
+};
+struct Candidate {
+  int rank, pos, left, right, merged;
+  bool operator>(const Candidate& o) const {
+    return rank != o.rank ? rank > o.rank : pos > o.pos;
+  }
+};
+struct Part {  // a Split's view of a piece: matched or not
+  uint32_t start, end;
+  bool match;
+};
+
+// Recent words' (id, bytes) pairs, for one tokenizer (`owner`) at a time.
+struct WordCache {
+  uint64_t owner = 0;
+  std::unordered_map<std::string, std::vector<int>, StringHash, std::equal_to<>> words;
+};
+constexpr size_t kCacheWords = 1 << 15;
+constexpr size_t kCacheMaxWordBytes = 64;
+// Everything Encode needs per call, one per thread (found once per Encode: a
+// thread_local in a shared library costs a call to reach), capacities settling.
+struct Scratch {
+  std::unique_ptr<pcre2_match_data, MatchDataDeleter> match{pcre2_match_data_create(1, nullptr)};
+  std::string sanitized, normalized, next;
+  std::vector<uint32_t> to_original, next_map;
+  std::vector<Piece> pieces, pieces_next;
+  std::vector<Part> parts;
+  std::vector<int> initial, pairs;
+  std::vector<Symbol> symbols;
+  std::vector<Candidate> heap;
+  WordCache cache;
+};
+
 }  // namespace
 
 struct HfTokenizer::Impl {
@@ -300,9 +335,9 @@ struct HfTokenizer::Impl {
   uint64_t instance = 0;                    // keys the per-thread cache
 
   void EncodeSegment(std::string_view text, uint32_t base, std::vector<int>* ids,
-                     std::vector<uint32_t>* starts) const;
+                     std::vector<uint32_t>* starts, Scratch& scratch) const;
   // Appends (id, bytes) pairs of one pre-token.
-  void Bpe(std::string_view piece, std::vector<int>* out) const;
+  void Bpe(std::string_view piece, std::vector<int>* out, Scratch& scratch) const;
   void InitialSymbols(std::string_view piece, std::vector<int>* out) const;
 };
 
@@ -737,7 +772,8 @@ void HfTokenizer::Impl::InitialSymbols(std::string_view piece, std::vector<int>*
   }
 }
 
-void HfTokenizer::Impl::Bpe(std::string_view piece, std::vector<int>* out) const {
+void HfTokenizer::Impl::Bpe(std::string_view piece, std::vector<int>* out,
+                            Scratch& scratch) const {
   if (ignore_merges) {
     const int id = Find(piece_to_id, piece);
     if (id >= 0) {
@@ -746,23 +782,17 @@ void HfTokenizer::Impl::Bpe(std::string_view piece, std::vector<int>* out) const
       return;
     }
   }
-  // Symbols in a doubly linked list; candidate merges in a min-heap by (rank, position),
-  // the order tokenizers applies them in. An entry is stale when either symbol changed.
-  struct Symbol {
-    int id, bytes, prev, next;
-  };
-  struct Candidate {
-    int rank, pos, left, right, merged;
-    bool operator>(const Candidate& o) const {
-      return rank != o.rank ? rank > o.rank : pos > o.pos;
-    }
-  };
-  thread_local std::vector<int> initial;
-  thread_local std::vector<Symbol> symbols;
-  thread_local std::vector<Candidate> heap;
+  std::vector<int>& initial = scratch.initial;
   initial.clear();
   InitialSymbols(piece, &initial);
   const int n = static_cast<int>(initial.size() / 2);
+  if (n == 1) {  // one byte or character: nothing to merge
+    out->insert(out->end(), initial.begin(), initial.end());
+    return;
+  }
+  // A heap entry is stale when either of its symbols changed since it was pushed.
+  std::vector<Symbol>& symbols = scratch.symbols;
+  std::vector<Candidate>& heap = scratch.heap;
   symbols.resize(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     symbols[static_cast<size_t>(i)] = {initial[2 * static_cast<size_t>(i)],
@@ -806,17 +836,13 @@ namespace {
 
 // Applies a Split to each piece of `in`, appending the resulting pieces to `out`.
 void ApplySplit(const SplitStep& step, std::string_view text, const std::vector<Piece>& in,
-                std::vector<Piece>* out) {
-  struct Part {
-    uint32_t start, end;
-    bool match;
-  };
-  thread_local std::vector<Part> parts;
+                std::vector<Piece>* out, Scratch& scratch) {
+  std::vector<Part>& parts = scratch.parts;
   for (const Piece& piece : in) {
     parts.clear();
     uint32_t prev = piece.first;
     step.regex.ForEachMatch(text.substr(piece.first, piece.second - piece.first),
-                            [&](size_t s, size_t e) {
+                            scratch.match.get(), [&](size_t s, size_t e) {
                               const uint32_t start = piece.first + static_cast<uint32_t>(s);
                               const uint32_t end = piece.first + static_cast<uint32_t>(e);
                               if (start > prev) parts.push_back({prev, start, step.invert});
@@ -919,8 +945,7 @@ bool NormalizeChunks(std::string_view text, NormalForm form, std::string* out,
   options |= (form == NormalForm::kNfc || form == NormalForm::kNfkc) ? UTF8PROC_COMPOSE
                                                                      : UTF8PROC_DECOMPOSE;
   if (form == NormalForm::kNfkc || form == NormalForm::kNfkd) options |= UTF8PROC_COMPAT;
-  out->clear();
-  map->clear();
+  // Nothing is written until a chunk changes: most text passes through unchanged.
   bool changed = false;
   for (size_t start = 0; start < text.size();) {
     size_t end = std::min(start + Utf8CharLength(static_cast<uint8_t>(text[start])), text.size());
@@ -939,13 +964,18 @@ bool NormalizeChunks(std::string_view text, NormalForm form, std::string* out,
     }
     const bool same = n < 0 || std::string_view(reinterpret_cast<const char*>(result),
                                                 static_cast<size_t>(n)) == chunk;
-    if (same) {
+    if (!same && !changed) {  // the first change: what came before is copied as it was
+      changed = true;
+      out->assign(text.substr(0, start));
+      map->resize(start);
+      for (size_t k = 0; k < start; ++k) (*map)[k] = static_cast<uint32_t>(k);
+    }
+    if (changed && same) {
       out->append(chunk);
       for (size_t k = start; k < end; ++k) map->push_back(static_cast<uint32_t>(k));
-    } else {
+    } else if (changed) {
       out->append(reinterpret_cast<const char*>(result), static_cast<size_t>(n));
       map->insert(map->end(), static_cast<size_t>(n), static_cast<uint32_t>(start));
-      changed = true;
     }
     std::free(result);
     start = end;
@@ -953,32 +983,25 @@ bool NormalizeChunks(std::string_view text, NormalForm form, std::string* out,
   return changed;
 }
 
-struct WordCache {
-  uint64_t owner = 0;
-  std::unordered_map<std::string, std::vector<int>, StringHash, std::equal_to<>> words;
-};
-constexpr size_t kCacheWords = 1 << 15;
-constexpr size_t kCacheMaxWordBytes = 64;
-
 }  // namespace
 
 void HfTokenizer::Impl::EncodeSegment(std::string_view text, uint32_t base,
-                                      std::vector<int>* ids,
-                                      std::vector<uint32_t>* starts) const {
+                                      std::vector<int>* ids, std::vector<uint32_t>* starts,
+                                      Scratch& scratch) const {
   if (text.empty()) return;
   // Normalization. When it changes the text, `to_original` maps each normalized byte
   // back to the text's byte (the start of the chunk it came from), so starts stay
   // exact outside the characters it changed.
-  thread_local std::string normalized, next;
-  thread_local std::vector<uint32_t> to_original, next_map;
+  std::string& normalized = scratch.normalized;
+  std::vector<uint32_t>& to_original = scratch.to_original;
   bool changed = false;
   for (const NormalForm form : normalizers) {
-    if (NormalizeChunks(text, form, &next, &next_map)) {
+    if (NormalizeChunks(text, form, &scratch.next, &scratch.next_map)) {
       if (changed) {
-        for (uint32_t& o : next_map) o = to_original[o];
+        for (uint32_t& o : scratch.next_map) o = to_original[o];
       }
-      std::swap(normalized, next);
-      std::swap(to_original, next_map);
+      std::swap(normalized, scratch.next);
+      std::swap(to_original, scratch.next_map);
       text = normalized;
       changed = true;
     }
@@ -987,20 +1010,20 @@ void HfTokenizer::Impl::EncodeSegment(std::string_view text, uint32_t base,
     return !changed ? at : at < to_original.size() ? to_original[at] : to_original.back();
   };
 
-  thread_local std::vector<Piece> pieces, scratch;
+  std::vector<Piece>& pieces = scratch.pieces;
   pieces.assign(1, Piece{0, static_cast<uint32_t>(text.size())});
   for (const SplitStep& step : splits) {
-    scratch.clear();
-    ApplySplit(step, text, pieces, &scratch);
-    std::swap(pieces, scratch);
+    scratch.pieces_next.clear();
+    ApplySplit(step, text, pieces, &scratch.pieces_next, scratch);
+    std::swap(pieces, scratch.pieces_next);
   }
 
-  thread_local WordCache cache;
+  WordCache& cache = scratch.cache;
   if (cache.owner != instance) {
     cache.words.clear();
     cache.owner = instance;
   }
-  thread_local std::vector<int> pairs;
+  std::vector<int>& pairs = scratch.pairs;
   for (const Piece& p : pieces) {
     if (p.second <= p.first) continue;
     const std::string_view word = text.substr(p.first, p.second - p.first);
@@ -1010,13 +1033,13 @@ void HfTokenizer::Impl::EncodeSegment(std::string_view text, uint32_t base,
       if (it == cache.words.end()) {
         if (cache.words.size() >= kCacheWords) cache.words.clear();
         std::vector<int> computed;
-        Bpe(word, &computed);
+        Bpe(word, &computed, scratch);
         it = cache.words.emplace(std::string(word), std::move(computed)).first;
       }
       result = &it->second;
     } else {
       pairs.clear();
-      Bpe(word, &pairs);
+      Bpe(word, &pairs, scratch);
       result = &pairs;
     }
     uint32_t at = p.first;
@@ -1031,8 +1054,8 @@ void HfTokenizer::Impl::EncodeSegment(std::string_view text, uint32_t base,
 void HfTokenizer::Encode(std::string_view text, bool add_special_tokens, std::vector<int>* ids,
                          std::vector<uint32_t>* starts) const {
   bytes_encoded_.fetch_add(static_cast<int64_t>(text.size()), std::memory_order_relaxed);
-  thread_local std::string sanitized;
-  if (SanitizeUtf8(text, &sanitized)) text = sanitized;
+  thread_local Scratch scratch;
+  if (SanitizeUtf8(text, &scratch.sanitized)) text = scratch.sanitized;
   const Impl& t = *impl_;
   const auto push_special = [&](const std::vector<int>& list) {
     for (int id : list) {
@@ -1063,13 +1086,13 @@ void HfTokenizer::Encode(std::string_view text, bool add_special_tokens, std::ve
       while (end < text.size() && space(text[end])) ++end;
     }
     t.EncodeSegment(text.substr(segment, start - segment), static_cast<uint32_t>(segment), ids,
-                    starts);
+                    starts, scratch);
     ids->push_back(hit->id);
     if (starts != nullptr) starts->push_back(static_cast<uint32_t>(start));
     segment = end;
     i = end - 1;
   }
-  t.EncodeSegment(text.substr(segment), static_cast<uint32_t>(segment), ids, starts);
+  t.EncodeSegment(text.substr(segment), static_cast<uint32_t>(segment), ids, starts, scratch);
   if (add_special_tokens) push_special(t.suffix_ids);
 }
 
