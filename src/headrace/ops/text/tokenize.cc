@@ -210,10 +210,14 @@ constexpr const char* kOutputs[] = {"input_ids", "attention_mask", "labels"};
 }  // namespace
 
 Status TokenizeOp::Validate(const Spec& s, const std::string& p) {
-  if (s.model.empty() == s.tokenizer.empty()) {
+  if (s.tokenizer.empty()) {
+    HR_RETURN_IF_ERROR(schema::NonEmpty(
+        p + ".model", s.model,
+        "the SentencePiece .model file; or give tokenizer: a Hugging Face tokenizer.json"));
+  } else if (!s.model.empty()) {
     return schema::Invalid(p + ".model",
-                           "give exactly one of model (a SentencePiece .model file) and "
-                           "tokenizer (a Hugging Face tokenizer.json)");
+                           "give one of model (a SentencePiece .model file) and tokenizer (a "
+                           "Hugging Face tokenizer.json), not both");
   }
   HR_RETURN_IF_ERROR(schema::InRange(p + ".max_length", s.max_length, 1, kMaxTokens));
   if (!s.tokenizer.empty()) {

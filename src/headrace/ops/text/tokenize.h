@@ -178,17 +178,6 @@ class TokenizeOp : public Op {
   using Spec = TokenizeSpec;
   static void Fields(auto& s, auto&& f) {
     f("model", s.model);
-    f("tokenizer", s.tokenizer);
-    f("tokenizer_config", s.tokenizer_config);
-    f("chat_template", s.chat_template);
-    f("image_placeholder", s.image_placeholder);
-    f("image_token", s.image_token);
-    f("image_start", s.image_start);
-    f("image_end", s.image_end);
-    f("image_tokens", s.image_tokens);
-    f("image_field", s.image_field);
-    f("patch_size", s.patch_size);
-    f("merge_size", s.merge_size);
     f("max_length", s.max_length);
     f("pad", s.pad);
     f("pad_id", s.pad_id);
@@ -201,6 +190,18 @@ class TokenizeOp : public Op {
     f("turn_end", s.turn_end);
     f("field", s.field);
     f("output_prefix", s.output_prefix);
+    // With `tokenizer` (after the others: positional model, max_length stay first).
+    f("tokenizer", s.tokenizer);
+    f("tokenizer_config", s.tokenizer_config);
+    f("chat_template", s.chat_template);
+    f("image_placeholder", s.image_placeholder);
+    f("image_token", s.image_token);
+    f("image_start", s.image_start);
+    f("image_end", s.image_end);
+    f("image_tokens", s.image_tokens);
+    f("image_field", s.image_field);
+    f("patch_size", s.patch_size);
+    f("merge_size", s.merge_size);
   }
   static Status Validate(const Spec& spec, const std::string& key);
   // Reads the conversation `field` (and, with `tokenizer`, image_token set and
