@@ -1057,13 +1057,13 @@ void HfTokenizer::Encode(std::string_view text, bool add_special_tokens, std::ve
   thread_local Scratch scratch;
   if (SanitizeUtf8(text, &scratch.sanitized)) text = scratch.sanitized;
   const Impl& t = *impl_;
-  const auto push_special = [&](const std::vector<int>& list) {
+  const auto push_special = [&](const std::vector<int>& list, size_t at) {
     for (int id : list) {
       ids->push_back(id);
-      if (starts != nullptr) starts->push_back(static_cast<uint32_t>(text.size()));
+      if (starts != nullptr) starts->push_back(static_cast<uint32_t>(at));
     }
   };
-  if (add_special_tokens) push_special(t.prefix_ids);
+  if (add_special_tokens) push_special(t.prefix_ids, 0);
 
   // Added tokens first, leftmost-longest; the text between them goes through the model.
   size_t segment = 0;
@@ -1093,7 +1093,7 @@ void HfTokenizer::Encode(std::string_view text, bool add_special_tokens, std::ve
     i = end - 1;
   }
   t.EncodeSegment(text.substr(segment), static_cast<uint32_t>(segment), ids, starts, scratch);
-  if (add_special_tokens) push_special(t.suffix_ids);
+  if (add_special_tokens) push_special(t.suffix_ids, text.size());
 }
 
 }  // namespace headrace

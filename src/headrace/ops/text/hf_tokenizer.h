@@ -46,7 +46,8 @@ class HfTokenizer {
   // Appends the tokens of `text` to *ids as tokenizers' `encode(text,
   // add_special_tokens=...)` gives them. When `starts` is given, appends each token's
   // first byte in `text` (exact when the normalizer leaves the text unchanged, else the
-  // start of the normalized run it came from; post-processor tokens get text.size()).
+  // start of the chunk normalization changed; the post-processor's tokens get 0 before the
+  // text and text.size() after it, so starts never decrease).
   // Invalid UTF-8 is first replaced as SanitizeUtf8 does, starts then index the
   // sanitized text. Never fails. Const and thread-safe: each thread keeps a cache of
   // recent words.

@@ -171,6 +171,10 @@ TEST(HfTokenizer, TemplateProcessingAddsSpecialTokensOnlyWhenAsked) {
       R"("<|im_end|>":{"id":"<|im_end|>","ids":[266],"tokens":["<|im_end|>"]}}}]})";
   auto t = Load({.post_processor = post});
   EXPECT_EQ(Encode(*t, "hello", true), (std::vector<int>{kImStart, kHello, kImEnd}));
+  std::vector<int> ids;
+  std::vector<uint32_t> starts;
+  t->Encode("hello", true, &ids, &starts);
+  EXPECT_EQ(starts, (std::vector<uint32_t>{0, 0, 5}));
   EXPECT_EQ(Encode(*t, "hello", false), (std::vector<int>{kHello}));
 }
 
@@ -341,6 +345,23 @@ TEST(TokenizeChat, TruncatesAtMaxLengthAndBoundsAHugeTurn) {
   EXPECT_EQ(labels[31], ids[31]);  // inside the assistant's turn
   EXPECT_TRUE(ids[31] == kHello || ids[31] == ' ') << ids[31];  // "hello", " ", "hello", ...
   EXPECT_EQ(labels[0], -100);
+}
+
+TEST(TokenizeChat, InvalidUtf8InATurnIsTokenizedAsItsReplacement) {
+  TokenizeSpec spec;
+  spec.tokenizer = "t";
+  spec.chat_template = kChatMl;
+  spec.max_length = 48;
+  auto chat = HfChat::Make(spec, TokenizerJson(), {});
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  std::vector<int64_t> a(48), b(48), mask(48), la(48), lb(48);
+  const std::vector<Turn> bad = {{Role::kUser, "caf\xff\xe2\x82"}, {Role::kAssistant, "\xc0hello"}};
+  const std::vector<Turn> replaced = {{Role::kUser, "caf\xEF\xBF\xBD\xEF\xBF\xBD"},
+                                      {Role::kAssistant, "\xEF\xBF\xBDhello"}};
+  ASSERT_TRUE(TokenizeChat(**chat, bad, 0, a.data(), mask.data(), la.data()).ok());
+  ASSERT_TRUE(TokenizeChat(**chat, replaced, 0, b.data(), mask.data(), lb.data()).ok());
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(la, lb);
 }
 
 TEST(TokenizeChat, ImageTokensMustBeInTheVocabulary) {
