@@ -286,3 +286,27 @@ def test_a_yaml_pipeline_reports_an_unsupported_tokenizer_as_a_config_error(
     with pytest.raises(headrace.ConfigError, match="text.tokenize.tokenizer.*'WordPiece'"):
         with headrace.Loader(headrace.Pipeline.from_yaml(config)) as loader:
             next(iter(loader))
+
+
+def test_the_headrace_binary_runs_the_yaml_and_counts_template_failures_per_sample(
+        trained, py_sample, tmp_path, headrace_bin):
+    from e2e_util import run_headrace
+    folder = trained["qwen2"]
+    config = _bpe_config(tmp_path / "bpe.yaml", py_sample, folder)
+    report = tmp_path / "report.json"
+    run_headrace(headrace_bin, "run", config, "--report", report, "--set", "trainer.step_ms=1")
+    r = json.loads(report.read_text())
+    assert r["samples"] == 48 and r["errors"]["total"] == 0
+    # A template that rejects a second user turn fails those samples only, naming the turn.
+    strict = ("{% for m in messages %}{% if m['role'] == 'user' and loop.index0 > 1 %}"
+              "{{ raise_exception('one question per sample') }}{% endif %}"
+              "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}")
+    config = _bpe_config(tmp_path / "strict.yaml", py_sample, folder, chat_template=strict)
+    run_headrace(headrace_bin, "run", config, "--report", report, "--set", "trainer.step_ms=1",
+                 "--set", "errors.max_error_rate=1", check=False)
+    r = json.loads(report.read_text())
+    multi = sum(1 for line in (py_sample / "manifest.jsonl").read_text().splitlines()
+                if sum(t["from"] == "human" for t in json.loads(line)["conversations"]) > 1)
+    assert 0 < multi < 48
+    assert r["errors"]["total"] == multi and r["samples"] == 48 - multi
+    assert "turn 2 (user): one question per sample" in json.dumps(r["errors"]["first"])
