@@ -137,6 +137,9 @@ Result<std::string> JinjaChatTemplate::Render(std::span<const Turn> turns,
   };
   thread_local std::unordered_map<uint64_t, Parsed> parsed;
   thread_local std::shared_ptr<minja::Context> builtins = minja::Context::builtins();
+  // Templates of ops that are gone stay until the map is cleared: bounded, since a
+  // process makes few ops (clearing only costs a re-parse).
+  if (parsed.size() >= 16 && parsed.find(instance_) == parsed.end()) parsed.clear();
   Parsed& p = parsed[instance_];
   try {
     if (p.root == nullptr) p.root = minja::Parser::parse(source_, kOptions);
