@@ -7,11 +7,11 @@ CMAKE_FLAGS ?=
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 10
-FUZZ_TARGETS := decode manifest config tokenize tar parquet
+FUZZ_TARGETS := decode manifest config tokenize hf_tokenize tar parquet
 
 PY       := .venv/bin/python
 
-.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray clean
+.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-tokenize clean
 
 all: build
 
@@ -116,6 +116,13 @@ bench-shards: build
 bench-ray: build
 	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
 	$(PY) bench/ray_streaming.py --json bench/ray.json
+
+# text.tokenize with a HF tokenizer.json: encoding vs the `tokenizers` package on one
+# thread, and the VQA pipeline with it vs SentencePiece (bench/tokenize.json; numbers
+# into bench/RESULTS.md by hand).
+bench-tokenize: build
+	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
+	$(PY) bench/tokenize.py --bin $(BUILD)/headrace --data $(DATA) --json bench/tokenize.json
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-py $(FUZZ_BUILD) out

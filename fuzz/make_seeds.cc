@@ -1,5 +1,5 @@
 // hr_fuzz_seeds OUT_DIR: writes the seed corpus of every fuzz target, one folder each
-// (OUT_DIR/decode, manifest, config, tokenize, tar, parquet), generated rather than
+// (OUT_DIR/decode, manifest, config, tokenize, hf_tokenize, tar, parquet), generated rather than
 // checked in: tiny images in every form the decoder handles, manifest lines good and
 // bad, the example config and the canonical YAML of a spec with every op,
 // conversations, small WebDataset shards (whole, truncated) and a shard index, and
@@ -227,6 +227,17 @@ bool TokenizeSeeds(const fs::path& dir) {
   return ok;
 }
 
+bool HfTokenizeSeeds(const fs::path& dir) {
+  // max_length - 1, images per placeholder, then role byte + text per turn, by 0x00.
+  using namespace std::string_literals;
+  bool ok = Write(dir / "chat",
+                  "\x7f\x04\x01<image>\nWhat colour is the bus?\0\x02The bus is blue.\0"s);
+  ok &= Write(dir / "system", "\x0f\x01\x00Be brief.\0\x01<image><image>What?\0\x02A cat.\0"s);
+  ok &= Write(dir / "unicode",
+              "\xff\x02\x02e\xcc\x81\xe7\x8c\xab\xf0\x9f\x9a\x8c   \xff\xfe bad<|im_end|>\0\x01\n\n\t"s);
+  return ok;
+}
+
 bool TarSeeds(const fs::path& dir) {
   const auto add = [](TarWriter& w, const std::string& name, std::string_view data) {
     return w.Add(name, {reinterpret_cast<const uint8_t*>(data.data()), data.size()}).ok();
@@ -330,12 +341,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path out = argv[1];
-  for (const char* target : {"decode", "manifest", "config", "tokenize", "tar", "parquet"}) {
+  for (const char* target :
+       {"decode", "manifest", "config", "tokenize", "hf_tokenize", "tar", "parquet"}) {
     fs::create_directories(out / target);
   }
   const bool ok = DecodeSeeds(out / "decode") && ManifestSeeds(out / "manifest") &&
                   ConfigSeeds(out / "config", HEADRACE_SOURCE_DIR) &&
-                  TokenizeSeeds(out / "tokenize") && TarSeeds(out / "tar") &&
+                  TokenizeSeeds(out / "tokenize") && HfTokenizeSeeds(out / "hf_tokenize") &&
+                  TarSeeds(out / "tar") &&
                   ParquetSeeds(out / "parquet");
   return ok ? 0 : 1;
 }

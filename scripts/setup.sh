@@ -10,6 +10,7 @@ APT_PACKAGES=(
   clang libclang-rt-14-dev
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libexif-dev libyuv-dev
   libsentencepiece-dev libsimdjson-dev libyaml-cpp-dev libarchive-dev
+  libpcre2-dev libutf8proc-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev
   libcurl4-openssl-dev libssl-dev openssl
   libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev ffmpeg

@@ -88,5 +88,6 @@ void RegisterUserOps(nb::module_& m);
 void RegisterBatchOps(nb::module_& m);
 void RegisterPinned(nb::module_& m);
 void RegisterTools(nb::module_& m);
+void RegisterText(nb::module_& m);
 
 }  // namespace headrace::python

@@ -13,4 +13,5 @@ NB_MODULE(_headrace, m) {
   hp::RegisterLoader(m);
   hp::RegisterPinned(m);
   hp::RegisterTools(m);
+  hp::RegisterText(m);
 }

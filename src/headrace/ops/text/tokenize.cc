@@ -210,8 +210,25 @@ constexpr const char* kOutputs[] = {"input_ids", "attention_mask", "labels"};
 }  // namespace
 
 Status TokenizeOp::Validate(const Spec& s, const std::string& p) {
-  HR_RETURN_IF_ERROR(schema::NonEmpty(p + ".model", s.model, "the SentencePiece .model file"));
+  if (s.tokenizer.empty()) {
+    HR_RETURN_IF_ERROR(schema::NonEmpty(
+        p + ".model", s.model,
+        "the SentencePiece .model file; or give tokenizer: a Hugging Face tokenizer.json"));
+  } else if (!s.model.empty()) {
+    return schema::Invalid(p + ".model",
+                           "give one of model (a SentencePiece .model file) and tokenizer (a "
+                           "Hugging Face tokenizer.json), not both");
+  }
   HR_RETURN_IF_ERROR(schema::InRange(p + ".max_length", s.max_length, 1, kMaxTokens));
+  if (!s.tokenizer.empty()) {
+    HR_RETURN_IF_ERROR(schema::InRange(p + ".image_tokens", s.image_tokens, 0, kMaxTokens));
+    HR_RETURN_IF_ERROR(schema::InRange(p + ".patch_size", s.patch_size, 1, 4096));
+    HR_RETURN_IF_ERROR(schema::InRange(p + ".merge_size", s.merge_size, 1, 64));
+    if (!s.image_token.empty() && s.image_tokens == 0) {
+      HR_RETURN_IF_ERROR(
+          schema::NonEmpty(p + ".image_field", s.image_field, "the image whose size gives N"));
+    }
+  }
   if (!s.pad) {
     return schema::Invalid(p + ".pad",
                            "false is not supported yet: rows are padded to max_length "
@@ -221,8 +238,15 @@ Status TokenizeOp::Validate(const Spec& s, const std::string& p) {
   return schema::AtLeast(p + ".pad_id", s.pad_id, -1);
 }
 
+namespace {
+bool ImageSized(const TokenizeSpec& spec) {
+  return !spec.tokenizer.empty() && !spec.image_token.empty() && spec.image_tokens == 0;
+}
+}  // namespace
+
 Status TokenizeOp::Declare(const Spec& spec, PlanContext& ctx) {
   HR_RETURN_IF_ERROR(ctx.Read(spec.field, ValueKind::kConversation).status());
+  if (ImageSized(spec)) HR_RETURN_IF_ERROR(ctx.Read(spec.image_field, ValueKind::kImage).status());
   for (const char* name : kOutputs) {
     ctx.AddField(FieldSpec{spec.output_prefix + name, DType::kI64, {spec.max_length}},
                  ctx.key() + ".max_length " + std::to_string(spec.max_length));
@@ -231,6 +255,34 @@ Status TokenizeOp::Declare(const Spec& spec, PlanContext& ctx) {
 }
 
 Result<std::unique_ptr<Op>> TokenizeOp::Make(const Spec& spec, PlanContext& ctx) {
+  if (!spec.tokenizer.empty()) {
+    HR_ASSIGN_OR_RETURN(Buffer json, ctx.ReadFile("tokenizer", spec.tokenizer));
+    TokenizerConfig config;
+    // The config beside tokenizer.json is read when the template must come from it or
+    // when it is named; an inline chat_template needs no file.
+    std::string config_uri = spec.tokenizer_config;
+    if (config_uri.empty() && spec.chat_template.empty()) {
+      const size_t slash = spec.tokenizer.rfind('/');
+      config_uri = (slash == std::string::npos ? std::string()
+                                                : spec.tokenizer.substr(0, slash + 1)) +
+                   "tokenizer_config.json";
+    }
+    if (!config_uri.empty()) {
+      HR_ASSIGN_OR_RETURN(Buffer bytes, ctx.ReadFile("tokenizer_config", config_uri));
+      auto parsed = ParseTokenizerConfig(
+          std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+          config_uri);
+      if (!parsed.ok()) return parsed.status().WithContext(ctx.key() + ".tokenizer_config");
+      config = std::move(parsed).value();
+    }
+    auto op = FromTokenizer(
+        spec, std::string_view(reinterpret_cast<const char*>(json.data()), json.size()), config,
+        ctx.row(spec.output_prefix + kOutputs[0]), ctx.row(spec.output_prefix + kOutputs[1]),
+        ctx.row(spec.output_prefix + kOutputs[2]), ctx.slot(spec.field),
+        ImageSized(spec) ? ctx.slot(spec.image_field) : -1);
+    if (!op.ok()) return op.status().WithContext(ctx.key().substr(0, ctx.key().find('.')));
+    return std::unique_ptr<Op>(*std::move(op));
+  }
   HR_ASSIGN_OR_RETURN(Buffer model, ctx.ReadFile("model", spec.model));
   auto op = FromModel(
       spec, std::string_view(reinterpret_cast<const char*>(model.data()), model.size()),
@@ -272,11 +324,47 @@ Result<std::unique_ptr<TokenizeOp>> TokenizeOp::FromModel(const TokenizeSpec& sp
                                                     labels_row, conversation_slot));
 }
 
+Result<std::unique_ptr<TokenizeOp>> TokenizeOp::FromTokenizer(
+    const TokenizeSpec& spec, std::string_view tokenizer_json, const TokenizerConfig& config,
+    int input_ids_row, int attention_mask_row, int labels_row, int conversation_slot,
+    int image_slot) {
+  if (input_ids_row < 0 || attention_mask_row < 0 || labels_row < 0 ||
+      input_ids_row == attention_mask_row || input_ids_row == labels_row ||
+      attention_mask_row == labels_row) {
+    return Status::InvalidArgument(
+        "text.tokenize: output fields must be distinct and non-negative, got " +
+        std::to_string(input_ids_row) + ", " + std::to_string(attention_mask_row) + ", " +
+        std::to_string(labels_row));
+  }
+  HR_RETURN_IF_ERROR(Validate(spec, "text.tokenize"));
+  HR_ASSIGN_OR_RETURN(std::unique_ptr<HfChat> chat, HfChat::Make(spec, tokenizer_json, config));
+  auto op = std::unique_ptr<TokenizeOp>(new TokenizeOp(nullptr, ChatTemplate{}, input_ids_row,
+                                                       attention_mask_row, labels_row,
+                                                       conversation_slot));
+  op->hf_ = std::move(chat);
+  op->image_slot_ = image_slot;
+  return op;
+}
+
 Status TokenizeOp::Run(SampleContext& ctx) const {
   if (ctx.rows == nullptr) return Status::Internal("text.tokenize: context without batch rows");
   const TurnsView* conversation = ctx.Get<TurnsView>(conversation_slot_);
   if (conversation == nullptr) {
     return Status::MissingField("the record has no conversation for text.tokenize");
+  }
+  if (hf_ != nullptr) {
+    int image_tokens = hf_->image_tokens;
+    if (image_slot_ >= 0) {
+      const ImageView* image = ctx.Get<ImageView>(image_slot_);
+      if (image == nullptr) {
+        return Status::MissingField("the sample has no image to size text.tokenize's image tokens");
+      }
+      image_tokens = hf_->ImageTokens(image->width, image->height);
+    }
+    return TokenizeChat(*hf_, conversation->turns, image_tokens,
+                        reinterpret_cast<int64_t*>(ctx.rows[input_ids_row_]),
+                        reinterpret_cast<int64_t*>(ctx.rows[attention_mask_row_]),
+                        reinterpret_cast<int64_t*>(ctx.rows[labels_row_]));
   }
   return TokenizeConversation(*model_, template_, conversation->turns,
                               reinterpret_cast<int64_t*>(ctx.rows[input_ids_row_]),

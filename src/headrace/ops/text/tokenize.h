@@ -1,5 +1,7 @@
 // text.tokenize: renders a sample's conversation with a chat template, tokenizes it with
-// SentencePiece and writes input_ids, attention_mask and labels straight into the batch.
+// SentencePiece (`model:`) or a Hugging Face tokenizer.json and the model's own chat
+// template (`tokenizer:`, hf_chat.h) and writes input_ids, attention_mask and labels
+// straight into the batch.
 //
 // Three layers, each usable on its own:
 //   SentencePieceModel   the loaded model; the only place SentencePiece's API is seen
@@ -21,6 +23,7 @@
 #include "headrace/core/status.h"
 #include "headrace/ops/op.h"
 #include "headrace/ops/op_plan.h"
+#include "headrace/ops/text/hf_chat.h"
 
 namespace sentencepiece {
 class SentencePieceProcessor;
@@ -28,11 +31,29 @@ class SentencePieceProcessor;
 
 namespace headrace {
 
-// Renders a conversation with a simple chat template and tokenizes it with
-// SentencePiece: each turn is `<prefix><text><turn_end>`; the loss mask covers only
-// the assistant turns' text and turn_end.
+// Renders a conversation with a chat template and tokenizes it. Exactly one of:
+//   model      a SentencePiece .model with the built-in template below: each turn is
+//              `<prefix><text><turn_end>`; the loss mask covers only the assistant
+//              turns' text and turn_end.
+//   tokenizer  a Hugging Face tokenizer.json (BPE) with the model's own Jinja chat
+//              template; the loss mask covers the assistant turns as the template
+//              renders them (hf_chat.h). The *_prefix, turn_end, add_bos and add_eos
+//              keys do not apply: the template writes every marker.
 struct TokenizeSpec {  // text.tokenize
-  std::string model;   // required: SentencePiece .model file
+  std::string model;   // SentencePiece .model file
+  // --- with `tokenizer:` ---
+  std::string tokenizer{};         // HF tokenizer.json (local, s3://, http(s)://)
+  std::string tokenizer_config{};  // "": tokenizer_config.json beside `tokenizer`
+  std::string chat_template{};     // Jinja text; "": tokenizer_config's chat_template
+  std::string image_placeholder = "<image>";  // in a turn's text: one image
+  std::string image_token{};  // repeated N times per image ("<|image_pad|>"); "": no expansion
+  std::string image_start{};  // before them ("<|vision_start|>")
+  std::string image_end{};    // after them ("<|vision_end|>")
+  int image_tokens = 0;     // N; 0: from the size of `image_field` (patch/merge sizes)
+  std::string image_field = "image";  // the image value whose size gives N
+  int patch_size = 14;      // N = (height / (patch_size*merge_size)) * (width / ...)
+  int merge_size = 2;
+  // --- both ---
   int max_length = 128;
   bool pad = true;          // pad every row to max_length (false is not supported by collation yet)
   int pad_id = -1;          // -1: the model's pad id, or 0 if it has none
@@ -46,7 +67,7 @@ struct TokenizeSpec {  // text.tokenize
   std::string field = "conversation";  // the conversation value read
   // Prepended to the three batch fields' names, so that two tokenize ops can write
   // side by side ("answer_" -> answer_input_ids, ...).
-  std::string output_prefix;
+  std::string output_prefix{};
 };
 
 // text.tokenize.max_length's upper bound.
@@ -151,8 +172,9 @@ class TokenizeOp : public Op {
  public:
   static constexpr std::string_view kName = "text.tokenize";
   static constexpr std::string_view kDoc =
-      "The conversation through a chat template and SentencePiece model: input_ids, "
-      "attention_mask and assistant-only labels.";
+      "The conversation through a chat template and a SentencePiece model or an HF "
+      "tokenizer.json with the model's chat template: input_ids, attention_mask and "
+      "assistant-only labels.";
   using Spec = TokenizeSpec;
   static void Fields(auto& s, auto&& f) {
     f("model", s.model);
@@ -168,12 +190,26 @@ class TokenizeOp : public Op {
     f("turn_end", s.turn_end);
     f("field", s.field);
     f("output_prefix", s.output_prefix);
+    // With `tokenizer` (after the others: positional model, max_length stay first).
+    f("tokenizer", s.tokenizer);
+    f("tokenizer_config", s.tokenizer_config);
+    f("chat_template", s.chat_template);
+    f("image_placeholder", s.image_placeholder);
+    f("image_token", s.image_token);
+    f("image_start", s.image_start);
+    f("image_end", s.image_end);
+    f("image_tokens", s.image_tokens);
+    f("image_field", s.image_field);
+    f("patch_size", s.patch_size);
+    f("merge_size", s.merge_size);
   }
   static Status Validate(const Spec& spec, const std::string& key);
-  // Reads the conversation `field`; writes output_prefix + input_ids, attention_mask
-  // and labels, i64[max_length] each.
+  // Reads the conversation `field` (and, with `tokenizer`, image_token set and
+  // image_tokens 0, the image `image_field`); writes output_prefix + input_ids,
+  // attention_mask and labels, i64[max_length] each.
   static Status Declare(const Spec& spec, PlanContext& ctx);
-  // Reads the model file through ctx (local, s3://, http(s)://).
+  // Reads the model file, or the tokenizer.json and its tokenizer_config.json, through
+  // ctx (local, s3://, http(s)://).
   static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
   // Its model is "example.model": the conformance battery supplies that file.
   static Spec ExampleSpec() { return Spec{.model = "example.model", .max_length = 24}; }
@@ -187,20 +223,34 @@ class TokenizeOp : public Op {
                                                        int input_ids_row, int attention_mask_row,
                                                        int labels_row, int conversation_slot);
 
+  // The op with a tokenizer.json: `tokenizer_json` holds spec.tokenizer's bytes,
+  // `config` its tokenizer_config.json's contents. `image_slot` is the image whose size
+  // gives the image token count (-1: spec.image_tokens). Errors as FromModel's.
+  static Result<std::unique_ptr<TokenizeOp>> FromTokenizer(
+      const TokenizeSpec& spec, std::string_view tokenizer_json, const TokenizerConfig& config,
+      int input_ids_row, int attention_mask_row, int labels_row, int conversation_slot,
+      int image_slot);
+
   std::string_view name() const override { return kName; }
-  // kTokenizeError when the conversation has no turns or the model rejects its text;
-  // kMissingField when the sample has no such value.
+  // kTokenizeError when the conversation has no turns, the model rejects its text or
+  // the chat template fails (naming the turn); kMissingField when the sample has no
+  // such value.
   Status Run(SampleContext& ctx) const override;
 
+  // The SentencePiece model; only for an op made with `model`.
   const SentencePieceModel& model() const { return *model_; }
   const ChatTemplate& chat_template() const { return template_; }
+  // The tokenizer.json and template; null for an op made with `model`.
+  const HfChat* hf_chat() const { return hf_.get(); }
 
  private:
   TokenizeOp(std::unique_ptr<SentencePieceModel> model, ChatTemplate tmpl, int input_ids_row,
              int attention_mask_row, int labels_row, int conversation_slot);
 
-  std::unique_ptr<SentencePieceModel> model_;
+  std::unique_ptr<SentencePieceModel> model_;  // exactly one of model_ and hf_ is set
   ChatTemplate template_;
+  std::unique_ptr<HfChat> hf_;
+  int image_slot_ = -1;
   int input_ids_row_;
   int attention_mask_row_;
   int labels_row_;

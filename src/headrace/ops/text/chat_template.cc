@@ -1,0 +1,212 @@
+#include "headrace/ops/text/chat_template.h"
+
+#include <minja/minja.hpp>
+#include <simdjson.h>
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <unordered_map>
+
+namespace headrace {
+namespace {
+
+std::atomic<uint64_t> next_instance{1};
+
+constexpr const char* kRoleNames[] = {"system", "user", "assistant"};
+
+const char* RoleName(Role role) { return kRoleNames[static_cast<int>(role)]; }
+
+// transformers renders with trim_blocks and lstrip_blocks on, trailing newline dropped.
+constexpr minja::Options kOptions{
+    .trim_blocks = true, .lstrip_blocks = true, .keep_trailing_newline = false};
+
+// Python's str.isspace(), which Jinja's `trim` strips; minja's own trim strips ASCII
+// whitespace only, so a turn of "\u00a0" rendered differently from transformers.
+bool PythonSpace(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+         c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// Decodes the UTF-8 character ending before `end` (valid UTF-8: the templates' inputs
+// are sanitized); sets *begin to its first byte.
+uint32_t CharBefore(const std::string& s, size_t end, size_t* begin) {
+  size_t b = end - 1;
+  while (b > 0 && (static_cast<uint8_t>(s[b]) & 0xC0) == 0x80) --b;
+  *begin = b;
+  uint32_t c = static_cast<uint8_t>(s[b]);
+  const size_t n = end - b;
+  if (n > 1) c &= 0xFF >> (n + 1);
+  for (size_t k = b + 1; k < end; ++k) c = (c << 6) | (static_cast<uint8_t>(s[k]) & 0x3F);
+  return c;
+}
+
+uint32_t CharAt(const std::string& s, size_t at, size_t* next) {
+  const uint8_t lead = static_cast<uint8_t>(s[at]);
+  const size_t n = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+  uint32_t c = n == 1 ? lead : lead & (0xFF >> (n + 1));
+  for (size_t k = at + 1; k < at + n && k < s.size(); ++k) {
+    c = (c << 6) | (static_cast<uint8_t>(s[k]) & 0x3F);
+  }
+  *next = std::min(at + n, s.size());
+  return c;
+}
+
+// Jinja's trim(value, chars=None): Python's str.strip.
+minja::Value Trim(const std::shared_ptr<minja::Context>&, minja::Value& args) {
+  const std::string s = args.at("text").to_str();
+  std::string chars;
+  if (args.contains("chars") && !args.at("chars").is_null()) chars = args.at("chars").to_str();
+  const auto strip = [&](uint32_t c, size_t b, size_t e) {
+    return chars.empty() ? PythonSpace(c) : chars.find(s.substr(b, e - b)) != std::string::npos;
+  };
+  size_t start = 0, end = s.size(), next = 0, begin = 0;
+  while (start < end && strip(CharAt(s, start, &next), start, next)) start = next;
+  while (end > start && strip(CharBefore(s, end, &begin), begin, end)) end = begin;
+  return minja::Value(s.substr(start, end - start));
+}
+
+std::string TokenString(simdjson::dom::element e) {
+  std::string_view s;
+  if (e.get(s) == simdjson::SUCCESS) return std::string(s);
+  if (e["content"].get(s) == simdjson::SUCCESS) return std::string(s);  // AddedToken form
+  return {};
+}
+
+}  // namespace
+
+Result<TokenizerConfig> ParseTokenizerConfig(std::string_view json, const std::string& source) {
+  simdjson::dom::parser parser;
+  const simdjson::padded_string padded(json);
+  simdjson::dom::object root;
+  if (parser.parse(padded).get(root) != simdjson::SUCCESS) {
+    return Status::InvalidArgument("tokenizer config '" + source + "': not a JSON object");
+  }
+  TokenizerConfig config;
+  simdjson::dom::element e;
+  if (root["chat_template"].get(e) == simdjson::SUCCESS) {
+    std::string_view s;
+    simdjson::dom::array list;
+    if (e.get(s) == simdjson::SUCCESS) {
+      config.chat_template = std::string(s);
+    } else if (e.get(list) == simdjson::SUCCESS) {
+      for (simdjson::dom::element item : list) {
+        std::string_view name, text;
+        if (item["name"].get(name) == simdjson::SUCCESS && name == "default" &&
+            item["template"].get(text) == simdjson::SUCCESS) {
+          config.chat_template = std::string(text);
+        }
+      }
+    }
+  }
+  if (root["bos_token"].get(e) == simdjson::SUCCESS) config.bos_token = TokenString(e);
+  if (root["eos_token"].get(e) == simdjson::SUCCESS) config.eos_token = TokenString(e);
+  if (root["pad_token"].get(e) == simdjson::SUCCESS) config.pad_token = TokenString(e);
+  return config;
+}
+
+JinjaChatTemplate::JinjaChatTemplate(std::string source, std::string bos, std::string eos,
+                                     uint64_t instance)
+    : source_(std::move(source)),
+      bos_token_(std::move(bos)),
+      eos_token_(std::move(eos)),
+      instance_(instance) {}
+
+JinjaChatTemplate::~JinjaChatTemplate() = default;
+
+Result<std::unique_ptr<JinjaChatTemplate>> JinjaChatTemplate::Parse(std::string source,
+                                                                    std::string bos_token,
+                                                                    std::string eos_token,
+                                                                    const std::string& key) {
+  // minja reports with exceptions; they stop here, at the wrapper.
+  try {
+    minja::Parser::parse(source, kOptions);
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(key + ": the chat template does not parse: " + e.what());
+  }
+  return std::unique_ptr<JinjaChatTemplate>(new JinjaChatTemplate(
+      std::move(source), std::move(bos_token), std::move(eos_token), next_instance++));
+}
+
+Result<std::string> JinjaChatTemplate::Render(std::span<const Turn> turns,
+                                              bool add_generation_prompt) const {
+  // This thread's parse of the template and its builtins (parsed once per thread).
+  struct Parsed {
+    std::shared_ptr<minja::TemplateNode> root;
+  };
+  thread_local std::unordered_map<uint64_t, Parsed> parsed;
+  thread_local std::shared_ptr<minja::Context> builtins = minja::Context::builtins();
+  // Templates of ops that are gone stay until the map is cleared: bounded, since a
+  // process makes few ops (clearing only costs a re-parse).
+  if (parsed.size() >= 16 && parsed.find(instance_) == parsed.end()) parsed.clear();
+  Parsed& p = parsed[instance_];
+  try {
+    if (p.root == nullptr) p.root = minja::Parser::parse(source_, kOptions);
+    auto messages = minja::Value::array();
+    for (const Turn& turn : turns) {
+      auto message = minja::Value::object();
+      message.set("role", RoleName(turn.role));
+      message.set("content", turn.text);
+      messages.push_back(message);
+    }
+    auto values = minja::Value::object();
+    values.set("messages", messages);
+    values.set("add_generation_prompt", add_generation_prompt);
+    values.set("bos_token", bos_token_);
+    values.set("eos_token", eos_token_);
+    thread_local const minja::Value trim = minja::simple_function("trim", {"text", "chars"}, Trim);
+    values.set("trim", trim);
+    auto context = minja::Context::make(std::move(values), builtins);
+    return p.root->render(context);
+  } catch (const std::exception& e) {
+    return Status::TokenizeError(e.what());
+  }
+}
+
+Status JinjaChatTemplate::RenderWithSpans(std::span<const Turn> turns, std::string* text,
+                                          std::vector<std::pair<size_t, size_t>>* spans) const {
+  if (turns.empty()) return Status::TokenizeError("the conversation has no turns");
+  auto full = Render(turns, /*add_generation_prompt=*/false);
+  if (!full.ok()) {
+    // Name the first turn whose rendering fails: render longer and longer prefixes.
+    size_t bad = turns.size() - 1;
+    for (size_t n = 1; n < turns.size(); ++n) {
+      if (!Render(turns.first(n), false).ok()) {
+        bad = n - 1;
+        break;
+      }
+    }
+    return Status::TokenizeError("the chat template fails at turn " + std::to_string(bad) +
+                                 " (" + RoleName(turns[bad].role) +
+                                 "): " + full.status().message());
+  }
+  *text = std::move(full).value();
+  size_t searched = 0;  // the end of the previous span
+  for (size_t i = 0; i < turns.size(); ++i) {
+    if (turns[i].role != Role::kAssistant) continue;
+    size_t start = std::string::npos, end = std::string::npos;
+    auto before = Render(turns.first(i), /*add_generation_prompt=*/true);
+    Result<std::string> through =
+        i + 1 == turns.size() ? Result<std::string>(*text) : Render(turns.first(i + 1), false);
+    if (before.ok() && through.ok() && through->size() >= before->size() &&
+        through->compare(0, before->size(), *before) == 0 &&
+        text->compare(0, through->size(), *through) == 0 && before->size() >= searched) {
+      start = before->size();
+      end = through->size();
+    } else {
+      const size_t at = turns[i].text.empty() ? std::string::npos
+                                              : text->find(turns[i].text, searched);
+      if (at != std::string::npos) {
+        start = at;
+        end = at + turns[i].text.size();
+      }
+    }
+    if (start == std::string::npos) continue;  // the template dropped the turn
+    spans->emplace_back(start, end);
+    searched = end;
+  }
+  return Status::Ok();
+}
+
+}  // namespace headrace

@@ -1,0 +1,179 @@
+#include "headrace/ops/text/hf_chat.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "headrace/ops/text/tokenize.h"
+
+namespace headrace {
+namespace {
+
+// Where to cut `text` at or before `limit` (< text.size()) so that no pre-token spans
+// the cut: before the whitespace run nearest `limit` when one starts in its second
+// half, else at the start of the UTF-8 character `limit` falls in.
+size_t CutBeforeSpace(std::string_view text, size_t limit) {
+  const auto space = [](char c) { return c == ' ' || c == '\n'; };
+  for (size_t p = limit; p > limit / 2; --p) {
+    if (!space(text[p])) continue;
+    while (p > 0 && space(text[p - 1])) --p;
+    if (p > 0) return p;
+    break;
+  }
+  size_t p = limit;
+  while (p > 0 && (static_cast<uint8_t>(text[p]) & 0xC0) == 0x80) --p;
+  return p;
+}
+
+Result<int> RequireToken(const HfTokenizer& t, const std::string& token, const std::string& key) {
+  const int id = t.TokenToId(token);
+  if (id < 0) {
+    return Status::InvalidArgument("text.tokenize." + key + " '" + token +
+                                   "' is not a token of the tokenizer (add it as a special "
+                                   "token, or leave " + key + " empty)");
+  }
+  return id;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<HfChat>> HfChat::Make(const TokenizeSpec& spec,
+                                             std::string_view tokenizer_json,
+                                             const TokenizerConfig& config) {
+  auto chat = std::make_unique<HfChat>();
+  auto tokenizer = HfTokenizer::FromJson(tokenizer_json, spec.tokenizer);
+  if (!tokenizer.ok()) return tokenizer.status().WithContext("text.tokenize.tokenizer");
+  chat->tokenizer = std::move(tokenizer).value();
+  const HfTokenizer& t = *chat->tokenizer;
+
+  const std::string& source = spec.chat_template.empty() ? config.chat_template
+                                                         : spec.chat_template;
+  if (source.empty()) {
+    return Status::InvalidArgument(
+        "text.tokenize.chat_template: none given and the tokenizer config has none (set "
+        "chat_template, or tokenizer_config to a tokenizer_config.json with one)");
+  }
+  HR_ASSIGN_OR_RETURN(chat->chat_template,
+                      JinjaChatTemplate::Parse(source, config.bos_token, config.eos_token,
+                                               "text.tokenize.chat_template"));
+
+  chat->image_placeholder = spec.image_placeholder;
+  chat->image_start = spec.image_start;
+  chat->image_token = spec.image_token;
+  chat->image_end = spec.image_end;
+  chat->image_tokens = spec.image_tokens;
+  chat->image_divisor = spec.patch_size * spec.merge_size;
+  if (!spec.image_token.empty()) {
+    HR_RETURN_IF_ERROR(RequireToken(t, spec.image_token, "image_token").status());
+    if (!spec.image_start.empty()) {
+      HR_RETURN_IF_ERROR(RequireToken(t, spec.image_start, "image_start").status());
+    }
+    if (!spec.image_end.empty()) {
+      HR_RETURN_IF_ERROR(RequireToken(t, spec.image_end, "image_end").status());
+    }
+  }
+
+  chat->max_length = spec.max_length;
+  chat->ignore_index = spec.ignore_index;
+  if (spec.pad_id >= t.vocab_size()) {
+    return Status::InvalidArgument("text.tokenize.pad_id " + std::to_string(spec.pad_id) +
+                                   " is outside the tokenizer's vocabulary of " +
+                                   std::to_string(t.vocab_size()));
+  }
+  if (spec.pad_id >= 0) {
+    chat->pad_id = spec.pad_id;
+  } else if (!config.pad_token.empty() && t.TokenToId(config.pad_token) >= 0) {
+    chat->pad_id = t.TokenToId(config.pad_token);
+  } else {
+    chat->pad_id = 0;
+  }
+  return chat;
+}
+
+int HfChat::ImageTokens(int width, int height) const {
+  if (image_tokens > 0) return image_tokens;
+  if (image_divisor <= 0) return 0;
+  return std::max(1, (height / image_divisor) * (width / image_divisor));
+}
+
+Status TokenizeChat(const HfChat& chat, std::span<const Turn> turns, int image_tokens,
+                    int64_t* ids, int64_t* mask, int64_t* labels) {
+  if (turns.empty()) return Status::TokenizeError("the conversation has no turns");
+  // Per-thread buffers whose capacity settles after a few samples.
+  thread_local std::vector<Turn> prepared;
+  thread_local std::string sanitized, expansion, rendered;
+  thread_local std::vector<std::pair<size_t, size_t>> spans;
+  thread_local std::vector<int> tokens;
+  thread_local std::vector<uint32_t> starts;
+
+  expansion.clear();
+  if (!chat.image_token.empty()) {
+    expansion = chat.image_start;
+    for (int i = 0; i < image_tokens; ++i) expansion += chat.image_token;
+    expansion += chat.image_end;
+  }
+  prepared.resize(turns.size());
+  for (size_t i = 0; i < turns.size(); ++i) {
+    prepared[i].role = turns[i].role;
+    std::string_view text = turns[i].text;
+    if (SanitizeUtf8(text, &sanitized)) text = sanitized;
+    std::string& out = prepared[i].text;
+    out.clear();
+    if (chat.image_token.empty() || chat.image_placeholder.empty()) {
+      out.assign(text);
+      continue;
+    }
+    for (size_t at = 0;;) {
+      const size_t hit = text.find(chat.image_placeholder, at);
+      if (hit == std::string_view::npos) {
+        out.append(text.substr(at));
+        break;
+      }
+      out.append(text.substr(at, hit - at)).append(expansion);
+      at = hit + chat.image_placeholder.size();
+    }
+  }
+
+  spans.clear();
+  HR_RETURN_IF_ERROR(chat.chat_template->RenderWithSpans(prepared, &rendered, &spans));
+
+  // Only as much of the rendering as the row has room for (plus slack for a cut that
+  // changes the last tokens before it), doubling until enough.
+  const int64_t want = chat.max_length + kLeadingSlackTokens;
+  const std::string_view text = rendered;
+  for (size_t limit = static_cast<size_t>(want * kLeadingBytesPerToken);; limit *= 2) {
+    tokens.clear();
+    starts.clear();
+    if (limit >= text.size()) {
+      chat.tokenizer->Encode(text, /*add_special_tokens=*/false, &tokens, &starts);
+      break;
+    }
+    chat.tokenizer->Encode(text.substr(0, CutBeforeSpace(text, limit)), false, &tokens, &starts);
+    if (static_cast<int64_t>(tokens.size()) >= want) break;
+  }
+
+  const int64_t n = std::min<int64_t>(static_cast<int64_t>(tokens.size()), chat.max_length);
+  size_t span = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    // A token is trained when it overlaps an assistant span, as transformers'
+    // assistant masks mark it (a token spanning the template's "\n" and the turn's
+    // first characters is trained). Tokens are contiguous: one ends where the next starts.
+    const auto k = static_cast<size_t>(i);
+    const size_t start = starts[k];
+    const size_t end = std::max<size_t>(k + 1 < starts.size() ? starts[k + 1] : text.size(),
+                                        start + 1);
+    while (span < spans.size() && spans[span].second <= start) ++span;
+    const bool trained = span < spans.size() && spans[span].first < end;
+    ids[i] = tokens[static_cast<size_t>(i)];
+    mask[i] = 1;
+    labels[i] = trained ? ids[i] : chat.ignore_index;
+  }
+  for (int64_t i = n; i < chat.max_length; ++i) {
+    ids[i] = chat.pad_id;
+    mask[i] = 0;
+    labels[i] = chat.ignore_index;
+  }
+  return Status::Ok();
+}
+
+}  // namespace headrace

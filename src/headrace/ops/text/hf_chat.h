@@ -1,0 +1,61 @@
+// text.tokenize with `tokenizer:`: a conversation through the model's own chat template
+// and its Hugging Face tokenizer.json, to the same three rows as the SentencePiece path.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "headrace/core/sample.h"
+#include "headrace/core/status.h"
+#include "headrace/ops/text/chat_template.h"
+#include "headrace/ops/text/hf_tokenizer.h"
+
+namespace headrace {
+
+struct TokenizeSpec;
+
+// A tokenizer.json and a chat template compiled for one TokenizeSpec. Immutable; shared
+// by all threads.
+struct HfChat {
+  std::unique_ptr<HfTokenizer> tokenizer;
+  std::unique_ptr<JinjaChatTemplate> chat_template;
+  // Each image_placeholder in a turn becomes image_start, image_token x N, image_end
+  // before rendering; no expansion when image_token is empty.
+  std::string image_placeholder;
+  std::string image_start, image_token, image_end;
+  int image_tokens = 0;   // N when > 0, else from the image's size
+  int image_divisor = 0;  // patch_size * merge_size: N = (h / d) * (w / d)
+  int64_t pad_id = 0;
+  int64_t ignore_index = -100;
+  int64_t max_length = 128;
+
+  // `tokenizer_json`: the bytes of spec.tokenizer; `config`: what its
+  // tokenizer_config.json holds (chat template, special tokens), empty when not read.
+  // kInvalidArgument naming `text.tokenize.<key>` on an unsupported tokenizer, a
+  // template that does not parse or is missing, image tokens or pad token that are
+  // not in the vocabulary.
+  static Result<std::unique_ptr<HfChat>> Make(const TokenizeSpec& spec,
+                                              std::string_view tokenizer_json,
+                                              const TokenizerConfig& config);
+
+  // The image token count for an image of `width` x `height` (after the ops before).
+  int ImageTokens(int width, int height) const;
+};
+
+// The kernel. Expands image placeholders (to `image_tokens` tokens each), renders
+// `turns` with the chat template, tokenizes the rendering (special tokens matched, no
+// post-processor: the template writes BOS/EOS, as apply_chat_template(tokenize=True)
+// does) and writes chat.max_length values to each row:
+//   ids     token ids, then pad_id
+//   mask    1 on tokens, 0 on padding
+//   labels  the token id where the token overlaps an assistant span
+//           (JinjaChatTemplate::RenderWithSpans), ignore_index elsewhere
+// Longer renderings are cut at max_length; only about as much of the rendering as the
+// row needs is tokenized. Text that is not UTF-8 is replaced as SanitizeUtf8 does.
+// kTokenizeError when `turns` is empty or the template fails (naming the turn).
+Status TokenizeChat(const HfChat& chat, std::span<const Turn> turns, int image_tokens,
+                    int64_t* ids, int64_t* mask, int64_t* labels);
+
+}  // namespace headrace

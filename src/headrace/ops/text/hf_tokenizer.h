@@ -1,0 +1,71 @@
+// A Hugging Face `tokenizer.json` of model type BPE (byte-level BPE as Qwen2, Llama 3,
+// GPT-2 and Mistral-Nemo ship it), read and applied in C++.
+//
+// Written here because no C or C++ library packaged by Debian or PyPI reads this format
+// (the reference implementation is the Rust `tokenizers` crate). What it supports, and
+// rejects with a configuration error naming the part and what is supported:
+//   normalizer      null, NFC, NFD, NFKC, NFKD (utf8proc), or a Sequence of those
+//   pre_tokenizer   null, Split (regex or string; Isolated, Removed, MergedWithPrevious,
+//                   MergedWithNext; invert), ByteLevel (add_prefix_space false, with or
+//                   without its GPT-2 regex), or a Sequence of those. Regexes run on PCRE2
+//                   (UTF + UCP, JIT): the Qwen2/Llama-3 patterns use a lookahead.
+//   model           BPE: merges as "a b" strings or [a, b] pairs, byte_fallback, unk_token,
+//                   fuse_unk, ignore_merges. Other types (WordPiece, Unigram, WordLevel)
+//                   are rejected.
+//   added_tokens    matched before anything else, leftmost-longest (lstrip/rstrip honoured)
+//   post_processor  null, ByteLevel, TemplateProcessing, RobertaProcessing,
+//                   BertProcessing, or a Sequence of those (single sequences only)
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "headrace/core/status.h"
+
+namespace headrace {
+
+// Makes `text` valid UTF-8: each maximal invalid subsequence becomes U+FFFD, as Python's
+// bytes.decode("utf-8", "replace") and Rust's String::from_utf8_lossy do. Returns false
+// (and leaves *out untouched) when `text` is already valid.
+bool SanitizeUtf8(std::string_view text, std::string* out);
+
+class HfTokenizer {
+ public:
+  // Parses tokenizer.json's bytes. kInvalidArgument naming `source` and the JSON path of
+  // what is malformed or unsupported ("model.type 'WordPiece' is not supported: ...").
+  static Result<std::unique_ptr<HfTokenizer>> FromJson(std::string_view json,
+                                                       const std::string& source);
+  ~HfTokenizer();
+  HfTokenizer(const HfTokenizer&) = delete;
+  HfTokenizer& operator=(const HfTokenizer&) = delete;
+
+  // Appends the tokens of `text` to *ids as tokenizers' `encode(text,
+  // add_special_tokens=...)` gives them. When `starts` is given, appends each token's
+  // first byte in `text` (exact when the normalizer leaves the text unchanged, else the
+  // start of the chunk normalization changed; the post-processor's tokens get 0 before the
+  // text and text.size() after it, so starts never decrease).
+  // Invalid UTF-8 is first replaced as SanitizeUtf8 does, starts then index the
+  // sanitized text. Never fails. Const and thread-safe: each thread keeps a cache of
+  // recent words.
+  void Encode(std::string_view text, bool add_special_tokens, std::vector<int>* ids,
+              std::vector<uint32_t>* starts = nullptr) const;
+
+  int vocab_size() const;
+  // The id of a vocabulary or added token; -1 when there is none.
+  int TokenToId(std::string_view token) const;
+  // Bytes handed to Encode so far, over all threads.
+  int64_t bytes_encoded() const { return bytes_encoded_.load(std::memory_order_relaxed); }
+
+  struct Impl;
+
+ private:
+  explicit HfTokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  mutable std::atomic<int64_t> bytes_encoded_{0};
+};
+
+}  // namespace headrace

@@ -1,0 +1,392 @@
+#include "headrace/ops/text/hf_tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "headrace/ops/text/chat_template.h"
+#include "headrace/ops/text/hf_chat.h"
+#include "headrace/ops/text/tokenize.h"
+
+namespace headrace {
+namespace {
+
+// JSON string escaping for the small test files built below.
+std::string Quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+// The byte-level character of byte b (GPT-2's alphabet), as UTF-8.
+std::string ByteChar(int b) {
+  const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+  int cp = b;
+  if (!printable) {
+    cp = 256;
+    for (int x = 0; x < b; ++x) {
+      const bool p = (x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE;
+      if (!p) ++cp;
+    }
+  }
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+struct Options {
+  std::string merges_format = "string";  // or "pairs"
+  std::string model_type = "BPE";
+  std::string pre_tokenizer{};  // "" : Split(Qwen-like regex) + ByteLevel
+  std::string post_processor = "null";
+  bool ignore_merges = false;
+};
+
+// A byte-level BPE tokenizer.json: the 256 byte characters (ids 0..255), then merges
+// h+e, l+l, he+ll, hell+o... and " w"; added tokens <|im_start|>, <|im_end|>, <|pad|>.
+std::string TokenizerJson(const Options& o = {}) {
+  std::vector<std::pair<std::string, std::string>> merges = {
+      {"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {ByteChar(' '), "w"},
+      {"o", "r"}, {ByteChar(' ') + "w", "or"}, {"l", "d"}, {ByteChar(' ') + "wor", "ld"}};
+  std::vector<std::string> vocab;
+  for (int b = 0; b < 256; ++b) vocab.push_back(ByteChar(b));
+  for (const auto& [a, b] : merges) vocab.push_back(a + b);
+  std::string json = "{\"version\":\"1.0\",\"added_tokens\":[";
+  const char* added[] = {"<|im_start|>", "<|im_end|>", "<|pad|>", "<|image_pad|>"};
+  for (int i = 0; i < 4; ++i) {
+    json += std::string(i ? "," : "") + "{\"id\":" + std::to_string(vocab.size() + i) +
+            ",\"content\":" + Quote(added[i]) + ",\"special\":true}";
+  }
+  json += "],\"normalizer\":{\"type\":\"NFC\"},\"pre_tokenizer\":";
+  json += o.pre_tokenizer.empty()
+              ? std::string("{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
+                            "\"pattern\":{\"Regex\":") +
+                    Quote(R"([^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)") +
+                    "},\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\","
+                    "\"add_prefix_space\":false,\"use_regex\":false}]}"
+              : o.pre_tokenizer;
+  json += ",\"post_processor\":" + o.post_processor;
+  json += ",\"model\":{\"type\":" + Quote(o.model_type) + ",\"ignore_merges\":" +
+          (o.ignore_merges ? "true" : "false") + ",\"vocab\":{";
+  for (size_t i = 0; i < vocab.size(); ++i) {
+    json += std::string(i ? "," : "") + Quote(vocab[i]) + ":" + std::to_string(i);
+  }
+  json += "},\"merges\":[";
+  for (size_t i = 0; i < merges.size(); ++i) {
+    json += i ? "," : "";
+    json += o.merges_format == "string"
+                ? Quote(merges[i].first + " " + merges[i].second)
+                : "[" + Quote(merges[i].first) + "," + Quote(merges[i].second) + "]";
+  }
+  return json + "]}}";
+}
+
+constexpr int kHello = 256 + 3, kSpaceWorld = 256 + 8, kImStart = 265, kImEnd = 266,
+              kPadToken = 267, kImagePad = 268;
+
+std::unique_ptr<HfTokenizer> Load(const Options& o = {}) {
+  auto t = HfTokenizer::FromJson(TokenizerJson(o), "test/tokenizer.json");
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return t.ok() ? std::move(t).value() : nullptr;
+}
+
+std::vector<int> Encode(const HfTokenizer& t, std::string_view text, bool special = false) {
+  std::vector<int> ids;
+  t.Encode(text, special, &ids);
+  return ids;
+}
+
+TEST(HfTokenizer, MergesByRankInBothMergeFormats) {
+  for (const char* format : {"string", "pairs"}) {
+    auto t = Load({.merges_format = format});
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(Encode(*t, "hello world"), (std::vector<int>{kHello, kSpaceWorld})) << format;
+    // No merge applies across the split between "hello" and "!".
+    EXPECT_EQ(Encode(*t, "hello!"), (std::vector<int>{kHello, '!'})) << format;
+  }
+}
+
+TEST(HfTokenizer, UnmergedBytesAreTheirByteTokens) {
+  auto t = Load();
+  // Space is byte 0x20, not printable: its character is U+0120 ("Ġ"), id 32.
+  EXPECT_EQ(Encode(*t, "xy z"), (std::vector<int>{'x', 'y', ' ', 'z'}));
+  EXPECT_EQ(Encode(*t, "é"), (std::vector<int>{0xC3, 0xA9}));
+}
+
+TEST(HfTokenizer, AddedTokensAreMatchedBeforeTheModel) {
+  auto t = Load();
+  EXPECT_EQ(Encode(*t, "<|im_start|>hello<|im_end|>"),
+            (std::vector<int>{kImStart, kHello, kImEnd}));
+  // A partial marker is ordinary text.
+  EXPECT_EQ(Encode(*t, "<|im_sta").size(), 8u);
+}
+
+TEST(HfTokenizer, SplitRegexLookaheadLeavesOneSpaceForTheNextWord) {
+  auto t = Load();
+  // "\s+(?!\S)" takes two of the three spaces; the third joins " world".
+  EXPECT_EQ(Encode(*t, "hello   world"), (std::vector<int>{kHello, ' ', ' ', kSpaceWorld}));
+}
+
+TEST(HfTokenizer, InvalidUtf8IsReplacedNeverACrash) {
+  std::string out;
+  EXPECT_FALSE(SanitizeUtf8("plain ünï 猫", &out));
+  ASSERT_TRUE(SanitizeUtf8("a\xff" "b\xe2\x82" "c\xed\xa0\x80", &out));
+  // One U+FFFD per maximal invalid subpart; a surrogate's three bytes are three.
+  EXPECT_EQ(out, "a\xEF\xBF\xBD" "b\xEF\xBF\xBD" "c\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+  auto t = Load();
+  EXPECT_EQ(Encode(*t, "\xff"), (std::vector<int>{0xEF, 0xBF, 0xBD}));
+  for (int b = 0; b < 256; ++b) {
+    const std::string s(3, static_cast<char>(b));
+    EXPECT_FALSE(Encode(*t, s).empty());
+  }
+}
+
+TEST(HfTokenizer, IgnoreMergesTakesWholeWordsFromTheVocabulary) {
+  auto t = Load({.ignore_merges = true});
+  EXPECT_EQ(Encode(*t, "hello world"), (std::vector<int>{kHello, kSpaceWorld}));
+}
+
+TEST(HfTokenizer, TemplateProcessingAddsSpecialTokensOnlyWhenAsked) {
+  const std::string post =
+      R"({"type":"Sequence","processors":[{"type":"ByteLevel"},{"type":"TemplateProcessing",)"
+      R"("single":[{"SpecialToken":{"id":"<|im_start|>","type_id":0}},{"Sequence":{"id":"A","type_id":0}},)"
+      R"({"SpecialToken":{"id":"<|im_end|>","type_id":0}}],"pair":[],"special_tokens":{)"
+      R"("<|im_start|>":{"id":"<|im_start|>","ids":[265],"tokens":["<|im_start|>"]},)"
+      R"("<|im_end|>":{"id":"<|im_end|>","ids":[266],"tokens":["<|im_end|>"]}}}]})";
+  auto t = Load({.post_processor = post});
+  EXPECT_EQ(Encode(*t, "hello", true), (std::vector<int>{kImStart, kHello, kImEnd}));
+  std::vector<int> ids;
+  std::vector<uint32_t> starts;
+  t->Encode("hello", true, &ids, &starts);
+  EXPECT_EQ(starts, (std::vector<uint32_t>{0, 0, 5}));
+  EXPECT_EQ(Encode(*t, "hello", false), (std::vector<int>{kHello}));
+}
+
+TEST(HfTokenizer, RejectsUnsupportedModelTypesNamingThem) {
+  for (const char* type : {"WordPiece", "Unigram", "WordLevel"}) {
+    auto t = HfTokenizer::FromJson(TokenizerJson({.model_type = type}), "m/tokenizer.json");
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(t.status().message().find(type), std::string::npos) << t.status().message();
+    EXPECT_NE(t.status().message().find("only BPE"), std::string::npos);
+    EXPECT_NE(t.status().message().find("m/tokenizer.json"), std::string::npos);
+  }
+}
+
+TEST(HfTokenizer, RejectsUnsupportedPreTokenizersAndBadFiles) {
+  auto t = HfTokenizer::FromJson(TokenizerJson({.pre_tokenizer = R"({"type":"Metaspace"})"}), "x");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("pre_tokenizer.type 'Metaspace'"), std::string::npos)
+      << t.status().message();
+  EXPECT_FALSE(HfTokenizer::FromJson("not json", "x").ok());
+  EXPECT_FALSE(HfTokenizer::FromJson("{}", "x").ok());
+  auto bad_regex = HfTokenizer::FromJson(
+      TokenizerJson({.pre_tokenizer = R"({"type":"Split","pattern":{"Regex":"(["}})"}), "x");
+  ASSERT_FALSE(bad_regex.ok());
+  EXPECT_NE(bad_regex.status().message().find("bad regex"), std::string::npos);
+}
+
+TEST(HfTokenizer, StartsPointAtEachTokensFirstByte) {
+  auto t = Load();
+  std::vector<int> ids;
+  std::vector<uint32_t> starts;
+  t->Encode("hello<|im_end|> world", false, &ids, &starts);
+  EXPECT_EQ(ids, (std::vector<int>{kHello, kImEnd, kSpaceWorld}));
+  EXPECT_EQ(starts, (std::vector<uint32_t>{0, 5, 15}));
+}
+
+TEST(HfTokenizer, ManyThreadsGetTheSameIds) {
+  auto t = Load();
+  const std::string text = "hello world <|im_start|> héllo  wörld\n\n 猫 🚌 hello";
+  const std::vector<int> expected = Encode(*t, text);
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      for (int k = 0; k < 500; ++k) {
+        if (Encode(*t, text) != expected) ++wrong;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+// --- chat templates -------------------------------------------------------------------
+
+constexpr const char* kChatMl =
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+TEST(JinjaChatTemplate, RendersAndMarksAssistantTurnsThroughTheirEnd) {
+  auto tmpl = JinjaChatTemplate::Parse(kChatMl, "", "<|im_end|>", "k");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status().ToString();
+  const std::vector<Turn> turns = {{Role::kUser, "hi"}, {Role::kAssistant, "hello"},
+                                   {Role::kUser, "more"}, {Role::kAssistant, "world"}};
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> spans;
+  ASSERT_TRUE((*tmpl)->RenderWithSpans(turns, &text, &spans).ok());
+  EXPECT_EQ(text,
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n"
+            "<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\nworld<|im_end|>\n");
+  ASSERT_EQ(spans.size(), 2u);
+  EXPECT_EQ(text.substr(spans[0].first, spans[0].second - spans[0].first), "hello<|im_end|>\n");
+  EXPECT_EQ(text.substr(spans[1].first, spans[1].second - spans[1].first), "world<|im_end|>\n");
+}
+
+TEST(JinjaChatTemplate, AFailingTurnIsNamed) {
+  const char* strict =
+      "{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+      "{{ raise_exception('Conversation roles must alternate user/assistant') }}{% endif %}"
+      "{{ message['content'] }}{% endfor %}";
+  auto tmpl = JinjaChatTemplate::Parse(strict, "", "", "k");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status().ToString();
+  const std::vector<Turn> turns = {{Role::kUser, "a"}, {Role::kAssistant, "b"},
+                                   {Role::kAssistant, "c"}};
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> spans;
+  const Status s = (*tmpl)->RenderWithSpans(turns, &text, &spans);
+  EXPECT_EQ(s.code(), StatusCode::kTokenizeError);
+  EXPECT_NE(s.message().find("turn 2 (assistant)"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("must alternate"), std::string::npos) << s.message();
+}
+
+TEST(JinjaChatTemplate, ATemplateThatDoesNotParseIsAConfigError) {
+  auto tmpl = JinjaChatTemplate::Parse("{% for m in messages %}", "", "", "text.tokenize.chat_template");
+  ASSERT_FALSE(tmpl.ok());
+  EXPECT_EQ(tmpl.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(tmpl.status().message().find("text.tokenize.chat_template"), std::string::npos);
+}
+
+TEST(TokenizerConfig, ReadsTemplateAndTokensInBothForms) {
+  auto c = ParseTokenizerConfig(
+      R"({"chat_template":[{"name":"tool_use","template":"x"},{"name":"default","template":"T"}],)"
+      R"("bos_token":{"content":"<s>","lstrip":false},"eos_token":"</s>","pad_token":null})",
+      "cfg");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->chat_template, "T");
+  EXPECT_EQ(c->bos_token, "<s>");
+  EXPECT_EQ(c->eos_token, "</s>");
+  EXPECT_EQ(c->pad_token, "");
+}
+
+// --- the kernel -----------------------------------------------------------------------
+
+TEST(TokenizeChat, LabelsCoverExactlyTheAssistantSpansAndImagesExpand) {
+  TokenizeSpec spec;
+  spec.tokenizer = "test/tokenizer.json";
+  spec.chat_template = kChatMl;
+  spec.image_token = "<|image_pad|>";
+  spec.max_length = 40;
+  TokenizerConfig config;
+  config.pad_token = "<|pad|>";
+  auto chat = HfChat::Make(spec, TokenizerJson(), config);
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  const std::vector<Turn> turns = {{Role::kUser, "<image>hello"}, {Role::kAssistant, "hello world"}};
+  std::vector<int64_t> ids(40), mask(40), labels(40);
+  ASSERT_TRUE(TokenizeChat(**chat, turns, 3, ids.data(), mask.data(), labels.data()).ok());
+
+  // <|im_start|> u s e r \n  [3 x image] hello <|im_end|> \n
+  // <|im_start|> a s s i s t a n t \n  hello " world" <|im_end|> \n
+  const auto& t = *(*chat)->tokenizer;
+  std::vector<int> user = Encode(t, "<|im_start|>user\n<|image_pad|><|image_pad|><|image_pad|>hello<|im_end|>\n");
+  std::vector<int> prompt = Encode(t, "<|im_start|>assistant\n");
+  std::vector<int> answer = Encode(t, "hello world<|im_end|>\n");
+  std::vector<int64_t> want_ids, want_labels;
+  for (int id : user) want_ids.push_back(id), want_labels.push_back(-100);
+  for (int id : prompt) want_ids.push_back(id), want_labels.push_back(-100);
+  for (int id : answer) want_ids.push_back(id), want_labels.push_back(id);
+  EXPECT_EQ(std::count(user.begin(), user.end(), kImagePad), 3);
+  const size_t n = want_ids.size();
+  ASSERT_LT(n, 40u);
+  EXPECT_EQ(std::vector<int64_t>(ids.begin(), ids.begin() + n), want_ids);
+  EXPECT_EQ(std::vector<int64_t>(labels.begin(), labels.begin() + n), want_labels);
+  for (size_t i = 0; i < 40; ++i) {
+    EXPECT_EQ(mask[i], i < n ? 1 : 0);
+    if (i >= n) {
+      EXPECT_EQ(ids[i], kPadToken);
+      EXPECT_EQ(labels[i], -100);
+    }
+  }
+}
+
+TEST(TokenizeChat, TruncatesAtMaxLengthAndBoundsAHugeTurn) {
+  TokenizeSpec spec;
+  spec.tokenizer = "t";
+  spec.chat_template = kChatMl;
+  spec.max_length = 32;
+  auto chat = HfChat::Make(spec, TokenizerJson(), {});
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  std::string huge;
+  for (int i = 0; i < 1 << 20; ++i) huge += "hello ";
+  const std::vector<Turn> turns = {{Role::kUser, "q"}, {Role::kAssistant, huge}};
+  std::vector<int64_t> ids(32), mask(32), labels(32);
+  const int64_t before = (*chat)->tokenizer->bytes_encoded();
+  ASSERT_TRUE(TokenizeChat(**chat, turns, 0, ids.data(), mask.data(), labels.data()).ok());
+  EXPECT_LT((*chat)->tokenizer->bytes_encoded() - before, 4096);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(mask[i], 1);
+  EXPECT_EQ(labels[31], ids[31]);  // inside the assistant's turn
+  EXPECT_TRUE(ids[31] == kHello || ids[31] == ' ') << ids[31];  // "hello", " ", "hello", ...
+  EXPECT_EQ(labels[0], -100);
+}
+
+TEST(TokenizeChat, InvalidUtf8InATurnIsTokenizedAsItsReplacement) {
+  TokenizeSpec spec;
+  spec.tokenizer = "t";
+  spec.chat_template = kChatMl;
+  spec.max_length = 48;
+  auto chat = HfChat::Make(spec, TokenizerJson(), {});
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  std::vector<int64_t> a(48), b(48), mask(48), la(48), lb(48);
+  const std::vector<Turn> bad = {{Role::kUser, "caf\xff\xe2\x82"}, {Role::kAssistant, "\xc0hello"}};
+  const std::vector<Turn> replaced = {{Role::kUser, "caf\xEF\xBF\xBD\xEF\xBF\xBD"},
+                                      {Role::kAssistant, "\xEF\xBF\xBDhello"}};
+  ASSERT_TRUE(TokenizeChat(**chat, bad, 0, a.data(), mask.data(), la.data()).ok());
+  ASSERT_TRUE(TokenizeChat(**chat, replaced, 0, b.data(), mask.data(), lb.data()).ok());
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(la, lb);
+}
+
+TEST(TokenizeChat, ImageTokensMustBeInTheVocabulary) {
+  TokenizeSpec spec;
+  spec.tokenizer = "t";
+  spec.chat_template = kChatMl;
+  spec.image_token = "<|not_a_token|>";
+  auto chat = HfChat::Make(spec, TokenizerJson(), {});
+  ASSERT_FALSE(chat.ok());
+  EXPECT_NE(chat.status().message().find("text.tokenize.image_token"), std::string::npos);
+  spec.image_token.clear();
+  spec.chat_template.clear();
+  auto none = HfChat::Make(spec, TokenizerJson(), {});
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("chat_template"), std::string::npos);
+}
+
+TEST(TokenizeChat, ImageTokenCountFollowsTheImageSize) {
+  HfChat chat;
+  chat.image_divisor = 28;
+  EXPECT_EQ(chat.ImageTokens(224, 224), 64);
+  EXPECT_EQ(chat.ImageTokens(448, 224), 128);
+  chat.image_tokens = 5;
+  EXPECT_EQ(chat.ImageTokens(448, 224), 5);
+}
+
+}  // namespace
+}  // namespace headrace
