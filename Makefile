@@ -11,7 +11,7 @@ FUZZ_TARGETS := decode manifest config tokenize hf_tokenize tar parquet
 
 PY       := .venv/bin/python
 
-.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-tokenize clean
+.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-tokenize bench-media clean
 
 all: build
 
@@ -123,6 +123,10 @@ bench-ray: build
 bench-tokenize: build
 	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
 	$(PY) bench/tokenize.py --bin $(BUILD)/headrace --data $(DATA) --json bench/tokenize.json
+
+# video.decode and audio.decode vs the ffmpeg command line, one thread (bench/media.json).
+bench-media: build
+	$(PY) bench/media.py --bin $(BUILD)/headrace --json bench/media.json
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-py $(FUZZ_BUILD) out

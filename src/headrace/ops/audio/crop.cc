@@ -86,7 +86,7 @@ Status AudioCropOp::Run(SampleContext& ctx) const {
   auto* out = reinterpret_cast<float*>(ctx.rows[row_]);
   for (int c = 0; c < channels_; ++c) {
     float* to = out + static_cast<int64_t>(c) * frames_;
-    std::memcpy(to, audio->channel(c) + begin, static_cast<size_t>(n) * sizeof(float));
+    if (n > 0) std::memcpy(to, audio->channel(c) + begin, static_cast<size_t>(n) * sizeof(float));
     std::memset(to + n, 0, static_cast<size_t>(frames_ - n) * sizeof(float));
   }
   std::memcpy(ctx.rows[length_row_], &n, sizeof n);

@@ -60,11 +60,12 @@ TEST(AudioDecode, ResamplesAndMixesInOnePass) {
   EXPECT_NEAR(static_cast<double>(d.audio.frames), 8000, 40);
   EXPECT_NEAR(ZeroCrossingHz(d.audio.channel(0), d.audio.frames, 16000), 300, 10);
   EXPECT_NEAR(ZeroCrossingHz(d.audio.channel(1), d.audio.frames, 16000), 600, 15);
-  // Mono: the mean of the two.
-  d = Decode({.channels = 1}, wav, scratch);
+  // Mono: the mean of the two. (Each decode here starts at scratch slot 0: one arena each.)
+  ScratchArena mono_scratch, both_scratch;
+  d = Decode({.channels = 1}, wav, mono_scratch);
   ASSERT_TRUE(d.status.ok());
   ASSERT_EQ(d.audio.channels, 1);
-  const Decoded both = Decode({}, wav, scratch);
+  const Decoded both = Decode({}, wav, both_scratch);
   ASSERT_TRUE(both.status.ok());
   for (int64_t i = 0; i < 1000; i += 37) {
     EXPECT_NEAR(d.audio.data[i], (both.audio.channel(0)[i] + both.audio.channel(1)[i]) / 2, 1e-6);
