@@ -53,37 +53,34 @@ Status Drain(Output& out, AVStream* stream, const AVFrame* frame) {
   }
 }
 
-}  // namespace
-
-Status WriteVideo(const std::string& path, const VideoClip& clip) {
+// The container for `path` (from its extension), the encoder `codec` and one stream.
+Result<AVStream*> Begin(Output& out, const std::string& path, const std::string& codec,
+                        const AVCodec** encoder) {
   SilenceLog();
-  Output out;
   if (int rc = avformat_alloc_output_context2(&out.format, nullptr, nullptr, path.c_str());
       rc < 0) {
     return Error("no container for " + path, rc);
   }
-  const AVCodec* encoder = avcodec_find_encoder_by_name(clip.codec.c_str());
-  if (encoder == nullptr) return Status::InvalidArgument("no FFmpeg encoder " + clip.codec);
+  *encoder = avcodec_find_encoder_by_name(codec.c_str());
+  if (*encoder == nullptr) return Status::InvalidArgument("no FFmpeg encoder " + codec);
   AVStream* stream = avformat_new_stream(out.format, nullptr);
-  out.codec = avcodec_alloc_context3(encoder);
+  out.codec = avcodec_alloc_context3(*encoder);
   out.packet = av_packet_alloc();
   if (stream == nullptr || out.codec == nullptr || out.packet == nullptr) {
     return Status::ResourceExhausted("FFmpeg allocation failed");
   }
-  out.codec->width = clip.width;
-  out.codec->height = clip.height;
-  out.codec->time_base = AVRational{1, clip.fps};
-  out.codec->framerate = AVRational{clip.fps, 1};
-  out.codec->pix_fmt = AV_PIX_FMT_YUV420P;
-  out.codec->gop_size = clip.gop;
-  out.codec->max_b_frames = 0;
-  out.codec->thread_count = 1;  // callers encode one clip per thread
+  out.codec->thread_count = 1;  // callers encode one file per thread
   if (out.format->oformat->flags & AVFMT_GLOBALHEADER) {
     out.codec->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
   }
-  if (clip.codec == "libx264") av_opt_set(out.codec->priv_data, "preset", "veryfast", 0);
+  return stream;
+}
+
+// Opens the configured encoder, the file, and writes the container's header.
+Status Open(Output& out, AVStream* stream, const AVCodec* encoder, const std::string& path,
+            const std::string& codec) {
   if (int rc = avcodec_open2(out.codec, encoder, nullptr); rc < 0) {
-    return Error("cannot open the encoder " + clip.codec, rc);
+    return Error("cannot open the encoder " + codec, rc);
   }
   avcodec_parameters_from_context(stream->codecpar, out.codec);
   stream->time_base = out.codec->time_base;
@@ -91,6 +88,24 @@ Status WriteVideo(const std::string& path, const VideoClip& clip) {
     return Error("cannot write " + path, rc);
   }
   if (int rc = avformat_write_header(out.format, nullptr); rc < 0) return Error("header", rc);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status WriteVideo(const std::string& path, const VideoClip& clip) {
+  Output out;
+  const AVCodec* encoder = nullptr;
+  HR_ASSIGN_OR_RETURN(AVStream * stream, Begin(out, path, clip.codec, &encoder));
+  out.codec->width = clip.width;
+  out.codec->height = clip.height;
+  out.codec->time_base = AVRational{1, clip.fps};
+  out.codec->framerate = AVRational{clip.fps, 1};
+  out.codec->pix_fmt = AV_PIX_FMT_YUV420P;
+  out.codec->gop_size = clip.gop;
+  out.codec->max_b_frames = 0;
+  if (clip.codec == "libx264") av_opt_set(out.codec->priv_data, "preset", "veryfast", 0);
+  HR_RETURN_IF_ERROR(Open(out, stream, encoder, path, clip.codec));
 
   out.sws = sws_getContext(clip.width, clip.height, AV_PIX_FMT_RGB24, clip.width, clip.height,
                            AV_PIX_FMT_YUV420P, SWS_BILINEAR, nullptr, nullptr, nullptr);
@@ -171,41 +186,18 @@ Result<std::vector<uint8_t>> EncodeVideo(const VideoClip& clip, const std::strin
 }
 
 Status WriteAudio(const std::string& path, const AudioClip& clip) {
-  SilenceLog();
   Output out;
-  if (int rc = avformat_alloc_output_context2(&out.format, nullptr, nullptr, path.c_str());
-      rc < 0) {
-    return Error("no container for " + path, rc);
-  }
-  const AVCodec* encoder = avcodec_find_encoder_by_name(clip.codec.c_str());
-  if (encoder == nullptr) return Status::InvalidArgument("no FFmpeg encoder " + clip.codec);
+  const AVCodec* encoder = nullptr;
+  HR_ASSIGN_OR_RETURN(AVStream * stream, Begin(out, path, clip.codec, &encoder));
   const AVSampleFormat format = PickFormat(encoder);
   if (format == AV_SAMPLE_FMT_NONE) {
     return Status::InvalidArgument("no sample format this writer fills for " + clip.codec);
-  }
-  AVStream* stream = avformat_new_stream(out.format, nullptr);
-  out.codec = avcodec_alloc_context3(encoder);
-  out.packet = av_packet_alloc();
-  if (stream == nullptr || out.codec == nullptr || out.packet == nullptr) {
-    return Status::ResourceExhausted("FFmpeg allocation failed");
   }
   out.codec->sample_fmt = format;
   out.codec->sample_rate = clip.sample_rate;
   av_channel_layout_default(&out.codec->ch_layout, clip.channels);
   out.codec->time_base = AVRational{1, clip.sample_rate};
-  out.codec->thread_count = 1;
-  if (out.format->oformat->flags & AVFMT_GLOBALHEADER) {
-    out.codec->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
-  }
-  if (int rc = avcodec_open2(out.codec, encoder, nullptr); rc < 0) {
-    return Error("cannot open the encoder " + clip.codec, rc);
-  }
-  avcodec_parameters_from_context(stream->codecpar, out.codec);
-  stream->time_base = out.codec->time_base;
-  if (int rc = avio_open(&out.format->pb, path.c_str(), AVIO_FLAG_WRITE); rc < 0) {
-    return Error("cannot write " + path, rc);
-  }
-  if (int rc = avformat_write_header(out.format, nullptr); rc < 0) return Error("header", rc);
+  HR_RETURN_IF_ERROR(Open(out, stream, encoder, path, clip.codec));
   const int per_frame = out.codec->frame_size > 0 ? out.codec->frame_size : 1024;
   const auto total = static_cast<int64_t>(clip.seconds * clip.sample_rate);
   FramePtr frame = NewFrame();
