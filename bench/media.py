@@ -67,8 +67,11 @@ def main():
     video_cfg = write_case(root, "video", "video", "video", clip, [{"video.decode": {
         "frames": 300, "width": 640, "height": 360, "fps": 30, "clip_start": "start",
         "layout": "thwc"}}], a.records)
-    audio_cfg = write_case(root, "audio", "audio", "audio", song, [{"audio.decode": {
-        "sample_rate": 16000, "channels": 1}}], a.records)
+    # audio.crop (a memcpy) takes the decoded samples into the batch: a chain must end in
+    # a batch field.
+    audio_cfg = write_case(root, "audio", "audio", "audio", song, [
+        {"audio.decode": {"sample_rate": 16000, "channels": 1}},
+        {"audio.crop": {"seconds": 30, "start": "start"}}], a.records)
     ours = {**bench_ops(a.bin, video_cfg, a.records), **bench_ops(a.bin, audio_cfg, a.records)}
 
     start = best_of(3, "ffmpeg", "-v", "error", "-threads", "1", "-i", clip, "-frames:v", "1",
@@ -83,7 +86,8 @@ def main():
         "machine": f"{platform.node()} ({platform.machine()})",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "video_fps": {"headrace": 300 / ours["video.decode"], "ffmpeg_cli": 300 / video_cli},
-        "audio_x_realtime": {"headrace": 30 / ours["audio.decode"], "ffmpeg_cli": 30 / audio_cli},
+        "audio_x_realtime": {"headrace": 30 / (ours["audio.decode"] + ours["audio.crop"]),
+                         "ffmpeg_cli": 30 / audio_cli},
     }
     for k in ("video_fps", "audio_x_realtime"):
         result[k]["ratio"] = result[k]["headrace"] / result[k]["ffmpeg_cli"]
