@@ -1,13 +1,9 @@
-// Test helpers: encoded tones, and running an audio op on one sample.
+// Test helpers: encoded tones and their measured frequency.
 #pragma once
 
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "headrace/ops/av/av_encode.h"
 #include "headrace/ops/op.h"
@@ -26,12 +22,7 @@ inline std::vector<uint8_t> Tone(double hz, int rate, int channels, double secon
   clip.sample = [=](int64_t i, int c) {
     return static_cast<float>(0.5 * std::sin(2 * M_PI * hz * (c + 1) * static_cast<double>(i) / rate));
   };
-  const char* tmp = std::getenv("HEADRACE_TEST_TMP");
-  std::filesystem::path dir = tmp != nullptr ? tmp : std::filesystem::temp_directory_path();
-  std::filesystem::create_directories(dir);
-  static int n = 0;
-  const auto path = dir / ("tone." + std::to_string(::getpid()) + "." + std::to_string(n++) + "." + ext);
-  auto bytes = av::EncodeAudio(clip, path.string());
+  auto bytes = av::EncodeAudio(clip, ext);
   return bytes.ok() ? *bytes : std::vector<uint8_t>();
 }
 

@@ -1,11 +1,8 @@
 #include "headrace/ops/audio/decode.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <filesystem>
 
-#include <unistd.h>
 
 #include "headrace/ops/audio/resample.h"
 #include "headrace/ops/av/av_encode.h"
@@ -93,12 +90,7 @@ std::vector<uint8_t> AudioDecodeOp::ExampleInput(int index) {
     return static_cast<float>(0.5 * std::sin(2 * M_PI * hz * static_cast<double>(i) / 16000 +
                                              c));
   };
-  static std::atomic<int> unique{0};
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("headrace-example-" + std::to_string(::getpid()) + "-" +
-                             std::to_string(unique++) + ".wav"))
-                               .string();
-  Result<std::vector<uint8_t>> bytes = av::EncodeAudio(clip, path);
+  Result<std::vector<uint8_t>> bytes = av::EncodeAudio(clip);
   return bytes.ok() ? *std::move(bytes) : std::vector<uint8_t>();
 }
 

@@ -1,13 +1,17 @@
 #include "headrace/ops/av/av_encode.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
 
 #include "headrace/ops/av/av_input.h"
+
+#include <unistd.h>
 
 extern "C" {
 #include <libavcodec/avcodec.h>
@@ -132,6 +136,16 @@ Status WriteVideo(const std::string& path, const VideoClip& clip) {
 
 namespace {
 
+// A file name no other thread or process uses, in the system's temporary folder.
+std::string ScratchPath(std::string_view extension) {
+  static std::atomic<int> next{0};
+  return (std::filesystem::temp_directory_path() /
+          ("headrace-encode-" + std::to_string(::getpid()) + "-" + std::to_string(next++) + "." +
+           std::string(extension)))
+      .string();
+}
+
+// The file's bytes; the file is removed.
 Result<std::vector<uint8_t>> ReadBack(const std::string& scratch_path) {
   std::ifstream in(scratch_path, std::ios::binary);
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
@@ -180,7 +194,8 @@ void Put(AVFrame* frame, int k, int c, int channels, float v) {
 
 }  // namespace
 
-Result<std::vector<uint8_t>> EncodeVideo(const VideoClip& clip, const std::string& scratch_path) {
+Result<std::vector<uint8_t>> EncodeVideo(const VideoClip& clip, std::string_view extension) {
+  const std::string scratch_path = ScratchPath(extension);
   HR_RETURN_IF_ERROR(WriteVideo(scratch_path, clip));
   return ReadBack(scratch_path);
 }
@@ -221,7 +236,8 @@ Status WriteAudio(const std::string& path, const AudioClip& clip) {
   return Status::Ok();
 }
 
-Result<std::vector<uint8_t>> EncodeAudio(const AudioClip& clip, const std::string& scratch_path) {
+Result<std::vector<uint8_t>> EncodeAudio(const AudioClip& clip, std::string_view extension) {
+  const std::string scratch_path = ScratchPath(extension);
   HR_RETURN_IF_ERROR(WriteAudio(scratch_path, clip));
   return ReadBack(scratch_path);
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "headrace/core/status.h"
@@ -26,9 +27,9 @@ struct VideoClip {
 // .mkv, ...).
 Status WriteVideo(const std::string& path, const VideoClip& clip);
 
-// The same, returned as bytes (through a temporary file next to nothing: `scratch_path`
-// is written and removed).
-Result<std::vector<uint8_t>> EncodeVideo(const VideoClip& clip, const std::string& scratch_path);
+// The same, returned as bytes: written to a file of this process's own in the system's
+// temporary folder (`extension` names the container) and removed.
+Result<std::vector<uint8_t>> EncodeVideo(const VideoClip& clip, std::string_view extension = "mp4");
 
 struct AudioClip {
   int sample_rate = 16000;
@@ -42,6 +43,6 @@ struct AudioClip {
 // Encodes `clip` into the file `path` (container from the extension: .wav, .flac, .mp3,
 // .ogg/.opus, .m4a).
 Status WriteAudio(const std::string& path, const AudioClip& clip);
-Result<std::vector<uint8_t>> EncodeAudio(const AudioClip& clip, const std::string& scratch_path);
+Result<std::vector<uint8_t>> EncodeAudio(const AudioClip& clip, std::string_view extension = "wav");
 
 }  // namespace headrace::av

@@ -366,20 +366,29 @@ Status Unsupported(const std::string& where, std::string_view type, std::string_
                                  ")");
 }
 
+// A "Sequence" step: `parse` on each entry of the list under `key`, in order, each named
+// "<where>.<key>[i]" in messages.
+template <typename Parse>
+Status ParseSequence(element e, std::string_view key, const std::string& where, Parse&& parse) {
+  simdjson::dom::array list;
+  if (e[key].get(list) != simdjson::SUCCESS) {
+    return Status::InvalidArgument(where + "." + std::string(key) + ": not a list");
+  }
+  size_t i = 0;
+  for (element item : list) {
+    HR_RETURN_IF_ERROR(
+        parse(item, where + "." + std::string(key) + "[" + std::to_string(i++) + "]"));
+  }
+  return Status::Ok();
+}
+
 Status ParseNormalizer(element e, const std::string& where, HfTokenizer::Impl& t) {
   if (e.is_null()) return Status::Ok();
   const std::string_view type = TypeOf(e);
   if (type == "Sequence") {
-    simdjson::dom::array list;
-    if (e["normalizers"].get(list) != simdjson::SUCCESS) {
-      return Status::InvalidArgument(where + ".normalizers: not a list");
-    }
-    size_t i = 0;
-    for (element n : list) {
-      HR_RETURN_IF_ERROR(
-          ParseNormalizer(n, where + ".normalizers[" + std::to_string(i++) + "]", t));
-    }
-    return Status::Ok();
+    return ParseSequence(e, "normalizers", where, [&t](element item, const std::string& at) {
+      return ParseNormalizer(item, at, t);
+    });
   }
   static constexpr std::pair<std::string_view, NormalForm> kForms[] = {
       {"NFC", NormalForm::kNfc},
@@ -419,16 +428,9 @@ Status ParsePreTokenizer(element e, const std::string& where, HfTokenizer::Impl&
     return Status::InvalidArgument(where + ": a pre-tokenizer after ByteLevel is not supported");
   }
   if (type == "Sequence") {
-    simdjson::dom::array list;
-    if (e["pretokenizers"].get(list) != simdjson::SUCCESS) {
-      return Status::InvalidArgument(where + ".pretokenizers: not a list");
-    }
-    size_t i = 0;
-    for (element p : list) {
-      HR_RETURN_IF_ERROR(
-          ParsePreTokenizer(p, where + ".pretokenizers[" + std::to_string(i++) + "]", t));
-    }
-    return Status::Ok();
+    return ParseSequence(e, "pretokenizers", where, [&t](element item, const std::string& at) {
+      return ParsePreTokenizer(item, at, t);
+    });
   }
   if (type == "Split") {
     std::string_view pattern, behavior = "Isolated";
@@ -472,16 +474,9 @@ Status ParsePostProcessor(element e, const std::string& where, HfTokenizer::Impl
   const std::string_view type = TypeOf(e);
   if (type == "ByteLevel") return Status::Ok();  // offsets only
   if (type == "Sequence") {
-    simdjson::dom::array list;
-    if (e["processors"].get(list) != simdjson::SUCCESS) {
-      return Status::InvalidArgument(where + ".processors: not a list");
-    }
-    size_t i = 0;
-    for (element p : list) {
-      HR_RETURN_IF_ERROR(
-          ParsePostProcessor(p, where + ".processors[" + std::to_string(i++) + "]", t));
-    }
-    return Status::Ok();
+    return ParseSequence(e, "processors", where, [&t](element item, const std::string& at) {
+      return ParsePostProcessor(item, at, t);
+    });
   }
   if (type == "RobertaProcessing" || type == "BertProcessing") {
     int64_t cls = 0, sep = 0;

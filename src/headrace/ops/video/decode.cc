@@ -1,13 +1,10 @@
 #include "headrace/ops/video/decode.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <utility>
 
-#include <unistd.h>
 
 #include "headrace/ops/av/av_encode.h"
 #include "headrace/ops/av/av_input.h"
@@ -196,12 +193,7 @@ std::vector<uint8_t> VideoDecodeOp::ExampleInput(int index) {
       rgb[3 * i + 2] = static_cast<uint8_t>(i % 48 * 5);
     }
   };
-  static std::atomic<int> unique{0};
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("headrace-example-" + std::to_string(::getpid()) + "-" +
-                             std::to_string(unique++) + ".mp4"))
-                               .string();
-  Result<std::vector<uint8_t>> bytes = av::EncodeVideo(clip, path);
+  Result<std::vector<uint8_t>> bytes = av::EncodeVideo(clip);
   return bytes.ok() ? *std::move(bytes) : std::vector<uint8_t>();
 }
 
