@@ -11,7 +11,7 @@
 #include "headrace/core/status.h"
 #include "headrace/ops/op.h"
 #include "headrace/ops/op_plan.h"
-#include "headrace/ops/video/decode.h"  // ClipStart: random, start, center
+#include "headrace/ops/window.h"
 
 namespace headrace {
 

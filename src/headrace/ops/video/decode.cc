@@ -17,8 +17,6 @@ extern "C" {
 namespace headrace {
 namespace {
 
-constexpr std::pair<ClipStart, std::string_view> kClipStarts[] = {
-    {ClipStart::kRandom, "random"}, {ClipStart::kStart, "start"}, {ClipStart::kCenter, "center"}};
 constexpr std::pair<VideoLayout, std::string_view> kVideoLayouts[] = {
     {VideoLayout::kTCHW, "tchw"}, {VideoLayout::kTHWC, "thwc"}};
 
@@ -69,7 +67,6 @@ Status WriteFrame(const AVFrame* frame, const VideoDecodeSpec& spec, uint8_t* ds
 
 }  // namespace
 
-EnumTable<ClipStart> TableOf(ClipStart) { return kClipStarts; }
 EnumTable<VideoLayout> TableOf(VideoLayout) { return kVideoLayouts; }
 
 std::vector<double> FrameTimes(const VideoDecodeSpec& spec, double duration, double u) {

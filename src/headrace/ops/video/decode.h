@@ -25,12 +25,11 @@
 #include "headrace/ops/op.h"
 #include "headrace/ops/op_plan.h"
 #include "headrace/ops/schema.h"
+#include "headrace/ops/window.h"
 
 namespace headrace {
 
-enum class ClipStart { kRandom, kStart, kCenter };
 enum class VideoLayout { kTCHW, kTHWC };
-EnumTable<ClipStart> TableOf(ClipStart);
 EnumTable<VideoLayout> TableOf(VideoLayout);
 
 struct VideoDecodeSpec {  // video.decode
