@@ -110,6 +110,10 @@ def test_a_plan_file_with_flags_winning(tmp_path, headrace_bin):
     proc = run_headrace(headrace_bin, "plan", bad, check=False)
     assert proc.returncode == 2 and "--dataset-tb must be > 0" in proc.stderr, proc.stderr
     assert str(bad) in proc.stderr
+    bad.write_text("dataset_tb: 500\nread_gbps: 3\n")
+    proc = run_headrace(headrace_bin, "plan", bad, check=False)
+    assert proc.returncode == 2 and "unknown input 'read_gbps'" in proc.stderr, proc.stderr
+    assert "read-gb-per-s" in proc.stderr
 
 
 @pytest.mark.parametrize("args, message", [

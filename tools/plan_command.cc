@@ -23,7 +23,8 @@ constexpr std::streamoff kMaxFileBytes = 16 << 20;
 void PrintUsage(FILE* out) {
   std::string usage =
       "usage: headrace plan [PLAN.yaml] [--preset sources-example] [--from-report PATH]\n"
-      "                     [--instance p4d.24xlarge|p5.48xlarge|custom] [--json] [--NAME VALUE ...]\n"
+      "                     [--instance p4d.24xlarge|p5.48xlarge|custom] [--json]\n"
+      "                     [--NAME VALUE ...]\n"
       "\n"
       "inputs (flags; in PLAN.yaml the same names with '_' for '-'; flags win):\n"
       "  --instance NAME              GPU node type (allowed: " +
@@ -76,6 +77,18 @@ bool ApplyReport(const std::string& path, PlanInputs* inputs) {
   return true;
 }
 
+bool IsKnownKey(const std::string& key) {
+  return key == "preset" || key == "from-report" || key == "instance" ||
+         std::any_of(capacity::InputFields().begin(), capacity::InputFields().end(),
+                     [&](const auto& f) { return f.flag == key; });
+}
+
+std::string KnownKeys() {
+  std::string out = "preset, from-report, instance";
+  for (const capacity::InputField& f : capacity::InputFields()) out += ", " + std::string(f.flag);
+  return out;
+}
+
 bool IsCostKey(const std::string& key) {
   return key == "cpu-ms-per-sample" || key == "cpu-seconds-per-sample" || key == "from-report";
 }
@@ -108,7 +121,7 @@ bool Apply(const Given& given, const std::string& where, PlanInputs* inputs, std
   return true;
 }
 
-bool Note(Given* given, const std::string& key, const std::string& text) {
+void Note(Given* given, const std::string& key, const std::string& text) {
   if (key == "preset") {
     given->preset = text;
   } else if (key == "from-report") {
@@ -117,7 +130,6 @@ bool Note(Given* given, const std::string& key, const std::string& text) {
     given->values.emplace_back(key, text);
   }
   if (IsCostKey(key)) ++given->cost_sources;
-  return true;
 }
 
 bool ReadPlanFile(const std::string& path, Given* given) {
@@ -136,15 +148,19 @@ bool ReadPlanFile(const std::string& path, Given* given) {
     return false;
   }
   for (const auto& item : root) {
-    const std::string key = item.first.as<std::string>();
-    if (!item.second.IsScalar()) {
-      std::fprintf(stderr, "headrace plan: %s: %s: expected a single value\n", path.c_str(),
-                   key.c_str());
+    if (!item.first.IsScalar() || !item.second.IsScalar()) {
+      std::fprintf(stderr, "headrace plan: %s: line %d: expected 'name: value'\n", path.c_str(),
+                   item.first.Mark().line + 1);
       return false;
     }
-    std::string dashed = key;
-    std::replace(dashed.begin(), dashed.end(), '_', '-');
-    Note(given, dashed, item.second.as<std::string>());
+    std::string key = item.first.Scalar();
+    std::replace(key.begin(), key.end(), '_', '-');
+    if (!IsKnownKey(key)) {
+      std::fprintf(stderr, "headrace plan: %s: unknown input '%s' (allowed, with '_' or '-': %s)\n",
+                   path.c_str(), item.first.Scalar().c_str(), KnownKeys().c_str());
+      return false;
+    }
+    Note(given, key, item.second.Scalar());
   }
   return true;
 }
@@ -167,11 +183,7 @@ int PlanCommand(const Args& args) {
       json = true, ++r.i;
     } else if (flag.starts_with("--")) {
       const std::string key = flag.substr(2);
-      const bool known = key == "preset" || key == "from-report" || key == "instance" ||
-                         std::any_of(capacity::InputFields().begin(),
-                                     capacity::InputFields().end(),
-                                     [&](const auto& f) { return f.flag == key; });
-      if (!known) {
+      if (!IsKnownKey(key)) {
         std::fprintf(stderr, "headrace plan: unknown flag '%s' (see `headrace plan --help`)\n",
                      flag.c_str());
         return 2;

@@ -379,6 +379,13 @@ Result<Plan> ComputePlan(const PlanInputs& inputs) {
   Plan plan;
   if (CpuAskedFor(inputs)) plan.cpu = ComputeCpu(inputs);
   if (IoAskedFor(inputs)) plan.io = ComputeIo(inputs, plan.cpu ? &*plan.cpu : nullptr);
+  // Each input is finite, but products of huge ones need not be.
+  if ((plan.cpu && !(std::isfinite(plan.cpu->vcpus_per_gpu_no_wait) &&
+                     std::isfinite(plan.cpu->samples_per_s_total))) ||
+      (plan.io && !(std::isfinite(plan.io->materialize_io_hours) &&
+                    std::isfinite(plan.io->stream_read_gb_per_s_needed)))) {
+    return Status::InvalidArgument("the inputs are too large: a result is not a finite number");
+  }
   return plan;
 }
 

@@ -214,7 +214,8 @@ TEST(CapacityInput, RejectsOutOfRangeValuesNamingTheFlag) {
   EXPECT_THAT(SetInput(&in, "cpu-ms-per-sample", "0").ToString(),
               HasSubstr("--cpu-ms-per-sample must be > 0 (got 0)"));
   EXPECT_THAT(SetInput(&in, "gpus", "abc").ToString(), HasSubstr("--gpus needs a number"));
-  EXPECT_THAT(SetInput(&in, "expansion", "nan").ToString(), HasSubstr("--expansion needs a number"));
+  EXPECT_THAT(SetInput(&in, "expansion", "nan").ToString(),
+              HasSubstr("--expansion needs a number"));
   EXPECT_THAT(SetInput(&in, "expansion", "1e999").ToString(), HasSubstr("needs a number"));
   EXPECT_THAT(SetInput(&in, "bogus", "1").ToString(), HasSubstr("unknown input 'bogus'"));
   // Nothing was set by the rejected values.
@@ -233,6 +234,14 @@ TEST(CapacityInput, ValidateChecksValuesSetDirectlyToo) {
   ASSERT_TRUE(SetInput(&in, "cpu-ms-per-sample", "5").ok());
   in.cpu_seconds_per_sample = -0.001;
   EXPECT_THAT(ErrorOf(in), HasSubstr("--cpu-ms-per-sample must be > 0 (got -1)"));
+}
+
+TEST(CapacityInput, ResultsThatOverflowAreRejected) {
+  PlanInputs in;
+  ApplySourcesExample(&in);
+  in.dataset_tb = 1e300;
+  in.expansion = 1e300;
+  EXPECT_THAT(ErrorOf(in), HasSubstr("not a finite number"));
 }
 
 TEST(CapacityInput, UnknownInstanceListsThePresets) {
