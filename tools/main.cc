@@ -30,6 +30,10 @@ commands:
       list objects (ListObjectsV2, paginated)
   shard MANIFEST --out DIR [--target-size 256MB]
       pack a manifest's samples into WebDataset tar shards with .idx.json indexes
+  plan [PLAN.yaml] [--preset sources-example] [--from-report PATH] [--instance NAME]
+       [--json] [--NAME VALUE ...]   (`headrace plan --help` lists the inputs)
+      capacity: vCPUs and CPU-only nodes per GPU node for a target wait-time ratio, GPU
+      utilization on the GPU nodes' own vCPUs, I/O hours of materializing vs streaming
 )";
 
 }  // namespace
@@ -48,9 +52,10 @@ int main(int argc, char** argv) {
   if (command == "upload") return headrace::tools::UploadCommand(args);
   if (command == "ls") return headrace::tools::ListCommand(args);
   if (command == "shard") return headrace::tools::ShardCommand(args);
+  if (command == "plan") return headrace::tools::PlanCommand(args);
   std::fprintf(stderr,
                "headrace: unknown command '%s' (allowed: make-sample, run, bench, upload, ls, "
-               "shard)\n%s",
+               "shard, plan)\n%s",
                command.c_str(), kUsage);
   return 2;
 }
