@@ -1,6 +1,7 @@
 #include "headrace/ops/av/av_input.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <string_view>
@@ -11,6 +12,7 @@ extern "C" {
 #include <libavutil/error.h>
 #include <libavutil/log.h>
 #include <libavutil/mem.h>
+#include <libavutil/rational.h>
 }
 
 namespace headrace::av {
@@ -159,13 +161,32 @@ Input::~Input() {
 }
 
 Status Input::SeekBefore(double seconds) {
-  const auto ts = start_pts_ + static_cast<int64_t>(seconds / time_base_);
+  // To the nearest tick: a time read from the index converts back to its own timestamp.
+  const auto ts = start_pts_ + std::llround(seconds / time_base_);
   if (int rc = av_seek_frame(format_, stream_, ts, AVSEEK_FLAG_BACKWARD); rc < 0) {
     return Error("seek failed", rc);
   }
   avcodec_flush_buffers(codec_);
   draining_ = done_ = false;
   return Status::Ok();
+}
+
+double Input::IndexedKeyframeBefore(double seconds) const {
+  AVStream* stream = format_->streams[stream_];
+  const auto ts = start_pts_ + static_cast<int64_t>(seconds / time_base_);
+  const int i = av_index_search_timestamp(stream, ts, AVSEEK_FLAG_BACKWARD);
+  if (i < 0) return -1;
+  const AVIndexEntry* entry = avformat_index_get_entry(stream, i);
+  if (entry == nullptr || (entry->flags & AVINDEX_KEYFRAME) == 0) return -1;
+  return static_cast<double>(entry->timestamp - start_pts_) * time_base_;
+}
+
+double Input::ReorderSeconds() const {
+  const AVStream* stream = format_->streams[stream_];
+  AVRational rate = stream->avg_frame_rate;
+  if (rate.num <= 0 || rate.den <= 0) rate = stream->r_frame_rate;
+  const double frame = rate.num > 0 && rate.den > 0 ? av_q2d(av_inv_q(rate)) : 0.1;
+  return (std::max(codec_->has_b_frames, stream->codecpar->video_delay) + 1) * frame;
 }
 
 Result<bool> Input::NextFrame(AVFrame* frame) {

@@ -58,6 +58,14 @@ class Input {
   // Seeks to the last keyframe at or before `seconds` (from the stream's start) and
   // resets the decoder. Cheap when the container has an index (MP4, MKV).
   Status SeekBefore(double seconds);
+  // The time (seconds from the stream's start) of the last keyframe at or before
+  // `seconds` that the container's index lists (MP4, MKV), or -1 when it has no index
+  // entry there. Lets a reader skip ahead: seeking to a keyframe past the frames already
+  // decoded saves decoding the frames between.
+  double IndexedKeyframeBefore(double seconds) const;
+  // How much later than its index time (a decode timestamp) a keyframe may show: the
+  // decoder's reordering delay in frames (B-frames) plus one, in seconds.
+  double ReorderSeconds() const;
   // The next decoded frame of the stream into `frame` (unreferenced first): true, or
   // false at the end of the stream (after draining the decoder).
   Result<bool> NextFrame(AVFrame* frame);

@@ -147,7 +147,22 @@ Status VideoDecodeOp::Run(SampleContext& ctx) const {
   bool have_prev = false;
   size_t next = 0;
   const bool by_index = in->duration() <= 0 && spec_.fps <= 0;  // unknown length: frame by frame
+  double held = -1;  // the time of the frame in `prev`
+  const double reorder = in->ReorderSeconds();
   while (next < times.size()) {
+    // Frames spread over a long video: when the index has a keyframe after the frame we
+    // hold that shows at or before the next time wanted, seek to it rather than decode
+    // the frames between. Exact: what shows at that time is the keyframe or a frame
+    // after it, decoded from the keyframe. The index has decode times, which B-frames
+    // put up to ReorderSeconds() before the keyframe shows: only a keyframe that clears
+    // the next time by that much is taken.
+    if (have_prev && !by_index) {
+      const double key = in->IndexedKeyframeBefore(times[next] - reorder);
+      if (key > held + 1e-6) {
+        HR_RETURN_IF_ERROR(in->SeekBefore(key));
+        have_prev = false;
+      }
+    }
     HR_ASSIGN_OR_RETURN(bool got, in->NextFrame(cur.get()));
     if (!got) break;
     if (by_index) {
@@ -168,6 +183,7 @@ Status VideoDecodeOp::Run(SampleContext& ctx) const {
     }
     std::swap(prev, cur);
     have_prev = true;
+    held = t;
   }
   if (!have_prev) return Status::CorruptData("video.decode: no frame decodes");
   for (; next < times.size(); ++next) {  // past the last frame: it stays on screen
