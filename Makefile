@@ -127,7 +127,7 @@ bench-ray: build
 # into bench/RESULTS.md by hand).
 bench-tokenize: build
 	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
-	$(PY) bench/tokenize.py --bin $(BUILD)/headrace --data $(DATA) --json bench/tokenize.json
+	$(PY) bench/tokenizers_vs_hf.py --bin $(BUILD)/headrace --data $(DATA) --json bench/tokenize.json
 
 # video.decode and audio.decode vs the ffmpeg command line, one thread (bench/media.json).
 bench-media: build
