@@ -35,20 +35,21 @@ def test_epochs_differ_and_a_rerun_epoch_is_identical(make_pipeline):
     assert not np.array_equal(plain, epoch0)
 
 
-def pixels(loader):
-    """The first batch as uint8 HWC, through normalize with mean 0, std 1."""
-    return np.rint(first_batch_images(loader) * 255).astype(np.int64).transpose(0, 2, 3, 1)
+def pixels(py_sample, *extra):
+    """The first batch's images (decode, resize 64, crop 56, `extra`) as integers, HWC,
+    through normalize with mean 0 and std 1 (v / 255, exact enough to round back)."""
+    pipeline = headrace.Pipeline(
+        source=py_sample / "manifest.jsonl",
+        ops=[ops.decode(), ops.resize(shorter_side=64), ops.center_crop(56), *extra,
+             ops.normalize(mean=[0, 0, 0], std=[1, 1, 1])],
+        batch_size=8, seed=1, cpu_threads=2, memory_budget="64MiB", shuffle=False)
+    images = first_batch_images(headrace.Loader(pipeline))
+    return np.rint(images * 255).astype(np.int64).transpose(0, 2, 3, 1)
 
 
-def test_grayscale_matches_a_numpy_bt601_reference(make_pipeline):
-    identity = ops.normalize(mean=[0, 0, 0], std=[1, 1, 1])
-
-    def pipeline(*extra):
-        p = make_pipeline(shuffle=False, extra_ops=[*extra, identity])
-        return headrace.Loader(p)
-
-    rgb = pixels(pipeline())
-    gray = pixels(pipeline(ops.grayscale(p=1.0)))
+def test_grayscale_matches_a_numpy_bt601_reference(py_sample):
+    rgb = pixels(py_sample)
+    gray = pixels(py_sample, ops.grayscale(p=1.0))
     # PIL's convert("L"): R 19595 + G 38470 + B 7471, rounded, >> 16.
     expected = (rgb[..., 0] * 19595 + rgb[..., 1] * 38470 + rgb[..., 2] * 7471 + 0x8000) >> 16
     for c in range(3):
@@ -56,14 +57,12 @@ def test_grayscale_matches_a_numpy_bt601_reference(make_pipeline):
     assert rgb.std() > 10  # colourful input: the check can fail
 
 
-def test_brightness_is_one_factor_per_image_like_numpy(make_pipeline):
+def test_brightness_is_one_factor_per_image_like_numpy(py_sample):
     # color_jitter with brightness only: each image is trunc(clip(f * v)) for one factor
     # f drawn from [0.7, 1.3]. Each pixel bounds f to [dst / v, (dst + 1) / v); they must
     # all agree on a non-empty interval inside the range.
-    identity = ops.normalize(mean=[0, 0, 0], std=[1, 1, 1])
-    rgb = pixels(headrace.Loader(make_pipeline(shuffle=False, extra_ops=[identity])))
-    out = pixels(headrace.Loader(make_pipeline(
-        shuffle=False, extra_ops=[ops.color_jitter(brightness=0.3), identity])))
+    rgb = pixels(py_sample)
+    out = pixels(py_sample, ops.color_jitter(brightness=0.3))
     factors = []
     for src, dst in zip(rgb, out):
         assert np.all(dst[src == 0] == 0)
