@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace headrace {
 namespace {
@@ -28,47 +29,74 @@ void CopyImage(ImageView src, MutableImageView dst) {
   for (int y = 0; y < src.height; ++y) std::memcpy(dst.row(y), src.row(y), bytes);
 }
 
-// torchvision's _rgb2hsv, one pixel, values in [0, 1].
-inline void RgbToHsv(float r, float g, float b, float& h, float& s, float& v) {
-  const float maxc = std::max(r, std::max(g, b));
-  const float minc = std::min(r, std::min(g, b));
-  const bool eqc = maxc == minc;
-  const float cr = maxc - minc;
-  s = cr / (eqc ? 1.0f : maxc);
-  const float div = eqc ? 1.0f : cr;
-  const float rc = (maxc - r) / div;
-  const float gc = (maxc - g) / div;
-  const float bc = (maxc - b) / div;
-  float hue;
-  if (maxc == r) {
-    hue = bc - gc;
-  } else if (maxc == g) {
-    hue = 2.0f + rc - bc;
-  } else {
-    hue = 4.0f + gc - rc;
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define HR_ADJUST_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define HR_ADJUST_CLONES
+#endif
+// Comparisons are not assumed to trap, so that gcc may turn the selects into blends; the
+// values computed are the same.
+#define HR_NO_TRAPPING __attribute__((optimize("no-trapping-math")))
+
+// torchvision's adjust_hue on n pixels of planar float rows (values v / 255): _rgb2hsv,
+// h = (h + shift) mod 1, _hsv2rgb, written branch-free so that gcc vectorizes it. The
+// float operations are torchvision's, in its order (fmod(x, 1) of x in [0, 2) is x or
+// x - 1, exactly); without -ffp-contract nothing is fused, so both clones agree.
+HR_ADJUST_CLONES HR_NO_TRAPPING void HueRow(float* __restrict r, float* __restrict g, float* __restrict b, int n,
+                             float shift) {
+  for (int k = 0; k < n; ++k) {
+    const float rr = r[k], gg = g[k], bb = b[k];
+    // Plain selects, not std::max/min/clamp: those would not inline here (another
+    // optimize attribute), and a call stops vectorization.
+    const float max_gb = gg > bb ? gg : bb, min_gb = gg < bb ? gg : bb;
+    const float maxc = rr > max_gb ? rr : max_gb;
+    const float minc = rr < min_gb ? rr : min_gb;
+    const bool eqc = maxc == minc;
+    const float cr = maxc - minc;
+    const float s = cr / (eqc ? 1.0f : maxc);
+    const float div = eqc ? 1.0f : cr;
+    const float rc = (maxc - rr) / div;
+    const float gc = (maxc - gg) / div;
+    const float bc = (maxc - bb) / div;
+    // Selects written one at a time (no short-circuit): gcc if-converts them.
+    float hue = 4.0f + gc - rc;
+    hue = maxc == gg ? 2.0f + rc - bc : hue;
+    hue = maxc == rr ? bc - gc : hue;
+    float h = hue / 6.0f + 1.0f;
+    h = h >= 1.0f ? h - 1.0f : h;
+    h = h + shift;  // Python's % 1.0: into [0, 1)
+    h = h >= 1.0f ? h - 1.0f : h;
+    h = h < 0.0f ? h + 1.0f : h;
+    const float v = maxc;
+    const float i6 = __builtin_floorf(h * 6.0f);
+    const float f = h * 6.0f - i6;
+    const float i = i6 >= 6.0f ? 0.0f : i6;  // i % 6 (h * 6 may round up to 6)
+    float p = v * (1.0f - s), q = v * (1.0f - s * f), t = v * (1.0f - s * (1.0f - f));
+    p = p < 0.0f ? 0.0f : p > 1.0f ? 1.0f : p;  // torch.clamp(x, 0, 1)
+    q = q < 0.0f ? 0.0f : q > 1.0f ? 1.0f : q;
+    t = t < 0.0f ? 0.0f : t > 1.0f ? 1.0f : t;
+    // torchvision's table: i -> (r, g, b) = (v,t,p) (q,v,p) (p,v,t) (p,q,v) (t,p,v) (v,p,q).
+    float ro = p, go = p, bo = v;
+    ro = i == 0.0f ? v : ro;
+    ro = i == 5.0f ? v : ro;
+    ro = i == 1.0f ? q : ro;
+    ro = i == 4.0f ? t : ro;
+    go = i == 0.0f ? t : go;
+    go = i == 1.0f ? v : go;
+    go = i == 2.0f ? v : go;
+    go = i == 3.0f ? q : go;
+    bo = i == 0.0f ? p : bo;
+    bo = i == 1.0f ? p : bo;
+    bo = i == 2.0f ? t : bo;
+    bo = i == 5.0f ? q : bo;
+    r[k] = ro;
+    g[k] = go;
+    b[k] = bo;
   }
-  h = std::fmod(hue / 6.0f + 1.0f, 1.0f);
-  v = maxc;
 }
 
-// torchvision's _hsv2rgb, one pixel.
-inline void HsvToRgb(float h, float s, float v, float& r, float& g, float& b) {
-  const float i_f = std::floor(h * 6.0f);
-  const float f = h * 6.0f - i_f;
-  int i = static_cast<int>(i_f) % 6;
-  if (i < 0) i += 6;
-  const float p = std::clamp(v * (1.0f - s), 0.0f, 1.0f);
-  const float q = std::clamp(v * (1.0f - s * f), 0.0f, 1.0f);
-  const float t = std::clamp(v * (1.0f - s * (1.0f - f)), 0.0f, 1.0f);
-  switch (i) {
-    case 0: r = v, g = t, b = p; break;
-    case 1: r = q, g = v, b = p; break;
-    case 2: r = p, g = v, b = t; break;
-    case 3: r = p, g = q, b = v; break;
-    case 4: r = t, g = p, b = v; break;
-    default: r = v, g = p, b = q; break;
-  }
-}
+#undef HR_ADJUST_CLONES
+#undef HR_NO_TRAPPING
 
 // convert_image_dtype(float -> uint8): v * (255 + 1 - 1e-3), truncated.
 inline uint8_t UnitToByte(float v) { return ClampTrunc(v * 255.999f); }
@@ -182,24 +210,29 @@ Status AdjustHueInto(ImageView src, MutableImageView dst, float shift) {
     CopyImage(src, dst);
     return Status::Ok();
   }
-  constexpr float kInv255 = 1.0f / 255.0f;
+  // Per thread, reused: one row as planar floats.
+  thread_local std::vector<float> planes;
+  planes.resize(static_cast<size_t>(src.width) * 3);
+  float* r = planes.data();
+  float* g = r + src.width;
+  float* b = g + src.width;
   WithChannels(src.channels, [&]<int C>() {
     if constexpr (C != 1) {
       for (int y = 0; y < src.height; ++y) {
         const uint8_t* s = src.row(y);
+        // uint8 -> float is a division by 255, as convert_image_dtype does.
+        for (int x = 0; x < src.width; ++x) {
+          r[x] = static_cast<float>(s[x * C]) / 255.0f;
+          g[x] = static_cast<float>(s[x * C + 1]) / 255.0f;
+          b[x] = static_cast<float>(s[x * C + 2]) / 255.0f;
+        }
+        HueRow(r, g, b, src.width, shift);
         uint8_t* d = dst.row(y);
-        for (int x = 0; x < src.width; ++x, s += C, d += C) {
-          float h, sat, v;
-          RgbToHsv(s[0] * kInv255, s[1] * kInv255, s[2] * kInv255, h, sat, v);
-          h = std::fmod(h + shift, 1.0f);
-          if (h < 0) h += 1.0f;  // Python's % is never negative
-          float r, g, b;
-          HsvToRgb(h, sat, v, r, g, b);
-          const uint8_t x3 = C == 4 ? s[3] : 0;
-          d[0] = UnitToByte(r);
-          d[1] = UnitToByte(g);
-          d[2] = UnitToByte(b);
-          if constexpr (C == 4) d[3] = x3;
+        for (int x = 0; x < src.width; ++x) {
+          d[x * C] = UnitToByte(r[x]);
+          d[x * C + 1] = UnitToByte(g[x]);
+          d[x * C + 2] = UnitToByte(b[x]);
+          if constexpr (C == 4) d[x * C + 3] = s[x * C + 3];
         }
       }
     }

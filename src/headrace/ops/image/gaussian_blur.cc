@@ -8,6 +8,10 @@
 #include <utility>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "headrace/core/rng.h"
 #include "headrace/ops/schema.h"
 
@@ -36,41 +40,108 @@ int ReflectIndex(int i, int n) {
 
 namespace {
 
-// The hot loops: gcc vectorizes them, in an AVX2 clone where the CPU has it. Without
-// -ffp-contract (ISO C++), no FMA is formed, so both clones compute the same floats.
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
-#define HR_BLUR_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define HR_BLUR_CLONES
+// The passes: per tap j, sum += kernel[j] * x, in tap order, in float, one row at a time.
+// The AVX2 forms do the same IEEE operations in the same order (a multiply then an add,
+// never fused), so both give the same bytes on every machine.
+
+// acc[i] = sum_j kernel[j] * rows[j][i], for i in [from, n).
+void VerticalPassScalar(const uint8_t* const* rows, const float* kernel, int taps, int from,
+                        int n, float* acc) {
+  for (int i = from; i < n; ++i) {
+    float sum = 0.0f;
+    for (int j = 0; j < taps; ++j) sum += kernel[j] * static_cast<float>(rows[j][i]);
+    acc[i] = sum;
+  }
+}
+
+inline uint8_t RoundToByte(float v) {
+  return static_cast<uint8_t>(std::nearbyint(std::clamp(v, 0.0f, 255.0f)));
+}
+
+// out[i] = round(sum_j kernel[j] * padded[i + j * channels]), for i in [from, n).
+void HorizontalPassScalar(const float* padded, const float* kernel, int taps, int channels,
+                          int from, int n, uint8_t* out) {
+  for (int i = from; i < n; ++i) {
+    float sum = 0.0f;
+    for (int j = 0; j < taps; ++j) {
+      sum += kernel[j] * padded[i + static_cast<ptrdiff_t>(j) * channels];
+    }
+    out[i] = RoundToByte(sum);
+  }
+}
+
+#if defined(__x86_64__)
+bool HasAvx2() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return has;
+}
+
+// 16 values per step, both sums in registers over all taps.
+__attribute__((target("avx2"))) void VerticalPassAvx2(const uint8_t* const* rows,
+                                                      const float* kernel, int taps, int n,
+                                                      float* acc) {
+  const int simd_n = n / 16 * 16;
+  for (int i = 0; i < simd_n; i += 16) {
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    for (int j = 0; j < taps; ++j) {
+      const __m256 w = _mm256_broadcast_ss(kernel + j);
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j] + i));
+      const __m256 x0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+      const __m256 x1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8)));
+      lo = _mm256_add_ps(lo, _mm256_mul_ps(w, x0));
+      hi = _mm256_add_ps(hi, _mm256_mul_ps(w, x1));
+    }
+    _mm256_storeu_ps(acc + i, lo);
+    _mm256_storeu_ps(acc + i + 8, hi);
+  }
+  VerticalPassScalar(rows, kernel, taps, simd_n, n, acc);
+}
+
+__attribute__((target("avx2"))) void HorizontalPassAvx2(const float* padded, const float* kernel,
+                                                        int taps, int channels, int n,
+                                                        uint8_t* out) {
+  const int simd_n = n / 16 * 16;
+  const __m256 zero = _mm256_setzero_ps(), max = _mm256_set1_ps(255.0f);
+  for (int i = 0; i < simd_n; i += 16) {
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    const float* p = padded + i;
+    for (int j = 0; j < taps; ++j, p += channels) {
+      const __m256 w = _mm256_broadcast_ss(kernel + j);
+      lo = _mm256_add_ps(lo, _mm256_mul_ps(w, _mm256_loadu_ps(p)));
+      hi = _mm256_add_ps(hi, _mm256_mul_ps(w, _mm256_loadu_ps(p + 8)));
+    }
+    constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    lo = _mm256_round_ps(_mm256_min_ps(_mm256_max_ps(lo, zero), max), kRound);
+    hi = _mm256_round_ps(_mm256_min_ps(_mm256_max_ps(hi, zero), max), kRound);
+    // 16 int32 -> 16 bytes (values are 0..255: the saturating packs change nothing).
+    const __m256i words = _mm256_packus_epi32(_mm256_cvtps_epi32(lo), _mm256_cvtps_epi32(hi));
+    const __m128i bytes = _mm_packus_epi16(_mm256_castsi256_si128(words),
+                                           _mm256_extracti128_si256(words, 1));
+    // packus_epi32 interleaves the 128-bit lanes: (lo0-3, hi0-3, lo4-7, hi4-7).
+    const __m128i ordered = _mm_shuffle_epi32(bytes, _MM_SHUFFLE(3, 1, 2, 0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), ordered);
+  }
+  HorizontalPassScalar(padded, kernel, taps, channels, simd_n, n, out);
+}
 #endif
 
-// acc[i] = sum_j kernel[j] * rows[j][i], i < n.
-HR_BLUR_CLONES void VerticalPass(const uint8_t* const* rows, const float* kernel, int taps,
-                                 int n, float* __restrict acc) {
-  for (int i = 0; i < n; ++i) acc[i] = 0.0f;
-  for (int j = 0; j < taps; ++j) {
-    const uint8_t* __restrict row = rows[j];
-    const float w = kernel[j];
-    for (int i = 0; i < n; ++i) acc[i] += w * static_cast<float>(row[i]);
-  }
+void VerticalPass(const uint8_t* const* rows, const float* kernel, int taps, int n, float* acc) {
+#if defined(__x86_64__)
+  if (HasAvx2()) return VerticalPassAvx2(rows, kernel, taps, n, acc);
+#endif
+  VerticalPassScalar(rows, kernel, taps, 0, n, acc);
 }
 
-// out[i] = round(sum_j kernel[j] * padded[i + j * channels]), i < n.
-HR_BLUR_CLONES void HorizontalPass(const float* padded, const float* kernel, int taps,
-                                   int channels, int n, float* __restrict acc,
-                                   uint8_t* __restrict out) {
-  for (int i = 0; i < n; ++i) acc[i] = 0.0f;
-  for (int j = 0; j < taps; ++j) {
-    const float* __restrict in = padded + static_cast<ptrdiff_t>(j) * channels;
-    const float w = kernel[j];
-    for (int i = 0; i < n; ++i) acc[i] += w * in[i];
-  }
-  for (int i = 0; i < n; ++i) {
-    out[i] = static_cast<uint8_t>(std::nearbyint(std::clamp(acc[i], 0.0f, 255.0f)));
-  }
+void HorizontalPass(const float* padded, const float* kernel, int taps, int channels, int n,
+                    uint8_t* out) {
+#if defined(__x86_64__)
+  if (HasAvx2()) return HorizontalPassAvx2(padded, kernel, taps, channels, n, out);
+#endif
+  HorizontalPassScalar(padded, kernel, taps, channels, 0, n, out);
 }
-
-#undef HR_BLUR_CLONES
 
 }  // namespace
 
@@ -87,12 +158,11 @@ Status GaussianBlurInto(ImageView src, MutableImageView dst, std::span<const flo
   const int radius = taps / 2;
   const int w = src.width;
   const int n = w * c;
-  // Per thread, reused: the padded row (radius columns each side), the accumulator and the
-  // row pointers of one output row's vertical window.
-  thread_local std::vector<float> padded, acc;
+  // Per thread, reused: the vertical pass's row, padded by radius columns each side, and
+  // the row pointers of one output row's vertical window.
+  thread_local std::vector<float> padded;
   thread_local std::vector<const uint8_t*> rows;
   padded.resize(static_cast<size_t>(w + 2 * radius) * c);
-  acc.resize(static_cast<size_t>(n));
   rows.resize(static_cast<size_t>(taps));
   float* center = padded.data() + static_cast<ptrdiff_t>(radius) * c;
   for (int y = 0; y < src.height; ++y) {
@@ -105,7 +175,7 @@ Status GaussianBlurInto(ImageView src, MutableImageView dst, std::span<const flo
         center[(w - 1 + k) * c + ch] = center[right * c + ch];
       }
     }
-    HorizontalPass(padded.data(), kernel.data(), taps, c, n, acc.data(), dst.row(y));
+    HorizontalPass(padded.data(), kernel.data(), taps, c, n, dst.row(y));
   }
   return Status::Ok();
 }

@@ -24,9 +24,6 @@ constexpr std::string_view kKindNames[kRandAugmentKinds] = {
     "Posterize",  "Solarize",   "AutoContrast", "Equalize"};
 
 inline uint8_t ClampTrunc(float v) { return static_cast<uint8_t>(std::clamp(v, 0.0f, 255.0f)); }
-inline uint8_t ClampRound(float v) {
-  return static_cast<uint8_t>(std::nearbyint(std::clamp(v, 0.0f, 255.0f)));
-}
 
 // Per-channel tables of a function of the value (the channel count of `src` decides how
 // many apply); X is copied.
@@ -233,55 +230,85 @@ std::array<float, 6> InverseAffineMatrix(double cx, double cy, double angle, dou
   return out;
 }
 
-Status AffineWarpInto(ImageView src, MutableImageView dst, const std::array<float, 6>& m,
-                      WarpInterpolation interpolation, uint8_t fill) {
-  HR_RETURN_IF_ERROR(CheckSameShape(src, dst, "AffineWarpInto"));
-  if (src.data == dst.data) return Status::InvalidArgument("AffineWarpInto: not in place");
-  const int c = src.channels, w = src.width, h = src.height;
-  const float half_w = 0.5f * static_cast<float>(w), half_h = 0.5f * static_cast<float>(h);
-  const float fill_f = static_cast<float>(fill);
-  for (int y = 0; y < h; ++y) {
-    const float yc = static_cast<float>(y) - half_h + 0.5f;
-    // Source coordinates in pixels are linear in x: base + x * m0 (and m3).
-    const float bx = m[1] * yc + m[2] + half_w - 0.5f + m[0] * (0.5f - half_w);
-    const float by = m[4] * yc + m[5] + half_h - 0.5f + m[3] * (0.5f - half_w);
-    uint8_t* d = dst.row(y);
-    for (int x = 0; x < w; ++x, d += c) {
-      const float sx = bx + m[0] * static_cast<float>(x);
-      const float sy = by + m[3] * static_cast<float>(x);
-      if (interpolation == WarpInterpolation::kNearest) {
-        const float rx = std::nearbyint(sx), ry = std::nearbyint(sy);
-        if (rx >= 0 && rx < static_cast<float>(w) && ry >= 0 && ry < static_cast<float>(h)) {
-          std::memcpy(d, src.row(static_cast<int>(ry)) + static_cast<ptrdiff_t>(rx) * c,
-                      static_cast<size_t>(c));
-        } else {
-          std::memset(d, fill, static_cast<size_t>(c));
-        }
-        continue;
+namespace {
+
+// One row of the warp, C channels: source point (sx, sy) = base + x * step.
+template <int C, WarpInterpolation kInterpolation>
+void WarpRow(ImageView src, float bx, float by, float step_x, float step_y, uint8_t fill,
+             uint8_t* d) {
+  const int w = src.width, h = src.height;
+  const float fw = static_cast<float>(w), fh = static_cast<float>(h);
+  for (int x = 0; x < w; ++x, d += C) {
+    const float sx = bx + step_x * static_cast<float>(x);
+    const float sy = by + step_y * static_cast<float>(x);
+    if constexpr (kInterpolation == WarpInterpolation::kNearest) {
+      // The nearest pixel, halves rounded up: sx + 0.5 in [0, w) and truncated (no libm
+      // call; torch rounds halves to even, which only exact halves tell apart).
+      const float rx = sx + 0.5f, ry = sy + 0.5f;
+      if (rx >= 0.0f && rx < fw && ry >= 0.0f && ry < fh) {
+        const uint8_t* p = src.row(static_cast<int>(ry)) + static_cast<ptrdiff_t>(rx) * C;
+        for (int ch = 0; ch < C; ++ch) d[ch] = p[ch];
+      } else {
+        for (int ch = 0; ch < C; ++ch) d[ch] = fill;
       }
+    } else {
       // Bilinear: the in-image taps weighted, the rest of the weight on `fill` (as
       // torchvision's mask blend does).
-      const float fx = std::floor(sx), fy = std::floor(sy);
-      const float ax = sx - fx, ay = sy - fy;
-      if (!(fx >= -1 && fx < static_cast<float>(w) && fy >= -1 && fy < static_cast<float>(h))) {
-        std::memset(d, fill, static_cast<size_t>(c));
+      if (!(sx > -1.0f && sx < fw && sy > -1.0f && sy < fh)) {
+        for (int ch = 0; ch < C; ++ch) d[ch] = fill;
         continue;
       }
-      const int x0 = static_cast<int>(fx), y0 = static_cast<int>(fy);
+      const int x0 = static_cast<int>(sx + 1.0f) - 1, y0 = static_cast<int>(sy + 1.0f) - 1;
+      const float ax = sx - static_cast<float>(x0), ay = sy - static_cast<float>(y0);
       const float wt[4] = {(1 - ax) * (1 - ay), ax * (1 - ay), (1 - ax) * ay, ax * ay};
       const int tx[4] = {x0, x0 + 1, x0, x0 + 1};
       const int ty[4] = {y0, y0, y0 + 1, y0 + 1};
-      float acc[4] = {0, 0, 0, 0};
+      float acc[C] = {};
       float outside = 0;
       for (int k = 0; k < 4; ++k) {
         if (tx[k] < 0 || tx[k] >= w || ty[k] < 0 || ty[k] >= h) {
           outside += wt[k];
           continue;
         }
-        const uint8_t* p = src.row(ty[k]) + static_cast<ptrdiff_t>(tx[k]) * c;
-        for (int ch = 0; ch < c; ++ch) acc[ch] += wt[k] * static_cast<float>(p[ch]);
+        const uint8_t* p = src.row(ty[k]) + static_cast<ptrdiff_t>(tx[k]) * C;
+        for (int ch = 0; ch < C; ++ch) acc[ch] += wt[k] * static_cast<float>(p[ch]);
       }
-      for (int ch = 0; ch < c; ++ch) d[ch] = ClampRound(acc[ch] + outside * fill_f);
+      const float f = outside * static_cast<float>(fill);
+      for (int ch = 0; ch < C; ++ch) {
+        d[ch] = static_cast<uint8_t>(std::clamp(acc[ch] + f, 0.0f, 255.0f) + 0.5f);
+      }
+    }
+  }
+}
+
+template <WarpInterpolation kInterpolation>
+void WarpRowAnyChannels(ImageView src, float bx, float by, float step_x, float step_y,
+                        uint8_t fill, uint8_t* d) {
+  switch (src.channels) {
+    case 1: return WarpRow<1, kInterpolation>(src, bx, by, step_x, step_y, fill, d);
+    case 3: return WarpRow<3, kInterpolation>(src, bx, by, step_x, step_y, fill, d);
+    default: return WarpRow<4, kInterpolation>(src, bx, by, step_x, step_y, fill, d);
+  }
+}
+
+}  // namespace
+
+Status AffineWarpInto(ImageView src, MutableImageView dst, const std::array<float, 6>& m,
+                      WarpInterpolation interpolation, uint8_t fill) {
+  HR_RETURN_IF_ERROR(CheckSameShape(src, dst, "AffineWarpInto"));
+  if (src.data == dst.data) return Status::InvalidArgument("AffineWarpInto: not in place");
+  const int h = src.height;
+  const float half_w = 0.5f * static_cast<float>(src.width);
+  const float half_h = 0.5f * static_cast<float>(h);
+  for (int y = 0; y < h; ++y) {
+    const float yc = static_cast<float>(y) - half_h + 0.5f;
+    // Source coordinates in pixels are linear in x: base + x * (m0, m3).
+    const float bx = m[1] * yc + m[2] + half_w - 0.5f + m[0] * (0.5f - half_w);
+    const float by = m[4] * yc + m[5] + half_h - 0.5f + m[3] * (0.5f - half_w);
+    if (interpolation == WarpInterpolation::kNearest) {
+      WarpRowAnyChannels<WarpInterpolation::kNearest>(src, bx, by, m[0], m[3], fill, dst.row(y));
+    } else {
+      WarpRowAnyChannels<WarpInterpolation::kBilinear>(src, bx, by, m[0], m[3], fill, dst.row(y));
     }
   }
   return Status::Ok();

@@ -31,8 +31,10 @@ namespace headrace {
 
 // How the affine warp samples its source.
 enum class WarpInterpolation {
-  kNearest,   // the nearest pixel (half to even), torchvision's RandAugment default
+  kNearest,   // the nearest pixel, torchvision's RandAugment default
   kBilinear,  // the 4 nearest pixels, weighted; taps outside the image take `fill`
+  // Both round halves up (a coordinate, a value) where torch rounds them to even: only
+  // exact halves tell the two apart.
 };
 EnumTable<WarpInterpolation> TableOf(WarpInterpolation);  // "nearest", "bilinear"
 
