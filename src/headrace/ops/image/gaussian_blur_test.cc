@@ -1,5 +1,6 @@
 #include "headrace/ops/image/gaussian_blur.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -91,6 +92,41 @@ TEST(GaussianBlur, MatchesADirect2dReference) {
           }
         }
         ASSERT_NEAR(Pixel(out.view(), x, y)[ch], v, 0.5 + 1e-3) << x << "," << y;
+      }
+    }
+  }
+}
+
+// The bytes are the scalar definition's on every CPU: per tap, sum += k[j] * x in float,
+// vertical then horizontal, rounded half to even (the AVX2 passes must agree exactly).
+TEST(GaussianBlur, EqualsTheScalarDefinitionBitForBit) {
+  for (int channels : {1, 3, 4}) {
+    const int w = 45, h = 9;  // 45 * channels: SIMD blocks and a scalar tail
+    const Image src = MakeImage(w, h, channels, [](int x, int y, int c) {
+      return (x * 37 + y * 91 + c * 53 + x * x * y) & 0xFF;
+    });
+    Image out = *Image::Allocate(w, h, channels);
+    const auto k = Kernel(7, 1.3);
+    ASSERT_TRUE(GaussianBlurInto(src.view(), out.mutable_view(), k).ok());
+    const int n = w * channels;
+    std::vector<float> vertical(static_cast<size_t>(n));
+    for (int y = 0; y < h; ++y) {
+      for (int i = 0; i < n; ++i) {
+        float sum = 0.0f;
+        for (int j = 0; j < 7; ++j) {
+          sum += k[j] * static_cast<float>(src.view().row(ReflectIndex(y - 3 + j, h))[i]);
+        }
+        vertical[i] = sum;
+      }
+      for (int x = 0; x < w; ++x) {
+        for (int c = 0; c < channels; ++c) {
+          float sum = 0.0f;
+          for (int j = 0; j < 7; ++j) {
+            sum += k[j] * vertical[ReflectIndex(x - 3 + j, w) * channels + c];
+          }
+          const int expected = static_cast<int>(std::nearbyint(std::clamp(sum, 0.0f, 255.0f)));
+          ASSERT_EQ(Pixel(out.view(), x, y)[c], expected) << channels << ": " << x << "," << y;
+        }
       }
     }
   }
