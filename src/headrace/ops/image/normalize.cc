@@ -222,9 +222,9 @@ Status NormalizeOp::Declare(const Spec& spec, PlanContext& ctx) {
                      "image.resize before it");
   }
   if (image.shape[2] == 1) {
-    return ctx.Error("reads a 1-channel image (" + image.shape_source +
-                     "); normalize writes 3 channels: use image.grayscale with "
-                     "num_output_channels: 3");
+    return ctx.Error("reads '" + spec.field +
+                     "' as a 1-channel image (image.grayscale num_output_channels: 1), but "
+                     "normalize writes 3 channels: use num_output_channels: 3");
   }
   const int64_t h = image.shape[0], w = image.shape[1];
   FieldSpec field{OutputOf(spec), spec.dtype, {}};
