@@ -14,9 +14,13 @@
 #include "headrace/ops/audio/decode.h"
 #include "headrace/ops/audio/resample.h"
 #include "headrace/ops/image/center_crop.h"
+#include "headrace/ops/image/color_jitter.h"
 #include "headrace/ops/image/decode.h"
 #include "headrace/ops/image/flip.h"
+#include "headrace/ops/image/gaussian_blur.h"
+#include "headrace/ops/image/grayscale.h"
 #include "headrace/ops/image/normalize.h"
+#include "headrace/ops/image/rand_augment.h"
 #include "headrace/ops/image/random_resized_crop.h"
 #include "headrace/ops/image/resize.h"
 #include "headrace/ops/text/tokenize.h"
@@ -58,6 +62,10 @@ using AllOps = OpList<DecodeOp,             //
                       CenterCropOp,         //
                       RandomResizedCropOp,  //
                       FlipOp,               //
+                      ColorJitterOp,        //
+                      GrayscaleOp,          //
+                      GaussianBlurOp,       //
+                      RandAugmentOp,        //
                       NormalizeOp,          //
                       TokenizeOp,           //
                       VideoDecodeOp,        //

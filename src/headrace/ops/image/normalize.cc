@@ -221,6 +221,11 @@ Status NormalizeOp::Declare(const Spec& spec, PlanContext& ctx) {
                      "): add image.center_crop, image.random_resized_crop or an exact "
                      "image.resize before it");
   }
+  if (image.shape[2] == 1) {
+    return ctx.Error("reads '" + spec.field +
+                     "' as a 1-channel image (image.grayscale num_output_channels: 1), but "
+                     "normalize writes 3 channels: use num_output_channels: 3");
+  }
   const int64_t h = image.shape[0], w = image.shape[1];
   FieldSpec field{OutputOf(spec), spec.dtype, {}};
   field.sample_shape = spec.layout == Layout::kCHW ? std::vector<int64_t>{3, h, w}
