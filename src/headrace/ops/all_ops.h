@@ -19,6 +19,7 @@
 #include "headrace/ops/image/normalize.h"
 #include "headrace/ops/image/random_resized_crop.h"
 #include "headrace/ops/image/resize.h"
+#include "headrace/ops/ocr/text.h"
 #include "headrace/ops/text/tokenize.h"
 #include "headrace/ops/video/decode.h"
 
@@ -63,6 +64,7 @@ using AllOps = OpList<DecodeOp,             //
                       VideoDecodeOp,        //
                       AudioDecodeOp,        //
                       AudioResampleOp,      //
-                      AudioCropOp>;
+                      AudioCropOp,          //
+                      OcrTextOp>;
 
 }  // namespace headrace
