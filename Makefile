@@ -11,7 +11,7 @@ FUZZ_TARGETS := decode manifest config tokenize hf_tokenize tar parquet
 
 PY       := .venv/bin/python
 
-.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-tokenize bench-media clean
+.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-tokenize bench-media bench-ocr clean
 
 all: build
 
@@ -127,6 +127,10 @@ bench-tokenize: build
 # video.decode and audio.decode vs the ffmpeg command line, one thread (bench/media.json).
 bench-media: build
 	$(PY) bench/media.py --bin $(BUILD)/headrace --json bench/media.json
+
+# ocr.text vs the tesseract command line, pages/s on one thread (bench/ocr.json).
+bench-ocr: build
+	$(PY) bench/ocr.py --bin $(BUILD)/headrace --json bench/ocr.json
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-py $(FUZZ_BUILD) out

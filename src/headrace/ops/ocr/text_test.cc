@@ -116,7 +116,7 @@ TEST(OcrEngine, ReadsTheWordsOfARenderedPage) {
   EXPECT_EQ(Words(Recognize(page.view())), Words(kPage));
 }
 
-TEST(OcrEngine, GrayRgbAndRgbaPagesReadTheSame) {
+TEST(OcrEngine, GrayRgbAndRgbxPagesReadTheSame) {
   const Image gray = Page(kPage, 1);
   const Image rgb = Page(kPage, 3);
   auto rgba = Image::Allocate(rgb.width(), rgb.height(), 4);
@@ -124,7 +124,7 @@ TEST(OcrEngine, GrayRgbAndRgbaPagesReadTheSame) {
   for (int y = 0; y < rgb.height(); ++y) {
     for (int x = 0; x < rgb.width(); ++x) {
       for (int c = 0; c < 3; ++c) rgba->mutable_view().row(y)[x * 4 + c] = rgb.view().row(y)[x * 3 + c];
-      rgba->mutable_view().row(y)[x * 4 + 3] = 255;
+      rgba->mutable_view().row(y)[x * 4 + 3] = 0;  // image.decode leaves the 4th byte unspecified
     }
   }
   const std::string text = Recognize(gray.view());
