@@ -173,19 +173,23 @@ Result<OcrConfig> ResolveOcrConfig(const OcrTextSpec& spec, const std::string& k
                            "'" + config.data_path + "' is not a directory");
   }
   const std::vector<std::string> installed = InstalledLanguages(config.data_path);
-  std::vector<std::string> wanted = SplitLanguages(spec.language);
-  if (NeedsOsd(spec.psm)) wanted.push_back("osd");
-  for (const std::string& lang : wanted) {
-    if (std::find(installed.begin(), installed.end(), lang) != installed.end()) continue;
-    const std::string what =
-        "no " + lang + ".traineddata in " + config.data_path + " (installed: " +
-        Joined(installed) + "; Debian: apt-get install tesseract-ocr-" + lang + ")";
-    return schema::Invalid(key + (lang == "osd" && spec.language.find("osd") == std::string::npos
-                                      ? ".psm"
-                                      : ".language"),
-                           lang == "osd" ? "psm " + std::string(EnumName(spec.psm)) +
-                                               " needs orientation data: " + what
-                                         : what);
+  const auto missing = [&](const std::string& lang) {
+    return std::find(installed.begin(), installed.end(), lang) == installed.end()
+               ? "no " + lang + ".traineddata in " + config.data_path + " (installed: " +
+                     Joined(installed) + "; Debian: apt-get install tesseract-ocr-" + lang + ")"
+               : std::string();
+  };
+  for (const std::string& lang : SplitLanguages(spec.language)) {
+    if (const std::string what = missing(lang); !what.empty()) {
+      return schema::Invalid(key + ".language", what);
+    }
+  }
+  if (NeedsOsd(spec.psm)) {
+    if (const std::string what = missing("osd"); !what.empty()) {
+      return schema::Invalid(key + ".psm", std::string(EnumName(spec.psm)) +
+                                               " detects orientation and script, which needs " +
+                                               what);
+    }
   }
   return config;
 }

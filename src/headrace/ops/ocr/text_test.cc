@@ -304,13 +304,27 @@ TEST(OcrTextConfig, AMissingDataPathNamesTheKey) {
 TEST(OcrTextConfig, ADataPathWithoutTheLanguageListsWhatIsThere) {
   const char* tmp = std::getenv("HEADRACE_TEST_TMP");
   const fs::path dir = fs::path(tmp != nullptr ? tmp : fs::temp_directory_path().string()) /
-                       ("ocr-empty-tessdata-" + std::to_string(::getpid()));
+                       ("ocr-tessdata-" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  const auto config = ResolveOcrConfig({.data_path = dir.string()}, "ocr.text");
+  const auto empty = ResolveOcrConfig({.data_path = dir.string()}, "ocr.text");
+  // Only eng: the OSD modes need osd.traineddata, which the error names under `psm`.
+  const OcrConfig installed = Config();
+  fs::create_symlink(fs::path(installed.data_path) / "eng.traineddata", dir / "eng.traineddata");
+  const auto eng = ResolveOcrConfig({.data_path = dir.string()}, "ocr.text");
+  const auto osd =
+      ResolveOcrConfig({.psm = PageSegMode::kAutoOsd, .data_path = dir.string()}, "ocr.text");
   fs::remove_all(dir);
-  ASSERT_FALSE(config.ok());
-  EXPECT_NE(config.status().message().find("installed: none"), std::string::npos)
-      << config.status().message();
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.status().message().find("ocr.text.language: no eng.traineddata"),
+            std::string::npos) << empty.status().message();
+  EXPECT_NE(empty.status().message().find("installed: none"), std::string::npos);
+  ASSERT_TRUE(eng.ok()) << eng.status().ToString();
+  EXPECT_EQ(eng->data_path, dir.string());
+  ASSERT_FALSE(osd.ok());
+  EXPECT_NE(osd.status().message().find("ocr.text.psm: auto_osd"), std::string::npos)
+      << osd.status().message();
+  EXPECT_NE(osd.status().message().find("no osd.traineddata"), std::string::npos);
+  EXPECT_NE(osd.status().message().find("installed: eng;"), std::string::npos);
 }
 
 TEST(OcrTextConfig, ValidateNamesBadParameters) {
