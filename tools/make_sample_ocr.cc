@@ -23,8 +23,9 @@ constexpr std::array<std::string_view, 40> kWords = {
 
 std::vector<std::string> OcrLines(int64_t i) {
   const auto word = [i](int k) {
-    // Steps coprime with 40, so consecutive samples differ in every position.
-    return std::string(kWords[static_cast<size_t>((i * 7 + k * 11) % 40)]);
+    // Steps coprime with 40: a page's five words are distinct, and no line repeats
+    // a neighbouring sample's.
+    return std::string(kWords[static_cast<size_t>((i * 7 + k * 9) % 40)]);
   };
   return {word(0) + " " + word(1) + " " + word(2),
           word(3) + " " + word(4) + " " + std::to_string(i)};

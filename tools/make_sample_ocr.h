@@ -14,7 +14,7 @@
 namespace headrace {
 
 // The lines drawn on sample i's page: five common English words picked by i, then i
-// itself ("river quiet summer" / "garden window 17"). A pure function of i.
+// itself (sample 0: "river silver water" / "table animal 0"). A pure function of i.
 std::vector<std::string> OcrLines(int64_t i);
 
 // Writes sample i's page as a PNG at `path`; returns its size in bytes.
