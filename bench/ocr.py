@@ -54,7 +54,8 @@ def main():
         "source": {"manifest": str(root / "manifest.jsonl"),
                    "fields": [{"name": "image", "kind": "image", "key": "ocr_image",
                                "required": True}]},
-        "ops": [{"image.decode": {}}, {"ocr.text": {"psm": "auto", "max_bytes": 96}}]}))
+        "ops": [{"image.decode": {}}, {"ocr.text": {"psm": "auto", "max_bytes": 96,
+                                                        "write_turn": False}}]}))
     ours = bench_ops(a.bin, config, a.pages)
     per_page = ours["image.decode"] + ours["ocr.text"]
 

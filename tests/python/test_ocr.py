@@ -84,10 +84,22 @@ def test_single_block_mode_reads_the_same_words(pages):
 
 def test_bad_configs_name_the_key(pages):
     source = {"manifest": pages / "manifest.jsonl", "fields": FIELDS}
-    with pytest.raises(headrace.ConfigError, match=r"ocr\.text\.language: no klingon\.traineddata"
-                                                   r".*installed: .*eng"):
-        headrace.Pipeline(source=source, ops=[ops.decode(), ops.ocr_text(language="klingon")])
-    with pytest.raises(headrace.ConfigError, match=r"ocr\.text\.psm.*single_line"):
+    # The tessdata is looked at when the pipeline is planned (the loader starts).
+    p = headrace.Pipeline(source=source,
+                          ops=[ops.decode(), ops.ocr_text(language="klingon", max_bytes=16,
+                                                     write_turn=False)])
+    with pytest.raises(headrace.ConfigError, match=r"ops\[1\]\.ocr\.text\.language: no "
+                                                   r"klingon\.traineddata .*installed: .*eng"):
+        with headrace.Loader(p) as loader:
+            next(iter(loader))
+    with pytest.raises(headrace.ConfigError, match=r"ocr\.text\.psm: unknown value 'sideways' "
+                                                   r"\(allowed: auto_osd, auto, .*single_line"):
         headrace.Pipeline(source=source, ops=[ops.decode(), ops.ocr_text(psm="sideways")])
-    with pytest.raises(headrace.ConfigError, match=r"reads 'image' as an image"):
-        headrace.Pipeline(source=source, ops=[ops.ocr_text()])
+    with pytest.raises(headrace.ConfigError, match=r"reads 'image' as an image.*add image\.decode"):
+        headrace.Pipeline(source=source, ops=[ops.ocr_text(max_bytes=16)])
+    # A chain that ends at ocr.text: the turn would be dropped unread; write_turn=False
+    # keeps only the batch fields.
+    with pytest.raises(headrace.ConfigError, match=r"writes 'ocr_text', which no later op reads"):
+        headrace.Pipeline(source=source, ops=[ops.decode(), ops.ocr_text(max_bytes=16)])
+    headrace.Pipeline(source=source,
+                      ops=[ops.decode(), ops.ocr_text(max_bytes=16, write_turn=False)])

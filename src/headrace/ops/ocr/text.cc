@@ -271,7 +271,15 @@ Status OcrTextOp::Validate(const Spec& s, const std::string& p) {
   HR_RETURN_IF_ERROR(schema::KnownEnum(p + ".role", s.role));
   HR_RETURN_IF_ERROR(schema::NonEmpty(p + ".field", s.field, "the image value read"));
   HR_RETURN_IF_ERROR(schema::NonEmpty(p + ".output", s.output, "the conversation value written"));
-  return schema::InRange(p + ".max_bytes", s.max_bytes, 0, kMaxOcrBytes);
+  HR_RETURN_IF_ERROR(schema::InRange(p + ".max_bytes", s.max_bytes, 0, kMaxOcrBytes));
+  if (!s.write_turn && s.max_bytes == 0) {
+    return schema::Invalid(p + ".max_bytes", "must be > 0 when write_turn is false (the op "
+                                             "would write nothing)");
+  }
+  if (!s.write_turn && !s.conversation.empty()) {
+    return schema::Invalid(p + ".conversation", "is extended only when write_turn is true");
+  }
+  return Status::Ok();
 }
 
 Status OcrTextOp::Declare(const Spec& spec, PlanContext& ctx) {
@@ -282,7 +290,9 @@ Status OcrTextOp::Declare(const Spec& spec, PlanContext& ctx) {
                         ctx.Read(spec.conversation, ValueKind::kConversation));
     (void)conversation;
   }
-  HR_RETURN_IF_ERROR(ctx.Write(spec.output, ValueDesc{ValueKind::kConversation, {}, {}}));
+  if (spec.write_turn) {
+    HR_RETURN_IF_ERROR(ctx.Write(spec.output, ValueDesc{ValueKind::kConversation, {}, {}}));
+  }
   if (spec.max_bytes > 0) {
     const std::string source = ctx.key() + ".max_bytes " + std::to_string(spec.max_bytes);
     ctx.AddField(FieldSpec{spec.output + "_utf8", DType::kU8, {spec.max_bytes}}, source);
@@ -298,7 +308,8 @@ Result<std::unique_ptr<Op>> OcrTextOp::Make(const Spec& spec, PlanContext& ctx) 
   const bool fields = spec.max_bytes > 0;
   return std::unique_ptr<Op>(std::make_unique<OcrTextOp>(
       spec, std::move(config), std::move(*first), ctx.slot(spec.field),
-      spec.conversation.empty() ? -1 : ctx.slot(spec.conversation), ctx.slot(spec.output),
+      spec.conversation.empty() ? -1 : ctx.slot(spec.conversation),
+      spec.write_turn ? ctx.slot(spec.output) : -1,
       fields ? ctx.row(spec.output + "_utf8") : -1,
       fields ? ctx.row(spec.output + "_length") : -1));
 }
@@ -378,7 +389,7 @@ Status OcrTextOp::Run(SampleContext& ctx) const {
   Release(std::move(engine));
   HR_RETURN_IF_ERROR(recognized);
 
-  ctx.Set(output_slot_, TurnsView{std::span<const Turn>(turns)});
+  if (output_slot_ >= 0) ctx.Set(output_slot_, TurnsView{std::span<const Turn>(turns)});
   if (utf8_row_ >= 0) {
     const size_t n = Utf8Prefix(ocr.text, static_cast<size_t>(spec_.max_bytes));
     uint8_t* row = ctx.rows[utf8_row_];

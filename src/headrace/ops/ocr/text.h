@@ -75,6 +75,9 @@ struct OcrTextSpec {  // ocr.text
   // cut at a UTF-8 character boundary, zero-padded) and <output>_length (i64: the bytes
   // in it). 0: no batch field.
   int max_bytes = 0;
+  // false: no conversation value, only the batch fields (a chain that ends here: the
+  // planner rejects a value no later op reads). Needs max_bytes > 0.
+  bool write_turn = true;
 };
 
 // ocr.text.max_bytes' upper bound.
@@ -153,18 +156,20 @@ class OcrTextOp : public Op {
     f("conversation", s.conversation);
     f("role", s.role);
     f("max_bytes", s.max_bytes);
+    f("write_turn", s.write_turn);
   }
   static Status Validate(const Spec& spec, const std::string& key);
   // Reads the image `field` (and the conversation `conversation`, when set); writes the
-  // conversation `output` and, with max_bytes, <output>_utf8 u8[max_bytes] and
-  // <output>_length i64.
+  // conversation `output` (unless write_turn is false) and, with max_bytes,
+  // <output>_utf8 u8[max_bytes] and <output>_length i64.
   static Status Declare(const Spec& spec, PlanContext& ctx);
   // Resolves the data path and opens one engine (the first thread's), so that a missing
   // or corrupt language fails the config, not the first sample.
   static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
   static Spec ExampleSpec() { return Spec{.max_bytes = 64}; }
 
-  // Rows: -1 for none (max_bytes 0). `conversation_slot` -1: no conversation read.
+  // Rows: -1 for none (max_bytes 0). `conversation_slot` -1: no conversation read;
+  // `output_slot` -1: no value written (write_turn false).
   OcrTextOp(const OcrTextSpec& spec, OcrConfig config, std::unique_ptr<OcrEngine> first,
             int image_slot, int conversation_slot, int output_slot, int utf8_row,
             int length_row);

@@ -340,6 +340,12 @@ TEST(OcrTextConfig, ValidateNamesBadParameters) {
   EXPECT_NE(psm.find("sparse_text"), std::string::npos) << psm;
   EXPECT_NE(message({.max_bytes = -1}).find("ocr.text.max_bytes"), std::string::npos);
   EXPECT_NE(message({.output = ""}).find("ocr.text.output"), std::string::npos);
+  EXPECT_NE(message({.write_turn = false}).find("ocr.text.max_bytes: must be > 0 when write_turn"),
+            std::string::npos);
+  EXPECT_NE(message({.conversation = "conversation", .max_bytes = 8, .write_turn = false})
+                .find("ocr.text.conversation"),
+            std::string::npos);
+  EXPECT_TRUE(OcrTextOp::Validate({.max_bytes = 8, .write_turn = false}, "ocr.text").ok());
 }
 
 TEST(OcrTextConfig, TheModeNamesAreTesseractsNumbers) {
