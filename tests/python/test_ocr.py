@@ -97,9 +97,13 @@ def test_bad_configs_name_the_key(pages):
         headrace.Pipeline(source=source, ops=[ops.decode(), ops.ocr_text(psm="sideways")])
     with pytest.raises(headrace.ConfigError, match=r"reads 'image' as an image.*add image\.decode"):
         headrace.Pipeline(source=source, ops=[ops.ocr_text(max_bytes=16)])
-    # A chain that ends at ocr.text: the turn would be dropped unread; write_turn=False
-    # keeps only the batch fields.
+    # A chain that ends at ocr.text: the planner rejects the turn dropped unread;
+    # write_turn=False keeps only the batch fields.
+    p = headrace.Pipeline(source=source, ops=[ops.decode(), ops.ocr_text(max_bytes=16)])
     with pytest.raises(headrace.ConfigError, match=r"writes 'ocr_text', which no later op reads"):
-        headrace.Pipeline(source=source, ops=[ops.decode(), ops.ocr_text(max_bytes=16)])
-    headrace.Pipeline(source=source,
-                      ops=[ops.decode(), ops.ocr_text(max_bytes=16, write_turn=False)])
+        with headrace.Loader(p) as loader:
+            next(iter(loader))
+    p = headrace.Pipeline(source=source,
+                          ops=[ops.decode(), ops.ocr_text(max_bytes=16, write_turn=False)])
+    with headrace.Loader(p) as loader:
+        assert (np.asarray(next(iter(loader))["ocr_text_length"]) > 10).all()
