@@ -210,6 +210,7 @@ void KeepOpenMpSerialOnThisThread() {
 
 struct OcrEngine::Api {
   tesseract::TessBaseAPI tess;
+  std::vector<uint8_t> gray;  // a colour image's luma; capacity kept between images
   ~Api() { tess.End(); }
 };
 
@@ -238,8 +239,22 @@ Status OcrEngine::Recognize(const ImageView& image, std::string* text) {
   if (image.empty() || image.width < kMinSide || image.height < kMinSide) return Status::Ok();
   KeepOpenMpSerialOnThisThread();
   tesseract::TessBaseAPI& tess = api_->tess;
-  tess.SetImage(image.data, image.width, image.height, image.channels,
-                static_cast<int>(image.stride));
+  if (image.channels == 1) {
+    tess.SetImage(image.data, image.width, image.height, 1, static_cast<int>(image.stride));
+  } else {
+    // Tesseract reads text from luma anyway; given colour it also thresholds each
+    // channel (Otsu per channel), which costs more than this conversion.
+    std::vector<uint8_t>& gray = api_->gray;
+    gray.resize(static_cast<size_t>(image.width) * static_cast<size_t>(image.height));
+    for (int y = 0; y < image.height; ++y) {
+      const uint8_t* in = image.row(y);
+      uint8_t* out = gray.data() + static_cast<size_t>(y) * static_cast<size_t>(image.width);
+      for (int x = 0; x < image.width; ++x, in += image.channels) {
+        out[x] = static_cast<uint8_t>((77 * in[0] + 150 * in[1] + 29 * in[2] + 128) >> 8);
+      }
+    }
+    tess.SetImage(gray.data(), image.width, image.height, 1, image.width);
+  }
   if (tess.Recognize(nullptr) != 0) {
     tess.Clear();
     return Status::Internal("ocr.text: Tesseract failed to recognize a " +
