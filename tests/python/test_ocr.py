@@ -82,6 +82,26 @@ def test_single_block_mode_reads_the_same_words(pages):
     assert same >= SAMPLES - 1
 
 
+def test_tesseract_starts_no_openmp_threads(pages):
+    # Debian's libtesseract would start an OpenMP team of 3 more threads under each
+    # engine thread that recognizes; ocr.text keeps it serial. Same engine, same thread
+    # settings: the process holds as many threads with OCR as without.
+    import os
+
+    def threads_during(chain):
+        p = headrace.Pipeline(source={"manifest": pages / "manifest.jsonl", "fields": FIELDS},
+                              ops=chain, batch_size=2, cpu_threads=2, epochs=2)
+        most = 0
+        with headrace.Loader(p) as loader:
+            for b in loader:
+                most = max(most, len(os.listdir("/proc/self/task")))
+        return most
+
+    ocr = threads_during([ops.decode(), ops.ocr_text(max_bytes=16, write_turn=False)])
+    plain = threads_during([ops.decode(), ops.resize(width=64, height=64), ops.normalize()])
+    assert ocr <= plain + 1, (ocr, plain)
+
+
 def test_bad_configs_name_the_key(pages):
     source = {"manifest": pages / "manifest.jsonl", "fields": FIELDS}
     # The tessdata is looked at when the pipeline is planned (the loader starts).

@@ -36,9 +36,8 @@ constexpr std::pair<PageSegMode, std::string_view> kPageSegModes[] = {
 constexpr std::pair<Role, std::string_view> kRoles[] = {
     {Role::kSystem, "system"}, {Role::kUser, "user"}, {Role::kAssistant, "assistant"}};
 
-// Tesseract cannot find a text line in fewer pixels than this on either side; smaller
-// images (a 1x1 placeholder) are "no text" without asking it, which would print "Image
-// too small to scale!!" on every such sample.
+// Smaller images (a 1x1 placeholder, a 3-pixel sliver) hold no legible text: they are
+// "no text" without asking Tesseract, whose layout analysis has nothing to scale there.
 constexpr int kMinSide = 4;
 
 std::vector<std::string> SplitLanguages(const std::string& language) {
@@ -196,7 +195,9 @@ Result<OcrConfig> ResolveOcrConfig(const OcrTextSpec& spec, const std::string& k
 
 void KeepOpenMpSerialOnThisThread() {
   // Looked up, not linked: the OpenMP runtime is whatever libtesseract brought in (none
-  // for a build without OpenMP), and the engine itself does not use OpenMP.
+  // for a build without OpenMP), and the engine itself does not use OpenMP. glibc
+  // resolves RTLD_DEFAULT in the caller's scope, which holds libtesseract's libgomp
+  // also inside the Python module (loaded RTLD_LOCAL; test_ocr.py counts the threads).
   using SetLevels = void (*)(int);
   static const auto set_levels =
       reinterpret_cast<SetLevels>(dlsym(RTLD_DEFAULT, "omp_set_max_active_levels"));
