@@ -11,7 +11,7 @@ FUZZ_TARGETS := decode manifest config tokenize hf_tokenize tar parquet
 
 PY       := .venv/bin/python
 
-.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-tokenize bench-media bench-ocr clean
+.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-tokenize bench-media clean
 
 all: build
 
@@ -129,6 +129,7 @@ bench-media: build
 	$(PY) bench/media.py --bin $(BUILD)/headrace --json bench/media.json
 
 # ocr.text vs the tesseract command line, pages/s on one thread (bench/ocr.json).
+.PHONY: bench-ocr
 bench-ocr: build
 	$(PY) bench/ocr.py --bin $(BUILD)/headrace --json bench/ocr.json
 
