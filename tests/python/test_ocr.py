@@ -82,6 +82,27 @@ def test_single_block_mode_reads_the_same_words(pages):
     assert same >= SAMPLES - 1
 
 
+def test_a_blank_page_is_empty_text_not_an_error(tmp_path):
+    from PIL import Image
+
+    Image.fromarray(np.full((120, 300), 255, np.uint8)).save(tmp_path / "blank.png")
+    (tmp_path / "m.jsonl").write_text('{"id": "0", "ocr_image": "blank.png"}\n')
+    out = tmp_path / "tok"  # any tokenizer will do
+    headrace.make_sample(str(out), samples=2, seed=1, threads=1)
+    p = headrace.Pipeline(
+        source={"manifest": tmp_path / "m.jsonl", "fields": FIELDS[:1]},
+        ops=[ops.decode(), ops.ocr_text(max_bytes=16),
+             ops.tokenize(model=str(out / "tokenizer.model"), field="ocr_text", max_length=12)],
+        batch_size=1)
+    with headrace.Loader(p) as loader:
+        (b,) = list(loader)
+    assert int(np.asarray(b["ocr_text_length"])[0]) == 0
+    assert not np.asarray(b["ocr_text_utf8"]).any()
+    # BOS, the assistant prefix, the (empty) turn's end and EOS: a row, not an error.
+    mask = np.asarray(b["attention_mask"])[0]
+    assert 3 <= mask.sum() <= 6
+
+
 def test_tesseract_starts_no_openmp_threads(pages):
     # Debian's libtesseract would start an OpenMP team of 3 more threads under each
     # engine thread that recognizes; ocr.text keeps it serial. Same engine, same thread
