@@ -11,6 +11,11 @@ FUZZ_TARGETS := decode manifest config tokenize hf_tokenize tar parquet
 
 PY       := .venv/bin/python
 
+# One compiler name for every build folder: CMake alone picks /usr/bin/c++, pip's build
+# (scikit-build-core) g++, and ccache keys on the name, so with two names the Python
+# build of the same sources missed the cache and compiled the whole core a second time.
+export CXX ?= g++
+
 .PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-tokenize bench-media clean
 
 all: build

@@ -10,7 +10,7 @@ import tarfile
 
 import pytest
 
-from e2e_util import read_report, run_headrace, write_config
+from e2e_util import REPO, read_report, run_headrace, write_config
 
 BUCKET = "headrace-shards"
 
@@ -349,3 +349,34 @@ def test_scalars_come_from_members_even_when_no_op_reads_media(sample_dir, list_
                 labels += [int(x) for x in np.asarray(batch["label"])]
         assert errors == [], source
         assert labels == [i % 7 for i in range(48)], source
+
+
+def test_mixed_video_vqa_samples_give_the_same_batches_from_files_and_shards(headrace_bin,
+                                                                             tmp_path):
+    """examples/video_vqa.yaml and video_vqa_shards.yaml (a clip, a still and a
+    conversation per sample) over one make-sample dataset: shards written by make-sample
+    (--modalities ... --shards) hold each media as its own member, and, unshuffled, the
+    two sources give byte-identical batches."""
+    data = tmp_path / "data" / "multimodal"
+    run_headrace(headrace_bin, "make-sample", "--out", data, "--samples", 20, "--seed", 4,
+                 "--modalities", "video,audio", "--shards", "--shard-size", 200000)
+    shards = sorted((data / "shards").glob("shard-*.tar"))
+    assert len(shards) >= 2, shards
+    with tarfile.open(shards[0]) as tar:
+        names = tar.getnames()
+    assert names[:4] == ["000000000.jpg", "000000000.mp4", "000000000.wav", "000000000.json"]
+
+    digests = {}
+    for example in ("video_vqa", "video_vqa_shards"):
+        report = tmp_path / f"{example}.json"
+        # The examples read data/multimodal relative to the working directory.
+        proc = subprocess.run(
+            [str(headrace_bin), "run", str(REPO / "examples" / f"{example}.yaml"), "--quiet",
+             "--digests", "--report", str(report), "--set", "shuffle=false",
+             "--set", "execution.cpu_threads=2"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        got = read_report(report)
+        assert got["samples"] == 20 and got["errors"]["total"] == 0, got["errors"]
+        digests[example] = got["batch_digests"]
+    assert digests["video_vqa_shards"] == digests["video_vqa"]

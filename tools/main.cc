@@ -10,9 +10,10 @@ constexpr const char* kUsage = R"(usage: headrace COMMAND [ARGS]
 
 commands:
   make-sample --out DIR [--samples N] [--seed S] [--threads T] [--size WxH]
-              [--shards [--shard-size BYTES]]
+              [--shards [--shard-size BYTES]] [--modalities video,audio|all]
       generate a chat-VQA sample dataset: JPEG images, manifest.jsonl, tokenizer.model;
-      --shards: also as WebDataset tar shards with indexes in DIR/shards
+      --shards: also as WebDataset tar shards with indexes in DIR/shards;
+      --modalities: also an H.264 clip and/or a WAV tone per sample
   run CONFIG [--report PATH] [--trace PATH] [--set key=value ...] [--start-batch K]
              [--digests] [--max-batches N] [--print-config] [--quiet]
       run a pipeline against a simulated trainer (trainer.step_ms per batch) and report
@@ -28,8 +29,13 @@ commands:
       put every file under DIR into the bucket (e.g. the sample dataset)
   ls s3://bucket/prefix-or-glob [--page-size N] [--endpoint URL] ...
       list objects (ListObjectsV2, paginated)
-  shard MANIFEST --out DIR [--target-size 256MB]
-      pack a manifest's samples into WebDataset tar shards with .idx.json indexes
+  shard MANIFEST --out DIR [--target-size 256MB] [--media image,video,views:4]
+      pack a manifest's samples into WebDataset tar shards with .idx.json indexes;
+      --media: the manifest keys whose files become members (KEY:N for a list)
+  plan [PLAN.yaml] [--preset sources-example] [--from-report PATH] [--instance NAME]
+       [--json] [--NAME VALUE ...]   (`headrace plan --help` lists the inputs)
+      capacity: vCPUs and CPU-only nodes per GPU node for a target wait-time ratio, GPU
+      utilization on the GPU nodes' own vCPUs, I/O hours of materializing vs streaming
 )";
 
 }  // namespace
@@ -48,9 +54,10 @@ int main(int argc, char** argv) {
   if (command == "upload") return headrace::tools::UploadCommand(args);
   if (command == "ls") return headrace::tools::ListCommand(args);
   if (command == "shard") return headrace::tools::ShardCommand(args);
+  if (command == "plan") return headrace::tools::PlanCommand(args);
   std::fprintf(stderr,
                "headrace: unknown command '%s' (allowed: make-sample, run, bench, upload, ls, "
-               "shard)\n%s",
+               "shard, plan)\n%s",
                command.c_str(), kUsage);
   return 2;
 }

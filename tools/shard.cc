@@ -1,6 +1,7 @@
 #include "shard.h"
 
 #include <cctype>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -81,6 +82,70 @@ Status WriteFile(const fs::path& path, std::string_view text) {
   return Status::Ok();
 }
 
+// The source fields `--media` names: "image" or "views:4" (a list of up to 4), each
+// media of no particular kind (the bytes are copied, never decoded). Empty: none, i.e.
+// the manifest's LLaVA form (its "image").
+Result<std::vector<SourceFieldSpec>> MediaFields(const std::vector<std::string>& media) {
+  std::vector<SourceFieldSpec> fields;
+  if (media.empty()) return fields;
+  for (const std::string& entry : media) {
+    SourceFieldSpec& field = fields.emplace_back();
+    field.kind = FieldKind::kBytes;
+    field.name = entry;
+    const size_t colon = entry.find(':');
+    if (colon != std::string::npos) {
+      field.name = entry.substr(0, colon);
+      const std::string count = entry.substr(colon + 1);
+      char* end = nullptr;
+      const long n = std::strtol(count.c_str(), &end, 10);
+      if (count.empty() || *end != '\0' || n < 1 || n > 1024) {
+        return Status::InvalidArgument("shard: media '" + entry +
+                                       "': a list is KEY:N with N in [1, 1024]");
+      }
+      field.max_items = static_cast<int>(n);
+    }
+    if (field.name.empty() || field.name == "json") {
+      return Status::InvalidArgument("shard: media '" + entry + "': a manifest key is needed "
+                                     "(and 'json' is the record's own member)");
+    }
+    for (size_t f = 0; f + 1 < fields.size(); ++f) {
+      if (fields[f].name == field.name) {
+        return Status::InvalidArgument("shard: media key '" + field.name + "' given twice");
+      }
+    }
+  }
+  // The conversation stays in the .json member; parsing it here only checks the record.
+  fields.push_back(SourceFieldSpec{.name = "conversations", .kind = FieldKind::kConversation});
+  return fields;
+}
+
+// The member name of each of the record's media items: <key>.<ext>, or <key>.<n>.<ext>
+// for item n of a list field. kInvalidArgument when two items would share a name.
+Result<std::vector<std::string>> MemberNames(const std::string& key, const SampleRecord& record,
+                                             const std::vector<SourceFieldSpec>& fields) {
+  std::vector<std::string> names;
+  std::vector<int> items(fields.size() + 1, 0);
+  for (const MediaRef& ref : record.media) {
+    const bool list = ref.field < static_cast<int>(fields.size()) && fields[ref.field].max_items > 0;
+    std::string name = key + ".";
+    if (list) name += std::to_string(items[ref.field]++) + ".";
+    name += Extension(ref.uri);
+    for (size_t other = 0; other < names.size(); ++other) {
+      if (names[other] == name) {
+        const auto field_name = [&](int f) {
+          return f < static_cast<int>(fields.size()) ? fields[f].name : std::string("image");
+        };
+        return Status::InvalidArgument(
+            "line " + std::to_string(record.line) + ": '" + field_name(record.media[other].field) +
+            "' and '" + field_name(ref.field) + "' would both be member " + name +
+            ": give one of them another file extension");
+      }
+    }
+    names.push_back(std::move(name));
+  }
+  return names;
+}
+
 struct ShardEntry {
   std::string name;
   int64_t bytes = 0;
@@ -124,6 +189,7 @@ Result<ShardStats> WriteShards(const ShardOptions& options) {
   const std::unique_ptr<Storage> storage = MakeLocalStorage();
   SourceSpec spec;
   spec.manifest = options.manifest;
+  HR_ASSIGN_OR_RETURN(spec.fields, MediaFields(options.media));
   HR_ASSIGN_OR_RETURN(const Buffer manifest_bytes, storage->Read(options.manifest));
   HR_ASSIGN_OR_RETURN(const Manifest manifest,
                       ParseManifest(manifest_bytes, options.manifest, spec));
@@ -147,19 +213,21 @@ Result<ShardStats> WriteShards(const ShardOptions& options) {
                               record.status.ToString());
       continue;
     }
-    Buffer media;
-    if (!record.uri().empty()) {
-      auto read = storage->Read(record.uri());
+    const std::string key = Key(static_cast<int64_t>(i));
+    HR_ASSIGN_OR_RETURN(const std::vector<std::string> names,
+                        MemberNames(key, record, spec.fields));
+    std::vector<Buffer> media;
+    const std::string_view json = lines[record.line - 1];
+    int64_t sample_bytes = TarBytes(static_cast<int64_t>(json.size()));
+    for (const MediaRef& ref : record.media) {
+      auto read = storage->Read(ref.uri);
       if (!read.ok()) {
         return Status(read.status().code(),
                       "line " + std::to_string(record.line) + ": " + read.status().message());
       }
-      media = *std::move(read);
+      sample_bytes += TarBytes(static_cast<int64_t>(read->size()));
+      media.push_back(*std::move(read));
     }
-    const std::string_view json = lines[record.line - 1];
-    const int64_t sample_bytes =
-        TarBytes(static_cast<int64_t>(json.size())) +
-        (record.uri().empty() ? 0 : TarBytes(static_cast<int64_t>(media.size())));
     if (writer != nullptr && open_bytes + sample_bytes > options.target_bytes) {
       HR_RETURN_IF_ERROR(close_shard());
     }
@@ -170,10 +238,9 @@ Result<ShardStats> WriteShards(const ShardOptions& options) {
       HR_ASSIGN_OR_RETURN(writer, TarWriter::Open((out_dir / entry.name).string()));
       open_bytes = 1024;  // the two zero blocks that end an archive
     }
-    const std::string key = Key(static_cast<int64_t>(i));
-    if (!record.uri().empty()) {
-      HR_RETURN_IF_ERROR(writer->Add(key + "." + Extension(record.uri()),
-                                     std::span<const uint8_t>(media.data(), media.size())));
+    for (size_t m = 0; m < media.size(); ++m) {
+      HR_RETURN_IF_ERROR(
+          writer->Add(names[m], std::span<const uint8_t>(media[m].data(), media[m].size())));
     }
     HR_RETURN_IF_ERROR(writer->Add(key + ".json", Span(json)));
     open_bytes += sample_bytes;

@@ -6,6 +6,10 @@
 //                              <key>.json (the record's manifest line as written), key =
 //                              the record's index (Manifest::records) as 9 digits,
 //                              "000000017". A text-only record has only <key>.json.
+//                              With `media` (several media keys: an image, a video and
+//                              an audio clip per sample), one member per item:
+//                              <key>.<ext> for a single item, <key>.<n>.<ext> for item n
+//                              of a list (the names a shard source's `fields` read).
 //   shard-000000.tar.idx.json  the shard's index (formats/tar_shard.h: ShardIndex)
 //   shards.json                {"format": "headrace.shards", "version": 1,
 //                               "samples": N, "skipped": S, "shards": [{"shard":
@@ -33,6 +37,10 @@ struct ShardOptions {
   std::string manifest;  // JSONL, as `make-sample` writes it; media relative to its folder
   std::string out_dir;   // created if missing
   int64_t target_bytes = 256LL << 20;
+  // The manifest keys whose paths become members, each "KEY" (a path) or "KEY:N" (a list
+  // of up to N paths). Empty: the LLaVA record's one image ("image"). Two items of a
+  // record that would get the same member name (two .jpg keys) fail the run, naming both.
+  std::vector<std::string> media;
 };
 
 struct ShardStats {

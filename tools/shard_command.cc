@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdio>
 
 #include "commands.h"
@@ -37,9 +38,16 @@ int ShardCommand(const Args& args) {
   std::string value;
   while (!r.done()) {
     const std::string flag = r.peek();
-    if (flag == "--out" || flag == "--target-size") {
+    if (flag == "--out" || flag == "--target-size" || flag == "--media") {
       if (!r.Value(flag, &value)) return 2;
       if (flag == "--out") options.out_dir = value;
+      if (flag == "--media") {
+        for (size_t begin = 0; begin <= value.size();) {
+          const size_t comma = std::min(value.find(',', begin), value.size());
+          options.media.push_back(value.substr(begin, comma - begin));
+          begin = comma + 1;
+        }
+      }
       if (flag == "--target-size" && !ParseSize(value, &options.target_bytes)) {
         std::fprintf(stderr,
                      "headrace shard: --target-size needs a size such as 256MB or 1GiB, got "
@@ -52,7 +60,7 @@ int ShardCommand(const Args& args) {
     if (flag.starts_with("--") || !options.manifest.empty()) {
       std::fprintf(stderr,
                    "headrace shard: unexpected '%s' (usage: headrace shard MANIFEST --out DIR "
-                   "[--target-size 256MB])\n",
+                   "[--target-size 256MB] [--media image,video,views:4])\n",
                    flag.c_str());
       return 2;
     }

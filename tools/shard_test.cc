@@ -15,7 +15,8 @@
 #include "make_sample.h"
 #include "test_files.h"
 
-namespace headrace {
+// Its own namespace: the folder's tests compile as one unity file (CMakeLists.txt).
+namespace headrace::shard_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -195,5 +196,69 @@ TEST_F(ShardTest, MissingMediaFailsNamingTheLine) {
   EXPECT_NE(stats.status().message().find("line 1"), std::string::npos);
 }
 
+
+// A manifest of several media per record (made-up bytes: shard copies, never decodes).
+fs::path WriteMultiMedia(const fs::path& dir, const std::string& second_image_key) {
+  fs::create_directories(dir);
+  for (const char* name : {"a.jpg", "a.mp4", "a.wav", "v0.png", "v1.png", "b.jpg", "c.jpg"}) {
+    std::ofstream(dir / name, std::ios::binary) << "bytes of " << name;
+  }
+  const fs::path manifest = dir / "multi.jsonl";
+  std::ofstream out(manifest, std::ios::binary);
+  out << R"({"id":"0","image":"a.jpg","video":"a.mp4","audio":"a.wav","views":["v0.png","v1.png"],)"
+      << R"("conversations":[{"from":"human","value":"hi"}]})" << "\n";
+  out << R"({"id":"1","image":"b.jpg",")" << second_image_key
+      << R"(":"c.jpg","conversations":[]})" << "\n";
+  return manifest;
+}
+
+TEST_F(ShardTest, EachMediaKeyBecomesAMemberAndListItemsAreNumbered) {
+  ShardOptions options = Options("multi");
+  options.manifest = WriteMultiMedia(root_ / "multi_src", "poster").string();
+  options.media = {"image", "video", "audio", "views:4"};
+  auto stats = WriteShards(options);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  ASSERT_EQ(stats->shards, 1);
+  const std::string tar = ReadFile(fs::path(options.out_dir) / "shard-000000.tar");
+  const TarListing listing = ListTarMembers(Span(tar));
+  ASSERT_TRUE(listing.status.ok()) << listing.status.ToString();
+  std::vector<std::string> names;
+  for (const TarMember& m : listing.members) {
+    names.push_back(m.name);
+    const std::string data = tar.substr(static_cast<size_t>(m.offset), static_cast<size_t>(m.size));
+    if (m.name == "000000000.mp4") EXPECT_EQ(data, "bytes of a.mp4");
+    if (m.name == "000000000.1.png") EXPECT_EQ(data, "bytes of v1.png");
+    if (m.name == "000000001.jpg") EXPECT_EQ(data, "bytes of b.jpg");
+  }
+  // Record 1's "poster" is not a media key here: it stays in the JSON only.
+  EXPECT_EQ(names, (std::vector<std::string>{"000000000.jpg", "000000000.mp4", "000000000.wav",
+                                             "000000000.0.png", "000000000.1.png",
+                                             "000000000.json", "000000001.jpg",
+                                             "000000001.json"}));
+}
+
+TEST_F(ShardTest, TwoMediaOfOneExtensionFailNamingBothKeys) {
+  ShardOptions options = Options("clash");
+  options.manifest = WriteMultiMedia(root_ / "clash_src", "thumb").string();
+  options.media = {"image", "thumb"};
+  auto stats = WriteShards(options);
+  ASSERT_EQ(stats.status().code(), StatusCode::kInvalidArgument) << stats.status().ToString();
+  EXPECT_NE(stats.status().message().find("line 2: 'image' and 'thumb'"), std::string::npos)
+      << stats.status().message();
+}
+
+TEST_F(ShardTest, BadMediaKeysAreRefusedBeforeAnyShard) {
+  for (const std::string& bad : {"views:0", "views:x", "json", "", ":3"}) {
+    ShardOptions options = Options("bad_media");
+    options.media = {"image", bad};
+    auto stats = WriteShards(options);
+    EXPECT_EQ(stats.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_FALSE(fs::exists(fs::path(options.out_dir) / "shard-000000.tar")) << bad;
+  }
+  ShardOptions twice = Options("bad_media");
+  twice.media = {"image", "image"};
+  EXPECT_EQ(WriteShards(twice).status().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
-}  // namespace headrace
+}  // namespace headrace::shard_test

@@ -18,7 +18,8 @@
 #include <thread>
 #include <vector>
 
-namespace headrace {
+// Its own namespace: the folder's tests compile as one unity file (CMakeLists.txt).
+namespace headrace::parquet_table_test {
 namespace {
 
 std::string_view AsView(const Buffer& b) {
@@ -598,4 +599,4 @@ TEST(ParquetLinkage, OpenSslAndSimdjsonResolveToDebiansLibrariesNotTheWheels) {
 }
 
 }  // namespace
-}  // namespace headrace
+}  // namespace headrace::parquet_table_test

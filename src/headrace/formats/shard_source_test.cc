@@ -9,7 +9,8 @@
 #include <string>
 #include <vector>
 
-namespace headrace {
+// Its own namespace: the folder's tests compile as one unity file (CMakeLists.txt).
+namespace headrace::shard_source_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -389,4 +390,4 @@ TEST(ParseConversationJson, ReadsTurnsWithTheManifestKeys) {
 }
 
 }  // namespace
-}  // namespace headrace
+}  // namespace headrace::shard_source_test

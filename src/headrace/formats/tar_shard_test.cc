@@ -15,7 +15,8 @@
 #include <string>
 #include <vector>
 
-namespace headrace {
+// Its own namespace: the folder's tests compile as one unity file (CMakeLists.txt).
+namespace headrace::tar_shard_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -299,4 +300,4 @@ TEST(ShardIndex, RejectsMalformedIndexes) {
 }
 
 }  // namespace
-}  // namespace headrace
+}  // namespace headrace::tar_shard_test

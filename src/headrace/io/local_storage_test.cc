@@ -11,7 +11,8 @@
 
 #include "headrace/io/storage.h"
 
-namespace headrace {
+// Its own namespace: the folder's tests compile as one unity file (CMakeLists.txt).
+namespace headrace::local_storage_test {
 namespace {
 
 std::filesystem::path TestDir() {
@@ -246,4 +247,4 @@ TEST(LocalStorage, RangedReadRefusesALinkBelowTheRoot) {
 }
 
 }  // namespace
-}  // namespace headrace
+}  // namespace headrace::local_storage_test

@@ -9,7 +9,8 @@
 
 #include "headrace/io/loopback_server.h"
 
-namespace headrace {
+// Its own namespace: the folder's tests compile as one unity file (CMakeLists.txt).
+namespace headrace::object_storage_test {
 namespace {
 
 Buffer Bytes(size_t n, uint8_t seed) {
@@ -409,4 +410,4 @@ TEST(OpenStorage, RouterForwardsRangedReads) {
 }
 
 }  // namespace
-}  // namespace headrace
+}  // namespace headrace::object_storage_test
