@@ -94,10 +94,12 @@ int MakeSampleCommand(const Args& args) {
     shard_options.manifest = options.out_dir + "/manifest.jsonl";
     shard_options.out_dir = options.out_dir + "/shards";
     if (shard_bytes > 0) shard_options.target_bytes = shard_bytes;
-    // Several media per sample: each its own member (<key>.jpg, <key>.mp4, <key>.wav).
-    if (options.video || options.audio) shard_options.media.push_back("image");
+    // Several media per sample: each its own member (<key>.jpg, <key>.mp4, <key>.wav,
+    // <key>.png for the OCR page).
+    if (options.video || options.audio || options.ocr) shard_options.media.push_back("image");
     if (options.video) shard_options.media.push_back("video");
     if (options.audio) shard_options.media.push_back("audio");
+    if (options.ocr) shard_options.media.push_back("ocr_image");
     auto written = WriteShards(shard_options);
     if (!written.ok()) {
       std::fprintf(stderr, "headrace make-sample: --shards: %s\n",
