@@ -133,5 +133,10 @@ bench-tokenize: build
 bench-media: build
 	$(PY) bench/media.py --bin $(BUILD)/headrace --json bench/media.json
 
+# ocr.text vs the tesseract command line, pages/s on one thread (bench/ocr.json).
+.PHONY: bench-ocr
+bench-ocr: build
+	$(PY) bench/ocr.py --bin $(BUILD)/headrace --json bench/ocr.json
+
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-py $(FUZZ_BUILD) out

@@ -14,6 +14,7 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev
   libcurl4-openssl-dev libssl-dev openssl
   libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev ffmpeg
+  libtesseract-dev tesseract-ocr tesseract-ocr-eng libfreetype-dev fonts-dejavu-core
   python3 python3-venv
 )
 

@@ -24,6 +24,7 @@
 #include "headrace/core/clock.h"
 #include "headrace/core/rng.h"
 #include "headrace/ops/av/av_encode.h"
+#include "make_sample_ocr.h"
 
 namespace headrace {
 namespace {
@@ -744,7 +745,8 @@ void AppendJsonString(std::string& out, std::string_view s) {
 
 std::string ManifestLine(const std::string& id, const std::string& image,
                          const std::vector<QA>& conversation, const std::string& video = "",
-                         const std::string& audio = "") {
+                         const std::string& audio = "", const std::string& ocr_image = "",
+                         const std::vector<std::string>& ocr_lines = {}) {
   std::string line = "{\"id\":";
   AppendJsonString(line, id);
   line += ",\"image\":";
@@ -756,6 +758,14 @@ std::string ManifestLine(const std::string& id, const std::string& image,
   if (!audio.empty()) {
     line += ",\"audio\":";
     AppendJsonString(line, audio);
+  }
+  if (!ocr_image.empty()) {
+    line += ",\"ocr_image\":";
+    AppendJsonString(line, ocr_image);
+    std::string text;
+    for (const std::string& l : ocr_lines) text += (text.empty() ? "" : "\n") + l;
+    line += ",\"ocr_text\":";
+    AppendJsonString(line, text);
   }
   line += ",\"conversations\":[";
   for (size_t i = 0; i < conversation.size(); ++i) {
@@ -969,9 +979,10 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
 
   const fs::path root(options.out_dir);
   std::error_code ec;
-  for (const char* dir : {"images", "videos", "audio"}) {
+  for (const char* dir : {"images", "videos", "audio", "ocr"}) {
     if (std::string_view(dir) == "videos" && !options.video) continue;
     if (std::string_view(dir) == "audio" && !options.audio) continue;
+    if (std::string_view(dir) == "ocr" && !options.ocr) continue;
     fs::create_directories(root / dir, ec);
     if (ec) return Status::IoError("cannot create " + (root / dir).string() + ": " + ec.message());
   }
@@ -987,6 +998,7 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
   std::atomic<int64_t> image_bytes{0};
   std::atomic<int64_t> video_bytes{0};
   std::atomic<int64_t> audio_bytes{0};
+  std::atomic<int64_t> ocr_bytes{0};
   std::atomic<bool> failed{false};
   std::mutex error_mutex;
   Status first_error;  // guarded by error_mutex
@@ -1028,8 +1040,19 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
         }
         audio_bytes.fetch_add(*tone, std::memory_order_relaxed);
       }
+      std::string ocr_image;
+      if (options.ocr) {
+        ocr_image = std::string("ocr/") + id + ".png";
+        auto page = WriteOcrPage(i, root / ocr_image);
+        if (!page.ok()) {
+          status = page.status();
+          break;
+        }
+        ocr_bytes.fetch_add(*page, std::memory_order_relaxed);
+      }
       conversations[i] = MakeConversation(scene, HashKeys(key, 2));
-      lines[i] = ManifestLine(id, image, conversations[i], video, audio);
+      lines[i] = ManifestLine(id, image, conversations[i], video, audio, ocr_image,
+                              options.ocr ? OcrLines(i) : std::vector<std::string>{});
     }
     if (!status.ok()) {
       failed.store(true);
@@ -1054,6 +1077,7 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
   stats.image_bytes = image_bytes.load();
   stats.video_bytes = video_bytes.load();
   stats.audio_bytes = audio_bytes.load();
+  stats.ocr_bytes = ocr_bytes.load();
   stats.seconds = SecondsSince(start);
   return stats;
 }

@@ -11,6 +11,7 @@
 //                          shape, count, position, background, a caption)
 //   videos/000000.mp4 ...  with `video`: H.264 clips of the same scenes (see below)
 //   audio/000000.wav ...   with `audio`: tones (see below)
+//   ocr/000000.png ...     with `ocr`: pages of rendered words (make_sample_ocr.h)
 //   tokenizer.model/.vocab a SentencePiece BPE model trained on the conversations' text:
 //                            ids 0 <unk>, 1 <s> (BOS), 2 </s> (EOS), 3 <pad>,
 //                            4..7 the user-defined symbols <image> <|system|> <|user|>
@@ -50,6 +51,9 @@ struct MakeSampleOptions {
   // `--modalities audio`: audio/<id>.wav, 16 kHz mono, 1.5 s of a tone at
   // AudioToneHz(i) (a fade at both ends), and a manifest key "audio".
   bool audio = false;
+  // `--modalities ocr`: ocr/<id>.png, a page of two lines of known words
+  // (make_sample_ocr.h), and manifest keys "ocr_image" and "ocr_text".
+  bool ocr = false;
 };
 
 // The tone of sample i's audio clip: 200 + 50 * (i % 12) Hz, for tests to check.
@@ -60,6 +64,7 @@ struct MakeSampleStats {
   int64_t image_bytes = 0;  // total size of the JPEG files
   int64_t video_bytes = 0;  // total size of the MP4 files (with `video`)
   int64_t audio_bytes = 0;  // total size of the WAV files (with `audio`)
+  int64_t ocr_bytes = 0;    // total size of the OCR pages' PNG files (with `ocr`)
   double seconds = 0;       // wall time, tokenizer training included
 };
 

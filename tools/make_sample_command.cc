@@ -30,18 +30,18 @@ int MakeSampleCommand(const Args& args) {
     }
     if (!r.Value(flag, &value)) return 2;
     if (flag == "--modalities") {
-      // Images always; the rest by name. Point clouds and OCR pages come with their
-      // operators.
+      // Images always; the rest by name. Point clouds come with their operators.
       for (size_t start = 0; start <= value.size();) {
         size_t comma = value.find(',', start);
         if (comma == std::string::npos) comma = value.size();
         const std::string m = value.substr(start, comma - start);
         if (m == "video" || m == "all") options.video = true;
         if (m == "audio" || m == "all") options.audio = true;
-        if (m != "image" && m != "video" && m != "audio" && m != "all") {
+        if (m == "ocr" || m == "all") options.ocr = true;
+        if (m != "image" && m != "video" && m != "audio" && m != "ocr" && m != "all") {
           std::fprintf(stderr,
                        "headrace make-sample: --modalities: unknown modality '%s' (allowed: "
-                       "image, video, audio, all)\n",
+                       "image, video, audio, ocr, all)\n",
                        m.c_str());
           return 2;
         }
@@ -83,6 +83,7 @@ int MakeSampleCommand(const Args& args) {
   std::string more;
   if (options.video) more += ", " + std::to_string(stats->video_bytes / 1000) + " KB of H.264";
   if (options.audio) more += ", " + std::to_string(stats->audio_bytes / 1000) + " KB of WAV";
+  if (options.ocr) more += ", " + std::to_string(stats->ocr_bytes / 1000) + " KB of OCR PNG";
   std::printf("wrote %lld samples (%.1f MB of JPEG%s) to %s in %.1f s\n",
               static_cast<long long>(stats->samples), stats->image_bytes / 1e6, more.c_str(),
               options.out_dir.c_str(), stats->seconds);
@@ -93,10 +94,12 @@ int MakeSampleCommand(const Args& args) {
     shard_options.manifest = options.out_dir + "/manifest.jsonl";
     shard_options.out_dir = options.out_dir + "/shards";
     if (shard_bytes > 0) shard_options.target_bytes = shard_bytes;
-    // Several media per sample: each its own member (<key>.jpg, <key>.mp4, <key>.wav).
-    if (options.video || options.audio) shard_options.media.push_back("image");
+    // Several media per sample: each its own member (<key>.jpg, <key>.mp4, <key>.wav,
+    // <key>.png for the OCR page).
+    if (options.video || options.audio || options.ocr) shard_options.media.push_back("image");
     if (options.video) shard_options.media.push_back("video");
     if (options.audio) shard_options.media.push_back("audio");
+    if (options.ocr) shard_options.media.push_back("ocr_image");
     auto written = WriteShards(shard_options);
     if (!written.ok()) {
       std::fprintf(stderr, "headrace make-sample: --shards: %s\n",

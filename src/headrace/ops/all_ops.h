@@ -23,6 +23,7 @@
 #include "headrace/ops/image/rand_augment.h"
 #include "headrace/ops/image/random_resized_crop.h"
 #include "headrace/ops/image/resize.h"
+#include "headrace/ops/ocr/text.h"
 #include "headrace/ops/text/tokenize.h"
 #include "headrace/ops/video/decode.h"
 
@@ -71,6 +72,7 @@ using AllOps = OpList<DecodeOp,             //
                       VideoDecodeOp,        //
                       AudioDecodeOp,        //
                       AudioResampleOp,      //
-                      AudioCropOp>;
+                      AudioCropOp,          //
+                      OcrTextOp>;
 
 }  // namespace headrace
