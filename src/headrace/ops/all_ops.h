@@ -19,6 +19,9 @@
 #include "headrace/ops/image/normalize.h"
 #include "headrace/ops/image/random_resized_crop.h"
 #include "headrace/ops/image/resize.h"
+#include "headrace/ops/pointcloud/augment.h"
+#include "headrace/ops/pointcloud/read.h"
+#include "headrace/ops/pointcloud/voxelize.h"
 #include "headrace/ops/text/tokenize.h"
 #include "headrace/ops/video/decode.h"
 
@@ -63,6 +66,9 @@ using AllOps = OpList<DecodeOp,             //
                       VideoDecodeOp,        //
                       AudioDecodeOp,        //
                       AudioResampleOp,      //
-                      AudioCropOp>;
+                      AudioCropOp,          //
+                      PointReadOp,          //
+                      PointAugmentOp,       //
+                      VoxelizeOp>;
 
 }  // namespace headrace
