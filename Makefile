@@ -7,7 +7,7 @@ CMAKE_FLAGS ?=
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 10
-FUZZ_TARGETS := decode manifest config tokenize hf_tokenize tar parquet
+FUZZ_TARGETS := decode manifest config tokenize hf_tokenize tar parquet pointcloud
 
 PY       := .venv/bin/python
 

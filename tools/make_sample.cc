@@ -744,7 +744,7 @@ void AppendJsonString(std::string& out, std::string_view s) {
 
 std::string ManifestLine(const std::string& id, const std::string& image,
                          const std::vector<QA>& conversation, const std::string& video = "",
-                         const std::string& audio = "") {
+                         const std::string& audio = "", const std::string& pointcloud = "") {
   std::string line = "{\"id\":";
   AppendJsonString(line, id);
   line += ",\"image\":";
@@ -756,6 +756,10 @@ std::string ManifestLine(const std::string& id, const std::string& image,
   if (!audio.empty()) {
     line += ",\"audio\":";
     AppendJsonString(line, audio);
+  }
+  if (!pointcloud.empty()) {
+    line += ",\"pointcloud\":";
+    AppendJsonString(line, pointcloud);
   }
   line += ",\"conversations\":[";
   for (size_t i = 0; i < conversation.size(); ++i) {
@@ -969,9 +973,10 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
 
   const fs::path root(options.out_dir);
   std::error_code ec;
-  for (const char* dir : {"images", "videos", "audio"}) {
+  for (const char* dir : {"images", "videos", "audio", "pointclouds"}) {
     if (std::string_view(dir) == "videos" && !options.video) continue;
     if (std::string_view(dir) == "audio" && !options.audio) continue;
+    if (std::string_view(dir) == "pointclouds" && !options.pointcloud) continue;
     fs::create_directories(root / dir, ec);
     if (ec) return Status::IoError("cannot create " + (root / dir).string() + ": " + ec.message());
   }
@@ -987,6 +992,7 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
   std::atomic<int64_t> image_bytes{0};
   std::atomic<int64_t> video_bytes{0};
   std::atomic<int64_t> audio_bytes{0};
+  std::atomic<int64_t> pointcloud_bytes{0};
   std::atomic<bool> failed{false};
   std::mutex error_mutex;
   Status first_error;  // guarded by error_mutex
@@ -1028,8 +1034,18 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
         }
         audio_bytes.fetch_add(*tone, std::memory_order_relaxed);
       }
+      std::string pointcloud;
+      if (options.pointcloud) {
+        pointcloud = std::string("pointclouds/") + id + ".bin";
+        auto cloud = WritePointCloud(key, (root / pointcloud).string());
+        if (!cloud.ok()) {
+          status = cloud.status();
+          break;
+        }
+        pointcloud_bytes.fetch_add(*cloud, std::memory_order_relaxed);
+      }
       conversations[i] = MakeConversation(scene, HashKeys(key, 2));
-      lines[i] = ManifestLine(id, image, conversations[i], video, audio);
+      lines[i] = ManifestLine(id, image, conversations[i], video, audio, pointcloud);
     }
     if (!status.ok()) {
       failed.store(true);
@@ -1054,6 +1070,7 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
   stats.image_bytes = image_bytes.load();
   stats.video_bytes = video_bytes.load();
   stats.audio_bytes = audio_bytes.load();
+  stats.pointcloud_bytes = pointcloud_bytes.load();
   stats.seconds = SecondsSince(start);
   return stats;
 }

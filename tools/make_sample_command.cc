@@ -30,18 +30,18 @@ int MakeSampleCommand(const Args& args) {
     }
     if (!r.Value(flag, &value)) return 2;
     if (flag == "--modalities") {
-      // Images always; the rest by name. Point clouds and OCR pages come with their
-      // operators.
+      // Images always; the rest by name. OCR pages come with their operator.
       for (size_t start = 0; start <= value.size();) {
         size_t comma = value.find(',', start);
         if (comma == std::string::npos) comma = value.size();
         const std::string m = value.substr(start, comma - start);
         if (m == "video" || m == "all") options.video = true;
         if (m == "audio" || m == "all") options.audio = true;
-        if (m != "image" && m != "video" && m != "audio" && m != "all") {
+        if (m == "pointcloud" || m == "all") options.pointcloud = true;
+        if (m != "image" && m != "video" && m != "audio" && m != "pointcloud" && m != "all") {
           std::fprintf(stderr,
                        "headrace make-sample: --modalities: unknown modality '%s' (allowed: "
-                       "image, video, audio, all)\n",
+                       "image, video, audio, pointcloud, all)\n",
                        m.c_str());
           return 2;
         }
@@ -83,6 +83,9 @@ int MakeSampleCommand(const Args& args) {
   std::string more;
   if (options.video) more += ", " + std::to_string(stats->video_bytes / 1000) + " KB of H.264";
   if (options.audio) more += ", " + std::to_string(stats->audio_bytes / 1000) + " KB of WAV";
+  if (options.pointcloud) {
+    more += ", " + std::to_string(stats->pointcloud_bytes / 1000) + " KB of point clouds";
+  }
   std::printf("wrote %lld samples (%.1f MB of JPEG%s) to %s in %.1f s\n",
               static_cast<long long>(stats->samples), stats->image_bytes / 1e6, more.c_str(),
               options.out_dir.c_str(), stats->seconds);

@@ -21,6 +21,7 @@
 #include "headrace/ops/image/resize.h"
 #include "headrace/ops/pointcloud/augment.h"
 #include "headrace/ops/pointcloud/read.h"
+#include "headrace/ops/pointcloud/sample.h"
 #include "headrace/ops/pointcloud/voxelize.h"
 #include "headrace/ops/text/tokenize.h"
 #include "headrace/ops/video/decode.h"
@@ -69,6 +70,7 @@ using AllOps = OpList<DecodeOp,             //
                       AudioCropOp,          //
                       PointReadOp,          //
                       PointAugmentOp,       //
-                      VoxelizeOp>;
+                      VoxelizeOp,           //
+                      PointSampleOp>;
 
 }  // namespace headrace
