@@ -19,7 +19,7 @@ FIELDS = [{"name": "pointcloud", "kind": "pointcloud", "required": True}]
 RANGE = [0.0, -20.0, -3.0, 40.0, 20.0, 1.0]
 VOXEL = [0.4, 0.4, 4.0]
 MAX_POINTS = 8
-MAX_VOXELS = 3000
+MAX_VOXELS = 8000
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def test_voxels_match_numpy_on_each_samples_file(scenes):
         for row, index in enumerate(b["index"]):
             points = cloud(scenes, int(index))
             voxels, coords, num, count = voxelize(points)
-            assert 1000 < count < MAX_VOXELS  # a real scene, not the limit
+            assert 1000 < count < MAX_VOXELS, count  # a real scene, not the limit
             assert b["pillars_count"][row] == count
             np.testing.assert_array_equal(b["pillars_coords"][row], coords)
             np.testing.assert_array_equal(b["pillars_num_points"][row], num)

@@ -29,37 +29,37 @@ class CellTable {
  public:
   void Prepare(int max_voxels) {
     const size_t want = std::bit_ceil(static_cast<size_t>(max_voxels) * 2);
-    if (keys_.size() < want) {
-      keys_.assign(want, kEmpty);
-      rows_.assign(want, 0);
-    }
-    mask_ = keys_.size() - 1;
-    shift_ = 64 - std::countr_zero(keys_.size());
+    if (entries_.size() < want) entries_.assign(want, Entry{});
+    mask_ = entries_.size() - 1;
+    shift_ = 64 - std::countr_zero(entries_.size());
     used_.clear();
   }
   // The row of `cell`, or -1 when it has none; `slot` is where it would go.
   int32_t Find(int64_t cell, size_t& slot) const {
     slot = static_cast<size_t>((static_cast<uint64_t>(cell) * 0x9E3779B97F4A7C15ULL) >> shift_);
-    while (keys_[slot] != kEmpty) {
-      if (keys_[slot] == cell) return rows_[slot];
+    while (entries_[slot].cell != kEmpty) {
+      if (entries_[slot].cell == cell) return entries_[slot].row;
       slot = (slot + 1) & mask_;
     }
     return -1;
   }
   void Insert(size_t slot, int64_t cell, int32_t row) {
-    keys_[slot] = cell;
-    rows_[slot] = row;
+    entries_[slot] = Entry{cell, row};
     used_.push_back(slot);
   }
   void Clear() {
-    for (size_t slot : used_) keys_[slot] = kEmpty;
+    for (size_t slot : used_) entries_[slot].cell = kEmpty;
     used_.clear();
   }
 
  private:
   static constexpr int64_t kEmpty = -1;
-  std::vector<int64_t> keys_;
-  std::vector<int32_t> rows_;
+  // Key and row side by side: a lookup touches one cache line.
+  struct Entry {
+    int64_t cell = kEmpty;
+    int32_t row = 0;
+  };
+  std::vector<Entry> entries_;
   std::vector<size_t> used_;
   size_t mask_ = 0;
   int shift_ = 64;
