@@ -16,7 +16,7 @@ PY       := .venv/bin/python
 # build of the same sources missed the cache and compiled the whole core a second time.
 export CXX ?= g++
 
-.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-tokenize bench-media clean
+.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-tokenize bench-media bench-pointcloud clean
 
 all: build
 
@@ -132,6 +132,9 @@ bench-tokenize: build
 # video.decode and audio.decode vs the ffmpeg command line, one thread (bench/media.json).
 bench-media: build
 	$(PY) bench/media.py --bin $(BUILD)/headrace --json bench/media.json
+
+bench-pointcloud: build
+	$(PY) bench/pointcloud.py --bin $(BUILD)/headrace --json bench/pointcloud.json
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-py $(FUZZ_BUILD) out
