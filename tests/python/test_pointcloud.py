@@ -134,3 +134,29 @@ def test_augmentation_applies_the_transform_it_reports_and_is_seeded(scenes):
         eb, er = epoch1[index]
         differ += not np.array_equal(eb["augment"][er], m)
     assert differ == len(epoch0)  # a new epoch draws new transforms
+
+
+def test_sample_takes_fixed_size_subsets_of_the_files_points(scenes):
+    def sampled(select):
+        p = headrace.Pipeline(
+            source={"manifest": scenes / "manifest.jsonl", "fields": FIELDS},
+            ops=[ops.pointcloud_read(point_range=RANGE),
+                 ops.pointcloud_sample(points=2048, select=select, output="points")],
+            batch_size=4, seed=3, cpu_threads=2, memory_budget="64MiB", epochs=1)
+        with headrace.Loader(p) as loader:
+            return [{k: np.asarray(v).copy() for k, v in b.items() if k != "id"} for b in loader]
+
+    lo, hi = np.array(RANGE[:3]), np.array(RANGE[3:])
+    for first, rand in zip(sampled("first"), sampled("random")):
+        assert first["points"].shape == (4, 2048, 4)
+        np.testing.assert_array_equal(first["index"], rand["index"])
+        for row, index in enumerate(first["index"]):
+            points = cloud(scenes, int(index))
+            points = points[np.all((points[:, :3] >= lo) & (points[:, :3] < hi), axis=1)]
+            assert len(points) > 2048 and first["points_length"][row] == 2048
+            np.testing.assert_array_equal(first["points"][row], points[:2048])
+            # A random subset: distinct points of the file, in the file's order.
+            where = {tuple(p): i for i, p in enumerate(points)}
+            at = [where[tuple(p)] for p in rand["points"][row]]
+            assert at == sorted(set(at)) and len(at) == 2048
+            assert at[-1] > 2048  # not the prefix

@@ -221,6 +221,15 @@ Result<PcdHeader> ParsePcdHeader(const uint8_t* bytes, size_t size) {
   return h;
 }
 
+// `v` as float; beyond float's range, infinity of its sign (a plain cast would be
+// undefined behaviour), which Keep then drops.
+float ToFloat(double v) {
+  if (std::abs(v) > std::numeric_limits<float>::max() && std::isfinite(v)) {
+    return v > 0 ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
+  }
+  return static_cast<float>(v);
+}
+
 // A binary value of `field` at `p`, as float.
 float ReadBinary(const PcdField& f, const uint8_t* p) {
   auto load = [p]<typename T>(T) {
@@ -228,7 +237,12 @@ float ReadBinary(const PcdField& f, const uint8_t* p) {
     std::memcpy(&v, p, sizeof v);
     return static_cast<float>(v);
   };
-  if (f.type == 'F') return f.size == 4 ? load(float{}) : load(double{});
+  if (f.type == 'F') {
+    if (f.size == 4) return load(float{});
+    double v;
+    std::memcpy(&v, p, sizeof v);
+    return ToFloat(v);
+  }
   if (f.type == 'I') {
     switch (f.size) {
       case 1: return load(int8_t{});
@@ -327,7 +341,7 @@ Status ParsePcdAscii(const PcdHeader& h, const PcdColumns& c, const uint8_t* dat
         return PcdError("value '" + std::string(w[k].substr(0, 32)) + "' of point " +
                         std::to_string(read) + " is not a number");
       }
-      values[k] = static_cast<float>(v);
+      values[k] = ToFloat(v);
     }
     ++read;
     sink.Keep(values[first[c.x]], values[first[c.y]], values[first[c.z]],

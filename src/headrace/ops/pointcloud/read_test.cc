@@ -103,12 +103,12 @@ TEST(PointRead, PcdBinaryOfMixedTypesSkipsOtherFields) {
 }
 
 TEST(PointRead, PcdAsciiWithoutIntensity) {
-  const std::string text = PcdHeader("x y z", "4 4 4", "F F F", "1 1 1", 3, "ascii") +
-                           "1 2 3\n-4.5 5e-1 6\nnan nan nan\n";
+  const std::string text = PcdHeader("x y z", "4 4 4", "F F F", "1 1 1", 4, "ascii") +
+                           "1 2 3\n-4.5 5e-1 6\nnan nan nan\n1e300 0 0\n";
   const Read r = ReadWith(Text(text));
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
   EXPECT_EQ(r.points, (std::vector<float>{1, 2, 3, 0, -4.5f, 0.5f, 6, 0}))
-      << "intensity 0, the nan point dropped";
+      << "intensity 0; the nan point and the one beyond float's range dropped";
   // Auto-detected by a header that starts at VERSION or FIELDS too.
   const std::string bare = "FIELDS x y z intensity\nSIZE 4 4 4 4\nTYPE F F F F\nWIDTH 1\n"
                            "POINTS 1\nDATA ascii\n7 8 9 10";
