@@ -96,10 +96,14 @@ int MakeSampleCommand(const Args& args) {
     shard_options.manifest = options.out_dir + "/manifest.jsonl";
     shard_options.out_dir = options.out_dir + "/shards";
     if (shard_bytes > 0) shard_options.target_bytes = shard_bytes;
-    // Several media per sample: each its own member (<key>.jpg, <key>.mp4, <key>.wav).
-    if (options.video || options.audio) shard_options.media.push_back("image");
+    // Several media per sample: each its own member (<key>.jpg, <key>.mp4, <key>.wav,
+    // <key>.bin).
+    if (options.video || options.audio || options.pointcloud) {
+      shard_options.media.push_back("image");
+    }
     if (options.video) shard_options.media.push_back("video");
     if (options.audio) shard_options.media.push_back("audio");
+    if (options.pointcloud) shard_options.media.push_back("pointcloud");
     auto written = WriteShards(shard_options);
     if (!written.ok()) {
       std::fprintf(stderr, "headrace make-sample: --shards: %s\n",
