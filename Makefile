@@ -7,7 +7,7 @@ CMAKE_FLAGS ?=
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 10
-FUZZ_TARGETS := decode manifest config tokenize hf_tokenize tar parquet
+FUZZ_TARGETS := decode manifest config tokenize hf_tokenize tar parquet pointcloud
 
 PY       := .venv/bin/python
 
@@ -16,7 +16,7 @@ PY       := .venv/bin/python
 # build of the same sources missed the cache and compiled the whole core a second time.
 export CXX ?= g++
 
-.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-tokenize bench-media clean
+.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-tokenize bench-media bench-pointcloud clean
 
 all: build
 
@@ -137,6 +137,8 @@ bench-media: build
 .PHONY: bench-ocr
 bench-ocr: build
 	$(PY) bench/ocr.py --bin $(BUILD)/headrace --json bench/ocr.json
+bench-pointcloud: build
+	$(PY) bench/pointcloud.py --bin $(BUILD)/headrace --json bench/pointcloud.json
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-py $(FUZZ_BUILD) out

@@ -1,9 +1,10 @@
 // hr_fuzz_seeds OUT_DIR: writes the seed corpus of every fuzz target, one folder each
-// (OUT_DIR/decode, manifest, config, tokenize, hf_tokenize, tar, parquet), generated rather than
+// (OUT_DIR/decode, manifest, config, tokenize, hf_tokenize, tar, parquet, pointcloud), generated rather than
 // checked in: tiny images in every form the decoder handles, manifest lines good and
 // bad, the example config and the canonical YAML of a spec with every op,
 // conversations, small WebDataset shards (whole, truncated) and a shard index, and
-// small Parquet files written by Arrow (whole, truncated).
+// small Parquet files written by Arrow (whole, truncated), point clouds (KITTI, PCD ascii
+// and binary, a lying header).
 #include <arrow/api.h>
 #include <arrow/io/memory.h>
 #include <parquet/arrow/writer.h>
@@ -331,6 +332,31 @@ bool ParquetSeeds(const fs::path& dir) {
   return ok;
 }
 
+bool PointCloudSeeds(const fs::path& dir) {
+  std::vector<float> p;
+  for (int i = 0; i < 12; ++i) p.insert(p.end(), {0.5f * i - 3, 1.5f - 0.25f * i, 0.1f * i, 0.5f});
+  const auto* raw = reinterpret_cast<const uint8_t*>(p.data());
+  const Bytes kitti(raw, raw + p.size() * sizeof(float));
+  const std::string header =
+      "# .PCD v0.7 - Point Cloud Data file format\nVERSION 0.7\nFIELDS x y z intensity\n"
+      "SIZE 4 4 4 4\nTYPE F F F F\nCOUNT 1 1 1 1\nWIDTH 12\nHEIGHT 1\n"
+      "VIEWPOINT 0 0 0 1 0 0 0\nPOINTS 12\nDATA ";
+  Bytes binary(header.begin(), header.end());
+  const std::string data_line = "binary\n";
+  binary.insert(binary.end(), data_line.begin(), data_line.end());
+  binary.insert(binary.end(), kitti.begin(), kitti.end());
+  std::string ascii = header + "ascii\n";
+  for (int i = 0; i < 12; ++i) ascii += std::to_string(i) + " -1.5 0.25 " + (i % 3 ? "1" : "nan") + "\n";
+  std::string mixed = "FIELDS x rgb y z\nSIZE 8 4 2 1\nTYPE F U I U\nCOUNT 1 1 1 1\nWIDTH 2\nPOINTS 2\nDATA binary\n";
+  mixed += std::string(2 * 15, '\x01');
+  bool ok = Write(dir / "scan.bin", kitti);
+  ok &= Write(dir / "binary.pcd", binary);
+  ok &= Write(dir / "ascii.pcd", ascii);
+  ok &= Write(dir / "mixed.pcd", mixed);
+  ok &= Write(dir / "lying.pcd", std::string_view(ascii).substr(0, ascii.size() - 20));
+  return ok;
+}
+
 }  // namespace
 }  // namespace headrace::fuzz
 
@@ -342,13 +368,14 @@ int main(int argc, char** argv) {
   }
   const fs::path out = argv[1];
   for (const char* target :
-       {"decode", "manifest", "config", "tokenize", "hf_tokenize", "tar", "parquet"}) {
+       {"decode", "manifest", "config", "tokenize", "hf_tokenize", "tar", "parquet",
+        "pointcloud"}) {
     fs::create_directories(out / target);
   }
   const bool ok = DecodeSeeds(out / "decode") && ManifestSeeds(out / "manifest") &&
                   ConfigSeeds(out / "config", HEADRACE_SOURCE_DIR) &&
                   TokenizeSeeds(out / "tokenize") && HfTokenizeSeeds(out / "hf_tokenize") &&
                   TarSeeds(out / "tar") &&
-                  ParquetSeeds(out / "parquet");
+                  ParquetSeeds(out / "parquet") && PointCloudSeeds(out / "pointcloud");
   return ok ? 0 : 1;
 }

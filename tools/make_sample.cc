@@ -746,7 +746,8 @@ void AppendJsonString(std::string& out, std::string_view s) {
 std::string ManifestLine(const std::string& id, const std::string& image,
                          const std::vector<QA>& conversation, const std::string& video = "",
                          const std::string& audio = "", const std::string& ocr_image = "",
-                         const std::vector<std::string>& ocr_lines = {}) {
+                         const std::vector<std::string>& ocr_lines = {},
+                         const std::string& pointcloud = "") {
   std::string line = "{\"id\":";
   AppendJsonString(line, id);
   line += ",\"image\":";
@@ -766,6 +767,10 @@ std::string ManifestLine(const std::string& id, const std::string& image,
     for (const std::string& l : ocr_lines) text += (text.empty() ? "" : "\n") + l;
     line += ",\"ocr_text\":";
     AppendJsonString(line, text);
+  }
+  if (!pointcloud.empty()) {
+    line += ",\"pointcloud\":";
+    AppendJsonString(line, pointcloud);
   }
   line += ",\"conversations\":[";
   for (size_t i = 0; i < conversation.size(); ++i) {
@@ -979,10 +984,11 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
 
   const fs::path root(options.out_dir);
   std::error_code ec;
-  for (const char* dir : {"images", "videos", "audio", "ocr"}) {
+  for (const char* dir : {"images", "videos", "audio", "ocr", "pointclouds"}) {
     if (std::string_view(dir) == "videos" && !options.video) continue;
     if (std::string_view(dir) == "audio" && !options.audio) continue;
     if (std::string_view(dir) == "ocr" && !options.ocr) continue;
+    if (std::string_view(dir) == "pointclouds" && !options.pointcloud) continue;
     fs::create_directories(root / dir, ec);
     if (ec) return Status::IoError("cannot create " + (root / dir).string() + ": " + ec.message());
   }
@@ -999,6 +1005,7 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
   std::atomic<int64_t> video_bytes{0};
   std::atomic<int64_t> audio_bytes{0};
   std::atomic<int64_t> ocr_bytes{0};
+  std::atomic<int64_t> pointcloud_bytes{0};
   std::atomic<bool> failed{false};
   std::mutex error_mutex;
   Status first_error;  // guarded by error_mutex
@@ -1050,9 +1057,20 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
         }
         ocr_bytes.fetch_add(*page, std::memory_order_relaxed);
       }
+      std::string pointcloud;
+      if (options.pointcloud) {
+        pointcloud = std::string("pointclouds/") + id + ".bin";
+        auto cloud = WritePointCloud(key, (root / pointcloud).string());
+        if (!cloud.ok()) {
+          status = cloud.status();
+          break;
+        }
+        pointcloud_bytes.fetch_add(*cloud, std::memory_order_relaxed);
+      }
       conversations[i] = MakeConversation(scene, HashKeys(key, 2));
       lines[i] = ManifestLine(id, image, conversations[i], video, audio, ocr_image,
-                              options.ocr ? OcrLines(i) : std::vector<std::string>{});
+                              options.ocr ? OcrLines(i) : std::vector<std::string>{},
+                              pointcloud);
     }
     if (!status.ok()) {
       failed.store(true);
@@ -1078,6 +1096,7 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
   stats.video_bytes = video_bytes.load();
   stats.audio_bytes = audio_bytes.load();
   stats.ocr_bytes = ocr_bytes.load();
+  stats.pointcloud_bytes = pointcloud_bytes.load();
   stats.seconds = SecondsSince(start);
   return stats;
 }

@@ -12,6 +12,7 @@
 //   videos/000000.mp4 ...  with `video`: H.264 clips of the same scenes (see below)
 //   audio/000000.wav ...   with `audio`: tones (see below)
 //   ocr/000000.png ...     with `ocr`: pages of rendered words (make_sample_ocr.h)
+//   pointclouds/000000.bin with `pointcloud`: LiDAR-like scenes, KITTI layout (see below)
 //   tokenizer.model/.vocab a SentencePiece BPE model trained on the conversations' text:
 //                            ids 0 <unk>, 1 <s> (BOS), 2 </s> (EOS), 3 <pad>,
 //                            4..7 the user-defined symbols <image> <|system|> <|user|>
@@ -54,7 +55,28 @@ struct MakeSampleOptions {
   // `--modalities ocr`: ocr/<id>.png, a page of two lines of known words
   // (make_sample_ocr.h), and manifest keys "ocr_image" and "ocr_text".
   bool ocr = false;
+  // `--modalities pointcloud`: pointclouds/<id>.bin, a KITTI velodyne-layout scan
+  // (float32 x, y, z, intensity; x forward, y left, z up, metres) of PointCloudScene,
+  // and a manifest key "pointcloud".
+  bool pointcloud = false;
 };
+
+// Sample i's point cloud (key = HashKeys(seed, i)): kPointCloudGroundPoints ground
+// returns (intensity 0.2) on the plane z = kPointCloudGroundZ in front of the sensor
+// (x > 0, 2 to 50 m), then kPointCloudBoxPoints returns (intensity 0.8) on the top and
+// the sensor-facing side of each of PointCloudBoxes(key): 2 to 4 car-sized boxes
+// standing on the ground, 8 to 44 m ahead.
+inline constexpr float kPointCloudGroundZ = -1.7f;  // KITTI's sensor height
+inline constexpr int kPointCloudGroundPoints = 12000;
+inline constexpr int kPointCloudBoxPoints = 600;
+struct PointCloudBox {
+  float center[3];
+  float size[3];  // along x, y, z
+};
+std::vector<PointCloudBox> PointCloudBoxes(uint64_t key);
+std::vector<float> PointCloudScene(uint64_t key);
+// Writes PointCloudScene(key) to `path`; its size in bytes.
+Result<int64_t> WritePointCloud(uint64_t key, const std::string& path);
 
 // The tone of sample i's audio clip: 200 + 50 * (i % 12) Hz, for tests to check.
 inline double AudioToneHz(int64_t i) { return 200.0 + 50.0 * static_cast<double>(i % 12); }
@@ -65,6 +87,7 @@ struct MakeSampleStats {
   int64_t video_bytes = 0;  // total size of the MP4 files (with `video`)
   int64_t audio_bytes = 0;  // total size of the WAV files (with `audio`)
   int64_t ocr_bytes = 0;    // total size of the OCR pages' PNG files (with `ocr`)
+  int64_t pointcloud_bytes = 0;  // total size of the .bin files (with `pointcloud`)
   double seconds = 0;       // wall time, tokenizer training included
 };
 

@@ -30,7 +30,7 @@ int MakeSampleCommand(const Args& args) {
     }
     if (!r.Value(flag, &value)) return 2;
     if (flag == "--modalities") {
-      // Images always; the rest by name. Point clouds come with their operators.
+      // Images always; the rest by name.
       for (size_t start = 0; start <= value.size();) {
         size_t comma = value.find(',', start);
         if (comma == std::string::npos) comma = value.size();
@@ -38,10 +38,12 @@ int MakeSampleCommand(const Args& args) {
         if (m == "video" || m == "all") options.video = true;
         if (m == "audio" || m == "all") options.audio = true;
         if (m == "ocr" || m == "all") options.ocr = true;
-        if (m != "image" && m != "video" && m != "audio" && m != "ocr" && m != "all") {
+        if (m == "pointcloud" || m == "all") options.pointcloud = true;
+        if (m != "image" && m != "video" && m != "audio" && m != "ocr" && m != "pointcloud" &&
+            m != "all") {
           std::fprintf(stderr,
                        "headrace make-sample: --modalities: unknown modality '%s' (allowed: "
-                       "image, video, audio, ocr, all)\n",
+                       "image, video, audio, ocr, pointcloud, all)\n",
                        m.c_str());
           return 2;
         }
@@ -84,6 +86,9 @@ int MakeSampleCommand(const Args& args) {
   if (options.video) more += ", " + std::to_string(stats->video_bytes / 1000) + " KB of H.264";
   if (options.audio) more += ", " + std::to_string(stats->audio_bytes / 1000) + " KB of WAV";
   if (options.ocr) more += ", " + std::to_string(stats->ocr_bytes / 1000) + " KB of OCR PNG";
+  if (options.pointcloud) {
+    more += ", " + std::to_string(stats->pointcloud_bytes / 1000) + " KB of point clouds";
+  }
   std::printf("wrote %lld samples (%.1f MB of JPEG%s) to %s in %.1f s\n",
               static_cast<long long>(stats->samples), stats->image_bytes / 1e6, more.c_str(),
               options.out_dir.c_str(), stats->seconds);
@@ -95,11 +100,14 @@ int MakeSampleCommand(const Args& args) {
     shard_options.out_dir = options.out_dir + "/shards";
     if (shard_bytes > 0) shard_options.target_bytes = shard_bytes;
     // Several media per sample: each its own member (<key>.jpg, <key>.mp4, <key>.wav,
-    // <key>.png for the OCR page).
-    if (options.video || options.audio || options.ocr) shard_options.media.push_back("image");
+    // <key>.png for the OCR page, <key>.bin for the point cloud).
+    if (options.video || options.audio || options.ocr || options.pointcloud) {
+      shard_options.media.push_back("image");
+    }
     if (options.video) shard_options.media.push_back("video");
     if (options.audio) shard_options.media.push_back("audio");
     if (options.ocr) shard_options.media.push_back("ocr_image");
+    if (options.pointcloud) shard_options.media.push_back("pointcloud");
     auto written = WriteShards(shard_options);
     if (!written.ok()) {
       std::fprintf(stderr, "headrace make-sample: --shards: %s\n",

@@ -12,7 +12,7 @@ void RegisterTools(nb::module_& m) {
   m.def(
       "make_sample",
       [](const std::string& out, int64_t samples, uint64_t seed, int threads, bool video,
-         bool audio, bool ocr) {
+         bool audio, bool ocr, bool pointcloud) {
         MakeSampleOptions options;
         options.out_dir = out;
         options.samples = samples;
@@ -21,6 +21,7 @@ void RegisterTools(nb::module_& m) {
         options.video = video;
         options.audio = audio;
         options.ocr = ocr;
+        options.pointcloud = pointcloud;
         std::optional<Result<MakeSampleStats>> stats;
         {
           nb::gil_scoped_release nogil;
@@ -33,16 +34,19 @@ void RegisterTools(nb::module_& m) {
         d["video_bytes"] = s.video_bytes;
         d["audio_bytes"] = s.audio_bytes;
         d["ocr_bytes"] = s.ocr_bytes;
+        d["pointcloud_bytes"] = s.pointcloud_bytes;
         d["seconds"] = s.seconds;
         return d;
       },
       nb::arg("out"), nb::arg("samples") = 1000, nb::arg("seed") = 0, nb::arg("threads") = 0,
       nb::arg("video") = false, nb::arg("audio") = false,
-      nb::arg("ocr") = false,
+      nb::arg("ocr") = false, nb::arg("pointcloud") = false,
       "Writes the chat-VQA sample dataset (JPEGs, manifest.jsonl, tokenizer.model) to `out`;\n"
       "video=True adds an H.264 clip of each scene (videos/<id>.mp4, manifest key 'video');\n"
       "audio=True a 1.5 s tone (audio/<id>.wav, key 'audio', 200 + 50 * (i % 12) Hz);\n"
-      "ocr=True a page of rendered words (ocr/<id>.png, keys 'ocr_image' and 'ocr_text').");
+      "ocr=True a page of rendered words (ocr/<id>.png, keys 'ocr_image' and 'ocr_text');\n"
+      "pointcloud=True a LiDAR-like scene (pointclouds/<id>.bin, KITTI float32 x, y, z,\n"
+      "intensity; key 'pointcloud').");
 }
 
 }  // namespace headrace::python

@@ -24,6 +24,10 @@
 #include "headrace/ops/image/random_resized_crop.h"
 #include "headrace/ops/image/resize.h"
 #include "headrace/ops/ocr/text.h"
+#include "headrace/ops/pointcloud/augment.h"
+#include "headrace/ops/pointcloud/read.h"
+#include "headrace/ops/pointcloud/sample.h"
+#include "headrace/ops/pointcloud/voxelize.h"
 #include "headrace/ops/text/tokenize.h"
 #include "headrace/ops/video/decode.h"
 
@@ -73,6 +77,10 @@ using AllOps = OpList<DecodeOp,             //
                       AudioDecodeOp,        //
                       AudioResampleOp,      //
                       AudioCropOp,          //
-                      OcrTextOp>;
+                      OcrTextOp,            //
+                      PointReadOp,          //
+                      PointAugmentOp,       //
+                      VoxelizeOp,           //
+                      PointSampleOp>;
 
 }  // namespace headrace

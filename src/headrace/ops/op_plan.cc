@@ -62,6 +62,9 @@ Result<ValueDesc> PlanContext::Read(std::string_view name, ValueKind kind) {
       synth.desc.shape = {1, -1};
       synth.desc.rate = kSynthAudioRate;
       synth.desc.shape_source = "the test audio";
+    } else if (kind == ValueKind::kPoints) {
+      synth.desc.shape = {-1, kPointChannels};
+      synth.desc.shape_source = "the test point cloud";
     }
     state_.values.push_back(std::move(synth));
     v = static_cast<int>(state_.values.size()) - 1;

@@ -10,6 +10,7 @@ std::string_view ValueKindName(ValueKind kind) {
     case ValueKind::kImage: return "an image";
     case ValueKind::kConversation: return "a conversation";
     case ValueKind::kAudio: return "audio";
+    case ValueKind::kPoints: return "a point cloud";
   }
   return "an unknown kind";
 }

@@ -43,9 +43,21 @@ struct AudioView {
   const float* channel(int c) const { return data + static_cast<int64_t>(c) * frames; }
 };
 
+// A point cloud: `count` points of `channels` float32 values each, row-major (point i's
+// values at data + i * channels), in the thread's scratch arena. The point-cloud ops
+// write kPointChannels: x, y, z (metres, sensor frame) and intensity.
+inline constexpr int kPointChannels = 4;
+struct PointsView {
+  const float* data = nullptr;
+  int64_t count = 0;
+  int channels = kPointChannels;
+  const float* point(int64_t i) const { return data + i * channels; }
+};
+
 // One value of a sample. std::monostate: the sample has no such value (a record without
 // an item for a media field).
-using Value = std::variant<std::monostate, EncodedBytes, ImageView, TurnsView, AudioView>;
+using Value =
+    std::variant<std::monostate, EncodedBytes, ImageView, TurnsView, AudioView, PointsView>;
 
 // What a value holds, as declared at plan time. Each kind is one alternative of Value.
 enum class ValueKind {
@@ -53,6 +65,7 @@ enum class ValueKind {
   kImage,         // ImageView: 8-bit pixels (shape: height, width, channels)
   kConversation,  // TurnsView: the record's turns
   kAudio,         // AudioView: samples (shape: channels, frames; ValueDesc::rate)
+  kPoints,        // PointsView: a point cloud (shape: points, channels)
 };
 
 // "encoded bytes", "an image", "a conversation": for messages.
@@ -76,6 +89,10 @@ struct ValueTypeOf<ValueKind::kConversation> {
 template <>
 struct ValueTypeOf<ValueKind::kAudio> {
   using type = AudioView;
+};
+template <>
+struct ValueTypeOf<ValueKind::kPoints> {
+  using type = PointsView;
 };
 
 // A value filled from the sample before its chain runs: the planner's binding of one

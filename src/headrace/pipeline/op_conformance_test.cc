@@ -129,7 +129,7 @@ struct Input {
   Bytes encoded;
   Image image;
   std::vector<Turn> turns;
-  std::vector<float> samples;  // audio: planar
+  std::vector<float> samples;  // audio: planar; points: kPointChannels per point
   int channels = 0;
   int rate = 0;
 
@@ -141,6 +141,9 @@ struct Input {
       case ValueKind::kAudio:
         return AudioView{samples.data(), channels,
                          channels > 0 ? static_cast<int64_t>(samples.size()) / channels : 0, rate};
+      case ValueKind::kPoints:
+        return PointsView{samples.data(), static_cast<int64_t>(samples.size()) / kPointChannels,
+                          kPointChannels};
     }
     return {};
   }
@@ -154,7 +157,8 @@ struct Input {
         for (const Turn& t : turns) out.insert(out.end(), t.text.begin(), t.text.end());
         return out;
       }
-      case ValueKind::kAudio: {
+      case ValueKind::kAudio:
+      case ValueKind::kPoints: {
         const auto* p = reinterpret_cast<const uint8_t*>(samples.data());
         return Bytes(p, p + samples.size() * sizeof(float));
       }
@@ -194,6 +198,14 @@ Input GoodInput(ValueKind kind, int index, const Planned& planned) {
       in.rate = kSynthAudioRate;
       for (int i = 0; i < kSynthAudioRate / 4; ++i) {
         in.samples.push_back(static_cast<float>(std::sin(0.05 * (index + 1) * i)));
+      }
+      break;
+    case ValueKind::kPoints:  // 300 points on a spiral, some outside any sensible range
+      for (int i = 0; i < 300; ++i) {
+        const double r = 0.2 * i, a = 0.1 * i + index;
+        in.samples.insert(in.samples.end(),
+                          {static_cast<float>(r * std::cos(a)), static_cast<float>(r * std::sin(a)),
+                           static_cast<float>(-2 + 0.01 * i), static_cast<float>(i % 7) / 7});
       }
       break;
   }
@@ -261,6 +273,10 @@ Bytes ValueBytes(const Value& v) {
   if (const auto* image = std::get_if<ImageView>(&v)) return testing::PixelsOf(*image);
   if (const auto* bytes = std::get_if<EncodedBytes>(&v)) {
     return Bytes(bytes->data, bytes->data + bytes->size);
+  }
+  if (const auto* points = std::get_if<PointsView>(&v)) {
+    const auto* p = reinterpret_cast<const uint8_t*>(points->data);
+    return Bytes(p, p + points->count * points->channels * sizeof(float));
   }
   return {};
 }
@@ -422,6 +438,14 @@ TYPED_TEST(OpConformance, BadInputIsAStatusNotACrash) {
         Input loud{kind, {}, {}, {}, std::vector<float>(3 * kSynthAudioRate, 7.0f), 1,
                    kSynthAudioRate};
         cases = {{none, false}, {one, false}, {loud, false}};
+        break;
+      }
+      case ValueKind::kPoints: {
+        const float nan = std::nanf("");
+        Input none{kind, {}, {}, {}, {}, kPointChannels};
+        Input odd{kind, {}, {}, {}, {nan, 1, 2, 3, 1e30f, -1e30f, 0, 1, 0, 0, 0, 0}, kPointChannels};
+        Input far{kind, {}, {}, {}, std::vector<float>(4000, 1e9f), kPointChannels};
+        cases = {{none, false}, {odd, false}, {far, false}};
         break;
       }
     }
