@@ -130,3 +130,31 @@ def test_a_corrupt_clip_skips_only_its_sample(clips, tmp_path):
             errors += b.errors
     assert rows == 23
     assert len(errors) == 1 and "index 3" in errors[0] and "corrupt_data" in errors[0], errors
+
+
+def test_frames_spread_over_a_long_clip_are_the_frames_shown_at_their_times(tmp_path):
+    """A 10 s clip as the ffmpeg command line writes it (x264 with B-frames, a keyframe
+    every second, an MP4 edit list): frames spread over it skip ahead by seeking to
+    keyframes, and each is still exactly the frame the ffmpeg CLI decodes at that time."""
+    clip = tmp_path / "long.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i",
+                    "testsrc2=s=160x96:r=30:d=10", "-c:v", "libx264", "-g", "30",
+                    "-pix_fmt", "yuv420p", "-y", str(clip)], check=True)
+    raw = subprocess.run(["ffmpeg", "-v", "error", "-threads", "1", "-i", str(clip), "-f",
+                          "rawvideo", "-pix_fmt", "rgb24", "-"], check=True,
+                         capture_output=True).stdout
+    every = np.frombuffer(raw, np.uint8).reshape(-1, 96, 160, 3)
+    assert len(every) == 300
+    (tmp_path / "m.jsonl").write_text(json.dumps({"id": "0", "video": "long.mp4"}) + "\n")
+    for frames in (3, 8, 16):
+        p = headrace.Pipeline(
+            source={"manifest": tmp_path / "m.jsonl",
+                    "fields": [{"name": "video", "kind": "video", "required": True}]},
+            ops=[ops.video_decode(frames=frames, width=160, height=96, layout="thwc")],
+            batch_size=1, cpu_threads=1, shuffle=False, seed=0)
+        got = np.asarray(batches(p)[0]["video"])[0]
+        # Frame i shows at (i + 0.5) / frames of the 10 s: source frame floor(t * 30).
+        want = [int((i + 0.5) / frames * 10 * 30 + 1e-6) for i in range(frames)]
+        for i, w in enumerate(want):
+            diff = np.abs(got[i].astype(int) - every[w].astype(int)).mean()
+            assert diff < 1.0, (frames, i, w, diff)

@@ -149,6 +149,7 @@ Status VideoDecodeOp::Run(SampleContext& ctx) const {
   const bool by_index = in->duration() <= 0 && spec_.fps <= 0;  // unknown length: frame by frame
   double held = -1;  // the time of the frame in `prev`
   const double reorder = in->ReorderSeconds();
+  double sought = -1;  // the keyframe of the last seek
   while (next < times.size()) {
     // Frames spread over a long video: when the index has a keyframe after the frame we
     // hold that shows at or before the next time wanted, seek to it rather than decode
@@ -158,7 +159,11 @@ Status VideoDecodeOp::Run(SampleContext& ctx) const {
     // the next time by that much is taken.
     if (have_prev && !by_index) {
       const double key = in->IndexedKeyframeBefore(times[next] - reorder);
-      if (key > held + 1e-6) {
+      // Only forward, each keyframe once: index and frame times of one file may disagree
+      // by an offset (an edit list), and a seek that lands where we already were must not
+      // repeat.
+      if (key > held + 1e-6 && key > sought + 1e-6) {
+        sought = key;
         HR_RETURN_IF_ERROR(in->SeekBefore(key));
         have_prev = false;
       }
