@@ -130,6 +130,10 @@ bench-tokenize: build
 	$(PY) bench/tokenizers_vs_hf.py --bin $(BUILD)/headrace --data $(DATA) --json bench/tokenize.json
 
 # video.decode and audio.decode vs the ffmpeg command line, one thread (bench/media.json).
+bench-media-loaders: build
+	$(PY) -m pip install -q -r bench/requirements-media.txt
+	$(PY) bench/media_loaders.py --json bench/media_loaders.json
+
 bench-media: build
 	$(PY) bench/media.py --bin $(BUILD)/headrace --json bench/media.json
 
