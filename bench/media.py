@@ -12,11 +12,12 @@ reference is `ffmpeg -threads 1 ... -f rawvideo|f32le -y /dev/null`, best of 3 r
 import argparse
 import json
 import platform
-import re
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+from bench_util import bench_ops
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -33,12 +34,6 @@ def best_of(n, *args):
         best = min(best, time.perf_counter() - start)
     return best
 
-
-def bench_ops(binary, config, records):
-    out = subprocess.run([str(binary), "bench", "ops", str(config), "--samples", str(records)],
-                         check=True, capture_output=True, text=True).stdout
-    return {m.group(1): float(m.group(2)) / 1e3
-            for m in re.finditer(r"^\s+(\S+\.\S+)\s+([0-9.]+)$", out, re.M)}
 
 
 def write_case(root, name, field, kind, path, ops, records):

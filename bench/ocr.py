@@ -15,11 +15,12 @@ import argparse
 import json
 import os
 import platform
-import re
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+from bench_util import bench_ops
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -32,12 +33,6 @@ def best_of(n, args, env=None):
         best = min(best, time.perf_counter() - start)
     return best
 
-
-def bench_ops(binary, config, samples):
-    out = subprocess.run([str(binary), "bench", "ops", str(config), "--samples", str(samples)],
-                         check=True, capture_output=True, text=True).stdout
-    return {m.group(1): float(m.group(2)) / 1e3
-            for m in re.finditer(r"^\s+(\S+\.\S+)\s+([0-9.]+)$", out, re.M)}
 
 
 def main():

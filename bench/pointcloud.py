@@ -16,13 +16,14 @@ of 3 passes) over a manifest of R records naming the file; the reference is nump
 import argparse
 import json
 import platform
-import re
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+from bench_util import bench_ops
 
 REPO = Path(__file__).resolve().parent.parent
 RANGE = [0, -39.68, -3, 69.12, 39.68, 1]
@@ -69,12 +70,6 @@ def numpy_voxelize(points):
     np.add.at(num, row[ok], 1)
     return voxels, coords, num, count
 
-
-def bench_ops(binary, config, records):
-    out = subprocess.run([str(binary), "bench", "ops", str(config), "--samples", str(records)],
-                         check=True, capture_output=True, text=True).stdout
-    return {m.group(1): float(m.group(2)) / 1e3
-            for m in re.finditer(r"^\s+(\S+\.\S+)\s+([0-9.]+)$", out, re.M)}
 
 
 def main():
