@@ -7,40 +7,150 @@
             ...
     loader.wait_time_ratio               # at any time
 
-On the host, each tensor is ``torch.from_dlpack`` of the engine's memory: no copy. With
-a CUDA device, batches are allocated in pinned host memory (``pin_memory``, default on
-for CUDA) and moved with ``.to(device, non_blocking=True)``; on a CPU-only machine or
-with ``device`` None/"cpu" that step is skipped (a no-op path).
+On the host, each tensor is ``torch.from_dlpack`` of the engine's memory: no copy. With a
+CUDA device the engine's decoders write batches straight into pinned host memory
+(``pin_memory``, default on for CUDA; pooled by the engine, so no ``cudaHostAlloc`` or
+``cudaFreeHost`` per batch), and the hand-off overlaps the trainer's step:
+
+- batch k+1 (up to ``prefetch`` batches ahead) is copied host→device on a side CUDA
+  stream while the trainer computes on batch k;
+- the batch handed out is ready for the trainer's *current stream*: that stream waits on
+  the copy's event (the host never waits for a copy), and its tensors are marked used
+  by that stream (``record_stream``), so the caching allocator does not hand their
+  memory to the next copy while the trainer still reads them;
+- a host batch goes back to the engine's pool only once the copy that reads it has
+  completed (an event recorded after the copy), never while the DMA still reads it.
+
+With ``device`` None/"cpu" none of that happens (a no-op path).
 
 wait-time ratio = (time waiting for the next batch + converting and starting its
-transfer) / time since the first batch was handed over, as DESIGN.md defines it; the
-first batch's wait is reported apart (``stats()["time_to_first_batch_s"]``).
+transfer + ``h2d_s``) / time since the first batch was handed over, as DESIGN.md defines
+it; the first batch's wait is reported apart (``stats()["time_to_first_batch_s"]``).
+``h2d_s`` is the time the trainer's stream stood waiting for copies, measured on the GPU
+with CUDA events (counted once they completed; ``torch.cuda.synchronize()`` first for an
+exact figure).
 """
 from __future__ import annotations
 
+import collections
 import os
 import time
-from typing import Any, Dict, Iterator, Optional, Union
+from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple, Union
 
 import torch
 
 from .loader import Batch, Loader
 from .pipeline import Pipeline
 
+Tensors = Dict[str, Any]  # field -> torch.Tensor, or a list (ids, text fields)
+
+
+class HostRelease:
+    """Holds host batches until the copies that read them have completed.
+
+    ``hold(event, batch)`` keeps ``batch`` (anything that keeps the engine's memory
+    alive: its tensors) referenced until ``event.query()`` is True; ``poll()`` drops those
+    whose event completed, oldest first (events of one stream complete in order);
+    ``drain()`` waits for all of them. Events are CUDA events in use, and a test's events
+    on the CPU."""
+
+    def __init__(self) -> None:
+        self._held: Deque[Tuple[Any, Any]] = collections.deque()
+
+    def hold(self, event: Any, batch: Any) -> None:
+        self._held.append((event, batch))
+
+    def poll(self) -> int:
+        """Releases the batches whose copy completed; returns how many are still held."""
+        while self._held and self._held[0][0].query():
+            self._held.popleft()
+        return len(self._held)
+
+    def drain(self) -> None:
+        while self._held:
+            event, _ = self._held[0]
+            event.synchronize()
+            self._held.popleft()
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+
+class CudaCopier:
+    """The CUDA side of the hand-off: copies on a side stream, events, stall timing."""
+
+    def __init__(self, device: torch.device, prefetch: int):
+        self.device = device
+        self.prefetch = prefetch
+        self.stream = torch.cuda.Stream(device=device)
+
+    def copy(self, host: Tensors) -> Tuple[Tensors, Any]:
+        """Starts copying ``host`` to the device on the side stream; returns the device
+        tensors and an event that completes when the copy has."""
+        # The copy must not start before the trainer's earlier work that this batch's
+        # device memory may be recycled from (record_stream below covers the rest).
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        nbytes = sum(t.numel() * t.element_size() for t in host.values()
+                     if isinstance(t, torch.Tensor))
+        try:
+            with torch.cuda.stream(self.stream):
+                out = {name: t if not isinstance(t, torch.Tensor) else
+                       t.to(self.device, non_blocking=True) for name, t in host.items()}
+        except torch.cuda.OutOfMemoryError as e:
+            raise torch.cuda.OutOfMemoryError(
+                f"headrace: out of memory on {self.device} copying a batch of {nbytes} bytes "
+                f"with prefetch={self.prefetch} ({self.prefetch + 1} batches on the device "
+                f"besides the one the trainer holds, about {(self.prefetch + 2) * nbytes} "
+                "bytes): lower prefetch or the batch size") from e
+        event = torch.cuda.Event()
+        event.record(self.stream)
+        return out, event
+
+    def hand_over(self, device_tensors: Tensors, ready: Any) -> Optional[Tuple[Any, Any]]:
+        """Makes the trainer's current stream wait for ``ready`` (on the GPU, not the
+        host) and marks the tensors as used by it. Returns two timing events around the
+        wait: their elapsed time is how long that stream stood waiting for the copy."""
+        consumer = torch.cuda.current_stream(self.device)
+        before = torch.cuda.Event(enable_timing=True)
+        after = torch.cuda.Event(enable_timing=True)
+        before.record(consumer)
+        consumer.wait_event(ready)
+        after.record(consumer)
+        for t in device_tensors.values():
+            if isinstance(t, torch.Tensor):
+                t.record_stream(consumer)
+        return before, after
+
 
 class TorchLoader:
-    """An iterable of ``dict[str, torch.Tensor]`` over a :class:`headrace.Loader`."""
+    """An iterable of ``dict[str, torch.Tensor]`` over a :class:`headrace.Loader`.
+
+    ``prefetch`` (CUDA devices): how many batches are copied to the device ahead of the
+    one handed out (2: batch k+1 and k+2 are in flight while the trainer computes on k).
+    """
 
     def __init__(self, pipeline: Union[Pipeline, Loader, str, os.PathLike],
                  device: Union[None, str, torch.device] = None,
                  pin_memory: Optional[bool] = None, non_blocking: bool = True,
-                 rank: Optional[int] = None, world_size: Optional[int] = None):
+                 rank: Optional[int] = None, world_size: Optional[int] = None,
+                 prefetch: int = 2, copier: Any = None):
         self.device = torch.device(device) if device is not None else None
         self.non_blocking = non_blocking
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch must be an int >= 0 (got {prefetch!r})")
+        self.prefetch = prefetch
         moves = self.device is not None and self.device.type != "cpu"
         if moves and self.device.type == "cuda" and not torch.cuda.is_available():
             raise RuntimeError(f"device {self.device} requested but CUDA is not available")
         self.moves = moves
+        # The overlapped hand-off: CUDA's, or one a test provides (``copier`` with
+        # copy() and hand_over() as CudaCopier's).
+        if copier is None and moves and self.device.type == "cuda":
+            if self.device.index is None:
+                self.device = torch.device("cuda", torch.cuda.current_device())
+            copier = CudaCopier(self.device, prefetch)
+        self._copier = copier
+        self._release = HostRelease()
         pin = moves and self.device.type == "cuda" if pin_memory is None else bool(pin_memory)
         if isinstance(pipeline, Loader):
             self.loader = pipeline
@@ -55,9 +165,15 @@ class TorchLoader:
         self._ttfb_s = 0.0
         self._batches = 0
         self._created = time.perf_counter()
+        self._h2d_s = 0.0
+        self._position: Optional[Dict[str, Any]] = None  # see _overlapped
+        self._stalls: Deque[Tuple[Any, Any]] = collections.deque()
 
     def __iter__(self) -> Iterator[Dict[str, torch.Tensor]]:
         """One epoch, as :class:`headrace.Loader` (the next ``for`` is the next epoch)."""
+        if self._copier is not None:
+            yield from self._overlapped()
+            return
         it = iter(self.loader)
         while True:
             start = time.perf_counter()
@@ -66,21 +182,71 @@ class TorchLoader:
             except StopIteration:
                 return
             tensors = self.to_torch(batch)
-            now = time.perf_counter()
-            if self._first_at is None:
-                self._first_at = now
-                self._ttfb_s = now - self._created
-            else:
-                self._wait_s += now - start
-            self._batches += 1
-            self._last_yield = now
+            self._handed(start, time.perf_counter())
             yield tensors
 
-    def to_torch(self, batch: Batch) -> Dict[str, torch.Tensor]:
-        """The batch as torch tensors (zero-copy on the host), moved if a device is set."""
+    def _handed(self, start: float, now: float) -> None:
+        if self._first_at is None:
+            self._first_at = now
+            self._ttfb_s = now - self._created
+        else:
+            self._wait_s += now - start
+        self._batches += 1
+        self._last_yield = now
+
+    def _overlapped(self) -> Iterator[Dict[str, torch.Tensor]]:
+        """The epoch with copies on a side stream, ``prefetch`` batches ahead."""
+        it = iter(self.loader)
+        # The loader runs ahead of the trainer by the batches in flight: the position a
+        # checkpoint must hold is the one after the batch last handed out.
+        self._position = self.loader.state_dict()
+        in_flight: Deque[Tuple[Tensors, Any, Dict[str, Any]]] = collections.deque()
+        done = False
+        try:
+            while True:
+                start = time.perf_counter()
+                self._release.poll()
+                while not done and len(in_flight) <= self.prefetch:
+                    try:
+                        batch = next(it)
+                    except StopIteration:
+                        done = True
+                        break
+                    host = self.host_tensors(batch)
+                    out, ready = self._copier.copy(host)
+                    self._release.hold(ready, host)
+                    in_flight.append((out, ready, self.loader.state_dict()))
+                if not in_flight:
+                    self._position = None  # the epoch ended: the loader's position is right
+                    return
+                out, ready, self._position = in_flight.popleft()
+                stall = self._copier.hand_over(out, ready)
+                if stall is not None:
+                    self._stalls.append(stall)
+                self._count_stalls()
+                self._handed(start, time.perf_counter())
+                yield out
+        finally:
+            # Batches copied ahead and never handed out: their host memory goes back once
+            # their copies are done (the next poll, or close()).
+            in_flight.clear()
+            self._release.poll()
+
+    def _count_stalls(self) -> None:
+        while self._stalls and self._stalls[0][1].query():
+            before, after = self._stalls.popleft()
+            self._h2d_s += before.elapsed_time(after) / 1000.0
+
+    def host_tensors(self, batch: Batch) -> Tensors:
+        """The batch as torch tensors on the host: views of the engine's memory."""
         # Strings (ids, text fields) are lists: passed through as they are.
-        tensors = {name: t if isinstance(t, list) else torch.from_dlpack(t)
-                   for name, t in batch.items()}
+        return {name: t if isinstance(t, list) else torch.from_dlpack(t)
+                for name, t in batch.items()}
+
+    def to_torch(self, batch: Batch) -> Dict[str, torch.Tensor]:
+        """The batch as torch tensors (zero-copy on the host), moved if a device is set
+        (a plain ``.to``; iterating the loader overlaps the copy instead)."""
+        tensors = self.host_tensors(batch)
         if self.moves:
             tensors = {name: t if isinstance(t, list) else
                        t.to(self.device, non_blocking=self.non_blocking)
@@ -88,23 +254,34 @@ class TorchLoader:
         return tensors
 
     def stats(self) -> Dict[str, Any]:
-        """Wait accounting of this loop so far, seconds."""
-        steady = (self._last_yield - self._first_at) if self._first_at is not None else 0.0
+        """Wait accounting of this loop so far, seconds: ``wait_s`` (the host waited for
+        batches), ``h2d_s`` (the trainer's stream waited for copies), their sum over
+        ``steady_s`` as ``wait_time_ratio``; ``host_batches_held``: host batches whose
+        copy has not completed yet."""
+        self._count_stalls()
+        steady = 0.0
         # Time since the last batch was handed out counts too (the loop is running).
         if self._first_at is not None:
             steady = time.perf_counter() - self._first_at
-        return {"batches": self._batches, "wait_s": self._wait_s, "steady_s": steady,
-                "time_to_first_batch_s": self._ttfb_s,
-                "wait_time_ratio": self._wait_s / steady if steady > 0 else 0.0}
+        waited = self._wait_s + self._h2d_s
+        return {"batches": self._batches, "wait_s": self._wait_s, "h2d_s": self._h2d_s,
+                "steady_s": steady, "time_to_first_batch_s": self._ttfb_s,
+                "host_batches_held": self._release.poll(),
+                "wait_time_ratio": min(1.0, waited / steady) if steady > 0 else 0.0}
 
     @property
     def wait_time_ratio(self) -> float:
         return self.stats()["wait_time_ratio"]
 
     def state_dict(self) -> Dict[str, Any]:
+        """As :meth:`headrace.Loader.state_dict`: resuming continues after the batch this
+        loop handed out last (not after the ones copied ahead of it)."""
+        if self._position is not None:
+            return dict(self._position)
         return self.loader.state_dict()
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self._position = None
         self.loader.load_state_dict(state)
 
     def __len__(self) -> int:
@@ -113,6 +290,7 @@ class TorchLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """As :meth:`headrace.Loader.set_epoch`."""
+        self._position = None
         self.loader.set_epoch(epoch)
 
     @property
@@ -120,6 +298,9 @@ class TorchLoader:
         return self.loader.epoch
 
     def close(self) -> None:
+        """Stops the engine; host batches still being copied are released once their
+        copies complete (this waits for them)."""
+        self._release.drain()
         self.loader.close()
 
     def __enter__(self) -> "TorchLoader":

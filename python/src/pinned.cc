@@ -6,6 +6,7 @@
 // `pin_memory=True` falls back to the heap (documented no-op).
 #include <dlfcn.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "common.h"
@@ -22,14 +23,28 @@ class CudaHostAllocator : public Allocator {
   CudaHostAllocator(HostAllocFn alloc, FreeHostFn free) : alloc_(alloc), free_(free) {}
   void* Allocate(size_t bytes, size_t /*alignment: pages are aligned*/) override {
     void* p = nullptr;
-    return alloc_(&p, bytes == 0 ? 1 : bytes, /*cudaHostAllocPortable*/ 1) == 0 ? p : nullptr;
+    if (alloc_(&p, bytes == 0 ? 1 : bytes, /*cudaHostAllocPortable*/ 1) != 0) return nullptr;
+    allocs_.fetch_add(1, std::memory_order_relaxed);
+    bytes_.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
+    return p;
   }
-  void Free(void* ptr, size_t) override { free_(ptr); }
+  void Free(void* ptr, size_t bytes) override {
+    free_(ptr);
+    frees_.fetch_add(1, std::memory_order_relaxed);
+    bytes_.fetch_sub(static_cast<int64_t>(bytes), std::memory_order_relaxed);
+  }
   const char* name() const override { return "cuda-pinned"; }
+
+  // cudaHostAlloc and cudaFreeHost calls so far, and the bytes held: the engine pools
+  // pinned blocks, so a steady-state run makes none per batch (tests/gpu checks this).
+  int64_t allocs() const { return allocs_.load(std::memory_order_relaxed); }
+  int64_t frees() const { return frees_.load(std::memory_order_relaxed); }
+  int64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
 
  private:
   HostAllocFn alloc_;
   FreeHostFn free_;
+  std::atomic<int64_t> allocs_{0}, frees_{0}, bytes_{0};
 };
 
 Allocator* LoadPinned() {
@@ -60,6 +75,18 @@ void RegisterPinned(nb::module_& m) {
   m.def(
       "_pinned_available", [] { return PinnedAllocator() != nullptr; },
       "Whether batches can be allocated in pinned host memory (a CUDA device is usable).");
+  m.def(
+      "_pinned_stats",
+      [] {
+        nb::dict out;
+        auto* pinned = static_cast<CudaHostAllocator*>(PinnedAllocator());
+        out["host_allocs"] = pinned ? pinned->allocs() : 0;
+        out["host_frees"] = pinned ? pinned->frees() : 0;
+        out["bytes"] = pinned ? pinned->bytes() : 0;
+        return out;
+      },
+      "cudaHostAlloc and cudaFreeHost calls made for batches so far, and the pinned bytes "
+      "held (all 0 without CUDA).");
 }
 
 }  // namespace headrace::python

@@ -135,6 +135,34 @@ TEST(PoolingAllocator, ReusesFreedBlocksOfTheSameSizeClass) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(b->data()) % kBufferAlignment, 0u);
 }
 
+TEST(PoolingAllocator, GeometricClassesServeBatchesOfNearbySizesFromOneBlock) {
+  CountingAllocator base;
+  auto pool = std::make_shared<PoolingAllocator>(&base, 64 << 20,
+                                                 PoolingAllocator::SizeClasses::kGeometric);
+  // Four classes per doubling: never more than 25% over the request.
+  for (size_t bytes : {size_t{1}, size_t{4097}, size_t{100000}, size_t{1} << 20,
+                       (size_t{1} << 20) + 1, size_t{19267584}}) {
+    const size_t size = pool->SizeClass(bytes);
+    EXPECT_GE(size, bytes);
+    EXPECT_EQ(size % 4096, 0u);
+    if (bytes > 8192) EXPECT_LE(size, bytes + bytes / 4) << bytes;
+  }
+  EXPECT_EQ(pool->SizeClass((size_t{1} << 20) + 1), (size_t{1} << 20) + (size_t{1} << 18));
+  const uint8_t* first;
+  {
+    auto a = Buffer::Allocate(1'000'000, pool);  // a batch of text padded to its longest
+    ASSERT_TRUE(a.ok());
+    first = a->data();
+  }
+  auto b = Buffer::Allocate(1'040'000, pool);  // the next one, a little longer
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->data(), first);
+  EXPECT_EQ(pool->misses(), 1);
+  // Page classes would have needed a second block for it.
+  PoolingAllocator pages(&base, 64 << 20);
+  EXPECT_NE(pages.SizeClass(1'000'000), pages.SizeClass(1'040'000));
+}
+
 TEST(PoolingAllocator, FreesPastItsCapAndOutlivesItsOwner) {
   CountingAllocator base;
   Buffer survivor;

@@ -1,9 +1,12 @@
 #include "headrace/core/pooling_allocator.h"
 
+#include <bit>
+
 namespace headrace {
 
-PoolingAllocator::PoolingAllocator(Allocator* base, size_t max_cached_bytes)
-    : base_(base), max_cached_bytes_(max_cached_bytes) {}
+PoolingAllocator::PoolingAllocator(Allocator* base, size_t max_cached_bytes,
+                                   SizeClasses classes)
+    : base_(base), max_cached_bytes_(max_cached_bytes), classes_(classes) {}
 
 PoolingAllocator::~PoolingAllocator() {
   for (auto& [size, blocks] : free_) {
@@ -11,9 +14,14 @@ PoolingAllocator::~PoolingAllocator() {
   }
 }
 
-size_t PoolingAllocator::SizeClass(size_t bytes) {
+size_t PoolingAllocator::SizeClass(size_t bytes) const {
   constexpr size_t kPage = 4096;
-  return (std::max<size_t>(bytes, 1) + kPage - 1) / kPage * kPage;
+  const size_t pages = (std::max<size_t>(bytes, 1) + kPage - 1) / kPage * kPage;
+  if (classes_ == SizeClasses::kPages || pages <= kPage) return pages;
+  // Keep the top three bits: sizes in (2^k, 2^(k+1)] round up to a multiple of 2^(k-2).
+  const int shift = std::bit_width(pages - 1) - 3;
+  const size_t step = std::max<size_t>(kPage, size_t{1} << shift);
+  return (pages + step - 1) / step * step;
 }
 
 void* PoolingAllocator::Allocate(size_t bytes, size_t alignment) {

@@ -8,6 +8,12 @@
 // (sizes rounded up to 4 KiB pages), at most `max_cached_bytes` in all; beyond that,
 // frees go to the base allocator.
 //
+// Geometric size classes (kGeometric) serve an allocator whose calls are expensive, such
+// as pinned memory (cudaHostAlloc, and cudaFreeHost, which synchronizes the device):
+// batches whose size varies a little (text padded to the longest sample) then share a
+// few classes, four per doubling (at most 25% of a block unused), instead of each
+// needing a fresh block.
+//
 // Thread-safe. Buffers keep the pool alive (Buffer::Allocate with a shared_ptr), so a
 // pool may be dropped by its owner while batches it produced are still in use.
 #pragma once
@@ -24,8 +30,10 @@ namespace headrace {
 
 class PoolingAllocator final : public Allocator {
  public:
+  enum class SizeClasses { kPages, kGeometric };
   // `base` must outlive the pool.
-  PoolingAllocator(Allocator* base, size_t max_cached_bytes);
+  PoolingAllocator(Allocator* base, size_t max_cached_bytes,
+                   SizeClasses classes = SizeClasses::kPages);
   ~PoolingAllocator() override;
 
   void* Allocate(size_t bytes, size_t alignment) override;
@@ -35,12 +43,13 @@ class PoolingAllocator final : public Allocator {
   size_t cached_bytes() const;
   int64_t hits() const;
   int64_t misses() const;
+  // The bytes a request of `bytes` takes from the base allocator.
+  size_t SizeClass(size_t bytes) const;
 
  private:
-  static size_t SizeClass(size_t bytes);
-
   Allocator* const base_;
   const size_t max_cached_bytes_;
+  const SizeClasses classes_;
   mutable std::mutex mu_;
   std::map<size_t, std::vector<void*>> free_;  // guarded by mu_: size class -> blocks
   size_t cached_bytes_ = 0;                    // guarded by mu_

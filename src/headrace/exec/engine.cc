@@ -94,10 +94,18 @@ Result<std::unique_ptr<Engine>> Engine::Start(EngineInputs inputs, EngineOptions
                                    " bytes: raise memory.budget_bytes or lower batch.size");
   }
   // A few batches' worth of freed blocks covers the steady state, where the consumer
-  // releases batch k about when batch k + depth is admitted.
+  // releases batch k about when batch k + depth is admitted. Memory from any other
+  // allocator (pinned for GPU copies) is costly to allocate and to free (cudaFreeHost
+  // synchronizes the device): the pool keeps all of it, up to the budget, in geometric
+  // classes, so that no steady-state batch allocates or frees any.
+  const bool costly = options.allocator != DefaultAllocator();
   engine->batch_memory_ = std::make_shared<PoolingAllocator>(
       options.allocator,
-      std::min<size_t>(options.batch_budget_bytes / 2, 4 * static_cast<size_t>(full_batch)));
+      costly ? static_cast<size_t>(options.batch_budget_bytes)
+             : std::min<size_t>(options.batch_budget_bytes / 2,
+                                4 * static_cast<size_t>(full_batch)),
+      costly ? PoolingAllocator::SizeClasses::kGeometric
+             : PoolingAllocator::SizeClasses::kPages);
   engine->pool_ = std::make_unique<ThreadPool>(options.cpu_threads);
   engine->driver_ = std::thread([e = engine.get()] { e->DriverLoop(); });
   return engine;

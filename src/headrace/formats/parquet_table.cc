@@ -322,8 +322,13 @@ Result<ParquetLayout> ParseFooter(int64_t file_size, const uint8_t* footer, uint
   layout.footer_bytes = static_cast<int64_t>(footer_len) + 8;
   auto parsed = std::make_shared<ParquetFooter>();
   parquet::ReaderProperties properties(arrow::system_memory_pool());
+#if ARROW_VERSION_MAJOR >= 26
   parsed->metadata =
       parquet::FileMetaData::Make(footer, static_cast<int64_t>(footer_len), properties);
+#else  // pyarrow 25 (the CUDA image's): the length goes in and out through a pointer
+  uint32_t metadata_len = footer_len;
+  parsed->metadata = parquet::FileMetaData::Make(footer, &metadata_len, properties);
+#endif
   const parquet::FileMetaData& metadata = *parsed->metadata;
   if (metadata.is_encryption_algorithm_set()) {
     return Status::UnsupportedFormat("encrypted Parquet file (plaintext footer)");
