@@ -57,11 +57,8 @@ run-ray: build
 # mutation run of every fuzz target included: fuzz_smoke.* in ctest) and the executor's
 # tests under TSan. libFuzzer itself (a clang build of its own) is `make fuzz-smoke` /
 # `make fuzz`: left out here, it would add ~5 minutes of build to every CI run.
-#
-# The unit tests run once, under ASan/UBSan (the same ctest set as the Release tree's
-# `make unit`, which stays for a quick local pass): CI took 1482 s with both passes.
 test: build
-	@$(MAKE) --no-print-directory e2e asan tsan
+	@$(MAKE) --no-print-directory unit e2e asan tsan
 
 # The GPU hand-off on a machine with a CUDA device (tests/gpu/README.md): pinned batches,
 # 2,000 batches with GPU checksums against the host's, copy/step overlap, no pinned
