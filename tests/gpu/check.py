@@ -126,7 +126,7 @@ def main() -> int:
     batch = next(iter(loader))
     host = {k: torch.from_dlpack(v) for k, v in batch.items() if not isinstance(v, list)}
     types = {k: cuda_memory_type(t.data_ptr()) for k, t in host.items()}
-    same = {k: t.data_ptr() == batch.data_ptrs[k] for k, t in host.items()}
+    same = {k: t.data_ptr() == batch.data_ptrs.get(k) for k, t in host.items()}
     check("pinned", loader.pinned and all(v == 1 for v in types.values()) and all(same.values())
           and all(t.is_pinned() for t in host.values()),
           {"loader.pinned": loader.pinned, "cudaMemoryType": types, "zero_copy": same})
