@@ -35,7 +35,7 @@ from __future__ import annotations
 import collections
 import os
 import time
-from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Deque, Dict, Iterator, Optional, Tuple, Union
 
 import torch
 
@@ -72,9 +72,6 @@ class HostRelease:
             event.synchronize()
             self._held.popleft()
 
-    def __len__(self) -> int:
-        return len(self._held)
-
 
 class CudaCopier:
     """The CUDA side of the hand-off: copies on a side stream, events, stall timing."""
@@ -90,13 +87,13 @@ class CudaCopier:
         # The copy must not start before the trainer's earlier work that this batch's
         # device memory may be recycled from (record_stream below covers the rest).
         self.stream.wait_stream(torch.cuda.current_stream(self.device))
-        nbytes = sum(t.numel() * t.element_size() for t in host.values()
-                     if isinstance(t, torch.Tensor))
         try:
             with torch.cuda.stream(self.stream):
                 out = {name: t if not isinstance(t, torch.Tensor) else
                        t.to(self.device, non_blocking=True) for name, t in host.items()}
         except torch.cuda.OutOfMemoryError as e:
+            nbytes = sum(t.numel() * t.element_size() for t in host.values()
+                         if isinstance(t, torch.Tensor))
             raise torch.cuda.OutOfMemoryError(
                 f"headrace: out of memory on {self.device} copying a batch of {nbytes} bytes "
                 f"with prefetch={self.prefetch} ({self.prefetch + 1} batches on the device "
@@ -160,7 +157,6 @@ class TorchLoader:
 
     def _reset_clock(self) -> None:
         self._first_at: Optional[float] = None
-        self._last_yield: Optional[float] = None
         self._wait_s = 0.0
         self._ttfb_s = 0.0
         self._batches = 0
@@ -192,7 +188,6 @@ class TorchLoader:
         else:
             self._wait_s += now - start
         self._batches += 1
-        self._last_yield = now
 
     def _overlapped(self) -> Iterator[Dict[str, torch.Tensor]]:
         """The epoch with copies on a side stream, ``prefetch`` batches ahead."""
@@ -227,9 +222,8 @@ class TorchLoader:
                 self._handed(start, time.perf_counter())
                 yield out
         finally:
-            # Batches copied ahead and never handed out: their host memory goes back once
-            # their copies are done (the next poll, or close()).
-            in_flight.clear()
+            # Batches copied ahead and never handed out (a `break`): their host memory
+            # goes back once their copies are done (this poll, a later one, or close()).
             self._release.poll()
 
     def _count_stalls(self) -> None:

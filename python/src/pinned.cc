@@ -47,7 +47,7 @@ class CudaHostAllocator : public Allocator {
   std::atomic<int64_t> allocs_{0}, frees_{0}, bytes_{0};
 };
 
-Allocator* LoadPinned() {
+CudaHostAllocator* LoadPinned() {
   for (const char* lib :
        {"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"}) {
     void* handle = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);  // never closed: buffers outlive us
@@ -64,12 +64,15 @@ Allocator* LoadPinned() {
   return nullptr;
 }
 
-}  // namespace
-
-Allocator* PinnedAllocator() {
-  static Allocator* const allocator = LoadPinned();
+// The one instance (null without CUDA), typed for its counters.
+CudaHostAllocator* Pinned() {
+  static CudaHostAllocator* const allocator = LoadPinned();
   return allocator;
 }
+
+}  // namespace
+
+Allocator* PinnedAllocator() { return Pinned(); }
 
 void RegisterPinned(nb::module_& m) {
   m.def(
@@ -79,7 +82,7 @@ void RegisterPinned(nb::module_& m) {
       "_pinned_stats",
       [] {
         nb::dict out;
-        auto* pinned = static_cast<CudaHostAllocator*>(PinnedAllocator());
+        const CudaHostAllocator* pinned = Pinned();
         out["host_allocs"] = pinned ? pinned->allocs() : 0;
         out["host_frees"] = pinned ? pinned->frees() : 0;
         out["bytes"] = pinned ? pinned->bytes() : 0;
