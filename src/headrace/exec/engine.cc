@@ -47,7 +47,9 @@ Engine::Engine(EngineInputs inputs, EngineOptions options, EpochOrder order)
       order_(std::move(order)),
       start_time_(Clock::now()),
       op_ns_(inputs_.ops.size()),
-      batch_op_ns_(inputs_.batch_ops.size()) {
+      batch_op_ns_(inputs_.batch_ops.size()),
+      op_latency_(std::make_unique<LatencyHistogram[]>(inputs_.ops.size() +
+                                                       inputs_.batch_ops.size())) {
   next_ = options_.start_batch;
 }
 
@@ -299,6 +301,7 @@ void Engine::StartRead(const std::shared_ptr<BatchJob>& job, int slot,
     options_.trace->AsyncBegin("read", TraceId(*job, slot), Clock::now());
   const SampleRecord& record = (*inputs_.records)[job->sample_indices[slot]];
   const MediaRef& ref = record.media[charge->item];
+  charge->issued = Clock::now();
   ReadGate gate = [this, charge](int64_t size) { return OnReadSize(*charge, size); };
   ReadCallback done = [this, job, slot, charge](Result<Buffer> bytes) {
     OnRead(job, slot, charge, std::move(bytes));
@@ -383,6 +386,7 @@ void Engine::OnRead(const std::shared_ptr<BatchJob>& job, int slot,
   {
     std::lock_guard lock(mu_);
     if (--reads_inflight_ == 0) read_busy_ns_ += NanosSince(reads_busy_since_);
+    if (!refused) read_latency_.Record(NanosSince(charge->issued));
     if (refused) {
       // Nothing was allocated: wait until the object's size fits (or nothing else is
       // charged), then read it again.
@@ -482,9 +486,10 @@ void Engine::RunChain(const std::shared_ptr<BatchJob>& job, int slot, std::vecto
       const auto op_start = Clock::now();
       status = inputs_.ops[i]->Run(ctx);
       const auto op_end = Clock::now();
-      op_ns_[i].fetch_add(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(op_end - op_start).count(),
-          std::memory_order_relaxed);
+      const int64_t op_ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(op_end - op_start).count();
+      op_ns_[i].fetch_add(op_ns, std::memory_order_relaxed);
+      op_latency_[i].Record(op_ns);
       if (options_.trace != nullptr) {
         // Op names are string_views into the ops' static names: stable for the run.
         options_.trace->Span(inputs_.ops[i]->name().data(), "cpu", op_start, op_end, index);
@@ -598,7 +603,9 @@ void Engine::RunBatchOps(const BatchJob& job, Batch& batch) {
     const auto start = Clock::now();
     Status status = op.Run(batch, HashKeys(options_.order.seed, static_cast<uint64_t>(batch.epoch),
                                            static_cast<uint64_t>(batch.index_in_epoch), i));
-    batch_op_ns_[i].fetch_add(NanosSince(start), std::memory_order_relaxed);
+    const int64_t op_ns = NanosSince(start);
+    batch_op_ns_[i].fetch_add(op_ns, std::memory_order_relaxed);
+    op_latency_[inputs_.ops.size() + i].Record(op_ns);
     if (status.ok()) continue;
     // The batch is dropped: each of its samples is an error with the op's status.
     status = status.WithContext(std::string(op.name()) + " on batch " +
@@ -672,7 +679,9 @@ Result<std::optional<Batch>> Engine::Next() {
     consumer_waiting_since_ = Clock::now();
     consumer_cv_.wait(lock, [&] { return ReadyLocked(); });
     consumer_waiting_ = false;
-    consumer_wait_ns_ += NanosSince(consumer_waiting_since_);
+    const int64_t waited = NanosSince(consumer_waiting_since_);
+    consumer_wait_ns_ += waited;
+    next_wait_.Record(waited);
     if (!failure_.ok()) return failure_;
     if (next_ >= total) {
       Status budget = CheckErrorBudgetLocked(/*at_end=*/true);
@@ -791,6 +800,12 @@ EngineMetrics Engine::Metrics() const {
   m.bytes_read = bytes_read_;
   m.bytes_copied = bytes_copied_;
   m.budget_peak_bytes = budget_peak_;
+  m.budget_used_bytes = batch_bytes_ + undecoded_bytes_;
+  m.undecoded_bytes = undecoded_bytes_;
+  m.batches_ready = static_cast<int64_t>(ready_.size());
+  m.reads_inflight = reads_inflight_;
+  m.read_latency = read_latency_.Snapshot();
+  m.next_wait = next_wait_.Snapshot();
   m.batch_memory_reused = batch_memory_->hits();
   m.batch_memory_fresh = batch_memory_->misses();
   m.scratch_bytes = scratch_usage_.held();
@@ -838,12 +853,13 @@ EngineMetrics Engine::Metrics() const {
   m.stages.push_back(batch);
   for (size_t i = 0; i < inputs_.ops.size(); ++i) {
     m.ops.push_back(OpMetrics{std::string(inputs_.ops[i]->name()), samples_run_.load(),
-                              op_ns_[i].load() * 1e-9});
+                              op_ns_[i].load() * 1e-9, op_latency_[i].Snapshot()});
   }
   for (size_t i = 0; i < inputs_.batch_ops.size(); ++i) {
     // Reported per sample, like the other ops, so that costs add up.
     m.ops.push_back(OpMetrics{std::string(inputs_.batch_ops[i]->name()), samples_run_.load(),
-                              batch_op_ns_[i].load() * 1e-9});
+                              batch_op_ns_[i].load() * 1e-9,
+                              op_latency_[inputs_.ops.size() + i].Snapshot()});
   }
   return m;
 }

@@ -64,6 +64,7 @@
 #include "headrace/core/batch.h"
 #include "headrace/core/buffer.h"
 #include "headrace/core/clock.h"
+#include "headrace/core/histogram.h"
 #include "headrace/core/pooling_allocator.h"
 #include "headrace/exec/epoch_order.h"
 #include "headrace/exec/thread_pool.h"
@@ -160,7 +161,8 @@ struct StageMetrics {
 struct OpMetrics {
   std::string name;
   int64_t items = 0;
-  double busy_s = 0;  // summed over threads
+  double busy_s = 0;             // summed over threads
+  HistogramSnapshot latency;     // per sample (a batch op: per batch)
 };
 
 struct EngineMetrics {
@@ -172,6 +174,10 @@ struct EngineMetrics {
   int64_t bytes_read = 0;
   int64_t bytes_copied = 0;         // sample bytes copied between stages / into batches
   int64_t budget_peak_bytes = 0;    // peak of batches in flight plus undecoded bytes
+  int64_t budget_used_bytes = 0;    // the same, now
+  int64_t undecoded_bytes = 0;      // the I/O budget's charge now
+  int64_t batches_ready = 0;        // batches done and waiting for the consumer
+  int reads_inflight = 0;           // now
   int64_t batch_memory_reused = 0;  // batch buffers served from the pool
   int64_t batch_memory_fresh = 0;   // batch buffers newly allocated
   // Scratch memory of the CPU threads (intermediate images); each thread trims its
@@ -182,6 +188,8 @@ struct EngineMetrics {
   int64_t scratch_retain_bytes = 0;       // the per-thread allowance kept between samples
   std::vector<StageMetrics> stages;
   std::vector<OpMetrics> ops;
+  HistogramSnapshot read_latency;  // per media read: issue to bytes in (or failure)
+  HistogramSnapshot next_wait;     // per Next(): the consumer's wait for its batch
   std::map<std::string, int64_t> errors_by_kind;
   std::vector<SampleError> first_errors;
 };
@@ -261,6 +269,7 @@ class Engine {
     int64_t bytes = 0;      // charged now: the reservation, then the object's size
     int64_t refused = -1;   // >= 0: the gate refused this size; the read is parked
     bool sized = false;     // the gate ran (a storage may ignore it)
+    Clock::time_point issued{};  // when the read went to the storage (latency)
   };
   struct ParkedRead {
     std::shared_ptr<BatchJob> job;
@@ -365,6 +374,11 @@ class Engine {
 
   std::vector<std::atomic<int64_t>> op_ns_;        // per op, summed over threads
   std::vector<std::atomic<int64_t>> batch_op_ns_;  // per batch op
+  // Latency histograms (lock-free): per media read, per op and batch op (ops first),
+  // per Next().
+  LatencyHistogram read_latency_;
+  std::unique_ptr<LatencyHistogram[]> op_latency_;
+  LatencyHistogram next_wait_;
   std::atomic<int64_t> samples_run_{0};
   ScratchUsage scratch_usage_;                   // all CPU threads' arenas
   std::atomic<int64_t> scratch_sample_peak_{0};  // most one arena held after a sample
