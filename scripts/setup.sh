@@ -12,7 +12,7 @@ APT_PACKAGES=(
   libsentencepiece-dev libsimdjson-dev libyaml-cpp-dev libarchive-dev
   libpcre2-dev libutf8proc-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev
-  libcurl4-openssl-dev libssl-dev openssl
+  libcurl4-openssl-dev libssl-dev openssl libcpp-httplib-dev
   libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev ffmpeg
   libtesseract-dev tesseract-ocr tesseract-ocr-eng libfreetype-dev fonts-dejavu-core
   python3 python3-venv

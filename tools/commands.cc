@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 namespace headrace::tools {
 
@@ -31,6 +32,32 @@ bool WriteTextFile(const std::string& path, const std::string& text) {
     std::fprintf(stderr, "headrace: cannot write %s\n", path.c_str());
     return false;
   }
+  return true;
+}
+
+bool ReadSmallFile(const char* command, const char* flag, const std::string& path,
+                   std::string* out) {
+  constexpr std::streamoff kMaxFileBytes = 16 << 20;
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    std::fprintf(stderr, "%s: %s %s: not a regular file\n", command, flag, path.c_str());
+    return false;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "%s: %s %s: cannot read\n", command, flag, path.c_str());
+    return false;
+  }
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  if (size < 0 || size > kMaxFileBytes) {
+    std::fprintf(stderr, "%s: %s %s: larger than 16 MiB\n", command, flag, path.c_str());
+    return false;
+  }
+  in.seekg(0);
+  std::ostringstream text;
+  text << in.rdbuf();
+  *out = text.str();
   return true;
 }
 

@@ -19,6 +19,7 @@ int UploadCommand(const Args& args);      // headrace upload DIR s3://bucket/pre
 int ListCommand(const Args& args);        // headrace ls s3://bucket/prefix-or-glob ...
 int ShardCommand(const Args& args);       // headrace shard MANIFEST --out DIR ...
 int PlanCommand(const Args& args);        // headrace plan [PLAN.yaml] [--NAME VALUE ...]
+int ReportCommand(const Args& args);      // headrace report REPORT.json --plot OUT
 
 // Small argument helpers shared by the subcommands.
 struct ArgReader {
@@ -34,6 +35,11 @@ struct ArgReader {
 // Writes `text` to `path`, creating parent folders. Returns false (after printing why)
 // on failure.
 bool WriteTextFile(const std::string& path, const std::string& text);
+
+// Reads `path`, a regular file of at most 16 MiB (a report, a plan). Returns false after
+// printing "<command>: <flag> <path>: <why>".
+bool ReadSmallFile(const char* command, const char* flag, const std::string& path,
+                   std::string* out);
 
 // Whether WriteTextFile(path, ...) can succeed, found before a run rather than after it:
 // creates the parent folders and opens the file for writing without truncating it (a

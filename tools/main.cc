@@ -16,7 +16,12 @@ commands:
       --modalities: also an H.264 clip and/or a WAV tone per sample
   run CONFIG [--report PATH] [--trace PATH] [--set key=value ...] [--start-batch K]
              [--digests] [--max-batches N] [--print-config] [--quiet]
-      run a pipeline against a simulated trainer (trainer.step_ms per batch) and report
+             [--metrics-port [HOST:]PORT] [--progress SECONDS]
+      run a pipeline against a simulated trainer (trainer.step_ms per batch) and report;
+      --metrics-port: a Prometheus endpoint at /metrics while it runs; progress: a live
+      line on a terminal, else a line every --progress seconds (30; 0: none)
+  report REPORT.json --plot OUT.svg|OUT.html
+      a picture of a run report: stage utilization and the trainer's wait over time
   bench ops CONFIG [--samples N] [--report PATH] [--set key=value ...]
       single-thread cost of each operator, ms per sample
   bench engine CONFIG [--samples N] [--report PATH] [--set key=value ...]
@@ -55,9 +60,10 @@ int main(int argc, char** argv) {
   if (command == "ls") return headrace::tools::ListCommand(args);
   if (command == "shard") return headrace::tools::ShardCommand(args);
   if (command == "plan") return headrace::tools::PlanCommand(args);
+  if (command == "report") return headrace::tools::ReportCommand(args);
   std::fprintf(stderr,
                "headrace: unknown command '%s' (allowed: make-sample, run, bench, upload, ls, "
-               "shard, plan)\n%s",
+               "shard, plan, report)\n%s",
                command.c_str(), kUsage);
   return 2;
 }

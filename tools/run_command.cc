@@ -1,18 +1,36 @@
 // headrace run: a pipeline against a simulated trainer, with a report.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
 #include "commands.h"
 #include "interrupt.h"
 #include "headrace/core/clock.h"
+#include "headrace/observe/metrics_server.h"
+#include "headrace/observe/progress.h"
+#include "headrace/observe/prometheus.h"
+#include "headrace/observe/run_monitor.h"
 #include "headrace/pipeline/config.h"
 #include "headrace/pipeline/loader.h"
 #include "headrace/pipeline/report.h"
 
 namespace headrace::tools {
+namespace {
+
+// Off a terminal, a progress line this often by default: a long job's log shows it is
+// alive without the line drowning it (one line per 30 s is 2,880 a day).
+constexpr double kDefaultProgressPeriodS = 30;
+// --metrics-port PORT listens on every interface: Prometheus scrapes from another machine.
+constexpr const char* kDefaultMetricsHost = "0.0.0.0";
+
+}  // namespace
 
 int RunCommand(const Args& args) {
-  std::string config_path, report_path, trace_path;
+  std::string config_path, report_path, trace_path, metrics_address;
+  // Off a terminal, a progress line every this many seconds (0: none).
+  double progress_period_s = kDefaultProgressPeriodS;
   std::vector<std::string> overrides;
   int64_t start_batch = 0;
   int64_t max_batches = -1;
@@ -44,10 +62,25 @@ int RunCommand(const Args& args) {
       print_config = true, ++r.i;
     } else if (flag == "--quiet") {
       quiet = true, ++r.i;
+    } else if (flag == "--metrics-port") {
+      if (!r.Value(flag, &metrics_address)) return 2;
+    } else if (flag == "--progress") {
+      if (!r.Value(flag, &value)) return 2;
+      char* end = nullptr;
+      progress_period_s = std::strtod(value.c_str(), &end);
+      if (end == value.c_str() || *end != '\0' || !(progress_period_s >= 0) ||
+          progress_period_s > 86400) {
+        std::fprintf(stderr,
+                     "headrace run: --progress needs seconds between lines, 0..86400 (0: no "
+                     "progress), got '%s'\n",
+                     value.c_str());
+        return 2;
+      }
     } else if (!flag.empty() && flag[0] == '-') {
       std::fprintf(stderr,
                    "headrace run: unknown flag '%s' (allowed: --report, --trace, "
-                   "--set, --start-batch, --max-batches, --digests, --print-config, --quiet)\n",
+                   "--set, --start-batch, --max-batches, --digests, --print-config, --quiet, "
+                   "--metrics-port, --progress)\n",
                    flag.c_str());
       return 2;
     } else if (config_path.empty()) {
@@ -64,6 +97,16 @@ int RunCommand(const Args& args) {
   // Found now, not after a run whose report would then be lost.
   if (!report_path.empty() && !CheckWritable("headrace run", "--report", report_path)) return 2;
   if (!trace_path.empty() && !CheckWritable("headrace run", "--trace", trace_path)) return 2;
+  std::string metrics_host;
+  int metrics_port = -1;
+  if (!metrics_address.empty()) {
+    Status parsed =
+        ParseListenAddress(metrics_address, kDefaultMetricsHost, &metrics_host, &metrics_port);
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "headrace run: --metrics-port %s\n", parsed.message().c_str());
+      return 2;
+    }
+  }
   auto spec = LoadPipelineConfig(config_path, overrides);
   if (!spec.ok()) {
     std::fprintf(stderr, "headrace run: %s: %s\n", config_path.c_str(),
@@ -95,6 +138,36 @@ int RunCommand(const Args& args) {
     return code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound ? 2 : 1;
   }
   if (interrupt.signal() != 0) return 128 + interrupt.signal();  // before any batch
+  std::unique_ptr<MetricsServer> metrics;
+  if (metrics_port >= 0) {
+    // Bound before the first batch is asked for: a port in use fails the run now.
+    const Loader* l = loader->get();
+    const MetricLabels labels = {{"job", "headrace_run"}};
+    auto server = MetricsServer::Start(metrics_host, metrics_port, [l, baseline_rss, labels] {
+      return PrometheusText(BuildRunReport(*l, baseline_rss), labels);
+    });
+    if (!server.ok()) {
+      std::fprintf(stderr, "headrace run: --metrics-port: %s\n",
+                   server.status().message().c_str());
+      return 2;
+    }
+    metrics = std::move(*server);
+    std::fprintf(stderr, "headrace: metrics at %s\n", metrics->url().c_str());
+  }
+  // The run's timeline (for the report and `headrace report --plot`) and its progress:
+  // a live line on a terminal, a plain line each --progress seconds elsewhere.
+  const bool live = isatty(STDERR_FILENO) != 0;
+  std::optional<ProgressPrinter> progress;
+  if (!quiet && (live || progress_period_s > 0)) {
+    progress.emplace(stderr, live, progress_period_s, max_batches);
+  }
+  RunMonitorOptions monitor_options;
+  if (progress) {
+    monitor_options.on_sample = [&progress](const RunReport& now, const TimelinePoint& point) {
+      progress->Update(now, point);
+    };
+  }
+  RunMonitor monitor(**loader, baseline_rss, std::move(monitor_options));
   interrupt.SetStop([l = loader->get()] { l->Cancel(); });
   const auto step = std::chrono::duration<double, std::milli>(spec->trainer.step_ms);
   std::vector<std::string> batch_digests;
@@ -120,12 +193,16 @@ int RunCommand(const Args& args) {
   // A signal cancels the run; it is not the run's failure.
   const int signal = interrupt.signal();
   if (signal != 0 && failure.code() == StatusCode::kCancelled) failure = Status::Ok();
+  monitor.Stop();
+  if (progress) progress->Finish();
   RunReport report = BuildRunReport(**loader, baseline_rss);
+  report.timeline = monitor.timeline();
   report.batch_digests = std::move(batch_digests);
   if (signal != 0) report.interrupted_by = SignalName(signal);
   if (!quiet) std::fputs(RunReportToText(report).c_str(), stdout);
   if (!report_path.empty() && !WriteTextFile(report_path, RunReportToJson(report))) return 1;
   interrupt.SetStop(nullptr);
+  metrics.reset();  // it reads the loader
   loader->reset();  // joins the engine's threads: the trace is complete
   if (trace && !WriteTextFile(trace_path, trace->ToJson())) return 1;
   if (!failure.ok()) {

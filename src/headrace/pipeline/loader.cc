@@ -248,7 +248,10 @@ bool Loader::WaitReady(std::chrono::nanoseconds timeout) {
 Result<std::optional<Batch>> Loader::Next() {
   const auto call = wait_started_.value_or(Clock::now());
   wait_started_.reset();
-  if (returned_any_) stats_.busy_s += std::chrono::duration<double>(call - last_return_at_).count();
+  if (returned_any_) {
+    std::lock_guard lock(stats_mu_);
+    stats_.busy_s += std::chrono::duration<double>(call - last_return_at_).count();
+  }
   auto batch = engine_->Next();
   const auto now = Clock::now();
   if (trace_ != nullptr) {
@@ -257,6 +260,8 @@ Result<std::optional<Batch>> Loader::Next() {
     trace_->Span("wait", "consumer", call, now);
   }
   const double waited = std::chrono::duration<double>(now - call).count();
+  // A metrics endpoint or progress line reads stats_ from its own thread.
+  std::lock_guard lock(stats_mu_);
   if (!returned_any_) {
     if (batch.ok() && batch->has_value()) {
       returned_any_ = true;
@@ -276,6 +281,9 @@ Result<std::optional<Batch>> Loader::Next() {
   return batch;
 }
 
-ConsumerStats Loader::consumer_stats() const { return stats_; }
+ConsumerStats Loader::consumer_stats() const {
+  std::lock_guard lock(stats_mu_);
+  return stats_;
+}
 
 }  // namespace headrace

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -118,6 +119,7 @@ class Loader {
   const BlockCache* block_cache() const { return block_cache_.get(); }
   // The Parquet source's row-group cache; null for other sources.
   const ParquetRowGroupCache* row_group_cache() const { return row_group_cache_.get(); }
+  // Both safe from any thread while the loader lives (a metrics endpoint's, say).
   ConsumerStats consumer_stats() const;
   EngineMetrics engine_metrics() const { return engine_->Metrics(); }
 
@@ -141,6 +143,7 @@ class Loader {
   Clock::time_point last_return_at_;
   bool returned_any_ = false;
   std::optional<Clock::time_point> wait_started_;  // the first WaitReady() before Next()
+  mutable std::mutex stats_mu_;  // guards stats_: consumer_stats() is safe from any thread
   ConsumerStats stats_;
 };
 

@@ -26,6 +26,15 @@ std::string Format(const char* fmt, double v) {
   return buf;
 }
 
+// {"count": n, "mean": .., "p50": .., "p90": .., "p99": ..} in units of seconds × scale.
+void LatencyJson(JsonWriter& w, const HistogramSnapshot& h, double scale) {
+  w.Key("count").Int(h.count);
+  w.Key("mean").Double(h.Mean() * scale);
+  w.Key("p50").Double(h.Quantile(0.5) * scale);
+  w.Key("p90").Double(h.Quantile(0.9) * scale);
+  w.Key("p99").Double(h.Quantile(0.99) * scale);
+}
+
 void Diagnose(RunReport& r, const Loader& loader) {
   const StageReport* read = nullptr;
   const StageReport* cpu = nullptr;
@@ -115,8 +124,17 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
     r.stages.push_back(std::move(sr));
   }
   for (const OpMetrics& op : m.ops) {
-    r.ops.push_back(OpReport{op.name, op.busy_s, op.items > 0 ? 1e3 * op.busy_s / op.items : 0.0});
+    r.ops.push_back(OpReport{op.name, op.busy_s, op.items > 0 ? 1e3 * op.busy_s / op.items : 0.0,
+                             op.latency});
   }
+  r.read_latency = m.read_latency;
+  r.next_wait = m.next_wait;
+  r.budget_used_bytes = m.budget_used_bytes;
+  r.batches_ready = m.batches_ready;
+  r.reads_inflight = m.reads_inflight;
+  r.total_batches =
+      loader.total_batches() == EpochOrder::kUnboundedBatches ? -1 : loader.total_batches();
+  r.next_batch = loader.next_batch();
   r.storage = loader.storage_stats();
   r.source = loader.source();
   if (const BlockCache* cache = loader.block_cache(); cache != nullptr) {
@@ -197,9 +215,50 @@ std::string RunReportToJson(const RunReport& r) {
     w.BeginObject();
     w.Key("name").String(op.name).Key("busy_s").Double(op.busy_s);
     w.Key("ms_per_sample").Double(op.ms_per_sample);
+    w.Key("latency_ms").BeginObject();
+    LatencyJson(w, op.latency, 1e3);
+    w.EndObject();
     w.EndObject();
   }
   w.EndArray();
+  // Quantiles from the histograms (core/histogram.h: exact to a bucket's width).
+  w.Key("latency_ms").BeginObject();
+  w.Key("read").BeginObject();
+  LatencyJson(w, r.read_latency, 1e3);
+  w.EndObject();
+  w.Key("next").BeginObject();
+  LatencyJson(w, r.next_wait, 1e3);
+  w.EndObject();
+  w.EndObject();
+  if (!r.timeline.empty()) {
+    // Columns, not one object per point: a long run's timeline stays small.
+    w.Key("timeline").BeginObject();
+    w.Key("stages").BeginArray();
+    for (const StageReport& s : r.stages) w.String(s.metrics.name);
+    w.EndArray();
+    w.Key("t_s").BeginArray();
+    for (const TimelinePoint& p : r.timeline) w.Double(p.t_s);
+    w.EndArray();
+    w.Key("samples_per_s").BeginArray();
+    for (const TimelinePoint& p : r.timeline) w.Double(p.samples_per_s);
+    w.EndArray();
+    w.Key("wait_ratio").BeginArray();
+    for (const TimelinePoint& p : r.timeline) w.Double(p.wait_ratio);
+    w.EndArray();
+    w.Key("budget_used").BeginArray();
+    for (const TimelinePoint& p : r.timeline) w.Double(p.budget_used);
+    w.EndArray();
+    w.Key("utilization").BeginArray();  // one array per stage
+    for (size_t i = 0; i < r.stages.size(); ++i) {
+      w.BeginArray();
+      for (const TimelinePoint& p : r.timeline) {
+        w.Double(i < p.utilization.size() ? p.utilization[i] : 0.0);
+      }
+      w.EndArray();
+    }
+    w.EndArray();
+    w.EndObject();
+  }
   // Keyed by backend: {"local": {...}, "s3": {"endpoint": ..., "requests": ...}}.
   w.Key("storage").BeginObject();
   for (const StorageStats& s : r.storage) {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "headrace/core/histogram.h"
 #include "headrace/exec/engine.h"
 #include "headrace/pipeline/loader.h"
 
@@ -32,6 +33,18 @@ struct OpReport {
   std::string name;
   double busy_s = 0;
   double ms_per_sample = 0;  // busy_s / items: single-thread cost of the op
+  HistogramSnapshot latency;  // per sample (a batch op: per batch)
+};
+
+// One interval of a run, sampled while it runs (observe/run_monitor.h): what the
+// report's totals were doing then, for a picture over time.
+struct TimelinePoint {
+  double t_s = 0;            // the interval's end, seconds since the loader started
+  double dt_s = 0;           // the interval's length
+  double samples_per_s = 0;  // delivered during the interval
+  double wait_ratio = 0;     // the consumer's wait / its loop time during the interval
+  std::vector<double> utilization;  // per stage, RunReport::stages' order: busy share
+  double budget_used = 0;    // batches in flight + undecoded bytes / memory budget, at t_s
 };
 
 struct RunReport {
@@ -66,6 +79,16 @@ struct RunReport {
   std::vector<SampleError> first_errors;
   std::vector<StageReport> stages;
   std::vector<OpReport> ops;
+  HistogramSnapshot read_latency;  // per media read
+  HistogramSnapshot next_wait;     // per batch: the consumer's wait inside Next()
+  // Now, for live views (the metrics endpoint, the progress line):
+  int64_t budget_used_bytes = 0;  // batches in flight plus undecoded bytes
+  int64_t batches_ready = 0;      // computed, waiting for the consumer
+  int reads_inflight = 0;
+  int64_t total_batches = -1;     // the run's batches for this rank; -1 when unbounded
+  int64_t next_batch = 0;         // the local index of the next batch to deliver
+  // Filled by the caller that sampled the run (observe/run_monitor.h); empty otherwise.
+  std::vector<TimelinePoint> timeline;
   std::vector<StorageStats> storage;  // one entry per backend used
   std::string source;                 // Loader::source(): "manifest ..." or "shards ..."
   // The shard source's block cache (io/block_cache.h); has_block_cache false otherwise.

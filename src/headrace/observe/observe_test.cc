@@ -1,0 +1,322 @@
+// The metrics endpoint, the run monitor and the progress line against a real loader, and
+// the Prometheus text and the plot on reports built by hand.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "headrace/observe/metrics_server.h"
+#include "headrace/observe/progress.h"
+#include "headrace/observe/prometheus.h"
+#include "headrace/observe/report_plot.h"
+#include "headrace/observe/run_monitor.h"
+
+namespace headrace {
+namespace observe_test {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+class CopyIndexOp final : public Op {
+ public:
+  std::string_view name() const override { return "test.copy_index"; }
+  Status Run(SampleContext& ctx) const override {
+    *reinterpret_cast<int64_t*>(ctx.rows[0]) = ctx.sample->index;
+    return Status::Ok();
+  }
+};
+
+// A text-only pipeline of `samples` records, batches of 4, one op.
+PipelineSpec SmallPipeline(const std::string& name, int samples) {
+  const auto dir = std::filesystem::path(testing::TempDir()) / name;
+  std::filesystem::create_directories(dir);
+  std::ofstream manifest(dir / "m.jsonl");
+  for (int i = 0; i < samples; ++i) {
+    manifest << R"({"id": ")" << i << R"(", "conversations": [{"from": "human", "value": "hi"}]})"
+             << "\n";
+  }
+  PipelineSpec spec;
+  spec.source.manifest = (dir / "m.jsonl").string();
+  spec.batch.size = 4;
+  spec.epochs = 1;
+  spec.execution.cpu_threads = 2;
+  UserOpSpec op;
+  op.name = "test.copy_index";
+  op.fields = {FieldSpec{"copy", DType::kI64, {1}}};
+  op.make = [](const UserOpBinding&) -> Result<std::unique_ptr<Op>> {
+    return std::unique_ptr<Op>(std::make_unique<CopyIndexOp>());
+  };
+  spec.ops = {op};
+  return spec;
+}
+
+// The value of the sample line `name` (with its labels, e.g. `x{a="b"}`), or -1.
+double Value(const std::string& text, const std::string& name) {
+  const auto at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + name.size() + 2));
+}
+
+std::string Scrape(int port) {
+  httplib::Client client("127.0.0.1", port);
+  auto res = client.Get("/metrics");
+  EXPECT_TRUE(res) << "no answer on port " << port;
+  if (!res) return "";
+  EXPECT_EQ(res->status, 200);
+  EXPECT_THAT(res->get_header_value("Content-Type"), HasSubstr("text/plain; version=0.0.4"));
+  return "\n" + res->body;
+}
+
+TEST(MetricsServer, ServesTheLoadersMetricsAndTheyMoveWithTheRun) {
+  auto loader = Loader::Make(SmallPipeline("metrics_moves", 40));
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  const Loader& l = **loader;
+  auto server = MetricsServer::Start("127.0.0.1", 0, [&l] {
+    return PrometheusText(BuildRunReport(l, 0), {{"node", "n1"}, {"rank", "0"}});
+  });
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  ASSERT_GT((*server)->port(), 0);
+  const std::string before = Scrape((*server)->port());
+  EXPECT_EQ(Value(before, R"(headrace_samples_total{node="n1",rank="0"})"), 0);
+  for (int i = 0; i < 3; ++i) {
+    auto batch = (*loader)->Next();
+    ASSERT_TRUE(batch.ok() && batch->has_value());
+  }
+  const std::string after = Scrape((*server)->port());
+  EXPECT_EQ(Value(after, R"(headrace_samples_total{node="n1",rank="0"})"), 12);
+  EXPECT_EQ(Value(after, R"(headrace_batches_total{node="n1",rank="0"})"), 3);
+  // The op ran on at least the 12 delivered samples, each in its latency histogram.
+  EXPECT_GE(Value(after, R"(headrace_op_latency_seconds_count{node="n1",rank="0",op="test.copy_index"})"),
+            12);
+  EXPECT_GE(Value(after, R"(headrace_next_wait_seconds_count{node="n1",rank="0"})"), 3);
+  EXPECT_THAT(after, HasSubstr("# TYPE headrace_stage_seconds_total counter"));
+  EXPECT_THAT(after, HasSubstr(R"(headrace_stage_seconds_total{node="n1",rank="0",stage="cpu",state="busy"})"));
+  EXPECT_GT(Value(after, R"(headrace_memory_budget_bytes{node="n1",rank="0"})"), 0);
+}
+
+TEST(MetricsServer, APortInUseFailsNamingTheAddress) {
+  auto first = MetricsServer::Start("127.0.0.1", 0, [] { return std::string("x"); });
+  ASSERT_TRUE(first.ok());
+  auto second = MetricsServer::Start("127.0.0.1", (*first)->port(), [] { return std::string(); });
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(second.status().message(),
+              HasSubstr("127.0.0.1:" + std::to_string((*first)->port())));
+  EXPECT_THAT(second.status().message(), HasSubstr("in use"));
+  // The first still serves.
+  EXPECT_EQ(Scrape((*first)->port()), "\nx");
+}
+
+TEST(MetricsServer, ParsesPortAndHostPort) {
+  std::string host;
+  int port = -1;
+  ASSERT_TRUE(ParseListenAddress("9100", "0.0.0.0", &host, &port).ok());
+  EXPECT_EQ(host, "0.0.0.0");
+  EXPECT_EQ(port, 9100);
+  ASSERT_TRUE(ParseListenAddress("127.0.0.1:0", "0.0.0.0", &host, &port).ok());
+  EXPECT_EQ(host, "127.0.0.1");
+  EXPECT_EQ(port, 0);
+  for (const char* bad : {"", "x", "70000", "-1", ":9100", "9100x"}) {
+    EXPECT_FALSE(ParseListenAddress(bad, "0.0.0.0", &host, &port).ok()) << bad;
+  }
+}
+
+RunReport HandMadeReport() {
+  RunReport r;
+  r.samples = 100;
+  r.batches = 10;
+  r.batch_size = 10;
+  r.elapsed_s = 5;
+  r.samples_per_s = 20;
+  r.wait_time_ratio = 0.25;
+  r.errors_total = 3;
+  r.errors_by_kind = {{"corrupt", 2}, {"not_found", 1}};
+  StageReport read;
+  read.metrics = StageMetrics{"read", "io", 8, 100, 4.0, 0.5, 0.5};
+  read.utilization = 0.8;
+  StageReport cpu;
+  cpu.metrics = StageMetrics{"cpu", "cpu", 2, 100, 1.0, 3.0, 1.0};
+  cpu.utilization = 0.2;
+  r.stages = {read, cpu};
+  LatencyHistogram h;
+  h.Record(3'000'000);
+  h.Record(30'000'000);
+  r.read_latency = h.Snapshot();
+  r.ops.push_back(OpReport{"image.decode", 1.0, 10.0, h.Snapshot()});
+  r.storage.push_back(StorageStats{"s3", "http://x", 12, 2, {{"SlowDown", 2}}, 2, 0, 999, 1, 0});
+  return r;
+}
+
+TEST(PrometheusText, RendersFamiliesLabelsAndCumulativeBuckets) {
+  const std::string text =
+      "\n" + PrometheusText(HandMadeReport(), {{"node", "a\"b\\c"}});
+  EXPECT_EQ(Value(text, R"(headrace_samples_total{node="a\"b\\c"})"), 100);
+  EXPECT_EQ(Value(text, R"(headrace_errors_total{node="a\"b\\c",kind="corrupt"})"), 2);
+  EXPECT_EQ(Value(text, R"(headrace_stage_seconds_total{node="a\"b\\c",stage="read",state="busy"})"),
+            4.0);
+  EXPECT_EQ(Value(text, R"(headrace_storage_retries_total{node="a\"b\\c",backend="s3",reason="SlowDown"})"),
+            2);
+  // Cumulative: one read <= 5 ms, both <= 50 ms and +Inf.
+  EXPECT_EQ(Value(text, R"(headrace_read_latency_seconds_bucket{node="a\"b\\c",le="0.0050000000000000001"})"),
+            1);
+  EXPECT_EQ(Value(text, R"(headrace_read_latency_seconds_bucket{node="a\"b\\c",le="0.050000000000000003"})"),
+            2);
+  EXPECT_EQ(Value(text, R"(headrace_read_latency_seconds_bucket{node="a\"b\\c",le="+Inf"})"), 2);
+  EXPECT_NEAR(Value(text, R"(headrace_read_latency_seconds_sum{node="a\"b\\c"})"), 0.033, 1e-12);
+  EXPECT_EQ(Value(text, R"(headrace_op_latency_seconds_count{node="a\"b\\c",op="image.decode"})"),
+            2);
+  // Every sample line belongs to a family announced before it.
+  const std::regex sample(R"(^(headrace_[a-z_]+?)(_bucket|_sum|_count)?(\{.*\})? \S+$)");
+  std::string family;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty()) continue;
+    if (line.rfind("# TYPE ", 0) == 0) {
+      family = line.substr(7, line.find(' ', 7) - 7);
+      continue;
+    }
+    if (line[0] == '#') continue;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(line, m, sample)) << line;
+    EXPECT_EQ(line.rfind(family, 0), 0u) << line << " outside " << family;
+  }
+}
+
+TEST(RunMonitor, RecordsATimelineOfTheRunAndCallsBackEachSample) {
+  auto loader = Loader::Make(SmallPipeline("monitor_timeline", 64));
+  ASSERT_TRUE(loader.ok());
+  int calls = 0;
+  RunMonitorOptions options;
+  options.interval_s = 3600;  // only Stop() samples: the test decides when
+  options.on_sample = [&calls](const RunReport&, const TimelinePoint&) { ++calls; };
+  RunMonitor monitor(**loader, 0, options);
+  int64_t batches = 0;
+  while (true) {
+    auto batch = (*loader)->Next();
+    ASSERT_TRUE(batch.ok());
+    if (!batch->has_value()) break;
+    ++batches;
+  }
+  EXPECT_EQ(batches, 16);
+  monitor.Stop();
+  monitor.Stop();  // idempotent
+  const std::vector<TimelinePoint> timeline = monitor.timeline();
+  ASSERT_EQ(timeline.size(), 1u);
+  EXPECT_EQ(calls, 1);
+  EXPECT_GT(timeline[0].t_s, 0);
+  EXPECT_EQ(timeline[0].utilization.size(), 2u);  // cpu, batch: no media reads
+  EXPECT_GT(timeline[0].samples_per_s, 0);
+}
+
+TEST(RunMonitor, StepsAndMergesPointsByTheirLengths) {
+  RunReport a = HandMadeReport();
+  RunReport b = a;
+  b.elapsed_s = a.elapsed_s + 2;
+  b.samples = a.samples + 40;
+  b.consumer_wait_s = a.consumer_wait_s + 0.5;
+  b.consumer_busy_s = a.consumer_busy_s + 1.5;
+  b.stages[1].metrics.busy_s += 1.0;
+  b.memory_budget_bytes = 1000;
+  b.budget_used_bytes = 250;
+  const TimelinePoint p = TimelineStep(a, b);
+  EXPECT_DOUBLE_EQ(p.dt_s, 2);
+  EXPECT_DOUBLE_EQ(p.samples_per_s, 20);
+  EXPECT_DOUBLE_EQ(p.wait_ratio, 0.25);
+  EXPECT_DOUBLE_EQ(p.utilization[0], 0);
+  EXPECT_DOUBLE_EQ(p.utilization[1], 0.5);
+  EXPECT_DOUBLE_EQ(p.budget_used, 0.25);
+  TimelinePoint q = p;
+  q.t_s += 6;
+  q.dt_s = 6;
+  q.samples_per_s = 40;
+  const TimelinePoint m = MergePoints(p, q);
+  EXPECT_DOUBLE_EQ(m.dt_s, 8);
+  EXPECT_DOUBLE_EQ(m.t_s, q.t_s);
+  EXPECT_DOUBLE_EQ(m.samples_per_s, 35);  // (20×2 + 40×6) / 8
+}
+
+TEST(Progress, ShowsRateWaitBottleneckAndEta) {
+  RunReport r = HandMadeReport();
+  r.total_batches = 30;
+  r.bottleneck = "read";
+  // 20 batches left at 2 batches/s (20 samples/s, batches of 10): 10 s.
+  const std::string line = ProgressLine(r, 20, -1);
+  EXPECT_THAT(line, HasSubstr("100 samples"));
+  EXPECT_THAT(line, HasSubstr("20 samples/s"));
+  EXPECT_THAT(line, HasSubstr("wait 25.0%"));
+  EXPECT_THAT(line, HasSubstr("bottleneck read"));
+  EXPECT_THAT(line, HasSubstr("batch 10/30"));
+  EXPECT_THAT(line, HasSubstr("ETA 0:10"));
+  EXPECT_THAT(line, HasSubstr("skipped 3"));
+  // --max-batches shorter than the run bounds the ETA; an unbounded run has none.
+  EXPECT_THAT(ProgressLine(r, 20, 14), HasSubstr("batch 10/14  ETA 0:02"));
+  r.total_batches = -1;
+  EXPECT_THAT(ProgressLine(r, 20, -1), Not(HasSubstr("ETA")));
+  r.batches = 0;
+  EXPECT_THAT(ProgressLine(r, 0, -1), HasSubstr("waiting for the first batch"));
+}
+
+TEST(Progress, PrintsPlainLinesOnlyEveryPeriodOffATerminal) {
+  char* buf = nullptr;
+  size_t size = 0;
+  std::FILE* out = open_memstream(&buf, &size);
+  ProgressPrinter printer(out, /*live=*/false, /*period_s=*/10, -1);
+  RunReport r = HandMadeReport();
+  TimelinePoint p;
+  p.dt_s = 1;
+  p.samples_per_s = 20;
+  for (double t : {11.0, 12.0, 15.0, 21.5, 22.0}) {
+    r.elapsed_s = t;
+    printer.Update(r, p);
+  }
+  printer.Finish();  // nothing to clear off a terminal
+  std::fclose(out);
+  const std::string text(buf, size);
+  std::free(buf);
+  // At 11 s (10 s after 0) and at 21.5 s (10 s after 11): two lines.
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
+  EXPECT_THAT(text, Not(HasSubstr("\r")));
+}
+
+TEST(ReportPlot, DrawsTheTimelineAsSvgAndHtml) {
+  RunReport r = HandMadeReport();
+  TimelinePoint p;
+  p.dt_s = 1;
+  for (int i = 1; i <= 5; ++i) {
+    p.t_s = i;
+    p.samples_per_s = 10.0 * i;
+    p.wait_ratio = 0.1;
+    p.utilization = {0.9, 0.3};
+    r.timeline.push_back(p);
+  }
+  r.bottleneck = "read";
+  r.advice = "raise <io_inflight>";
+  const std::string json = RunReportToJson(r);
+  auto svg = PlotRunReport(json, PlotFormat::kSvg);
+  ASSERT_TRUE(svg.ok()) << svg.status().ToString();
+  EXPECT_EQ(svg->rfind("<svg", 0), 0u);
+  EXPECT_THAT(*svg, HasSubstr("read busy"));
+  EXPECT_THAT(*svg, HasSubstr("cpu busy"));
+  EXPECT_THAT(*svg, HasSubstr("trainer waiting"));
+  // Five points per series: stages, wait, rate, budget.
+  EXPECT_EQ(std::count(svg->begin(), svg->end(), '\n') > 10, true);
+  EXPECT_THAT(*svg, HasSubstr("points=\""));
+  auto html = PlotRunReport(json, PlotFormat::kHtml);
+  ASSERT_TRUE(html.ok());
+  EXPECT_THAT(*html, HasSubstr("<!doctype html>"));
+  EXPECT_THAT(*html, HasSubstr("raise &lt;io_inflight&gt;"));  // escaped
+  // Without a timeline: bars of the totals.
+  r.timeline.clear();
+  auto bars = PlotRunReport(RunReportToJson(r), PlotFormat::kSvg);
+  ASSERT_TRUE(bars.ok());
+  EXPECT_THAT(*bars, HasSubstr("no timeline in this report"));
+  // Not a report.
+  EXPECT_FALSE(PlotRunReport("{\"a\": 1}", PlotFormat::kSvg).ok());
+  EXPECT_FALSE(PlotRunReport("not json", PlotFormat::kHtml).ok());
+}
+
+}  // namespace observe_test
+}  // namespace headrace
