@@ -19,6 +19,7 @@ def _close_all() -> None:
     # Stop engines before the interpreter goes: their threads may be waiting on the GIL.
     for loader in list(_live):
         loader.close()
+        loader.close_metrics()
 
 
 class Batch(dict):
@@ -63,6 +64,19 @@ class _BatchCall:
 
     def __call__(self, fields, epoch, index, global_index, seed):
         return self.fn(Batch(fields, epoch, index, global_index, seed=seed))
+
+
+def _listen_address(value: Union[int, str]) -> Tuple[str, int]:
+    """``metrics_port``'s value as (host, port): ``N`` or ``"HOST:N"``, N in 0..65535
+    (0: any free port); the host defaults to every interface."""
+    text = str(value)
+    host, _, port = text.rpartition(":")
+    if isinstance(value, bool) or not port.isdigit() or int(port) > 65535 or \
+            (":" in text and not host):
+        raise _headrace.ConfigError(
+            f"metrics_port: {value!r}: expected PORT or 'HOST:PORT' with PORT 0..65535 "
+            "(0: any free port)")
+    return host or "0.0.0.0", int(port)
 
 
 def default_rank_and_world_size(rank: Optional[int] = None,
@@ -136,11 +150,22 @@ class Loader:
     ``pin_memory=True`` allocates batches in pinned (page-locked) host memory when a CUDA
     device is usable, so that ``.to("cuda", non_blocking=True)`` is asynchronous; on a
     CPU-only machine it is a no-op (``pinned`` says which happened).
+
+    ``metrics_port=N`` serves the run's metrics in the Prometheus text format at
+    ``http://HOST:N/metrics`` (``metrics_url``) while the loader lives: per-stage counters
+    and busy/starved/blocked seconds, read and operator latency histograms, memory
+    against the budget, samples and errors by kind, the wait-time ratio. ``0`` picks a
+    free port; ``"127.0.0.1:N"`` listens on one address only (default: every
+    interface). Every series carries ``rank`` and ``node`` labels, plus
+    ``metrics_labels``. A new engine (a resume, ``set_epoch``) restarts the counters,
+    which Prometheus' ``rate()`` treats as a counter reset.
     """
 
     def __init__(self, pipeline: Union[Pipeline, str, os.PathLike], rank: Optional[int] = None,
                  world_size: Optional[int] = None, pin_memory: bool = False,
-                 state_dict: Optional[Dict[str, Any]] = None):
+                 state_dict: Optional[Dict[str, Any]] = None,
+                 metrics_port: Union[int, str, None] = None,
+                 metrics_labels: Optional[Dict[str, str]] = None):
         if not isinstance(pipeline, Pipeline):
             pipeline = Pipeline.from_yaml(pipeline)
         self.pipeline = pipeline
@@ -157,6 +182,10 @@ class Loader:
         self._active = False  # a `for` over self._epoch started and has not ended
         self._keep = False    # the next `for` continues self._epoch (resume, set_epoch)
         self._last_stats: Optional[Dict[str, float]] = None
+        self._metrics = None
+        if metrics_port is not None:
+            # Bound now: a port in use fails here, before any work.
+            self._metrics = self._start_metrics(metrics_port, self._metric_labels(metrics_labels))
         _live.add(self)
         if state_dict is not None:
             self.load_state_dict(state_dict)
@@ -244,6 +273,8 @@ class Loader:
                 f"{impl.batches_per_epoch} (the dataset changed)")
         self._per_epoch = impl.batches_per_epoch
         self._impl = impl
+        if self._metrics is not None:
+            self._metrics.attach(impl)
         return impl
 
     def _make_engine(self, epoch: int, batch: int):
@@ -366,13 +397,45 @@ class Loader:
         impl, self._impl = self._impl, None
         if impl is not None:
             self._last_stats = impl.consumer_stats()
+            if self._metrics is not None:
+                self._metrics.attach(None)  # keeps serving this engine's final values
             impl.close()
+
+    # --- metrics endpoint -------------------------------------------------------------
+
+    @property
+    def metrics_url(self) -> Optional[str]:
+        """``http://HOST:PORT/metrics`` when ``metrics_port`` was given, else None."""
+        return self._metrics.url if self._metrics is not None else None
+
+    def _metric_labels(self, extra: Optional[Dict[str, str]]) -> Dict[str, str]:
+        import socket
+        labels = {"node": socket.gethostname(), "rank": str(self.rank)}
+        for key, value in (extra or {}).items():
+            if not isinstance(key, str) or not key.replace("_", "a").isalnum() or \
+                    key[0].isdigit():
+                raise _headrace.ConfigError(
+                    f"metrics_labels: {key!r} is not a Prometheus label name "
+                    "([a-zA-Z_][a-zA-Z0-9_]*)")
+            labels[key] = str(value)
+        return labels
+
+    def _start_metrics(self, metrics_port: Union[int, str], labels: Dict[str, str]):
+        host, port = _listen_address(metrics_port)
+        return _headrace._MetricsServer(host, port, labels)
+
+    def close_metrics(self) -> None:
+        """Stops the metrics endpoint (``with`` and garbage collection do it too)."""
+        metrics, self._metrics = self._metrics, None
+        if metrics is not None:
+            metrics.close()
 
     def __enter__(self) -> "Loader":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+        self.close_metrics()
 
     def __del__(self) -> None:
         try:

@@ -8,15 +8,19 @@
 // for an operator that is waiting for the GIL.
 #include "headrace/pipeline/loader.h"
 
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 
 #include "common.h"
+#include "headrace/observe/metrics_server.h"
+#include "headrace/observe/prometheus.h"
 #include "headrace/pipeline/report.h"
 
 namespace headrace::python {
@@ -139,10 +143,61 @@ class PyLoader {
     if (!loader_) throw StatusError(Status::Cancelled("the loader is closed"));
     return *loader_;
   }
+  std::shared_ptr<Loader> shared() const { return loader_; }
 
  private:
   PyLoader() = default;
   std::shared_ptr<Loader> loader_;
+};
+
+// The metrics endpoint of a Python loader (`Loader(metrics_port=...)`): it outlives the
+// engines a loader goes through (a resume, set_epoch, epochs' ends start new ones) and
+// serves the one attached now; after detach it keeps serving the last engine's final
+// metrics. It holds the engine weakly: closing a loader never waits for a scrape, and a
+// scrape in progress keeps the engine alive until it returns.
+class PyMetricsServer {
+ public:
+  PyMetricsServer(const std::string& host, int port, MetricLabels labels)
+      : labels_(std::move(labels)) {
+    std::optional<Result<std::unique_ptr<MetricsServer>>> started;
+    {
+      nb::gil_scoped_release nogil;
+      started.emplace(MetricsServer::Start(host, port, [this] { return Render(); }));
+    }
+    server_ = ValueOrThrow(std::move(*started));
+  }
+
+  void Attach(const PyLoader* loader) {
+    std::shared_ptr<Loader> next = loader != nullptr ? loader->shared() : nullptr;
+    nb::gil_scoped_release nogil;
+    std::lock_guard lock(mu_);
+    if (auto current = attached_.lock(); current != nullptr && current != next) {
+      frozen_ = PrometheusText(BuildRunReport(*current, 0), labels_);
+    }
+    attached_ = next;
+  }
+
+  int port() const { return server_->port(); }
+  std::string url() const { return server_->url(); }
+  void Close() {
+    nb::gil_scoped_release nogil;
+    server_.reset();
+  }
+
+ private:
+  std::string Render() {
+    std::lock_guard lock(mu_);
+    if (auto loader = attached_.lock(); loader != nullptr) {
+      return PrometheusText(BuildRunReport(*loader, 0), labels_);
+    }
+    return frozen_;
+  }
+
+  const MetricLabels labels_;
+  std::mutex mu_;
+  std::weak_ptr<Loader> attached_;  // guarded by mu_
+  std::string frozen_;              // guarded by mu_: the last engine's, once detached
+  std::unique_ptr<MetricsServer> server_;
 };
 
 nb::dict StatsToDict(const ConsumerStats& s) {
@@ -161,6 +216,22 @@ nb::dict StatsToDict(const ConsumerStats& s) {
 }  // namespace
 
 void RegisterLoader(nb::module_& m) {
+  nb::class_<PyMetricsServer>(m, "_MetricsServer")
+      .def(nb::init<const std::string&, int, MetricLabels>(), nb::arg("host"), nb::arg("port"),
+           nb::arg("labels"))
+      .def("attach", &PyMetricsServer::Attach, nb::arg("loader").none())
+      .def_prop_ro("port", &PyMetricsServer::port)
+      .def_prop_ro("url", &PyMetricsServer::url)
+      .def("close", &PyMetricsServer::Close);
+  m.def("_prometheus_text", [](const PyLoader& l, const MetricLabels& labels) {
+    const Loader& loader = l.loader();
+    std::string text;
+    {
+      nb::gil_scoped_release nogil;
+      text = PrometheusText(BuildRunReport(loader, 0), labels);
+    }
+    return text;
+  }, nb::arg("loader"), nb::arg("labels"));
   nb::class_<PyLoader>(m, "_Loader")
       .def_static("make", &PyLoader::Make, nb::arg("spec"), nb::arg("rank") = 0,
                   nb::arg("world_size") = 1, nb::arg("start_epoch") = 0,

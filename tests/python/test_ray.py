@@ -341,3 +341,36 @@ def test_inside_a_torch_trainer_each_rank_gets_its_share(cluster, pipeline, tmp_
         assert got["world_size"] == 2  # from the Ray Train context, not given
         local = headrace.Loader(pipeline, rank=rank, world_size=2)
         assert got["seen"] == [np.asarray(b["index"]).tolist() for _ in range(2) for b in local]
+
+
+def test_every_rank_and_worker_exports_its_own_metrics(cluster, pipeline):
+    from test_metrics import scrape, value  # noqa: E402  (the same parser as the local tests)
+    loader = hray.Loader(pipeline, rank=1, world_size=2, workers=2, worker_resources=WORKER,
+                         metrics_port=0, metrics_labels={"job": "ray-test"})
+    try:
+        it = iter(loader)
+        for _ in range(2):
+            next(it)
+        endpoints = loader.metrics_endpoints()
+        rank = scrape(endpoints["rank"])
+        assert value(rank, "headrace_samples_total", role="trainer", rank=1, job="ray-test") == 16
+        assert value(rank, "headrace_batches_total", rank=1) == 2
+        assert value(rank, "headrace_wait_time_ratio", rank=1) is not None
+        node = ray.util.get_node_ip_address()
+        assert value(rank, "headrace_samples_total", node=node) == 16
+        wait_for(lambda: all(loader.metrics_endpoints()["workers"].values()) and
+                 len(loader.metrics_endpoints()["workers"]) == 2, "both workers' endpoints")
+        computed = 0
+        for wid, url in loader.metrics_endpoints()["workers"].items():
+            text = scrape(url)
+            items = value(text, "headrace_stage_items_total", role="worker", worker=wid,
+                          stage="cpu")
+            assert items is not None, text[:2000]
+            assert value(text, "headrace_op_latency_seconds_count", worker=wid,
+                         op="image.decode") == items
+            computed += items
+        # The workers computed at least the 2 batches rank 1 consumed (and its prefetch).
+        assert computed >= 16
+    finally:
+        loader.close()
+        loader.close_metrics()

@@ -45,7 +45,7 @@ def node_fits(node: Dict[str, Any], resources: Dict[str, float]) -> bool:
 
 class Coordinator:
     def __init__(self, name: str, pipeline, workers: int, placement: str,
-                 worker_resources: Dict[str, float], cwd: str, journal: str):
+                 worker_resources: Dict[str, float], cwd: str, journal: str, metrics=None):
         import ray
         self._ray = ray
         self.name = name
@@ -54,6 +54,7 @@ class Coordinator:
         self._resources = dict(worker_resources)
         self._cwd = cwd
         self._journal_path = journal
+        self._metrics = metrics  # (host, base port, world size) or None: worker endpoints
         self._target = workers
         self._next_id = 0
         self._workers: Dict[int, Dict[str, Any]] = {}  # id -> {handle, node_id, state, ...}
@@ -139,10 +140,10 @@ class Coordinator:
             wid = self._next_id
             self._next_id += 1
             handle = self._ray.remote(Worker).options(**options).remote(
-                wid, self._pipeline, self._cwd, cpus)
+                wid, self._pipeline, self._cwd, cpus, self._metrics)
             self._workers[wid] = {"handle": handle, "info_ref": handle.info.remote(),
                                   "node_id": node, "state": "starting", "assigned": 0,
-                                  "pid": None}
+                                  "pid": None, "metrics_url": None}
             self._outstanding[wid] = set()
             self._log({"e": "spawn", "worker": wid})
 
@@ -165,7 +166,8 @@ class Coordinator:
                 self._remove(wid, kill=False)
                 raise RuntimeError(f"headrace.ray: worker {wid} failed to start: {e}") from None
             entry = self._workers[wid]
-            entry.update(node_id=info["node_id"], state="live", pid=info["pid"])
+            entry.update(node_id=info["node_id"], state="live", pid=info["pid"],
+                         metrics_url=info.get("metrics_url"))
             if self._info is None:
                 self._info = info
 
@@ -275,7 +277,7 @@ class Coordinator:
             "target_workers": self._target,
             "workers": [{"worker": w, "node_id": v["node_id"], "state": v["state"],
                          "assigned": v["assigned"], "outstanding": len(self._outstanding[w]),
-                         "pid": v["pid"]}
+                         "pid": v["pid"], "metrics_url": v["metrics_url"]}
                         for w, v in sorted(self._workers.items())],
             "reassignments": self._reassignments,
             "worker_deaths": self._worker_deaths,

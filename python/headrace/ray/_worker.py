@@ -16,13 +16,14 @@ from typing import Any, Dict
 import numpy as np
 
 from .. import _headrace
+from ._metrics import start_worker_metrics
 
 
 class Worker:
     """Computes run-wide batches by index (rank 0 of world size 1: batch k of the run is
     epoch k // batches_per_epoch, batch k % batches_per_epoch over all ranks)."""
 
-    def __init__(self, worker_id: int, pipeline, cwd: str, cpu_threads: int):
+    def __init__(self, worker_id: int, pipeline, cwd: str, cpu_threads: int, metrics=None):
         import ray
         # Relative paths in the pipeline (manifest, tokenizer) name the driver's folder; on
         # a node that has it (the same machine, a shared filesystem) they resolve there.
@@ -36,6 +37,8 @@ class Worker:
         self.worker_id = worker_id
         self.node_id = ray.get_runtime_context().get_node_id()
         self._impl = _headrace._Loader.make(pipeline.spec(), 0, 1, 0, 0, False, True)
+        # The engine's own Prometheus endpoint (``metrics``: host, base port, world size).
+        self._metrics, self._metrics_url = start_worker_metrics(metrics, worker_id, self._impl)
         self._lock = threading.Lock()
         # Batches being computed, by index: a second call for one (a rank that moved on
         # and came back, its earlier request still running) shares the first one's result
@@ -58,6 +61,7 @@ class Worker:
             # EpochOrder keeps one epoch's permutation: 8 bytes per sample.
             "order_bytes": 8 * self._impl.num_samples,
             "cpus": os.cpu_count(),
+            "metrics_url": self._metrics_url,
         }
 
     def get_batch(self, k: int) -> Dict[str, Any]:
@@ -112,4 +116,6 @@ class Worker:
 
     def close(self) -> None:
         """Cancels the engine: waiting calls fail with CancelledError."""
+        if self._metrics is not None:
+            self._metrics.attach(None)
         self._impl.close()

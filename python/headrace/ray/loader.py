@@ -27,9 +27,10 @@ from typing import Any, Dict, List, Optional, Union
 
 from .. import _headrace
 from ..loader import Loader as _LocalLoader
-from ..loader import Batch, default_rank_and_world_size
+from ..loader import Batch, _listen_address, default_rank_and_world_size
 from ..pipeline import Pipeline
 from ._coordinator import Coordinator, node_fits
+from ._metrics import RankMetrics, node_address, rank_port
 
 PLACEMENTS = ("spread", "pack")
 
@@ -307,7 +308,9 @@ class Loader(_LocalLoader):
                  prefetch: Optional[int] = None, name: Optional[str] = None,
                  address: Optional[str] = None, journal: Optional[str] = None,
                  target_wait_time_ratio: float = 0.1,
-                 state_dict: Optional[Dict[str, Any]] = None):
+                 state_dict: Optional[Dict[str, Any]] = None,
+                 metrics_port: Union[int, str, None] = None,
+                 metrics_labels: Optional[Dict[str, str]] = None):
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise _headrace.ConfigError(f"workers must be an int >= 1, got {workers!r}")
         if placement not in PLACEMENTS:
@@ -338,7 +341,13 @@ class Loader(_LocalLoader):
         self._last_pool: Dict[str, Any] = {}
         self._orphans: Dict[int, Any] = {}  # batch k -> (worker, ref) no stream consumes
         self._run_info: Optional[Dict[str, Any]] = None
-        super().__init__(pipeline, rank=rank, world_size=world_size)
+        super().__init__(pipeline, rank=rank, world_size=world_size,
+                         metrics_port=metrics_port, metrics_labels=metrics_labels)
+        # The workers' endpoints: same host, ports after the ranks' (ray/_metrics.py).
+        self._worker_metrics = None
+        if metrics_port is not None:
+            host, base = _listen_address(metrics_port)
+            self._worker_metrics = (host, base, self.world_size)
         if name is None:
             name = (f"run-{uuid.uuid4().hex[:12]}" if self.world_size == 1 else
                     f"{self._fingerprint}-w{self.world_size}")
@@ -366,7 +375,7 @@ class Loader(_LocalLoader):
             scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
         ).remote(self.name, self.pipeline, self._ray_options["workers"],
                  self._ray_options["placement"], self._ray_options["worker_resources"],
-                 os.getcwd(), journal)
+                 os.getcwd(), journal, self._worker_metrics)
         ray.get(self._coordinator.attach.remote(self.rank))
         self._run_info = ray.get(self._coordinator.info.remote())
 
@@ -414,6 +423,24 @@ class Loader(_LocalLoader):
                        worker_deaths=pool["worker_deaths"],
                        coordinator_restarts=pool["coordinator_restarts"])
         return out
+
+    # --- metrics ------------------------------------------------------------------------
+
+    def _metric_labels(self, extra: Optional[Dict[str, str]]) -> Dict[str, str]:
+        labels = super()._metric_labels(extra)
+        labels.update(node=node_address(), role="trainer")
+        return labels
+
+    def _start_metrics(self, metrics_port: Union[int, str], labels: Dict[str, str]):
+        host, base = _listen_address(metrics_port)
+        return RankMetrics(host, rank_port(base, self.rank), labels)
+
+    def metrics_endpoints(self) -> Dict[str, Any]:
+        """Where this run's metrics are: ``{"rank": this rank's URL, "workers": {worker
+        id: URL}}`` (None where ``metrics_port`` was not given)."""
+        pool = self.pool_stats()
+        return {"rank": self.metrics_url,
+                "workers": {w["worker"]: w.get("metrics_url") for w in pool.get("workers", [])}}
 
     # --- the engine headrace.Loader iterates -----------------------------------------------
 
