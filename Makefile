@@ -16,7 +16,7 @@ PY       := .venv/bin/python
 # build of the same sources missed the cache and compiled the whole core a second time.
 export CXX ?= g++
 
-.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-tokenize bench-media bench-pointcloud clean
+.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-tokenize bench-media bench-pointcloud bench-metrics clean
 
 all: build
 
@@ -114,6 +114,12 @@ bench-epochs: build
 
 # Object storage: reads through a local server with 20 ms injected latency, then the
 # pipeline end to end from local disk and from that server (bench/io.json, io_e2e.json).
+# What watching a run costs: throughput with the metrics endpoint scraped 1/s and 10/s
+# against none, interleaved (bench/metrics_cost.py; results in bench/RESULTS.md).
+bench-metrics: build
+	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
+	$(PY) bench/metrics_cost.py --binary $(BUILD)/headrace --config examples/vqa.yaml --runs 5 --json bench/metrics.json
+
 bench-io: build
 	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
 	$(BUILD)/headrace bench io --report bench/io.json --config examples/vqa.yaml --samples 1000

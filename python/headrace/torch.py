@@ -124,13 +124,17 @@ class TorchLoader:
 
     ``prefetch`` (CUDA devices): how many batches are copied to the device ahead of the
     one handed out (2: batch k+1 and k+2 are in flight while the trainer computes on k).
+    ``metrics_port``/``metrics_labels``: the loader's Prometheus endpoint (see
+    :class:`headrace.Loader`).
     """
 
     def __init__(self, pipeline: Union[Pipeline, Loader, str, os.PathLike],
                  device: Union[None, str, torch.device] = None,
                  pin_memory: Optional[bool] = None, non_blocking: bool = True,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
-                 prefetch: int = 2, copier: Any = None):
+                 prefetch: int = 2, copier: Any = None,
+                 metrics_port: Union[int, str, None] = None,
+                 metrics_labels: Optional[Dict[str, str]] = None):
         self.device = torch.device(device) if device is not None else None
         self.non_blocking = non_blocking
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
@@ -152,7 +156,8 @@ class TorchLoader:
         if isinstance(pipeline, Loader):
             self.loader = pipeline
         else:
-            self.loader = Loader(pipeline, rank=rank, world_size=world_size, pin_memory=pin)
+            self.loader = Loader(pipeline, rank=rank, world_size=world_size, pin_memory=pin,
+                                 metrics_port=metrics_port, metrics_labels=metrics_labels)
         self._reset_clock()
 
     def _reset_clock(self) -> None:
