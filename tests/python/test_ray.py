@@ -374,3 +374,18 @@ def test_every_rank_and_worker_exports_its_own_metrics(cluster, pipeline):
     finally:
         loader.close()
         loader.close_metrics()
+
+
+def test_the_ray_torch_loader_overlaps_device_copies_like_the_local_one(cluster, pipeline):
+    from test_gpu_handoff import GatedCopier  # noqa: E402  (the CPU stand-in for CUDA)
+    copier = GatedCopier(complete_at_once=True)
+    loader = hray.TorchLoader(pipeline, workers=2, worker_resources=WORKER, prefetch=4,
+                              device_prefetch=3, copier=copier)
+    try:
+        assert loader.prefetch == 3 and loader.loader._prefetch == 4
+        got = [b["index"].tolist() for b in loader]
+    finally:
+        loader.close()
+    local = headrace.Loader(pipeline)
+    assert got == [np.asarray(b["index"]).tolist() for b in local]
+    assert copier.handed == 6 and len(copier.host_ptrs) == 6
