@@ -125,6 +125,7 @@ Engine::~Engine() {
 }
 
 void Engine::Cancel() {
+  cancelled_.store(true, std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   if (!stop_) {
     stop_ = true;
@@ -179,6 +180,7 @@ bool Engine::StartBatch(int64_t j) {
     std::lock_guard lock(mu_);
     if (failure_.ok()) failure_ = allocated.WithContext("allocating a batch");
     stop_ = true;
+    cancelled_.store(true, std::memory_order_relaxed);
     outstanding_ -= static_cast<int64_t>(job->sample_indices.size());
     consumer_cv_.notify_all();
     drained_cv_.notify_all();
@@ -319,6 +321,8 @@ void Engine::NoteReadSizeLocked(int64_t size) {
 }
 
 bool Engine::OnReadSize(ReadCharge& charge, int64_t size) {
+  // Asked by the storage while a read waits: a cancelled run wants none of its reads.
+  if (size == kReadStillWanted) return !cancelled_.load(std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   NoteReadSizeLocked(size);
   charge.sized = true;
@@ -708,6 +712,7 @@ Result<std::optional<Batch>> Engine::Next() {
     if (!budget.ok()) {
       failure_ = budget;
       stop_ = true;
+      cancelled_.store(true, std::memory_order_relaxed);
       driver_cv_.notify_all();
       return failure_;
     }

@@ -326,6 +326,8 @@ class Engine {
   std::condition_variable consumer_cv_;  // a batch became ready, or stop / failure
   std::condition_variable drained_cv_;   // outstanding_ reached zero
   bool stop_ = false;                    // guarded by mu_
+  // Cancel() was called: stop_ without the lock, for the storage's "still wanted?" asks.
+  std::atomic<bool> cancelled_{false};
   Status failure_;                       // guarded by mu_: first fatal error
   int64_t next_ = 0;                     // guarded by mu_: next local batch to deliver
   int64_t admitted_ahead_ = 0;           // guarded by mu_: admitted, not delivered

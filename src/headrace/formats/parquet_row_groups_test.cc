@@ -73,6 +73,7 @@ Result<Buffer> ReadRecord(Storage& cache, const SampleRecord& record, int64_t* g
   cache.ReadRangeAsyncGated(
       ref.uri, ref.offset, ref.length, [&](Result<Buffer> b) { got = std::move(b); },
       [gated](int64_t n) {
+        if (n == kReadStillWanted) return true;
         if (gated != nullptr) *gated += n;
         return true;
       });

@@ -262,12 +262,14 @@ struct LaterFirst {
   }
 };
 
-HttpResponse CancelledResponse() {
+HttpResponse CancelledResponse(const char* why = "storage shut down") {
   HttpResponse r;
   r.error = TransportError::kCancelled;
-  r.error_text = "storage shut down";
+  r.error_text = why;
   return r;
 }
+
+constexpr const char* kGivenUp = "the reader gave the read up";
 
 }  // namespace
 
@@ -280,6 +282,8 @@ struct CurlLoop::Impl {
   int epoll_fd = -1;
   int wake_fd = -1;  // eventfd: Submit and the destructor wake the loop through it
   Clock::time_point curl_deadline = Clock::time_point::max();  // I/O thread only
+  Clock::time_point next_wanted_check;                          // I/O thread only
+  bool asks_wanted = false;  // I/O thread only: some request has a `wanted` to ask
 
   mutable std::mutex mu;
   std::vector<std::unique_ptr<Pending>> queue;  // guarded by mu
@@ -312,7 +316,45 @@ struct CurlLoop::Impl {
   void Finish(Transfer* t, CURLcode rc);
   std::unique_ptr<Transfer> Release(Transfer* t);
   void CheckFirstByte(Clock::time_point now, Clock::time_point* earliest);
+  // Ends the delayed and running requests whose `wanted` says no; true if any request
+  // waiting or running has a `wanted` to ask again later.
+  bool CheckWanted();
 };
+
+bool CurlLoop::Impl::CheckWanted() {
+  bool asks = false;
+  std::vector<Transfer*> unwanted;
+  for (const auto& [t, owner] : active) {
+    if (!t->request.wanted) continue;
+    asks = true;
+    if (!t->request.wanted()) unwanted.push_back(t);
+  }
+  for (Transfer* t : unwanted) {
+    curl_multi_remove_handle(multi.get(), t->easy.get());
+    std::unique_ptr<Transfer> owned = Release(t);
+    idle_handles.push_back(std::move(owned->easy));
+    HttpCallback done = std::move(owned->done);
+    owned.reset();
+    done(CancelledResponse(kGivenUp));
+  }
+  // A priority queue cannot drop from its middle: rebuild it without the unwanted.
+  std::vector<std::unique_ptr<Pending>> keep, given_up;
+  while (!delayed.empty()) {
+    auto p = std::move(const_cast<std::unique_ptr<Pending>&>(delayed.top()));
+    delayed.pop();
+    if (p->request.wanted) {
+      asks = true;
+      if (!p->request.wanted()) {
+        given_up.push_back(std::move(p));
+        continue;
+      }
+    }
+    keep.push_back(std::move(p));
+  }
+  for (auto& p : keep) delayed.push(std::move(p));
+  for (auto& p : given_up) p->done(CancelledResponse(kGivenUp));
+  return asks;
+}
 
 std::unique_ptr<Transfer> CurlLoop::Impl::Release(Transfer* t) {
   auto node = active.extract(t);
@@ -320,6 +362,13 @@ std::unique_ptr<Transfer> CurlLoop::Impl::Release(Transfer* t) {
 }
 
 void CurlLoop::Impl::StartTransfer(std::unique_ptr<Pending> p) {
+  if (p->request.wanted) {
+    if (!p->request.wanted()) {
+      p->done(CancelledResponse(kGivenUp));
+      return;
+    }
+    asks_wanted = true;  // poll it from the next wake-up on
+  }
   auto t = std::make_unique<Transfer>();
   t->request = std::move(p->request);
   t->done = std::move(p->done);
@@ -488,6 +537,7 @@ void CurlLoop::Impl::Run() {
       if (p->due <= now) {
         StartTransfer(std::move(p));
       } else {
+        if (p->request.wanted) asks_wanted = true;
         delayed.push(std::move(p));
       }
     }
@@ -497,8 +547,16 @@ void CurlLoop::Impl::Run() {
       delayed.pop();
       StartTransfer(std::move(p));
     }
+    // Asked every kWantedPollInterval, not at every wake-up: under load the loop wakes
+    // thousands of times a second, and asking walks every request.
+    if (now >= next_wanted_check) {
+      asks_wanted = CheckWanted();
+      next_wanted_check = now + kWantedPollInterval;
+    }
+    const bool asks = asks_wanted;
     now = Clock::now();
-    Clock::time_point wake = now + std::chrono::seconds(1);
+    Clock::time_point wake =
+        asks ? std::min(next_wanted_check, now + kWantedPollInterval) : now + std::chrono::seconds(1);
     CheckFirstByte(now, &wake);
     if (!delayed.empty()) wake = std::min(wake, delayed.top()->due);
     wake = std::min(wake, curl_deadline);

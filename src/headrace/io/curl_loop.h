@@ -58,7 +58,14 @@ struct HttpRequest {
   // one of the object's total size. max_body_bytes and size_gate then see the range's
   // size.
   bool range_body = false;
+  // Asked on the I/O thread while the request waits for its delay or runs (about every
+  // kWantedPollInterval): false ends it with TransportError::kCancelled, its transfer
+  // removed from the connection (which is closed or reused as libcurl sees fit).
+  std::function<bool()> wanted;
 };
+
+// How often a request's `wanted` is asked while it waits or runs.
+inline constexpr std::chrono::milliseconds kWantedPollInterval{100};
 
 struct HttpResponse {
   TransportError error = TransportError::kNone;

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <future>
+#include <thread>
 #include <vector>
 
 #include "headrace/io/loopback_server.h"
@@ -170,6 +171,38 @@ TEST(CurlLoop, DestructorCancelsRunningAndDelayedTransfers) {
     }
   }
   EXPECT_EQ(cancelled.load(), 8);
+}
+
+TEST(CurlLoop, ARequestNoLongerWantedEndsWhileTheLoopGoesOn) {
+  auto server = *LoopbackServer::Start();
+  server->Put("/hung", Bytes(10, 2));
+  server->SetFault("/hung", LoopbackFault::kHang);
+  server->Put("/ok", Bytes(10, 3));
+  CurlLoopOptions o;
+  o.first_byte_timeout_ms = 600'000;  // without `wanted`, the hung one would end by this
+  auto loop = *CurlLoop::Start(o);
+  std::atomic<bool> wanted{true};
+  std::promise<HttpResponse> running, delayed;
+  for (auto [promise, delay] : {std::pair{&running, std::chrono::milliseconds(0)},
+                                std::pair{&delayed, std::chrono::milliseconds(600'000)}}) {
+    HttpRequest req;
+    req.url = server->origin() + "/hung";
+    req.wanted = [&wanted] { return wanted.load(); };
+    loop->Submit(
+        std::move(req), [promise](HttpResponse r) { promise->set_value(std::move(r)); }, delay);
+  }
+  while (server->stats().requests < 1) std::this_thread::yield();  // the first one runs
+  wanted = false;
+  for (auto* p : {&running, &delayed}) {
+    HttpResponse r = p->get_future().get();
+    EXPECT_EQ(r.error, TransportError::kCancelled);
+    EXPECT_EQ(r.error_text, "the reader gave the read up");
+  }
+  EXPECT_EQ(server->stats().requests, 1);  // the delayed one never started
+  // The loop goes on: a request without `wanted` is served.
+  HttpRequest ok;
+  ok.url = server->origin() + "/ok";
+  EXPECT_EQ(Fetch(*loop, ok).status, 200);
 }
 
 }  // namespace

@@ -231,6 +231,11 @@ class LocalStorage final : public Storage {
         request = std::move(queue_.front());
         queue_.pop_front();
       }
+      // A read queued behind others whose reader has stopped since: not started.
+      if (request.gate && !request.gate(kReadStillWanted)) {
+        request.done(Status::Cancelled("the reader gave the read up"));
+        continue;
+      }
       Result<Buffer> bytes = root_error_.ok() ? ReadFile(request.uri, rules_, request.gate, request.offset,
                                                        request.length)
                                               : Result<Buffer>(root_error_);

@@ -57,6 +57,7 @@ TEST(LocalStorage, SizeGateSeesTheFileSizeBeforeItIsReadAndMayRefuse) {
     storage->ReadAsyncGated(
         path, [&promise](Result<Buffer> r) { promise.set_value(std::move(r)); },
         [&asked, admit](int64_t bytes) {
+          if (bytes == kReadStillWanted) return true;  // not a size: still wanted
           asked = bytes;
           return admit;
         });
@@ -199,6 +200,7 @@ Result<Buffer> ReadLocalRange(Storage& storage, const std::string& path, int64_t
   storage.ReadRangeAsyncGated(
       path, offset, length, [&promise](Result<Buffer> r) { promise.set_value(std::move(r)); },
       [gated](int64_t bytes) {
+        if (bytes == kReadStillWanted) return true;
         if (gated != nullptr) *gated = bytes;
         return true;
       });

@@ -84,6 +84,12 @@ bool IsThrottle(const HttpResponse& r, std::string_view code) {
 }
 
 // The key of a retry in ObjectStoreStats::retries_by_reason.
+// A read's gate asked whether the read is still wanted (storage.h), as curl's `wanted`.
+std::function<bool()> StillWanted(const ReadGate& gate) {
+  if (!gate) return nullptr;
+  return [gate] { return gate(kReadStillWanted); };
+}
+
 std::string RetryReason(const HttpResponse& r, const std::string& code) {
   switch (r.error) {
     case TransportError::kNone: break;
@@ -322,7 +328,7 @@ void ObjectStorage::Execute(RequestFactory make, std::string what, ResponseCallb
       [this, make = std::move(make), what = std::move(what), done = std::move(done),
        retry](HttpResponse r) mutable {
         if (r.error == TransportError::kCancelled) {
-          done(Status::Cancelled("storage shut down"));
+          done(Status::Cancelled(what + ": " + r.error_text));
           return;
         }
         const std::string code = r.error == TransportError::kNone && !Is2xx(r)
@@ -431,6 +437,7 @@ void ObjectStorage::ReadAsyncGated(std::string uri, ReadCallback done, ReadGate 
     HR_ASSIGN_OR_RETURN(HttpRequest req, MakeRequest("GET", op->uri, {}, {range}, Buffer()));
     req.max_body_bytes = spec_.max_object_bytes > 0 ? spec_.max_object_bytes : -1;
     req.size_gate = gate;
+    req.wanted = StillWanted(gate);
     return req;
   };
   Execute(std::move(make), op->what, [this, op](Result<HttpResponse> result) {
@@ -483,6 +490,7 @@ void ObjectStorage::ReadRangeAsyncGated(std::string uri, int64_t offset, int64_t
     HR_ASSIGN_OR_RETURN(HttpRequest req, MakeRequest("GET", op->uri, {}, {range}, Buffer()));
     req.max_body_bytes = spec_.max_object_bytes > 0 ? spec_.max_object_bytes : -1;
     req.size_gate = gate;
+    req.wanted = StillWanted(gate);
     req.range_body = true;
     return req;
   };

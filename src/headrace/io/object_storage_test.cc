@@ -1,10 +1,12 @@
 #include "headrace/io/object_storage.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <future>
 #include <map>
+#include <thread>
 #include <vector>
 
 #include "headrace/io/loopback_server.h"
@@ -195,6 +197,53 @@ TEST(S3Storage, DestructorCancelsPendingReads) {
   EXPECT_EQ(cancelled.load(), 4);
 }
 
+// A reader that stops (its gate says the read is no longer wanted) ends a hung read and a
+// read waiting out retry backoffs at once, while the storage lives on: a closing engine
+// does not wait out first-byte timeouts and retries. Without it the hung read would end
+// only by the 10-minute timeout (a timeout, not a cancellation), the throttled one by
+// succeeding after its backoffs.
+TEST(S3Storage, AReadNoLongerWantedEndsWithoutWaitingOutTimeoutsOrRetries) {
+  auto server = *LoopbackServer::Start();
+  server->Put("/bkt/hung", Bytes(10, 3));
+  server->SetFault("/bkt/hung", LoopbackFault::kHang);
+  server->Put("/bkt/throttled", Bytes(10, 4));
+  server->SetFault("/bkt/throttled", LoopbackFault::kSlowDown, 3);
+  StorageSpec spec = Spec(*server);
+  spec.first_byte_timeout_ms = 600'000;
+  spec.retry_base_ms = 600'000;
+  spec.retry_max_ms = 600'000;
+  auto s3 = *MakeS3Storage(spec, NoEnv());
+  std::atomic<bool> wanted{true};
+  std::atomic<int> asked{0};
+  const ReadGate gate = [&](int64_t bytes) {
+    if (bytes == kReadStillWanted) {
+      asked.fetch_add(1);
+      return wanted.load();
+    }
+    return true;
+  };
+  std::promise<Result<Buffer>> hung, throttled;
+  s3->ReadAsyncGated("s3://bkt/hung", [&](Result<Buffer> r) { hung.set_value(std::move(r)); },
+                     gate);
+  s3->ReadAsyncGated("s3://bkt/throttled",
+                     [&](Result<Buffer> r) { throttled.set_value(std::move(r)); }, gate);
+  // Both requests sent, and the throttled one waiting out its first backoff (10 minutes):
+  // its retry is counted when the 503 is in and the retry is scheduled.
+  while (server->stats().requests < 2 || s3->stats().retries < 1) std::this_thread::yield();
+  wanted = false;
+  for (auto* p : {&hung, &throttled}) {
+    Result<Buffer> r = p->get_future().get();
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().ToString();
+    EXPECT_THAT(r.status().message(), ::testing::HasSubstr("gave the read up"));
+  }
+  EXPECT_GT(asked.load(), 0);
+  EXPECT_EQ(s3->stats().failed_reads, 0);  // a cancellation is not a failed read
+  // The storage goes on serving.
+  server->SetFault("/bkt/hung", LoopbackFault::kNone);
+  EXPECT_TRUE(s3->Read("s3://bkt/hung").ok());
+}
+
 TEST(S3Storage, WritesAndReadsBack) {
   auto server = *LoopbackServer::Start();
   auto s3 = *MakeS3Storage(Spec(*server), NoEnv());
@@ -269,6 +318,7 @@ TEST(HttpStorage, SizeGateSeesTheSizeBeforeTheBodyAndMayRefuseIt) {
         server->origin() + "/o",
         [&promise](Result<Buffer> r) { promise.set_value(std::move(r)); },
         [&asked, admit](int64_t bytes) {
+          if (bytes == kReadStillWanted) return true;  // not a size: still wanted
           asked.push_back(bytes);
           return admit;
         });
@@ -342,6 +392,7 @@ Result<Buffer> ReadRange(Storage& storage, const std::string& uri, int64_t offse
   storage.ReadRangeAsyncGated(
       uri, offset, length, [&promise](Result<Buffer> r) { promise.set_value(std::move(r)); },
       [gated](int64_t bytes) {
+        if (bytes == kReadStillWanted) return true;
         if (gated != nullptr) *gated = bytes;
         return true;
       });

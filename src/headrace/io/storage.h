@@ -41,7 +41,13 @@ using ReadCallback = std::function<void(Result<Buffer>)>;
 // more is allocated and `done` gets kCancelled (not counted as a storage error). Must
 // be short and must not block.
 // The engine charges its I/O budget here, so that bytes are counted before they exist.
+// A backend also asks it with kReadStillWanted (no size) whenever the read would go on
+// waiting: before it starts, before each retry and, while it waits (a retry's backoff, a
+// slow first byte), about ten times a second. false there ends the read at once with
+// kCancelled: a reader that stopped (a closing engine) does not wait out timeouts and
+// retries it no longer needs.
 using ReadGate = std::function<bool(int64_t bytes)>;
+inline constexpr int64_t kReadStillWanted = -1;
 
 // What one backend has done so far, for run reports. Counters and the endpoint's origin
 // only: never a credential, a signed URL or an object's URI.

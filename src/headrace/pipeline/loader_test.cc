@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -11,6 +12,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "headrace/io/loopback_server.h"
 
 namespace headrace {
 namespace {
@@ -215,6 +218,36 @@ TEST(Loader, CancelFromAnotherThreadEndsABlockedNext) {
   EXPECT_EQ(batch.status().code(), StatusCode::kCancelled);
   EXPECT_EQ((*loader)->Next().status().code(), StatusCode::kCancelled);
   storage->Release();  // the reads in flight end; the loader then joins its threads
+}
+
+// Closing a loader whose reads hang at the object store returns at once: the engine tells
+// the storage its reads are no longer wanted (storage.h, kReadStillWanted) instead of
+// waiting out a first-byte timeout of ten minutes for each.
+TEST(Loader, ClosingDoesNotWaitOutReadsHungAtTheObjectStore) {
+  auto server = *LoopbackServer::Start();
+  std::string manifest;
+  for (int i = 0; i < 8; ++i) {
+    const std::string name = "hung" + std::to_string(i) + ".jpg";
+    server->Put("/bkt/" + name, *Buffer::Allocate(100));
+    server->SetFault("/bkt/" + name, LoopbackFault::kHang);
+    manifest += R"({"id": ")" + std::to_string(i) + R"(", "image": ")" + name +
+                R"(", "conversations": [{"from": "human", "value": "hi"}]})" + "\n";
+  }
+  Buffer bytes = *Buffer::Allocate(manifest.size());
+  std::memcpy(bytes.mutable_data(), manifest.data(), manifest.size());
+  server->Put("/bkt/m.jsonl", bytes);
+  PipelineSpec spec = ImageSpec(8);
+  spec.source.manifest = "s3://bkt/m.jsonl";
+  spec.storage.endpoint = server->origin();
+  spec.storage.anonymous = true;
+  spec.storage.first_byte_timeout_ms = 600'000;
+  auto loader = Loader::Make(spec);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  // The manifest, then the first image read (the engine sizes its reads by the first
+  // object's size, so it issues one until then): in flight, hung.
+  while (server->stats().requests < 2) std::this_thread::yield();
+  loader->reset();  // cancels and joins: returns only once every read has ended
+  SUCCEED();
 }
 
 }  // namespace
