@@ -55,4 +55,14 @@ struct ShardStats {
 // the samples written.
 Result<ShardStats> WriteShards(const ShardOptions& options);
 
+// "shard-000003.tar": the name of shard n.
+std::string ShardName(int64_t n);
+// "000000017": a sample's key, its index as 9 digits.
+std::string SampleKey(int64_t index);
+// Reads the closed shard `dir`/`name` back, checks it holds `samples` samples, each with
+// a .json member, and writes its index beside it (`name`.idx.json, formats/tar_shard.h).
+// kInternal when it does not read back as written; kIoError when the index cannot be
+// written.
+Status IndexShard(const std::string& dir, const std::string& name, int64_t samples);
+
 }  // namespace headrace
