@@ -2,7 +2,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 
 #include "headrace/core/json_writer.h"
@@ -17,19 +16,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Tar bytes of one member: its ustar header and its data padded to 512-byte blocks.
-int64_t TarBytes(int64_t size) { return 512 + (size + 511) / 512 * 512; }
-
 std::span<const uint8_t> Span(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
-
-Status WriteText(const fs::path& path, std::string_view text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return Status::IoError(path.string() + ": cannot write");
-  return Status::Ok();
 }
 
 // The shards of one set being written: a shard is closed (and indexed) before the
@@ -40,9 +28,12 @@ class SetWriter {
       : dir_(std::move(dir)), target_bytes_(target_bytes), set_(set) {}
 
   // One sample: its members in order, the last its .json.
-  Status Add(const std::string& id, const std::vector<std::pair<std::string, std::string>>& members) {
+  Status Add(const std::string& id,
+             const std::vector<std::pair<std::string, std::string>>& members) {
     int64_t bytes = 0;
-    for (const auto& [name, data] : members) bytes += TarBytes(static_cast<int64_t>(data.size()));
+    for (const auto& [name, data] : members) {
+      bytes += TarMemberBytes(static_cast<int64_t>(data.size()));
+    }
     if (writer_ != nullptr && open_bytes_ + bytes > target_bytes_) HR_RETURN_IF_ERROR(Close());
     if (writer_ == nullptr) {
       MaterializedInfo::Shard& shard = set_.shards.emplace_back();
@@ -68,7 +59,7 @@ class SetWriter {
     writer_.reset();
     HR_RETURN_IF_ERROR(IndexShard(dir_.string(), shard.name, shard.samples));
     ids_.EndArray();
-    return WriteText(dir_ / (shard.name + ".ids.json"), ids_.str() + "\n");
+    return WriteFileText((dir_ / (shard.name + ".ids.json")).string(), ids_.str() + "\n");
   }
 
  private:
@@ -200,11 +191,14 @@ Result<MaterializedInfo> Materialize(const MaterializeOptions& options) {
       info.sets.push_back({e, "epoch-" + std::to_string(e), 0, {}, {}});
     }
   }
-  for (MaterializedInfo::Set& set : info.sets) HR_RETURN_IF_ERROR(MaterializeSet(options, info, set));
+  for (MaterializedInfo::Set& set : info.sets) {
+    HR_RETURN_IF_ERROR(MaterializeSet(options, info, set));
+  }
   const fs::path dir = options.out_dir;
-  HR_RETURN_IF_ERROR(WriteText(dir / info.config, PipelineSpecToYaml(spec)));
+  HR_RETURN_IF_ERROR(WriteFileText((dir / info.config).string(), PipelineSpecToYaml(spec)));
   // Last: a folder without it is not a materialization (one that stopped half way).
-  HR_RETURN_IF_ERROR(WriteText(dir / std::string(kMaterializedFile), MaterializedInfoToJson(info)));
+  HR_RETURN_IF_ERROR(WriteFileText((dir / std::string(kMaterializedFile)).string(),
+                                   MaterializedInfoToJson(info)));
   return info;
 }
 

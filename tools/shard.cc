@@ -19,9 +19,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Tar bytes of one member: its ustar header and its data padded to 512-byte blocks.
-int64_t TarBytes(int64_t size) { return 512 + (size + 511) / 512 * 512; }
-
 std::span<const uint8_t> Span(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
@@ -61,14 +58,6 @@ Result<std::string> ReadFile(const fs::path& path) {
   out << in.rdbuf();
   if (!in && !in.eof()) return Status::IoError(path.string() + ": cannot read back");
   return out.str();
-}
-
-Status WriteFile(const fs::path& path, std::string_view text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return Status::IoError(path.string() + ": cannot write");
-  return Status::Ok();
 }
 
 // The source fields `--media` names: "image" or "views:4" (a list of up to 4), each
@@ -144,6 +133,16 @@ struct ShardEntry {
 
 }  // namespace
 
+int64_t TarMemberBytes(int64_t size) { return 512 + (size + 511) / 512 * 512; }
+
+Status WriteFileText(const std::string& path, std::string_view text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return Status::IoError(path + ": cannot write");
+  return Status::Ok();
+}
+
 std::string ShardName(int64_t n) {
   char name[32];
   std::snprintf(name, sizeof name, "shard-%06lld.tar", static_cast<long long>(n));
@@ -172,7 +171,7 @@ Status IndexShard(const std::string& dir, const std::string& name, int64_t sampl
                             " samples, read back " + std::to_string(samples.size()));
   }
   const ShardIndex index = MakeShardIndex(name, static_cast<int64_t>(bytes.size()), samples);
-  return WriteFile(fs::path(dir) / (name + ".idx.json"), ShardIndexToJson(index));
+  return WriteFileText((fs::path(dir) / (name + ".idx.json")).string(), ShardIndexToJson(index));
 }
 
 Result<ShardStats> WriteShards(const ShardOptions& options) {
@@ -217,14 +216,14 @@ Result<ShardStats> WriteShards(const ShardOptions& options) {
                         MemberNames(key, record, spec.fields));
     std::vector<Buffer> media;
     const std::string_view json = lines[record.line - 1];
-    int64_t sample_bytes = TarBytes(static_cast<int64_t>(json.size()));
+    int64_t sample_bytes = TarMemberBytes(static_cast<int64_t>(json.size()));
     for (const MediaRef& ref : record.media) {
       auto read = storage->Read(ref.uri);
       if (!read.ok()) {
         return Status(read.status().code(),
                       "line " + std::to_string(record.line) + ": " + read.status().message());
       }
-      sample_bytes += TarBytes(static_cast<int64_t>(read->size()));
+      sample_bytes += TarMemberBytes(static_cast<int64_t>(read->size()));
       media.push_back(*std::move(read));
     }
     if (writer != nullptr && open_bytes + sample_bytes > options.target_bytes) {
@@ -267,7 +266,7 @@ Result<ShardStats> WriteShards(const ShardOptions& options) {
   }
   w.EndArray();
   w.EndObject();
-  HR_RETURN_IF_ERROR(WriteFile(out_dir / "shards.json", w.str() + "\n"));
+  HR_RETURN_IF_ERROR(WriteFileText((out_dir / "shards.json").string(), w.str() + "\n"));
   return stats;
 }
 

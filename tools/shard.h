@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "headrace/core/status.h"
@@ -55,6 +56,11 @@ struct ShardStats {
 // the samples written.
 Result<ShardStats> WriteShards(const ShardOptions& options);
 
+// Tar bytes of one member of `size` bytes: its ustar header and its data padded to
+// 512-byte blocks.
+int64_t TarMemberBytes(int64_t size);
+// Writes `text` to `path`, truncating it; kIoError naming the path when it cannot.
+Status WriteFileText(const std::string& path, std::string_view text);
 // "shard-000003.tar": the name of shard n.
 std::string ShardName(int64_t n);
 // "000000017": a sample's key, its index as 9 digits.

@@ -63,7 +63,8 @@ Result<MaterializedInfo::Set> ParseSet(simdjson::dom::object set) {
   for (simdjson::dom::element e : shards) {
     MaterializedInfo::Shard& shard = out.shards.emplace_back();
     std::string_view name;
-    if (e["shard"].get(name) != simdjson::SUCCESS || e["bytes"].get(shard.bytes) != simdjson::SUCCESS ||
+    if (e["shard"].get(name) != simdjson::SUCCESS ||
+        e["bytes"].get(shard.bytes) != simdjson::SUCCESS ||
         e["samples"].get(shard.samples) != simdjson::SUCCESS || name.empty() ||
         name.find('/') != std::string_view::npos) {
       return Status::BadRecord("a shard wants {\"shard\": name, \"bytes\": int, \"samples\": int}");
@@ -71,7 +72,9 @@ Result<MaterializedInfo::Set> ParseSet(simdjson::dom::object set) {
     shard.name = name;
   }
   simdjson::dom::array skipped;
-  if (set["skipped"].get(skipped) != simdjson::SUCCESS) return Status::BadRecord("no array 'skipped'");
+  if (set["skipped"].get(skipped) != simdjson::SUCCESS) {
+    return Status::BadRecord("no array 'skipped'");
+  }
   for (simdjson::dom::element e : skipped) {
     MaterializedInfo::Skipped& s = out.skipped.emplace_back();
     std::string_view code, message;
@@ -122,7 +125,9 @@ Result<MaterializedInfo> ParseInfo(std::string_view json) {
     return Status::BadRecord("no array 'random_ops'");
   }
   for (simdjson::dom::element e : array) {
-    if (e.get(text) != simdjson::SUCCESS) return Status::BadRecord("'random_ops' holds a non-string");
+    if (e.get(text) != simdjson::SUCCESS) {
+      return Status::BadRecord("'random_ops' holds a non-string");
+    }
     info.random_ops.emplace_back(text);
   }
   if (root["fields"].get(array) != simdjson::SUCCESS) return Status::BadRecord("no array 'fields'");
@@ -137,10 +142,14 @@ Result<MaterializedInfo> ParseInfo(std::string_view json) {
     if (!parsed.ok()) return Status::BadRecord("field '" + f.name + "': unknown dtype");
     f.dtype = *parsed;
     auto shape = IntArray(e["shape"]);
-    if (!shape.ok()) return Status::BadRecord("field '" + f.name + "': shape is " + shape.status().message());
+    if (!shape.ok()) {
+      return Status::BadRecord("field '" + f.name + "': shape is " + shape.status().message());
+    }
     f.sample_shape = *std::move(shape);
   }
-  if (root["strings"].get(array) != simdjson::SUCCESS) return Status::BadRecord("no array 'strings'");
+  if (root["strings"].get(array) != simdjson::SUCCESS) {
+    return Status::BadRecord("no array 'strings'");
+  }
   for (simdjson::dom::element e : array) {
     MaterializedInfo::StringField& s = info.strings.emplace_back();
     std::string_view name;
@@ -152,7 +161,8 @@ Result<MaterializedInfo> ParseInfo(std::string_view json) {
   simdjson::dom::object order;
   if (root["order"].get(order) != simdjson::SUCCESS) return Status::BadRecord("no object 'order'");
   auto shard_samples = IntArray(order["shard_samples"]);
-  if (!shard_samples.ok() || order["shuffle_window"].get(info.shuffle_window) != simdjson::SUCCESS) {
+  if (!shard_samples.ok() ||
+      order["shuffle_window"].get(info.shuffle_window) != simdjson::SUCCESS) {
     return Status::BadRecord("'order' wants {\"shard_samples\": [int], \"shuffle_window\": int}");
   }
   info.shard_samples = *std::move(shard_samples);
@@ -340,8 +350,8 @@ std::string JoinUri(std::string_view base, std::string_view path) {
   size_t start = 0;
   while (start <= path.size()) {
     const size_t slash = path.find('/', start);
-    const std::string_view part =
-        path.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+    const size_t length = slash == std::string_view::npos ? std::string_view::npos : slash - start;
+    const std::string_view part = path.substr(start, length);
     if (!part.empty() && part != ".") {
       if (!out.empty() && out.back() != '/') out += '/';
       out += part;

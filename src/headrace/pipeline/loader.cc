@@ -100,7 +100,8 @@ Result<std::vector<std::shared_ptr<const std::vector<SampleRecord>>>> Materializ
   const MaterializedInfo& info = source.info;
   std::vector<std::shared_ptr<const std::vector<SampleRecord>>> epochs;
   if (!info.per_epoch()) {
-    epochs.push_back(std::make_shared<const std::vector<SampleRecord>>(std::move(source.records[0])));
+    epochs.push_back(
+        std::make_shared<const std::vector<SampleRecord>>(std::move(source.records[0])));
     return epochs;
   }
   std::string written;
