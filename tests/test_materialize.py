@@ -5,6 +5,7 @@ shuffled), with no operator left but the row copy; random augmentation is refuse
 before any work, naming what is wrong; and the same through a real S3 (moto)."""
 import io
 import json
+import shutil
 import tarfile
 
 import numpy as np
@@ -102,6 +103,23 @@ def test_materialized_batches_are_the_pipelines(dataset, headrace_bin, tmp_path)
     other, _ = run(headrace_bin, reader(tmp_path / "r5.yaml", out), tmp_path, "r5",
                    "--set", "batch.size=5")
     assert other["samples"] == 80
+
+
+def test_a_skipped_sample_fails_at_the_same_place_when_read_back(dataset, headrace_bin,
+                                                                 tmp_path):
+    copy = tmp_path / "data"
+    shutil.copytree(dataset, copy)
+    (copy / "images" / "000007.jpg").write_bytes(b"not a jpeg")
+    config = pipeline(tmp_path / "p.yaml", copy)
+    original, _ = run(headrace_bin, config, tmp_path, "original")
+    out = tmp_path / "mat"
+    proc = run_headrace(headrace_bin, "materialize", config, "--to", out)
+    assert "39 samples (1 skipped)" in proc.stdout
+    skipped = json.loads((out / "materialized.json").read_text())["sets"][0]["skipped"]
+    assert [s["index"] for s in skipped] == [7] and skipped[0]["code"] == "unsupported_format"
+    back, _ = run(headrace_bin, reader(tmp_path / "r.yaml", out), tmp_path, "back")
+    assert back["errors"]["total"] == original["errors"]["total"] == 2
+    assert back["batch_digests"] == original["batch_digests"]
 
 
 def test_random_ops_are_refused_without_epochs_and_written_per_epoch(dataset, headrace_bin,
