@@ -3,8 +3,13 @@
 // configuration error).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
+
+namespace headrace {
+class ObjectStore;
+}  // namespace headrace
 
 namespace headrace::tools {
 
@@ -20,6 +25,7 @@ int ListCommand(const Args& args);        // headrace ls s3://bucket/prefix-or-g
 int ShardCommand(const Args& args);       // headrace shard MANIFEST --out DIR ...
 int PlanCommand(const Args& args);        // headrace plan [PLAN.yaml] [--NAME VALUE ...]
 int ReportCommand(const Args& args);      // headrace report REPORT.json --plot OUT
+int MaterializeCommand(const Args& args);  // headrace materialize CONFIG --to URI ...
 
 // Small argument helpers shared by the subcommands.
 struct ArgReader {
@@ -46,5 +52,18 @@ bool ReadSmallFile(const char* command, const char* flag, const std::string& pat
 // file that did not exist is removed again). Returns false after printing
 // "<command>: <flag> <path>: cannot write: <why>".
 bool CheckWritable(const char* command, const char* flag, const std::string& path);
+
+// What UploadFiles did.
+struct UploadStats {
+  int64_t files = 0;
+  int64_t failed = 0;
+  int64_t bytes = 0;
+};
+
+// Puts every regular file under `dir` at `base` + its path relative to `dir` (`base`
+// ends in '/'), up to `inflight` PUTs at once. A file that cannot be read or put is
+// printed as "<command>: <why>" and counted in `failed`.
+UploadStats UploadFiles(ObjectStore& store, const std::string& dir, const std::string& base,
+                        int inflight, const char* command);
 
 }  // namespace headrace::tools

@@ -37,6 +37,11 @@ commands:
   shard MANIFEST --out DIR [--target-size 256MB] [--media image,video,views:4]
       pack a manifest's samples into WebDataset tar shards with .idx.json indexes;
       --media: the manifest keys whose files become members (KEY:N for a list)
+  materialize CONFIG --to DIR|s3://bucket/prefix [--set key=value ...] [--epochs LIST|all]
+              [--shard-size BYTES] [--quiet]
+      run a pipeline once and write its preprocessed samples as tar shards (one .npy
+      member per field) with materialized.json and the config; `source: {materialized:
+      URI}` reads them back. Random ops need --epochs (one copy per epoch, epoch-K/)
   plan [PLAN.yaml] [--preset sources-example] [--from-report PATH] [--instance NAME]
        [--json] [--NAME VALUE ...]   (`headrace plan --help` lists the inputs)
       capacity: vCPUs and CPU-only nodes per GPU node for a target wait-time ratio, GPU
@@ -61,9 +66,10 @@ int main(int argc, char** argv) {
   if (command == "shard") return headrace::tools::ShardCommand(args);
   if (command == "plan") return headrace::tools::PlanCommand(args);
   if (command == "report") return headrace::tools::ReportCommand(args);
+  if (command == "materialize") return headrace::tools::MaterializeCommand(args);
   std::fprintf(stderr,
                "headrace: unknown command '%s' (allowed: make-sample, run, bench, upload, ls, "
-               "shard, plan, report)\n%s",
+               "shard, plan, report, materialize)\n%s",
                command.c_str(), kUsage);
   return 2;
 }

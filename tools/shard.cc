@@ -19,9 +19,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Tar bytes of one member: its ustar header and its data padded to 512-byte blocks.
-int64_t TarBytes(int64_t size) { return 512 + (size + 511) / 512 * 512; }
-
 std::span<const uint8_t> Span(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
@@ -54,17 +51,6 @@ std::string Extension(std::string_view uri) {
   return ext;
 }
 
-std::string ShardName(int64_t n) {
-  char name[32];
-  std::snprintf(name, sizeof name, "shard-%06lld.tar", static_cast<long long>(n));
-  return name;
-}
-
-std::string Key(int64_t index) {
-  char key[32];
-  std::snprintf(key, sizeof key, "%09lld", static_cast<long long>(index));
-  return key;
-}
 
 Result<std::string> ReadFile(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -72,14 +58,6 @@ Result<std::string> ReadFile(const fs::path& path) {
   out << in.rdbuf();
   if (!in && !in.eof()) return Status::IoError(path.string() + ": cannot read back");
   return out.str();
-}
-
-Status WriteFile(const fs::path& path, std::string_view text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return Status::IoError(path.string() + ": cannot write");
-  return Status::Ok();
 }
 
 // The source fields `--media` names: "image" or "views:4" (a list of up to 4), each
@@ -153,28 +131,48 @@ struct ShardEntry {
   int64_t samples = 0;
 };
 
-// Reads a closed shard back, checks it holds `samples` good samples, each with a json
-// field, and writes its index beside it.
-Status IndexShard(const fs::path& dir, const ShardEntry& shard) {
-  HR_ASSIGN_OR_RETURN(const std::string bytes, ReadFile(dir / shard.name));
+}  // namespace
+
+int64_t TarMemberBytes(int64_t size) { return 512 + (size + 511) / 512 * 512; }
+
+Status WriteFileText(const std::string& path, std::string_view text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return Status::IoError(path + ": cannot write");
+  return Status::Ok();
+}
+
+std::string ShardName(int64_t n) {
+  char name[32];
+  std::snprintf(name, sizeof name, "shard-%06lld.tar", static_cast<long long>(n));
+  return name;
+}
+
+std::string SampleKey(int64_t index) {
+  char key[32];
+  std::snprintf(key, sizeof key, "%09lld", static_cast<long long>(index));
+  return key;
+}
+
+Status IndexShard(const std::string& dir, const std::string& name, int64_t samples_written) {
+  HR_ASSIGN_OR_RETURN(const std::string bytes, ReadFile(fs::path(dir) / name));
   const TarListing listing = ListTarMembers(Span(bytes));
   if (!listing.status.ok()) {
-    return Status::Internal(shard.name + " does not read back: " + listing.status.ToString());
+    return Status::Internal(name + " does not read back: " + listing.status.ToString());
   }
   const std::vector<std::string> required = {"json"};
   const std::vector<TarSample> samples = GroupSamples(listing.members, required);
   for (const TarSample& s : samples) {
-    if (!s.status.ok()) return Status::Internal(shard.name + ": " + s.status.ToString());
+    if (!s.status.ok()) return Status::Internal(name + ": " + s.status.ToString());
   }
-  if (static_cast<int64_t>(samples.size()) != shard.samples) {
-    return Status::Internal(shard.name + ": wrote " + std::to_string(shard.samples) +
+  if (static_cast<int64_t>(samples.size()) != samples_written) {
+    return Status::Internal(name + ": wrote " + std::to_string(samples_written) +
                             " samples, read back " + std::to_string(samples.size()));
   }
-  const ShardIndex index = MakeShardIndex(shard.name, static_cast<int64_t>(bytes.size()), samples);
-  return WriteFile(dir / (shard.name + ".idx.json"), ShardIndexToJson(index));
+  const ShardIndex index = MakeShardIndex(name, static_cast<int64_t>(bytes.size()), samples);
+  return WriteFileText((fs::path(dir) / (name + ".idx.json")).string(), ShardIndexToJson(index));
 }
-
-}  // namespace
 
 Result<ShardStats> WriteShards(const ShardOptions& options) {
   if (options.manifest.empty() || options.out_dir.empty() || options.target_bytes < 1) {
@@ -203,7 +201,7 @@ Result<ShardStats> WriteShards(const ShardOptions& options) {
     HR_ASSIGN_OR_RETURN(shards.back().bytes, writer->Close());
     writer.reset();
     stats.bytes += shards.back().bytes;
-    return IndexShard(out_dir, shards.back());
+    return IndexShard(out_dir.string(), shards.back().name, shards.back().samples);
   };
 
   for (size_t i = 0; i < manifest.records.size(); ++i) {
@@ -213,19 +211,19 @@ Result<ShardStats> WriteShards(const ShardOptions& options) {
                               record.status.ToString());
       continue;
     }
-    const std::string key = Key(static_cast<int64_t>(i));
+    const std::string key = SampleKey(static_cast<int64_t>(i));
     HR_ASSIGN_OR_RETURN(const std::vector<std::string> names,
                         MemberNames(key, record, spec.fields));
     std::vector<Buffer> media;
     const std::string_view json = lines[record.line - 1];
-    int64_t sample_bytes = TarBytes(static_cast<int64_t>(json.size()));
+    int64_t sample_bytes = TarMemberBytes(static_cast<int64_t>(json.size()));
     for (const MediaRef& ref : record.media) {
       auto read = storage->Read(ref.uri);
       if (!read.ok()) {
         return Status(read.status().code(),
                       "line " + std::to_string(record.line) + ": " + read.status().message());
       }
-      sample_bytes += TarBytes(static_cast<int64_t>(read->size()));
+      sample_bytes += TarMemberBytes(static_cast<int64_t>(read->size()));
       media.push_back(*std::move(read));
     }
     if (writer != nullptr && open_bytes + sample_bytes > options.target_bytes) {
@@ -268,7 +266,7 @@ Result<ShardStats> WriteShards(const ShardOptions& options) {
   }
   w.EndArray();
   w.EndObject();
-  HR_RETURN_IF_ERROR(WriteFile(out_dir / "shards.json", w.str() + "\n"));
+  HR_RETURN_IF_ERROR(WriteFileText((out_dir / "shards.json").string(), w.str() + "\n"));
   return stats;
 }
 

@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "headrace/core/status.h"
@@ -54,5 +55,20 @@ struct ShardStats {
 // when an output cannot be written; kInternal when a written shard does not read back as
 // the samples written.
 Result<ShardStats> WriteShards(const ShardOptions& options);
+
+// Tar bytes of one member of `size` bytes: its ustar header and its data padded to
+// 512-byte blocks.
+int64_t TarMemberBytes(int64_t size);
+// Writes `text` to `path`, truncating it; kIoError naming the path when it cannot.
+Status WriteFileText(const std::string& path, std::string_view text);
+// "shard-000003.tar": the name of shard n.
+std::string ShardName(int64_t n);
+// "000000017": a sample's key, its index as 9 digits.
+std::string SampleKey(int64_t index);
+// Reads the closed shard `dir`/`name` back, checks it holds `samples` samples, each with
+// a .json member, and writes its index beside it (`name`.idx.json, formats/tar_shard.h).
+// kInternal when it does not read back as written; kIoError when the index cannot be
+// written.
+Status IndexShard(const std::string& dir, const std::string& name, int64_t samples);
 
 }  // namespace headrace

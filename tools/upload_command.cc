@@ -62,6 +62,50 @@ constexpr const char* kUploadUsage =
 
 }  // namespace
 
+UploadStats UploadFiles(ObjectStore& store, const std::string& dir, const std::string& base,
+                        int inflight, const char* command) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    if (entry.is_regular_file()) files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+
+  std::mutex mu;
+  std::condition_variable cv;
+  int pending = 0;
+  UploadStats stats;
+  stats.files = static_cast<int64_t>(files.size());
+  auto local = MakeLocalStorage({.threads = 1});
+  for (const auto& path : files) {
+    auto data = local->Read(path.string());
+    if (!data.ok()) {
+      std::fprintf(stderr, "%s: %s\n", command, data.status().ToString().c_str());
+      std::lock_guard lock(mu);
+      ++stats.failed;
+      continue;
+    }
+    const std::string uri = base + std::filesystem::relative(path, dir).generic_string();
+    {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return pending < inflight; });
+      ++pending;
+      stats.bytes += static_cast<int64_t>(data->size());
+    }
+    store.WriteAsync(uri, std::move(data).value(), [&, uri](Status s) {
+      std::lock_guard lock(mu);
+      if (!s.ok()) {
+        ++stats.failed;
+        std::fprintf(stderr, "%s: %s\n", command, s.ToString().c_str());
+      }
+      --pending;
+      cv.notify_all();
+    });
+  }
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return pending == 0; });
+  return stats;
+}
+
 int UploadCommand(const Args& args) {
   StorageSpec spec;
   std::string dir, dest, value;
@@ -118,52 +162,13 @@ int UploadCommand(const Args& args) {
   while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
   const std::string base = "s3://" + location->bucket + "/" + (prefix.empty() ? "" : prefix + "/");
 
-  std::vector<std::filesystem::path> files;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
-    if (entry.is_regular_file()) files.push_back(entry.path());
-  }
-  std::sort(files.begin(), files.end());
-
-  std::mutex mu;
-  std::condition_variable cv;
-  int pending = 0;
-  int64_t failed = 0, bytes = 0;
   const auto start = Clock::now();
-  auto local = MakeLocalStorage({.threads = 1});
-  for (const auto& path : files) {
-    auto data = local->Read(path.string());
-    if (!data.ok()) {
-      std::fprintf(stderr, "headrace upload: %s\n", data.status().ToString().c_str());
-      std::lock_guard lock(mu);
-      ++failed;
-      continue;
-    }
-    const std::string uri = base + std::filesystem::relative(path, dir).generic_string();
-    {
-      std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return pending < inflight; });
-      ++pending;
-      bytes += static_cast<int64_t>(data->size());
-    }
-    (*store)->WriteAsync(uri, std::move(data).value(), [&, uri](Status s) {
-      std::lock_guard lock(mu);
-      if (!s.ok()) {
-        ++failed;
-        std::fprintf(stderr, "headrace upload: %s\n", s.ToString().c_str());
-      }
-      --pending;
-      cv.notify_all();
-    });
-  }
-  {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return pending == 0; });
-  }
+  const UploadStats up = UploadFiles(**store, dir, base, inflight, "headrace upload");
   const double seconds = SecondsSince(start);
-  const int64_t done = static_cast<int64_t>(files.size()) - failed;
-  std::printf("uploaded %lld of %zu files (%.1f MB) to %s in %.2f s\n",
-              static_cast<long long>(done), files.size(), bytes / 1e6, base.c_str(), seconds);
-  return failed == 0 ? 0 : 1;
+  std::printf("uploaded %lld of %lld files (%.1f MB) to %s in %.2f s\n",
+              static_cast<long long>(up.files - up.failed), static_cast<long long>(up.files),
+              up.bytes / 1e6, base.c_str(), seconds);
+  return up.failed == 0 ? 0 : 1;
 }
 
 int ListCommand(const Args& args) {

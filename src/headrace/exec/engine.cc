@@ -66,6 +66,18 @@ Result<std::unique_ptr<Engine>> Engine::Start(EngineInputs inputs, EngineOptions
   }
   options.order.num_samples = static_cast<int64_t>(inputs.records->size());
   HR_ASSIGN_OR_RETURN(EpochOrder order, EpochOrder::Make(options.order));
+  if (!inputs.epoch_records.empty()) {
+    const auto have = static_cast<int64_t>(inputs.epoch_records.size());
+    if (!order.epochs() || *order.epochs() > have) {
+      return Status::InvalidArgument("the source holds " + std::to_string(have) +
+                                     " epochs; the run needs more");
+    }
+    for (const auto& records : inputs.epoch_records) {
+      if (!records || records->size() != inputs.records->size()) {
+        return Status::InvalidArgument("every epoch's records must be the dataset's size");
+      }
+    }
+  }
   if (options.start_epoch < 0 ||
       options.start_epoch > EpochOrder::kUnboundedBatches / order.batches_per_rank_epoch()) {
     return Status::InvalidArgument("start epoch " + std::to_string(options.start_epoch) +
@@ -240,7 +252,7 @@ Status Engine::AllocateRows(BatchJob& job) {
 }
 
 void Engine::IssueSample(const std::shared_ptr<BatchJob>& job, int slot) {
-  const SampleRecord& record = (*inputs_.records)[job->sample_indices[slot]];
+  const SampleRecord& record = RecordOf(job->position.epoch, job->sample_indices[slot]);
   if (!record.status.ok()) {
     FinishSample(job, slot, record.status);
     return;
@@ -301,7 +313,7 @@ void Engine::StartRead(const std::shared_ptr<BatchJob>& job, int slot,
                        std::shared_ptr<ReadCharge> charge) {
   if (options_.trace != nullptr)
     options_.trace->AsyncBegin("read", TraceId(*job, slot), Clock::now());
-  const SampleRecord& record = (*inputs_.records)[job->sample_indices[slot]];
+  const SampleRecord& record = RecordOf(job->position.epoch, job->sample_indices[slot]);
   const MediaRef& ref = record.media[charge->item];
   charge->issued = Clock::now();
   ReadGate gate = [this, charge](int64_t size) { return OnReadSize(*charge, size); };
@@ -469,7 +481,7 @@ void Engine::RunChain(const std::shared_ptr<BatchJob>& job, int slot, std::vecto
     Sample sample;
     sample.epoch = job->position.epoch;
     sample.index = index;
-    sample.record = &(*inputs_.records)[index];
+    sample.record = &RecordOf(sample.epoch, index);
     sample.media = std::move(media);
     if (inputs_.prepare_sample) status = inputs_.prepare_sample(sample);
     SampleContext ctx;
@@ -511,6 +523,11 @@ void Engine::RunChain(const std::shared_ptr<BatchJob>& job, int slot, std::vecto
   FinishSample(job, slot, std::move(status));
 }
 
+const SampleRecord& Engine::RecordOf(int64_t epoch, int64_t index) const {
+  if (inputs_.epoch_records.empty()) return (*inputs_.records)[index];
+  return (*inputs_.epoch_records[static_cast<size_t>(epoch)])[index];
+}
+
 void Engine::SettleScratch() {
   StoreMax(scratch_sample_peak_, static_cast<int64_t>(tls_scratch.capacity()));
   tls_scratch.Trim(static_cast<size_t>(options_.scratch_retain_bytes));
@@ -540,7 +557,7 @@ void Engine::FinishBatch(BatchJob& job) {
     const Status& st = job.status[s];
     if (!st.ok()) {
       if (st.code() != StatusCode::kCancelled) {
-        const SampleRecord& record = (*inputs_.records)[job.sample_indices[s]];
+        const SampleRecord& record = RecordOf(job.position.epoch, job.sample_indices[s]);
         batch.errors.push_back(
             SampleError{job.position.epoch, job.sample_indices[s], record.uri(), st});
       }
@@ -575,7 +592,7 @@ void Engine::FinishBatch(BatchJob& job) {
     column.rows.reserve(static_cast<size_t>(kept));
     for (int64_t s = 0; s < n; ++s) {
       if (!job.status[s].ok()) continue;
-      const SampleRecord& record = (*inputs_.records)[job.sample_indices[s]];
+      const SampleRecord& record = RecordOf(job.position.epoch, job.sample_indices[s]);
       std::vector<std::string>& row = column.rows.emplace_back();
       if (f.field < 0) {
         row.push_back(record.id);
@@ -619,7 +636,8 @@ void Engine::RunBatchOps(const BatchJob& job, Batch& batch) {
     for (int64_t s = 0; s < batch.size(); ++s) {
       const int64_t sample = index->data<int64_t>()[s];
       batch.errors.push_back(
-          SampleError{job.position.epoch, sample, (*inputs_.records)[sample].uri(), status});
+          SampleError{job.position.epoch, sample, RecordOf(job.position.epoch, sample).uri(),
+                      status});
     }
     for (auto& [name, tensor] : batch.fields) {
       std::vector<int64_t> shape = tensor.shape();

@@ -76,6 +76,12 @@ namespace headrace {
 
 struct EngineInputs {
   std::shared_ptr<const std::vector<SampleRecord>> records;
+  // Records per epoch, for a source with a copy of the dataset per epoch (a
+  // materialization of epoch-dependent augmentation): when not empty, epoch e reads
+  // epoch_records[e] instead of `records` (which still sets the dataset's size: each
+  // entry must be as long). Start fails when the run's epochs (counted from 0, an
+  // unbounded run included) are more than the entries.
+  std::vector<std::shared_ptr<const std::vector<SampleRecord>>> epoch_records;
   // The per-sample chain; Op::Run writes into the rows of `fields` (by position).
   std::vector<std::unique_ptr<Op>> ops;
   std::vector<FieldSpec> fields;
@@ -304,6 +310,8 @@ class Engine {
   void SettleScratch();
   void FinishSample(const std::shared_ptr<BatchJob>& job, int slot, Status status);
   void FinishBatch(BatchJob& job);
+  // The record of dataset index `index` in `epoch` (EngineInputs::epoch_records).
+  const SampleRecord& RecordOf(int64_t epoch, int64_t index) const;
   // Runs the batch ops on a complete batch; on failure, empties it and records errors.
   void RunBatchOps(const BatchJob& job, Batch& batch);
   Status CheckErrorBudgetLocked(bool at_end) const;

@@ -747,5 +747,47 @@ TEST(EnginePrepareHook, StringsParsedAtRunTimeReachTheBatchTheRecordsOtherwise) 
   }
 }
 
+TEST(EngineEpochRecords, EachEpochReadsItsOwnRecordsAndTooFewEpochsAreRefused) {
+  const auto records_named = [](const std::string& tag, int64_t bad) {
+    auto records = std::make_shared<std::vector<SampleRecord>>(4);
+    for (int i = 0; i < 4; ++i) (*records)[i].id = tag + std::to_string(i);
+    (*records)[bad].status = Status::CorruptData("skipped in " + tag);
+    return records;
+  };
+  const auto start = [&](std::optional<int64_t> epochs) {
+    EngineInputs in;
+    in.records = records_named("epoch0-", 1);
+    in.epoch_records = {records_named("epoch0-", 1), records_named("epoch1-", 2)};
+    in.ops.push_back(std::make_unique<FillOp>());
+    in.fields.push_back(FieldSpec{"row", DType::kI64, {4}});
+    in.strings.push_back(EngineInputs::StringField{"id", -1, false});
+    in.reads_media = false;
+    EngineOptions opt;
+    opt.cpu_threads = 2;
+    opt.order.batch_size = 4;
+    opt.order.shuffle = false;
+    opt.order.epochs = epochs;
+    opt.max_error_rate = 1.0;
+    return Engine::Start(std::move(in), opt);
+  };
+  auto engine = start(2);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    auto batch = (*engine)->Next();
+    ASSERT_TRUE(batch.ok() && batch->has_value());
+    const std::string tag = "epoch" + std::to_string(epoch) + "-";
+    std::vector<std::vector<std::string>> ids;
+    for (int i = 0; i < 4; ++i) {
+      if (i != epoch + 1) ids.push_back({tag + std::to_string(i)});
+    }
+    EXPECT_EQ((*batch)->strings[0].rows, ids);
+    ASSERT_EQ((*batch)->errors.size(), 1u);
+    EXPECT_EQ((*batch)->errors[0].index, epoch + 1);
+    EXPECT_EQ((*batch)->errors[0].status.message(), "skipped in " + tag);
+  }
+  EXPECT_EQ(start(3).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(start(std::nullopt).status().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace headrace

@@ -65,6 +65,7 @@ class EpochOrder {
   int64_t total_batches() const;
   // The run's epochs; nullopt when unbounded.
   std::optional<int64_t> epochs() const { return options_.epochs; }
+  const EpochOrderOptions& options() const { return options_; }
 
   BatchPosition Position(int64_t local_index) const;
   // The dataset indices of a batch, in order. Thread-safe.

@@ -62,6 +62,10 @@ struct SourceSpec {
   // its column) or, when empty, the defaults of parquet_source.h; cache_bytes sizes the
   // decoded row-group cache.
   std::string parquet;
+  // A materialization instead of a manifest (formats/materialized.h): the folder or URI
+  // `headrace materialize --to` wrote. Its samples are preprocessed already, so the
+  // pipeline's ops must be empty; seed, shuffle, batch and epochs still apply.
+  std::string materialized;
   // Which tar members feed which field (ParseShardFields in formats/shard_source.h): the
   // shorthand of `fields` for shards, exclusive with it (giving both is a configuration
   // error). The default gives the manifest's two fields (SourceFieldsOf); more, e.g.

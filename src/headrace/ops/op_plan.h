@@ -22,6 +22,9 @@
 // Optional:
 //   static void Hint(const Spec&, ValueHints&);   // see ValueHints
 //   static constexpr bool kSizeKey = true;        // also takes `size: N` (width = height = N)
+//   static bool DrawsRandom(const Spec&);         // true when it draws from OpRng with this
+//       spec, so its output changes with the seed and the epoch (a random crop, a coin
+//       of 0 < p < 1); absent: it does not. Materialization (tools/materialize.h) reads it.
 //
 // Planning is three passes over the chain: Declare forward (kinds and shapes checked),
 // Hint backward, Make forward. Errors name the op by key: "ops[1].image.resize: ...".

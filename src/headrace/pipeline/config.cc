@@ -67,6 +67,7 @@ void Fields(SpecOf<SourceSpec> auto& s, auto&& f) {
   f("allow_absolute_paths", s.allow_absolute_paths);
   f("shards", s.shards);
   f("parquet", s.parquet);
+  f("materialized", s.materialized);
   f("shard_fields", s.shard_fields);
   f("shuffle_window", s.shuffle_window);
   f("block_bytes", s.block_bytes, Unit::kBytes);
@@ -937,19 +938,32 @@ Status ValidateSourceFields(const SourceSpec& src) {
 
 Status ValidatePipelineSpec(const PipelineSpec& spec) {
   const SourceSpec& src = spec.source;
-  if (!src.manifest.empty() + !src.shards.empty() + !src.parquet.empty() > 1) {
-    return Invalid(src.parquet.empty() ? "source.shards" : "source.parquet",
-                   "source.manifest, source.shards and source.parquet are exclusive: set one "
-                   "of them");
+  if (!src.manifest.empty() + !src.shards.empty() + !src.parquet.empty() +
+          !src.materialized.empty() > 1) {
+    return Invalid(!src.materialized.empty() ? "source.materialized"
+                   : src.parquet.empty()     ? "source.shards"
+                                             : "source.parquet",
+                   "source.manifest, source.shards, source.parquet and source.materialized are "
+                   "exclusive: set one of them");
   }
-  if (!src.parquet.empty()) {
+  if (!src.materialized.empty()) {
+    if (!spec.ops.empty()) {
+      return Invalid("ops", "source.materialized holds samples preprocessed already: ops must "
+                            "be empty (got " + std::to_string(spec.ops.size()) + ", the first " +
+                            OpKey(0, spec.ops[0]) + ")");
+    }
+    if (!src.fields.empty()) {
+      return Invalid("source.fields", "source.materialized declares its own fields (its "
+                                      "materialized.json): leave source.fields empty");
+    }
+  } else if (!src.parquet.empty()) {
     HR_RETURN_IF_ERROR(
         InRange<int64_t>("source.shuffle_window", src.shuffle_window, 1, 1'000'000));
     HR_RETURN_IF_ERROR(AtLeast<int64_t>("source.cache_bytes", src.cache_bytes, 0));
   } else if (src.shards.empty()) {
     HR_RETURN_IF_ERROR(NonEmpty("source.manifest", src.manifest,
-                                "the JSONL manifest path (or set source.shards or "
-                                "source.parquet)"));
+                                "the JSONL manifest path (or set source.shards, "
+                                "source.parquet or source.materialized)"));
   } else {
     HR_RETURN_IF_ERROR(ValidateShardSource(spec));
   }

@@ -937,5 +937,18 @@ TEST(ConfigParquet, ParquetIsASourceOfItsOwnExclusiveWithTheOthers) {
               HasSubstr("source.shuffle_window"));
 }
 
+TEST(ConfigMaterialized, MaterializedIsASourceWithoutOpsOrFields) {
+  const PipelineSpec s = ParseOk("source: {materialized: out/vqa-mat}\nbatch: {size: 4}");
+  EXPECT_EQ(s.source.materialized, "out/vqa-mat");
+  EXPECT_EQ(ParseOk(PipelineSpecToYaml(s)).source.materialized, "out/vqa-mat");
+  EXPECT_THAT(ParseError("source: {materialized: a, manifest: m.jsonl}").message(),
+              AllOf(::testing::StartsWith("source.materialized: "), HasSubstr("exclusive")));
+  EXPECT_THAT(ParseError("source: {materialized: a}\nops: [image.decode]").message(),
+              AllOf(::testing::StartsWith("ops: "), HasSubstr("ops[0].image.decode"),
+                    HasSubstr("must be empty")));
+  EXPECT_THAT(ParseError("source: {materialized: a, fields: [{name: x, kind: int}]}").message(),
+              ::testing::StartsWith("source.fields: "));
+}
+
 }  // namespace
 }  // namespace headrace

@@ -4,6 +4,7 @@
 
 #include <limits>
 
+#include "headrace/formats/materialized.h"
 #include "headrace/formats/parquet_row_groups.h"
 #include "headrace/formats/parquet_source.h"
 #include "headrace/formats/shard_source.h"
@@ -11,6 +12,7 @@
 #include "headrace/io/object_storage.h"
 #include "headrace/pipeline/config.h"
 #include "headrace/pipeline/plan.h"
+#include "headrace/pipeline/source_fields.h"
 
 namespace headrace {
 
@@ -88,6 +90,61 @@ Result<int64_t> RowGroupCacheBytes(const PipelineSpec& spec, const ParquetSource
   return std::max<int64_t>(1, std::min(automatic, spec.memory.budget_bytes / 2));
 }
 
+namespace {
+
+// The records each epoch of the run reads from a materialization: one set for every
+// epoch, or the set of each epoch. A config that does not match what was materialized
+// (another seed, an epoch not written) is refused naming its key.
+Result<std::vector<std::shared_ptr<const std::vector<SampleRecord>>>> MaterializedEpochs(
+    const PipelineSpec& spec, const LoaderOptions& options, MaterializedSource& source) {
+  const MaterializedInfo& info = source.info;
+  std::vector<std::shared_ptr<const std::vector<SampleRecord>>> epochs;
+  if (!info.per_epoch()) {
+    epochs.push_back(
+        std::make_shared<const std::vector<SampleRecord>>(std::move(source.records[0])));
+    return epochs;
+  }
+  std::string written;
+  for (const auto& set : info.sets) {
+    written += (written.empty() ? "" : ", ") + std::to_string(set.epoch.value_or(-1));
+  }
+  const std::string why = source.uri + " was materialized per epoch (random ops: " +
+                          info.random_ops[0] + (info.random_ops.size() > 1 ? ", ..." : "") +
+                          "), epochs " + written;
+  if (spec.seed != info.seed) {
+    return Status::InvalidArgument("seed: " + why + " with seed " + std::to_string(info.seed) +
+                                   ", not " + std::to_string(spec.seed) +
+                                   ": set seed: " + std::to_string(info.seed) +
+                                   " or materialize again with this seed");
+  }
+  if (!spec.epochs) {
+    return Status::InvalidArgument("epochs: " + why + ": a run of it needs a bounded epochs");
+  }
+  for (int64_t e = 0; e < *spec.epochs; ++e) {
+    size_t found = info.sets.size();
+    for (size_t i = 0; i < info.sets.size(); ++i) {
+      if (info.sets[i].epoch == e) found = i;
+    }
+    if (found == info.sets.size()) {
+      if (e < options.start_epoch && !epochs.empty()) {  // never read: the run starts later
+        epochs.push_back(epochs.back());
+        continue;
+      }
+      if (e >= options.start_epoch) {
+        return Status::InvalidArgument("epochs: " + why + "; this run (epochs: " +
+                                       std::to_string(*spec.epochs) + ") needs epoch " +
+                                       std::to_string(e) + " too: materialize it (--epochs)");
+      }
+      found = 0;  // an epoch before the start: any set stands in
+    }
+    epochs.push_back(
+        std::make_shared<const std::vector<SampleRecord>>(source.records[found]));
+  }
+  return epochs;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
                                              const LoaderOptions& options) {
   HR_RETURN_IF_ERROR(ValidatePipelineSpec(spec));
@@ -101,7 +158,7 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
     LocalStorageOptions local;
     local.threads = ex.io_threads > 0 ? ex.io_threads : 2;
     if (!spec.storage.follow_symlinks && spec.source.shards.empty() &&
-        spec.source.parquet.empty()) {
+        spec.source.parquet.empty() && spec.source.materialized.empty()) {
       // Local media are opened beneath the dataset root (storage.follow_symlinks).
       Result<std::string> root = ManifestRoot(spec.source);
       if (!root.ok()) return root.status();
@@ -115,7 +172,35 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   PipelineSpec planned = spec;
   std::shared_ptr<ParquetRowGroupCache> row_groups;
   std::shared_ptr<const ShardFieldMap> shard_fields;  // the shard source's, for its prepare hook
-  if (!spec.source.parquet.empty()) {
+  std::vector<std::shared_ptr<const std::vector<SampleRecord>>> epoch_records;
+  std::optional<PipelinePlan> materialized_plan;
+  if (!spec.source.materialized.empty()) {
+    HR_ASSIGN_OR_RETURN(MaterializedSource source,
+                        LoadMaterializedSource(*loader->storage_, spec.source.materialized));
+    HR_ASSIGN_OR_RETURN(epoch_records, MaterializedEpochs(spec, options, source));
+    const MaterializedInfo& info = source.info;
+    std::string epochs = "all";
+    if (info.per_epoch()) {
+      epochs.clear();
+      for (const auto& set : info.sets) {
+        epochs += (epochs.empty() ? "" : ",") + std::to_string(set.epoch.value_or(-1));
+      }
+    }
+    loader->source_ = "materialized " + spec.source.materialized + " (" +
+                      std::to_string(info.dataset_samples) + " samples, epochs " + epochs +
+                      ", written by headrace " + info.headrace_version + ")";
+    opt.order.shard_samples = info.shard_samples;
+    opt.order.shuffle_window = info.shuffle_window;
+    auto manifest = std::make_shared<Manifest>();
+    manifest->path = spec.source.materialized;
+    manifest->records = *epoch_records.front();
+    for (const SampleRecord& r : manifest->records) manifest->bad_lines += r.status.ok() ? 0 : 1;
+    loader->manifest_ = std::move(manifest);
+    loader->manifest_bytes_ = static_cast<int64_t>(
+        RecordsHeapBytes(loader->manifest_->records) * std::max<size_t>(1, info.sets.size()));
+    materialized_plan = MaterializedPlan(info);
+    if (!info.per_epoch()) epoch_records.clear();  // one set: `records` serves every epoch
+  } else if (!spec.source.parquet.empty()) {
     HR_ASSIGN_OR_RETURN(ParquetSource parquet, LoadParquetSource(*loader->storage_, spec.source));
     HR_ASSIGN_OR_RETURN(cache_bytes, RowGroupCacheBytes(spec, parquet));
     planned.source.fields = parquet.fields;
@@ -165,7 +250,12 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
     manifest->bad_lines = shards.bad_samples;
     loader->manifest_ = std::move(manifest);
   }
-  HR_ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(planned, *loader->storage_));
+  PipelinePlan plan;
+  if (materialized_plan) {
+    plan = std::move(*materialized_plan);
+  } else {
+    HR_ASSIGN_OR_RETURN(plan, PlanPipeline(planned, *loader->storage_));
+  }
   opt.io_budget_bytes = ex.io_budget_bytes > 0 ? ex.io_budget_bytes : spec.memory.budget_bytes / 8;
   opt.batch_budget_bytes = spec.memory.budget_bytes - opt.io_budget_bytes - cache_bytes;
   if (opt.batch_budget_bytes <= 0) {
@@ -193,6 +283,7 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   // The records live as long as the manifest; the engine shares ownership.
   in.records = std::shared_ptr<const std::vector<SampleRecord>>(loader->manifest_,
                                                                 &loader->manifest_->records);
+  in.epoch_records = std::move(epoch_records);
   in.ops = std::move(plan.ops);
   in.fields = std::move(plan.fields);
   in.batch_ops = std::move(plan.batch_ops);
@@ -205,6 +296,8 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   in.storage = loader->storage_;
   if (row_groups != nullptr) {
     in.prepare_sample = [row_groups](Sample& sample) { return row_groups->Prepare(sample); };
+  } else if (!spec.source.materialized.empty()) {
+    in.prepare_sample = PrepareMaterializedSample;
   } else if (shard_fields != nullptr) {
     in.prepare_sample = [source = spec.source, shard_fields](Sample& sample) {
       return PrepareShardSample(sample, source, *shard_fields);

@@ -107,6 +107,8 @@ class Loader {
   // EpochOrder::kUnboundedBatches when the run's epochs are unbounded.
   int64_t total_batches() const { return engine_->order().total_batches(); }
   int64_t next_batch() const { return engine_->next_batch(); }
+  // The epoch order the engine runs (its options: shards, shuffle window, seed).
+  const EpochOrder& order() const { return engine_->order(); }
   int64_t memory_budget_bytes() const { return spec_.memory.budget_bytes; }
   int cpu_threads() const { return cpu_threads_; }
   int io_inflight() const { return io_inflight_; }  // resolved (ResolveIoInflight)

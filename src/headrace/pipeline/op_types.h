@@ -43,6 +43,21 @@ decltype(auto) VisitOpType(const OpSpec& op, F&& f) {
       op);
 }
 
+// Whether the op draws from its random stream with this spec (its type's DrawsRandom,
+// ops/op_plan.h), so that its output depends on the seed and the epoch. A code op may
+// do anything: it counts as random.
+inline bool OpDrawsRandom(const OpSpec& op) {
+  return VisitOpType(op, []<typename T>(const auto& spec) {
+    if constexpr (std::is_same_v<T, UserOpType>) {
+      return true;
+    } else if constexpr (requires { T::DrawsRandom(spec); }) {
+      return T::DrawsRandom(spec);
+    } else {
+      return false;
+    }
+  });
+}
+
 // "ops[2].image.resize", "ops[0].user": the key of the op at `position`, the prefix of
 // every key its errors name.
 inline std::string OpKey(size_t position, const OpSpec& op) {

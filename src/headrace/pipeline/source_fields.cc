@@ -57,7 +57,47 @@ class PassThroughOp final : public Op {
   std::vector<ScalarField> fields_;
 };
 
+// Copies the rows a materialization stored (formats/materialized.h) into the batch.
+class MaterializedRowsOp final : public Op {
+ public:
+  explicit MaterializedRowsOp(std::vector<FieldSpec> fields) : fields_(std::move(fields)) {}
+  std::string_view name() const override { return "source.materialized"; }
+
+  Status Run(SampleContext& ctx) const override {
+    const std::vector<Buffer>& media = ctx.sample->media;
+    if (media.size() != fields_.size() + 1) {
+      return Status::Internal("a materialized sample with " + std::to_string(media.size()) +
+                              " members, not " + std::to_string(fields_.size() + 1));
+    }
+    for (size_t f = 0; f < fields_.size(); ++f) {
+      HR_ASSIGN_OR_RETURN(const std::span<const uint8_t> row,
+                          NpyRow({media[f].data(), media[f].size()}, fields_[f]));
+      std::memcpy(ctx.rows[f], row.data(), row.size());
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::vector<FieldSpec> fields_;
+};
+
 }  // namespace
+
+PipelinePlan MaterializedPlan(const MaterializedInfo& info) {
+  PipelinePlan plan;
+  plan.fields = info.fields;
+  for (const FieldSpec& f : info.fields) {
+    plan.field_sources.push_back("source.materialized field '" + f.name + "'");
+  }
+  plan.strings.push_back(EngineInputs::StringField{"id", -1, false});
+  for (size_t i = 0; i < info.strings.size(); ++i) {
+    plan.strings.push_back(
+        EngineInputs::StringField{info.strings[i].name, static_cast<int>(i), info.strings[i].list});
+  }
+  plan.ops.push_back(std::make_unique<MaterializedRowsOp>(info.fields));
+  plan.reads_media = true;
+  return plan;
+}
 
 void AddSourceFields(const SourceSpec& spec, PipelinePlan& plan) {
   plan.strings.push_back(EngineInputs::StringField{"id", -1, false});

@@ -8,6 +8,7 @@
 // the engine into Batch::strings: a list per batch (a list of lists for a list field).
 #pragma once
 
+#include "headrace/formats/materialized.h"
 #include "headrace/formats/source_spec.h"
 #include "headrace/pipeline/plan.h"
 
@@ -18,5 +19,11 @@ namespace headrace {
 // sample with kMissingField: a batch tensor has no "absent" value (give it a list of
 // max_items 1 to get a count instead).
 void AddSourceFields(const SourceSpec& spec, PipelinePlan& plan);
+
+// The plan of a materialized source (source.materialized): its batch fields and strings
+// as materialized.json declares them, and one pass-through op ("source.materialized")
+// that copies each field's .npy row (the sample's media items, in field order) into
+// the batch. No value slots: there is no chain to run.
+PipelinePlan MaterializedPlan(const MaterializedInfo& info);
 
 }  // namespace headrace

@@ -39,6 +39,8 @@ class AudioCropOp : public Op {
   // Needs the audio's channels and rate fixed (audio.decode's channels and sample_rate,
   // or audio.resample).
   static Status Declare(const Spec& spec, PlanContext& ctx);
+  // A random window changes with the seed and the epoch.
+  static bool DrawsRandom(const Spec& spec) { return spec.start == ClipStart::kRandom; }
   static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
   static Spec ExampleSpec() { return Spec{.seconds = 0.1}; }
 

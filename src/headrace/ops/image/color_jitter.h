@@ -69,6 +69,8 @@ class ColorJitterOp : public Op {
   // Reads and writes the image `field`; its shape is unchanged.
   static Status Declare(const Spec& spec, PlanContext& ctx);
   static void Hint(const Spec&, ValueHints&) {}  // geometry-neutral
+  // Draws from its random stream: its output changes with the seed and the epoch.
+  static bool DrawsRandom(const Spec&) { return true; }
   static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
   static Spec ExampleSpec() {
     return Spec{.brightness = 0.4, .contrast = 0.4, .saturation = 0.4, .hue = 0.1, .p = 0.8};

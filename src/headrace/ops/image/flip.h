@@ -40,6 +40,8 @@ class FlipOp : public Op {
   static Status Declare(const Spec& spec, PlanContext& ctx);
   // Geometry-neutral: what later ops need of the image, they need of its input.
   static void Hint(const Spec&, ValueHints&) {}
+  // A coin that is not always heads or tails: the flip changes with the seed and epoch.
+  static bool DrawsRandom(const Spec& spec) { return spec.p > 0 && spec.p < 1; }
   static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
   static Spec ExampleSpec() { return Spec{.p = 0.5}; }
 

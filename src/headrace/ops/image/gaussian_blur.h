@@ -61,6 +61,8 @@ class GaussianBlurOp : public Op {
   // Reads and writes the image `field`; its shape is unchanged.
   static Status Declare(const Spec& spec, PlanContext& ctx);
   static void Hint(const Spec&, ValueHints&) {}  // geometry-neutral
+  // Draws from its random stream: its output changes with the seed and the epoch.
+  static bool DrawsRandom(const Spec&) { return true; }
   static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
   static Spec ExampleSpec() { return Spec{.kernel_size = 5, .sigma = {0.1, 2.0}, .p = 0.5}; }
 

@@ -42,6 +42,8 @@ class GrayscaleOp : public Op {
   // Reads and writes the image `field`: same size, 1 channel when num_output_channels is 1.
   static Status Declare(const Spec& spec, PlanContext& ctx);
   static void Hint(const Spec&, ValueHints&) {}  // geometry-neutral
+  // A coin that is not always heads or tails: the result changes with the seed and epoch.
+  static bool DrawsRandom(const Spec& spec) { return spec.p > 0 && spec.p < 1; }
   static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
   static Spec ExampleSpec() { return Spec{.p = 0.5}; }
 

@@ -129,6 +129,8 @@ class RandAugmentOp : public Op {
   // Reads and writes the image `field`; its shape is unchanged.
   static Status Declare(const Spec& spec, PlanContext& ctx);
   static void Hint(const Spec&, ValueHints&) {}  // keeps the size
+  // Draws from its random stream: its output changes with the seed and the epoch.
+  static bool DrawsRandom(const Spec&) { return true; }
   static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
   static Spec ExampleSpec() { return Spec{.num_ops = 3, .magnitude = 9}; }
 

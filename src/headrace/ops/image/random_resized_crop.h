@@ -61,6 +61,8 @@ class RandomResizedCropOp : public Op {
   static Status Validate(const Spec& spec, const std::string& key);
   // Reads and writes the image `field`, fixing its size.
   static Status Declare(const Spec& spec, PlanContext& ctx);
+  // Draws from its random stream: its output changes with the seed and the epoch.
+  static bool DrawsRandom(const Spec&) { return true; }
   static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
   static Spec ExampleSpec() { return Spec{.width = 16, .height = 12}; }
 

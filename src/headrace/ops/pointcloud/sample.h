@@ -45,6 +45,8 @@ class PointSampleOp : public Op {
   }
   static Status Validate(const Spec& spec, const std::string& key);
   static Status Declare(const Spec& spec, PlanContext& ctx);
+  // Draws from its random stream: its output changes with the seed and the epoch.
+  static bool DrawsRandom(const Spec&) { return true; }
   static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
   static Spec ExampleSpec() {
     Spec spec;

@@ -71,6 +71,10 @@ class VideoDecodeOp : public Op {
   static Status Validate(const Spec& spec, const std::string& key);
   // Reads the encoded video `field`; writes the batch field [T,3,H,W] (or [T,H,W,3]).
   static Status Declare(const Spec& spec, PlanContext& ctx);
+  // A random clip changes with the seed and the epoch (spread frames do not).
+  static bool DrawsRandom(const Spec& spec) {
+    return spec.clip_seconds > 0 && spec.clip_start == ClipStart::kRandom;
+  }
   static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
   static Spec ExampleSpec() {
     return Spec{.frames = 4, .width = 32, .height = 24, .clip_seconds = 0.8};

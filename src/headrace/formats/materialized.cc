@@ -1,0 +1,440 @@
+#include "headrace/formats/materialized.h"
+
+#include <simdjson.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "headrace/core/json_writer.h"
+#include "headrace/formats/tar_shard.h"
+
+namespace headrace {
+namespace {
+
+std::string_view NpyDescr(DType dtype) {
+  switch (dtype) {
+    case DType::kU8: return "|u1";
+    case DType::kI32: return "<i4";
+    case DType::kI64: return "<i8";
+    case DType::kF16: return "<f2";
+    case DType::kBF16: return "<u2";  // NumPy has no bfloat16: the same 16 bits
+    case DType::kF32: return "<f4";
+  }
+  return "|u1";
+}
+
+std::optional<StatusCode> StatusCodeNamed(std::string_view name) {
+  for (int c = 0; c <= static_cast<int>(StatusCode::kInternal); ++c) {
+    if (StatusCodeName(static_cast<StatusCode>(c)) == name) return static_cast<StatusCode>(c);
+  }
+  return std::nullopt;
+}
+
+Result<std::vector<int64_t>> IntArray(simdjson::dom::element element) {
+  simdjson::dom::array array;
+  if (element.get(array) != simdjson::SUCCESS) return Status::BadRecord("not an array");
+  std::vector<int64_t> out;
+  for (simdjson::dom::element e : array) {
+    int64_t v = 0;
+    if (e.get(v) != simdjson::SUCCESS || v < 0) {
+      return Status::BadRecord("not an array of non-negative integers");
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+Result<MaterializedInfo::Set> ParseSet(simdjson::dom::object set) {
+  MaterializedInfo::Set out;
+  std::string_view dir;
+  if (set["dir"].get(dir) != simdjson::SUCCESS) return Status::BadRecord("no string 'dir'");
+  out.dir = dir;
+  int64_t epoch = 0;
+  if (set["epoch"].get(epoch) == simdjson::SUCCESS) {
+    out.epoch = epoch;
+  } else if (!set["epoch"].is_null()) {
+    return Status::BadRecord("'epoch' is neither an integer nor null");
+  }
+  if (set["samples"].get(out.samples) != simdjson::SUCCESS) {
+    return Status::BadRecord("no integer 'samples'");
+  }
+  simdjson::dom::array shards;
+  if (set["shards"].get(shards) != simdjson::SUCCESS) return Status::BadRecord("no array 'shards'");
+  for (simdjson::dom::element e : shards) {
+    MaterializedInfo::Shard& shard = out.shards.emplace_back();
+    std::string_view name;
+    if (e["shard"].get(name) != simdjson::SUCCESS ||
+        e["bytes"].get(shard.bytes) != simdjson::SUCCESS ||
+        e["samples"].get(shard.samples) != simdjson::SUCCESS || name.empty() ||
+        name.find('/') != std::string_view::npos) {
+      return Status::BadRecord("a shard wants {\"shard\": name, \"bytes\": int, \"samples\": int}");
+    }
+    shard.name = name;
+  }
+  simdjson::dom::array skipped;
+  if (set["skipped"].get(skipped) != simdjson::SUCCESS) {
+    return Status::BadRecord("no array 'skipped'");
+  }
+  for (simdjson::dom::element e : skipped) {
+    MaterializedInfo::Skipped& s = out.skipped.emplace_back();
+    std::string_view code, message;
+    if (e["index"].get(s.index) != simdjson::SUCCESS || e["code"].get(code) != simdjson::SUCCESS ||
+        e["message"].get(message) != simdjson::SUCCESS || !StatusCodeNamed(code)) {
+      return Status::BadRecord(
+          "a skipped sample wants {\"index\": int, \"code\": a status code, \"message\": string}");
+    }
+    s.status = Status(*StatusCodeNamed(code), std::string(message));
+  }
+  return out;
+}
+
+Result<MaterializedInfo> ParseInfo(std::string_view json) {
+  simdjson::dom::parser parser;
+  const simdjson::padded_string padded(json);
+  simdjson::dom::object root;
+  if (parser.parse(padded).get(root) != simdjson::SUCCESS) {
+    return Status::BadRecord("not a JSON object");
+  }
+  std::string_view format;
+  if (root["format"].get(format) != simdjson::SUCCESS || format != "headrace.materialized") {
+    return Status::BadRecord("format is not \"headrace.materialized\"");
+  }
+  MaterializedInfo info;
+  std::string_view text;
+  if (root["headrace_version"].get(text) == simdjson::SUCCESS) info.headrace_version = text;
+  if (root["version"].get(info.version) != simdjson::SUCCESS) {
+    return Status::BadRecord("no integer 'version'");
+  }
+  if (info.version != kMaterializedFormatVersion) {
+    return Status::InvalidArgument(
+        "written as format version " + std::to_string(info.version) + " by headrace " +
+        info.headrace_version + "; this headrace (" + std::string(kHeadraceVersion) +
+        ") reads version " + std::to_string(kMaterializedFormatVersion) +
+        ": materialize it again with this version");
+  }
+  if (root["config"].get(text) == simdjson::SUCCESS) info.config = text;
+  if (root["seed"].get(info.seed) != simdjson::SUCCESS) {
+    return Status::BadRecord("no non-negative integer 'seed'");
+  }
+  if (root["dataset_samples"].get(info.dataset_samples) != simdjson::SUCCESS ||
+      info.dataset_samples < 1) {
+    return Status::BadRecord("no positive integer 'dataset_samples'");
+  }
+  simdjson::dom::array array;
+  if (root["random_ops"].get(array) != simdjson::SUCCESS) {
+    return Status::BadRecord("no array 'random_ops'");
+  }
+  for (simdjson::dom::element e : array) {
+    if (e.get(text) != simdjson::SUCCESS) {
+      return Status::BadRecord("'random_ops' holds a non-string");
+    }
+    info.random_ops.emplace_back(text);
+  }
+  if (root["fields"].get(array) != simdjson::SUCCESS) return Status::BadRecord("no array 'fields'");
+  for (simdjson::dom::element e : array) {
+    FieldSpec& f = info.fields.emplace_back();
+    std::string_view name, dtype;
+    if (e["name"].get(name) != simdjson::SUCCESS || e["dtype"].get(dtype) != simdjson::SUCCESS) {
+      return Status::BadRecord("a field wants {\"name\", \"dtype\", \"shape\"}");
+    }
+    f.name = name;
+    auto parsed = ParseDType(dtype);
+    if (!parsed.ok()) return Status::BadRecord("field '" + f.name + "': unknown dtype");
+    f.dtype = *parsed;
+    auto shape = IntArray(e["shape"]);
+    if (!shape.ok()) {
+      return Status::BadRecord("field '" + f.name + "': shape is " + shape.status().message());
+    }
+    f.sample_shape = *std::move(shape);
+  }
+  if (root["strings"].get(array) != simdjson::SUCCESS) {
+    return Status::BadRecord("no array 'strings'");
+  }
+  for (simdjson::dom::element e : array) {
+    MaterializedInfo::StringField& s = info.strings.emplace_back();
+    std::string_view name;
+    if (e["name"].get(name) != simdjson::SUCCESS || e["list"].get(s.list) != simdjson::SUCCESS) {
+      return Status::BadRecord("a string field wants {\"name\", \"list\"}");
+    }
+    s.name = name;
+  }
+  simdjson::dom::object order;
+  if (root["order"].get(order) != simdjson::SUCCESS) return Status::BadRecord("no object 'order'");
+  auto shard_samples = IntArray(order["shard_samples"]);
+  if (!shard_samples.ok() ||
+      order["shuffle_window"].get(info.shuffle_window) != simdjson::SUCCESS) {
+    return Status::BadRecord("'order' wants {\"shard_samples\": [int], \"shuffle_window\": int}");
+  }
+  info.shard_samples = *std::move(shard_samples);
+  if (root["sets"].get(array) != simdjson::SUCCESS) return Status::BadRecord("no array 'sets'");
+  for (simdjson::dom::element e : array) {
+    simdjson::dom::object set;
+    if (e.get(set) != simdjson::SUCCESS) return Status::BadRecord("a set is not an object");
+    auto parsed = ParseSet(set);
+    if (!parsed.ok()) {
+      return Status::BadRecord("sets[" + std::to_string(info.sets.size()) + "]: " +
+                               parsed.status().message());
+    }
+    info.sets.push_back(*std::move(parsed));
+  }
+  if (info.sets.empty()) return Status::BadRecord("no sets");
+  return info;
+}
+
+Result<std::string> ReadText(Storage& storage, const std::string& uri) {
+  HR_ASSIGN_OR_RETURN(const Buffer bytes, storage.Read(uri));
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+Result<std::vector<std::string>> ParseIds(std::string_view json) {
+  simdjson::dom::parser parser;
+  const simdjson::padded_string padded(json);
+  simdjson::dom::array array;
+  if (parser.parse(padded).get(array) != simdjson::SUCCESS) {
+    return Status::BadRecord("not a JSON array");
+  }
+  std::vector<std::string> ids;
+  for (simdjson::dom::element e : array) {
+    std::string_view id;
+    if (e.get(id) != simdjson::SUCCESS) return Status::BadRecord("an id is not a string");
+    ids.emplace_back(id);
+  }
+  return ids;
+}
+
+// The records of one shard, placed at their dataset index in `records`.
+Status PlaceShardRecords(const MaterializedInfo& info, const std::string& shard_uri,
+                         const ShardIndex& index, const std::vector<std::string>& ids,
+                         std::vector<SampleRecord>& records) {
+  if (ids.size() != index.samples.size()) {
+    return Status::BadRecord(shard_uri + ": " + std::to_string(index.samples.size()) +
+                             " samples but " + std::to_string(ids.size()) + " ids");
+  }
+  for (size_t s = 0; s < index.samples.size(); ++s) {
+    const ShardIndex::Sample& sample = index.samples[s];
+    char* end = nullptr;
+    const long long n = std::strtoll(sample.key.c_str(), &end, 10);
+    if (sample.key.empty() || *end != '\0' || n < 0 || n >= info.dataset_samples) {
+      return Status::BadRecord(shard_uri + ": key '" + sample.key +
+                               "' is not a dataset index below " +
+                               std::to_string(info.dataset_samples));
+    }
+    SampleRecord& record = records[static_cast<size_t>(n)];
+    if (!record.media.empty()) {
+      return Status::BadRecord(shard_uri + ": sample " + sample.key + " appears twice");
+    }
+    record.status = Status::Ok();
+    record.id = ids[s];
+    record.location = shard_uri + "#" + sample.key;
+    const auto member = [&](const std::string& name, int field) {
+      for (const TarField& f : sample.fields) {
+        if (f.name == name) {
+          record.media.push_back(MediaRef{field, shard_uri, f.offset, f.size});
+          return true;
+        }
+      }
+      record.media.clear();
+      record.status = Status::MissingField("no member " + sample.key + "." + name);
+      return false;
+    };
+    for (size_t f = 0; f < info.fields.size(); ++f) {
+      if (!member(info.fields[f].name + ".npy", static_cast<int>(f))) break;
+    }
+    if (record.status.ok()) member("json", static_cast<int>(info.fields.size()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string MaterializedInfoToJson(const MaterializedInfo& info) {
+  JsonWriter w;
+  w.BeginObject();
+  w.Key("format").String("headrace.materialized");
+  w.Key("version").Int(info.version);
+  w.Key("headrace_version").String(info.headrace_version);
+  w.Key("config").String(info.config);
+  w.Key("seed").Int(static_cast<int64_t>(info.seed));
+  w.Key("epochs");
+  if (info.per_epoch()) {
+    w.BeginArray();
+    for (const auto& set : info.sets) w.Int(set.epoch.value_or(-1));
+    w.EndArray();
+  } else {
+    w.String("all");
+  }
+  w.Key("random_ops").BeginArray();
+  for (const std::string& op : info.random_ops) w.String(op);
+  w.EndArray();
+  w.Key("dataset_samples").Int(info.dataset_samples);
+  w.Key("layout").String("per_sample");
+  w.Key("fields").BeginArray();
+  for (const FieldSpec& f : info.fields) {
+    w.BeginObject().Key("name").String(f.name).Key("dtype").String(DTypeName(f.dtype));
+    w.Key("shape").BeginArray();
+    for (int64_t d : f.sample_shape) w.Int(d);
+    w.EndArray().Key("member").String(f.name + ".npy").EndObject();
+  }
+  w.EndArray();
+  w.Key("strings").BeginArray();
+  for (const auto& s : info.strings) {
+    w.BeginObject().Key("name").String(s.name).Key("list").Bool(s.list).EndObject();
+  }
+  w.EndArray();
+  w.Key("order").BeginObject().Key("shard_samples").BeginArray();
+  for (int64_t n : info.shard_samples) w.Int(n);
+  w.EndArray().Key("shuffle_window").Int(info.shuffle_window).EndObject();
+  w.Key("sets").BeginArray();
+  for (const auto& set : info.sets) {
+    w.BeginObject().Key("epoch");
+    set.epoch ? w.Int(*set.epoch) : w.Null();
+    w.Key("dir").String(set.dir).Key("samples").Int(set.samples);
+    w.Key("shards").BeginArray();
+    for (const auto& shard : set.shards) {
+      w.BeginObject().Key("shard").String(shard.name).Key("bytes").Int(shard.bytes);
+      w.Key("samples").Int(shard.samples).EndObject();
+    }
+    w.EndArray().Key("skipped").BeginArray();
+    for (const auto& s : set.skipped) {
+      w.BeginObject().Key("index").Int(s.index).Key("code").String(StatusCodeName(s.status.code()));
+      w.Key("message").String(s.status.message()).EndObject();
+    }
+    w.EndArray().EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return w.str() + "\n";
+}
+
+Result<MaterializedInfo> ParseMaterializedInfo(std::string_view json, const std::string& uri) {
+  auto info = ParseInfo(json);
+  if (!info.ok()) return Status(info.status().code(), uri + ": " + info.status().message());
+  return info;
+}
+
+std::string NpyHeader(const FieldSpec& field) {
+  // NumPy's own spelling: (), (3,), (3, 224, 224).
+  std::string shape = "(";
+  for (size_t i = 0; i < field.sample_shape.size(); ++i) {
+    shape += (i > 0 ? ", " : "") + std::to_string(field.sample_shape[i]);
+  }
+  shape += field.sample_shape.size() == 1 ? ",)" : ")";
+  std::string dict = "{'descr': '" + std::string(NpyDescr(field.dtype)) +
+                     "', 'fortran_order': False, 'shape': " + shape + ", }";
+  // magic (6) + version (2) + length (2) + dict + padding + '\n': a multiple of 64.
+  const size_t unpadded = 10 + dict.size() + 1;
+  dict.append((64 - unpadded % 64) % 64, ' ');
+  dict += '\n';
+  std::string header("\x93NUMPY\x01\x00", 8);
+  header += static_cast<char>(dict.size() & 0xff);
+  header += static_cast<char>(dict.size() >> 8);
+  return header + dict;
+}
+
+Result<std::span<const uint8_t>> NpyRow(std::span<const uint8_t> npy, const FieldSpec& field) {
+  const std::string header = NpyHeader(field);
+  if (npy.size() != header.size() + field.sample_bytes() ||
+      std::memcmp(npy.data(), header.data(), header.size()) != 0) {
+    std::string shape;
+    for (int64_t d : field.sample_shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    return Status::CorruptData("member " + field.name + ".npy is not the " +
+                               std::string(DTypeName(field.dtype)) + "[" + shape +
+                               "] row materialized.json declares");
+  }
+  return npy.subspan(header.size());
+}
+
+std::string JoinUri(std::string_view base, std::string_view path) {
+  std::string out(base);
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  size_t start = 0;
+  while (start <= path.size()) {
+    const size_t slash = path.find('/', start);
+    const size_t length = slash == std::string_view::npos ? std::string_view::npos : slash - start;
+    const std::string_view part = path.substr(start, length);
+    if (!part.empty() && part != ".") {
+      if (!out.empty() && out.back() != '/') out += '/';
+      out += part;
+    }
+    if (slash == std::string_view::npos) break;
+    start = slash + 1;
+  }
+  return out;
+}
+
+Result<MaterializedSource> LoadMaterializedSource(Storage& storage, const std::string& uri) {
+  MaterializedSource source;
+  source.uri = uri;
+  const std::string info_uri = JoinUri(uri, kMaterializedFile);
+  auto text = ReadText(storage, info_uri);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kNotFound) {
+      return Status::NotFound(uri + " holds no " + std::string(kMaterializedFile) +
+                              ": not a materialization (write one with `headrace materialize "
+                              "CONFIG --to " + uri + "`)");
+    }
+    return text.status();
+  }
+  HR_ASSIGN_OR_RETURN(source.info, ParseMaterializedInfo(*text, info_uri));
+  const MaterializedInfo& info = source.info;
+  for (const MaterializedInfo::Set& set : info.sets) {
+    std::vector<SampleRecord>& records = source.records.emplace_back(
+        static_cast<size_t>(info.dataset_samples));
+    for (SampleRecord& r : records) {
+      r.status = Status::Internal("not in the materialization at " + JoinUri(uri, set.dir));
+    }
+    for (const MaterializedInfo::Shard& shard : set.shards) {
+      const std::string shard_uri = JoinUri(JoinUri(uri, set.dir), shard.name);
+      HR_ASSIGN_OR_RETURN(const std::string idx, ReadText(storage, shard_uri + ".idx.json"));
+      auto index = ParseShardIndex(idx);
+      if (!index.ok()) {
+        return Status::BadRecord(shard_uri + ".idx.json: " + index.status().message());
+      }
+      HR_ASSIGN_OR_RETURN(const std::string ids_text, ReadText(storage, shard_uri + ".ids.json"));
+      auto ids = ParseIds(ids_text);
+      if (!ids.ok()) return Status::BadRecord(shard_uri + ".ids.json: " + ids.status().message());
+      HR_RETURN_IF_ERROR(PlaceShardRecords(info, shard_uri, *index, *ids, records));
+    }
+    for (const MaterializedInfo::Skipped& s : set.skipped) {
+      if (s.index < 0 || s.index >= info.dataset_samples) {
+        return Status::BadRecord(info_uri + ": skipped index " + std::to_string(s.index) +
+                                 " is outside the dataset");
+      }
+      records[static_cast<size_t>(s.index)].status = s.status;
+    }
+  }
+  return source;
+}
+
+Status PrepareMaterializedSample(Sample& sample) {
+  if (sample.media.empty()) return Status::Internal("a materialized sample without members");
+  const Buffer& json = sample.media.back();
+  simdjson::dom::parser parser;
+  const simdjson::padded_string padded(reinterpret_cast<const char*>(json.data()), json.size());
+  simdjson::dom::object root;
+  simdjson::dom::object strings;
+  if (parser.parse(padded).get(root) != simdjson::SUCCESS ||
+      root["strings"].get(strings) != simdjson::SUCCESS) {
+    return Status::BadRecord("the .json member is not {\"strings\": {...}}");
+  }
+  sample.attributes.clear();
+  sample.has_parsed_attributes = true;
+  int field = 0;
+  for (auto [name, element] : strings) {
+    simdjson::dom::array items;
+    if (element.get(items) != simdjson::SUCCESS) {
+      return Status::BadRecord("strings." + std::string(name) + " is not an array");
+    }
+    for (simdjson::dom::element item : items) {
+      std::string_view text;
+      if (item.get(text) != simdjson::SUCCESS) {
+        return Status::BadRecord("strings." + std::string(name) + " holds a non-string");
+      }
+      sample.attributes.push_back(Attribute{field, std::string(text)});
+    }
+    ++field;
+  }
+  return Status::Ok();
+}
+
+}  // namespace headrace
