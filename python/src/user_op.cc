@@ -20,7 +20,10 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
+#include <time.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <tuple>
@@ -41,6 +44,36 @@ const char* RoleName(Role role) {
   return "user";
 }
 
+int64_t ThreadCpuNanos() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// Sets ctx.gil_wait_ns, when the op's Run ends, to the time the thread spent in it off
+// the CPU: the wait to acquire the GIL, and the waits to get it back after the
+// interpreter's switch interval (5 ms) handed it to another thread mid-call. A pure-Python
+// function under contention spends most of its call there; one that releases the GIL
+// (numpy) keeps running. That is the doctor's evidence that the calls serialize.
+class GilWaitMeter {
+ public:
+  explicit GilWaitMeter(SampleContext& ctx)
+      : ctx_(ctx), wall_start_(std::chrono::steady_clock::now()), cpu_start_(ThreadCpuNanos()) {}
+  ~GilWaitMeter() {
+    const int64_t wall = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now() - wall_start_)
+                             .count();
+    ctx_.gil_wait_ns = std::max<int64_t>(0, wall - (ThreadCpuNanos() - cpu_start_));
+  }
+  GilWaitMeter(const GilWaitMeter&) = delete;
+  GilWaitMeter& operator=(const GilWaitMeter&) = delete;
+
+ private:
+  SampleContext& ctx_;
+  const std::chrono::steady_clock::time_point wall_start_;
+  const int64_t cpu_start_;
+};
+
 class PyMapOp : public Op {
  public:
   PyMapOp(std::string name, std::shared_ptr<PyCallable> fn, std::vector<FieldSpec> fields,
@@ -54,6 +87,7 @@ class PyMapOp : public Op {
   std::string_view name() const override { return name_; }
 
   Status Run(SampleContext& ctx) const override {
+    const GilWaitMeter meter(ctx);  // outlives `gil`: it counts the release too
     nb::gil_scoped_acquire gil;
     try {
       nb::object out = fn_->fn(MakeSampleDict(ctx));

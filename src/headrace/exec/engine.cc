@@ -47,6 +47,8 @@ Engine::Engine(EngineInputs inputs, EngineOptions options, EpochOrder order)
       order_(std::move(order)),
       start_time_(Clock::now()),
       op_ns_(inputs_.ops.size()),
+      op_gil_wait_ns_(inputs_.ops.size()),
+      op_takes_gil_(inputs_.ops.size()),
       batch_op_ns_(inputs_.batch_ops.size()) {
   next_ = options_.start_batch;
 }
@@ -299,6 +301,7 @@ void Engine::StartRead(const std::shared_ptr<BatchJob>& job, int slot,
     options_.trace->AsyncBegin("read", TraceId(*job, slot), Clock::now());
   const SampleRecord& record = (*inputs_.records)[job->sample_indices[slot]];
   const MediaRef& ref = record.media[charge->item];
+  charge->issued = Clock::now();
   ReadGate gate = [this, charge](int64_t size) { return OnReadSize(*charge, size); };
   ReadCallback done = [this, job, slot, charge](Result<Buffer> bytes) {
     OnRead(job, slot, charge, std::move(bytes));
@@ -392,6 +395,7 @@ void Engine::OnRead(const std::shared_ptr<BatchJob>& job, int slot,
       parked_.push_back(ParkedRead{job, slot, charge});
     } else {
       ++reads_done_;
+      read_latency_ns_ += NanosSince(charge->issued);
       if (bytes.ok()) {
         // The charge becomes the buffer's size (it differs when the storage ignored the
         // gate, or the object changed between its size and its bytes).
@@ -480,11 +484,16 @@ void Engine::RunChain(const std::shared_ptr<BatchJob>& job, int slot, std::vecto
     }
     for (size_t i = 0; i < inputs_.ops.size() && status.ok(); ++i) {
       const auto op_start = Clock::now();
+      ctx.gil_wait_ns = -1;
       status = inputs_.ops[i]->Run(ctx);
       const auto op_end = Clock::now();
       op_ns_[i].fetch_add(
           std::chrono::duration_cast<std::chrono::nanoseconds>(op_end - op_start).count(),
           std::memory_order_relaxed);
+      if (ctx.gil_wait_ns >= 0) {
+        op_gil_wait_ns_[i].fetch_add(ctx.gil_wait_ns, std::memory_order_relaxed);
+        op_takes_gil_[i].store(true, std::memory_order_relaxed);
+      }
       if (options_.trace != nullptr) {
         // Op names are string_views into the ops' static names: stable for the run.
         options_.trace->Span(inputs_.ops[i]->name().data(), "cpu", op_start, op_end, index);
@@ -791,6 +800,9 @@ EngineMetrics Engine::Metrics() const {
   m.bytes_read = bytes_read_;
   m.bytes_copied = bytes_copied_;
   m.budget_peak_bytes = budget_peak_;
+  m.io_budget_bytes = options_.io_budget_bytes;
+  m.batch_budget_bytes = options_.batch_budget_bytes;
+  m.full_batch_bytes = static_cast<int64_t>(BatchBytes(options_.order.batch_size));
   m.batch_memory_reused = batch_memory_->hits();
   m.batch_memory_fresh = batch_memory_->misses();
   m.scratch_bytes = scratch_usage_.held();
@@ -809,6 +821,7 @@ EngineMetrics Engine::Metrics() const {
   if (reads_inflight_ > 0) read_busy += NanosSince(reads_busy_since_);
   StageMetrics read{"read", "io", options_.io_inflight, reads_done_, read_busy * 1e-9, 0, 0};
   read.queue_fill = reads_done_ > 0 ? read_fill_sum_ / reads_done_ : 0.0;
+  read.mean_latency_ms = reads_done_ > 0 ? 1e-6 * read_latency_ns_ / reads_done_ : 0.0;
   {
     const double idle = std::max(0.0, elapsed - read.busy_s);
     read.blocked_s = std::min(idle, read_blocked_ns_ * 1e-9 + admit_blocked);
@@ -838,7 +851,8 @@ EngineMetrics Engine::Metrics() const {
   m.stages.push_back(batch);
   for (size_t i = 0; i < inputs_.ops.size(); ++i) {
     m.ops.push_back(OpMetrics{std::string(inputs_.ops[i]->name()), samples_run_.load(),
-                              op_ns_[i].load() * 1e-9});
+                              op_ns_[i].load() * 1e-9,
+                              op_takes_gil_[i].load() ? op_gil_wait_ns_[i].load() * 1e-9 : -1});
   }
   for (size_t i = 0; i < inputs_.batch_ops.size(); ++i) {
     // Reported per sample, like the other ops, so that costs add up.

@@ -155,12 +155,19 @@ struct StageMetrics {
   // the io budget (sampled at each read), for "batch" ready batches over the prefetch
   // depth (sampled at each Next()); -1 where the stage has no queue of its own.
   double queue_fill = -1;
+  // "read" only: the mean time from issuing a read to its bytes (or its failure), over
+  // the reads done; -1 for other stages. With `items` and the run's time it gives the
+  // reads in flight on average (Little's law: reads per second x latency).
+  double mean_latency_ms = -1;
 };
 
 struct OpMetrics {
   std::string name;
   int64_t items = 0;
   double busy_s = 0;  // summed over threads
+  // An op that takes the Python GIL (a Python operator): the part of busy_s it spent
+  // waiting to acquire it, summed over threads; -1 for ops that never take it.
+  double gil_wait_s = -1;
 };
 
 struct EngineMetrics {
@@ -172,6 +179,11 @@ struct EngineMetrics {
   int64_t bytes_read = 0;
   int64_t bytes_copied = 0;         // sample bytes copied between stages / into batches
   int64_t budget_peak_bytes = 0;    // peak of batches in flight plus undecoded bytes
+  // The two budgets (EngineOptions) and one full batch's buffers (BatchBytes of
+  // order.batch_size): how many batches the batch budget holds ahead of the consumer.
+  int64_t io_budget_bytes = 0;
+  int64_t batch_budget_bytes = 0;
+  int64_t full_batch_bytes = 0;
   int64_t batch_memory_reused = 0;  // batch buffers served from the pool
   int64_t batch_memory_fresh = 0;   // batch buffers newly allocated
   // Scratch memory of the CPU threads (intermediate images); each thread trims its
@@ -261,6 +273,7 @@ class Engine {
     int64_t bytes = 0;      // charged now: the reservation, then the object's size
     int64_t refused = -1;   // >= 0: the gate refused this size; the read is parked
     bool sized = false;     // the gate ran (a storage may ignore it)
+    Clock::time_point issued;  // when StartRead issued it, for the read latency
   };
   struct ParkedRead {
     std::shared_ptr<BatchJob> job;
@@ -351,6 +364,7 @@ class Engine {
   Clock::time_point consumer_waiting_since_;
   int64_t assemble_ns_ = 0;
   int64_t reads_done_ = 0;
+  int64_t read_latency_ns_ = 0;  // summed over reads_done_
   double read_fill_sum_ = 0;
   double batch_fill_sum_ = 0;
   int64_t next_calls_ = 0;
@@ -364,6 +378,9 @@ class Engine {
   std::vector<SampleError> first_errors_;
 
   std::vector<std::atomic<int64_t>> op_ns_;        // per op, summed over threads
+  // Per op: GIL waits it reported (SampleContext::gil_wait_ns), and whether it ever did.
+  std::vector<std::atomic<int64_t>> op_gil_wait_ns_;
+  std::vector<std::atomic<bool>> op_takes_gil_;
   std::vector<std::atomic<int64_t>> batch_op_ns_;  // per batch op
   std::atomic<int64_t> samples_run_{0};
   ScratchUsage scratch_usage_;                   // all CPU threads' arenas
