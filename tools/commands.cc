@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 namespace headrace::tools {
 
@@ -31,6 +32,28 @@ bool WriteTextFile(const std::string& path, const std::string& text) {
     std::fprintf(stderr, "headrace: cannot write %s\n", path.c_str());
     return false;
   }
+  return true;
+}
+
+bool ReadSmallFile(const char* command, const char* what, const std::string& path,
+                   std::string* out) {
+  constexpr std::streamoff kMaxFileBytes = 16 << 20;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "%s: %s %s: cannot read\n", command, what, path.c_str());
+    return false;
+  }
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  if (size < 0 || size > kMaxFileBytes) {
+    std::fprintf(stderr, "%s: %s %s: not a regular file of at most 16 MiB\n", command, what,
+                 path.c_str());
+    return false;
+  }
+  in.seekg(0);
+  std::ostringstream text;
+  text << in.rdbuf();
+  *out = text.str();
   return true;
 }
 

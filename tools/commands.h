@@ -19,6 +19,7 @@ int UploadCommand(const Args& args);      // headrace upload DIR s3://bucket/pre
 int ListCommand(const Args& args);        // headrace ls s3://bucket/prefix-or-glob ...
 int ShardCommand(const Args& args);       // headrace shard MANIFEST --out DIR ...
 int PlanCommand(const Args& args);        // headrace plan [PLAN.yaml] [--NAME VALUE ...]
+int DoctorCommand(const Args& args);      // headrace doctor CONFIG | --from-report PATH
 
 // Small argument helpers shared by the subcommands.
 struct ArgReader {
@@ -34,6 +35,11 @@ struct ArgReader {
 // Writes `text` to `path`, creating parent folders. Returns false (after printing why)
 // on failure.
 bool WriteTextFile(const std::string& path, const std::string& text);
+
+// Reads a report or plan file (at most 16 MiB: they are a few KiB) into `out`. Returns
+// false after printing "<command>: <what> <path>: cannot read" (or why it is not one).
+bool ReadSmallFile(const char* command, const char* what, const std::string& path,
+                   std::string* out);
 
 // Whether WriteTextFile(path, ...) can succeed, found before a run rather than after it:
 // creates the parent folders and opens the file for writing without truncating it (a

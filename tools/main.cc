@@ -32,6 +32,10 @@ commands:
   shard MANIFEST --out DIR [--target-size 256MB] [--media image,video,views:4]
       pack a manifest's samples into WebDataset tar shards with .idx.json indexes;
       --media: the manifest keys whose files become members (KEY:N for a list)
+  doctor CONFIG [--seconds S] [--set key=value ...] [--json] [--report PATH]
+         [--storage-mb-s X]   |   doctor --from-report PATH [--json]
+      run the pipeline for at most S seconds (20) against the simulated trainer, or read a
+      saved report, and say which stage limits the trainer, why, and what to change
   plan [PLAN.yaml] [--preset sources-example] [--from-report PATH] [--instance NAME]
        [--json] [--NAME VALUE ...]   (`headrace plan --help` lists the inputs)
       capacity: vCPUs and CPU-only nodes per GPU node for a target wait-time ratio, GPU
@@ -55,9 +59,10 @@ int main(int argc, char** argv) {
   if (command == "ls") return headrace::tools::ListCommand(args);
   if (command == "shard") return headrace::tools::ShardCommand(args);
   if (command == "plan") return headrace::tools::PlanCommand(args);
+  if (command == "doctor") return headrace::tools::DoctorCommand(args);
   std::fprintf(stderr,
                "headrace: unknown command '%s' (allowed: make-sample, run, bench, upload, ls, "
-               "shard, plan)\n%s",
+               "shard, plan, doctor)\n%s",
                command.c_str(), kUsage);
   return 2;
 }

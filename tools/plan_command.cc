@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "commands.h"
@@ -16,9 +14,6 @@ namespace headrace::tools {
 namespace {
 
 using capacity::PlanInputs;
-
-// A report or plan file larger than this is not one (reports are a few KiB).
-constexpr std::streamoff kMaxFileBytes = 16 << 20;
 
 void PrintUsage(FILE* out) {
   std::string usage =
@@ -43,29 +38,9 @@ void PrintUsage(FILE* out) {
   std::fputs(usage.c_str(), out);
 }
 
-bool ReadSmallFile(const std::string& path, const char* what, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    std::fprintf(stderr, "headrace plan: %s %s: cannot read\n", what, path.c_str());
-    return false;
-  }
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  if (size < 0 || size > kMaxFileBytes) {
-    std::fprintf(stderr, "headrace plan: %s %s: not a regular file of at most 16 MiB\n", what,
-                 path.c_str());
-    return false;
-  }
-  in.seekg(0);
-  std::ostringstream text;
-  text << in.rdbuf();
-  *out = text.str();
-  return true;
-}
-
 bool ApplyReport(const std::string& path, PlanInputs* inputs) {
   std::string text;
-  if (!ReadSmallFile(path, "--from-report", &text)) return false;
+  if (!ReadSmallFile("headrace plan", "--from-report", path, &text)) return false;
   auto cost = capacity::CpuCostFromReport(text);
   if (!cost.ok()) {
     std::fprintf(stderr, "headrace plan: --from-report %s: %s\n", path.c_str(),
@@ -134,7 +109,7 @@ void Note(Given* given, const std::string& key, const std::string& text) {
 
 bool ReadPlanFile(const std::string& path, Given* given) {
   std::string text;
-  if (!ReadSmallFile(path, "plan file", &text)) return false;
+  if (!ReadSmallFile("headrace plan", "plan file", path, &text)) return false;
   YAML::Node root;
   try {
     root = YAML::Load(text);
