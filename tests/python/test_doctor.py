@@ -30,27 +30,15 @@ def test_a_heavy_python_op_is_the_gil_with_worker_processes_advised(make_pipelin
     assert op["gil_wait_ms_per_sample"] > 0
 
 
-def test_doctor_of_a_config_path_with_a_slow_trainer_is_the_consumer(py_sample, tmp_path):
+def test_doctor_of_a_config_path_with_a_slow_trainer_is_the_consumer(make_pipeline, tmp_path):
     config = tmp_path / "c.yaml"
-    config.write_text(f"""
-source: {{manifest: {py_sample / 'manifest.jsonl'}}}
-epochs: 1000
-batch: {{size: 8}}
-ops:
-  - image.decode: {{}}
-  - image.resize: {{shorter_side: 64}}
-  - image.center_crop: {{size: 56}}
-  - image.normalize: {{}}
-execution: {{cpu_threads: 2}}
-memory: {{budget_bytes: 64MiB}}
-trainer: {{step_ms: 300}}
-""")
-    d = headrace.doctor(config, seconds=2)
+    config.write_text(make_pipeline(epochs=1000).to_yaml())
+    d = headrace.doctor(config, seconds=2, overrides={"trainer.step_ms": 300})
     assert d["limit"] == "consumer", d
     assert d["advice"] == []
 
 
-def test_doctor_refuses_bad_arguments(make_pipeline, py_sample):
+def test_doctor_refuses_bad_arguments(make_pipeline):
     with pytest.raises(headrace.ConfigError, match="seconds"):
         headrace.doctor(make_pipeline(), seconds=0)
     with pytest.raises(headrace.ConfigError, match="overrides"):

@@ -49,6 +49,23 @@ RunReport WaitingRun() {
   return r;
 }
 
+// WaitingRun whose `threads` CPU threads are busy 95% of the run: 9.5 s x threads of CPU
+// time for 1000 samples.
+RunReport CpuBusy(int threads) {
+  RunReport r = WaitingRun();
+  r.stages[1] = Stage("cpu", threads, 1000, 9.5, 10);
+  return r;
+}
+
+// WaitingRun whose 1000 reads of 40 ms each over 10 s keep 4 in flight on average, of
+// 4 allowed.
+RunReport ReadsAtTheirCap() {
+  RunReport r = WaitingRun();
+  r.stages[0] = Stage("read", 4, 1000, 9.5, 10);
+  r.stages[0].metrics.mean_latency_ms = 40;
+  return r;
+}
+
 const Advice* AdviceFor(const Diagnosis& d, std::string_view setting) {
   for (const Advice& a : d.advice) {
     if (a.setting == setting) return &a;
@@ -76,10 +93,7 @@ TEST(Doctor, TrainerThatBarelyWaitsIsTheBottleneckWithNothingToChange) {
 }
 
 TEST(Doctor, ReadsAtTheirCapAreLatencyBoundAndSizedByLittlesLaw) {
-  RunReport r = WaitingRun();
-  // 1000 reads of 40 ms each over 10 s: 4 in flight on average, of 4 allowed.
-  r.stages[0] = Stage("read", 4, 1000, 9.5, 10);
-  r.stages[0].metrics.mean_latency_ms = 40;
+  const RunReport r = ReadsAtTheirCap();
   const Diagnosis d = DiagnoseRun(r);
   EXPECT_EQ(d.limit, LimitKind::kStorageLatency);
   EXPECT_EQ(d.stage, "read");
@@ -96,9 +110,7 @@ TEST(Doctor, ReadsAtTheirCapAreLatencyBoundAndSizedByLittlesLaw) {
 }
 
 TEST(Doctor, LatencyAdviceRaisesTheIoBudgetWhenTheReadsWouldNotFit) {
-  RunReport r = WaitingRun();
-  r.stages[0] = Stage("read", 4, 1000, 9.5, 10);
-  r.stages[0].metrics.mean_latency_ms = 40;
+  RunReport r = ReadsAtTheirCap();
   r.mb_per_s = 500;  // 5 MB per read: 50 of them need 250 MB
   const Diagnosis d = DiagnoseRun(r);
   ASSERT_EQ(d.limit, LimitKind::kStorageLatency);
@@ -108,9 +120,7 @@ TEST(Doctor, LatencyAdviceRaisesTheIoBudgetWhenTheReadsWouldNotFit) {
 }
 
 TEST(Doctor, ReadsAtTheGivenBandwidthAreBandwidthBound) {
-  RunReport r = WaitingRun();
-  r.stages[0] = Stage("read", 4, 1000, 9.5, 10);
-  r.stages[0].metrics.mean_latency_ms = 40;
+  RunReport r = ReadsAtTheirCap();
   DoctorOptions options;
   options.storage_mb_s = 11;  // 10 MB/s measured: 91% of it
   const Diagnosis d = DiagnoseRun(r, options);
@@ -132,9 +142,7 @@ TEST(Doctor, SlowReadsBelowTheirCapAreTheStoragesThroughput) {
 }
 
 TEST(Doctor, BusyCpuThreadsAskForCoresAtTheTrainersPace) {
-  RunReport r = WaitingRun();
-  // 4 threads busy 95% of 10 s for 1000 samples: 38 CPU-ms per sample.
-  r.stages[1] = Stage("cpu", 4, 1000, 9.5, 10);
+  const RunReport r = CpuBusy(4);  // 38 CPU-ms per sample
   DoctorOptions options;
   options.available_cores = 16;
   const Diagnosis d = DiagnoseRun(r, options);
@@ -156,9 +164,8 @@ TEST(Doctor, BusyCpuThreadsAskForCoresAtTheTrainersPace) {
 }
 
 TEST(Doctor, CpuAdviceStaysOnTheMachineWhenItsCoresSuffice) {
-  RunReport r = WaitingRun();
+  RunReport r = CpuBusy(4);
   r.trainer_step_ms = 100;  // 100 samples/s: 3.8 cores, +25%: 5
-  r.stages[1] = Stage("cpu", 4, 1000, 9.5, 10);
   DoctorOptions options;
   options.available_cores = 16;
   const Diagnosis d = DiagnoseRun(r, options);
@@ -168,8 +175,7 @@ TEST(Doctor, CpuAdviceStaysOnTheMachineWhenItsCoresSuffice) {
 }
 
 TEST(Doctor, PythonOpHoldingTheGilIsNamedWithWorkerProcesses) {
-  RunReport r = WaitingRun();
-  r.stages[1] = Stage("cpu", 4, 1000, 9.5, 10);
+  RunReport r = CpuBusy(4);
   // 38 ms/sample of which 28.5 waiting for the GIL: 9.5 ms held, x 100 samples/s = 0.95.
   r.ops = {OpReport{"image.decode", 0.5, 0.5}, OpReport{"python.map(heavy)", 38, 38, 28.5}};
   const Diagnosis d = DiagnoseRun(r);
@@ -182,8 +188,7 @@ TEST(Doctor, PythonOpHoldingTheGilIsNamedWithWorkerProcesses) {
 }
 
 TEST(Doctor, PythonOpOnOneThreadHoldingTheGilMostOfTheRunIsTheGil) {
-  RunReport r = WaitingRun();
-  r.stages[1] = Stage("cpu", 1, 1000, 9.5, 10);  // 9.5 ms per sample on one thread
+  RunReport r = CpuBusy(1);  // 9.5 ms per sample on one thread
   r.ops = {OpReport{"image.decode", 1, 1.0}, OpReport{"python.map(slow)", 8, 8.0, 0.0}};
   const Diagnosis d = DiagnoseRun(r);
   EXPECT_EQ(d.limit, LimitKind::kPythonGil);
@@ -192,8 +197,7 @@ TEST(Doctor, PythonOpOnOneThreadHoldingTheGilMostOfTheRunIsTheGil) {
 }
 
 TEST(Doctor, PythonOpThatReleasesTheGilOnManyThreadsIsCpuWithTheOpNamed) {
-  RunReport r = WaitingRun();
-  r.stages[1] = Stage("cpu", 4, 1000, 9.5, 10);
+  RunReport r = CpuBusy(4);
   // numpy work: the threads run in parallel, hardly waiting for the GIL.
   r.ops = {OpReport{"image.decode", 1, 1.0}, OpReport{"python.map(numpy)", 36, 36.0, 0.5}};
   const Diagnosis d = DiagnoseRun(r);
@@ -202,8 +206,7 @@ TEST(Doctor, PythonOpThatReleasesTheGilOnManyThreadsIsCpuWithTheOpNamed) {
 }
 
 TEST(Doctor, CheapPythonOpLeavesTheVerdictToTheCpu) {
-  RunReport r = WaitingRun();
-  r.stages[1] = Stage("cpu", 4, 1000, 9.5, 10);
+  RunReport r = CpuBusy(4);
   r.ops.push_back(OpReport{"python.map(light)", 0.1, 0.1, 0.0});
   EXPECT_EQ(DiagnoseRun(r).limit, LimitKind::kCpu);
 }
@@ -235,9 +238,8 @@ TEST(Doctor, UnsaturatedStagesWithRoomAskForADeeperPrefetch) {
 }
 
 TEST(Doctor, WithoutATrainerStepTheTargetIsTwiceTheMeasuredRate) {
-  RunReport r = WaitingRun();
+  RunReport r = CpuBusy(4);
   r.trainer_step_ms = 0;
-  r.stages[1] = Stage("cpu", 4, 1000, 9.5, 10);
   DoctorOptions options;
   options.available_cores = 64;
   const Diagnosis d = DiagnoseRun(r, options);
@@ -247,9 +249,7 @@ TEST(Doctor, WithoutATrainerStepTheTargetIsTwiceTheMeasuredRate) {
 }
 
 TEST(Doctor, JsonAndTextCarryTheVerdictEvidenceAndAdvice) {
-  RunReport r = WaitingRun();
-  r.stages[0] = Stage("read", 4, 1000, 9.5, 10);
-  r.stages[0].metrics.mean_latency_ms = 40;
+  RunReport r = ReadsAtTheirCap();
   const Diagnosis d = DiagnoseRun(r);
   const std::string json = DiagnosisToJson(d);
   EXPECT_THAT(json, HasSubstr("\"limit\": \"storage_latency\""));
@@ -261,9 +261,7 @@ TEST(Doctor, JsonAndTextCarryTheVerdictEvidenceAndAdvice) {
 }
 
 TEST(Doctor, SavedReportReadsBackToTheSameDiagnosis) {
-  RunReport r = WaitingRun();
-  r.stages[0] = Stage("read", 4, 1000, 9.5, 10);
-  r.stages[0].metrics.mean_latency_ms = 40;
+  RunReport r = ReadsAtTheirCap();
   auto back = RunReportFromJson(RunReportToJson(r));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(DiagnosisToJson(DiagnoseRun(*back)), DiagnosisToJson(DiagnoseRun(r)));
