@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <tuple>
 
 #include "common.h"
@@ -77,17 +78,19 @@ class GilWaitMeter {
 class PyMapOp : public Op {
  public:
   PyMapOp(std::string name, std::shared_ptr<PyCallable> fn, std::vector<FieldSpec> fields,
-          const UserOpBinding& at)
+          const UserOpBinding& at, bool meter_gil)
       : name_(std::move(name)),
         fn_(std::move(fn)),
         fields_(std::move(fields)),
+        meter_gil_(meter_gil),
         first_row_(at.first_row),
         images_(at.images) {}
 
   std::string_view name() const override { return name_; }
 
   Status Run(SampleContext& ctx) const override {
-    const GilWaitMeter meter(ctx);  // outlives `gil`: it counts the release too
+    std::optional<GilWaitMeter> meter;  // outlives `gil`: it counts the release too
+    if (meter_gil_) meter.emplace(ctx);
     nb::gil_scoped_acquire gil;
     try {
       nb::object out = fn_->fn(MakeSampleDict(ctx));
@@ -157,6 +160,9 @@ class PyMapOp : public Op {
   const std::string name_;
   const std::shared_ptr<PyCallable> fn_;
   const std::vector<FieldSpec> fields_;
+  // Off when the function waits on worker processes (processes=N) with the GIL
+  // released: that wait is not the GIL's, and the op then counts as CPU work.
+  const bool meter_gil_;
   const int first_row_;
   // The image values the op sees: name and slot.
   const std::vector<std::pair<std::string, int>> images_;
@@ -169,7 +175,7 @@ void RegisterUserOps(nb::module_& m) {
   m.def(
       "_insert_map_op",
       [](PipelineSpec& spec, size_t position, const std::string& name,
-         const std::vector<FieldTuple>& outputs, nb::object fn) {
+         const std::vector<FieldTuple>& outputs, nb::object fn, bool meter_gil) {
         if (position > spec.ops.size()) {
           throw StatusError(Status::InvalidArgument("ops: position " + std::to_string(position) +
                                                     " is past the end"));
@@ -193,12 +199,15 @@ void RegisterUserOps(nb::module_& m) {
         UserOpSpec op;
         op.name = name;
         op.fields = fields;
-        op.make = [name, callable, fields](const UserOpBinding& at) -> Result<std::unique_ptr<Op>> {
-          return std::unique_ptr<Op>(std::make_unique<PyMapOp>(name, callable, fields, at));
+        op.make = [name, callable, fields,
+                   meter_gil](const UserOpBinding& at) -> Result<std::unique_ptr<Op>> {
+          return std::unique_ptr<Op>(
+              std::make_unique<PyMapOp>(name, callable, fields, at, meter_gil));
         };
         spec.ops.insert(spec.ops.begin() + static_cast<std::ptrdiff_t>(position), std::move(op));
       },
-      nb::arg("spec"), nb::arg("position"), nb::arg("name"), nb::arg("outputs"), nb::arg("fn"));
+      nb::arg("spec"), nb::arg("position"), nb::arg("name"), nb::arg("outputs"), nb::arg("fn"),
+      nb::arg("meter_gil") = true);
 }
 
 }  // namespace headrace::python

@@ -43,3 +43,14 @@ def test_doctor_refuses_bad_arguments(make_pipeline):
         headrace.doctor(make_pipeline(), seconds=0)
     with pytest.raises(headrace.ConfigError, match="overrides"):
         headrace.doctor(make_pipeline(), seconds=1, overrides={"batch.size": 2})
+
+
+def test_an_op_in_worker_processes_is_not_metered_as_waiting_for_the_gil(make_pipeline):
+    pipeline = make_pipeline(
+        extra_ops=[ops.map(heavy, {"busy": ("i64", [])}, processes=2, name="heavy")],
+        overrides={"trainer.step_ms": 1})
+    loader = headrace.Loader(pipeline)
+    next(iter(loader))
+    op = next(o for o in loader.report()["ops"] if o["name"] == "heavy")
+    loader.close()
+    assert "gil_wait_ms_per_sample" not in op
