@@ -13,6 +13,10 @@ namespace {
 // Below this share of its loop waiting for data, the trainer is the bottleneck (the
 // run report's "trainer" verdict uses the same).
 constexpr double kConsumerBoundWaitRatio = 0.05;
+// Batches ready at this share of the prefetch depth when the trainer asks (on average),
+// with no stage saturated: its waits, up to this share, are its own.
+constexpr double kBatchesReady = 0.75;
+constexpr double kConsumerMaxWaitWithBatchesReady = 0.25;
 // A stage busy at least this share of the run limits throughput (report.cc's verdicts).
 constexpr double kSaturated = 0.75;
 // Reads in flight on average at this share of execution.io_inflight: the cap binds.
@@ -341,13 +345,26 @@ Diagnosis DiagnoseRun(const RunReport& r, const DoctorOptions& options) {
   const StageReport* batch = FindStage(r, "batch");
   const Rates x = ComputeRates(r, read, cpu);
   Builder b(r, x);
-  if (r.batches > 1 && r.wait_time_ratio <= kConsumerBoundWaitRatio) {
+  // Batches were ready when the trainer asked, and no stage is saturated: what it waited
+  // is its own thread's time in Next() (scheduling on a busy machine), not missing data.
+  const double ready = batch != nullptr ? batch->metrics.queue_fill : -1;
+  const bool saturated = (cpu != nullptr && cpu->utilization >= kSaturated) ||
+                         (read != nullptr && read->utilization >= kSaturated);
+  const bool waits_with_batches_ready =
+      ready >= kBatchesReady && !saturated && r.wait_time_ratio <= kConsumerMaxWaitWithBatchesReady;
+  if (r.batches > 1 && (r.wait_time_ratio <= kConsumerBoundWaitRatio || waits_with_batches_ready)) {
     b.Limit(LimitKind::kConsumer, "consumer",
-            Format("the trainer is the bottleneck: it waits %.1f%% of its loop for data "
-                   "(under %.0f%%); nothing to change",
-                   100 * r.wait_time_ratio, 100 * kConsumerBoundWaitRatio));
+            r.wait_time_ratio <= kConsumerBoundWaitRatio
+                ? Format("the trainer is the bottleneck: it waits %.1f%% of its loop for data "
+                         "(under %.0f%%); nothing to change",
+                         100 * r.wait_time_ratio, 100 * kConsumerBoundWaitRatio)
+                : Format("the trainer is the bottleneck: the prefetch queue held %.0f%% of its "
+                         "depth when it asked and no stage is saturated, so its %.1f%% of waits "
+                         "are its own thread's, not missing batches; nothing to change",
+                         100 * ready, 100 * r.wait_time_ratio));
     if (cpu != nullptr) b.Fact("cpu_utilization", cpu->utilization, "ratio");
     if (read != nullptr) b.Fact("read_utilization", read->utilization, "ratio");
+    if (ready >= 0) b.Fact("batch_queue_fill", ready, "ratio");
     return b.Take();
   }
   if (cpu != nullptr && cpu->utilization >= kSaturated) {

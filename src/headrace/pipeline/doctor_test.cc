@@ -92,6 +92,23 @@ TEST(Doctor, TrainerThatBarelyWaitsIsTheBottleneckWithNothingToChange) {
   EXPECT_DOUBLE_EQ(EvidenceNamed(d, "wait_time_ratio")->value, 0.01);
 }
 
+TEST(Doctor, WaitsWithBatchesReadyAndNoStageSaturatedAreTheTrainersOwn) {
+  RunReport r = WaitingRun();
+  r.wait_time_ratio = 0.08;
+  r.stages[2].metrics.queue_fill = 0.9;
+  const Diagnosis d = DiagnoseRun(r);
+  EXPECT_EQ(d.limit, LimitKind::kConsumer);
+  EXPECT_TRUE(d.advice.empty());
+  EXPECT_THAT(d.summary, HasSubstr("not missing batches"));
+  // Batches missing when asked for: the prefetch.
+  r.stages[2].metrics.queue_fill = 0.2;
+  EXPECT_EQ(DiagnoseRun(r).limit, LimitKind::kPrefetch);
+  // Batches ready, but the CPU saturated: the CPU.
+  r.stages[2].metrics.queue_fill = 0.9;
+  r.stages[1] = Stage("cpu", 4, 1000, 9.5, 10);
+  EXPECT_EQ(DiagnoseRun(r).limit, LimitKind::kCpu);
+}
+
 TEST(Doctor, ReadsAtTheirCapAreLatencyBoundAndSizedByLittlesLaw) {
   const RunReport r = ReadsAtTheirCap();
   const Diagnosis d = DiagnoseRun(r);
