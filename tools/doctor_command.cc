@@ -1,7 +1,6 @@
 // headrace doctor: runs a pipeline against the simulated trainer for a bounded time (or
 // reads a saved run report) and says which stage limits the trainer, of what kind, with
 // the evidence and what to change (headrace/pipeline/doctor.h).
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -47,9 +46,7 @@ std::optional<RunReport> RunFor(const PipelineSpec& spec, double seconds, int* c
     return std::nullopt;
   }
   interrupt.SetStop([r = run->get()] { r->Cancel(); });
-  const Result<bool> ran =
-      (*run)->RunUntil(Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double>(seconds)));
+  const Result<bool> ran = (*run)->RunUntil(DoctorDeadline(seconds));
   interrupt.SetStop(nullptr);
   if (interrupt.signal() != 0) {
     *code = 128 + interrupt.signal();

@@ -183,8 +183,7 @@ nb::tuple Doctor(const PipelineSpec& spec, double seconds, double storage_mb_s) 
     }
     run = ValueOrThrow(std::move(*made));
   }
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(seconds));
+  const auto deadline = DoctorDeadline(seconds);
   while (true) {
     std::optional<Result<bool>> ran;
     {

@@ -56,6 +56,7 @@ const StageReport* FindStage(const RunReport& r, std::string_view name) {
 // The rates the verdicts and the advice are computed from.
 struct Rates {
   double need_sps = 0;     // the trainer's pace, samples/s
+  const char* pace = "";   // what need_sps is, for the texts
   bool paced = false;      // from trainer.step_ms (else twice the measured rate)
   double samples_run = 0;  // samples the CPU stage ran (delivered ones if unknown)
   double cpu_s_per_sample = 0;
@@ -69,6 +70,7 @@ Rates ComputeRates(const RunReport& r, const StageReport* read, const StageRepor
   Rates x;
   x.paced = r.trainer_step_ms > 0 && r.batch_size > 0;
   x.need_sps = x.paced ? r.batch_size * 1e3 / r.trainer_step_ms : 2 * r.samples_per_s;
+  x.pace = x.paced ? "the trainer's pace" : "twice the measured rate (no trainer step)";
   x.samples_run = cpu != nullptr && cpu->metrics.items > 0 ? static_cast<double>(cpu->metrics.items)
                                                            : static_cast<double>(r.samples);
   if (cpu != nullptr && x.samples_run > 0) {
@@ -142,9 +144,9 @@ void AdviseCheaperOp(const RunReport& r, const Rates& x, Builder& b) {
           : "a cheaper " + op->name;
   b.Note(
       Format("the op %s costs %.2f ms/sample (%.0f%% of the ops' %.2f ms): %s saves up to "
-             "%.1f cores at the trainer's pace",
+             "%.1f cores at %s",
              op->name.c_str(), op->ms_per_sample, 100 * share, total_ms, how.c_str(),
-             op->ms_per_sample / 1e3 * x.need_sps));
+             op->ms_per_sample / 1e3 * x.need_sps, x.pace));
 }
 
 Diagnosis DiagnoseGil(const RunReport& r, const Rates& x, const StageReport& cpu, Builder& b,
@@ -153,9 +155,8 @@ Diagnosis DiagnoseGil(const RunReport& r, const Rates& x, const StageReport& cpu
   const int64_t processes = std::max<int64_t>(1, CeilToInt(held_ms / 1e3 * x.need_sps * kHeadroom));
   b.Limit(LimitKind::kPythonGil, "cpu",
           Format("the Python op %s holds the GIL %.2f ms per sample, so its calls run one at a "
-                 "time: at most %.0f samples/s from any number of threads; the trainer needs "
-                 "%.0f",
-                 op.name.c_str(), held_ms, ceiling_sps, x.need_sps))
+                 "time: at most %.0f samples/s from any number of threads; %s is %.0f",
+                 op.name.c_str(), held_ms, ceiling_sps, x.pace, x.need_sps))
       .Fact("cpu_utilization", cpu.utilization, "ratio")
       .Fact("gil_held " + op.name, held_ms, "ms/sample")
       .Fact("gil_wait " + op.name, wait_ms, "ms/sample")
@@ -174,11 +175,11 @@ Diagnosis DiagnoseCpu(const RunReport& r, const Rates& x, const StageReport& cpu
   const double cores_needed = x.cpu_s_per_sample * x.need_sps;
   const int threads = cpu.metrics.concurrency;
   const int64_t wanted = std::max<int64_t>(threads + 1, CeilToInt(cores_needed * kHeadroom));
-  b.Limit(
-       LimitKind::kCpu, "cpu",
-       Format("the %d CPU threads are busy %.0f%% of the run at %.2f CPU-ms per sample; the "
-              "trainer's %.0f samples/s need %.1f cores",
-              threads, 100 * cpu.utilization, 1e3 * x.cpu_s_per_sample, x.need_sps, cores_needed))
+  b.Limit(LimitKind::kCpu, "cpu",
+          Format("the %d CPU threads are busy %.0f%% of the run at %.2f CPU-ms per sample; "
+                 "%s, %.0f samples/s, needs %.1f cores",
+                 threads, 100 * cpu.utilization, 1e3 * x.cpu_s_per_sample, x.pace, x.need_sps,
+                 cores_needed))
       .Fact("cpu_utilization", cpu.utilization, "ratio")
       .Fact("cpu_threads", threads, "threads")
       .Fact("cpu_time_per_sample", 1e3 * x.cpu_s_per_sample, "ms/sample")
@@ -248,13 +249,13 @@ Diagnosis DiagnoseStorage(const RunReport& r, const Rates& x, const StageReport&
   }
   b.Limit(LimitKind::kStorageBandwidth, "read",
           bandwidth_reached
-              ? Format("reads move %.1f MB/s of the storage's %.1f MB/s; the trainer's pace "
-                       "needs %.1f MB/s",
-                       r.mb_per_s, options.storage_mb_s, need_mb_s)
+              ? Format("reads move %.1f MB/s of the storage's %.1f MB/s; %s needs %.1f MB/s",
+                       r.mb_per_s, options.storage_mb_s, x.pace, need_mb_s)
               : Format("reads are in flight %.0f%% of the run yet average only %.1f of %d "
                        "allowed: the storage's throughput (%.1f MB/s) limits, not the number "
-                       "of reads; the trainer's pace needs %.1f MB/s",
-                       100 * read.utilization, x.mean_inflight, inflight, r.mb_per_s, need_mb_s));
+                       "of reads; %s needs %.1f MB/s",
+                       100 * read.utilization, x.mean_inflight, inflight, r.mb_per_s, x.pace,
+                       need_mb_s));
   if (options.storage_mb_s > 0) b.Fact("storage_mb_per_s", options.storage_mb_s, "MB/s");
   b.Note(
       Format("more reads in flight will not help: %.1f MB/s more from the storage (more "
@@ -410,18 +411,38 @@ Result<std::unique_ptr<DoctorRun>> DoctorRun::Start(const PipelineSpec& spec,
   return run;
 }
 
+namespace {
+
+// The time from now to `t`, 0 when it passed, at most a year (no overflow for
+// time_point::max(), and waits the standard library converts safely).
+Clock::duration TimeUntil(Clock::time_point t) {
+  constexpr Clock::duration kYear = std::chrono::hours(24 * 365);
+  const Clock::time_point now = Clock::now();
+  if (t <= now) return Clock::duration::zero();
+  return t - now >= kYear ? kYear : t - now;
+}
+
+}  // namespace
+
+Clock::time_point DoctorDeadline(double seconds) {
+  constexpr double kYearSeconds = 365.0 * 24 * 3600;
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(std::clamp(seconds, 0.0, kYearSeconds)));
+}
+
 Result<bool> DoctorRun::RunUntil(Clock::time_point until) {
   while (true) {
     {
       // The trainer's step on the batch it took last.
       std::unique_lock lock(mu_);
-      cancelled_cv_.wait_until(lock, std::min(step_end_, until), [&] { return cancelled_; });
+      cancelled_cv_.wait_for(lock, TimeUntil(std::min(step_end_, until)),
+                             [&] { return cancelled_; });
       if (cancelled_) return Status::Cancelled("the doctor's run was cancelled");
     }
     if (Clock::now() >= until) return false;
     // Waits for the next batch only until `until`: a stalled source ends a bounded run
     // too (its report shows the reads that did not come).
-    if (!loader_->WaitReady(until - Clock::now())) return false;
+    if (!loader_->WaitReady(TimeUntil(until))) return false;
     HR_ASSIGN_OR_RETURN(std::optional<Batch> batch, loader_->Next());
     if (!batch) return true;
     step_end_ = Clock::now() + step_;

@@ -123,6 +123,9 @@ class DoctorRun {
   int64_t baseline_rss_bytes_ = 0;
 };
 
+// Now plus `seconds` (at most a year: the bound of a doctor's run), for RunUntil.
+Clock::time_point DoctorDeadline(double seconds);
+
 // {"limit": ..., "stage": ..., "summary": ..., "evidence": [{"name", "value", "unit"}],
 //  "advice": [{"setting", "current", "suggested", "text"}]} ("setting" and its values
 // only where the advice has one).

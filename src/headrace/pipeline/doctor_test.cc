@@ -3,6 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <limits>
+#include <thread>
+
+#include "headrace/pipeline/test_pipelines.h"
+
 namespace headrace {
 namespace doctor_test {
 
@@ -289,6 +295,46 @@ TEST(Doctor, TextThatIsNotARunReportIsRefusedNamingWhatIsMissing) {
   auto partial = RunReportFromJson(R"({"samples": 1, "batches": 1})");
   ASSERT_FALSE(partial.ok());
   EXPECT_THAT(partial.status().message(), HasSubstr("no 'elapsed_s'"));
+}
+
+TEST(DoctorRun, RunsABoundedRunToItsEndAndReportsIt) {
+  PipelineSpec spec =
+      test::IndexPipeline(std::filesystem::path(testing::TempDir()) / "doctor_end", 10);
+  spec.epochs = 2;
+  spec.trainer.step_ms = 0;
+  auto run = DoctorRun::Start(spec, 0);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  auto ended = (*run)->RunUntil(Clock::time_point::max());
+  ASSERT_TRUE(ended.ok()) << ended.status().ToString();
+  EXPECT_TRUE(*ended);
+  const RunReport report = (*run)->Report();
+  EXPECT_EQ(report.samples, 20);
+  EXPECT_EQ(report.batches, 6);  // 3 batches of up to 4 per epoch
+}
+
+TEST(DoctorRun, StopsAtItsTimeAndGoesOnFromThere) {
+  PipelineSpec spec =
+      test::IndexPipeline(std::filesystem::path(testing::TempDir()) / "doctor_until", 10);
+  spec.trainer.step_ms = 0;  // epochs: unbounded
+  auto run = DoctorRun::Start(spec, 0);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  auto at_once = (*run)->RunUntil(Clock::now());  // a time already passed
+  ASSERT_TRUE(at_once.ok());
+  EXPECT_FALSE(*at_once);
+  EXPECT_EQ((*run)->Report().batches, 0);
+}
+
+TEST(DoctorRun, CancelFromAnotherThreadEndsATrainerStep) {
+  PipelineSpec spec =
+      test::IndexPipeline(std::filesystem::path(testing::TempDir()) / "doctor_cancel", 10);
+  spec.trainer.step_ms = 3'600'000;  // an hour per batch: only Cancel ends the step
+  auto run = DoctorRun::Start(spec, 0);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  std::thread canceller([&] { (*run)->Cancel(); });
+  auto ran = (*run)->RunUntil(Clock::time_point::max());
+  canceller.join();
+  ASSERT_FALSE(ran.ok());
+  EXPECT_EQ(ran.status().code(), StatusCode::kCancelled);
 }
 
 }  // namespace doctor_test
