@@ -84,7 +84,7 @@ Rates ComputeRates(const RunReport& r, const StageReport* read, const StageRepor
     const double elapsed =
         read->utilization > 0 ? read->metrics.busy_s / read->utilization : r.elapsed_s;
     x.mean_inflight = elapsed > 0 ? reads * x.read_latency_s / elapsed : 0;
-    x.bytes_per_read = r.mb_per_s * 1e6 * r.elapsed_s / reads;
+    x.bytes_per_read = r.mb_per_s * 1e6 * elapsed / reads;  // mb_per_s: over the engine's
   }
   return x;
 }
@@ -94,8 +94,8 @@ class Builder {
   Builder(const RunReport& r, const Rates& x) {
     d_.evidence.push_back({"wait_time_ratio", r.wait_time_ratio, "ratio"});
     d_.evidence.push_back({"samples_per_s", r.samples_per_s, "samples/s"});
-    d_.evidence.push_back({x.paced ? "trainer_pace" : "target_pace (2x measured, no trainer step)",
-                           x.need_sps, "samples/s"});
+    // target_pace: twice the measured rate, when there is no trainer step.
+    d_.evidence.push_back({x.paced ? "trainer_pace" : "target_pace", x.need_sps, "samples/s"});
     if (x.paced) d_.evidence.push_back({"trainer_step", r.trainer_step_ms, "ms"});
   }
   Builder& Limit(LimitKind kind, std::string stage, std::string summary) {
@@ -195,10 +195,10 @@ Diagnosis DiagnoseCpu(const RunReport& r, const Rates& x, const StageReport& cpu
     const int64_t more = wanted - std::max<int64_t>(threads, cores);
     b.Note(
         Format("%lld more cores (or CPU workers: headrace.ray.Loader(workers=...)) to keep "
-               "pace with a step of %.1f ms: %.2f CPU-ms/sample x %.0f samples/s = %.1f "
-               "cores, +25%%, and this machine has %d (`headrace plan` sizes CPU nodes)",
-               static_cast<long long>(more), r.trainer_step_ms, 1e3 * x.cpu_s_per_sample,
-               x.need_sps, cores_needed, cores));
+               "%s: %.2f CPU-ms/sample x %.0f samples/s = %.1f cores, +25%%, and this "
+               "machine has %d (`headrace plan` sizes CPU nodes)",
+               static_cast<long long>(more), x.pace, 1e3 * x.cpu_s_per_sample, x.need_sps,
+               cores_needed, cores));
   }
   AdviseCheaperOp(r, x, b);
   return b.Take();
