@@ -26,6 +26,7 @@ int ShardCommand(const Args& args);       // headrace shard MANIFEST --out DIR .
 int PlanCommand(const Args& args);        // headrace plan [PLAN.yaml] [--NAME VALUE ...]
 int ReportCommand(const Args& args);      // headrace report REPORT.json --plot OUT
 int MaterializeCommand(const Args& args);  // headrace materialize CONFIG --to URI ...
+int DoctorCommand(const Args& args);      // headrace doctor CONFIG | --from-report PATH
 
 // Small argument helpers shared by the subcommands.
 struct ArgReader {

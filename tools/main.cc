@@ -42,6 +42,10 @@ commands:
       run a pipeline once and write its preprocessed samples as tar shards (one .npy
       member per field) with materialized.json and the config; `source: {materialized:
       URI}` reads them back. Random ops need --epochs (one copy per epoch, epoch-K/)
+  doctor CONFIG [--seconds S] [--set key=value ...] [--json] [--report PATH]
+         [--storage-mb-s X]   |   doctor --from-report PATH [--json]
+      run the pipeline for at most S seconds (20) against the simulated trainer, or read a
+      saved report, and say which stage limits the trainer, why, and what to change
   plan [PLAN.yaml] [--preset sources-example] [--from-report PATH] [--instance NAME]
        [--json] [--NAME VALUE ...]   (`headrace plan --help` lists the inputs)
       capacity: vCPUs and CPU-only nodes per GPU node for a target wait-time ratio, GPU
@@ -67,9 +71,10 @@ int main(int argc, char** argv) {
   if (command == "plan") return headrace::tools::PlanCommand(args);
   if (command == "report") return headrace::tools::ReportCommand(args);
   if (command == "materialize") return headrace::tools::MaterializeCommand(args);
+  if (command == "doctor") return headrace::tools::DoctorCommand(args);
   std::fprintf(stderr,
                "headrace: unknown command '%s' (allowed: make-sample, run, bench, upload, ls, "
-               "shard, plan, report, materialize)\n%s",
+               "shard, plan, report, materialize, doctor)\n%s",
                command.c_str(), kUsage);
   return 2;
 }

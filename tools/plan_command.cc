@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "commands.h"
@@ -16,8 +14,6 @@ namespace headrace::tools {
 namespace {
 
 using capacity::PlanInputs;
-
-// A report or plan file larger than this is not one (reports are a few KiB).
 
 void PrintUsage(FILE* out) {
   std::string usage =

@@ -16,9 +16,10 @@ See python/README.md.
 """
 from . import ops
 from ._headrace import CancelledError, ConfigError, Error, Tensor, make_sample
+from .doctor import doctor
 from .loader import Batch, Loader, default_rank_and_world_size
 from .pipeline import Pipeline
 
 __all__ = ["Batch", "CancelledError", "ConfigError", "Error", "Loader", "Pipeline", "Tensor",
-           "default_rank_and_world_size", "make_sample", "ops"]
+           "default_rank_and_world_size", "doctor", "make_sample", "ops"]
 __version__ = "0.1.0"

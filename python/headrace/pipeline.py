@@ -117,7 +117,9 @@ class Pipeline:
             if op.processes > 0:
                 from ._procpool import ProcessMap
                 fn = ProcessMap(op.fn, op.outputs, op.processes)
-            _headrace._insert_map_op(spec, position, op.name, list(op.outputs), fn)
+            # In worker processes the call waits without the GIL: not the GIL's wait.
+            _headrace._insert_map_op(spec, position, op.name, list(op.outputs), fn,
+                                     meter_gil=op.processes == 0)
         if self._batch_ops:
             from .loader import _BatchCall  # loader imports this module
             for op in self._batch_ops:

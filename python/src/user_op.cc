@@ -20,9 +20,13 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
+#include <time.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <tuple>
 
 #include "common.h"
@@ -41,19 +45,52 @@ const char* RoleName(Role role) {
   return "user";
 }
 
+int64_t ThreadCpuNanos() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// Sets ctx.gil_wait_ns, when the op's Run ends, to the time the thread spent in it off
+// the CPU: the wait to acquire the GIL, and the waits to get it back after the
+// interpreter's switch interval (5 ms) handed it to another thread mid-call. A pure-Python
+// function under contention spends most of its call there; one that releases the GIL
+// (numpy) keeps running. That is the doctor's evidence that the calls serialize.
+class GilWaitMeter {
+ public:
+  explicit GilWaitMeter(SampleContext& ctx)
+      : ctx_(ctx), wall_start_(std::chrono::steady_clock::now()), cpu_start_(ThreadCpuNanos()) {}
+  ~GilWaitMeter() {
+    const int64_t wall = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now() - wall_start_)
+                             .count();
+    ctx_.gil_wait_ns = std::max<int64_t>(0, wall - (ThreadCpuNanos() - cpu_start_));
+  }
+  GilWaitMeter(const GilWaitMeter&) = delete;
+  GilWaitMeter& operator=(const GilWaitMeter&) = delete;
+
+ private:
+  SampleContext& ctx_;
+  const std::chrono::steady_clock::time_point wall_start_;
+  const int64_t cpu_start_;
+};
+
 class PyMapOp : public Op {
  public:
   PyMapOp(std::string name, std::shared_ptr<PyCallable> fn, std::vector<FieldSpec> fields,
-          const UserOpBinding& at)
+          const UserOpBinding& at, bool meter_gil)
       : name_(std::move(name)),
         fn_(std::move(fn)),
         fields_(std::move(fields)),
+        meter_gil_(meter_gil),
         first_row_(at.first_row),
         images_(at.images) {}
 
   std::string_view name() const override { return name_; }
 
   Status Run(SampleContext& ctx) const override {
+    std::optional<GilWaitMeter> meter;  // outlives `gil`: it counts the release too
+    if (meter_gil_) meter.emplace(ctx);
     nb::gil_scoped_acquire gil;
     try {
       nb::object out = fn_->fn(MakeSampleDict(ctx));
@@ -123,6 +160,9 @@ class PyMapOp : public Op {
   const std::string name_;
   const std::shared_ptr<PyCallable> fn_;
   const std::vector<FieldSpec> fields_;
+  // Off when the function waits on worker processes (processes=N) with the GIL
+  // released: that wait is not the GIL's, and the op then counts as CPU work.
+  const bool meter_gil_;
   const int first_row_;
   // The image values the op sees: name and slot.
   const std::vector<std::pair<std::string, int>> images_;
@@ -135,7 +175,7 @@ void RegisterUserOps(nb::module_& m) {
   m.def(
       "_insert_map_op",
       [](PipelineSpec& spec, size_t position, const std::string& name,
-         const std::vector<FieldTuple>& outputs, nb::object fn) {
+         const std::vector<FieldTuple>& outputs, nb::object fn, bool meter_gil) {
         if (position > spec.ops.size()) {
           throw StatusError(Status::InvalidArgument("ops: position " + std::to_string(position) +
                                                     " is past the end"));
@@ -159,12 +199,15 @@ void RegisterUserOps(nb::module_& m) {
         UserOpSpec op;
         op.name = name;
         op.fields = fields;
-        op.make = [name, callable, fields](const UserOpBinding& at) -> Result<std::unique_ptr<Op>> {
-          return std::unique_ptr<Op>(std::make_unique<PyMapOp>(name, callable, fields, at));
+        op.make = [name, callable, fields,
+                   meter_gil](const UserOpBinding& at) -> Result<std::unique_ptr<Op>> {
+          return std::unique_ptr<Op>(
+              std::make_unique<PyMapOp>(name, callable, fields, at, meter_gil));
         };
         spec.ops.insert(spec.ops.begin() + static_cast<std::ptrdiff_t>(position), std::move(op));
       },
-      nb::arg("spec"), nb::arg("position"), nb::arg("name"), nb::arg("outputs"), nb::arg("fn"));
+      nb::arg("spec"), nb::arg("position"), nb::arg("name"), nb::arg("outputs"), nb::arg("fn"),
+      nb::arg("meter_gil") = true);
 }
 
 }  // namespace headrace::python

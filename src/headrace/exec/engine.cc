@@ -47,6 +47,8 @@ Engine::Engine(EngineInputs inputs, EngineOptions options, EpochOrder order)
       order_(std::move(order)),
       start_time_(Clock::now()),
       op_ns_(inputs_.ops.size()),
+      op_gil_wait_ns_(inputs_.ops.size()),
+      op_takes_gil_(inputs_.ops.size()),
       batch_op_ns_(inputs_.batch_ops.size()),
       op_latency_(std::make_unique<LatencyHistogram[]>(inputs_.ops.size() +
                                                        inputs_.batch_ops.size())) {
@@ -500,12 +502,17 @@ void Engine::RunChain(const std::shared_ptr<BatchJob>& job, int slot, std::vecto
     }
     for (size_t i = 0; i < inputs_.ops.size() && status.ok(); ++i) {
       const auto op_start = Clock::now();
+      ctx.gil_wait_ns = -1;
       status = inputs_.ops[i]->Run(ctx);
       const auto op_end = Clock::now();
       const int64_t op_ns =
           std::chrono::duration_cast<std::chrono::nanoseconds>(op_end - op_start).count();
       op_ns_[i].fetch_add(op_ns, std::memory_order_relaxed);
       op_latency_[i].Record(op_ns);
+      if (ctx.gil_wait_ns >= 0) {
+        op_gil_wait_ns_[i].fetch_add(ctx.gil_wait_ns, std::memory_order_relaxed);
+        op_takes_gil_[i].store(true, std::memory_order_relaxed);
+      }
       if (options_.trace != nullptr) {
         // Op names are string_views into the ops' static names: stable for the run.
         options_.trace->Span(inputs_.ops[i]->name().data(), "cpu", op_start, op_end, index);
@@ -829,6 +836,9 @@ EngineMetrics Engine::Metrics() const {
   m.reads_inflight = reads_inflight_;
   m.read_latency = read_latency_.Snapshot();
   m.next_wait = next_wait_.Snapshot();
+  m.io_budget_bytes = options_.io_budget_bytes;
+  m.batch_budget_bytes = options_.batch_budget_bytes;
+  m.full_batch_bytes = static_cast<int64_t>(BatchBytes(options_.order.batch_size));
   m.batch_memory_reused = batch_memory_->hits();
   m.batch_memory_fresh = batch_memory_->misses();
   m.scratch_bytes = scratch_usage_.held();
@@ -847,6 +857,7 @@ EngineMetrics Engine::Metrics() const {
   if (reads_inflight_ > 0) read_busy += NanosSince(reads_busy_since_);
   StageMetrics read{"read", "io", options_.io_inflight, reads_done_, read_busy * 1e-9, 0, 0};
   read.queue_fill = reads_done_ > 0 ? read_fill_sum_ / reads_done_ : 0.0;
+  read.mean_latency_ms = 1e3 * m.read_latency.Mean();  // the histogram: every read done
   {
     const double idle = std::max(0.0, elapsed - read.busy_s);
     read.blocked_s = std::min(idle, read_blocked_ns_ * 1e-9 + admit_blocked);
@@ -876,7 +887,8 @@ EngineMetrics Engine::Metrics() const {
   m.stages.push_back(batch);
   for (size_t i = 0; i < inputs_.ops.size(); ++i) {
     m.ops.push_back(OpMetrics{std::string(inputs_.ops[i]->name()), samples_run_.load(),
-                              op_ns_[i].load() * 1e-9, op_latency_[i].Snapshot()});
+                              op_ns_[i].load() * 1e-9, op_latency_[i].Snapshot(),
+                              op_takes_gil_[i].load() ? op_gil_wait_ns_[i].load() * 1e-9 : -1});
   }
   for (size_t i = 0; i < inputs_.batch_ops.size(); ++i) {
     // Reported per sample, like the other ops, so that costs add up.

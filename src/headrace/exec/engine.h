@@ -32,8 +32,9 @@
 //   not delivered (or delivered empty, with deliver_empty_batches). The run fails when errors exceed the error budget.
 // - Next() is for one consumer thread. The destructor cancels: it stops admission,
 //   lets in-flight reads and tasks finish (skipping their work), and joins every thread.
-//   Reads already issued are not interrupted (Storage has no per-request cancellation):
-//   a closing engine waits for them, retries included.
+//   Reads already issued are told they are no longer wanted (the read gate answers
+//   false to kReadStillWanted, io/storage.h): the storage ends them, retries and
+//   first-byte waits included, within ~0.1 s.
 // - Schedule::kOnDemand (a Ray worker, python/headrace/ray): the driver admits only the
 //   batches Submit() names, in submission order, within the same two bounds, and each
 //   is collected by Take(k), from any number of threads. An admitted batch holds its
@@ -162,6 +163,10 @@ struct StageMetrics {
   // the io budget (sampled at each read), for "batch" ready batches over the prefetch
   // depth (sampled at each Next()); -1 where the stage has no queue of its own.
   double queue_fill = -1;
+  // "read" only: the mean time from issuing a read to its bytes (or its failure), over
+  // the reads done; -1 for other stages. With `items` and the run's time it gives the
+  // reads in flight on average (Little's law: reads per second x latency).
+  double mean_latency_ms = -1;
 };
 
 struct OpMetrics {
@@ -169,6 +174,9 @@ struct OpMetrics {
   int64_t items = 0;
   double busy_s = 0;             // summed over threads
   HistogramSnapshot latency;     // per sample (a batch op: per batch)
+  // An op that takes the Python GIL (a Python operator): the part of busy_s it spent
+  // waiting to acquire it, summed over threads; -1 for ops that never take it.
+  double gil_wait_s = -1;
 };
 
 struct EngineMetrics {
@@ -184,6 +192,11 @@ struct EngineMetrics {
   int64_t undecoded_bytes = 0;      // the I/O budget's charge now
   int64_t batches_ready = 0;        // batches done and waiting for the consumer
   int reads_inflight = 0;           // now
+  // The two budgets (EngineOptions) and one full batch's buffers (BatchBytes of
+  // order.batch_size): how many batches the batch budget holds ahead of the consumer.
+  int64_t io_budget_bytes = 0;
+  int64_t batch_budget_bytes = 0;
+  int64_t full_batch_bytes = 0;
   int64_t batch_memory_reused = 0;  // batch buffers served from the pool
   int64_t batch_memory_fresh = 0;   // batch buffers newly allocated
   // Scratch memory of the CPU threads (intermediate images); each thread trims its
@@ -275,7 +288,7 @@ class Engine {
     int64_t bytes = 0;      // charged now: the reservation, then the object's size
     int64_t refused = -1;   // >= 0: the gate refused this size; the read is parked
     bool sized = false;     // the gate ran (a storage may ignore it)
-    Clock::time_point issued{};  // when the read went to the storage (latency)
+    Clock::time_point issued{};  // when StartRead issued it, for the read latency
   };
   struct ParkedRead {
     std::shared_ptr<BatchJob> job;
@@ -383,6 +396,9 @@ class Engine {
   std::vector<SampleError> first_errors_;
 
   std::vector<std::atomic<int64_t>> op_ns_;        // per op, summed over threads
+  // Per op: GIL waits it reported (SampleContext::gil_wait_ns), and whether it ever did.
+  std::vector<std::atomic<int64_t>> op_gil_wait_ns_;
+  std::vector<std::atomic<bool>> op_takes_gil_;
   std::vector<std::atomic<int64_t>> batch_op_ns_;  // per batch op
   // Latency histograms (lock-free): per media read, per op and batch op (ops first),
   // per Next().

@@ -565,6 +565,46 @@ TEST_P(EngineConformance, ReturnsAHugeSampleScratchAndReportsIt) {
   EXPECT_EQ(m.scratch_retain_bytes, 4 * kMiB);
 }
 
+// FillOp that says it waited 1 µs for the GIL, as a Python op does.
+class GilOp final : public Op {
+ public:
+  std::string_view name() const override { return "test.gil"; }
+  Status Run(SampleContext& ctx) const override {
+    ctx.gil_wait_ns = 1000;
+    return fill_.Run(ctx);
+  }
+
+ private:
+  FillOp fill_;
+};
+
+TEST_P(EngineConformance, ReportsGilWaitsReadLatencyAndTheBudgetsForTheDoctor) {
+  auto engine = Start(Records(12), std::make_unique<GilOp>(), 4);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  ASSERT_EQ(Drain(**engine).size(), 3u);
+  const EngineMetrics m = (*engine)->Metrics();
+  ASSERT_EQ(m.ops.size(), 1u);
+  EXPECT_NEAR(m.ops[0].gil_wait_s, 12 * 1e-6, 1e-12);
+  EXPECT_EQ(m.full_batch_bytes, 4 * (4 * 8 + 8));  // the row field and the index
+  EXPECT_GT(m.batch_budget_bytes, 0);
+  EXPECT_GT(m.io_budget_bytes, 0);
+  for (const StageMetrics& s : m.stages) {
+    if (s.name == "read") {
+      EXPECT_EQ(s.items, 12);
+      EXPECT_GE(s.mean_latency_ms, 0);
+    } else {
+      EXPECT_EQ(s.mean_latency_ms, -1) << s.name;
+    }
+  }
+}
+
+TEST_P(EngineConformance, OpsThatNeverTakeTheGilReportNoGilWait) {
+  auto engine = Start(Records(8), std::make_unique<FillOp>(), 4);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  ASSERT_EQ(Drain(**engine).size(), 2u);
+  EXPECT_EQ((*engine)->Metrics().ops[0].gil_wait_s, -1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Configs, EngineConformance,
                          testing::Values(Config{1, 1, false}, Config{2, 4, false},
                                          Config{1, 2, true}, Config{3, 4, true}),

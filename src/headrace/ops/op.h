@@ -106,6 +106,11 @@ struct SampleContext {
   int next_scratch = 0;
   // Per batch field, the start of this sample's row in the batch buffer.
   uint8_t* const* rows = nullptr;
+  // An op that takes the Python GIL sets this to how long (ns) its Run waited for it
+  // (python/src/user_op.cc: the time off the CPU inside the call); the executor resets
+  // it to -1 before each op and reports it per op (OpMetrics::gil_wait_s), so that the
+  // doctor tells GIL contention from CPU work.
+  int64_t gil_wait_ns = -1;
 
   // The random stream of the op at `op_position` in the chain: independent of every
   // other op and sample, identical on every run and thread.

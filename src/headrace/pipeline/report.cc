@@ -1,7 +1,10 @@
 #include "headrace/pipeline/report.h"
 
 #include <algorithm>
+#include <simdjson.h>
+
 #include <cstdio>
+#include <type_traits>
 
 #include "headrace/core/json_writer.h"
 #include "headrace/core/rng.h"
@@ -101,6 +104,9 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
   r.baseline_rss_bytes = baseline_rss_bytes;
   r.memory_budget_bytes = loader.memory_budget_bytes();
   r.budget_peak_bytes = m.budget_peak_bytes;
+  r.io_budget_bytes = m.io_budget_bytes;
+  r.batch_budget_bytes = m.batch_budget_bytes;
+  r.full_batch_bytes = m.full_batch_bytes;
   r.batch_memory_reused = m.batch_memory_reused;
   r.batch_memory_fresh = m.batch_memory_fresh;
   r.manifest_bytes = loader.manifest_bytes();
@@ -124,8 +130,9 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
     r.stages.push_back(std::move(sr));
   }
   for (const OpMetrics& op : m.ops) {
-    r.ops.push_back(OpReport{op.name, op.busy_s, op.items > 0 ? 1e3 * op.busy_s / op.items : 0.0,
-                             op.latency});
+    const double per_item_ms = op.items > 0 ? 1e3 / op.items : 0.0;
+    r.ops.push_back(OpReport{op.name, op.busy_s, op.busy_s * per_item_ms, op.latency,
+                             op.gil_wait_s >= 0 ? op.gil_wait_s * per_item_ms : -1.0});
   }
   r.read_latency = m.read_latency;
   r.next_wait = m.next_wait;
@@ -166,6 +173,9 @@ std::string RunReportToJson(const RunReport& r) {
   w.Key("baseline_rss_bytes").Int(r.baseline_rss_bytes);
   w.Key("memory_budget_bytes").Int(r.memory_budget_bytes);
   w.Key("budget_peak_bytes").Int(r.budget_peak_bytes);
+  w.Key("io_budget_bytes").Int(r.io_budget_bytes);
+  w.Key("batch_budget_bytes").Int(r.batch_budget_bytes);
+  w.Key("full_batch_bytes").Int(r.full_batch_bytes);
   w.Key("batch_memory").BeginObject().Key("reused").Int(r.batch_memory_reused);
   w.Key("fresh").Int(r.batch_memory_fresh).EndObject();
   w.Key("memory").BeginObject();
@@ -206,6 +216,7 @@ std::string RunReportToJson(const RunReport& r) {
     w.Key("blocked_s").Double(s.metrics.blocked_s);
     w.Key("utilization").Double(s.utilization);
     if (s.metrics.queue_fill >= 0) w.Key("queue_fill").Double(s.metrics.queue_fill);
+    if (s.metrics.mean_latency_ms >= 0) w.Key("mean_latency_ms").Double(s.metrics.mean_latency_ms);
     w.Key("verdict").String(s.verdict);
     w.EndObject();
   }
@@ -218,6 +229,9 @@ std::string RunReportToJson(const RunReport& r) {
     w.Key("latency_ms").BeginObject();
     LatencyJson(w, op.latency, 1e3);
     w.EndObject();
+    if (op.gil_wait_ms_per_sample >= 0) {
+      w.Key("gil_wait_ms_per_sample").Double(op.gil_wait_ms_per_sample);
+    }
     w.EndObject();
   }
   w.EndArray();
@@ -322,6 +336,96 @@ std::string RunReportToJson(const RunReport& r) {
   }
   w.EndObject();
   return w.str() + "\n";
+}
+
+Result<RunReport> RunReportFromJson(std::string_view json_text) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  if (parser.parse(json_text.data(), json_text.size()).get(doc) != simdjson::SUCCESS ||
+      !doc.is_object()) {
+    return Status::InvalidArgument("not a JSON object");
+  }
+  // A number (integers convert) or a string under `key`; a key written by every report
+  // is required, the others (added later, or only for some stages) are optional.
+  const auto number = [](simdjson::dom::element e, std::string_view key, auto* out) {
+    double v = 0;
+    if (e[key].get(v) != simdjson::SUCCESS) return false;
+    *out = static_cast<std::remove_pointer_t<decltype(out)>>(v);
+    return true;
+  };
+  const auto text = [](simdjson::dom::element e, std::string_view key, std::string* out) {
+    std::string_view v;
+    if (e[key].get(v) != simdjson::SUCCESS) return false;
+    *out = std::string(v);
+    return true;
+  };
+  RunReport r;
+  std::string missing;
+  const auto need = [&](bool found, std::string_view key) {
+    if (!found && missing.empty()) missing = std::string(key);
+  };
+  need(number(doc, "samples", &r.samples), "samples");
+  need(number(doc, "batches", &r.batches), "batches");
+  need(number(doc, "elapsed_s", &r.elapsed_s), "elapsed_s");
+  need(number(doc, "samples_per_s", &r.samples_per_s), "samples_per_s");
+  need(number(doc, "wait_time_ratio", &r.wait_time_ratio), "wait_time_ratio");
+  need(number(doc, "cpu_threads", &r.cpu_threads), "cpu_threads");
+  need(number(doc, "batch_size", &r.batch_size), "batch_size");
+  need(number(doc, "trainer_step_ms", &r.trainer_step_ms), "trainer_step_ms");
+  need(number(doc, "memory_budget_bytes", &r.memory_budget_bytes), "memory_budget_bytes");
+  need(number(doc, "budget_peak_bytes", &r.budget_peak_bytes), "budget_peak_bytes");
+  number(doc, "mb_per_s", &r.mb_per_s);
+  number(doc, "wait_time_ratio_with_cold_start", &r.wait_time_ratio_with_cold_start);
+  number(doc, "time_to_first_batch_s", &r.time_to_first_batch_s);
+  number(doc, "consumer_wait_s", &r.consumer_wait_s);
+  number(doc, "consumer_busy_s", &r.consumer_busy_s);
+  number(doc, "peak_rss_bytes", &r.peak_rss_bytes);
+  number(doc, "io_budget_bytes", &r.io_budget_bytes);
+  number(doc, "batch_budget_bytes", &r.batch_budget_bytes);
+  number(doc, "full_batch_bytes", &r.full_batch_bytes);
+  number(doc, "bytes_copied_per_sample", &r.bytes_copied_per_sample);
+  text(doc, "source", &r.source);
+  text(doc, "bottleneck", &r.bottleneck);
+  text(doc, "advice", &r.advice);
+  text(doc, "interrupted_by", &r.interrupted_by);
+  if (simdjson::dom::element errors; doc["errors"].get(errors) == simdjson::SUCCESS) {
+    number(errors, "total", &r.errors_total);
+  }
+  simdjson::dom::array stages;
+  need(doc["stages"].get(stages) == simdjson::SUCCESS, "stages");
+  if (missing.empty()) {
+    for (simdjson::dom::element e : stages) {
+      StageReport s;
+      need(text(e, "name", &s.metrics.name), "stages[].name");
+      text(e, "kind", &s.metrics.kind);
+      text(e, "verdict", &s.verdict);
+      need(number(e, "concurrency", &s.metrics.concurrency), "stages[].concurrency");
+      need(number(e, "items", &s.metrics.items), "stages[].items");
+      need(number(e, "busy_s", &s.metrics.busy_s), "stages[].busy_s");
+      number(e, "starved_s", &s.metrics.starved_s);
+      number(e, "blocked_s", &s.metrics.blocked_s);
+      number(e, "utilization", &s.utilization);
+      number(e, "queue_fill", &s.metrics.queue_fill);
+      number(e, "mean_latency_ms", &s.metrics.mean_latency_ms);
+      r.stages.push_back(std::move(s));
+    }
+  }
+  simdjson::dom::array ops;
+  if (doc["ops"].get(ops) == simdjson::SUCCESS) {
+    for (simdjson::dom::element e : ops) {
+      OpReport op;
+      text(e, "name", &op.name);
+      number(e, "busy_s", &op.busy_s);
+      number(e, "ms_per_sample", &op.ms_per_sample);
+      number(e, "gil_wait_ms_per_sample", &op.gil_wait_ms_per_sample);
+      r.ops.push_back(std::move(op));
+    }
+  }
+  if (!missing.empty()) {
+    return Status::InvalidArgument("not a run report (`headrace run --report`): no '" + missing +
+                                   "'");
+  }
+  return r;
 }
 
 std::string RunReportToText(const RunReport& r) {

@@ -15,6 +15,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "headrace/core/histogram.h"
@@ -34,6 +35,8 @@ struct OpReport {
   double busy_s = 0;
   double ms_per_sample = 0;  // busy_s / items: single-thread cost of the op
   HistogramSnapshot latency;  // per sample (a batch op: per batch)
+  // A Python op: the part of ms_per_sample spent waiting for the GIL; -1 for the others.
+  double gil_wait_ms_per_sample = -1;
 };
 
 // One interval of a run, sampled while it runs (observe/run_monitor.h): what the
@@ -62,6 +65,11 @@ struct RunReport {
   int64_t baseline_rss_bytes = 0;
   int64_t memory_budget_bytes = 0;
   int64_t budget_peak_bytes = 0;
+  // memory.budget_bytes split (EngineMetrics): undecoded reads, and batches ahead of the
+  // consumer, each full batch's buffers taking full_batch_bytes.
+  int64_t io_budget_bytes = 0;
+  int64_t batch_budget_bytes = 0;
+  int64_t full_batch_bytes = 0;
   int64_t batch_memory_reused = 0;  // batch buffers served from the engine's pool
   int64_t batch_memory_fresh = 0;   // batch buffers newly allocated
   // Memory outside memory.budget_bytes (JSON "memory": {...}):
@@ -110,6 +118,10 @@ struct RunReport {
 RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes);
 
 std::string RunReportToJson(const RunReport& report);
+// Reads back what RunReportToJson wrote (a saved `headrace run --report`): the numbers,
+// stages, ops and verdicts; storage, caches and errors' details are not read.
+// kInvalidArgument naming what is missing when the text is not such a report.
+Result<RunReport> RunReportFromJson(std::string_view json_text);
 std::string RunReportToText(const RunReport& report);
 
 // Hex digest (64-bit FNV-1a per tensor, combined in field order) of a batch's bytes.
