@@ -304,6 +304,7 @@ Result<ParquetLayout> ReadParquetFooter(Storage& storage, const std::string& uri
   int64_t size = -1;
   std::vector<Result<Buffer>> probe = ReadAll(1, [&](size_t, ReadCallback done) {
     storage.ReadAsyncGated(uri, std::move(done), [&size](int64_t bytes) {
+      if (bytes == kReadStillWanted) return true;  // asked while it waits: yes
       size = bytes;
       return false;  // the size is all this read is for
     });
