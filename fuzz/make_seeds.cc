@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "headrace/formats/tar_shard.h"
+#include "headrace/ops/pointcloud/pointcloud_test_util.h"
 #include "headrace/pipeline/config.h"
 
 namespace fs = std::filesystem;
@@ -353,6 +354,7 @@ bool PointCloudSeeds(const fs::path& dir) {
   ok &= Write(dir / "binary.pcd", binary);
   ok &= Write(dir / "ascii.pcd", ascii);
   ok &= Write(dir / "mixed.pcd", mixed);
+  ok &= Write(dir / "compressed.pcd", testing::PcdCompressed(p));
   ok &= Write(dir / "lying.pcd", std::string_view(ascii).substr(0, ascii.size() - 20));
   return ok;
 }

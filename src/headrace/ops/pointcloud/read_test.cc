@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "headrace/core/rng.h"
@@ -14,6 +16,7 @@ namespace {
 
 using testing::KittiBytes;
 using testing::PcdBinary;
+using testing::PcdCompressed;
 using testing::PcdHeader;
 using testing::Text;
 
@@ -146,11 +149,81 @@ TEST(PointRead, APcdHeaderThatLiesIsCorruptData) {
   EXPECT_EQ(error_of(Text(PcdHeader("x y z", "4 4", "F F F", "1 1 1", 0, "ascii"))).code(),
             StatusCode::kCorruptData);
   EXPECT_EQ(error_of(Text("# .PCD v0.7\nFIELDS x y z\n")).code(), StatusCode::kCorruptData);
-  // binary_compressed: refused by name.
-  const Status compressed = error_of(
-      Text(PcdHeader("x y z", "4 4 4", "F F F", "1 1 1", 1, "binary_compressed") + "xxxx"));
-  EXPECT_EQ(compressed.code(), StatusCode::kUnsupportedFormat);
-  EXPECT_NE(compressed.message().find("binary_compressed"), std::string::npos);
+}
+
+// A larger cloud with repetition, so that LZF finds back references, and a NaN point.
+std::vector<float> CompressibleCloud() {
+  std::vector<float> cloud;
+  for (int i = 0; i < 500; ++i) {
+    cloud.insert(cloud.end(), {0.5f * static_cast<float>(i % 50), -1.0f, 0.01f * static_cast<float>(i),
+                               static_cast<float>(i % 4)});
+  }
+  cloud[4 * 7] = std::nanf("");  // dropped, as in binary and ascii
+  return cloud;
+}
+
+TEST(PointRead, PcdBinaryCompressedReadsAsBinaryAndAscii) {
+  const std::vector<float> cloud = CompressibleCloud();
+  std::string ascii = PcdHeader("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1",
+                                static_cast<int64_t>(cloud.size() / 4), "ascii");
+  char line[128];
+  for (size_t i = 0; i < cloud.size(); i += 4) {
+    std::snprintf(line, sizeof line, "%.9g %.9g %.9g %.9g\n", cloud[i], cloud[i + 1],
+                  cloud[i + 2], cloud[i + 3]);
+    ascii += line;
+  }
+  const std::vector<uint8_t> compressed = PcdCompressed(cloud);
+  EXPECT_LT(compressed.size(), PcdBinary(cloud).size() / 2);  // LZF found repetition
+  const Read r = ReadWith(compressed);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(r.points.size(), cloud.size() - 4);
+  EXPECT_EQ(r.points, ReadWith(PcdBinary(cloud)).points);
+  EXPECT_EQ(r.points, ReadWith(Text(ascii)).points);
+  EXPECT_EQ(ReadWith(PcdCompressed(kCloud)).points, kCloud);  // incompressible: literals
+  EXPECT_TRUE(ReadWith(PcdCompressed({})).points.empty());    // POINTS 0
+}
+
+TEST(PointRead, PcdBinaryCompressedThatLiesIsCorruptData) {
+  const std::vector<float> cloud = CompressibleCloud();
+  const std::vector<uint8_t> good = PcdCompressed(cloud);
+  // Where the size prefix starts: after the header.
+  const size_t prefix = PcdHeader("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 500,
+                                  "binary_compressed").size();
+  auto with_size = [&](int which, uint32_t value) {
+    std::vector<uint8_t> bytes = good;
+    std::memcpy(bytes.data() + prefix + 4 * which, &value, sizeof value);
+    return bytes;
+  };
+  uint32_t compressed_size = 0;
+  std::memcpy(&compressed_size, good.data() + prefix, sizeof compressed_size);
+  auto expect = [](const std::vector<uint8_t>& bytes, const std::string& what) {
+    const Status s = ReadWith(bytes).status;
+    EXPECT_EQ(s.code(), StatusCode::kCorruptData) << what;
+    EXPECT_NE(s.message().find(what), std::string::npos) << s.message();
+  };
+  // The compressed size past the end of the file, the data cut short.
+  expect(with_size(0, compressed_size + 1), "compressed bytes, but");
+  expect(std::vector<uint8_t>(good.begin(), good.end() - 10), "compressed bytes, but");
+  expect(std::vector<uint8_t>(good.begin(), good.begin() + prefix + 5), "8-byte size prefix");
+  // The uncompressed size against POINTS x record (fewer points than declared), and
+  // against what LZF can expand to.
+  expect(with_size(1, 499 * 16), "binary_compressed says 7984 uncompressed bytes");
+  std::string huge = PcdHeader("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1",
+                               100000000, "binary_compressed");
+  std::vector<uint8_t> liar = Text(huge);
+  const uint32_t sizes[2] = {16, 1600000000u};
+  liar.insert(liar.end(), reinterpret_cast<const uint8_t*>(sizes),
+              reinterpret_cast<const uint8_t*>(sizes) + 8);
+  liar.resize(liar.size() + 16, 0);
+  expect(liar, "more than LZF can expand to");
+  // A stream that decompresses to fewer bytes than declared (a cut stream with a
+  // matching size), and one that is not LZF.
+  std::vector<uint8_t> cut = with_size(0, compressed_size - 40);
+  cut.resize(cut.size() - 40);
+  expect(cut, "does not decompress");
+  std::vector<uint8_t> garbage = good;
+  std::fill(garbage.begin() + prefix + 8, garbage.end(), 0xff);
+  expect(garbage, "does not decompress");
 }
 
 TEST(PointRead, ValidateNamesTheKey) {
@@ -172,10 +245,10 @@ TEST(PointRead, DamagedFilesGiveAStatusNeverACrash) {
   std::string ascii = PcdHeader("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 40, "ascii");
   for (int i = 0; i < 40; ++i) ascii += std::to_string(i) + " 1.5 -2 0.5\n";
   const std::vector<std::vector<uint8_t>> files = {KittiBytes(cloud), PcdBinary(cloud),
-                                                   Text(ascii)};
+                                                   Text(ascii), PcdCompressed(cloud)};
   Rng rng(HashKeys(11, 11));
   int ok = 0;
-  for (int round = 0; round < 600; ++round) {
+  for (int round = 0; round < 800; ++round) {
     std::vector<uint8_t> bytes = files[round % files.size()];
     switch ((round / 3) % 4) {
       case 0:
