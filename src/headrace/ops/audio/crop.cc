@@ -69,19 +69,8 @@ Status AudioCropOp::Run(SampleContext& ctx) const {
     return Status::Internal("audio.crop: " + std::to_string(audio->channels) +
                             " channels where the plan has " + std::to_string(channels_));
   }
-  const int64_t slack = audio->frames - frames_;
-  int64_t begin = 0;
-  if (slack > 0) {
-    switch (spec_.start) {
-      case ClipStart::kRandom:
-        begin = static_cast<int64_t>(ctx.OpRng(op_position_).Uniform() *
-                                     static_cast<double>(slack + 1));
-        begin = std::min(begin, slack);
-        break;
-      case ClipStart::kStart: begin = 0; break;
-      case ClipStart::kCenter: begin = slack / 2; break;
-    }
-  }
+  const int64_t begin =
+      WindowBegin(spec_.start, audio->frames, frames_, ctx.OpRng(op_position_));
   const int64_t n = std::min(frames_, audio->frames - begin);
   auto* out = reinterpret_cast<float*>(ctx.rows[row_]);
   for (int c = 0; c < channels_; ++c) {
