@@ -21,6 +21,7 @@
 #include <limits>
 #include <utility>
 
+#include "headrace/ops/audio/crop.h"
 #include "headrace/ops/schema.h"
 
 extern "C" {
@@ -171,9 +172,7 @@ struct AudioMelSpectrogramOp::DftPlan {
 EnumTable<MelLog> TableOf(MelLog) { return kMelLogs; }
 
 Status AudioMelSpectrogramOp::Validate(const Spec& s, const std::string& p) {
-  if (!(s.seconds > 0) || !(s.seconds <= 3600)) {
-    return schema::Invalid(p + ".seconds", "must be in (0, 3600]" + schema::Got(s.seconds));
-  }
+  HR_RETURN_IF_ERROR(ValidateWindowSeconds(p + ".seconds", s.seconds));
   HR_RETURN_IF_ERROR(schema::KnownEnum(p + ".start", s.start));
   HR_RETURN_IF_ERROR(schema::InRange(p + ".n_fft", s.n_fft, 2, kMaxFft));
   HR_RETURN_IF_ERROR(schema::InRange(p + ".win_length", s.win_length, 0, kMaxFft));
@@ -205,12 +204,7 @@ Status AudioMelSpectrogramOp::Validate(const Spec& s, const std::string& p) {
 }
 
 Status AudioMelSpectrogramOp::Declare(const Spec& spec, PlanContext& ctx) {
-  HR_ASSIGN_OR_RETURN(ValueDesc audio, ctx.Read(spec.field, ValueKind::kAudio));
-  if (audio.rate <= 0) {
-    return ctx.Error("the sample rate of '" + spec.field + "' varies between files (" +
-                     audio.shape_source + "): set audio.decode.sample_rate or add "
-                     "audio.resample before it");
-  }
+  HR_ASSIGN_OR_RETURN(const ValueDesc audio, ReadFixedRateAudio(ctx, spec.field));
   if (audio.shape.empty() || audio.shape[0] != 1) {
     return ctx.Error("reads mono audio, but '" + spec.field + "' has " +
                      (audio.shape.empty() || audio.shape[0] < 0
