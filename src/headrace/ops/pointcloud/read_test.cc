@@ -6,7 +6,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 #include <vector>
+
+#include <lzf.h>
 
 #include "headrace/core/rng.h"
 #include "headrace/ops/pointcloud/pointcloud_test_util.h"
@@ -103,6 +106,26 @@ TEST(PointRead, PcdBinaryOfMixedTypesSkipsOtherFields) {
   const Read r = ReadWith(bytes);
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
   EXPECT_EQ(r.points, (std::vector<float>{1.5f, 0, 0.125f, 200, 2.5f, -2, 0.125f, 201}));
+
+  // The same records as binary_compressed: column by column (a field of COUNT 3 takes
+  // its 3 bytes per point together), LZF-compressed.
+  const std::string header = PcdHeader("x rgb y z _ intensity", "8 4 8 8 1 1", "F U F F I U",
+                                       "1 1 1 1 3 1", 2, "binary_compressed");
+  const uint8_t* records = bytes.data() + bytes.size() - 2 * 32;
+  std::vector<uint8_t> columns;
+  for (const auto& [offset, width] : {std::pair{0, 8}, {8, 4}, {12, 8}, {20, 8}, {28, 3}, {31, 1}}) {
+    for (int i = 0; i < 2; ++i) {
+      columns.insert(columns.end(), records + i * 32 + offset, records + i * 32 + offset + width);
+    }
+  }
+  std::vector<uint8_t> packed(256);
+  const uint32_t sizes[2] = {lzf_compress(columns.data(), 64, packed.data(), 256), 64};
+  ASSERT_GT(sizes[0], 0u);
+  std::vector<uint8_t> compressed = Text(header);
+  compressed.insert(compressed.end(), reinterpret_cast<const uint8_t*>(sizes),
+                    reinterpret_cast<const uint8_t*>(sizes) + 8);
+  compressed.insert(compressed.end(), packed.begin(), packed.begin() + sizes[0]);
+  EXPECT_EQ(ReadWith(compressed).points, r.points);
 }
 
 TEST(PointRead, PcdAsciiWithoutIntensity) {
