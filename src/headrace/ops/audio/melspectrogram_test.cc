@@ -7,6 +7,8 @@
 #include <cmath>
 #include <vector>
 
+#include "headrace/ops/op_test_util.h"
+
 namespace headrace {
 namespace {
 
@@ -61,14 +63,8 @@ Spectrogram MelOf(const AudioMelSpectrogramSpec& spec, const std::vector<float>&
   out.values.assign(static_cast<size_t>(p.shape[0] * p.shape[1]), -1.0f);
   uint8_t* rows[2] = {reinterpret_cast<uint8_t*>(out.values.data()),
                       reinterpret_cast<uint8_t*>(&out.length)};
-  std::vector<Value> values = {AudioView{audio.data(), 1, static_cast<int64_t>(audio.size()), kRate}};
-  ScratchArena scratch;
-  SampleContext ctx;
-  ctx.sample_seed = seed;
-  ctx.scratch = &scratch;
-  ctx.values = values;
-  ctx.rows = rows;
-  out.status = p.op->Run(ctx);
+  Value values[1] = {AudioView{audio.data(), 1, static_cast<int64_t>(audio.size()), kRate}};
+  out.status = testing::RunOp(*p.op, values, rows, seed);
   return out;
 }
 
