@@ -1,10 +1,13 @@
 // hr_fuzz_seeds OUT_DIR: writes the seed corpus of every fuzz target, one folder each
-// (OUT_DIR/decode, manifest, config, tokenize, hf_tokenize, tar, parquet, pointcloud), generated rather than
+// (OUT_DIR/decode, manifest, config, tokenize, hf_tokenize, tar, parquet, pointcloud,
+// video, audio), generated rather than
 // checked in: tiny images in every form the decoder handles, manifest lines good and
 // bad, the example config and the canonical YAML of a spec with every op,
 // conversations, small WebDataset shards (whole, truncated) and a shard index, and
-// small Parquet files written by Arrow (whole, truncated), point clouds (KITTI, PCD ascii
-// and binary, a lying header).
+// small Parquet files written by Arrow (whole, truncated), point clouds (KITTI, PCD ascii,
+// binary and binary_compressed, a lying header), short videos (H.264 in MP4 and MKV,
+// MPEG-4 part 2, a truncated MP4) and audio (WAV, FLAC, MP3, Opus, stereo, truncated),
+// encoded with the FFmpeg encoders make-sample uses.
 #include <arrow/api.h>
 #include <arrow/io/memory.h>
 #include <parquet/arrow/writer.h>
@@ -13,6 +16,7 @@
 #include <turbojpeg.h>
 #include <webp/encode.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -21,9 +25,12 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "headrace/formats/tar_shard.h"
+#include "headrace/ops/av/av_encode.h"
+#include "headrace/ops/pointcloud/pointcloud_test_util.h"
 #include "headrace/pipeline/config.h"
 
 namespace fs = std::filesystem;
@@ -353,7 +360,63 @@ bool PointCloudSeeds(const fs::path& dir) {
   ok &= Write(dir / "binary.pcd", binary);
   ok &= Write(dir / "ascii.pcd", ascii);
   ok &= Write(dir / "mixed.pcd", mixed);
+  ok &= Write(dir / "compressed.pcd", testing::PcdCompressed(p));
   ok &= Write(dir / "lying.pcd", std::string_view(ascii).substr(0, ascii.size() - 20));
+  return ok;
+}
+
+// A few frames, small: libFuzzer mutates every byte, and each execution decodes them all.
+bool VideoSeeds(const fs::path& dir) {
+  av::VideoClip clip;
+  clip.width = 32;
+  clip.height = 24;
+  clip.frames = 6;
+  clip.fps = 5;
+  clip.gop = 3;
+  clip.paint = [](int frame, uint8_t* rgb) {
+    for (int i = 0; i < 32 * 24; ++i) {
+      rgb[3 * i] = static_cast<uint8_t>(frame * 40);
+      rgb[3 * i + 1] = static_cast<uint8_t>(i % 32 * 8);
+      rgb[3 * i + 2] = static_cast<uint8_t>(i / 32 * 10);
+    }
+  };
+  bool ok = true;
+  for (const auto& [name, codec, ext] : {std::tuple{"h264.mp4", "libx264", "mp4"},
+                                         std::tuple{"h264.mkv", "libx264", "mkv"},
+                                         std::tuple{"mpeg4.mp4", "mpeg4", "mp4"}}) {
+    clip.codec = codec;
+    Result<Bytes> bytes = av::EncodeVideo(clip, ext);
+    ok &= bytes.ok() && Write(dir / name, *bytes);
+    if (ok && std::string_view(name) == "h264.mp4") {
+      ok &= Write(dir / "truncated.mp4", Bytes(bytes->begin(), bytes->begin() + bytes->size() * 2 / 3));
+    }
+  }
+  return ok;
+}
+
+// A quarter second of a tone in each codec audio.decode's tests use.
+bool AudioSeeds(const fs::path& dir) {
+  bool ok = true;
+  for (const auto& [name, codec, ext, rate, channels] :
+       {std::tuple{"tone.wav", "pcm_s16le", "wav", 8000, 1},
+        std::tuple{"stereo.wav", "pcm_s16le", "wav", 11025, 2},
+        std::tuple{"tone.flac", "flac", "flac", 8000, 1},
+        std::tuple{"tone.mp3", "libmp3lame", "mp3", 16000, 1},
+        std::tuple{"tone.opus", "libopus", "opus", 48000, 2}}) {
+    av::AudioClip clip;
+    clip.sample_rate = rate;
+    clip.channels = channels;
+    clip.seconds = 0.25;
+    clip.codec = codec;
+    clip.sample = [rate = rate](int64_t i, int c) {
+      return static_cast<float>(0.5 * std::sin(2 * M_PI * 440 * (c + 1) * static_cast<double>(i) / rate));
+    };
+    Result<Bytes> bytes = av::EncodeAudio(clip, ext);
+    ok &= bytes.ok() && Write(dir / name, *bytes);
+    if (ok && std::string_view(name) == "tone.wav") {
+      ok &= Write(dir / "truncated.wav", Bytes(bytes->begin(), bytes->begin() + bytes->size() / 2));
+    }
+  }
   return ok;
 }
 
@@ -369,13 +432,14 @@ int main(int argc, char** argv) {
   const fs::path out = argv[1];
   for (const char* target :
        {"decode", "manifest", "config", "tokenize", "hf_tokenize", "tar", "parquet",
-        "pointcloud"}) {
+        "pointcloud", "video", "audio"}) {
     fs::create_directories(out / target);
   }
   const bool ok = DecodeSeeds(out / "decode") && ManifestSeeds(out / "manifest") &&
                   ConfigSeeds(out / "config", HEADRACE_SOURCE_DIR) &&
                   TokenizeSeeds(out / "tokenize") && HfTokenizeSeeds(out / "hf_tokenize") &&
                   TarSeeds(out / "tar") &&
-                  ParquetSeeds(out / "parquet") && PointCloudSeeds(out / "pointcloud");
+                  ParquetSeeds(out / "parquet") && PointCloudSeeds(out / "pointcloud") &&
+                  VideoSeeds(out / "video") && AudioSeeds(out / "audio");
   return ok ? 0 : 1;
 }

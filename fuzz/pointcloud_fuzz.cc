@@ -1,18 +1,21 @@
-// Fuzz target: pointcloud.read's parser (ParsePoints: KITTI .bin, PCD ascii/binary) on
+// Fuzz target: pointcloud.read's parser (ParsePoints: KITTI .bin, PCD ascii/binary/
+// binary_compressed) on
 // arbitrary bytes, as auto, kitti and pcd, with and without a range, then voxelization
 // of what it accepted.
 //
 // Properties checked besides "no crash, no leak, no UB":
 //   - a parse fails only with kCorruptData or kUnsupportedFormat;
-//   - memory is asked for once, for at most size / 16 points (KITTI, binary PCD) or
-//     size / 2 (ascii: two bytes per value at least), before any point is written, and
-//     the points kept fit in it;
+//   - memory is asked for once, for at most size / 16 points (KITTI, binary PCD),
+//     size / 2 (ascii: two bytes per value at least) or 88 x size / 3 (binary_compressed:
+//     LZF expands at most 88-fold, a record is 3 bytes at least), before any point is
+//     written, and the points kept fit in it;
 //   - kept points have finite x, y, z, inside the range when one is given;
 //   - voxelizing them uses at most max_voxels rows, each with 1..P points and a cell
 //     inside the grid; the rows past the count are zero.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "fuzz/fuzz_util.h"
@@ -23,6 +26,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace headrace;
   const Buffer bytes = fuzz::ExactCopy(data, size);
   const PointRange ranges[] = {{0, 0, 0, 0, 0, 0}, {-10, -10, -3, 10, 10, 3}};
+  const bool compressed = std::string_view(reinterpret_cast<const char*>(data), size)
+                              .find("binary_compressed") != std::string_view::npos;
+  const uint64_t max_points = compressed ? 88 * static_cast<uint64_t>(size) / 3 + 1 : size / 2 + 1;
   for (PointFormat format : {PointFormat::kAuto, PointFormat::kKitti, PointFormat::kPcd}) {
     for (const PointRange& range : ranges) {
       std::vector<float> points;
@@ -30,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const Result<int64_t> kept = ParsePoints(
           bytes.data(), bytes.size(), format, range, [&](int64_t n) -> Result<float*> {
             HR_FUZZ_CHECK(asked < 0, "memory asked for twice");
-            HR_FUZZ_CHECK(n >= 0 && static_cast<uint64_t>(n) <= size / 2 + 1,
+            HR_FUZZ_CHECK(n >= 0 && static_cast<uint64_t>(n) <= max_points,
                           "asked for %lld points for %zu bytes", static_cast<long long>(n), size);
             asked = n;
             points.resize(static_cast<size_t>(n) * kPointChannels + kPointChannels);

@@ -15,6 +15,7 @@ APT_PACKAGES=(
   libcurl4-openssl-dev libssl-dev openssl libcpp-httplib-dev
   libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev ffmpeg
   libtesseract-dev tesseract-ocr tesseract-ocr-eng libfreetype-dev fonts-dejavu-core
+  liblzf-dev
   python3 python3-venv
 )
 

@@ -12,6 +12,7 @@
 
 #include "headrace/ops/audio/crop.h"
 #include "headrace/ops/audio/decode.h"
+#include "headrace/ops/audio/melspectrogram.h"
 #include "headrace/ops/audio/resample.h"
 #include "headrace/ops/image/center_crop.h"
 #include "headrace/ops/image/color_jitter.h"
@@ -77,6 +78,7 @@ using AllOps = OpList<DecodeOp,             //
                       AudioDecodeOp,        //
                       AudioResampleOp,      //
                       AudioCropOp,          //
+                      AudioMelSpectrogramOp,  //
                       OcrTextOp,            //
                       PointReadOp,          //
                       PointAugmentOp,       //

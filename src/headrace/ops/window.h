@@ -2,6 +2,9 @@
 // shared by the media operators' `clip_start` / `start` parameters.
 #pragma once
 
+#include <cstdint>
+
+#include "headrace/core/rng.h"
 #include "headrace/ops/schema.h"
 
 namespace headrace {
@@ -13,5 +16,10 @@ enum class ClipStart {
 };
 // "random", "start", "center".
 EnumTable<ClipStart> TableOf(ClipStart);
+
+// The first sample of a window of `length` samples in a stream of `total` (0 when the
+// stream is not longer: the window is then zero-padded at the end). kRandom draws one
+// Uniform() from `rng`, and only when there is a choice.
+int64_t WindowBegin(ClipStart start, int64_t total, int64_t length, Rng rng);
 
 }  // namespace headrace

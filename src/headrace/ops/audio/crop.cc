@@ -15,21 +15,29 @@ std::string OutputOf(const AudioCropSpec& spec) {
 
 }  // namespace
 
-Status AudioCropOp::Validate(const Spec& s, const std::string& p) {
-  if (!(s.seconds > 0) || !(s.seconds <= 3600)) {
-    return schema::Invalid(p + ".seconds", "must be in (0, 3600]" + schema::Got(s.seconds));
+Status ValidateWindowSeconds(const std::string& key, double seconds) {
+  if (seconds > 0 && seconds <= 3600) return Status::Ok();
+  return schema::Invalid(key, "must be in (0, 3600]" + schema::Got(seconds));
+}
+
+Result<ValueDesc> ReadFixedRateAudio(PlanContext& ctx, const std::string& field) {
+  HR_ASSIGN_OR_RETURN(ValueDesc audio, ctx.Read(field, ValueKind::kAudio));
+  if (audio.rate <= 0) {
+    return ctx.Error("the sample rate of '" + field + "' varies between files (" +
+                     audio.shape_source + "): set audio.decode.sample_rate or add "
+                     "audio.resample before it");
   }
+  return audio;
+}
+
+Status AudioCropOp::Validate(const Spec& s, const std::string& p) {
+  HR_RETURN_IF_ERROR(ValidateWindowSeconds(p + ".seconds", s.seconds));
   HR_RETURN_IF_ERROR(schema::KnownEnum(p + ".start", s.start));
   return schema::NonEmpty(p + ".field", s.field, "the audio value to crop");
 }
 
 Status AudioCropOp::Declare(const Spec& spec, PlanContext& ctx) {
-  HR_ASSIGN_OR_RETURN(ValueDesc audio, ctx.Read(spec.field, ValueKind::kAudio));
-  if (audio.rate <= 0) {
-    return ctx.Error("the sample rate of '" + spec.field + "' varies between files (" +
-                     audio.shape_source + "): set audio.decode.sample_rate or add "
-                     "audio.resample before it");
-  }
+  HR_ASSIGN_OR_RETURN(const ValueDesc audio, ReadFixedRateAudio(ctx, spec.field));
   if (audio.shape.empty() || audio.shape[0] <= 0) {
     return ctx.Error("the channel count of '" + spec.field + "' varies between files: set "
                      "audio.decode.channels (1 or 2)");
@@ -69,19 +77,8 @@ Status AudioCropOp::Run(SampleContext& ctx) const {
     return Status::Internal("audio.crop: " + std::to_string(audio->channels) +
                             " channels where the plan has " + std::to_string(channels_));
   }
-  const int64_t slack = audio->frames - frames_;
-  int64_t begin = 0;
-  if (slack > 0) {
-    switch (spec_.start) {
-      case ClipStart::kRandom:
-        begin = static_cast<int64_t>(ctx.OpRng(op_position_).Uniform() *
-                                     static_cast<double>(slack + 1));
-        begin = std::min(begin, slack);
-        break;
-      case ClipStart::kStart: begin = 0; break;
-      case ClipStart::kCenter: begin = slack / 2; break;
-    }
-  }
+  const int64_t begin =
+      WindowBegin(spec_.start, audio->frames, frames_, ctx.OpRng(op_position_));
   const int64_t n = std::min(frames_, audio->frames - begin);
   auto* out = reinterpret_cast<float*>(ctx.rows[row_]);
   for (int c = 0; c < channels_; ++c) {

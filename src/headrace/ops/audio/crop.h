@@ -15,6 +15,12 @@
 
 namespace headrace {
 
+// What audio.crop and audio.melspectrogram share: kInvalidArgument naming `key` unless
+// 0 < seconds <= 3600; and `field` read as audio whose rate is fixed at plan time (a
+// config error naming the op otherwise).
+Status ValidateWindowSeconds(const std::string& key, double seconds);
+Result<ValueDesc> ReadFixedRateAudio(PlanContext& ctx, const std::string& field);
+
 struct AudioCropSpec {  // audio.crop
   double seconds = 4.0;
   ClipStart start = ClipStart::kRandom;  // random, start, center

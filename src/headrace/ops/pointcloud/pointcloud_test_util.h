@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <lzf.h>
+
 #include "headrace/ops/op.h"
 
 namespace headrace::testing {
@@ -39,6 +41,30 @@ inline std::vector<uint8_t> PcdBinary(const std::vector<float>& points) {
                      static_cast<int64_t>(points.size() / 4), "binary"));
   const std::vector<uint8_t> body = KittiBytes(points);
   bytes.insert(bytes.end(), body.begin(), body.end());
+  return bytes;
+}
+
+// `points` (x, y, z, intensity each) as PCL writes DATA binary_compressed: the four
+// float32 columns one after another, LZF-compressed (liblzf, the library PCL bundles),
+// after a uint32 compressed size and a uint32 uncompressed size.
+inline std::vector<uint8_t> PcdCompressed(const std::vector<float>& points) {
+  const size_t n = points.size() / 4;
+  std::vector<float> columns(points.size());
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t c = 0; c < 4; ++c) columns[c * n + i] = points[i * 4 + c];
+  }
+  const auto raw = static_cast<unsigned>(columns.size() * sizeof(float));
+  std::vector<uint8_t> packed(raw + raw / 16 + 64);  // room for incompressible data
+  const unsigned size = raw == 0 ? 0
+                                 : lzf_compress(columns.data(), raw, packed.data(),
+                                                static_cast<unsigned>(packed.size()));
+  const uint32_t sizes[2] = {size, raw};
+  std::vector<uint8_t> bytes = Text(PcdHeader("x y z intensity", "4 4 4 4", "F F F F",
+                                              "1 1 1 1", static_cast<int64_t>(n),
+                                              "binary_compressed"));
+  const auto* prefix = reinterpret_cast<const uint8_t*>(sizes);
+  bytes.insert(bytes.end(), prefix, prefix + sizeof sizes);
+  bytes.insert(bytes.end(), packed.begin(), packed.begin() + size);
   return bytes;
 }
 

@@ -6,11 +6,15 @@
 #include "headrace/ops/pointcloud/read.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <utility>
+
+#include <lzf.h>
 
 namespace headrace {
 namespace {
@@ -279,25 +283,96 @@ Result<PcdColumns> FindColumns(const PcdHeader& h) {
   return c;
 }
 
+// The points of a binary body: row-major (`binary`: each point's record in turn) or
+// column-major (`binary_compressed`, once decompressed: each field's values for every
+// point in turn, so a field starts at points x its offset in the record).
+Status ReadPcdRecords(const PcdHeader& h, const PcdColumns& c, const uint8_t* data,
+                      bool column_major, const PointAllocator& allocate, Sink& sink) {
+  const auto points = static_cast<uint64_t>(h.points);
+  HR_RETURN_IF_ERROR(Reserve(allocate, points, sink));
+  const auto& f = h.fields;
+  auto field_bytes = [](const PcdField& field) {
+    return static_cast<uint64_t>(field.size) * static_cast<uint64_t>(field.count);
+  };
+  auto value = [&](int column, uint64_t i) {
+    const PcdField& field = f[static_cast<size_t>(column)];
+    const uint8_t* p =
+        column_major ? data + points * field.offset + i * field_bytes(field)
+                     : data + i * h.record_bytes + field.offset;
+    return ReadBinary(field, p);
+  };
+  for (uint64_t i = 0; i < points; ++i) {
+    sink.Keep(value(c.x, i), value(c.y, i), value(c.z, i),
+              c.intensity >= 0 ? value(c.intensity, i) : 0.0f);
+  }
+  return Status::Ok();
+}
+
+// Whether `points` records of the header fill exactly `size` bytes.
+bool RecordsFill(const PcdHeader& h, size_t size) {
+  const auto points = static_cast<uint64_t>(h.points);
+  return h.record_bytes != 0 && points <= size / h.record_bytes &&
+         points * h.record_bytes == size;
+}
+
 Status ParsePcdBinary(const PcdHeader& h, const PcdColumns& c, const uint8_t* data,
                       size_t size, const PointAllocator& allocate, Sink& sink) {
-  const auto points = static_cast<uint64_t>(h.points);
-  if (h.record_bytes == 0 || points > size / h.record_bytes ||
-      points * h.record_bytes != size) {
+  if (!RecordsFill(h, size)) {
     return PcdError("header says " + std::to_string(h.points) + " points of " +
                     std::to_string(h.record_bytes) + " bytes, but " + std::to_string(size) +
                     " bytes of data follow");
   }
-  HR_RETURN_IF_ERROR(Reserve(allocate, points, sink));
-  const auto& f = h.fields;
-  for (uint64_t i = 0; i < points; ++i) {
-    const uint8_t* r = data + i * h.record_bytes;
-    const float intensity =
-        c.intensity >= 0 ? ReadBinary(f[c.intensity], r + f[c.intensity].offset) : 0.0f;
-    sink.Keep(ReadBinary(f[c.x], r + f[c.x].offset), ReadBinary(f[c.y], r + f[c.y].offset),
-              ReadBinary(f[c.z], r + f[c.z].offset), intensity);
+  return ReadPcdRecords(h, c, data, /*column_major=*/false, allocate, sink);
+}
+
+// LZF's densest token, a 3-byte back reference, stands for 264 bytes: no stream
+// decompresses to more than 88 times its size. A header claiming more is refused before
+// any memory is asked for.
+constexpr uint64_t kLzfMaxRatio = 88;
+
+// `binary_compressed` as PCL writes it: uint32 compressed size, uint32 uncompressed
+// size (both little-endian), then one LZF stream of the column-major records. Bytes
+// after the stream are ignored, as PCL's reader does.
+Status ParsePcdCompressed(const PcdHeader& h, const PcdColumns& c, const uint8_t* data,
+                          size_t size, const PointAllocator& allocate, Sink& sink) {
+  uint32_t sizes[2];
+  if (size < sizeof sizes) {
+    return PcdError("binary_compressed data has " + std::to_string(size) +
+                    " bytes, less than its 8-byte size prefix");
   }
-  return Status::Ok();
+  std::memcpy(sizes, data, sizeof sizes);
+  const uint32_t compressed = sizes[0], uncompressed = sizes[1];
+  if (compressed > size - sizeof sizes) {
+    return PcdError("binary_compressed says " + std::to_string(compressed) +
+                    " compressed bytes, but " + std::to_string(size - sizeof sizes) +
+                    " bytes follow");
+  }
+  if (!RecordsFill(h, uncompressed)) {
+    return PcdError("header says " + std::to_string(h.points) + " points of " +
+                    std::to_string(h.record_bytes) + " bytes, but binary_compressed says " +
+                    std::to_string(uncompressed) + " uncompressed bytes");
+  }
+  if (uncompressed > static_cast<uint64_t>(compressed) * kLzfMaxRatio) {
+    return PcdError("binary_compressed says " + std::to_string(uncompressed) +
+                    " uncompressed bytes from " + std::to_string(compressed) +
+                    ", more than LZF can expand to");
+  }
+  // The column-major body does not fit the scratch the points go to (4 floats a point),
+  // so it is decompressed into a buffer of its own, freed when the file is read.
+  const auto body = std::make_unique_for_overwrite<uint8_t[]>(std::max<size_t>(uncompressed, 1));
+  if (uncompressed > 0) {
+    errno = 0;
+    const unsigned got = lzf_decompress(data + sizeof sizes, compressed, body.get(), uncompressed);
+    if (got != uncompressed) {
+      const std::string why = got != 0        ? std::to_string(got) + " bytes of the " +
+                                                    std::to_string(uncompressed) + " declared"
+                              : errno == E2BIG ? "more than the " + std::to_string(uncompressed) +
+                                                     " bytes declared"
+                                               : "a corrupt stream";
+      return PcdError("binary_compressed data does not decompress (LZF: " + why + ")");
+    }
+  }
+  return ReadPcdRecords(h, c, body.get(), /*column_major=*/true, allocate, sink);
 }
 
 Status ParsePcdAscii(const PcdHeader& h, const PcdColumns& c, const uint8_t* data,
@@ -363,11 +438,10 @@ Status ParsePcd(const uint8_t* bytes, size_t size, const PointAllocator& allocat
   switch (h.data) {
     case PcdData::kAscii: return ParsePcdAscii(h, c, data, data_size, allocate, sink);
     case PcdData::kBinary: return ParsePcdBinary(h, c, data, data_size, allocate, sink);
-    case PcdData::kBinaryCompressed: break;
+    case PcdData::kBinaryCompressed:
+      return ParsePcdCompressed(h, c, data, data_size, allocate, sink);
   }
-  return Status::UnsupportedFormat(
-      "pointcloud.read: PCD DATA binary_compressed (LZF) is not supported: save the cloud "
-      "as binary or ascii (pcl_convert_pcd_ascii_binary <in> <out> 1)");
+  return Status::Internal("pointcloud.read: unknown PCD DATA encoding");
 }
 
 }  // namespace

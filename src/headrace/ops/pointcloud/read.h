@@ -2,10 +2,12 @@
 // scratch: the value `field` becomes a point cloud. Formats:
 //   kitti  the KITTI velodyne `.bin`: little-endian float32 records (x, y, z, intensity),
 //          16 bytes each; a size that is not a multiple of 16 is kCorruptData.
-//   pcd    PCD v0.7 (PCL), DATA ascii or binary: fields x, y, z and, when present,
-//          intensity (or `i`); other fields are skipped; TYPE F/I/U of any SIZE. A
-//          header that lies (WIDTH x HEIGHT != POINTS, fewer or more data than POINTS
-//          records) is kCorruptData; DATA binary_compressed is kUnsupportedFormat.
+//   pcd    PCD v0.7 (PCL), DATA ascii, binary or binary_compressed (LZF, column-major,
+//          what PCL writes by default): fields x, y, z and, when present, intensity (or
+//          `i`); other fields are skipped; TYPE F/I/U of any SIZE. A header that lies
+//          (WIDTH x HEIGHT != POINTS, fewer or more data than POINTS records, compressed
+//          sizes that do not match the file or the points, a stream that does not
+//          decompress to its declared size) is kCorruptData.
 //   auto   pcd when the file starts with "# .PCD", "VERSION" or "FIELDS", else kitti.
 // Points whose x, y or z is not finite (NaN marks "no return" in organized PCDs) are
 // dropped, and with a point_range, so are points outside it. An empty file is
@@ -32,7 +34,7 @@ namespace headrace {
 enum class PointFormat {
   kAuto,   // by the first bytes: PCD's header, else KITTI
   kKitti,  // float32 x, y, z, intensity records
-  kPcd,    // PCD v0.7, ascii or binary
+  kPcd,    // PCD v0.7, ascii, binary or binary_compressed
 };
 EnumTable<PointFormat> TableOf(PointFormat);
 
@@ -69,7 +71,7 @@ class PointReadOp : public Op {
  public:
   static constexpr std::string_view kName = "pointcloud.read";
   static constexpr std::string_view kDoc =
-      "Read a point cloud (KITTI .bin, PCD ascii/binary) to float32 x, y, z, intensity; "
+      "Read a point cloud (KITTI .bin, PCD ascii/binary/binary_compressed) to float32 x, y, z, intensity; "
       "optional range crop.";
   using Spec = PointReadSpec;
   static void Fields(auto& s, auto&& f) {

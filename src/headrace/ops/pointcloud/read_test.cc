@@ -4,7 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <utility>
 #include <vector>
+
+#include <lzf.h>
 
 #include "headrace/core/rng.h"
 #include "headrace/ops/pointcloud/pointcloud_test_util.h"
@@ -14,6 +19,7 @@ namespace {
 
 using testing::KittiBytes;
 using testing::PcdBinary;
+using testing::PcdCompressed;
 using testing::PcdHeader;
 using testing::Text;
 
@@ -100,6 +106,26 @@ TEST(PointRead, PcdBinaryOfMixedTypesSkipsOtherFields) {
   const Read r = ReadWith(bytes);
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
   EXPECT_EQ(r.points, (std::vector<float>{1.5f, 0, 0.125f, 200, 2.5f, -2, 0.125f, 201}));
+
+  // The same records as binary_compressed: column by column (a field of COUNT 3 takes
+  // its 3 bytes per point together), LZF-compressed.
+  const std::string header = PcdHeader("x rgb y z _ intensity", "8 4 8 8 1 1", "F U F F I U",
+                                       "1 1 1 1 3 1", 2, "binary_compressed");
+  const uint8_t* records = bytes.data() + bytes.size() - 2 * 32;
+  std::vector<uint8_t> columns;
+  for (const auto& [offset, width] : {std::pair{0, 8}, {8, 4}, {12, 8}, {20, 8}, {28, 3}, {31, 1}}) {
+    for (int i = 0; i < 2; ++i) {
+      columns.insert(columns.end(), records + i * 32 + offset, records + i * 32 + offset + width);
+    }
+  }
+  std::vector<uint8_t> packed(256);
+  const uint32_t sizes[2] = {lzf_compress(columns.data(), 64, packed.data(), 256), 64};
+  ASSERT_GT(sizes[0], 0u);
+  std::vector<uint8_t> compressed = Text(header);
+  compressed.insert(compressed.end(), reinterpret_cast<const uint8_t*>(sizes),
+                    reinterpret_cast<const uint8_t*>(sizes) + 8);
+  compressed.insert(compressed.end(), packed.begin(), packed.begin() + sizes[0]);
+  EXPECT_EQ(ReadWith(compressed).points, r.points);
 }
 
 TEST(PointRead, PcdAsciiWithoutIntensity) {
@@ -146,11 +172,81 @@ TEST(PointRead, APcdHeaderThatLiesIsCorruptData) {
   EXPECT_EQ(error_of(Text(PcdHeader("x y z", "4 4", "F F F", "1 1 1", 0, "ascii"))).code(),
             StatusCode::kCorruptData);
   EXPECT_EQ(error_of(Text("# .PCD v0.7\nFIELDS x y z\n")).code(), StatusCode::kCorruptData);
-  // binary_compressed: refused by name.
-  const Status compressed = error_of(
-      Text(PcdHeader("x y z", "4 4 4", "F F F", "1 1 1", 1, "binary_compressed") + "xxxx"));
-  EXPECT_EQ(compressed.code(), StatusCode::kUnsupportedFormat);
-  EXPECT_NE(compressed.message().find("binary_compressed"), std::string::npos);
+}
+
+// A larger cloud with repetition, so that LZF finds back references, and a NaN point.
+std::vector<float> CompressibleCloud() {
+  std::vector<float> cloud;
+  for (int i = 0; i < 500; ++i) {
+    cloud.insert(cloud.end(), {0.5f * static_cast<float>(i % 50), -1.0f, 0.01f * static_cast<float>(i),
+                               static_cast<float>(i % 4)});
+  }
+  cloud[4 * 7] = std::nanf("");  // dropped, as in binary and ascii
+  return cloud;
+}
+
+TEST(PointRead, PcdBinaryCompressedReadsAsBinaryAndAscii) {
+  const std::vector<float> cloud = CompressibleCloud();
+  std::string ascii = PcdHeader("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1",
+                                static_cast<int64_t>(cloud.size() / 4), "ascii");
+  char line[128];
+  for (size_t i = 0; i < cloud.size(); i += 4) {
+    std::snprintf(line, sizeof line, "%.9g %.9g %.9g %.9g\n", cloud[i], cloud[i + 1],
+                  cloud[i + 2], cloud[i + 3]);
+    ascii += line;
+  }
+  const std::vector<uint8_t> compressed = PcdCompressed(cloud);
+  EXPECT_LT(compressed.size(), PcdBinary(cloud).size() / 2);  // LZF found repetition
+  const Read r = ReadWith(compressed);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(r.points.size(), cloud.size() - 4);
+  EXPECT_EQ(r.points, ReadWith(PcdBinary(cloud)).points);
+  EXPECT_EQ(r.points, ReadWith(Text(ascii)).points);
+  EXPECT_EQ(ReadWith(PcdCompressed(kCloud)).points, kCloud);  // incompressible: literals
+  EXPECT_TRUE(ReadWith(PcdCompressed({})).points.empty());    // POINTS 0
+}
+
+TEST(PointRead, PcdBinaryCompressedThatLiesIsCorruptData) {
+  const std::vector<float> cloud = CompressibleCloud();
+  const std::vector<uint8_t> good = PcdCompressed(cloud);
+  // Where the size prefix starts: after the header.
+  const size_t prefix = PcdHeader("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 500,
+                                  "binary_compressed").size();
+  auto with_size = [&](int which, uint32_t value) {
+    std::vector<uint8_t> bytes = good;
+    std::memcpy(bytes.data() + prefix + 4 * which, &value, sizeof value);
+    return bytes;
+  };
+  uint32_t compressed_size = 0;
+  std::memcpy(&compressed_size, good.data() + prefix, sizeof compressed_size);
+  auto expect = [](const std::vector<uint8_t>& bytes, const std::string& what) {
+    const Status s = ReadWith(bytes).status;
+    EXPECT_EQ(s.code(), StatusCode::kCorruptData) << what;
+    EXPECT_NE(s.message().find(what), std::string::npos) << s.message();
+  };
+  // The compressed size past the end of the file, the data cut short.
+  expect(with_size(0, compressed_size + 1), "compressed bytes, but");
+  expect(std::vector<uint8_t>(good.begin(), good.end() - 10), "compressed bytes, but");
+  expect(std::vector<uint8_t>(good.begin(), good.begin() + prefix + 5), "8-byte size prefix");
+  // The uncompressed size against POINTS x record (fewer points than declared), and
+  // against what LZF can expand to.
+  expect(with_size(1, 499 * 16), "binary_compressed says 7984 uncompressed bytes");
+  std::string huge = PcdHeader("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1",
+                               100000000, "binary_compressed");
+  std::vector<uint8_t> liar = Text(huge);
+  const uint32_t sizes[2] = {16, 1600000000u};
+  liar.insert(liar.end(), reinterpret_cast<const uint8_t*>(sizes),
+              reinterpret_cast<const uint8_t*>(sizes) + 8);
+  liar.resize(liar.size() + 16, 0);
+  expect(liar, "more than LZF can expand to");
+  // A stream that decompresses to fewer bytes than declared (a cut stream with a
+  // matching size), and one that is not LZF.
+  std::vector<uint8_t> cut = with_size(0, compressed_size - 40);
+  cut.resize(cut.size() - 40);
+  expect(cut, "does not decompress");
+  std::vector<uint8_t> garbage = good;
+  std::fill(garbage.begin() + prefix + 8, garbage.end(), 0xff);
+  expect(garbage, "does not decompress");
 }
 
 TEST(PointRead, ValidateNamesTheKey) {
@@ -172,10 +268,10 @@ TEST(PointRead, DamagedFilesGiveAStatusNeverACrash) {
   std::string ascii = PcdHeader("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 40, "ascii");
   for (int i = 0; i < 40; ++i) ascii += std::to_string(i) + " 1.5 -2 0.5\n";
   const std::vector<std::vector<uint8_t>> files = {KittiBytes(cloud), PcdBinary(cloud),
-                                                   Text(ascii)};
+                                                   Text(ascii), PcdCompressed(cloud)};
   Rng rng(HashKeys(11, 11));
   int ok = 0;
-  for (int round = 0; round < 600; ++round) {
+  for (int round = 0; round < 800; ++round) {
     std::vector<uint8_t> bytes = files[round % files.size()];
     switch ((round / 3) % 4) {
       case 0:
