@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import tempfile
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -53,6 +54,28 @@ def run_once(binary, config, sets, scrape_hz):
         return r["samples_per_s"], scrapes
 
 
+def scrape_cost(config, n=2000):
+    """CPU per scrape, measured directly: a Python loader holding its first batch (the
+    engine idle once its prefetch is full) scraped n times from this process. Client and
+    server both count: an upper bound on the endpoint's cost."""
+    import resource
+    import headrace
+    loader = headrace.Loader(headrace.Pipeline.from_yaml(config), metrics_port="127.0.0.1:0")
+    try:
+        next(iter(loader))
+        url = loader.metrics_url
+        size = len(urllib.request.urlopen(url).read())
+        r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        for _ in range(n):
+            urllib.request.urlopen(url).read()
+        t1, r1 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+    finally:
+        loader.close()
+        loader.close_metrics()
+    cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
+    return {"bytes": size, "wall_ms": 1e3 * (t1 - t0) / n, "cpu_ms": 1e3 * cpu / n}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--binary", default="build/headrace")
@@ -78,6 +101,10 @@ def main():
         result["sides"][name] = {"samples_per_s": rates[name], "median": med,
                                  "ratio_to_no_endpoint": med / base, "scrapes": scrapes[name]}
         print(f"{name:13s} median {med:8.1f} samples/s  ratio {med / base:.3f}")
+    per_scrape = scrape_cost(args.config)
+    result["per_scrape"] = per_scrape
+    print(f"one scrape: {per_scrape['bytes']} bytes, {per_scrape['wall_ms']:.2f} ms wall, "
+          f"{per_scrape['cpu_ms']:.2f} ms CPU (client and server)")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
 

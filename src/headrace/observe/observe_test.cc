@@ -5,7 +5,6 @@
 #include <httplib.h>
 
 #include <filesystem>
-#include <fstream>
 #include <regex>
 
 #include "headrace/observe/metrics_server.h"
@@ -13,6 +12,7 @@
 #include "headrace/observe/prometheus.h"
 #include "headrace/observe/report_plot.h"
 #include "headrace/observe/run_monitor.h"
+#include "headrace/pipeline/test_pipelines.h"
 
 namespace headrace {
 namespace observe_test {
@@ -20,36 +20,11 @@ namespace observe_test {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-class CopyIndexOp final : public Op {
- public:
-  std::string_view name() const override { return "test.copy_index"; }
-  Status Run(SampleContext& ctx) const override {
-    *reinterpret_cast<int64_t*>(ctx.rows[0]) = ctx.sample->index;
-    return Status::Ok();
-  }
-};
-
-// A text-only pipeline of `samples` records, batches of 4, one op.
+// A text-only pipeline of `samples` records, batches of 4, one op (test.index), 1 epoch.
 PipelineSpec SmallPipeline(const std::string& name, int samples) {
-  const auto dir = std::filesystem::path(testing::TempDir()) / name;
-  std::filesystem::create_directories(dir);
-  std::ofstream manifest(dir / "m.jsonl");
-  for (int i = 0; i < samples; ++i) {
-    manifest << R"({"id": ")" << i << R"(", "conversations": [{"from": "human", "value": "hi"}]})"
-             << "\n";
-  }
-  PipelineSpec spec;
-  spec.source.manifest = (dir / "m.jsonl").string();
-  spec.batch.size = 4;
+  PipelineSpec spec =
+      test::IndexPipeline(std::filesystem::path(testing::TempDir()) / name, samples);
   spec.epochs = 1;
-  spec.execution.cpu_threads = 2;
-  UserOpSpec op;
-  op.name = "test.copy_index";
-  op.fields = {FieldSpec{"copy", DType::kI64, {1}}};
-  op.make = [](const UserOpBinding&) -> Result<std::unique_ptr<Op>> {
-    return std::unique_ptr<Op>(std::make_unique<CopyIndexOp>());
-  };
-  spec.ops = {op};
   return spec;
 }
 
@@ -89,7 +64,7 @@ TEST(MetricsServer, ServesTheLoadersMetricsAndTheyMoveWithTheRun) {
   EXPECT_EQ(Value(after, R"(headrace_samples_total{node="n1",rank="0"})"), 12);
   EXPECT_EQ(Value(after, R"(headrace_batches_total{node="n1",rank="0"})"), 3);
   // The op ran on at least the 12 delivered samples, each in its latency histogram.
-  EXPECT_GE(Value(after, R"(headrace_op_latency_seconds_count{node="n1",rank="0",op="test.copy_index"})"),
+  EXPECT_GE(Value(after, R"(headrace_op_latency_seconds_count{node="n1",rank="0",op="test.index"})"),
             12);
   EXPECT_GE(Value(after, R"(headrace_next_wait_seconds_count{node="n1",rank="0"})"), 3);
   EXPECT_THAT(after, HasSubstr("# TYPE headrace_stage_seconds_total counter"));
