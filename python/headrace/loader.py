@@ -69,14 +69,14 @@ class _BatchCall:
 def _listen_address(value: Union[int, str]) -> Tuple[str, int]:
     """``metrics_port``'s value as (host, port): ``N`` or ``"HOST:N"``, N in 0..65535
     (0: any free port); the host defaults to every interface."""
-    text = str(value)
-    host, _, port = text.rpartition(":")
-    if isinstance(value, bool) or not port.isdigit() or int(port) > 65535 or \
-            (":" in text and not host):
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise _headrace.ConfigError(
             f"metrics_port: {value!r}: expected PORT or 'HOST:PORT' with PORT 0..65535 "
             "(0: any free port)")
-    return host or "0.0.0.0", int(port)
+    try:  # the rule `headrace run --metrics-port` applies (observe/metrics_server.h)
+        return _headrace._parse_listen_address(str(value), "0.0.0.0")
+    except _headrace.ConfigError as e:
+        raise _headrace.ConfigError(f"metrics_port: {e}") from None
 
 
 def default_rank_and_world_size(rank: Optional[int] = None,

@@ -10,6 +10,7 @@
 
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 
@@ -279,15 +280,14 @@ void RegisterLoader(nb::module_& m) {
       .def_prop_ro("port", &PyMetricsServer::port)
       .def_prop_ro("url", &PyMetricsServer::url)
       .def("close", &PyMetricsServer::Close);
-  m.def("_prometheus_text", [](const PyLoader& l, const MetricLabels& labels) {
-    const Loader& loader = l.loader();
-    std::string text;
-    {
-      nb::gil_scoped_release nogil;
-      text = PrometheusText(BuildRunReport(loader, 0), labels);
+  m.def("_parse_listen_address", [](const std::string& text, const std::string& default_host) {
+    std::string host;
+    int port = 0;
+    if (Status parsed = ParseListenAddress(text, default_host, &host, &port); !parsed.ok()) {
+      throw StatusError(parsed);
     }
-    return text;
-  }, nb::arg("loader"), nb::arg("labels"));
+    return std::make_pair(host, port);
+  }, nb::arg("text"), nb::arg("default_host"));
   m.def("_doctor", &Doctor, nb::arg("spec"), nb::arg("seconds"), nb::arg("storage_mb_s") = 0.0);
   nb::class_<PyLoader>(m, "_Loader")
       .def_static("make", &PyLoader::Make, nb::arg("spec"), nb::arg("rank") = 0,

@@ -1,8 +1,10 @@
-// Small string helpers shared by the parsers (config, credentials, HTTP headers).
+// Small string helpers shared by the parsers (config, credentials, HTTP headers) and the
+// report writers.
 #pragma once
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <string>
 #include <string_view>
 
@@ -33,5 +35,13 @@ inline bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
 // from untrusted input cannot flood a log; NUL and other control bytes are shown as
 // "\xHH". Use it wherever a message quotes a URI, a path or a manifest value.
 std::string QuoteForMessage(std::string_view s, size_t max_bytes = 200);
+
+// printf into a string, for the text of reports and messages (at most 511 characters).
+template <typename... Args>
+std::string StrFormat(const char* fmt, Args... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, fmt, args...);
+  return buf;
+}
 
 }  // namespace headrace

@@ -831,7 +831,6 @@ EngineMetrics Engine::Metrics() const {
   m.bytes_copied = bytes_copied_;
   m.budget_peak_bytes = budget_peak_;
   m.budget_used_bytes = batch_bytes_ + undecoded_bytes_;
-  m.undecoded_bytes = undecoded_bytes_;
   m.batches_ready = static_cast<int64_t>(ready_.size());
   m.reads_inflight = reads_inflight_;
   m.read_latency = read_latency_.Snapshot();

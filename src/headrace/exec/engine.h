@@ -189,7 +189,6 @@ struct EngineMetrics {
   int64_t bytes_copied = 0;         // sample bytes copied between stages / into batches
   int64_t budget_peak_bytes = 0;    // peak of batches in flight plus undecoded bytes
   int64_t budget_used_bytes = 0;    // the same, now
-  int64_t undecoded_bytes = 0;      // the I/O budget's charge now
   int64_t batches_ready = 0;        // batches done and waiting for the consumer
   int reads_inflight = 0;           // now
   // The two budgets (EngineOptions) and one full batch's buffers (BatchBytes of

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "headrace/core/strings.h"
+
 namespace headrace {
 namespace {
 
@@ -47,12 +49,6 @@ std::string Escape(const std::string& s) {
     }
   }
   return out;
-}
-
-std::string Fmt(const char* fmt, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, fmt, v);
-  return buf;
 }
 
 Status Numbers(simdjson::dom::element e, std::vector<double>* out) {
@@ -152,35 +148,35 @@ class Panel {
         y_max_(std::max(y_max, 1e-9)) {}
 
   void Axes(const std::string& title, const std::string& y_label_max) {
-    *svg_ += "<rect x=\"" + Fmt("%.1f", x_) + "\" y=\"" + Fmt("%.1f", y_) + "\" width=\"" +
-             Fmt("%.1f", w_) + "\" height=\"" + Fmt("%.1f", h_) +
+    *svg_ += "<rect x=\"" + StrFormat("%.1f", x_) + "\" y=\"" + StrFormat("%.1f", y_) + "\" width=\"" +
+             StrFormat("%.1f", w_) + "\" height=\"" + StrFormat("%.1f", h_) +
              "\" fill=\"#fafafa\" stroke=\"#999\"/>\n";
     Text(x_, y_ - 6, title, "start", 13, "bold");
     Text(x_ - 4, y_ + 10, y_label_max, "end", 11);
     Text(x_ - 4, y_ + h_, "0", "end", 11);
-    Text(x_ + w_, y_ + h_ + 14, Fmt("%.0f s", t_max_), "end", 11);
+    Text(x_ + w_, y_ + h_ + 14, StrFormat("%.0f s", t_max_), "end", 11);
   }
   void Line(const std::vector<double>& t, const std::vector<double>& v, const std::string& color,
             bool filled) {
     if (t.empty()) return;
     std::string points;
-    if (filled) points += Fmt("%.1f,", X(t.front())) + Fmt("%.1f ", Y(0));
+    if (filled) points += StrFormat("%.1f,", X(t.front())) + StrFormat("%.1f ", Y(0));
     for (size_t i = 0; i < t.size() && i < v.size(); ++i) {
-      points += Fmt("%.1f,", X(t[i])) + Fmt("%.1f ", Y(v[i]));
+      points += StrFormat("%.1f,", X(t[i])) + StrFormat("%.1f ", Y(v[i]));
     }
-    if (filled) points += Fmt("%.1f,", X(t.back())) + Fmt("%.1f", Y(0));
+    if (filled) points += StrFormat("%.1f,", X(t.back())) + StrFormat("%.1f", Y(0));
     *svg_ += filled ? "<polygon fill=\"" + color + "\" fill-opacity=\"0.25\" stroke=\"none\""
                     : "<polyline fill=\"none\" stroke=\"" + color + "\" stroke-width=\"1.5\"";
     *svg_ += " points=\"" + points + "\"/>\n";
   }
   void Text(double x, double y, const std::string& s, const char* anchor, int size,
             const char* weight = "normal") {
-    *svg_ += "<text x=\"" + Fmt("%.1f", x) + "\" y=\"" + Fmt("%.1f", y) + "\" text-anchor=\"" +
+    *svg_ += "<text x=\"" + StrFormat("%.1f", x) + "\" y=\"" + StrFormat("%.1f", y) + "\" text-anchor=\"" +
              anchor + "\" font-size=\"" + std::to_string(size) + "\" font-weight=\"" + weight +
              "\">" + Escape(s) + "</text>\n";
   }
   void Legend(double x, double y, const std::string& name, const std::string& color) {
-    *svg_ += "<rect x=\"" + Fmt("%.1f", x) + "\" y=\"" + Fmt("%.1f", y - 9) +
+    *svg_ += "<rect x=\"" + StrFormat("%.1f", x) + "\" y=\"" + StrFormat("%.1f", y - 9) +
              "\" width=\"10\" height=\"10\" fill=\"" + color + "\"/>\n";
     Text(x + 14, y, name, "start", 11);
   }
@@ -196,15 +192,15 @@ std::string Svg(const Report& r) {
   constexpr double kWidth = 900, kLeft = 70, kPlotW = 640, kPanelH = 150;
   const bool timeline = !r.t.empty();
   const double height = timeline ? 3 * (kPanelH + 60) + 70 : 90 + 40.0 * r.stages.size() + 60;
-  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + Fmt("%.0f", kWidth) +
-                    "\" height=\"" + Fmt("%.0f", height) +
+  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + StrFormat("%.0f", kWidth) +
+                    "\" height=\"" + StrFormat("%.0f", height) +
                     "\" font-family=\"sans-serif\">\n<rect width=\"100%\" height=\"100%\" "
                     "fill=\"white\"/>\n";
   Panel header(&svg, kLeft, 0, kPlotW, 0, 1, 1);
   header.Text(kLeft, 24,
               "headrace run: " + std::to_string(r.samples) + " samples, " +
-                  Fmt("%.1f samples/s", r.samples_per_s) + ", trainer waits " +
-                  Fmt("%.1f%%", 100 * r.wait_time_ratio) + ", bottleneck " +
+                  StrFormat("%.1f samples/s", r.samples_per_s) + ", trainer waits " +
+                  StrFormat("%.1f%%", 100 * r.wait_time_ratio) + ", bottleneck " +
                   (r.bottleneck.empty() ? "?" : r.bottleneck),
               "start", 15, "bold");
   if (!timeline) {
@@ -219,11 +215,11 @@ std::string Svg(const Report& r) {
       for (const auto& [v, color] : {std::pair{s.busy, "#2ca02c"}, std::pair{s.starved, "#bbbbbb"},
                                      std::pair{s.blocked, "#d62728"}}) {
         const double w = (kPlotW - 60) * v / total;
-        svg += "<rect x=\"" + Fmt("%.1f", x) + "\" y=\"" + Fmt("%.1f", y) + "\" width=\"" +
-               Fmt("%.1f", w) + "\" height=\"20\" fill=\"" + color + "\"/>\n";
+        svg += "<rect x=\"" + StrFormat("%.1f", x) + "\" y=\"" + StrFormat("%.1f", y) + "\" width=\"" +
+               StrFormat("%.1f", w) + "\" height=\"20\" fill=\"" + color + "\"/>\n";
         x += w;
       }
-      header.Text(kLeft + kPlotW + 8, y + 14, Fmt("%.0f%% busy", 100 * s.utilization), "start",
+      header.Text(kLeft + kPlotW + 8, y + 14, StrFormat("%.0f%% busy", 100 * s.utilization), "start",
                   11);
       y += 40;
     }
@@ -247,12 +243,12 @@ std::string Svg(const Report& r) {
   y += kPanelH + 60;
   const double rate_max = *std::max_element(r.rate.begin(), r.rate.end());
   Panel rate(&svg, kLeft, y, kPlotW, kPanelH, t_max, rate_max * 1.1);
-  rate.Axes("samples/s delivered", Fmt("%.0f", rate_max * 1.1));
+  rate.Axes("samples/s delivered", StrFormat("%.0f", rate_max * 1.1));
   rate.Line(r.t, r.rate, "#1f77b4", false);
   y += kPanelH + 60;
   const double budget_max = std::max(1.0, *std::max_element(r.budget.begin(), r.budget.end()));
   Panel budget(&svg, kLeft, y, kPlotW, kPanelH, t_max, budget_max);
-  budget.Axes("memory in flight / memory.budget_bytes", Fmt("%.0f%%", 100 * budget_max));
+  budget.Axes("memory in flight / memory.budget_bytes", StrFormat("%.0f%%", 100 * budget_max));
   budget.Line(r.t, r.budget, "#9467bd", true);
   return svg + "</svg>\n";
 }
@@ -269,14 +265,14 @@ Result<std::string> PlotRunReport(const std::string& report_json, PlotFormat for
       "<body>\n" +
       svg + "<table>\n";
   html += "<tr><td>samples</td><td>" + std::to_string(r.samples) + "</td></tr>\n";
-  html += "<tr><td>elapsed</td><td>" + Fmt("%.2f s", r.elapsed_s) + "</td></tr>\n";
-  html += "<tr><td>throughput</td><td>" + Fmt("%.1f samples/s", r.samples_per_s) + "</td></tr>\n";
-  html += "<tr><td>wait-time ratio</td><td>" + Fmt("%.2f%%", 100 * r.wait_time_ratio) +
+  html += "<tr><td>elapsed</td><td>" + StrFormat("%.2f s", r.elapsed_s) + "</td></tr>\n";
+  html += "<tr><td>throughput</td><td>" + StrFormat("%.1f samples/s", r.samples_per_s) + "</td></tr>\n";
+  html += "<tr><td>wait-time ratio</td><td>" + StrFormat("%.2f%%", 100 * r.wait_time_ratio) +
           "</td></tr>\n";
   for (const Report::Stage& s : r.stages) {
     html += "<tr><td>stage " + Escape(s.name) + "</td><td>" +
-            Fmt("%.0f%% busy", 100 * s.utilization) + Fmt(", %.2f s starved", s.starved) +
-            Fmt(", %.2f s blocked", s.blocked) + "</td></tr>\n";
+            StrFormat("%.0f%% busy", 100 * s.utilization) + StrFormat(", %.2f s starved", s.starved) +
+            StrFormat(", %.2f s blocked", s.blocked) + "</td></tr>\n";
   }
   html += "<tr><td>bottleneck</td><td>" + Escape(r.bottleneck) + "</td></tr>\n";
   html += "<tr><td>advice</td><td>" + Escape(r.advice) + "</td></tr>\n</table>\n</body></html>\n";

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "headrace/core/json_writer.h"
+#include "headrace/core/strings.h"
 #include "headrace/exec/thread_pool.h"
 
 namespace headrace {
@@ -31,17 +32,11 @@ constexpr double kGilWaitShare = 0.25;
 constexpr int kPrefetchGrowth = 2;
 constexpr int64_t kMiB = 1 << 20;
 
-std::string Format(const char* fmt, auto... args) {
-  char buf[512];
-  std::snprintf(buf, sizeof buf, fmt, args...);
-  return buf;
-}
-
 // "37.5 KiB", "1.9 MiB", "2.0 GiB".
 std::string Bytes(double bytes) {
-  if (bytes < kMiB) return Format("%.1f KiB", bytes / 1024);
-  if (bytes < 1024.0 * kMiB) return Format("%.1f MiB", bytes / kMiB);
-  return Format("%.1f GiB", bytes / (1024.0 * kMiB));
+  if (bytes < kMiB) return StrFormat("%.1f KiB", bytes / 1024);
+  if (bytes < 1024.0 * kMiB) return StrFormat("%.1f MiB", bytes / kMiB);
+  return StrFormat("%.1f GiB", bytes / (1024.0 * kMiB));
 }
 
 int64_t CeilToInt(double v) { return static_cast<int64_t>(std::ceil(std::max(0.0, v))); }
@@ -143,7 +138,7 @@ void AdviseCheaperOp(const RunReport& r, const Rates& x, Builder& b) {
           ? "resizing earlier or to a smaller size, or antialias: false"
           : "a cheaper " + op->name;
   b.Note(
-      Format("the op %s costs %.2f ms/sample (%.0f%% of the ops' %.2f ms): %s saves up to "
+      StrFormat("the op %s costs %.2f ms/sample (%.0f%% of the ops' %.2f ms): %s saves up to "
              "%.1f cores at %s",
              op->name.c_str(), op->ms_per_sample, 100 * share, total_ms, how.c_str(),
              op->ms_per_sample / 1e3 * x.need_sps, x.pace));
@@ -154,7 +149,7 @@ Diagnosis DiagnoseGil(const RunReport& r, const Rates& x, const StageReport& cpu
   const double ceiling_sps = held_ms > 0 ? 1e3 / held_ms : 0;
   const int64_t processes = std::max<int64_t>(1, CeilToInt(held_ms / 1e3 * x.need_sps * kHeadroom));
   b.Limit(LimitKind::kPythonGil, "cpu",
-          Format("the Python op %s holds the GIL %.2f ms per sample, so its calls run one at a "
+          StrFormat("the Python op %s holds the GIL %.2f ms per sample, so its calls run one at a "
                  "time: at most %.0f samples/s from any number of threads; %s is %.0f",
                  op.name.c_str(), held_ms, ceiling_sps, x.pace, x.need_sps))
       .Fact("cpu_utilization", cpu.utilization, "ratio")
@@ -162,7 +157,7 @@ Diagnosis DiagnoseGil(const RunReport& r, const Rates& x, const StageReport& cpu
       .Fact("gil_wait " + op.name, wait_ms, "ms/sample")
       .Fact("gil_busy", held_ms / 1e3 * r.samples_per_s, "s/s")
       .Fact("gil_ceiling", ceiling_sps, "samples/s")
-      .Note(Format("run %s in %lld worker processes: headrace.ops.map(fn, outputs, "
+      .Note(StrFormat("run %s in %lld worker processes: headrace.ops.map(fn, outputs, "
                    "processes=%lld) (GIL-held %.2f ms/sample x %.0f samples/s, +25%%), or "
                    "move it to numpy code that releases the GIL or to a C++ op",
                    op.name.c_str(), static_cast<long long>(processes),
@@ -176,7 +171,7 @@ Diagnosis DiagnoseCpu(const RunReport& r, const Rates& x, const StageReport& cpu
   const int threads = cpu.metrics.concurrency;
   const int64_t wanted = std::max<int64_t>(threads + 1, CeilToInt(cores_needed * kHeadroom));
   b.Limit(LimitKind::kCpu, "cpu",
-          Format("the %d CPU threads are busy %.0f%% of the run at %.2f CPU-ms per sample; "
+          StrFormat("the %d CPU threads are busy %.0f%% of the run at %.2f CPU-ms per sample; "
                  "%s, %.0f samples/s, needs %.1f cores",
                  threads, 100 * cpu.utilization, 1e3 * x.cpu_s_per_sample, x.pace, x.need_sps,
                  cores_needed))
@@ -188,13 +183,13 @@ Diagnosis DiagnoseCpu(const RunReport& r, const Rates& x, const StageReport& cpu
   const int64_t here = std::min<int64_t>(wanted, cores);
   if (here > threads) {
     b.Change("execution.cpu_threads", threads, static_cast<double>(here),
-             Format("raise execution.cpu_threads from %d to %lld", threads,
+             StrFormat("raise execution.cpu_threads from %d to %lld", threads,
                     static_cast<long long>(here)));
   }
   if (wanted > cores) {
     const int64_t more = wanted - std::max<int64_t>(threads, cores);
     b.Note(
-        Format("%lld more cores (or CPU workers: headrace.ray.Loader(workers=...)) to keep "
+        StrFormat("%lld more cores (or CPU workers: headrace.ray.Loader(workers=...)) to keep "
                "%s: %.2f CPU-ms/sample x %.0f samples/s = %.1f cores, +25%%, and this "
                "machine has %d (`headrace plan` sizes CPU nodes)",
                static_cast<long long>(more), x.pace, 1e3 * x.cpu_s_per_sample, x.need_sps,
@@ -223,13 +218,13 @@ Diagnosis DiagnoseStorage(const RunReport& r, const Rates& x, const StageReport&
         std::clamp<int64_t>(CeilToInt(needed * kHeadroom), inflight + 1, 16384);
     b.Limit(
          LimitKind::kStorageLatency, "read",
-         Format("reads wait %.1f ms each with %.1f of %d allowed in flight on average: "
+         StrFormat("reads wait %.1f ms each with %.1f of %d allowed in flight on average: "
                 "%.0f samples/s need %.0f reads/s, so ~%.0f in flight (Little's law)",
                 1e3 * x.read_latency_s, x.mean_inflight, inflight, x.need_sps, reads_per_s, needed))
         .Fact("reads_per_s_needed", reads_per_s, "reads/s")
         .Fact("reads_in_flight_needed", needed, "reads")
         .Change("execution.io_inflight", inflight, static_cast<double>(suggested),
-                Format("raise execution.io_inflight from %d to ~%lld (%.0f reads/s x %.1f ms, "
+                StrFormat("raise execution.io_inflight from %d to ~%lld (%.0f reads/s x %.1f ms, "
                        "+25%%)",
                        inflight, static_cast<long long>(suggested), reads_per_s,
                        1e3 * x.read_latency_s));
@@ -240,7 +235,7 @@ Diagnosis DiagnoseStorage(const RunReport& r, const Rates& x, const StageReport&
       b.Change(
           "execution.io_budget_bytes", static_cast<double>(r.io_budget_bytes),
           static_cast<double>(mib * kMiB),
-          Format("raise execution.io_budget_bytes from %s to %lld MiB so that %lld "
+          StrFormat("raise execution.io_budget_bytes from %s to %lld MiB so that %lld "
                  "reads of %.2f MB fit in flight",
                  Bytes(static_cast<double>(r.io_budget_bytes)).c_str(), static_cast<long long>(mib),
                  static_cast<long long>(suggested), x.bytes_per_read / 1e6));
@@ -249,16 +244,16 @@ Diagnosis DiagnoseStorage(const RunReport& r, const Rates& x, const StageReport&
   }
   b.Limit(LimitKind::kStorageBandwidth, "read",
           bandwidth_reached
-              ? Format("reads move %.1f MB/s of the storage's %.1f MB/s; %s needs %.1f MB/s",
+              ? StrFormat("reads move %.1f MB/s of the storage's %.1f MB/s; %s needs %.1f MB/s",
                        r.mb_per_s, options.storage_mb_s, x.pace, need_mb_s)
-              : Format("reads are in flight %.0f%% of the run yet average only %.1f of %d "
+              : StrFormat("reads are in flight %.0f%% of the run yet average only %.1f of %d "
                        "allowed: the storage's throughput (%.1f MB/s) limits, not the number "
                        "of reads; %s needs %.1f MB/s",
                        100 * read.utilization, x.mean_inflight, inflight, r.mb_per_s, x.pace,
                        need_mb_s));
   if (options.storage_mb_s > 0) b.Fact("storage_mb_per_s", options.storage_mb_s, "MB/s");
   b.Note(
-      Format("more reads in flight will not help: %.1f MB/s more from the storage (more "
+      StrFormat("more reads in flight will not help: %.1f MB/s more from the storage (more "
              "bandwidth, or the data spread over more nodes or prefixes), or fewer bytes "
              "per sample (%.2f MB now: smaller encoded images)",
              std::max(0.0, need_mb_s - r.mb_per_s),
@@ -290,7 +285,7 @@ Diagnosis DiagnoseBuffering(const RunReport& r, const StageReport* batch, Builde
   if (r.full_batch_bytes > 0 && fit < depth) {
     const int64_t suggested = BudgetFor(r, depth);
     b.Limit(LimitKind::kMemoryBudget, "batch",
-            Format("memory.budget_bytes leaves %s for batches, %lld of %s, fewer than "
+            StrFormat("memory.budget_bytes leaves %s for batches, %lld of %s, fewer than "
                    "prefetch.depth %d: the CPU threads wait for the budget while the trainer "
                    "waits for batches",
                    Bytes(static_cast<double>(r.batch_budget_bytes)).c_str(),
@@ -299,7 +294,7 @@ Diagnosis DiagnoseBuffering(const RunReport& r, const StageReport* batch, Builde
         .Fact("batches_ahead_budget_holds", static_cast<double>(fit), "batches")
         .Change("memory.budget_bytes", static_cast<double>(r.memory_budget_bytes),
                 static_cast<double>(suggested),
-                Format("raise memory.budget_bytes from %s to %lld MiB (%d batches of %s "
+                StrFormat("raise memory.budget_bytes from %s to %lld MiB (%d batches of %s "
                        "ahead, plus the I/O budget)",
                        Bytes(static_cast<double>(r.memory_budget_bytes)).c_str(),
                        static_cast<long long>(suggested / kMiB), depth,
@@ -308,17 +303,17 @@ Diagnosis DiagnoseBuffering(const RunReport& r, const StageReport* batch, Builde
   }
   const int deeper = std::max(depth + 1, depth * kPrefetchGrowth);
   b.Limit(LimitKind::kPrefetch, "batch",
-          Format("neither reads nor CPUs are saturated and the budget has room, yet the "
+          StrFormat("neither reads nor CPUs are saturated and the budget has room, yet the "
                  "trainer waits %.1f%% of its loop: %d batches ahead do not absorb the "
                  "pipeline's bursts",
                  100 * r.wait_time_ratio, depth))
       .Change("prefetch.depth", depth, deeper,
-              Format("raise prefetch.depth from %d to %d", depth, deeper));
+              StrFormat("raise prefetch.depth from %d to %d", depth, deeper));
   if (r.full_batch_bytes > 0 && deeper * r.full_batch_bytes > r.batch_budget_bytes) {
     const int64_t suggested = BudgetFor(r, deeper);
     b.Change("memory.budget_bytes", static_cast<double>(r.memory_budget_bytes),
              static_cast<double>(suggested),
-             Format("and memory.budget_bytes from %s to %lld MiB to hold them",
+             StrFormat("and memory.budget_bytes from %s to %lld MiB to hold them",
                     Bytes(static_cast<double>(r.memory_budget_bytes)).c_str(),
                     static_cast<long long>(suggested / kMiB)));
   }
@@ -356,10 +351,10 @@ Diagnosis DiagnoseRun(const RunReport& r, const DoctorOptions& options) {
   if (r.batches > 1 && (r.wait_time_ratio <= kConsumerBoundWaitRatio || waits_with_batches_ready)) {
     b.Limit(LimitKind::kConsumer, "consumer",
             r.wait_time_ratio <= kConsumerBoundWaitRatio
-                ? Format("the trainer is the bottleneck: it waits %.1f%% of its loop for data "
+                ? StrFormat("the trainer is the bottleneck: it waits %.1f%% of its loop for data "
                          "(under %.0f%%); nothing to change",
                          100 * r.wait_time_ratio, 100 * kConsumerBoundWaitRatio)
-                : Format("the trainer is the bottleneck: the prefetch queue held %.0f%% of its "
+                : StrFormat("the trainer is the bottleneck: the prefetch queue held %.0f%% of its "
                          "depth when it asked and no stage is saturated, so its %.1f%% of waits "
                          "are its own thread's, not missing batches; nothing to change",
                          100 * ready, 100 * r.wait_time_ratio));
@@ -490,7 +485,7 @@ std::string DiagnosisToText(const Diagnosis& d) {
   std::string out = "Headrace doctor: " + std::string(LimitKindName(d.limit)) + " (stage " +
                     d.stage + ")\n  " + d.summary + "\n  evidence\n";
   for (const Evidence& e : d.evidence) {
-    out += Format("    %-40s %12.3f %s\n", e.name.c_str(), e.value, e.unit.c_str());
+    out += StrFormat("    %-40s %12.3f %s\n", e.name.c_str(), e.value, e.unit.c_str());
   }
   out += "  advice\n";
   if (d.advice.empty()) out += "    nothing to change\n";

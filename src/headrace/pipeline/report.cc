@@ -8,6 +8,7 @@
 
 #include "headrace/core/json_writer.h"
 #include "headrace/core/rng.h"
+#include "headrace/core/strings.h"
 
 namespace headrace {
 namespace {
@@ -21,12 +22,6 @@ constexpr double kBoundUtilization = 0.75;
 std::string Verdict(const StageMetrics& s, double utilization) {
   if (utilization >= kBoundUtilization) return s.kind == "io" ? "io-bound" : "cpu-bound";
   return s.blocked_s >= s.starved_s ? "blocked" : "starved";
-}
-
-std::string Format(const char* fmt, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, fmt, v);
-  return buf;
 }
 
 // {"count": n, "mean": .., "p50": .., "p90": .., "p99": ..} in units of seconds × scale.
@@ -48,8 +43,8 @@ void Diagnose(RunReport& r, const Loader& loader) {
   if (r.batches > 1 && r.wait_time_ratio <= kTrainerBoundWaitRatio) {
     r.bottleneck = "trainer";
     r.advice = "the pipeline keeps up: the trainer waits " +
-               Format("%.1f%%", 100 * r.wait_time_ratio) + " of its loop" +
-               (cpu ? ", CPU stage " + Format("%.0f%%", 100 * cpu->utilization) + " busy" : "") +
+               StrFormat("%.1f%%", 100 * r.wait_time_ratio) + " of its loop" +
+               (cpu ? ", CPU stage " + StrFormat("%.0f%%", 100 * cpu->utilization) + " busy" : "") +
                "; nothing to change";
     return;
   }
@@ -63,7 +58,7 @@ void Diagnose(RunReport& r, const Loader& loader) {
                " threads are busy; raise execution.cpu_threads (this machine has " +
                std::to_string(AvailableCores()) + " cores) or add CPU workers on other nodes" +
                (costly ? "; costliest op " + costly->name + " at " +
-                             Format("%.2f ms/sample", costly->ms_per_sample)
+                             StrFormat("%.2f ms/sample", costly->ms_per_sample)
                        : "");
     return;
   }
@@ -141,7 +136,6 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
   r.reads_inflight = m.reads_inflight;
   r.total_batches =
       loader.total_batches() == EpochOrder::kUnboundedBatches ? -1 : loader.total_batches();
-  r.next_batch = loader.next_batch();
   r.storage = loader.storage_stats();
   r.source = loader.source();
   if (const BlockCache* cache = loader.block_cache(); cache != nullptr) {

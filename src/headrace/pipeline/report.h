@@ -94,7 +94,6 @@ struct RunReport {
   int64_t batches_ready = 0;      // computed, waiting for the consumer
   int reads_inflight = 0;
   int64_t total_batches = -1;     // the run's batches for this rank; -1 when unbounded
-  int64_t next_batch = 0;         // the local index of the next batch to deliver
   // Filled by the caller that sampled the run (observe/run_monitor.h); empty otherwise.
   std::vector<TimelinePoint> timeline;
   std::vector<StorageStats> storage;  // one entry per backend used
