@@ -203,14 +203,21 @@ CTRL_C_CHILD = textwrap.dedent("""
     from conftest import small_pipeline
     import headrace
     gate = threading.Event()
+    waiting = threading.Event()
     def stall(sample):  # a source that does not answer
+        # The engine may call this while the Loader is still being built: say "stalled"
+        # only once the main thread is in the try below, so that the SIGINT cannot land
+        # outside it (an uncaught KeyboardInterrupt, then an exit that waits for this op).
+        waiting.wait(300)
         print("stalled", flush=True)
         gate.wait(300)
         return {{"x": np.zeros(1, np.float32)}}
     loader = headrace.Loader(small_pipeline(Path({data!r}), cpu_threads=1, extra_ops=[
         headrace.ops.map(stall, {{"x": ("f32", [1])}})]))
     try:
-        next(iter(loader))
+        batches = iter(loader)
+        waiting.set()
+        next(batches)
         print("no interrupt", flush=True)
     except KeyboardInterrupt:
         print("interrupted", flush=True)
