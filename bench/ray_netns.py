@@ -201,7 +201,7 @@ def orchestrate(args):
     os.chdir(REPO)
 
     def on_signal(signum, _frame):
-        raise SystemExit(128 + signum)
+        raise KeyboardInterrupt(signal.Signals(signum).name)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
     teardown()  # a crashed earlier run's namespaces and Ray processes
@@ -225,9 +225,13 @@ def orchestrate(args):
         env.pop("RAY_ADDRESS", None)
         rc = subprocess.run(driver, cwd=REPO, env=env).returncode
         if rc != 0:
-            raise SystemExit(f"the driver failed ({rc}); Ray's logs: {TEMP}/*/session_latest/logs")
+            raise RuntimeError(f"the driver failed ({rc})")
+    except KeyboardInterrupt:
+        teardown()
+        sys.exit("interrupted: the namespaces and the Ray processes in them are removed")
     except BaseException:
         teardown(keep_temp=True)
+        print(f"Ray's logs are kept in {TEMP}/*/session_latest/logs", file=sys.stderr)
         raise
     teardown()
 
@@ -399,7 +403,7 @@ def drive(args):
                     run["round"] = i
                     rung["runs"].append(run)
                     print(f"{rate or 'unshaped'} Mbit/s, step {step * 1000:.0f} ms, "
-                          f"{side:>11}: {run['samples_per_s']:6.1f} samples/s, wait ratio "
+                          f"{side:>15}: {run['samples_per_s']:6.1f} samples/s, wait ratio "
                           f"{run['wait_time_ratio']:.3f}, workers on "
                           f"{','.join(run['worker_nodes'])}, MB sent "
                           f"{ {n: round(v / 1e6, 1) for n, v in run['bytes_sent'].items()} }, "
@@ -445,18 +449,18 @@ def summarize(rung, sides):
 
 
 def print_table(results, sides):
-    print(f"\n{'link Mbit/s':>11} {'step ms':>7} {'side':>11} {'samples/s':>9} "
+    print(f"\n{'link Mbit/s':>11} {'step ms':>7} {'side':>15} {'samples/s':>9} "
           f"{'/ pack':>6} {'wait ratio':>10} {'busiest link':>12}  {'MB sent cpu1/cpu2':>17}"
           f"  workers on")
     for rung in results["rungs"]:
         for side in sides:
             s = rung[side]
-            print(f"{rung['rate_mbit'] or 'unshaped':>11} {rung['step_ms']:>7.0f} {side:>11} "
+            print(f"{rung['rate_mbit'] or 'unshaped':>11} {rung['step_ms']:>7.0f} {side:>15} "
                   f"{s['samples_per_s']:>9.1f} {s.get('over_pack', float('nan')):>6.2f} "
                   f"{s['wait_time_ratio']:>10.3f} {s['busiest_link_mbit_s']:>12.0f}  "
                   f"{s['mb_sent']['cpu1']:>8.0f}/{s['mb_sent']['cpu2']:<8.0f}  "
                   f"{' | '.join(s['worker_nodes'])}")
-        print(f"{'':>20} load {rung['load_1min'][0]:.1f}-{rung['load_1min'][1]:.1f}")
+        print(f"{'':>24} load {rung['load_1min'][0]:.1f}-{rung['load_1min'][1]:.1f}")
 
 
 def main():
