@@ -16,7 +16,7 @@ PY       := .venv/bin/python
 # build of the same sources missed the cache and compiled the whole core a second time.
 export CXX ?= g++
 
-.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-tokenize bench-media bench-pointcloud bench-metrics clean
+.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-ray-netns bench-tokenize bench-media bench-pointcloud bench-metrics clean
 
 all: build
 
@@ -134,6 +134,16 @@ bench-shards: build
 bench-ray: build
 	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
 	$(PY) bench/ray_streaming.py --json bench/ray.json
+
+# headrace.ray pack vs spread with each simulated node in its own network namespace, the
+# CPU nodes' links rate-limited (veth + tc tbf). Needs root and `ip netns` (sudo make
+# bench-ray-netns); not part of `make test`. Removes its namespaces and Ray processes
+# when done or interrupted (bench/ray_netns.json; numbers into bench/RESULTS.md by hand).
+bench-ray-netns:
+	@[ "$$(id -u)" = 0 ] || { echo "bench-ray-netns needs root (it creates network namespaces, veth pairs and tc qdiscs): sudo make bench-ray-netns" >&2; exit 1; }
+	@ip netns list >/dev/null 2>&1 || { echo "bench-ray-netns: \`ip netns\` is unavailable here (iproute2 missing, or no CAP_SYS_ADMIN)" >&2; exit 1; }
+	@$(MAKE) --no-print-directory build $(DATA)/manifest.jsonl
+	$(PY) bench/ray_netns.py --json bench/ray_netns.json
 
 # text.tokenize with a HF tokenizer.json: encoding vs the `tokenizers` package on one
 # thread, and the VQA pipeline with it vs SentencePiece (bench/tokenize.json; numbers
