@@ -107,7 +107,7 @@ Status WriteVideo(const std::string& path, const VideoClip& clip) {
   out.codec->framerate = AVRational{clip.fps, 1};
   out.codec->pix_fmt = AV_PIX_FMT_YUV420P;
   out.codec->gop_size = clip.gop;
-  out.codec->max_b_frames = 0;
+  out.codec->max_b_frames = clip.b_frames;
   if (clip.codec == "libx264") av_opt_set(out.codec->priv_data, "preset", "veryfast", 0);
   HR_RETURN_IF_ERROR(Open(out, stream, encoder, path, clip.codec));
 
