@@ -38,6 +38,7 @@ struct AudioClip {
   int channels = 1;
   double seconds = 1.0;
   std::string codec = "pcm_s16le";  // pcm_s16le (.wav), flac, libmp3lame, libopus, aac
+  int64_t bit_rate = 0;             // bits per second of a lossy codec; 0: its default
   // Sample i of channel c, in [-1, 1].
   std::function<float(int64_t i, int c)> sample;
 };

@@ -55,6 +55,10 @@ void FrameDeleter::operator()(AVFrame* frame) const { av_frame_free(&frame); }
 
 FramePtr NewFrame() { return FramePtr(av_frame_alloc()); }
 
+void PacketDeleter::operator()(AVPacket* packet) const { av_packet_free(&packet); }
+
+PacketPtr NewPacket() { return PacketPtr(av_packet_alloc()); }
+
 Result<std::unique_ptr<Input>> Input::Open(const uint8_t* data, size_t size, Media media,
                                            int threads) {
   SilenceLog();
@@ -270,6 +274,33 @@ double Input::FrameTime(const AVFrame* frame) const {
                                                                      : frame->pts;
   if (pts == AV_NOPTS_VALUE) return 0;
   return static_cast<double>(pts - start_pts_) * time_base_;
+}
+
+Result<bool> Input::ReadPacket(AVPacket* packet) {
+  av_packet_unref(packet);
+  for (;;) {
+    const int rc = av_read_frame(format_, packet);
+    if (rc == AVERROR_EOF) return false;
+    if (rc < 0) return Error("reading the container failed", rc);
+    if (packet->stream_index == stream_) return true;
+    av_packet_unref(packet);
+  }
+}
+
+Status Input::SendPacket(const AVPacket* packet) {
+  const int sent = avcodec_send_packet(codec_, packet);
+  if (sent < 0 && sent != AVERROR_INVALIDDATA && sent != AVERROR_EOF) {
+    return Error("decoding failed", sent);
+  }
+  return Status::Ok();
+}
+
+Result<bool> Input::ReceiveFrame(AVFrame* frame) {
+  av_frame_unref(frame);
+  const int got = avcodec_receive_frame(codec_, frame);
+  if (got == 0) return true;
+  if (got == AVERROR(EAGAIN) || got == AVERROR_EOF) return false;
+  return Error("decoding failed", got);
 }
 
 }  // namespace headrace::av

@@ -91,6 +91,17 @@ class Input {
   // A frame's time in seconds from the stream's start (its best-effort timestamp).
   double FrameTime(const AVFrame* frame) const;
 
+  // Reading and decoding apart, for a reader that picks the packets to decode (audio.decode
+  // of one window), instead of NextFrame. The stream's next packet into `packet`
+  // (unreferenced first), undecoded: true, or false at the end of the container.
+  Result<bool> ReadPacket(AVPacket* packet);
+  // Decodes `packet` (nullptr: no more: the decoder is drained). A damaged packet is
+  // skipped, as NextFrame skips it.
+  Status SendPacket(const AVPacket* packet);
+  // The next frame the decoder has ready into `frame`: true, or false when it wants
+  // another packet (or is drained).
+  Result<bool> ReceiveFrame(AVFrame* frame);
+
  private:
   Input() = default;
   // Whether a frame with presentation timestamp `pts` shows only before the time of
@@ -131,5 +142,12 @@ struct FrameDeleter {
 };
 using FramePtr = std::unique_ptr<AVFrame, FrameDeleter>;
 FramePtr NewFrame();
+
+// An AVPacket that frees itself.
+struct PacketDeleter {
+  void operator()(AVPacket* packet) const;
+};
+using PacketPtr = std::unique_ptr<AVPacket, PacketDeleter>;
+PacketPtr NewPacket();
 
 }  // namespace headrace::av
