@@ -5,6 +5,8 @@ resampling to 8 kHz and cropping a random second, each row must still carry its 
 sample's tone (counted from zero crossings), the length must say what is real, a
 2-second crop must be zero-padded past 1.5 s, and the crop position must be seeded.
 """
+import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -74,3 +76,38 @@ def test_a_crop_needs_a_fixed_rate(tones):
         headrace.Pipeline(
             source={"manifest": tones / "manifest.jsonl", "fields": FIELDS},
             ops=[ops.op("audio.decode", channels=1), ops.op("audio.crop", seconds=1.0)])
+
+
+def test_a_crop_of_mp3_decodes_its_window_only_to_the_same_samples(tmp_path):
+    """audio.decode -> audio.crop decodes about the window the crop keeps (the plan tells
+    the decode which); a second crop after it makes the decode read whole files. The
+    first crop's rows are the same, bit for bit, either way: MP3 (its bit reservoir),
+    44.1 kHz stereo resampled to 16 kHz mono, over two epochs of random windows."""
+    lines = []
+    for i in range(6):
+        path = tmp_path / f"song{i}.mp3"
+        subprocess.run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i",
+                        f"sine=f={300 + 40 * i}:r=44100:d=3", "-f", "lavfi", "-i",
+                        "anoisesrc=r=44100:d=3:a=0.1", "-filter_complex", "amix=inputs=2",
+                        "-ac", "2", "-c:a", "libmp3lame", "-b:a", f"{(64, 128, 192)[i % 3]}k",
+                        "-y", str(path)], check=True)
+        lines.append(json.dumps({"id": str(i), "audio": path.name}))
+    (tmp_path / "m.jsonl").write_text("\n".join(lines) + "\n")
+
+    def crops(*extra):
+        p = headrace.Pipeline(
+            source={"manifest": tmp_path / "m.jsonl",
+                    "fields": [{"name": "audio", "kind": "audio", "required": True}]},
+            ops=[ops.audio_decode(channels=1, sample_rate=16000),
+                 ops.audio_crop(seconds=1.0), *extra],
+            batch_size=3, seed=5, cpu_threads=2, epochs=2, shuffle=False)
+        with headrace.Loader(p) as loader:
+            return [np.asarray(b["audio"]).copy() for _ in range(2) for b in loader]
+
+    window = crops()
+    whole = crops(ops.audio_crop(seconds=0.5, output="other"))
+    assert len(window) == len(whole) == 4
+    for a, b in zip(window, whole):
+        assert a.shape == (3, 1, 16000)
+        assert np.array_equal(a, b)
+    assert not np.array_equal(window[0], window[2]), "epochs draw other windows"

@@ -2,24 +2,44 @@
 
 namespace headrace {
 
+ValueHints::Need* ValueHints::Find(std::string_view name) {
+  for (auto& [n, need] : hints_) {
+    if (n == name) return &need;
+  }
+  return nullptr;
+}
+
 SizeHint ValueHints::Get(std::string_view name) const {
-  for (const auto& [n, hint] : hints_) {
-    if (n == name) return hint;
+  for (const auto& [n, need] : hints_) {
+    if (n == name) return need.size;
   }
   return SizeHint{};
 }
 
 void ValueHints::Set(std::string_view name, SizeHint hint) {
-  for (auto& [n, h] : hints_) {
-    if (n == name) {
-      h = hint;
-      return;
-    }
+  if (Need* need = Find(name)) {
+    *need = Need{hint, {}};
+    return;
   }
-  hints_.emplace_back(std::string(name), hint);
+  hints_.emplace_back(std::string(name), Need{hint, {}});
 }
 
 void ValueHints::Clear(std::string_view name) { Set(name, SizeHint{}); }
+
+AudioWindowHint ValueHints::Window(std::string_view name) const {
+  for (const auto& [n, need] : hints_) {
+    if (n == name) return need.window;
+  }
+  return AudioWindowHint{};
+}
+
+void ValueHints::ReadWindow(std::string_view name, AudioWindowHint window) {
+  if (Find(name) != nullptr) {
+    Clear(name);
+    return;
+  }
+  hints_.emplace_back(std::string(name), Need{{}, window});
+}
 
 Status PlanContext::Error(std::string_view what) const {
   return Status::InvalidArgument(key() + ": " + std::string(what));

@@ -21,6 +21,8 @@
 //   static Spec ExampleSpec();          // a representative spec, for the conformance battery
 // Optional:
 //   static void Hint(const Spec&, ValueHints&);   // see ValueHints
+//   static void Hint(const Spec&, ValueHints&, int position);  // the same, given the op's
+//       place in the chain (the key of its random stream: an AudioWindowHint names it)
 //   static constexpr bool kSizeKey = true;        // also takes `size: N` (width = height = N)
 //   static bool DrawsRandom(const Spec&);         // true when it draws from OpRng with this
 //       spec, so its output changes with the seed and the epoch (a random crop, a coin
@@ -30,6 +32,7 @@
 // Hint backward, Make forward. Errors name the op by key: "ops[1].image.resize: ...".
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -41,6 +44,7 @@
 #include "headrace/core/buffer.h"
 #include "headrace/core/status.h"
 #include "headrace/ops/value.h"
+#include "headrace/ops/window.h"
 
 namespace headrace {
 
@@ -75,20 +79,49 @@ struct SizeHint {
   bool any() const { return min_shorter_side > 0 || min_width > 0 || min_height > 0; }
 };
 
+// The one window of an audio value that every later reader of it reads, placed as
+// WindowBegin (ops/window.h) places it in the whole stream: `seconds` long (frames(rate)
+// samples at the value's rate), at `start`, a random start drawn from the random stream
+// of the op at `rng_op` (SampleContext::OpRng). Its producer may then decode about that
+// window only (audio.decode), and give a view of part of the stream (AudioView::first).
+// seconds 0: no window (the value is read whole, or not at all).
+struct AudioWindowHint {
+  double seconds = 0;
+  ClipStart start = ClipStart::kRandom;
+  int rng_op = -1;
+
+  bool any() const { return seconds > 0; }
+  // The window's length in samples at `rate`: what its readers and its producer use.
+  int64_t frames(int rate) const { return std::llround(seconds * rate); }
+};
+
 // Per value name, what the operators after a point of the chain need of it. The planner
 // walks the chain backward: before an op's Hint runs, `hints` is what the ops after it
 // need; after, what the ops after its predecessor need. An op without a Hint hook
 // clears the hints of every value it reads (it needs them as they are: the safe
 // default); a geometry-neutral op declares an empty Hint (needs pass through it); an
-// op that rescales replaces the need of its input with its own (image.resize).
+// op that rescales replaces the need of its input with its own (image.resize). A name
+// with no entry: no later op needs anything of it (none reads it, or those that do pass
+// the needs after them through).
 class ValueHints {
  public:
   SizeHint Get(std::string_view name) const;
   void Set(std::string_view name, SizeHint hint);
   void Clear(std::string_view name);
+  // The window of `name` that the later ops read, when they read nothing else of it.
+  AudioWindowHint Window(std::string_view name) const;
+  // An op reads the window `window` of `name`: it becomes the need when no later op
+  // needs anything of `name`; otherwise the need is the whole value (two readers, two
+  // windows).
+  void ReadWindow(std::string_view name, AudioWindowHint window);
 
  private:
-  std::vector<std::pair<std::string, SizeHint>> hints_;
+  struct Need {
+    SizeHint size;
+    AudioWindowHint window;
+  };
+  Need* Find(std::string_view name);
+  std::vector<std::pair<std::string, Need>> hints_;
 };
 
 // A named value of the chain being planned. Its slot is its index in PlanState::values:
@@ -190,6 +223,9 @@ class PlanContext {
   const ValueDesc* input(std::string_view name) const;
   // What the ops after this one need of `name`.
   SizeHint hint(std::string_view name) const { return record().hints_after.Get(name); }
+  AudioWindowHint window_hint(std::string_view name) const {
+    return record().hints_after.Window(name);
+  }
   // Reads the file at `uri`, named by this op's parameter `param`. A missing file is a
   // config error (kInvalidArgument); other failures keep their code. Messages name the
   // op, the key and the URI.

@@ -35,12 +35,23 @@ struct TurnsView {
 
 // Decoded audio: float samples in [-1, 1], planar (channel c's frames at data + c *
 // frames), in the thread's scratch arena.
+//
+// A view may hold only part of its stream: samples [first, first + frames) of
+// `stream_frames`, when the planner found that the ops after the producer read one window
+// of it and told the producer which (AudioWindowHint, ops/op_plan.h: audio.decode then
+// decodes little more than the window audio.crop keeps). Only the ops that asked for the
+// window get such a view; any other reader gets the whole stream.
 struct AudioView {
   const float* data = nullptr;
   int channels = 0;
-  int64_t frames = 0;  // samples per channel
+  int64_t frames = 0;  // samples per channel held
   int sample_rate = 0;
+  int64_t first = 0;          // the stream's sample at data (0: from the start)
+  int64_t stream_frames = 0;  // the stream's length; 0: `frames` (the whole stream is held)
+
   const float* channel(int c) const { return data + static_cast<int64_t>(c) * frames; }
+  int64_t total_frames() const { return stream_frames > 0 ? stream_frames : frames; }
+  bool whole() const { return first == 0 && total_frames() == frames; }
 };
 
 // A point cloud: `count` points of `channels` float32 values each, row-major (point i's

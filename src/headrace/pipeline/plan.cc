@@ -94,7 +94,9 @@ void HintOps(const std::vector<OpSpec>& ops, PlanState& state) {
     PlanOpRecord& record = state.ops[first + i];
     record.hints_after = hints;
     VisitOpType(ops[i], [&]<typename T>(const auto& spec) {
-      if constexpr (requires { T::Hint(spec, hints); }) {
+      if constexpr (requires { T::Hint(spec, hints, 0); }) {
+        T::Hint(spec, hints, static_cast<int>(first + i));
+      } else if constexpr (requires { T::Hint(spec, hints); }) {
         T::Hint(spec, hints);
       } else {
         for (const auto& [name, slot] : record.reads) hints.Clear(name);

@@ -300,5 +300,51 @@ TEST(PlanOps, TwoChainsOverTwoFields) {
   EXPECT_EQ(state.source_slots, (std::vector<int>{0, 1}));
 }
 
+// audio.decode learns the window audio.crop or audio.melspectrogram reads, when that is
+// all the later ops read of the audio: it then decodes about that window only.
+TEST(PlanOps, AnAudioWindowReadAloneReachesTheDecode) {
+  const auto window_of = [](const std::vector<OpSpec>& ops) {
+    PlanState state;
+    for (const char* name : {"audio", "image"}) {
+      state.values.push_back(PlanValue{name, ValueDesc{ValueKind::kEncoded, {}, ""},
+                                       std::string("the source field '") + name + "'", -1,
+                                       static_cast<int>(state.values.size()), false});
+    }
+    std::vector<std::unique_ptr<Op>> built;
+    const Status planned = internal::PlanOps(ops, state, &built);
+    EXPECT_TRUE(planned.ok()) << planned.ToString();
+    return planned.ok() ? dynamic_cast<const AudioDecodeOp&>(*built[0]).window()
+                        : AudioWindowHint{};
+  };
+  const AudioDecodeSpec decode{.sample_rate = 16000, .channels = 1};
+  AudioWindowHint w = window_of({decode, AudioCropSpec{.seconds = 2}});
+  EXPECT_EQ(w.seconds, 2);
+  EXPECT_EQ(w.start, ClipStart::kRandom);
+  EXPECT_EQ(w.rng_op, 1) << "the crop's random stream places it";
+  // Ops on other values between them change nothing.
+  w = window_of({decode, DecodeSpec{.field = "image"},
+                 CenterCropSpec{.width = 8, .height = 8, .field = "image"},
+                 NormalizeSpec{.field = "image"},
+                 AudioCropSpec{.seconds = 1.5, .start = ClipStart::kCenter}});
+  EXPECT_EQ(w.seconds, 1.5);
+  EXPECT_EQ(w.start, ClipStart::kCenter);
+  EXPECT_EQ(w.rng_op, 4);
+  w = window_of({decode, AudioMelSpectrogramSpec{.seconds = 3}});
+  EXPECT_EQ(w.seconds, 3);
+  EXPECT_EQ(w.rng_op, 1);
+  // Two windows, or a reader of the whole audio after the crop: all of it.
+  EXPECT_FALSE(window_of({decode, AudioCropSpec{.seconds = 2},
+                          AudioCropSpec{.seconds = 1, .output = "short"}})
+                   .any());
+  EXPECT_FALSE(window_of({decode, AudioCropSpec{.seconds = 2},
+                          AudioResampleSpec{.sample_rate = 8000},
+                          AudioCropSpec{.seconds = 1, .output = "low"}})
+                   .any());
+  // Nor when the rate the window is measured in is not the decode's.
+  EXPECT_FALSE(window_of({AudioDecodeSpec{.channels = 1}, AudioResampleSpec{},
+                          AudioCropSpec{.seconds = 2}})
+                   .any());
+}
+
 }  // namespace
 }  // namespace headrace

@@ -30,6 +30,21 @@ Result<ValueDesc> ReadFixedRateAudio(PlanContext& ctx, const std::string& field)
   return audio;
 }
 
+Result<AudioWindow> WindowOf(const AudioView& audio, ClipStart start, int64_t frames, Rng rng,
+                             std::string_view op) {
+  const int64_t total = audio.total_frames();
+  AudioWindow window;
+  window.begin = WindowBegin(start, total, frames, rng);
+  window.real = std::max<int64_t>(0, std::min(frames, total - window.begin));
+  if (window.begin < audio.first || window.begin + window.real > audio.first + audio.frames) {
+    return Status::Internal(std::string(op) + ": the window [" + std::to_string(window.begin) +
+                            ", +" + std::to_string(window.real) + ") is not in the audio held [" +
+                            std::to_string(audio.first) + ", +" + std::to_string(audio.frames) +
+                            ")");
+  }
+  return window;
+}
+
 Status AudioCropOp::Validate(const Spec& s, const std::string& p) {
   HR_RETURN_IF_ERROR(ValidateWindowSeconds(p + ".seconds", s.seconds));
   HR_RETURN_IF_ERROR(schema::KnownEnum(p + ".start", s.start));
@@ -42,7 +57,7 @@ Status AudioCropOp::Declare(const Spec& spec, PlanContext& ctx) {
     return ctx.Error("the channel count of '" + spec.field + "' varies between files: set "
                      "audio.decode.channels (1 or 2)");
   }
-  const auto frames = static_cast<int64_t>(std::llround(spec.seconds * audio.rate));
+  const int64_t frames = AudioWindowHint{spec.seconds}.frames(audio.rate);
   if (frames < 1) return ctx.Error("seconds x sample rate is less than one sample");
   const std::string source = ctx.key() + ".seconds " + schema::FormatDouble(spec.seconds) +
                              " at " + std::to_string(audio.rate) + " Hz";
@@ -51,13 +66,17 @@ Status AudioCropOp::Declare(const Spec& spec, PlanContext& ctx) {
   return Status::Ok();
 }
 
+void AudioCropOp::Hint(const Spec& spec, ValueHints& hints, int position) {
+  hints.ReadWindow(spec.field, AudioWindowHint{spec.seconds, spec.start, position});
+}
+
 Result<std::unique_ptr<Op>> AudioCropOp::Make(const Spec& spec, PlanContext& ctx) {
   const ValueDesc* audio = ctx.input(spec.field);
   if (audio == nullptr) return ctx.Error("made without its declaration");
   return std::unique_ptr<Op>(std::make_unique<AudioCropOp>(
       spec, ctx.position(), ctx.slot(spec.field), ctx.row(OutputOf(spec)),
       ctx.row(OutputOf(spec) + "_length"), static_cast<int>(audio->shape[0]),
-      static_cast<int64_t>(std::llround(spec.seconds * audio->rate))));
+      AudioWindowHint{spec.seconds}.frames(audio->rate)));
 }
 
 AudioCropOp::AudioCropOp(const AudioCropSpec& spec, int op_position, int slot, int row,
@@ -77,13 +96,15 @@ Status AudioCropOp::Run(SampleContext& ctx) const {
     return Status::Internal("audio.crop: " + std::to_string(audio->channels) +
                             " channels where the plan has " + std::to_string(channels_));
   }
-  const int64_t begin =
-      WindowBegin(spec_.start, audio->frames, frames_, ctx.OpRng(op_position_));
-  const int64_t n = std::min(frames_, audio->frames - begin);
+  HR_ASSIGN_OR_RETURN(const AudioWindow window,
+                      WindowOf(*audio, spec_.start, frames_, ctx.OpRng(op_position_), kName));
+  const int64_t n = window.real;
   auto* out = reinterpret_cast<float*>(ctx.rows[row_]);
   for (int c = 0; c < channels_; ++c) {
     float* to = out + static_cast<int64_t>(c) * frames_;
-    if (n > 0) std::memcpy(to, audio->channel(c) + begin, static_cast<size_t>(n) * sizeof(float));
+    if (n > 0) {
+      std::memcpy(to, window.channel(*audio, c), static_cast<size_t>(n) * sizeof(float));
+    }
     std::memset(to + n, 0, static_cast<size_t>(frames_ - n) * sizeof(float));
   }
   std::memcpy(ctx.rows[length_row_], &n, sizeof n);

@@ -16,10 +16,22 @@
 namespace headrace {
 
 // What audio.crop and audio.melspectrogram share: kInvalidArgument naming `key` unless
-// 0 < seconds <= 3600; and `field` read as audio whose rate is fixed at plan time (a
-// config error naming the op otherwise).
+// 0 < seconds <= 3600; `field` read as audio whose rate is fixed at plan time (a config
+// error naming the op otherwise); and where their window of `frames` samples lies in a
+// sample's audio, which must hold it (kInternal naming `op` otherwise: a producer that
+// decoded part of the stream did not follow the window hint).
 Status ValidateWindowSeconds(const std::string& key, double seconds);
 Result<ValueDesc> ReadFixedRateAudio(PlanContext& ctx, const std::string& field);
+struct AudioWindow {
+  int64_t begin = 0;  // its first sample in the stream
+  int64_t real = 0;   // the samples of audio in it (the rest, past the end, is zeros)
+  // Channel c's samples from `begin` on.
+  const float* channel(const AudioView& audio, int c) const {
+    return audio.channel(c) + (begin - audio.first);
+  }
+};
+Result<AudioWindow> WindowOf(const AudioView& audio, ClipStart start, int64_t frames, Rng rng,
+                             std::string_view op);
 
 struct AudioCropSpec {  // audio.crop
   double seconds = 4.0;
@@ -45,6 +57,8 @@ class AudioCropOp : public Op {
   // Needs the audio's channels and rate fixed (audio.decode's channels and sample_rate,
   // or audio.resample).
   static Status Declare(const Spec& spec, PlanContext& ctx);
+  // Reads one window of the audio: its producer may decode just that (AudioWindowHint).
+  static void Hint(const Spec& spec, ValueHints& hints, int position);
   // A random window changes with the seed and the epoch.
   static bool DrawsRandom(const Spec& spec) { return spec.start == ClipStart::kRandom; }
   static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);

@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
+#include <cmath>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "headrace/core/rng.h"
 #include "headrace/ops/audio/audio_test_util.h"
+#include "headrace/ops/audio/crop.h"
 
 namespace headrace {
 namespace {
@@ -72,6 +75,127 @@ TEST(AudioDecode, ResamplesAndMixesInOnePass) {
   ASSERT_TRUE(both.status.ok());
   for (int64_t i = 0; i < 1000; i += 37) {
     EXPECT_NEAR(d.audio.data[i], (both.audio.channel(0)[i] + both.audio.channel(1)[i]) / 2, 1e-6);
+  }
+}
+
+// Music-like sound that no codec compresses to nothing: a gliding tone per channel and
+// noise (an LCG), so that MP3 frames borrow from the bit reservoir.
+std::vector<uint8_t> Sound(const std::string& codec, const std::string& ext, int rate,
+                           int channels, double seconds, int64_t bit_rate = 0) {
+  av::AudioClip clip;
+  clip.sample_rate = rate;
+  clip.channels = channels;
+  clip.seconds = seconds;
+  clip.codec = codec;
+  clip.bit_rate = bit_rate;
+  clip.sample = [rate](int64_t i, int c) {
+    const double t = static_cast<double>(i) / rate;
+    uint64_t x = static_cast<uint64_t>(i) * 2654435761u + static_cast<uint64_t>(c) * 97;
+    x ^= x >> 13;
+    x *= 0x9E3779B97F4A7C15ull;
+    const double noise = static_cast<double>(x >> 40) / static_cast<double>(1 << 24) - 0.5;
+    return static_cast<float>(0.4 * std::sin(2 * M_PI * (220 + 90 * t) * (c + 1) * t) +
+                              0.2 * noise);
+  };
+  auto bytes = av::EncodeAudio(clip, ext);
+  EXPECT_TRUE(bytes.ok()) << codec << ": " << bytes.status().ToString();
+  return bytes.ok() ? *bytes : std::vector<uint8_t>();
+}
+
+struct Window {
+  Status status;
+  std::vector<float> row;
+  int64_t length = -1;
+  AudioView audio;  // what audio.decode gave audio.crop
+};
+
+// audio.decode then audio.crop (ops 0 and 1 of a chain), the decode told the crop's
+// window or not, as the planner tells it.
+Window DecodeAndCrop(const AudioDecodeSpec& decode, const AudioCropSpec& crop, bool hint,
+                     const std::vector<uint8_t>& bytes, uint64_t seed) {
+  const int channels = decode.channels;
+  const int64_t n = AudioWindowHint{crop.seconds}.frames(decode.sample_rate);
+  AudioDecodeOp decode_op(decode, 0,
+                          hint ? AudioWindowHint{crop.seconds, crop.start, 1} : AudioWindowHint{});
+  AudioCropOp crop_op(crop, 1, 0, 0, 1, channels, n);
+  Window out;
+  out.row.assign(static_cast<size_t>(n * channels), -7);
+  uint8_t* rows[2] = {reinterpret_cast<uint8_t*>(out.row.data()),
+                      reinterpret_cast<uint8_t*>(&out.length)};
+  std::vector<Value> values = {EncodedBytes{bytes.data(), bytes.size()}};
+  ScratchArena scratch;
+  SampleContext ctx;
+  ctx.sample_seed = seed;
+  ctx.scratch = &scratch;
+  ctx.values = values;
+  ctx.rows = rows;
+  out.status = decode_op.Run(ctx);
+  if (const auto* a = std::get_if<AudioView>(&values[0])) out.audio = *a;
+  if (out.status.ok()) out.status = crop_op.Run(ctx);
+  return out;
+}
+
+// Decoding only what a crop keeps gives the crop the very samples (bit for bit) it takes
+// from a decode of the whole file: MP3 at a low, the default and a high bit rate (the
+// bit reservoir reaches furthest back at low ones), MPEG-2 Layer III, FLAC, WAV, each
+// resampled down, up or not at all, with windows at random, at the start, in the center,
+// longer than the file, and a file cut by max_seconds. Opus is not decoded from the
+// middle: it is decoded whole, to the same crop.
+TEST(AudioDecode, AWindowDecodesToTheSameSamplesAsTheWholeFile) {
+  struct File {
+    const char* codec;
+    const char* ext;
+    int rate;
+    int channels;
+    int64_t bit_rate;
+    bool windowed;  // decoded from the middle
+  };
+  const File files[] = {
+      {"libmp3lame", "mp3", 44100, 2, 32000, true},  {"libmp3lame", "mp3", 44100, 2, 0, true},
+      {"libmp3lame", "mp3", 48000, 1, 320000, true}, {"libmp3lame", "mp3", 22050, 1, 24000, true},
+      {"flac", "flac", 44100, 2, 0, true},           {"pcm_s16le", "wav", 16000, 1, 0, true},
+      {"pcm_s16le", "wav", 8000, 2, 0, true},        {"libopus", "opus", 48000, 1, 0, false},
+  };
+  for (const File& f : files) {
+    const std::vector<uint8_t> bytes = Sound(f.codec, f.ext, f.rate, f.channels, 3.0, f.bit_rate);
+    ASSERT_FALSE(bytes.empty());
+    struct Case {
+      int rate;
+      int channels;
+      double seconds;
+      ClipStart start;
+      double max_seconds;
+    };
+    for (const Case& c : {Case{16000, 1, 1.0, ClipStart::kRandom, 600},
+                          Case{16000, 2, 0.37, ClipStart::kRandom, 600},
+                          Case{f.rate, 1, 0.5, ClipStart::kCenter, 600},
+                          Case{22050, 1, 1.3, ClipStart::kStart, 600},
+                          Case{16000, 1, 5.0, ClipStart::kRandom, 600},
+                          Case{16000, 1, 0.6, ClipStart::kRandom, 2.0}}) {
+      const AudioDecodeSpec decode{.sample_rate = c.rate, .channels = c.channels,
+                                   .max_seconds = c.max_seconds};
+      const AudioCropSpec crop{.seconds = c.seconds, .start = c.start};
+      int partial = 0;
+      for (uint64_t seed = 1; seed <= 6; ++seed) {
+        SCOPED_TRACE(::testing::Message()
+                     << f.codec << " " << f.rate << " Hz " << f.bit_rate << " b/s -> " << c.rate
+                     << " Hz, " << c.seconds << " s, seed " << seed);
+        const Window whole = DecodeAndCrop(decode, crop, false, bytes, seed);
+        const Window part = DecodeAndCrop(decode, crop, true, bytes, seed);
+        ASSERT_TRUE(whole.status.ok()) << whole.status.ToString();
+        ASSERT_TRUE(part.status.ok()) << part.status.ToString();
+        ASSERT_TRUE(whole.audio.whole());
+        EXPECT_EQ(part.audio.total_frames(), whole.audio.frames);
+        EXPECT_EQ(part.length, whole.length);
+        EXPECT_TRUE(part.row == whole.row) << "the crops differ";
+        partial += !part.audio.whole();
+      }
+      // The short windows of a longer file were decoded alone (or the whole file, where
+      // the codec does not allow it).
+      if (c.seconds < 1.5 && c.start != ClipStart::kStart) {
+        EXPECT_EQ(partial > 0, f.windowed) << f.codec << " " << c.seconds << " s";
+      }
+    }
   }
 }
 

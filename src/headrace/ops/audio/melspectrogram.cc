@@ -56,7 +56,7 @@ MelGeometry GeometryOf(const AudioMelSpectrogramSpec& s, int rate) {
   g.win_length = s.win_length > 0 ? s.win_length : s.n_fft;
   g.hop = s.hop_length > 0 ? s.hop_length : std::max(1, g.win_length / 2);
   g.f_max = s.f_max > 0 ? s.f_max : rate / 2.0;
-  g.samples = static_cast<int64_t>(std::llround(s.seconds * rate));
+  g.samples = AudioWindowHint{s.seconds}.frames(rate);
   const int64_t padded = s.center ? g.samples + 2 * (s.n_fft / 2) : g.samples;
   g.frames = padded >= s.n_fft ? 1 + (padded - s.n_fft) / g.hop : 0;
   return g;
@@ -308,6 +308,10 @@ AudioMelSpectrogramOp::AudioMelSpectrogramOp(const Spec& spec, int op_position, 
   }
 }
 
+void AudioMelSpectrogramOp::Hint(const Spec& spec, ValueHints& hints, int position) {
+  hints.ReadWindow(spec.field, AudioWindowHint{spec.seconds, spec.start, position});
+}
+
 Status AudioMelSpectrogramOp::Run(SampleContext& ctx) const {
   const AudioView* audio = ctx.Get<AudioView>(slot_);
   if (audio == nullptr) {
@@ -325,13 +329,15 @@ Status AudioMelSpectrogramOp::Run(SampleContext& ctx) const {
   HR_RETURN_IF_ERROR(s.Prepare(size, bluestein));
 
   // The window of audio (zero-padded past the real samples), reflect-padded when centred.
-  const int64_t begin =
-      WindowBegin(spec_.start, audio->frames, samples_, ctx.OpRng(op_position_));
-  const int64_t real = std::min(samples_, audio->frames - begin);
+  HR_ASSIGN_OR_RETURN(const AudioWindow window,
+                      WindowOf(*audio, spec_.start, samples_, ctx.OpRng(op_position_), kName));
+  const int64_t real = window.real;
   const int64_t pad = spec_.center ? n_fft / 2 : 0;
   s.padded.assign(static_cast<size_t>(samples_ + 2 * pad), 0.0f);
   float* body = s.padded.data() + pad;
-  if (real > 0) std::memcpy(body, audio->data + begin, static_cast<size_t>(real) * sizeof(float));
+  if (real > 0) {
+    std::memcpy(body, window.channel(*audio, 0), static_cast<size_t>(real) * sizeof(float));
+  }
   for (int64_t j = 0; j < pad; ++j) {  // samples_ > pad (Declare): x[-1-j] = x[1+j]
     body[-1 - j] = body[1 + j];
     body[samples_ + j] = body[samples_ - 2 - j];

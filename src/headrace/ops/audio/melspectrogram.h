@@ -82,6 +82,8 @@ class AudioMelSpectrogramOp : public Op {
   // sample_rate, or audio.resample); checks f_max against that rate's Nyquist frequency
   // and the window against n_fft.
   static Status Declare(const Spec& spec, PlanContext& ctx);
+  // Reads one window of the audio, as audio.crop does (AudioWindowHint).
+  static void Hint(const Spec& spec, ValueHints& hints, int position);
   static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
   static Spec ExampleSpec() {
     return Spec{.seconds = 0.1, .n_fft = 256, .n_mels = 40, .log = MelLog::kDb, .top_db = 80};

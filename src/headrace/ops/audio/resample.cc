@@ -29,20 +29,21 @@ std::vector<uint8_t*>& PlanarSamples::Reserve(int64_t more) {
   return out_;
 }
 
-void MixChannels(const PlanarSamples& in, int64_t frames, int channels, float* out) {
+void MixChannels(const PlanarSamples& in, int64_t from, int64_t frames, int channels,
+                 float* out) {
   const int source = in.channels();
   if (channels == 1 && source > 1) {
     const float scale = 1.0f / static_cast<float>(source);
     for (int64_t i = 0; i < frames; ++i) {
       float sum = 0;
-      for (int c = 0; c < source; ++c) sum += in.channel(c)[i];
+      for (int c = 0; c < source; ++c) sum += in.channel(c)[from + i];
       out[i] = sum * scale;
     }
     return;
   }
   for (int c = 0; c < channels; ++c) {
-    const float* from = in.channel(std::min(c, source - 1));  // mono -> stereo: twice
-    std::memcpy(out + static_cast<int64_t>(c) * frames, from, static_cast<size_t>(frames) * 4);
+    const float* plane = in.channel(std::min(c, source - 1)) + from;  // mono -> stereo: twice
+    std::memcpy(out + static_cast<int64_t>(c) * frames, plane, static_cast<size_t>(frames) * 4);
   }
 }
 
@@ -96,6 +97,9 @@ Result<std::unique_ptr<Op>> AudioResampleOp::Make(const Spec& spec, PlanContext&
 Status AudioResampleOp::Run(SampleContext& ctx) const {
   const AudioView* audio = ctx.Get<AudioView>(slot_);
   if (audio == nullptr) return Status::MissingField("audio.resample: no audio '" + spec_.field + "'");
+  if (!audio->whole()) {  // the planner gives windows only to the ops that asked
+    return Status::Internal("audio.resample: given part of an audio stream");
+  }
   if (audio->sample_rate == spec_.sample_rate) return Status::Ok();
   if (audio->channels <= 0 || audio->frames <= 0 || audio->sample_rate <= 0) {
     return Status::CorruptData("audio.resample: empty audio");
@@ -125,7 +129,7 @@ Status AudioResampleOp::Run(SampleContext& ctx) const {
                       ctx.NextScratchBytes(static_cast<size_t>(audio->channels) *
                                            static_cast<size_t>(planes.frames()) * sizeof(float)));
   auto* out = reinterpret_cast<float*>(scratch);
-  MixChannels(planes, planes.frames(), audio->channels, out);
+  MixChannels(planes, 0, planes.frames(), audio->channels, out);
   ctx.Set(slot_, AudioView{out, audio->channels, planes.frames(), spec_.sample_rate});
   return Status::Ok();
 }

@@ -39,9 +39,11 @@ class PlanarSamples {
   int64_t frames_ = 0;
 };
 
-// Writes `frames` of `in` as `channels` planar channels to `out`: 1 = the mean of the
-// source channels, 2 = a mono source twice or the first two, else the same channels.
-void MixChannels(const PlanarSamples& in, int64_t frames, int channels, float* out);
+// Writes `frames` of `in` from frame `from` on as `channels` planar channels to `out`:
+// 1 = the mean of the source channels, 2 = a mono source twice or the first two, else
+// the same channels.
+void MixChannels(const PlanarSamples& in, int64_t from, int64_t frames, int channels,
+                 float* out);
 
 class Resampler {
  public:

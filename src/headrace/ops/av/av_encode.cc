@@ -107,7 +107,7 @@ Status WriteVideo(const std::string& path, const VideoClip& clip) {
   out.codec->framerate = AVRational{clip.fps, 1};
   out.codec->pix_fmt = AV_PIX_FMT_YUV420P;
   out.codec->gop_size = clip.gop;
-  out.codec->max_b_frames = 0;
+  out.codec->max_b_frames = clip.b_frames;
   if (clip.codec == "libx264") av_opt_set(out.codec->priv_data, "preset", "veryfast", 0);
   HR_RETURN_IF_ERROR(Open(out, stream, encoder, path, clip.codec));
 
@@ -212,6 +212,7 @@ Status WriteAudio(const std::string& path, const AudioClip& clip) {
   out.codec->sample_rate = clip.sample_rate;
   av_channel_layout_default(&out.codec->ch_layout, clip.channels);
   out.codec->time_base = AVRational{1, clip.sample_rate};
+  if (clip.bit_rate > 0) out.codec->bit_rate = clip.bit_rate;
   HR_RETURN_IF_ERROR(Open(out, stream, encoder, path, clip.codec));
   const int per_frame = out.codec->frame_size > 0 ? out.codec->frame_size : 1024;
   const auto total = static_cast<int64_t>(clip.seconds * clip.sample_rate);

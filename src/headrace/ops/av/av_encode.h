@@ -18,6 +18,8 @@ struct VideoClip {
   int frames = 25;
   int fps = 25;
   int gop = 12;                    // frames between keyframes
+  int b_frames = 0;                // B-frames in a row at most; -1: the encoder's default
+                                   // (libx264: 3, some of them references: B-pyramid)
   std::string codec = "libx264";   // any FFmpeg encoder of video ("mpeg4", "libx264")
   // Paints frame `index` as RGB24 (width * height * 3 bytes, rows packed).
   std::function<void(int index, uint8_t* rgb)> paint;
@@ -36,6 +38,7 @@ struct AudioClip {
   int channels = 1;
   double seconds = 1.0;
   std::string codec = "pcm_s16le";  // pcm_s16le (.wav), flac, libmp3lame, libopus, aac
+  int64_t bit_rate = 0;             // bits per second of a lossy codec; 0: its default
   // Sample i of channel c, in [-1, 1].
   std::function<float(int64_t i, int c)> sample;
 };

@@ -55,6 +55,10 @@ void FrameDeleter::operator()(AVFrame* frame) const { av_frame_free(&frame); }
 
 FramePtr NewFrame() { return FramePtr(av_frame_alloc()); }
 
+void PacketDeleter::operator()(AVPacket* packet) const { av_packet_free(&packet); }
+
+PacketPtr NewPacket() { return PacketPtr(av_packet_alloc()); }
+
 Result<std::unique_ptr<Input>> Input::Open(const uint8_t* data, size_t size, Media media,
                                            int threads) {
   SilenceLog();
@@ -168,17 +172,31 @@ Status Input::SeekBefore(double seconds) {
   }
   avcodec_flush_buffers(codec_);
   draining_ = done_ = false;
+  drop_before_ = kNoTime;
+  sent_count_ = 0;
   return Status::Ok();
 }
 
-double Input::IndexedKeyframeBefore(double seconds) const {
+std::optional<double> Input::IndexedKeyframeBefore(double seconds) const {
   AVStream* stream = format_->streams[stream_];
   const auto ts = start_pts_ + static_cast<int64_t>(seconds / time_base_);
   const int i = av_index_search_timestamp(stream, ts, AVSEEK_FLAG_BACKWARD);
-  if (i < 0) return -1;
+  if (i < 0) return std::nullopt;
   const AVIndexEntry* entry = avformat_index_get_entry(stream, i);
-  if (entry == nullptr || (entry->flags & AVINDEX_KEYFRAME) == 0) return -1;
+  if (entry == nullptr || (entry->flags & AVINDEX_KEYFRAME) == 0) return std::nullopt;
   return static_cast<double>(entry->timestamp - start_pts_) * time_base_;
+}
+
+Status Input::SeekToKeyframe(double key) {
+  // The seek lands on this keyframe or one before it (see the header); what lies between
+  // is read, not decoded.
+  HR_RETURN_IF_ERROR(SeekBefore(key));
+  drop_before_ = start_pts_ + std::llround(key / time_base_);
+  return Status::Ok();
+}
+
+void Input::SkipUnreferencedBefore(double seconds) {
+  skip_before_ = seconds < 0 ? kNoTime : start_pts_ + static_cast<int64_t>(seconds / time_base_);
 }
 
 double Input::ReorderSeconds() const {
@@ -210,7 +228,26 @@ Result<bool> Input::NextFrame(AVFrame* frame) {
       continue;
     }
     if (rc < 0) return Error("reading the container failed", rc);
+    if (packet_->stream_index == stream_ && drop_before_ != kNoTime) {
+      // Up to the keyframe of the index entry: its decode time (MP4's index) or its
+      // presentation time (MKV's) is the entry's. Stopping at an earlier keyframe whose
+      // time reaches it would only decode more, never differently.
+      const int64_t at = std::max(packet_->dts, packet_->pts);  // AV_NOPTS_VALUE is the least
+      if ((packet_->flags & AV_PKT_FLAG_KEY) == 0 ||
+          (at != AV_NOPTS_VALUE && at < drop_before_)) {
+        av_packet_unref(packet_);
+        continue;
+      }
+      drop_before_ = kNoTime;  // decoding restarts at this keyframe
+    }
     if (packet_->stream_index == stream_) {
+      // Decoded in the call (we send only once the decoder wants input), so the setting
+      // applies to this packet alone; frame threads copy it when the packet is handed
+      // to one.
+      codec_->skip_frame = Unshown(packet_->pts) ? AVDISCARD_NONREF : AVDISCARD_DEFAULT;
+      if (packet_->pts != AV_NOPTS_VALUE) {
+        sent_pts_[sent_count_++ % sent_pts_.size()] = packet_->pts;
+      }
       const int sent = avcodec_send_packet(codec_, packet_);
       av_packet_unref(packet_);
       // Damaged packets are skipped as FFmpeg's tools skip them; a stream with none that
@@ -223,11 +260,47 @@ Result<bool> Input::NextFrame(AVFrame* frame) {
   return false;
 }
 
+bool Input::Unshown(int64_t pts) const {
+  if (skip_before_ == kNoTime || pts == AV_NOPTS_VALUE || pts >= skip_before_) return false;
+  const size_t n = std::min(sent_count_, sent_pts_.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (sent_pts_[i] > pts && sent_pts_[i] <= skip_before_) return true;
+  }
+  return false;
+}
+
 double Input::FrameTime(const AVFrame* frame) const {
   const int64_t pts = frame->best_effort_timestamp != AV_NOPTS_VALUE ? frame->best_effort_timestamp
                                                                      : frame->pts;
   if (pts == AV_NOPTS_VALUE) return 0;
   return static_cast<double>(pts - start_pts_) * time_base_;
+}
+
+Result<bool> Input::ReadPacket(AVPacket* packet) {
+  av_packet_unref(packet);
+  for (;;) {
+    const int rc = av_read_frame(format_, packet);
+    if (rc == AVERROR_EOF) return false;
+    if (rc < 0) return Error("reading the container failed", rc);
+    if (packet->stream_index == stream_) return true;
+    av_packet_unref(packet);
+  }
+}
+
+Status Input::SendPacket(const AVPacket* packet) {
+  const int sent = avcodec_send_packet(codec_, packet);
+  if (sent < 0 && sent != AVERROR_INVALIDDATA && sent != AVERROR_EOF) {
+    return Error("decoding failed", sent);
+  }
+  return Status::Ok();
+}
+
+Result<bool> Input::ReceiveFrame(AVFrame* frame) {
+  av_frame_unref(frame);
+  const int got = avcodec_receive_frame(codec_, frame);
+  if (got == 0) return true;
+  if (got == AVERROR(EAGAIN) || got == AVERROR_EOF) return false;
+  return Error("decoding failed", got);
 }
 
 }  // namespace headrace::av

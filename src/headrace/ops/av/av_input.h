@@ -9,9 +9,11 @@
 // on stderr from inside the library.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -55,25 +57,56 @@ class Input {
   // The stream's duration in seconds, or 0 when the container does not say.
   double duration() const { return duration_; }
 
-  // Seeks to the last keyframe at or before `seconds` (from the stream's start) and
-  // resets the decoder. Cheap when the container has an index (MP4, MKV).
+  // Seeks to the last keyframe at or before `seconds` (from the stream's start; the
+  // demuxer's notion of it, a presentation time) and resets the decoder. Cheap when the
+  // container has an index (MP4, MKV).
   Status SeekBefore(double seconds);
-  // The time (seconds from the stream's start) of the last keyframe at or before
-  // `seconds` that the container's index lists (MP4, MKV), or -1 when it has no index
-  // entry there. Lets a reader skip ahead: seeking to a keyframe past the frames already
-  // decoded saves decoding the frames between.
-  double IndexedKeyframeBefore(double seconds) const;
+  // The decode time (seconds from the stream's start) of the last keyframe at or before
+  // `seconds` that the container's index lists (MP4, MKV); nullopt when it lists none
+  // there. Lets a reader skip ahead: restarting at a keyframe past the frames already
+  // decoded (SeekToKeyframe) saves decoding the frames between.
+  std::optional<double> IndexedKeyframeBefore(double seconds) const;
+  // Restarts decoding at the indexed keyframe whose decode time is `key` (a value of
+  // IndexedKeyframeBefore): seeks to or before it, resets the decoder, and drops the
+  // stream's packets before it undecoded (up to the first keyframe whose decode or
+  // presentation time reaches `key`: it, or one before it). Exact where a seek by time
+  // is not: demuxers take a seek target as a presentation time, and a keyframe shows up
+  // to the reorder delay after its decode time, so seeking to `key` itself lands a
+  // keyframe early in an MP4 with B-frames.
+  Status SeekToKeyframe(double key);
   // How much later than its index time (a decode timestamp) a keyframe may show: the
   // decoder's reordering delay in frames (B-frames) plus one, in seconds.
   double ReorderSeconds() const;
+  // Frames the caller will not take: from now on, a packet is sent to the decoder with
+  // AVDISCARD_NONREF (the decoder drops it if no other frame references it: most
+  // B-frames) when a packet sent before it since the last seek starts later than it and
+  // at or before `seconds` — the frame then shows only before `seconds`, never at it or
+  // after. The frames that are decoded are bit-identical to those of a full decode
+  // (nothing reads a non-reference frame); the dropped ones never come out of NextFrame.
+  // Only ever raise `seconds` between seeks. Negative (the default): every frame decodes.
+  void SkipUnreferencedBefore(double seconds);
   // The next decoded frame of the stream into `frame` (unreferenced first): true, or
   // false at the end of the stream (after draining the decoder).
   Result<bool> NextFrame(AVFrame* frame);
   // A frame's time in seconds from the stream's start (its best-effort timestamp).
   double FrameTime(const AVFrame* frame) const;
 
+  // Reading and decoding apart, for a reader that picks the packets to decode (audio.decode
+  // of one window), instead of NextFrame. The stream's next packet into `packet`
+  // (unreferenced first), undecoded: true, or false at the end of the container.
+  Result<bool> ReadPacket(AVPacket* packet);
+  // Decodes `packet` (nullptr: no more: the decoder is drained). A damaged packet is
+  // skipped, as NextFrame skips it.
+  Status SendPacket(const AVPacket* packet);
+  // The next frame the decoder has ready into `frame`: true, or false when it wants
+  // another packet (or is drained).
+  Result<bool> ReceiveFrame(AVFrame* frame);
+
  private:
   Input() = default;
+  // Whether a frame with presentation timestamp `pts` shows only before the time of
+  // SkipUnreferencedBefore: a packet sent since the last seek starts after it, by then.
+  bool Unshown(int64_t pts) const;
 
   struct Memory {  // what the AVIOContext reads from
     const uint8_t* data = nullptr;
@@ -91,6 +124,16 @@ class Input {
   double duration_ = 0;
   bool draining_ = false;
   bool done_ = false;
+  // SeekToKeyframe: the stream's packets are dropped until a keyframe whose decode or
+  // presentation timestamp (ticks) reaches this; kNoTime: none are.
+  static constexpr int64_t kNoTime = INT64_MIN;  // = AV_NOPTS_VALUE
+  int64_t drop_before_ = kNoTime;
+  // SkipUnreferencedBefore: its time in ticks (kNoTime: off), and the presentation
+  // timestamps of the last packets sent since the last seek (a ring), the later frames
+  // that show a skipped one's time is over.
+  int64_t skip_before_ = kNoTime;
+  std::array<int64_t, 16> sent_pts_{};
+  size_t sent_count_ = 0;
 };
 
 // An AVFrame that frees itself.
@@ -99,5 +142,12 @@ struct FrameDeleter {
 };
 using FramePtr = std::unique_ptr<AVFrame, FrameDeleter>;
 FramePtr NewFrame();
+
+// An AVPacket that frees itself.
+struct PacketDeleter {
+  void operator()(AVPacket* packet) const;
+};
+using PacketPtr = std::unique_ptr<AVPacket, PacketDeleter>;
+PacketPtr NewPacket();
 
 }  // namespace headrace::av

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 
@@ -137,7 +138,19 @@ Status VideoDecodeOp::Run(SampleContext& ctx) const {
                                       spec_.threads));
   const std::vector<double> times =
       FrameTimes(spec_, in->duration(), ctx.OpRng(op_position_).Uniform());
-  if (in->duration() > 0 && times[0] > 0) HR_RETURN_IF_ERROR(in->SeekBefore(times[0]));
+  const bool by_index = in->duration() <= 0 && spec_.fps <= 0;  // unknown length: frame by frame
+  // The index has decode times, which B-frames put up to ReorderSeconds() before the
+  // keyframe shows: only a keyframe that clears the time wanted by that much is sure to
+  // show at or before it.
+  const double reorder = in->ReorderSeconds();
+  if (in->duration() > 0 && times[0] > 0) {
+    const std::optional<double> key = in->IndexedKeyframeBefore(times[0] - reorder);
+    if (!key.has_value()) {
+      HR_RETURN_IF_ERROR(in->SeekBefore(times[0]));  // no index: the demuxer's own seek
+    } else if (*key > 0) {
+      HR_RETURN_IF_ERROR(in->SeekToKeyframe(*key));
+    }
+  }
 
   uint8_t* row = ctx.rows[row_];
   const size_t frame_bytes = size_t{3} * static_cast<size_t>(spec_.width) *
@@ -146,28 +159,27 @@ Status VideoDecodeOp::Run(SampleContext& ctx) const {
   if (prev == nullptr || cur == nullptr) return Status::ResourceExhausted("av_frame_alloc");
   bool have_prev = false;
   size_t next = 0;
-  const bool by_index = in->duration() <= 0 && spec_.fps <= 0;  // unknown length: frame by frame
   double held = -1;  // the time of the frame in `prev`
-  const double reorder = in->ReorderSeconds();
   double sought = -1;  // the keyframe of the last seek
   while (next < times.size()) {
     // Frames spread over a long video: when the index has a keyframe after the frame we
-    // hold that shows at or before the next time wanted, seek to it rather than decode
-    // the frames between. Exact: what shows at that time is the keyframe or a frame
-    // after it, decoded from the keyframe. The index has decode times, which B-frames
-    // put up to ReorderSeconds() before the keyframe shows: only a keyframe that clears
-    // the next time by that much is taken.
+    // hold that shows at or before the next time wanted, restart there rather than
+    // decode the frames between. Exact: what shows at that time is the keyframe or a
+    // frame after it, decoded from the keyframe.
     if (have_prev && !by_index) {
-      const double key = in->IndexedKeyframeBefore(times[next] - reorder);
+      const std::optional<double> key = in->IndexedKeyframeBefore(times[next] - reorder);
       // Only forward, each keyframe once: index and frame times of one file may disagree
       // by an offset (an edit list), and a seek that lands where we already were must not
       // repeat.
-      if (key > held + 1e-6 && key > sought + 1e-6) {
-        sought = key;
-        HR_RETURN_IF_ERROR(in->SeekBefore(key));
+      if (key.has_value() && *key > held + 1e-6 && *key > sought + 1e-6) {
+        sought = *key;
+        HR_RETURN_IF_ERROR(in->SeekToKeyframe(*key));
         have_prev = false;
       }
     }
+    // Nor decode the B-frames that show only before the next time wanted (when nothing
+    // references them), on the way to it.
+    if (!by_index) in->SkipUnreferencedBefore(times[next]);
     HR_ASSIGN_OR_RETURN(bool got, in->NextFrame(cur.get()));
     if (!got) break;
     if (by_index) {

@@ -86,6 +86,65 @@ TEST(VideoDecode, TakesTheFrameShownAtEvenlySpreadTimes) {
   EXPECT_NEAR(d.row[2 * plane + plane / 2], 100, 6);
 }
 
+// 4 s at 25 fps with libx264's default B-frames (B-pyramid: some are references), a
+// keyframe a second. Frame i: a flat stripe of red 2 i on the left, a moving texture (so
+// that the encoder uses B-frames) on the rest.
+const std::vector<uint8_t>& BFrameClip() {
+  static const std::vector<uint8_t> clip = [] {
+    av::VideoClip c;
+    c.width = 64;
+    c.height = 48;
+    c.frames = 100;
+    c.fps = 25;
+    c.gop = 25;
+    c.b_frames = -1;
+    c.paint = [](int frame, uint8_t* rgb) {
+      for (int y = 0; y < 48; ++y) {
+        for (int x = 0; x < 64; ++x) {
+          uint8_t* p = rgb + 3 * (y * 64 + x);
+          const bool flat = x < 16;
+          p[0] = static_cast<uint8_t>(flat ? 2 * frame : x * 4);
+          p[1] = static_cast<uint8_t>(flat ? 128 : (x + 2 * frame) * 9 ^ y * 5);
+          p[2] = static_cast<uint8_t>(flat ? 128 : (y + frame) * 7);
+        }
+      }
+    };
+    auto bytes = av::EncodeVideo(c);
+    EXPECT_TRUE(bytes.ok()) << bytes.status().ToString();
+    return bytes.ok() ? *bytes : std::vector<uint8_t>();
+  }();
+  return clip;
+}
+
+// Spread frames restart at keyframes and skip the B-frames on the way that nothing
+// shows: each frame taken is still, byte for byte, the one every frame decoded in order
+// (fps 25 from the start: no seek, nothing skipped) has at its time.
+TEST(VideoDecode, SkippingAheadTakesTheSameFramesAsDecodingEveryFrame) {
+  for (int threads : {1, 2}) {
+    const VideoDecodeSpec every{.frames = 100, .width = 32, .height = 24, .fps = 25,
+                                .clip_start = ClipStart::kStart, .threads = threads};
+    const Decoded all = DecodeWith(every, BFrameClip());
+    ASSERT_TRUE(all.status.ok()) << all.status.ToString();
+    const size_t frame_bytes = 3 * 32 * 24;
+    for (int frames : {3, 7, 10, 16}) {
+      const VideoDecodeSpec spread{.frames = frames, .width = 32, .height = 24,
+                                   .threads = threads};
+      const Decoded d = DecodeWith(spread, BFrameClip());
+      ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+      for (int i = 0; i < frames; ++i) {
+        const auto shown = static_cast<size_t>((i + 0.5) / frames * 100);  // frame at that time
+        EXPECT_TRUE(std::equal(d.row.begin() + i * frame_bytes,
+                               d.row.begin() + (i + 1) * frame_bytes,
+                               all.row.begin() + shown * frame_bytes))
+            << "threads " << threads << ", " << frames << " frames: frame " << i << " is not "
+            << shown;
+        const uint8_t* stripe = d.row.data() + i * frame_bytes + 12 * 32 + 3;  // red plane
+        EXPECT_NEAR(stripe[0], 2 * shown, 2) << "frame " << i << " is not " << shown;
+      }
+    }
+  }
+}
+
 TEST(VideoDecode, AClipInTheCenterSeeksToIt) {
   VideoDecodeSpec spec{.frames = 2, .width = 16, .height = 16, .clip_seconds = 1.0,
                        .clip_start = ClipStart::kCenter};
