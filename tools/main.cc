@@ -10,10 +10,12 @@ constexpr const char* kUsage = R"(usage: headrace COMMAND [ARGS]
 
 commands:
   make-sample --out DIR [--samples N] [--seed S] [--threads T] [--size WxH]
-              [--shards [--shard-size BYTES]] [--modalities video,audio|all]
+              [--shards [--shard-size BYTES]]
+              [--modalities video,audio,ocr,pointcloud|all]
       generate a chat-VQA sample dataset: JPEG images, manifest.jsonl, tokenizer.model;
       --shards: also as WebDataset tar shards with indexes in DIR/shards;
-      --modalities: also an H.264 clip and/or a WAV tone per sample
+      --modalities: also per sample an H.264 clip, a WAV tone (and spoken words when
+      espeak-ng is on PATH), an OCR page, a LiDAR-like scene (.bin and .pcd)
   run CONFIG [--report PATH] [--trace PATH] [--set key=value ...] [--start-batch K]
              [--digests] [--max-batches N] [--print-config] [--quiet]
              [--metrics-port [HOST:]PORT] [--progress SECONDS]
