@@ -26,8 +26,10 @@ commands:
       a picture of a run report: stage utilization and the trainer's wait over time
   bench ops CONFIG [--samples N] [--report PATH] [--set key=value ...]
       single-thread cost of each operator, ms per sample
-  bench engine CONFIG [--samples N] [--report PATH] [--set key=value ...]
-      engine overhead against the operators' cost, and the fed-trainer wait-time ratio
+  bench engine CONFIG [--samples N] [--report PATH] [--set key=value ...] [--seconds S]
+      engine overhead against the operators' cost (steady rate, each run at least S
+      seconds at the ideal rate, default 2; and CPU per sample), and the fed-trainer
+      wait-time ratio
   bench io [--latency-ms 20] [--inflight 1,8,32,128] [--report bench/io.json]
            [--config CONFIG --samples N]
       object-storage reads against a local server with injected latency; end to end
