@@ -178,7 +178,8 @@ def test_bench_engine_reports_steady_and_cpu_efficiency_per_thread_count(tmp_pat
     names = [op["name"] for op in r["ops"]]
     assert r["overhead"][0]["threads"] == 1
     for o in r["overhead"]:
-        assert o["batches"] >= 2  # at least the timed samples; the first batch is not counted
+        assert o["batches"] >= 2  # at least the timed samples
+        assert o["plan_s"] > 0
         assert o["samples_per_s"] > 0 and o["run_samples_per_s"] > 0
         assert o["efficiency"] == pytest.approx(o["samples_per_s"] / o["ideal_samples_per_s"])
         assert o["ideal_samples_per_s"] == pytest.approx(

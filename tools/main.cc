@@ -27,7 +27,7 @@ commands:
   bench ops CONFIG [--samples N] [--report PATH] [--set key=value ...]
       single-thread cost of each operator, ms per sample
   bench engine CONFIG [--samples N] [--report PATH] [--set key=value ...] [--seconds S]
-      engine overhead against the operators' cost (steady rate, each run at least S
+      engine overhead against the operators' cost (rate after planning, runs of at least S
       seconds at the ideal rate, default 2; and CPU per sample), and the fed-trainer
       wait-time ratio
   bench io [--latency-ms 20] [--inflight 1,8,32,128] [--report bench/io.json]
