@@ -16,6 +16,7 @@ APT_PACKAGES=(
   libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev ffmpeg
   libtesseract-dev tesseract-ocr tesseract-ocr-eng libfreetype-dev fonts-dejavu-core
   liblzf-dev
+  espeak-ng
   python3 python3-venv
 )
 

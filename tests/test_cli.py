@@ -167,6 +167,30 @@ def test_bench_ops_writes_the_cost_of_each_operator(tmp_path, headrace_bin, samp
     assert r["total_ms_per_sample"] == pytest.approx(sum(op["ms_per_sample"] for op in r["ops"]))
 
 
+def test_bench_engine_reports_steady_and_cpu_efficiency_per_thread_count(tmp_path, headrace_bin,
+                                                                         sample_dir):
+    config = write_config(tmp_path / "p.yaml", sample_dir)  # batches of 8
+    report_path = tmp_path / "engine.json"
+    run_headrace(headrace_bin, "bench", "engine", config, "--samples", 16, "--seconds", 0.1,
+                 "--report", report_path)
+    r = read_report(report_path)
+    assert r["samples"] == 16 and r["cpu_ms_per_sample"] > 0
+    names = [op["name"] for op in r["ops"]]
+    assert r["overhead"][0]["threads"] == 1
+    for o in r["overhead"]:
+        assert o["batches"] >= 2  # at least the timed samples
+        assert o["plan_s"] > 0
+        assert o["samples_per_s"] > 0 and o["run_samples_per_s"] > 0
+        assert o["efficiency"] == pytest.approx(o["samples_per_s"] / o["ideal_samples_per_s"])
+        assert o["ideal_samples_per_s"] == pytest.approx(
+            o["threads"] * 1e3 / r["total_ms_per_sample"])
+        assert o["cpu_ms_per_sample"] > 0
+        assert o["cpu_efficiency"] == pytest.approx(r["cpu_ms_per_sample"] / o["cpu_ms_per_sample"])
+        assert [op["name"] for op in o["ops"]] == names
+    proc = run_headrace(headrace_bin, "bench", "engine", config, "--seconds", "-1", check=False)
+    assert proc.returncode == 2 and "--seconds" in proc.stderr
+
+
 def test_make_run_config_is_the_example(headrace_bin):
     text = (REPO / "examples" / "vqa.yaml").read_text()
     assert "data/sample/manifest.jsonl" in text

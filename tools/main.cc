@@ -10,10 +10,12 @@ constexpr const char* kUsage = R"(usage: headrace COMMAND [ARGS]
 
 commands:
   make-sample --out DIR [--samples N] [--seed S] [--threads T] [--size WxH]
-              [--shards [--shard-size BYTES]] [--modalities video,audio|all]
+              [--shards [--shard-size BYTES]]
+              [--modalities video,audio,ocr,pointcloud|all]
       generate a chat-VQA sample dataset: JPEG images, manifest.jsonl, tokenizer.model;
       --shards: also as WebDataset tar shards with indexes in DIR/shards;
-      --modalities: also an H.264 clip and/or a WAV tone per sample
+      --modalities: also per sample an H.264 clip, a WAV tone (and spoken words when
+      espeak-ng is on PATH), an OCR page, a LiDAR-like scene (.bin and .pcd)
   run CONFIG [--report PATH] [--trace PATH] [--set key=value ...] [--start-batch K]
              [--digests] [--max-batches N] [--print-config] [--quiet]
              [--metrics-port [HOST:]PORT] [--progress SECONDS]
@@ -24,8 +26,10 @@ commands:
       a picture of a run report: stage utilization and the trainer's wait over time
   bench ops CONFIG [--samples N] [--report PATH] [--set key=value ...]
       single-thread cost of each operator, ms per sample
-  bench engine CONFIG [--samples N] [--report PATH] [--set key=value ...]
-      engine overhead against the operators' cost, and the fed-trainer wait-time ratio
+  bench engine CONFIG [--samples N] [--report PATH] [--set key=value ...] [--seconds S]
+      engine overhead against the operators' cost (rate after planning, runs of at least S
+      seconds at the ideal rate, default 2; and CPU per sample), and the fed-trainer
+      wait-time ratio
   bench io [--latency-ms 20] [--inflight 1,8,32,128] [--report bench/io.json]
            [--config CONFIG --samples N]
       object-storage reads against a local server with injected latency; end to end

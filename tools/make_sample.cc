@@ -25,6 +25,7 @@
 #include "headrace/core/rng.h"
 #include "headrace/ops/av/av_encode.h"
 #include "make_sample_ocr.h"
+#include "make_sample_speech.h"
 
 namespace headrace {
 namespace {
@@ -747,7 +748,8 @@ std::string ManifestLine(const std::string& id, const std::string& image,
                          const std::vector<QA>& conversation, const std::string& video = "",
                          const std::string& audio = "", const std::string& ocr_image = "",
                          const std::vector<std::string>& ocr_lines = {},
-                         const std::string& pointcloud = "") {
+                         const std::string& pointcloud = "", const std::string& pointcloud_pcd = "",
+                         const std::string& speech = "", const std::string& speech_text = "") {
   std::string line = "{\"id\":";
   AppendJsonString(line, id);
   line += ",\"image\":";
@@ -760,6 +762,12 @@ std::string ManifestLine(const std::string& id, const std::string& image,
     line += ",\"audio\":";
     AppendJsonString(line, audio);
   }
+  if (!speech.empty()) {
+    line += ",\"speech\":";
+    AppendJsonString(line, speech);
+    line += ",\"speech_text\":";
+    AppendJsonString(line, speech_text);
+  }
   if (!ocr_image.empty()) {
     line += ",\"ocr_image\":";
     AppendJsonString(line, ocr_image);
@@ -771,6 +779,10 @@ std::string ManifestLine(const std::string& id, const std::string& image,
   if (!pointcloud.empty()) {
     line += ",\"pointcloud\":";
     AppendJsonString(line, pointcloud);
+  }
+  if (!pointcloud_pcd.empty()) {
+    line += ",\"pointcloud_pcd\":";
+    AppendJsonString(line, pointcloud_pcd);
   }
   line += ",\"conversations\":[";
   for (size_t i = 0; i < conversation.size(); ++i) {
@@ -984,9 +996,11 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
 
   const fs::path root(options.out_dir);
   std::error_code ec;
-  for (const char* dir : {"images", "videos", "audio", "ocr", "pointclouds"}) {
+  const bool speech = options.audio && !options.espeak.empty();
+  for (const char* dir : {"images", "videos", "audio", "speech", "ocr", "pointclouds"}) {
     if (std::string_view(dir) == "videos" && !options.video) continue;
     if (std::string_view(dir) == "audio" && !options.audio) continue;
+    if (std::string_view(dir) == "speech" && !speech) continue;
     if (std::string_view(dir) == "ocr" && !options.ocr) continue;
     if (std::string_view(dir) == "pointclouds" && !options.pointcloud) continue;
     fs::create_directories(root / dir, ec);
@@ -1004,8 +1018,10 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
   std::atomic<int64_t> image_bytes{0};
   std::atomic<int64_t> video_bytes{0};
   std::atomic<int64_t> audio_bytes{0};
+  std::atomic<int64_t> speech_bytes{0};
   std::atomic<int64_t> ocr_bytes{0};
   std::atomic<int64_t> pointcloud_bytes{0};
+  std::atomic<int64_t> pointcloud_pcd_bytes{0};
   std::atomic<bool> failed{false};
   std::mutex error_mutex;
   Status first_error;  // guarded by error_mutex
@@ -1047,6 +1063,17 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
         }
         audio_bytes.fetch_add(*tone, std::memory_order_relaxed);
       }
+      std::string speech_file, speech_text;
+      if (speech) {
+        speech_file = std::string("speech/") + id + ".wav";
+        speech_text = SpeechText(i);
+        auto spoken = WriteSpeech(options.espeak, speech_text, root / speech_file);
+        if (!spoken.ok()) {
+          status = spoken.status();
+          break;
+        }
+        speech_bytes.fetch_add(*spoken, std::memory_order_relaxed);
+      }
       std::string ocr_image;
       if (options.ocr) {
         ocr_image = std::string("ocr/") + id + ".png";
@@ -1057,7 +1084,7 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
         }
         ocr_bytes.fetch_add(*page, std::memory_order_relaxed);
       }
-      std::string pointcloud;
+      std::string pointcloud, pointcloud_pcd;
       if (options.pointcloud) {
         pointcloud = std::string("pointclouds/") + id + ".bin";
         auto cloud = WritePointCloud(key, (root / pointcloud).string());
@@ -1066,11 +1093,19 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
           break;
         }
         pointcloud_bytes.fetch_add(*cloud, std::memory_order_relaxed);
+        pointcloud_pcd = std::string("pointclouds/") + id + ".pcd";
+        auto pcd =
+            WritePointCloudPcd(key, PointCloudPcdForm(i), (root / pointcloud_pcd).string());
+        if (!pcd.ok()) {
+          status = pcd.status();
+          break;
+        }
+        pointcloud_pcd_bytes.fetch_add(*pcd, std::memory_order_relaxed);
       }
       conversations[i] = MakeConversation(scene, HashKeys(key, 2));
       lines[i] = ManifestLine(id, image, conversations[i], video, audio, ocr_image,
-                              options.ocr ? OcrLines(i) : std::vector<std::string>{},
-                              pointcloud);
+                              options.ocr ? OcrLines(i) : std::vector<std::string>{}, pointcloud,
+                              pointcloud_pcd, speech_file, speech_text);
     }
     if (!status.ok()) {
       failed.store(true);
@@ -1095,8 +1130,11 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
   stats.image_bytes = image_bytes.load();
   stats.video_bytes = video_bytes.load();
   stats.audio_bytes = audio_bytes.load();
+  stats.speech_clips = speech ? n : 0;
+  stats.speech_bytes = speech_bytes.load();
   stats.ocr_bytes = ocr_bytes.load();
   stats.pointcloud_bytes = pointcloud_bytes.load();
+  stats.pointcloud_pcd_bytes = pointcloud_pcd_bytes.load();
   stats.seconds = SecondsSince(start);
   return stats;
 }

@@ -11,8 +11,10 @@
 //                          shape, count, position, background, a caption)
 //   videos/000000.mp4 ...  with `video`: H.264 clips of the same scenes (see below)
 //   audio/000000.wav ...   with `audio`: tones (see below)
+//   speech/000000.wav ...  with `audio` and `espeak`: spoken words (make_sample_speech.h)
 //   ocr/000000.png ...     with `ocr`: pages of rendered words (make_sample_ocr.h)
-//   pointclouds/000000.bin with `pointcloud`: LiDAR-like scenes, KITTI layout (see below)
+//   pointclouds/000000.bin with `pointcloud`: LiDAR-like scenes, KITTI layout (see below),
+//   pointclouds/000000.pcd   and the same scenes as PCD (ascii, binary, binary_compressed)
 //   tokenizer.model/.vocab a SentencePiece BPE model trained on the conversations' text:
 //                            ids 0 <unk>, 1 <s> (BOS), 2 </s> (EOS), 3 <pad>,
 //                            4..7 the user-defined symbols <image> <|system|> <|user|>
@@ -23,8 +25,9 @@
 //                          tokenize template pieces one by one and a "\n" turn end stays a
 //                          token.
 //
-// The output is a pure function of (samples, seed, vocab_size): byte-identical for any
-// thread count. Image i and its conversation derive from HashKeys(seed, i).
+// The output is a pure function of (samples, seed, vocab_size) and, for speech/, the
+// espeak-ng version: byte-identical for any thread count. Image i and its conversation
+// derive from HashKeys(seed, i).
 #pragma once
 
 #include <cstdint>
@@ -52,12 +55,17 @@ struct MakeSampleOptions {
   // `--modalities audio`: audio/<id>.wav, 16 kHz mono, 1.5 s of a tone at
   // AudioToneHz(i) (a fade at both ends), and a manifest key "audio".
   bool audio = false;
+  // With `audio`: the path of an espeak-ng program (the command passes FindOnPath's
+  // "espeak-ng"); set, each sample also gets speech/<id>.wav, SpeechText(i) spoken, and
+  // manifest keys "speech" and "speech_text" (make_sample_speech.h). Empty: tones only.
+  std::string espeak;
   // `--modalities ocr`: ocr/<id>.png, a page of two lines of known words
   // (make_sample_ocr.h), and manifest keys "ocr_image" and "ocr_text".
   bool ocr = false;
   // `--modalities pointcloud`: pointclouds/<id>.bin, a KITTI velodyne-layout scan
   // (float32 x, y, z, intensity; x forward, y left, z up, metres) of PointCloudScene,
-  // and a manifest key "pointcloud".
+  // and a manifest key "pointcloud"; also pointclouds/<id>.pcd, the same points as a PCD
+  // file in the form PointCloudPcdForm(i), and a manifest key "pointcloud_pcd".
   bool pointcloud = false;
 };
 
@@ -78,6 +86,21 @@ std::vector<float> PointCloudScene(uint64_t key);
 // Writes PointCloudScene(key) to `path`; its size in bytes.
 Result<int64_t> WritePointCloud(uint64_t key, const std::string& path);
 
+// The three DATA forms of PCD v0.7 that pointcloud.read reads.
+enum class PcdForm {
+  kAscii,             // one text line per point, each float in its shortest exact form
+  kBinary,            // float32 records, as the .bin's
+  kBinaryCompressed,  // the four columns one after another, LZF-compressed (PCL's default)
+};
+// Sample i's form: ascii, binary, binary_compressed in turn (i % 3), so that any three
+// consecutive samples hold all three.
+inline PcdForm PointCloudPcdForm(int64_t i) { return static_cast<PcdForm>(i % 3); }
+// The PCD file of `points` (x, y, z, intensity each; fields x y z intensity, float32,
+// WIDTH = POINTS, HEIGHT 1) in `form`. Every form reads back to exactly `points`.
+Result<std::string> PcdBytes(const std::vector<float>& points, PcdForm form);
+// Writes PointCloudScene(key) as PCD in `form` to `path`; its size in bytes.
+Result<int64_t> WritePointCloudPcd(uint64_t key, PcdForm form, const std::string& path);
+
 // The tone of sample i's audio clip: 200 + 50 * (i % 12) Hz, for tests to check.
 inline double AudioToneHz(int64_t i) { return 200.0 + 50.0 * static_cast<double>(i % 12); }
 
@@ -85,15 +108,18 @@ struct MakeSampleStats {
   int64_t samples = 0;
   int64_t image_bytes = 0;  // total size of the JPEG files
   int64_t video_bytes = 0;  // total size of the MP4 files (with `video`)
-  int64_t audio_bytes = 0;  // total size of the WAV files (with `audio`)
+  int64_t audio_bytes = 0;  // total size of the tones' WAV files (with `audio`)
+  int64_t speech_clips = 0;  // speech/ files written (with `audio` and `espeak`)
+  int64_t speech_bytes = 0;  // their total size
   int64_t ocr_bytes = 0;    // total size of the OCR pages' PNG files (with `ocr`)
   int64_t pointcloud_bytes = 0;  // total size of the .bin files (with `pointcloud`)
+  int64_t pointcloud_pcd_bytes = 0;  // total size of the .pcd files (with `pointcloud`)
   double seconds = 0;       // wall time, tokenizer training included
 };
 
 // Writes the dataset. kInvalidArgument on bad options (empty out_dir, samples < 1,
 // threads < 0) or a vocab_size SentencePiece refuses; kIoError when a file cannot be
-// written. On error, out_dir may hold a partial dataset.
+// written or espeak-ng fails. On error, out_dir may hold a partial dataset.
 Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options);
 
 // A SentencePiece BPE model (serialized) trained on `sentences` the way make-sample

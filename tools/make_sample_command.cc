@@ -2,6 +2,7 @@
 
 #include "commands.h"
 #include "make_sample.h"
+#include "make_sample_speech.h"
 #include "shard.h"
 
 namespace headrace::tools {
@@ -77,6 +78,16 @@ int MakeSampleCommand(const Args& args) {
                  "headrace make-sample: --out DIR is required and --samples must be >= 1\n");
     return 2;
   }
+  if (options.audio) {
+    // Speech clips beside the tones when espeak-ng is installed (scripts/setup.sh
+    // installs it); without it the dataset is complete but has no speech/.
+    options.espeak = FindOnPath("espeak-ng");
+    if (options.espeak.empty()) {
+      std::fprintf(stderr,
+                   "headrace make-sample: espeak-ng is not on PATH: audio is tones only, no "
+                   "speech clips (apt-get install espeak-ng to add them)\n");
+    }
+  }
   auto stats = MakeSample(options);
   if (!stats.ok()) {
     std::fprintf(stderr, "headrace make-sample: %s\n", stats.status().ToString().c_str());
@@ -85,9 +96,14 @@ int MakeSampleCommand(const Args& args) {
   std::string more;
   if (options.video) more += ", " + std::to_string(stats->video_bytes / 1000) + " KB of H.264";
   if (options.audio) more += ", " + std::to_string(stats->audio_bytes / 1000) + " KB of WAV";
+  if (stats->speech_clips > 0) {
+    more += ", " + std::to_string(stats->speech_clips) + " speech clips (" +
+            std::to_string(stats->speech_bytes / 1000) + " KB)";
+  }
   if (options.ocr) more += ", " + std::to_string(stats->ocr_bytes / 1000) + " KB of OCR PNG";
   if (options.pointcloud) {
-    more += ", " + std::to_string(stats->pointcloud_bytes / 1000) + " KB of point clouds";
+    more += ", " + std::to_string(stats->pointcloud_bytes / 1000) + " KB of point clouds (.bin; " +
+            std::to_string(stats->pointcloud_pcd_bytes / 1000) + " KB as .pcd)";
   }
   std::printf("wrote %lld samples (%.1f MB of JPEG%s) to %s in %.1f s\n",
               static_cast<long long>(stats->samples), stats->image_bytes / 1e6, more.c_str(),
@@ -100,7 +116,8 @@ int MakeSampleCommand(const Args& args) {
     shard_options.out_dir = options.out_dir + "/shards";
     if (shard_bytes > 0) shard_options.target_bytes = shard_bytes;
     // Several media per sample: each its own member (<key>.jpg, <key>.mp4, <key>.wav,
-    // <key>.png for the OCR page, <key>.bin for the point cloud).
+    // <key>.png for the OCR page, <key>.bin for the point cloud). Not the speech clip
+    // (a second <key>.wav) nor the PCD copy of the point cloud.
     if (options.video || options.audio || options.ocr || options.pointcloud) {
       shard_options.media.push_back("image");
     }

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "headrace/core/rng.h"
+#include "headrace/ops/pointcloud/read.h"
 #include "make_sample.h"
 #include "test_files.h"
 
@@ -15,6 +17,36 @@ namespace headrace {
 namespace {
 
 namespace fs = std::filesystem;
+
+// What pointcloud.read's kernel reads from `bytes` as `format`, every point kept.
+std::vector<float> Read(const std::string& bytes, PointFormat format) {
+  std::vector<float> points;
+  auto n = ParsePoints(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), format,
+                       PointRange{}, [&](int64_t count) -> Result<float*> {
+                         points.resize(static_cast<size_t>(std::max<int64_t>(count, 1)) * 4);
+                         return points.data();
+                       });
+  EXPECT_TRUE(n.ok()) << n.status().ToString();
+  if (!n.ok()) return {};
+  points.resize(static_cast<size_t>(*n) * 4);
+  return points;
+}
+
+TEST(MakeSamplePointCloud, EveryPcdFormReadsBackToThePoints) {
+  const std::vector<float> want = PointCloudScene(7);
+  for (PcdForm form : {PcdForm::kAscii, PcdForm::kBinary, PcdForm::kBinaryCompressed}) {
+    auto bytes = PcdBytes(want, form);
+    ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+    EXPECT_EQ(Read(*bytes, PointFormat::kPcd), want) << static_cast<int>(form);
+    EXPECT_EQ(Read(*bytes, PointFormat::kAuto), want) << "detected as PCD";
+  }
+  // Compression is what makes binary_compressed worth writing: smaller than binary.
+  EXPECT_LT(PcdBytes(want, PcdForm::kBinaryCompressed)->size(),
+            PcdBytes(want, PcdForm::kBinary)->size());
+  auto empty = PcdBytes({}, PcdForm::kBinaryCompressed);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(Read(*empty, PointFormat::kPcd).empty());
+}
 
 TEST(MakeSamplePointCloud, ScenesAreAGroundPlaneAndBoxesStandingOnIt) {
   for (uint64_t key : {1u, 2u, 3u}) {
@@ -41,7 +73,7 @@ TEST(MakeSamplePointCloud, ScenesAreAGroundPlaneAndBoxesStandingOnIt) {
   EXPECT_NE(PointCloudScene(1), PointCloudScene(2));
 }
 
-TEST(MakeSamplePointCloud, WritesKittiFilesAndTheManifestKey) {
+TEST(MakeSamplePointCloud, WritesKittiAndPcdFilesOfTheSameSceneAndTheirManifestKeys) {
   const char* env = std::getenv("HEADRACE_TEST_TMP");
   const fs::path root = fs::path(env != nullptr ? env : "/tmp") /
                         ("make_sample_pointcloud_test_" + std::to_string(::getpid()));
@@ -57,7 +89,8 @@ TEST(MakeSamplePointCloud, WritesKittiFilesAndTheManifestKey) {
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();
   const std::vector<std::string> lines = test::Lines(test::ReadFile(root / "manifest.jsonl"));
   ASSERT_EQ(lines.size(), 3u);
-  int64_t total = 0;
+  int64_t total = 0, pcd_total = 0;
+  const char* kData[] = {"DATA ascii\n", "DATA binary\n", "DATA binary_compressed\n"};
   for (uint64_t i = 0; i < 3; ++i) {
     const std::string name = "pointclouds/00000" + std::to_string(i) + ".bin";
     EXPECT_NE(lines[i].find("\"pointcloud\":\"" + name + "\""), std::string::npos) << lines[i];
@@ -66,8 +99,18 @@ TEST(MakeSamplePointCloud, WritesKittiFilesAndTheManifestKey) {
     ASSERT_EQ(bytes.size(), want.size() * sizeof(float));
     EXPECT_EQ(std::memcmp(bytes.data(), want.data(), bytes.size()), 0);
     total += static_cast<int64_t>(bytes.size());
+
+    // The same scene as PCD, sample i in form i % 3: the three read equal to the .bin.
+    const std::string pcd_name = "pointclouds/00000" + std::to_string(i) + ".pcd";
+    EXPECT_NE(lines[i].find("\"pointcloud_pcd\":\"" + pcd_name + "\""), std::string::npos)
+        << lines[i];
+    const std::string pcd = test::ReadFile(root / pcd_name);
+    EXPECT_NE(pcd.find(kData[i]), std::string::npos) << pcd_name;
+    EXPECT_EQ(Read(pcd, PointFormat::kPcd), Read(bytes, PointFormat::kKitti)) << pcd_name;
+    pcd_total += static_cast<int64_t>(pcd.size());
   }
   EXPECT_EQ(stats->pointcloud_bytes, total);
+  EXPECT_EQ(stats->pointcloud_pcd_bytes, pcd_total);
   fs::remove_all(root);
 }
 

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "../../tools/make_sample.h"
+#include "../../tools/make_sample_speech.h"
 #include "common.h"
 
 namespace headrace::python {
@@ -12,7 +13,7 @@ void RegisterTools(nb::module_& m) {
   m.def(
       "make_sample",
       [](const std::string& out, int64_t samples, uint64_t seed, int threads, bool video,
-         bool audio, bool ocr, bool pointcloud) {
+         bool audio, bool ocr, bool pointcloud, bool speech) {
         MakeSampleOptions options;
         options.out_dir = out;
         options.samples = samples;
@@ -22,6 +23,13 @@ void RegisterTools(nb::module_& m) {
         options.audio = audio;
         options.ocr = ocr;
         options.pointcloud = pointcloud;
+        if (audio && speech) {
+          options.espeak = FindOnPath("espeak-ng");
+          if (options.espeak.empty()) {
+            throw StatusError(Status::InvalidArgument(
+                "make_sample: speech=True needs espeak-ng on PATH (apt-get install espeak-ng)"));
+          }
+        }
         std::optional<Result<MakeSampleStats>> stats;
         {
           nb::gil_scoped_release nogil;
@@ -35,18 +43,24 @@ void RegisterTools(nb::module_& m) {
         d["audio_bytes"] = s.audio_bytes;
         d["ocr_bytes"] = s.ocr_bytes;
         d["pointcloud_bytes"] = s.pointcloud_bytes;
+        d["pointcloud_pcd_bytes"] = s.pointcloud_pcd_bytes;
+        d["speech_clips"] = s.speech_clips;
+        d["speech_bytes"] = s.speech_bytes;
         d["seconds"] = s.seconds;
         return d;
       },
       nb::arg("out"), nb::arg("samples") = 1000, nb::arg("seed") = 0, nb::arg("threads") = 0,
       nb::arg("video") = false, nb::arg("audio") = false,
-      nb::arg("ocr") = false, nb::arg("pointcloud") = false,
+      nb::arg("ocr") = false, nb::arg("pointcloud") = false, nb::arg("speech") = false,
       "Writes the chat-VQA sample dataset (JPEGs, manifest.jsonl, tokenizer.model) to `out`;\n"
       "video=True adds an H.264 clip of each scene (videos/<id>.mp4, manifest key 'video');\n"
       "audio=True a 1.5 s tone (audio/<id>.wav, key 'audio', 200 + 50 * (i % 12) Hz);\n"
+      "with speech=True too, five words spoken by espeak-ng (speech/<id>.wav, keys 'speech'\n"
+      "and 'speech_text'; ConfigError when espeak-ng is not on PATH);\n"
       "ocr=True a page of rendered words (ocr/<id>.png, keys 'ocr_image' and 'ocr_text');\n"
       "pointcloud=True a LiDAR-like scene (pointclouds/<id>.bin, KITTI float32 x, y, z,\n"
-      "intensity; key 'pointcloud').");
+      "intensity; key 'pointcloud') and the same points as PCD (pointclouds/<id>.pcd, ascii,\n"
+      "binary and binary_compressed in turn; key 'pointcloud_pcd').");
 }
 
 }  // namespace headrace::python
