@@ -266,7 +266,9 @@ def pull_ahead(enabled):
     different nodes never overlap. A ``ray.wait(..., timeout=0, fetch_local=True)`` on the
     window after each refill starts their pulls without blocking (what Ray Data's
     WaitBlockPrefetcher does). This bench-only patch of ``_Stream._fill`` measures what
-    that would change; headrace.ray itself does not do it (yet).
+    that would change. headrace.ray's `_Stream._fill` has done the same itself since this
+    measurement (2026-12-01): on the current library the plain sides include the pull, and
+    the bench/ray_netns.json of that date is from before it.
     """
     if not enabled:
         yield
