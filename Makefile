@@ -16,7 +16,7 @@ PY       := .venv/bin/python
 # build of the same sources missed the cache and compiled the whole core a second time.
 export CXX ?= g++
 
-.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-ray-netns bench-tokenize bench-media bench-pointcloud bench-metrics clean
+.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-ray-netns bench-manifest bench-tokenize bench-media bench-pointcloud bench-metrics clean
 
 all: build
 
@@ -134,6 +134,11 @@ bench-shards: build
 bench-ray: build
 	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
 	$(PY) bench/ray_streaming.py --json bench/ray.json
+
+# A 1 M-record manifest parsed vs kept as lines (source.records): load time, heap and
+# mapped bytes per record, samples/s of a text-only chain (bench/manifest_records.json).
+bench-manifest: build
+	$(PY) bench/manifest_records.py --json bench/manifest_records.json
 
 # headrace.ray pack vs spread with each simulated node in its own network namespace, the
 # CPU nodes' links rate-limited (veth + tc tbf). Needs root and `ip netns` (sudo make

@@ -139,7 +139,7 @@ Status MaterializeSet(const MaterializeOptions& options, MaterializedInfo& info,
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Status::IoError(dir.string() + ": " + ec.message());
-  info.dataset_samples = static_cast<int64_t>(loader->manifest().records.size());
+  info.dataset_samples = loader->num_samples();
   info.shard_samples = loader->order().options().shard_samples;
   info.shuffle_window = loader->order().options().shuffle_window;
   SetWriter writer(dir, options.shard_bytes, set);

@@ -300,6 +300,10 @@ void RegisterLoader(nb::module_& m) {
       .def("cancel", &PyLoader::Cancel)
       .def_prop_ro("manifest_bytes",
                    [](const PyLoader& l) { return l.loader().manifest_bytes(); })
+      .def_prop_ro("manifest_mapped_bytes",
+                   [](const PyLoader& l) { return l.loader().manifest_mapped_bytes(); })
+      .def_prop_ro("permutation_bytes",
+                   [](const PyLoader& l) { return l.loader().order().permutation_bytes(); })
       .def("close", &PyLoader::Close)
       .def_prop_ro("next_batch", [](const PyLoader& l) { return l.loader().next_batch(); })
       .def_prop_ro("total_batches",
@@ -311,9 +315,7 @@ void RegisterLoader(nb::module_& m) {
       .def_prop_ro("batches_per_epoch",
                    [](const PyLoader& l) { return l.loader().batches_per_epoch(); })
       .def_prop_ro("num_samples",
-                   [](const PyLoader& l) {
-                     return static_cast<int64_t>(l.loader().manifest().records.size());
-                   })
+                   [](const PyLoader& l) { return l.loader().num_samples(); })
       .def("consumer_stats",
            [](const PyLoader& l) { return StatsToDict(l.loader().consumer_stats()); })
       .def("report_json", [](const PyLoader& l) {

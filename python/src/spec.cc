@@ -98,7 +98,7 @@ nb::list OpSchema() {
 }
 
 // The spec without what cannot change a batch's content (threads, prefetch, budgets,
-// error policy, the simulated trainer): the basis of a state dict's fingerprint.
+// error policy, the simulated trainer, how the manifest's records are held): the basis of a state dict's fingerprint.
 std::string ContentYaml(const PipelineSpec& spec) {
   PipelineSpec content = spec;
   content.execution = {};
@@ -106,6 +106,7 @@ std::string ContentYaml(const PipelineSpec& spec) {
   content.memory = {};
   content.errors = {};
   content.trainer = {};
+  content.source.records = ManifestRecordsForm::kAuto;  // how records are held, not what
   content.epochs = std::nullopt;  // the run's length: where a run stops, not what it holds
   return PipelineSpecToYaml(content);
 }

@@ -57,9 +57,13 @@ class Worker:
             "pid": os.getpid(),
             "batches_per_epoch": self._impl.batches_per_epoch,  # over all ranks
             "num_samples": self._impl.num_samples,
+            # The source's index on this process's heap (a manifest kept as lines: 4 bytes
+            # a record), and the manifest's bytes mapped from the node's page cache (shared
+            # by every worker of the node).
             "manifest_bytes": self._impl.manifest_bytes,
-            # EpochOrder keeps one epoch's permutation: 8 bytes per sample.
-            "order_bytes": 8 * self._impl.num_samples,
+            "manifest_mapped_bytes": self._impl.manifest_mapped_bytes,
+            # EpochOrder keeps one epoch's permutation: 4 bytes a sample.
+            "order_bytes": self._impl.permutation_bytes,
             "cpus": os.cpu_count(),
             "metrics_url": self._metrics_url,
         }

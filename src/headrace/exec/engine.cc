@@ -37,6 +37,11 @@ struct Engine::BatchJob {
   // Per sample: the text values its source parsed at run time (Sample::Attributes()),
   // for FinishBatch's strings; nullopt: the record's. Each written by its sample's thread.
   std::vector<std::optional<std::vector<Attribute>>> parsed_attributes;
+  // Per sample: its record, looked up once when the batch starts (ResolveRecords); a
+  // store that builds records on request fills `record_scratch` (sized once: `records`
+  // may point into it).
+  std::vector<const SampleRecord*> records;
+  std::vector<SampleRecord> record_scratch;
   std::atomic<int> pending{0};
   int64_t bytes = 0;
 };
@@ -56,7 +61,7 @@ Engine::Engine(EngineInputs inputs, EngineOptions options, EpochOrder order)
 }
 
 Result<std::unique_ptr<Engine>> Engine::Start(EngineInputs inputs, EngineOptions options) {
-  if (!inputs.records || inputs.records->empty()) {
+  if (!inputs.records || inputs.records->size() == 0) {
     return Status::InvalidArgument("the dataset has no samples");
   }
   if (inputs.reads_media && !inputs.storage) return Status::InvalidArgument("no storage");
@@ -66,7 +71,7 @@ Result<std::unique_ptr<Engine>> Engine::Start(EngineInputs inputs, EngineOptions
   if (options.scratch_retain_bytes < 0) {
     return Status::InvalidArgument("the scratch allowance must be >= 0");
   }
-  options.order.num_samples = static_cast<int64_t>(inputs.records->size());
+  options.order.num_samples = inputs.records->size();
   HR_ASSIGN_OR_RETURN(EpochOrder order, EpochOrder::Make(options.order));
   if (!inputs.epoch_records.empty()) {
     const auto have = static_cast<int64_t>(inputs.epoch_records.size());
@@ -190,6 +195,7 @@ bool Engine::StartBatch(int64_t j) {
   job->sample_indices = order_.SampleIndices(job->position);
   job->bytes = static_cast<int64_t>(BatchBytes(job->sample_indices.size()));
   if (!Admit(*job)) return false;
+  ResolveRecords(*job);
   if (Status allocated = AllocateRows(*job); !allocated.ok()) {
     std::lock_guard lock(mu_);
     if (failure_.ok()) failure_ = allocated.WithContext("allocating a batch");
@@ -254,7 +260,7 @@ Status Engine::AllocateRows(BatchJob& job) {
 }
 
 void Engine::IssueSample(const std::shared_ptr<BatchJob>& job, int slot) {
-  const SampleRecord& record = RecordOf(job->position.epoch, job->sample_indices[slot]);
+  const SampleRecord& record = *job->records[slot];
   if (!record.status.ok()) {
     FinishSample(job, slot, record.status);
     return;
@@ -315,8 +321,7 @@ void Engine::StartRead(const std::shared_ptr<BatchJob>& job, int slot,
                        std::shared_ptr<ReadCharge> charge) {
   if (options_.trace != nullptr)
     options_.trace->AsyncBegin("read", TraceId(*job, slot), Clock::now());
-  const SampleRecord& record = RecordOf(job->position.epoch, job->sample_indices[slot]);
-  const MediaRef& ref = record.media[charge->item];
+  const MediaRef& ref = job->records[slot]->media[charge->item];
   charge->issued = Clock::now();
   ReadGate gate = [this, charge](int64_t size) { return OnReadSize(*charge, size); };
   ReadCallback done = [this, job, slot, charge](Result<Buffer> bytes) {
@@ -483,7 +488,7 @@ void Engine::RunChain(const std::shared_ptr<BatchJob>& job, int slot, std::vecto
     Sample sample;
     sample.epoch = job->position.epoch;
     sample.index = index;
-    sample.record = &RecordOf(sample.epoch, index);
+    sample.record = job->records[slot];
     sample.media = std::move(media);
     if (inputs_.prepare_sample) status = inputs_.prepare_sample(sample);
     SampleContext ctx;
@@ -530,9 +535,19 @@ void Engine::RunChain(const std::shared_ptr<BatchJob>& job, int slot, std::vecto
   FinishSample(job, slot, std::move(status));
 }
 
-const SampleRecord& Engine::RecordOf(int64_t epoch, int64_t index) const {
-  if (inputs_.epoch_records.empty()) return (*inputs_.records)[index];
-  return (*inputs_.epoch_records[static_cast<size_t>(epoch)])[index];
+const RecordStore& Engine::StoreOf(int64_t epoch) const {
+  if (inputs_.epoch_records.empty()) return *inputs_.records;
+  return *inputs_.epoch_records[static_cast<size_t>(epoch)];
+}
+
+void Engine::ResolveRecords(BatchJob& job) const {
+  const RecordStore& store = StoreOf(job.position.epoch);
+  const size_t n = job.sample_indices.size();
+  job.record_scratch.resize(n);
+  job.records.resize(n);
+  for (size_t s = 0; s < n; ++s) {
+    job.records[s] = &store.Get(job.sample_indices[s], job.record_scratch[s]);
+  }
 }
 
 void Engine::SettleScratch() {
@@ -564,9 +579,8 @@ void Engine::FinishBatch(BatchJob& job) {
     const Status& st = job.status[s];
     if (!st.ok()) {
       if (st.code() != StatusCode::kCancelled) {
-        const SampleRecord& record = RecordOf(job.position.epoch, job.sample_indices[s]);
         batch.errors.push_back(
-            SampleError{job.position.epoch, job.sample_indices[s], record.uri(), st});
+            SampleError{job.position.epoch, job.sample_indices[s], job.records[s]->uri(), st});
       }
       continue;
     }
@@ -599,7 +613,7 @@ void Engine::FinishBatch(BatchJob& job) {
     column.rows.reserve(static_cast<size_t>(kept));
     for (int64_t s = 0; s < n; ++s) {
       if (!job.status[s].ok()) continue;
-      const SampleRecord& record = RecordOf(job.position.epoch, job.sample_indices[s]);
+      const SampleRecord& record = *job.records[s];
       std::vector<std::string>& row = column.rows.emplace_back();
       if (f.field < 0) {
         row.push_back(record.id);
@@ -639,12 +653,11 @@ void Engine::RunBatchOps(const BatchJob& job, Batch& batch) {
     status = status.WithContext(std::string(op.name()) + " on batch " +
                                 std::to_string(batch.index_in_epoch) + " of epoch " +
                                 std::to_string(batch.epoch));
-    const Tensor* index = batch.Find("index");
-    for (int64_t s = 0; s < batch.size(); ++s) {
-      const int64_t sample = index->data<int64_t>()[s];
-      batch.errors.push_back(
-          SampleError{job.position.epoch, sample, RecordOf(job.position.epoch, sample).uri(),
-                      status});
+    // The batch's rows are the job's samples that succeeded, in slot order.
+    for (size_t s = 0; s < job.sample_indices.size(); ++s) {
+      if (!job.status[s].ok()) continue;
+      batch.errors.push_back(SampleError{job.position.epoch, job.sample_indices[s],
+                                         job.records[s]->uri(), status});
     }
     for (auto& [name, tensor] : batch.fields) {
       std::vector<int64_t> shape = tensor.shape();

@@ -67,6 +67,7 @@
 #include "headrace/core/clock.h"
 #include "headrace/core/histogram.h"
 #include "headrace/core/pooling_allocator.h"
+#include "headrace/core/record_store.h"
 #include "headrace/exec/epoch_order.h"
 #include "headrace/exec/thread_pool.h"
 #include "headrace/exec/trace.h"
@@ -76,13 +77,14 @@
 namespace headrace {
 
 struct EngineInputs {
-  std::shared_ptr<const std::vector<SampleRecord>> records;
+  // The dataset's records (core/record_store.h): parsed, or built on request.
+  std::shared_ptr<const RecordStore> records;
   // Records per epoch, for a source with a copy of the dataset per epoch (a
   // materialization of epoch-dependent augmentation): when not empty, epoch e reads
   // epoch_records[e] instead of `records` (which still sets the dataset's size: each
   // entry must be as long). Start fails when the run's epochs (counted from 0, an
   // unbounded run included) are more than the entries.
-  std::vector<std::shared_ptr<const std::vector<SampleRecord>>> epoch_records;
+  std::vector<std::shared_ptr<const RecordStore>> epoch_records;
   // The per-sample chain; Op::Run writes into the rows of `fields` (by position).
   std::vector<std::unique_ptr<Op>> ops;
   std::vector<FieldSpec> fields;
@@ -322,8 +324,10 @@ class Engine {
   void SettleScratch();
   void FinishSample(const std::shared_ptr<BatchJob>& job, int slot, Status status);
   void FinishBatch(BatchJob& job);
-  // The record of dataset index `index` in `epoch` (EngineInputs::epoch_records).
-  const SampleRecord& RecordOf(int64_t epoch, int64_t index) const;
+  // The store epoch `epoch` reads its records from (EngineInputs::epoch_records).
+  const RecordStore& StoreOf(int64_t epoch) const;
+  // Looks up the record of each of the job's samples, once, for the batch's life.
+  void ResolveRecords(BatchJob& job) const;
   // Runs the batch ops on a complete batch; on failure, empties it and records errors.
   void RunBatchOps(const BatchJob& job, Batch& batch);
   Status CheckErrorBudgetLocked(bool at_end) const;

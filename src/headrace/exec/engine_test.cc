@@ -100,6 +100,26 @@ class BatchMarkOp final : public BatchOp {
   }
 };
 
+// A store that builds each record on request, into the engine's scratch (as a manifest
+// kept as lines parses each), and counts the requests.
+class BuiltRecords final : public RecordStore {
+ public:
+  explicit BuiltRecords(std::shared_ptr<const std::vector<SampleRecord>> records)
+      : records_(std::move(records)) {}
+  int64_t size() const override { return static_cast<int64_t>(records_->size()); }
+  const SampleRecord& Get(int64_t index, SampleRecord& scratch) const override {
+    gets_.fetch_add(1, std::memory_order_relaxed);
+    scratch = (*records_)[static_cast<size_t>(index)];
+    return scratch;
+  }
+  RecordStoreMemory Memory() const override { return {}; }
+  int64_t gets() const { return gets_.load(); }
+
+ private:
+  std::shared_ptr<const std::vector<SampleRecord>> records_;
+  mutable std::atomic<int64_t> gets_{0};
+};
+
 struct Config {
   int threads;
   int depth;
@@ -148,7 +168,12 @@ class EngineConformance : public testing::TestWithParam<Config> {
                                         std::unique_ptr<BatchOp> batch_op = nullptr,
                                         Schedule schedule = Schedule::kSequential) {
     EngineInputs in;
-    in.records = std::move(records);
+    if (build_records_) {
+      built_ = std::make_shared<BuiltRecords>(std::move(records));
+      in.records = built_;
+    } else {
+      in.records = std::make_shared<VectorRecords>(std::move(records));
+    }
     in.ops.push_back(std::move(op));
     if (batch_op) in.batch_ops.push_back(std::move(batch_op));
     in.fields.push_back(FieldSpec{"row", DType::kI64, {4}});
@@ -170,6 +195,9 @@ class EngineConformance : public testing::TestWithParam<Config> {
   }
 
   int64_t scratch_retain_bytes_ = EngineOptions{}.scratch_retain_bytes;
+  // Start serves the records through a BuiltRecords (kept in built_) when set.
+  bool build_records_ = false;
+  std::shared_ptr<const BuiltRecords> built_;
 
   // All batches' rows, in delivery order.
   static std::vector<std::vector<int64_t>> Drain(Engine& engine) {
@@ -186,6 +214,34 @@ class EngineConformance : public testing::TestWithParam<Config> {
     return out;
   }
 };
+
+TEST_P(EngineConformance, RecordsBuiltOnRequestGiveTheSameBatchesLookedUpOncePerSample) {
+  // Sample 5's file is missing, sample 7's op fails: their errors name their URIs.
+  const auto run = [&](bool build) {
+    build_records_ = build;
+    auto engine = Start(Records(22, {5}), std::make_unique<FillOp>(std::set<int64_t>{7}), 4,
+                        /*epochs=*/2);
+    EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+    std::vector<std::vector<int64_t>> rows;
+    std::vector<std::string> errors;
+    while (true) {
+      auto next = (*engine)->Next();
+      EXPECT_TRUE(next.ok()) << next.status().ToString();
+      if (!next.ok() || !next->has_value()) break;
+      const Tensor* row = (**next).Find("row");
+      rows.emplace_back(row->data<int64_t>(), row->data<int64_t>() + row->numel());
+      for (const SampleError& e : (**next).errors) errors.push_back(e.ToString());
+    }
+    return std::make_pair(rows, errors);
+  };
+  const auto vector = run(false);
+  const auto built = run(true);
+  EXPECT_EQ(built.first, vector.first);
+  EXPECT_EQ(built.second, vector.second);
+  EXPECT_EQ(vector.second.size(), GetParam().reads_media ? 4u : 2u);
+  // Each sample's record is asked for once per epoch, however many stages use it.
+  EXPECT_EQ(built_->gets(), 2 * 22);
+}
 
 TEST_P(EngineConformance, RejectsEmptyInput) {
   auto engine = Start(std::make_shared<std::vector<SampleRecord>>(), std::make_unique<FillOp>(), 4);
@@ -243,7 +299,7 @@ TEST_P(EngineConformance, ReadsEveryMediaItemOfASampleWholeOrAsARange) {
   }
   records->pop_back();
   EngineInputs in;
-  in.records = records;
+  in.records = std::make_shared<VectorRecords>(records);
   in.ops.push_back(std::make_unique<TwoMediaOp>());
   in.fields.push_back(FieldSpec{"row", DType::kI64, {5}});
   in.storage = MakeLocalStorage({.threads = 2});
@@ -648,7 +704,7 @@ EngineMetrics RunWithIoBudget(int64_t n, std::function<int64_t(int64_t)> size_of
   auto gate = std::make_unique<GateOp>(nullptr);
   GateOp* gate_ptr = gate.get();
   EngineInputs in;
-  in.records = records;
+  in.records = std::make_shared<VectorRecords>(records);
   in.ops.push_back(std::move(gate));
   in.ops.push_back(std::make_unique<FillOp>());
   in.fields.push_back(FieldSpec{"row", DType::kI64, {4}});
@@ -755,7 +811,7 @@ TEST(EnginePrepareHook, StringsParsedAtRunTimeReachTheBatchTheRecordsOtherwise) 
     (*records)[i].attributes = {Attribute{3, std::string("record ") + std::to_string(i)}};
   }
   EngineInputs in;
-  in.records = records;
+  in.records = std::make_shared<VectorRecords>(records);
   in.ops.push_back(std::make_unique<FillOp>());
   in.fields.push_back(FieldSpec{"row", DType::kI64, {4}});
   in.strings.push_back(EngineInputs::StringField{"caption", 3, false});
@@ -796,8 +852,9 @@ TEST(EngineEpochRecords, EachEpochReadsItsOwnRecordsAndTooFewEpochsAreRefused) {
   };
   const auto start = [&](std::optional<int64_t> epochs) {
     EngineInputs in;
-    in.records = records_named("epoch0-", 1);
-    in.epoch_records = {records_named("epoch0-", 1), records_named("epoch1-", 2)};
+    in.records = std::make_shared<VectorRecords>(records_named("epoch0-", 1));
+    in.epoch_records = {std::make_shared<VectorRecords>(records_named("epoch0-", 1)),
+                        std::make_shared<VectorRecords>(records_named("epoch1-", 2))};
     in.ops.push_back(std::make_unique<FillOp>());
     in.fields.push_back(FieldSpec{"row", DType::kI64, {4}});
     in.strings.push_back(EngineInputs::StringField{"id", -1, false});

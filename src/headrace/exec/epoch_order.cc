@@ -87,47 +87,77 @@ BatchPosition EpochOrder::Position(int64_t local_index) const {
   return p;
 }
 
-std::vector<int64_t> EpochOrder::Permutation(int64_t epoch) const {
-  std::vector<int64_t> order(options_.num_samples);
-  std::iota(order.begin(), order.end(), int64_t{0});
-  if (options_.shuffle && !options_.shard_samples.empty()) {
-    const std::vector<int64_t>& counts = options_.shard_samples;
+namespace {
+
+// An epoch's order as indices of type T (wide enough for num_samples - 1): the same
+// swaps whatever T is, so every T gives the same order.
+template <typename T>
+std::vector<T> PermutationOf(const EpochOrderOptions& options, int64_t epoch) {
+  std::vector<T> order(static_cast<size_t>(options.num_samples));
+  std::iota(order.begin(), order.end(), T{0});
+  if (options.shuffle && !options.shard_samples.empty()) {
+    const std::vector<int64_t>& counts = options.shard_samples;
     std::vector<int64_t> first(counts.size());  // each shard's first dataset index
     for (size_t s = 1; s < counts.size(); ++s) first[s] = first[s - 1] + counts[s - 1];
     std::vector<int64_t> shards(counts.size());
     std::iota(shards.begin(), shards.end(), int64_t{0});
-    Rng shard_rng(HashKeys(options_.seed, static_cast<uint64_t>(epoch), kShardStream));
+    Rng shard_rng(HashKeys(options.seed, static_cast<uint64_t>(epoch), kShardStream));
     if (!shards.empty()) Shuffle(shards, 0, shard_rng);
     order.clear();
-    const auto window = static_cast<size_t>(options_.shuffle_window);
+    const auto window = static_cast<size_t>(options.shuffle_window);
     for (size_t w = 0; w * window < shards.size(); ++w) {
       const size_t begin = order.size();
       for (size_t k = w * window; k < std::min(shards.size(), (w + 1) * window); ++k) {
-        for (int64_t i = 0; i < counts[shards[k]]; ++i) order.push_back(first[shards[k]] + i);
+        for (int64_t i = 0; i < counts[shards[k]]; ++i) {
+          order.push_back(static_cast<T>(first[shards[k]] + i));
+        }
       }
       if (order.size() > begin + 1) {
-        Rng rng(HashKeys(options_.seed, static_cast<uint64_t>(epoch), kWindowStream, w));
+        Rng rng(HashKeys(options.seed, static_cast<uint64_t>(epoch), kWindowStream, w));
         Shuffle(order, begin, rng);
       }
     }
-  } else if (options_.shuffle) {
-    Rng rng(HashKeys(options_.seed, static_cast<uint64_t>(epoch), kOrderStream));
-    for (int64_t i = options_.num_samples - 1; i > 0; --i) {
+  } else if (options.shuffle) {
+    Rng rng(HashKeys(options.seed, static_cast<uint64_t>(epoch), kOrderStream));
+    for (int64_t i = options.num_samples - 1; i > 0; --i) {
       const auto j = static_cast<int64_t>(rng.Below(static_cast<uint64_t>(i) + 1));
-      std::swap(order[i], order[j]);
+      std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
     }
   }
   return order;
 }
 
+// Whether every dataset index fits 32 bits: the kept permutation then takes 4 bytes a
+// sample, not 8 (400 MB less per process at 100 M samples).
+bool Narrow(const EpochOrderOptions& options) {
+  return options.num_samples <= int64_t{1} << 32;
+}
+
+}  // namespace
+
+std::vector<int64_t> EpochOrder::Permutation(int64_t epoch) const {
+  return PermutationOf<int64_t>(options_, epoch);
+}
+
+int64_t EpochOrder::permutation_bytes() const {
+  return options_.num_samples * static_cast<int64_t>(Narrow(options_) ? sizeof(uint32_t)
+                                                                        : sizeof(int64_t));
+}
+
 std::vector<int64_t> EpochOrder::SampleIndices(const BatchPosition& position) const {
   std::lock_guard lock(mu_);
+  const bool narrow = Narrow(options_);
   if (cached_epoch_ != position.epoch) {
-    cached_ = Permutation(position.epoch);
+    if (narrow) {
+      cached32_ = PermutationOf<uint32_t>(options_, position.epoch);
+    } else {
+      cached_ = PermutationOf<int64_t>(options_, position.epoch);
+    }
     cached_epoch_ = position.epoch;
   }
   const int64_t begin = position.index_in_epoch * options_.batch_size;
   const int64_t end = std::min(begin + options_.batch_size, options_.num_samples);
+  if (narrow) return std::vector<int64_t>(cached32_.begin() + begin, cached32_.begin() + end);
   return std::vector<int64_t>(cached_.begin() + begin, cached_.begin() + end);
 }
 

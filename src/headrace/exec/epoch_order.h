@@ -72,6 +72,8 @@ class EpochOrder {
   std::vector<int64_t> SampleIndices(const BatchPosition& position) const;
   // The full order of an epoch (for tests and tools).
   std::vector<int64_t> Permutation(int64_t epoch) const;
+  // What the kept permutation of an epoch takes: 4 bytes a sample (8 beyond 2^32 samples).
+  int64_t permutation_bytes() const;
 
   EpochOrder(const EpochOrder& other);
 
@@ -83,7 +85,9 @@ class EpochOrder {
   // The last epoch's permutation, kept because consecutive batches share it.
   mutable std::mutex mu_;
   mutable int64_t cached_epoch_ = -1;    // guarded by mu_
-  mutable std::vector<int64_t> cached_;  // guarded by mu_
+  // As 32-bit indices when every index fits (the same order, half the memory).
+  mutable std::vector<int64_t> cached_;     // guarded by mu_
+  mutable std::vector<uint32_t> cached32_;  // guarded by mu_
 };
 
 }  // namespace headrace

@@ -98,3 +98,42 @@ TEST(EpochOrder, ShardCountsMustAddUpToTheDataset) {
 
 }  // namespace
 }  // namespace headrace
+
+namespace headrace {
+namespace {
+
+// The batches' indices, end to end, over one epoch.
+std::vector<int64_t> EpochFromBatches(const EpochOrder& order, int64_t epoch) {
+  std::vector<int64_t> all;
+  for (int64_t k = 0; k < order.batches_per_rank_epoch(); ++k) {
+    const BatchPosition p = order.Position(epoch * order.batches_per_rank_epoch() + k);
+    const std::vector<int64_t> batch = order.SampleIndices(p);
+    all.insert(all.end(), batch.begin(), batch.end());
+  }
+  return all;
+}
+
+TEST(EpochOrder, TheKeptPermutationTakesFourBytesASampleAndGivesTheSameOrder) {
+  for (const bool sharded : {false, true}) {
+    SCOPED_TRACE(sharded ? "sharded" : "whole dataset");
+    EpochOrderOptions o = Sharded(3);
+    if (!sharded) {
+      o.shard_samples.clear();
+      o.num_samples = 1001;
+    }
+    Result<EpochOrder> order = EpochOrder::Make(o);
+    ASSERT_TRUE(order.ok());
+    EXPECT_EQ(order->permutation_bytes(), 4 * o.num_samples);
+    for (int64_t epoch : {0, 2, 1}) {
+      const std::vector<int64_t> want = order->Permutation(epoch);
+      std::vector<int64_t> sorted = want;
+      std::sort(sorted.begin(), sorted.end());
+      for (size_t i = 0; i < sorted.size(); ++i) ASSERT_EQ(sorted[i], static_cast<int64_t>(i));
+      EXPECT_NE(want, sorted);  // shuffled
+      EXPECT_EQ(EpochFromBatches(*order, epoch), want);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace headrace

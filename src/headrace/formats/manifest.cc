@@ -299,13 +299,6 @@ Status FillRecord(simdjson::dom::element doc, int64_t line, const SourceSpec& sp
   return Status::Ok();
 }
 
-bool IsBlank(std::string_view line) {
-  for (char c : line) {
-    if (c != ' ' && c != '\t' && c != '\r') return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 Result<Role> ParseRole(std::string_view role) {
@@ -363,15 +356,77 @@ Result<std::string> ManifestRoot(const SourceSpec& spec) {
   return DefaultRoot(spec.manifest, spec);
 }
 
+bool IsBlankManifestLine(std::string_view line) {
+  for (char c : line) {
+    if (c != ' ' && c != '\t' && c != '\r') return false;
+  }
+  return true;
+}
+
+struct ManifestLineParser::State {
+  SourceSpec spec;
+  std::vector<SourceFieldSpec> fields;
+  std::string root_text;
+  SplitPath root;  // views into root_text: a State is never moved once made
+};
+
+Result<ManifestLineParser> ManifestLineParser::Make(const std::string& manifest_path,
+                                                    const SourceSpec& spec) {
+  auto state = std::make_shared<State>();
+  state->spec = spec;
+  state->fields = ResolvedFields(spec);
+  HR_ASSIGN_OR_RETURN(state->root_text, DefaultRoot(manifest_path, spec));
+  state->root = Split(state->root_text);
+  return ManifestLineParser(std::move(state));
+}
+
+const std::string& ManifestLineParser::root() const { return state_->root_text; }
+
+void ManifestLineParser::Parse(std::string_view line, size_t readable_after, int64_t line_number,
+                               SampleRecord& record) const {
+  // One parser per thread, reused: its buffers grow to the longest line and stay.
+  thread_local simdjson::dom::parser parser;
+  thread_local std::vector<char> scratch;
+  if (!line.empty() && line.back() == '\r') {
+    line.remove_suffix(1);
+    ++readable_after;
+  }
+  record = SampleRecord{};
+  record.line = line_number;
+  // simdjson may read SIMDJSON_PADDING bytes past the line (any content): the bytes
+  // after it serve, except near the end of the buffer.
+  const char* data = line.data();
+  if (readable_after < simdjson::SIMDJSON_PADDING) {
+    scratch.assign(line.begin(), line.end());
+    scratch.resize(line.size() + simdjson::SIMDJSON_PADDING, '\0');
+    data = scratch.data();
+  }
+  simdjson::dom::element doc;
+  const simdjson::error_code error = parser.parse(data, line.size(), false).get(doc);
+  if (error != simdjson::SUCCESS) {
+    record.status =
+        BadRecord(line_number, std::string("invalid JSON: ") + simdjson::error_message(error));
+  } else {
+    const State& s = *state_;
+    record.status = FillRecord(doc, line_number, s.spec, s.fields, s.root, s.root_text, record);
+  }
+  if (!record.status.ok()) {
+    // The id, when it was read, stays for messages; nothing else is usable.
+    record.media.clear();
+    record.turns.clear();
+    record.attributes.clear();
+  }
+}
+
 Result<Manifest> ParseManifest(const Buffer& jsonl_bytes, const std::string& manifest_path,
                                const SourceSpec& spec) {
+  HR_ASSIGN_OR_RETURN(const ManifestLineParser parser, ManifestLineParser::Make(manifest_path, spec));
   Manifest manifest;
   manifest.path = manifest_path;
-  HR_ASSIGN_OR_RETURN(manifest.root, DefaultRoot(manifest_path, spec));
+  manifest.root = parser.root();
 
   const char* const begin = reinterpret_cast<const char*>(jsonl_bytes.data());
   const char* const end = begin + jsonl_bytes.size();
-  const SplitPath root = Split(manifest.root);  // views into manifest.root
   const char* pos = begin;
   if (end - pos >= 3 && std::memcmp(pos, "\xEF\xBB\xBF", 3) == 0) pos += 3;
 
@@ -382,45 +437,17 @@ Result<Manifest> ParseManifest(const Buffer& jsonl_bytes, const std::string& man
   }
   manifest.records.reserve(lines);
 
-  const std::vector<SourceFieldSpec> fields = ResolvedFields(spec);
-  simdjson::dom::parser parser;
-  std::vector<char> scratch;  // padded copy of a line too close to the end of the buffer
   int64_t line_number = 0;
   while (pos < end) {
     ++line_number;
     const char* newline = static_cast<const char*>(std::memchr(pos, '\n', end - pos));
     const char* line_end = newline ? newline : end;
-    std::string_view line(pos, line_end - pos);
+    const std::string_view line(pos, line_end - pos);
     pos = newline ? newline + 1 : end;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (IsBlank(line)) continue;
-
+    if (IsBlankManifestLine(line)) continue;
     SampleRecord& record = manifest.records.emplace_back();
-    record.line = line_number;
-
-    // simdjson may read SIMDJSON_PADDING bytes past the line (any content): the rest of
-    // the buffer serves, except near its end.
-    const char* data = line.data();
-    if (static_cast<size_t>(end - (line.data() + line.size())) < simdjson::SIMDJSON_PADDING) {
-      scratch.assign(line.begin(), line.end());
-      scratch.resize(line.size() + simdjson::SIMDJSON_PADDING, '\0');
-      data = scratch.data();
-    }
-    simdjson::dom::element doc;
-    const simdjson::error_code error = parser.parse(data, line.size(), false).get(doc);
-    if (error != simdjson::SUCCESS) {
-      record.status =
-          BadRecord(line_number, std::string("invalid JSON: ") + simdjson::error_message(error));
-    } else {
-      record.status = FillRecord(doc, line_number, spec, fields, root, manifest.root, record);
-    }
-    if (!record.status.ok()) {
-      // The id, when it was read, stays for messages; nothing else is usable.
-      record.media.clear();
-      record.turns.clear();
-      record.attributes.clear();
-      ++manifest.bad_lines;
-    }
+    parser.Parse(line, static_cast<size_t>(end - line_end), line_number, record);
+    if (!record.status.ok()) ++manifest.bad_lines;
   }
   if (manifest.records.empty()) {
     return Status::InvalidArgument("manifest " + QuoteForMessage(manifest_path) +

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,7 +39,9 @@ struct Manifest {
   std::string root;
   // One per non-empty line, in file order; index = position in this vector.
   std::vector<SampleRecord> records;
-  int64_t bad_lines = 0;  // records whose status is not ok
+  // Records whose status is not ok; not counted when the records are kept as lines
+  // (SourceSpec::records, formats/manifest_lines.h): those are parsed as samples reach them.
+  int64_t bad_lines = 0;
 };
 
 // Parses JSONL bytes. Blank (whitespace-only) lines are skipped but still counted for
@@ -49,6 +52,33 @@ struct Manifest {
 // copied to a small padded scratch buffer, nothing else is copied.
 Result<Manifest> ParseManifest(const Buffer& jsonl_bytes, const std::string& manifest_path,
                                const SourceSpec& spec);
+
+// The per-line half of ParseManifest, for a store that keeps a manifest's lines and
+// parses each one when a sample reaches it (formats/manifest_lines.h). Cheap to copy;
+// thread-safe: each calling thread parses with a simdjson parser of its own.
+class ManifestLineParser {
+ public:
+  // For the manifest at `manifest_path` (its folder is the default root).
+  static Result<ManifestLineParser> Make(const std::string& manifest_path,
+                                         const SourceSpec& spec);
+  // Fills `record` (reset first) from `line`, without its '\n' (a trailing '\r' is
+  // dropped), as ParseManifest does: a bad line comes back with its status set, its id
+  // kept when it was read and nothing else. `readable_after`: how many bytes past the
+  // line's end may be read (simdjson reads up to SIMDJSON_PADDING of them, whatever they
+  // hold); with fewer, the line is copied to a padded scratch first.
+  void Parse(std::string_view line, size_t readable_after, int64_t line_number,
+             SampleRecord& record) const;
+  // The normalized root media paths are resolved against (Manifest::root).
+  const std::string& root() const;
+
+ private:
+  struct State;
+  explicit ManifestLineParser(std::shared_ptr<const State> state) : state_(std::move(state)) {}
+  std::shared_ptr<const State> state_;
+};
+
+// Whether a manifest line holds no record: only spaces, tabs and CRs.
+bool IsBlankManifestLine(std::string_view line);
 
 // The bytes `manifest` holds in memory, for the run report: the records array (its
 // capacity), each record's strings, turns and error, counted from the containers'

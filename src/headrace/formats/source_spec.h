@@ -36,6 +36,13 @@ struct SourceFieldSpec {
 //    "conversations": [{"from": "human", "value": "<image>\n..."},
 //                      {"from": "gpt", "value": "..."}]}
 // Media paths are relative to `root` (by default the manifest's folder).
+// How a JSONL manifest's records are kept (formats/manifest_lines.h).
+enum class ManifestRecordsForm {
+  kAuto,    // "auto": as lines when the manifest is kLinesAutoBytes (64 MiB) or more
+  kParsed,  // "parsed": every line parsed at load (~2x the JSONL, in each process)
+  kLines,   // "lines": the file mapped (or read) plus 4 bytes a record; parsed per sample
+};
+
 struct SourceSpec {
   std::string manifest;  // required: path of the JSONL file
   std::string root;      // dataset root for media paths; empty = the manifest's folder
@@ -49,6 +56,9 @@ struct SourceSpec {
   std::string conversations_field = "conversations";
   std::string role_field = "from";
   std::string text_field = "value";
+  // How the manifest's records are held: parsed at load, or kept as lines and parsed
+  // when a sample reaches them (memory that does not grow with the parsed dataset).
+  ManifestRecordsForm records = ManifestRecordsForm::kAuto;
   // Absolute media paths are rejected unless allowed (and must then still be inside root).
   bool allow_absolute_paths = false;
 

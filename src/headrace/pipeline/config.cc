@@ -64,6 +64,7 @@ void Fields(SpecOf<SourceSpec> auto& s, auto&& f) {
   f("conversations_field", s.conversations_field);
   f("role_field", s.role_field);
   f("text_field", s.text_field);
+  f("records", s.records);
   f("allow_absolute_paths", s.allow_absolute_paths);
   f("shards", s.shards);
   f("parquet", s.parquet);
@@ -172,6 +173,11 @@ constexpr std::pair<FieldKind, std::string_view> kFieldKinds[] = {
     {FieldKind::kInt, "int"},       {FieldKind::kFloat, "float"},
     {FieldKind::kString, "string"}};
 EnumTable<FieldKind> TableOf(FieldKind) { return kFieldKinds; }
+constexpr std::pair<ManifestRecordsForm, std::string_view> kRecordsForms[] = {
+    {ManifestRecordsForm::kAuto, "auto"},
+    {ManifestRecordsForm::kParsed, "parsed"},
+    {ManifestRecordsForm::kLines, "lines"}};
+EnumTable<ManifestRecordsForm> TableOf(ManifestRecordsForm) { return kRecordsForms; }
 namespace {
 
 template <typename T>
@@ -966,6 +972,10 @@ Status ValidatePipelineSpec(const PipelineSpec& spec) {
                                 "source.parquet or source.materialized)"));
   } else {
     HR_RETURN_IF_ERROR(ValidateShardSource(spec));
+  }
+  if (src.records != ManifestRecordsForm::kAuto && src.manifest.empty()) {
+    return Invalid("source.records", "applies to a JSONL manifest (source.manifest) only; "
+                                     "shards, Parquet and materializations keep their own index");
   }
   HR_RETURN_IF_ERROR(NonEmpty("source.id_field", src.id_field, "a JSON key"));
   HR_RETURN_IF_ERROR(NonEmpty("source.image_field", src.image_field, "a JSON key"));

@@ -41,6 +41,7 @@ source:
   conversations_field: messages
   role_field: role
   text_field: content
+  records: lines
   allow_absolute_paths: true
 seed: 18446744073709551615
 epochs: 3
@@ -82,6 +83,7 @@ void ExpectSpecEq(const PipelineSpec& a, const PipelineSpec& b) {
   EXPECT_EQ(a.source.role_field, b.source.role_field);
   EXPECT_EQ(a.source.text_field, b.source.text_field);
   EXPECT_EQ(a.source.allow_absolute_paths, b.source.allow_absolute_paths);
+  EXPECT_EQ(a.source.records, b.source.records);
   EXPECT_EQ(a.seed, b.seed);
   EXPECT_EQ(a.epochs, b.epochs);
   EXPECT_EQ(a.shuffle, b.shuffle);
@@ -166,6 +168,7 @@ TEST(ParsePipelineConfig, ParsesEveryKey) {
   EXPECT_EQ(s.source.role_field, "role");
   EXPECT_EQ(s.source.text_field, "content");
   EXPECT_TRUE(s.source.allow_absolute_paths);
+  EXPECT_EQ(s.source.records, ManifestRecordsForm::kLines);
   EXPECT_EQ(s.seed, 18446744073709551615u);
   EXPECT_EQ(s.epochs, 3);
   EXPECT_FALSE(s.shuffle);
@@ -322,6 +325,19 @@ TEST(ParsePipelineConfig, SchemaErrorsNameTheKeyAndWhatIsAllowed) {
     Status st = ParseError(std::string(kMinimal) + c.yaml);
     for (const std::string& m : c.mentions) EXPECT_THAT(st.message(), HasSubstr(m));
   }
+}
+
+TEST(ParsePipelineConfig, SourceRecordsIsAutoParsedOrLinesForAManifestOnly) {
+  EXPECT_EQ(ParseOk(kMinimal).source.records, ManifestRecordsForm::kAuto);
+  EXPECT_EQ(ParseOk("source: {manifest: m.jsonl, records: parsed}\n").source.records,
+            ManifestRecordsForm::kParsed);
+  EXPECT_EQ(ParseOk(kMinimal, {"source.records=lines"}).source.records,
+            ManifestRecordsForm::kLines);
+  Status unknown = ParseError("source: {manifest: m.jsonl, records: lazy}\n");
+  EXPECT_THAT(unknown.message(), HasSubstr("source.records: unknown value 'lazy'"));
+  EXPECT_THAT(unknown.message(), HasSubstr("auto, parsed, lines"));
+  Status shards = ParseError("source: {shards: 's-{0..1}.tar', records: lines}\n");
+  EXPECT_THAT(shards.message(), HasSubstr("source.records: applies to a JSONL manifest"));
 }
 
 TEST(ParsePipelineConfig, ErrorsGiveTheLine) {

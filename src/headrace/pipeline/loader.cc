@@ -4,6 +4,7 @@
 
 #include <limits>
 
+#include "headrace/formats/manifest_lines.h"
 #include "headrace/formats/materialized.h"
 #include "headrace/formats/parquet_row_groups.h"
 #include "headrace/formats/parquet_source.h"
@@ -221,10 +222,14 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
     loader->storage_ = row_groups;
     loader->row_group_cache_ = row_groups;
   } else if (spec.source.shards.empty()) {
-    HR_ASSIGN_OR_RETURN(Manifest manifest, LoadManifest(*loader->storage_, spec.source));
-    loader->manifest_ = std::make_shared<Manifest>(std::move(manifest));
-    loader->manifest_bytes_ = static_cast<int64_t>(ManifestMemoryBytes(*loader->manifest_));
-    loader->source_ = "manifest " + spec.source.manifest;
+    HR_ASSIGN_OR_RETURN(ManifestRecords manifest,
+                        LoadManifestRecords(*loader->storage_, spec.source));
+    loader->manifest_ = std::move(manifest.manifest);
+    loader->records_ = std::move(manifest.records);
+    loader->manifest_bytes_ = manifest.heap_bytes;
+    loader->manifest_mapped_bytes_ = manifest.mapped_bytes;
+    loader->source_ = "manifest " + spec.source.manifest +
+                      (loader->manifest_->records.empty() ? " (kept as lines)" : "");
   } else {
     HR_ASSIGN_OR_RETURN(ShardSource shards, LoadShardSource(*loader->storage_, spec.source));
     HR_ASSIGN_OR_RETURN(cache_bytes, BlockCacheBytes(spec, shards));
@@ -280,10 +285,17 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
   HR_RETURN_IF_ERROR(CheckBatchFitsBudget(spec, plan, opt.batch_budget_bytes));
 
   EngineInputs in;
-  // The records live as long as the manifest; the engine shares ownership.
-  in.records = std::shared_ptr<const std::vector<SampleRecord>>(loader->manifest_,
-                                                                &loader->manifest_->records);
-  in.epoch_records = std::move(epoch_records);
+  if (loader->records_ == nullptr) {
+    // The records live as long as the manifest; the engine shares ownership.
+    loader->records_ = std::make_shared<VectorRecords>(
+        std::shared_ptr<const std::vector<SampleRecord>>(loader->manifest_,
+                                                         &loader->manifest_->records),
+        loader->manifest_bytes_);
+  }
+  in.records = loader->records_;
+  for (auto& records : epoch_records) {
+    in.epoch_records.push_back(std::make_shared<VectorRecords>(std::move(records)));
+  }
   in.ops = std::move(plan.ops);
   in.fields = std::move(plan.fields);
   in.batch_ops = std::move(plan.batch_ops);

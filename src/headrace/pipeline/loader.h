@@ -99,10 +99,19 @@ class Loader {
   void Cancel() { engine_->Cancel(); }
 
   const PipelineSpec& spec() const { return spec_; }
+  // The source's path and root (and, when it holds them parsed, its records: a manifest
+  // kept as lines has none here; records() serves every source).
   const Manifest& manifest() const { return *manifest_; }
-  // The parsed manifest's memory (ManifestMemoryBytes), held for the whole run outside
-  // memory.budget_bytes; measured once, after loading.
+  // Every record of the dataset, by index, however the source keeps them.
+  const RecordStore& records() const { return *records_; }
+  int64_t num_samples() const { return records_->size(); }
+  // The source's index in this process's heap (parsed records, or a manifest's line
+  // offsets), held for the whole run outside memory.budget_bytes; measured once, after
+  // loading.
   int64_t manifest_bytes() const { return manifest_bytes_; }
+  // The manifest's bytes mapped read-only from the page cache (a manifest kept as lines
+  // from a local file): shared with every process that maps it, reclaimable; else 0.
+  int64_t manifest_mapped_bytes() const { return manifest_mapped_bytes_; }
   int64_t batches_per_epoch() const { return engine_->order().batches_per_rank_epoch(); }
   // EpochOrder::kUnboundedBatches when the run's epochs are unbounded.
   int64_t total_batches() const { return engine_->order().total_batches(); }
@@ -130,6 +139,7 @@ class Loader {
 
   PipelineSpec spec_;
   std::shared_ptr<Manifest> manifest_;
+  std::shared_ptr<const RecordStore> records_;
   std::shared_ptr<Storage> storage_;
   std::shared_ptr<BlockCache> block_cache_;  // the shard source's; also storage_ then
   std::shared_ptr<ParquetRowGroupCache> row_group_cache_;  // the Parquet source's; also storage_
@@ -138,6 +148,7 @@ class Loader {
   int cpu_threads_ = 1;
   int io_inflight_ = 1;
   int64_t manifest_bytes_ = 0;
+  int64_t manifest_mapped_bytes_ = 0;
 
   TraceRecorder* trace_ = nullptr;
   Clock::time_point created_;

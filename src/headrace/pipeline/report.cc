@@ -105,6 +105,7 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
   r.batch_memory_reused = m.batch_memory_reused;
   r.batch_memory_fresh = m.batch_memory_fresh;
   r.manifest_bytes = loader.manifest_bytes();
+  r.manifest_mapped_bytes = loader.manifest_mapped_bytes();
   r.scratch_bytes = m.scratch_bytes;
   r.scratch_peak_bytes = m.scratch_peak_bytes;
   r.scratch_sample_peak_bytes = m.scratch_sample_peak_bytes;
@@ -174,6 +175,7 @@ std::string RunReportToJson(const RunReport& r) {
   w.Key("fresh").Int(r.batch_memory_fresh).EndObject();
   w.Key("memory").BeginObject();
   w.Key("manifest_bytes").Int(r.manifest_bytes);
+  w.Key("manifest_mapped_bytes").Int(r.manifest_mapped_bytes);
   w.Key("scratch_bytes").Int(r.scratch_bytes);
   w.Key("scratch_peak_bytes").Int(r.scratch_peak_bytes);
   w.Key("scratch_sample_peak_bytes").Int(r.scratch_sample_peak_bytes);
@@ -443,6 +445,10 @@ std::string RunReportToText(const RunReport& r) {
       "budget\n",
       r.peak_rss_bytes / 1048576.0, r.baseline_rss_bytes / 1048576.0,
       r.budget_peak_bytes / 1048576.0, r.memory_budget_bytes / 1048576.0);
+  if (r.manifest_mapped_bytes > 0) {
+    add("  manifest lines    %.1f MiB mapped (page cache, shared), %.1f MiB of offsets\n",
+        r.manifest_mapped_bytes / 1048576.0, r.manifest_bytes / 1048576.0);
+  }
   add("  outside budget    manifest %.1f MiB, scratch %.1f MiB (peak %.1f MiB, one sample up "
       "to %.1f MiB, %.1f MiB/thread kept)\n",
       r.manifest_bytes / 1048576.0, r.scratch_bytes / 1048576.0, r.scratch_peak_bytes / 1048576.0,

@@ -73,7 +73,8 @@ struct RunReport {
   int64_t batch_memory_reused = 0;  // batch buffers served from the engine's pool
   int64_t batch_memory_fresh = 0;   // batch buffers newly allocated
   // Memory outside memory.budget_bytes (JSON "memory": {...}):
-  int64_t manifest_bytes = 0;  // the parsed manifest, held all run (ManifestMemoryBytes)
+  int64_t manifest_bytes = 0;  // the source's index in the heap, held all run
+  int64_t manifest_mapped_bytes = 0;  // a manifest kept as lines, mapped: shared page cache
   int64_t scratch_bytes = 0;   // CPU threads' scratch held now (EngineMetrics::scratch_*)
   int64_t scratch_peak_bytes = 0;
   int64_t scratch_sample_peak_bytes = 0;

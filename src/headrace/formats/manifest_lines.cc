@@ -1,0 +1,201 @@
+#include "headrace/formats/manifest_lines.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string_view>
+
+#include "headrace/core/strings.h"
+#include "headrace/io/uri.h"
+
+namespace headrace {
+namespace {
+
+// The manifest file at `path` mapped read-only, or null when it cannot be (not a local
+// regular file, empty, or mmap refused): the caller then reads it through the storage,
+// which names what is wrong. `size` gets the file's size.
+std::shared_ptr<const void> MapFile(const std::string& path, size_t& size) {
+  if (SchemeOf(path) != UriScheme::kLocal || path.starts_with("file://")) return nullptr;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  struct stat st {};
+  void* data = MAP_FAILED;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+    size = static_cast<size_t>(st.st_size);
+    data = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  }
+  ::close(fd);  // the mapping keeps the file
+  if (data == MAP_FAILED) return nullptr;
+  return std::shared_ptr<const void>(data, [size](const void* p) {
+    ::munmap(const_cast<void*>(p), size);
+  });
+}
+
+// The size of a local manifest file, or -1 when it is not one (a URI, or not there).
+int64_t LocalFileSize(const std::string& path) {
+  if (SchemeOf(path) != UriScheme::kLocal || path.starts_with("file://")) return -1;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return -1;
+  return st.st_size;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const ManifestLines>> ManifestLines::Load(Storage& storage,
+                                                                 const SourceSpec& spec) {
+  if (spec.manifest.empty()) return Status::InvalidArgument("source.manifest is empty");
+  size_t size = 0;
+  if (std::shared_ptr<const void> map = MapFile(spec.manifest, size)) {
+    HR_ASSIGN_OR_RETURN(ManifestLineParser parser,
+                        ManifestLineParser::Make(spec.manifest, spec));
+    const char* data = static_cast<const char*>(map.get());
+    std::shared_ptr<ManifestLines> lines(
+        new ManifestLines(std::move(parser), std::move(map), data, size, /*mapped=*/true));
+    HR_RETURN_IF_ERROR(lines->Index(spec.manifest));
+    // Samples reach lines in shuffled order: read-ahead around each would be waste.
+    ::madvise(const_cast<char*>(data), size, MADV_RANDOM);
+    return std::shared_ptr<const ManifestLines>(std::move(lines));
+  }
+  Result<Buffer> bytes = storage.Read(spec.manifest);
+  if (!bytes.ok()) return bytes.status().WithContext("reading manifest");
+  return FromBuffer(*std::move(bytes), spec.manifest, spec);
+}
+
+Result<std::shared_ptr<const ManifestLines>> ManifestLines::FromBuffer(
+    Buffer bytes, const std::string& manifest_path, const SourceSpec& spec) {
+  HR_ASSIGN_OR_RETURN(ManifestLineParser parser, ManifestLineParser::Make(manifest_path, spec));
+  auto owner = std::make_shared<const Buffer>(std::move(bytes));
+  const char* data = reinterpret_cast<const char*>(owner->data());
+  const size_t size = owner->size();
+  std::shared_ptr<ManifestLines> lines(
+      new ManifestLines(std::move(parser), std::move(owner), data, size, /*mapped=*/false));
+  HR_RETURN_IF_ERROR(lines->Index(manifest_path));
+  return std::shared_ptr<const ManifestLines>(std::move(lines));
+}
+
+Status ManifestLines::Index(const std::string& manifest_path) {
+  const char* const end = data_ + size_;
+  const char* pos = data_;
+  if (size_ >= 3 && std::memcmp(pos, "\xEF\xBB\xBF", 3) == 0) pos += 3;
+  int64_t lines = 0;
+  int64_t blank = 0;
+  int64_t blank_noted = 0;
+  while (pos < end) {
+    ++lines;
+    const char* newline = static_cast<const char*>(std::memchr(pos, '\n', end - pos));
+    const char* line_end = newline ? newline : end;
+    const char* line_start = pos;
+    pos = newline ? newline + 1 : end;
+    if (IsBlankManifestLine(std::string_view(line_start, line_end - line_start))) {
+      ++blank;
+      continue;
+    }
+    const auto offset = static_cast<uint64_t>(line_start - data_);
+    if ((records_ & ((int64_t{1} << kBlockShift) - 1)) == 0) block_base_.push_back(offset);
+    const uint64_t relative = offset - block_base_.back();
+    if (relative > std::numeric_limits<uint32_t>::max()) {
+      // 1024 lines over 4 GiB: ~4 MiB a line, not a manifest's.
+      return Status::InvalidArgument(
+          "manifest " + QuoteForMessage(manifest_path) + ": lines around line " +
+          std::to_string(lines) +
+          " average over 4 MiB; keep its records parsed (source.records: parsed)");
+    }
+    start_.push_back(static_cast<uint32_t>(relative));
+    if (blank != blank_noted) {
+      blank_runs_.emplace_back(records_, blank);
+      blank_noted = blank;
+    }
+    ++records_;
+  }
+  if (records_ == 0) {
+    return Status::InvalidArgument("manifest " + QuoteForMessage(manifest_path) +
+                                   " has no records (" + std::to_string(lines) +
+                                   " lines, all blank)");
+  }
+  start_.shrink_to_fit();
+  block_base_.shrink_to_fit();
+  blank_runs_.shrink_to_fit();
+  return Status::Ok();
+}
+
+int64_t ManifestLines::LineNumber(int64_t index) const {
+  // The last run of blank lines that starts at or before `index`.
+  auto it = std::upper_bound(blank_runs_.begin(), blank_runs_.end(), index,
+                             [](int64_t i, const auto& run) { return i < run.first; });
+  const int64_t blank_before = it == blank_runs_.begin() ? 0 : std::prev(it)->second;
+  return index + 1 + blank_before;
+}
+
+const SampleRecord& ManifestLines::Get(int64_t index, SampleRecord& scratch) const {
+  const auto i = static_cast<size_t>(index);
+  const char* start = data_ + block_base_[i >> kBlockShift] + start_[i];
+  const char* const end = data_ + size_;
+  const char* newline = static_cast<const char*>(std::memchr(start, '\n', end - start));
+  const char* line_end = newline ? newline : end;
+  parser_.Parse(std::string_view(start, line_end - start), static_cast<size_t>(end - line_end),
+                LineNumber(index), scratch);
+  return scratch;
+}
+
+RecordStoreMemory ManifestLines::Memory() const {
+  const size_t index = sizeof(*this) + start_.capacity() * sizeof(uint32_t) +
+                       block_base_.capacity() * sizeof(uint64_t) +
+                       blank_runs_.capacity() * sizeof(blank_runs_[0]);
+  const auto bytes = static_cast<int64_t>(size_);
+  return {static_cast<int64_t>(index) + (mapped_ ? 0 : bytes), mapped_ ? bytes : 0};
+}
+
+Result<ManifestRecords> LoadManifestRecords(Storage& storage, const SourceSpec& spec) {
+  ManifestRecords out;
+  out.manifest = std::make_shared<Manifest>();
+  out.manifest->path = spec.manifest;
+  const int64_t local_size = LocalFileSize(spec.manifest);
+  Buffer bytes;  // a URI's bytes, read once whichever form keeps them
+  bool have_bytes = false;
+  bool lines = spec.records == ManifestRecordsForm::kLines;
+  if (spec.records == ManifestRecordsForm::kAuto) {
+    if (local_size >= 0) {
+      lines = local_size >= kLinesAutoBytes;
+    } else if (!spec.manifest.empty()) {
+      Result<Buffer> read = storage.Read(spec.manifest);
+      if (!read.ok()) return read.status().WithContext("reading manifest");
+      bytes = *std::move(read);
+      have_bytes = true;
+      lines = static_cast<int64_t>(bytes.size()) >= kLinesAutoBytes;
+    }
+  }
+  if (lines) {
+    std::shared_ptr<const ManifestLines> store;
+    if (have_bytes) {
+      HR_ASSIGN_OR_RETURN(store, ManifestLines::FromBuffer(std::move(bytes), spec.manifest, spec));
+    } else {
+      HR_ASSIGN_OR_RETURN(store, ManifestLines::Load(storage, spec));
+    }
+    out.manifest->root = store->root();
+    const RecordStoreMemory memory = store->Memory();
+    out.heap_bytes = memory.heap_bytes;
+    out.mapped_bytes = memory.mapped_bytes;
+    out.records = std::move(store);
+    return out;
+  }
+  if (!have_bytes) {
+    HR_ASSIGN_OR_RETURN(Manifest parsed, LoadManifest(storage, spec));
+    *out.manifest = std::move(parsed);
+  } else {
+    HR_ASSIGN_OR_RETURN(Manifest parsed, ParseManifest(bytes, spec.manifest, spec));
+    *out.manifest = std::move(parsed);
+  }
+  out.heap_bytes = static_cast<int64_t>(ManifestMemoryBytes(*out.manifest));
+  // The records live as long as the manifest; the store shares its ownership.
+  out.records = std::make_shared<VectorRecords>(
+      std::shared_ptr<const std::vector<SampleRecord>>(out.manifest, &out.manifest->records),
+      out.heap_bytes);
+  return out;
+}
+
+}  // namespace headrace
