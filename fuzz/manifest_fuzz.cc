@@ -7,7 +7,9 @@
 //   - every non-blank line is one record, numbered by its line, and bad_lines counts
 //     exactly the records whose status is not ok;
 //   - a good record's media lies inside the root: the root followed by '/' and
-//     segments none of which is "." or "..".
+//     segments none of which is "." or "..";
+//   - the manifest kept as lines (ManifestLines, each line parsed on request from the
+//     same exact-size buffer) fails alike or yields the same records, message for message.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -15,6 +17,7 @@
 
 #include "fuzz/fuzz_util.h"
 #include "headrace/formats/manifest.h"
+#include "headrace/formats/manifest_lines.h"
 
 namespace headrace::fuzz {
 namespace {
@@ -36,8 +39,48 @@ bool InsideRoot(std::string_view root, std::string_view uri) {
   return true;
 }
 
+// The lines store over the same bytes against the parsed manifest.
+void CheckLines(const Buffer& bytes, const std::string& path, const SourceSpec& spec,
+                const Result<Manifest>& manifest) {
+  Result<std::shared_ptr<const ManifestLines>> lines = ManifestLines::FromBuffer(bytes, path, spec);
+  HR_FUZZ_CHECK(lines.ok() == manifest.ok(), "lines %s, parsed %s",
+                lines.status().ToString().c_str(), manifest.status().ToString().c_str());
+  if (!lines.ok()) {
+    HR_FUZZ_CHECK(lines.status().ToString() == manifest.status().ToString(), "%s vs %s",
+                  lines.status().ToString().c_str(), manifest.status().ToString().c_str());
+    return;
+  }
+  const ManifestLines& store = **lines;
+  HR_FUZZ_CHECK(store.size() == static_cast<int64_t>(manifest->records.size()),
+                "lines %lld records, parsed %zu", static_cast<long long>(store.size()),
+                manifest->records.size());
+  HR_FUZZ_CHECK(store.root() == manifest->root, "root '%s' vs '%s'", store.root().c_str(),
+                manifest->root.c_str());
+  SampleRecord scratch;
+  for (int64_t i = store.size() - 1; i >= 0; --i) {  // backwards: each Get stands alone
+    const SampleRecord& a = store.Get(i, scratch);
+    const SampleRecord& b = manifest->records[static_cast<size_t>(i)];
+    HR_FUZZ_CHECK(a.id == b.id && a.line == b.line && a.status.ToString() == b.status.ToString() &&
+                      a.media.size() == b.media.size() && a.turns.size() == b.turns.size() &&
+                      a.attributes.size() == b.attributes.size(),
+                  "record %lld differs: line %lld vs %lld, '%s' vs '%s'",
+                  static_cast<long long>(i), static_cast<long long>(a.line),
+                  static_cast<long long>(b.line), a.status.ToString().c_str(),
+                  b.status.ToString().c_str());
+    for (size_t m = 0; m < a.media.size(); ++m) {
+      HR_FUZZ_CHECK(a.media[m].uri == b.media[m].uri, "media '%s' vs '%s'",
+                    a.media[m].uri.c_str(), b.media[m].uri.c_str());
+    }
+    for (size_t t = 0; t < a.turns.size(); ++t) {
+      HR_FUZZ_CHECK(a.turns[t].text == b.turns[t].text && a.turns[t].role == b.turns[t].role,
+                    "turn %zu differs", t);
+    }
+  }
+}
+
 void ParseAndCheck(const Buffer& bytes, const std::string& path, const SourceSpec& spec) {
   Result<Manifest> manifest = ParseManifest(bytes, path, spec);
+  CheckLines(bytes, path, spec, manifest);
   if (!manifest.ok()) {
     HR_FUZZ_CHECK(manifest.status().code() == StatusCode::kInvalidArgument, "%s",
                   manifest.status().ToString().c_str());

@@ -2,18 +2,16 @@
 
 namespace headrace {
 
-ValueHints::Need* ValueHints::Find(std::string_view name) {
-  for (auto& [n, need] : hints_) {
+const ValueHints::Need* ValueHints::Find(std::string_view name) const {
+  for (const auto& [n, need] : hints_) {
     if (n == name) return &need;
   }
   return nullptr;
 }
 
 SizeHint ValueHints::Get(std::string_view name) const {
-  for (const auto& [n, need] : hints_) {
-    if (n == name) return need.size;
-  }
-  return SizeHint{};
+  const Need* need = Find(name);
+  return need != nullptr ? need->size : SizeHint{};
 }
 
 void ValueHints::Set(std::string_view name, SizeHint hint) {
@@ -27,10 +25,8 @@ void ValueHints::Set(std::string_view name, SizeHint hint) {
 void ValueHints::Clear(std::string_view name) { Set(name, SizeHint{}); }
 
 AudioWindowHint ValueHints::Window(std::string_view name) const {
-  for (const auto& [n, need] : hints_) {
-    if (n == name) return need.window;
-  }
-  return AudioWindowHint{};
+  const Need* need = Find(name);
+  return need != nullptr ? need->window : AudioWindowHint{};
 }
 
 void ValueHints::ReadWindow(std::string_view name, AudioWindowHint window) {

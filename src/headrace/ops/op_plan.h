@@ -120,7 +120,10 @@ class ValueHints {
     SizeHint size;
     AudioWindowHint window;
   };
-  Need* Find(std::string_view name);
+  const Need* Find(std::string_view name) const;
+  Need* Find(std::string_view name) {
+    return const_cast<Need*>(std::as_const(*this).Find(name));
+  }
   std::vector<std::pair<std::string, Need>> hints_;
 };
 
