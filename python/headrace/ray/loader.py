@@ -86,6 +86,12 @@ def _check_resources(resources: Dict[str, float]) -> None:
             f"worker_resources: no single node of the Ray cluster has all of {resources}")
 
 
+def default_prefetch(workers: int) -> int:
+    """The request window a rank keeps when ``prefetch`` is not given, for a pool of
+    ``workers``."""
+    return max(4, 2 * workers)
+
+
 def _train_context():
     """(rank, world_size) from Ray Train when this process is one of its workers."""
     if "ray.train" not in sys.modules:
@@ -146,7 +152,7 @@ class _Stream:
     def _ahead(self) -> int:
         if self._loader._prefetch is not None:
             return self._loader._prefetch
-        return max(4, 2 * self._workers)
+        return default_prefetch(self._workers)
 
     def _fill(self) -> None:
         want = self._ahead() - len(self._pending)
