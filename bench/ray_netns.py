@@ -22,19 +22,19 @@ none the rank never waits on purpose and its wait-time ratio is ~1 by constructi
 each rung, sides (--sides) run interleaved, the order rotating and reversing from round to
 round, --runs rounds: headrace.ray.Loader with 2 workers (1 CPU and 1 headrace_cpu each)
 placed "pack" (both on one CPU node: one link carries every batch) or "spread" (one per
-CPU node), as the library does it, and with two bench-only changes that find out why
-spread alone does not beat pack: "+pull" (see pull_ahead) and "+pfN" (the rank's request
-window). Each run is one epoch of examples/vqa.yaml (1000 samples, batch 32, 1 engine
-thread per worker), clocked from the first batch as bench/ray_streaming.py does. Per run:
-samples/s, the rank's wait-time ratio, the bytes each node's NIC sent (veth counters),
-the tbf drops, and the node each worker ran on.
+CPU node), as the library does it (the rank starts pulling every batch it requested onto
+its node at request time: `_Stream._fill`), optionally with "+pfN": the rank's request
+window set to N batches (`prefetch=N`) instead of the library's default (recorded in the
+JSON as default_prefetch). Each run is one epoch of examples/vqa.yaml (1000 samples, batch
+32, 1 engine thread per worker), clocked from the first batch as bench/ray_streaming.py
+does. Per run: samples/s, the rank's wait-time ratio, the bytes each node's NIC sent (veth
+counters), the tbf drops, and the node each worker ran on.
 
 Process hygiene: `ray stop` kills every Ray process of the machine (it matches process
 names host-wide), so it is not used; the Ray processes this script starts all live in its
 namespaces, and teardown ends exactly those (`ip netns pids`), then deletes the namespaces.
 """
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -255,54 +255,19 @@ def wait_for_nodes(ray, n, timeout_s=60):
         time.sleep(0.5)
 
 
-@contextlib.contextmanager
-def pull_ahead(enabled):
-    """With ``enabled``, the rank asks Ray to pull every batch it has requested onto its
-    node as soon as it requests it, not only the one it is blocked on.
-
-    Ray moves an object to a node only when a process there needs it (``ray.get``, or
-    ``ray.wait(fetch_local=True)``); the rank ``ray.get``s its requests in order, so
-    whatever workers have computed ahead waits on their nodes, and the transfers from
-    different nodes never overlap. A ``ray.wait(..., timeout=0, fetch_local=True)`` on the
-    window after each refill starts their pulls without blocking (what Ray Data's
-    WaitBlockPrefetcher does). This bench-only patch of ``_Stream._fill`` measures what
-    that would change. headrace.ray's `_Stream._fill` has done the same itself since this
-    measurement (2026-12-01): on the current library the plain sides include the pull, and
-    the bench/ray_netns.json of that date is from before it.
-    """
-    if not enabled:
-        yield
-        return
-    import ray
-    from headrace.ray import loader as hloader
-    fill = hloader._Stream._fill
-
-    def fill_and_pull(stream):
-        fill(stream)
-        refs = [entry[3] for entry in stream._pending]
-        if refs:
-            ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=True)
-    hloader._Stream._fill = fill_and_pull
-    try:
-        yield
-    finally:
-        hloader._Stream._fill = fill
-
-
 def one_run(config, side, step_s, node_names):
     """One epoch with 2 workers; the trainer sleeps ``step_s`` after each batch. ``side``:
-    the placement ("pack" or "spread"), then optionally "+pull" (:func:`pull_ahead`) and
-    "+pfN" (the rank's request window, ``prefetch=N``; default max(4, 2 x workers) = 4)."""
+    the placement ("pack" or "spread"), then optionally "+pfN" (the rank's request window,
+    ``prefetch=N``; without it the library's default)."""
     import headrace.ray as hray
     placement, *options = side.split("+")
     prefetch = None
     for option in options:
-        if option.startswith("pf"):
+        if option.startswith("pf") and option[2:].isdigit():
             prefetch = int(option[2:])
-        elif option != "pull":
+        else:
             raise SystemExit(f"unknown option {option!r} in side {side!r}")
-    with pull_ahead("pull" in options):
-        return _one_run(hray, config, side, placement, step_s, node_names, prefetch)
+    return _one_run(hray, config, side, placement, step_s, node_names, prefetch)
 
 
 def _one_run(hray, config, side, placement, step_s, node_names, prefetch=None):
@@ -371,6 +336,7 @@ def parse_rungs(text):
 
 def drive(args):
     import ray
+    from headrace.ray.loader import default_prefetch
     os.chdir(REPO)
     _, head_ip = NODES["trainer"]
     ray.init(address=f"{head_ip}:{GCS_PORT}", _node_ip_address=head_ip, namespace="headrace",
@@ -386,6 +352,8 @@ def drive(args):
     results = {"machine": f"{platform.node()} {os.cpu_count()} CPUs",
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "config": args.config, "workers": 2, "worker_resources": WORKER,
+               # The request window of the sides without +pfN (the library's default).
+               "default_prefetch": default_prefetch(2),
                "object_store_gib": args.object_store_gib, "runs_per_side": args.runs,
                "rungs": []}
     try:
@@ -474,10 +442,10 @@ def main():
     ap.add_argument("--rungs", default="200:0,200:500,none:0",
                     help="RATE:STEP_MS,...: each CPU node's link in Mbit/s (none: unshaped) "
                          "and the trainer's step per batch (a sleep)")
-    ap.add_argument("--sides", default="pack,spread,spread+pull,pack+pull+pf8,spread+pull+pf8",
-                    help="what each rung compares: a placement (pack, spread), then +pull "
-                         "(the rank starts Ray's transfer of every batch it requested at once; "
-                         "see pull_ahead) and +pfN (the rank's request window, prefetch=N)")
+    ap.add_argument("--sides", default="pack,spread,spread+pf6,spread+pf8,spread+pf12,pack+pf8",
+                    help="what each rung compares: a placement (pack, spread), optionally "
+                         "+pfN (the rank's request window, prefetch=N; without it the "
+                         "library's default)")
     ap.add_argument("--runs", type=int, default=3, help="runs of each side in each rung")
     ap.add_argument("--object-store-gib", type=float, default=1.0,
                     help="each Ray node's object store")

@@ -86,6 +86,16 @@ def _check_resources(resources: Dict[str, float]) -> None:
             f"worker_resources: no single node of the Ray cluster has all of {resources}")
 
 
+def default_prefetch(workers: int) -> int:
+    """The request window a rank keeps when ``prefetch`` is not given, for a pool of
+    ``workers``: two requests a worker keep its compute and its node's link busy while the
+    other's batch crosses (bench/ray_netns.py: windows of 6, 8 and 12 with 2 workers were
+    no better over 200 and 500 Mbit/s links, and worse with a trainer that steps). Every
+    requested batch is pulled to the rank's node at once, so that node's object store
+    holds up to window × batch bytes."""
+    return max(4, 2 * workers)
+
+
 def _train_context():
     """(rank, world_size) from Ray Train when this process is one of its workers."""
     if "ray.train" not in sys.modules:
@@ -146,7 +156,7 @@ class _Stream:
     def _ahead(self) -> int:
         if self._loader._prefetch is not None:
             return self._loader._prefetch
-        return max(4, 2 * self._workers)
+        return default_prefetch(self._workers)
 
     def _fill(self) -> None:
         want = self._ahead() - len(self._pending)
@@ -301,10 +311,12 @@ class Loader(_LocalLoader):
     when either is given, rank 0 resizes the pool within them: one more worker while the
     ranks' recent wait-time ratio is above ``target_wait_time_ratio``, one fewer while it is
     under a quarter of it. ``prefetch``: requests each rank keeps ahead of its consumption
-    (default max(4, 2 × workers)). ``rank``/``world_size``: from Ray Train's context inside
-    a ``TorchTrainer``, else as :class:`headrace.Loader`. Ranks that pass the same ``name``
-    (default: derived from the pipeline and world size when world_size > 1) share one pool;
-    its coordinator journals to ``journal`` (default under the temp folder of its node).
+    (default max(4, 2 × workers)); each is pulled to the rank's node when requested, so
+    its object store holds up to ``prefetch`` × batch bytes. ``rank``/``world_size``: from
+    Ray Train's context inside a ``TorchTrainer``, else as :class:`headrace.Loader`. Ranks
+    that pass the same ``name`` (default: derived from the pipeline and world size when
+    world_size > 1) share one pool; its coordinator journals to ``journal`` (default under
+    the temp folder of its node).
     ``address``: the Ray cluster to attach to when this process is not attached yet.
     """
 
