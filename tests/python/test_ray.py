@@ -322,6 +322,118 @@ def test_a_workers_sample_errors_reach_the_ranks_report_as_locally(cluster, py_s
     assert [len(e) for _, e, _ in got] == [1, 0, 1, 0, 0, 0]
 
 
+def test_the_error_budget_is_the_runs_not_each_ranks(cluster, py_sample, tmp_path):
+    """Rank 1's first batch holds 4 corrupt images (50%), the run 4 of 48 (8%); the limit
+    is 20%. Locally, rank 1 alone would stop. On Ray the budget is the run's: rank 1 goes
+    on when rank 0's clean samples are in the count, and a clean rank stops when the run's
+    count is over the limit."""
+    import shutil
+    import uuid
+
+    data = tmp_path / "data"
+    shutil.copytree(py_sample, data)
+    for i in (8, 9, 10, 11):  # unshuffled, batch 8, 2 ranks: rank 1's first batch
+        (data / "images" / f"{i:06d}.jpg").write_bytes(b"not a jpeg")
+    ops = headrace.ops
+    broken = headrace.Pipeline(
+        source=data / "manifest.jsonl", batch_size=8, seed=1, epochs=1, shuffle=False,
+        ops=[ops.decode(), ops.resize(shorter_side=64), ops.center_crop(56), ops.normalize(),
+             ops.tokenize(data / "tokenizer.model", max_length=48)],
+        overrides={"errors.max_error_rate": 0.2, "errors.min_samples": 1})
+    with pytest.raises(headrace.Error, match="too many bad samples"):
+        list(headrace.Loader(broken, rank=1, world_size=2))
+
+    def pair():
+        name = f"budget-{uuid.uuid4().hex[:8]}"
+        return [hray.Loader(broken, rank=r, world_size=2, workers=1, worker_resources=WORKER,
+                            name=name) for r in (0, 1)]
+
+    def consumed(loader, rank):
+        # The coordinator itself: a loader whose run ended keeps its last figures only.
+        coordinator = ray.get_actor(f"headrace-{loader.name}", namespace="headrace")
+        return ray.get(coordinator.stats.remote())["samples"].get(str(rank))
+
+    # Rank 0's clean epoch first: rank 1's bad batch is 4 of 32 of the run, then 4 of 48.
+    first, second = pair()
+    try:
+        assert sum(len(b["index"]) for b in first) == 24
+        wait_for(lambda: consumed(first, 0) == [24, 0], "rank 0's count at the coordinator")
+        it = iter(second)
+        got = [(b.index, len(b.errors)) for b in (next(it) for _ in range(3))]
+        assert got == [(1, 4), (3, 0), (5, 0)]
+        # Read before the run's end, when the last rank to finish stops the pool.
+        wait_for(lambda: consumed(first, 1) == [20, 4], "rank 1's count at the coordinator")
+        assert rest_of_epoch(it) == []
+    finally:
+        second.close()
+        first.close()
+
+    # Rank 1 first: it stops at its bad batch; then rank 0, which has no bad sample, stops
+    # too, at its first batch: the run's count is 4 of 16.
+    first, second = pair()
+    try:
+        with pytest.raises(headrace.Error, match=r"4 of 8 samples of the run failed.*rank 1"):
+            list(second)
+        wait_for(lambda: consumed(first, 1) == [4, 4], "rank 1's count at the coordinator")
+        with pytest.raises(headrace.Error,
+                           match=r"4 of 16 samples of the run failed.*rank 0: 0 of 8"):
+            list(first)
+    finally:
+        second.close()
+        first.close()
+
+
+def test_a_worker_keeps_the_manifest_as_lines_and_says_what_it_holds(cluster, make_pipeline,
+                                                                     py_sample):
+    lines = make_pipeline(epochs=1, overrides={"source.records": "lines"})
+    loader = hray.Loader(lines, workers=1, worker_resources=WORKER)
+    try:
+        it = iter(loader)
+        got = [digest(next(it))]
+        handles = ray.get(loader._coordinator.worker_handles.remote())
+        info = ray.get(next(iter(handles.values())).info.remote())
+        got += rest_of_epoch(it)
+    finally:
+        loader.close()
+    assert got == local_run(make_pipeline(epochs=1), epochs=1)  # parsed locally: same batches
+    n = info["num_samples"]
+    assert n == 48
+    assert info["manifest_mapped_bytes"] == (py_sample / "manifest.jsonl").stat().st_size
+    assert info["manifest_bytes"] < 4 * n + 1024  # offsets, not records
+    assert info["order_bytes"] == 4 * n
+
+
+def test_the_default_window_is_capped_to_a_quarter_of_the_ranks_object_store(cluster,
+                                                                             py_sample):
+    # 8 x 3 x 224 x 224 f32 = 4.8 MB a batch; the rank's node has ~96 MiB of object store:
+    # a quarter holds 4 or 5 batches, under the default window of 4 workers (8).
+    ops = headrace.ops
+    big = headrace.Pipeline(
+        source=py_sample / "manifest.jsonl", batch_size=8, seed=1, epochs=1,
+        ops=[ops.decode(), ops.resize(shorter_side=256), ops.center_crop(224), ops.normalize()])
+    loader = hray.Loader(big, workers=4, worker_resources=WORKER)
+    try:
+        wait_for(lambda: len(live_workers(loader)) == 4, "four live workers")
+        it = iter(loader)
+        first = next(it)
+        assert first["image"].shape == (8, 3, 224, 224)
+        batch_bytes = sum(np.asarray(v).nbytes for v in first.values() if not isinstance(v, list))
+        window = loader.stats()["window"]
+        held = [len(loader._impl._pending)]
+        for _ in range(3):
+            next(it)
+            held.append(len(loader._impl._pending))
+        rest_of_epoch(it)
+    finally:
+        loader.close()
+    here = ray.get_runtime_context().get_node_id()
+    store = next(int(n["Resources"]["object_store_memory"]) for n in ray.nodes()
+                 if n["NodeID"] == here)
+    assert 2 <= store // 4 // batch_bytes < 8  # the cap is below the default
+    assert window == store // 4 // batch_bytes
+    assert max(held) <= window
+
+
 def test_a_real_pytorch_loop_trains_on_ray_batches(cluster, pipeline):
     import torch
     torch.manual_seed(0)

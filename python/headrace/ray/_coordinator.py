@@ -60,6 +60,9 @@ class Coordinator:
         self._workers: Dict[int, Dict[str, Any]] = {}  # id -> {handle, node_id, state, ...}
         self._outstanding: Dict[int, set] = {}  # worker id -> {(rank, k)}
         self._consumed: Dict[int, Tuple[int, int]] = {}  # rank -> (epoch, batch_in_epoch) next
+        # rank -> (samples delivered, samples failed) of what it consumed: the run's error
+        # budget is checked by each rank against the sum over ranks.
+        self._samples: Dict[int, Tuple[int, int]] = {}
         self._reassignments = 0
         self._worker_deaths = 0
         self._restarts = 0
@@ -98,6 +101,8 @@ class Coordinator:
                     self._next_id = max(self._next_id, e["worker"] + 1)
                 elif kind == "ack":
                     self._consumed[e["rank"]] = (e["epoch"], e["batch"])
+                    if "samples" in e:
+                        self._samples[e["rank"]] = tuple(e["samples"])
                 elif kind == "reassign":
                     self._reassignments += 1
                 elif kind == "dead":
@@ -211,19 +216,27 @@ class Coordinator:
                 self._remove(wid, kill=True)
         return len(self._ranks)
 
-    def assign(self, rank: int, batches: List[int]) -> Tuple[List[Tuple[int, Any]], int]:
+    def assign(self, rank: int, batches: List[int]
+               ) -> Tuple[List[Tuple[int, Any]], int, Tuple[int, int]]:
         """A worker for each of ``batches`` (run-wide indices) of ``rank``; also the pool's
-        size, which the rank's request window follows."""
+        size, which the rank's request window follows, and the samples (delivered, failed)
+        the other ranks consumed, for the run's error budget."""
         out = []
         for k in batches:
             wid = self._pick()
             self._outstanding[wid].add((rank, k))
             self._workers[wid]["assigned"] += 1
             out.append((wid, self._workers[wid]["handle"]))
-        return out, len(self._live())
+        return out, len(self._live()), self._others(rank)
 
-    def done(self, rank: int, finished: List[Tuple[int, int]], epoch: int, batch: int) -> None:
-        """``rank`` received ``finished`` [(worker, k)]; it will consume (epoch, batch) next."""
+    def _others(self, rank: int) -> Tuple[int, int]:
+        others = [s for r, s in self._samples.items() if r != rank]
+        return sum(d for d, _ in others), sum(f for _, f in others)
+
+    def done(self, rank: int, finished: List[Tuple[int, int]], epoch: int, batch: int,
+             samples: Optional[Tuple[int, int]] = None) -> None:
+        """``rank`` received ``finished`` [(worker, k)]; it will consume (epoch, batch) next.
+        ``samples``: (delivered, failed) of everything the rank consumed so far."""
         for wid, k in finished:
             pending = self._outstanding.get(wid)
             if pending is not None:
@@ -231,7 +244,11 @@ class Coordinator:
                 if not pending and self._workers[wid]["state"] == "draining":
                     self._remove(wid, kill=True)  # scaled down: gone once it has delivered
         self._consumed[rank] = (epoch, batch)
-        self._log({"e": "ack", "rank": rank, "epoch": epoch, "batch": batch})
+        event = {"e": "ack", "rank": rank, "epoch": epoch, "batch": batch}
+        if samples is not None:
+            self._samples[rank] = (int(samples[0]), int(samples[1]))
+            event["samples"] = list(self._samples[rank])
+        self._log(event)
 
     def failed(self, rank: int, k: int, wid: int) -> Tuple[int, Any]:
         """``rank``'s call for batch k to worker ``wid`` failed (the worker died): drops the
@@ -284,6 +301,8 @@ class Coordinator:
             "coordinator_restarts": self._restarts,
             "coordinator_node_id": self._ray.get_runtime_context().get_node_id(),
             "consumed": {str(r): list(p) for r, p in self._consumed.items()},
+            # Samples (delivered, failed) each rank consumed: the run's error budget's count.
+            "samples": {str(r): list(s) for r, s in self._samples.items()},
             "journal": self._journal_path,
         }
 

@@ -86,14 +86,28 @@ def _check_resources(resources: Dict[str, float]) -> None:
             f"worker_resources: no single node of the Ray cluster has all of {resources}")
 
 
-def default_prefetch(workers: int) -> int:
+def default_prefetch(workers: int, batch_bytes: int = 0, store_bytes: int = 0) -> int:
     """The request window a rank keeps when ``prefetch`` is not given, for a pool of
     ``workers``: two requests a worker keep its compute and its node's link busy while the
     other's batch crosses (bench/ray_netns.py: windows of 6, 8 and 12 with 2 workers were
     no better over 200 and 500 Mbit/s links, and worse with a trainer that steps). Every
     requested batch is pulled to the rank's node at once, so that node's object store
-    holds up to window × batch bytes."""
-    return max(4, 2 * workers)
+    holds up to window × batch bytes: once a batch's size is known, the window is capped to
+    a quarter of the store (``store_bytes``; the rest is for the other ranks of the node,
+    the batches in use and Ray's own objects), and never below 2."""
+    window = max(4, 2 * workers)
+    if batch_bytes > 0 and store_bytes > 0:
+        window = max(2, min(window, store_bytes // 4 // batch_bytes))
+    return window
+
+
+def _node_store_bytes(ray) -> int:
+    """The object store memory of the node this process runs on (0: unknown)."""
+    here = ray.get_runtime_context().get_node_id()
+    for node in ray.nodes():
+        if node.get("NodeID") == here:
+            return int(node.get("Resources", {}).get("object_store_memory", 0))
+    return 0
 
 
 def _train_context():
@@ -134,6 +148,8 @@ class _Stream:
         self._requested = self.next_batch  # the next rank-local batch to request
         self._pending: collections.deque = collections.deque()  # [j, k, worker, ref]
         self._workers = 1
+        self._store_bytes = _node_store_bytes(ray)  # caps the default window
+        self._batch_bytes = 0  # the largest batch seen
         self._finished: List = []  # (worker, k) received since the last done()
         # Consumer accounting, as the C++ Loader keeps it (pipeline/loader.h).
         self._created = time.perf_counter()
@@ -145,6 +161,7 @@ class _Stream:
         self._reassigned = 0
         self._failed_samples = 0
         self._delivered_samples = 0
+        self._others = (0, 0)  # (delivered, failed) the other ranks consumed: coordinator
         self._by_worker: Dict[int, int] = collections.Counter()
         self._window = (time.perf_counter(), 0.0, 0)  # autoscale: (since, wait_s, batches)
 
@@ -156,7 +173,7 @@ class _Stream:
     def _ahead(self) -> int:
         if self._loader._prefetch is not None:
             return self._loader._prefetch
-        return default_prefetch(self._workers)
+        return default_prefetch(self._workers, self._batch_bytes, self._store_bytes)
 
     def _fill(self) -> None:
         want = self._ahead() - len(self._pending)
@@ -172,7 +189,8 @@ class _Stream:
         fresh = [k for k in ks if k not in orphans]
         assigned = {}
         if fresh:
-            got, self._workers = self._ray.get(self._coord.assign.remote(self.rank, fresh))
+            got, self._workers, self._others = self._ray.get(
+                self._coord.assign.remote(self.rank, fresh))
             assigned = dict(zip(fresh, got))
         for j, k in zip(js, ks):
             if k in orphans:
@@ -218,15 +236,19 @@ class _Stream:
         self.next_batch = j + 1
         self._finished.append((wid, k))
         epoch, batch = divmod(self.next_batch, self.batches_per_epoch)
-        # Fire and forget: calls from one caller run in order on the actor.
-        self._coord.done.remote(self.rank, self._finished, epoch, batch)
-        self._finished = []
-        self._fill()  # keep the window full while the consumer works on this batch
         fields = out["fields"]
         n = len(fields["index"])
+        self._batch_bytes = max(self._batch_bytes, out["bytes"])  # before the refill
+        self._failed_samples += len(out["errors"])
+        self._delivered_samples += n
+        # Fire and forget: calls from one caller run in order on the actor.
+        self._coord.done.remote(self.rank, self._finished, epoch, batch,
+                                (self._delivered_samples, self._failed_samples))
+        self._finished = []
+        self._fill()  # keep the window full while the consumer works on this batch
         self._bytes += out["bytes"]
         self._by_worker[out["worker"]] += 1
-        self._count_errors(out["errors"], n, j)
+        self._check_error_budget(out["errors"], j)
         now = time.perf_counter()
         if self._first_at is None:
             self._first_at = now
@@ -243,23 +265,29 @@ class _Stream:
         ptrs = {name: v.ctypes.data for name, v in fields.items() if hasattr(v, "ctypes")}
         return fields, out["epoch"], out["index"], j, out["errors"], ptrs
 
-    def _count_errors(self, errors: List[str], delivered: int, j: int) -> None:
-        """The run's error budget, applied where the batches are consumed: in batch order,
-        as the local loader does, whichever worker computed them."""
-        self._failed_samples += len(errors)
-        self._delivered_samples += delivered
-        attempted = self._failed_samples + self._delivered_samples
+    def _check_error_budget(self, errors: List[str], j: int) -> None:
+        """The run's error budget, applied where the batches are consumed, whichever worker
+        computed them: this rank's samples (exact, in batch order) plus what the other
+        ranks consumed, as the coordinator last told (a batch or so behind). Every rank
+        stops once the run's rate is over the limit, also one without errors of its own;
+        a rank whose own share is bad stops only when the run's is."""
         spec = self._loader._spec
-        if not self._failed_samples:
+        others_delivered, others_failed = self._others
+        failed = self._failed_samples + others_failed
+        attempted = self._failed_samples + self._delivered_samples + others_delivered + \
+            others_failed
+        if not failed:
             return
         at_end = (j + 1) % self.batches_per_epoch == 0
         if not at_end and attempted < spec.min_samples:
             return
-        rate = self._failed_samples / attempted
+        rate = failed / attempted
         if rate > spec.max_error_rate:
+            mine = self._failed_samples + self._delivered_samples
             raise _headrace.Error(
-                f"too many bad samples: {self._failed_samples} of {attempted} samples failed "
-                f"({rate:.3%}), above errors.max_error_rate {spec.max_error_rate:.3%}; "
+                f"too many bad samples: {failed} of {attempted} samples of the run failed "
+                f"({rate:.3%}), above errors.max_error_rate {spec.max_error_rate:.3%} (rank "
+                f"{self.rank}: {self._failed_samples} of {mine}); "
                 f"first: {errors[0] if errors else '(earlier batch)'}")
 
     def window_wait_ratio(self):
@@ -276,6 +304,7 @@ class _Stream:
         s["wait_time_ratio"] = s["wait_s"] / s["steady_s"] if s["steady_s"] > 0 else 0.0
         s["batches_per_s"] = s["batches"] / s["steady_s"] if s["steady_s"] > 0 else 0.0
         s["bytes_moved"] = self._bytes
+        s["window"] = self._ahead()  # requests kept ahead of consumption
         s["rank_reassignments"] = self._reassigned
         s["samples_failed"] = self._failed_samples
         s["batches_by_worker"] = dict(self._by_worker)
@@ -311,8 +340,9 @@ class Loader(_LocalLoader):
     when either is given, rank 0 resizes the pool within them: one more worker while the
     ranks' recent wait-time ratio is above ``target_wait_time_ratio``, one fewer while it is
     under a quarter of it. ``prefetch``: requests each rank keeps ahead of its consumption
-    (default max(4, 2 × workers)); each is pulled to the rank's node when requested, so
-    its object store holds up to ``prefetch`` × batch bytes. ``rank``/``world_size``: from
+    (default max(4, 2 × workers), capped to a quarter of the rank node's object store once
+    a batch's size is known); each is pulled to the rank's node when requested, so its
+    object store holds up to ``prefetch`` × batch bytes. ``rank``/``world_size``: from
     Ray Train's context inside a ``TorchTrainer``, else as :class:`headrace.Loader`. Ranks
     that pass the same ``name`` (default: derived from the pipeline and world size when
     world_size > 1) share one pool; its coordinator journals to ``journal`` (default under
