@@ -271,6 +271,7 @@ def test_a_killed_coordinator_restarts_and_the_sequence_goes_on(cluster, pipelin
     assert got == local_run(pipeline)
     assert pool["coordinator_restarts"] == 1
     assert pool["consumed"]["0"] == [2, 0]  # journaled: the run's end, after the restart
+    assert pool["samples"]["0"] == [96, 0]  # the run's error budget count: 2 epochs of 48
     assert journal.read_text().count('"e":"start"') == 2
 
 
