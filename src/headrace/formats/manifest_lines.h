@@ -13,6 +13,10 @@
 // parsed manifest's, field for field, bad lines and their messages included; only the
 // count of bad lines is not known up front (Manifest::bad_lines stays 0).
 //
+// A mapped manifest must not be truncated or rewritten in place while a run reads it (a
+// read of a page past the new end faults: SIGBUS). Replace it by renaming a new file over
+// it: the mapping keeps the old file.
+//
 // SourceSpec::records picks the form: "parsed", "lines", or "auto" (lines for a manifest
 // of kLinesAutoBytes or more). LoadManifestRecords is what the loader calls.
 #pragma once
