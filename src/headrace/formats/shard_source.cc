@@ -4,6 +4,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <numeric>
 #include <charconv>
 #include <condition_variable>
 #include <cstdio>
@@ -344,7 +345,7 @@ namespace {
 // Reads every shard's index at once (they are small), then scans the shards that have
 // none, one at a time (each is read whole).
 Status LoadShards(Storage& storage, const std::vector<std::string>& shards,
-                  const ShardFieldMap& map, ShardSource& out) {
+                  const ShardFieldMap& map, ShardSource& out, ShardRecords* compact) {
   const size_t n = shards.size();
   std::vector<Result<Buffer>> indexes(n, Status::Internal("not read"));
   {
@@ -397,6 +398,7 @@ Status LoadShards(Storage& storage, const std::vector<std::string>& shards,
       AppendShardRecords(shard, samples, map, out);
       out.shard_bytes.push_back(index->bytes);
       ++out.indexed_shards;
+      indexes[i] = Status::Cancelled("parsed");  // its bytes go now, not after every shard
     } else if (indexes[i].status().code() == StatusCode::kNotFound) {
       Result<Buffer> tar = storage.Read(shard);
       if (!tar.ok()) {
@@ -426,20 +428,29 @@ Status LoadShards(Storage& storage, const std::vector<std::string>& shards,
       return indexes[i].status().WithContext("reading " + QuoteForMessage(IndexUri(shard)));
     }
     out.shard_samples.push_back(static_cast<int64_t>(out.records.size() - before));
+    if (compact != nullptr) {  // each shard's records compacted as soon as they are made
+      compact->AppendShard(shard, out.records);
+      out.records.clear();
+    }
+  }
+  if (compact != nullptr) {
+    compact->ShrinkToFit();
+    std::vector<SampleRecord>().swap(out.records);  // the largest shard's capacity
   }
   return Status::Ok();
 }
 
 }  // namespace
 
-Result<ShardSource> LoadShardSource(Storage& storage, const SourceSpec& spec) {
+Result<ShardSource> LoadShardSource(Storage& storage, const SourceSpec& spec,
+                                    ShardRecords* compact) {
   HR_ASSIGN_OR_RETURN(const ShardFieldMap map, ShardFieldsOf(spec));
   ShardSource out;
   out.map = map;
   HR_ASSIGN_OR_RETURN(out.shards, ExpandShardPattern(spec.shards));
   out.fields = map.fields;
-  HR_RETURN_IF_ERROR(LoadShards(storage, out.shards, map, out));
-  if (out.records.empty()) {
+  HR_RETURN_IF_ERROR(LoadShards(storage, out.shards, map, out, compact));
+  if (std::accumulate(out.shard_samples.begin(), out.shard_samples.end(), int64_t{0}) == 0) {
     return Status::InvalidArgument("source.shards: the " + std::to_string(out.shards.size()) +
                                    " shards of " + QuoteForMessage(spec.shards) +
                                    " hold no samples");

@@ -47,6 +47,7 @@
 
 #include "headrace/core/sample.h"
 #include "headrace/core/status.h"
+#include "headrace/formats/shard_records.h"
 #include "headrace/formats/source_spec.h"
 #include "headrace/formats/tar_shard.h"
 #include "headrace/io/storage.h"
@@ -101,8 +102,11 @@ struct ShardSource {
   int64_t scanned_shards = 0;  // read whole and listed
 };
 
-// Loads spec.shards (see the header comment). Index reads run concurrently.
-Result<ShardSource> LoadShardSource(Storage& storage, const SourceSpec& spec);
+// Loads spec.shards (see the header comment). Index reads run concurrently. With
+// `compact`, each shard's records go there as soon as they are made (formats/
+// shard_records.h: ~70 bytes a sample instead of ~400) and `records` stays empty.
+Result<ShardSource> LoadShardSource(Storage& storage, const SourceSpec& spec,
+                                    ShardRecords* compact = nullptr);
 
 // The records of one shard from its members' grouping, for LoadShardSource and tests.
 void AppendShardRecords(const std::string& shard_uri, std::span<const TarSample> samples,

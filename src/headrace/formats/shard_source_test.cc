@@ -389,5 +389,57 @@ TEST(ParseConversationJson, ReadsTurnsWithTheManifestKeys) {
             StatusCode::kMissingField);
 }
 
+TEST(ShardRecords, CompactRecordsAreTheSourcesRecordsFieldForField) {
+  // Three shards: lists and scalars, bad samples of every kind, one indexed and one not.
+  WriteShard("compact-000.tar", {{"a.10.jpg", "A10"},
+                                 {"a.2.png", "A2"},
+                                 {"a.json", kConversation},
+                                 {"a.cls", "3\n"},
+                                 {"b.json", kConversation},
+                                 {"c.0.jpg", "C0"},
+                                 {"c.1.jpg", "C1"},
+                                 {"c.2.jpg", "C2"},
+                                 {"c.3.jpg", "C3"}},
+             /*index=*/true);
+  WriteShard("compact-001.tar", {{"d.0.jpg", "D0"}, {"d.0.png", "D0 again"}, {"e.1.jpg", "E1"}},
+             /*index=*/false);
+  WriteShard("compact-002.tar", {{"f.json", kConversation}, {"f.txt", "a dog"}},
+             /*index=*/true);
+  SourceSpec spec = ListShardSpec("compact-{000..002}.tar");
+  auto storage = MakeLocalStorage();
+  Result<ShardSource> full = LoadShardSource(*storage, spec);
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  ShardRecords compact;
+  Result<ShardSource> lean = LoadShardSource(*storage, spec, &compact);
+  ASSERT_TRUE(lean.ok()) << lean.status().ToString();
+  EXPECT_TRUE(lean->records.empty());
+  EXPECT_EQ(lean->shard_samples, full->shard_samples);
+  EXPECT_EQ(lean->bad_samples, full->bad_samples);
+  EXPECT_GE(full->bad_samples, 2);
+  ASSERT_EQ(compact.size(), static_cast<int64_t>(full->records.size()));
+  SampleRecord scratch;
+  for (int64_t i = compact.size() - 1; i >= 0; --i) {  // backwards: each Get stands alone
+    SCOPED_TRACE("record " + std::to_string(i));
+    const SampleRecord& want = full->records[static_cast<size_t>(i)];
+    const SampleRecord& got = compact.Get(i, scratch);
+    EXPECT_EQ(got.id, want.id);
+    EXPECT_EQ(got.location, want.location);
+    EXPECT_EQ(got.uri(), want.uri());
+    EXPECT_EQ(got.line, want.line);
+    EXPECT_EQ(got.status.code(), want.status.code());
+    EXPECT_EQ(got.status.message(), want.status.message());
+    ASSERT_EQ(got.media.size(), want.media.size());
+    for (size_t m = 0; m < got.media.size(); ++m) {
+      EXPECT_EQ(got.media[m].field, want.media[m].field);
+      EXPECT_EQ(got.media[m].uri, want.media[m].uri);
+      EXPECT_EQ(got.media[m].offset, want.media[m].offset);
+      EXPECT_EQ(got.media[m].length, want.media[m].length);
+    }
+    EXPECT_TRUE(got.turns.empty() && got.attributes.empty());
+  }
+  // ~70 bytes a sample against the records' hundreds.
+  EXPECT_LT(compact.Memory().heap_bytes, static_cast<int64_t>(RecordsHeapBytes(full->records)));
+}
+
 }  // namespace
 }  // namespace headrace::shard_source_test
