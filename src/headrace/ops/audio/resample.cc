@@ -47,10 +47,59 @@ void MixChannels(const PlanarSamples& in, int64_t from, int64_t frames, int chan
   }
 }
 
-void Resampler::Free::operator()(SwrContext* swr) const { swr_free(&swr); }
+// This thread's idle contexts, the most recently left last; freed when the thread ends.
+std::vector<std::pair<Resampler::Key, SwrContext*>>& Resampler::Idle() {
+  thread_local struct Contexts {
+    std::vector<std::pair<Key, SwrContext*>> entries;
+    ~Contexts() {
+      for (auto& [_, swr] : entries) swr_free(&swr);
+    }
+  } idle;
+  return idle.entries;
+}
+
+void ResamplerFree::operator()(SwrContext* swr) const {
+  if (swr == nullptr) return;
+  if (key.order < 0) {
+    swr_free(&swr);
+    return;
+  }
+  auto& idle = Resampler::Idle();
+  if (idle.size() >= Resampler::kIdleKept) {  // a few: a pipeline's files come in a handful of formats
+    swr_free(&idle.front().second);
+    idle.erase(idle.begin());
+  }
+  idle.emplace_back(key, swr);
+}
 
 Result<Resampler> Resampler::Make(const AVChannelLayout& layout, int format, int in_rate,
                                   int out_rate) {
+  Key key;
+  if (layout.order != AV_CHANNEL_ORDER_CUSTOM) {
+    key = Key{static_cast<int>(layout.order), layout.nb_channels,
+              layout.order == AV_CHANNEL_ORDER_NATIVE ||
+                      layout.order == AV_CHANNEL_ORDER_AMBISONIC
+                  ? layout.u.mask
+                  : 0,
+              format, in_rate, out_rate};
+  }
+  Resampler r;
+  if (key.order >= 0) {
+    auto& idle = Idle();
+    for (size_t i = idle.size(); i-- > 0;) {
+      if (!(idle[i].first == key)) continue;
+      SwrContext* swr = idle[i].second;
+      idle.erase(idle.begin() + static_cast<std::ptrdiff_t>(i));
+      r.swr_ = std::unique_ptr<SwrContext, Free>(swr, Free{key});
+      r.reused_ = true;
+      // Same conversion: swr_init keeps the filter and resets the stream.
+      if (const int rc = swr_init(swr); rc < 0) {
+        r.swr_.get_deleter().key.order = -1;  // freed, not kept
+        return av::Error("cannot set up the resampler", rc);
+      }
+      return r;
+    }
+  }
   SwrContext* swr = nullptr;
   AVChannelLayout copy{};  // FFmpeg 5.1 takes the layouts as non-const
   if (int rc = av_channel_layout_copy(&copy, &layout); rc < 0) {
@@ -59,10 +108,12 @@ Result<Resampler> Resampler::Make(const AVChannelLayout& layout, int format, int
   int rc = swr_alloc_set_opts2(&swr, &copy, AV_SAMPLE_FMT_FLTP, out_rate, &copy,
                                static_cast<AVSampleFormat>(format), in_rate, 0, nullptr);
   av_channel_layout_uninit(&copy);
-  Resampler r;
-  r.swr_.reset(swr);
-  if (rc < 0) return av::Error("cannot set up the resampler", rc);
-  if ((rc = swr_init(swr)) < 0) return av::Error("cannot set up the resampler", rc);
+  r.swr_ = std::unique_ptr<SwrContext, Free>(swr, Free{key});
+  if (rc >= 0) rc = swr_init(swr);
+  if (rc < 0) {
+    r.swr_.get_deleter().key.order = -1;  // a context that failed is freed, not kept
+    return av::Error("cannot set up the resampler", rc);
+  }
   return r;
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "headrace/core/status.h"
@@ -45,6 +46,25 @@ class PlanarSamples {
 void MixChannels(const PlanarSamples& in, int64_t from, int64_t frames, int channels,
                  float* out);
 
+// What a resampler's context converts. Building one is slow (swr_init computes the
+// polyphase filter: ~310 µs for 44.1 → 8 kHz), resetting one for the same conversion is
+// not (swr_init keeps a filter whose parameters did not change and resets the stream:
+// ~17 µs, the output byte-identical to a fresh context's). So a Resampler going away
+// leaves its context to its thread for the next one with the same key.
+struct ResamplerKey {
+  int order = -1;  // the layout's AVChannelOrder; -1: not kept (a custom order)
+  int channels = 0;
+  uint64_t mask = 0;
+  int format = 0;
+  int in_rate = 0;
+  int out_rate = 0;
+  bool operator==(const ResamplerKey&) const = default;
+};
+struct ResamplerFree {
+  ResamplerKey key;
+  void operator()(SwrContext* swr) const;  // to the thread's idle contexts, or freed
+};
+
 class Resampler {
  public:
   // From `layout`, FFmpeg sample format `format` (an AVSampleFormat) at `in_rate` to
@@ -55,12 +75,18 @@ class Resampler {
   Status Convert(const uint8_t** in, int frames, PlanarSamples& out);
   // What the resampler still holds.
   Status Flush(PlanarSamples& out);
+  // Whether Make took an idle context of this thread (same conversion) instead of
+  // building one.
+  bool reused() const { return reused_; }
 
  private:
-  struct Free {
-    void operator()(SwrContext* swr) const;
-  };
+  using Key = ResamplerKey;
+  using Free = ResamplerFree;
+  friend struct ResamplerFree;
+  static constexpr size_t kIdleKept = 4;
+  static std::vector<std::pair<Key, SwrContext*>>& Idle();
   std::unique_ptr<SwrContext, Free> swr_;
+  bool reused_ = false;
 };
 
 struct AudioResampleSpec {  // audio.resample
