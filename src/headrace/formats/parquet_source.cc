@@ -206,6 +206,21 @@ Status AppendAttribute(const ParquetFieldColumn& col, const ParquetValue& cell, 
 
 }  // namespace
 
+void MakeParquetRecord(const ParquetSource& source, int64_t index, SampleRecord& record) {
+  const ParquetSource::Group& group = source.groups[source.GroupOf(index)];
+  const auto file = static_cast<size_t>(group.file);
+  const std::string& uri = source.files[file];
+  const ParquetRowGroup& rg =
+      source.layouts[file].row_groups[static_cast<size_t>(group.row_group)];
+  const int64_t row = rg.first_row + (index - group.first_record);
+  record.location = uri + "#row " + std::to_string(row);
+  record.id = record.location;
+  record.line = row + 1;
+  if (!source.columns.empty()) {
+    record.media.push_back(MediaRef{kRowGroupField, uri, rg.offset, rg.length});
+  }
+}
+
 size_t ParquetSource::GroupOf(int64_t index) const {
   const auto it = std::upper_bound(groups.begin(), groups.end(), index,
                                    [](int64_t i, const Group& g) { return i < g.first_record; });
@@ -332,7 +347,8 @@ Result<ParquetLayout> ReadParquetFooter(Storage& storage, const std::string& uri
   return Status::CorruptData("the footer needed more tail bytes twice");
 }
 
-Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec) {
+Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec,
+                                        bool compact) {
   ParquetSource out;
   {
     Result<std::vector<std::string>> files = ExpandShardPattern(spec.parquet);
@@ -447,17 +463,16 @@ Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec
     }
     for (size_t g = 0; g < layout.row_groups.size(); ++g) {
       const ParquetRowGroup& rg = layout.row_groups[g];
-      out.groups.push_back(ParquetSource::Group{static_cast<int>(i), static_cast<int>(g),
-                                                static_cast<int64_t>(out.records.size())});
+      out.groups.push_back(
+          ParquetSource::Group{static_cast<int>(i), static_cast<int>(g), out.num_rows});
       out.group_rows.push_back(rg.rows);
+      if (compact && paths.empty()) {  // every row regular: made when needed
+        out.num_rows += rg.rows;
+        continue;
+      }
       for (int64_t r = 0; r < rg.rows; ++r) {
         SampleRecord& record = out.records.emplace_back();
-        record.location = uri + "#row " + std::to_string(rg.first_row + r);
-        record.id = record.location;
-        record.line = rg.first_row + r + 1;
-        if (!out.columns.empty()) {
-          record.media.push_back(MediaRef{kRowGroupField, uri, rg.offset, rg.length});
-        }
+        MakeParquetRecord(out, out.num_rows++, record);
         for (size_t p = 0; p < paths.size() && record.status.ok(); ++p) {
           record.status = AppendPathCell(paths[p], path_data[g].columns[p].values[r], root,
                                          spec.allow_absolute_paths, record);
@@ -467,10 +482,14 @@ Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec
           record.media.clear();
           ++out.bad_records;
         }
+        if (compact) {  // a row with path media, or a bad one: kept as it is
+          out.irregular.emplace_back(out.num_rows - 1, std::move(record));
+          out.records.pop_back();
+        }
       }
     }
   }
-  if (out.records.empty()) {
+  if (out.num_rows == 0) {
     return Status::InvalidArgument("source.parquet: the " + std::to_string(n) + " files of " +
                                    QuoteForMessage(spec.parquet) + " hold no rows");
   }
@@ -545,6 +564,8 @@ size_t ParquetSourceMemoryBytes(const ParquetSource& source) {
   size_t bytes = sizeof(ParquetSource) + source.records.capacity() * sizeof(SampleRecord) +
                  source.groups.capacity() * (sizeof(ParquetSource::Group) + sizeof(int64_t));
   for (const std::string& s : source.files) bytes += s.capacity() + 1;
+  bytes += source.irregular.capacity() * sizeof(source.irregular[0]);
+  for (const auto& [_, record] : source.irregular) bytes += RecordHeapBytes(record);
   return bytes + RecordsHeapBytes(source.records);
 }
 

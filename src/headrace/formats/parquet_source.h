@@ -102,7 +102,12 @@ struct ParquetSource {
   };
   std::vector<Group> groups;
   std::vector<int64_t> group_rows;  // rows per group, same order
+  // Every row's record; or, when loaded compact, only the irregular ones (a row with
+  // path media, or a bad one), by index: ParquetRecords (parquet_records.h) makes the
+  // rest from `groups` when a sample needs one.
   std::vector<SampleRecord> records;
+  std::vector<std::pair<int64_t, SampleRecord>> irregular;
+  int64_t num_rows = 0;
   int64_t bad_records = 0;
   // Load-time reads: footers (tail reads, size probes included) and row groups read for
   // path columns.
@@ -120,8 +125,15 @@ struct ParquetSource {
 Result<std::vector<SourceFieldSpec>> ResolveParquetFields(const SourceSpec& spec,
                                                           const ParquetLayout& layout);
 
-// Loads spec.parquet (see the header comment).
-Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec);
+// Loads spec.parquet (see the header comment). `compact`: keep only the irregular
+// records (`records` stays empty).
+Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec,
+                                        bool compact = false);
+
+// The record of row `index` the loader makes for a row without path media: id and
+// location "<file>#row N", line N + 1, and the row group's range as its one media item
+// when the source decodes columns from it.
+void MakeParquetRecord(const ParquetSource& source, int64_t index, SampleRecord& record);
 
 // A file's layout from its tail: its size (a gated read refused at the size), then one
 // ranged read of kParquetDefaultTailBytes, another when the footer is longer. `reads`

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "headrace/formats/parquet_records.h"
 #include "headrace/formats/parquet_test_util.h"
 
 namespace headrace {
@@ -432,6 +433,57 @@ TEST(ParquetSource, ListColumnsAndListFieldsMustMatch) {
   spec.fields = {SourceFieldSpec{"boxes", FieldKind::kText, "", 3, false}};
   source = LoadParquetSource(storage, spec);
   EXPECT_THAT(source.status().message(), HasSubstr("kind text cannot take"));
+}
+
+// Every record of `compact` as `full` holds it.
+void ExpectSameRecords(const ParquetSource& full, std::shared_ptr<const ParquetSource> lean) {
+  ASSERT_TRUE(lean->records.empty());
+  ASSERT_EQ(lean->num_rows, static_cast<int64_t>(full.records.size()));
+  EXPECT_EQ(lean->bad_records, full.bad_records);
+  const ParquetRecords store(lean);
+  ASSERT_EQ(store.size(), lean->num_rows);
+  SampleRecord scratch;
+  for (int64_t i = store.size() - 1; i >= 0; --i) {
+    SCOPED_TRACE("row " + std::to_string(i));
+    const SampleRecord& got = store.Get(i, scratch);
+    const SampleRecord& want = full.records[static_cast<size_t>(i)];
+    EXPECT_EQ(got.id, want.id);
+    EXPECT_EQ(got.uri(), want.uri());
+    EXPECT_EQ(got.line, want.line);
+    EXPECT_EQ(got.status.ToString(), want.status.ToString());
+    ASSERT_EQ(got.media.size(), want.media.size());
+    for (size_t m = 0; m < got.media.size(); ++m) {
+      EXPECT_EQ(got.media[m].field, want.media[m].field);
+      EXPECT_EQ(got.media[m].uri, want.media[m].uri);
+      EXPECT_EQ(got.media[m].offset, want.media[m].offset);
+      EXPECT_EQ(got.media[m].length, want.media[m].length);
+    }
+  }
+}
+
+TEST(ParquetRecords, CompactRecordsAreTheLoadedOnesAndRegularRowsCostNothing) {
+  MemoryStorage storage;
+  AddTwoFiles(storage);
+  const SourceSpec spec = ParquetSpec("/d/part-{0..1}.parquet");
+  Result<ParquetSource> full = LoadParquetSource(storage, spec);
+  Result<ParquetSource> lean = LoadParquetSource(storage, spec, /*compact=*/true);
+  ASSERT_TRUE(full.ok() && lean.ok());
+  EXPECT_TRUE(lean->irregular.empty());
+  auto shared = std::make_shared<const ParquetSource>(*std::move(lean));
+  ExpectSameRecords(*full, shared);
+  // The regular rows hold nothing: the compact source is smaller by the records.
+  EXPECT_LT(ParquetSourceMemoryBytes(*shared) + 60 * 100, ParquetSourceMemoryBytes(*full));
+
+  // Path lists are data: those rows, and the bad ones, are kept as they are.
+  storage.files["/d/lists.parquet"] = WriteListTable(ViewsOfRows(6));
+  SourceSpec paths = ParquetSpec("/d/lists.parquet");
+  paths.fields = {SourceFieldSpec{"frames", FieldKind::kImage, "paths", 1, false}};
+  full = LoadParquetSource(storage, paths);
+  lean = LoadParquetSource(storage, paths, /*compact=*/true);
+  ASSERT_TRUE(full.ok() && lean.ok());
+  EXPECT_EQ(full->bad_records, 2);
+  EXPECT_EQ(lean->irregular.size(), 6u);
+  ExpectSameRecords(*full, std::make_shared<const ParquetSource>(*std::move(lean)));
 }
 
 }  // namespace

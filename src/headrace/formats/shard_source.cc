@@ -546,13 +546,16 @@ Status PrepareShardSample(Sample& sample, const SourceSpec& spec, const ShardFie
   return Status::Ok();
 }
 
+size_t RecordHeapBytes(const SampleRecord& r) {
+  size_t bytes = r.id.capacity() + r.location.capacity() + r.media.capacity() * sizeof(MediaRef);
+  for (const MediaRef& m : r.media) bytes += m.uri.capacity();
+  if (!r.status.ok()) bytes += 64 + r.status.message().size();
+  return bytes;
+}
+
 size_t RecordsHeapBytes(const std::vector<SampleRecord>& records) {
   size_t bytes = 0;
-  for (const SampleRecord& r : records) {
-    bytes += r.id.capacity() + r.location.capacity() + r.media.capacity() * sizeof(MediaRef);
-    for (const MediaRef& m : r.media) bytes += m.uri.capacity();
-    if (!r.status.ok()) bytes += 64 + r.status.message().size();
-  }
+  for (const SampleRecord& r : records) bytes += RecordHeapBytes(r);
   return bytes;
 }
 

@@ -131,5 +131,6 @@ size_t ShardSourceMemoryBytes(const ShardSource& source);
 // and their URIs, error messages), estimated from the containers' capacities; shared by
 // the sources whose records name byte ranges of larger files (shards, Parquet).
 size_t RecordsHeapBytes(const std::vector<SampleRecord>& records);
+size_t RecordHeapBytes(const SampleRecord& record);  // one of them
 
 }  // namespace headrace

@@ -6,6 +6,7 @@
 
 #include "headrace/formats/manifest_lines.h"
 #include "headrace/formats/materialized.h"
+#include "headrace/formats/parquet_records.h"
 #include "headrace/formats/parquet_row_groups.h"
 #include "headrace/formats/parquet_source.h"
 #include "headrace/formats/shard_source.h"
@@ -202,7 +203,9 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
     materialized_plan = MaterializedPlan(info);
     if (!info.per_epoch()) epoch_records.clear();  // one set: `records` serves every epoch
   } else if (!spec.source.parquet.empty()) {
-    HR_ASSIGN_OR_RETURN(ParquetSource parquet, LoadParquetSource(*loader->storage_, spec.source));
+    // Compact: a regular row's record is made when its batch starts (parquet_records.h).
+    HR_ASSIGN_OR_RETURN(ParquetSource parquet,
+                        LoadParquetSource(*loader->storage_, spec.source, /*compact=*/true));
     HR_ASSIGN_OR_RETURN(cache_bytes, RowGroupCacheBytes(spec, parquet));
     planned.source.fields = parquet.fields;
     loader->manifest_bytes_ = static_cast<int64_t>(ParquetSourceMemoryBytes(parquet));
@@ -211,14 +214,14 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
                       std::to_string(parquet.groups.size()) + " row groups)";
     opt.order.shard_samples = parquet.group_rows;
     opt.order.shuffle_window = spec.source.shuffle_window;
-    auto manifest = std::make_shared<Manifest>();
+    auto manifest = std::make_shared<Manifest>();  // the path and bad count; records_ has them
     manifest->path = spec.source.parquet;
-    manifest->records = std::move(parquet.records);
     manifest->bad_lines = parquet.bad_records;
     loader->manifest_ = std::move(manifest);
-    row_groups = std::make_shared<ParquetRowGroupCache>(
-        loader->storage_, std::make_shared<const ParquetSource>(std::move(parquet)), spec.source,
-        cache_bytes);
+    auto source = std::make_shared<const ParquetSource>(std::move(parquet));
+    loader->records_ = std::make_shared<ParquetRecords>(source);
+    row_groups = std::make_shared<ParquetRowGroupCache>(loader->storage_, std::move(source),
+                                                        spec.source, cache_bytes);
     loader->storage_ = row_groups;
     loader->row_group_cache_ = row_groups;
   } else if (spec.source.shards.empty()) {
