@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "headrace/formats/record_test_util.h"
+
 namespace headrace {
 namespace manifest_lines_test {
 
@@ -72,29 +74,7 @@ std::string HostileManifest() {
   return t;
 }
 
-void ExpectSameRecord(const SampleRecord& a, const SampleRecord& b) {
-  EXPECT_EQ(a.id, b.id);
-  EXPECT_EQ(a.line, b.line);
-  EXPECT_EQ(a.status.code(), b.status.code());
-  EXPECT_EQ(a.status.message(), b.status.message());
-  ASSERT_EQ(a.media.size(), b.media.size());
-  for (size_t i = 0; i < a.media.size(); ++i) {
-    EXPECT_EQ(a.media[i].field, b.media[i].field);
-    EXPECT_EQ(a.media[i].uri, b.media[i].uri);
-    EXPECT_EQ(a.media[i].offset, b.media[i].offset);
-    EXPECT_EQ(a.media[i].length, b.media[i].length);
-  }
-  ASSERT_EQ(a.turns.size(), b.turns.size());
-  for (size_t i = 0; i < a.turns.size(); ++i) {
-    EXPECT_EQ(a.turns[i].role, b.turns[i].role);
-    EXPECT_EQ(a.turns[i].text, b.turns[i].text);
-  }
-  ASSERT_EQ(a.attributes.size(), b.attributes.size());
-  for (size_t i = 0; i < a.attributes.size(); ++i) {
-    EXPECT_EQ(a.attributes[i].field, b.attributes[i].field);
-    EXPECT_EQ(a.attributes[i].value, b.attributes[i].value);
-  }
-}
+using headrace::testing::ExpectSameRecord;
 
 TEST(ManifestLines, EveryRecordEqualsTheParsedManifestsBadLinesAndLineNumbersIncluded) {
   const std::string text = HostileManifest();

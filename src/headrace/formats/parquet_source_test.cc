@@ -5,6 +5,7 @@
 
 #include "headrace/formats/parquet_records.h"
 #include "headrace/formats/parquet_test_util.h"
+#include "headrace/formats/record_test_util.h"
 
 namespace headrace {
 namespace {
@@ -445,19 +446,8 @@ void ExpectSameRecords(const ParquetSource& full, std::shared_ptr<const ParquetS
   SampleRecord scratch;
   for (int64_t i = store.size() - 1; i >= 0; --i) {
     SCOPED_TRACE("row " + std::to_string(i));
-    const SampleRecord& got = store.Get(i, scratch);
-    const SampleRecord& want = full.records[static_cast<size_t>(i)];
-    EXPECT_EQ(got.id, want.id);
-    EXPECT_EQ(got.uri(), want.uri());
-    EXPECT_EQ(got.line, want.line);
-    EXPECT_EQ(got.status.ToString(), want.status.ToString());
-    ASSERT_EQ(got.media.size(), want.media.size());
-    for (size_t m = 0; m < got.media.size(); ++m) {
-      EXPECT_EQ(got.media[m].field, want.media[m].field);
-      EXPECT_EQ(got.media[m].uri, want.media[m].uri);
-      EXPECT_EQ(got.media[m].offset, want.media[m].offset);
-      EXPECT_EQ(got.media[m].length, want.media[m].length);
-    }
+    headrace::testing::ExpectSameRecord(store.Get(i, scratch),
+                                        full.records[static_cast<size_t>(i)]);
   }
 }
 

@@ -10,6 +10,8 @@
 #include <vector>
 
 // Its own namespace: the folder's tests compile as one unity file (CMakeLists.txt).
+#include "headrace/formats/record_test_util.h"
+
 namespace headrace::shard_source_test {
 namespace {
 
@@ -420,22 +422,8 @@ TEST(ShardRecords, CompactRecordsAreTheSourcesRecordsFieldForField) {
   SampleRecord scratch;
   for (int64_t i = compact.size() - 1; i >= 0; --i) {  // backwards: each Get stands alone
     SCOPED_TRACE("record " + std::to_string(i));
-    const SampleRecord& want = full->records[static_cast<size_t>(i)];
-    const SampleRecord& got = compact.Get(i, scratch);
-    EXPECT_EQ(got.id, want.id);
-    EXPECT_EQ(got.location, want.location);
-    EXPECT_EQ(got.uri(), want.uri());
-    EXPECT_EQ(got.line, want.line);
-    EXPECT_EQ(got.status.code(), want.status.code());
-    EXPECT_EQ(got.status.message(), want.status.message());
-    ASSERT_EQ(got.media.size(), want.media.size());
-    for (size_t m = 0; m < got.media.size(); ++m) {
-      EXPECT_EQ(got.media[m].field, want.media[m].field);
-      EXPECT_EQ(got.media[m].uri, want.media[m].uri);
-      EXPECT_EQ(got.media[m].offset, want.media[m].offset);
-      EXPECT_EQ(got.media[m].length, want.media[m].length);
-    }
-    EXPECT_TRUE(got.turns.empty() && got.attributes.empty());
+    headrace::testing::ExpectSameRecord(compact.Get(i, scratch),
+                                        full->records[static_cast<size_t>(i)]);
   }
   // ~70 bytes a sample against the records' hundreds.
   EXPECT_LT(compact.Memory().heap_bytes, static_cast<int64_t>(RecordsHeapBytes(full->records)));
