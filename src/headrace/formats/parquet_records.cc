@@ -12,7 +12,7 @@ const SampleRecord& ParquetRecords::Get(int64_t index, SampleRecord& scratch) co
                                    [](const auto& entry, int64_t i) { return entry.first < i; });
   if (it != irregular.end() && it->first == index) return it->second;
   scratch = SampleRecord{};
-  MakeParquetRecord(*source_, index, scratch);
+  MakeParquetRecord(*source_, index, scratch, /*with_paths=*/true);
   return scratch;
 }
 

@@ -206,7 +206,8 @@ Status AppendAttribute(const ParquetFieldColumn& col, const ParquetValue& cell, 
 
 }  // namespace
 
-void MakeParquetRecord(const ParquetSource& source, int64_t index, SampleRecord& record) {
+void MakeParquetRecord(const ParquetSource& source, int64_t index, SampleRecord& record,
+                       bool with_paths) {
   const ParquetSource::Group& group = source.groups[source.GroupOf(index)];
   const auto file = static_cast<size_t>(group.file);
   const std::string& uri = source.files[file];
@@ -218,6 +219,15 @@ void MakeParquetRecord(const ParquetSource& source, int64_t index, SampleRecord&
   record.line = row + 1;
   if (!source.columns.empty()) {
     record.media.push_back(MediaRef{kRowGroupField, uri, rg.offset, rg.length});
+  }
+  if (!with_paths || source.path_item_end.empty()) return;
+  const auto row_index = static_cast<size_t>(index);
+  const uint64_t first = row_index == 0 ? 0 : source.path_item_end[row_index - 1];
+  for (uint64_t k = first; k < source.path_item_end[row_index]; ++k) {
+    const ParquetSource::PathItem& item = source.path_items[k];
+    const uint64_t begin = k == 0 ? 0 : source.path_items[k - 1].uri_end;
+    record.media.push_back(
+        MediaRef{item.field, source.path_uris.substr(begin, item.uri_end - begin)});
   }
 }
 
@@ -482,12 +492,27 @@ Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec
           record.media.clear();
           ++out.bad_records;
         }
-        if (compact) {  // a row with path media, or a bad one: kept as it is
-          out.irregular.emplace_back(out.num_rows - 1, std::move(record));
+        if (compact) {  // the path media compact; a bad row kept as it is
+          if (record.status.ok()) {
+            for (size_t m = out.columns.empty() ? 0 : 1; m < record.media.size(); ++m) {
+              out.path_uris += record.media[m].uri;
+              out.path_items.push_back(
+                  ParquetSource::PathItem{record.media[m].field, out.path_uris.size()});
+            }
+          } else {
+            out.irregular.emplace_back(out.num_rows - 1, std::move(record));
+          }
+          out.path_item_end.push_back(out.path_items.size());
           out.records.pop_back();
         }
       }
     }
+  }
+  if (compact) {
+    out.path_uris.shrink_to_fit();
+    out.path_items.shrink_to_fit();
+    out.path_item_end.shrink_to_fit();
+    out.irregular.shrink_to_fit();
   }
   if (out.num_rows == 0) {
     return Status::InvalidArgument("source.parquet: the " + std::to_string(n) + " files of " +
@@ -564,7 +589,10 @@ size_t ParquetSourceMemoryBytes(const ParquetSource& source) {
   size_t bytes = sizeof(ParquetSource) + source.records.capacity() * sizeof(SampleRecord) +
                  source.groups.capacity() * (sizeof(ParquetSource::Group) + sizeof(int64_t));
   for (const std::string& s : source.files) bytes += s.capacity() + 1;
-  bytes += source.irregular.capacity() * sizeof(source.irregular[0]);
+  bytes += source.irregular.capacity() * sizeof(source.irregular[0]) +
+           source.path_uris.capacity() +
+           source.path_items.capacity() * sizeof(ParquetSource::PathItem) +
+           source.path_item_end.capacity() * sizeof(uint64_t);
   for (const auto& [_, record] : source.irregular) bytes += RecordHeapBytes(record);
   return bytes + RecordsHeapBytes(source.records);
 }

@@ -102,12 +102,22 @@ struct ParquetSource {
   };
   std::vector<Group> groups;
   std::vector<int64_t> group_rows;  // rows per group, same order
-  // Every row's record; or, when loaded compact, only the irregular ones (a row with
-  // path media, or a bad one), by index: ParquetRecords (parquet_records.h) makes the
-  // rest from `groups` when a sample needs one.
+  // Every row's record; or, when loaded compact, only the bad ones, by index:
+  // ParquetRecords (parquet_records.h) makes the rest from `groups` and the path media
+  // below when a sample needs one.
   std::vector<SampleRecord> records;
   std::vector<std::pair<int64_t, SampleRecord>> irregular;
   int64_t num_rows = 0;
+  // Loaded compact with path columns: each good row's path media (field and resolved
+  // URI, in record order), the URIs back to back in `path_uris`; `path_item_end[i]` ends
+  // row i's items (a bad row has none). Empty without path columns.
+  struct PathItem {
+    int32_t field = 0;
+    uint64_t uri_end = 0;  // where its URI ends in path_uris (it starts where the last ended)
+  };
+  std::string path_uris;
+  std::vector<PathItem> path_items;
+  std::vector<uint64_t> path_item_end;
   int64_t bad_records = 0;
   // Load-time reads: footers (tail reads, size probes included) and row groups read for
   // path columns.
@@ -130,10 +140,12 @@ Result<std::vector<SourceFieldSpec>> ResolveParquetFields(const SourceSpec& spec
 Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec,
                                         bool compact = false);
 
-// The record of row `index` the loader makes for a row without path media: id and
-// location "<file>#row N", line N + 1, and the row group's range as its one media item
-// when the source decodes columns from it.
-void MakeParquetRecord(const ParquetSource& source, int64_t index, SampleRecord& record);
+// The record of row `index` as the loader makes it before its path media: id and
+// location "<file>#row N", line N + 1, and the row group's range as its first media
+// item when the source decodes columns from it. `with_paths`: then the row's path media
+// kept compact (path_items), as a good row's record has them after.
+void MakeParquetRecord(const ParquetSource& source, int64_t index, SampleRecord& record,
+                       bool with_paths = false);
 
 // A file's layout from its tail: its size (a gated read refused at the size), then one
 // ranged read of kParquetDefaultTailBytes, another when the footer is longer. `reads`

@@ -472,7 +472,17 @@ TEST(ParquetRecords, CompactRecordsAreTheLoadedOnesAndRegularRowsCostNothing) {
   lean = LoadParquetSource(storage, paths, /*compact=*/true);
   ASSERT_TRUE(full.ok() && lean.ok());
   EXPECT_EQ(full->bad_records, 2);
-  EXPECT_EQ(lean->irregular.size(), 6u);
+  EXPECT_EQ(lean->irregular.size(), 2u);  // the bad rows; the good ones' paths compact
+  EXPECT_EQ(lean->path_item_end.size(), 6u);
+  auto with_paths = std::make_shared<const ParquetSource>(*std::move(lean));
+  ExpectSameRecords(*full, with_paths);
+  EXPECT_LT(ParquetSourceMemoryBytes(*with_paths), ParquetSourceMemoryBytes(*full));
+  // One item a row: each good row's path, resolved, in the compact arena.
+  paths.fields[0].max_items = 2;
+  full = LoadParquetSource(storage, paths);
+  lean = LoadParquetSource(storage, paths, /*compact=*/true);
+  ASSERT_TRUE(full.ok() && lean.ok());
+  EXPECT_TRUE(lean->irregular.empty());
   ExpectSameRecords(*full, std::make_shared<const ParquetSource>(*std::move(lean)));
 }
 
