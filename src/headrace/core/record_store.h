@@ -59,10 +59,4 @@ class VectorRecords final : public RecordStore {
   int64_t heap_bytes_ = 0;
 };
 
-// A VectorRecords over `records`.
-inline std::shared_ptr<const RecordStore> RecordsOf(std::vector<SampleRecord> records) {
-  return std::make_shared<VectorRecords>(
-      std::make_shared<const std::vector<SampleRecord>>(std::move(records)));
-}
-
 }  // namespace headrace

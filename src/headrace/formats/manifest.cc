@@ -425,30 +425,17 @@ Result<Manifest> ParseManifest(const Buffer& jsonl_bytes, const std::string& man
   manifest.path = manifest_path;
   manifest.root = parser.root();
 
-  const char* const begin = reinterpret_cast<const char*>(jsonl_bytes.data());
-  const char* const end = begin + jsonl_bytes.size();
-  const char* pos = begin;
-  if (end - pos >= 3 && std::memcmp(pos, "\xEF\xBB\xBF", 3) == 0) pos += 3;
-
+  const std::string_view bytes(reinterpret_cast<const char*>(jsonl_bytes.data()),
+                               jsonl_bytes.size());
   // Reserving for every line (blank ones too) saves regrowing a million records.
-  size_t lines = 1;
-  for (const char* p = pos; (p = static_cast<const char*>(std::memchr(p, '\n', end - p))); ++p) {
-    ++lines;
-  }
-  manifest.records.reserve(lines);
-
-  int64_t line_number = 0;
-  while (pos < end) {
-    ++line_number;
-    const char* newline = static_cast<const char*>(std::memchr(pos, '\n', end - pos));
-    const char* line_end = newline ? newline : end;
-    const std::string_view line(pos, line_end - pos);
-    pos = newline ? newline + 1 : end;
-    if (IsBlankManifestLine(line)) continue;
-    SampleRecord& record = manifest.records.emplace_back();
-    parser.Parse(line, static_cast<size_t>(end - line_end), line_number, record);
-    if (!record.status.ok()) ++manifest.bad_lines;
-  }
+  manifest.records.reserve(static_cast<size_t>(std::count(bytes.begin(), bytes.end(), '\n')) + 1);
+  const int64_t line_number = ForEachManifestLine(
+      bytes, [&](std::string_view line, int64_t number, size_t readable_after) {
+        SampleRecord& record = manifest.records.emplace_back();
+        parser.Parse(line, readable_after, number, record);
+        if (!record.status.ok()) ++manifest.bad_lines;
+        return true;
+      });
   if (manifest.records.empty()) {
     return Status::InvalidArgument("manifest " + QuoteForMessage(manifest_path) +
                                    " has no records (" + std::to_string(line_number) +

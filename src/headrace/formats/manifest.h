@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -79,6 +80,30 @@ class ManifestLineParser {
 
 // Whether a manifest line holds no record: only spaces, tabs and CRs.
 bool IsBlankManifestLine(std::string_view line);
+
+// Walks a JSONL manifest's lines as ParseManifest reads them: a leading UTF-8 byte-order
+// mark skipped, split at '\n', blank lines skipped but counted in line numbers. Calls
+// f(line, line_number, readable_after) for each other line (without its '\n';
+// `readable_after`: the bytes from the line's end to the end of `bytes`) until f returns
+// false. Returns the lines seen, blank ones included. Shared by ParseManifest and the
+// lines store (manifest_lines.h), so both find the same records at the same numbers.
+template <typename F>
+int64_t ForEachManifestLine(std::string_view bytes, F&& f) {
+  const char* pos = bytes.data();
+  const char* const end = pos + bytes.size();
+  if (bytes.starts_with("\xEF\xBB\xBF")) pos += 3;
+  int64_t line_number = 0;
+  while (pos < end) {
+    ++line_number;
+    const char* newline = static_cast<const char*>(std::memchr(pos, '\n', end - pos));
+    const char* line_end = newline ? newline : end;
+    const std::string_view line(pos, static_cast<size_t>(line_end - pos));
+    pos = newline ? newline + 1 : end;
+    if (IsBlankManifestLine(line)) continue;
+    if (!f(line, line_number, static_cast<size_t>(end - line_end))) break;
+  }
+  return line_number;
+}
 
 // The bytes `manifest` holds in memory, for the run report: the records array (its
 // capacity), each record's strings, turns and error, counted from the containers'

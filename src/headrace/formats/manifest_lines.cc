@@ -16,11 +16,16 @@
 namespace headrace {
 namespace {
 
+// Whether `path` names a file of this machine by its path (not a URI, not file://).
+bool IsLocalPath(const std::string& path) {
+  return SchemeOf(path) == UriScheme::kLocal && !path.starts_with("file://");
+}
+
 // The manifest file at `path` mapped read-only, or null when it cannot be (not a local
 // regular file, empty, or mmap refused): the caller then reads it through the storage,
 // which names what is wrong. `size` gets the file's size.
 std::shared_ptr<const void> MapFile(const std::string& path, size_t& size) {
-  if (SchemeOf(path) != UriScheme::kLocal || path.starts_with("file://")) return nullptr;
+  if (!IsLocalPath(path)) return nullptr;
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return nullptr;
   struct stat st {};
@@ -38,7 +43,7 @@ std::shared_ptr<const void> MapFile(const std::string& path, size_t& size) {
 
 // The size of a local manifest file, or -1 when it is not one (a URI, or not there).
 int64_t LocalFileSize(const std::string& path) {
-  if (SchemeOf(path) != UriScheme::kLocal || path.starts_with("file://")) return -1;
+  if (!IsLocalPath(path)) return -1;
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return -1;
   return st.st_size;
@@ -51,15 +56,12 @@ Result<std::shared_ptr<const ManifestLines>> ManifestLines::Load(Storage& storag
   if (spec.manifest.empty()) return Status::InvalidArgument("source.manifest is empty");
   size_t size = 0;
   if (std::shared_ptr<const void> map = MapFile(spec.manifest, size)) {
-    HR_ASSIGN_OR_RETURN(ManifestLineParser parser,
-                        ManifestLineParser::Make(spec.manifest, spec));
     const char* data = static_cast<const char*>(map.get());
-    std::shared_ptr<ManifestLines> lines(
-        new ManifestLines(std::move(parser), std::move(map), data, size, /*mapped=*/true));
-    HR_RETURN_IF_ERROR(lines->Index(spec.manifest));
+    HR_ASSIGN_OR_RETURN(std::shared_ptr<const ManifestLines> lines,
+                        Make(std::move(map), data, size, /*mapped=*/true, spec.manifest, spec));
     // Samples reach lines in shuffled order: read-ahead around each would be waste.
     ::madvise(const_cast<char*>(data), size, MADV_RANDOM);
-    return std::shared_ptr<const ManifestLines>(std::move(lines));
+    return lines;
   }
   Result<Buffer> bytes = storage.Read(spec.manifest);
   if (!bytes.ok()) return bytes.status().WithContext("reading manifest");
@@ -68,50 +70,48 @@ Result<std::shared_ptr<const ManifestLines>> ManifestLines::Load(Storage& storag
 
 Result<std::shared_ptr<const ManifestLines>> ManifestLines::FromBuffer(
     Buffer bytes, const std::string& manifest_path, const SourceSpec& spec) {
-  HR_ASSIGN_OR_RETURN(ManifestLineParser parser, ManifestLineParser::Make(manifest_path, spec));
   auto owner = std::make_shared<const Buffer>(std::move(bytes));
   const char* data = reinterpret_cast<const char*>(owner->data());
   const size_t size = owner->size();
+  return Make(std::move(owner), data, size, /*mapped=*/false, manifest_path, spec);
+}
+
+Result<std::shared_ptr<const ManifestLines>> ManifestLines::Make(
+    std::shared_ptr<const void> owner, const char* data, size_t size, bool mapped,
+    const std::string& manifest_path, const SourceSpec& spec) {
+  HR_ASSIGN_OR_RETURN(ManifestLineParser parser, ManifestLineParser::Make(manifest_path, spec));
   std::shared_ptr<ManifestLines> lines(
-      new ManifestLines(std::move(parser), std::move(owner), data, size, /*mapped=*/false));
+      new ManifestLines(std::move(parser), std::move(owner), data, size, mapped));
   HR_RETURN_IF_ERROR(lines->Index(manifest_path));
   return std::shared_ptr<const ManifestLines>(std::move(lines));
 }
 
 Status ManifestLines::Index(const std::string& manifest_path) {
-  const char* const end = data_ + size_;
-  const char* pos = data_;
-  if (size_ >= 3 && std::memcmp(pos, "\xEF\xBB\xBF", 3) == 0) pos += 3;
-  int64_t lines = 0;
-  int64_t blank = 0;
-  int64_t blank_noted = 0;
-  while (pos < end) {
-    ++lines;
-    const char* newline = static_cast<const char*>(std::memchr(pos, '\n', end - pos));
-    const char* line_end = newline ? newline : end;
-    const char* line_start = pos;
-    pos = newline ? newline + 1 : end;
-    if (IsBlankManifestLine(std::string_view(line_start, line_end - line_start))) {
-      ++blank;
-      continue;
-    }
-    const auto offset = static_cast<uint64_t>(line_start - data_);
-    if ((records_ & ((int64_t{1} << kBlockShift) - 1)) == 0) block_base_.push_back(offset);
-    const uint64_t relative = offset - block_base_.back();
-    if (relative > std::numeric_limits<uint32_t>::max()) {
-      // 1024 lines over 4 GiB: ~4 MiB a line, not a manifest's.
-      return Status::InvalidArgument(
-          "manifest " + QuoteForMessage(manifest_path) + ": lines around line " +
-          std::to_string(lines) +
-          " average over 4 MiB; keep its records parsed (source.records: parsed)");
-    }
-    start_.push_back(static_cast<uint32_t>(relative));
-    if (blank != blank_noted) {
-      blank_runs_.emplace_back(records_, blank);
-      blank_noted = blank;
-    }
-    ++records_;
-  }
+  int64_t blank_noted = 0;  // blank lines before the last run noted
+  Status status;
+  const int64_t lines = ForEachManifestLine(
+      std::string_view(data_, size_), [&](std::string_view line, int64_t number, size_t) {
+        const auto offset = static_cast<uint64_t>(line.data() - data_);
+        if ((records_ & ((int64_t{1} << kBlockShift) - 1)) == 0) block_base_.push_back(offset);
+        const uint64_t relative = offset - block_base_.back();
+        if (relative > std::numeric_limits<uint32_t>::max()) {
+          // 1024 lines over 4 GiB: ~4 MiB a line, not a manifest's.
+          status = Status::InvalidArgument(
+              "manifest " + QuoteForMessage(manifest_path) + ": lines around line " +
+              std::to_string(number) +
+              " average over 4 MiB; keep its records parsed (source.records: parsed)");
+          return false;
+        }
+        start_.push_back(static_cast<uint32_t>(relative));
+        // Line numbers count blank lines: note each change of the count before a record.
+        if (const int64_t blank = number - 1 - records_; blank != blank_noted) {
+          blank_runs_.emplace_back(records_, blank);
+          blank_noted = blank;
+        }
+        ++records_;
+        return true;
+      });
+  HR_RETURN_IF_ERROR(status);
   if (records_ == 0) {
     return Status::InvalidArgument("manifest " + QuoteForMessage(manifest_path) +
                                    " has no records (" + std::to_string(lines) +

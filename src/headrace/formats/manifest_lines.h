@@ -62,6 +62,12 @@ class ManifestLines final : public RecordStore {
                 size_t size, bool mapped)
       : parser_(std::move(parser)), owner_(std::move(owner)), data_(data), size_(size),
         mapped_(mapped) {}
+  // The store over `size` bytes at `data`, which `owner` keeps alive, indexed.
+  static Result<std::shared_ptr<const ManifestLines>> Make(std::shared_ptr<const void> owner,
+                                                           const char* data, size_t size,
+                                                           bool mapped,
+                                                           const std::string& manifest_path,
+                                                           const SourceSpec& spec);
   // Finds every record's line; fails when there is none.
   Status Index(const std::string& manifest_path);
   int64_t LineNumber(int64_t index) const;
