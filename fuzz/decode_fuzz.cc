@@ -67,7 +67,7 @@ void DecodeWithOp(const Buffer& bytes, const DecodeSpec& spec) {
   record.media.push_back(MediaRef{0, "fuzz"});
   Sample sample;
   sample.record = &record;
-  sample.media = {bytes};
+  sample.media = {Sample::Item{0, bytes, "fuzz"}};
   ScratchArena scratch;
   Value values[1] = {EncodedBytes{bytes.data(), bytes.size()}};
   SampleContext ctx;

@@ -18,7 +18,10 @@
 #include "commands.h"
 #include "headrace/core/json_writer.h"
 #include "headrace/exec/thread_pool.h"
+#include "headrace/formats/manifest.h"
+#include "headrace/formats/source.h"
 #include "headrace/io/storage.h"
+#include "headrace/ops/chain_runner.h"
 #include "headrace/pipeline/config.h"
 #include "headrace/pipeline/loader.h"
 #include "headrace/pipeline/plan.h"
@@ -149,6 +152,7 @@ class OpsTimer {
   // into read_ns, and the thread's CPU time in the chains (reads excluded) into *cpu_s.
   Status Run(size_t n, std::vector<int64_t>& ns, int64_t& read_ns, double* cpu_s = nullptr) {
     ns.assign(plan_.ops.size(), 0);
+    const ChainRunner chain(plan_.ops, plan_.source_values, plan_.num_values, spec_.seed);
     for (size_t i = 0; i < n; ++i) {
       // The sample's media are read just before its chain, off the clock, as the engine
       // decodes what an I/O thread has just read (and only one sample's files are held).
@@ -165,21 +169,16 @@ class OpsTimer {
       Sample sample;
       sample.index = static_cast<int64_t>(i);
       sample.record = records_[i];
-      sample.media = media_;
-      SampleContext ctx;
-      ctx.sample = &sample;
-      ctx.sample_seed = HashKeys(spec_.seed, 0, i);
-      ctx.scratch = &scratch_;
-      ctx.rows = slots_[i % slots_.size()].data();
-      FillSourceValues(plan_.source_values, sample, values_);
-      ctx.values = values_;
+      FillFromRecord(media_, sample);
       const double cpu_start = cpu_s != nullptr ? ThreadCpuSeconds() : 0;
-      for (size_t k = 0; k < plan_.ops.size(); ++k) {
-        const auto start = Clock::now();
-        Status st = plan_.ops[k]->Run(ctx);
-        ns[k] += NanosSince(start);
-        if (!st.ok()) return st.WithContext("sample " + records_[i]->id);
-      }
+      const Status st = chain.Run(sample, slots_[i % slots_.size()].data(), scratch_, values_,
+                                  [&](size_t k, Clock::time_point start, Clock::time_point end,
+                                      const SampleContext&) {
+                                    ns[k] += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                 end - start)
+                                                 .count();
+                                  });
+      if (!st.ok()) return st.WithContext("sample " + records_[i]->id);
       if (cpu_s != nullptr) *cpu_s += ThreadCpuSeconds() - cpu_start;
     }
     return Status::Ok();

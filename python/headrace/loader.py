@@ -175,6 +175,7 @@ class Loader:
         self._fingerprint = pipeline.fingerprint()
         self._limit: Optional[int] = self._spec.epochs  # epochs of the run; None: unbounded
         self._impl = None
+        self._prepared = None  # the pipeline prepared once, on the first engine
         # Where the consumer is: the epoch and the rank-local batch in it that come next.
         self._epoch = 0
         self._batch = 0
@@ -280,9 +281,12 @@ class Loader:
     def _make_engine(self, epoch: int, batch: int):
         """A new engine that delivers this rank's batches from (epoch, batch) on, with
         ``next()``, ``next_batch``, ``batches_per_epoch``, ``consumer_stats()``,
-        ``report_json()`` and ``close()`` (headrace.ray's stream has the same)."""
-        return _headrace._Loader.make(self._spec, self.rank, self.world_size, epoch, batch,
-                                      self.pinned)
+        ``report_json()`` and ``close()`` (headrace.ray's stream has the same). It runs
+        the pipeline prepared once for this loader (its source opened, its ops built), so
+        a reposition reads no index and loads no model again."""
+        if self._prepared is None:
+            self._prepared = _headrace._Prepared.make(self._spec)
+        return self._prepared.run(self.rank, self.world_size, epoch, batch, self.pinned)
 
     def _batches_per_epoch(self) -> int:
         if self._per_epoch is None:
@@ -387,9 +391,11 @@ class Loader:
         return json.loads(self._impl.report_json())
 
     def close(self) -> None:
-        """Stops the engine (batches already handed out stay valid). The position is
-        kept: iterating again starts a new engine there."""
+        """Stops the engine and lets go of the prepared pipeline (its source's index and
+        cache, its operators); batches already handed out stay valid. The position is
+        kept: iterating again prepares the pipeline again and starts there."""
         self._stop_engine()
+        self._prepared = None
 
     def _stop_engine(self) -> None:
         """Stops the engine that serves the current position (repositioning, resume);

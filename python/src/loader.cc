@@ -35,9 +35,26 @@ constexpr std::chrono::milliseconds kSignalPoll{20};
 
 class PyLoader {
  public:
+  // Prepares `spec` and runs it (a one-off; a Python Loader keeps a _Prepared instead).
   static std::unique_ptr<PyLoader> Make(const PipelineSpec& spec, int rank, int world_size,
                                         int64_t start_epoch, int64_t start_batch, bool pinned,
                                         bool on_demand) {
+    return Run(Prepare(spec), rank, world_size, start_epoch, start_batch, pinned, on_demand);
+  }
+
+  static std::shared_ptr<const PreparedPipeline> Prepare(const PipelineSpec& spec) {
+    std::optional<Result<std::shared_ptr<const PreparedPipeline>>> prepared;
+    {
+      nb::gil_scoped_release nogil;
+      prepared.emplace(PreparedPipeline::Make(spec));
+    }
+    return ValueOrThrow(std::move(*prepared));
+  }
+
+  // A run of `prepared` from (start_epoch, start_batch) for `rank` of `world_size`.
+  static std::unique_ptr<PyLoader> Run(const std::shared_ptr<const PreparedPipeline>& prepared,
+                                       int rank, int world_size, int64_t start_epoch,
+                                       int64_t start_batch, bool pinned, bool on_demand) {
     LoaderOptions options;
     if (on_demand) options.schedule = Schedule::kOnDemand;
     options.rank = rank;
@@ -54,7 +71,7 @@ class PyLoader {
     std::optional<Result<std::unique_ptr<Loader>>> made;
     {
       nb::gil_scoped_release nogil;
-      made.emplace(Loader::Make(spec, options));
+      made.emplace(prepared->Run(options));
     }
     auto loader = std::unique_ptr<PyLoader>(new PyLoader());
     loader->loader_ = ValueOrThrow(std::move(*made));
@@ -151,6 +168,10 @@ class PyLoader {
  private:
   PyLoader() = default;
   std::shared_ptr<Loader> loader_;
+};
+
+struct PyPrepared {
+  std::shared_ptr<const PreparedPipeline> prepared;
 };
 
 // The metrics endpoint of a Python loader (`Loader(metrics_port=...)`): it outlives the
@@ -289,6 +310,21 @@ void RegisterLoader(nb::module_& m) {
     return std::make_pair(host, port);
   }, nb::arg("text"), nb::arg("default_host"));
   m.def("_doctor", &Doctor, nb::arg("spec"), nb::arg("seconds"), nb::arg("storage_mb_s") = 0.0);
+  // A pipeline prepared once (pipeline/prepared.h): its source opened, its chain planned.
+  // Each run() is a new engine over them, so a reposition reloads nothing.
+  nb::class_<PyPrepared>(m, "_Prepared")
+      .def_static("make",
+                  [](const PipelineSpec& spec) { return PyPrepared{PyLoader::Prepare(spec)}; },
+                  nb::arg("spec"))
+      .def("run",
+           [](const PyPrepared& p, int rank, int world_size, int64_t start_epoch,
+              int64_t start_batch, bool pinned, bool on_demand) {
+             return PyLoader::Run(p.prepared, rank, world_size, start_epoch, start_batch,
+                                  pinned, on_demand);
+           },
+           nb::arg("rank") = 0, nb::arg("world_size") = 1, nb::arg("start_epoch") = 0,
+           nb::arg("start_batch") = 0, nb::arg("pinned") = false, nb::arg("on_demand") = false)
+      .def_prop_ro("source", [](const PyPrepared& p) { return p.prepared->source().info().description; });
   nb::class_<PyLoader>(m, "_Loader")
       .def_static("make", &PyLoader::Make, nb::arg("spec"), nb::arg("rank") = 0,
                   nb::arg("world_size") = 1, nb::arg("start_epoch") = 0,

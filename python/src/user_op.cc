@@ -114,16 +114,18 @@ class PyMapOp : public Op {
     d["epoch"] = sample.epoch;
     d["id"] = sample.record->id;
     d["uri"] = sample.record->uri();
-    nb::list turns;
-    for (const Turn& t : sample.record->turns)
-      turns.append(nb::make_tuple(RoleName(t.role), t.text));
+    nb::list turns;  // the sample's, as its source put them in place (any source kind)
+    for (const Turn& t : sample.turns) turns.append(nb::make_tuple(RoleName(t.role), t.text));
     d["turns"] = turns;
     for (const auto& [image_name, slot] : images_) {
       const ImageView* image = ctx.Get<ImageView>(slot);
       if (image == nullptr || image->empty()) continue;
       const ImageView& im = *image;
-      // RGB: the RGBX padding byte of the decoder's layout is left out of the view.
-      const size_t shape[3] = {static_cast<size_t>(im.height), static_cast<size_t>(im.width), 3};
+      // The image's own channels (1 after image.grayscale, 3 RGB), except that RGBX's
+      // padding byte (ops/image/image.h) is left out of the view.
+      const size_t channels = im.channels == 4 ? 3 : static_cast<size_t>(im.channels);
+      const size_t shape[3] = {static_cast<size_t>(im.height), static_cast<size_t>(im.width),
+                               channels};
       const int64_t strides[3] = {im.stride, im.channels, 1};
       nb::ndarray<nb::numpy, const uint8_t, nb::ndim<3>> view(im.data, 3, shape, nb::handle(),
                                                               strides);

@@ -36,7 +36,10 @@ class Worker:
                 f"execution.cpu_threads={cpu_threads}"]
         self.worker_id = worker_id
         self.node_id = ray.get_runtime_context().get_node_id()
-        self._impl = _headrace._Loader.make(pipeline.spec(), 0, 1, 0, 0, False, True)
+        # One engine for the worker's life, on demand (rank 0 of 1: batch k is the run-wide
+        # index), over the pipeline prepared once.
+        self._prepared = _headrace._Prepared.make(pipeline.spec())
+        self._impl = self._prepared.run(0, 1, 0, 0, pinned=False, on_demand=True)
         # The engine's own Prometheus endpoint (``metrics``: host, base port, world size).
         self._metrics, self._metrics_url = start_worker_metrics(metrics, worker_id, self._impl)
         self._lock = threading.Lock()

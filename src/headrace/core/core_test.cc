@@ -188,20 +188,23 @@ TEST(PoolingAllocator, FreesPastItsCapAndOutlivesItsOwner) {
 namespace headrace {
 namespace {
 
-TEST(Sample, ValuesParsedAtRunTimeComeFirstWithTheRecordsAsFallback) {
+TEST(Sample, MediaAreFoundByFieldInListOrder) {
   SampleRecord record;
-  record.attributes = {Attribute{2, int64_t{7}}};
-  record.media = {MediaRef{0, "a.jpg"}};
+  record.media = {MediaRef{0, "a.jpg"}, MediaRef{1, "b0.jpg"}, MediaRef{1, "b1.jpg"}};
   Sample sample;
   sample.record = &record;
-  sample.media = {*Buffer::CopyOf("rec", 3)};
-  ASSERT_EQ(sample.Attributes().size(), 1u);
+  sample.media = {Sample::Item{0, *Buffer::CopyOf("rec", 3), "a.jpg"},
+                  Sample::Item{1, *Buffer::CopyOf("cell!", 5), "b0.jpg"},
+                  Sample::Item{1, *Buffer::CopyOf("x", 1), "b1.jpg"}};
   EXPECT_EQ(sample.MediaOf(0)->size(), 3u);
-  sample.has_parsed_attributes = true;  // parsed, and empty: not the record's
-  EXPECT_TRUE(sample.Attributes().empty());
-  sample.parsed_media.push_back(Sample::FieldMedia{0, *Buffer::CopyOf("cell!", 5)});
-  EXPECT_EQ(sample.MediaOf(0)->size(), 5u);
-  EXPECT_EQ(sample.MediaOf(1), nullptr);
+  EXPECT_EQ(sample.MediaOf(1)->size(), 5u);
+  EXPECT_EQ(sample.MediaOf(2), nullptr);
+  std::vector<std::string> uris;
+  sample.ForEachMedia(1, [&](const Buffer&, std::string_view uri) { uris.emplace_back(uri); });
+  EXPECT_EQ(uris, (std::vector<std::string>{"b0.jpg", "b1.jpg"}));
+  // Turns and attributes are what the source put in place, never the record's behind it.
+  record.attributes = {Attribute{2, int64_t{7}}};
+  EXPECT_TRUE(sample.attributes.empty());
 }
 
 }  // namespace

@@ -1,7 +1,5 @@
 #include "headrace/core/sample.h"
 
-#include <algorithm>
-
 #include "headrace/core/strings.h"
 
 namespace headrace {
@@ -13,13 +11,8 @@ const std::string& SampleRecord::uri() const {
 }
 
 const Buffer* Sample::MediaOf(int field) const {
-  for (const FieldMedia& m : parsed_media) {
-    if (m.field == field) return &m.bytes;
-  }
-  if (record == nullptr) return nullptr;
-  const size_t n = std::min(media.size(), record->media.size());
-  for (size_t i = 0; i < n; ++i) {
-    if (record->media[i].field == field) return &media[i];
+  for (const Item& item : media) {
+    if (item.field == field) return &item.bytes;
   }
   return nullptr;
 }

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -92,58 +94,49 @@ struct SampleRecord {
   const std::string& uri() const;
 };
 
-// One sample in flight: which record, in which epoch, with its fetched bytes.
+// One sample in flight: which record, in which epoch, and its values as its source put
+// them in place (formats/source.h, Source::Fill) once its media were read. Readers see
+// only these values: no reader looks into the record for turns, attributes or media, so
+// every source kind (a manifest's parsed records, a tar shard's members, a Parquet row
+// group's cells) looks the same from the chain.
 struct Sample {
+  // One media item: encoded bytes as read from storage (or as a source's cell holds
+  // them), decoded in place.
+  struct Item {
+    int field = 0;         // the source field it belongs to
+    Buffer bytes;
+    std::string_view uri;  // the item's own location, for messages (lives with the record)
+  };
+
+  Sample() = default;
+  // The spans below may point into `parsed`: a copy would point into the original.
+  Sample(const Sample&) = delete;
+  Sample& operator=(const Sample&) = delete;
+
   int64_t epoch = 0;
   int64_t index = 0;  // position in the dataset (the manifest line order), not in the epoch
   const SampleRecord* record = nullptr;
-  // Encoded bytes as read from storage, one per record->media item (same order);
-  // decoders read them in place.
-  std::vector<Buffer> media;
-  // The conversation, when the source parses it at run time (a shard's .json member)
-  // rather than holding it in the record; see Conversation().
-  std::vector<Turn> turns;
-  bool has_parsed_turns = false;
-  // The text and scalar values, when the source reads them at run time (the cells of a
-  // Parquet row group) rather than holding them in the record; see Attributes().
-  std::vector<Attribute> attributes;
-  bool has_parsed_attributes = false;
-  // Media the source puts in place at run time, by source field (the bytes cells of a
-  // Parquet row group, slices of the decoded column); MediaOf() looks here first.
-  struct FieldMedia {
-    int field = 0;
-    Buffer bytes;
-  };
-  std::vector<FieldMedia> parsed_media;
+  // The media items, grouped by field in the source's field order, a list field's
+  // items in list order.
+  std::vector<Item> media;
+  // The conversation and the text and scalar values: the record's, or `parsed`'s.
+  std::span<const Turn> turns;
+  std::span<const Attribute> attributes;
+  // What the source parsed for this sample at run time (a shard's .json member, a row
+  // group's cells), when its record does not hold it; the spans above point here then.
+  struct Parsed {
+    std::vector<Turn> turns;
+    std::vector<Attribute> attributes;
+  } parsed;
 
-  // The sample's conversation: the parsed one when there is one, else the record's.
-  const std::vector<Turn>& Conversation() const {
-    return has_parsed_turns || record == nullptr ? turns : record->turns;
-  }
-  // The sample's text and scalar values: the parsed ones when there are, else the
-  // record's.
-  const std::vector<Attribute>& Attributes() const {
-    return has_parsed_attributes || record == nullptr ? attributes : record->attributes;
-  }
-  // The bytes of the first media item of source field `field`: a parsed one, else the
-  // record's; null when there is none.
+  // The bytes of the first media item of source field `field`; null when there is none.
   const Buffer* MediaOf(int field) const;
-  // Calls f(const Buffer& bytes, const std::string& uri) for each media item of source
-  // field `field`, in list order: the parsed ones when there are, else the record's.
-  // The URI is the item's own, or the record's for a parsed item.
+  // Calls f(const Buffer& bytes, std::string_view uri) for each media item of source
+  // field `field`, in list order.
   template <typename F>
   void ForEachMedia(int field, F&& f) const {
-    static const std::string kNone;
-    bool parsed = false;
-    for (const FieldMedia& m : parsed_media) {
-      if (m.field != field) continue;
-      parsed = true;
-      f(m.bytes, record != nullptr ? record->uri() : kNone);
-    }
-    if (parsed || record == nullptr) return;
-    const size_t n = media.size() < record->media.size() ? media.size() : record->media.size();
-    for (size_t i = 0; i < n; ++i) {
-      if (record->media[i].field == field) f(media[i], record->media[i].uri);
+    for (const Item& item : media) {
+      if (item.field == field) f(item.bytes, item.uri);
     }
   }
 };

@@ -34,8 +34,9 @@ struct Engine::BatchJob {
   std::vector<Tensor> tensors;               // one per field, then "index"
   std::vector<std::vector<uint8_t*>> slots;  // per sample: the row pointer per field
   std::vector<Status> status;                // per sample
-  // Per sample: the text values its source parsed at run time (Sample::Attributes()),
-  // for FinishBatch's strings; nullopt: the record's. Each written by its sample's thread.
+  // Per sample: the text values its source parsed at run time (Sample::attributes, when
+  // they are not the record's), for FinishBatch's strings; nullopt: the record's. Each
+  // written by its sample's thread.
   std::vector<std::optional<std::vector<Attribute>>> parsed_attributes;
   // Per sample: its record, looked up once when the batch starts (ResolveRecords); a
   // store that builds records on request fills `record_scratch` (sized once: `records`
@@ -46,8 +47,10 @@ struct Engine::BatchJob {
   int64_t bytes = 0;
 };
 
-Engine::Engine(EngineInputs inputs, EngineOptions options, EpochOrder order)
-    : inputs_(std::move(inputs)),
+Engine::Engine(std::shared_ptr<const EngineInputs> inputs, EngineOptions options,
+               EpochOrder order)
+    : inputs_holder_(std::move(inputs)),
+      inputs_(*inputs_holder_),
       options_(std::move(options)),
       order_(std::move(order)),
       start_time_(Clock::now()),
@@ -56,35 +59,26 @@ Engine::Engine(EngineInputs inputs, EngineOptions options, EpochOrder order)
       op_takes_gil_(inputs_.ops.size()),
       batch_op_ns_(inputs_.batch_ops.size()),
       op_latency_(std::make_unique<LatencyHistogram[]>(inputs_.ops.size() +
-                                                       inputs_.batch_ops.size())) {
+                                                       inputs_.batch_ops.size())),
+      chain_(inputs_.ops, inputs_.source_values, inputs_.num_values, options_.order.seed) {
   next_ = options_.start_batch;
 }
 
-Result<std::unique_ptr<Engine>> Engine::Start(EngineInputs inputs, EngineOptions options) {
-  if (!inputs.records || inputs.records->size() == 0) {
-    return Status::InvalidArgument("the dataset has no samples");
-  }
-  if (inputs.reads_media && !inputs.storage) return Status::InvalidArgument("no storage");
+Result<std::unique_ptr<Engine>> Engine::Start(std::shared_ptr<const EngineInputs> inputs,
+                                             EngineOptions options) {
+  if (!inputs || !inputs->source) return Status::InvalidArgument("no source");
+  const Source& source = *inputs->source;
+  HR_RETURN_IF_ERROR(source.CheckRun(options.start_epoch, options.order.epochs));
+  if (source.size() == 0) return Status::InvalidArgument("the dataset has no samples");
+  if (inputs->reads_media && !source.storage()) return Status::InvalidArgument("no storage");
   if (options.cpu_threads < 1) return Status::InvalidArgument("cpu_threads must be >= 1");
   if (options.io_inflight < 1) return Status::InvalidArgument("io_inflight must be >= 1");
   if (options.prefetch_depth < 1) return Status::InvalidArgument("prefetch depth must be >= 1");
   if (options.scratch_retain_bytes < 0) {
     return Status::InvalidArgument("the scratch allowance must be >= 0");
   }
-  options.order.num_samples = inputs.records->size();
+  options.order.num_samples = source.size();
   HR_ASSIGN_OR_RETURN(EpochOrder order, EpochOrder::Make(options.order));
-  if (!inputs.epoch_records.empty()) {
-    const auto have = static_cast<int64_t>(inputs.epoch_records.size());
-    if (!order.epochs() || *order.epochs() > have) {
-      return Status::InvalidArgument("the source holds " + std::to_string(have) +
-                                     " epochs; the run needs more");
-    }
-    for (const auto& records : inputs.epoch_records) {
-      if (!records || records->size() != inputs.records->size()) {
-        return Status::InvalidArgument("every epoch's records must be the dataset's size");
-      }
-    }
-  }
   if (options.start_epoch < 0 ||
       options.start_epoch > EpochOrder::kUnboundedBatches / order.batches_per_rank_epoch()) {
     return Status::InvalidArgument("start epoch " + std::to_string(options.start_epoch) +
@@ -328,10 +322,10 @@ void Engine::StartRead(const std::shared_ptr<BatchJob>& job, int slot,
     OnRead(job, slot, charge, std::move(bytes));
   };
   if (ref.offset == 0 && ref.length < 0) {
-    inputs_.storage->ReadAsyncGated(ref.uri, std::move(done), std::move(gate));
+    inputs_.source->storage()->ReadAsyncGated(ref.uri, std::move(done), std::move(gate));
   } else {
-    inputs_.storage->ReadRangeAsyncGated(ref.uri, ref.offset, ref.length, std::move(done),
-                                         std::move(gate));
+    inputs_.source->storage()->ReadRangeAsyncGated(ref.uri, ref.offset, ref.length,
+                                                   std::move(done), std::move(gate));
   }
 }
 
@@ -489,42 +483,20 @@ void Engine::RunChain(const std::shared_ptr<BatchJob>& job, int slot, std::vecto
     sample.epoch = job->position.epoch;
     sample.index = index;
     sample.record = job->records[slot];
-    sample.media = std::move(media);
-    if (inputs_.prepare_sample) status = inputs_.prepare_sample(sample);
-    SampleContext ctx;
-    ctx.sample = &sample;
-    ctx.sample_seed = HashKeys(options_.order.seed, static_cast<uint64_t>(sample.epoch),
-                               static_cast<uint64_t>(index));
-    tls_scratch.Account(&scratch_usage_);
-    ctx.scratch = &tls_scratch;
-    ctx.rows = job->slots[slot].data();
-    tls_values.resize(static_cast<size_t>(inputs_.num_values));
-    FillSourceValues(inputs_.source_values, sample, tls_values);
-    ctx.values = tls_values;
+    status = inputs_.source->Fill(std::move(media), sample);
     if (options_.trace != nullptr && !tls_trace_named) {
       tls_trace_named = true;
       options_.trace->NameThread("cpu worker");
     }
-    for (size_t i = 0; i < inputs_.ops.size() && status.ok(); ++i) {
-      const auto op_start = Clock::now();
-      ctx.gil_wait_ns = -1;
-      status = inputs_.ops[i]->Run(ctx);
-      const auto op_end = Clock::now();
-      const int64_t op_ns =
-          std::chrono::duration_cast<std::chrono::nanoseconds>(op_end - op_start).count();
-      op_ns_[i].fetch_add(op_ns, std::memory_order_relaxed);
-      op_latency_[i].Record(op_ns);
-      if (ctx.gil_wait_ns >= 0) {
-        op_gil_wait_ns_[i].fetch_add(ctx.gil_wait_ns, std::memory_order_relaxed);
-        op_takes_gil_[i].store(true, std::memory_order_relaxed);
-      }
-      if (options_.trace != nullptr) {
-        // Op names are string_views into the ops' static names: stable for the run.
-        options_.trace->Span(inputs_.ops[i]->name().data(), "cpu", op_start, op_end, index);
-      }
+    tls_scratch.Account(&scratch_usage_);
+    if (status.ok()) {
+      status = chain_.Run(sample, job->slots[slot].data(), tls_scratch, tls_values,
+                          [&](size_t i, Clock::time_point start, Clock::time_point end,
+                              const SampleContext& ctx) { CountOp(i, start, end, ctx, index); });
     }
-    if (status.ok() && sample.has_parsed_attributes && !job->parsed_attributes.empty()) {
-      job->parsed_attributes[slot] = std::move(sample.attributes);
+    if (status.ok() && !job->parsed_attributes.empty() &&
+        sample.attributes.data() != sample.record->attributes.data()) {
+      job->parsed_attributes[slot].emplace(sample.attributes.begin(), sample.attributes.end());
     }
     samples_run_.fetch_add(1, std::memory_order_relaxed);
     SettleScratch();
@@ -535,13 +507,23 @@ void Engine::RunChain(const std::shared_ptr<BatchJob>& job, int slot, std::vecto
   FinishSample(job, slot, std::move(status));
 }
 
-const RecordStore& Engine::StoreOf(int64_t epoch) const {
-  if (inputs_.epoch_records.empty()) return *inputs_.records;
-  return *inputs_.epoch_records[static_cast<size_t>(epoch)];
+void Engine::CountOp(size_t i, Clock::time_point start, Clock::time_point end,
+                     const SampleContext& ctx, int64_t index) {
+  const int64_t op_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
+  op_ns_[i].fetch_add(op_ns, std::memory_order_relaxed);
+  op_latency_[i].Record(op_ns);
+  if (ctx.gil_wait_ns >= 0) {
+    op_gil_wait_ns_[i].fetch_add(ctx.gil_wait_ns, std::memory_order_relaxed);
+    op_takes_gil_[i].store(true, std::memory_order_relaxed);
+  }
+  if (options_.trace != nullptr) {
+    // Op names are string_views into the ops' static names: stable for the run.
+    options_.trace->Span(inputs_.ops[i]->name().data(), "cpu", start, end, index);
+  }
 }
 
 void Engine::ResolveRecords(BatchJob& job) const {
-  const RecordStore& store = StoreOf(job.position.epoch);
+  const RecordStore& store = inputs_.source->records(job.position.epoch);
   const size_t n = job.sample_indices.size();
   job.record_scratch.resize(n);
   job.records.resize(n);
@@ -643,8 +625,8 @@ void Engine::RunBatchOps(const BatchJob& job, Batch& batch) {
   for (size_t i = 0; i < inputs_.batch_ops.size(); ++i) {
     const BatchOp& op = *inputs_.batch_ops[i];
     const auto start = Clock::now();
-    Status status = op.Run(batch, HashKeys(options_.order.seed, static_cast<uint64_t>(batch.epoch),
-                                           static_cast<uint64_t>(batch.index_in_epoch), i));
+    Status status = op.Run(batch, BatchSeed(options_.order.seed, batch.epoch,
+                                            batch.index_in_epoch, i));
     const int64_t op_ns = NanosSince(start);
     batch_op_ns_[i].fetch_add(op_ns, std::memory_order_relaxed);
     op_latency_[inputs_.ops.size() + i].Record(op_ns);

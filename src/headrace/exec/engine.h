@@ -71,20 +71,17 @@
 #include "headrace/exec/epoch_order.h"
 #include "headrace/exec/thread_pool.h"
 #include "headrace/exec/trace.h"
+#include "headrace/formats/source.h"
 #include "headrace/io/storage.h"
+#include "headrace/ops/chain_runner.h"
 #include "headrace/ops/op.h"
 
 namespace headrace {
 
 struct EngineInputs {
-  // The dataset's records (core/record_store.h): parsed, or built on request.
-  std::shared_ptr<const RecordStore> records;
-  // Records per epoch, for a source with a copy of the dataset per epoch (a
-  // materialization of epoch-dependent augmentation): when not empty, epoch e reads
-  // epoch_records[e] instead of `records` (which still sets the dataset's size: each
-  // entry must be as long). Start fails when the run's epochs (counted from 0, an
-  // unbounded run included) are more than the entries.
-  std::vector<std::shared_ptr<const RecordStore>> epoch_records;
+  // The dataset (formats/source.h): its records per epoch, the storage its reads go
+  // through, and how a sample's values are put in place once its media are read.
+  std::shared_ptr<const Source> source;
   // The per-sample chain; Op::Run writes into the rows of `fields` (by position).
   std::vector<std::unique_ptr<Op>> ops;
   std::vector<FieldSpec> fields;
@@ -103,13 +100,9 @@ struct EngineInputs {
   // Per-batch steps, run in order on each complete batch before delivery.
   std::vector<std::unique_ptr<BatchOp>> batch_ops;
   // Whether samples need their media read before the chain runs (each item of
-  // SampleRecord::media, whole objects or byte ranges).
+  // SampleRecord::media, whole objects or byte ranges): an op reads a media field, or
+  // the source's values come with the reads (Source::values_need_reads).
   bool reads_media = true;
-  std::shared_ptr<Storage> storage;
-  // Run on the CPU thread before the chain, with the sample's media read: what a source
-  // parses per sample at run time (a shard's conversation member into Sample::turns). A
-  // status that is not ok fails the sample (the chain does not run). Must be thread-safe.
-  std::function<Status(Sample&)> prepare_sample;
 };
 
 // Which batches the driver admits, and how the consumer collects them.
@@ -216,8 +209,14 @@ struct EngineMetrics {
 
 class Engine {
  public:
-  // Validates, allocates nothing large, and starts the driver thread.
-  static Result<std::unique_ptr<Engine>> Start(EngineInputs inputs, EngineOptions options);
+  // Validates, allocates nothing large, and starts the driver thread. The inputs are
+  // shared: a prepared pipeline runs many engines over one chain and source, one after
+  // another or at once.
+  static Result<std::unique_ptr<Engine>> Start(std::shared_ptr<const EngineInputs> inputs,
+                                               EngineOptions options);
+  static Result<std::unique_ptr<Engine>> Start(EngineInputs inputs, EngineOptions options) {
+    return Start(std::make_shared<const EngineInputs>(std::move(inputs)), std::move(options));
+  }
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -254,7 +253,7 @@ class Engine {
 
  private:
   struct BatchJob;
-  Engine(EngineInputs inputs, EngineOptions options, EpochOrder order);
+  Engine(std::shared_ptr<const EngineInputs> inputs, EngineOptions options, EpochOrder order);
 
   void DriverLoop();
   // Builds, admits and starts batch `j`; false when the run stopped instead.
@@ -319,13 +318,14 @@ class Engine {
   // is their charge to the I/O budget, released when the chain is done with them.
   void RunChain(const std::shared_ptr<BatchJob>& job, int slot, std::vector<Buffer> media,
                 int64_t charged);
+  // Counts op `i`'s run on sample `index` in the metrics (and the trace).
+  void CountOp(size_t i, Clock::time_point start, Clock::time_point end,
+               const SampleContext& ctx, int64_t index);
   // After a sample: notes what this thread's scratch grew to, then trims it to the
   // per-thread allowance.
   void SettleScratch();
   void FinishSample(const std::shared_ptr<BatchJob>& job, int slot, Status status);
   void FinishBatch(BatchJob& job);
-  // The store epoch `epoch` reads its records from (EngineInputs::epoch_records).
-  const RecordStore& StoreOf(int64_t epoch) const;
   // Looks up the record of each of the job's samples, once, for the batch's life.
   void ResolveRecords(BatchJob& job) const;
   // Runs the batch ops on a complete batch; on failure, empties it and records errors.
@@ -336,7 +336,8 @@ class Engine {
   // Total consumer wait so far, the wait in progress included.
   int64_t ConsumerWaitNanosLocked() const;
 
-  const EngineInputs inputs_;
+  const std::shared_ptr<const EngineInputs> inputs_holder_;
+  const EngineInputs& inputs_;
   const EngineOptions options_;
   const EpochOrder order_;
   const Clock::time_point start_time_;
@@ -412,6 +413,7 @@ class Engine {
   ScratchUsage scratch_usage_;                   // all CPU threads' arenas
   std::atomic<int64_t> scratch_sample_peak_{0};  // most one arena held after a sample
 
+  const ChainRunner chain_;  // over inputs_'s ops
   std::thread driver_;
 };
 

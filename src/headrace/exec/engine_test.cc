@@ -168,17 +168,18 @@ class EngineConformance : public testing::TestWithParam<Config> {
                                         std::unique_ptr<BatchOp> batch_op = nullptr,
                                         Schedule schedule = Schedule::kSequential) {
     EngineInputs in;
+    std::shared_ptr<const RecordStore> store;
     if (build_records_) {
       built_ = std::make_shared<BuiltRecords>(std::move(records));
-      in.records = built_;
+      store = built_;
     } else {
-      in.records = std::make_shared<VectorRecords>(std::move(records));
+      store = std::make_shared<VectorRecords>(std::move(records));
     }
     in.ops.push_back(std::move(op));
     if (batch_op) in.batch_ops.push_back(std::move(batch_op));
     in.fields.push_back(FieldSpec{"row", DType::kI64, {4}});
     in.reads_media = GetParam().reads_media;
-    in.storage = MakeLocalStorage({.threads = 2});
+    in.source = MakeRecordSource(std::move(store), MakeLocalStorage({.threads = 2}));
     EngineOptions opt;
     opt.schedule = schedule;
     opt.cpu_threads = threads > 0 ? threads : GetParam().threads;
@@ -299,10 +300,10 @@ TEST_P(EngineConformance, ReadsEveryMediaItemOfASampleWholeOrAsARange) {
   }
   records->pop_back();
   EngineInputs in;
-  in.records = std::make_shared<VectorRecords>(records);
+  in.source =
+      MakeRecordSource(std::make_shared<VectorRecords>(records), MakeLocalStorage({.threads = 2}));
   in.ops.push_back(std::make_unique<TwoMediaOp>());
   in.fields.push_back(FieldSpec{"row", DType::kI64, {5}});
-  in.storage = MakeLocalStorage({.threads = 2});
   EngineOptions opt;
   opt.cpu_threads = GetParam().threads;
   opt.prefetch_depth = GetParam().depth;
@@ -704,13 +705,14 @@ EngineMetrics RunWithIoBudget(int64_t n, std::function<int64_t(int64_t)> size_of
   auto gate = std::make_unique<GateOp>(nullptr);
   GateOp* gate_ptr = gate.get();
   EngineInputs in;
-  in.records = std::make_shared<VectorRecords>(records);
   in.ops.push_back(std::move(gate));
   in.ops.push_back(std::make_unique<FillOp>());
   in.fields.push_back(FieldSpec{"row", DType::kI64, {4}});
-  in.storage = std::make_shared<SizedStorage>(
-      [size_of](const std::string& uri) { return size_of(std::stoll(uri)); },
-      [gate_ptr] { gate_ptr->Open(); });
+  in.source = MakeRecordSource(
+      std::make_shared<VectorRecords>(records),
+      std::make_shared<SizedStorage>(
+          [size_of](const std::string& uri) { return size_of(std::stoll(uri)); },
+          [gate_ptr] { gate_ptr->Open(); }));
   EngineOptions opt;
   opt.cpu_threads = 2;
   opt.io_inflight = 16;
@@ -804,26 +806,33 @@ TEST(EpochOrder, RejectsBadRank) {
 namespace headrace {
 namespace {
 
-TEST(EnginePrepareHook, StringsParsedAtRunTimeReachTheBatchTheRecordsOtherwise) {
+// A source that parses even samples' caption at run time, as a Parquet row group's cells.
+class CaptionSource final : public RecordSource {
+ public:
+  explicit CaptionSource(std::shared_ptr<const RecordStore> records)
+      : RecordSource({}, nullptr, {std::move(records)}) {}
+  Status Fill(std::vector<Buffer> media, Sample& sample) const override {
+    FillFromRecord(std::move(media), sample);
+    if (sample.index % 2 == 0) {
+      sample.parsed.attributes = {Attribute{3, "parsed " + std::to_string(sample.index)}};
+      sample.attributes = sample.parsed.attributes;
+    }
+    return Status::Ok();
+  }
+};
+
+TEST(EngineSourceFill, StringsParsedAtRunTimeReachTheBatchTheRecordsOtherwise) {
   auto records = std::make_shared<std::vector<SampleRecord>>(6);
   for (int i = 0; i < 6; ++i) {
     (*records)[i].id = std::to_string(i);
     (*records)[i].attributes = {Attribute{3, std::string("record ") + std::to_string(i)}};
   }
   EngineInputs in;
-  in.records = std::make_shared<VectorRecords>(records);
+  in.source = std::make_shared<CaptionSource>(std::make_shared<VectorRecords>(records));
   in.ops.push_back(std::make_unique<FillOp>());
   in.fields.push_back(FieldSpec{"row", DType::kI64, {4}});
   in.strings.push_back(EngineInputs::StringField{"caption", 3, false});
   in.reads_media = false;
-  // Even samples get their caption at run time, as a Parquet row group's cells.
-  in.prepare_sample = [](Sample& sample) {
-    if (sample.index % 2 == 0) {
-      sample.has_parsed_attributes = true;
-      sample.attributes = {Attribute{3, "parsed " + std::to_string(sample.index)}};
-    }
-    return Status::Ok();
-  };
   EngineOptions opt;
   opt.cpu_threads = 2;
   opt.order.batch_size = 6;
@@ -852,9 +861,11 @@ TEST(EngineEpochRecords, EachEpochReadsItsOwnRecordsAndTooFewEpochsAreRefused) {
   };
   const auto start = [&](std::optional<int64_t> epochs) {
     EngineInputs in;
-    in.records = std::make_shared<VectorRecords>(records_named("epoch0-", 1));
-    in.epoch_records = {std::make_shared<VectorRecords>(records_named("epoch0-", 1)),
-                        std::make_shared<VectorRecords>(records_named("epoch1-", 2))};
+    in.source = std::make_shared<RecordSource>(
+        SourceSpec{}, nullptr,
+        std::vector<std::shared_ptr<const RecordStore>>{
+            std::make_shared<VectorRecords>(records_named("epoch0-", 1)),
+            std::make_shared<VectorRecords>(records_named("epoch1-", 2))});
     in.ops.push_back(std::make_unique<FillOp>());
     in.fields.push_back(FieldSpec{"row", DType::kI64, {4}});
     in.strings.push_back(EngineInputs::StringField{"id", -1, false});

@@ -408,7 +408,7 @@ Result<MaterializedSource> LoadMaterializedSource(Storage& storage, const std::s
 
 Status PrepareMaterializedSample(Sample& sample) {
   if (sample.media.empty()) return Status::Internal("a materialized sample without members");
-  const Buffer& json = sample.media.back();
+  const Buffer& json = sample.media.back().bytes;
   simdjson::dom::parser parser;
   const simdjson::padded_string padded(reinterpret_cast<const char*>(json.data()), json.size());
   simdjson::dom::object root;
@@ -417,8 +417,7 @@ Status PrepareMaterializedSample(Sample& sample) {
       root["strings"].get(strings) != simdjson::SUCCESS) {
     return Status::BadRecord("the .json member is not {\"strings\": {...}}");
   }
-  sample.attributes.clear();
-  sample.has_parsed_attributes = true;
+  sample.parsed.attributes.clear();
   int field = 0;
   for (auto [name, element] : strings) {
     simdjson::dom::array items;
@@ -430,10 +429,11 @@ Status PrepareMaterializedSample(Sample& sample) {
       if (item.get(text) != simdjson::SUCCESS) {
         return Status::BadRecord("strings." + std::string(name) + " holds a non-string");
       }
-      sample.attributes.push_back(Attribute{field, std::string(text)});
+      sample.parsed.attributes.push_back(Attribute{field, std::string(text)});
     }
     ++field;
   }
+  sample.attributes = sample.parsed.attributes;
   return Status::Ok();
 }
 

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "headrace/formats/tar_shard.h"
+#include "headrace/formats/source.h"
 
 namespace headrace {
 namespace materialized_test {
@@ -172,13 +173,13 @@ TEST(LoadMaterializedSource, PlacesRecordsAtTheirIndexAndSkippedOnesFailAsBefore
   // The .json member's strings become the sample's attributes, in info.strings order.
   Sample sample;
   sample.record = &records[0];
-  sample.media.push_back(Buffer());
-  sample.media.push_back(Buffer());
+  std::vector<Buffer> media(2);
   const std::string json = "{\"strings\": {\"caption\": [\"c\"], \"tags\": [\"a\", \"b\"]}}";
   auto bytes = Buffer::Allocate(json.size());
   ASSERT_TRUE(bytes.ok());
   std::memcpy(bytes->mutable_data(), json.data(), json.size());
-  sample.media.push_back(*bytes);
+  media.push_back(*bytes);
+  FillFromRecord(std::move(media), sample);
   ASSERT_TRUE(PrepareMaterializedSample(sample).ok());
   ASSERT_EQ(sample.attributes.size(), 3u);
   EXPECT_EQ(sample.attributes[0].field, 0);

@@ -196,9 +196,14 @@ Status ParquetRowGroupCache::Prepare(Sample& sample) {
   if (source_->columns.empty()) return Status::Ok();  // paths only: nothing in the groups
   const size_t group = source_->GroupOf(sample.index);
   const int64_t row = sample.index - source_->groups[group].first_record;
-  // The group's bytes as this sample's read delivered them (none when it was decoded).
-  Buffer own = sample.media.empty() ? Buffer() : sample.media.front();
-  if (!sample.media.empty()) sample.media.front() = Buffer();
+  // The group's bytes as this sample's read delivered them (none when it was decoded):
+  // the record's first media item (parquet_source.h), which is no source field's, so it
+  // leaves the sample's items here.
+  Buffer own;
+  if (!sample.media.empty() && sample.media.front().field == kRowGroupField) {
+    own = std::move(sample.media.front().bytes);
+    sample.media.erase(sample.media.begin());
+  }
   std::shared_ptr<const ParquetRowGroupData> data;
   Status failed;
   {

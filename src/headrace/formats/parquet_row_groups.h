@@ -8,7 +8,7 @@
 //            Fetching  ─▶ waits for that read (gate(0): nothing more is charged)
 //            Fetched, Decoding ─▶ gate(0), the fetched bytes (shared, not copied)
 //            Decoded, Failed   ─▶ gate(0), no bytes (the prepare hook uses the cache)
-//   engine prepare hook (CPU thread, before the chain) ──▶ Prepare(sample)
+//   the source's Fill (source_parquet.cc; CPU thread, before the chain) ──▶ Prepare(sample)
 //            Decoded   ─▶ the sample's cells are taken from it
 //            Decoding  ─▶ waits until the thread decoding it is done, then as Decoded
 //            Fetched / absent ─▶ this thread decodes it (DecodeParquetRowGroup) from the
@@ -70,7 +70,7 @@ class ParquetRowGroupCache final : public Storage {
                        SourceSpec spec, int64_t capacity_bytes);
   ~ParquetRowGroupCache() override;
 
-  // The engine's prepare hook: puts the sample's cells in place (FillSampleFromRowGroup)
+  // The source's Fill: puts the sample's cells in place (FillSampleFromRowGroup)
   // and drops its reference to the group's fetched bytes.
   Status Prepare(Sample& sample);
 

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "headrace/formats/parquet_test_util.h"
+#include "headrace/formats/source.h"
 
 namespace headrace {
 namespace {
@@ -85,7 +86,9 @@ Status PrepareRecord(ParquetRowGroupCache& cache, const ParquetSource& source, i
                      Buffer bytes, Sample& sample) {
   sample.index = index;
   sample.record = &source.records[static_cast<size_t>(index)];
-  sample.media = {std::move(bytes)};
+  std::vector<Buffer> media;
+  media.push_back(std::move(bytes));
+  FillFromRecord(std::move(media), sample);
   return cache.Prepare(sample);
 }
 
@@ -103,7 +106,7 @@ TEST(ParquetRowGroupCache, EachRowGroupIsReadOnceAndDecodedOnceAndOnlyTheFirstRe
     ASSERT_NE(image, nullptr);
     EXPECT_EQ(std::string(reinterpret_cast<const char*>(image->data()), image->size()),
               *MakeRows(1, static_cast<int>(i))[0].image);
-    EXPECT_EQ(sample.media[0].size(), 0u);  // the group's bytes are let go
+    EXPECT_EQ(sample.MediaOf(kRowGroupField), nullptr);  // the group's bytes are let go
   }
   EXPECT_EQ(f.storage->requests() - before, 3);  // 40 rows, 3 row groups
   int64_t ranges = 0;

@@ -178,23 +178,23 @@ Status AppendAttribute(const ParquetFieldColumn& col, const ParquetValue& cell, 
     case FieldKind::kText:
     case FieldKind::kString:
       if (const auto* text = std::get_if<std::string>(&cell)) {
-        sample.attributes.push_back(Attribute{col.field, *text});
+        sample.parsed.attributes.push_back(Attribute{col.field, *text});
         return Status::Ok();
       }
       break;
     case FieldKind::kInt:
       if (const auto* i = std::get_if<int64_t>(&cell)) {
-        sample.attributes.push_back(Attribute{col.field, *i});
+        sample.parsed.attributes.push_back(Attribute{col.field, *i});
         return Status::Ok();
       }
       break;
     case FieldKind::kFloat:
       if (const auto* d = std::get_if<double>(&cell)) {
-        sample.attributes.push_back(Attribute{col.field, *d});
+        sample.parsed.attributes.push_back(Attribute{col.field, *d});
         return Status::Ok();
       }
       if (const auto* i = std::get_if<int64_t>(&cell)) {
-        sample.attributes.push_back(Attribute{col.field, static_cast<double>(*i)});
+        sample.parsed.attributes.push_back(Attribute{col.field, static_cast<double>(*i)});
         return Status::Ok();
       }
       break;
@@ -542,9 +542,10 @@ Status FillSampleFromRowGroup(const ParquetSource& source, const SourceSpec& spe
     return Status::Internal("row " + std::to_string(row) + " is not in row group " +
                             std::to_string(data.row_group));
   }
-  sample.has_parsed_attributes = true;
-  sample.attributes.clear();
-  sample.parsed_media.clear();
+  sample.parsed.attributes.clear();
+  sample.parsed.turns.clear();
+  const std::string_view uri = sample.record != nullptr ? std::string_view(sample.record->uri())
+                                                        : std::string_view();
   for (size_t c = 0; c < source.columns.size(); ++c) {
     const ParquetFieldColumn& col = source.columns[c];
     const ParquetValue& cell = data.columns[c].values[static_cast<size_t>(row)];
@@ -554,7 +555,7 @@ Status FillSampleFromRowGroup(const ParquetSource& source, const SourceSpec& spe
       for (size_t i = 0; i < items.size(); ++i) {
         if (IsMedia(col.kind)) {
           HR_ASSIGN_OR_RETURN(Buffer bytes, MediaBytes(col, items[i], static_cast<int>(i)));
-          sample.parsed_media.push_back(Sample::FieldMedia{col.field, std::move(bytes)});
+          sample.media.push_back(Sample::Item{col.field, std::move(bytes), uri});
         } else {
           HR_RETURN_IF_ERROR(AppendAttribute(col, items[i], static_cast<int>(i), sample));
         }
@@ -568,20 +569,20 @@ Status FillSampleFromRowGroup(const ParquetSource& source, const SourceSpec& spe
     }
     if (IsMedia(col.kind)) {
       HR_ASSIGN_OR_RETURN(Buffer bytes, MediaBytes(col, cell, -1));
-      sample.parsed_media.push_back(Sample::FieldMedia{col.field, std::move(bytes)});
+      sample.media.push_back(Sample::Item{col.field, std::move(bytes), uri});
       continue;
     }
     if (col.kind == FieldKind::kConversation) {
       Result<std::vector<Turn>> turns = ParseConversationCell(std::get<std::string>(cell), spec);
       if (!turns.ok()) return turns.status().WithContext("column '" + col.column + "'");
-      sample.turns = *std::move(turns);
-      sample.has_parsed_turns = true;
+      sample.parsed.turns = *std::move(turns);
       continue;
     }
     HR_RETURN_IF_ERROR(AppendAttribute(col, cell, -1, sample));
   }
-  // A record without a conversation column still has a (empty) conversation here.
-  sample.has_parsed_turns = true;
+  // A record without a conversation column has an empty conversation.
+  sample.turns = sample.parsed.turns;
+  sample.attributes = sample.parsed.attributes;
   return Status::Ok();
 }
 

@@ -141,13 +141,13 @@ TEST(ParquetSource, FillSamplePutsARowsCellsIntoTheSample) {
   ASSERT_NE(image, nullptr);
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(image->data()), image->size()),
             *MakeRows(1, 19)[0].image);
-  ASSERT_EQ(sample.Conversation().size(), 2u);
-  EXPECT_EQ(sample.Conversation()[1].role, Role::kAssistant);
-  EXPECT_EQ(sample.Conversation()[1].text, "a19");
-  ASSERT_EQ(sample.Attributes().size(), 3u);
-  EXPECT_EQ(std::get<std::string>(sample.Attributes()[0].value), "caption 19");
-  EXPECT_EQ(std::get<int64_t>(sample.Attributes()[1].value), 19 % 7);
-  EXPECT_EQ(std::get<double>(sample.Attributes()[2].value), 9.5);
+  ASSERT_EQ(sample.turns.size(), 2u);
+  EXPECT_EQ(sample.turns[1].role, Role::kAssistant);
+  EXPECT_EQ(sample.turns[1].text, "a19");
+  ASSERT_EQ(sample.attributes.size(), 3u);
+  EXPECT_EQ(std::get<std::string>(sample.attributes[0].value), "caption 19");
+  EXPECT_EQ(std::get<int64_t>(sample.attributes[1].value), 19 % 7);
+  EXPECT_EQ(std::get<double>(sample.attributes[2].value), 9.5);
 }
 
 TEST(ParquetSource, ANullCellOfARequiredFieldIsThatSamplesError) {
@@ -299,7 +299,7 @@ Status FillRow(MemoryStorage& storage, const ParquetSource& source, const Source
 
 std::vector<std::string> MediaItems(const Sample& sample, int field) {
   std::vector<std::string> out;
-  sample.ForEachMedia(field, [&](const Buffer& b, const std::string&) {
+  sample.ForEachMedia(field, [&](const Buffer& b, std::string_view) {
     out.emplace_back(reinterpret_cast<const char*>(b.data()), b.size());
   });
   return out;
@@ -345,7 +345,7 @@ TEST(ParquetSource, ListColumnsGiveTheirItemsInListOrder) {
     std::vector<std::string> got_tags;
     std::vector<int64_t> got_boxes;
     std::vector<double> got_scores;
-    for (const Attribute& a : sample.Attributes()) {
+    for (const Attribute& a : sample.attributes) {
       if (a.field == 2) got_boxes.push_back(std::get<int64_t>(a.value));
       if (a.field == 3) got_scores.push_back(std::get<double>(a.value));
       if (a.field == 4) got_tags.push_back(std::get<std::string>(a.value));

@@ -515,9 +515,10 @@ Result<Attribute> ParseMemberValue(const Buffer& bytes, int field, const SourceF
 }  // namespace
 
 Status PrepareShardSample(Sample& sample, const SourceSpec& spec, const ShardFieldMap& map) {
-  sample.has_parsed_turns = true;
-  sample.has_parsed_attributes = true;
-  sample.attributes.clear();
+  sample.parsed.attributes.clear();
+  sample.parsed.turns.clear();
+  sample.attributes = {};
+  sample.turns = {};
   Status status;
   for (size_t f = 0; f < map.fields.size() && status.ok(); ++f) {
     const SourceField& info = map.fields[f];
@@ -525,24 +526,26 @@ Status PrepareShardSample(Sample& sample, const SourceSpec& spec, const ShardFie
         info.kind != FieldKind::kInt && info.kind != FieldKind::kFloat) {
       continue;
     }
-    sample.ForEachMedia(static_cast<int>(f), [&](const Buffer& bytes, const std::string&) {
+    sample.ForEachMedia(static_cast<int>(f), [&](const Buffer& bytes, std::string_view) {
       if (!status.ok()) return;
       Result<Attribute> value = ParseMemberValue(bytes, static_cast<int>(f), info);
       if (!value.ok()) {
         status = value.status();
         return;
       }
-      sample.attributes.push_back(*std::move(value));
+      sample.parsed.attributes.push_back(*std::move(value));
     });
   }
   if (!status.ok()) return status;  // the sample's error names its location
+  sample.attributes = sample.parsed.attributes;
   if (map.conversation < 0) return Status::Ok();
   const Buffer* json = sample.MediaOf(map.conversation);
   if (json == nullptr) return Status::Ok();
   Result<std::vector<Turn>> turns =
       ParseConversationJson(std::span<const uint8_t>(json->data(), json->size()), spec);
   if (!turns.ok()) return turns.status();
-  sample.turns = std::move(turns).value();
+  sample.parsed.turns = std::move(turns).value();
+  sample.turns = sample.parsed.turns;
   return Status::Ok();
 }
 

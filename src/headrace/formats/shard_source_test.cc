@@ -11,6 +11,7 @@
 
 // Its own namespace: the folder's tests compile as one unity file (CMakeLists.txt).
 #include "headrace/formats/record_test_util.h"
+#include "headrace/formats/source.h"
 
 namespace headrace::shard_source_test {
 namespace {
@@ -286,21 +287,23 @@ TEST(PrepareShardSample, TextAndScalarMembersBecomeTheSamplesAttributes) {
   ASSERT_EQ(source->records.size(), 3u);
   const auto prepare = [&](size_t i, Sample& sample) {
     sample.record = &source->records[i];
+    std::vector<Buffer> media;
     for (const MediaRef& m : sample.record->media) {
       const std::string bytes = ReadText(m.uri).substr(m.offset, m.length);
-      sample.media.push_back(*Buffer::CopyOf(bytes.data(), bytes.size()));
+      media.push_back(*Buffer::CopyOf(bytes.data(), bytes.size()));
     }
+    FillFromRecord(std::move(media), sample);
     return PrepareShardSample(sample, spec, source->map);
   };
   Sample a;
   ASSERT_TRUE(prepare(0, a).ok());
-  ASSERT_EQ(a.Attributes().size(), 4u);
-  EXPECT_EQ(a.Attributes()[0].field, 2);
-  EXPECT_EQ(std::get<int64_t>(a.Attributes()[0].value), 7);
-  EXPECT_EQ(std::get<std::string>(a.Attributes()[1].value), "a cat");
-  EXPECT_EQ(std::get<double>(a.Attributes()[2].value), 0.25);
-  EXPECT_EQ(std::get<double>(a.Attributes()[3].value), -2.0);
-  EXPECT_TRUE(a.Conversation().empty());
+  ASSERT_EQ(a.attributes.size(), 4u);
+  EXPECT_EQ(a.attributes[0].field, 2);
+  EXPECT_EQ(std::get<int64_t>(a.attributes[0].value), 7);
+  EXPECT_EQ(std::get<std::string>(a.attributes[1].value), "a cat");
+  EXPECT_EQ(std::get<double>(a.attributes[2].value), 0.25);
+  EXPECT_EQ(std::get<double>(a.attributes[3].value), -2.0);
+  EXPECT_TRUE(a.turns.empty());
   Sample b, c;
   const Status bad_int = prepare(1, b);
   EXPECT_EQ(bad_int.code(), StatusCode::kBadRecord);

@@ -27,7 +27,7 @@ Status ForEachItemOp::Run(SampleContext& ctx) const {
   Status status;
   int count = 0;
   ctx.sample->ForEachMedia(options_.source_field, [&](const Buffer& bytes,
-                                                      const std::string& uri) {
+                                                      std::string_view uri) {
     if (!status.ok()) return;
     if (count == options_.max_items) {  // the source caps lists; a bug if it did not
       status = Status::Internal(options_.list + ": more than max_items " +
@@ -43,7 +43,8 @@ Status ForEachItemOp::Run(SampleContext& ctx) const {
     for (const auto& op : ops_) {
       status = op->Run(item);
       if (!status.ok()) {
-        status = status.WithContext(options_.list + "[" + std::to_string(count) + "] " + uri);
+        status = status.WithContext(options_.list + "[" + std::to_string(count) + "] " +
+                                     std::string(uri));
         break;
       }
     }

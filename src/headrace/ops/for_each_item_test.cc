@@ -48,10 +48,12 @@ struct Fixture {
 
   Fixture(const std::vector<std::string>& items, int max_items) {
     record.media.push_back(MediaRef{0, "single.jpg", 0, -1});
-    sample.media.push_back(*Buffer::CopyOf("s", 1));
+    sample.media.push_back(Sample::Item{0, *Buffer::CopyOf("s", 1), "single.jpg"});
     for (size_t i = 0; i < items.size(); ++i) {
       record.media.push_back(MediaRef{kListField, "item" + std::to_string(i), 0, -1});
-      sample.media.push_back(*Buffer::CopyOf(items[i].data(), items[i].size()));
+      sample.media.push_back(Sample::Item{kListField,
+                                          *Buffer::CopyOf(items[i].data(), items[i].size()),
+                                          record.media.back().uri});
     }
     sample.record = &record;
     items_row.assign(static_cast<size_t>(max_items) * 2, -1);

@@ -27,7 +27,7 @@ void FillSourceValues(std::span<const SourceValue> sources, const Sample& sample
         }
         break;
       case SourceValue::From::kConversation:
-        value = TurnsView{sample.Conversation()};
+        value = TurnsView{sample.turns};
         break;
     }
   }

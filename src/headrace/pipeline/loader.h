@@ -1,8 +1,10 @@
-// Loader: the consumer's view of a pipeline — an iterator of batches that measures how
-// long the consumer waits for them.
+// Loader: the consumer's view of a pipeline — one run of a PreparedPipeline
+// (pipeline/prepared.h), an iterator of batches that measures how long the consumer
+// waits for them.
 //
-//   auto loader = Loader::Make(spec);          // validates, plans, starts producing
+//   auto loader = Loader::Make(spec);          // prepares (validates, opens, plans), runs
 //   while (auto batch = (*loader)->Next(); batch.ok() && batch->has_value()) { ... }
+//   // or, to run one pipeline many times: PreparedPipeline::Make(spec), then Run(options)
 //
 // Time inside Next() is the consumer's wait; time between calls is its own work (the
 // training step). The first batch's wait is the cold start, reported apart.
@@ -15,9 +17,9 @@
 
 #include "headrace/core/clock.h"
 #include "headrace/exec/engine.h"
-#include "headrace/formats/manifest.h"
 #include "headrace/formats/parquet_row_groups.h"
 #include "headrace/io/block_cache.h"
+#include "headrace/pipeline/prepared.h"
 #include "headrace/pipeline/spec.h"
 
 namespace headrace {
@@ -36,7 +38,9 @@ struct LoaderOptions {
   // index over all ranks; see EngineOptions::schedule). Next() is then refused.
   Schedule schedule = Schedule::kSequential;
   Allocator* allocator = nullptr;    // batch memory; null: the heap
-  std::shared_ptr<Storage> storage;  // null: OpenStorage(spec.storage): local, s3://, http(s)://
+  // Loader::Make only (a PreparedPipeline has its storage): null: OpenStorage(spec.storage):
+  // local, s3://, http(s)://.
+  std::shared_ptr<Storage> storage;
   // Records a timeline of the run (reads, operators, the consumer) when set; must
   // outlive the loader.
   TraceRecorder* trace = nullptr;
@@ -49,20 +53,6 @@ inline constexpr int kMinAutoIoInflight = 32;
 inline constexpr int kAutoIoInflightPerThread = 16;
 inline constexpr int kMaxAutoIoInflight = 16384;  // 16 per thread at 1024 threads
 int ResolveIoInflight(const ExecutionSpec& execution, int cpu_threads);
-
-struct ParquetSource;
-// The Parquet source's row-group cache bytes (formats/parquet_row_groups.h):
-// source.cache_bytes, or when 0, automatic: the row groups the samples in flight span
-// (prefetch.depth × batch.size samples, plus source.shuffle_window groups when shuffled)
-// × the largest group (its bytes or its decoded cells), at most every group's and at most
-// half of memory.budget_bytes.
-Result<int64_t> RowGroupCacheBytes(const PipelineSpec& spec, const ParquetSource& source);
-
-struct ShardSource;
-// The shard source's block cache bytes: source.cache_bytes, checked to hold a shuffle
-// window of the largest shard (kInvalidArgument naming the keys), or when 0, automatic:
-// (window + 1) × the largest shard (four blocks unshuffled), at most every shard's bytes.
-Result<int64_t> BlockCacheBytes(const PipelineSpec& spec, const ShardSource& shards);
 
 // Wait accounting of the consumer, in seconds.
 struct ConsumerStats {
@@ -79,6 +69,7 @@ struct ConsumerStats {
 
 class Loader {
  public:
+  // PreparedPipeline::Make(spec, options.storage), then Run(options).
   static Result<std::unique_ptr<Loader>> Make(const PipelineSpec& spec,
                                               const LoaderOptions& options = {});
   ~Loader();
@@ -98,57 +89,52 @@ class Loader {
   // from any thread while the loader lives (a signal watcher's, say).
   void Cancel() { engine_->Cancel(); }
 
-  const PipelineSpec& spec() const { return spec_; }
-  // The source's path and root (and, when it holds them parsed, its records: a manifest
-  // kept as lines has none here; records() serves every source).
-  const Manifest& manifest() const { return *manifest_; }
+  const PipelineSpec& spec() const { return prepared_->spec(); }
+  // The pipeline this loader runs: its source, plan and budgets, shared by every run.
+  const PreparedPipeline& prepared() const { return *prepared_; }
   // Every record of the dataset, by index, however the source keeps them.
-  const RecordStore& records() const { return *records_; }
-  int64_t num_samples() const { return records_->size(); }
+  const RecordStore& records() const { return prepared_->source().records(0); }
+  int64_t num_samples() const { return prepared_->source().size(); }
   // The source's index in this process's heap (parsed records, or a manifest's line
   // offsets), held for the whole run outside memory.budget_bytes; measured once, after
   // loading.
-  int64_t manifest_bytes() const { return manifest_bytes_; }
+  int64_t manifest_bytes() const { return prepared_->source().info().heap_bytes; }
   // The manifest's bytes mapped read-only from the page cache (a manifest kept as lines
   // from a local file): shared with every process that maps it, reclaimable; else 0.
-  int64_t manifest_mapped_bytes() const { return manifest_mapped_bytes_; }
+  int64_t manifest_mapped_bytes() const { return prepared_->source().info().mapped_bytes; }
   int64_t batches_per_epoch() const { return engine_->order().batches_per_rank_epoch(); }
   // EpochOrder::kUnboundedBatches when the run's epochs are unbounded.
   int64_t total_batches() const { return engine_->order().total_batches(); }
   int64_t next_batch() const { return engine_->next_batch(); }
   // The epoch order the engine runs (its options: shards, shuffle window, seed).
   const EpochOrder& order() const { return engine_->order(); }
-  int64_t memory_budget_bytes() const { return spec_.memory.budget_bytes; }
-  int cpu_threads() const { return cpu_threads_; }
-  int io_inflight() const { return io_inflight_; }  // resolved (ResolveIoInflight)
+  int64_t memory_budget_bytes() const { return spec().memory.budget_bytes; }
+  int cpu_threads() const { return prepared_->cpu_threads(); }
+  int io_inflight() const { return prepared_->io_inflight(); }  // resolved (ResolveIoInflight)
   // What each storage backend did so far (requests, retries, bytes, ...).
-  std::vector<StorageStats> storage_stats() const { return storage_->Stats(); }
+  std::vector<StorageStats> storage_stats() const {
+    return prepared_->source().storage()->Stats();
+  }
   // What the source is, for the run report: "manifest PATH" or "shards PATTERN (N shards,
   // ...)".
-  const std::string& source() const { return source_; }
+  const std::string& source() const { return prepared_->source().info().description; }
   // The shard source's block cache (io/block_cache.h); null for a manifest.
-  const BlockCache* block_cache() const { return block_cache_.get(); }
+  const BlockCache* block_cache() const { return prepared_->source().block_cache(); }
   // The Parquet source's row-group cache; null for other sources.
-  const ParquetRowGroupCache* row_group_cache() const { return row_group_cache_.get(); }
+  const ParquetRowGroupCache* row_group_cache() const {
+    return prepared_->source().row_group_cache();
+  }
   // Both safe from any thread while the loader lives (a metrics endpoint's, say).
   ConsumerStats consumer_stats() const;
   EngineMetrics engine_metrics() const { return engine_->Metrics(); }
 
  private:
-  Loader() = default;
+  friend class PreparedPipeline;
+  Loader(std::shared_ptr<const PreparedPipeline> prepared, std::unique_ptr<Engine> engine,
+         TraceRecorder* trace, Clock::time_point created);
 
-  PipelineSpec spec_;
-  std::shared_ptr<Manifest> manifest_;
-  std::shared_ptr<const RecordStore> records_;
-  std::shared_ptr<Storage> storage_;
-  std::shared_ptr<BlockCache> block_cache_;  // the shard source's; also storage_ then
-  std::shared_ptr<ParquetRowGroupCache> row_group_cache_;  // the Parquet source's; also storage_
-  std::string source_;
+  std::shared_ptr<const PreparedPipeline> prepared_;
   std::unique_ptr<Engine> engine_;
-  int cpu_threads_ = 1;
-  int io_inflight_ = 1;
-  int64_t manifest_bytes_ = 0;
-  int64_t manifest_mapped_bytes_ = 0;
 
   TraceRecorder* trace_ = nullptr;
   Clock::time_point created_;

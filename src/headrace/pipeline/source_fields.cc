@@ -24,7 +24,7 @@ class PassThroughOp final : public Op {
   std::string_view name() const override { return "source.fields"; }
 
   Status Run(SampleContext& ctx) const override {
-    const std::vector<Attribute>& attributes = ctx.sample->Attributes();
+    const std::span<const Attribute> attributes = ctx.sample->attributes;
     for (const ScalarField& f : fields_) {
       const int capacity = f.max_items == 0 ? 1 : f.max_items;
       uint8_t* row = ctx.rows[f.row];
@@ -64,14 +64,14 @@ class MaterializedRowsOp final : public Op {
   std::string_view name() const override { return "source.materialized"; }
 
   Status Run(SampleContext& ctx) const override {
-    const std::vector<Buffer>& media = ctx.sample->media;
+    const std::vector<Sample::Item>& media = ctx.sample->media;
     if (media.size() != fields_.size() + 1) {
       return Status::Internal("a materialized sample with " + std::to_string(media.size()) +
                               " members, not " + std::to_string(fields_.size() + 1));
     }
     for (size_t f = 0; f < fields_.size(); ++f) {
       HR_ASSIGN_OR_RETURN(const std::span<const uint8_t> row,
-                          NpyRow({media[f].data(), media[f].size()}, fields_[f]));
+                          NpyRow({media[f].bytes.data(), media[f].bytes.size()}, fields_[f]));
       std::memcpy(ctx.rows[f], row.data(), row.size());
     }
     return Status::Ok();

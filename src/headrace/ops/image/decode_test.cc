@@ -469,7 +469,7 @@ TEST(DecodeOp, DecodesSampleMediaIntoScratch) {
   EXPECT_EQ(t.ctx.next_scratch, 1);
   ExpectColour(t.image(), 10, 10, 255, 0, 0, 12);
   // The media buffer is read in place: no handle to it was kept or copied.
-  EXPECT_EQ(t.sample.media[0].use_count(), 1);
+  EXPECT_EQ(t.sample.media[0].bytes.use_count(), 1);
 }
 
 TEST(DecodeOp, AppliesOrientationAndTarget) {

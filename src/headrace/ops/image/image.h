@@ -1,8 +1,8 @@
 // 8-bit interleaved images and views over them.
 //
-// Channels are 3 (RGB) or 4 (RGBX: RGB plus one padding byte, which several SIMD
-// kernels prefer); `stride` is bytes per row and may exceed width * channels, so a
-// crop is a view, not a copy.
+// Channels are 1 (grey, from image.grayscale), 3 (RGB) or 4 (RGBX: RGB plus one padding
+// byte, which several SIMD kernels prefer); `stride` is bytes per row and may exceed
+// width * channels, so a crop is a view, not a copy.
 #pragma once
 
 #include <cstdint>

@@ -176,8 +176,9 @@ struct TestContext {
   }
   // The sample's encoded media, as the executor binds it: the value in kImageSlot.
   void SetMedia(const Bytes& bytes) {
-    sample.media = {*Buffer::CopyOf(bytes.data(), bytes.size())};
-    values[kImageSlot] = EncodedBytes{sample.media[0].data(), sample.media[0].size()};
+    sample.media = {Sample::Item{0, *Buffer::CopyOf(bytes.data(), bytes.size()), "test-media"}};
+    const Buffer& media = sample.media[0].bytes;
+    values[kImageSlot] = EncodedBytes{media.data(), media.size()};
   }
   void SetImage(ImageView image) { values[kImageSlot] = image; }
   // The image in kImageSlot; empty when the slot holds none.

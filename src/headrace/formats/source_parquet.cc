@@ -1,0 +1,92 @@
+#include "headrace/formats/source_parquet.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "headrace/formats/parquet_records.h"
+#include "headrace/formats/parquet_row_groups.h"
+
+namespace headrace {
+namespace {
+
+class ParquetFileSource final : public RecordSource {
+ public:
+  ParquetFileSource(const SourceSpec& spec, std::shared_ptr<ParquetRowGroupCache> cache,
+                    std::shared_ptr<const RecordStore> records)
+      : RecordSource(spec, cache, {std::move(records)}), cache_(std::move(cache)) {
+    set_values_need_reads(true);  // a row's cells come with its row group's read
+  }
+
+  Status Fill(std::vector<Buffer> media, Sample& sample) const override {
+    FillFromRecord(std::move(media), sample);
+    return cache_->Prepare(sample);
+  }
+  const ParquetRowGroupCache* row_group_cache() const override { return cache_.get(); }
+
+ private:
+  std::shared_ptr<ParquetRowGroupCache> cache_;
+};
+
+}  // namespace
+
+int64_t RowGroupCacheBytes(const SourceSpec& src, const SourceOptions& options,
+                           const ParquetSource& source) {
+  int64_t largest = 0;  // what one group holds at most: its bytes, then its cells
+  int64_t total = 0;
+  int64_t fewest_rows = std::numeric_limits<int64_t>::max();
+  for (size_t g = 0; g < source.groups.size(); ++g) {
+    const ParquetSource::Group& group = source.groups[g];
+    const ParquetRowGroup& rg = source.layouts[group.file].row_groups[group.row_group];
+    // A decoded cell costs its bytes plus its slot (ParquetValue).
+    const int64_t held =
+        std::max(rg.length, rg.uncompressed_bytes + rg.rows * int64_t{sizeof(ParquetValue)});
+    largest = std::max(largest, held);
+    total += held;
+    if (rg.rows > 0) fewest_rows = std::min(fewest_rows, rg.rows);
+  }
+  if (src.cache_bytes > 0) return src.cache_bytes;
+  // The groups the samples in flight span: the batches admitted ahead (prefetch depth) in
+  // order, plus a shuffle window, whose samples come in any order.
+  const int64_t in_flight = options.samples_in_flight;
+  const int64_t groups_in_flight =
+      (fewest_rows == std::numeric_limits<int64_t>::max() ? 1 : in_flight / fewest_rows + 2) +
+      (options.shuffle ? src.shuffle_window : 0);
+  int64_t automatic = largest;
+  if (groups_in_flight > 0 && largest <= total / groups_in_flight) {
+    automatic = groups_in_flight * largest;
+  } else {
+    automatic = total;
+  }
+  // At most half the budget: the rest is batches and the I/O budget. A group that does
+  // not fit is each of its samples' error, naming the sizes (parquet_row_groups.h).
+  return std::max<int64_t>(1, std::min(automatic, options.memory_budget_bytes / 2));
+}
+
+Result<std::shared_ptr<const Source>> OpenParquetSource(const SourceSpec& spec,
+                                                        const SourceOptions& options,
+                                                        std::shared_ptr<Storage> storage) {
+  // Compact: a regular row's record is made when its batch starts (parquet_records.h).
+  HR_ASSIGN_OR_RETURN(ParquetSource parquet,
+                      LoadParquetSource(*storage, spec, /*compact=*/true));
+  const int64_t cache_bytes = RowGroupCacheBytes(spec, options, parquet);
+  SourceSpec resolved = spec;
+  resolved.fields = parquet.fields;  // what the planner sees: the columns' fields
+  SourceInfo info;
+  info.description = "parquet " + spec.parquet + " (" + std::to_string(parquet.files.size()) +
+                     " files, " + std::to_string(parquet.groups.size()) + " row groups)";
+  info.path = spec.parquet;
+  info.bad_records = parquet.bad_records;
+  info.heap_bytes = static_cast<int64_t>(ParquetSourceMemoryBytes(parquet));
+  info.cache_bytes = cache_bytes;
+  OrderShape order{parquet.group_rows, spec.shuffle_window};
+  auto loaded = std::make_shared<const ParquetSource>(std::move(parquet));
+  auto records = std::make_shared<ParquetRecords>(loaded);
+  auto cache = std::make_shared<ParquetRowGroupCache>(std::move(storage), std::move(loaded),
+                                                      spec, cache_bytes);
+  auto source = std::make_shared<ParquetFileSource>(resolved, std::move(cache), std::move(records));
+  source->mutable_info() = std::move(info);
+  source->mutable_order() = std::move(order);
+  return std::shared_ptr<const Source>(std::move(source));
+}
+
+}  // namespace headrace

@@ -1,0 +1,20 @@
+// The tar shard source (source.shards): WebDataset shards read through a block cache,
+// the records compact (shard_records.h), a sample's text members parsed when it runs
+// (PrepareShardSample, shard_source.h).
+#pragma once
+
+#include "headrace/formats/shard_source.h"
+#include "headrace/formats/source.h"
+
+namespace headrace {
+
+Result<std::shared_ptr<const Source>> OpenShardSource(const SourceSpec& spec,
+                                                      const SourceOptions& options,
+                                                      std::shared_ptr<Storage> storage);
+
+// The block cache's bytes: source.cache_bytes, checked to hold a shuffle window of the
+// largest shard (kInvalidArgument naming the keys), or when 0, automatic: (window + 1) ×
+// the largest shard (four blocks unshuffled), at most every shard's bytes.
+Result<int64_t> BlockCacheBytes(const SourceSpec& spec, bool shuffle, const ShardSource& shards);
+
+}  // namespace headrace

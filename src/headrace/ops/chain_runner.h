@@ -1,0 +1,79 @@
+// The per-sample chain runner: the one place that turns a sample into a context and runs
+// the operators over it, shared by the engine's chain stage, `headrace bench ops` and the
+// op conformance battery, so that none of them can drift from the others.
+//
+//   ChainRunner runner(ops, source_values, num_values, seed);   // once per plan
+//   runner.Run(sample, rows, scratch, values, on_op);           // per sample, any thread
+//
+// Determinism: a sample's randomness is rooted in SampleSeed(seed, epoch, index) and a
+// batch op's in BatchSeed(seed, epoch, index in epoch, position): which thread or process
+// runs them changes nothing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "headrace/core/clock.h"
+#include "headrace/core/rng.h"
+#include "headrace/ops/op.h"
+#include "headrace/ops/value.h"
+
+namespace headrace {
+
+// The root of every random choice the chain makes for sample `index` of `epoch`.
+constexpr uint64_t SampleSeed(uint64_t seed, int64_t epoch, int64_t index) {
+  return HashKeys(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index));
+}
+// The root of batch op `position`'s random choices on batch `index_in_epoch` of `epoch`.
+constexpr uint64_t BatchSeed(uint64_t seed, int64_t epoch, int64_t index_in_epoch,
+                             size_t position) {
+  return HashKeys(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index_in_epoch),
+                  position);
+}
+
+class ChainRunner {
+ public:
+  // Views: the ops and source values live as long as the runner (the plan's).
+  ChainRunner(std::span<const std::unique_ptr<Op>> ops, std::span<const SourceValue> sources,
+              int num_values, uint64_t seed)
+      : ops_(ops), sources_(sources), num_values_(num_values), seed_(seed) {}
+
+  size_t size() const { return ops_.size(); }
+  const Op& op(size_t i) const { return *ops_[i]; }
+
+  // Runs the chain on `sample` (its values in place: Source::Fill), writing the batch
+  // rows at `rows`, with the calling thread's `scratch` and value slots (`values`, sized
+  // here). Stops at the first op that fails and returns its status. After each op,
+  // on_op(i, start, end, ctx) (the op's position, its clock times, and the context, whose
+  // gil_wait_ns the op set) for timing. Allocates nothing in the steady state.
+  template <typename OnOp>
+  Status Run(const Sample& sample, uint8_t* const* rows, ScratchArena& scratch,
+             std::vector<Value>& values, OnOp&& on_op) const {
+    SampleContext ctx;
+    ctx.sample = &sample;
+    ctx.sample_seed = SampleSeed(seed_, sample.epoch, sample.index);
+    ctx.scratch = &scratch;
+    ctx.rows = rows;
+    values.resize(static_cast<size_t>(num_values_));
+    FillSourceValues(sources_, sample, values);
+    ctx.values = values;
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      const auto start = Clock::now();
+      ctx.gil_wait_ns = -1;
+      Status status = ops_[i]->Run(ctx);
+      on_op(i, start, Clock::now(), ctx);
+      if (!status.ok()) return status;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::span<const std::unique_ptr<Op>> ops_;
+  std::span<const SourceValue> sources_;
+  int num_values_ = 0;
+  uint64_t seed_ = 0;
+};
+
+}  // namespace headrace

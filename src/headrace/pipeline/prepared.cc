@@ -1,0 +1,136 @@
+#include "headrace/pipeline/prepared.h"
+
+#include <algorithm>
+
+#include "headrace/formats/manifest.h"
+#include "headrace/io/object_storage.h"
+#include "headrace/pipeline/config.h"
+#include "headrace/pipeline/loader.h"
+#include "headrace/pipeline/plan.h"
+#include "headrace/pipeline/source_fields.h"
+
+namespace headrace {
+namespace {
+
+// The storage a spec reads through when the caller gives none: local paths, s3:// and
+// http(s):// URIs, each backend opened on first use.
+Result<std::shared_ptr<Storage>> DefaultStorage(const PipelineSpec& spec) {
+  LocalStorageOptions local;
+  local.threads = spec.execution.io_threads > 0 ? spec.execution.io_threads : 2;
+  const SourceSpec& src = spec.source;
+  if (!spec.storage.follow_symlinks && src.shards.empty() && src.parquet.empty() &&
+      src.materialized.empty()) {
+    // Local media are opened beneath the dataset root (storage.follow_symlinks).
+    HR_ASSIGN_OR_RETURN(std::string root, ManifestRoot(src));
+    if (!root.empty() && root.front() == '/') local.root = std::move(root);
+  }
+  return OpenStorage(spec.storage, local);
+}
+
+// The budget errors, naming the cache that took the memory when there is one.
+Status BudgetTooSmall(const PipelineSpec& spec, const Source& source, int64_t io_budget) {
+  const std::string budget = std::to_string(spec.memory.budget_bytes);
+  const std::string cache = std::to_string(source.info().cache_bytes);
+  const std::string io = std::to_string(io_budget);
+  if (source.row_group_cache() != nullptr) {
+    return Status::InvalidArgument(
+        "memory.budget_bytes (" + budget + ") cannot hold the Parquet row-group cache (" + cache +
+        " bytes: source.cache_bytes) plus execution.io_budget_bytes (" + io +
+        "): raise memory.budget_bytes or lower source.cache_bytes");
+  }
+  if (source.info().cache_bytes > 0) {
+    return Status::InvalidArgument(
+        "memory.budget_bytes (" + budget + ") cannot hold the shard block cache (" + cache +
+        " bytes: source.cache_bytes, sized by source.shuffle_window) plus "
+        "execution.io_budget_bytes (" + io +
+        "): raise memory.budget_bytes, or lower source.shuffle_window or source.cache_bytes");
+  }
+  return Status::InvalidArgument("execution.io_budget_bytes must be below memory.budget_bytes");
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const PreparedPipeline>> PreparedPipeline::Make(
+    const PipelineSpec& spec, std::shared_ptr<Storage> storage) {
+  HR_RETURN_IF_ERROR(ValidatePipelineSpec(spec));
+  std::shared_ptr<PreparedPipeline> prepared(new PreparedPipeline());
+  prepared->spec_ = spec;
+  if (!storage) {
+    HR_ASSIGN_OR_RETURN(storage, DefaultStorage(spec));
+  }
+  prepared->storage_ = storage;
+
+  SourceOptions source_options;
+  source_options.shuffle = spec.shuffle;
+  source_options.seed = spec.seed;
+  source_options.epochs = spec.epochs;
+  source_options.samples_in_flight = int64_t{spec.prefetch.depth} * spec.batch.size;
+  source_options.memory_budget_bytes = spec.memory.budget_bytes;
+  HR_ASSIGN_OR_RETURN(std::shared_ptr<const Source> source,
+                      OpenSource(spec.source, source_options, std::move(storage)));
+
+  PipelinePlan plan;
+  if (const MaterializedInfo* rows = source->materialized(); rows != nullptr) {
+    plan = MaterializedPlan(*rows);
+  } else {
+    // The planner sees the fields the source resolved (a Parquet file's columns).
+    PipelineSpec planned = spec;
+    planned.source = source->spec();
+    HR_ASSIGN_OR_RETURN(plan, PlanPipeline(planned, *source->storage()));
+  }
+  const ExecutionSpec& ex = spec.execution;
+  const int64_t io_budget = ex.io_budget_bytes > 0 ? ex.io_budget_bytes : spec.memory.budget_bytes / 8;
+  const int64_t batch_budget = spec.memory.budget_bytes - io_budget - source->info().cache_bytes;
+  if (batch_budget <= 0) return BudgetTooSmall(spec, *source, io_budget);
+  HR_RETURN_IF_ERROR(CheckBatchFitsBudget(spec, plan, batch_budget));
+  prepared->io_budget_bytes_ = io_budget;
+  prepared->batch_budget_bytes_ = batch_budget;
+  prepared->cpu_threads_ = ex.cpu_threads > 0 ? ex.cpu_threads : AvailableCores();
+  prepared->io_inflight_ = ResolveIoInflight(ex, prepared->cpu_threads_);
+
+  auto in = std::make_shared<EngineInputs>();
+  in->ops = std::move(plan.ops);
+  in->fields = std::move(plan.fields);
+  in->batch_ops = std::move(plan.batch_ops);
+  in->reads_media = plan.reads_media || source->values_need_reads();
+  in->num_values = plan.num_values;
+  in->source_values = std::move(plan.source_values);
+  in->strings = std::move(plan.strings);
+  in->source = std::move(source);
+  prepared->inputs_ = std::move(in);
+  return std::shared_ptr<const PreparedPipeline>(std::move(prepared));
+}
+
+Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& options,
+                                                      Clock::time_point started) const {
+  EngineOptions opt;
+  opt.order.shard_samples = source().order().shard_samples;
+  opt.order.shuffle_window = source().order().shuffle_window;
+  opt.io_budget_bytes = io_budget_bytes_;
+  opt.batch_budget_bytes = batch_budget_bytes_;
+  opt.cpu_threads = cpu_threads_;
+  opt.io_inflight = io_inflight_;
+  opt.prefetch_depth = spec_.prefetch.depth;
+  opt.order.batch_size = spec_.batch.size;
+  opt.order.drop_last = spec_.batch.drop_last;
+  opt.order.shuffle = spec_.shuffle;
+  opt.order.seed = spec_.seed;
+  opt.order.epochs = spec_.epochs;
+  opt.order.rank = options.rank;
+  opt.order.world_size = options.world_size;
+  opt.start_epoch = options.start_epoch;
+  opt.start_batch = options.start_batch;
+  opt.deliver_empty_batches = options.deliver_empty_batches;
+  opt.schedule = options.schedule;
+  opt.max_error_rate = spec_.errors.max_error_rate;
+  opt.min_samples = spec_.errors.min_samples;
+  opt.max_kept_errors = spec_.errors.max_logged;
+  opt.scratch_retain_bytes = spec_.memory.scratch_bytes_per_thread;
+  if (options.allocator != nullptr) opt.allocator = options.allocator;
+  opt.trace = options.trace;
+  HR_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Start(inputs_, opt));
+  return std::unique_ptr<Loader>(
+      new Loader(shared_from_this(), std::move(engine), options.trace, started));
+}
+
+}  // namespace headrace

@@ -1,0 +1,67 @@
+// PreparedPipeline: a spec with its source opened and its chain planned, built once.
+//
+//   auto prepared = PreparedPipeline::Make(spec);    // validates, opens, plans, sizes
+//   auto loader = (*prepared)->Run(options);         // a run: from (epoch, batch), a rank
+//   ... later, from anywhere else in the run:  (*prepared)->Run(other_options)
+//
+// What is built once: the opened Source (its index: a manifest's records or lines, the
+// shard sidecars, the Parquet footers; its block or row-group cache), the operators (the
+// tokenizer model, Tesseract, Python callables) and the batch layout, and the budget
+// split. A run (Loader) is the per-run state: an engine, its threads and batch memory,
+// the consumer's clock. So a reposition (a resume, set_epoch, a new `for` after a
+// `break`, a Ray worker's restart of its stream) reads no index and loads no model.
+//
+// Threads: Make on any thread. Afterwards the object is immutable; Run may be called
+// from any thread, and several runs of one prepared pipeline may run at once (they share
+// the source's cache and the operators, which are const and thread-safe). Every Loader
+// keeps the prepared pipeline alive.
+#pragma once
+
+#include <memory>
+
+#include "headrace/core/clock.h"
+#include "headrace/exec/engine.h"
+#include "headrace/formats/source.h"
+#include "headrace/pipeline/spec.h"
+
+namespace headrace {
+
+class Loader;
+struct LoaderOptions;
+
+class PreparedPipeline : public std::enable_shared_from_this<PreparedPipeline> {
+ public:
+  // Validates `spec` (config errors name the key), opens its source through `storage`
+  // (null: OpenStorage(spec.storage): local, s3://, http(s)://), plans the chain and
+  // checks that a batch fits the memory budget.
+  static Result<std::shared_ptr<const PreparedPipeline>> Make(
+      const PipelineSpec& spec, std::shared_ptr<Storage> storage = nullptr);
+
+  // Starts a run (see LoaderOptions; its `storage` is not used: the source's is).
+  // `started` is when the consumer began waiting for it (its cold start counts from
+  // there; Loader::Make passes the time before Make).
+  Result<std::unique_ptr<Loader>> Run(const LoaderOptions& options,
+                                      Clock::time_point started = Clock::now()) const;
+
+  const PipelineSpec& spec() const { return spec_; }
+  const Source& source() const { return *inputs_->source; }
+  // The base storage the source reads through (before its own cache).
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+  int cpu_threads() const { return cpu_threads_; }
+  int io_inflight() const { return io_inflight_; }
+  int64_t io_budget_bytes() const { return io_budget_bytes_; }
+  int64_t batch_budget_bytes() const { return batch_budget_bytes_; }
+
+ private:
+  PreparedPipeline() = default;
+
+  PipelineSpec spec_;
+  std::shared_ptr<Storage> storage_;
+  std::shared_ptr<const EngineInputs> inputs_;  // the source and the planned chain
+  int cpu_threads_ = 1;
+  int io_inflight_ = 1;
+  int64_t io_budget_bytes_ = 0;
+  int64_t batch_budget_bytes_ = 0;
+};
+
+}  // namespace headrace
