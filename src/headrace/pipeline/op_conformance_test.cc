@@ -26,7 +26,9 @@
 #include <vector>
 
 #include "headrace/ops/all_ops.h"
+#include "headrace/ops/chain_runner.h"
 #include "headrace/ops/image/image_test_util.h"
+#include "headrace/pipeline/op_types.h"
 #include "headrace/pipeline/plan.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -308,7 +310,7 @@ Output RunSample(const Planned& planned, ScratchArena& scratch, int index, uint6
   GuardedRows rows(planned.state.fields);
   SampleContext ctx;
   ctx.sample = &sample;
-  ctx.sample_seed = HashKeys(seed, 0, static_cast<uint64_t>(index));
+  ctx.sample_seed = SampleSeed(seed, 0, index);
   ctx.scratch = &scratch;
   ctx.values = values;
   ctx.rows = rows.rows();
@@ -381,6 +383,25 @@ TYPED_TEST(OpConformance, IsDeterministicPerSampleKey) {
       threaded = RunSample(*planned, c, 3, seed);
     }).join();
     EXPECT_EQ(threaded, first) << "seed " << seed;
+  }
+}
+
+// An op whose output changes with the seed draws randomness, and must say so: a
+// forgotten DrawsRandom makes `headrace materialize` write one copy for every epoch.
+TYPED_TEST(OpConformance, AnOpWhoseOutputVariesWithTheSeedDeclaresDrawsRandom) {
+  const auto planned = PlanAlone<TypeParam>();
+  ASSERT_NE(planned, nullptr);
+  bool varies = false;
+  for (int index : {0, 3, 5, 8}) {
+    ScratchArena scratch;
+    const Output first = RunSample(*planned, scratch, index, 1);
+    for (uint64_t seed : {2u, 99u, 12345u}) {
+      varies |= !(RunSample(*planned, scratch, index, seed) == first);
+    }
+  }
+  if (varies) {
+    EXPECT_TRUE(OpDrawsRandom(OpSpec(TypeParam::ExampleSpec())))
+        << TypeParam::kName << ": its output depends on the seed, but DrawsRandom says no";
   }
 }
 

@@ -84,6 +84,8 @@ class AudioMelSpectrogramOp : public Op {
   static Status Declare(const Spec& spec, PlanContext& ctx);
   // Reads one window of the audio, as audio.crop does (AudioWindowHint).
   static void Hint(const Spec& spec, ValueHints& hints, int position);
+  // A random window start draws from the op's stream, as audio.crop's does.
+  static bool DrawsRandom(const Spec& spec) { return spec.start == ClipStart::kRandom; }
   static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
   static Spec ExampleSpec() {
     return Spec{.seconds = 0.1, .n_fft = 256, .n_mels = 40, .log = MelLog::kDb, .top_db = 80};
