@@ -16,7 +16,7 @@ PY       := .venv/bin/python
 # build of the same sources missed the cache and compiled the whole core a second time.
 export CXX ?= g++
 
-.PHONY: all setup build python run test unit e2e asan tsan fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-ray-netns bench-manifest bench-tokenize bench-media bench-pointcloud bench-metrics clean
+.PHONY: all setup build python run test unit e2e asan tsan tsa fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-ray-netns bench-manifest bench-tokenize bench-media bench-pointcloud bench-metrics clean
 
 all: build
 
@@ -79,11 +79,21 @@ asan: setup
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
-tsan: setup
+# The engine's layers under TSan: the scheduler and its stages, storage, the sources, the
+# pipeline (loader, planner, op battery) and what watches a run.
+TSAN_TESTS := exec io formats pipeline observe
+tsan: setup tsa
 	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHEADRACE_SANITIZE=thread
-	cmake --build build-tsan -j $(JOBS) --target hr_exec_test hr_io_test
-	TSAN_OPTIONS=halt_on_error=1 build-tsan/src/headrace/exec/hr_exec_test
-	TSAN_OPTIONS=halt_on_error=1 build-tsan/src/headrace/io/hr_io_test
+	cmake --build build-tsan -j $(JOBS) --target $(foreach t,$(TSAN_TESTS),hr_$(t)_test)
+	set -e; for t in $(TSAN_TESTS); do \
+	  TSAN_OPTIONS=halt_on_error=1 build-tsan/src/headrace/$$t/hr_$${t}_test --gtest_brief=1; done
+
+# Clang's thread-safety analysis over the engine (exec/thread_annotations.h): every
+# member HR_GUARDED_BY a lock is touched with it held, or this fails. A syntax-only pass,
+# a few seconds.
+tsa:
+	set -e; for f in $(filter-out %_test.cc,$(wildcard src/headrace/exec/*.cc)); do \
+	  clang++ -std=c++20 -fsyntax-only -Wthread-safety -Werror=thread-safety -Isrc $$f; done
 
 # Fuzzing (fuzz/README.md): each libFuzzer target for FUZZ_SECONDS under ASan/UBSan,
 # built with clang in $(FUZZ_BUILD); corpora grow in fuzz-corpus/, crashing inputs land

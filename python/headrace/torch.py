@@ -39,6 +39,7 @@ from typing import Any, Deque, Dict, Iterator, Optional, Tuple, Union
 
 import torch
 
+from . import _headrace
 from .loader import Batch, Loader
 from .pipeline import Pipeline
 
@@ -161,11 +162,8 @@ class TorchLoader:
         self._reset_clock()
 
     def _reset_clock(self) -> None:
-        self._first_at: Optional[float] = None
-        self._wait_s = 0.0
-        self._ttfb_s = 0.0
-        self._batches = 0
-        self._created = time.perf_counter()
+        # The consumer's wait accounting: the engine's rule (exec/consumer_clock.h).
+        self._clock = _headrace._ConsumerClock(time.perf_counter())
         self._h2d_s = 0.0
         self._position: Optional[Dict[str, Any]] = None  # see _overlapped
         self._stalls: Deque[Tuple[Any, Any]] = collections.deque()
@@ -187,12 +185,8 @@ class TorchLoader:
             yield tensors
 
     def _handed(self, start: float, now: float) -> None:
-        if self._first_at is None:
-            self._first_at = now
-            self._ttfb_s = now - self._created
-        else:
-            self._wait_s += now - start
-        self._batches += 1
+        self._clock.returned(start, now, True, 1)
+        self._last_handed = now
 
     def _overlapped(self) -> Iterator[Dict[str, torch.Tensor]]:
         """The epoch with copies on a side stream, ``prefetch`` batches ahead."""
@@ -258,13 +252,15 @@ class TorchLoader:
         ``steady_s`` as ``wait_time_ratio``; ``host_batches_held``: host batches whose
         copy has not completed yet."""
         self._count_stalls()
+        clock = self._clock.stats()
         steady = 0.0
-        # Time since the last batch was handed out counts too (the loop is running).
-        if self._first_at is not None:
-            steady = time.perf_counter() - self._first_at
-        waited = self._wait_s + self._h2d_s
-        return {"batches": self._batches, "wait_s": self._wait_s, "h2d_s": self._h2d_s,
-                "steady_s": steady, "time_to_first_batch_s": self._ttfb_s,
+        # Time since the last batch was handed out counts too (the loop is running): the
+        # clock's steady time, up to now.
+        if self._clock.started:
+            steady = clock["steady_s"] + (time.perf_counter() - self._last_handed)
+        waited = clock["wait_s"] + self._h2d_s
+        return {"batches": clock["batches"], "wait_s": clock["wait_s"], "h2d_s": self._h2d_s,
+                "steady_s": steady, "time_to_first_batch_s": clock["time_to_first_batch_s"],
                 "host_batches_held": self._release.poll(),
                 "wait_time_ratio": min(1.0, waited / steady) if steady > 0 else 0.0}
 

@@ -13,6 +13,7 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
 
 #include <chrono>
 #include <cmath>
@@ -21,6 +22,8 @@
 #include <optional>
 
 #include "common.h"
+#include "headrace/exec/consumer_clock.h"
+#include "headrace/exec/error_budget.h"
 #include "headrace/observe/metrics_server.h"
 #include "headrace/observe/prometheus.h"
 #include "headrace/pipeline/doctor.h"
@@ -309,6 +312,40 @@ void RegisterLoader(nb::module_& m) {
     }
     return std::make_pair(host, port);
   }, nb::arg("text"), nb::arg("default_host"));
+  // The engine's rules, for the Ray rank and the PyTorch adapter, so that Python does not
+  // restate them: the run's error budget (exec/error_budget.h), the consumer's wait
+  // accounting (exec/consumer_clock.h) and the run-wide batch index (exec/epoch_order.h).
+  nb::class_<ErrorBudget>(m, "_ErrorBudget")
+      .def(nb::init<double, int64_t>(), nb::arg("max_error_rate"), nb::arg("min_samples"))
+      .def("count",
+           [](ErrorBudget& b, int64_t delivered, const std::vector<std::string>& errors) {
+             b.CountText(delivered, errors);
+           },
+           nb::arg("delivered"), nb::arg("errors"))
+      .def("check",
+           [](const ErrorBudget& b, bool at_end, int64_t others_delivered, int64_t others_failed,
+              int rank) {
+             const Status status =
+                 b.Check(at_end, ErrorCounts{others_delivered, others_failed}, rank);
+             if (!status.ok()) throw StatusError(status);
+           },
+           nb::arg("at_end"), nb::arg("others_delivered") = 0, nb::arg("others_failed") = 0,
+           nb::arg("rank") = -1)
+      .def_prop_ro("delivered", [](const ErrorBudget& b) { return b.counts().delivered; })
+      .def_prop_ro("failed", [](const ErrorBudget& b) { return b.counts().failed; });
+  nb::class_<ConsumerClock>(m, "_ConsumerClock")
+      .def(nb::init<double>(), nb::arg("created_s"))
+      .def("returned", &ConsumerClock::Returned, nb::arg("call_s"), nb::arg("now_s"),
+           nb::arg("got"), nb::arg("samples"))
+      .def_prop_ro("started", &ConsumerClock::started)
+      .def("stats", [](const ConsumerClock& c) { return StatsToDict(c.stats()); });
+  m.def("_run_batch_index",
+        [](int64_t local_index, int64_t batches_per_epoch, int world_size, int rank) {
+          return RunWideIndex(PositionOf(local_index, batches_per_epoch, world_size, rank),
+                              batches_per_epoch);
+        },
+        nb::arg("local_index"), nb::arg("batches_per_epoch"), nb::arg("world_size"),
+        nb::arg("rank"));
   m.def("_doctor", &Doctor, nb::arg("spec"), nb::arg("seconds"), nb::arg("storage_mb_s") = 0.0);
   // A pipeline prepared once (pipeline/prepared.h): its source opened, its chain planned.
   // Each run() is a new engine over them, so a reposition reloads nothing.

@@ -151,24 +151,22 @@ class _Stream:
         self._store_bytes = _node_store_bytes(ray)  # caps the default window
         self._batch_bytes = 0  # the largest batch seen
         self._finished: List = []  # (worker, k) received since the last done()
-        # Consumer accounting, as the C++ Loader keeps it (pipeline/loader.h).
-        self._created = time.perf_counter()
-        self._first_at: Optional[float] = None
-        self._last_return: Optional[float] = None
-        self._stats = {"batches": 0, "samples": 0, "time_to_first_batch_s": 0.0,
-                       "wait_s": 0.0, "busy_s": 0.0, "steady_s": 0.0, "elapsed_s": 0.0}
+        # Consumer accounting and the run's error budget: the C++ rules, through the
+        # bindings (exec/consumer_clock.h, exec/error_budget.h).
+        self._clock = _headrace._ConsumerClock(time.perf_counter())
+        spec = loader._spec
+        self._budget = _headrace._ErrorBudget(spec.max_error_rate, spec.min_samples)
         self._bytes = 0
         self._reassigned = 0
-        self._failed_samples = 0
-        self._delivered_samples = 0
         self._others = (0, 0)  # (delivered, failed) the other ranks consumed: coordinator
         self._by_worker: Dict[int, int] = collections.Counter()
         self._window = (time.perf_counter(), 0.0, 0)  # autoscale: (since, wait_s, batches)
 
     def _k(self, j: int) -> int:
-        """Rank-local run batch j -> run-wide batch index over all ranks."""
-        epoch, i = divmod(j, self.batches_per_epoch)
-        return epoch * self._global_per_epoch + i * self.world_size + self.rank
+        """Rank-local run batch j -> run-wide batch index over all ranks (the engine's
+        EpochOrder rule, exec/epoch_order.h)."""
+        return _headrace._run_batch_index(j, self._global_per_epoch, self.world_size,
+                                          self.rank)
 
     def _ahead(self) -> int:
         if self._loader._prefetch is not None:
@@ -221,8 +219,6 @@ class _Stream:
         if self.total_batches is not None and self.next_batch >= self.total_batches:
             return None
         call = time.perf_counter()
-        if self._last_return is not None and self._first_at is not None:
-            self._stats["busy_s"] += call - self._last_return
         self._fill()
         entry = self._pending[0]
         while True:
@@ -239,74 +235,42 @@ class _Stream:
         fields = out["fields"]
         n = len(fields["index"])
         self._batch_bytes = max(self._batch_bytes, out["bytes"])  # before the refill
-        self._failed_samples += len(out["errors"])
-        self._delivered_samples += n
+        self._budget.count(n, out["errors"])
         # Fire and forget: calls from one caller run in order on the actor.
         self._coord.done.remote(self.rank, self._finished, epoch, batch,
-                                (self._delivered_samples, self._failed_samples))
+                                (self._budget.delivered, self._budget.failed))
         self._finished = []
         self._fill()  # keep the window full while the consumer works on this batch
         self._bytes += out["bytes"]
         self._by_worker[out["worker"]] += 1
-        self._check_error_budget(out["errors"], j)
-        now = time.perf_counter()
-        if self._first_at is None:
-            self._first_at = now
-            self._stats["time_to_first_batch_s"] = now - self._created
-        else:
-            self._stats["wait_s"] += now - call
-            self._stats["steady_s"] = now - self._first_at
-        self._last_return = now
-        self._stats["elapsed_s"] = now - self._created
-        if n > 0:
-            self._stats["batches"] += 1
-            self._stats["samples"] += n
+        # The run's error budget, applied where the batches are consumed, whichever worker
+        # computed them: this rank's samples (exact, in batch order) plus what the other
+        # ranks consumed, as the coordinator last told (a batch or so behind). Every rank
+        # stops once the run's rate is over the limit, also one without errors of its own;
+        # a rank whose own share is bad stops only when the run's is.
+        self._budget.check((j + 1) % self.batches_per_epoch == 0, *self._others, self.rank)
+        self._clock.returned(call, time.perf_counter(), True, n)
         self._loader._maybe_autoscale(self)
         ptrs = {name: v.ctypes.data for name, v in fields.items() if hasattr(v, "ctypes")}
         return fields, out["epoch"], out["index"], j, out["errors"], ptrs
-
-    def _check_error_budget(self, errors: List[str], j: int) -> None:
-        """The run's error budget, applied where the batches are consumed, whichever worker
-        computed them: this rank's samples (exact, in batch order) plus what the other
-        ranks consumed, as the coordinator last told (a batch or so behind). Every rank
-        stops once the run's rate is over the limit, also one without errors of its own;
-        a rank whose own share is bad stops only when the run's is."""
-        spec = self._loader._spec
-        others_delivered, others_failed = self._others
-        failed = self._failed_samples + others_failed
-        attempted = self._failed_samples + self._delivered_samples + others_delivered + \
-            others_failed
-        if not failed:
-            return
-        at_end = (j + 1) % self.batches_per_epoch == 0
-        if not at_end and attempted < spec.min_samples:
-            return
-        rate = failed / attempted
-        if rate > spec.max_error_rate:
-            mine = self._failed_samples + self._delivered_samples
-            raise _headrace.Error(
-                f"too many bad samples: {failed} of {attempted} samples of the run failed "
-                f"({rate:.3%}), above errors.max_error_rate {spec.max_error_rate:.3%} (rank "
-                f"{self.rank}: {self._failed_samples} of {mine}); "
-                f"first: {errors[0] if errors else '(earlier batch)'}")
 
     def window_wait_ratio(self):
         """The wait-time ratio since the last call (autoscale), and the batches in it."""
         since, wait_before, batches_before = self._window
         now = time.perf_counter()
-        self._window = (now, self._stats["wait_s"], self._stats["batches"])
+        stats = self._clock.stats()
+        self._window = (now, stats["wait_s"], stats["batches"])
         span = now - since
-        ratio = (self._stats["wait_s"] - wait_before) / span if span > 0 else 0.0
-        return ratio, self._stats["batches"] - batches_before
+        ratio = (stats["wait_s"] - wait_before) / span if span > 0 else 0.0
+        return ratio, stats["batches"] - batches_before
 
     def consumer_stats(self) -> Dict[str, Any]:
-        s = dict(self._stats)
-        s["wait_time_ratio"] = s["wait_s"] / s["steady_s"] if s["steady_s"] > 0 else 0.0
+        s = self._clock.stats()
         s["batches_per_s"] = s["batches"] / s["steady_s"] if s["steady_s"] > 0 else 0.0
         s["bytes_moved"] = self._bytes
         s["window"] = self._ahead()  # requests kept ahead of consumption
         s["rank_reassignments"] = self._reassigned
-        s["samples_failed"] = self._failed_samples
+        s["samples_failed"] = self._budget.failed
         s["batches_by_worker"] = dict(self._by_worker)
         return s
 
@@ -442,7 +406,7 @@ class Loader(_LocalLoader):
 
     def _maybe_autoscale(self, stream: _Stream) -> None:
         on, lo, hi = self._autoscale
-        if not on or self.rank != 0 or stream._stats["batches"] % 8 != 0:
+        if not on or self.rank != 0 or stream._clock.stats()["batches"] % 8 != 0:
             return
         ratio, batches = stream.window_wait_ratio()
         if batches == 0:

@@ -1,12 +1,13 @@
 // Engine: computes a rank's batches ahead of demand, in parallel, within a byte budget,
-// and hands them to one consumer in batch order.
+// and hands them to one consumer in batch order. A scheduler over stages that own their
+// state and counters (exec/README.md):
 //
-//   driver thread          storage threads          CPU pool (T threads)
-//   admit batch j  ──read──▶ bytes of sample ──task──▶ op chain, start to finish,
-//   (depth, budget)          (io_inflight,             last op writes the sample's
-//                             io budget)               row of the batch buffer
+//   driver thread           storage threads        CPU pool (T threads)
+//   Delivery: admit j ─▶ ReadStage: bytes ─▶ ChainStage: Source::Fill, op chain, start
+//   AssembleStage: rows    (io_inflight,          to finish; the last op writes the
+//   (depth, budget)         io budget)            sample's row of the batch buffer
 //                                                            │ last sample done
-//   consumer Next() ◀── reorder window (batches by index) ◀──┘
+//   consumer Next() ◀── Delivery: reorder window ◀── AssembleStage: compact, batch ops
 //
 // Contract:
 // - Batch j of the run is a pure function of (seed, epoch, batch index): its samples
@@ -35,6 +36,9 @@
 //   Reads already issued are told they are no longer wanted (the read gate answers
 //   false to kReadStillWanted, io/storage.h): the storage ends them, retries and
 //   first-byte waits included, within ~0.1 s.
+// - Stopping is one std::stop_source: Cancel(), the first fatal error and the error
+//   budget request it; every wait (admission, read capacity, a submitted batch) and every
+//   stage checks its token.
 // - Schedule::kOnDemand (a Ray worker, python/headrace/ray): the driver admits only the
 //   batches Submit() names, in submission order, within the same two bounds, and each
 //   is collected by Take(k), from any number of threads. An admitted batch holds its
@@ -49,31 +53,32 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <set>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "headrace/core/batch.h"
-#include "headrace/core/buffer.h"
 #include "headrace/core/clock.h"
 #include "headrace/core/histogram.h"
 #include "headrace/core/pooling_allocator.h"
-#include "headrace/core/record_store.h"
+#include "headrace/exec/assemble_stage.h"
+#include "headrace/exec/batch_job.h"
+#include "headrace/exec/budget_gauge.h"
+#include "headrace/exec/chain_stage.h"
+#include "headrace/exec/delivery.h"
 #include "headrace/exec/epoch_order.h"
-#include "headrace/exec/thread_pool.h"
+#include "headrace/exec/read_stage.h"
+#include "headrace/exec/stage.h"
+#include "headrace/exec/thread_annotations.h"
 #include "headrace/exec/trace.h"
 #include "headrace/formats/source.h"
-#include "headrace/io/storage.h"
-#include "headrace/ops/chain_runner.h"
 #include "headrace/ops/op.h"
 
 namespace headrace {
@@ -89,13 +94,8 @@ struct EngineInputs {
   // them, filled before the chain runs.
   int num_values = 0;
   std::vector<SourceValue> source_values;
-  // Per-sample strings collected into Batch::strings, in this order: field -1 is the
-  // record's id, else the Attribute values of that source field.
-  struct StringField {
-    std::string name;
-    int field = -1;
-    bool list = false;
-  };
+  // Per-sample strings collected into Batch::strings (exec/assemble_stage.h).
+  using StringField = headrace::StringField;
   std::vector<StringField> strings;
   // Per-batch steps, run in order on each complete batch before delivery.
   std::vector<std::unique_ptr<BatchOp>> batch_ops;
@@ -103,14 +103,6 @@ struct EngineInputs {
   // SampleRecord::media, whole objects or byte ranges): an op reads a media field, or
   // the source's values come with the reads (Source::values_need_reads).
   bool reads_media = true;
-};
-
-// Which batches the driver admits, and how the consumer collects them.
-enum class Schedule {
-  // Every batch of the run from start_batch on, in order; Next() delivers them in order.
-  kSequential,
-  // Only the batches Submit() names, in submission order; Take(k) collects batch k.
-  kOnDemand,
 };
 
 struct EngineOptions {
@@ -142,36 +134,6 @@ struct EngineOptions {
   int64_t scratch_retain_bytes = int64_t{32} << 20;
   // Records reads and operator spans when set; must outlive the engine.
   TraceRecorder* trace = nullptr;
-};
-
-// Time split of one stage over the run, per unit of concurrency:
-// busy + starved + blocked ~= elapsed (for "batch": the time until the last admission).
-struct StageMetrics {
-  std::string name;     // "read", "cpu", "batch"
-  std::string kind;     // "io", "cpu", "assembly"
-  int concurrency = 1;  // reads in flight allowed, CPU threads, ...
-  int64_t items = 0;
-  double busy_s = 0;     // doing its work
-  double starved_s = 0;  // nothing to do: waiting for input
-  double blocked_s = 0;  // work ready but output full: waiting for downstream
-  // Mean occupancy of the stage's output queue, 0..1: for "read" undecoded bytes over
-  // the io budget (sampled at each read), for "batch" ready batches over the prefetch
-  // depth (sampled at each Next()); -1 where the stage has no queue of its own.
-  double queue_fill = -1;
-  // "read" only: the mean time from issuing a read to its bytes (or its failure), over
-  // the reads done; -1 for other stages. With `items` and the run's time it gives the
-  // reads in flight on average (Little's law: reads per second x latency).
-  double mean_latency_ms = -1;
-};
-
-struct OpMetrics {
-  std::string name;
-  int64_t items = 0;
-  double busy_s = 0;             // summed over threads
-  HistogramSnapshot latency;     // per sample (a batch op: per batch)
-  // An op that takes the Python GIL (a Python operator): the part of busy_s it spent
-  // waiting to acquire it, summed over threads; -1 for ops that never take it.
-  double gil_wait_s = -1;
 };
 
 struct EngineMetrics {
@@ -223,197 +185,65 @@ class Engine {
 
   // The next batch in order; nullopt after the last one; an error when the run failed
   // (error budget) or was cancelled; kInvalidArgument on a Schedule::kOnDemand engine.
-  Result<std::optional<Batch>> Next();
+  Result<std::optional<Batch>> Next() { return delivery_->Next(); }
   // Waits up to `timeout` until Next() would return without blocking (a batch is ready,
   // the run ended or failed); true if so. Lets a consumer that must stay responsive (a
   // Python loop noticing Ctrl-C) wait in slices; the time counts as consumer wait.
-  bool WaitReady(std::chrono::nanoseconds timeout);
+  bool WaitReady(std::chrono::nanoseconds timeout) { return delivery_->WaitReady(timeout); }
   // Stops the run; Next() then returns kCancelled. Safe from any thread.
   void Cancel();
 
   // Schedule::kOnDemand only. Queues batch `batch` (a local index, see the contract) for
   // computing; kInvalidArgument outside the run, while it is queued or not yet taken,
   // or in sequential mode; the run's failure once it failed. Safe from any thread.
-  Status Submit(int64_t batch);
+  Status Submit(int64_t batch) { return delivery_->Submit(batch); }
   // Waits for submitted batch `batch` and hands it over (with no rows if every sample
   // failed: it holds the position); kInvalidArgument if it was not submitted or was
   // taken already, kCancelled once the engine is cancelled. Any number of threads may take
   // different batches at once.
-  Result<Batch> Take(int64_t batch);
+  Result<Batch> Take(int64_t batch) { return delivery_->Take(batch); }
   // Waits up to `timeout` until Take(batch) would not block; true if so.
-  bool WaitTakeable(int64_t batch, std::chrono::nanoseconds timeout);
+  bool WaitTakeable(int64_t batch, std::chrono::nanoseconds timeout) {
+    return delivery_->WaitTakeable(batch, timeout);
+  }
 
   const EpochOrder& order() const { return order_; }
   // The local index of the batch Next() returns next.
-  int64_t next_batch() const;
+  int64_t next_batch() const { return delivery_->next_batch(); }
   EngineMetrics Metrics() const;
 
   // Bytes of one batch's buffers at `samples` rows.
-  size_t BatchBytes(int64_t samples) const;
+  size_t BatchBytes(int64_t samples) const { return assemble_->BatchBytes(samples); }
 
  private:
-  struct BatchJob;
   Engine(std::shared_ptr<const EngineInputs> inputs, EngineOptions options, EpochOrder order);
 
   void DriverLoop();
-  // Builds, admits and starts batch `j`; false when the run stopped instead.
+  // Admits and starts batch `j`; false when the run stopped instead.
   bool StartBatch(int64_t j);
-  // Counts a delivered batch's samples and errors in the metrics.
-  void CountDeliveredLocked(const Batch& batch);
-  // Waits until batch `job` fits the prefetch depth and the batch budget; false when
-  // the run stopped instead.
-  bool Admit(const BatchJob& job);
-  // Allocates the batch's tensors and points each sample's slots at its rows.
-  Status AllocateRows(BatchJob& job);
-  // Starts one sample: a read (within the read capacity) or straight to the CPU pool.
-  void IssueSample(const std::shared_ptr<BatchJob>& job, int slot);
-  // A run-unique id of a sample slot, for async trace events.
-  int64_t TraceId(const BatchJob& job, int slot) const;
-  // The media reads of one sample, one per record->media item, one after another: the
-  // next item is read when the previous one is in, and the chain runs after the last.
-  // So a sample holds at most one read in flight, and only its first read ever waits
-  // for the I/O budget: the items after it are charged even past the budget (by at
-  // most the rest of one sample), which a sample that already holds bytes could not
-  // wait for without waiting for itself. Guarded by mu_ (`bytes`: written by the
-  // completion of each item, in turn).
-  struct SampleReads {
-    std::vector<Buffer> bytes;
-    int64_t charged = 0;  // this sample's share of the I/O budget's charge
-  };
-  // The I/O budget's charge of one read (see the contract), shared by its gate and
-  // its completion; guarded by mu_.
-  struct ReadCharge {
-    std::shared_ptr<SampleReads> sample;
-    int item = 0;           // which of the record's media items
-    int64_t bytes = 0;      // charged now: the reservation, then the object's size
-    int64_t refused = -1;   // >= 0: the gate refused this size; the read is parked
-    bool sized = false;     // the gate ran (a storage may ignore it)
-    Clock::time_point issued{};  // when StartRead issued it, for the read latency
-  };
-  struct ParkedRead {
-    std::shared_ptr<BatchJob> job;
-    int slot;
-    std::shared_ptr<ReadCharge> charge;
-  };
-  // Whether a sample's first read, charging `bytes`, may be issued now (see the
-  // contract).
-  bool ReadFitsLocked(int64_t bytes) const;
-  // Charges `charge` and counts it in flight.
-  void ChargeReadLocked(ReadCharge& charge, int64_t bytes);
-  void StartRead(const std::shared_ptr<BatchJob>& job, int slot,
-                 std::shared_ptr<ReadCharge> charge);
-  // Updates the reservation of new reads with an object's size.
-  void NoteReadSizeLocked(int64_t size);
-  // The gate of a read: swaps its reservation for the object's size, or refuses.
-  bool OnReadSize(ReadCharge& charge, int64_t size);
-  // Parked reads that may start now, already charged; all of them once the run stopped
-  // (still refused: RestartParked finishes those as cancelled).
-  std::vector<ParkedRead> TakeParkedLocked();
-  void RestartParked(std::vector<ParkedRead> reads);
-  void OnRead(const std::shared_ptr<BatchJob>& job, int slot,
-              const std::shared_ptr<ReadCharge>& charge, Result<Buffer> bytes);
-  // Releases `bytes` of the I/O budget's charge and restarts the parked reads that fit.
-  void ReleaseReadBytes(int64_t bytes);
-  // Runs the chain on a sample whose media (possibly none) are in `media`; `charged`
-  // is their charge to the I/O budget, released when the chain is done with them.
-  void RunChain(const std::shared_ptr<BatchJob>& job, int slot, std::vector<Buffer> media,
-                int64_t charged);
-  // Counts op `i`'s run on sample `index` in the metrics (and the trace).
-  void CountOp(size_t i, Clock::time_point start, Clock::time_point end,
-               const SampleContext& ctx, int64_t index);
-  // After a sample: notes what this thread's scratch grew to, then trims it to the
-  // per-thread allowance.
-  void SettleScratch();
-  void FinishSample(const std::shared_ptr<BatchJob>& job, int slot, Status status);
-  void FinishBatch(BatchJob& job);
   // Looks up the record of each of the job's samples, once, for the batch's life.
   void ResolveRecords(BatchJob& job) const;
-  // Runs the batch ops on a complete batch; on failure, empties it and records errors.
-  void RunBatchOps(const BatchJob& job, Batch& batch);
-  Status CheckErrorBudgetLocked(bool at_end) const;
-  // Whether Next() would return without waiting.
-  bool ReadyLocked() const;
-  // Total consumer wait so far, the wait in progress included.
-  int64_t ConsumerWaitNanosLocked() const;
+  // Starts one sample: its reads, or straight to the chain.
+  void IssueSample(const std::shared_ptr<BatchJob>& job, int slot);
+  void FinishSample(const std::shared_ptr<BatchJob>& job, int slot, Status status);
+  void AddOutstanding(int64_t delta);
 
-  const std::shared_ptr<const EngineInputs> inputs_holder_;
-  const EngineInputs& inputs_;
+  const std::shared_ptr<const EngineInputs> inputs_;
   const EngineOptions options_;
   const EpochOrder order_;
   const Clock::time_point start_time_;
-  std::unique_ptr<ThreadPool> pool_;
-  // Batch memory: options_.allocator behind a pool, so that steady-state batches reuse
-  // the blocks of delivered ones instead of faulting in fresh pages.
-  std::shared_ptr<PoolingAllocator> batch_memory_;
-
-  mutable std::mutex mu_;
-  std::condition_variable driver_cv_;    // admission / io capacity changed, or stop
-  std::condition_variable consumer_cv_;  // a batch became ready, or stop / failure
-  std::condition_variable drained_cv_;   // outstanding_ reached zero
-  bool stop_ = false;                    // guarded by mu_
-  // Cancel() was called: stop_ without the lock, for the storage's "still wanted?" asks.
-  std::atomic<bool> cancelled_{false};
-  Status failure_;                       // guarded by mu_: first fatal error
-  int64_t next_ = 0;                     // guarded by mu_: next local batch to deliver
-  int64_t admitted_ahead_ = 0;           // guarded by mu_: admitted, not delivered
-  int64_t batch_bytes_ = 0;              // guarded by mu_: buffers of admitted batches
-  // Guarded by mu_: the I/O budget's charge: reads in flight and fetched bytes the chain
-  // has not finished with (see the contract).
-  int64_t undecoded_bytes_ = 0;
-  int64_t read_estimate_ = -1;           // guarded by mu_: -1 until a size is known
-  std::deque<ParkedRead> parked_;        // guarded by mu_: reads refused by their gate
-  int64_t budget_peak_ = 0;              // guarded by mu_
-  int reads_inflight_ = 0;               // guarded by mu_
-  int64_t outstanding_ = 0;              // guarded by mu_: samples not yet finished
-  struct ReadyBatch {
-    Batch batch;
-    int64_t bytes;  // charged to the batch budget until delivered
-  };
-  std::map<int64_t, ReadyBatch> ready_;  // guarded by mu_: the reorder window
-  // Guarded by mu_ (Schedule::kOnDemand): batches submitted and not yet admitted, in
-  // submission order, and every batch submitted and not yet taken.
-  std::deque<int64_t> submitted_;
-  std::set<int64_t> untaken_;
-  bool driver_done_ = false;             // guarded by mu_
-  double driver_done_s_ = 0;             // guarded by mu_: when it became true
-
-  // Metrics, guarded by mu_.
-  Clock::time_point reads_busy_since_;
-  int64_t read_busy_ns_ = 0;
-  int64_t read_blocked_ns_ = 0;
-  int64_t admit_blocked_ns_ = 0;  // admission waits while the consumer was not waiting
-  int64_t consumer_wait_ns_ = 0;  // total time inside Next() waiting for a batch
-  bool consumer_waiting_ = false;
-  Clock::time_point consumer_waiting_since_;
-  int64_t assemble_ns_ = 0;
-  int64_t reads_done_ = 0;
-  double read_fill_sum_ = 0;
-  double batch_fill_sum_ = 0;
-  int64_t next_calls_ = 0;
-  int64_t bytes_read_ = 0;
-  int64_t samples_attempted_ = 0;
-  int64_t samples_delivered_ = 0;
-  int64_t samples_failed_ = 0;
-  int64_t batches_delivered_ = 0;
-  int64_t bytes_copied_ = 0;
-  std::map<std::string, int64_t> errors_by_kind_;
-  std::vector<SampleError> first_errors_;
-
-  std::vector<std::atomic<int64_t>> op_ns_;        // per op, summed over threads
-  // Per op: GIL waits it reported (SampleContext::gil_wait_ns), and whether it ever did.
-  std::vector<std::atomic<int64_t>> op_gil_wait_ns_;
-  std::vector<std::atomic<bool>> op_takes_gil_;
-  std::vector<std::atomic<int64_t>> batch_op_ns_;  // per batch op
-  // Latency histograms (lock-free): per media read, per op and batch op (ops first),
-  // per Next().
-  LatencyHistogram read_latency_;
-  std::unique_ptr<LatencyHistogram[]> op_latency_;
-  LatencyHistogram next_wait_;
-  std::atomic<int64_t> samples_run_{0};
-  ScratchUsage scratch_usage_;                   // all CPU threads' arenas
-  std::atomic<int64_t> scratch_sample_peak_{0};  // most one arena held after a sample
-
-  const ChainRunner chain_;  // over inputs_'s ops
+  std::stop_source stop_;
+  BudgetGauge gauge_;
+  std::unique_ptr<Delivery> delivery_;
+  std::unique_ptr<AssembleStage> assemble_;
+  std::unique_ptr<ReadStage> read_;
+  std::unique_ptr<ChainStage> chain_;
+  // Samples admitted and not yet finished: the destructor waits until none is, since
+  // every read callback and task refers to this engine.
+  Mutex drain_mu_;
+  std::condition_variable_any drained_cv_;
+  int64_t outstanding_ HR_GUARDED_BY(drain_mu_) = 0;
+  std::atomic<int64_t> driver_done_ns_{-1};  // when the driver admitted its last batch
   std::thread driver_;
 };
 

@@ -78,13 +78,18 @@ int64_t EpochOrder::total_batches() const {
   return batches_per_rank_epoch_ * *options_.epochs;
 }
 
-BatchPosition EpochOrder::Position(int64_t local_index) const {
+BatchPosition PositionOf(int64_t local_index, int64_t batches_per_epoch, int world_size,
+                         int rank) {
+  const int64_t per_rank = batches_per_epoch / world_size;
   BatchPosition p;
   p.local_index = local_index;
-  p.epoch = local_index / batches_per_rank_epoch_;
-  const int64_t k = local_index % batches_per_rank_epoch_;
-  p.index_in_epoch = k * options_.world_size + options_.rank;
+  p.epoch = local_index / per_rank;
+  p.index_in_epoch = (local_index % per_rank) * world_size + rank;
   return p;
+}
+
+BatchPosition EpochOrder::Position(int64_t local_index) const {
+  return PositionOf(local_index, batches_per_epoch_, options_.world_size, options_.rank);
 }
 
 namespace {

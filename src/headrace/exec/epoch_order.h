@@ -52,6 +52,17 @@ struct BatchPosition {
   int64_t index_in_epoch = 0;  // position among all ranks' batches of the epoch
 };
 
+// Where rank `rank` of `world_size`'s local batch `local_index` sits, for a run whose
+// epochs have `batches_per_epoch` batches over all ranks (each rank floor(that / W)):
+// epoch local / per_rank, and, among the epoch's batches, (local % per_rank) × W + rank.
+BatchPosition PositionOf(int64_t local_index, int64_t batches_per_epoch, int world_size,
+                         int rank);
+// The run-wide index over all ranks of `position` (epoch × batches_per_epoch + its index
+// in the epoch): what a Ray worker computes as batch k (python/headrace/ray).
+inline int64_t RunWideIndex(const BatchPosition& position, int64_t batches_per_epoch) {
+  return position.epoch * batches_per_epoch + position.index_in_epoch;
+}
+
 class EpochOrder {
  public:
   static Result<EpochOrder> Make(const EpochOrderOptions& options);

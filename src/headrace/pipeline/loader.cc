@@ -21,7 +21,11 @@ Result<std::unique_ptr<Loader>> Loader::Make(const PipelineSpec& spec,
 
 Loader::Loader(std::shared_ptr<const PreparedPipeline> prepared, std::unique_ptr<Engine> engine,
                TraceRecorder* trace, Clock::time_point created)
-    : prepared_(std::move(prepared)), engine_(std::move(engine)), trace_(trace), created_(created) {}
+    : prepared_(std::move(prepared)),
+      engine_(std::move(engine)),
+      trace_(trace),
+      created_(created),
+      clock_(0.0) {}
 
 Loader::~Loader() = default;
 
@@ -33,42 +37,28 @@ bool Loader::WaitReady(std::chrono::nanoseconds timeout) {
 Result<std::optional<Batch>> Loader::Next() {
   const auto call = wait_started_.value_or(Clock::now());
   wait_started_.reset();
-  if (returned_any_) {
-    std::lock_guard lock(stats_mu_);
-    stats_.busy_s += std::chrono::duration<double>(call - last_return_at_).count();
-  }
   auto batch = engine_->Next();
   const auto now = Clock::now();
+  const bool got = batch.ok() && batch->has_value();
+  // A metrics endpoint or progress line reads the clock from its own thread.
+  std::lock_guard lock(stats_mu_);
   if (trace_ != nullptr) {
-    if (!returned_any_ && stats_.batches == 0) trace_->NameThread("consumer");
-    if (returned_any_) trace_->Span("step", "consumer", last_return_at_, call);
+    if (!clock_.started() && clock_.stats().batches == 0) trace_->NameThread("consumer");
+    if (clock_.started()) trace_->Span("step", "consumer", last_return_at_, call);
     trace_->Span("wait", "consumer", call, now);
   }
-  const double waited = std::chrono::duration<double>(now - call).count();
-  // A metrics endpoint or progress line reads stats_ from its own thread.
-  std::lock_guard lock(stats_mu_);
-  if (!returned_any_) {
-    if (batch.ok() && batch->has_value()) {
-      returned_any_ = true;
-      first_batch_at_ = now;
-      stats_.time_to_first_batch_s = std::chrono::duration<double>(now - created_).count();
-    }
-  } else {
-    stats_.wait_s += waited;
-    stats_.steady_s = std::chrono::duration<double>(now - first_batch_at_).count();
-  }
+  // Seconds since the loader was made: the clock's axis.
+  const auto since = [this](Clock::time_point t) {
+    return std::chrono::duration<double>(t - created_).count();
+  };
+  clock_.Returned(since(call), since(now), got, got ? (*batch)->size() : 0);
   last_return_at_ = now;
-  stats_.elapsed_s = std::chrono::duration<double>(now - created_).count();
-  if (batch.ok() && batch->has_value() && (*batch)->size() > 0) {
-    ++stats_.batches;
-    stats_.samples += (*batch)->size();
-  }
   return batch;
 }
 
 ConsumerStats Loader::consumer_stats() const {
   std::lock_guard lock(stats_mu_);
-  return stats_;
+  return clock_.stats();
 }
 
 }  // namespace headrace

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "headrace/core/clock.h"
+#include "headrace/exec/consumer_clock.h"
 #include "headrace/exec/engine.h"
 #include "headrace/formats/parquet_row_groups.h"
 #include "headrace/io/block_cache.h"
@@ -53,19 +54,6 @@ inline constexpr int kMinAutoIoInflight = 32;
 inline constexpr int kAutoIoInflightPerThread = 16;
 inline constexpr int kMaxAutoIoInflight = 16384;  // 16 per thread at 1024 threads
 int ResolveIoInflight(const ExecutionSpec& execution, int cpu_threads);
-
-// Wait accounting of the consumer, in seconds.
-struct ConsumerStats {
-  int64_t batches = 0;
-  int64_t samples = 0;
-  double time_to_first_batch_s = 0;  // from Make to the first batch returned
-  double wait_s = 0;                 // inside Next(), after the first batch
-  double busy_s = 0;                 // between Next() calls, after the first batch
-  double steady_s = 0;               // from the first batch returned to the last Next()
-  double elapsed_s = 0;              // from Make to the last Next()
-  // wait_s / steady_s: the share of the loop spent waiting for data, cold start apart.
-  double wait_time_ratio() const { return steady_s > 0 ? wait_s / steady_s : 0.0; }
-};
 
 class Loader {
  public:
@@ -137,13 +125,11 @@ class Loader {
   std::unique_ptr<Engine> engine_;
 
   TraceRecorder* trace_ = nullptr;
-  Clock::time_point created_;
-  Clock::time_point first_batch_at_;
-  Clock::time_point last_return_at_;
-  bool returned_any_ = false;
+  const Clock::time_point created_;
+  Clock::time_point last_return_at_;  // for the trace's step spans
   std::optional<Clock::time_point> wait_started_;  // the first WaitReady() before Next()
-  mutable std::mutex stats_mu_;  // guards stats_: consumer_stats() is safe from any thread
-  ConsumerStats stats_;
+  mutable std::mutex stats_mu_;  // guards clock_: consumer_stats() is safe from any thread
+  ConsumerClock clock_;
 };
 
 }  // namespace headrace

@@ -1,0 +1,76 @@
+// AssembleStage: a batch's buffers, and the batch once its last sample is done.
+//
+// - AllocateRows (driver thread, at admission): one tensor per field, the engine's
+//   "index" field among them like any other, from a pool of batch memory (steady-state
+//   batches reuse the blocks of delivered ones); each sample's slots point at its rows.
+// - Finish (the thread of the batch's last sample): the rows of the samples that
+//   succeeded compacted to the front, in order (the only copy of sample bytes in the
+//   engine, and only for failed samples), the strings collected, the batch ops run (a
+//   failing one empties the batch and names each of its samples). This is where packing
+//   and ragged batches will live (the VLM issue).
+//
+// Threads: AllocateRows from one thread at a time; Finish from any (each job once).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "headrace/core/batch.h"
+#include "headrace/core/histogram.h"
+#include "headrace/core/pooling_allocator.h"
+#include "headrace/exec/batch_job.h"
+#include "headrace/exec/chain_stage.h"
+#include "headrace/exec/stage.h"
+#include "headrace/ops/op.h"
+
+namespace headrace {
+
+// Per-sample strings collected into Batch::strings, in this order: field -1 is the
+// record's id, else the Attribute values of that source field.
+struct StringField {
+  std::string name;
+  int field = -1;
+  bool list = false;
+};
+
+class AssembleStage {
+ public:
+  // `fields`, `strings` and `batch_ops` live as long as the stage (the engine's inputs).
+  AssembleStage(const std::vector<FieldSpec>& fields, const std::vector<StringField>& strings,
+                const std::vector<std::unique_ptr<BatchOp>>& batch_ops, uint64_t seed,
+                std::shared_ptr<PoolingAllocator> memory);
+
+  // Bytes of one batch row of the chain's `fields`, the "index" field included.
+  static size_t RowBytes(const std::vector<FieldSpec>& fields);
+  // Bytes of one batch's buffers at `samples` rows.
+  size_t BatchBytes(int64_t samples) const { return row_bytes_ * static_cast<size_t>(samples); }
+  Status AllocateRows(BatchJob& job) const;
+  // The complete batch of `job`; `cancelled` set when one of its samples was cancelled
+  // (the run is stopping: nobody will consume it).
+  Batch Finish(BatchJob& job, bool& cancelled);
+
+  int64_t bytes_copied() const { return bytes_copied_.load(std::memory_order_relaxed); }
+  double busy_s() const { return busy_ns_.load(std::memory_order_relaxed) * 1e-9; }
+  int64_t memory_reused() const { return memory_->hits(); }
+  int64_t memory_fresh() const { return memory_->misses(); }
+  // The batch ops' metrics, reported per sample like the chain's ops so that costs add up.
+  std::vector<OpMetrics> OpsMetrics(int64_t samples_run) const;
+
+ private:
+  void CollectStrings(const BatchJob& job, Batch& batch) const;
+  void RunBatchOps(const BatchJob& job, Batch& batch);
+
+  std::vector<FieldSpec> fields_;  // the batch layout: the chain's fields, then "index"
+  size_t row_bytes_ = 0;
+  const std::vector<StringField>& strings_;
+  const std::vector<std::unique_ptr<BatchOp>>& batch_ops_;
+  const uint64_t seed_;
+  const std::shared_ptr<PoolingAllocator> memory_;
+  std::vector<std::atomic<int64_t>> batch_op_ns_;
+  std::unique_ptr<LatencyHistogram[]> batch_op_latency_;
+  std::atomic<int64_t> busy_ns_{0};
+  std::atomic<int64_t> bytes_copied_{0};
+};
+
+}  // namespace headrace

@@ -1,0 +1,40 @@
+// BatchJob: one batch in production, as the stages pass it along (engine.h).
+//
+// Made by the driver (positions, records, rows), then shared by every task of its
+// samples. Each sample's row, status and parsed strings are written by the one thread
+// that runs that sample; the job is complete when `pending` reaches zero, and the last
+// finisher (which sees every row: acq_rel) assembles it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "headrace/core/sample.h"
+#include "headrace/core/status.h"
+#include "headrace/core/tensor.h"
+#include "headrace/exec/epoch_order.h"
+
+namespace headrace {
+
+struct BatchJob {
+  BatchPosition position;
+  std::vector<int64_t> sample_indices;
+  std::vector<Tensor> tensors;               // one per field, then "index"
+  std::vector<std::vector<uint8_t*>> slots;  // per sample: the row pointer per field
+  std::vector<Status> status;                // per sample
+  // Per sample: the text values its source parsed at run time (Sample::attributes, when
+  // they are not the record's), for the batch's strings; nullopt: the record's.
+  std::vector<std::optional<std::vector<Attribute>>> parsed_attributes;
+  // Per sample: its record, looked up once when the batch starts; a store that builds
+  // records on request fills `record_scratch` (sized once: `records` may point into it).
+  std::vector<const SampleRecord*> records;
+  std::vector<SampleRecord> record_scratch;
+  std::atomic<int> pending{0};
+  int64_t bytes = 0;  // the batch's buffers, charged to the batch budget
+
+  int size() const { return static_cast<int>(sample_indices.size()); }
+};
+
+}  // namespace headrace

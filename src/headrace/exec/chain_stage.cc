@@ -1,0 +1,139 @@
+#include "headrace/exec/chain_stage.h"
+
+#include <algorithm>
+
+namespace headrace {
+namespace {
+
+// Scratch images of the sample currently running on this thread; reused, so a
+// steady-state sample allocates nothing. Counted in the stage's scratch_usage_: pool
+// threads belong to one stage and exit before it is destroyed.
+thread_local ScratchArena tls_scratch;
+// The named values of the sample running on this thread (SampleContext::values).
+thread_local std::vector<Value> tls_values;
+// Whether this thread has named its row of the trace.
+thread_local bool tls_trace_named = false;
+
+// target = max(target, value), for peaks updated by many threads.
+void StoreMax(std::atomic<int64_t>& target, int64_t value) {
+  int64_t seen = target.load(std::memory_order_relaxed);
+  while (seen < value && !target.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace
+
+ChainStage::ChainStage(const Source& source, const std::vector<std::unique_ptr<Op>>& ops,
+                       std::span<const SourceValue> values, int num_values,
+                       ChainStageOptions options, std::stop_token stop, Release release,
+                       Done done)
+    : source_(source),
+      ops_(ops),
+      chain_(ops, values, num_values, options.seed),
+      options_(options),
+      stop_(std::move(stop)),
+      release_(std::move(release)),
+      done_(std::move(done)),
+      pool_(std::make_unique<ThreadPool>(options.threads)),
+      op_ns_(ops.size()),
+      op_gil_wait_ns_(ops.size()),
+      op_takes_gil_(ops.size()),
+      op_latency_(std::make_unique<LatencyHistogram[]>(ops.size())) {}
+
+ChainStage::~ChainStage() { pool_.reset(); }
+
+void ChainStage::Submit(const std::shared_ptr<BatchJob>& job, int slot, std::vector<Buffer> media,
+                        int64_t charged) {
+  const bool submitted =
+      pool_->Submit([this, job, slot, media = std::move(media), charged]() mutable {
+        Run(job, slot, std::move(media), charged);
+      });
+  if (!submitted) {
+    if (charged > 0) release_(charged);
+    done_(job, slot, Status::Cancelled("the run was cancelled"));
+  }
+}
+
+void ChainStage::Run(const std::shared_ptr<BatchJob>& job, int slot, std::vector<Buffer> media,
+                     int64_t charged) {
+  Status status;
+  if (stop_.stop_requested()) {
+    status = Status::Cancelled("the run was cancelled");
+  } else {
+    const int64_t index = job->sample_indices[slot];
+    Sample sample;
+    sample.epoch = job->position.epoch;
+    sample.index = index;
+    sample.record = job->records[slot];
+    status = source_.Fill(std::move(media), sample);
+    if (options_.trace != nullptr && !tls_trace_named) {
+      tls_trace_named = true;
+      options_.trace->NameThread("cpu worker");
+    }
+    tls_scratch.Account(&scratch_usage_);
+    if (status.ok()) {
+      status = chain_.Run(sample, job->slots[slot].data(), tls_scratch, tls_values,
+                          [&](size_t i, Clock::time_point start, Clock::time_point end,
+                              const SampleContext& ctx) { CountOp(i, start, end, ctx, index); });
+    }
+    if (status.ok() && !job->parsed_attributes.empty() &&
+        sample.attributes.data() != sample.record->attributes.data()) {
+      job->parsed_attributes[slot].emplace(sample.attributes.begin(), sample.attributes.end());
+    }
+    samples_run_.fetch_add(1, std::memory_order_relaxed);
+    SettleScratch();
+    // The encoded bytes die here (the sample holds the last handle), before the budget
+    // is released.
+  }
+  media.clear();
+  if (charged > 0) release_(charged);
+  done_(job, slot, std::move(status));
+}
+
+void ChainStage::CountOp(size_t i, Clock::time_point start, Clock::time_point end,
+                         const SampleContext& ctx, int64_t index) {
+  const int64_t op_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
+  op_ns_[i].fetch_add(op_ns, std::memory_order_relaxed);
+  op_latency_[i].Record(op_ns);
+  if (ctx.gil_wait_ns >= 0) {
+    op_gil_wait_ns_[i].fetch_add(ctx.gil_wait_ns, std::memory_order_relaxed);
+    op_takes_gil_[i].store(true, std::memory_order_relaxed);
+  }
+  if (options_.trace != nullptr) {
+    // Op names are string_views into the ops' static names: stable for the run.
+    options_.trace->Span(ops_[i]->name().data(), "cpu", start, end, index);
+  }
+}
+
+void ChainStage::SettleScratch() {
+  StoreMax(scratch_sample_peak_, static_cast<int64_t>(tls_scratch.capacity()));
+  tls_scratch.Trim(static_cast<size_t>(options_.scratch_retain_bytes));
+}
+
+StageMetrics ChainStage::Metrics(double elapsed_s, double admit_blocked_s) const {
+  const int threads = pool_->size();
+  StageMetrics cpu = StageMetrics::Of(StageKind::kChain, threads);
+  cpu.items = samples_run();
+  cpu.busy_s = pool_->busy_seconds() / threads;
+  const double idle = std::max(0.0, elapsed_s - cpu.busy_s);
+  cpu.blocked_s = std::min(idle, admit_blocked_s);
+  cpu.starved_s = idle - cpu.blocked_s;
+  return cpu;
+}
+
+std::vector<OpMetrics> ChainStage::OpsMetrics() const {
+  std::vector<OpMetrics> out;
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    out.push_back(OpMetrics{std::string(ops_[i]->name()), samples_run(),
+                            op_ns_[i].load() * 1e-9, op_latency_[i].Snapshot(),
+                            op_takes_gil_[i].load() ? op_gil_wait_ns_[i].load() * 1e-9 : -1});
+  }
+  return out;
+}
+
+ScratchMetrics ChainStage::Scratch() const {
+  return ScratchMetrics{scratch_usage_.held(), scratch_usage_.peak(),
+                        scratch_sample_peak_.load(std::memory_order_relaxed)};
+}
+
+}  // namespace headrace

@@ -1,0 +1,105 @@
+// ChainStage: a sample's values put in place by its source (Source::Fill) and its operator
+// chain run (ops/chain_runner.h), start to finish on one thread of the CPU pool; the last
+// op writes the sample's row of the batch.
+//
+// Contract:
+// - Submit hands a sample (its media bytes, read by the read stage, and their charge on
+//   the I/O budget) to the pool. The bytes are released (`release(charged)`) as soon as
+//   the chain is done with them, before `done(job, slot, status)` runs on the same thread.
+// - Once the run stops (the engine's stop token), samples not started yet end as
+//   kCancelled without running.
+// - Each CPU thread keeps a scratch arena (ops/op.h) and its value slots between samples,
+//   trimming the arena to `scratch_retain_bytes` after each; the metrics report what
+//   the arenas held (outside the byte budgets: exec/README.md says why).
+//
+// Threads: Submit from any thread; the chain runs on the pool's threads.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <stop_token>
+#include <vector>
+
+#include "headrace/core/buffer.h"
+#include "headrace/core/histogram.h"
+#include "headrace/exec/batch_job.h"
+#include "headrace/exec/stage.h"
+#include "headrace/exec/thread_pool.h"
+#include "headrace/exec/trace.h"
+#include "headrace/formats/source.h"
+#include "headrace/ops/chain_runner.h"
+
+namespace headrace {
+
+struct OpMetrics {
+  std::string name;
+  int64_t items = 0;
+  double busy_s = 0;             // summed over threads
+  HistogramSnapshot latency;     // per sample (a batch op: per batch)
+  // An op that takes the Python GIL (a Python operator): the part of busy_s it spent
+  // waiting to acquire it, summed over threads; -1 for ops that never take it.
+  double gil_wait_s = -1;
+};
+
+struct ChainStageOptions {
+  int threads = 1;
+  uint64_t seed = 0;
+  int64_t scratch_retain_bytes = int64_t{32} << 20;
+  TraceRecorder* trace = nullptr;  // op spans when set
+};
+
+// What the CPU threads' scratch arenas held.
+struct ScratchMetrics {
+  int64_t bytes = 0;              // held by all threads now
+  int64_t peak_bytes = 0;         // most held by all threads at once
+  int64_t sample_peak_bytes = 0;  // most one thread held for one sample
+};
+
+class ChainStage {
+ public:
+  using Done = std::function<void(const std::shared_ptr<BatchJob>& job, int slot, Status)>;
+  using Release = std::function<void(int64_t charged)>;
+
+  // `source`, `ops` and `values` live as long as the stage (the engine's inputs).
+  ChainStage(const Source& source, const std::vector<std::unique_ptr<Op>>& ops,
+             std::span<const SourceValue> values, int num_values, ChainStageOptions options,
+             std::stop_token stop, Release release, Done done);
+  ~ChainStage();
+
+  void Submit(const std::shared_ptr<BatchJob>& job, int slot, std::vector<Buffer> media,
+              int64_t charged);
+
+  int threads() const { return pool_->size(); }
+  int64_t samples_run() const { return samples_run_.load(std::memory_order_relaxed); }
+  StageMetrics Metrics(double elapsed_s, double admit_blocked_s) const;
+  std::vector<OpMetrics> OpsMetrics() const;
+  ScratchMetrics Scratch() const;
+
+ private:
+  void Run(const std::shared_ptr<BatchJob>& job, int slot, std::vector<Buffer> media,
+           int64_t charged);
+  void CountOp(size_t i, Clock::time_point start, Clock::time_point end,
+               const SampleContext& ctx, int64_t index);
+  // After a sample: notes what this thread's scratch grew to, then trims it.
+  void SettleScratch();
+
+  const Source& source_;
+  const std::vector<std::unique_ptr<Op>>& ops_;
+  const ChainRunner chain_;
+  const ChainStageOptions options_;
+  const std::stop_token stop_;
+  const Release release_;
+  const Done done_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::vector<std::atomic<int64_t>> op_ns_;  // per op, summed over threads
+  // Per op: GIL waits it reported (SampleContext::gil_wait_ns), and whether it ever did.
+  std::vector<std::atomic<int64_t>> op_gil_wait_ns_;
+  std::vector<std::atomic<bool>> op_takes_gil_;
+  std::unique_ptr<LatencyHistogram[]> op_latency_;  // per op, lock-free
+  std::atomic<int64_t> samples_run_{0};
+  ScratchUsage scratch_usage_;                   // all CPU threads' arenas
+  std::atomic<int64_t> scratch_sample_peak_{0};  // most one arena held after a sample
+};
+
+}  // namespace headrace

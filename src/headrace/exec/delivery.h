@@ -1,0 +1,145 @@
+// Delivery: which batches the driver starts, when one may be admitted, and how the
+// consumer collects them. Two policies over one admission window and reorder window:
+//
+//   InOrderDelivery  (Schedule::kSequential): every batch of the run from start_batch
+//                    on; Next() hands them to one consumer in order, counting their errors
+//                    against the run's error budget (exec/error_budget.h).
+//   OnDemandDelivery (Schedule::kOnDemand, a Ray worker): only the batches Submit()
+//                    names, in submission order; Take(k) collects batch k from any thread.
+//                    The budget is not applied: the errors travel in the batch and its
+//                    consumer owns the run's budget.
+//
+// Admission (both): at most `prefetch_depth` batches admitted and not yet delivered, and
+// their buffers within `batch_budget_bytes` (or nothing else admitted: progress). A
+// delivered batch leaves the window. The first fatal error (Fail) stops the run: the
+// driver's waits return, the consumer's calls return it.
+//
+// Threads: the driver calls NextToStart/Admit; the chain's threads call Ready; the
+// consumer calls the rest (Submit/Take from any thread). Waits return when the run stops.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <stop_token>
+
+#include "headrace/core/batch.h"
+#include "headrace/core/clock.h"
+#include "headrace/core/histogram.h"
+#include "headrace/exec/budget_gauge.h"
+#include "headrace/exec/error_budget.h"
+#include "headrace/exec/stage.h"
+#include "headrace/exec/thread_annotations.h"
+
+namespace headrace {
+
+// Which batches the driver admits, and how the consumer collects them.
+enum class Schedule {
+  // Every batch of the run from start_batch on, in order; Next() delivers them in order.
+  kSequential,
+  // Only the batches Submit() names, in submission order; Take(k) collects batch k.
+  kOnDemand,
+};
+
+struct DeliveryOptions {
+  int prefetch_depth = 4;
+  int64_t batch_budget_bytes = 1 << 30;
+  int64_t start_batch = 0;     // counted from the start of the run
+  int64_t total_batches = 0;   // EpochOrder::total_batches()
+  int64_t batches_per_epoch = 1;  // this rank's
+  bool deliver_empty_batches = false;
+  double max_error_rate = 0.05;
+  int64_t min_samples = 100;
+  int max_kept_errors = 20;
+};
+
+// The delivery's counts, for the engine's metrics.
+struct DeliveryMetrics {
+  int64_t samples_attempted = 0;  // admitted
+  ErrorCounts counts;             // delivered and failed
+  int64_t batches_delivered = 0;
+  int64_t batches_ready = 0;
+  double admit_blocked_s = 0;  // admission waits while the consumer was not waiting
+  double queue_fill = 0;       // ready batches over the depth, at each Next()
+  HistogramSnapshot next_wait;
+  std::map<std::string, int64_t> errors_by_kind;
+  std::vector<SampleError> first_errors;
+};
+
+class Delivery {
+ public:
+  static std::unique_ptr<Delivery> Make(Schedule schedule, DeliveryOptions options,
+                                        BudgetGauge& gauge, std::stop_source& stop);
+  virtual ~Delivery() = default;
+
+  // Driver: the next batch to start, waiting (on demand) for one to be submitted;
+  // nullopt when there is none (the run's end, or it stopped).
+  virtual std::optional<int64_t> NextToStart() = 0;
+  // Driver: waits until a batch of `bytes` (`samples` samples) fits the window; false when
+  // the run stopped instead.
+  bool Admit(int64_t bytes, int64_t samples);
+  // A finished batch (any thread), charged `bytes` until delivered.
+  void Ready(int64_t batch, Batch done, int64_t bytes);
+  // Stops the run with `status` as its failure, unless it failed already.
+  void Fail(Status status);
+
+  // Consumer, in order (kInvalidArgument on the other policy).
+  virtual Result<std::optional<Batch>> Next();
+  virtual bool WaitReady(std::chrono::nanoseconds timeout);
+  virtual int64_t next_batch() const;
+  // Consumer, on demand (kInvalidArgument on the other policy).
+  virtual Status Submit(int64_t batch);
+  virtual Result<Batch> Take(int64_t batch);
+  virtual bool WaitTakeable(int64_t batch, std::chrono::nanoseconds timeout);
+
+  DeliveryMetrics Metrics() const;
+
+ protected:
+  Delivery(DeliveryOptions options, BudgetGauge& gauge, std::stop_source& stop)
+      : options_(options), gauge_(gauge), stop_(stop), budget_(options.max_error_rate,
+                                                               options.min_samples,
+                                                               options.max_kept_errors) {}
+  // Takes ready batch `batch` out of the window and counts it (errors into the budget).
+  Batch DeliverLocked(int64_t batch) HR_REQUIRES(mu_);
+  void FailLocked(Status status) HR_REQUIRES(mu_);
+  // The consumer's waits (inside Next/WaitReady: the consumer's wait time).
+  template <typename Pred>
+  bool ConsumerWaitLocked(MutexLock& lock, Pred ready,
+                          std::optional<std::chrono::nanoseconds> timeout) HR_REQUIRES(mu_);
+  int64_t ConsumerWaitNanosLocked() const HR_REQUIRES(mu_);
+
+  const DeliveryOptions options_;
+  BudgetGauge& gauge_;
+  std::stop_source& stop_;
+  mutable Mutex mu_;
+  std::condition_variable_any driver_cv_;    // the window changed, or stop
+  std::condition_variable_any consumer_cv_;  // a batch became ready, or stop / failure
+  Status failure_ HR_GUARDED_BY(mu_);        // the first fatal error
+  int64_t admitted_ahead_ HR_GUARDED_BY(mu_) = 0;  // admitted, not delivered
+  int64_t batch_bytes_ HR_GUARDED_BY(mu_) = 0;     // buffers of admitted batches
+  struct ReadyBatch {
+    Batch batch;
+    int64_t bytes;  // charged to the batch budget until delivered
+  };
+  std::map<int64_t, ReadyBatch> ready_ HR_GUARDED_BY(mu_);  // the reorder window
+  ErrorBudget budget_ HR_GUARDED_BY(mu_);  // counts errors as batches are delivered
+  int64_t samples_attempted_ HR_GUARDED_BY(mu_) = 0;
+  int64_t batches_delivered_ HR_GUARDED_BY(mu_) = 0;
+  // The consumer's wait accounting.
+  struct ConsumerWait {
+    bool waiting = false;
+    Clock::time_point since;
+    int64_t total_ns = 0;   // inside Next() waiting for a batch
+    int64_t calls = 0;      // Next() and Take() calls
+    double fill_sum = 0;    // ready batches over the depth, at each Next()
+    int64_t admit_blocked_ns = 0;  // admission waits while the consumer was not waiting
+  } wait_ HR_GUARDED_BY(mu_);
+  LatencyHistogram next_wait_;  // per Next(): the consumer's wait for its batch
+};
+
+}  // namespace headrace

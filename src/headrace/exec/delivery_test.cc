@@ -1,0 +1,115 @@
+#include "headrace/exec/delivery.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace headrace {
+namespace delivery_test {
+
+// A batch of `rows` rows (an int64 "index" field) and `errors` failed samples.
+Batch MakeBatch(int64_t index, int64_t rows, int errors = 0) {
+  Batch b;
+  b.global_index = index;
+  auto tensor = Tensor::Allocate(DType::kI64, {rows});
+  b.fields.emplace_back("index", *std::move(tensor));
+  for (int e = 0; e < errors; ++e) {
+    b.errors.push_back(SampleError{0, e, "x", Status::CorruptData("bad")});
+  }
+  return b;
+}
+
+DeliveryOptions Options(int64_t total, int depth = 2) {
+  DeliveryOptions o;
+  o.prefetch_depth = depth;
+  o.total_batches = total;
+  o.batches_per_epoch = total;
+  o.max_error_rate = 0.25;
+  o.min_samples = 1;
+  return o;
+}
+
+TEST(InOrderDelivery, BatchesReadyInAnyOrderAreDeliveredInOrderThenTheEnd) {
+  BudgetGauge gauge;
+  std::stop_source stop;
+  auto d = Delivery::Make(Schedule::kSequential, Options(3, 3), gauge, stop);
+  for (int64_t j = 0; j < 3; ++j) {
+    ASSERT_EQ(d->NextToStart(), j);
+    ASSERT_TRUE(d->Admit(100, 4));
+  }
+  EXPECT_EQ(d->NextToStart(), std::nullopt);
+  EXPECT_EQ(gauge.used(), 300);
+  d->Ready(2, MakeBatch(2, 4), 100);
+  d->Ready(0, MakeBatch(0, 4), 100);
+  d->Ready(1, MakeBatch(1, 4), 100);
+  for (int64_t j = 0; j < 3; ++j) {
+    auto batch = d->Next();
+    ASSERT_TRUE(batch.ok() && batch->has_value());
+    EXPECT_EQ((*batch)->global_index, j);
+  }
+  auto end = d->Next();
+  ASSERT_TRUE(end.ok());
+  EXPECT_FALSE(end->has_value());
+  EXPECT_EQ(gauge.used(), 0);
+  EXPECT_EQ(gauge.peak(), 300);
+}
+
+TEST(InOrderDelivery, AdmissionPastTheDepthWaitsAndAFailureReleasesIt) {
+  BudgetGauge gauge;
+  std::stop_source stop;
+  auto d = Delivery::Make(Schedule::kSequential, Options(10, 2), gauge, stop);
+  ASSERT_TRUE(d->Admit(1, 1));
+  ASSERT_TRUE(d->Admit(1, 1));
+  bool admitted = true;
+  std::thread driver([&] { admitted = d->Admit(1, 1); });  // a third: the window is full
+  d->Fail(Status::Internal("stop"));
+  driver.join();
+  EXPECT_FALSE(admitted);  // it waited, and the failure ended the wait
+  EXPECT_TRUE(stop.stop_requested());
+  EXPECT_EQ(d->Next().status().code(), StatusCode::kInternal);
+}
+
+TEST(InOrderDelivery, TheErrorBudgetStopsTheRunAtTheBatchThatPassesIt) {
+  BudgetGauge gauge;
+  std::stop_source stop;
+  auto d = Delivery::Make(Schedule::kSequential, Options(3, 3), gauge, stop);
+  for (int64_t j = 0; j < 3; ++j) ASSERT_TRUE(d->Admit(1, 4));
+  d->Ready(0, MakeBatch(0, 4), 1);
+  d->Ready(1, MakeBatch(1, 2, 2), 1);  // 2 of 8 failed: 25%, at the limit
+  d->Ready(2, MakeBatch(2, 2, 2), 1);  // 4 of 12: over it
+  EXPECT_TRUE(d->Next().ok());
+  EXPECT_TRUE(d->Next().ok());
+  const auto third = d->Next();
+  ASSERT_FALSE(third.ok());
+  EXPECT_EQ(third.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(stop.stop_requested());
+  EXPECT_EQ(d->Metrics().counts.failed, 4);
+}
+
+TEST(OnDemandDelivery, OnlySubmittedBatchesStartAndEachIsTakenOnce) {
+  BudgetGauge gauge;
+  std::stop_source stop;
+  auto d = Delivery::Make(Schedule::kOnDemand, Options(10, 4), gauge, stop);
+  EXPECT_EQ(d->Next().status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(d->Submit(10).code(), StatusCode::kInvalidArgument);  // outside the run
+  ASSERT_TRUE(d->Submit(7).ok());
+  EXPECT_EQ(d->Submit(7).code(), StatusCode::kInvalidArgument);  // not yet taken
+  ASSERT_TRUE(d->Submit(3).ok());
+  EXPECT_EQ(d->NextToStart(), 7);
+  EXPECT_EQ(d->NextToStart(), 3);
+  ASSERT_TRUE(d->Admit(1, 1));
+  ASSERT_TRUE(d->Admit(1, 1));
+  d->Ready(3, MakeBatch(3, 1), 1);
+  d->Ready(7, MakeBatch(7, 1), 1);
+  EXPECT_EQ(d->Take(3)->global_index, 3);
+  EXPECT_EQ(d->Take(3).status().code(), StatusCode::kInvalidArgument);  // taken already
+  EXPECT_EQ(d->Take(7)->global_index, 7);
+  std::optional<int64_t> after_stop = 0;
+  std::thread driver([&] { after_stop = d->NextToStart(); });  // waits for a submission
+  d->Fail(Status::Cancelled("the run was cancelled"));
+  driver.join();
+  EXPECT_EQ(after_stop, std::nullopt);
+}
+
+}  // namespace delivery_test
+}  // namespace headrace

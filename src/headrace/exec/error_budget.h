@@ -1,0 +1,62 @@
+// ErrorBudget: when a run has had too many bad samples (errors.max_error_rate past
+// errors.min_samples, or at an epoch's end). One rule for every consumer: the engine
+// applies it to the batches it delivers in order; a Ray rank (python/headrace/ray)
+// applies it through the bindings to the batches it consumes, merged with what the
+// other ranks consumed (the coordinator's journal), so the budget is the run's.
+//
+// Counts are taken at delivery, in batch order, so whether and where a run stops never
+// depends on which thread finished first. Not thread-safe: its owner guards it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "headrace/core/sample.h"
+#include "headrace/core/status.h"
+
+namespace headrace {
+
+// Samples consumed: delivered in batches, and failed (skipped, counted by kind).
+struct ErrorCounts {
+  int64_t delivered = 0;
+  int64_t failed = 0;
+  int64_t attempted() const { return delivered + failed; }
+};
+
+class ErrorBudget {
+ public:
+  ErrorBudget(double max_error_rate, int64_t min_samples, int max_kept_errors = 20);
+
+  // A delivered batch: its `delivered` rows and its errors (kept in full, up to
+  // max_kept_errors, and counted by kind).
+  void Count(int64_t delivered, std::span<const SampleError> errors);
+  // The same for a consumer that has a batch's errors as text (a Ray rank): each counts,
+  // the first one ever is kept for the message.
+  void CountText(int64_t delivered, std::span<const std::string> errors);
+
+  const ErrorCounts& counts() const { return counts_; }
+  const std::map<std::string, int64_t>& by_kind() const { return by_kind_; }
+  const std::vector<SampleError>& first_errors() const { return first_errors_; }
+
+  // Ok while the run is within budget; kResourceExhausted naming the counts, the rate,
+  // the limit, the kinds and the first error once it is not. The run's counts are this
+  // budget's plus `others` (the other ranks'); `rank` >= 0 names this rank's own share in
+  // the message. `at_end`: an epoch's end, where the verdict does not wait for
+  // min_samples (a run must not go on for epochs with every sample failing).
+  Status Check(bool at_end, ErrorCounts others = {}, int rank = -1) const;
+
+ private:
+  double max_error_rate_;
+  int64_t min_samples_;
+  int max_kept_errors_;
+  ErrorCounts counts_;
+  std::map<std::string, int64_t> by_kind_;
+  std::vector<SampleError> first_errors_;
+  std::string first_text_;  // CountText's first error
+};
+
+}  // namespace headrace
