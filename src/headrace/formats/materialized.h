@@ -113,7 +113,7 @@ struct MaterializedSource {
 // errors name the file.
 Result<MaterializedSource> LoadMaterializedSource(Storage& storage, const std::string& uri);
 
-// The engine's prepare hook: parses the .json member (the last media item) into the
+// The materialized source's Fill after FillFromRecord: parses the .json member (the last media item) into the
 // sample's string attributes (field = the string's position in info.strings).
 Status PrepareMaterializedSample(Sample& sample);
 

@@ -7,7 +7,7 @@
 //                         of the group from the base storage; the group is Fetching
 //            Fetching  ─▶ waits for that read (gate(0): nothing more is charged)
 //            Fetched, Decoding ─▶ gate(0), the fetched bytes (shared, not copied)
-//            Decoded, Failed   ─▶ gate(0), no bytes (the prepare hook uses the cache)
+//            Decoded, Failed   ─▶ gate(0), no bytes (Prepare uses the cache)
 //   the source's Fill (source_parquet.cc; CPU thread, before the chain) ──▶ Prepare(sample)
 //            Decoded   ─▶ the sample's cells are taken from it
 //            Decoding  ─▶ waits until the thread decoding it is done, then as Decoded

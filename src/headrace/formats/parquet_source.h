@@ -12,7 +12,7 @@
 //   (field kRowGroupField) to its row group's byte range: every sample of a row group
 //   names the same range, which ParquetRowGroupCache (parquet_row_groups.h) reads once
 //   and decodes once. The cells themselves (bytes, strings, numbers, conversations) are
-//   put into the Sample at run time by the engine's prepare hook.
+//   put into the Sample at run time by the source's Fill.
 //
 // Path/URL columns (a media field whose column holds strings) are the exception: their
 // paths are needed to read the media, so they are read at load time, one ranged read
@@ -73,7 +73,7 @@
 namespace headrace {
 
 // MediaRef::field of a record's row group: not a source field (Sample::MediaOf never
-// finds it); the prepare hook replaces it with the cells.
+// finds it); the source's Fill replaces it with the cells.
 inline constexpr int kRowGroupField = -1;
 
 // A column read from each row group at run time, and the field it feeds.
@@ -154,8 +154,8 @@ Result<ParquetLayout> ReadParquetFooter(Storage& storage, const std::string& uri
                                         int64_t* reads = nullptr);
 
 // Puts row `row` of `data` (a row group decoded with source.columns, in that order) into
-// `sample`: media cells into parsed_media, text and scalars into attributes (both then
-// marked parsed), a conversation into turns. Per-sample errors as above, naming the
+// `sample`: media cells into its media items, text and scalars into its attributes, a
+// conversation into its turns (owned by sample.parsed). Per-sample errors as above, naming the
 // record's location.
 Status FillSampleFromRowGroup(const ParquetSource& source, const SourceSpec& spec,
                               const ParquetRowGroupData& data, int64_t row, Sample& sample);

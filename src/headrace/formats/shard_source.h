@@ -14,7 +14,7 @@
 // `image` (0) and `conversation` (1), the positions the manifest source gives them.
 // Giving both is a configuration error. Every member a field takes is a media item of
 // the record: the conversation's .json member is fetched with the sample and parsed on
-// the CPU thread (PrepareShardSample, the engine's prepare hook) with the manifest's
+// the CPU thread (PrepareShardSample, run by the source's Fill) with the manifest's
 // conversation keys (conversations_field, role_field, text_field); members of text,
 // string, int and float fields (a WebDataset `.cls` label, a `.txt` caption) are read
 // there too, as their UTF-8 text, into the sample's attributes.
@@ -117,9 +117,10 @@ void AppendShardRecords(const std::string& shard_uri, std::span<const TarSample>
 Result<std::vector<Turn>> ParseConversationJson(std::span<const uint8_t> json,
                                                 const SourceSpec& spec);
 
-// The engine's prepare hook for shard samples: parses the conversation field's bytes
-// into sample.turns (has_parsed_turns), and the members of text, string, int and float
-// fields into sample.attributes (has_parsed_attributes, one per item in list order);
+// The shard source's Fill after FillFromRecord (source_shards.cc): parses the
+// conversation field's bytes into sample.turns, and the members of text, string, int and
+// float fields into sample.attributes (one per item in list order; both owned by
+// sample.parsed);
 // kBadRecord naming the field for a member that does not parse. A sample without a
 // conversation member gets no turns.
 Status PrepareShardSample(Sample& sample, const SourceSpec& spec, const ShardFieldMap& map);
