@@ -29,7 +29,9 @@ void CopyImage(ImageView src, MutableImageView dst) {
   for (int y = 0; y < src.height; ++y) std::memcpy(dst.row(y), src.row(y), bytes);
 }
 
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+// Not under ASan or TSan: their runtimes are not set up yet when the loader runs an
+// ifunc resolver (normalize.cc says what TSan does then).
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define HR_ADJUST_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define HR_ADJUST_CLONES

@@ -130,7 +130,14 @@ inline __attribute__((always_inline)) void U16Hwc(ImageView src,
   }
 }
 
+// TSan: a target_clones resolver (an ifunc) runs while the dynamic loader relocates, before
+// the TSan runtime is set up, and crashes the process (seen: every test binary linking
+// this file, at start); the TSan build keeps the portable version.
+#if !defined(__SANITIZE_THREAD__)
 #define HR_NORMALIZE_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define HR_NORMALIZE_CLONES
+#endif
 
 HR_NORMALIZE_CLONES void F32Chw3(ImageView s, const float* a, const float* b, float* d) {
   F32Chw<3>(s, a, b, d);
