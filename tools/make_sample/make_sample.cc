@@ -1,4 +1,4 @@
-#include "make_sample.h"
+#include "make_sample/make_sample.h"
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
@@ -24,8 +24,8 @@
 #include "headrace/core/clock.h"
 #include "headrace/core/rng.h"
 #include "headrace/ops/av/av_encode.h"
-#include "make_sample_ocr.h"
-#include "make_sample_speech.h"
+#include "make_sample/make_sample_ocr.h"
+#include "make_sample/make_sample_speech.h"
 
 namespace headrace {
 namespace {
