@@ -22,7 +22,7 @@
 
 #include "fuzz/fuzz_util.h"
 #include "headrace/ops/text/tokenize.h"
-#include "tools/make_sample.h"
+#include "make_sample/make_sample.h"
 
 namespace headrace::fuzz {
 namespace {

@@ -25,7 +25,7 @@
 #include "headrace/pipeline/config.h"
 #include "headrace/pipeline/loader.h"
 #include "headrace/pipeline/plan.h"
-#include "headrace/pipeline/report.h"
+#include "headrace/observe/report.h"
 
 namespace headrace::tools {
 namespace {

@@ -1,6 +1,6 @@
 // headrace doctor: runs a pipeline against the simulated trainer for a bounded time (or
 // reads a saved run report) and says which stage limits the trainer, of what kind, with
-// the evidence and what to change (headrace/pipeline/doctor.h).
+// the evidence and what to change (headrace/observe/doctor.h).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -9,8 +9,8 @@
 #include "commands.h"
 #include "headrace/core/clock.h"
 #include "headrace/pipeline/config.h"
-#include "headrace/pipeline/doctor.h"
-#include "headrace/pipeline/report.h"
+#include "headrace/observe/doctor.h"
+#include "headrace/observe/report.h"
 #include "interrupt.h"
 
 namespace headrace::tools {

@@ -1,8 +1,8 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "make_sample.h"
-#include "make_sample_speech.h"
+#include "make_sample/make_sample.h"
+#include "make_sample/make_sample_speech.h"
 #include "shard.h"
 
 namespace headrace::tools {

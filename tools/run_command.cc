@@ -14,7 +14,7 @@
 #include "headrace/observe/run_monitor.h"
 #include "headrace/pipeline/config.h"
 #include "headrace/pipeline/loader.h"
-#include "headrace/pipeline/report.h"
+#include "headrace/observe/report.h"
 
 namespace headrace::tools {
 namespace {

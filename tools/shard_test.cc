@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "headrace/formats/tar_shard.h"
-#include "make_sample.h"
+#include "make_sample/make_sample.h"
 #include "test_files.h"
 
 // Its own namespace: the folder's tests compile as one unity file (CMakeLists.txt).

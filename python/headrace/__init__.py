@@ -16,8 +16,9 @@ See python/README.md.
 """
 from . import ops
 from ._headrace import CancelledError, ConfigError, Error, Tensor, make_sample
+from .batch import Batch
 from .doctor import doctor
-from .loader import Batch, Loader, default_rank_and_world_size
+from .loader import Loader, default_rank_and_world_size
 from .pipeline import Pipeline
 
 __all__ = ["Batch", "CancelledError", "ConfigError", "Error", "Loader", "Pipeline", "Tensor",

@@ -1,6 +1,6 @@
 """headrace.doctor: which stage limits the trainer, of what kind, and what to change.
 
-The Python side of ``headrace doctor`` (src/headrace/pipeline/doctor.h), for pipelines the
+The Python side of ``headrace doctor`` (src/headrace/observe/doctor.h), for pipelines the
 command line cannot run: those with Python operators (``headrace.ops.map``)."""
 import json
 import os

@@ -8,6 +8,7 @@ from typing import Any, Iterable, List, Mapping, Optional, Sequence, Union
 
 from . import _headrace
 from . import ops as _ops
+from .batch import _BatchCall
 
 Overrides = Union[None, Sequence[str], Mapping[str, Any]]
 
@@ -121,7 +122,6 @@ class Pipeline:
             _headrace._insert_map_op(spec, position, op.name, list(op.outputs), fn,
                                      meter_gil=op.processes == 0)
         if self._batch_ops:
-            from .loader import _BatchCall  # loader imports this module
             for op in self._batch_ops:
                 _headrace._add_batch_op(spec, op.name, _BatchCall(op.fn))
         spec.validate()

@@ -26,8 +26,8 @@
 #include "headrace/exec/error_budget.h"
 #include "headrace/observe/metrics_server.h"
 #include "headrace/observe/prometheus.h"
-#include "headrace/pipeline/doctor.h"
-#include "headrace/pipeline/report.h"
+#include "headrace/observe/doctor.h"
+#include "headrace/observe/report.h"
 
 namespace headrace::python {
 namespace {

@@ -3,9 +3,9 @@
 
 #include <optional>
 
-#include "../../tools/make_sample.h"
-#include "../../tools/make_sample_speech.h"
 #include "common.h"
+#include "make_sample/make_sample.h"
+#include "make_sample/make_sample_speech.h"
 
 namespace headrace::python {
 

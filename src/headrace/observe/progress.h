@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <string>
 
-#include "headrace/pipeline/report.h"
+#include "headrace/observe/report.h"
 
 namespace headrace {
 

@@ -10,7 +10,7 @@
 #include <map>
 #include <string>
 
-#include "headrace/pipeline/report.h"
+#include "headrace/observe/report.h"
 
 namespace headrace {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "headrace/pipeline/loader.h"
-#include "headrace/pipeline/report.h"
+#include "headrace/observe/report.h"
 
 namespace headrace {
 

@@ -27,7 +27,7 @@
 #include "headrace/core/rng.h"
 #include "headrace/core/sample.h"
 #include "headrace/core/status.h"
-#include "headrace/ops/image/image.h"
+#include "headrace/ops/image_view.h"
 #include "headrace/ops/value.h"
 
 namespace headrace {

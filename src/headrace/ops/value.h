@@ -17,7 +17,7 @@
 #include <variant>
 
 #include "headrace/core/sample.h"
-#include "headrace/ops/image/image.h"
+#include "headrace/ops/image_view.h"
 
 namespace headrace {
 

@@ -18,7 +18,7 @@
 
 #include "headrace/core/sample.h"
 #include "headrace/core/status.h"
-#include "headrace/ops/image/image.h"
+#include "headrace/ops/image_view.h"
 #include "headrace/ops/op.h"
 #include "headrace/ops/op_plan.h"
 #include "headrace/ops/schema.h"

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "headrace/core/clock.h"
-#include "headrace/pipeline/report.h"
+#include "headrace/observe/report.h"
 
 namespace headrace {
 

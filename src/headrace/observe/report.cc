@@ -1,4 +1,4 @@
-#include "headrace/pipeline/report.h"
+#include "headrace/observe/report.h"
 
 #include <algorithm>
 #include <simdjson.h>

@@ -1,4 +1,4 @@
-#include "headrace/pipeline/doctor.h"
+#include "headrace/observe/doctor.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "make_sample_ocr.h"
+#include "make_sample/make_sample_ocr.h"
 
 #include <png.h>
 

@@ -1,4 +1,4 @@
-#include "make_sample_ocr.h"
+#include "make_sample/make_sample_ocr.h"
 
 #include <gtest/gtest.h>
 #include <png.h>
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "make_sample.h"
+#include "make_sample/make_sample.h"
 #include "test_files.h"
 
 namespace headrace {

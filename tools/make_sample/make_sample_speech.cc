@@ -1,4 +1,4 @@
-#include "make_sample_speech.h"
+#include "make_sample/make_sample_speech.h"
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -13,7 +13,7 @@
 #include <memory>
 #include <vector>
 
-#include "make_sample_ocr.h"
+#include "make_sample/make_sample_ocr.h"
 
 extern char** environ;
 

@@ -1,4 +1,4 @@
-#include "make_sample.h"
+#include "make_sample/make_sample.h"
 #include "test_files.h"
 
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "make_sample_speech.h"
+#include "make_sample/make_sample_speech.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "headrace/ops/audio/decode.h"
-#include "make_sample.h"
-#include "make_sample_ocr.h"
+#include "make_sample/make_sample.h"
+#include "make_sample/make_sample_ocr.h"
 #include "test_files.h"
 
 namespace headrace {

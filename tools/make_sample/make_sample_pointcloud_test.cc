@@ -10,7 +10,7 @@
 
 #include "headrace/core/rng.h"
 #include "headrace/ops/pointcloud/read.h"
-#include "make_sample.h"
+#include "make_sample/make_sample.h"
 #include "test_files.h"
 
 namespace headrace {

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "headrace/core/rng.h"
-#include "make_sample.h"
+#include "make_sample/make_sample.h"
 
 namespace headrace {
 

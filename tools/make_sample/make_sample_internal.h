@@ -1,0 +1,188 @@
+// make-sample's parts, internal to make_sample/ (the API is make_sample.h): what a
+// picture holds (make_sample_scene.cc), drawing it (make_sample_draw.cc), the questions
+// about it (make_sample_questions.cc), the files written (make_sample_writers.cc) and
+// the tokenizer trained on the conversations (make_sample_tokenizer.cc); MakeSample
+// (make_sample.cc) runs them per sample on its threads.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "headrace/core/status.h"
+#include "make_sample/make_sample.h"
+
+namespace headrace::make_sample_detail {
+
+namespace fs = std::filesystem;
+
+// --- what a picture holds (make_sample_scene.cc) ----------------------------------------
+
+struct Rgb {
+  float r = 0, g = 0, b = 0;
+};
+
+inline Rgb Lerp(Rgb a, Rgb b, float t) {
+  return {a.r + (b.r - a.r) * t, a.g + (b.g - a.g) * t, a.b + (b.b - a.b) * t};
+}
+
+struct NamedColour {
+  std::string_view name;
+  Rgb rgb;
+};
+
+inline constexpr std::array<NamedColour, 11> kColours = {{
+    {"red", {200, 38, 34}},
+    {"blue", {34, 78, 196}},
+    {"green", {42, 150, 62}},
+    {"yellow", {238, 206, 42}},
+    {"orange", {240, 128, 30}},
+    {"purple", {124, 58, 160}},
+    {"pink", {236, 122, 172}},
+    {"white", {238, 238, 232}},
+    {"black", {28, 28, 32}},
+    {"brown", {120, 74, 40}},
+    {"grey", {128, 128, 132}},
+}};
+
+// What an object looks like; each shape has its own nouns.
+enum class Shape {
+  kCircle,    // a disc with spherical shading
+  kBox,       // an axis-aligned rounded rectangle
+  kTriangle,  // an isosceles triangle pointing up
+  kBus,       // a long rounded body with a row of windows and two wheels
+};
+
+// Where the picture was "taken".
+enum class Backdrop {
+  kField,   // sky over grass
+  kBeach,   // sky over sand
+  kStreet,  // sky over asphalt
+  kRoom,    // a painted wall over a wooden floor
+  kStudio,  // one smooth grey gradient
+};
+
+// The sky above an outdoor backdrop.
+enum class Sky {
+  kClear,   // blue, lighter towards the horizon
+  kCloudy,  // grey with white clouds
+  kSunset,  // dark blue over orange
+};
+
+struct Object {
+  Shape shape = Shape::kCircle;
+  int colour = 0;  // index into kColours
+  std::string_view noun;
+  Rgb rgb;               // the colour as drawn (jittered around the named one)
+  float cx = 0, cy = 0;  // centre, pixels
+  float hw = 0, hh = 0;  // half extents of the body, pixels
+  int windows = 0;       // kBus only
+  float area() const { return shape == Shape::kTriangle ? 2 * hw * hh : 4 * hw * hh; }
+};
+
+struct Scene {
+  int width = 0;
+  int height = 0;
+  Backdrop backdrop = Backdrop::kField;
+  Sky sky = Sky::kClear;
+  int wall = 0;       // kRoom: index into kWalls
+  float horizon = 0;  // y where the upper part (sky, wall) meets the lower part
+  Rgb upper_top, upper_bottom, lower_top, lower_bottom;
+  float upper_texture = 0, lower_texture = 0;  // grain amplitude of each part
+  std::vector<Object> objects;                 // objects[0] is the one drawn first
+};
+
+struct Wall {
+  std::string_view name;
+  Rgb rgb;
+};
+inline constexpr std::array<Wall, 4> kWalls = {{{"beige", {214, 198, 168}},
+                                         {"light grey", {200, 200, 198}},
+                                         {"pale green", {190, 210, 178}},
+                                         {"pale blue", {188, 204, 222}}}};
+
+// The scene of sample key `key`: backdrop, sky, exposure and 1 to 5 objects placed without
+// overlap. `fixed_width` x `fixed_height` (both > 0) replaces the drawn size; the draws
+// still happen, so the scenes stay the same.
+Scene MakeScene(uint64_t key, int fixed_width, int fixed_height);
+
+// --- drawing (make_sample_draw.cc) ------------------------------------------------------
+
+// Per-thread memory reused from one image to the next.
+struct Canvas {
+  std::vector<uint8_t> pixels;  // RGB, width * 3 per row
+  std::vector<float> lattice;   // (gw x gh x 3) colour offsets at lattice nodes
+  std::vector<float> row;       // width * 3 float colour of the row being drawn
+  std::vector<float> grain;     // width: grain amplitude per pixel
+  std::vector<float> lattice_row;
+  std::vector<float> tile_a, tile_b;
+};
+
+// Draws the scene into c.pixels (RGB, tightly packed).
+void Draw(const Scene& s, uint64_t key, Canvas& c);
+
+// --- conversations (make_sample_questions.cc) -------------------------------------------
+
+struct QA {
+  std::string question;
+  std::string answer;
+};
+
+// 1 to 3 questions about the scene with their answers; the first starts with "<image>\n".
+std::vector<QA> MakeConversation(const Scene& s, uint64_t key);
+
+// --- files (make_sample_writers.cc) -----------------------------------------------------
+
+// The sample's manifest line (with its '\n'); empty paths are left out.
+std::string ManifestLine(const std::string& id, const std::string& image,
+                         const std::vector<QA>& conversation, const std::string& video = "",
+                         const std::string& audio = "", const std::string& ocr_image = "",
+                         const std::vector<std::string>& ocr_lines = {},
+                         const std::string& pointcloud = "", const std::string& pointcloud_pcd = "",
+                         const std::string& speech = "", const std::string& speech_text = "");
+
+Status WriteFile(const fs::path& path, const void* data, size_t size);
+
+struct TjDeleter {
+  void operator()(void* handle) const;
+};
+struct TjFree {
+  void operator()(unsigned char* buffer) const;
+};
+
+// One worker's reusable state: the canvas and the JPEG encoder with its output buffer.
+class ImageWriter {
+ public:
+  Status Init();
+
+  // Draws `scene` and writes it as a q90 4:2:0 JPEG; returns the file size.
+  Result<int64_t> Write(const Scene& scene, uint64_t key, const fs::path& path);
+
+ private:
+  std::unique_ptr<void, TjDeleter> handle_;
+  std::unique_ptr<unsigned char, TjFree> jpeg_;
+  unsigned long capacity_ = 0;
+  Canvas canvas_;
+};
+
+// The sample's clip: its scene drawn small once, then panned 3 px a frame (wrapping), so
+// that consecutive frames differ and a decoder's frame choice shows.
+Result<int64_t> WriteClip(uint64_t scene_key, uint64_t key, const fs::path& path);
+
+// Sample i's audio: 1.5 s of a tone at AudioToneHz(i), 16 kHz mono, faded in and out
+// over 50 ms.
+Result<int64_t> WriteTone(int64_t i, const fs::path& path);
+
+// --- the tokenizer (make_sample_tokenizer.cc) -------------------------------------------
+
+// Trains the tokenizer on the conversations' text (TrainChatTokenizer) and writes
+// tokenizer.model and tokenizer.vocab into options.out_dir.
+Status TrainTokenizer(const std::vector<std::vector<QA>>& conversations,
+                      const MakeSampleOptions& options);
+
+}  // namespace headrace::make_sample_detail
