@@ -1,11 +1,12 @@
 // RecordStore: a dataset's records by index, however the source keeps them.
 //
 // The engine asks for each sample's record once, when its batch starts, and keeps it
-// for the batch's life. A store either holds every record parsed (VectorRecords: fast,
-// and the only form of a shard, Parquet or materialized source) or keeps something
-// smaller and builds the record on request (formats/manifest_lines.h: a JSONL
-// manifest's lines, parsed when a sample reaches them), so that a process's memory
-// does not grow with the parsed dataset.
+// for the batch's life. A store either holds every record parsed (VectorRecords: fast;
+// a parsed manifest's and a materialization's form) or keeps something smaller and
+// builds the record on request (formats/manifest_lines.h: a JSONL manifest's lines;
+// shard_records.h, parquet_records.h: a shard's or a row's place), so that a process's
+// memory does not grow with the parsed dataset. Each source (formats/source.h) owns its
+// store.
 #pragma once
 
 #include <cstddef>

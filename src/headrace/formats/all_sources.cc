@@ -16,7 +16,7 @@ struct SourceKind {
   OpenFn open;
 };
 
-// Config validation (pipeline/config.cc) makes exactly one of these keys set; the
+// Config validation (pipeline/config_validate.cc) makes exactly one of these keys set; the
 // manifest is the kind of a spec that sets none of the others.
 constexpr SourceKind kSourceKinds[] = {
     {&SourceSpec::materialized, OpenMaterializedSource},
