@@ -36,8 +36,9 @@ struct ChatTemplateLimits {
   // Nested expressions and blocks when parsing (100k nested parentheses overflowed the
   // stack; transformers' Jinja stops near 100).
   size_t max_parse_depth = 256;
-  // Nested evaluations and renderings (macro recursion), and nesting of a value.
-  size_t max_depth = 1000;
+  // Nested evaluations and renderings (macro recursion: ~3 a level), and nesting of a
+  // value. 500 fit in 1 MiB of stack (2 MiB under ASan); engine threads have 8.
+  size_t max_depth = 500;
   // Evaluations and renderings in one render: a loop's iterations each cost a few.
   size_t max_steps = 1'000'000;
   // A rendering longer than this is cut here (at a UTF-8 character): text past it could
