@@ -99,6 +99,9 @@ inline const std::vector<HostileTemplate>& HostileChatTemplates() {
          "{% set ns = namespace(l=none) %}{% for x in [[1]] recursive %}{% set ns.l = loop %}"
          "{% endfor %}{{ ns.l([[2]]) }}",
          "after its loop ended", true, "SIGSEGV (a dead stack frame)"},
+        {"loop_over_a_long_string",
+         "{% set s = 'x' * 1000000 %}{% for c in s %}{% endfor %}{% for c in s %}{% endfor %}",
+         "steps", true, "a value per character before the body ran (5 GB at 64 MiB)"},
         {"output_1gb",
          "{% set r = range(1000) %}{% for i in r %}{% for j in r %}{{ 'x' * 1000 }}{% endfor %}"
          "{% endfor %}",

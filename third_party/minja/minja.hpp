@@ -92,6 +92,14 @@ public:
     BudgetScope & operator=(const BudgetScope &) = delete;
 };
 
+// One step that is not a call: an item a loop visits.
+inline void budget_step() {
+    auto * b = thread_budget();
+    if (b && b->limits.max_steps && ++b->steps > b->limits.max_steps) {
+        throw LimitError("the template takes more than " + std::to_string(b->limits.max_steps) + " steps");
+    }
+}
+
 // One nested evaluate/render call, and one step.
 class BudgetFrame {
     RenderBudget * budget_;
@@ -438,20 +446,25 @@ public:
     return false;
   }
 
+  // headrace: each item visited is a step: a loop over a 64 MiB string made 64M values
+  // (~5 GB) before its body ran once.
   void for_each(const std::function<void(Value &)> & callback) const {
     if (is_null())
       throw std::runtime_error("Undefined value or reference");
     if (array_) {
       for (auto& item : *array_) {
+        budget_step();
         callback(item);
       }
     } else if (object_) {
       for (auto & item : *object_) {
+        budget_step();
         Value key(item.first);
         callback(key);
       }
     } else if (is_string()) {
-      for (char c : primitive_.get<std::string>()) {
+      for (char c : primitive_.get_ref<const std::string &>()) {
+        budget_step();
         auto val = Value(std::string(1, c));
         callback(val);
       }

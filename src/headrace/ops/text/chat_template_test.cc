@@ -124,9 +124,22 @@ TEST(ChatTemplateLimits, ValuesTooLargeAreRefusedBeforeTheyAreMade) {
 }
 
 TEST(ChatTemplateLimits, LoopsThatNeverEndAreRefused) {
-  for (const char* name : {"split_empty", "range_step_zero", "range_four_arguments", "loops_1e9"}) {
+  for (const char* name : {"split_empty", "range_step_zero", "range_four_arguments", "loops_1e9",
+                           "loop_over_a_long_string"}) {
     ExpectRefused(Named(name));
   }
+}
+
+TEST(ChatTemplateLimits, ALoopCountsEachItemItVisits) {
+  // With the output limit of a long max_length (64 MiB), a loop over a 60 MB string
+  // made 60M one-character values (~5 GB) before its body ran once: each item is now a
+  // step, so the loop stops at the step limit.
+  ChatTemplateLimits limits;
+  limits.max_output_bytes = size_t{64} << 20;
+  limits.max_steps = 1000;
+  const Status s = RenderStatus("{% set s = 'x' * 60000000 %}{% for c in s %}{% endfor %}",
+                                kThreeTurns, limits);
+  EXPECT_NE(s.message().find("more than 1000 steps"), std::string::npos) << s.ToString();
 }
 
 TEST(ChatTemplateLimits, CyclesAndDeepValuesAreRefused) {
