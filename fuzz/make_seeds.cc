@@ -1,9 +1,10 @@
 // hr_fuzz_seeds OUT_DIR: writes the seed corpus of every fuzz target, one folder each
-// (OUT_DIR/decode, manifest, config, tokenize, hf_tokenize, tar, parquet, pointcloud,
-// video, audio), generated rather than
+// (OUT_DIR/decode, manifest, config, tokenize, hf_tokenize, chat_template, tar, parquet,
+// pointcloud, video, audio), generated rather than
 // checked in: tiny images in every form the decoder handles, manifest lines good and
 // bad, the example config and the canonical YAML of a spec with every op,
-// conversations, small WebDataset shards (whole, truncated) and a shard index, and
+// conversations, chat templates (real ones and every hostile one of
+// hostile_chat_templates.h), small WebDataset shards (whole, truncated) and a shard index, and
 // small Parquet files written by Arrow (whole, truncated), point clouds (KITTI, PCD ascii,
 // binary and binary_compressed, a lying header), short videos (H.264 in MP4 and MKV,
 // MPEG-4 part 2, a truncated MP4) and audio (WAV, FLAC, MP3, Opus, stereo, truncated),
@@ -28,6 +29,7 @@
 #include <tuple>
 #include <vector>
 
+#include "fuzz/hostile_chat_templates.h"
 #include "headrace/formats/tar_shard.h"
 #include "headrace/ops/av/av_encode.h"
 #include "headrace/ops/pointcloud/pointcloud_test_util.h"
@@ -246,6 +248,38 @@ bool HfTokenizeSeeds(const fs::path& dir) {
   return ok;
 }
 
+bool ChatTemplateSeeds(const fs::path& dir) {
+  using namespace std::string_literals;
+  // Templates in the forms models ship: ChatML (Qwen), Llama 3's headers with trim, a
+  // strict one that raises on roles out of order, and one with a macro and a namespace.
+  bool ok = Write(dir / "chatml",
+                  "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+                  "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}");
+  ok &= Write(dir / "llama3",
+              "{{ bos_token }}{% for message in messages %}{% set content = "
+              "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + "
+              "message['content'] | trim + '<|eot_id|>' %}{{ content }}{% endfor %}"
+              "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>"
+              "\n\n{% endif %}");
+  ok &= Write(dir / "strict",
+              "{% for message in messages %}{% if (message['role'] == 'user') != "
+              "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must "
+              "alternate user/assistant') }}{% endif %}{{ message['content'] }}{% endfor %}\0"
+              "\x01a\0\x02b\0\x02c"s);
+  ok &= Write(dir / "macro_namespace",
+              "{% macro turn(m) %}[{{ m.role | upper }}] {{ m.content | replace('a', 'b') }}"
+              "{% endmacro %}{% set ns = namespace(n=0) %}{% for m in messages %}"
+              "{% set ns.n = ns.n + m.content|length %}{{ turn(m) }}{% endfor %}"
+              "{{ ns.n // 2 }} {{ messages | map(attribute='role') | join(',') }}");
+  // The deeply nested ones cut to 16 KiB: still far past the depth limit, and a mutant
+  // then runs in a millisecond, not 60 (the whole 480 KB of nested ifs is tokenized first).
+  for (const HostileTemplate& h : HostileChatTemplates()) {
+    ok &= Write(dir / ("hostile_" + h.name), std::string_view(h.source).substr(0, 16 << 10));
+  }
+  return ok;
+}
+
 bool TarSeeds(const fs::path& dir) {
   const auto add = [](TarWriter& w, const std::string& name, std::string_view data) {
     return w.Add(name, {reinterpret_cast<const uint8_t*>(data.data()), data.size()}).ok();
@@ -431,14 +465,14 @@ int main(int argc, char** argv) {
   }
   const fs::path out = argv[1];
   for (const char* target :
-       {"decode", "manifest", "config", "tokenize", "hf_tokenize", "tar", "parquet",
-        "pointcloud", "video", "audio"}) {
+       {"decode", "manifest", "config", "tokenize", "hf_tokenize", "chat_template", "tar",
+        "parquet", "pointcloud", "video", "audio"}) {
     fs::create_directories(out / target);
   }
   const bool ok = DecodeSeeds(out / "decode") && ManifestSeeds(out / "manifest") &&
                   ConfigSeeds(out / "config", HEADRACE_SOURCE_DIR) &&
                   TokenizeSeeds(out / "tokenize") && HfTokenizeSeeds(out / "hf_tokenize") &&
-                  TarSeeds(out / "tar") &&
+                  ChatTemplateSeeds(out / "chat_template") && TarSeeds(out / "tar") &&
                   ParquetSeeds(out / "parquet") && PointCloudSeeds(out / "pointcloud") &&
                   VideoSeeds(out / "video") && AudioSeeds(out / "audio");
   return ok ? 0 : 1;

@@ -236,3 +236,67 @@ def test_a_signal_stops_the_run_cleanly_with_a_partial_report(tmp_path, headrace
     assert r["partial"] is True
     assert r["interrupted_by"] == name
     assert r["batches"] >= 1
+
+
+# --- hostile chat templates (issue 26): a configuration error at start, or a sample's ----
+
+def _byte_char(b):
+    """GPT-2's byte-level character for byte b."""
+    printable = lambda x: 0x21 <= x <= 0x7E or 0xA1 <= x <= 0xAC or x >= 0xAE  # noqa: E731
+    if printable(b):
+        return chr(b)
+    return chr(256 + sum(1 for x in range(b) if not printable(x)))
+
+
+def write_byte_tokenizer(path):
+    """A byte-level BPE tokenizer.json with no merges: one token per byte."""
+    vocab = {_byte_char(b): b for b in range(256)}
+    path.write_text(json.dumps({
+        "added_tokens": [], "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False},
+        "post_processor": None,
+        "model": {"type": "BPE", "vocab": vocab, "merges": []}}))
+    return path
+
+
+def tokenize_with_template(tmp_path, sample_dir, template):
+    config = write_config(tmp_path / "p.yaml", sample_dir)
+    tokenizer = write_byte_tokenizer(tmp_path / "tokenizer.json")
+    text = config.read_text().replace(
+        f"text.tokenize: {{model: {sample_dir / 'tokenizer.model'}, max_length: 48}}",
+        f"text.tokenize: {{tokenizer: {tokenizer}, max_length: 48, chat_template: "
+        f"{json.dumps(template)}}}")
+    assert "chat_template" in text
+    config.write_text(text)
+    return config
+
+
+@pytest.mark.parametrize("template, mentions", [
+    ("{{ 1 // 0 }}", "division or modulo by zero"),  # was SIGFPE
+    ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "nests deeper"),  # SIGSEGV
+    ("{{ " + "(" * 100000 + "1" + ")" * 100000 + " }}", "nests deeper"),  # SIGSEGV after 90 s
+    ("{% for i in range(10**9) %}{% endfor %}", "range would make a value"),  # RSS > 8 GiB
+])
+def test_a_chat_template_failing_the_probe_conversation_exits_2(tmp_path, headrace_bin,
+                                                                sample_dir, template, mentions):
+    config = tokenize_with_template(tmp_path, sample_dir, template)
+    proc = run_headrace(headrace_bin, "run", config, "--report", tmp_path / "r.json",
+                        check=False, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "text.tokenize.chat_template" in proc.stderr and mentions in proc.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_a_chat_template_failing_on_some_samples_skips_only_those(tmp_path, headrace_bin,
+                                                                  sample_dir):
+    # The probe's user turn ("Hello") has an odd length: it passes; samples whose first
+    # turn has an even length divide by zero, each its own error, and the run goes on.
+    template = ("{% if messages[0]['content']|length % 2 == 0 %}{{ 1 // 0 }}{% endif %}"
+                "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}")
+    config = tokenize_with_template(tmp_path, sample_dir, template)
+    report = tmp_path / "r.json"
+    proc = run_headrace(headrace_bin, "run", config, "--report", report,
+                        "--set", "errors.max_error_rate=1.0", timeout=300)
+    r = read_report(report)
+    assert r["errors"]["total"] > 0 and r["samples"] > 0, proc.stderr
+    assert "division or modulo by zero" in proc.stderr

@@ -3,6 +3,7 @@ runs, the progress line) and `headrace report --plot`, through the real binary."
 import re
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 
@@ -117,3 +118,71 @@ def test_report_plot_draws_the_run_as_svg_and_html(tmp_path, headrace_bin, sampl
     proc = run_headrace(headrace_bin, "report", tmp_path / "not-a-report.json", "--plot",
                         tmp_path / "x.svg", check=False)
     assert proc.returncode == 2 and "not a run report" in proc.stderr
+
+
+def test_a_slow_metrics_client_does_not_keep_a_finished_run_alive(tmp_path, headrace_bin,
+                                                                   sample_dir):
+    # Issue 26: a client sending a byte every 2 s kept `headrace run` from ever exiting
+    # after its report was written (stopping the endpoint waited for it). Here two such
+    # clients trickle until the process is gone; it must exit on its own.
+    config = write_config(tmp_path / "p.yaml", sample_dir)
+    report = tmp_path / "r.json"
+    proc = subprocess.Popen(
+        [str(headrace_bin), "run", str(config), "--report", str(report), "--quiet",
+         "--metrics-port", "127.0.0.1:0", "--set", "trainer.step_ms=20"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    slow = []
+    done = threading.Event()
+    try:
+        line = proc.stderr.readline()
+        m = re.match(r"headrace: metrics at http://127\.0\.0\.1:(\d+)/metrics$", line.strip())
+        assert m, line
+        for _ in range(2):
+            s = socket.create_connection(("127.0.0.1", int(m.group(1))), timeout=30)
+            s.sendall(b"GET /metrics HTTP/1.1\r\nX-Slow: ")
+            slow.append(s)
+
+        def trickle():  # the attacker's pace, not an ordering
+            while not done.wait(0.5):
+                for s in slow:
+                    try:
+                        s.sendall(b"x")
+                    except OSError:
+                        pass
+
+        threading.Thread(target=trickle, daemon=True).start()
+        try:
+            _, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("headrace run did not exit while a metrics client trickled")
+    finally:
+        done.set()
+        proc.kill()
+        for s in slow:
+            s.close()
+    assert proc.returncode == 0, err
+    assert read_report(report)["samples"] > 0
+
+
+def test_a_bare_metrics_port_listens_on_loopback_only(tmp_path, headrace_bin, sample_dir):
+    config = write_config(tmp_path / "p.yaml", sample_dir)
+    proc = subprocess.Popen(
+        [str(headrace_bin), "run", str(config), "--quiet", "--metrics-port", "0",
+         "--set", "epochs=4", "--set", "trainer.step_ms=50"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        m = re.match(r"headrace: metrics at http://127\.0\.0\.1:(\d+)/metrics$", line.strip())
+        assert m, line
+        port = int(m.group(1))
+        # Bound to 127.0.0.1 itself, not to every interface: /proc/net/tcp lists the
+        # listening socket (state 0A) with its local address.
+        listening = [l.split()[1] for l in open("/proc/net/tcp").read().splitlines()[1:]
+                     if l.split()[3] == "0A"]
+        assert f"0100007F:{port:04X}" in listening, listening
+        assert f"00000000:{port:04X}" not in listening
+        assert scrape_value(f"http://127.0.0.1:{port}/metrics", "headrace_samples_total") >= 0
+        proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0

@@ -20,7 +20,8 @@ commands:
              [--digests] [--max-batches N] [--print-config] [--quiet]
              [--metrics-port [HOST:]PORT] [--progress SECONDS]
       run a pipeline against a simulated trainer (trainer.step_ms per batch) and report;
-      --metrics-port: a Prometheus endpoint at /metrics while it runs; progress: a live
+      --metrics-port: a Prometheus endpoint at /metrics while it runs (PORT: on
+      127.0.0.1; 0.0.0.0:PORT for every interface); progress: a live
       line on a terminal, else a line every --progress seconds (30; 0: none)
   report REPORT.json --plot OUT.svg|OUT.html
       a picture of a run report: stage utilization and the trainer's wait over time

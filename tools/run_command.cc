@@ -22,8 +22,6 @@ namespace {
 // Off a terminal, a progress line this often by default: a long job's log shows it is
 // alive without the line drowning it (one line per 30 s is 2,880 a day).
 constexpr double kDefaultProgressPeriodS = 30;
-// --metrics-port PORT listens on every interface: Prometheus scrapes from another machine.
-constexpr const char* kDefaultMetricsHost = "0.0.0.0";
 
 }  // namespace
 

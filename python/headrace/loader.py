@@ -25,13 +25,13 @@ def _close_all() -> None:
 
 def _listen_address(value: Union[int, str]) -> Tuple[str, int]:
     """``metrics_port``'s value as (host, port): ``N`` or ``"HOST:N"``, N in 0..65535
-    (0: any free port); the host defaults to every interface."""
+    (0: any free port); the host defaults to 127.0.0.1 (this machine only)."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise _headrace.ConfigError(
             f"metrics_port: {value!r}: expected PORT or 'HOST:PORT' with PORT 0..65535 "
             "(0: any free port)")
     try:  # the rule `headrace run --metrics-port` applies (observe/metrics_server.h)
-        return _headrace._parse_listen_address(str(value), "0.0.0.0")
+        return _headrace._parse_listen_address(str(value), "127.0.0.1")
     except _headrace.ConfigError as e:
         raise _headrace.ConfigError(f"metrics_port: {e}") from None
 
@@ -112,8 +112,9 @@ class Loader:
     ``http://HOST:N/metrics`` (``metrics_url``) while the loader lives: per-stage counters
     and busy/starved/blocked seconds, read and operator latency histograms, memory
     against the budget, samples and errors by kind, the wait-time ratio. ``0`` picks a
-    free port; ``"127.0.0.1:N"`` listens on one address only (default: every
-    interface). Every series carries ``rank`` and ``node`` labels, plus
+    free port. ``N`` listens on 127.0.0.1 only (this machine); for a Prometheus on
+    another machine name the address: ``"0.0.0.0:N"`` (every interface) or
+    ``"HOST:N"``. Every series carries ``rank`` and ``node`` labels, plus
     ``metrics_labels``. A new engine (a resume, ``set_epoch``) restarts the counters,
     which Prometheus' ``rate()`` treats as a counter reset.
     """

@@ -2,7 +2,11 @@
 values move with the batches consumed; bad ports fail before any work."""
 import re
 import socket
+import subprocess
+import sys
+import threading
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +80,58 @@ def test_a_port_in_use_or_a_bad_value_fails_before_any_work(make_pipeline):
             headrace.Loader(make_pipeline(), metrics_port=bad)
     with pytest.raises(headrace.ConfigError, match="metrics_labels"):
         headrace.Loader(make_pipeline(), metrics_port=0, metrics_labels={"bad-name": "x"})
+
+
+def test_a_bare_port_listens_on_loopback(make_pipeline):
+    loader = headrace.Loader(make_pipeline(), metrics_port=0)
+    try:
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/metrics", loader.metrics_url)
+    finally:
+        loader.close_metrics()
+
+
+def test_a_trickling_client_does_not_keep_the_process_alive(py_sample, tmp_path):
+    # Issue 26: a client sending a byte every 2 s kept a Python process that used
+    # Loader(metrics_port=...) from ever exiting (closing the endpoint at exit waited for
+    # it). The child prints its port, waits for the client to connect, then ends.
+    script = tmp_path / "child.py"
+    script.write_text(f"""
+import sys
+from pathlib import Path
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from conftest import small_pipeline
+import headrace
+loader = headrace.Loader(small_pipeline(Path({str(py_sample)!r})), metrics_port="127.0.0.1:0")
+for batch in loader:
+    break
+print(loader.metrics_url.rsplit(":", 1)[1].split("/")[0], flush=True)
+sys.stdin.readline()  # the client is connected and trickling
+""")
+    child = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    done = threading.Event()
+    client = None
+    try:
+        port = int(child.stdout.readline())
+        client = socket.create_connection(("127.0.0.1", port), timeout=30)
+        client.sendall(b"GET /metrics HTTP/1.1\r\nX-Slow: ")
+
+        def trickle():  # the attacker's pace, not an ordering
+            while not done.wait(0.5):
+                try:
+                    client.sendall(b"x")
+                except OSError:
+                    return
+
+        threading.Thread(target=trickle, daemon=True).start()
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        try:
+            assert child.wait(timeout=120) == 0
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the process did not exit while a metrics client trickled")
+    finally:
+        done.set()
+        child.kill()
+        if client is not None:
+            client.close()

@@ -23,6 +23,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
@@ -41,9 +42,130 @@ struct Options {
     bool trim_blocks;  // removes the first newline after a block
     bool lstrip_blocks;  // removes leading whitespace on the line of the block
     bool keep_trailing_newline;  // don't remove last newline
+    size_t max_parse_depth = 0;  // headrace: nested expressions and blocks; 0: no limit
 };
 
 struct ArgumentsValue;
+
+// headrace patch (third_party/README.md): bounds for rendering untrusted templates.
+// A renderer installs a RenderBudget for its thread (BudgetScope) around one render;
+// without one nothing is limited, as upstream. A limit reached throws LimitError, which
+// passes through the location-adding rethrows unchanged (so its message stays short),
+// or OutputFull when the top-level output is full (the renderer keeps what it has).
+struct RenderLimits {
+    size_t max_depth = 0;         // nested evaluate/render calls, and nesting of a value
+    size_t max_steps = 0;         // evaluate/render calls in one render
+    size_t max_output_bytes = 0;  // the top-level output; past it OutputFull
+    size_t max_value_bytes = 0;   // one value a template makes (strings' bytes, 16 an item)
+    size_t max_made_bytes = 0;    // all values made in one render, summed
+};
+
+class LimitError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+class OutputFull : public std::exception {
+public:
+    const char * what() const noexcept override { return "output full"; }
+};
+
+struct RenderBudget {
+    RenderLimits limits;
+    size_t depth = 0;
+    size_t steps = 0;
+    size_t made = 0;
+    const std::ostringstream * top = nullptr;  // the output that is cut, not refused
+};
+
+inline RenderBudget *& thread_budget() {
+    static thread_local RenderBudget * budget = nullptr;
+    return budget;
+}
+
+class BudgetScope {
+    RenderBudget * previous_;
+public:
+    explicit BudgetScope(RenderBudget * budget) : previous_(thread_budget()) { thread_budget() = budget; }
+    ~BudgetScope() { thread_budget() = previous_; }
+    BudgetScope(const BudgetScope &) = delete;
+    BudgetScope & operator=(const BudgetScope &) = delete;
+};
+
+// One step that is not a call: an item a loop visits.
+inline void budget_step() {
+    auto * b = thread_budget();
+    if (b && b->limits.max_steps && ++b->steps > b->limits.max_steps) {
+        throw LimitError("the template takes more than " + std::to_string(b->limits.max_steps) + " steps");
+    }
+}
+
+// One nested evaluate/render call, and one step.
+class BudgetFrame {
+    RenderBudget * budget_;
+public:
+    BudgetFrame() : budget_(thread_budget()) {
+        if (!budget_) return;
+        const auto & l = budget_->limits;
+        if (l.max_steps && ++budget_->steps > l.max_steps) {
+            throw LimitError("the template takes more than " + std::to_string(l.max_steps) + " steps");
+        }
+        if (l.max_depth && budget_->depth + 1 > l.max_depth) {
+            throw LimitError("the template nests deeper than " + std::to_string(l.max_depth) + " calls");
+        }
+        ++budget_->depth;
+    }
+    ~BudgetFrame() { if (budget_) --budget_->depth; }
+    BudgetFrame(const BudgetFrame &) = delete;
+    BudgetFrame & operator=(const BudgetFrame &) = delete;
+};
+
+// A value of `bytes` is about to be made: refuse it before allocating when it would pass
+// max_value_bytes.
+inline void budget_reserve(size_t bytes, const char * what) {
+    auto * b = thread_budget();
+    if (b && b->limits.max_value_bytes && bytes > b->limits.max_value_bytes) {
+        throw LimitError(std::string(what) + " would make a value of " + std::to_string(bytes) +
+                         " bytes, more than the limit of " + std::to_string(b->limits.max_value_bytes));
+    }
+}
+
+// `out` grew: the top-level output is cut when full, any other (a macro's, a block's)
+// is a value and refused past max_value_bytes.
+inline void budget_output(const std::ostringstream & out, size_t extra = 0) {
+    auto * b = thread_budget();
+    if (!b) return;
+    const auto pos = const_cast<std::ostringstream &>(out).tellp();
+    const size_t size = (pos < 0 ? 0 : static_cast<size_t>(pos)) + extra;
+    if (&out == b->top) {
+        if (b->limits.max_output_bytes && size > b->limits.max_output_bytes) throw OutputFull();
+    } else {
+        budget_reserve(size, "the template's output");
+    }
+}
+
+// Checked integer arithmetic: Python's ints do not overflow and its division by zero
+// raises; C++'s would be undefined behaviour or SIGFPE.
+inline void throw_if_overflow(bool overflow) {
+    if (overflow) throw std::runtime_error("integer overflow");
+}
+inline int64_t int_add(int64_t a, int64_t b) { int64_t r; throw_if_overflow(__builtin_add_overflow(a, b, &r)); return r; }
+inline int64_t int_sub(int64_t a, int64_t b) { int64_t r; throw_if_overflow(__builtin_sub_overflow(a, b, &r)); return r; }
+inline int64_t int_mul(int64_t a, int64_t b) { int64_t r; throw_if_overflow(__builtin_mul_overflow(a, b, &r)); return r; }
+inline int64_t int_div(int64_t a, int64_t b) {
+    if (b == 0) throw std::runtime_error("integer division or modulo by zero");
+    if (a == std::numeric_limits<int64_t>::min() && b == -1) throw std::runtime_error("integer overflow");
+    return a / b;
+}
+inline int64_t int_mod(int64_t a, int64_t b) {
+    if (b == 0) throw std::runtime_error("integer division or modulo by zero");
+    if (b == -1) return 0;  // INT64_MIN % -1 traps
+    return a % b;
+}
+inline double float_div(double a, double b) {
+    if (b == 0) throw std::runtime_error("float division by zero");
+    return a / b;
+}
 
 inline std::string normalize_newlines(const std::string & s) {
 #ifdef _WIN32
@@ -98,6 +220,7 @@ private:
   void dump(std::ostringstream & out, int indent = -1, int level = 0, bool to_json = false) const {
     auto print_indent = [&](int level) {
       if (indent > 0) {
+          budget_output(out, 1 + (size_t) level * (size_t) indent);  // headrace
           out << "\n";
           for (int i = 0, n = level * indent; i < n; ++i) out << ' ';
       }
@@ -147,6 +270,36 @@ private:
   }
 
 public:
+  // headrace: the bytes this value holds (strings' bytes, 16 an item, recursively),
+  // counted until past `limit`. LimitError when it nests deeper than `max_depth` or holds
+  // the list or dict `container` (which would make a cycle that no dump ends).
+  size_t deep_size(size_t limit, size_t max_depth, const void * container = nullptr, size_t depth = 0) const {
+    if (max_depth && depth > max_depth) throw LimitError("a value nests deeper than " + std::to_string(max_depth));
+    if (container && (array_.get() == container || object_.get() == container)) {
+      throw LimitError("a list or dict would contain itself");
+    }
+    if (array_) {
+      size_t size = 16;
+      for (const auto & item : *array_) {
+        if (limit && size > limit) break;
+        size += 16 + item.deep_size(limit, max_depth, container, depth + 1);
+      }
+      return size;
+    }
+    if (object_) {
+      size_t size = 16;
+      for (const auto & [key, item] : *object_) {
+        if (limit && size > limit) break;
+        size += 16 + (key.is_string() ? key.get_ref<const std::string &>().size() : 0) +
+                item.deep_size(limit, max_depth, container, depth + 1);
+      }
+      return size;
+    }
+    if (primitive_.is_string()) return primitive_.get_ref<const std::string &>().size();
+    return 0;
+  }
+  const void * identity() const { return array_ ? (const void *) array_.get() : (const void *) object_.get(); }
+
   Value() {}
   Value(const bool& v) : primitive_(v) {}
   Value(const int64_t & v) : primitive_(v) {}
@@ -293,20 +446,25 @@ public:
     return false;
   }
 
+  // headrace: each item visited is a step: a loop over a 64 MiB string made 64M values
+  // (~5 GB) before its body ran once.
   void for_each(const std::function<void(Value &)> & callback) const {
     if (is_null())
       throw std::runtime_error("Undefined value or reference");
     if (array_) {
       for (auto& item : *array_) {
+        budget_step();
         callback(item);
       }
     } else if (object_) {
       for (auto & item : *object_) {
+        budget_step();
         Value key(item.first);
         callback(key);
       }
     } else if (is_string()) {
-      for (char c : primitive_.get<std::string>()) {
+      for (char c : primitive_.get_ref<const std::string &>()) {
+        budget_step();
         auto val = Value(std::string(1, c));
         callback(val);
       }
@@ -453,7 +611,7 @@ public:
 
   Value operator-() const {
       if (is_number_integer())
-        return -get<int64_t>();
+        return int_sub(0, get<int64_t>());
       else
         return -get<double>();
   }
@@ -469,8 +627,9 @@ public:
       if (is_string() || rhs.is_string()) {
         return to_str() + rhs.to_str();
       } else if (is_number_integer() && rhs.is_number_integer()) {
-        return get<int64_t>() + rhs.get<int64_t>();
+        return int_add(get<int64_t>(), rhs.get<int64_t>());
       } else if (is_array() && rhs.is_array()) {
+        budget_reserve(16 * (array_->size() + rhs.array_->size()), "list +");
         auto res = Value::array();
         for (const auto& item : *array_) res.push_back(item);
         for (const auto& item : *rhs.array_) res.push_back(item);
@@ -481,33 +640,57 @@ public:
   }
   Value operator-(const Value& rhs) const {
       if (is_number_integer() && rhs.is_number_integer())
-        return get<int64_t>() - rhs.get<int64_t>();
+        return int_sub(get<int64_t>(), rhs.get<int64_t>());
       else
         return get<double>() - rhs.get<double>();
   }
   Value operator*(const Value& rhs) const {
       if (is_string() && rhs.is_number_integer()) {
+        const auto s = to_str();
+        const auto n = rhs.get<int64_t>();
+        if (n > 0 && !s.empty()) {
+          if ((uint64_t) n > std::numeric_limits<size_t>::max() / s.size()) budget_reserve(std::numeric_limits<size_t>::max(), "string *");
+          budget_reserve(s.size() * (size_t) n, "string *");
+        }
         std::ostringstream out;
-        for (int64_t i = 0, n = rhs.get<int64_t>(); i < n; ++i) {
-          out << to_str();
+        for (int64_t i = 0; i < n; ++i) {
+          out << s;
         }
         return out.str();
       }
       else if (is_number_integer() && rhs.is_number_integer())
-        return get<int64_t>() * rhs.get<int64_t>();
+        return int_mul(get<int64_t>(), rhs.get<int64_t>());
       else
         return get<double>() * rhs.get<double>();
   }
   Value operator/(const Value& rhs) const {
       if (is_number_integer() && rhs.is_number_integer())
-        return get<int64_t>() / rhs.get<int64_t>();
+        return int_div(get<int64_t>(), rhs.get<int64_t>());
       else
-        return get<double>() / rhs.get<double>();
+        return float_div(get<double>(), rhs.get<double>());
   }
   Value operator%(const Value& rhs) const {
-    return get<int64_t>() % rhs.get<int64_t>();
+    return int_mod(get<int64_t>(), rhs.get<int64_t>());
   }
 };
+
+// headrace: a template made `value` (or attaches it to `container`): refuse it when it
+// is larger or deeper than a value may be, or when it brings the render's values made
+// past max_made_bytes.
+inline void budget_made(const Value & value, const Value * container = nullptr) {
+    auto * b = thread_budget();
+    if (!b) return;
+    const auto & l = b->limits;
+    const size_t size = value.deep_size(l.max_value_bytes, l.max_depth,
+                                        container ? container->identity() : nullptr);
+    if (l.max_value_bytes && size > l.max_value_bytes) {
+        throw LimitError("the template makes a value of more than " + std::to_string(l.max_value_bytes) + " bytes");
+    }
+    b->made += size;
+    if (l.max_made_bytes && b->made > l.max_made_bytes) {
+        throw LimitError("the template makes more than " + std::to_string(l.max_made_bytes) + " bytes of values");
+    }
+}
 
 struct ArgumentsValue {
   std::vector<Value> args;
@@ -592,7 +775,9 @@ static std::string error_location_suffix(const std::string & source, size_t pos)
       start = std::find(start, source.end(), '\n') + 1;
     }
     auto end = std::find(start, source.end(), '\n');
-    return std::string(start, end);
+    // headrace: at most 160 characters of a line (a one-line template of 200 KB made
+    // every error that long).
+    return std::string(start, std::min(end, start + std::min<std::ptrdiff_t>(160, end - start)));
   };
   auto start = source.begin();
   auto end = source.end();
@@ -604,7 +789,7 @@ static std::string error_location_suffix(const std::string & source, size_t pos)
   out << " at row " << line << ", column " << col << ":\n";
   if (line > 1) out << get_line(line - 1) << "\n";
   out << get_line(line) << "\n";
-  out << std::string(col - 1, ' ') << "^\n";
+  if (col <= 160) out << std::string(col - 1, ' ') << "^\n";
   if (line < max_line) out << get_line(line + 1) << "\n";
 
   return out.str();
@@ -662,13 +847,24 @@ public:
     Expression(const Location & location) : location(location) {}
     virtual ~Expression() = default;
 
+    // headrace: false where evaluating makes no value (a name, a literal).
+    virtual bool makes_value() const { return true; }
+
     Value evaluate(const std::shared_ptr<Context> & context) const {
+        BudgetFrame frame;  // headrace
         try {
-            return do_evaluate(context);
+            auto result = do_evaluate(context);
+            if (makes_value()) budget_made(result);
+            return result;
+        } catch (const LimitError &) {
+            throw;
+        } catch (const OutputFull &) {
+            throw;
         } catch (const std::exception & e) {
             std::ostringstream out;
             out << e.what();
-            if (location.source) out << error_location_suffix(*location.source, location.pos);
+            // headrace: the innermost locations only (each costs a scan of the source).
+            if (location.source && std::string_view(e.what()).size() < 4096) out << error_location_suffix(*location.source, location.pos);
             throw std::runtime_error(out.str());
         }
     }
@@ -677,6 +873,7 @@ public:
 class VariableExpr : public Expression {
     std::string name;
 public:
+    bool makes_value() const override { return false; }  // headrace
     VariableExpr(const Location & loc, const std::string& n)
       : Expression(loc), name(n) {}
     std::string get_name() const { return name; }
@@ -867,18 +1064,24 @@ protected:
 public:
     TemplateNode(const Location & location) : location_(location) {}
     void render(std::ostringstream & out, const std::shared_ptr<Context> & context) const {
+        BudgetFrame frame;  // headrace
         try {
             do_render(out, context);
+            budget_output(out);
+        } catch (const LimitError &) {
+            throw;
+        } catch (const OutputFull &) {
+            throw;
         } catch (const LoopControlException & e) {
             // TODO: make stack creation lazy. Only needed if it was thrown outside of a loop.
             std::ostringstream err;
             err << e.what();
-            if (location_.source) err << error_location_suffix(*location_.source, location_.pos);
+            if (location_.source && std::string_view(e.what()).size() < 4096) err << error_location_suffix(*location_.source, location_.pos);  // headrace
             throw LoopControlException(err.str(), e.control_type);
         } catch (const std::exception & e) {
             std::ostringstream err;
             err << e.what();
-            if (location_.source) err << error_location_suffix(*location_.source, location_.pos);
+            if (location_.source && std::string_view(e.what()).size() < 4096) err << error_location_suffix(*location_.source, location_.pos);  // headrace
             throw std::runtime_error(err.str());
         }
     }
@@ -997,13 +1200,16 @@ public:
               auto loop = recursive ? Value::callable(loop_function) : Value::object();
               loop.set("length", (int64_t) filtered_items.size());
 
-              size_t cycle_index = 0;
-              loop.set("cycle", Value::callable([&](const std::shared_ptr<Context> &, ArgumentsValue & args) {
+              // headrace: the index is owned by the callable (it was a reference to this
+              // frame: `loop.cycle` kept past the loop read a dead stack), and taken modulo
+              // this call's arguments (a call with fewer read past them).
+              auto cycle_index = std::make_shared<size_t>(0);
+              loop.set("cycle", Value::callable([cycle_index](const std::shared_ptr<Context> &, ArgumentsValue & args) {
                   if (args.args.empty() || !args.kwargs.empty()) {
                       throw std::runtime_error("cycle() expects at least 1 positional argument and no named arg");
                   }
-                  auto item = args.args[cycle_index];
-                  cycle_index = (cycle_index + 1) % args.args.size();
+                  auto item = args.args[*cycle_index % args.args.size()];
+                  *cycle_index = (*cycle_index + 1) % args.args.size();
                   return item;
               }));
               auto loop_context = Context::make(Value::object(), context);
@@ -1030,8 +1236,16 @@ public:
           }
       };
 
+      // headrace: `loop` of a recursive for refers to this frame; kept past the loop and
+      // called, it ran on a dead stack. It now fails once the loop has ended.
+      auto alive = std::make_shared<bool>(true);
+      struct EndOfLoop {
+          std::shared_ptr<bool> alive;
+          ~EndOfLoop() { *alive = false; }
+      } end_of_loop{alive};
       if (recursive) {
-        loop_function = [&](const std::shared_ptr<Context> &, ArgumentsValue & args) {
+        loop_function = [&, alive](const std::shared_ptr<Context> &, ArgumentsValue & args) {
+            if (!*alive) throw std::runtime_error("loop() called after its loop ended");
             if (args.args.size() != 1 || !args.kwargs.empty() || !args.args[0].is_array()) {
                 throw std::runtime_error("loop() expects exactly 1 positional iterable argument");
             }
@@ -1063,7 +1277,12 @@ public:
     void do_render(std::ostringstream &, const std::shared_ptr<Context> & macro_context) const override {
         if (!name) throw std::runtime_error("MacroNode.name is null");
         if (!body) throw std::runtime_error("MacroNode.body is null");
-        auto callable = Value::callable([this, macro_context](const std::shared_ptr<Context> & call_context, ArgumentsValue & args) {
+        // headrace: the macro holds its context weakly; the context holds the macro, so a
+        // strong reference was a cycle that leaked every render of a template with a macro.
+        std::weak_ptr<Context> weak_context = macro_context;
+        auto callable = Value::callable([this, weak_context](const std::shared_ptr<Context> & call_context, ArgumentsValue & args) {
+            auto macro_context = weak_context.lock();
+            if (!macro_context) throw std::runtime_error("Macro " + name->get_name() + " called after its scope ended");
             auto execution_context = Context::make(Value::object(), macro_context);
 
             if (call_context->contains("caller")) {
@@ -1137,7 +1356,9 @@ public:
         auto & name = var_names[0];
         auto ns_value = context->get(ns);
         if (!ns_value.is_object()) throw std::runtime_error("Namespace '" + ns + "' is not an object");
-        ns_value.set(name, this->value->evaluate(context));
+        auto value = this->value->evaluate(context);
+        budget_made(value, &ns_value);  // headrace: ns.x = ns would be a cycle
+        ns_value.set(name, value);
       } else {
         auto val = value->evaluate(context);
         destructuring_assign(var_names, context, val);
@@ -1184,6 +1405,7 @@ public:
     LiteralExpr(const Location & loc, const Value& v)
       : Expression(loc), value(v) {}
     Value do_evaluate(const std::shared_ptr<Context> &) const override { return value; }
+    bool makes_value() const override { return false; }  // headrace
 };
 
 class ArrayExpr : public Expression {
@@ -1371,8 +1593,8 @@ public:
               case Op::Mul:       return l * r;
               case Op::Div:       return l / r;
               case Op::MulMul:    return std::pow(l.get<double>(), r.get<double>());
-              case Op::DivDiv:    return l.get<int64_t>() / r.get<int64_t>();
-              case Op::Mod:       return l.get<int64_t>() % r.get<int64_t>();
+              case Op::DivDiv:    return int_div(l.get<int64_t>(), r.get<int64_t>());
+              case Op::Mod:       return int_mod(l.get<int64_t>(), r.get<int64_t>());
               case Op::Eq:        return l == r;
               case Op::Ne:        return l != r;
               case Op::Lt:        return l < r;
@@ -1443,6 +1665,7 @@ static std::string strip(const std::string & s, const std::string & chars = "", 
 }
 
 static std::vector<std::string> split(const std::string & s, const std::string & sep) {
+  if (sep.empty()) throw std::runtime_error("empty separator");  // headrace: it never ended
   std::vector<std::string> result;
   size_t start = 0;
   size_t end = s.find(sep);
@@ -1496,6 +1719,7 @@ public:
         if (obj.is_array()) {
           if (method->get_name() == "append") {
               vargs.expectArgs("append method", {1, 1}, {0, 0});
+              budget_made(vargs.args[0], &obj);  // headrace: x.append(x) would be a cycle
               obj.push_back(vargs.args[0]);
               return Value();
           } else if (method->get_name() == "pop") {
@@ -1505,6 +1729,7 @@ public:
               vargs.expectArgs("insert method", {2, 2}, {0, 0});
               auto index = vargs.args[0].get<int64_t>();
               if (index < 0 || index > (int64_t) obj.size()) throw std::runtime_error("Index out of range for insert method");
+              budget_made(vargs.args[1], &obj);  // headrace
               obj.insert(index, vargs.args[1]);
               return Value();
           }
@@ -1599,13 +1824,28 @@ public:
             auto after = vargs.args[1].get<std::string>();
             auto count = vargs.args.size() == 3 ? vargs.args[2].get<int64_t>()
                                                 : str.length();
+            // headrace: one pass into a new string, checked as it grows (replacing in place
+            // was quadratic), and Python's rule for an empty `before` (it never ended).
+            std::string out;
             size_t start_pos = 0;
-            while ((start_pos = str.find(before, start_pos)) != std::string::npos &&
-                  count-- > 0) {
-              str.replace(start_pos, before.length(), after);
-              start_pos += after.length();
+            if (before.empty()) {
+              if (count < 0) count = (int64_t) str.size() + 1;
+              for (size_t i = 0; i <= str.size(); ++i) {
+                if (count-- > 0) out += after;
+                if (i < str.size()) out += str[i];
+                budget_reserve(out.size(), "replace");
+              }
+              return out;
             }
-            return str;
+            if (count < 0) count = (int64_t) str.length();
+            size_t found;
+            while (count-- > 0 && (found = str.find(before, start_pos)) != std::string::npos) {
+              out.append(str, start_pos, found - start_pos).append(after);
+              start_pos = found + before.length();
+              budget_reserve(out.size(), "replace");
+            }
+            out.append(str, start_pos, std::string::npos);
+            return out;
           }
         }
         throw std::runtime_error("Unknown method: " + method->get_name());
@@ -1641,7 +1881,11 @@ public:
         if (!expr) throw std::runtime_error("CallNode.expr is null");
         if (!body) throw std::runtime_error("CallNode.body is null");
         
-        auto caller = Value::callable([this, context](const std::shared_ptr<Context> &, ArgumentsValue &) -> Value {
+        // headrace: held weakly, as a macro's context (the context holds `caller`).
+        std::weak_ptr<Context> weak_context = context;
+        auto caller = Value::callable([this, weak_context](const std::shared_ptr<Context> &, ArgumentsValue &) -> Value {
+            auto context = weak_context.lock();
+            if (!context) throw std::runtime_error("caller() called after its call block ended");
             return Value(body->render(context));
         });
         
@@ -1706,10 +1950,49 @@ private:
     CharIterator start, end, it;
     Options options;
 
+    // headrace: how deep the parse is now; past options.max_parse_depth a LimitError
+    // (100k nested parentheses overflowed the stack).
+    mutable size_t depth_ = 0;
+    class DepthGuard {
+        const Parser & parser_;
+    public:
+        explicit DepthGuard(const Parser & parser) : parser_(parser) {
+            const size_t limit = parser_.options.max_parse_depth;
+            if (limit && parser_.depth_ + 1 > limit) {
+                throw LimitError("the template nests deeper than " + std::to_string(limit) + " expressions or blocks");
+            }
+            ++parser_.depth_;
+        }
+        ~DepthGuard() { --parser_.depth_; }
+    };
+
     Parser(const std::shared_ptr<std::string>& template_str, const Options & options) : template_str(template_str), options(options) {
       if (!template_str) throw std::runtime_error("Template string is null");
       start = it = this->template_str->begin();
       end = this->template_str->end();
+    }
+
+    static constexpr std::ptrdiff_t kMaxTokenBytes = 1024;  // headrace: see consumeToken
+
+    // headrace: `{#[-~]?(.*?)[-~]?#}` without std::regex (see consumeToken): the groups
+    // comment_tok gave (whole, pre, content, post), or none.
+    std::vector<std::string> consumeComment() {
+        if (std::distance(it, end) < 4 || *it != '{' || *(it + 1) != '#') return {};
+        auto p = it + 2;
+        std::string pre;
+        if (*p == '-' || *p == '~') pre = std::string(1, *p++);
+        static const std::string close = "#}";
+        const auto close_at = std::search(p, end, close.begin(), close.end());
+        if (close_at == end) return {};
+        std::string content(p, close_at);
+        std::string post;
+        if (!content.empty() && (content.back() == '-' || content.back() == '~')) {
+            post = std::string(1, content.back());
+            content.pop_back();
+        }
+        std::vector<std::string> groups = {std::string(it, close_at + 2), pre, content, post};
+        it = close_at + 2;
+        return groups;
     }
 
     bool consumeSpaces(SpaceHandling space_handling = SpaceHandling::Strip) {
@@ -1847,7 +2130,13 @@ private:
         auto start = it;
         consumeSpaces(space_handling);
         std::smatch match;
-        if (std::regex_search(it, end, match, regex) && match.position() == 0) {
+        // headrace: match_continuous, not a search of the whole rest of the template
+        // (that made parsing quadratic: 20k nested ifs ran past 120 s), and within a
+        // window: libstdc++'s regex recurses once per character a repetition takes, so a
+        // 40 KB identifier overflowed the stack. No token is longer (comments are
+        // scanned without a regex).
+        const auto window = std::distance(it, end) > kMaxTokenBytes ? it + kMaxTokenBytes : end;
+        if (std::regex_search(it, window, match, regex, std::regex_constants::match_continuous)) {
             it += match[0].length();
             std::vector<std::string> ret;
             for (size_t i = 0, n = match.size(); i < n; ++i) {
@@ -1862,7 +2151,13 @@ private:
         auto start = it;
         consumeSpaces(space_handling);
         std::smatch match;
-        if (std::regex_search(it, end, match, regex) && match.position() == 0) {
+        // headrace: match_continuous, not a search of the whole rest of the template
+        // (that made parsing quadratic: 20k nested ifs ran past 120 s), and within a
+        // window: libstdc++'s regex recurses once per character a repetition takes, so a
+        // 40 KB identifier overflowed the stack. No token is longer (comments are
+        // scanned without a regex).
+        const auto window = std::distance(it, end) > kMaxTokenBytes ? it + kMaxTokenBytes : end;
+        if (std::regex_search(it, window, match, regex, std::regex_constants::match_continuous)) {
             it += match[0].length();
             return match[0].str();
         }
@@ -1882,6 +2177,7 @@ private:
     }
 
     std::shared_ptr<Expression> parseExpression(bool allow_if_expr = true) {
+        DepthGuard guard(*this);  // headrace
         auto left = parseLogicalOr();
         if (it == end) return left;
 
@@ -1929,6 +2225,7 @@ private:
     }
 
     std::shared_ptr<Expression> parseLogicalNot() {
+        DepthGuard guard(*this);  // headrace
         static std::regex not_tok(R"(not\b)");
         auto location = get_location();
 
@@ -2369,7 +2666,6 @@ private:
     }
 
     TemplateTokenVector tokenize() {
-      static std::regex comment_tok(R"(\{#([-~]?)([\s\S]*?)([-~]?)#\})");
       static std::regex expr_open_regex(R"(\{\{([-~])?)");
       static std::regex block_open_regex(R"(^\{%([-~])?\s*)");
       static std::regex block_keyword_tok(R"((if|else|elif|endif|for|endfor|generation|endgeneration|set|endset|block|endblock|macro|endmacro|filter|endfilter|break|continue|call|endcall)\b)");
@@ -2386,7 +2682,7 @@ private:
         while (it != end) {
           auto location = get_location();
 
-          if (!(group = consumeTokenGroups(comment_tok, SpaceHandling::Keep)).empty()) {
+          if (!(group = consumeComment()).empty()) {
             auto pre_space = parsePreSpace(group[1]);
             auto content = group[2];
             auto post_space = parsePostSpace(group[3]);
@@ -2546,6 +2842,7 @@ private:
           TemplateTokenIterator & it,
           const TemplateTokenIterator & end,
           bool fully = false) const {
+        DepthGuard guard(*this);  // headrace
         std::vector<std::shared_ptr<TemplateNode>> children;
         while (it != end) {
           const auto start = it;
@@ -2589,8 +2886,11 @@ private:
 
               auto text = text_token->text;
               if (post_space == SpaceHandling::Strip) {
-                static std::regex trailing_space_regex(R"(\s+$)");
-                text = std::regex_replace(text, trailing_space_regex, "");
+                // headrace: a loop, not regex_replace(R"(\s+$)"), whose backtracking recursed
+                // once per space (a long run overflowed the stack) and was quadratic.
+                auto i = text.size();
+                while (i > 0 && std::isspace(static_cast<unsigned char>(text[i - 1]))) i--;
+                text.resize(i);
               } else if (options.lstrip_blocks && it != end) {
                 auto i = text.size();
                 while (i > 0 && (text[i - 1] == ' ' || text[i - 1] == '\t')) i--;
@@ -2599,8 +2899,9 @@ private:
                 }
               }
               if (pre_space == SpaceHandling::Strip) {
-                static std::regex leading_space_regex(R"(^\s+)");
-                text = std::regex_replace(text, leading_space_regex, "");
+                size_t i = 0;  // headrace: as above, for R"(^\s+)"
+                while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) i++;
+                text.erase(0, i);
               } else if (options.trim_blocks && (it - 1) != begin && !dynamic_cast<ExpressionTemplateToken*>((*(it - 2)).get())) {
                 if (!text.empty() && text[0] == '\n') {
                   text.erase(0, 1);
@@ -2818,6 +3119,7 @@ inline std::shared_ptr<Context> Context::builtins() {
         if (first) first = false;
         else oss << sep;
         oss << items.at(i).to_str();
+        budget_output(oss);  // headrace
       }
       return Value(oss.str());
     };
@@ -2961,7 +3263,10 @@ inline std::shared_ptr<Context> Context::builtins() {
     auto text = args.at("text").get<std::string>();
     auto first = args.get<bool>("first", false);
     std::string out;
-    std::string indent(args.get<int64_t>("indent", 0), ' ');
+    // headrace: the result's size known before it is built (a negative width is none).
+    const int64_t width = std::max<int64_t>(0, args.get<int64_t>("indent", 0));
+    budget_reserve(std::min<uint64_t>((uint64_t) width, 1ull << 40) * (std::count(text.begin(), text.end(), '\n') + 1) + text.size(), "indent");
+    std::string indent((size_t) width, ' ');
     std::istringstream iss(text);
     std::string line;
     auto is_first = true;
@@ -3018,6 +3323,9 @@ inline std::shared_ptr<Context> Context::builtins() {
   globals.set("range", Value::callable([=](const std::shared_ptr<Context> &, ArgumentsValue & args) {
     std::vector<int64_t> startEndStep(3);
     std::vector<bool> param_set(3);
+    // headrace: a fourth argument was written past the end of startEndStep (found by
+    // fuzz/chat_template_fuzz.cc).
+    if (args.args.size() > 3) throw std::runtime_error("range expected at most 3 arguments");
     if (args.args.size() == 1) {
       startEndStep[1] = args.args[0].get<int64_t>();
       param_set[1] = true;
@@ -3054,15 +3362,16 @@ inline std::shared_ptr<Context> Context::builtins() {
     int64_t end = startEndStep[1];
     int64_t step = param_set[2] ? startEndStep[2] : 1;
 
+    // headrace: Python's rule for step 0, and the length known before the list is made
+    // (the loops below never overflow).
+    if (step == 0) throw std::runtime_error("range() arg 3 must not be zero");
+    const __int128 span = step > 0 ? (__int128) end - start : (__int128) start - end;
+    const __int128 magnitude = step > 0 ? (__int128) step : -(__int128) step;
+    const __int128 count = span <= 0 ? 0 : (span + magnitude - 1) / magnitude;
+    budget_reserve(count > ((__int128) 1 << 50) ? ((size_t) 1 << 54) : (size_t) count * 16, "range");
     auto res = Value::array();
-    if (step > 0) {
-      for (int64_t i = start; i < end; i += step) {
-        res.push_back(Value(i));
-      }
-    } else {
-      for (int64_t i = start; i > end; i += step) {
-        res.push_back(Value(i));
-      }
+    for (__int128 k = 0; k < count; ++k) {
+      res.push_back(Value((int64_t) (start + k * step)));
     }
     return res;
   }));

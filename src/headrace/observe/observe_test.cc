@@ -4,8 +4,17 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <condition_variable>
 #include <filesystem>
+#include <future>
+#include <mutex>
 #include <regex>
+#include <thread>
 
 #include "headrace/observe/metrics_server.h"
 #include "headrace/observe/progress.h"
@@ -97,6 +106,215 @@ TEST(MetricsServer, ParsesPortAndHostPort) {
   for (const char* bad : {"", "x", "70000", "-1", ":9100", "9100x"}) {
     EXPECT_FALSE(ParseListenAddress(bad, "0.0.0.0", &host, &port).ok()) << bad;
   }
+}
+
+// --- the endpoint under hostile clients -------------------------------------------------
+
+// A client socket on 127.0.0.1:`port`. Its reads give up after 30 s, so that a server
+// that never answers fails the test instead of hanging it.
+class Client {
+ public:
+  explicit Client(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    timeval timeout{30, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  }
+  ~Client() { ::close(fd_); }
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  bool connected() const { return connected_; }
+  bool Send(const std::string& bytes) {
+    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(bytes.size());
+  }
+  // Everything until the server closes; *closed false when the 30 s ran out first.
+  std::string ReadToEnd(bool* closed) {
+    std::string all;
+    char buffer[4096];
+    for (;;) {
+      const ssize_t n = ::recv(fd_, buffer, sizeof buffer, 0);
+      if (n > 0) {
+        all.append(buffer, static_cast<size_t>(n));
+        continue;
+      }
+      *closed = n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+      return all;
+    }
+  }
+
+ private:
+  int fd_;
+  bool connected_ = false;
+};
+
+constexpr const char* kScrape = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+// A request that never ends: the line and a header begun.
+constexpr const char* kHalfRequest = "GET /metrics HTTP/1.1\r\nX-Slow: ";
+
+// A full scrape on a new connection: the response, "" when none came.
+std::string ScrapeRaw(int port) {
+  Client c(port);
+  if (!c.connected() || !c.Send(kScrape)) return "";
+  bool closed = false;
+  return c.ReadToEnd(&closed);
+}
+
+// The attack of issue 26: each client sends one more byte of a request that never ends,
+// once a second, until stopped. The pause is the attacker's pace, not an ordering: the
+// tests below order with responses and closes.
+class Trickler {
+ public:
+  explicit Trickler(std::vector<Client*> clients)
+      : clients_(std::move(clients)), thread_([this] { Run(); }) {}
+  ~Trickler() { Stop(); }
+  void Stop() {
+    {
+      std::lock_guard lock(mu_);
+      stopped_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Run() {
+    std::unique_lock lock(mu_);
+    while (!stopped_) {
+      for (Client* c : clients_) c->Send("x");
+      cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopped_; });
+    }
+  }
+  std::vector<Client*> clients_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopped_ = false;  // guarded by mu_
+  std::thread thread_;
+};
+
+TEST(MetricsServer, SlowClientsPastTheCapDoNotBlockAScrape) {
+  // Twenty connections that never finish their request (issue 26: with them, 0 of 66
+  // scrapes were answered), then a scrape: it is answered.
+  auto server = MetricsServer::Start("127.0.0.1", 0, [] { return std::string("up 1\n"); });
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const int port = (*server)->port();
+  std::vector<std::unique_ptr<Client>> slow;
+  for (int i = 0; i < 20; ++i) {
+    slow.push_back(std::make_unique<Client>(port));
+    ASSERT_TRUE(slow.back()->connected());
+    ASSERT_TRUE(slow.back()->Send(kHalfRequest));
+  }
+  const std::string response = ScrapeRaw(port);
+  EXPECT_THAT(response, HasSubstr("HTTP/1.1 200 OK"));
+  EXPECT_THAT(response, HasSubstr("\r\n\r\nup 1\n"));
+}
+
+TEST(MetricsServer, AConnectionPastTheCapEvictsTheOldestThatHasNotSentItsRequest) {
+  MetricsServerOptions options;
+  options.max_connections = 2;
+  auto server = MetricsServer::Start("127.0.0.1", 0, [] { return std::string("m 1\n"); }, options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const int port = (*server)->port();
+  // a and b are accepted in the order they connect; c is the third: a, the oldest still
+  // sending its request, is closed unanswered to make room, b keeps its slot.
+  Client a(port), b(port);
+  ASSERT_TRUE(a.Send(kHalfRequest) && b.Send(kHalfRequest));
+  EXPECT_THAT(ScrapeRaw(port), HasSubstr("HTTP/1.1 200 OK"));
+  bool closed = false;
+  EXPECT_EQ(a.ReadToEnd(&closed), "");
+  EXPECT_TRUE(closed) << "the oldest slow client was not closed";
+  // Ending b's request now gets it served: it was held, never more than the cap.
+  ASSERT_TRUE(b.Send("1\r\n\r\n"));
+  EXPECT_THAT(b.ReadToEnd(&closed), HasSubstr("\r\n\r\nm 1\n"));
+}
+
+TEST(MetricsServer, StoppingWithSlowClientsConnectedReturnsPromptly) {
+  // Clients sending a byte a second kept `headrace run` (and a Python process with
+  // metrics_port) from ever exiting: the destructor waited for them.
+  auto server = MetricsServer::Start("127.0.0.1", 0, [] { return std::string("m 1\n"); });
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const int port = (*server)->port();
+  std::vector<std::unique_ptr<Client>> slow;
+  std::vector<Client*> raw;
+  for (int i = 0; i < 4; ++i) {
+    slow.push_back(std::make_unique<Client>(port));
+    ASSERT_TRUE(slow.back()->Send(kHalfRequest));
+    raw.push_back(slow.back().get());
+  }
+  Trickler trickle(raw);
+  // A scrape answered after them means the server has accepted them (in order).
+  ASSERT_THAT(ScrapeRaw(port), HasSubstr("200 OK"));
+  auto stopped = std::async(std::launch::async, [s = std::move(*server)]() mutable { s.reset(); });
+  const bool returned = stopped.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  trickle.Stop();  // lets a server that waits for its clients return after all
+  EXPECT_TRUE(returned) << "stopping the server waited for its slow clients";
+  for (const auto& c : slow) {
+    bool closed = false;
+    c->ReadToEnd(&closed);
+    EXPECT_TRUE(closed) << "a slow client is still connected after the server stopped";
+  }
+}
+
+TEST(MetricsServer, AClientTricklingItsRequestIsClosedAtTheDeadline) {
+  // Each byte used to restart a 5 s read timeout: a byte every second held the
+  // connection for ever. Now it is closed at its deadline, unanswered.
+  auto server = MetricsServer::Start("127.0.0.1", 0, [] { return std::string("m 1\n"); });
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  Client slow((*server)->port());
+  ASSERT_TRUE(slow.Send(kHalfRequest));
+  Trickler trickle({&slow});
+  bool closed = false;
+  EXPECT_EQ(slow.ReadToEnd(&closed), "");
+  EXPECT_TRUE(closed) << "still open after 30 s of trickling";
+}
+
+TEST(MetricsServer, ARequestPastTheSizeCapIsRefused) {
+  auto server = MetricsServer::Start("127.0.0.1", 0, [] { return std::string("m 1\n"); });
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  Client c((*server)->port());
+  ASSERT_TRUE(c.Send("GET /metrics HTTP/1.1\r\nX-Big: " + std::string(64 << 10, 'a')));
+  bool closed = false;
+  EXPECT_THAT(c.ReadToEnd(&closed), HasSubstr("HTTP/1.1 431"));
+  EXPECT_TRUE(closed);
+}
+
+TEST(MetricsServer, AnswersOnlyGetAndHeadOfItsTwoPaths) {
+  auto server = MetricsServer::Start("127.0.0.1", 0, [] { return std::string("m 1\n"); });
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const int port = (*server)->port();
+  const auto ask = [port](const std::string& request) {
+    Client c(port);
+    bool closed = false;
+    return c.Send(request) ? c.ReadToEnd(&closed) : std::string();
+  };
+  EXPECT_THAT(ask("GET /metrics?x=1 HTTP/1.1\r\n\r\n"), HasSubstr("\r\n\r\nm 1\n"));
+  EXPECT_THAT(ask("GET / HTTP/1.0\n\n"), HasSubstr("metrics at /metrics"));
+  const std::string head = ask("HEAD /metrics HTTP/1.1\r\n\r\n");
+  EXPECT_THAT(head, HasSubstr("Content-Length: 4\r\n"));
+  EXPECT_THAT(head, Not(HasSubstr("m 1")));
+  EXPECT_THAT(ask("GET /nothing HTTP/1.1\r\n\r\n"), HasSubstr("HTTP/1.1 404"));
+  EXPECT_THAT(ask("POST /metrics HTTP/1.1\r\n\r\n"), HasSubstr("HTTP/1.1 405"));
+  EXPECT_THAT(ask("nonsense\r\n\r\n"), HasSubstr("HTTP/1.1 400"));
+  // httplib's client (keep-alive by default) still scrapes.
+  EXPECT_EQ(Scrape(port), "\nm 1\n");
+}
+
+TEST(MetricsServer, ListensOnLoopbackUnlessTheUserNamesAnAddress) {
+  std::string host;
+  int port = -1;
+  ASSERT_TRUE(ParseListenAddress("9100", kDefaultMetricsHost, &host, &port).ok());
+  EXPECT_EQ(host, "127.0.0.1");
+  ASSERT_TRUE(ParseListenAddress("0.0.0.0:9100", kDefaultMetricsHost, &host, &port).ok());
+  EXPECT_EQ(host, "0.0.0.0");
+  // A named address of every interface is served (and reached from here on loopback).
+  auto server = MetricsServer::Start("0.0.0.0", 0, [] { return std::string("m 1\n"); });
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  EXPECT_EQ((*server)->url(), "http://127.0.0.1:" + std::to_string((*server)->port()) + "/metrics");
+  EXPECT_EQ(Scrape((*server)->port()), "\nm 1\n");
 }
 
 RunReport HandMadeReport() {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <sstream>
 #include <unordered_map>
 
 namespace headrace {
@@ -18,8 +19,19 @@ constexpr const char* kRoleNames[] = {"system", "user", "assistant"};
 const char* RoleName(Role role) { return kRoleNames[static_cast<int>(role)]; }
 
 // transformers renders with trim_blocks and lstrip_blocks on, trailing newline dropped.
-constexpr minja::Options kOptions{
-    .trim_blocks = true, .lstrip_blocks = true, .keep_trailing_newline = false};
+minja::Options ParseOptions(const ChatTemplateLimits& limits) {
+  return minja::Options{.trim_blocks = true,
+                        .lstrip_blocks = true,
+                        .keep_trailing_newline = false,
+                        .max_parse_depth = limits.max_parse_depth};
+}
+
+// Where to cut `s` at or before `limit` so that no UTF-8 character is split.
+size_t CharBoundaryAtOrBefore(const std::string& s, size_t limit) {
+  if (limit >= s.size()) return s.size();
+  while (limit > 0 && (static_cast<uint8_t>(s[limit]) & 0xC0) == 0x80) --limit;
+  return limit;
+}
 
 // Python's str.isspace(), which Jinja's `trim` strips; minja's own trim strips ASCII
 // whitespace only, so a turn of "\u00a0" rendered differently from transformers.
@@ -106,9 +118,18 @@ Result<TokenizerConfig> ParseTokenizerConfig(std::string_view json, const std::s
   return config;
 }
 
+ChatTemplateLimits ChatTemplateLimits::ForMaxLength(int64_t max_length) {
+  ChatTemplateLimits limits;
+  const auto tokens = static_cast<size_t>(std::max<int64_t>(max_length, 1)) + 8;
+  limits.max_output_bytes =
+      std::clamp<size_t>(tokens * 1024, size_t{1} << 20, size_t{64} << 20);
+  return limits;
+}
+
 JinjaChatTemplate::JinjaChatTemplate(std::string source, std::string bos, std::string eos,
-                                     uint64_t instance)
+                                     ChatTemplateLimits limits, uint64_t instance)
     : source_(std::move(source)),
+      limits_(limits),
       bos_token_(std::move(bos)),
       eos_token_(std::move(eos)),
       instance_(instance) {}
@@ -118,19 +139,38 @@ JinjaChatTemplate::~JinjaChatTemplate() = default;
 Result<std::unique_ptr<JinjaChatTemplate>> JinjaChatTemplate::Parse(std::string source,
                                                                     std::string bos_token,
                                                                     std::string eos_token,
-                                                                    const std::string& key) {
+                                                                    const std::string& key,
+                                                                    ChatTemplateLimits limits) {
   // minja reports with exceptions; they stop here, at the wrapper.
   try {
-    minja::Parser::parse(source, kOptions);
+    minja::Parser::parse(source, ParseOptions(limits));
   } catch (const std::exception& e) {
     return Status::InvalidArgument(key + ": the chat template does not parse: " + e.what());
   }
-  return std::unique_ptr<JinjaChatTemplate>(new JinjaChatTemplate(
-      std::move(source), std::move(bos_token), std::move(eos_token), next_instance++));
+  std::unique_ptr<JinjaChatTemplate> parsed(new JinjaChatTemplate(
+      std::move(source), std::move(bos_token), std::move(eos_token), limits, next_instance++));
+  // The probe: one user and one assistant turn, the shape every chat template accepts
+  // (some refuse a system turn, most require the user first).
+  const Turn probe_turns[] = {{Role::kUser, "Hello"}, {Role::kAssistant, "Hi."}};
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> spans;
+  if (Status probe = parsed->RenderWithSpans(probe_turns, &text, &spans); !probe.ok()) {
+    return Status::InvalidArgument(key + ": the chat template fails on a conversation of one "
+                                   "user and one assistant turn: " + probe.message());
+  }
+  return parsed;
 }
 
 Result<std::string> JinjaChatTemplate::Render(std::span<const Turn> turns,
                                               bool add_generation_prompt) const {
+  bool over_limit = false;
+  return RenderChecked(turns, add_generation_prompt, &over_limit);
+}
+
+Result<std::string> JinjaChatTemplate::RenderChecked(std::span<const Turn> turns,
+                                                     bool add_generation_prompt,
+                                                     bool* over_limit) const {
+  *over_limit = false;
   // This thread's parse of the template and its builtins (parsed once per thread).
   struct Parsed {
     std::shared_ptr<minja::TemplateNode> root;
@@ -141,8 +181,20 @@ Result<std::string> JinjaChatTemplate::Render(std::span<const Turn> turns,
   // process makes few ops (clearing only costs a re-parse).
   if (parsed.size() >= 16 && parsed.find(instance_) == parsed.end()) parsed.clear();
   Parsed& p = parsed[instance_];
+  // The budget of this render; minja reads it from this thread (third_party/README.md).
+  minja::RenderBudget budget;
+  size_t input_bytes = bos_token_.size() + eos_token_.size();
+  for (const Turn& turn : turns) input_bytes += turn.text.size() + 16;
+  budget.limits.max_depth = limits_.max_depth;
+  budget.limits.max_steps = limits_.max_steps;
+  budget.limits.max_output_bytes = limits_.max_output_bytes;
+  budget.limits.max_value_bytes = limits_.max_output_bytes + input_bytes;
+  budget.limits.max_made_bytes = limits_.value_budget_factor * budget.limits.max_value_bytes;
+  std::ostringstream out;
+  budget.top = &out;
   try {
-    if (p.root == nullptr) p.root = minja::Parser::parse(source_, kOptions);
+    if (p.root == nullptr) p.root = minja::Parser::parse(source_, ParseOptions(limits_));
+    const minja::BudgetScope scope(&budget);
     auto messages = minja::Value::array();
     for (const Turn& turn : turns) {
       auto message = minja::Value::object();
@@ -158,7 +210,15 @@ Result<std::string> JinjaChatTemplate::Render(std::span<const Turn> turns,
     thread_local const minja::Value trim = minja::simple_function("trim", {"text", "chars"}, Trim);
     values.set("trim", trim);
     auto context = minja::Context::make(std::move(values), builtins);
-    return p.root->render(context);
+    p.root->render(out, context);
+    return std::move(out).str();
+  } catch (const minja::OutputFull&) {
+    std::string text = std::move(out).str();
+    text.resize(CharBoundaryAtOrBefore(text, limits_.max_output_bytes));
+    return text;
+  } catch (const minja::LimitError& e) {
+    *over_limit = true;
+    return Status::TokenizeError(std::string("the chat template passes a limit: ") + e.what());
   } catch (const std::exception& e) {
     return Status::TokenizeError(e.what());
   }
@@ -167,7 +227,11 @@ Result<std::string> JinjaChatTemplate::Render(std::span<const Turn> turns,
 Status JinjaChatTemplate::RenderWithSpans(std::span<const Turn> turns, std::string* text,
                                           std::vector<std::pair<size_t, size_t>>* spans) const {
   if (turns.empty()) return Status::TokenizeError("the conversation has no turns");
-  auto full = Render(turns, /*add_generation_prompt=*/false);
+  bool over_limit = false;
+  auto full = RenderChecked(turns, /*add_generation_prompt=*/false, &over_limit);
+  // A limit's failure is named as it is: rendering each prefix could cost the limit again
+  // per turn.
+  if (!full.ok() && over_limit) return full.status();
   if (!full.ok()) {
     // Name the first turn whose rendering fails: render longer and longer prefixes.
     size_t bad = turns.size() - 1;

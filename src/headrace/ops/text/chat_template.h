@@ -29,22 +29,51 @@ struct TokenizerConfig {
 // {content: ...} objects). kInvalidArgument naming `source` when it is not a JSON object.
 Result<TokenizerConfig> ParseTokenizerConfig(std::string_view json, const std::string& source);
 
+// Bounds on parsing and rendering a chat template. Templates come from model
+// repositories, so they are untrusted: without these, one template could crash the
+// process (stack overflow) or take unbounded memory or time (README.md, "Limits").
+struct ChatTemplateLimits {
+  // Nested expressions and blocks when parsing (100k nested parentheses overflowed the
+  // stack; transformers' Jinja stops near 100).
+  size_t max_parse_depth = 256;
+  // Nested evaluations and renderings (macro recursion: ~3 a level), and nesting of a
+  // value. 500 fit in 1 MiB of stack (2 MiB under ASan); engine threads have 8.
+  size_t max_depth = 500;
+  // Evaluations and renderings in one render: a loop's iterations each cost a few.
+  size_t max_steps = 1'000'000;
+  // A rendering longer than this is cut here (at a UTF-8 character): text past it could
+  // not reach a row (ForMaxLength).
+  size_t max_output_bytes = size_t{1} << 20;
+  // One value the template makes may hold max_output_bytes plus the conversation's
+  // bytes; all values it makes in one render, value_budget_factor times that.
+  size_t value_budget_factor = 8;
+
+  // The limits for rows of `max_length` tokens: the output cut at 1 KiB per token (at
+  // least 1 MiB, at most 64 MiB), past what the tokenizer reads for a row (8 bytes per
+  // token, doubling while a prefix yields too few tokens).
+  static ChatTemplateLimits ForMaxLength(int64_t max_length);
+};
+
 // A parsed chat template. Immutable and thread-safe: each thread renders with its own
 // parse of the source (minja's values share storage between copies, so a template that
 // appends to a literal list would otherwise race).
 class JinjaChatTemplate {
  public:
-  // kInvalidArgument, naming `key`, when `source` does not parse.
+  // kInvalidArgument, naming `key`, when `source` does not parse, nests deeper than
+  // `limits` allow, or fails on a probe conversation (one user and one assistant turn,
+  // which every chat template accepts): a template that cannot render that fails every
+  // sample, so it is a configuration error found before the run.
   static Result<std::unique_ptr<JinjaChatTemplate>> Parse(std::string source,
                                                           std::string bos_token,
                                                           std::string eos_token,
-                                                          const std::string& key);
+                                                          const std::string& key,
+                                                          ChatTemplateLimits limits = {});
   ~JinjaChatTemplate();
 
   // Renders `turns` (each message's content is its text) as transformers'
   // apply_chat_template(messages, add_generation_prompt=...) does with the same
-  // template. kTokenizeError naming the first turn whose rendering fails ("the chat
-  // template fails at turn 2 (assistant): Conversation roles must alternate ...").
+  // template, under the limits: cut at max_output_bytes; kTokenizeError when the template
+  // raises, divides by zero, overflows an integer or passes another limit (naming it).
   Result<std::string> Render(std::span<const Turn> turns, bool add_generation_prompt) const;
 
   // Renders the whole conversation into *text and appends to *spans the byte ranges of
@@ -53,12 +82,20 @@ class JinjaChatTemplate {
   // of the rendering that includes it ("...Blue.<|im_end|>\n"). A template whose
   // renderings are not prefixes of each other (one that rewrites earlier turns) gets
   // the span of the turn's text where it first appears after the previous span.
+  // kTokenizeError naming the first turn whose rendering fails ("the chat template fails
+  // at turn 2 (assistant): Conversation roles must alternate ..."); a limit passed is
+  // reported as it is, without rendering the prefixes again.
   Status RenderWithSpans(std::span<const Turn> turns, std::string* text,
                          std::vector<std::pair<size_t, size_t>>* spans) const;
 
  private:
-  JinjaChatTemplate(std::string source, std::string bos, std::string eos, uint64_t instance);
+  JinjaChatTemplate(std::string source, std::string bos, std::string eos,
+                    ChatTemplateLimits limits, uint64_t instance);
+  // Render, telling in *over_limit whether a failure was a limit's.
+  Result<std::string> RenderChecked(std::span<const Turn> turns, bool add_generation_prompt,
+                                    bool* over_limit) const;
   std::string source_;
+  ChatTemplateLimits limits_;
   std::string bos_token_;
   std::string eos_token_;
   uint64_t instance_;  // keys the per-thread parse

@@ -55,7 +55,8 @@ Result<std::unique_ptr<HfChat>> HfChat::Make(const TokenizeSpec& spec,
   }
   HR_ASSIGN_OR_RETURN(chat->chat_template,
                       JinjaChatTemplate::Parse(source, config.bos_token, config.eos_token,
-                                               "text.tokenize.chat_template"));
+                                               "text.tokenize.chat_template",
+                                               ChatTemplateLimits::ForMaxLength(spec.max_length)));
 
   chat->image_placeholder = spec.image_placeholder;
   chat->image_start = spec.image_start;
