@@ -28,7 +28,7 @@ def pipeline_for(source_yaml: str) -> headrace.Pipeline:
     text = text.replace("  manifest: data/sample/manifest.jsonl", source_yaml)
     path = Path(tempfile.mkdtemp()) / "p.yaml"
     path.write_text(text)
-    return headrace.Pipeline.from_yaml(path)
+    return headrace.Pipeline.from_yaml(path, overrides={"epochs": 8})
 
 
 def first_batch_after_reposition(loader, epoch):
@@ -38,13 +38,14 @@ def first_batch_after_reposition(loader, epoch):
     return time.perf_counter() - start
 
 
-def reload_first_batch(spec, epoch):
+def reload_first_batch(spec, previous, epoch):
+    """As the Loader repositions: the running engine (left after a `break`) is closed, a
+    new one is made, and its first batch taken; here the new one is built from the spec."""
     start = time.perf_counter()
+    previous.close()
     impl = _headrace._Loader.make(spec, 0, 1, epoch, 0, False)
     impl.next()
-    elapsed = time.perf_counter() - start
-    impl.close()
-    return elapsed
+    return time.perf_counter() - start, impl
 
 
 def main():
@@ -62,15 +63,34 @@ def main():
         for _ in loader:  # epoch 0's first batch, then a break
             break
         prepared, reload = [], []
+        running = _headrace._Loader.make(pipeline.spec(), 0, 1, 0, 0, False)
+        running.next()  # the reload side's epoch 0, left after its first batch
         for r in range(args.repeats):
             epoch = 1 + r % 3
             prepared.append(first_batch_after_reposition(loader, epoch))
             for _ in loader:
                 break
-            reload.append(reload_first_batch(pipeline.spec(), epoch))
+            seconds, running = reload_first_batch(pipeline.spec(), running, epoch)
+            reload.append(seconds)
+        running.close()
         loader.close()
+        # The part a reload repeats and a prepared pipeline does once: opening the source
+        # (index, footers), loading the tokenizer, planning; against starting a run of it.
+        prepare, start = [], []
+        for _ in range(args.repeats):
+            t = time.perf_counter()
+            made = _headrace._Prepared.make(pipeline.spec())
+            prepare.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            made.run(0, 1, 1, 0).close()
+            start.append(time.perf_counter() - t)
         results[name] = {"prepared_ms": 1e3 * statistics.median(prepared),
-                         "reload_ms": 1e3 * statistics.median(reload)}
+                         "reload_ms": 1e3 * statistics.median(reload),
+                         "prepare_ms": 1e3 * statistics.median(prepare),
+                         "run_start_ms": 1e3 * statistics.median(start)}
+        print(f"{name}: prepare (source opened, tokenizer loaded, plan) "
+              f"{results[name]['prepare_ms']:.1f} ms, a run's start and stop "
+              f"{results[name]['run_start_ms']:.1f} ms")
         print(f"{name}: set_epoch after a break to the first batch: prepared "
               f"{results[name]['prepared_ms']:.1f} ms, reload {results[name]['reload_ms']:.1f} ms "
               f"({results[name]['reload_ms'] / results[name]['prepared_ms']:.2f}x)")
