@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "headrace/core/atomic_max.h"
+
 namespace headrace {
 
 class BudgetGauge {
@@ -20,10 +22,7 @@ class BudgetGauge {
  private:
   void Add(std::atomic<int64_t>& mine, const std::atomic<int64_t>& other, int64_t delta) {
     const int64_t sum = mine.fetch_add(delta) + delta + other.load();
-    if (delta <= 0) return;
-    int64_t seen = peak_.load();
-    while (seen < sum && !peak_.compare_exchange_weak(seen, sum)) {
-    }
+    if (delta > 0) StoreMax(peak_, sum, std::memory_order_seq_cst);
   }
 
   std::atomic<int64_t> batches_{0};

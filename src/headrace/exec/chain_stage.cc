@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "headrace/core/atomic_max.h"
+
 namespace headrace {
 namespace {
 
@@ -13,13 +15,6 @@ thread_local ScratchArena tls_scratch;
 thread_local std::vector<Value> tls_values;
 // Whether this thread has named its row of the trace.
 thread_local bool tls_trace_named = false;
-
-// target = max(target, value), for peaks updated by many threads.
-void StoreMax(std::atomic<int64_t>& target, int64_t value) {
-  int64_t seen = target.load(std::memory_order_relaxed);
-  while (seen < value && !target.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
-  }
-}
 
 }  // namespace
 

@@ -11,8 +11,7 @@ class MaterializedSetSource final : public Source {
                         MaterializedSource index, std::optional<int64_t> epochs)
       : Source(spec, std::move(storage)),
         uri_(std::move(index.uri)),
-        info_json_(std::move(index.info)),
-        epochs_(epochs) {
+        info_json_(std::move(index.info)) {
     info_.heap_bytes = static_cast<int64_t>(RecordsHeapBytes(index.records.front()) *
                                             index.records.size());
     for (auto& set : index.records) {
@@ -23,8 +22,8 @@ class MaterializedSetSource final : public Source {
     values_need_reads_ = true;  // the rows are the members
     order_ = OrderShape{info_json_.shard_samples, info_json_.shuffle_window};
     // Epoch e reads the set written for it (every epoch the one set, when not per epoch).
-    if (info_json_.per_epoch() && epochs_) {
-      for (int64_t e = 0; e < *epochs_; ++e) {
+    if (info_json_.per_epoch() && epochs) {
+      for (int64_t e = 0; e < *epochs; ++e) {
         int found = -1;
         for (size_t i = 0; i < info_json_.sets.size(); ++i) {
           if (info_json_.sets[i].epoch == e) found = static_cast<int>(i);
@@ -91,7 +90,6 @@ class MaterializedSetSource final : public Source {
 
   std::string uri_;
   MaterializedInfo info_json_;
-  std::optional<int64_t> epochs_;
   std::vector<std::shared_ptr<const VectorRecords>> sets_;  // info_json_.sets' order
   std::vector<int> epoch_set_;  // per epoch of the run: its set, -1 when not written
 };

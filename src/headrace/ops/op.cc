@@ -1,12 +1,12 @@
 #include "headrace/ops/op.h"
 
+#include "headrace/core/atomic_max.h"
+
 namespace headrace {
 
 void ScratchUsage::Add(int64_t delta) {
   const int64_t held = held_.fetch_add(delta, std::memory_order_relaxed) + delta;
-  int64_t peak = peak_.load(std::memory_order_relaxed);
-  while (peak < held && !peak_.compare_exchange_weak(peak, held, std::memory_order_relaxed)) {
-  }
+  StoreMax(peak_, held);
 }
 
 ScratchArena::~ScratchArena() { Account(nullptr); }
