@@ -198,6 +198,34 @@ def test_an_endless_or_huge_http_body_fails_at_max_object_bytes(http_root, headr
     assert r["storage"]["http"]["bytes"] < 64 << 20
 
 
+def test_an_endless_body_fails_at_the_io_budget_by_default(http_root, headrace_bin,
+                                                           sample_dir, tmp_path):
+    """With no storage.max_object_bytes, an object is held to what the I/O budget allows
+    (64 MiB: 8 MiB of it): the endless body fails there, naming the object, its size so
+    far and the budget; the run's RSS stays near the budget, not past 1 GiB as before."""
+    base, www, _ = http_root
+    good = copy_dataset(sample_dir, www / "data")
+    conv = good[0]["conversations"]
+    hostile = [{"id": "endless", "image": "images/endless.jpg", "conversations": conv},
+               {"id": "huge", "image": "images/huge.jpg", "conversations": conv}]
+    write_manifest(www / "data" / "manifest.jsonl", good + hostile)
+    report_path = tmp_path / "r.json"
+    run_headrace(headrace_bin, "run", http_config(tmp_path / "p.yaml", base),
+                 "--report", report_path)
+    r = read_report(report_path)
+    assert r["samples"] == len(good)
+    assert r["errors"]["by_kind"] == {"resource_exhausted": 2}
+    reasons = {e["uri"].rsplit("/", 1)[-1][:-4]: e["reason"] for e in r["errors"]["first"]}
+    # The endless body grows until it passes the I/O budget; the announced 10 GB passes
+    # the storage's cap first (storage.max_object_bytes, by default memory.budget_bytes).
+    assert "endless.jpg" in reasons["endless"] and "I/O budget of 8388608 bytes" in reasons["endless"]
+    assert "10737418240 bytes" in reasons["huge"] and "67108864" in reasons["huge"]
+    assert "memory.budget_bytes" in reasons["huge"], reasons
+    assert 0 < r["budget_peak_bytes"] <= r["memory_budget_bytes"]
+    assert r["storage"]["http"]["bytes"] < 16 << 20
+    assert r["peak_rss_bytes"] < 400 << 20, r["peak_rss_bytes"]
+
+
 def big_png(width, height):
     """An RGB PNG stored without compression (about width * height * 3 bytes)."""
     raw = b"".join(b"\x00" + bytes((x * 7 + y) % 256 for x in range(width * 3))

@@ -18,11 +18,12 @@
 //   are admitted and not yet delivered, and their buffers fit `batch_budget_bytes`.
 //   Backpressure thus flows from the consumer up to the reads.
 // - I/O budget: bytes are charged to `io_budget_bytes` before they exist, and the charge
-//   never exceeds it unless one object alone does (then nothing else is charged):
-//   a read is issued with a reservation (an estimate: the largest recent object, a
-//   maximum that decays by 1/16 per read so that one outlier does not serialize the
-//   run; before the first size is known, one read at a time) only when the charge plus
-//   the reservation fits, or nothing else is charged or in flight (progress). The storage's size gate
+//   never exceeds it (media that cannot fit in the whole budget fail their sample with
+//   kResourceExhausted as soon as their size is seen; exec/read_stage.h): a read is
+//   issued with a reservation (an estimate: the largest recent object, a maximum that
+//   decays by 1/16 per read so that one outlier does not serialize the run; before the
+//   first size is known, one read at a time) only when the charge plus the reservation
+//   fits, or nothing else is charged or in flight (progress). The storage's size gate
 //   (ReadGate) swaps the reservation for the object's size before the bytes are
 //   allocated, and refuses the read if it does not fit while other bytes are charged;
 //   a refused read is parked and re-issued, ahead of new reads, as soon as its size

@@ -308,7 +308,7 @@ TEST_P(EngineConformance, ReadsEveryMediaItemOfASampleWholeOrAsARange) {
   opt.cpu_threads = GetParam().threads;
   opt.prefetch_depth = GetParam().depth;
   opt.io_inflight = 3;  // fewer than a batch's reads: a sample's items wait for capacity
-  opt.io_budget_bytes = 4;  // smaller than two items: reads go one sample at a time
+  opt.io_budget_bytes = 8;  // the largest sample (7 + 1 bytes): few samples are read at once
   opt.order.batch_size = 3;
   opt.order.shuffle = false;
   opt.max_error_rate = 1.0;
@@ -692,9 +692,12 @@ class SizedStorage final : public Storage {
 };
 
 // Runs `n` samples whose objects have `size_of(index)` bytes with the CPU stage held until
-// two reads landed, so that fetched bytes pile up; returns the metrics.
+// two reads landed, so that fetched bytes pile up; returns the metrics. Samples whose
+// object is larger than the I/O budget fail; the rest are delivered.
 EngineMetrics RunWithIoBudget(int64_t n, std::function<int64_t(int64_t)> size_of,
                               int64_t io_budget, int64_t* memory_budget) {
+  int64_t too_large = 0;
+  for (int64_t i = 0; i < n; ++i) too_large += size_of(i) > io_budget ? 1 : 0;
   auto records = std::make_shared<std::vector<SampleRecord>>();
   for (int64_t i = 0; i < n; ++i) {
     SampleRecord r;
@@ -720,6 +723,7 @@ EngineMetrics RunWithIoBudget(int64_t n, std::function<int64_t(int64_t)> size_of
   opt.order.batch_size = 4;
   opt.order.shuffle = false;
   opt.io_budget_bytes = io_budget;
+  opt.max_error_rate = 1.0;
   opt.batch_budget_bytes = static_cast<int64_t>(sizeof(int64_t) * 5 * 4) * opt.prefetch_depth;
   *memory_budget = opt.io_budget_bytes + opt.batch_budget_bytes;
   auto engine = Engine::Start(std::move(in), opt);
@@ -735,8 +739,12 @@ EngineMetrics RunWithIoBudget(int64_t n, std::function<int64_t(int64_t)> size_of
       EXPECT_EQ(row->data<int64_t>()[r * 4 + 2], size_of(row->data<int64_t>()[r * 4]));
     }
     delivered += (*next)->size();
+    for (const SampleError& e : (*next)->errors) {
+      EXPECT_EQ(e.status.code(), StatusCode::kResourceExhausted) << e.status.ToString();
+      EXPECT_GT(size_of(e.index), io_budget);
+    }
   }
-  EXPECT_EQ(delivered, n);
+  EXPECT_EQ(delivered, n - too_large);
   return (*engine)->Metrics();
 }
 
@@ -749,13 +757,14 @@ TEST(EngineIoBudget, FetchedBytesNeverExceedTheBudget) {
   EXPECT_LE(m.budget_peak_bytes, memory_budget);
 }
 
-TEST(EngineIoBudget, ObjectsOfVaryingSizeStayWithinTheBudgetAndOneTooBigPassesAlone) {
+TEST(EngineIoBudget, ObjectsOfVaryingSizeStayWithinTheBudgetAndOneTooBigFails) {
   int64_t memory_budget = 0;
   auto size_of = [](int64_t i) { return i == 9 ? int64_t{400000} : 20000 + 9000 * (i % 7); };
   const EngineMetrics m = RunWithIoBudget(32, size_of, 250000, &memory_budget);
-  // Only the 400 kB object may exceed the budget, and only alone.
-  EXPECT_LE(m.budget_peak_bytes, memory_budget - 250000 + 400000);
-  EXPECT_EQ(m.samples_failed, 0);
+  // The 400 kB object can never fit the 250 kB I/O budget: its sample fails at the gate
+  // (it used to pass alone, taking the budget's peak past the budget).
+  EXPECT_LE(m.budget_peak_bytes, memory_budget);
+  EXPECT_EQ(m.samples_failed, 1);
 }
 
 TEST(EpochOrder, RanksGetDisjointEqualShares) {

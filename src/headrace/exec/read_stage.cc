@@ -18,6 +18,9 @@ struct ReadStage::ReadCharge {
   int item = 0;           // which of the record's media items
   int64_t bytes = 0;      // charged now: the reservation, then the object's size
   int64_t refused = -1;   // >= 0: the gate refused this size; the read is parked
+  // >= 0: the sample's bytes with this read (so far, for a body of unknown length) exceed
+  // the whole I/O budget, so it could never be admitted: the read fails with it.
+  int64_t too_large = -1;
   bool sized = false;     // the gate ran (a storage may ignore it)
   Clock::time_point issued{};
 };
@@ -112,9 +115,15 @@ bool ReadStage::OnReadSize(ReadCharge& charge, int64_t size) {
   // Asked by the storage while a read waits: a stopped run wants none of its reads.
   if (size == kReadStillWanted) return !stop_.stop_requested();
   MutexLock lock(mu_);
-  NoteSizeLocked(size);
   charge.sized = true;
   SampleReads& sample = *charge.sample;
+  // Checked before anything is noted: a size past the budget must not become the
+  // reservation of the reads after it.
+  if (const int64_t needs = sample.charged - charge.bytes + size; needs > options_.io_budget_bytes) {
+    charge.too_large = needs;
+    return false;
+  }
+  NoteSizeLocked(size);
   const int64_t others = undecoded_bytes_ - charge.bytes;
   // A later item of a sample is never refused: the sample holds its earlier items.
   const bool first = sample.charged == charge.bytes;
@@ -163,6 +172,18 @@ void ReadStage::Release(int64_t bytes) {
   RestartParked(std::move(restart));
 }
 
+Status ReadStage::TooLarge(const SampleRecord& record, const ReadCharge& charge) const {
+  const std::string& uri = record.media[charge.item].uri;
+  const std::string what = charge.item == 0 ? "'" + uri + "'"
+                                            : "sample's media up to '" + uri + "'";
+  return Status::ResourceExhausted(
+      "the " + what + " (" + std::to_string(charge.too_large) +
+      " bytes or more) cannot fit in the I/O budget of " +
+      std::to_string(options_.io_budget_bytes) +
+      " bytes (execution.io_budget_bytes; by default memory.budget_bytes / 8): raise "
+      "memory.budget_bytes or execution.io_budget_bytes");
+}
+
 void ReadStage::OnRead(const std::shared_ptr<BatchJob>& job, int slot,
                        const std::shared_ptr<ReadCharge>& charge, Result<Buffer> bytes) {
   if (options_.trace != nullptr) options_.trace->AsyncEnd("read", TraceId(*job, slot), Clock::now());
@@ -187,7 +208,14 @@ void ReadStage::OnRead(const std::shared_ptr<BatchJob>& job, int slot,
     } else {
       latency_.Record(NanosSince(charge->issued));
       ++reads_done_;
-      if (bytes.ok()) {
+      if (bytes.ok() && sample.charged - charge->bytes + static_cast<int64_t>(bytes->size()) >
+                            options_.io_budget_bytes) {
+        // A storage that ignored the gate: the bytes exist, but the sample fails the same way.
+        charge->too_large = sample.charged - charge->bytes + static_cast<int64_t>(bytes->size());
+      }
+      if (charge->too_large >= 0) {
+        failed = TooLarge(*job->records[slot], *charge);
+      } else if (bytes.ok()) {
         // The charge becomes the buffer's size (it differs when the storage ignored the
         // gate, or the object changed between its size and its bytes).
         const auto size = static_cast<int64_t>(bytes->size());
@@ -210,7 +238,11 @@ void ReadStage::OnRead(const std::shared_ptr<BatchJob>& job, int slot,
         next = std::make_shared<ReadCharge>();
         next->sample = charge->sample;
         next->item = charge->item + 1;
-        ChargeLocked(*next, std::max<int64_t>(read_estimate_, 0));
+        // Its reservation takes at most what the budget has left: a sample's later item
+        // is charged past what the others leave only once its size is known.
+        ChargeLocked(*next, std::clamp<int64_t>(read_estimate_, 0,
+                                                std::max<int64_t>(0, options_.io_budget_bytes -
+                                                                         undecoded_bytes_)));
       }
       charged = sample.charged;
     }

@@ -8,8 +8,11 @@
 //
 // Contract (exec/engine.h states it for the whole engine):
 // - At most `io_inflight` reads in flight. Bytes are charged to `io_budget_bytes` before
-//   they exist, and the charge never exceeds it unless one object alone does (then
-//   nothing else is charged): a sample's first read is issued with a reservation (the
+//   they exist, and the charge never exceeds it: a sample whose media cannot fit in the
+//   whole budget (an object larger than it, a body of unknown length that grows past it,
+//   items that together pass it) fails with kResourceExhausted naming the object, its
+//   size so far and the budget, as soon as the gate sees that size (on completion, from
+//   a storage that ignores the gate). A sample's first read is issued with a reservation (the
 //   largest recent object, a maximum that decays by 1/16 per read so that one outlier
 //   does not serialize the run; before the first size is known, one read at a time) only
 //   when the charge plus the reservation fits, or nothing else is charged or in flight.
@@ -20,8 +23,9 @@
 //   completion instead.
 // - A sample's items are read one after another (the next when the previous is in), so a
 //   sample holds at most one read in flight and only its first read ever waits for the
-//   budget: the items after it are charged even past the budget (by at most the rest of
-//   one sample), which a sample that already holds bytes could not wait for.
+//   budget: the items after it are charged even past what the other samples leave (by at
+//   most the rest of one sample, itself within the budget), which a sample that already
+//   holds bytes could not wait for.
 // - `done(job, slot, bytes, charged)` runs once per issued sample, on a storage thread (or
 //   the caller's): with every item's bytes and their charge, which the receiver releases
 //   (Release) when it is done with them; or with the sample's error (a failed read, or
@@ -107,6 +111,8 @@ class ReadStage {
   void OnRead(const std::shared_ptr<BatchJob>& job, int slot,
               const std::shared_ptr<ReadCharge>& charge, Result<Buffer> bytes);
   int64_t TraceId(const BatchJob& job, int slot) const;
+  // The error of a sample whose media cannot fit in the I/O budget (charge.too_large).
+  Status TooLarge(const SampleRecord& record, const ReadCharge& charge) const;
 
   const std::shared_ptr<Storage> storage_;
   const ReadStageOptions options_;

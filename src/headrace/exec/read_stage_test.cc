@@ -1,9 +1,11 @@
 #include "headrace/exec/read_stage.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <condition_variable>
 #include <deque>
+#include <latch>
 #include <mutex>
 #include <thread>
 
@@ -16,7 +18,10 @@ namespace read_stage_test {
 // order; records the most reads it ever held at once (issued, completion not yet called).
 class QueuedStorage final : public Storage {
  public:
-  explicit QueuedStorage(int64_t size) : size_(size), thread_([this] { Serve(); }) {}
+  // `honour_gate` false: the storage reads the object whole without asking the gate, as
+  // a backend that cannot know a size in advance may.
+  explicit QueuedStorage(int64_t size, bool honour_gate = true)
+      : size_(size), honour_gate_(honour_gate), thread_([this] { Serve(); }) {}
   ~QueuedStorage() override {
     {
       std::lock_guard lock(mu_);
@@ -50,7 +55,7 @@ class QueuedStorage final : public Storage {
       queue_.pop_front();
       ++serving_;
       lock.unlock();
-      const bool refused = gate && !gate(size_);
+      const bool refused = honour_gate_ && gate && !gate(size_);
       // A read is in flight until its completion is called (which may issue the next).
       lock.lock();
       --serving_;
@@ -65,6 +70,7 @@ class QueuedStorage final : public Storage {
   }
 
   const int64_t size_;
+  const bool honour_gate_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::pair<ReadCallback, ReadGate>> queue_;
@@ -178,6 +184,87 @@ TEST(ReadStage, AStoppedRunIssuesNothingAndCancelsTheSample) {
   EXPECT_EQ(statuses[0].code(), StatusCode::kCancelled);
   EXPECT_EQ(storage->most(), 0);
   EXPECT_EQ(stage.reads_inflight(), 0);
+}
+
+// An object larger than the whole I/O budget can never be admitted: its sample fails at
+// the size gate, naming the object, its size and the budget, with nothing allocated and
+// the charge never past the budget; the samples after it are read as before.
+TEST(ReadStage, MediaLargerThanTheWholeBudgetFailTheirSampleAtTheGate) {
+  for (const bool honour_gate : {true, false}) {
+    SCOPED_TRACE(honour_gate ? "the storage asks the gate" : "the storage ignores the gate");
+    std::vector<SampleRecord> records;
+    auto job = Job(3, records);
+    auto storage = std::make_shared<QueuedStorage>(150, honour_gate);
+    BudgetGauge gauge;
+    std::stop_source stop;
+    std::vector<Status> statuses;  // written by the storage's one thread, read after `ended`
+    std::latch ended(3);
+    ReadStage stage(storage, ReadStageOptions{.io_inflight = 1, .io_budget_bytes = 100}, gauge,
+                    stop.get_token(),
+                    [&](const std::shared_ptr<BatchJob>&, int, Result<std::vector<Buffer>> bytes,
+                        int64_t) {
+                      statuses.push_back(bytes.status());
+                      ended.count_down();
+                    });
+    for (int s = 0; s < 3; ++s) stage.Issue(job, s);
+    ended.wait();
+    ASSERT_EQ(statuses.size(), 3u);
+    for (const Status& st : statuses) {
+      EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.ToString();
+      EXPECT_THAT(st.message(), ::testing::HasSubstr("'object"));
+      EXPECT_THAT(st.message(), ::testing::HasSubstr("150 bytes"));
+      EXPECT_THAT(st.message(), ::testing::HasSubstr("I/O budget of 100 bytes"));
+    }
+    if (honour_gate) EXPECT_LE(gauge.peak(), 100);  // refused before any byte was charged
+    EXPECT_EQ(gauge.used(), 0);
+    EXPECT_EQ(stage.reads_inflight(), 0);
+  }
+}
+
+// A sample whose items fit one by one but not together fails at the item that passes the
+// budget; a sample that fits is read whole.
+TEST(ReadStage, ASampleWhoseItemsTogetherPassTheBudgetFails) {
+  std::vector<SampleRecord> records(2);
+  auto job = std::make_shared<BatchJob>();
+  for (int i = 0; i < 2; ++i) {
+    for (int item = 0; item < 2 + 2 * i; ++item) {  // 2 items of 40 bytes, then 4
+      records[i].media.push_back(MediaRef{item, "s" + std::to_string(i) + "-" + std::to_string(item)});
+    }
+    job->records.push_back(&records[i]);
+    job->sample_indices.push_back(i);
+  }
+  auto storage = std::make_shared<QueuedStorage>(40);
+  BudgetGauge gauge;
+  std::stop_source stop;
+  Received got;
+  std::vector<Status>& statuses = got.statuses;  // guarded by got.mu until read below
+  std::vector<int64_t> charges;
+  ReadStage stage(storage, ReadStageOptions{.io_inflight = 1, .io_budget_bytes = 100}, gauge,
+                  stop.get_token(),
+                  [&](const std::shared_ptr<BatchJob>&, int, Result<std::vector<Buffer>> bytes,
+                      int64_t charged) {
+                    std::lock_guard lock(got.mu);
+                    statuses.push_back(bytes.status());
+                    charges.push_back(charged);
+                    got.cv.notify_all();
+                  });
+  const auto wait_for = [&](size_t n) {
+    std::unique_lock lock(got.mu);
+    got.cv.wait(lock, [&] { return statuses.size() >= n; });
+  };
+  stage.Issue(job, 0);
+  wait_for(1);
+  ASSERT_EQ(statuses.size(), 1u);
+  EXPECT_TRUE(statuses[0].ok()) << statuses[0].ToString();
+  EXPECT_EQ(charges[0], 80);
+  stage.Release(charges[0]);
+  stage.Issue(job, 1);
+  wait_for(2);
+  ASSERT_EQ(statuses.size(), 2u);
+  EXPECT_EQ(statuses[1].code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(statuses[1].message(), ::testing::HasSubstr("media up to 's1-2' (120 bytes"));
+  EXPECT_LE(gauge.peak(), 100);
+  EXPECT_EQ(gauge.used(), 0);
 }
 
 }  // namespace read_stage_test

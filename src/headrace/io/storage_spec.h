@@ -55,11 +55,15 @@ struct StorageSpec {
   // Connections kept per host (0: no limit but the reads in flight).
   int max_connections = 0;
 
-  // The largest object a read accepts, on every backend (> 0). A larger one fails that
-  // read with kResourceExhausted naming this key: before any byte is allocated when its
-  // size is known (file size, Content-Length, Content-Range), else as soon as the bytes
+  // The largest object a read accepts, on every backend. A larger one fails that read
+  // with kResourceExhausted naming this key: before any byte is allocated when its size
+  // is known (file size, Content-Length, Content-Range), else as soon as the bytes
   // received pass it (a body without Content-Length cannot grow without bound).
-  int64_t max_object_bytes = int64_t{1} << 30;
+  // 0 (the default): a pipeline's memory.budget_bytes (pipeline/prepared.cc), so that no
+  // one object can take more than the whole budget; media objects are held to the
+  // smaller I/O budget besides (exec/read_stage.h). A storage opened with 0 outside a
+  // pipeline takes objects of any size.
+  int64_t max_object_bytes = 0;
   // false: local media are opened beneath the dataset root without following symbolic
   // links (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS); a link below the root fails
   // the sample with kPathEscape. For manifests from untrusted sources. The root itself

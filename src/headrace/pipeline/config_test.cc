@@ -415,8 +415,8 @@ TEST(ValidatePipelineSpec, ErrorsNameTheKeyAndTheRange) {
        {"errors.policy", "skip"}},
       {"step_ms", [](PipelineSpec& s) { s.trainer.step_ms = -1; }, {"trainer.step_ms"}},
       {"max_object_bytes",
-       [](PipelineSpec& s) { s.storage.max_object_bytes = 0; },
-       {"storage.max_object_bytes: must be >= 1", "got 0"}},
+       [](PipelineSpec& s) { s.storage.max_object_bytes = -1; },
+       {"storage.max_object_bytes: must be >= 0", "got -1"}},
       {"max_pixels",
        [](PipelineSpec& s) { std::get<DecodeSpec>(s.ops[0]).max_pixels = 0; },
        {"ops[0].image.decode.max_pixels: must be >= 1"}},
@@ -788,7 +788,7 @@ TEST(PipelineSpecToYaml, RoundTripsDefaultsAndAwkwardValues) {
 
 TEST(ParsePipelineConfig, StorageSizeLimitAndSymlinkKeys) {
   const PipelineSpec defaults = ParseOk(kMinimal);
-  EXPECT_EQ(defaults.storage.max_object_bytes, int64_t{1} << 30);
+  EXPECT_EQ(defaults.storage.max_object_bytes, 0);  // memory.budget_bytes (pipeline/prepared.cc)
   EXPECT_TRUE(defaults.storage.follow_symlinks);
   const PipelineSpec s = ParseOk(std::string(kMinimal) +
                                  "storage: {max_object_bytes: 2MiB, follow_symlinks: false}");

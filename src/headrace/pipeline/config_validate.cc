@@ -54,7 +54,7 @@ Status ValidateStorage(const StorageSpec& s) {
   HR_RETURN_IF_ERROR(AtLeast<int64_t>("storage.retry_budget", s.retry_budget, 0));
   HR_RETURN_IF_ERROR(AtLeast<int64_t>("storage.part_bytes", s.part_bytes, 64 << 10));
   HR_RETURN_IF_ERROR(AtLeast("storage.max_connections", s.max_connections, 0));
-  return AtLeast<int64_t>("storage.max_object_bytes", s.max_object_bytes, 1);
+  return AtLeast<int64_t>("storage.max_object_bytes", s.max_object_bytes, 0);
 }
 
 Status ValidateSourceFields(const SourceSpec& src);

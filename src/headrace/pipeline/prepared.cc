@@ -24,7 +24,10 @@ Result<std::shared_ptr<Storage>> DefaultStorage(const PipelineSpec& spec) {
     HR_ASSIGN_OR_RETURN(std::string root, ManifestRoot(src));
     if (!root.empty() && root.front() == '/') local.root = std::move(root);
   }
-  return OpenStorage(spec.storage, local);
+  StorageSpec storage = spec.storage;
+  // No one object takes more than the whole budget (io/storage_spec.h).
+  if (storage.max_object_bytes == 0) storage.max_object_bytes = spec.memory.budget_bytes;
+  return OpenStorage(storage, local);
 }
 
 // The budget errors, naming the cache that took the memory when there is one.
