@@ -50,6 +50,9 @@ def test_run_report_has_every_field_with_sane_values(tmp_path, headrace_bin, sam
     assert memory["scratch_sample_peak_bytes"] > 0
     assert 0 < memory["scratch_bytes"] <= memory["scratch_peak_bytes"]
     assert memory["scratch_bytes_per_thread"] == 32 * 1024 * 1024
+    # What a decoder may hold per thread beyond the budget: a quarter of the 64 MiB budget,
+    # at least 16 MiB.
+    assert memory["decode_bytes_per_thread"] == 16 * 1024 * 1024
     # 12 batches of 5 buffers: after the first few, batch memory is reused, not faulted in.
     assert r["batch_memory"]["reused"] + r["batch_memory"]["fresh"] == 12 * 5
     assert r["batch_memory"]["reused"] > r["batch_memory"]["fresh"]

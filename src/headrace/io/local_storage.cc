@@ -121,8 +121,8 @@ Result<Buffer> ReadFile(const std::string& path, const ReadRules& rules, const R
     return Status::ResourceExhausted(QuoteForMessage(path) + (length >= 0 ? ": the range is " : " is ") +
                                      std::to_string(want) + " bytes, over the limit of " +
                                      std::to_string(rules.max_object_bytes) +
-                                     " bytes (storage.max_object_bytes; 0, the default, is "
-                                     "memory.budget_bytes)");
+                                     " bytes (storage.max_object_bytes; by default the larger of "
+                                     "memory.budget_bytes and 1 GiB)");
   }
   if (gate && !gate(want)) {
     return Status::Cancelled("reading " + QuoteForMessage(path) +

@@ -363,8 +363,8 @@ void ObjectStorage::Execute(RequestFactory make, std::string what, ResponseCallb
         }
         if (r.error == TransportError::kOverLimit) {
           done(Status::ResourceExhausted(what + ": " + r.error_text +
-                                         " (storage.max_object_bytes; 0, the default, is "
-                                         "memory.budget_bytes); transfer aborted"));
+                                         " (storage.max_object_bytes; by default the larger of "
+                                         "memory.budget_bytes and 1 GiB); transfer aborted"));
           return;
         }
         if (r.error == TransportError::kRefused) {

@@ -59,10 +59,11 @@ struct StorageSpec {
   // with kResourceExhausted naming this key: before any byte is allocated when its size
   // is known (file size, Content-Length, Content-Range), else as soon as the bytes
   // received pass it (a body without Content-Length cannot grow without bound).
-  // 0 (the default): a pipeline's memory.budget_bytes (pipeline/prepared.cc), so that no
-  // one object can take more than the whole budget; media objects are held to the
-  // smaller I/O budget besides (exec/read_stage.h). A storage opened with 0 outside a
-  // pipeline takes objects of any size.
+  // 0 (the default): in a pipeline, the larger of memory.budget_bytes and 1 GiB
+  // (pipeline/prepared.cc): the manifest, a tokenizer or an index is read whole outside
+  // the budget, and a small budget must not refuse them; media objects are held to the
+  // I/O budget besides (exec/read_stage.h), which follows memory.budget_bytes. A storage
+  // opened with 0 outside a pipeline takes objects of any size.
   int64_t max_object_bytes = 0;
   // false: local media are opened beneath the dataset root without following symbolic
   // links (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS); a link below the root fails

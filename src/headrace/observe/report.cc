@@ -110,6 +110,7 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
   r.scratch_peak_bytes = m.scratch_peak_bytes;
   r.scratch_sample_peak_bytes = m.scratch_sample_peak_bytes;
   r.scratch_bytes_per_thread = m.scratch_retain_bytes;
+  r.decode_bytes_per_thread = DecodeBytesPerThread(loader.spec().memory);
   r.bytes_copied_per_sample =
       m.samples_delivered > 0 ? static_cast<double>(m.bytes_copied) / m.samples_delivered : 0;
   r.cpu_threads = loader.cpu_threads();
@@ -180,6 +181,7 @@ std::string RunReportToJson(const RunReport& r) {
   w.Key("scratch_peak_bytes").Int(r.scratch_peak_bytes);
   w.Key("scratch_sample_peak_bytes").Int(r.scratch_sample_peak_bytes);
   w.Key("scratch_bytes_per_thread").Int(r.scratch_bytes_per_thread);
+  w.Key("decode_bytes_per_thread").Int(r.decode_bytes_per_thread);
   w.EndObject();
   w.Key("bytes_copied_per_sample").Double(r.bytes_copied_per_sample);
   w.Key("cpu_threads").Int(r.cpu_threads);
@@ -450,9 +452,10 @@ std::string RunReportToText(const RunReport& r) {
         r.manifest_mapped_bytes / 1048576.0, r.manifest_bytes / 1048576.0);
   }
   add("  outside budget    manifest %.1f MiB, scratch %.1f MiB (peak %.1f MiB, one sample up "
-      "to %.1f MiB, %.1f MiB/thread kept)\n",
+      "to %.1f MiB, %.1f MiB/thread kept), decoders up to %.1f MiB/thread\n",
       r.manifest_bytes / 1048576.0, r.scratch_bytes / 1048576.0, r.scratch_peak_bytes / 1048576.0,
-      r.scratch_sample_peak_bytes / 1048576.0, r.scratch_bytes_per_thread / 1048576.0);
+      r.scratch_sample_peak_bytes / 1048576.0, r.scratch_bytes_per_thread / 1048576.0,
+      r.decode_bytes_per_thread / 1048576.0);
   add("  copies            %.1f bytes per sample beyond the batch slot\n",
       r.bytes_copied_per_sample);
   out += "  stages            name    busy   starved blocked  queue  verdict\n";

@@ -79,6 +79,9 @@ struct RunReport {
   int64_t scratch_peak_bytes = 0;
   int64_t scratch_sample_peak_bytes = 0;
   int64_t scratch_bytes_per_thread = 0;  // memory.scratch_bytes_per_thread
+  // memory.decode_bytes_per_thread, resolved: what each thread's decoder may hold for one
+  // sample beyond the budget (a sample needing more fails).
+  int64_t decode_bytes_per_thread = 0;
   double bytes_copied_per_sample = 0;
   int cpu_threads = 0;
   int64_t batch_size = 0;

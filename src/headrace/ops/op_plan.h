@@ -175,6 +175,9 @@ struct PlanState {
   // bytes into an image: "image.decode"), or "": for the advice in a kind mismatch. The
   // planner answers from the op list's declarations. Optional.
   std::function<std::string(ValueKind from, ValueKind to)> producer_of;
+  // What one thread's decoder may hold for one sample (memory.decode_bytes_per_thread,
+  // resolved): decoders check a sample's header against it before they allocate.
+  int64_t decode_bytes_per_thread = int64_t{256} << 20;
   // Tests only (the conformance battery): a read of a value that does not exist creates
   // it as a source value of the kind asked, images of fixed size kSynthImage*.
   bool synthesize_inputs = false;
@@ -229,6 +232,8 @@ class PlanContext {
   AudioWindowHint window_hint(std::string_view name) const {
     return record().hints_after.Window(name);
   }
+  // memory.decode_bytes_per_thread, resolved (PlanState).
+  int64_t decode_bytes_per_thread() const { return state_.decode_bytes_per_thread; }
   // Reads the file at `uri`, named by this op's parameter `param`. A missing file is a
   // config error (kInvalidArgument); other failures keep their code. Messages name the
   // op, the key and the URI.

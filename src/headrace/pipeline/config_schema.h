@@ -91,6 +91,7 @@ void Fields(SpecOf<PrefetchSpec> auto& s, auto&& f) { f("depth", s.depth); }
 void Fields(SpecOf<MemorySpec> auto& s, auto&& f) {
   f("budget_bytes", s.budget_bytes, Unit::kBytes);
   f("scratch_bytes_per_thread", s.scratch_bytes_per_thread, Unit::kBytes);
+  f("decode_bytes_per_thread", s.decode_bytes_per_thread, Unit::kBytes);
 }
 void Fields(SpecOf<ErrorSpec> auto& s, auto&& f) {
   f("policy", s.policy);

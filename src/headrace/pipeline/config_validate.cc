@@ -174,6 +174,8 @@ Status ValidatePipelineSpec(const PipelineSpec& spec) {
   HR_RETURN_IF_ERROR(AtLeast<int64_t>("memory.budget_bytes", spec.memory.budget_bytes, 1));
   HR_RETURN_IF_ERROR(AtLeast<int64_t>("memory.scratch_bytes_per_thread",
                                       spec.memory.scratch_bytes_per_thread, 0));
+  HR_RETURN_IF_ERROR(AtLeast<int64_t>("memory.decode_bytes_per_thread",
+                                      spec.memory.decode_bytes_per_thread, 0));
   if (exec.io_budget_bytes > spec.memory.budget_bytes) {
     return Invalid("execution.io_budget_bytes", "must not exceed memory.budget_bytes (" +
                                                     std::to_string(spec.memory.budget_bytes) + ")" +

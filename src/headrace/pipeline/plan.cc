@@ -315,6 +315,7 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage) {
   HR_ASSIGN_OR_RETURN(PlanState state, DeclareChain(spec));
   HR_RETURN_IF_ERROR(CheckOutputsUsed(state));
   state.read_file = [&storage](const std::string& uri) { return storage.Read(uri); };
+  state.decode_bytes_per_thread = DecodeBytesPerThread(spec.memory);
   HintOps(spec.ops, state);
   PipelinePlan plan;
   std::vector<std::unique_ptr<Op>> ops;

@@ -25,8 +25,11 @@ Result<std::shared_ptr<Storage>> DefaultStorage(const PipelineSpec& spec) {
     if (!root.empty() && root.front() == '/') local.root = std::move(root);
   }
   StorageSpec storage = spec.storage;
-  // No one object takes more than the whole budget (io/storage_spec.h).
-  if (storage.max_object_bytes == 0) storage.max_object_bytes = spec.memory.budget_bytes;
+  // Media are held to the I/O budget by the read stage; this caps every read, the
+  // manifest's and a tokenizer's too (io/storage_spec.h).
+  if (storage.max_object_bytes == 0) {
+    storage.max_object_bytes = std::max(spec.memory.budget_bytes, int64_t{1} << 30);
+  }
   return OpenStorage(storage, local);
 }
 

@@ -5,6 +5,7 @@
 // starts. Defaults here are the documented defaults of every key.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -96,7 +97,19 @@ struct MemorySpec {
   // max_pixels × 4 bytes) gets it and gives it back when it ends. The run report shows
   // what was held (memory.scratch_*). 32 MiB covers two 2560×1440 RGBX images.
   int64_t scratch_bytes_per_thread = int64_t{32} << 20;
+  // What one CPU thread's decoder may hold while it decodes one sample, also on top of
+  // budget_bytes: a video decoder's frames, an audio file's decoded samples, a point
+  // cloud's decompressed bytes, the OCR engine's working images. A sample that needs
+  // more fails (resource_exhausted) as soon as its header says so, before the decoder
+  // allocates it. 0: automatic, budget_bytes / 4 (at least 16 MiB): DecodeBytesPerThread.
+  int64_t decode_bytes_per_thread = 0;
 };
+
+// memory.decode_bytes_per_thread resolved.
+inline int64_t DecodeBytesPerThread(const MemorySpec& m) {
+  return m.decode_bytes_per_thread > 0 ? m.decode_bytes_per_thread
+                                       : std::max<int64_t>(m.budget_bytes / 4, int64_t{16} << 20);
+}
 
 // What happens to a sample that fails.
 enum class ErrorPolicy {

@@ -141,6 +141,25 @@ Result<int64_t> ResampledLength(const AVCodecContext& codec, int out_rate, int64
   return skipped * out_rate / in_rate + out.frames();
 }
 
+// A thread's decoded planes stay allocated between samples up to this (8 MiB: a minute of
+// stereo at 16 kHz); a longer file's are freed when its sample is done.
+constexpr int64_t kKeptPlanesBytes = int64_t{8} << 20;
+
+// kResourceExhausted when `frames` decoded frames of `channels` channels (planar float)
+// pass the decode allowance `limit` (0: none).
+Status CheckDecodedSize(int64_t frames, int channels, int rate, int64_t limit, bool declared) {
+  const double bytes = static_cast<double>(frames) * channels * sizeof(float);
+  if (limit <= 0 || bytes <= static_cast<double>(limit)) return Status::Ok();
+  return Status::ResourceExhausted(
+      std::string("audio.decode: ") + (declared ? "the file declares " : "the file decodes to ") +
+      std::to_string(frames) + (declared ? "" : "+") + " samples of " + std::to_string(channels) +
+      " channels at " + std::to_string(rate) + " Hz (" + std::to_string(static_cast<int64_t>(bytes)) +
+      " bytes decoded), past the decode allowance of " + std::to_string(limit) +
+      " bytes per thread (memory.decode_bytes_per_thread; by default memory.budget_bytes / 4): "
+      "lower audio.decode.max_seconds, or decode only the window an audio.crop takes "
+      "(audio.decode with sample_rate, then audio.crop)");
+}
+
 }  // namespace
 
 Status AudioDecodeOp::Validate(const Spec& s, const std::string& p) {
@@ -164,8 +183,8 @@ Result<std::unique_ptr<Op>> AudioDecodeOp::Make(const Spec& spec, PlanContext& c
   // A window is in samples at the rate written, which its readers need fixed.
   const AudioWindowHint window =
       spec.sample_rate > 0 ? ctx.window_hint(spec.field) : AudioWindowHint{};
-  return std::unique_ptr<Op>(
-      std::make_unique<AudioDecodeOp>(spec, ctx.slot(spec.field), window));
+  return std::unique_ptr<Op>(std::make_unique<AudioDecodeOp>(spec, ctx.slot(spec.field), window,
+                                                              ctx.decode_bytes_per_thread()));
 }
 
 Result<bool> AudioDecodeOp::RunWindow(av::Input& in, SampleContext& ctx) const {
@@ -215,6 +234,9 @@ Result<bool> AudioDecodeOp::RunWindow(av::Input& in, SampleContext& ctx) const {
   HR_ASSIGN_OR_RETURN(Resampler resampler,
                       Resampler::Make(codec.ch_layout, codec.sample_fmt, in_rate, rate));
   thread_local PlanarSamples planes;  // the output from from * rate / in_rate on
+  struct TrimAfter {
+    ~TrimAfter() { planes.Trim(kKeptPlanesBytes); }
+  } trim_after;
   planes.Reset(codec.ch_layout.nb_channels);
   av::FramePtr frame = av::NewFrame();
   if (frame == nullptr) return Status::ResourceExhausted("av_frame_alloc");
@@ -298,10 +320,21 @@ Status AudioDecodeOp::Run(SampleContext& ctx) const {
   HR_ASSIGN_OR_RETURN(Resampler resampler,
                       Resampler::Make(codec->ch_layout, codec->sample_fmt, codec->sample_rate,
                                       rate));
-  // Planar float per source channel, grown as frames arrive (per thread, reused).
+  // Planar float per source channel, grown as frames arrive (per thread, reused; freed
+  // after a long file).
   thread_local PlanarSamples planes;
+  struct TrimAfter {
+    ~TrimAfter() { planes.Trim(kKeptPlanesBytes); }
+  } trim_after;
   planes.Reset(source_channels);
   const auto max_frames = static_cast<int64_t>(spec_.max_seconds * rate);
+  // What the header says the decode gives, checked before decoding; what it does give,
+  // checked as it grows (a header may lie, or say nothing).
+  if (in->duration() > 0) {
+    const auto declared = static_cast<int64_t>(std::min(in->duration() * rate + 1.0, 1e15));
+    HR_RETURN_IF_ERROR(CheckDecodedSize(std::min(declared, max_frames), source_channels, rate,
+                                        decode_bytes_, true));
+  }
   av::FramePtr frame = av::NewFrame();
   if (frame == nullptr) return Status::ResourceExhausted("av_frame_alloc");
   while (planes.frames() < max_frames) {
@@ -309,6 +342,8 @@ Status AudioDecodeOp::Run(SampleContext& ctx) const {
     if (!got) break;
     HR_RETURN_IF_ERROR(resampler.Convert(const_cast<const uint8_t**>(frame->extended_data),
                                          frame->nb_samples, planes));
+    HR_RETURN_IF_ERROR(
+        CheckDecodedSize(planes.frames(), source_channels, rate, decode_bytes_, false));
   }
   HR_RETURN_IF_ERROR(resampler.Flush(planes));
   const int64_t frames = std::min(planes.frames(), max_frames);

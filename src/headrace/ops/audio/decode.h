@@ -53,8 +53,12 @@ class AudioDecodeOp : public Op {
   // The battery's input: a short WAV tone per index.
   static std::vector<uint8_t> ExampleInput(int index);
 
-  AudioDecodeOp(const AudioDecodeSpec& spec, int slot, AudioWindowHint window = {})
-      : spec_(spec), slot_(slot), window_(window) {}
+  // `decode_bytes` > 0: what a sample's decoded samples may take (memory.
+  // decode_bytes_per_thread): a file that would decode to more fails (kResourceExhausted)
+  // before it is decoded when its header says so, else when its samples pass it.
+  AudioDecodeOp(const AudioDecodeSpec& spec, int slot, AudioWindowHint window = {},
+                int64_t decode_bytes = 0)
+      : spec_(spec), slot_(slot), window_(window), decode_bytes_(decode_bytes) {}
   std::string_view name() const override { return kName; }
   Status Run(SampleContext& ctx) const override;
   const AudioWindowHint& window() const { return window_; }
@@ -67,6 +71,7 @@ class AudioDecodeOp : public Op {
   AudioDecodeSpec spec_;
   int slot_;
   AudioWindowHint window_;  // the one part later ops read; none: all of it
+  int64_t decode_bytes_;
 };
 
 }  // namespace headrace

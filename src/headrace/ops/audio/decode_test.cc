@@ -25,9 +25,10 @@ struct Decoded {
   AudioView audio;
 };
 
-Decoded Decode(const AudioDecodeSpec& spec, const std::vector<uint8_t>& bytes, ScratchArena& s) {
+Decoded Decode(const AudioDecodeSpec& spec, const std::vector<uint8_t>& bytes, ScratchArena& s,
+               int64_t decode_bytes = 0) {
   EXPECT_TRUE(AudioDecodeOp::Validate(spec, "audio.decode").ok());
-  AudioDecodeOp op(spec, 0);
+  AudioDecodeOp op(spec, 0, {}, decode_bytes);
   std::vector<Value> values = {EncodedBytes{bytes.data(), bytes.size()}};
   SampleContext ctx;
   ctx.scratch = &s;
@@ -204,6 +205,28 @@ TEST(AudioDecode, MaxSecondsCutsALongFile) {
   const Decoded d = Decode({.max_seconds = 0.25}, Tone(200, 8000, 1, 2.0), scratch);
   ASSERT_TRUE(d.status.ok());
   EXPECT_EQ(d.audio.frames, 2000);
+}
+
+// The decode allowance (memory.decode_bytes_per_thread) bounds a file's decoded samples:
+// channels x rate x seconds from its header, checked before decoding (a 64-channel file
+// took 7.3 GiB for a crop of one second), and max_seconds cuts what it counts.
+TEST(AudioDecode, TheDecodeAllowanceBoundsTheDecodedSamples) {
+  const std::vector<uint8_t> wav = Tone(200, 48000, 8, 2.0);  // 8 x 96,000 floats: 3 MB
+  ScratchArena scratch;
+  const Decoded over = Decode({}, wav, scratch, 1 << 20);
+  EXPECT_EQ(over.status.code(), StatusCode::kResourceExhausted) << over.status.ToString();
+  EXPECT_THAT(over.status.message(), HasSubstr("8 channels at 48000 Hz"));
+  EXPECT_THAT(over.status.message(), HasSubstr("memory.decode_bytes_per_thread"));
+  const Decoded cut = Decode({.max_seconds = 0.5}, wav, scratch, 1 << 20);  // 0.77 MB
+  ASSERT_TRUE(cut.status.ok()) << cut.status.ToString();
+  EXPECT_EQ(cut.audio.frames, 24000);
+  ScratchArena a, b;
+  const Decoded within = Decode({}, wav, a, 4 << 20);
+  const Decoded unbounded = Decode({}, wav, b);
+  ASSERT_TRUE(within.status.ok() && unbounded.status.ok());
+  ASSERT_EQ(within.audio.frames, unbounded.audio.frames);
+  EXPECT_TRUE(std::equal(within.audio.data, within.audio.data + within.audio.frames * 8,
+                         unbounded.audio.data));
 }
 
 TEST(AudioDecode, BadAudioIsANamedError) {

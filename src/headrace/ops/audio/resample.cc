@@ -20,6 +20,18 @@ void PlanarSamples::Reset(int channels) {
   frames_ = 0;
 }
 
+int64_t PlanarSamples::capacity_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& p : planes_) bytes += static_cast<int64_t>(p.capacity() * sizeof(float));
+  return bytes;
+}
+
+void PlanarSamples::Trim(int64_t keep_bytes) {
+  if (capacity_bytes() <= keep_bytes) return;
+  std::vector<std::vector<float>>().swap(planes_);
+  frames_ = 0;
+}
+
 std::vector<uint8_t*>& PlanarSamples::Reserve(int64_t more) {
   out_.clear();
   for (auto& p : planes_) {

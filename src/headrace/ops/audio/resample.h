@@ -33,6 +33,11 @@ class PlanarSamples {
   // Room for `more` frames past the end: one pointer per channel, valid until Commit.
   std::vector<uint8_t*>& Reserve(int64_t more);
   void Commit(int64_t written) { frames_ += written; }
+  // Bytes the planes hold allocated now (their capacity).
+  int64_t capacity_bytes() const;
+  // Frees the planes when they hold more than `keep_bytes` allocated: a thread's planes,
+  // reused from sample to sample, keep no long file's samples for the rest of the run.
+  void Trim(int64_t keep_bytes);
 
  private:
   std::vector<std::vector<float>> planes_;

@@ -4,12 +4,15 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <string_view>
 
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
+#include <libavutil/buffer.h>
 #include <libavutil/error.h>
+#include <libavutil/imgutils.h>
 #include <libavutil/log.h>
 #include <libavutil/mem.h>
 #include <libavutil/rational.h>
@@ -38,6 +41,55 @@ const AVInputFormat* GuessFormat(const uint8_t* d, size_t n) {
   return name != nullptr ? av_find_input_format(name) : nullptr;
 }
 
+// A frame's buffers, counted in FrameBytes until the last reference to the frame goes.
+struct CountedFrame {
+  std::shared_ptr<FrameBytes> counter;
+  AVBufferRef* original = nullptr;  // the decoder's own buffer 0, given back when done
+  int64_t bytes = 0;
+};
+
+void ReleaseCountedFrame(void* opaque, uint8_t*) {
+  auto* counted = static_cast<CountedFrame*>(opaque);
+  counted->counter->held.fetch_sub(counted->bytes);
+  av_buffer_unref(&counted->original);
+  delete counted;
+}
+
+// The decoder's get_buffer2 when frames are counted (AVCodecContext::opaque: the
+// FrameBytes): FFmpeg's own allocation (its pools), refused past the limit; buffer 0 is
+// wrapped so that its release gives the frame's bytes back. Frame threads call it from
+// their threads.
+int GetCountedBuffer(AVCodecContext* codec, AVFrame* frame, int flags) {
+  auto& counter = *static_cast<std::shared_ptr<FrameBytes>*>(codec->opaque);
+  int64_t bytes = 0;
+  if (codec->codec_type == AVMEDIA_TYPE_VIDEO) {
+    bytes = av_image_get_buffer_size(static_cast<AVPixelFormat>(frame->format), frame->width,
+                                     frame->height, 1);
+    if (bytes < 0) bytes = int64_t{4} * frame->width * frame->height;
+  }
+  if (bytes > 0 && counter->held.load() + bytes > counter->limit) {
+    int64_t none = 0;
+    if (counter->refused.compare_exchange_strong(none, counter->held.load() + bytes)) {
+      counter->width = frame->width;
+      counter->height = frame->height;
+    }
+    return AVERROR(ENOMEM);
+  }
+  if (const int rc = avcodec_default_get_buffer2(codec, frame, flags); rc < 0) return rc;
+  if (bytes <= 0 || frame->buf[0] == nullptr) return 0;
+  auto* counted = new CountedFrame{counter, frame->buf[0], bytes};
+  AVBufferRef* wrapper = av_buffer_create(frame->buf[0]->data, frame->buf[0]->size,
+                                          ReleaseCountedFrame, counted, 0);
+  if (wrapper == nullptr) {
+    delete counted;
+    av_frame_unref(frame);
+    return AVERROR(ENOMEM);
+  }
+  counter->held.fetch_add(bytes);
+  frame->buf[0] = wrapper;
+  return 0;
+}
+
 }  // namespace
 
 void SilenceLog() {
@@ -60,7 +112,7 @@ void PacketDeleter::operator()(AVPacket* packet) const { av_packet_free(&packet)
 PacketPtr NewPacket() { return PacketPtr(av_packet_alloc()); }
 
 Result<std::unique_ptr<Input>> Input::Open(const uint8_t* data, size_t size, Media media,
-                                           int threads) {
+                                           int threads, int64_t frame_bytes_limit) {
   SilenceLog();
   if (size == 0) return Status::CorruptData("empty file");
   std::unique_ptr<Input> in(new Input());
@@ -99,13 +151,16 @@ Result<std::unique_ptr<Input>> Input::Open(const uint8_t* data, size_t size, Med
   if (in->format_ == nullptr) return Status::ResourceExhausted("avformat_alloc_context failed");
   in->format_->pb = in->io_;
   in->format_->flags |= AVFMT_FLAG_CUSTOM_IO;
+  in->format_->max_streams = kMaxStreams;
   const AVInputFormat* known = GuessFormat(data, size);
   // A known container declares its codecs: FFmpeg's second look at the first packets (a
   // WAV's PCM probed against every demuxer, in case it holds MP3) is skipped too.
   if (known != nullptr) in->format_->max_probe_packets = 0;
   if (int rc = avformat_open_input(&in->format_, nullptr, known, nullptr); rc < 0) {
     in->format_ = nullptr;  // freed by avformat_open_input
-    return Error("not a media container FFmpeg reads", rc);
+    return Error("not a media container FFmpeg reads (or one of more than " +
+                     std::to_string(kMaxStreams) + " streams)",
+                 rc);
   }
   const AVMediaType type = media == Media::kVideo ? AVMEDIA_TYPE_VIDEO : AVMEDIA_TYPE_AUDIO;
   // Containers with a header (MP4, MKV, WAV, FLAC) already describe their streams; probing
@@ -115,6 +170,22 @@ Result<std::unique_ptr<Input>> Input::Open(const uint8_t* data, size_t size, Med
   for (unsigned i = 0; i < in->format_->nb_streams; ++i) {
     const AVCodecParameters* p = in->format_->streams[i]->codecpar;
     if (p->codec_type != type || p->codec_id == AV_CODEC_ID_NONE) continue;
+    // The size the container declares, checked before anything decodes a frame (probing
+    // the stream below decodes one): a decoder holds a few frames of it at least.
+    if (type == AVMEDIA_TYPE_VIDEO && frame_bytes_limit > 0 && p->width > 0 && p->height > 0) {
+      constexpr int kFewestFramesHeld = 3;  // one reference, one decoding, one returned
+      const int64_t frame = int64_t{3} * p->width * p->height / 2;  // 4:2:0, the least
+      if (frame > frame_bytes_limit / kFewestFramesHeld) {
+        return Status::ResourceExhausted(
+            "the video is " + std::to_string(p->width) + "x" + std::to_string(p->height) +
+            ": " + std::to_string(kFewestFramesHeld) + " frames of it (" +
+            std::to_string(kFewestFramesHeld * frame) +
+            " bytes, the fewest a decoder holds) pass the decode allowance of " +
+            std::to_string(frame_bytes_limit) +
+            " bytes per thread (memory.decode_bytes_per_thread; by default "
+            "memory.budget_bytes / 4)");
+      }
+    }
     described |= type == AVMEDIA_TYPE_VIDEO ? p->width > 0 && p->height > 0 && p->format >= 0
                                             : p->sample_rate > 0 && p->ch_layout.nb_channels > 0 &&
                                                   p->format >= 0;
@@ -139,6 +210,16 @@ Result<std::unique_ptr<Input>> Input::Open(const uint8_t* data, size_t size, Med
   }
   in->codec_->thread_count = std::max(1, threads);
   in->codec_->pkt_timebase = stream->time_base;
+  if (frame_bytes_limit > 0) {
+    in->frame_bytes_ = std::make_shared<FrameBytes>();
+    in->frame_bytes_->limit = frame_bytes_limit;
+    in->codec_->opaque = &in->frame_bytes_;
+    in->codec_->get_buffer2 = GetCountedBuffer;
+  }
+  // The other streams are not read into packets.
+  for (unsigned i = 0; i < in->format_->nb_streams; ++i) {
+    if (static_cast<int>(i) != in->stream_) in->format_->streams[i]->discard = AVDISCARD_ALL;
+  }
   if (int rc = avcodec_open2(in->codec_, decoder, nullptr); rc < 0) {
     return Error(std::string("cannot open the ") + decoder->name + " decoder", rc);
   }
@@ -216,7 +297,7 @@ Result<bool> Input::NextFrame(AVFrame* frame) {
       done_ = true;
       break;
     }
-    if (got != AVERROR(EAGAIN)) return Error("decoding failed", got);
+    if (got != AVERROR(EAGAIN)) return DecodeError("decoding failed", got);
     if (draining_) {  // the decoder wants input, but there is none left
       done_ = true;
       break;
@@ -252,12 +333,30 @@ Result<bool> Input::NextFrame(AVFrame* frame) {
       av_packet_unref(packet_);
       // Damaged packets are skipped as FFmpeg's tools skip them; a stream with none that
       // decode ends with no frame, which the op reports.
-      if (sent < 0 && sent != AVERROR_INVALIDDATA) return Error("decoding failed", sent);
+      if (sent < 0 && sent != AVERROR_INVALIDDATA) return DecodeError("decoding failed", sent);
+      // A refused frame may also end as a damaged one the decoder skips.
+      HR_RETURN_IF_ERROR(FramesRefused());
     } else {
       av_packet_unref(packet_);
     }
   }
+  HR_RETURN_IF_ERROR(FramesRefused());
   return false;
+}
+
+Status Input::FramesRefused() const {
+  if (frame_bytes_ == nullptr || frame_bytes_->refused.load() == 0) return Status::Ok();
+  return Status::ResourceExhausted(
+      "the decoder's frames (" + std::to_string(frame_bytes_->width) + "x" +
+      std::to_string(frame_bytes_->height) + ") would hold " +
+      std::to_string(frame_bytes_->refused.load()) +
+      " bytes, past the decode allowance of " + std::to_string(frame_bytes_->limit) +
+      " bytes per thread (memory.decode_bytes_per_thread; by default memory.budget_bytes / 4)");
+}
+
+Status Input::DecodeError(std::string_view what, int av_error) const {
+  HR_RETURN_IF_ERROR(FramesRefused());
+  return Error(what, av_error);
 }
 
 bool Input::Unshown(int64_t pts) const {
@@ -290,17 +389,20 @@ Result<bool> Input::ReadPacket(AVPacket* packet) {
 Status Input::SendPacket(const AVPacket* packet) {
   const int sent = avcodec_send_packet(codec_, packet);
   if (sent < 0 && sent != AVERROR_INVALIDDATA && sent != AVERROR_EOF) {
-    return Error("decoding failed", sent);
+    return DecodeError("decoding failed", sent);
   }
-  return Status::Ok();
+  return FramesRefused();
 }
 
 Result<bool> Input::ReceiveFrame(AVFrame* frame) {
   av_frame_unref(frame);
   const int got = avcodec_receive_frame(codec_, frame);
   if (got == 0) return true;
-  if (got == AVERROR(EAGAIN) || got == AVERROR_EOF) return false;
-  return Error("decoding failed", got);
+  if (got == AVERROR(EAGAIN) || got == AVERROR_EOF) {
+    HR_RETURN_IF_ERROR(FramesRefused());
+    return false;
+  }
+  return DecodeError("decoding failed", got);
 }
 
 }  // namespace headrace::av

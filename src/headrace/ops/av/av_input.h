@@ -10,6 +10,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -35,6 +36,20 @@ void SilenceLog();
 // kCorruptData "<what>: <FFmpeg's message>" for an FFmpeg error code.
 Status Error(std::string_view what, int av_error);
 
+// What a decoder's frames hold now, against a limit: every frame buffer the decoder
+// allocates is counted until its last reference goes (by the decoder's threads too,
+// hence atomic), and an allocation that would pass the limit is refused.
+struct FrameBytes {
+  int64_t limit = 0;                // 0: no limit
+  std::atomic<int64_t> held{0};     // bytes of the frames alive now
+  std::atomic<int64_t> refused{0};  // > 0: what the first refused allocation would have held
+  int width = 0, height = 0;        // the refused frame's size
+};
+
+// Containers with more streams than this are refused (AVFormatContext::max_streams):
+// each stream costs the demuxer memory of its own, and no sample needs more.
+inline constexpr int kMaxStreams = 64;
+
 // A container (MP4, MKV, WAV, ...) read from `data` (not copied: it must outlive the
 // input), with one stream of the wanted kind opened for decoding.
 class Input {
@@ -42,8 +57,12 @@ class Input {
   enum class Media { kVideo, kAudio };
   // Opens the container and the best stream of `media`; `threads` libavcodec threads
   // (1: the calling thread only). Errors are kCorruptData naming what failed.
+  // `frame_bytes_limit` > 0 bounds what the decoder's frames hold at once (its reference
+  // frames, those in its threads, and those the caller keeps): a video whose declared
+  // size needs more than that for a few frames fails here (kResourceExhausted), before
+  // any frame is decoded; one whose bitstream then asks for more fails when it does.
   static Result<std::unique_ptr<Input>> Open(const uint8_t* data, size_t size, Media media,
-                                             int threads);
+                                             int threads, int64_t frame_bytes_limit = 0);
   ~Input();
   Input(const Input&) = delete;
   Input& operator=(const Input&) = delete;
@@ -113,7 +132,13 @@ class Input {
     size_t size = 0;
     size_t pos = 0;
   };
+  // kResourceExhausted naming the frames refused, or OK when none was.
+  Status FramesRefused() const;
+  // `status` of a failed decode, unless a frame was refused: then that.
+  Status DecodeError(std::string_view what, int av_error) const;
+
   Memory memory_;
+  std::shared_ptr<FrameBytes> frame_bytes_;  // also held by every counted frame
   AVIOContext* io_ = nullptr;
   AVFormatContext* format_ = nullptr;
   AVCodecContext* codec_ = nullptr;

@@ -256,6 +256,13 @@ Status OcrEngine::Recognize(const ImageView& image, std::string* text) {
     }
     tess.SetImage(gray.data(), image.width, image.height, 1, image.width);
   }
+  // The grey copy of a large page is not kept for the engine's next image.
+  struct TrimGray {
+    std::vector<uint8_t>& gray;
+    ~TrimGray() {
+      if (gray.capacity() > (size_t{8} << 20)) std::vector<uint8_t>().swap(gray);
+    }
+  } trim_gray{api_->gray};
   if (tess.Recognize(nullptr) != 0) {
     tess.Clear();
     return Status::Internal("ocr.text: Tesseract failed to recognize a " +
@@ -327,12 +334,12 @@ Result<std::unique_ptr<Op>> OcrTextOp::Make(const Spec& spec, PlanContext& ctx) 
       spec.conversation.empty() ? -1 : ctx.slot(spec.conversation),
       spec.write_turn ? ctx.slot(spec.output) : -1,
       fields ? ctx.row(spec.output + "_utf8") : -1,
-      fields ? ctx.row(spec.output + "_length") : -1));
+      fields ? ctx.row(spec.output + "_length") : -1, ctx.decode_bytes_per_thread()));
 }
 
 OcrTextOp::OcrTextOp(const OcrTextSpec& spec, OcrConfig config, std::unique_ptr<OcrEngine> first,
                      int image_slot, int conversation_slot, int output_slot, int utf8_row,
-                     int length_row)
+                     int length_row, int64_t decode_bytes)
     : spec_(spec),
       config_(std::move(config)),
       id_(next_op_id.fetch_add(1, std::memory_order_relaxed)),
@@ -340,7 +347,8 @@ OcrTextOp::OcrTextOp(const OcrTextSpec& spec, OcrConfig config, std::unique_ptr<
       conversation_slot_(conversation_slot),
       output_slot_(output_slot),
       utf8_row_(utf8_row),
-      length_row_(length_row) {
+      length_row_(length_row),
+      decode_bytes_(decode_bytes) {
   if (first != nullptr) {
     idle_.push_back(std::move(first));
     opened_ = 1;
@@ -400,6 +408,16 @@ Status OcrTextOp::Run(SampleContext& ctx) const {
   Turn& ocr = turns.back();
   ocr.role = spec_.role;
 
+  const int64_t working = kOcrBytesPerPixel * image->width * image->height;
+  if (decode_bytes_ > 0 && working > decode_bytes_) {
+    return Status::ResourceExhausted(
+        "ocr.text: recognizing a " + std::to_string(image->width) + "x" +
+        std::to_string(image->height) + " image takes about " + std::to_string(working) +
+        " bytes (" + std::to_string(kOcrBytesPerPixel) +
+        " a pixel), past the decode allowance of " + std::to_string(decode_bytes_) +
+        " bytes per thread (memory.decode_bytes_per_thread; by default memory.budget_bytes / 4): "
+        "resize the image before ocr.text, or raise the allowance");
+  }
   HR_ASSIGN_OR_RETURN(std::unique_ptr<OcrEngine> engine, Acquire());
   const Status recognized = RecognizeText(*engine, *image, &ocr.text);
   Release(std::move(engine));

@@ -80,6 +80,11 @@ struct OcrTextSpec {  // ocr.text
   bool write_turn = true;
 };
 
+// Tesseract's working memory per pixel of the page it recognizes, measured: a 9000x9000
+// noise image (81 Mpx) peaked at 1.5 GiB of RSS, about 20 bytes a pixel (thresholded
+// copies, connected components, the LSTM's line images).
+inline constexpr int64_t kOcrBytesPerPixel = 20;
+
 // ocr.text.max_bytes' upper bound.
 inline constexpr int kMaxOcrBytes = 1 << 20;
 
@@ -170,9 +175,12 @@ class OcrTextOp : public Op {
 
   // Rows: -1 for none (max_bytes 0). `conversation_slot` -1: no conversation read;
   // `output_slot` -1: no value written (write_turn false).
+  // `decode_bytes` > 0 (memory.decode_bytes_per_thread): an image whose recognition
+  // would take more of Tesseract's working memory (kOcrBytesPerPixel a pixel) fails its
+  // sample (kResourceExhausted) before Tesseract sees it.
   OcrTextOp(const OcrTextSpec& spec, OcrConfig config, std::unique_ptr<OcrEngine> first,
             int image_slot, int conversation_slot, int output_slot, int utf8_row,
-            int length_row);
+            int length_row, int64_t decode_bytes = 0);
   ~OcrTextOp() override;
   std::string_view name() const override { return kName; }
   // kMissingField when the sample has no such image (or conversation); the engine's
@@ -192,6 +200,7 @@ class OcrTextOp : public Op {
   OcrConfig config_;
   uint64_t id_;  // keys this op's per-thread turn storage
   int image_slot_, conversation_slot_, output_slot_, utf8_row_, length_row_;
+  int64_t decode_bytes_;
   mutable std::mutex mu_;
   mutable std::vector<std::unique_ptr<OcrEngine>> idle_;  // guarded by mu_; LIFO
   mutable int opened_ = 0;                                // guarded by mu_

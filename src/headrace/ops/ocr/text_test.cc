@@ -63,13 +63,13 @@ std::string Recognize(const ImageView& image, PageSegMode psm = PageSegMode::kAu
 
 // The op reading slot 0 (image), optionally slot 1 (conversation), writing slot 2, and
 // with max_bytes rows 0 (utf8) and 1 (length).
-std::unique_ptr<OcrTextOp> MakeOp(OcrTextSpec spec) {
+std::unique_ptr<OcrTextOp> MakeOp(OcrTextSpec spec, int64_t decode_bytes = 0) {
   auto config = ResolveOcrConfig(spec, "ocr.text");
   EXPECT_TRUE(config.ok()) << config.status().ToString();
   const bool fields = spec.max_bytes > 0;
   return std::make_unique<OcrTextOp>(spec, *config, nullptr, 0,
                                      spec.conversation.empty() ? -1 : 1, 2, fields ? 0 : -1,
-                                     fields ? 1 : -1);
+                                     fields ? 1 : -1, decode_bytes);
 }
 
 struct Ran {
@@ -222,6 +222,20 @@ TEST(OcrTextOp, AppendsToAConversation) {
   const Ran missing = RunOp(*op, page.view());
   EXPECT_EQ(missing.status.code(), StatusCode::kMissingField);
   EXPECT_NE(missing.status.message().find("conversation"), std::string::npos);
+}
+
+// The decode allowance (memory.decode_bytes_per_thread) bounds the page Tesseract gets: a
+// 9000x9000 image took 1.5 GiB and 49 s; one past the allowance fails before it starts.
+TEST(OcrTextOp, APagePastTheDecodeAllowanceFailsBeforeTesseractSeesIt) {
+  const Image page = Page({"hello world"});
+  const ImageView view = page.view();
+  const int64_t working = kOcrBytesPerPixel * view.width * view.height;
+  const Ran over = RunOp(*MakeOp({}, working - 1), view);
+  EXPECT_EQ(over.status.code(), StatusCode::kResourceExhausted) << over.status.ToString();
+  EXPECT_NE(over.status.message().find("memory.decode_bytes_per_thread"), std::string::npos);
+  const Ran within = RunOp(*MakeOp({}, working), view);
+  ASSERT_TRUE(within.status.ok()) << within.status.ToString();
+  EXPECT_EQ(Words(within.turns[0].text), (std::vector<std::string>{"hello", "world"}));
 }
 
 TEST(OcrTextOp, AMissingImageIsANamedError) {

@@ -36,6 +36,7 @@ struct Sink {
   int64_t kept = 0;
   bool crop = false;
   PointRange range{};
+  int64_t decode_bytes = 0;  // > 0: what a decompressed body and its points may take
 
   // Keeps the point if x, y, z are finite and inside the range (when set).
   void Keep(float x, float y, float z, float intensity) {
@@ -357,6 +358,17 @@ Status ParsePcdCompressed(const PcdHeader& h, const PcdColumns& c, const uint8_t
                     " uncompressed bytes from " + std::to_string(compressed) +
                     ", more than LZF can expand to");
   }
+  // The decode allowance, from the header: the body and the points it decodes to.
+  const uint64_t needs = uint64_t{uncompressed} +
+                         static_cast<uint64_t>(h.points) * kPointChannels * sizeof(float);
+  if (sink.decode_bytes > 0 && needs > static_cast<uint64_t>(sink.decode_bytes)) {
+    return Status::ResourceExhausted(
+        "pointcloud.read: binary_compressed says " + std::to_string(uncompressed) +
+        " uncompressed bytes of " + std::to_string(h.points) + " points (" +
+        std::to_string(needs) + " bytes with the points read), past the decode allowance of " +
+        std::to_string(sink.decode_bytes) +
+        " bytes per thread (memory.decode_bytes_per_thread; by default memory.budget_bytes / 4)");
+  }
   // The column-major body does not fit the scratch the points go to (4 floats a point),
   // so it is decompressed into a buffer of its own, freed when the file is read.
   const auto body = std::make_unique_for_overwrite<uint8_t[]>(std::max<size_t>(uncompressed, 1));
@@ -467,8 +479,10 @@ Status ValidateRange(const std::string& key, const PointRange& r, bool allow_non
 }
 
 Result<int64_t> ParsePoints(const uint8_t* bytes, size_t size, PointFormat format,
-                            const PointRange& range, const PointAllocator& allocate) {
+                            const PointRange& range, const PointAllocator& allocate,
+                            int64_t decode_bytes) {
   Sink sink;
+  sink.decode_bytes = decode_bytes;
   sink.crop = HasRange(range);
   sink.range = range;
   if (format == PointFormat::kAuto) {
@@ -498,7 +512,8 @@ Status PointReadOp::Declare(const Spec& spec, PlanContext& ctx) {
 }
 
 Result<std::unique_ptr<Op>> PointReadOp::Make(const Spec& spec, PlanContext& ctx) {
-  return std::unique_ptr<Op>(std::make_unique<PointReadOp>(spec, ctx.slot(spec.field)));
+  return std::unique_ptr<Op>(
+      std::make_unique<PointReadOp>(spec, ctx.slot(spec.field), ctx.decode_bytes_per_thread()));
 }
 
 Status PointReadOp::Run(SampleContext& ctx) const {
@@ -517,7 +532,7 @@ Status PointReadOp::Run(SampleContext& ctx) const {
     return out;
   };
   HR_ASSIGN_OR_RETURN(const int64_t kept, ParsePoints(file->data, file->size, spec_.format,
-                                                      spec_.point_range, allocate));
+                                                      spec_.point_range, allocate, decode_bytes_));
   ctx.Set(slot_, PointsView{out, kept, kPointChannels});
   return Status::Ok();
 }

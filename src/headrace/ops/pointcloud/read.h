@@ -58,8 +58,12 @@ using PointAllocator = std::function<Result<float*>(int64_t points)>;
 // The kernel: parses `bytes` as `format` into memory from `allocate`, keeping the points
 // inside `range` (when set) with finite x, y, z, in file order; returns how many it kept.
 // `allocate` is not called when the bytes are refused before any point is read.
+// `decode_bytes` > 0 (memory.decode_bytes_per_thread) bounds what a binary_compressed
+// body decompresses to plus its points: a header declaring more is refused
+// (kResourceExhausted) before anything is allocated.
 Result<int64_t> ParsePoints(const uint8_t* bytes, size_t size, PointFormat format,
-                            const PointRange& range, const PointAllocator& allocate);
+                            const PointRange& range, const PointAllocator& allocate,
+                            int64_t decode_bytes = 0);
 
 struct PointReadSpec {  // pointcloud.read
   PointFormat format = PointFormat::kAuto;
@@ -87,13 +91,15 @@ class PointReadOp : public Op {
   // The battery's input: a small KITTI .bin (a ramp of 100 + index points).
   static std::vector<uint8_t> ExampleInput(int index);
 
-  PointReadOp(const PointReadSpec& spec, int slot) : spec_(spec), slot_(slot) {}
+  PointReadOp(const PointReadSpec& spec, int slot, int64_t decode_bytes = 0)
+      : spec_(spec), slot_(slot), decode_bytes_(decode_bytes) {}
   std::string_view name() const override { return kName; }
   Status Run(SampleContext& ctx) const override;
 
  private:
   PointReadSpec spec_;
   int slot_;
+  int64_t decode_bytes_;
 };
 
 }  // namespace headrace

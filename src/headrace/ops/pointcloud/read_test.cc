@@ -1,5 +1,6 @@
 #include "headrace/ops/pointcloud/read.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,13 +30,13 @@ struct Read {
 };
 
 // Runs pointcloud.read on `bytes` as the engine does (scratch, a value slot).
-Read ReadWith(const std::vector<uint8_t>& bytes, PointReadSpec spec = {}) {
+Read ReadWith(const std::vector<uint8_t>& bytes, PointReadSpec spec = {}, int64_t decode_bytes = 0) {
   std::vector<Value> values = {EncodedBytes{bytes.data(), bytes.size()}};
   ScratchArena scratch;
   SampleContext ctx;
   ctx.scratch = &scratch;
   ctx.values = values;
-  PointReadOp op(spec, 0);
+  PointReadOp op(spec, 0, decode_bytes);
   Read out;
   out.status = op.Run(ctx);
   if (out.status.ok()) {
@@ -126,6 +127,11 @@ TEST(PointRead, PcdBinaryOfMixedTypesSkipsOtherFields) {
                     reinterpret_cast<const uint8_t*>(sizes) + 8);
   compressed.insert(compressed.end(), packed.begin(), packed.begin() + sizes[0]);
   EXPECT_EQ(ReadWith(compressed).points, r.points);
+  // The decode allowance bounds the body (64 bytes) and its 2 points (32): 96 bytes.
+  EXPECT_EQ(ReadWith(compressed, {}, 96).points, r.points);
+  const Read over = ReadWith(compressed, {}, 95);
+  EXPECT_EQ(over.status.code(), StatusCode::kResourceExhausted) << over.status.ToString();
+  EXPECT_THAT(over.status.message(), ::testing::HasSubstr("memory.decode_bytes_per_thread"));
 }
 
 TEST(PointRead, PcdAsciiWithoutIntensity) {

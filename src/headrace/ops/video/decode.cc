@@ -121,11 +121,13 @@ Status VideoDecodeOp::Declare(const Spec& spec, PlanContext& ctx) {
 
 Result<std::unique_ptr<Op>> VideoDecodeOp::Make(const Spec& spec, PlanContext& ctx) {
   return std::unique_ptr<Op>(std::make_unique<VideoDecodeOp>(
-      spec, ctx.position(), ctx.slot(spec.field), ctx.row(OutputOf(spec))));
+      spec, ctx.position(), ctx.slot(spec.field), ctx.row(OutputOf(spec)),
+      ctx.decode_bytes_per_thread()));
 }
 
-VideoDecodeOp::VideoDecodeOp(const VideoDecodeSpec& spec, int op_position, int slot, int row)
-    : spec_(spec), op_position_(op_position), slot_(slot), row_(row) {}
+VideoDecodeOp::VideoDecodeOp(const VideoDecodeSpec& spec, int op_position, int slot, int row,
+                             int64_t decode_bytes)
+    : spec_(spec), op_position_(op_position), slot_(slot), row_(row), decode_bytes_(decode_bytes) {}
 
 Status VideoDecodeOp::Run(SampleContext& ctx) const {
   const EncodedBytes* media = ctx.Get<EncodedBytes>(slot_);
@@ -135,7 +137,7 @@ Status VideoDecodeOp::Run(SampleContext& ctx) const {
   }
   HR_ASSIGN_OR_RETURN(std::unique_ptr<av::Input> in,
                       av::Input::Open(media->data, media->size, av::Input::Media::kVideo,
-                                      spec_.threads));
+                                      spec_.threads, decode_bytes_));
   const std::vector<double> times =
       FrameTimes(spec_, in->duration(), ctx.OpRng(op_position_).Uniform());
   const bool by_index = in->duration() <= 0 && spec_.fps <= 0;  // unknown length: frame by frame

@@ -82,7 +82,10 @@ class VideoDecodeOp : public Op {
   // The battery's input (pipeline/op_conformance_test.cc): a short H.264 clip per index.
   static std::vector<uint8_t> ExampleInput(int index);
 
-  VideoDecodeOp(const VideoDecodeSpec& spec, int op_position, int slot, int row);
+  // `decode_bytes` > 0: what the decoder's frames may hold (memory.decode_bytes_per_thread);
+  // a video that needs more fails its sample (kResourceExhausted), see av::Input::Open.
+  VideoDecodeOp(const VideoDecodeSpec& spec, int op_position, int slot, int row,
+                int64_t decode_bytes = 0);
   std::string_view name() const override { return kName; }
   Status Run(SampleContext& ctx) const override;
 
@@ -91,6 +94,7 @@ class VideoDecodeOp : public Op {
   int op_position_;
   int slot_;
   int row_;
+  int64_t decode_bytes_;
 };
 
 }  // namespace headrace

@@ -45,9 +45,10 @@ struct Decoded {
   std::vector<uint8_t> row;
 };
 
-Decoded DecodeWith(const VideoDecodeSpec& spec, const std::vector<uint8_t>& bytes, uint64_t seed = 1) {
+Decoded DecodeWith(const VideoDecodeSpec& spec, const std::vector<uint8_t>& bytes, uint64_t seed = 1,
+                   int64_t decode_bytes = 0) {
   EXPECT_TRUE(VideoDecodeOp::Validate(spec, "video.decode").ok());
-  VideoDecodeOp op(spec, 0, 0, 0);
+  VideoDecodeOp op(spec, 0, 0, 0, decode_bytes);
   Decoded out;
   out.row.assign(static_cast<size_t>(spec.frames) * 3 * spec.width * spec.height, 0xEE);
   std::vector<Value> values = {EncodedBytes{bytes.data(), bytes.size()}};
@@ -206,6 +207,39 @@ TEST(VideoDecode, BadVideosAreNamedErrors) {
   EXPECT_THAT(garbage.status.message(), HasSubstr("not a media container"));
   const Decoded empty = DecodeWith(spec, std::vector<uint8_t>());
   EXPECT_EQ(empty.status.code(), StatusCode::kCorruptData);
+}
+
+// The decode allowance (memory.decode_bytes_per_thread): a video whose declared size
+// needs more than it for the fewest frames a decoder holds fails before any frame is
+// decoded; one whose decoder then holds more frames than it allows fails when it asks
+// for them; within it, the frames are those of an unbounded decode.
+TEST(VideoDecode, TheDecodeAllowanceBoundsTheFramesTheDecoderHolds) {
+  av::VideoClip c;
+  c.width = 320;
+  c.height = 240;
+  c.frames = 12;
+  c.gop = 12;
+  c.b_frames = -1;  // libx264's default: references and B-frames held
+  c.paint = [](int frame, uint8_t* rgb) {
+    for (int i = 0; i < 320 * 240 * 3; ++i) rgb[i] = static_cast<uint8_t>(i * 7 + frame * 31);
+  };
+  auto clip = av::EncodeVideo(c);
+  ASSERT_TRUE(clip.ok()) << clip.status().ToString();
+  const VideoDecodeSpec spec{.frames = 4, .width = 32, .height = 24};
+  const int64_t frame = 320 * 240 * 3 / 2;
+  const Decoded header = DecodeWith(spec, *clip, 1, 2 * frame);
+  EXPECT_EQ(header.status.code(), StatusCode::kResourceExhausted) << header.status.ToString();
+  EXPECT_THAT(header.status.message(), HasSubstr("the video is 320x240"));
+  EXPECT_THAT(header.status.message(), HasSubstr("memory.decode_bytes_per_thread"));
+  // Enough for the header's three frames, not for what the decoder holds as it decodes.
+  const Decoded held = DecodeWith(spec, *clip, 1, 3 * frame + 1);
+  EXPECT_EQ(held.status.code(), StatusCode::kResourceExhausted) << held.status.ToString();
+  EXPECT_THAT(held.status.message(), HasSubstr("the decoder's frames (320x240)"));
+  const Decoded unbounded = DecodeWith(spec, *clip);
+  const Decoded bounded = DecodeWith(spec, *clip, 1, 64 * frame);
+  ASSERT_TRUE(unbounded.status.ok()) << unbounded.status.ToString();
+  ASSERT_TRUE(bounded.status.ok()) << bounded.status.ToString();
+  EXPECT_EQ(bounded.row, unbounded.row);
 }
 
 TEST(VideoDecode, ValidateNamesTheKey) {
