@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "fuzz/hostile_chat_templates.h"
+#include "headrace/formats/parquet_footer_patch.h"
 #include "headrace/formats/tar_shard.h"
 #include "headrace/ops/av/av_encode.h"
 #include "headrace/ops/pointcloud/pointcloud_test_util.h"
@@ -305,6 +306,25 @@ bool TarSeeds(const fs::path& dir) {
   ok &= Write(dir / "index.json",
               R"({"format":"headrace.shard_index","version":1,"shard":"s.tar","bytes":4096,)"
               R"("samples":[{"key":"000000","fields":{"jpg":[512,9],"json":[1536,8]}}]})");
+  // Issue 26's damaged shards: a member header that fails its checksum (the sample before
+  // it must stay good), and indexes that cannot be trusted: cut short, an unknown
+  // version, a negative or too-small size, and more entries than a small shard can hold.
+  std::string damaged = shard;
+  if (damaged.size() > 2048 + 148) damaged[2048 + 148] ^= 0x7;
+  ok &= Write(dir / "damaged_header.tar", damaged);
+  const std::string index_head = R"({"format":"headrace.shard_index","version":)";
+  ok &= Write(dir / "index_cut.json", index_head + R"(1,"shard":"s.tar","by)");
+  ok &= Write(dir / "index_version.json", index_head + R"(9,"shard":"s.tar","bytes":4096,"samples":[]})");
+  ok &= Write(dir / "index_negative.json", index_head + R"(1,"shard":"s.tar","bytes":-1,"samples":[]})");
+  ok &= Write(dir / "index_small.json",
+              index_head + R"(1,"shard":"s.tar","bytes":600,)"
+                           R"("samples":[{"key":"000000","fields":{"jpg":[512,9],"json":[1536,8]}}]})");
+  std::string many = index_head + R"(1,"shard":"s.tar","bytes":1099511627776,"samples":[)";
+  for (int i = 0; i < 2000; ++i) {
+    many += (i > 0 ? "," : "") + std::string(R"({"key":")") + std::to_string(i) +
+            R"(","fields":{"jpg":[)" + std::to_string(512 + i * 1024) + ",1]}}";
+  }
+  ok &= Write(dir / "index_many.json", many + "]}");
   return ok;
 }
 
@@ -370,6 +390,23 @@ bool ParquetSeeds(const fs::path& dir) {
   ok &= Write(dir / "zstd.parquet", ParquetFile(6, 3, arrow::Compression::ZSTD));
   ok &= Write(dir / "plain.parquet", ParquetFile(3, 3, arrow::Compression::UNCOMPRESSED));
   ok &= Write(dir / "truncated.parquet", std::string_view(snappy).substr(0, snappy.size() / 2));
+  // Issue 26's damaged footers: a footer length past the file, pages past its end, row
+  // groups that declare 2^31 and 2^40 rows (alone, and with every column chunk agreeing).
+  std::string long_footer = snappy;
+  if (long_footer.size() >= 8) long_footer.replace(long_footer.size() - 8, 4, "\xff\xff\xff\x0f", 4);
+  ok &= Write(dir / "footer_length.parquet", long_footer);
+  const auto patched = [](const std::string& file, std::vector<std::vector<int16_t>> paths,
+                          int64_t value) {
+    Buffer bytes = *Buffer::CopyOf(file.data(), file.size());
+    for (auto& path : paths) bytes = FooterPatcher::SetI64(bytes, std::move(path), value);
+    return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  };
+  const std::string one_group = ParquetFile(6, 6, arrow::Compression::UNCOMPRESSED);
+  ok &= Write(dir / "pages_past_end.parquet", patched(snappy, {{4, 1, 3, 9}, {4, 1, 3, 11}}, int64_t{1} << 30));
+  ok &= Write(dir / "rows_2_31.parquet", patched(one_group, {{4, 3}, {3}}, int64_t{1} << 31));
+  ok &= Write(dir / "rows_2_40.parquet", patched(one_group, {{4, 3}, {3}}, int64_t{1} << 40));
+  ok &= Write(dir / "rows_and_values_2_40.parquet",
+              patched(one_group, {{4, 1, 3, 5}, {4, 3}, {3}}, int64_t{1} << 40));
   return ok;
 }
 

@@ -72,5 +72,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     HR_FUZZ_CHECK(reparsed.ok() && ShardIndexToJson(*reparsed) == again,
                   "accepted index does not round-trip");
   }
+  // Checked against a shard of the index's own size (shard_source.cc reads it that way):
+  // accepted only when every field fits where a tar puts data, so never more fields than
+  // the shard has blocks.
+  const Result<ShardIndex> fitted = ParseShardIndex(text, static_cast<int64_t>(size));
+  if (!fitted.ok()) {
+    HR_FUZZ_CHECK(fitted.status().code() == StatusCode::kBadRecord, "%s",
+                  fitted.status().ToString().c_str());
+  } else {
+    size_t fitted_fields = 0;
+    for (const ShardIndex::Sample& s : fitted->samples) fitted_fields += s.fields.size();
+    HR_FUZZ_CHECK(fitted_fields <= size / 512, "%zu fields fitted in %zu bytes", fitted_fields,
+                  size);
+  }
   return 0;
 }

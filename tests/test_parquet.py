@@ -353,3 +353,50 @@ trainer: {{step_ms: 0}}
             views = sum(i % (ld.MAX_VIEWS + 1) for i in range(SAMPLES))
             assert r["storage"]["s3"]["requests"] >= SAMPLES + views, r["storage"]
     assert digests[0] == digests[1]
+
+
+# --- Damaged files: skipped whole, counted once, named (issue 26) ---
+
+import hostile_files as hostile  # noqa: E402
+
+
+def test_damaged_parquet_files_are_skipped_whole_counted_once_and_named(dataset, headrace_bin,
+                                                                       tmp_path):
+    folder = tmp_path / "d"
+    good = write_parquet(dataset, folder)
+    data = good[0].read_bytes()
+    one_group = pa.BufferOutputStream()  # a consistent lie needs the file's rows to add up
+    pq.write_table(pq.read_table(good[0]), one_group, row_group_size=1 << 20)
+    single = one_group.getvalue().to_pybytes()
+    damaged = {  # each its own way of lying, after the two good files
+        2: hostile.parquet_footer_length(data),
+        3: hostile.parquet_pages_past_the_end(data),
+        4: hostile.parquet_lying_rows(data, 1 << 31),
+        5: hostile.parquet_lying_rows(data, 1 << 40),
+        6: hostile.parquet_lying_rows(single, 1 << 31, values_too=True),
+        7: hostile.parquet_lying_rows(single, 1 << 40, values_too=True),
+    }
+    for f, bytes_ in damaged.items():
+        (folder / f"part-{f:05d}.parquet").write_bytes(bytes_)
+    config = parquet_config(tmp_path / "p.yaml", dataset, pattern(folder, 8),
+                            extra="shuffle: false\nerrors: {max_error_rate: 0.5}")
+    proc, r = run(headrace_bin, config, tmp_path / "r.json")
+    assert r["samples"] == SAMPLES
+    errors = r["errors"]
+    assert errors["by_kind"] == {"shard_error": 6}, errors
+    named = [(e["index"], e["uri"], e["kind"]) for e in errors["first"]]
+    assert named == [(f, str(folder / f"part-{f:05d}.parquet"), "shard_error")
+                     for f in damaged], named
+    reasons = [e["reason"] for e in errors["first"]]
+    assert "declares 2147483648 rows" in reasons[2] and "1099511627776" in reasons[3], reasons
+    assert all("source.cache_bytes" in reason for reason in reasons[4:]), reasons
+    # The good files give the batches they give alone.
+    alone = parquet_config(tmp_path / "g.yaml", dataset, pattern(folder), extra="shuffle: false")
+    _, reference = run(headrace_bin, alone, tmp_path / "g.json")
+    assert r["batch_digests"] == reference["batch_digests"]
+    # Asked to, the first damaged file fails the run before any batch, naming it.
+    fail = parquet_config(tmp_path / "f.yaml", dataset, pattern(folder, 8),
+                          extra="errors: {on_bad_shard: fail}")
+    proc, _ = run(headrace_bin, fail, tmp_path / "f.json", check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "part-00002.parquet" in proc.stderr and "on_bad_shard" in proc.stderr, proc.stderr

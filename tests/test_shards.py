@@ -155,8 +155,9 @@ def test_shards_on_s3_are_read_in_blocks_not_per_member(realistic, moto_s3, head
     s3 = remote["storage"]["s3"]
     assert remote["errors"]["total"] == 0
     cache = remote["block_cache"]
-    # Every request is a shard's index or a block: none per member.
-    assert s3["requests"] == n + cache["block_reads"], (s3, cache)
+    # Every request is a shard's size (checked against its index), its index or a block:
+    # none per member.
+    assert s3["requests"] == 2 * n + cache["block_reads"], (s3, cache)
     assert s3["requests"] / remote["samples"] <= 0.01, (s3, cache)
     assert cache["peak_bytes"] <= cache["capacity_bytes"]
 
@@ -380,3 +381,131 @@ def test_mixed_video_vqa_samples_give_the_same_batches_from_files_and_shards(hea
         assert got["samples"] == 20 and got["errors"]["total"] == 0, got["errors"]
         digests[example] = got["batch_digests"]
     assert digests["video_vqa_shards"] == digests["video_vqa"]
+
+
+# --- Damaged shards: skipped whole, counted once, named (issue 26) ---
+
+import hostile_files as hostile  # noqa: E402
+
+
+def copy_shards(dataset, out):
+    shutil.copytree(dataset / "shards", out)
+    return sorted(out.glob("shard-*.tar"))
+
+
+def damage_indexes(shards):
+    """Shards 1-4 of `shards` with an index that cannot be trusted, each in its own way."""
+    damages = [hostile.index_not_json, hostile.index_version,
+               lambda i: hostile.index_bytes(i, -1), lambda i: hostile.index_bytes(i, 1536)]
+    for shard, damage in zip(shards[1:5], damages):
+        index = shard.with_name(shard.name + ".idx.json")
+        index.write_bytes(damage(index.read_bytes()))
+    return shards[1:5]
+
+
+def shard_sizes(shards):
+    return [len(json.loads(s.with_name(s.name + ".idx.json").read_bytes())["samples"])
+            for s in shards]
+
+
+def test_damaged_shards_are_skipped_whole_counted_once_and_named(sharded, headrace_bin,
+                                                                 tmp_path):
+    shards = copy_shards(sharded, tmp_path / "d")
+    assert len(shards) >= 5, shards
+    good = [shards[0]] + shards[5:]
+    good_samples = sum(shard_sizes(good))
+    bad = damage_indexes(shards)
+    pattern = f"{tmp_path / 'd'}/shard-{{000000..{len(shards) - 1:06d}}}.tar"
+    config = shards_config(tmp_path / "d.yaml", sharded, pattern=pattern,
+                           extra="errors: {max_error_rate: 0.5}\nshuffle: false")
+    report, _ = run(headrace_bin, config, tmp_path, "d")
+    assert report["samples"] == good_samples
+    errors = report["errors"]
+    assert errors["total"] == 4 and errors["by_kind"] == {"shard_error": 4}, errors
+    named = [(e["epoch"], e["index"], e["uri"], e["kind"]) for e in errors["first"]]
+    assert named == [(0, i + 1, str(s), "shard_error") for i, s in enumerate(bad)], named
+    for e in errors["first"]:
+        assert e["uri"] + ".idx.json" in e["reason"], e
+    # The good shards give what they give alone, in order.
+    alone = shards_config(tmp_path / "g.yaml", sharded, extra="shuffle: false",
+                          pattern="{" + ",".join(map(str, good)) + "}")
+    reference, _ = run(headrace_bin, alone, tmp_path, "g")
+    assert report["batch_digests"] == reference["batch_digests"]
+
+
+def test_damaged_shards_give_the_same_batches_on_every_run_and_on_resume(sharded, headrace_bin,
+                                                                         tmp_path):
+    shards = copy_shards(sharded, tmp_path / "d")
+    damage_indexes(shards)
+    pattern = f"{tmp_path / 'd'}/shard-{{000000..{len(shards) - 1:06d}}}.tar"
+    config = shards_config(tmp_path / "d.yaml", sharded, pattern=pattern, source="shuffle_window: 2",
+                           extra="errors: {max_error_rate: 0.5}")
+    config.write_text(config.read_text().replace("epochs: 1\n", "epochs: 2\n"))
+    full, _ = run(headrace_bin, config, tmp_path, "full")
+    again, _ = run(headrace_bin, config, tmp_path, "again", "--set", "execution.cpu_threads=1")
+    assert again["batch_digests"] == full["batch_digests"]
+    for k in (1, len(full["batch_digests"]) // 2 + 1):
+        part, _ = run(headrace_bin, config, tmp_path, f"from{k}", "--start-batch", k)
+        assert part["batch_digests"] == full["batch_digests"][k:], k
+        assert part["errors"]["by_kind"] == {"shard_error": 4}  # once per run, resumed or not
+
+
+def test_a_damaged_shard_fails_the_run_when_asked_or_past_the_error_budget(sharded, headrace_bin,
+                                                                           tmp_path):
+    shards = copy_shards(sharded, tmp_path / "d")
+    bad = damage_indexes(shards)[0]
+    pattern = f"{tmp_path / 'd'}/shard-{{000000..{len(shards) - 1:06d}}}.tar"
+    fail = shards_config(tmp_path / "f.yaml", sharded, pattern=pattern,
+                         extra="errors: {on_bad_shard: fail}")
+    report, proc = run(headrace_bin, fail, tmp_path, "f", check=False)
+    assert proc.returncode == 1 and report is None, proc.stderr
+    assert str(bad) + ".idx.json" in proc.stderr and "on_bad_shard" in proc.stderr, proc.stderr
+    strict = shards_config(tmp_path / "s.yaml", sharded, pattern=pattern,
+                           extra="errors: {max_error_rate: 0.01, min_samples: 1}")
+    _, proc = run(headrace_bin, strict, tmp_path, "s", check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "too many bad samples" in proc.stderr and "shard_error=4" in proc.stderr, proc.stderr
+    typo = shards_config(tmp_path / "t.yaml", sharded, pattern=pattern,
+                         extra="errors: {on_bad_shard: ignore}")
+    _, proc = run(headrace_bin, typo, tmp_path, "t", check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "errors.on_bad_shard" in proc.stderr and "skip" in proc.stderr and "fail" in proc.stderr
+
+
+def test_an_index_claiming_a_million_samples_for_a_small_shard_is_refused_unread(
+        sharded, headrace_bin, tmp_path):
+    shards = copy_shards(sharded, tmp_path / "d")
+    index = shards[1].with_name(shards[1].name + ".idx.json")
+    held = shard_sizes(shards[1:2])[0]
+    index.write_bytes(hostile.index_million_samples(index.read_bytes()))
+    pattern = f"{tmp_path / 'd'}/shard-{{000000..{len(shards) - 1:06d}}}.tar"
+    config = shards_config(tmp_path / "m.yaml", sharded, pattern=pattern,
+                           extra="errors: {max_error_rate: 0.5}\nshuffle: false")
+    report, _ = run(headrace_bin, config, tmp_path, "m")
+    assert report["samples"] == 96 - held
+    [error] = report["errors"]["first"]
+    assert error["kind"] == "shard_error" and error["uri"] == str(shards[1]), error
+    assert "more than the index of a shard" in error["reason"], error
+    # Not one byte of the 40 MB index was read: RSS stays far below what parsing it took.
+    assert report["peak_rss_bytes"] < 400 << 20, report["peak_rss_bytes"]
+
+
+def test_damage_in_a_members_header_fails_only_the_sample_it_is_in(sharded, headrace_bin,
+                                                                   tmp_path):
+    d = tmp_path / "hdr"
+    d.mkdir()
+    members = [m for i in range(4) for m in sample_members(sharded, f"{i:03d}", i)]
+    whole = bytearray(tar_bytes(members))
+    infos = tarfile.open(fileobj=io.BytesIO(bytes(whole))).getmembers()
+    assert infos[4].name == "002.jpg"
+    whole[infos[4].offset + 148] ^= 0x07  # its header's checksum
+    (d / "hdr-0.tar").write_bytes(bytes(whole))
+    config = shards_config(tmp_path / "h.yaml", sharded, pattern=f"{d}/hdr-{{0..0}}.tar",
+                           extra="errors: {max_error_rate: 0.5}\nshuffle: false")
+    report, _ = run(headrace_bin, config, tmp_path, "h")
+    # 000 and 001 are whole and delivered; 002 is the damaged one; 003 lies past the damage.
+    assert report["samples"] == 2, report["errors"]
+    [error] = report["errors"]["first"]
+    assert (error["index"], error["uri"], error["kind"]) == (2, f"{d}/hdr-0.tar#002",
+                                                             "corrupt_data"), error
+    assert "002.jpg" in error["reason"], error

@@ -18,6 +18,7 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kTokenizeError: return "tokenize_error";
     case StatusCode::kUserFunctionError: return "user_function_error";
     case StatusCode::kResourceExhausted: return "resource_exhausted";
+    case StatusCode::kShardError: return "shard_error";
     case StatusCode::kInternal: return "internal";
   }
   return "unknown";

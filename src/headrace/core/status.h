@@ -29,6 +29,8 @@ enum class StatusCode {
   kTokenizeError,      // the tokenizer rejected the text
   kUserFunctionError,  // a user-supplied (e.g. Python) function raised
   kResourceExhausted,  // a budget (memory, errors, retries) was exceeded
+  kShardError,         // a whole shard or file of the source that cannot be read (its
+                       // index or footer is damaged or lies): skipped, counted once
   kInternal,           // a bug: an invariant of the engine does not hold
 };
 
@@ -62,6 +64,7 @@ class [[nodiscard]] Status {
   static Status ResourceExhausted(std::string m) {
     return {StatusCode::kResourceExhausted, std::move(m)};
   }
+  static Status ShardError(std::string m) { return {StatusCode::kShardError, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 
   bool ok() const { return state_ == nullptr; }

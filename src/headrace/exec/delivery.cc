@@ -219,6 +219,13 @@ Batch Delivery::DeliverLocked(int64_t batch) {
   ready_.erase(it);
   --admitted_ahead_;
   driver_cv_.notify_all();
+  if (batch == options_.source_errors_batch && !options_.source_errors.empty()) {
+    std::vector<SampleError> errors = options_.source_errors;
+    for (SampleError& e : errors) e.epoch = out.epoch;
+    errors.insert(errors.end(), std::make_move_iterator(out.errors.begin()),
+                  std::make_move_iterator(out.errors.end()));
+    out.errors = std::move(errors);
+  }
   // Errors are counted here, in batch order, so that whether and where the error
   // budget stops a run does not depend on which thread finished first.
   budget_.Count(out.size(), out.errors);

@@ -56,6 +56,13 @@ struct DeliveryOptions {
   double max_error_rate = 0.05;
   int64_t min_samples = 100;
   int max_kept_errors = 20;
+  // Errors that belong to no sample: the source's shards or files skipped whole at open
+  // (formats/source.h, BadShard), each one error of its own kind. Batch
+  // `source_errors_batch` carries them, first in its errors with its epoch, so they are
+  // counted once, in batch order, like any other: the run's first batch in order (its
+  // start batch), batch 0 on demand (taken once in the whole run, whichever worker).
+  std::vector<SampleError> source_errors;
+  int64_t source_errors_batch = 0;
 };
 
 // The delivery's counts, for the engine's metrics.

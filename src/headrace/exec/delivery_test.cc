@@ -86,6 +86,82 @@ TEST(InOrderDelivery, TheErrorBudgetStopsTheRunAtTheBatchThatPassesIt) {
   EXPECT_EQ(d->Metrics().counts.failed, 4);
 }
 
+TEST(InOrderDelivery, TheSourcesSkippedShardsAreCountedOnceWithTheFirstBatch) {
+  BudgetGauge gauge;
+  std::stop_source stop;
+  DeliveryOptions o = Options(4, 4);
+  o.batches_per_epoch = 2;
+  o.start_batch = 1;  // a resumed run: its first batch carries them
+  o.source_errors_batch = 1;
+  o.max_error_rate = 0.5;
+  o.source_errors = {SampleError{0, 3, "/d/s-3.tar", Status::ShardError("shard 3 skipped")},
+                     SampleError{0, 7, "/d/s-7.tar", Status::ShardError("shard 7 skipped")}};
+  auto d = Delivery::Make(Schedule::kSequential, o, gauge, stop);
+  for (int64_t j = 1; j < 4; ++j) {
+    ASSERT_EQ(d->NextToStart(), j);
+    ASSERT_TRUE(d->Admit(1, 4));
+    Batch b = MakeBatch(j, 4, j == 1 ? 1 : 0);
+    b.epoch = j / 2;
+    d->Ready(j, std::move(b), 1);
+  }
+  auto first = d->Next();
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status().ToString();
+  ASSERT_EQ((*first)->errors.size(), 3u);  // the two shards, then the batch's own
+  EXPECT_EQ((*first)->errors[0].uri, "/d/s-3.tar");
+  EXPECT_EQ((*first)->errors[0].index, 3);
+  EXPECT_EQ((*first)->errors[0].epoch, 0);
+  EXPECT_EQ((*first)->errors[1].status.code(), StatusCode::kShardError);
+  EXPECT_EQ((*first)->errors[2].status.code(), StatusCode::kCorruptData);
+  for (int k = 0; k < 2; ++k) {
+    auto next = d->Next();
+    ASSERT_TRUE(next.ok() && next->has_value());
+    EXPECT_TRUE((*next)->errors.empty());
+  }
+  const DeliveryMetrics m = d->Metrics();
+  EXPECT_EQ(m.counts.failed, 3);
+  EXPECT_EQ(m.counts.delivered, 12);
+  EXPECT_EQ(m.errors_by_kind.at("shard_error"), 2);
+}
+
+TEST(InOrderDelivery, SkippedShardsCountAgainstTheErrorBudget) {
+  BudgetGauge gauge;
+  std::stop_source stop;
+  DeliveryOptions o = Options(2, 2);
+  o.max_error_rate = 0.1;
+  o.source_errors = {SampleError{0, 0, "/d/s-0.tar", Status::ShardError("shard 0 skipped")}};
+  auto d = Delivery::Make(Schedule::kSequential, o, gauge, stop);
+  ASSERT_TRUE(d->Admit(1, 4));
+  d->Ready(0, MakeBatch(0, 4), 1);  // 1 of 5 failed: 20%
+  const auto first = d->Next();
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(first.status().message().find("shard_error=1"), std::string::npos)
+      << first.status().ToString();
+  EXPECT_NE(first.status().message().find("/d/s-0.tar"), std::string::npos)
+      << first.status().ToString();
+}
+
+TEST(OnDemandDelivery, BatchZeroCarriesTheSkippedShardsWhoeverTakesIt) {
+  BudgetGauge gauge;
+  std::stop_source stop;
+  DeliveryOptions o = Options(3, 3);
+  o.source_errors = {SampleError{0, 1, "/d/p-1.parquet", Status::ShardError("file 1 skipped")}};
+  auto d = Delivery::Make(Schedule::kOnDemand, o, gauge, stop);
+  for (const int64_t j : {2, 0}) {
+    ASSERT_TRUE(d->Submit(j).ok());
+    ASSERT_EQ(d->NextToStart(), j);
+    ASSERT_TRUE(d->Admit(1, 4));
+    d->Ready(j, MakeBatch(j, 4), 1);
+  }
+  const auto two = d->Take(2);
+  ASSERT_TRUE(two.ok());
+  EXPECT_TRUE(two->errors.empty());
+  const auto zero = d->Take(0);
+  ASSERT_TRUE(zero.ok());
+  ASSERT_EQ(zero->errors.size(), 1u);
+  EXPECT_EQ(zero->errors[0].uri, "/d/p-1.parquet");
+}
+
 TEST(OnDemandDelivery, OnlySubmittedBatchesStartAndEachIsTakenOnce) {
   BudgetGauge gauge;
   std::stop_source stop;

@@ -63,6 +63,11 @@ Engine::Engine(std::shared_ptr<const EngineInputs> inputs, EngineOptions options
   delivery.max_error_rate = options_.max_error_rate;
   delivery.min_samples = options_.min_samples;
   delivery.max_kept_errors = options_.max_kept_errors;
+  for (const BadShard& bad : inputs_->source->info().bad_shards) {
+    delivery.source_errors.push_back(SampleError{0, bad.shard, bad.uri, bad.status});
+  }
+  delivery.source_errors_batch =
+      options_.schedule == Schedule::kSequential ? options_.start_batch : 0;
   delivery_ = Delivery::Make(options_.schedule, delivery, gauge_, stop_);
   const size_t full_batch = AssembleStage::RowBytes(inputs_->fields) *
                             static_cast<size_t>(options_.order.batch_size);

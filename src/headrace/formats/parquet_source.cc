@@ -21,32 +21,9 @@ namespace {
 // Reads in flight at once while loading: an object store's connections, not a million.
 constexpr size_t kLoadWindow = 64;
 
-// Runs `start(i, done)` for every i in [0, n), at most kLoadWindow at a time, and returns
-// what each read delivered. `start` issues one asynchronous read that calls `done`.
 std::vector<Result<Buffer>> ReadAll(size_t n,
                                     const std::function<void(size_t, ReadCallback)>& start) {
-  std::vector<Result<Buffer>> out(n, Status::Internal("not read"));
-  std::mutex mu;
-  std::condition_variable cv;
-  size_t issued = 0;
-  size_t finished = 0;
-  std::unique_lock lock(mu);
-  while (finished < n) {
-    while (issued < n && issued - finished < kLoadWindow) {
-      const size_t i = issued++;
-      lock.unlock();
-      start(i, [&, i](Result<Buffer> bytes) {
-        std::lock_guard inner(mu);
-        out[i] = std::move(bytes);
-        ++finished;
-        cv.notify_all();
-      });
-      lock.lock();
-    }
-    // Until a read completes that lets another start (or the last one completes).
-    cv.wait(lock, [&] { return finished == n || (issued < n && issued - finished < kLoadWindow); });
-  }
-  return out;
+  return ReadConcurrently(n, kLoadWindow, start);
 }
 
 bool IsMedia(FieldKind kind) { return IsMediaKind(kind); }
@@ -358,7 +335,7 @@ Result<ParquetLayout> ReadParquetFooter(Storage& storage, const std::string& uri
 }
 
 Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec,
-                                        bool compact) {
+                                        bool compact, int64_t max_group_bytes) {
   ParquetSource out;
   {
     Result<std::vector<std::string>> files = ExpandShardPattern(spec.parquet);
@@ -399,6 +376,9 @@ Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec
     for (std::thread& t : threads) t.join();
     out.load_reads += reads;
   }
+  // A file whose footer cannot be read, or does not fit the file, is skipped whole: an
+  // empty layout, no rows (bad[i] says why).
+  std::vector<Status> bad(n);
   for (size_t i = 0; i < n; ++i) {
     if (layouts[i].ok()) {
       out.layouts.push_back(*std::move(layouts[i]));
@@ -408,22 +388,32 @@ Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec
     if (st.code() == StatusCode::kNotFound) {
       return Status::NotFound("source.parquet: " + FileMessage(out.files[i]) + " does not exist");
     }
-    return st.WithContext("source.parquet: " + FileMessage(out.files[i]));
+    bad[i] = st;
+    out.layouts.emplace_back();
   }
-  HR_ASSIGN_OR_RETURN(out.fields, ResolveParquetFields(spec, out.layouts.front()));
+  const auto first_good = std::find_if(bad.begin(), bad.end(), [](const Status& b) { return b.ok(); });
+  if (first_good == bad.end()) {
+    return Status(bad[0].code(), "source.parquet: none of the " + std::to_string(n) +
+                                     " files of " + QuoteForMessage(spec.parquet) +
+                                     " can be read; the first: " + FileMessage(out.files[0]) +
+                                     ": " + bad[0].ToString());
+  }
+  const size_t first = static_cast<size_t>(first_good - bad.begin());
+  HR_ASSIGN_OR_RETURN(out.fields, ResolveParquetFields(spec, out.layouts[first]));
 
   // Which columns each row group gives at run time, and which are paths read now.
   std::vector<ParquetFieldColumn> paths;
   for (size_t f = 0; f < out.fields.size(); ++f) {
     const SourceFieldSpec& field = out.fields[f];
     if (field.key.empty()) continue;  // a default field without a column
-    const ParquetColumn* c = out.layouts.front().FindColumn(field.key);
+    const ParquetColumn* c = out.layouts[first].FindColumn(field.key);
     ParquetFieldColumn column{c->name,   static_cast<int>(f), field.kind,   c->kind,
                               c->list,   field.max_items,     field.required};
     (IsPathColumn(field.kind, c->kind) ? paths : out.columns).push_back(std::move(column));
   }
   // Every file must hold the same columns, of the same kinds.
-  for (size_t i = 1; i < n; ++i) {
+  for (size_t i = first + 1; i < n; ++i) {
+    if (!bad[i].ok()) continue;
     for (const auto* list : {&out.columns, &paths}) {
       for (const ParquetFieldColumn& col : *list) {
         const ParquetColumn* c = out.layouts[i].FindColumn(col.column);
@@ -437,9 +427,33 @@ Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec
           return Status::InvalidArgument(
               "source.parquet: column '" + col.column + "' is " + c->arrow_type + " in " +
               FileMessage(out.files[i]) + " but " +
-              out.layouts[0].FindColumn(col.column)->arrow_type + " in " +
-              FileMessage(out.files[0]));
+              out.layouts[first].FindColumn(col.column)->arrow_type + " in " +
+              FileMessage(out.files[first]));
         }
+      }
+    }
+  }
+
+  // A row group whose declared rows could never be decoded within the row-group cache
+  // (their cells alone, before any byte of theirs) lies about its rows, or is useless:
+  // its file is skipped before anything is sized by those rows (the epoch order holds
+  // a slot per record, a decode one per row and column).
+  const int64_t columns_per_row = std::max<int64_t>(
+      1, static_cast<int64_t>(out.columns.size() + paths.size()));
+  for (size_t i = 0; i < n && max_group_bytes > 0; ++i) {
+    if (!bad[i].ok()) continue;
+    const auto& groups = out.layouts[i].row_groups;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const int64_t per_row = columns_per_row * static_cast<int64_t>(sizeof(ParquetValue));
+      if (groups[g].rows > max_group_bytes / per_row) {
+        bad[i] = Status::CorruptData(
+            "row group " + std::to_string(g) + " declares " + std::to_string(groups[g].rows) +
+            " rows in a file of " + std::to_string(out.layouts[i].file_size) +
+            " bytes: their cells alone would need more than the " +
+            std::to_string(max_group_bytes) +
+            " bytes the row-group cache may hold (source.cache_bytes, or half of "
+            "memory.budget_bytes)");
+        break;
       }
     }
   }
@@ -449,6 +463,13 @@ Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec
   for (size_t i = 0; i < n; ++i) {
     const std::string& uri = out.files[i];
     const ParquetLayout& layout = out.layouts[i];
+    if (!bad[i].ok()) {
+      out.bad_files.push_back(BadShard{
+          static_cast<int64_t>(i), uri,
+          Status::ShardError("file " + std::to_string(i) + " " + FileMessage(uri) +
+                             " skipped: " + bad[i].ToString())});
+      continue;
+    }
     // Path columns: one ranged read per row group, that column decoded, now.
     std::vector<ParquetRowGroupData> path_data;
     std::string root;
@@ -463,12 +484,26 @@ Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec
                                         [](int64_t) { return true; });
           });
       out.load_reads += static_cast<int64_t>(groups.size());
-      for (size_t g = 0; g < groups.size(); ++g) {
-        if (!groups[g].ok()) return groups[g].status().WithContext("source.parquet: " + FileMessage(uri));
+      Status unreadable;
+      for (size_t g = 0; g < groups.size() && unreadable.ok(); ++g) {
+        if (!groups[g].ok()) {
+          unreadable = groups[g].status();
+          break;
+        }
         Result<ParquetRowGroupData> data =
             DecodeParquetRowGroup(layout, static_cast<int>(g), *groups[g], path_names);
-        if (!data.ok()) return data.status().WithContext("source.parquet: " + FileMessage(uri));
+        if (!data.ok()) {
+          unreadable = data.status();
+          break;
+        }
         path_data.push_back(*std::move(data));
+      }
+      if (!unreadable.ok()) {  // the paths are its records' media: the file is unreadable
+        out.bad_files.push_back(BadShard{
+            static_cast<int64_t>(i), uri,
+            Status::ShardError("file " + std::to_string(i) + " " + FileMessage(uri) +
+                               " skipped: its path column: " + unreadable.ToString())});
+        continue;
       }
     }
     for (size_t g = 0; g < layout.row_groups.size(); ++g) {
@@ -515,8 +550,13 @@ Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec
     out.irregular.shrink_to_fit();
   }
   if (out.num_rows == 0) {
+    std::string why;
+    if (!out.bad_files.empty()) {
+      why = " (" + std::to_string(out.bad_files.size()) +
+            " unreadable; the first: " + out.bad_files.front().status.message() + ")";
+    }
     return Status::InvalidArgument("source.parquet: the " + std::to_string(n) + " files of " +
-                                   QuoteForMessage(spec.parquet) + " hold no rows");
+                                   QuoteForMessage(spec.parquet) + " hold no rows" + why);
   }
   return out;
 }

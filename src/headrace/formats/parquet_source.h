@@ -48,9 +48,11 @@
 // always fields 0 and 1 (as the manifest source has them), absent or not.
 //
 // Errors. Load-time: a pattern that matches nothing or a file that does not exist
-// (kNotFound naming it), a file that is not Parquet or whose footer does not parse, a
-// field's column missing from a file (kNotFound naming the column, the file and the
-// columns there are) or of a kind the field cannot take (kInvalidArgument). Per sample
+// (kNotFound naming it), every file unreadable (the first one's error), a field's column
+// missing from a file (kNotFound naming the column, the file and the
+// columns there are) or of a kind the field cannot take (kInvalidArgument). Skipped whole
+// (bad_files below; source.h BadShard): a file that is not Parquet or whose footer does
+// not parse or fit the file. Per sample
 // (named "<file>#row N"): a null cell in a required field, a path-only struct<bytes,
 // path> cell, a conversation that does not parse; for a list: more items than
 // max_items (kBadRecord, "column 'views' has 5 items, more than its max_items 4"), a
@@ -67,6 +69,7 @@
 #include "headrace/core/sample.h"
 #include "headrace/core/status.h"
 #include "headrace/formats/parquet_table.h"
+#include "headrace/formats/source.h"
 #include "headrace/formats/source_spec.h"
 #include "headrace/io/storage.h"
 
@@ -119,6 +122,12 @@ struct ParquetSource {
   std::vector<PathItem> path_items;
   std::vector<uint64_t> path_item_end;
   int64_t bad_records = 0;
+  // Files skipped whole (no row groups, no rows; source.h): a footer that does not parse
+  // or does not fit the file (lengths, page offsets, row counts that add up to more than
+  // the column chunks hold), a row group whose declared rows could never be decoded
+  // within the cache (LoadParquetSource's max_group_bytes), a path column that does not
+  // decode.
+  std::vector<BadShard> bad_files;
   // Load-time reads: footers (tail reads, size probes included) and row groups read for
   // path columns.
   int64_t load_reads = 0;
@@ -136,9 +145,11 @@ Result<std::vector<SourceFieldSpec>> ResolveParquetFields(const SourceSpec& spec
                                                           const ParquetLayout& layout);
 
 // Loads spec.parquet (see the header comment). `compact`: keep only the irregular
-// records (`records` stays empty).
+// records (`records` stays empty). `max_group_bytes` > 0: the most a decoded row group
+// may hold (the row-group cache's bound); a file with a row group whose declared rows'
+// cells alone exceed it is skipped (bad_files) before anything is sized by them.
 Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec,
-                                        bool compact = false);
+                                        bool compact = false, int64_t max_group_bytes = 0);
 
 // The record of row `index` as the loader makes it before its path media: id and
 // location "<file>#row N", line N + 1, and the row group's range as its first media

@@ -112,6 +112,65 @@ TEST(ParquetSource, BytesThatAreNotParquetFailTheLoad) {
   EXPECT_THAT(source.status().message(), HasSubstr("/d/x.parquet"));
 }
 
+TEST(ParquetSource, AFileWhoseFooterDoesNotFitItIsSkippedWholeAndNamed) {
+  MemoryStorage storage;
+  const Buffer good = WriteParquet(MakeRows(40), 16);
+  storage.files["/d/f-0.parquet"] = good;
+  // A footer length longer than the file.
+  std::string footer_len(reinterpret_cast<const char*>(good.data()), good.size());
+  footer_len.replace(footer_len.size() - 8, 4, "\xff\xff\xff\x0f", 4);
+  storage.files["/d/f-1.parquet"] = *Buffer::CopyOf(footer_len.data(), footer_len.size());
+  // Its column chunks' pages past the file's end.
+  storage.files["/d/f-2.parquet"] = FooterPatcher::SetI64(
+      FooterPatcher::SetI64(good, {4, 1, 3, 9}, 1 << 30), {4, 1, 3, 11}, 1 << 30);
+  // Row groups (and the file) that declare 2^31 and 2^40 rows: more than their column
+  // chunks hold.
+  Buffer rows31 = FooterPatcher::SetI64(WriteParquet(MakeRows(8), 100), {4, 3}, int64_t{1} << 31);
+  storage.files["/d/f-3.parquet"] = FooterPatcher::SetI64(rows31, {3}, int64_t{1} << 31);
+  Buffer rows40 = FooterPatcher::SetI64(WriteParquet(MakeRows(8), 100), {4, 3}, int64_t{1} << 40);
+  storage.files["/d/f-4.parquet"] = FooterPatcher::SetI64(rows40, {3}, int64_t{1} << 40);
+  storage.files["/d/f-5.parquet"] = WriteParquet(MakeRows(20, 40), 16);
+  Result<ParquetSource> source =
+      LoadParquetSource(storage, ParquetSpec("/d/f-{0..5}.parquet"), /*compact=*/true);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  EXPECT_EQ(source->num_rows, 60);
+  EXPECT_EQ(source->group_rows, (std::vector<int64_t>{16, 16, 8, 16, 4}));
+  ASSERT_EQ(source->bad_files.size(), 4u);
+  for (size_t b = 0; b < 4; ++b) {
+    const BadShard& bad = source->bad_files[b];
+    EXPECT_EQ(bad.shard, static_cast<int64_t>(b + 1));
+    EXPECT_EQ(bad.uri, "/d/f-" + std::to_string(b + 1) + ".parquet");
+    EXPECT_EQ(bad.status.code(), StatusCode::kShardError);
+    EXPECT_THAT(bad.status.message(), HasSubstr(bad.uri));
+  }
+  EXPECT_THAT(source->bad_files[2].status.message(), HasSubstr("declares 2147483648 rows"));
+  EXPECT_THAT(source->bad_files[3].status.message(), HasSubstr("declares 1099511627776 rows"));
+  // The records after the skipped files follow on: f-5's first row is record 40.
+  SampleRecord record;
+  MakeParquetRecord(*source, 40, record);
+  EXPECT_EQ(record.location, "/d/f-5.parquet#row 0");
+}
+
+TEST(ParquetSource, RowsNoCacheCouldDecodeSkipTheFileBeforeAnythingIsSizedByThem) {
+  // A footer that lies consistently: every column chunk holds as many values as the row
+  // group declares rows, so only the rows' cost gives it away.
+  MemoryStorage storage;
+  storage.files["/d/g-0.parquet"] = WriteParquet(MakeRows(8), 100);
+  for (const int64_t rows : {int64_t{1} << 31, int64_t{1} << 40}) {
+    Buffer lying = FooterPatcher::SetI64(WriteParquet(MakeRows(8), 100), {4, 1, 3, 5}, rows);
+    lying = FooterPatcher::SetI64(lying, {4, 3}, rows);
+    storage.files["/d/g-1.parquet"] = FooterPatcher::SetI64(lying, {3}, rows);
+    Result<ParquetSource> source = LoadParquetSource(storage, ParquetSpec("/d/g-{0..1}.parquet"),
+                                                     /*compact=*/true, int64_t{64} << 20);
+    ASSERT_TRUE(source.ok()) << source.status().ToString();
+    EXPECT_EQ(source->num_rows, 8);
+    ASSERT_EQ(source->bad_files.size(), 1u);
+    EXPECT_THAT(source->bad_files[0].status.message(),
+                HasSubstr("declares " + std::to_string(rows) + " rows"));
+    EXPECT_THAT(source->bad_files[0].status.message(), HasSubstr("source.cache_bytes"));
+  }
+}
+
 TEST(ParquetSource, PatternErrorsNameTheParquetKey) {
   MemoryStorage storage;
   Result<ParquetSource> source = LoadParquetSource(storage, ParquetSpec("s3://b/*.parquet"));

@@ -391,6 +391,14 @@ Result<ParquetLayout> ParseFooter(int64_t file_size, const uint8_t* footer, uint
         begin = std::min(begin, range->first);
         end = std::max(end, range->first + range->second);
       }
+      // Every row puts at least one value (a null's included) in each column chunk: a
+      // row count above a chunk's values is a footer that lies about its rows.
+      if (chunk->num_values() < out.rows) {
+        return Status::CorruptData(
+            RowGroupContext(i) + " declares " + std::to_string(out.rows) + " rows but column '" +
+            metadata.schema()->Column(c)->path()->ToDotString() + "' holds " +
+            std::to_string(chunk->num_values()) + " values");
+      }
       const int64_t uncompressed = chunk->total_uncompressed_size();
       if (uncompressed < 0 ||
           uncompressed > std::numeric_limits<int64_t>::max() - out.uncompressed_bytes) {

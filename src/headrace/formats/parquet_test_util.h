@@ -9,6 +9,7 @@
 #include <parquet/properties.h>
 
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "headrace/core/buffer.h"
+#include "headrace/formats/parquet_footer_patch.h"
 #include "headrace/io/storage.h"
 
 namespace headrace::parquet_test {

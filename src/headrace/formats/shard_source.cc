@@ -340,93 +340,169 @@ void AppendShardRecords(const std::string& shard_uri, std::span<const TarSample>
   }
 }
 
+std::vector<Result<Buffer>> ReadConcurrently(
+    size_t n, size_t window, const std::function<void(size_t, ReadCallback)>& start) {
+  std::vector<Result<Buffer>> out(n, Status::Internal("not read"));
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t issued = 0;
+  size_t finished = 0;
+  std::unique_lock lock(mu);
+  while (finished < n) {
+    while (issued < n && issued - finished < window) {
+      const size_t i = issued++;
+      lock.unlock();
+      start(i, [&, i](Result<Buffer> bytes) {
+        std::lock_guard inner(mu);
+        out[i] = std::move(bytes);
+        ++finished;
+        cv.notify_all();
+      });
+      lock.lock();
+    }
+    // Until a read completes that lets another start (or the last one completes).
+    cv.wait(lock, [&] { return finished == n || (issued < n && issued - finished < window); });
+  }
+  return out;
+}
+
 namespace {
 
-// Reads every shard's index at once (they are small), then scans the shards that have
-// none, one at a time (each is read whole).
+// The records of one shard read whole and listed (it has no index). Damage keeps the
+// samples before it: the sample the damaged member belongs to is the bad one (the last
+// listed when the member is its, else a record of its own), never a complete sample
+// before it.
+std::vector<TarSample> ScanShard(const Buffer& tar, Status& shard_error) {
+  const TarListing listing = ListTarMembers(std::span<const uint8_t>(tar.data(), tar.size()));
+  const std::vector<std::string> required;  // checked per field, in AppendShardRecords
+  std::vector<TarSample> samples = GroupSamples(listing.members, required);
+  if (listing.status.ok()) return samples;
+  if (listing.members.empty() && listing.status.code() != StatusCode::kCorruptData) {
+    shard_error = listing.status;  // not a tar at all: nothing in it is a sample
+    return {};
+  }
+  const std::string key = TarSampleKey(listing.damaged_member);
+  if (!samples.empty() && !listing.damaged_member.empty() && samples.back().key == key) {
+    samples.back().status = listing.status;  // its members may be cut off
+  } else {
+    TarSample& damaged = samples.emplace_back();
+    damaged.key = !key.empty() ? key
+                               : "(damaged at offset " + std::to_string(listing.damaged_offset) + ")";
+    damaged.status = listing.status;
+  }
+  return samples;
+}
+
+// A shard's samples from its index, checked against the shard's size.
+Result<std::vector<TarSample>> IndexedSamples(const Buffer& bytes, int64_t shard_bytes) {
+  HR_ASSIGN_OR_RETURN(
+      ShardIndex index,
+      ParseShardIndex(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+                      shard_bytes));
+  std::vector<TarSample> samples;
+  samples.reserve(index.samples.size());
+  std::set<std::string_view> keys;
+  for (ShardIndex::Sample& s : index.samples) {
+    TarSample& t = samples.emplace_back();
+    t.key = std::move(s.key);
+    t.fields = std::move(s.fields);
+  }
+  for (TarSample& t : samples) {
+    if (!keys.insert(t.key).second) {
+      t.status = Status::BadRecord("sample '" + t.key + "' appears twice in the index");
+    }
+  }
+  return samples;
+}
+
+// Opens every shard: first each tar's size (a gated read refused at the size; the
+// shard's existence too), then every index at once (they are small, and each is refused
+// before it is read when it is larger than its shard can need), then the shards without
+// one, read whole, one at a time. A shard that cannot be read is skipped whole
+// (out.bad_shards); a missing one fails the load (a pattern naming shards that are not
+// there is a configuration error).
 Status LoadShards(Storage& storage, const std::vector<std::string>& shards,
                   const ShardFieldMap& map, ShardSource& out, ShardRecords* compact) {
   const size_t n = shards.size();
-  std::vector<Result<Buffer>> indexes(n, Status::Internal("not read"));
-  {
-    std::mutex mu;
-    std::condition_variable cv;
-    size_t pending = n;
-    // At most 256 index reads in flight: an object store's connections, not a million.
-    constexpr size_t kWindow = 256;
-    size_t issued = 0;
-    std::unique_lock lock(mu);
-    while (issued < n || pending > 0) {
-      while (issued < n && issued - (n - pending) < kWindow) {
-        const size_t i = issued++;
-        lock.unlock();
-        storage.ReadAsync(IndexUri(shards[i]), [&, i](Result<Buffer> bytes) {
-          std::lock_guard inner(mu);
-          indexes[i] = std::move(bytes);
-          --pending;
-          cv.notify_all();
-        });
-        lock.lock();
-      }
-      if (pending == 0) break;
-      const size_t before = pending;
-      cv.wait(lock, [&] { return pending < before; });
+  // At most 256 reads in flight: an object store's connections, not a million.
+  constexpr size_t kWindow = 256;
+  std::vector<int64_t> sizes(n, -1);
+  std::vector<Result<Buffer>> probes = ReadConcurrently(n, kWindow, [&](size_t i, ReadCallback done) {
+    storage.ReadAsyncGated(shards[i], std::move(done), [&sizes, i](int64_t bytes) {
+      if (bytes == kReadStillWanted) return true;
+      sizes[i] = bytes;
+      return false;  // the size is all this read is for
+    });
+  });
+  std::vector<Status> shard_errors(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (probes[i].ok()) {
+      sizes[i] = static_cast<int64_t>(probes[i]->size());  // a storage that ignores gates
+    } else if (probes[i].status().code() == StatusCode::kNotFound) {
+      return Status::NotFound("source.shards: shard " + QuoteForMessage(shards[i]) +
+                              " does not exist");
+    } else if (sizes[i] < 0) {
+      shard_errors[i] = probes[i].status().WithContext("reading the shard");
     }
+    probes[i] = Status::Cancelled("probed");
   }
-  const std::vector<std::string> required;  // checked per field, in AppendShardRecords
+  std::vector<int64_t> refused(n, -1);  // an index's size, when it was too large to read
+  std::vector<Result<Buffer>> indexes = ReadConcurrently(n, kWindow, [&](size_t i, ReadCallback done) {
+    if (!shard_errors[i].ok()) {
+      done(Status::Cancelled("the shard is unreadable"));
+      return;
+    }
+    storage.ReadAsyncGated(IndexUri(shards[i]), std::move(done),
+                           [&refused, i, limit = MaxShardIndexBytes(sizes[i])](int64_t bytes) {
+                             if (bytes <= limit) return true;
+                             refused[i] = bytes;
+                             return false;
+                           });
+  });
   for (size_t i = 0; i < n; ++i) {
     const std::string& shard = shards[i];
     const size_t before = out.records.size();
-    if (indexes[i].ok()) {
-      const Buffer& bytes = *indexes[i];
-      Result<ShardIndex> index = ParseShardIndex(
-          std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-      if (!index.ok()) return index.status().WithContext(IndexUri(shard));
-      std::vector<TarSample> samples;
-      samples.reserve(index->samples.size());
-      std::set<std::string_view> keys;
-      for (ShardIndex::Sample& s : index->samples) {
-        TarSample& t = samples.emplace_back();
-        t.key = std::move(s.key);
-        t.fields = std::move(s.fields);
-      }
-      for (TarSample& t : samples) {
-        if (!keys.insert(t.key).second) {
-          t.status = Status::BadRecord("sample '" + t.key + "' appears twice in the index");
-        }
-      }
-      AppendShardRecords(shard, samples, map, out);
-      out.shard_bytes.push_back(index->bytes);
-      ++out.indexed_shards;
+    Status shard_error = shard_errors[i];
+    int64_t shard_bytes = sizes[i];
+    if (!shard_error.ok()) {
+      // Unreadable already.
+    } else if (indexes[i].ok()) {
+      Result<std::vector<TarSample>> samples = IndexedSamples(*indexes[i], sizes[i]);
       indexes[i] = Status::Cancelled("parsed");  // its bytes go now, not after every shard
+      if (samples.ok()) {
+        AppendShardRecords(shard, *samples, map, out);
+        ++out.indexed_shards;
+      } else {
+        shard_error = samples.status().WithContext(QuoteForMessage(IndexUri(shard)));
+      }
+    } else if (refused[i] >= 0) {
+      shard_error = Status::BadRecord(
+          QuoteForMessage(IndexUri(shard)) + ": the index is " + std::to_string(refused[i]) +
+          " bytes, more than the index of a shard of " + std::to_string(sizes[i]) +
+          " bytes can need (" + std::to_string(MaxShardIndexBytes(sizes[i])) + ")");
     } else if (indexes[i].status().code() == StatusCode::kNotFound) {
       Result<Buffer> tar = storage.Read(shard);
       if (!tar.ok()) {
-        if (tar.status().code() == StatusCode::kNotFound) {
-          return Status::NotFound("source.shards: shard " + QuoteForMessage(shard) +
-                                  " does not exist (nor its index " +
-                                  QuoteForMessage(IndexUri(shard)) + ")");
-        }
-        return tar.status().WithContext("reading shard " + QuoteForMessage(shard));
-      }
-      const TarListing listing = ListTarMembers(std::span<const uint8_t>(tar->data(), tar->size()));
-      std::vector<TarSample> samples = GroupSamples(listing.members, required);
-      if (!listing.status.ok()) {
-        if (samples.empty()) {
-          TarSample& whole = samples.emplace_back();
-          whole.key = "";
-          whole.status = listing.status;
-        } else {
-          // The members of the last sample before the damage may be cut off.
-          samples.back().status = listing.status;
+        shard_error = tar.status().WithContext("reading the shard");
+      } else {
+        shard_bytes = static_cast<int64_t>(tar->size());
+        const std::vector<TarSample> samples = ScanShard(*tar, shard_error);
+        if (shard_error.ok()) {
+          AppendShardRecords(shard, samples, map, out);
+          ++out.scanned_shards;
         }
       }
-      AppendShardRecords(shard, samples, map, out);
-      out.shard_bytes.push_back(static_cast<int64_t>(tar->size()));
-      ++out.scanned_shards;
     } else {
-      return indexes[i].status().WithContext("reading " + QuoteForMessage(IndexUri(shard)));
+      shard_error =
+          indexes[i].status().WithContext("reading " + QuoteForMessage(IndexUri(shard)));
     }
+    if (!shard_error.ok()) {
+      out.bad_shards.push_back(BadShard{
+          static_cast<int64_t>(i), shard,
+          Status::ShardError("shard " + std::to_string(i) + " " + QuoteForMessage(shard) +
+                             " skipped: " + shard_error.ToString())});
+    }
+    out.shard_bytes.push_back(std::max<int64_t>(shard_bytes, 0));
     out.shard_samples.push_back(static_cast<int64_t>(out.records.size() - before));
     if (compact != nullptr) {  // each shard's records compacted as soon as they are made
       compact->AppendShard(shard, out.records);
@@ -451,9 +527,14 @@ Result<ShardSource> LoadShardSource(Storage& storage, const SourceSpec& spec,
   out.fields = map.fields;
   HR_RETURN_IF_ERROR(LoadShards(storage, out.shards, map, out, compact));
   if (std::accumulate(out.shard_samples.begin(), out.shard_samples.end(), int64_t{0}) == 0) {
+    std::string why;
+    if (!out.bad_shards.empty()) {
+      why = " (" + std::to_string(out.bad_shards.size()) +
+            " unreadable; the first: " + out.bad_shards.front().status.message() + ")";
+    }
     return Status::InvalidArgument("source.shards: the " + std::to_string(out.shards.size()) +
                                    " shards of " + QuoteForMessage(spec.shards) +
-                                   " hold no samples");
+                                   " hold no samples" + why);
   }
   return out;
 }

@@ -26,20 +26,26 @@
 //
 // Errors. Load-time (the run does not start): a pattern with a bad brace range, a glob
 // under s3:// or http(s):// (no listing there: use a brace range), a pattern that matches
-// nothing, a shard with neither a tar nor an index (kNotFound naming it), an index that
-// does not parse. Per sample (the record keeps its index and fails when an epoch reaches
+// nothing, a shard whose tar does not exist (kNotFound naming it), every shard
+// unreadable. A shard skipped whole (ShardSource::bad_shards, no records; source.h
+// BadShard): an index that does not parse, of another format or version, larger than its
+// shard can need (MaxShardIndexBytes: refused before it is read), or that does not fit
+// the tar (ParseShardIndex with the tar's size: its `bytes`, its fields' blocks and
+// order); a tar that cannot be read, or that is not a tar at all. Per sample (the record keeps its index and fails when an epoch reaches
 // it, named "<shard>#<key>"): a key that reappears after other keys, a field twice, a
 // member with no key or field, a missing required field (".jpg with no .json"), two
 // members of one single-item field, two members for one item of a list, more items than
 // max_items ("field 'views' has 5 items, more than its max_items 4"), a text or scalar
 // member that does not parse (at prepare time); in a scanned shard whose tail is damaged
-// or truncated the samples before the damage are kept, and the last of them is marked
-// bad (its members may be incomplete); a shard that is not a tar at all is one bad
-// record. At run time a member that runs past a shard truncated after its index was
+// or truncated the samples before the damage are kept, and the sample the damaged member
+// belongs to is marked bad: the last one listed when the member is its (its members may
+// be incomplete), else a record of its own named by the member's key (or "(damaged at
+// offset N)"); the complete samples before it stay good. At run time a member that runs past a shard truncated after its index was
 // written is kCorruptData.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -48,6 +54,7 @@
 #include "headrace/core/sample.h"
 #include "headrace/core/status.h"
 #include "headrace/formats/shard_records.h"
+#include "headrace/formats/source.h"
 #include "headrace/formats/source_spec.h"
 #include "headrace/formats/tar_shard.h"
 #include "headrace/io/storage.h"
@@ -98,9 +105,19 @@ struct ShardSource {
   std::vector<SourceField> fields;
   ShardFieldMap map;           // what PrepareShardSample reads the members with
   int64_t bad_samples = 0;     // records whose status is not ok
+  // Shards skipped whole (0 records each; source.h): an index that does not parse, is
+  // larger than its shard can need, or does not fit the shard (ParseShardIndex with the
+  // tar's size); a tar that cannot be read or is not a tar at all.
+  std::vector<BadShard> bad_shards;
   int64_t indexed_shards = 0;  // read from a sidecar index
   int64_t scanned_shards = 0;  // read whole and listed
 };
+
+// Runs `start(i, done)` for every i in [0, n), at most `window` at a time, and returns
+// what each read delivered; `start` issues one asynchronous read that calls `done`. For
+// the reads a source makes when it opens (indexes, sizes, footers).
+std::vector<Result<Buffer>> ReadConcurrently(
+    size_t n, size_t window, const std::function<void(size_t, ReadCallback)>& start);
 
 // Loads spec.shards (see the header comment). Index reads run concurrently. With
 // `compact`, each shard's records go there as soon as they are made (formats/

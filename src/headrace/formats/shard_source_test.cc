@@ -358,11 +358,14 @@ TEST(LoadShardSource, ATruncatedTarKeepsTheSamplesBeforeTheDamage) {
   auto storage = MakeLocalStorage();
   auto source = LoadShardSource(*storage, spec);
   ASSERT_TRUE(source.ok()) << source.status().ToString();
-  ASSERT_EQ(source->records.size(), 2u);
+  // a and b are whole; c, whose member is cut, is the bad one (b was, before issue 26).
+  ASSERT_EQ(source->records.size(), 3u);
   EXPECT_TRUE(source->records[0].status.ok());
-  EXPECT_EQ(source->records[1].status.code(), StatusCode::kCorruptData);
-  EXPECT_NE(source->records[1].status.message().find("c.jpg"), std::string::npos)
-      << source->records[1].status.ToString();
+  EXPECT_TRUE(source->records[1].status.ok()) << source->records[1].status.ToString();
+  EXPECT_EQ(source->records[2].id, "c");
+  EXPECT_EQ(source->records[2].status.code(), StatusCode::kCorruptData);
+  EXPECT_NE(source->records[2].status.message().find("c.jpg"), std::string::npos)
+      << source->records[2].status.ToString();
 }
 
 TEST(LoadShardSource, AMissingShardIsALoadErrorNamingIt) {
@@ -375,6 +378,132 @@ TEST(LoadShardSource, AMissingShardIsALoadErrorNamingIt) {
   EXPECT_EQ(source.status().code(), StatusCode::kNotFound);
   EXPECT_NE(source.status().message().find("miss-001.tar"), std::string::npos)
       << source.status().ToString();
+}
+
+// Replaces a shard's index with `text`.
+void WriteIndex(const std::string& shard, const std::string& text) {
+  std::ofstream(shard + ".idx.json", std::ios::binary | std::ios::trunc) << text;
+}
+
+std::vector<std::pair<std::string, std::string>> Pairs(const std::string& prefix, int n) {
+  std::vector<std::pair<std::string, std::string>> members;
+  for (int i = 0; i < n; ++i) {
+    const std::string key = prefix + std::to_string(i);
+    members.emplace_back(key + ".jpg", "JPEG " + key);
+    members.emplace_back(key + ".json", kConversation);
+  }
+  return members;
+}
+
+TEST(LoadShardSource, AShardWhoseIndexCannotBeTrustedIsSkippedWholeAndNamed) {
+  // Shards 0 and 5 are good; 1-4 have an index that is not JSON, of an unknown version,
+  // of a negative size, of a size smaller than the shard.
+  std::vector<std::string> paths;
+  for (int i = 0; i < 6; ++i) {
+    paths.push_back(WriteShard("skip-" + std::to_string(i) + ".tar", Pairs("k" + std::to_string(i) + "_", 3)));
+  }
+  WriteIndex(paths[1], "{\"format\": \"headrace.shard_index\", \"vers");
+  std::string v9 = ReadText(paths[2] + ".idx.json");
+  v9.replace(v9.find("\"version\":1"), 11, "\"version\":9");
+  WriteIndex(paths[2], v9);
+  const std::string bytes_key = "\"bytes\":" + std::to_string(fs::file_size(paths[3]));
+  std::string negative = ReadText(paths[3] + ".idx.json");
+  negative.replace(negative.find(bytes_key), bytes_key.size(), "\"bytes\":-1");
+  WriteIndex(paths[3], negative);
+  std::string small = ReadText(paths[4] + ".idx.json");
+  small.replace(small.find(bytes_key), bytes_key.size(), "\"bytes\":1536");
+  WriteIndex(paths[4], small);
+  SourceSpec spec;
+  spec.shards = (TempDir() / "skip-{0..5}.tar").string();
+  auto storage = MakeLocalStorage();
+  auto source = LoadShardSource(*storage, spec);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  EXPECT_EQ(source->shard_samples, (std::vector<int64_t>{3, 0, 0, 0, 0, 3}));
+  ASSERT_EQ(source->records.size(), 6u);
+  EXPECT_EQ(source->records[3].id, "k5_0");
+  EXPECT_EQ(source->bad_samples, 0);
+  ASSERT_EQ(source->bad_shards.size(), 4u);
+  for (size_t b = 0; b < 4; ++b) {
+    const BadShard& bad = source->bad_shards[b];
+    EXPECT_EQ(bad.shard, static_cast<int64_t>(b + 1));
+    EXPECT_EQ(bad.uri, paths[b + 1]);
+    EXPECT_EQ(bad.status.code(), StatusCode::kShardError);
+    EXPECT_NE(bad.status.message().find(paths[b + 1] + ".idx.json"), std::string::npos)
+        << bad.status.ToString();
+  }
+  EXPECT_NE(source->bad_shards[1].status.message().find("version"), std::string::npos);
+  EXPECT_NE(source->bad_shards[3].status.message().find("the shard has"), std::string::npos)
+      << source->bad_shards[3].status.ToString();
+  // Every shard unreadable: nothing to run, and the message says why.
+  spec.shards = (TempDir() / "skip-{1..2}.tar").string();
+  auto none = LoadShardSource(*storage, spec);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("2 unreadable"), std::string::npos)
+      << none.status().ToString();
+}
+
+TEST(LoadShardSource, AnIndexLargerThanItsShardCanNeedIsNotRead) {
+  const std::string path = WriteShard("liar.tar", Pairs("x", 2));
+  // A million samples inside a claimed terabyte: 40 MB of index for a 6 KB shard.
+  std::string lying = "{\"format\":\"headrace.shard_index\",\"version\":1,\"shard\":\"liar.tar\","
+                      "\"bytes\":1099511627776,\"samples\":[";
+  for (int i = 0; i < 1'000'000; ++i) {
+    if (i > 0) lying += ',';
+    lying += "{\"key\":\"" + std::to_string(i) + "\",\"fields\":{\"jpg\":[" +
+             std::to_string(512 + int64_t{i} * 1024) + ",1]}}";
+  }
+  lying += "]}";
+  WriteIndex(path, lying);
+  SourceSpec spec;
+  spec.shards = "{" + path + "," + WriteShard("honest.tar", Pairs("h", 1)) + "}";
+  auto storage = MakeLocalStorage();
+  auto source = LoadShardSource(*storage, spec);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  EXPECT_EQ(source->shard_samples, (std::vector<int64_t>{0, 1}));
+  ASSERT_EQ(source->bad_shards.size(), 1u);
+  EXPECT_NE(source->bad_shards[0].status.message().find(
+                "the index is " + std::to_string(lying.size()) + " bytes, more than"),
+            std::string::npos)
+      << source->bad_shards[0].status.ToString();
+}
+
+TEST(LoadShardSource, DamageInAMembersHeaderFailsOnlyTheSampleItBelongsTo) {
+  const std::string path = WriteShard("hdr.tar", Pairs("s", 3), /*index=*/false);
+  std::string bytes = ReadText(path);
+  const TarListing listing = ListTarMembers(Bytes(bytes));
+  ASSERT_TRUE(listing.status.ok());
+  ASSERT_EQ(listing.members[2].name, "s1.jpg");
+  bytes[static_cast<size_t>(listing.members[2].offset - 512 + 148)] ^= 0x7;  // its checksum
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  SourceSpec spec;
+  spec.shards = path;
+  auto storage = MakeLocalStorage();
+  auto source = LoadShardSource(*storage, spec);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  // s0 is complete and stays good; s1 is where the damage is; s2 is past it, lost.
+  ASSERT_EQ(source->records.size(), 2u);
+  EXPECT_TRUE(source->records[0].status.ok()) << source->records[0].status.ToString();
+  EXPECT_EQ(source->records[1].id, "s1");
+  EXPECT_EQ(source->records[1].status.code(), StatusCode::kCorruptData);
+  EXPECT_NE(source->records[1].status.message().find("s1.jpg"), std::string::npos)
+      << source->records[1].status.ToString();
+  EXPECT_EQ(source->bad_samples, 1);
+}
+
+TEST(LoadShardSource, BytesThatAreNotATarAreABadShard) {
+  const fs::path path = TempDir() / "nottar-1.tar";
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << std::string(3000, 'z');
+  WriteShard("nottar-0.tar", Pairs("n", 2), /*index=*/false);
+  SourceSpec spec;
+  spec.shards = (TempDir() / "nottar-{0..1}.tar").string();
+  auto storage = MakeLocalStorage();
+  auto source = LoadShardSource(*storage, spec);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  EXPECT_EQ(source->shard_samples, (std::vector<int64_t>{2, 0}));
+  ASSERT_EQ(source->bad_shards.size(), 1u);
+  EXPECT_EQ(source->bad_shards[0].shard, 1);
+  EXPECT_NE(source->bad_shards[0].status.message().find("not a tar archive"), std::string::npos)
+      << source->bad_shards[0].status.ToString();
 }
 
 TEST(ParseConversationJson, ReadsTurnsWithTheManifestKeys) {

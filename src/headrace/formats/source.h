@@ -51,12 +51,25 @@ struct OrderShape {
   int64_t shuffle_window = 1;
 };
 
+// A shard or file that a source skipped whole at open: its index or footer is damaged
+// or does not fit the file (a tar index that is not JSON, of an unknown version, whose
+// size or entries do not fit the shard; a Parquet footer, row count or page offset that
+// does not fit the file). It holds no records; the run counts it once as one error of
+// kind shard_error (StatusCode::kShardError), named "shard N" of the source's list and
+// its URI, with the first batch it delivers (exec/delivery.h).
+struct BadShard {
+  int64_t shard = 0;  // its position in the source's list of shards or files
+  std::string uri;
+  Status status;  // kShardError: why, naming the index or footer field
+};
+
 // What a source is and holds, for the run report.
 struct SourceInfo {
   // "manifest PATH", "shards PATTERN (N shards, ...)", "parquet ...", "materialized ...".
   std::string description;
   std::string path;         // the spec's source path or pattern
   int64_t bad_records = 0;  // records whose status is not ok
+  std::vector<BadShard> bad_shards;  // skipped whole, in the source's order
   // The source's index on this process's heap (parsed records, line offsets, shard
   // tables), held for the whole run outside memory.budget_bytes; and the bytes of a
   // file it maps read-only (the page cache: shared, reclaimable).
@@ -76,6 +89,9 @@ struct SourceOptions {
   // that must hold what they span.
   int64_t samples_in_flight = 0;
   int64_t memory_budget_bytes = 0;
+  // errors.on_bad_shard: false (skip) opens a source without its unreadable shards or
+  // files (SourceInfo::bad_shards); true fails the open with the first one's error.
+  bool fail_on_bad_shard = false;
 };
 
 class Source {

@@ -66,16 +66,30 @@ Result<std::shared_ptr<const Source>> OpenParquetSource(const SourceSpec& spec,
                                                         const SourceOptions& options,
                                                         std::shared_ptr<Storage> storage) {
   // Compact: a regular row's record is made when its batch starts (parquet_records.h).
+  // A row group is never decoded into more than the cache may hold: what it declares
+  // is checked against that before anything is sized by it.
+  const int64_t max_group_bytes =
+      spec.cache_bytes > 0 ? spec.cache_bytes : options.memory_budget_bytes / 2;
   HR_ASSIGN_OR_RETURN(ParquetSource parquet,
-                      LoadParquetSource(*storage, spec, /*compact=*/true));
+                      LoadParquetSource(*storage, spec, /*compact=*/true, max_group_bytes));
+  if (options.fail_on_bad_shard && !parquet.bad_files.empty()) {
+    const Status& first = parquet.bad_files.front().status;
+    return Status::CorruptData("source.parquet: " + first.message() +
+                               " (errors.on_bad_shard: fail; skip goes on without it)");
+  }
   const int64_t cache_bytes = RowGroupCacheBytes(spec, options, parquet);
   SourceSpec resolved = spec;
   resolved.fields = parquet.fields;  // what the planner sees: the columns' fields
   SourceInfo info;
   info.description = "parquet " + spec.parquet + " (" + std::to_string(parquet.files.size()) +
-                     " files, " + std::to_string(parquet.groups.size()) + " row groups)";
+                     " files, " + std::to_string(parquet.groups.size()) + " row groups" +
+                     (parquet.bad_files.empty()
+                          ? std::string()
+                          : ", " + std::to_string(parquet.bad_files.size()) + " unreadable") +
+                     ")";
   info.path = spec.parquet;
   info.bad_records = parquet.bad_records;
+  info.bad_shards = parquet.bad_files;
   info.heap_bytes = static_cast<int64_t>(ParquetSourceMemoryBytes(parquet));
   info.cache_bytes = cache_bytes;
   OrderShape order{parquet.group_rows, spec.shuffle_window};

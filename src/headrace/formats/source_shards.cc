@@ -70,6 +70,11 @@ Result<std::shared_ptr<const Source>> OpenShardSource(const SourceSpec& spec,
   // The records compact (~70 bytes a sample, not ~400), each built when its batch starts.
   auto compact = std::make_shared<ShardRecords>();
   HR_ASSIGN_OR_RETURN(ShardSource shards, LoadShardSource(*storage, spec, compact.get()));
+  if (options.fail_on_bad_shard && !shards.bad_shards.empty()) {
+    const Status& first = shards.bad_shards.front().status;
+    return Status::CorruptData("source.shards: " + first.message() +
+                               " (errors.on_bad_shard: fail; skip goes on without it)");
+  }
   HR_ASSIGN_OR_RETURN(const int64_t cache_bytes, BlockCacheBytes(spec, options.shuffle, shards));
   auto cache = std::make_shared<BlockCache>(std::move(storage),
                                             BlockCacheOptions{spec.block_bytes, cache_bytes});
@@ -83,9 +88,14 @@ Result<std::shared_ptr<const Source>> OpenShardSource(const SourceSpec& spec,
   SourceInfo& info = source->mutable_info();
   info.description = "shards " + spec.shards + " (" + std::to_string(shards.shards.size()) +
                      " shards, " + std::to_string(shards.indexed_shards) + " indexed, " +
-                     std::to_string(shards.scanned_shards) + " scanned)";
+                     std::to_string(shards.scanned_shards) + " scanned" +
+                     (shards.bad_shards.empty()
+                          ? std::string()
+                          : ", " + std::to_string(shards.bad_shards.size()) + " unreadable") +
+                     ")";
   info.path = spec.shards;
   info.bad_records = shards.bad_samples;
+  info.bad_shards = std::move(shards.bad_shards);
   info.heap_bytes = heap_bytes;
   info.cache_bytes = cache_bytes;
   source->mutable_order() = OrderShape{std::move(shards.shard_samples), spec.shuffle_window};

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -29,6 +31,30 @@ std::string Where(std::string_view name, int64_t header_offset) {
   std::string where = "member '";
   where.append(name).append("' (header at offset ").append(std::to_string(header_offset));
   return where.append(")");
+}
+
+// The name a damaged ustar header at `offset` still holds (prefix "/" name), when both
+// fields are NUL-terminated printable text; else "". Only for naming the damage: a
+// header that fails its checksum may still say whose member it was.
+std::string RawHeaderName(std::span<const uint8_t> bytes, int64_t offset) {
+  if (offset < 0 || static_cast<uint64_t>(offset) + 512 > bytes.size()) return "";
+  const auto* header = reinterpret_cast<const char*>(bytes.data() + offset);
+  const auto field = [&](size_t at, size_t size) -> std::optional<std::string> {
+    const std::string_view raw(header + at, size);
+    const std::string_view text = raw.substr(0, raw.find('\0'));
+    for (const char c : text) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return std::nullopt;
+    }
+    return std::string(text);
+  };
+  const std::optional<std::string> name = field(0, 100);
+  if (!name || name->empty()) return "";
+  if (std::memcmp(header + 257, "ustar", 5) == 0) {
+    const std::optional<std::string> prefix = field(345, 155);
+    if (!prefix) return "";
+    if (!prefix->empty()) return *prefix + "/" + *name;
+  }
+  return *name;
 }
 
 }  // namespace
@@ -58,19 +84,28 @@ TarListing ListTarMembers(std::span<const uint8_t> bytes) {
     archive_entry* entry = nullptr;
     const int rc = archive_read_next_header(a, &entry);
     if (rc == ARCHIVE_EOF) break;
-    if (rc < ARCHIVE_WARN) {
+    // ARCHIVE_RETRY is a header that fails its checksum: the entry is not filled in, so
+    // going on would list the previous member again (and fail the sample before it).
+    if (rc == ARCHIVE_RETRY || rc < ARCHIVE_WARN) {
       const std::string message = ArchiveError(a);
       // A first header with ustar's magic is a damaged tar, anything else not one.
       const bool ustar_magic =
           bytes.size() >= 262 && std::memcmp(bytes.data() + 257, "ustar", 5) == 0;
       if (previous_name.empty() && !ustar_magic) {
         listing.status = Status::UnsupportedFormat("not a tar archive: " + message);
-      } else if (previous_name.empty()) {
-        listing.status = Status::CorruptData("the first tar header (offset 0): " + message);
-      } else {
+        return listing;
+      }
+      listing.damaged_member = RawHeaderName(bytes, next_header);
+      listing.damaged_offset = next_header;
+      const std::string named =
+          listing.damaged_member.empty() ? "" : " (member '" + listing.damaged_member + "')";
+      if (previous_name.empty()) {
         listing.status =
-            Status::CorruptData("the tar header at offset " + std::to_string(next_header) +
-                                ", after member '" + previous_name + "': " + message);
+            Status::CorruptData("the first tar header (offset 0)" + named + ": " + message);
+      } else {
+        listing.status = Status::CorruptData("the tar header at offset " +
+                                             std::to_string(next_header) + named +
+                                             ", after member '" + previous_name + "': " + message);
       }
       return listing;
     }
@@ -87,11 +122,14 @@ TarListing ListTarMembers(std::span<const uint8_t> bytes) {
       continue;  // archive_read_next_header skips the data of the previous entry
     }
     if (name.empty()) {
+      listing.damaged_offset = header_offset;
       listing.status =
           Status::CorruptData("a file member without a name: " + Where(name, header_offset));
       return listing;
     }
     if (archive_entry_sparse_count(entry) > 0) {
+      listing.damaged_member = name;
+      listing.damaged_offset = header_offset;
       listing.status = Status::UnsupportedFormat(
           "sparse member (its data is not one byte range): " + Where(name, header_offset));
       return listing;
@@ -99,6 +137,8 @@ TarListing ListTarMembers(std::span<const uint8_t> bytes) {
     // After the headers, everything up to the data has been consumed from the input.
     TarMember member{name, data_offset, archive_entry_size(entry)};
     if (member.size < 0 || member.offset > total || member.size > total - member.offset) {
+      listing.damaged_member = name;
+      listing.damaged_offset = header_offset;
       listing.status = Status::CorruptData("truncated archive: " + Where(name, header_offset) +
                                            " needs " + std::to_string(member.size) +
                                            " bytes at offset " + std::to_string(member.offset) +
@@ -108,6 +148,12 @@ TarListing ListTarMembers(std::span<const uint8_t> bytes) {
     listing.members.push_back(std::move(member));
   }
   return listing;
+}
+
+std::string TarSampleKey(std::string_view member_name) {
+  const size_t slash = member_name.rfind('/');
+  const size_t base = slash == std::string_view::npos ? 0 : slash + 1;
+  return std::string(member_name.substr(0, member_name.find('.', base)));
 }
 
 std::vector<TarSample> GroupSamples(std::span<const TarMember> members,
@@ -244,7 +290,14 @@ std::string ShardIndexToJson(const ShardIndex& index) {
   return w.str() + "\n";
 }
 
-Result<ShardIndex> ParseShardIndex(std::string_view json) {
+int64_t MaxShardIndexBytes(int64_t shard_bytes) {
+  constexpr int64_t kSlack = 64 * 1024;
+  return shard_bytes > (std::numeric_limits<int64_t>::max() - kSlack) / 2
+             ? std::numeric_limits<int64_t>::max()
+             : 2 * shard_bytes + kSlack;
+}
+
+Result<ShardIndex> ParseShardIndex(std::string_view json, int64_t shard_bytes) {
   const auto bad = [](const std::string& why) { return Status::BadRecord("shard index: " + why); };
   simdjson::dom::parser parser;
   const simdjson::padded_string padded(json);
@@ -265,6 +318,13 @@ Result<ShardIndex> ParseShardIndex(std::string_view json) {
   if (root["bytes"].get(index.bytes) != simdjson::SUCCESS || index.bytes < 0) {
     return bad("no non-negative integer 'bytes'");
   }
+  if (shard_bytes >= 0 && index.bytes != shard_bytes) {
+    return bad("'bytes' is " + std::to_string(index.bytes) + " but the shard has " +
+               std::to_string(shard_bytes) + " bytes (a stale or foreign index)");
+  }
+  // Where the next member's data may start at the earliest: after the previous one's
+  // data (padded to its block) and one 512-byte header.
+  int64_t next_data = 512;
   simdjson::dom::array samples;
   if (root["samples"].get(samples) != simdjson::SUCCESS) return bad("no array 'samples'");
   for (simdjson::dom::element element : samples) {
@@ -275,6 +335,9 @@ Result<ShardIndex> ParseShardIndex(std::string_view json) {
     if (element.get(sample) != simdjson::SUCCESS || sample["key"].get(key) != simdjson::SUCCESS ||
         sample["fields"].get(fields) != simdjson::SUCCESS) {
       return bad(where + ": want {\"key\": string, \"fields\": object}");
+    }
+    if (shard_bytes >= 0 && fields.size() == 0) {
+      return bad(where + " ('" + std::string(key) + "') has no fields (a sample is members)");
     }
     ShardIndex::Sample& out = index.samples.emplace_back();
     out.key = key;
@@ -289,6 +352,13 @@ Result<ShardIndex> ParseShardIndex(std::string_view json) {
                    "': want [offset, size] inside the shard's " + std::to_string(index.bytes) +
                    " bytes");
       }
+      if (shard_bytes >= 0 && (f.offset % 512 != 0 || f.offset < next_data)) {
+        return bad(where + " ('" + out.key + "'), field '" + f.name + "': offset " +
+                   std::to_string(f.offset) +
+                   " is not where a tar member's data can be (a 512-byte block at or after " +
+                   std::to_string(next_data) + ", in archive order)");
+      }
+      next_data = f.offset + (f.size + 511) / 512 * 512 + 512;
       out.fields.push_back(std::move(f));
     }
   }

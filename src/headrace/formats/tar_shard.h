@@ -38,6 +38,12 @@ struct TarMember {
 struct TarListing {
   std::vector<TarMember> members;
   Status status;
+  // When `status` is not ok and members were listed: the name of the member the damage is in, when its
+  // header still names it (a member whose data is cut short; a header whose checksum
+  // fails but whose name field reads), else empty; and its header's offset. The sample
+  // that member belongs to is the damaged one, not the sample before it.
+  std::string damaged_member;
+  int64_t damaged_offset = -1;
 };
 
 // Lists the regular file members of an uncompressed tar archive (ustar, pax, GNU) held
@@ -63,6 +69,10 @@ struct TarSample {
   // required field the sample lacks. The message names the key and the member.
   Status status;
 };
+
+// The WebDataset key of a member name: up to the first '.' of its basename, the folder
+// kept ("a/000017.seg.png" → "a/000017").
+std::string TarSampleKey(std::string_view member_name);
 
 // Groups members into samples by the WebDataset rule, in archive order. A key that
 // reappears later after other keys yields a second sample with that key, marked bad
@@ -119,6 +129,17 @@ std::string ShardIndexToJson(const ShardIndex& index);
 
 // Parses and validates an index: kBadRecord naming the first problem (not JSON, a wrong
 // format or version, a missing or mistyped member, a field outside [0, bytes)).
-Result<ShardIndex> ParseShardIndex(std::string_view json);
+// With `shard_bytes` >= 0 (the tar's real size) the index is checked against the shard
+// before anything is kept, so that its size bounds what the index may hold: `bytes`
+// must equal it, and every field must be where a tar puts a member's data: at a
+// 512-byte block, in archive order, each after the end of the previous one and a header
+// (so no more than shard_bytes / 512 fields are ever parsed).
+Result<ShardIndex> ParseShardIndex(std::string_view json, int64_t shard_bytes = -1);
+
+// The most bytes the index of a shard of `shard_bytes` bytes can need: each member's
+// entry (its name, offset and size) is shorter than the 512-byte header that holds its
+// name in the tar, so twice the shard plus 64 KiB for the index's own keys; an index
+// larger than this is refused before it is read.
+int64_t MaxShardIndexBytes(int64_t shard_bytes);
 
 }  // namespace headrace

@@ -281,6 +281,78 @@ TEST(ShardIndex, JsonRoundTripKeepsSamplesAndFieldOrder) {
   EXPECT_EQ(ShardIndexToJson(*parsed), json);
 }
 
+TEST(ListTarMembers, ADamagedHeaderNamesTheMemberItBelongsTo) {
+  std::vector<uint8_t> tar = WriteTar(
+      "damaged_header.tar", {{"a.jpg", "A"}, {"a.json", "{}"}, {"b.jpg", "B"}, {"b.json", "{}"}});
+  const TarListing whole = ListTarMembers(tar);
+  ASSERT_TRUE(whole.status.ok());
+  const int64_t b_header = whole.members[2].offset - 512;
+  tar[static_cast<size_t>(b_header) + 148] ^= 0x7;  // its checksum field: the header fails
+  const TarListing damaged = ListTarMembers(tar);
+  ASSERT_EQ(damaged.status.code(), StatusCode::kCorruptData) << damaged.status.ToString();
+  ASSERT_EQ(damaged.members.size(), 2u);
+  EXPECT_EQ(damaged.damaged_member, "b.jpg");
+  EXPECT_EQ(damaged.damaged_offset, b_header);
+  EXPECT_EQ(TarSampleKey(damaged.damaged_member), "b");
+  EXPECT_EQ(TarSampleKey("a/000017.seg.png"), "a/000017");
+}
+
+// An index as MakeShardIndex writes it for a shard of `bytes` bytes, with `samples`
+// samples whose one field is (offset, size).
+std::string IndexOf(int64_t bytes, const std::vector<std::pair<int64_t, int64_t>>& fields) {
+  ShardIndex index;
+  index.shard = "s.tar";
+  index.bytes = bytes;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    index.samples.push_back(
+        {std::to_string(i), {TarField{"jpg", fields[i].first, fields[i].second}}});
+  }
+  return ShardIndexToJson(index);
+}
+
+TEST(ShardIndex, IsCheckedAgainstTheShardsRealSize) {
+  const std::string good = IndexOf(4096, {{512, 10}, {1536, 600}});
+  EXPECT_TRUE(ParseShardIndex(good, 4096).ok()) << ParseShardIndex(good, 4096).status().ToString();
+  // Another size than the shard's (a stale index, or one that lies about its shard).
+  for (int64_t real : {4095, 4097, 1 << 20}) {
+    const auto parsed = ParseShardIndex(good, real);
+    ASSERT_EQ(parsed.status().code(), StatusCode::kBadRecord);
+    EXPECT_NE(parsed.status().message().find("the shard has " + std::to_string(real)),
+              std::string::npos)
+        << parsed.status().ToString();
+  }
+  // Fields where no tar member's data can be: off a block, before a header's room, out of
+  // archive order or overlapping the previous member.
+  for (const auto& fields : std::vector<std::vector<std::pair<int64_t, int64_t>>>{
+           {{0, 10}}, {{513, 10}}, {{1536, 10}, {512, 10}}, {{512, 600}, {1024, 10}}}) {
+    const auto parsed = ParseShardIndex(IndexOf(4096, fields), 4096);
+    EXPECT_EQ(parsed.status().code(), StatusCode::kBadRecord) << IndexOf(4096, fields);
+  }
+  // A sample without fields holds no member.
+  EXPECT_EQ(ParseShardIndex(R"({"format":"headrace.shard_index","version":1,"shard":"s",)"
+                            R"("bytes":4096,"samples":[{"key":"1","fields":{}}]})",
+                            4096)
+                .status()
+                .code(),
+            StatusCode::kBadRecord);
+  // Without the shard's size the old rules only (what the fuzz target checks).
+  EXPECT_TRUE(ParseShardIndex(IndexOf(4096, {{0, 10}})).ok());
+}
+
+TEST(ShardIndex, AMillionEntriesForASmallShardStopAtTheFirstThatCannotFit) {
+  // Every entry inside the claimed bytes, so only the shard's real size refuses them; the
+  // walk stops at the entry past the shard's end.
+  std::vector<std::pair<int64_t, int64_t>> fields;
+  for (int64_t i = 0; i < 1'000'000; ++i) fields.emplace_back(512 + i * 1024, 1);
+  const std::string lying = IndexOf(int64_t{1} << 40, fields);
+  const auto parsed = ParseShardIndex(lying, 20480);
+  ASSERT_EQ(parsed.status().code(), StatusCode::kBadRecord);
+  EXPECT_NE(parsed.status().message().find("'bytes' is 1099511627776"), std::string::npos)
+      << parsed.status().ToString();
+  EXPECT_GT(static_cast<int64_t>(lying.size()), MaxShardIndexBytes(20480));
+  EXPECT_EQ(MaxShardIndexBytes(20480), 2 * 20480 + 65536);
+}
+
 TEST(ShardIndex, RejectsMalformedIndexes) {
   for (const char* bad : {
            "not json",

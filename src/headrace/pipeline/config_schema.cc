@@ -13,6 +13,8 @@ namespace headrace {
 namespace {
 
 constexpr std::pair<ErrorPolicy, std::string_view> kPolicies[] = {{ErrorPolicy::kSkip, "skip"}};
+constexpr std::pair<BadShardPolicy, std::string_view> kBadShardPolicies[] = {
+    {BadShardPolicy::kSkip, "skip"}, {BadShardPolicy::kFail, "fail"}};
 constexpr std::pair<AddressingStyle, std::string_view> kAddressingStyles[] = {
     {AddressingStyle::kAuto, "auto"},
     {AddressingStyle::kPath, "path"},
@@ -32,6 +34,7 @@ constexpr std::pair<ManifestRecordsForm, std::string_view> kRecordsForms[] = {
 }  // namespace
 
 EnumTable<ErrorPolicy> TableOf(ErrorPolicy) { return kPolicies; }
+EnumTable<BadShardPolicy> TableOf(BadShardPolicy) { return kBadShardPolicies; }
 EnumTable<AddressingStyle> TableOf(AddressingStyle) { return kAddressingStyles; }
 EnumTable<FieldKind> TableOf(FieldKind) { return kFieldKinds; }
 EnumTable<ManifestRecordsForm> TableOf(ManifestRecordsForm) { return kRecordsForms; }

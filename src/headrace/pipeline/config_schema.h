@@ -28,6 +28,7 @@ namespace headrace {
 // The config names of the spec's own enums (ops/schema.h: EnumName, AllowedNames,
 // KnownEnum find them by argument-dependent lookup).
 EnumTable<ErrorPolicy> TableOf(ErrorPolicy);
+EnumTable<BadShardPolicy> TableOf(BadShardPolicy);
 EnumTable<AddressingStyle> TableOf(AddressingStyle);
 EnumTable<FieldKind> TableOf(FieldKind);
 EnumTable<ManifestRecordsForm> TableOf(ManifestRecordsForm);
@@ -95,6 +96,7 @@ void Fields(SpecOf<MemorySpec> auto& s, auto&& f) {
 }
 void Fields(SpecOf<ErrorSpec> auto& s, auto&& f) {
   f("policy", s.policy);
+  f("on_bad_shard", s.on_bad_shard);
   f("max_error_rate", s.max_error_rate);
   f("min_samples", s.min_samples);
   f("max_logged", s.max_logged);

@@ -69,7 +69,7 @@ ops:
 execution: {cpu_threads: 5, io_threads: 6, io_inflight: 7, io_budget_bytes: 1MiB}
 prefetch: {depth: 9}
 memory: {budget_bytes: 2GiB}
-errors: {policy: skip, max_error_rate: 0.5, min_samples: 11, max_logged: 12}
+errors: {policy: skip, on_bad_shard: fail, max_error_rate: 0.5, min_samples: 11, max_logged: 12}
 trainer: {step_ms: 12.5}
 )";
 
@@ -144,6 +144,7 @@ void ExpectSpecEq(const PipelineSpec& a, const PipelineSpec& b) {
   EXPECT_EQ(a.prefetch.depth, b.prefetch.depth);
   EXPECT_EQ(a.memory.budget_bytes, b.memory.budget_bytes);
   EXPECT_EQ(a.errors.policy, b.errors.policy);
+  EXPECT_EQ(a.errors.on_bad_shard, b.errors.on_bad_shard);
   EXPECT_EQ(a.errors.max_error_rate, b.errors.max_error_rate);
   EXPECT_EQ(a.errors.min_samples, b.errors.min_samples);
   EXPECT_EQ(a.errors.max_logged, b.errors.max_logged);
@@ -214,6 +215,7 @@ TEST(ParsePipelineConfig, ParsesEveryKey) {
   EXPECT_EQ(s.prefetch.depth, 9);
   EXPECT_EQ(s.memory.budget_bytes, int64_t{2} << 30);
   EXPECT_EQ(s.errors.policy, ErrorPolicy::kSkip);
+  EXPECT_EQ(s.errors.on_bad_shard, BadShardPolicy::kFail);
   EXPECT_EQ(s.errors.max_error_rate, 0.5);
   EXPECT_EQ(s.errors.min_samples, 11);
   EXPECT_EQ(s.errors.max_logged, 12);
@@ -299,6 +301,8 @@ TEST(ParsePipelineConfig, SchemaErrorsNameTheKeyAndWhatIsAllowed) {
       {"trainer: {step_ms: fast}\n", {"trainer.step_ms: expected a finite number"}},
       {"trainer: {step_ms: .nan}\n", {"trainer.step_ms: expected a finite number"}},
       {"errors: {policy: retry}\n", {"errors.policy: unknown value 'retry'", "allowed: skip"}},
+      {"errors: {on_bad_shard: ignore}\n",
+       {"errors.on_bad_shard: unknown value 'ignore'", "skip", "fail"}},
       {"memory: {budget_bytes: 1 GiBs}\n", {"memory.budget_bytes", "KiB, MiB, GiB"}},
       {"ops: {image.decode: {}}\n", {"ops: expected a list"}},
       {"ops: [image.blur]\n",

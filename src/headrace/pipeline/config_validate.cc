@@ -183,6 +183,7 @@ Status ValidatePipelineSpec(const PipelineSpec& spec) {
   }
   const ErrorSpec& errors = spec.errors;
   HR_RETURN_IF_ERROR(KnownEnum("errors.policy", errors.policy));
+  HR_RETURN_IF_ERROR(KnownEnum("errors.on_bad_shard", errors.on_bad_shard));
   HR_RETURN_IF_ERROR(Probability("errors.max_error_rate", errors.max_error_rate));
   HR_RETURN_IF_ERROR(AtLeast<int64_t>("errors.min_samples", errors.min_samples, 0));
   HR_RETURN_IF_ERROR(AtLeast("errors.max_logged", errors.max_logged, 0));

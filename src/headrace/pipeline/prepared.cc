@@ -72,6 +72,7 @@ Result<std::shared_ptr<const PreparedPipeline>> PreparedPipeline::Make(
   source_options.epochs = spec.epochs;
   source_options.samples_in_flight = int64_t{spec.prefetch.depth} * spec.batch.size;
   source_options.memory_budget_bytes = spec.memory.budget_bytes;
+  source_options.fail_on_bad_shard = spec.errors.on_bad_shard == BadShardPolicy::kFail;
   HR_ASSIGN_OR_RETURN(std::shared_ptr<const Source> source,
                       OpenSource(spec.source, source_options, std::move(storage)));
 

@@ -116,8 +116,17 @@ enum class ErrorPolicy {
   kSkip,  // the batch is delivered without it (a shorter batch); counted and logged
 };
 
+// What happens to a shard or file of the source that cannot be read at all (a tar
+// index that is not valid JSON or does not fit its shard, a Parquet footer whose
+// lengths, offsets or row counts do not fit the file): formats/source.h, BadShard.
+enum class BadShardPolicy {
+  kSkip,  // the run goes on without it; it counts once as one error of kind shard_error
+  kFail,  // the source fails to open, naming it (exit 1 before any batch)
+};
+
 struct ErrorSpec {
   ErrorPolicy policy = ErrorPolicy::kSkip;
+  BadShardPolicy on_bad_shard = BadShardPolicy::kSkip;
   // The run fails once errors / samples attempted exceeds this (checked after at least
   // `min_samples` samples, so that one early error does not end a run).
   double max_error_rate = 0.05;
