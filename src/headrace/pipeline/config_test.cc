@@ -356,6 +356,21 @@ TEST(ParsePipelineConfig, SyntaxErrorGivesLineNumber) {
   EXPECT_THAT(st.message(), HasSubstr("line 3"));
 }
 
+TEST(ParsePipelineConfig, AFileOfSeveralDocumentsIsRefusedSayingWhereTheSecondIs) {
+  // yaml-cpp's Load reads the first document: the run was not the one in the second.
+  Status st = ParseError(std::string(kMinimal) + "---\nbatch: {size: 3}\n");
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("holds 2 documents"),
+                                  HasSubstr("a second one at line 3")));
+  EXPECT_THAT(ParseError(std::string(kMinimal) + "---\n---\n---\n").message(),
+              HasSubstr("holds 4 documents"));
+  // One document, with its markers, is a config.
+  EXPECT_TRUE(ParsePipelineConfig("---\n" + std::string(kMinimal) + "...\n", {}).ok());
+  auto op = ParseOpConfig("image.resize", "{shorter_side: 64}\n---\n{shorter_side: 8}\n");
+  EXPECT_EQ(op.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(op.status().message(), AllOf(HasSubstr("image.resize: "),
+                                           HasSubstr("holds 2 documents")));
+}
+
 TEST(ParsePipelineConfig, TopLevelMustBeAMap) {
   EXPECT_THAT(ParseError("- a\n- b\n").message(), HasSubstr("expected a map"));
   EXPECT_THAT(ParseError("").message(), HasSubstr("source.manifest"));
