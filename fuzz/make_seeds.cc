@@ -220,6 +220,17 @@ bool ConfigSeeds(const fs::path& dir, const fs::path& source_dir) {
               "source: {manifest: m.jsonl}\nops: [image.decode, image.flip]\n#--set\n"
               "ops[1].image.flip.p=0.25\nops.2={image.normalize: {dtype: bf16, layout: hwc}}\n"
               "execution.io_budget_bytes=64 MB\nstorage.endpoint=http://localhost:9000\n");
+  // Issue 26's hostile configs: a second YAML document (was run as the first alone), real
+  // parameters that overflowed where they became integers, and a shard pattern of 10^10
+  // names (refused by the shard source, counted before it expands).
+  ok &= Write(dir / "two-documents.yaml",
+              "source: {manifest: m.jsonl}\n---\nbatch: {size: 2}\n---\n");
+  ok &= Write(dir / "huge-reals.yaml",
+              "source: {manifest: m.jsonl}\nops:\n  - audio.decode: {max_seconds: 1e300, "
+              "field: image}\n  - video.decode: {fps: 1e-300, field: image}\n"
+              "  - pointcloud.voxelize: {voxel_size: [1e-300, 1, 1]}\n");
+  ok &= Write(dir / "brace-bomb.yaml",
+              "source: {shards: 's-{0..99999}{0..99999}{0..99999}.tar'}\n");
   return ok;
 }
 

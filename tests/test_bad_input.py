@@ -153,6 +153,18 @@ def test_out_of_range_values_exit_2_naming_the_key(tmp_path, headrace_bin, sampl
     assert len(proc.stderr) < 2000  # a 20000-part key is not echoed whole
 
 
+def test_a_config_file_of_several_yaml_documents_exits_2_saying_so(tmp_path, headrace_bin,
+                                                                 sample_dir):
+    # Used to run the first document and drop the second without a word.
+    config = write_config(tmp_path / "p.yaml", sample_dir, batch_size=4)
+    lines = config.read_text().count("\n")
+    config.write_text(config.read_text() + "---\nbatch: {size: 2}\n")
+    proc = run_headrace(headrace_bin, "run", config, check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "holds 2 documents" in proc.stderr
+    assert f"a second one at line {lines + 2}" in proc.stderr
+
+
 def test_a_config_that_is_not_a_regular_file_exits_2_naming_it(tmp_path, headrace_bin):
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)

@@ -189,6 +189,26 @@ def test_bad_destinations_and_materializations_fail_before_work(dataset, headrac
     assert "format version 2" in proc.stderr and "reads version 1" in proc.stderr
 
 
+def test_a_materialization_that_lies_about_its_size_or_folder_is_refused(dataset, headrace_bin,
+                                                                         tmp_path):
+    """Believed, the counts ended in std::bad_alloc (SIGABRT) and the folder was followed
+    out of the materialization; each is now a configuration error naming the field."""
+    out = tmp_path / "mat"
+    run_headrace(headrace_bin, "materialize", pipeline(tmp_path / "p.yaml", dataset), "--to", out)
+    good = json.loads((out / "materialized.json").read_text())
+    inner = out / "inner"  # its set folder ".." is `out`, a complete materialization
+    inner.mkdir()
+    cases = [(out, dict(good, dataset_samples=2 ** 31), "dataset_samples declares 2147483648"),
+             (out, dict(good, dataset_samples=10 ** 12), "dataset_samples declares 1000000000000"),
+             (inner, dict(good, sets=[dict(good["sets"][0], dir="..")]), "sets[0].dir '..' leaves")]
+    for i, (where, info, message) in enumerate(cases):
+        (where / "materialized.json").write_text(json.dumps(info))
+        _, proc = run(headrace_bin, reader(tmp_path / f"r{i}.yaml", where), tmp_path, f"r{i}",
+                      check=False)
+        assert proc.returncode == 2, (message, proc.returncode, proc.stderr)
+        assert message in proc.stderr and "source.materialized: " in proc.stderr
+
+
 BUCKET = "headrace-materialized"
 
 

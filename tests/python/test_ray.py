@@ -275,6 +275,101 @@ def test_a_killed_coordinator_restarts_and_the_sequence_goes_on(cluster, pipelin
     assert journal.read_text().count('"e":"start"') == 2
 
 
+# A trainer process: starts a pool, takes two batches of its first epoch, says so, and
+# waits (on its stdin) to be killed mid-epoch.
+DRIVER = """
+import pickle, sys
+import headrace.ray as hray
+address, pipeline, name, lease_s = sys.argv[1:]
+with open(pipeline, "rb") as f:
+    pipeline = pickle.load(f)
+loader = hray.Loader(pipeline, workers=2, worker_resources={"CPU": 1, "headrace_cpu": 1},
+                     name=name, address=address, lease_s=float(lease_s))
+it = iter(loader)
+next(it), next(it)
+print("mid-epoch", flush=True)
+sys.stdin.read()
+"""
+
+
+def pool_alive(name):
+    try:
+        ray.get_actor(f"headrace-{name}", namespace="headrace")
+        return True
+    except ValueError:
+        return False
+
+
+def test_a_sigkilled_trainer_leaves_no_pool_behind_after_the_lease(cluster, pipeline, tmp_path):
+    import pickle
+    import uuid
+
+    lease_s = 3.0
+    name = f"killed-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "pipeline.pkl").write_bytes(pickle.dumps(pipeline))
+    (tmp_path / "driver.py").write_text(DRIVER)
+    total = ray.cluster_resources()
+    driver = subprocess.Popen(
+        [sys.executable, str(tmp_path / "driver.py"), cluster.address,
+         str(tmp_path / "pipeline.pkl"), name, str(lease_s)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdout.readline().strip() == "mid-epoch"
+        # The pool holds two workers' CPUs and headrace_cpu while the trainer lives.
+        wait_for(lambda: ray.available_resources().get("headrace_cpu", 0) ==
+                 total["headrace_cpu"] - 2, "the workers' headrace_cpu taken")
+        coordinator = ray.get_actor(f"headrace-{name}", namespace="headrace")
+        workers = list(ray.get(coordinator.worker_handles.remote()).values())
+        assert len(workers) == 2
+    finally:
+        driver.kill()
+        driver.wait()
+    killed = time.monotonic()
+
+    def released():
+        free = ray.available_resources()
+        return (not pool_alive(name) and free.get("headrace_cpu", 0) == total["headrace_cpu"]
+                and free.get("CPU", 0) == total["CPU"])
+
+    # The lease, plus Ray's time to end the actors and report their resources free.
+    wait_for(released, "the pool gone and its resources back", timeout=lease_s + 30)
+    ended_s = time.monotonic() - killed
+    for worker in workers:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(worker.stats.remote(), timeout=30)
+    print(f"pool ended {ended_s:.1f} s after the trainer's SIGKILL (lease_s {lease_s})")
+    assert ended_s >= lease_s - 1  # ended by the lease, not by the kill itself
+
+
+def test_a_rank_idle_past_the_lease_and_a_coordinator_restart_keep_the_pool(cluster,
+                                                                              pipeline):
+    lease_s = 2.0
+    loader = hray.Loader(pipeline, workers=1, worker_resources=WORKER, lease_s=lease_s)
+    try:
+        it = iter(loader)
+        got = [digest(next(it)) for _ in range(2)]
+        before = ray.get(loader._coordinator.pid.remote())
+
+        def up_s():
+            # Reading the stats renews nothing: only a rank's calls do.
+            return loader.pool_stats()["lease"]["up_s"]
+
+        # No iteration for longer than the lease: the heartbeats keep the pool.
+        wait_for(lambda: up_s() > 1.5 * lease_s, "more than the lease gone by")
+        assert ray.get(loader._coordinator.pid.remote()) == before
+        ray.kill(loader._coordinator, no_restart=False)
+        got += [digest(next(it))]
+        # The new incarnation gives the ranks a lease of its own, renewed the same way.
+        wait_for(lambda: up_s() > 1.5 * lease_s, "more than the lease since the restart")
+        got += rest_of_epoch(it)
+        got += [digest(b) for b in loader]
+        pool = loader.pool_stats()
+    finally:
+        loader.close()
+    assert got == local_run(pipeline)
+    assert pool["coordinator_restarts"] == 1 and pool["lease"]["heartbeats"] >= 2
+
+
 def test_a_state_taken_with_two_workers_resumes_with_one_identically(cluster, pipeline):
     full = local_run(pipeline)
     loader = hray.Loader(pipeline, workers=2, worker_resources=WORKER)
@@ -473,6 +568,9 @@ def test_bad_input_fails_clearly_before_any_work(cluster, pipeline):
         hray.Loader(pipeline, worker_resources={"CPU": 64})
     with pytest.raises(headrace.ConfigError, match="min_workers <= workers <= max_workers"):
         hray.Loader(pipeline, workers=4, max_workers=2)
+    for lease_s in (0, float("nan"), "60", 1e9):
+        with pytest.raises(headrace.ConfigError, match=r"lease_s must be .* in \[1, 86400\]"):
+            hray.Loader(pipeline, lease_s=lease_s)
     # Nothing was started by any of them.
     assert not [a for a in ray.util.list_named_actors(all_namespaces=True)
                 if a["name"].startswith("headrace-")]

@@ -10,11 +10,20 @@ restarts it (``max_restarts=-1``) it replays the journal: the pool's target size
 rank's position, the counts of reassignments. The workers of the previous incarnation
 died with it (an actor's children share its fate); the ranks notice on their next
 ``ray.get`` and ask again, and the deterministic rule makes the recomputed batch the same.
+
+It is detached (it outlives the rank that made it while other ranks use it), so nothing of
+Ray ends it with the job: it holds a lease instead. Every call of a rank renews it (a
+rank's loader also calls ``heartbeat`` every quarter of the lease from a thread of its own,
+also while the trainer does not iterate); when no rank was heard from for ``lease_s``
+seconds (every trainer process killed, say) it stops its workers and itself, and the CPUs
+and custom resources they held return to the cluster. A restart renews the lease: the
+new incarnation gives the ranks ``lease_s`` from its start.
 """
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -22,6 +31,9 @@ from ._worker import Worker
 
 # Concurrent calls a worker serves: pending get_batch calls of all ranks together.
 WORKER_CONCURRENCY = 64
+
+# The pool ends when no rank was heard from for this long (headrace.ray.Loader's lease_s).
+DEFAULT_LEASE_S = 60.0
 
 
 def worker_options(resources: Dict[str, float]) -> Dict[str, Any]:
@@ -45,7 +57,8 @@ def node_fits(node: Dict[str, Any], resources: Dict[str, float]) -> bool:
 
 class Coordinator:
     def __init__(self, name: str, pipeline, workers: int, placement: str,
-                 worker_resources: Dict[str, float], cwd: str, journal: str, metrics=None):
+                 worker_resources: Dict[str, float], cwd: str, journal: str, metrics=None,
+                 lease_s: float = DEFAULT_LEASE_S):
         import ray
         self._ray = ray
         self.name = name
@@ -67,6 +80,13 @@ class Coordinator:
         self._worker_deaths = 0
         self._restarts = 0
         self._ranks: set = set()
+        # The lease: when a rank was last heard from (time.monotonic(); a float the
+        # methods write and the lease thread reads), and how many heartbeats came.
+        self._lease_s = float(lease_s)
+        self._started = time.monotonic()
+        self._heard = self._started
+        self._heartbeats = 0
+        self._journal_lock = threading.Lock()  # the lease thread logs its expiry too
         restarted = ray.get_runtime_context().was_current_actor_reconstructed
         if restarted and os.path.exists(journal):
             self._replay()
@@ -78,11 +98,41 @@ class Coordinator:
         self._log({"e": "start", "workers": self._target, "restarts": self._restarts})
         self._info: Optional[Dict[str, Any]] = None
         self._spawn(self._target)
+        threading.Thread(target=self._hold_lease, name="headrace-lease", daemon=True).start()
 
     # --- journal -----------------------------------------------------------------------
 
     def _log(self, event: Dict[str, Any]) -> None:
-        self._journal.write(json.dumps(event, separators=(",", ":")) + "\n")
+        with self._journal_lock:
+            self._journal.write(json.dumps(event, separators=(",", ":")) + "\n")
+
+    # --- the lease -----------------------------------------------------------------------
+
+    def _hear(self) -> None:
+        self._heard = time.monotonic()
+
+    def _hold_lease(self) -> None:
+        """The lease thread: sleeps until the lease would run out, and when no rank was
+        heard from since, stops the workers and this actor for good (no restart)."""
+        while True:
+            left = self._heard + self._lease_s - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(left)  # a deadline, not a synchronisation: re-checked on waking
+        self._log({"e": "expired", "lease_s": self._lease_s})
+        for entry in list(self._workers.values()):
+            try:
+                self._ray.kill(entry["handle"])
+            except Exception:
+                pass  # dead already
+        self._ray.kill(self._ray.get_runtime_context().current_actor, no_restart=True)
+
+    def heartbeat(self, rank: int) -> float:
+        """A rank is alive (its loader's thread calls this every quarter of the lease).
+        Returns the lease."""
+        self._hear()
+        self._heartbeats += 1
+        return self._lease_s
 
     def _replay(self) -> None:
         with open(self._journal_path) as f:
@@ -203,12 +253,14 @@ class Coordinator:
 
     def attach(self, rank: int) -> Optional[Tuple[int, int]]:
         """A rank joins; returns what the journal says it consumed up to, if anything."""
+        self._hear()
         self._ranks.add(rank)
         self._log({"e": "attach", "rank": rank})
         return self._consumed.get(rank)
 
     def detach(self, rank: int) -> int:
         """A rank leaves; when none is left the pool is stopped. Returns ranks left."""
+        self._hear()
         self._ranks.discard(rank)
         self._log({"e": "detach", "rank": rank})
         if not self._ranks:
@@ -221,6 +273,7 @@ class Coordinator:
         """A worker for each of ``batches`` (run-wide indices) of ``rank``; also the pool's
         size, which the rank's request window follows, and the samples (delivered, failed)
         the other ranks consumed, for the run's error budget."""
+        self._hear()
         out = []
         for k in batches:
             wid = self._pick()
@@ -237,6 +290,7 @@ class Coordinator:
              samples: Optional[Tuple[int, int]] = None) -> None:
         """``rank`` received ``finished`` [(worker, k)]; it will consume (epoch, batch) next.
         ``samples``: (delivered, failed) of everything the rank consumed so far."""
+        self._hear()
         for wid, k in finished:
             pending = self._outstanding.get(wid)
             if pending is not None:
@@ -254,6 +308,7 @@ class Coordinator:
         """``rank``'s call for batch k to worker ``wid`` failed (the worker died): drops the
         worker, starts a replacement while the pool is under its target, and assigns the
         batch to another worker."""
+        self._hear()
         if wid in self._workers:
             self._remove(wid, kill=True)
             self._worker_deaths += 1
@@ -304,6 +359,11 @@ class Coordinator:
             # Samples (delivered, failed) each rank consumed: the run's error budget's count.
             "samples": {str(r): list(s) for r, s in self._samples.items()},
             "journal": self._journal_path,
+            # This incarnation's lease: its length, seconds since it started and since a
+            # rank was last heard from, heartbeats received.
+            "lease": {"lease_s": self._lease_s, "up_s": time.monotonic() - self._started,
+                      "silent_s": time.monotonic() - self._heard,
+                      "heartbeats": self._heartbeats},
         }
 
     def worker_handles(self) -> Dict[int, Any]:

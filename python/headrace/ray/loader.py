@@ -21,6 +21,7 @@ import os
 import socket
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from typing import Any, Dict, List, Optional, Union
@@ -29,7 +30,7 @@ from .. import _headrace
 from ..loader import Loader as _LocalLoader
 from ..loader import Batch, _listen_address, default_rank_and_world_size
 from ..pipeline import Pipeline
-from ._coordinator import Coordinator, node_fits
+from ._coordinator import DEFAULT_LEASE_S, Coordinator, node_fits
 from ._metrics import RankMetrics, node_address, rank_port
 
 PLACEMENTS = ("spread", "pack")
@@ -123,6 +124,32 @@ def _train_context():
     if rank is None or world is None:
         return None
     return int(rank), int(world)
+
+
+class _Heartbeat:
+    """A thread that tells the coordinator every quarter of its lease that this rank is
+    alive, whether or not the trainer iterates (an evaluation, a checkpoint, a slow step):
+    the pool ends only when no rank was heard from for the whole lease (a killed trainer).
+    It holds the coordinator's handle, not the loader, so a loader that is garbage
+    collected (``__del__`` closes it) stops it."""
+
+    def __init__(self, coordinator, rank: int, lease_s: float):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, args=(coordinator, rank, lease_s / 4),
+                                        name="headrace-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self, coordinator, rank: int, every_s: float) -> None:
+        while not self._stop.wait(every_s):
+            try:
+                coordinator.heartbeat.remote(rank)  # fire and forget: retried across a restart
+            except Exception:
+                return  # Ray is shut down in this process
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
 
 
 class _Stream:
@@ -312,6 +339,11 @@ class Loader(_LocalLoader):
     world_size > 1) share one pool; its coordinator journals to ``journal`` (default under
     the temp folder of its node).
     ``address``: the Ray cluster to attach to when this process is not attached yet.
+    ``lease_s``: the pool (coordinator and workers) ends when no rank was heard from for
+    this many seconds (default 60): each rank's loader renews it every ``lease_s / 4`` from
+    a thread while it is open, so only ranks that died (a SIGKILLed trainer) let it run
+    out, and their CPUs and custom resources return to the cluster. The rank that starts
+    the pool sets it.
     """
 
     def __init__(self, pipeline: Union[Pipeline, str, os.PathLike], rank: Optional[int] = None,
@@ -323,7 +355,12 @@ class Loader(_LocalLoader):
                  target_wait_time_ratio: float = 0.1,
                  state_dict: Optional[Dict[str, Any]] = None,
                  metrics_port: Union[int, str, None] = None,
-                 metrics_labels: Optional[Dict[str, str]] = None):
+                 metrics_labels: Optional[Dict[str, str]] = None,
+                 lease_s: float = DEFAULT_LEASE_S):
+        if isinstance(lease_s, bool) or not isinstance(lease_s, (int, float)) or \
+                not 1 <= lease_s <= 86400:
+            raise _headrace.ConfigError(
+                f"lease_s must be a number of seconds in [1, 86400], got {lease_s!r}")
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise _headrace.ConfigError(f"workers must be an int >= 1, got {workers!r}")
         if placement not in PLACEMENTS:
@@ -350,7 +387,9 @@ class Loader(_LocalLoader):
         self._target_ratio = float(target_wait_time_ratio)
         self._prefetch = prefetch
         self._journal = journal
+        self._lease_s = float(lease_s)
         self._coordinator = None
+        self._heartbeat: Optional[_Heartbeat] = None
         self._last_pool: Dict[str, Any] = {}
         self._orphans: Dict[int, Any] = {}  # batch k -> (worker, ref) no stream consumes
         self._run_info: Optional[Dict[str, Any]] = None
@@ -388,8 +427,9 @@ class Loader(_LocalLoader):
             scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
         ).remote(self.name, self.pipeline, self._ray_options["workers"],
                  self._ray_options["placement"], self._ray_options["worker_resources"],
-                 os.getcwd(), journal, self._worker_metrics)
+                 os.getcwd(), journal, self._worker_metrics, self._lease_s)
         ray.get(self._coordinator.attach.remote(self.rank))
+        self._heartbeat = _Heartbeat(self._coordinator, self.rank, self._lease_s)
         self._run_info = ray.get(self._coordinator.info.remote())
 
     def scale(self, n: int) -> None:
@@ -465,6 +505,9 @@ class Loader(_LocalLoader):
         """Stops this rank's stream and detaches from the pool; the last rank to close
         stops the workers and the coordinator. Iterating again starts a new pool."""
         super().close()
+        heartbeat, self._heartbeat = self._heartbeat, None
+        if heartbeat is not None:
+            heartbeat.stop()
         coord, self._coordinator = self._coordinator, None
         if coord is None:
             return

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "headrace/core/json_writer.h"
+#include "headrace/core/strings.h"
 #include "headrace/formats/tar_shard.h"
 
 namespace headrace {
@@ -362,6 +363,91 @@ std::string JoinUri(std::string_view base, std::string_view path) {
   return out;
 }
 
+namespace {
+
+// A set's folder or a shard's name as materialized.json gives it: a path inside the
+// materialization ("." or "epoch-K"; no "..", no absolute path, no scheme), so that
+// reading it never leaves the folder (JoinUri would follow "../x" or "/etc" there).
+bool StaysInside(std::string_view path) {
+  if (path.empty() || path.front() == '/' || path.find("://") != std::string_view::npos ||
+      path.find('\\') != std::string_view::npos) {
+    return false;
+  }
+  size_t start = 0;
+  while (start <= path.size()) {
+    const size_t slash = path.find('/', start);
+    if (path.substr(start, slash == std::string_view::npos ? slash : slash - start) == "..") {
+      return false;
+    }
+    if (slash == std::string_view::npos) break;
+    start = slash + 1;
+  }
+  return true;
+}
+
+// What materialized.json declares, checked against itself before anything is read or
+// allocated by it: folders inside the materialization, and counts that add up (every
+// dataset index is written or skipped in each set: the writer delivers every sample).
+// The counts are checked against the shards' own indexes in LoadMaterializedSource.
+Status CheckDeclared(const MaterializedInfo& info, const std::string& info_uri) {
+  const auto bad = [&](const std::string& field, const std::string& why) {
+    return Status::InvalidArgument("source.materialized: " + info_uri + ": " + field + " " + why);
+  };
+  for (size_t i = 0; i < info.sets.size(); ++i) {
+    const MaterializedInfo::Set& set = info.sets[i];
+    const std::string at = "sets[" + std::to_string(i) + "]";
+    if (!StaysInside(set.dir)) {
+      return bad(at + ".dir", QuoteForMessage(set.dir) +
+                                  " leaves the materialization's folder (want a relative "
+                                  "folder without '..', such as \".\" or \"epoch-0\")");
+    }
+    int64_t written = 0;
+    for (size_t j = 0; j < set.shards.size(); ++j) {
+      const MaterializedInfo::Shard& shard = set.shards[j];
+      const std::string shard_at = at + ".shards[" + std::to_string(j) + "]";
+      if (shard.name == "." || shard.name == "..") {
+        return bad(shard_at + ".shard", QuoteForMessage(shard.name) + " is not a file name");
+      }
+      if (shard.samples < 0 || shard.samples > info.dataset_samples - written) {
+        return bad(shard_at + ".samples",
+                   "(" + std::to_string(shard.samples) + ") takes the set past dataset_samples (" +
+                       std::to_string(info.dataset_samples) + ")");
+      }
+      written += shard.samples;
+    }
+    if (set.samples != written) {
+      return bad(at + ".samples", "declares " + std::to_string(set.samples) +
+                                      " samples, its shards " + std::to_string(written));
+    }
+    const int64_t skipped = static_cast<int64_t>(set.skipped.size());
+    if (written + skipped != info.dataset_samples) {
+      return bad("dataset_samples", "declares " + std::to_string(info.dataset_samples) +
+                                        " samples; " + at + " holds " +
+                                        std::to_string(written) + " written and " +
+                                        std::to_string(skipped) + " skipped");
+    }
+  }
+  if (!info.shard_samples.empty()) {
+    int64_t sum = 0;
+    for (const int64_t n : info.shard_samples) {
+      if (n > info.dataset_samples - sum) {
+        return bad("order.shard_samples",
+                   "adds up to more than dataset_samples (" +
+                       std::to_string(info.dataset_samples) + ")");
+      }
+      sum += n;
+    }
+    if (sum != info.dataset_samples) {
+      return bad("order.shard_samples", "adds up to " + std::to_string(sum) +
+                                            ", not dataset_samples (" +
+                                            std::to_string(info.dataset_samples) + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<MaterializedSource> LoadMaterializedSource(Storage& storage, const std::string& uri) {
   MaterializedSource source;
   source.uri = uri;
@@ -377,23 +463,46 @@ Result<MaterializedSource> LoadMaterializedSource(Storage& storage, const std::s
   }
   HR_ASSIGN_OR_RETURN(source.info, ParseMaterializedInfo(*text, info_uri));
   const MaterializedInfo& info = source.info;
-  for (const MaterializedInfo::Set& set : info.sets) {
+  HR_RETURN_IF_ERROR(CheckDeclared(info, info_uri));
+  for (size_t i = 0; i < info.sets.size(); ++i) {
+    const MaterializedInfo::Set& set = info.sets[i];
+    // The shards' indexes first: they are what the files hold, and the records (one per
+    // dataset index) are allocated only once they confirm the declared counts.
+    struct ShardFiles {
+      std::string uri;
+      ShardIndex index;
+      std::vector<std::string> ids;
+    };
+    std::vector<ShardFiles> shards;
+    for (size_t j = 0; j < set.shards.size(); ++j) {
+      const MaterializedInfo::Shard& shard = set.shards[j];
+      ShardFiles& files = shards.emplace_back();
+      files.uri = JoinUri(JoinUri(uri, set.dir), shard.name);
+      HR_ASSIGN_OR_RETURN(const std::string idx, ReadText(storage, files.uri + ".idx.json"));
+      auto index = ParseShardIndex(idx);
+      if (!index.ok()) {
+        return Status::BadRecord(files.uri + ".idx.json: " + index.status().message());
+      }
+      files.index = *std::move(index);
+      if (static_cast<int64_t>(files.index.samples.size()) != shard.samples) {
+        return Status::InvalidArgument(
+            "source.materialized: " + info_uri + ": sets[" + std::to_string(i) + "].shards[" +
+            std::to_string(j) + "].samples declares " + std::to_string(shard.samples) +
+            " samples; " + files.uri + ".idx.json holds " +
+            std::to_string(files.index.samples.size()));
+      }
+      HR_ASSIGN_OR_RETURN(const std::string ids_text, ReadText(storage, files.uri + ".ids.json"));
+      auto ids = ParseIds(ids_text);
+      if (!ids.ok()) return Status::BadRecord(files.uri + ".ids.json: " + ids.status().message());
+      files.ids = *std::move(ids);
+    }
     std::vector<SampleRecord>& records = source.records.emplace_back(
         static_cast<size_t>(info.dataset_samples));
     for (SampleRecord& r : records) {
       r.status = Status::Internal("not in the materialization at " + JoinUri(uri, set.dir));
     }
-    for (const MaterializedInfo::Shard& shard : set.shards) {
-      const std::string shard_uri = JoinUri(JoinUri(uri, set.dir), shard.name);
-      HR_ASSIGN_OR_RETURN(const std::string idx, ReadText(storage, shard_uri + ".idx.json"));
-      auto index = ParseShardIndex(idx);
-      if (!index.ok()) {
-        return Status::BadRecord(shard_uri + ".idx.json: " + index.status().message());
-      }
-      HR_ASSIGN_OR_RETURN(const std::string ids_text, ReadText(storage, shard_uri + ".ids.json"));
-      auto ids = ParseIds(ids_text);
-      if (!ids.ok()) return Status::BadRecord(shard_uri + ".ids.json: " + ids.status().message());
-      HR_RETURN_IF_ERROR(PlaceShardRecords(info, shard_uri, *index, *ids, records));
+    for (const ShardFiles& files : shards) {
+      HR_RETURN_IF_ERROR(PlaceShardRecords(info, files.uri, files.index, files.ids, records));
     }
     for (const MaterializedInfo::Skipped& s : set.skipped) {
       if (s.index < 0 || s.index >= info.dataset_samples) {

@@ -110,7 +110,12 @@ struct MaterializedSource {
 };
 
 // kNotFound naming `uri` when it holds no materialized.json; the sidecars' read and parse
-// errors name the file.
+// errors name the file. kInvalidArgument naming the field (a configuration error: exit 2)
+// when materialized.json declares what its files do not hold: a set folder or shard name
+// that leaves the materialization ("..", an absolute path, a URI), counts that do not add
+// up (per set: its shards' samples, written + skipped = dataset_samples; the order's
+// shard_samples = dataset_samples) or that a shard's index does not hold. Nothing is
+// allocated per declared sample before those checks.
 Result<MaterializedSource> LoadMaterializedSource(Storage& storage, const std::string& uri);
 
 // The materialized source's Fill after FillFromRecord: parses the .json member (the last media item) into the

@@ -187,6 +187,77 @@ TEST(LoadMaterializedSource, PlacesRecordsAtTheirIndexAndSkippedOnesFailAsBefore
   EXPECT_EQ(sample.attributes[2].field, 1);
 }
 
+// Rewrites dir/materialized.json with `edit` applied to what it declares.
+template <typename Edit>
+void EditInfo(const fs::path& dir, Edit edit) {
+  std::ifstream in(dir / "materialized.json", std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  auto info = ParseMaterializedInfo(text.str(), "materialized.json");
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  edit(*info);
+  WriteText(dir / "materialized.json", MaterializedInfoToJson(*info));
+}
+
+// A configuration error (exit 2) naming the field, `what` in its message.
+void ExpectRefused(const fs::path& dir, const std::string& field, const std::string& what) {
+  auto storage = MakeLocalStorage();
+  auto source = LoadMaterializedSource(*storage, dir.string());
+  ASSERT_FALSE(source.ok()) << field;
+  EXPECT_EQ(source.status().code(), StatusCode::kInvalidArgument) << source.status().ToString();
+  EXPECT_NE(source.status().message().find(field + " "), std::string::npos)
+      << source.status().ToString();
+  EXPECT_NE(source.status().message().find(what), std::string::npos)
+      << source.status().ToString();
+}
+
+TEST(LoadMaterializedSource, CountsTheFilesDoNotHoldAreRefusedBeforeAllocatingThem) {
+  // Believed, each ended in std::bad_alloc: one record per declared sample per set.
+  for (const int64_t lie : {int64_t{1} << 31, int64_t{1'000'000'000'000}}) {
+    const fs::path dir = TempDir("lie-" + std::to_string(lie));
+    WriteMaterialization(dir);
+    EditInfo(dir, [&](MaterializedInfo& info) { info.dataset_samples = lie; });
+    ExpectRefused(dir, "dataset_samples", "declares " + std::to_string(lie) + " samples");
+    // Told consistently in materialized.json: the shard's own index says otherwise.
+    EditInfo(dir, [&](MaterializedInfo& info) {
+      info.shard_samples = {lie - 1, 1};
+      info.sets[0].samples = info.sets[0].shards[0].samples = lie - 1;
+    });
+    ExpectRefused(dir, "sets[0].shards[0].samples", "idx.json holds 2");
+    EditInfo(dir, [&](MaterializedInfo& info) { info.shard_samples = {lie, 1}; });
+    ExpectRefused(dir, "order.shard_samples", "more than dataset_samples");
+  }
+  const fs::path dir = TempDir("lie-set");
+  WriteMaterialization(dir);
+  EditInfo(dir, [&](MaterializedInfo& info) { info.sets[0].samples = 7; });
+  ExpectRefused(dir, "sets[0].samples", "declares 7 samples, its shards 2");
+  EditInfo(dir, [&](MaterializedInfo& info) {
+    info.sets[0].samples = 2;
+    info.sets[0].shards[0].samples = -1;
+  });
+  ExpectRefused(dir, "sets[0].shards[0].samples", "past dataset_samples");
+}
+
+TEST(LoadMaterializedSource, ASetFolderOutsideTheMaterializationIsRefused) {
+  // A complete materialization at root, and another at root/inner whose set folder is
+  // root's: followed, "../epoch-0" read root's shards.
+  const fs::path root = TempDir("outside");
+  WriteMaterialization(root);
+  const fs::path inner = root / "inner";
+  fs::create_directories(inner);
+  fs::copy_file(root / "materialized.json", inner / "materialized.json");
+  for (const std::string& dir : std::vector<std::string>{"../epoch-0", "..", "epoch-0/../../epoch-0",
+                                (root / "epoch-0").string(), "s3://b/epoch-0"}) {
+    EditInfo(inner, [&](MaterializedInfo& info) { info.sets[0].dir = dir; });
+    ExpectRefused(inner, "sets[0].dir", "leaves the materialization's folder");
+  }
+  EditInfo(inner, [&](MaterializedInfo& info) {
+    info.sets[0].dir = "epoch-0";
+    info.sets[0].shards[0].name = "..";
+  });
+  ExpectRefused(inner, "sets[0].shards[0].shard", "is not a file name");
+}
+
 TEST(LoadMaterializedSource, AFolderWithoutMaterializedJsonIsNotFoundNamingIt) {
   const fs::path dir = TempDir("empty");
   auto storage = MakeLocalStorage();

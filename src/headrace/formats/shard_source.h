@@ -93,8 +93,9 @@ Result<ShardFieldMap> ShardFieldsOf(const SourceSpec& spec);
 
 // Brace ranges ("{000..099}": zero-padded to the first bound's width) and lists
 // ("{a,b}") expand everywhere, left to right, in order; then '*', '?' and '[...]' globs
-// match local files (sorted). kInvalidArgument for a malformed range, a glob in a URI, or
-// more than 10 million names.
+// match local files (sorted). Groups do not nest. kInvalidArgument for a malformed range,
+// a nested group, a glob in a URI, or more than 10 million names (counted as the product
+// of the groups' sizes before any name is made).
 Result<std::vector<std::string>> ExpandShardPattern(std::string_view pattern);
 
 struct ShardSource {

@@ -1,6 +1,7 @@
 #include "headrace/formats/shard_source.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -84,6 +85,36 @@ TEST(ExpandShardPattern, BadPatternsAreConfigErrorsNamingTheKey) {
   }
   auto s3 = ExpandShardPattern("s3://b/shard-*.tar");
   EXPECT_NE(s3.status().message().find("brace range"), std::string::npos);
+}
+
+int64_t PeakRssBytes() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;
+}
+
+TEST(ExpandShardPattern, PatternsOverTheCapAreRefusedBeforeTheyExpand) {
+  // Expanded first and counted after, the first took 2.6 GiB and 4 s before its refusal.
+  const int64_t before = PeakRssBytes();
+  for (const char* big : {"s-{0..99999}{0..99999}.tar", "s-{0..9999999}{0..9999999}.tar",
+                          "{0..9}{0..9}{0..9}{0..9}{0..9}{0..9}{0..9}{0..9}/s.tar",
+                          "s-{0..9999999}{a,b}.tar", "s-{0..999999999999999999}.tar"}) {
+    auto r = ExpandShardPattern(big);
+    ASSERT_FALSE(r.ok()) << big;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << big;
+    EXPECT_NE(r.status().message().find("source.shards: "), std::string::npos) << big;
+    EXPECT_NE(r.status().message().find("more than 10,000,000 shards"), std::string::npos)
+        << r.status().ToString();
+  }
+  EXPECT_LT(PeakRssBytes() - before, int64_t{64} << 20);
+  auto million = ExpandShardPattern("s-{00..99}{00..99}{00..99}.tar");
+  ASSERT_TRUE(million.ok());
+  ASSERT_EQ(million->size(), 1'000'000u);
+  EXPECT_EQ(million->at(10'203), "s-010203.tar");
+  // Groups do not nest.
+  auto nested = ExpandShardPattern("s-{a{0..2}}.tar");
+  EXPECT_EQ(nested.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(nested.status().message().find("do not nest"), std::string::npos);
 }
 
 TEST(ExpandShardPattern, GlobsMatchLocalFilesSorted) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <charconv>
+#include <cmath>
 #include <span>
 #include <string>
 #include <string_view>
@@ -74,6 +75,21 @@ Status InRange(const std::string& key, T value, T min, T max) {
   if (value >= min && value <= max) return Status::Ok();
   return Invalid(key, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "]" +
                           Got(value));
+}
+
+// A real-valued parameter that becomes an integer somewhere (seconds x a rate, 1 / fps, a
+// span over a cell size): finite and in [min, max], or (min, max] with `min_open`, so
+// that the conversion cannot overflow. NaN and infinities fail; 1e300 seconds used to
+// overflow int64_t in audio.decode. `zero_means`: 0 is allowed too, meaning this.
+inline Status FiniteInRange(const std::string& key, double value, double min, double max,
+                            bool min_open = false, std::string_view zero_means = {}) {
+  if (!zero_means.empty() && value == 0) return Status::Ok();
+  const bool low_ok = min_open ? value > min : value >= min;
+  if (low_ok && value <= max && std::isfinite(value)) return Status::Ok();
+  std::string allowed = std::string(min_open ? "(" : "[") + FormatDouble(min) + ", " +
+                        FormatDouble(max) + "]";
+  if (!zero_means.empty()) allowed += ", or 0 (" + std::string(zero_means) + ")";
+  return Invalid(key, "must be in " + allowed + Got(value));
 }
 
 inline Status Probability(const std::string& key, double value) {

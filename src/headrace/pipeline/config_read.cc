@@ -151,18 +151,38 @@ Status Reader::ParseOps(const YAML::Node& n, const std::string& path, std::vecto
 using config_internal::ApplyOverride;
 using config_internal::Reader;
 
+namespace {
+
+// The one YAML document of `text` (null when there is none). yaml-cpp's Load reads the
+// first document and drops the rest without a word; a second one is refused instead,
+// since the run would not be the one the file seems to describe. Throws
+// YAML::ParserException on a syntax error, as Load does.
+Result<YAML::Node> LoadOneDocument(const std::string& text) {
+  std::vector<YAML::Node> documents = YAML::LoadAll(text);
+  if (documents.size() > 1) {
+    return Status::InvalidArgument(
+        "the YAML holds " + std::to_string(documents.size()) +
+        " documents (a second one at line " + std::to_string(documents[1].Mark().line + 1) +
+        "); a config is one document: remove the '---' that starts the next one");
+  }
+  return documents.empty() ? YAML::Node() : documents.front();
+}
+
+}  // namespace
+
 Result<PipelineSpec> ParsePipelineConfig(std::string_view yaml_text,
                                          const std::vector<std::string>& overrides) {
   // yaml-cpp reports through exceptions; they stop here.
   try {
-    YAML::Node root;
+    Result<YAML::Node> loaded = Status::Internal("not parsed");
     try {
-      root = YAML::Load(std::string(yaml_text));
+      loaded = LoadOneDocument(std::string(yaml_text));
     } catch (const YAML::ParserException& e) {
       return Status::InvalidArgument("YAML syntax error at line " +
                                      std::to_string(e.mark.line + 1) + ", column " +
                                      std::to_string(e.mark.column + 1) + ": " + e.msg);
     }
+    HR_ASSIGN_OR_RETURN(YAML::Node root, std::move(loaded));
     Reader reader;
     for (const std::string& o : overrides) {
       HR_ASSIGN_OR_RETURN(std::string key, ApplyOverride(root, o));
@@ -238,12 +258,14 @@ Result<PipelineSpec> LoadPipelineConfig(const std::string& path,
 
 Result<OpSpec> ParseOpConfig(std::string_view name, std::string_view params_yaml) {
   try {
-    YAML::Node params;
+    Result<YAML::Node> loaded = Status::Internal("not parsed");
     try {
-      params = YAML::Load(std::string(params_yaml));
+      loaded = LoadOneDocument(std::string(params_yaml));
     } catch (const YAML::ParserException& e) {
       return Status::InvalidArgument(std::string(name) + ": YAML syntax error: " + e.msg);
     }
+    if (!loaded.ok()) return Status::InvalidArgument(std::string(name) + ": " + loaded.status().message());
+    YAML::Node params = *std::move(loaded);
     Reader reader;
     OpSpec op;
     HR_RETURN_IF_ERROR(reader.ParseOp(name, params, "", &op));

@@ -331,6 +331,31 @@ TEST(ParsePipelineConfig, SchemaErrorsNameTheKeyAndWhatIsAllowed) {
   }
 }
 
+TEST(ParsePipelineConfig, RealParametersThatBecomeIntegersAreBoundedNamingTheKey) {
+  // Each was accepted and overflowed an int64_t (undefined behaviour) where it became a
+  // count: seconds x the rate, i / fps in the stream's time base, a span / a cell size.
+  const ErrorCase cases[] = {
+      {"ops:\n  - audio.decode: {max_seconds: 1e300}\n",
+       {"ops[0].audio.decode.max_seconds: must be in (0, 86400]", "(got 1e+300)"}},
+      {"ops:\n  - audio.decode: {max_seconds: 0}\n",
+       {"ops[0].audio.decode.max_seconds: must be in (0, 86400]"}},
+      {"ops:\n  - video.decode: {fps: 1e-300}\n",
+       {"ops[0].video.decode.fps: must be in [0.001, 1000], or 0 (spread over the clip)"}},
+      {"ops:\n  - video.decode: {fps: 1e300}\n", {"ops[0].video.decode.fps: must be in"}},
+      {"ops:\n  - pointcloud.voxelize: {voxel_size: [1e-300, 1, 1]}\n",
+       {"ops[0].pointcloud.voxelize.voxel_size: gives ", "e+301 cells along x"}},
+  };
+  for (const ErrorCase& c : cases) {
+    Status st = ParseError(std::string(kMinimal) + c.yaml);
+    for (const std::string& m : c.mentions) EXPECT_THAT(st.message(), HasSubstr(m)) << c.yaml;
+  }
+  for (const char* ok : {"ops:\n  - audio.decode: {max_seconds: 86400, field: image}\n",
+                         "ops:\n  - video.decode: {fps: 0, field: image}\n"}) {
+    auto spec = ParsePipelineConfig(std::string(kMinimal) + ok, {});
+    EXPECT_TRUE(spec.ok()) << ok << spec.status().ToString();
+  }
+}
+
 TEST(ParsePipelineConfig, SourceRecordsIsAutoParsedOrLinesForAManifestOnly) {
   EXPECT_EQ(ParseOk(kMinimal).source.records, ManifestRecordsForm::kAuto);
   EXPECT_EQ(ParseOk("source: {manifest: m.jsonl, records: parsed}\n").source.records,
@@ -358,6 +383,21 @@ TEST(ParsePipelineConfig, SyntaxErrorGivesLineNumber) {
   EXPECT_THAT(st.message(), HasSubstr("YAML syntax error at line"));
   st = ParseError("source:\n  manifest: m\n   bad: indent\n");
   EXPECT_THAT(st.message(), HasSubstr("line 3"));
+}
+
+TEST(ParsePipelineConfig, AFileOfSeveralDocumentsIsRefusedSayingWhereTheSecondIs) {
+  // yaml-cpp's Load reads the first document: the run was not the one in the second.
+  Status st = ParseError(std::string(kMinimal) + "---\nbatch: {size: 3}\n");
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("holds 2 documents"),
+                                  HasSubstr("a second one at line 3")));
+  EXPECT_THAT(ParseError(std::string(kMinimal) + "---\n---\n---\n").message(),
+              HasSubstr("holds 4 documents"));
+  // One document, with its markers, is a config.
+  EXPECT_TRUE(ParsePipelineConfig("---\n" + std::string(kMinimal) + "...\n", {}).ok());
+  auto op = ParseOpConfig("image.resize", "{shorter_side: 64}\n---\n{shorter_side: 8}\n");
+  EXPECT_EQ(op.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(op.status().message(), AllOf(HasSubstr("image.resize: "),
+                                           HasSubstr("holds 2 documents")));
 }
 
 TEST(ParsePipelineConfig, TopLevelMustBeAMap) {

@@ -165,9 +165,9 @@ Status CheckDecodedSize(int64_t frames, int channels, int rate, int64_t limit, b
 Status AudioDecodeOp::Validate(const Spec& s, const std::string& p) {
   HR_RETURN_IF_ERROR(schema::InRange(p + ".sample_rate", s.sample_rate, 0, 384000));
   HR_RETURN_IF_ERROR(schema::InRange(p + ".channels", s.channels, 0, 2));
-  if (!(s.max_seconds > 0) || !std::isfinite(s.max_seconds)) {
-    return schema::Invalid(p + ".max_seconds", "must be > 0" + schema::Got(s.max_seconds));
-  }
+  // A day: max_seconds x any rate stays far inside int64_t.
+  HR_RETURN_IF_ERROR(schema::FiniteInRange(p + ".max_seconds", s.max_seconds, 0, 86400,
+                                           /*min_open=*/true));
   return schema::NonEmpty(p + ".field", s.field, "the audio value to decode");
 }
 

@@ -141,6 +141,17 @@ Status VoxelizeOp::Validate(const Spec& s, const std::string& p) {
     }
   }
   HR_RETURN_IF_ERROR(ValidateRange(p + ".point_range", s.point_range, /*allow_none=*/false));
+  for (int a = 0; a < 3; ++a) {
+    // Counted as a double before VoxelGrid rounds it to int64_t (out of its range for a
+    // tiny size: an unspecified value).
+    const double cells = (s.point_range[a + 3] - s.point_range[a]) / s.voxel_size[a];
+    if (!(cells <= static_cast<double>(kMaxCellsPerAxis))) {
+      return schema::Invalid(p + ".voxel_size",
+                             "gives " + schema::FormatDouble(cells) + " cells along " +
+                                 std::string(1, "xyz"[a]) + " of point_range (allowed: 1 to " +
+                                 std::to_string(kMaxCellsPerAxis) + ")");
+    }
+  }
   const std::array<int64_t, 3> grid = VoxelGrid(s);
   for (int a = 0; a < 3; ++a) {
     if (grid[a] < 1 || grid[a] > kMaxCellsPerAxis) {

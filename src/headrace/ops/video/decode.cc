@@ -97,9 +97,10 @@ Status VideoDecodeOp::Validate(const Spec& s, const std::string& p) {
   HR_RETURN_IF_ERROR(schema::InRange(p + ".width", s.width, 1, 16384));
   HR_RETURN_IF_ERROR(schema::InRange(p + ".height", s.height, 1, 16384));
   HR_RETURN_IF_ERROR(schema::InRange(p + ".threads", s.threads, 1, 64));
-  if (!(s.fps >= 0) || !std::isfinite(s.fps)) {
-    return schema::Invalid(p + ".fps", "must be >= 0 (0: spread over the clip)" + schema::Got(s.fps));
-  }
+  // Frame i is at i / fps seconds, a timestamp in the stream's time base (int64_t): a
+  // tiny fps overflowed it.
+  HR_RETURN_IF_ERROR(schema::FiniteInRange(p + ".fps", s.fps, 0.001, 1000, false,
+                                           "spread over the clip"));
   if (!(s.clip_seconds >= 0) || !std::isfinite(s.clip_seconds)) {
     return schema::Invalid(p + ".clip_seconds",
                            "must be >= 0 (0: the whole video)" + schema::Got(s.clip_seconds));
