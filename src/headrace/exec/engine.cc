@@ -77,7 +77,11 @@ Engine::Engine(std::shared_ptr<const EngineInputs> inputs, EngineOptions options
   read_ = std::make_unique<ReadStage>(
       inputs_->source->storage(),
       ReadStageOptions{options_.io_inflight, options_.io_budget_bytes,
-                       static_cast<int>(options_.order.batch_size), options_.trace},
+                       static_cast<int>(options_.order.batch_size), options_.trace,
+                       // A Parquet row group is fetched whole into the row-group cache,
+                       // whose own limits bound it (source.cache_bytes): it may pass the
+                       // I/O budget alone.
+                       /*fail_past_budget=*/inputs_->source->row_group_cache() == nullptr},
       gauge_, stop_.get_token(),
       [this](const std::shared_ptr<BatchJob>& job, int slot, Result<std::vector<Buffer>> bytes,
              int64_t charged) {

@@ -119,7 +119,8 @@ bool ReadStage::OnReadSize(ReadCharge& charge, int64_t size) {
   SampleReads& sample = *charge.sample;
   // Checked before anything is noted: a size past the budget must not become the
   // reservation of the reads after it.
-  if (const int64_t needs = sample.charged - charge.bytes + size; needs > options_.io_budget_bytes) {
+  if (const int64_t needs = sample.charged - charge.bytes + size;
+      options_.fail_past_budget && needs > options_.io_budget_bytes) {
     charge.too_large = needs;
     return false;
   }
@@ -208,8 +209,9 @@ void ReadStage::OnRead(const std::shared_ptr<BatchJob>& job, int slot,
     } else {
       latency_.Record(NanosSince(charge->issued));
       ++reads_done_;
-      if (bytes.ok() && sample.charged - charge->bytes + static_cast<int64_t>(bytes->size()) >
-                            options_.io_budget_bytes) {
+      if (options_.fail_past_budget && bytes.ok() &&
+          sample.charged - charge->bytes + static_cast<int64_t>(bytes->size()) >
+              options_.io_budget_bytes) {
         // A storage that ignored the gate: the bytes exist, but the sample fails the same way.
         charge->too_large = sample.charged - charge->bytes + static_cast<int64_t>(bytes->size());
       }

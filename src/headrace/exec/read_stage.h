@@ -12,7 +12,9 @@
 //   whole budget (an object larger than it, a body of unknown length that grows past it,
 //   items that together pass it) fails with kResourceExhausted naming the object, its
 //   size so far and the budget, as soon as the gate sees that size (on completion, from
-//   a storage that ignores the gate). A sample's first read is issued with a reservation (the
+//   a storage that ignores the gate); unless `fail_past_budget` is false (a Parquet
+//   source: its row groups are bounded by the row-group cache), then such an object is
+//   read alone, with nothing else charged. A sample's first read is issued with a reservation (the
 //   largest recent object, a maximum that decays by 1/16 per read so that one outlier
 //   does not serialize the run; before the first size is known, one read at a time) only
 //   when the charge plus the reservation fits, or nothing else is charged or in flight.
@@ -63,6 +65,10 @@ struct ReadStageOptions {
   int64_t io_budget_bytes = 64 << 20;
   int batch_size = 1;               // for the trace's per-sample ids
   TraceRecorder* trace = nullptr;   // read spans when set
+  // true: media that cannot fit in the whole budget fail their sample (below). false: such
+  // an object is read alone, nothing else charged (for a storage whose objects are
+  // bounded by limits of their own: the Parquet row-group cache's groups).
+  bool fail_past_budget = true;
 };
 
 class ReadStage {

@@ -219,6 +219,40 @@ TEST(ReadStage, MediaLargerThanTheWholeBudgetFailTheirSampleAtTheGate) {
     EXPECT_EQ(gauge.used(), 0);
     EXPECT_EQ(stage.reads_inflight(), 0);
   }
+  // A storage whose objects are bounded elsewhere (the Parquet row-group cache): read alone.
+  std::vector<SampleRecord> records;
+  auto job = Job(2, records);
+  auto storage = std::make_shared<QueuedStorage>(150);
+  BudgetGauge gauge;
+  std::stop_source stop;
+  Received got;
+  ReadStage stage(storage,
+                  ReadStageOptions{.io_inflight = 1, .io_budget_bytes = 100, .fail_past_budget = false},
+                  gauge, stop.get_token(),
+                  [&](const std::shared_ptr<BatchJob>&, int, Result<std::vector<Buffer>> bytes,
+                      int64_t charged) {
+                    std::lock_guard lock(got.mu);
+                    got.statuses.push_back(bytes.status());
+                    got.held.push_back(charged);
+                    got.cv.notify_all();
+                  });
+  std::thread driver([&] {
+    for (int s = 0; s < 2; ++s) stage.Issue(job, s);
+  });
+  for (int released = 0; released < 2; ++released) {
+    int64_t charged = 0;
+    {
+      std::unique_lock lock(got.mu);
+      got.cv.wait(lock, [&] { return !got.held.empty(); });
+      charged = got.held.front();
+      got.held.pop_front();
+    }
+    EXPECT_EQ(charged, 150);
+    stage.Release(charged);
+  }
+  driver.join();
+  for (const Status& st : got.statuses) EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_LE(gauge.peak(), 150);  // alone: never two at once
 }
 
 // A sample whose items fit one by one but not together fails at the item that passes the
