@@ -55,6 +55,9 @@ class HfTokenizer {
               std::vector<uint32_t>* starts = nullptr) const;
 
   int vocab_size() const;
+  // The token the post-processor puts before a single sequence when it puts exactly one
+  // there (Llama 3's "<|begin_of_text|>"); "" otherwise.
+  std::string PostProcessorFirstToken() const;
   // The id of a vocabulary or added token; -1 when there is none.
   int TokenToId(std::string_view token) const;
   // Bytes handed to Encode so far, over all threads.
