@@ -58,6 +58,9 @@ def patch_qwen2(j):
             old.update(entry)
         else:
             j["added_tokens"].append(entry)
+        # In the model's vocabulary too, at its id: tokenizers gives an added token that
+        # the model lacks the next free id instead.
+        j["model"]["vocab"][content] = i
     j["added_tokens"].sort(key=lambda a: a["id"])
     return j
 

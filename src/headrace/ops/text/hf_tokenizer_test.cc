@@ -382,10 +382,27 @@ TEST(TokenizeChat, ImageTokensMustBeInTheVocabulary) {
 TEST(TokenizeChat, ImageTokenCountFollowsTheImageSize) {
   HfChat chat;
   chat.image_divisor = 28;
-  EXPECT_EQ(chat.ImageTokens(224, 224), 64);
-  EXPECT_EQ(chat.ImageTokens(448, 224), 128);
+  EXPECT_EQ(*chat.ImageTokens(224, 224), 64);
+  EXPECT_EQ(*chat.ImageTokens(448, 224), 128);
   chat.image_tokens = 5;
-  EXPECT_EQ(chat.ImageTokens(448, 224), 5);
+  EXPECT_EQ(*chat.ImageTokens(448, 224), 5);
+}
+
+// Qwen2-VL's processor resizes 300x200 to 308x196 (77 tokens) and anything under 56 px
+// up to 56 (4 tokens); floor division gave 70 and 1. Until the op resizes as the
+// processor does, such sizes are the sample's error, never a silent miscount.
+TEST(TokenizeChat, ImageSizesTheProcessorWouldResizeAreRefused) {
+  HfChat chat;
+  chat.image_divisor = 28;
+  for (auto [w, h] : {std::pair{300, 200}, {28, 20}, {20, 20}, {56, 57}}) {
+    const auto n = chat.ImageTokens(w, h);
+    ASSERT_FALSE(n.ok()) << w << "x" << h;
+    EXPECT_EQ(n.status().code(), StatusCode::kTokenizeError);
+    EXPECT_NE(n.status().message().find("multiple of patch_size*merge_size = 28"),
+              std::string::npos)
+        << n.status().message();
+  }
+  EXPECT_EQ(*chat.ImageTokens(28, 56), 2);
 }
 
 }  // namespace
