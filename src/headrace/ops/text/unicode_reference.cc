@@ -60,14 +60,17 @@ void Append(char32_t cp, std::string* out) {
   out->append(reinterpret_cast<const char*>(buf), static_cast<size_t>(n));
 }
 
-// The primary composite of (a, b) as utf8proc composes it (exclusions and Hangul
-// included), or 0. The reference composes the same pairs except those involving
-// characters it does not know.
+// The primary composite of (a, b) as utf8proc composes it (Hangul included), or 0.
+// utf8proc_normalize_utf32 composes excluded composites too (U+1D158 U+1D165 gave
+// U+1D15F: utf8proc_map leaves them out when decomposing), so exclusions are checked
+// here. The reference composes the same pairs except those involving characters it
+// does not know.
 char32_t Compose(char32_t a, char32_t b) {
   if (Inert(a) || Inert(b)) return 0;
   utf8proc_int32_t pair[2] = {static_cast<utf8proc_int32_t>(a), static_cast<utf8proc_int32_t>(b)};
   if (utf8proc_normalize_utf32(pair, 2, UTF8PROC_COMPOSE) != 1) return 0;
   const auto c = static_cast<char32_t>(pair[0]);
+  if (utf8proc_get_property(pair[0])->comp_exclusion) return 0;
   return Inert(c) ? 0 : c;
 }
 

@@ -55,6 +55,9 @@ TEST(UnicodeReference, NfcOrdersAndComposesOnlyWhatTheReferenceKnows) {
   EXPECT_EQ(Nfc(U"\u1100\u1161\u11a8"), Utf8(U"\uac01"));   // Hangul L V T
   // U+1AC1 is a starter to the reference: it blocks, and stays where it is.
   EXPECT_EQ(Nfc(U"a\u1ac1\u0316"), Utf8(U"a\u1ac1\u0316"));
+  // Composition exclusions: U+1D15F decomposes and does not compose back.
+  EXPECT_EQ(Nfc(U"\U0001d15f"), Utf8(U"\U0001d158\U0001d165"));
+  EXPECT_EQ(Nfc(U"\u0958"), Utf8(U"\u0915\u093c"));
   // Dives Akuru (Unicode 13) composes in Unicode, not in the reference.
   EXPECT_EQ(Nfc(U"\U00011935\U00011930"), Utf8(U"\U00011935\U00011930"));
   std::string nfkd;
