@@ -203,6 +203,27 @@ def test_real_templates_render_and_tokenize_as_transformers(
         ids, mask, labels = chat.tokenize(turns)
         n = int(np.sum(mask))
         assert ids[:n] == want_ids, (template, turns)
+        assert all(label == IGNORE or label == i for label, i in zip(labels, ids))
+        assistant = sum(1 for r, _ in turns if r == "assistant")
+        trained = ref.decode([label for label in labels[:n] if label != IGNORE])
+        assert trained.count(eos) == assistant, (template, turns)  # every turn's end marker
+        if "Qwen3" in template or "QwQ" in template:
+            continue  # they render earlier turns differently once later ones follow
+        # Where each turn's rendering is a prefix of the next, the span runs from the end
+        # of the generation prompt before the turn to the end of the rendering through it.
+        spans = []
+        for k, m in enumerate(messages):
+            if m["role"] == "assistant":
+                before = ref.apply_chat_template(messages[:k], tokenize=False,
+                                                 add_generation_prompt=True)
+                through = ref.apply_chat_template(messages[:k + 1], tokenize=False)
+                assert rendered.startswith(through) and through.startswith(before)
+                spans.append((len(before), len(through)))
+        offsets = ref(rendered, add_special_tokens=False,
+                      return_offsets_mapping=True)["offset_mapping"][:n]
+        want_labels = [i if any(s0 < e1 and max(e0, s0 + 1) > s1 for s1, e1 in spans)
+                       else IGNORE for i, (s0, e0) in zip(want_ids, offsets)]
+        assert labels[:n] == want_labels, (template, turns)
     if "strftime_now" in source:
         assert "09 Mar 2026" in chat.render([("user", "hi")], True)
 
