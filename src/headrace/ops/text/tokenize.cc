@@ -273,7 +273,9 @@ Result<std::unique_ptr<Op>> TokenizeOp::Make(const Spec& spec, PlanContext& ctx)
     }
     auto bytes = ctx.ReadFile("tokenizer_config", config_uri);
     const bool optional = !named && !spec.chat_template.empty();
-    if (!bytes.ok() && !(optional && bytes.status().code() == StatusCode::kNotFound)) {
+    // ReadFile reports a missing file as kInvalidArgument (other failures keep their
+    // code: a denied or unreachable config still stops the plan).
+    if (!bytes.ok() && !(optional && bytes.status().code() == StatusCode::kInvalidArgument)) {
       return bytes.status();
     }
     if (bytes.ok()) {
