@@ -208,7 +208,8 @@ class Regex {
   static Result<Regex> Compile(std::string_view pattern, bool literal, const std::string& key) {
     int error = 0;
     PCRE2_SIZE offset = 0;
-    const uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    // PCRE2_LITERAL refuses PCRE2_UCP (a {String: ...} pattern was always refused).
+    const uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()),
                                      pattern.size(), options, &error, &offset, nullptr);
     if (code == nullptr) {
@@ -261,6 +262,7 @@ struct SplitStep {
   Regex regex;
   SplitBehavior behavior = SplitBehavior::kIsolated;
   bool invert = false;
+  bool literal = false;  // a {String: ...} pattern: matched on the text as it is
 };
 
 struct AddedToken {
@@ -444,6 +446,7 @@ Status ParsePreTokenizer(element e, const std::string& where, HfTokenizer::Impl&
     Optional(e["behavior"], &behavior);
     SplitStep step{.regex = {}};
     HR_ASSIGN_OR_RETURN(step.regex, Regex::Compile(pattern, literal, where + ".pattern"));
+    step.literal = literal;
     HR_ASSIGN_OR_RETURN(step.behavior, ParseBehavior(behavior, where));
     Optional(e["invert"], &step.invert);
     t.splits.push_back(std::move(step));
@@ -1013,7 +1016,7 @@ void HfTokenizer::Impl::EncodeSegment(std::string_view text, uint32_t base,
   };
 
   // The split regexes see the text as the reference's Unicode version classifies it
-  // (same offsets): PCRE2's tables are older.
+  // (same offsets): PCRE2's tables are older. A literal pattern sees the text itself.
   std::string_view split_text = text;
   if (!splits.empty() && SubstituteForRegex(text, &scratch.substituted)) {
     split_text = scratch.substituted;
@@ -1022,7 +1025,7 @@ void HfTokenizer::Impl::EncodeSegment(std::string_view text, uint32_t base,
   pieces.assign(1, Piece{0, static_cast<uint32_t>(text.size())});
   for (const SplitStep& step : splits) {
     scratch.pieces_next.clear();
-    ApplySplit(step, split_text, pieces, &scratch.pieces_next, scratch);
+    ApplySplit(step, step.literal ? text : split_text, pieces, &scratch.pieces_next, scratch);
     std::swap(pieces, scratch.pieces_next);
   }
 
