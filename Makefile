@@ -167,6 +167,16 @@ bench-tokenize: build
 	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
 	$(PY) bench/tokenizers_vs_hf.py --bin $(BUILD)/headrace --data $(DATA) --json bench/tokenize.json
 
+# The real tokenizers of issue 25 (Qwen2/2.5/3, Llama 3, GPT-2 from llama.cpp's copies in
+# the llama-cpp-python sdist; scripts/fetch_vocabs.py): 25,000 hard strings each against
+# `tokenizers`, the real chat templates and masks against transformers (`make test` runs
+# 4,000), then throughput on the same vocabularies (bench/tokenize_real.json).
+.PHONY: test-tokenizers
+test-tokenizers: build
+	$(PY) scripts/fetch_vocabs.py
+	HEADRACE_TOKENIZER_SWEEP=25000 HEADRACE_BIN=$(abspath $(BUILD))/headrace $(PY) -m pytest -q tests/python/test_real_tokenizers.py
+	$(PY) bench/tokenizers_vs_hf.py --real --json bench/tokenize_real.json
+
 # video.decode and audio.decode vs the ffmpeg command line, one thread (bench/media.json).
 bench-media-loaders: build
 	$(PY) -m pip install -q -r bench/requirements-media.txt

@@ -6,6 +6,10 @@ pipeline with it against the SentencePiece one (issue 14). `make bench-tokenize`
    `tokenizers.Tokenizer.encode_batch` (RAYON_NUM_THREADS=1, set before the import) and
    through headrace's HfTokenizer.encode_batch (C++, the GIL released), each returning
    the ids to Python. Best of --repeat passes; the ids are checked equal first.
+   With --real, the same on the real vocabularies (Qwen2's 151k, Llama 3's 128k, GPT-2;
+   scripts/fetch_vocabs.py, issue 25), on the multilingual texts and on the hard strings
+   of tests/python/hard_text.py; "cold" times one pass on a fresh tokenizer (no word
+   cached), "warm" the best of --repeat.
 2. The pipeline: `headrace bench engine` on examples/vqa.yaml (SentencePiece) and on
    examples/vqa_bpe.yaml (the Qwen2-style tokenizer.json, ChatML template, 64 image
    tokens per image), single-thread samples/s and text.tokenize's ms/sample.
@@ -54,6 +58,39 @@ def encode_throughput(style, folder, texts, repeat):
             "speedup": t_ref / t_ours}
 
 
+def real_throughput(name, path, corpora, repeat):
+    import tokenizers
+    from headrace import _headrace
+    out = []
+    for corpus, texts in corpora.items():
+        data = [t.encode("utf-8", "surrogatepass") if isinstance(t, str) else t for t in texts]
+        strings = [t.decode("utf-8", "replace") for t in data]
+        ref = tokenizers.Tokenizer.from_file(str(path))
+        ours = _headrace.HfTokenizer.from_json(path.read_bytes(), str(path))
+        start = time.perf_counter()
+        expected = [e.ids for e in ref.encode_batch(strings, add_special_tokens=False)]
+        cold_ref = time.perf_counter() - start
+        start = time.perf_counter()
+        got = ours.encode_batch(data, False)
+        cold_ours = time.perf_counter() - start
+        assert got == expected, f"{name}/{corpus}: ids differ from tokenizers"
+        size = sum(len(t) for t in data)
+        t_ref = best_of(repeat, lambda: ref.encode_batch(strings, add_special_tokens=False))
+        t_ours = best_of(repeat, lambda: ours.encode_batch(data, False))
+        r = {"tokenizer": name, "corpus": corpus, "texts": len(data), "bytes": size,
+             "tokens": sum(len(e) for e in expected),
+             "cold_tokenizers_mb_s": size / cold_ref / 1e6,
+             "cold_headrace_mb_s": size / cold_ours / 1e6, "cold_speedup": cold_ref / cold_ours,
+             "tokenizers_mb_s": size / t_ref / 1e6, "headrace_mb_s": size / t_ours / 1e6,
+             "speedup": t_ref / t_ours}
+        print(f"{name} / {corpus}: {len(data)} texts, {size / 1e6:.2f} MB; cold tokenizers "
+              f"{r['cold_tokenizers_mb_s']:.2f} MB/s, headrace {r['cold_headrace_mb_s']:.2f} "
+              f"MB/s: {r['cold_speedup']:.2f}x; warm {r['tokenizers_mb_s']:.2f} vs "
+              f"{r['headrace_mb_s']:.2f} MB/s: {r['speedup']:.2f}x", flush=True)
+        out.append(r)
+    return out
+
+
 def engine(binary, config, report):
     subprocess.run([str(binary), "bench", "engine", str(config), "--report", str(report)],
                    check=True, capture_output=True, text=True)
@@ -75,7 +112,26 @@ def main():
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--skip-pipeline", action="store_true")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--real", action="store_true",
+                        help="the real vocabularies only (data/vocabs, fetched when missing)")
     args = parser.parse_args()
+    if args.real:
+        vocabs = REPO / "data" / "vocabs"
+        if not (vocabs / "qwen2" / "tokenizer.json").exists():
+            subprocess.run([sys.executable, str(REPO / "scripts" / "fetch_vocabs.py")],
+                           check=True)
+        sys.path.insert(0, str(REPO / "tests" / "python"))
+        from hard_text import hard_strings
+        corpora = {"multilingual": mht.make_corpus(args.texts, seed=2),
+                   "hard": hard_strings(args.texts, seed=26)}
+        results = {"machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs",
+                   "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "real": []}
+        for name in ["qwen2", "llama3", "gpt2"]:
+            results["real"] += real_throughput(name, vocabs / name / "tokenizer.json", corpora,
+                                               args.repeat)
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2) + "\n")
+        return
 
     results = {"machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs",
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "encode": []}

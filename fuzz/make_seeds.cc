@@ -257,6 +257,16 @@ bool HfTokenizeSeeds(const fs::path& dir) {
   ok &= Write(dir / "system", "\x0f\x01\x00Be brief.\0\x01<image><image>What?\0\x02A cat.\0"s);
   ok &= Write(dir / "unicode",
               "\xff\x02\x02e\xcc\x81\xe7\x8c\xab\xf0\x9f\x9a\x8c   \xff\xfe bad<|im_end|>\0\x01\n\n\t"s);
+  // Issue 25: a long run of out-of-order combining marks (U+0301 U+0316 repeated: NFC
+  // reorders every pair; it was quadratic, 38 s for 320 KB), opening an assistant turn.
+  std::string marks = "\xff\x00\x01Q\0\x02a"s;
+  for (int i = 0; i < 8000; ++i) marks += "\xcc\x81\xcc\x96";
+  ok &= Write(dir / "marks_out_of_order", marks);
+  // Letters PCRE2 10.42 does not know (Kawi U+11F04, Gurung Khema U+16100), U+180E (not
+  // white space to the reference), a Unicode 14 mark the reference's NFC does not order.
+  ok &= Write(dir / "new_unicode",
+              "\x3f\x00\x01\xf0\x91\xbc\x84\xf0\x91\xbc\x85 \xf0\x96\x84\x80x\xe1\xa0\x8e"
+              "\xe1\xa0\x8e y a\xe1\xab\x81\xcc\x96\0\x02ok"s);
   return ok;
 }
 

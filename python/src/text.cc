@@ -109,8 +109,9 @@ void RegisterText(nb::module_& m) {
           "create",
           [](nb::bytes tokenizer_json, nb::bytes config_json, const std::string& chat_template,
              int max_length, const std::string& image_token, const std::string& image_start,
-             const std::string& image_end, int image_tokens) {
+             const std::string& image_end, int image_tokens, const std::string& template_date) {
             TokenizeSpec spec;
+            spec.template_date = template_date;
             spec.tokenizer = "tokenizer.json";
             spec.chat_template = chat_template;
             spec.max_length = max_length;
@@ -134,7 +135,7 @@ void RegisterText(nb::module_& m) {
           nb::arg("tokenizer_json"), nb::arg("config_json") = nb::bytes(""),
           nb::arg("chat_template") = "", nb::arg("max_length") = 128,
           nb::arg("image_token") = "", nb::arg("image_start") = "", nb::arg("image_end") = "",
-          nb::arg("image_tokens") = 0)
+          nb::arg("image_tokens") = 0, nb::arg("template_date") = "")
       .def(
           "render",
           [](const HfChat& chat, const std::vector<std::pair<std::string, std::string>>& turns,

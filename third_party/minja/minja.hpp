@@ -76,6 +76,9 @@ struct RenderBudget {
     size_t steps = 0;
     size_t made = 0;
     const std::ostringstream * top = nullptr;  // the output that is cut, not refused
+    // headrace: where `{% generation %}` blocks wrote into `top`, as [begin, end) byte
+    // offsets in order; null: not recorded.
+    std::vector<std::pair<size_t, size_t>> * generation_spans = nullptr;
 };
 
 inline RenderBudget *& thread_budget() {
@@ -1092,6 +1095,16 @@ public:
         render(out, context);
         return out.str();
     }
+};
+
+// headrace: `{% generation %}...{% endgeneration %}` renders its body and, when it writes
+// into the budget's top-level output, records where (transformers' assistant masks).
+class GenerationNode : public TemplateNode {
+    std::shared_ptr<TemplateNode> body;
+public:
+    GenerationNode(const Location & loc, std::shared_ptr<TemplateNode> && b)
+      : TemplateNode(loc), body(std::move(b)) {}
+    void do_render(std::ostringstream & out, const std::shared_ptr<Context> & context) const override;
 };
 
 class SequenceNode : public TemplateNode {
@@ -2878,8 +2891,8 @@ private:
               if (it == end || (*(it++))->type != TemplateToken::Type::EndGeneration) {
                   throw unterminated(**start);
               }
-              // Treat as a no-op, as our scope is templates for inference, not training (`{% generation %}` wraps generated tokens for masking).
-              children.emplace_back(std::move(body));
+              // headrace: kept as a node, its output's offsets are the loss mask's spans.
+              children.emplace_back(std::make_shared<GenerationNode>(token->location, std::move(body)));
           } else if (auto text_token = dynamic_cast<TextTemplateToken*>(token.get())) {
               SpaceHandling pre_space = (it - 1) != begin ? (*(it - 2))->post_space : SpaceHandling::Keep;
               SpaceHandling post_space = it != end ? (*it)->pre_space : SpaceHandling::Keep;
@@ -3381,6 +3394,20 @@ inline std::shared_ptr<Context> Context::builtins() {
 
 inline std::shared_ptr<Context> Context::make(Value && values, const std::shared_ptr<Context> & parent) {
   return std::make_shared<Context>(values.is_null() ? Value::object() : std::move(values), parent);
+}
+
+// headrace
+inline void GenerationNode::do_render(std::ostringstream & out, const std::shared_ptr<Context> & context) const {
+    auto * b = thread_budget();
+    const bool record = b && b->generation_spans && b->top == &out;
+    const auto begin = record ? static_cast<size_t>(out.tellp()) : 0;
+    try {
+        body->render(out, context);
+    } catch (const OutputFull &) {  // the output is cut inside the block: it runs to the cut
+        if (record) b->generation_spans->emplace_back(begin, SIZE_MAX);
+        throw;
+    }
+    if (record) b->generation_spans->emplace_back(begin, static_cast<size_t>(out.tellp()));
 }
 
 }  // namespace minja

@@ -18,6 +18,7 @@ namespace headrace {
 
 // What text.tokenize takes from a tokenizer_config.json.
 struct TokenizerConfig {
+  bool read = false;          // whether a file was read (false: all fields empty)
   std::string chat_template;  // "" when the file has none
   std::string bos_token;      // "" when null or absent
   std::string eos_token;
@@ -26,7 +27,8 @@ struct TokenizerConfig {
 
 // Parses tokenizer_config.json's bytes: `chat_template` (a string, or a list of {name,
 // template} of which "default" is taken) and the bos/eos/pad tokens (strings or
-// {content: ...} objects). kInvalidArgument naming `source` when it is not a JSON object.
+// {content: ...} objects). Integers of any size parse (Llama 3's model_max_length is
+// 10^30). kInvalidArgument naming `source` when it is not a JSON object.
 Result<TokenizerConfig> ParseTokenizerConfig(std::string_view json, const std::string& source);
 
 // Bounds on parsing and rendering a chat template. Templates come from model
@@ -63,11 +65,16 @@ class JinjaChatTemplate {
   // `limits` allow, or fails on a probe conversation (one user and one assistant turn,
   // which every chat template accepts): a template that cannot render that fails every
   // sample, so it is a configuration error found before the run.
+  // `date` ("YYYY-MM-DD") is the day `strftime_now(format)` renders (transformers renders
+  // the current time; a run must render the same rows on every day it is resumed, so the
+  // day is configured). Empty: a template that names strftime_now is refused
+  // (kInvalidArgument asking for the date).
   static Result<std::unique_ptr<JinjaChatTemplate>> Parse(std::string source,
                                                           std::string bos_token,
                                                           std::string eos_token,
                                                           const std::string& key,
-                                                          ChatTemplateLimits limits = {});
+                                                          ChatTemplateLimits limits = {},
+                                                          std::string date = {});
   ~JinjaChatTemplate();
 
   // Renders `turns` (each message's content is its text) as transformers'
@@ -76,12 +83,16 @@ class JinjaChatTemplate {
   // raises, divides by zero, overflows an integer or passes another limit (naming it).
   Result<std::string> Render(std::span<const Turn> turns, bool add_generation_prompt) const;
 
-  // Renders the whole conversation into *text and appends to *spans the byte ranges of
-  // each assistant turn as the template marks it: from the end of the rendering of the
-  // turns before it with the generation prompt ("...<|im_start|>assistant\n") to the end
-  // of the rendering that includes it ("...Blue.<|im_end|>\n"). A template whose
-  // renderings are not prefixes of each other (one that rewrites earlier turns) gets
-  // the span of the turn's text where it first appears after the previous span.
+  // Renders the whole conversation into *text and appends to *spans the byte ranges the
+  // loss is on, in order:
+  //   - a template with `{% generation %}` blocks: where they rendered, as transformers'
+  //     apply_chat_template(..., return_assistant_tokens_mask=True) marks them;
+  //   - otherwise each assistant turn's, found from renderings with the turn's content
+  //     replaced by a probe (U+E000): a span starts where the rendering first depends
+  //     on the content ("...<|im_start|>assistant\n" and an empty "<think>\n\n</think>\n\n"
+  //     the template writes whatever the content are outside) and ends with the text the
+  //     template closes the turn with ("<|im_end|>\n"), also in a template that renders
+  //     earlier turns differently once later ones follow (Qwen3).
   // kTokenizeError naming the first turn whose rendering fails ("the chat template fails
   // at turn 2 (assistant): Conversation roles must alternate ..."); a limit passed is
   // reported as it is, without rendering the prefixes again.
@@ -91,10 +102,19 @@ class JinjaChatTemplate {
  private:
   JinjaChatTemplate(std::string source, std::string bos, std::string eos,
                     ChatTemplateLimits limits, uint64_t instance);
-  // Render, telling in *over_limit whether a failure was a limit's.
+  // Render, telling in *over_limit whether a failure was a limit's; appends where
+  // `{% generation %}` blocks rendered to *generation when given.
   Result<std::string> RenderChecked(std::span<const Turn> turns, bool add_generation_prompt,
-                                    bool* over_limit) const;
+                                    bool* over_limit,
+                                    std::vector<std::pair<size_t, size_t>>* generation =
+                                        nullptr) const;
+  // The span of assistant turn `i` in `text` (the whole rendering); false when the
+  // template does not render the turn's content.
+  bool TurnSpan(std::span<const Turn> turns, size_t i, const std::string& text,
+                std::pair<size_t, size_t>* span) const;
   std::string source_;
+  bool has_generation_ = false;  // the template has {% generation %} blocks
+  std::string date_;             // strftime_now's day, "YYYY-MM-DD"; "" none
   ChatTemplateLimits limits_;
   std::string bos_token_;
   std::string eos_token_;

@@ -231,6 +231,79 @@ TEST(ChatTemplateLimits, RealTemplatesRenderWellWithinTheLimits) {
   EXPECT_NE(text.find("turn 199<|im_end|>"), std::string::npos);
 }
 
+// --- spans, dates, configs (issue 25) ----------------------------------------------------
+
+std::vector<std::string> Spans(const std::string& source, std::span<const Turn> turns,
+                               std::string date = {}) {
+  auto tmpl = JinjaChatTemplate::Parse(source, "<s>", "</s>", "k", {}, std::move(date));
+  EXPECT_TRUE(tmpl.ok()) << tmpl.status().ToString();
+  if (!tmpl.ok()) return {};
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> spans;
+  EXPECT_TRUE((*tmpl)->RenderWithSpans(turns, &text, &spans).ok());
+  std::vector<std::string> out;
+  for (auto [b, e] : spans) out.push_back(text.substr(b, e - b));
+  return out;
+}
+
+// The shape of Qwen3's template: the last assistant turn gets an empty think block, and
+// the earlier ones render differently once later turns follow.
+constexpr const char* kThinkLast =
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['role'] == 'assistant' and loop.last %}<think>\n\n</think>\n\n{% endif %}"
+    "{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+TEST(ChatTemplateSpans, EveryAssistantTurnEndsWithItsEndMarkerAndNoTemplateFiller) {
+  const std::vector<Turn> turns = {{Role::kUser, "q1"}, {Role::kAssistant, "a1"},
+                                   {Role::kUser, "q2"}, {Role::kAssistant, "a2"}};
+  EXPECT_EQ(Spans(kThinkLast, turns),
+            (std::vector<std::string>{"a1<|im_end|>\n", "a2<|im_end|>\n"}));
+}
+
+TEST(ChatTemplateSpans, AnEmptyAnswerStillTrainsItsEndMarker) {
+  const std::vector<Turn> turns = {{Role::kUser, "q"}, {Role::kAssistant, ""}};
+  EXPECT_EQ(Spans(kThinkLast, turns), (std::vector<std::string>{"<|im_end|>\n"}));
+}
+
+TEST(ChatTemplateSpans, GenerationBlocksAreTheSpans) {
+  const std::string source =
+      "{% for m in messages %}{{ m['role'] }}: {% if m['role'] == 'assistant' %}"
+      "{%- generation -%}{{ m['content'] }}!{%- endgeneration -%}{% else %}{{ m['content'] }}"
+      "{% endif %}\n{% endfor %}";
+  const std::vector<Turn> turns = {{Role::kUser, "q"}, {Role::kAssistant, "a"},
+                                   {Role::kUser, "r"}, {Role::kAssistant, "b"}};
+  EXPECT_EQ(Spans(source, turns), (std::vector<std::string>{"a!", "b!"}));
+}
+
+TEST(ChatTemplateDate, StrftimeNowRendersTheConfiguredDay) {
+  const std::string source =
+      "{{ strftime_now('%d %b %Y') }}|{{ strftime_now('%A') }}{% for m in messages %}"
+      "{{ m['content'] }}{% endfor %}";
+  auto tmpl = JinjaChatTemplate::Parse(source, "", "", "k", {}, "2024-07-26");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status().ToString();
+  const Turn turns[] = {{Role::kUser, "x"}};
+  EXPECT_EQ(*(*tmpl)->Render(turns, false), "26 Jul 2024|Fridayx");
+  auto missing = JinjaChatTemplate::Parse(source, "", "", "text.tokenize.chat_template");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("template_date"), std::string::npos);
+  EXPECT_FALSE(JinjaChatTemplate::Parse(source, "", "", "k", {}, "26 Jul 2024").ok());
+}
+
+TEST(TokenizerConfig, IntegersOfAnySizeParse) {
+  // Meta's Llama 3 tokenizer_config.json.
+  auto config = ParseTokenizerConfig(
+      R"({"bos_token": "<|begin_of_text|>", "model_max_length": 1000000000000000019884624838656,
+          "x": [-123456789012345678901234567890, 1.5e300, "9999999999999999999999"],
+          "eos_token": "<|eot_id|>"})",
+      "tokenizer_config.json");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_TRUE(config->read);
+  EXPECT_EQ(config->bos_token, "<|begin_of_text|>");
+  EXPECT_EQ(config->eos_token, "<|eot_id|>");
+  EXPECT_FALSE(ParseTokenizerConfig("[1]", "c").ok());
+}
+
 }  // namespace
 }  // namespace chat_template_test
 }  // namespace headrace

@@ -53,10 +53,20 @@ Result<std::unique_ptr<HfChat>> HfChat::Make(const TokenizeSpec& spec,
         "text.tokenize.chat_template: none given and the tokenizer config has none (set "
         "chat_template, or tokenizer_config to a tokenizer_config.json with one)");
   }
+  std::string bos = config.bos_token, eos = config.eos_token;
+  if (!config.read) {
+    if (bos.empty()) bos = t.PostProcessorFirstToken();
+    if (bos.empty() && source.find("bos_token") != std::string::npos) {
+      return Status::InvalidArgument(
+          "text.tokenize.chat_template writes bos_token, and there is no tokenizer_config.json "
+          "to name it nor a post-processor in the tokenizer that adds one: set "
+          "tokenizer_config to the model's tokenizer_config.json");
+    }
+  }
   HR_ASSIGN_OR_RETURN(chat->chat_template,
-                      JinjaChatTemplate::Parse(source, config.bos_token, config.eos_token,
-                                               "text.tokenize.chat_template",
-                                               ChatTemplateLimits::ForMaxLength(spec.max_length)));
+                      JinjaChatTemplate::Parse(source, bos, eos, "text.tokenize.chat_template",
+                                               ChatTemplateLimits::ForMaxLength(spec.max_length),
+                                               spec.template_date));
 
   chat->image_placeholder = spec.image_placeholder;
   chat->image_start = spec.image_start;
@@ -91,10 +101,19 @@ Result<std::unique_ptr<HfChat>> HfChat::Make(const TokenizeSpec& spec,
   return chat;
 }
 
-int HfChat::ImageTokens(int width, int height) const {
+Result<int> HfChat::ImageTokens(int width, int height) const {
   if (image_tokens > 0) return image_tokens;
   if (image_divisor <= 0) return 0;
-  return std::max(1, (height / image_divisor) * (width / image_divisor));
+  if (width < image_divisor || height < image_divisor || width % image_divisor != 0 ||
+      height % image_divisor != 0) {
+    const std::string d = std::to_string(image_divisor);
+    return Status::TokenizeError(
+        "text.tokenize: an image of " + std::to_string(width) + "x" + std::to_string(height) +
+        " is not a multiple of patch_size*merge_size = " + d + " on both sides; its image "
+        "token count would differ from the model processor's (which resizes it first): "
+        "resize or crop the image to multiples of " + d + ", or set image_tokens");
+  }
+  return (height / image_divisor) * (width / image_divisor);
 }
 
 Status TokenizeChat(const HfChat& chat, std::span<const Turn> turns, int image_tokens,

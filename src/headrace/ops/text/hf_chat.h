@@ -36,12 +36,20 @@ struct HfChat {
   // kInvalidArgument naming `text.tokenize.<key>` on an unsupported tokenizer, a
   // template that does not parse or is missing, image tokens or pad token that are
   // not in the vocabulary.
+  // The BOS the template writes as `bos_token` is the config's; without a config, the
+  // token the tokenizer's post-processor puts first (Llama 3's <|begin_of_text|>), as
+  // that is what encode() would add. A template that writes bos_token with neither is a
+  // configuration error, not a silently missing BOS.
   static Result<std::unique_ptr<HfChat>> Make(const TokenizeSpec& spec,
                                               std::string_view tokenizer_json,
                                               const TokenizerConfig& config);
 
-  // The image token count for an image of `width` x `height` (after the ops before).
-  int ImageTokens(int width, int height) const;
+  // The image token count for an image of `width` x `height` (after the ops before):
+  // image_tokens when set, else (height / d) * (width / d) with d = patch_size *
+  // merge_size, which is the Qwen2-VL processor's count only when d divides both sides.
+  // kTokenizeError (the sample's) for other sizes: the processor resizes them
+  // (smart_resize), which this op does not (yet) do.
+  Result<int> ImageTokens(int width, int height) const;
 };
 
 // The kernel. Expands image placeholders (to `image_tokens` tokens each), renders

@@ -16,6 +16,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "headrace/ops/text/unicode_reference.h"
+
 namespace headrace {
 namespace {
 
@@ -206,7 +208,8 @@ class Regex {
   static Result<Regex> Compile(std::string_view pattern, bool literal, const std::string& key) {
     int error = 0;
     PCRE2_SIZE offset = 0;
-    const uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    // PCRE2_LITERAL refuses PCRE2_UCP (a {String: ...} pattern was always refused).
+    const uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()),
                                      pattern.size(), options, &error, &offset, nullptr);
     if (code == nullptr) {
@@ -246,8 +249,6 @@ class Regex {
 
 // --- the tokenizer's parts ------------------------------------------------------------
 
-enum class NormalForm { kNfc, kNfd, kNfkc, kNfkd };
-
 // How a Split keeps what its pattern matched (tokenizers' SplitDelimiterBehavior).
 enum class SplitBehavior {
   kIsolated,            // matches and the text between them are pieces of their own
@@ -261,6 +262,7 @@ struct SplitStep {
   Regex regex;
   SplitBehavior behavior = SplitBehavior::kIsolated;
   bool invert = false;
+  bool literal = false;  // a {String: ...} pattern: matched on the text as it is
 };
 
 struct AddedToken {
@@ -302,7 +304,7 @@ constexpr size_t kCacheMaxWordBytes = 64;
 // thread_local in a shared library costs a call to reach), capacities settling.
 struct Scratch {
   std::unique_ptr<pcre2_match_data, MatchDataDeleter> match{pcre2_match_data_create(1, nullptr)};
-  std::string sanitized, normalized, next;
+  std::string sanitized, normalized, next, substituted;
   std::vector<uint32_t> to_original, next_map;
   std::vector<Piece> pieces, pieces_next;
   std::vector<Part> parts;
@@ -444,6 +446,7 @@ Status ParsePreTokenizer(element e, const std::string& where, HfTokenizer::Impl&
     Optional(e["behavior"], &behavior);
     SplitStep step{.regex = {}};
     HR_ASSIGN_OR_RETURN(step.regex, Regex::Compile(pattern, literal, where + ".pattern"));
+    step.literal = literal;
     HR_ASSIGN_OR_RETURN(step.behavior, ParseBehavior(behavior, where));
     Optional(e["invert"], &step.invert);
     t.splits.push_back(std::move(step));
@@ -689,6 +692,13 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view json
 }
 
 int HfTokenizer::vocab_size() const { return impl_->vocab_size; }
+std::string HfTokenizer::PostProcessorFirstToken() const {
+  if (impl_->prefix_ids.size() != 1) return {};
+  for (const auto& [token, id] : impl_->token_to_id) {
+    if (id == impl_->prefix_ids[0]) return token;
+  }
+  return {};
+}
 int HfTokenizer::TokenToId(std::string_view token) const {
   return Find(impl_->token_to_id, token);
 }
@@ -936,29 +946,22 @@ bool NormalizeChunks(std::string_view text, NormalForm form, std::string* out,
                   [&](char c) { return static_cast<uint8_t>(c) < stable_below; })) {
     return false;
   }
-  int options = UTF8PROC_STABLE;
-  options |= (form == NormalForm::kNfc || form == NormalForm::kNfkc) ? UTF8PROC_COMPOSE
-                                                                     : UTF8PROC_DECOMPOSE;
-  if (form == NormalForm::kNfkc || form == NormalForm::kNfkd) options |= UTF8PROC_COMPAT;
+  thread_local std::string result;
   // Nothing is written until a chunk changes: most text passes through unchanged.
   bool changed = false;
   for (size_t start = 0; start < text.size();) {
-    size_t end = std::min(start + Utf8CharLength(static_cast<uint8_t>(text[start])), text.size());
+    const size_t first = std::min(Utf8CharLength(static_cast<uint8_t>(text[start])),
+                                  text.size() - start);
+    size_t end = start + first;
     bool stable = StableAlone(text, start, form);
     while (end < text.size() && !ChunkStart(text, end)) {
       end = std::min(end + Utf8CharLength(static_cast<uint8_t>(text[end])), text.size());
       stable = false;
     }
     const std::string_view chunk = text.substr(start, end - start);
-    utf8proc_uint8_t* result = nullptr;
-    utf8proc_ssize_t n = -1;
-    if (!stable) {
-      n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(chunk.data()),
-                       static_cast<utf8proc_ssize_t>(chunk.size()), &result,
-                       static_cast<utf8proc_option_t>(options));
-    }
-    const bool same = n < 0 || std::string_view(reinterpret_cast<const char*>(result),
-                                                static_cast<size_t>(n)) == chunk;
+    result.clear();
+    if (!stable) NormalizeAsReference(chunk, form, &result);
+    const bool same = stable || result == chunk;
     if (!same && !changed) {  // the first change: what came before is copied as it was
       changed = true;
       out->assign(text.substr(0, start));
@@ -969,10 +972,17 @@ bool NormalizeChunks(std::string_view text, NormalForm form, std::string* out,
       out->append(chunk);
       for (size_t k = start; k < end; ++k) map->push_back(static_cast<uint32_t>(k));
     } else if (changed) {
-      out->append(reinterpret_cast<const char*>(result), static_cast<size_t>(n));
-      map->insert(map->end(), static_cast<size_t>(n), static_cast<uint32_t>(start));
+      out->append(result);
+      // A chunk's first character, when normalization kept it, maps to itself and the
+      // rest to the character after it: a template's "\n" before a turn that starts
+      // with reordered marks stays the template's, the marks the turn's.
+      size_t kept = 0;
+      if (result.size() > first && result.compare(0, first, chunk.substr(0, first)) == 0) {
+        kept = first;
+      }
+      map->insert(map->end(), kept, static_cast<uint32_t>(start));
+      map->insert(map->end(), result.size() - kept, static_cast<uint32_t>(start + kept));
     }
-    std::free(result);
     start = end;
   }
   return changed;
@@ -1005,11 +1015,17 @@ void HfTokenizer::Impl::EncodeSegment(std::string_view text, uint32_t base,
     return !changed ? at : at < to_original.size() ? to_original[at] : to_original.back();
   };
 
+  // The split regexes see the text as the reference's Unicode version classifies it
+  // (same offsets): PCRE2's tables are older. A literal pattern sees the text itself.
+  std::string_view split_text = text;
+  if (!splits.empty() && SubstituteForRegex(text, &scratch.substituted)) {
+    split_text = scratch.substituted;
+  }
   std::vector<Piece>& pieces = scratch.pieces;
   pieces.assign(1, Piece{0, static_cast<uint32_t>(text.size())});
   for (const SplitStep& step : splits) {
     scratch.pieces_next.clear();
-    ApplySplit(step, text, pieces, &scratch.pieces_next, scratch);
+    ApplySplit(step, step.literal ? text : split_text, pieces, &scratch.pieces_next, scratch);
     std::swap(pieces, scratch.pieces_next);
   }
 

@@ -4,11 +4,13 @@
 // Written here because no C or C++ library packaged by Debian or PyPI reads this format
 // (the reference implementation is the Rust `tokenizers` crate). What it supports, and
 // rejects with a configuration error naming the part and what is supported:
-//   normalizer      null, NFC, NFD, NFKC, NFKD (utf8proc), or a Sequence of those
+//   normalizer      null, NFC, NFD, NFKC, NFKD, or a Sequence of those, with the
+//                   reference's Unicode data (unicode_reference.h)
 //   pre_tokenizer   null, Split (regex or string; Isolated, Removed, MergedWithPrevious,
 //                   MergedWithNext; invert), ByteLevel (add_prefix_space false, with or
 //                   without its GPT-2 regex), or a Sequence of those. Regexes run on PCRE2
-//                   (UTF + UCP, JIT): the Qwen2/Llama-3 patterns use a lookahead.
+//                   (UTF + UCP, JIT: the Qwen2/Llama-3 patterns use a lookahead) over the
+//                   text as the reference's Unicode 16 classifies it (SubstituteForRegex).
 //   model           BPE: merges as "a b" strings or [a, b] pairs, byte_fallback, unk_token,
 //                   fuse_unk, ignore_merges. Other types (WordPiece, Unigram, WordLevel)
 //                   are rejected.
@@ -55,6 +57,9 @@ class HfTokenizer {
               std::vector<uint32_t>* starts = nullptr) const;
 
   int vocab_size() const;
+  // The token the post-processor puts before a single sequence when it puts exactly one
+  // there (Llama 3's "<|begin_of_text|>"); "" otherwise.
+  std::string PostProcessorFirstToken() const;
   // The id of a vocabulary or added token; -1 when there is none.
   int TokenToId(std::string_view token) const;
   // Bytes handed to Encode so far, over all threads.

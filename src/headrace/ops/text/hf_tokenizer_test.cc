@@ -143,6 +143,31 @@ TEST(HfTokenizer, SplitRegexLookaheadLeavesOneSpaceForTheNextWord) {
   EXPECT_EQ(Encode(*t, "hello   world"), (std::vector<int>{kHello, ' ', ' ', kSpaceWorld}));
 }
 
+std::string RemovingSplit(const std::string& kind, const std::string& pattern) {
+  return R"({"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{")" + kind +
+         R"(":)" + Quote(pattern) + R"(},"behavior":"Removed","invert":false},)"
+         R"({"type":"ByteLevel","add_prefix_space":false,"use_regex":false}]})";
+}
+
+std::vector<int> Bytes(std::string_view s) {
+  std::vector<int> ids;
+  for (char c : s) ids.push_back(static_cast<uint8_t>(c));
+  return ids;
+}
+
+// Issue 25: the reference's regexes classify with Unicode 16, PCRE2 10.42 with 14.
+TEST(HfTokenizer, SplitRegexesClassifyAsTheReferencesUnicodeDoes) {
+  // U+11F04 (Kawi, Unicode 15) is a letter: \p{L}+ removes all of "a\U00011F04b".
+  auto letters = Load({.pre_tokenizer = RemovingSplit("Regex", R"(\p{L}+)")});
+  EXPECT_EQ(Encode(*letters, "a\xF0\x91\xBC\x84" "b 1"), Bytes(" 1"));
+  // U+180E is not white space (Unicode 6.3); PCRE2 10.42 says it is.
+  auto spaces = Load({.pre_tokenizer = RemovingSplit("Regex", R"(\s)")});
+  EXPECT_EQ(Encode(*spaces, "x\xE1\xA0\x8Ey z"), Bytes("x\xE1\xA0\x8Eyz"));
+  // A literal pattern matches the text itself, never the regexes' view of it.
+  auto literal = Load({.pre_tokenizer = RemovingSplit("String", "\xE1\xA0\x8E")});
+  EXPECT_EQ(Encode(*literal, "x\xE1\xA0\x8Ey"), Bytes("xy"));
+}
+
 TEST(HfTokenizer, InvalidUtf8IsReplacedNeverACrash) {
   std::string out;
   EXPECT_FALSE(SanitizeUtf8("plain ünï 猫", &out));
@@ -382,10 +407,27 @@ TEST(TokenizeChat, ImageTokensMustBeInTheVocabulary) {
 TEST(TokenizeChat, ImageTokenCountFollowsTheImageSize) {
   HfChat chat;
   chat.image_divisor = 28;
-  EXPECT_EQ(chat.ImageTokens(224, 224), 64);
-  EXPECT_EQ(chat.ImageTokens(448, 224), 128);
+  EXPECT_EQ(*chat.ImageTokens(224, 224), 64);
+  EXPECT_EQ(*chat.ImageTokens(448, 224), 128);
   chat.image_tokens = 5;
-  EXPECT_EQ(chat.ImageTokens(448, 224), 5);
+  EXPECT_EQ(*chat.ImageTokens(448, 224), 5);
+}
+
+// Qwen2-VL's processor resizes 300x200 to 308x196 (77 tokens) and anything under 56 px
+// up to 56 (4 tokens); floor division gave 70 and 1. Until the op resizes as the
+// processor does, such sizes are the sample's error, never a silent miscount.
+TEST(TokenizeChat, ImageSizesTheProcessorWouldResizeAreRefused) {
+  HfChat chat;
+  chat.image_divisor = 28;
+  for (auto [w, h] : {std::pair{300, 200}, {28, 20}, {20, 20}, {56, 57}}) {
+    const auto n = chat.ImageTokens(w, h);
+    ASSERT_FALSE(n.ok()) << w << "x" << h;
+    EXPECT_EQ(n.status().code(), StatusCode::kTokenizeError);
+    EXPECT_NE(n.status().message().find("multiple of patch_size*merge_size = 28"),
+              std::string::npos)
+        << n.status().message();
+  }
+  EXPECT_EQ(*chat.ImageTokens(28, 56), 2);
 }
 
 }  // namespace

@@ -258,19 +258,29 @@ Result<std::unique_ptr<Op>> TokenizeOp::Make(const Spec& spec, PlanContext& ctx)
   if (!spec.tokenizer.empty()) {
     HR_ASSIGN_OR_RETURN(Buffer json, ctx.ReadFile("tokenizer", spec.tokenizer));
     TokenizerConfig config;
-    // The config beside tokenizer.json is read when the template must come from it or
-    // when it is named; an inline chat_template needs no file.
+    // The config beside tokenizer.json is read unless another is named, also when the
+    // template is given inline: as with transformers' apply_chat_template(chat_template=),
+    // the template replaces the config's, its bos/eos/pad tokens stay. Only when the
+    // template is inline may the file be missing (HfChat::Make then takes the BOS from
+    // the tokenizer's post-processor, or refuses a template that needs one).
     std::string config_uri = spec.tokenizer_config;
-    if (config_uri.empty() && spec.chat_template.empty()) {
+    const bool named = !config_uri.empty();
+    if (!named) {
       const size_t slash = spec.tokenizer.rfind('/');
       config_uri = (slash == std::string::npos ? std::string()
                                                 : spec.tokenizer.substr(0, slash + 1)) +
                    "tokenizer_config.json";
     }
-    if (!config_uri.empty()) {
-      HR_ASSIGN_OR_RETURN(Buffer bytes, ctx.ReadFile("tokenizer_config", config_uri));
+    auto bytes = ctx.ReadFile("tokenizer_config", config_uri);
+    const bool optional = !named && !spec.chat_template.empty();
+    // ReadFile reports a missing file as kInvalidArgument (other failures keep their
+    // code: a denied or unreachable config still stops the plan).
+    if (!bytes.ok() && !(optional && bytes.status().code() == StatusCode::kInvalidArgument)) {
+      return bytes.status();
+    }
+    if (bytes.ok()) {
       auto parsed = ParseTokenizerConfig(
-          std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+          std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()),
           config_uri);
       if (!parsed.ok()) return parsed.status().WithContext(ctx.key() + ".tokenizer_config");
       config = std::move(parsed).value();
@@ -359,7 +369,7 @@ Status TokenizeOp::Run(SampleContext& ctx) const {
       if (image == nullptr) {
         return Status::MissingField("the sample has no image to size text.tokenize's image tokens");
       }
-      image_tokens = hf_->ImageTokens(image->width, image->height);
+      HR_ASSIGN_OR_RETURN(image_tokens, hf_->ImageTokens(image->width, image->height));
     }
     return TokenizeChat(*hf_, conversation->turns, image_tokens,
                         reinterpret_cast<int64_t*>(ctx.rows[input_ids_row_]),

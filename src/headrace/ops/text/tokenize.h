@@ -45,6 +45,8 @@ struct TokenizeSpec {  // text.tokenize
   std::string tokenizer{};         // HF tokenizer.json (local, s3://, http(s)://)
   std::string tokenizer_config{};  // "": tokenizer_config.json beside `tokenizer`
   std::string chat_template{};     // Jinja text; "": tokenizer_config's chat_template
+  std::string template_date{};     // "YYYY-MM-DD": the day strftime_now renders (required
+                                   // by a template that calls it)
   std::string image_placeholder = "<image>";  // in a turn's text: one image
   std::string image_token{};  // repeated N times per image ("<|image_pad|>"); "": no expansion
   std::string image_start{};  // before them ("<|vision_start|>")
@@ -194,6 +196,7 @@ class TokenizeOp : public Op {
     f("tokenizer", s.tokenizer);
     f("tokenizer_config", s.tokenizer_config);
     f("chat_template", s.chat_template);
+    f("template_date", s.template_date);
     f("image_placeholder", s.image_placeholder);
     f("image_token", s.image_token);
     f("image_start", s.image_start);
