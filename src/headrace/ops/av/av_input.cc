@@ -90,6 +90,44 @@ int GetCountedBuffer(AVCodecContext* codec, AVFrame* frame, int flags) {
   return 0;
 }
 
+// The most entries an MP4/MOV track's edit list (moov/trak/edts/elst) declares, read from
+// the box headers without FFmpeg (0 when none has one). FFmpeg's demuxer rebuilds the
+// track's index for each edit at open (a 1M-entry list took 572 MB); the check must come
+// before it. Written by hand: libavformat offers no look at the boxes before it parses
+// them, and this walk reads only sizes, types and one count.
+int64_t LargestEditList(const uint8_t* d, size_t n) {
+  const auto be32 = [](const uint8_t* p) {
+    return (uint64_t{p[0]} << 24) | (uint64_t{p[1]} << 16) | (uint64_t{p[2]} << 8) | p[3];
+  };
+  // Walks the boxes of [begin, end) at `depth`: 0 the file, 1 moov, 2 trak, 3 edts.
+  const auto walk = [&](auto& self, size_t begin, size_t end, int depth) -> int64_t {
+    static constexpr const char* kInto[] = {"moov", "trak", "edts"};
+    int64_t most = 0;
+    size_t at = begin;
+    while (end - at >= 8) {
+      uint64_t size = be32(d + at);
+      size_t header = 8;
+      if (size == 1) {
+        if (end - at < 16) break;
+        size = (be32(d + at + 8) << 32) | be32(d + at + 12);
+        header = 16;
+      } else if (size == 0) {
+        size = end - at;
+      }
+      if (size < header || size > end - at) break;  // damaged: FFmpeg's to judge
+      const uint8_t* type = d + at + 4;
+      if (depth < 3 && std::memcmp(type, kInto[depth], 4) == 0) {
+        most = std::max(most, self(self, at + header, at + size, depth + 1));
+      } else if (depth == 3 && std::memcmp(type, "elst", 4) == 0 && size >= header + 8) {
+        most = std::max(most, static_cast<int64_t>(be32(d + at + header + 4)));
+      }
+      at += size;
+    }
+    return most;
+  };
+  return walk(walk, 0, n, 0);
+}
+
 }  // namespace
 
 void SilenceLog() {
@@ -153,6 +191,14 @@ Result<std::unique_ptr<Input>> Input::Open(const uint8_t* data, size_t size, Med
   in->format_->flags |= AVFMT_FLAG_CUSTOM_IO;
   in->format_->max_streams = kMaxStreams;
   const AVInputFormat* known = GuessFormat(data, size);
+  if (known != nullptr && std::strncmp(known->name, "mov", 3) == 0) {
+    if (const int64_t edits = LargestEditList(data, size); edits > kMaxEditListEntries) {
+      return Status::ResourceExhausted(
+          "the MP4's edit list declares " + std::to_string(edits) + " entries (at most " +
+          std::to_string(kMaxEditListEntries) +
+          " are read: FFmpeg rebuilds a track's index for each)");
+    }
+  }
   // A known container declares its codecs: FFmpeg's second look at the first packets (a
   // WAV's PCM probed against every demuxer, in case it holds MP3) is skipped too.
   if (known != nullptr) in->format_->max_probe_packets = 0;

@@ -49,6 +49,9 @@ struct FrameBytes {
 // Containers with more streams than this are refused (AVFormatContext::max_streams):
 // each stream costs the demuxer memory of its own, and no sample needs more.
 inline constexpr int kMaxStreams = 64;
+// MP4/MOV edit lists longer than this are refused before FFmpeg reads them (it rebuilds
+// a track's index once per entry); real files hold one or two.
+inline constexpr int64_t kMaxEditListEntries = 1024;
 
 // A container (MP4, MKV, WAV, ...) read from `data` (not copied: it must outlive the
 // input), with one stream of the wanted kind opened for decoding.
