@@ -5,13 +5,7 @@ import json
 import struct
 import subprocess
 
-import pytest
-
 from e2e_util import read_report, run_headrace
-
-pytestmark = pytest.mark.skipif(subprocess.run(["which", "ffmpeg"], capture_output=True).returncode,
-                                reason="needs the ffmpeg command line (scripts/setup.sh installs it)")
-
 
 def ffmpeg(*args):
     subprocess.run(["ffmpeg", "-v", "error", "-y", *map(str, args)], check=True)
