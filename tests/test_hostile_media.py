@@ -7,6 +7,7 @@ import subprocess
 
 from e2e_util import read_report, run_headrace
 
+
 def ffmpeg(*args):
     subprocess.run(["ffmpeg", "-v", "error", "-y", *map(str, args)], check=True)
 
