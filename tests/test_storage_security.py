@@ -178,14 +178,21 @@ def test_symlinks_below_the_root_are_refused_when_not_followed(headrace_bin, sam
     assert "storage.follow_symlinks" in r["errors"]["first"][0]["reason"]
 
 
-def test_an_endless_or_huge_http_body_fails_at_max_object_bytes(http_root, headrace_bin,
-                                                                  sample_dir, tmp_path):
+def with_hostile_bodies(http_root, sample_dir):
+    """The served dataset: good samples, then the /endless and /huge bodies as images;
+    returns (base URL, the good records)."""
     base, www, _ = http_root
     good = copy_dataset(sample_dir, www / "data")
     conv = good[0]["conversations"]
     hostile = [{"id": "endless", "image": "images/endless.jpg", "conversations": conv},
                {"id": "huge", "image": "images/huge.jpg", "conversations": conv}]
     write_manifest(www / "data" / "manifest.jsonl", good + hostile)
+    return base, good
+
+
+def test_an_endless_or_huge_http_body_fails_at_max_object_bytes(http_root, headrace_bin,
+                                                                  sample_dir, tmp_path):
+    base, good = with_hostile_bodies(http_root, sample_dir)
     report_path = tmp_path / "r.json"
     run_headrace(headrace_bin, "run", http_config(tmp_path / "p.yaml", base),
                  "--report", report_path, "--set", "storage.max_object_bytes=4MiB")
@@ -203,12 +210,7 @@ def test_an_endless_body_fails_at_the_io_budget_by_default(http_root, headrace_b
     """With no storage.max_object_bytes, an object is held to what the I/O budget allows
     (64 MiB: 8 MiB of it): the endless body fails there, naming the object, its size so
     far and the budget; the run's RSS stays near the budget, not past 1 GiB as before."""
-    base, www, _ = http_root
-    good = copy_dataset(sample_dir, www / "data")
-    conv = good[0]["conversations"]
-    hostile = [{"id": "endless", "image": "images/endless.jpg", "conversations": conv},
-               {"id": "huge", "image": "images/huge.jpg", "conversations": conv}]
-    write_manifest(www / "data" / "manifest.jsonl", good + hostile)
+    base, good = with_hostile_bodies(http_root, sample_dir)
     report_path = tmp_path / "r.json"
     run_headrace(headrace_bin, "run", http_config(tmp_path / "p.yaml", base),
                  "--report", report_path)

@@ -106,6 +106,13 @@ def _fragment(rng, specials):
     return " " + rng.choice(WORDS) + rng.choice(SPACES)
 
 
+def insert_bad_bytes(rng, data: bytearray, bad=BAD_BYTES):
+    """Inserts 1 to 3 invalid UTF-8 sequences from `bad` at random places of `data`."""
+    for _ in range(rng.randint(1, 3)):
+        pos = rng.randint(0, len(data))
+        data[pos:pos] = rng.choice(bad)
+
+
 def hard_strings(n, seed, specials=()):
     rng = random.Random(seed)
     out = []
@@ -115,8 +122,6 @@ def hard_strings(n, seed, specials=()):
             text = unicodedata.normalize("NFD", text)
         data = bytearray(text.encode("utf-8", "surrogatepass"))
         if i % 5 == 4:
-            for _ in range(rng.randint(1, 3)):
-                pos = rng.randint(0, len(data))
-                data[pos:pos] = rng.choice(BAD_BYTES)
+            insert_bad_bytes(rng, data)
         out.append(bytes(data))
     return out

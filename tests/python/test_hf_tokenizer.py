@@ -19,6 +19,7 @@ from headrace import _headrace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import make_hf_tokenizer as mht  # noqa: E402
+from hard_text import insert_bad_bytes  # noqa: E402
 
 # Not importorskip: the references are requirements (requirements-dev.txt); a missing
 # one must fail the suite.
@@ -56,9 +57,7 @@ def _texts(style, n, seed):
             text = text[:cut] + rng.choice(specials) + text[cut:] + rng.choice(specials)
         data = bytearray(text.encode())
         if i % 3 == 2:
-            for _ in range(rng.randint(1, 3)):
-                pos = rng.randint(0, len(data))
-                data[pos:pos] = rng.choice(bad_bytes)
+            insert_bad_bytes(rng, data, bad_bytes)
         out.append(bytes(data))
     return out
 

@@ -209,11 +209,12 @@ void ReadStage::OnRead(const std::shared_ptr<BatchJob>& job, int slot,
     } else {
       latency_.Record(NanosSince(charge->issued));
       ++reads_done_;
-      if (options_.fail_past_budget && bytes.ok() &&
-          sample.charged - charge->bytes + static_cast<int64_t>(bytes->size()) >
-              options_.io_budget_bytes) {
+      if (const int64_t needs = bytes.ok() ? sample.charged - charge->bytes +
+                                                 static_cast<int64_t>(bytes->size())
+                                           : 0;
+          options_.fail_past_budget && needs > options_.io_budget_bytes) {
         // A storage that ignored the gate: the bytes exist, but the sample fails the same way.
-        charge->too_large = sample.charged - charge->bytes + static_cast<int64_t>(bytes->size());
+        charge->too_large = needs;
       }
       if (charge->too_large >= 0) {
         failed = TooLarge(*job->records[slot], *charge);

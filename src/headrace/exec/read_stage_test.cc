@@ -102,6 +102,22 @@ struct Received {
   int64_t most_used = 0;
 };
 
+// Waits for each of `n` samples the stage hands on, in order, and releases its charge as
+// the chain stage would; returns the charges.
+std::vector<int64_t> ReleaseEach(Received& got, ReadStage& stage, int n) {
+  std::vector<int64_t> charges;
+  for (int released = 0; released < n; ++released) {
+    {
+      std::unique_lock lock(got.mu);
+      got.cv.wait(lock, [&] { return !got.held.empty(); });
+      charges.push_back(got.held.front());
+      got.held.pop_front();
+    }
+    stage.Release(charges.back());
+  }
+  return charges;
+}
+
 TEST(ReadStage, NeverHoldsMoreThanIoInflightReads) {
   std::vector<SampleRecord> records;
   auto job = Job(40, records);
@@ -150,17 +166,7 @@ TEST(ReadStage, TheChargeStaysWithinTheIoBudgetWhileTheConsumerHoldsBytes) {
   std::thread driver([&] {
     for (int s = 0; s < 6; ++s) stage.Issue(job, s);
   });
-  for (int released = 0; released < 6; ++released) {
-    int64_t charged = 0;
-    {
-      std::unique_lock lock(got.mu);
-      got.cv.wait(lock, [&] { return !got.held.empty(); });
-      charged = got.held.front();
-      got.held.pop_front();
-    }
-    EXPECT_EQ(charged, 60);
-    stage.Release(charged);
-  }
+  EXPECT_EQ(ReleaseEach(got, stage, 6), std::vector<int64_t>(6, 60));
   driver.join();
   EXPECT_EQ(got.statuses.size(), 6u);
   EXPECT_LE(got.most_used, 100);
@@ -239,17 +245,7 @@ TEST(ReadStage, MediaLargerThanTheWholeBudgetFailTheirSampleAtTheGate) {
   std::thread driver([&] {
     for (int s = 0; s < 2; ++s) stage.Issue(job, s);
   });
-  for (int released = 0; released < 2; ++released) {
-    int64_t charged = 0;
-    {
-      std::unique_lock lock(got.mu);
-      got.cv.wait(lock, [&] { return !got.held.empty(); });
-      charged = got.held.front();
-      got.held.pop_front();
-    }
-    EXPECT_EQ(charged, 150);
-    stage.Release(charged);
-  }
+  EXPECT_EQ(ReleaseEach(got, stage, 2), std::vector<int64_t>(2, 150));
   driver.join();
   for (const Status& st : got.statuses) EXPECT_TRUE(st.ok()) << st.ToString();
   EXPECT_LE(gauge.peak(), 150);  // alone: never two at once

@@ -145,6 +145,12 @@ Result<int64_t> ResampledLength(const AVCodecContext& codec, int out_rate, int64
 // stereo at 16 kHz); a longer file's are freed when its sample is done.
 constexpr int64_t kKeptPlanesBytes = int64_t{8} << 20;
 
+// Trims a thread's planes to kKeptPlanesBytes when the sample is done with them.
+struct TrimAfter {
+  PlanarSamples& planes;
+  ~TrimAfter() { planes.Trim(kKeptPlanesBytes); }
+};
+
 // kResourceExhausted when `frames` decoded frames of `channels` channels (planar float)
 // pass the decode allowance `limit` (0: none).
 Status CheckDecodedSize(int64_t frames, int channels, int rate, int64_t limit, bool declared) {
@@ -234,9 +240,7 @@ Result<bool> AudioDecodeOp::RunWindow(av::Input& in, SampleContext& ctx) const {
   HR_ASSIGN_OR_RETURN(Resampler resampler,
                       Resampler::Make(codec.ch_layout, codec.sample_fmt, in_rate, rate));
   thread_local PlanarSamples planes;  // the output from from * rate / in_rate on
-  struct TrimAfter {
-    ~TrimAfter() { planes.Trim(kKeptPlanesBytes); }
-  } trim_after;
+  const TrimAfter trim_after{planes};
   planes.Reset(codec.ch_layout.nb_channels);
   av::FramePtr frame = av::NewFrame();
   if (frame == nullptr) return Status::ResourceExhausted("av_frame_alloc");
@@ -323,9 +327,7 @@ Status AudioDecodeOp::Run(SampleContext& ctx) const {
   // Planar float per source channel, grown as frames arrive (per thread, reused; freed
   // after a long file).
   thread_local PlanarSamples planes;
-  struct TrimAfter {
-    ~TrimAfter() { planes.Trim(kKeptPlanesBytes); }
-  } trim_after;
+  const TrimAfter trim_after{planes};
   planes.Reset(source_channels);
   const auto max_frames = static_cast<int64_t>(spec_.max_seconds * rate);
   // What the header says the decode gives, checked before decoding; what it does give,
