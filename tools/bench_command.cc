@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <optional>
 #include <thread>
 
 #include "commands.h"
@@ -94,12 +95,19 @@ class OpsTimer {
     const int64_t row_sets = 2 * std::max<int64_t>(1, spec.batch.size);
     t->slots_.resize(static_cast<size_t>(row_sets));
     for (const FieldSpec& f : t->plan_.fields) {
-      HR_ASSIGN_OR_RETURN(Buffer row, Buffer::Allocate(f.sample_bytes() * row_sets));
+      HR_ASSIGN_OR_RETURN(Buffer row, Buffer::Allocate(f.fixed_bytes() * row_sets));
       std::memset(row.mutable_data(), 0, row.size());
       for (int64_t r = 0; r < row_sets; ++r) {
-        t->slots_[static_cast<size_t>(r)].push_back(row.mutable_data() + r * f.sample_bytes());
+        t->slots_[static_cast<size_t>(r)].push_back(
+            f.concatenated() ? nullptr : row.mutable_data() + r * f.fixed_bytes());
       }
       t->rows_.push_back(std::move(row));
+    }
+    // Concatenated fields: each sample appends its rows, as in the engine, into memory
+    // kept from one sample to the next.
+    if (RaggedRows::Needed(t->plan_.fields)) {
+      t->ragged_.emplace(t->plan_.fields,
+                         std::shared_ptr<Allocator>(DefaultAllocator(), [](Allocator*) {}));
     }
     for (const SampleRecord& r : t->manifest_.records) {
       if (r.status.ok() && static_cast<int64_t>(t->records_.size()) < samples) {
@@ -171,7 +179,9 @@ class OpsTimer {
       sample.record = records_[i];
       FillFromRecord(media_, sample);
       const double cpu_start = cpu_s != nullptr ? ThreadCpuSeconds() : 0;
-      const Status st = chain.Run(sample, slots_[i % slots_.size()].data(), scratch_, values_,
+      if (ragged_) ragged_->Clear();
+      const Status st = chain.Run(sample, slots_[i % slots_.size()].data(),
+                                  ragged_ ? &*ragged_ : nullptr, scratch_, values_,
                                   [&](size_t k, Clock::time_point start, Clock::time_point end,
                                       const SampleContext&) {
                                     ns[k] += std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -189,6 +199,7 @@ class OpsTimer {
   Manifest manifest_;
   PipelinePlan plan_;
   std::vector<Buffer> rows_;
+  std::optional<RaggedRows> ragged_;  // when the layout has concatenated fields
   std::vector<std::vector<uint8_t*>> slots_;  // per row set, each field's row
   std::vector<const SampleRecord*> records_;
   std::vector<Buffer> media_;

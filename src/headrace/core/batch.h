@@ -12,24 +12,60 @@
 
 namespace headrace {
 
-// One field of a batch: each sample contributes a row of `sample_shape`.
+// How the values the samples of a batch write for one field make its tensor.
+enum class FieldLayout {
+  // One value of `sample_shape` per sample: [samples, ...sample_shape]. An op writes it
+  // in place, at the sample's row of the batch buffer (SampleContext::rows).
+  kFixed,
+  // Any number of rows of `sample_shape` per sample (a `[?, D]` field), appended in
+  // entries: one per sample, or one per item of a list. The batch concatenates them,
+  // [rows, ...sample_shape], and adds `<name>_lengths` (i32 [entries]: the rows of each
+  // entry, in batch order). An op appends with SampleContext::AppendRows.
+  kRagged,
+  // The items of a media list, one value of `sample_shape` each, concatenated:
+  // [items, ...sample_shape]. The list's `<list>_count` says how many each sample has.
+  kItems,
+  // `<name>_lengths` of the kRagged field just before it in the layout: i32, one value
+  // per entry. The assemble stage writes it; no op does.
+  kLengths,
+};
+
+// One field of a batch.
 struct FieldSpec {
   std::string name;
   DType dtype = DType::kU8;
   std::vector<int64_t> sample_shape;
+  FieldLayout layout = FieldLayout::kFixed;
+  // For a list's concatenated fields (its kItems, its kRagged and their kLengths): the
+  // fixed i64 field that holds each sample's item count ("views_count"), so that a
+  // sample's items, or entries, are told apart. Empty: one entry per sample.
+  std::string count_field{};
+
+  // Bytes of one value of `sample_shape`: a sample's row of a fixed field, one row of a
+  // ragged one, one item of a list's.
   size_t sample_bytes() const {
     size_t n = DTypeSize(dtype);
     for (int64_t d : sample_shape) n *= static_cast<size_t>(d);
     return n;
   }
+  // Whether the samples' values are concatenated (kRagged, kItems, kLengths) rather than
+  // one row each.
+  bool concatenated() const { return layout != FieldLayout::kFixed; }
+  // The bytes this field takes in the fixed part of a sample's row: 0 when concatenated.
+  size_t fixed_bytes() const { return concatenated() ? 0 : sample_bytes(); }
 };
+
+// The name of the lengths field of ragged field `name`: "<name>_lengths".
+std::string LengthsName(std::string_view name);
+
 
 struct Batch {
   int64_t global_index = 0;  // position in the run: epoch * batches_per_epoch + index_in_epoch
   int64_t epoch = 0;
   int64_t index_in_epoch = 0;
-  // Fields in a fixed order (the order the pipeline declares them); every tensor's first
-  // dimension is the number of samples in this batch.
+  // Fields in a fixed order (the order the pipeline declares them). A fixed field's first
+  // dimension is the number of samples; a concatenated one's (FieldLayout) its rows or
+  // items, with `<name>_lengths` or `<list>_count` beside it. "index" is always there.
   std::vector<std::pair<std::string, Tensor>> fields;
   // Per-sample strings, in the same row order: each sample's id ("id") and the
   // source's text and string fields. A row holds the field's items (one for a single
@@ -43,10 +79,19 @@ struct Batch {
   // Samples skipped from this batch, in epoch order.
   std::vector<SampleError> errors;
 
-  int64_t size() const;  // samples in the batch (first dimension of its tensors)
+  // Samples in the batch: the first dimension of "index" (of the first field when a
+  // batch built by hand has no "index").
+  int64_t size() const;
   // The field named `name`, or null.
   const Tensor* Find(std::string_view name) const;
   size_t nbytes() const;
 };
+
+// Where each sample's values of `field` are in `batch`'s tensor of it, as offsets along
+// its first dimension (size() + 1 of them): sample s has [offsets[s], offsets[s + 1]).
+// Rows for kFixed (s), kItems (its items) and kRagged (its entries' rows); entries for
+// kLengths. kInvalidArgument when the batch lacks a field this needs (the field, its
+// lengths, its count) or they disagree with its tensor.
+Result<std::vector<int64_t>> SampleOffsets(const Batch& batch, const FieldSpec& field);
 
 }  // namespace headrace

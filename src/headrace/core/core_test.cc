@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <set>
 
 #include "headrace/core/batch.h"
+#include "headrace/core/ragged_rows.h"
 #include "headrace/core/pooling_allocator.h"
 #include "headrace/core/rng.h"
 #include "headrace/core/sample.h"
@@ -109,6 +111,69 @@ TEST(Batch, FindsFieldsAndReportsSize) {
   EXPECT_EQ(batch.nbytes(), 40u);
   EXPECT_NE(batch.Find("x"), nullptr);
   EXPECT_EQ(batch.Find("y"), nullptr);
+}
+
+// A tensor of `dtype` holding `values`.
+template <typename T>
+Tensor TensorOf(DType dtype, std::vector<int64_t> shape, std::vector<T> values) {
+  Tensor t = *Tensor::Allocate(dtype, std::move(shape));
+  std::memcpy(t.mutable_data<uint8_t>(), values.data(), values.size() * sizeof(T));
+  return t;
+}
+
+TEST(Batch, SampleOffsetsSplitConcatenatedFieldsBySample) {
+  // Three samples with 2, 0 and 1 views; each view has a ragged number of patches.
+  Batch batch;
+  batch.fields.emplace_back("views", TensorOf<uint8_t>(DType::kU8, {3, 1}, {1, 2, 3}));
+  batch.fields.emplace_back("patches", TensorOf<float>(DType::kF32, {6, 1}, {0, 0, 0, 0, 0, 0}));
+  batch.fields.emplace_back("patches_lengths", TensorOf<int32_t>(DType::kI32, {3}, {4, 1, 1}));
+  batch.fields.emplace_back("views_count", TensorOf<int64_t>(DType::kI64, {3}, {2, 0, 1}));
+  batch.fields.emplace_back("tokens", TensorOf<int64_t>(DType::kI64, {5}, {0, 0, 0, 0, 0}));
+  batch.fields.emplace_back("tokens_lengths", TensorOf<int32_t>(DType::kI32, {3}, {3, 2, 0}));
+  batch.fields.emplace_back("index", TensorOf<int64_t>(DType::kI64, {3}, {7, 8, 9}));
+  EXPECT_EQ(batch.size(), 3) << "from 'index', not the first field";
+  using V = std::vector<int64_t>;
+  const auto offsets = [&](FieldSpec f) {
+    Result<V> r = SampleOffsets(batch, f);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : V{};
+  };
+  EXPECT_EQ(offsets({"views", DType::kU8, {1}, FieldLayout::kItems, "views_count"}),
+            (V{0, 2, 2, 3}));
+  EXPECT_EQ(offsets({"patches", DType::kF32, {1}, FieldLayout::kRagged, "views_count"}),
+            (V{0, 5, 5, 6}));
+  EXPECT_EQ(offsets({"patches_lengths", DType::kI32, {}, FieldLayout::kLengths, "views_count"}),
+            (V{0, 2, 2, 3}));
+  EXPECT_EQ(offsets({"tokens", DType::kI64, {}, FieldLayout::kRagged}), (V{0, 3, 5, 5}));
+  EXPECT_EQ(offsets({"index", DType::kI64, {}}), (V{0, 1, 2, 3}));
+  // A count that disagrees with the tensor is refused.
+  const Result<V> bad =
+      SampleOffsets(batch, {"views", DType::kU8, {1}, FieldLayout::kItems, "tokens_lengths"});
+  EXPECT_FALSE(bad.ok());
+  EXPECT_FALSE(SampleOffsets(batch, {"nope", DType::kU8, {}}).ok());
+}
+
+TEST(RaggedRows, AppendsGrowKeepingEarlierRowsAndCountEntries) {
+  auto memory = std::shared_ptr<Allocator>(DefaultAllocator(), [](Allocator*) {});
+  RaggedRows rows(std::vector<FieldSpec>{FieldSpec{"fixed", DType::kI64, {}},
+                                         FieldSpec{"r", DType::kI32, {2}, FieldLayout::kRagged}},
+                  memory);
+  EXPECT_FALSE(rows.Append(0, 1).ok()) << "a fixed field has no rows to append";
+  for (int32_t e = 0; e < 50; ++e) {
+    Result<uint8_t*> out = rows.Append(1, e % 3);
+    ASSERT_TRUE(out.ok());
+    auto* v = reinterpret_cast<int32_t*>(*out);
+    for (int r = 0; r < 2 * (e % 3); ++r) v[r] = e;
+  }
+  EXPECT_EQ(rows.lengths(1).size(), 50u);
+  EXPECT_EQ(rows.rows(1), 49);  // 17 × 1 + 16 × 2
+  const auto* v = reinterpret_cast<const int32_t*>(rows.bytes(1).data());
+  EXPECT_EQ(v[0], 1) << "entry 0 appended no row; entry 1 is first";
+  EXPECT_EQ(v[2 * 48], 49);
+  EXPECT_FALSE(rows.Append(1, -1).ok());
+  rows.Clear();
+  EXPECT_EQ(rows.rows(1), 0);
+  EXPECT_GT(rows.held_bytes(), 0u) << "cleared, its memory kept";
 }
 
 }  // namespace

@@ -52,6 +52,9 @@ struct SourceField {
   FieldKind kind = FieldKind::kImage;
   // 0: one item (or none, when the record lacks it); N > 0: a list of up to N items.
   int max_items = 0;
+  // A media list's fixed-shape batch fields are padded to max_items per sample rather
+  // than concatenated (SourceFieldSpec::pad_items).
+  bool pad_items = false;
 };
 
 // Where the bytes of one media item are: a whole object, or a byte range of one (a

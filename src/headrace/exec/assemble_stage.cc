@@ -11,12 +11,15 @@ namespace headrace {
 AssembleStage::AssembleStage(const std::vector<FieldSpec>& fields,
                              const std::vector<StringField>& strings,
                              const std::vector<std::unique_ptr<BatchOp>>& batch_ops, uint64_t seed,
-                             std::shared_ptr<PoolingAllocator> memory)
+                             std::shared_ptr<PoolingAllocator> memory,
+                             std::shared_ptr<PoolingAllocator> segments)
     : fields_(fields),
       strings_(strings),
       batch_ops_(batch_ops),
       seed_(seed),
       memory_(std::move(memory)),
+      segments_(std::move(segments)),
+      concatenates_(RaggedRows::Needed(fields)),
       batch_op_ns_(batch_ops.size()),
       batch_op_latency_(std::make_unique<LatencyHistogram[]>(batch_ops.size())) {
   // Each row's dataset index, a field like the others (the planner refuses a clash).
@@ -26,13 +29,17 @@ AssembleStage::AssembleStage(const std::vector<FieldSpec>& fields,
 
 size_t AssembleStage::RowBytes(const std::vector<FieldSpec>& fields) {
   size_t bytes = sizeof(int64_t);  // "index"
-  for (const FieldSpec& f : fields) bytes += f.sample_bytes();
+  for (const FieldSpec& f : fields) bytes += f.fixed_bytes();
   return bytes;
 }
 
 Status AssembleStage::AllocateRows(BatchJob& job) const {
   const auto n = static_cast<int64_t>(job.sample_indices.size());
   for (const FieldSpec& f : fields_) {
+    if (f.concatenated()) {  // assembled at Finish
+      job.tensors.emplace_back();
+      continue;
+    }
     std::vector<int64_t> shape{n};
     shape.insert(shape.end(), f.sample_shape.begin(), f.sample_shape.end());
     HR_ASSIGN_OR_RETURN(Tensor tensor, Tensor::Allocate(f.dtype, std::move(shape), memory_));
@@ -40,6 +47,7 @@ Status AssembleStage::AllocateRows(BatchJob& job) const {
   }
   job.slots.resize(n);
   job.status.resize(n);
+  if (concatenates_) job.ragged.assign(static_cast<size_t>(n), RaggedRows(fields_, segments_));
   if (!strings_.empty()) job.parsed_attributes.resize(n);
   job.pending.store(static_cast<int>(n));
   const size_t chain_fields = fields_.size() - 1;  // the chain writes all but "index"
@@ -49,7 +57,9 @@ Status AssembleStage::AllocateRows(BatchJob& job) const {
     auto& row = job.slots[s];
     row.resize(chain_fields);
     for (size_t f = 0; f < chain_fields; ++f) {
-      row[f] = job.tensors[f].mutable_data<uint8_t>() + s * fields_[f].sample_bytes();
+      row[f] = fields_[f].concatenated()
+                   ? nullptr
+                   : job.tensors[f].mutable_data<uint8_t>() + s * fields_[f].sample_bytes();
     }
   }
   return Status::Ok();
@@ -65,16 +75,10 @@ Batch AssembleStage::Finish(BatchJob& job, bool& cancelled) {
   int64_t kept = 0;
   int64_t copied = 0;
   for (int64_t s = 0; s < n; ++s) {
-    const Status& st = job.status[s];
-    if (!st.ok()) {
-      if (st.code() != StatusCode::kCancelled) {
-        batch.errors.push_back(
-            SampleError{job.position.epoch, job.sample_indices[s], job.records[s]->uri(), st});
-      }
-      continue;
-    }
+    if (!job.status[s].ok()) continue;
     if (kept != s) {
       for (size_t f = 0; f < fields_.size(); ++f) {
+        if (fields_[f].concatenated()) continue;
         const size_t row = fields_[f].sample_bytes();
         uint8_t* base = job.tensors[f].mutable_data<uint8_t>();
         std::memmove(base + kept * row, base + s * row, row);
@@ -83,23 +87,102 @@ Batch AssembleStage::Finish(BatchJob& job, bool& cancelled) {
     }
     ++kept;
   }
+  int64_t concatenated = 0;
+  Status assembled;
   for (size_t f = 0; f < fields_.size(); ++f) {
-    const Tensor& t = job.tensors[f];
-    std::vector<int64_t> shape = t.shape();
-    shape[0] = kept;
-    const size_t row = fields_[f].sample_bytes();
-    batch.fields.emplace_back(fields_[f].name,
-                              Tensor(t.dtype(), std::move(shape), t.buffer().Slice(0, row * kept)));
+    if (!fields_[f].concatenated()) {
+      const Tensor& t = job.tensors[f];
+      std::vector<int64_t> shape = t.shape();
+      shape[0] = kept;
+      const size_t row = fields_[f].sample_bytes();
+      batch.fields.emplace_back(
+          fields_[f].name, Tensor(t.dtype(), std::move(shape), t.buffer().Slice(0, row * kept)));
+      continue;
+    }
+    Result<Tensor> t = assembled.ok() ? Concatenate(job, f, &concatenated) : assembled;
+    if (!t.ok()) {
+      assembled = t.status();
+      t = Tensor();
+    }
+    batch.fields.emplace_back(fields_[f].name, *std::move(t));
   }
+  copied += concatenated;
   job.tensors.clear();
+  job.ragged.clear();  // the samples' rows are in the batch now
+  job.bytes = static_cast<int64_t>(BatchBytes(n)) + concatenated;
+  if (concatenates_ && kept > 0 && assembled.ok()) {
+    concatenated_bytes_.fetch_add(concatenated, std::memory_order_relaxed);
+    concatenated_samples_.fetch_add(kept, std::memory_order_relaxed);
+  }
+  if (!assembled.ok()) {
+    // No memory for its concatenated fields: the batch is dropped, each of its samples
+    // an error with that status.
+    FailBatch(job, assembled.WithContext("assembling batch " +
+                                         std::to_string(batch.index_in_epoch) + " of epoch " +
+                                         std::to_string(batch.epoch)),
+              batch);
+  }
+  for (int64_t s = 0; s < n; ++s) {
+    const Status& st = job.status[s];
+    if (!st.ok() && st.code() != StatusCode::kCancelled) {
+      batch.errors.push_back(
+          SampleError{job.position.epoch, job.sample_indices[s], job.records[s]->uri(), st});
+    }
+  }
   CollectStrings(job, batch);
-  if (kept > 0) RunBatchOps(job, batch);
+  if (batch.size() > 0) RunBatchOps(job, batch);
   cancelled = std::any_of(job.status.begin(), job.status.end(), [](const Status& s) {
     return s.code() == StatusCode::kCancelled;
   });
   busy_ns_.fetch_add(NanosSince(start), std::memory_order_relaxed);
   bytes_copied_.fetch_add(copied, std::memory_order_relaxed);
   return batch;
+}
+
+Result<Tensor> AssembleStage::Concatenate(const BatchJob& job, size_t f, int64_t* bytes) const {
+  const FieldSpec& field = fields_[f];
+  const auto n = job.sample_indices.size();
+  const bool lengths = field.layout == FieldLayout::kLengths;
+  // A lengths field follows its ragged field (PlanContext::AddField).
+  const int column = static_cast<int>(lengths ? f - 1 : f);
+  int64_t rows = 0;
+  for (size_t s = 0; s < n; ++s) {
+    if (!job.status[s].ok()) continue;
+    rows += lengths ? static_cast<int64_t>(job.ragged[s].lengths(column).size())
+                    : job.ragged[s].rows(column);
+  }
+  std::vector<int64_t> shape{rows};
+  shape.insert(shape.end(), field.sample_shape.begin(), field.sample_shape.end());
+  HR_ASSIGN_OR_RETURN(Tensor out, Tensor::Allocate(field.dtype, std::move(shape), memory_));
+  uint8_t* to = out.mutable_data<uint8_t>();
+  for (size_t s = 0; s < n; ++s) {
+    if (!job.status[s].ok()) continue;
+    const RaggedRows& r = job.ragged[s];
+    const size_t size = lengths ? r.lengths(column).size_bytes() : r.bytes(column).size();
+    if (size == 0) continue;
+    std::memcpy(to, lengths ? static_cast<const void*>(r.lengths(column).data())
+                            : static_cast<const void*>(r.bytes(column).data()),
+                size);
+    to += size;
+  }
+  *bytes += static_cast<int64_t>(out.nbytes());
+  return out;
+}
+
+void AssembleStage::FailBatch(BatchJob& job, const Status& status, Batch& batch) const {
+  for (Status& st : job.status) {
+    if (st.ok()) st = status;
+  }
+  for (size_t f = 0; f < batch.fields.size(); ++f) {
+    std::vector<int64_t> shape{0};
+    shape.insert(shape.end(), fields_[f].sample_shape.begin(), fields_[f].sample_shape.end());
+    batch.fields[f].second = Tensor(fields_[f].dtype, std::move(shape), Buffer());
+  }
+}
+
+int64_t AssembleStage::ConcatenatedBytesPerSample() const {
+  const int64_t samples = concatenated_samples_.load(std::memory_order_relaxed);
+  return samples == 0 ? 0 : concatenated_bytes_.load(std::memory_order_relaxed) / samples;
 }
 
 void AssembleStage::CollectStrings(const BatchJob& job, Batch& batch) const {

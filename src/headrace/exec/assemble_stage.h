@@ -4,10 +4,11 @@
 //   "index" field among them like any other, from a pool of batch memory (steady-state
 //   batches reuse the blocks of delivered ones); each sample's slots point at its rows.
 // - Finish (the thread of the batch's last sample): the rows of the samples that
-//   succeeded compacted to the front, in order (the only copy of sample bytes in the
-//   engine, and only for failed samples), the strings collected, the batch ops run (a
-//   failing one empties the batch and names each of its samples). This is where packing
-//   and ragged batches will live (the VLM issue).
+//   succeeded compacted to the front, in order (a copy of sample bytes only for failed
+//   samples), the concatenated fields (FieldLayout: ragged rows, a list's items) joined
+//   from each kept sample's RaggedRows with their `<name>_lengths` (the one copy of
+//   those bytes: core/ragged_rows.h says why), the strings collected, the batch ops run
+//   (a failing one empties the batch and names each of its samples).
 //
 // Threads: AllocateRows from one thread at a time; Finish from any (each job once).
 #pragma once
@@ -37,18 +38,25 @@ struct StringField {
 class AssembleStage {
  public:
   // `fields`, `strings` and `batch_ops` live as long as the stage (the engine's inputs).
+  // Batch tensors come from `memory`; the samples' rows of concatenated fields, until
+  // their batch is assembled, from `segments`.
   AssembleStage(const std::vector<FieldSpec>& fields, const std::vector<StringField>& strings,
                 const std::vector<std::unique_ptr<BatchOp>>& batch_ops, uint64_t seed,
-                std::shared_ptr<PoolingAllocator> memory);
+                std::shared_ptr<PoolingAllocator> memory,
+                std::shared_ptr<PoolingAllocator> segments);
 
-  // Bytes of one batch row of the chain's `fields`, the "index" field included.
+  // Bytes of one batch row of the chain's fixed `fields`, the "index" field included.
   static size_t RowBytes(const std::vector<FieldSpec>& fields);
-  // Bytes of one batch's buffers at `samples` rows.
+  // Bytes of one batch's fixed buffers at `samples` rows (its concatenated fields are
+  // known once it is assembled: BatchJob::bytes).
   size_t BatchBytes(int64_t samples) const { return row_bytes_ * static_cast<size_t>(samples); }
   Status AllocateRows(BatchJob& job) const;
-  // The complete batch of `job`; `cancelled` set when one of its samples was cancelled
-  // (the run is stopping: nobody will consume it).
+  // The complete batch of `job`, and job.bytes set to what it holds; `cancelled` set
+  // when one of its samples was cancelled (the run is stopping: nobody will consume it).
   Batch Finish(BatchJob& job, bool& cancelled);
+  // Bytes of concatenated fields per sample so far (a mean over the assembled batches):
+  // what admission adds to a batch's fixed bytes.
+  int64_t ConcatenatedBytesPerSample() const;
 
   int64_t bytes_copied() const { return bytes_copied_.load(std::memory_order_relaxed); }
   double busy_s() const { return busy_ns_.load(std::memory_order_relaxed) * 1e-9; }
@@ -60,6 +68,12 @@ class AssembleStage {
  private:
   void CollectStrings(const BatchJob& job, Batch& batch) const;
   void RunBatchOps(const BatchJob& job, Batch& batch);
+  // The batch tensor of concatenated field `f` (and of its lengths after it) from the
+  // kept samples' rows; its bytes into *bytes.
+  Result<Tensor> Concatenate(const BatchJob& job, size_t f, int64_t* bytes) const;
+  // Drops the batch: every sample that succeeded fails with `status`, every field has
+  // no rows.
+  void FailBatch(BatchJob& job, const Status& status, Batch& batch) const;
 
   std::vector<FieldSpec> fields_;  // the batch layout: the chain's fields, then "index"
   size_t row_bytes_ = 0;
@@ -67,10 +81,14 @@ class AssembleStage {
   const std::vector<std::unique_ptr<BatchOp>>& batch_ops_;
   const uint64_t seed_;
   const std::shared_ptr<PoolingAllocator> memory_;
+  const std::shared_ptr<PoolingAllocator> segments_;
+  const bool concatenates_;  // some field is concatenated
   std::vector<std::atomic<int64_t>> batch_op_ns_;
   std::unique_ptr<LatencyHistogram[]> batch_op_latency_;
   std::atomic<int64_t> busy_ns_{0};
   std::atomic<int64_t> bytes_copied_{0};
+  std::atomic<int64_t> concatenated_bytes_{0};    // over the assembled batches
+  std::atomic<int64_t> concatenated_samples_{0};  // their kept samples
 };
 
 }  // namespace headrace

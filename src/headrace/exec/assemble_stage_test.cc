@@ -35,7 +35,7 @@ struct Fixture {
 
 TEST(AssembleStage, FailedSamplesAreCompactedOutAndEveryFieldKeepsItsRows) {
   Fixture f;
-  AssembleStage stage(f.fields, f.strings, f.batch_ops, 1, f.memory);
+  AssembleStage stage(f.fields, f.strings, f.batch_ops, 1, f.memory, f.memory);
   EXPECT_EQ(stage.BatchBytes(4), 4u * (2 * 8 + 8));  // "row" and "index"
   auto job = f.Job(stage);
   job->status[1] = Status::CorruptData("bad jpeg");
@@ -64,7 +64,7 @@ TEST(AssembleStage, FailedSamplesAreCompactedOutAndEveryFieldKeepsItsRows) {
 
 TEST(AssembleStage, ACancelledSampleMarksTheBatchCancelled) {
   Fixture f;
-  AssembleStage stage(f.fields, f.strings, f.batch_ops, 1, f.memory);
+  AssembleStage stage(f.fields, f.strings, f.batch_ops, 1, f.memory, f.memory);
   auto job = f.Job(stage);
   job->status[3] = Status::Cancelled("the run was cancelled");
   bool cancelled = false;
@@ -82,7 +82,7 @@ class FailingBatchOp final : public BatchOp {
 TEST(AssembleStage, AFailingBatchOpEmptiesTheBatchAndNamesEachSample) {
   Fixture f;
   f.batch_ops.push_back(std::make_unique<FailingBatchOp>());
-  AssembleStage stage(f.fields, f.strings, f.batch_ops, 1, f.memory);
+  AssembleStage stage(f.fields, f.strings, f.batch_ops, 1, f.memory, f.memory);
   auto job = f.Job(stage);
   bool cancelled = false;
   const Batch batch = stage.Finish(*job, cancelled);
@@ -90,6 +90,95 @@ TEST(AssembleStage, AFailingBatchOpEmptiesTheBatchAndNamesEachSample) {
   ASSERT_EQ(batch.errors.size(), 4u);
   EXPECT_NE(batch.errors[0].status.message().find("test.fail on batch"), std::string::npos);
   for (const Batch::Strings& column : batch.strings) EXPECT_TRUE(column.rows.empty());
+}
+
+// A layout with a ragged field ("tokens", i32 rows of 2: [?, 2]) and its lengths, a
+// list's items ("views", u8 [3] each), and a fixed field.
+struct RaggedFixture {
+  std::vector<FieldSpec> fields{
+      FieldSpec{"tokens", DType::kI32, {2}, FieldLayout::kRagged},
+      FieldSpec{"tokens_lengths", DType::kI32, {}, FieldLayout::kLengths},
+      FieldSpec{"views", DType::kU8, {3}, FieldLayout::kItems},
+      FieldSpec{"row", DType::kI64, {}}};
+  std::vector<StringField> strings;
+  std::vector<std::unique_ptr<BatchOp>> batch_ops;
+  std::vector<SampleRecord> records = std::vector<SampleRecord>(4);
+  std::shared_ptr<PoolingAllocator> memory =
+      std::make_shared<PoolingAllocator>(DefaultAllocator(), 1 << 20);
+
+  // Sample i appends i rows of tokens (values 100 i + row), in two entries for sample 3,
+  // and i views (bytes 10 i + view).
+  std::shared_ptr<BatchJob> Job(AssembleStage& stage) {
+    auto job = std::make_shared<BatchJob>();
+    for (int i = 0; i < 4; ++i) {
+      job->records.push_back(&records[i]);
+      job->sample_indices.push_back(i);
+    }
+    EXPECT_TRUE(stage.AllocateRows(*job).ok());
+    EXPECT_EQ(job->ragged.size(), 4u);
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(job->slots[i][0], nullptr) << "a ragged field has no row in place";
+      *reinterpret_cast<int64_t*>(job->slots[i][3]) = i;
+      const int entries = i == 3 ? 2 : 1;
+      int row = 0;
+      for (int e = 0; e < entries; ++e) {
+        const int rows = i == 3 ? (e == 0 ? 1 : 2) : i;
+        auto* out = reinterpret_cast<int32_t*>(*job->ragged[i].Append(0, rows));
+        for (int r = 0; r < rows; ++r, ++row) out[2 * r] = out[2 * r + 1] = 100 * i + row;
+      }
+      for (int v = 0; v < i; ++v) {
+        uint8_t* item = *job->ragged[i].Append(2, 1);
+        item[0] = item[1] = item[2] = static_cast<uint8_t>(10 * i + v);
+      }
+    }
+    return job;
+  }
+};
+
+TEST(AssembleStage, RaggedRowsAndItemsAreConcatenatedInOrderWithTheirLengths) {
+  RaggedFixture f;
+  AssembleStage stage(f.fields, f.strings, f.batch_ops, 1, f.memory, f.memory);
+  EXPECT_EQ(stage.BatchBytes(4), 4u * (8 + 8)) << "only the fixed fields are in place";
+  auto job = f.Job(stage);
+  job->status[1] = Status::CorruptData("bad");  // its row and view are dropped
+  bool cancelled = true;
+  const Batch batch = stage.Finish(*job, cancelled);
+  ASSERT_EQ(batch.size(), 3);
+  const Tensor* tokens = batch.Find("tokens");
+  ASSERT_NE(tokens, nullptr);
+  EXPECT_EQ(tokens->shape(), (std::vector<int64_t>{5, 2}));  // 0 + 2 + 3 rows
+  EXPECT_EQ(std::vector<int32_t>(tokens->data<int32_t>(), tokens->data<int32_t>() + 10),
+            (std::vector<int32_t>{200, 200, 201, 201, 300, 300, 301, 301, 302, 302}));
+  const Tensor* lengths = batch.Find("tokens_lengths");
+  ASSERT_NE(lengths, nullptr);
+  EXPECT_EQ(lengths->dtype(), DType::kI32);
+  EXPECT_EQ(std::vector<int32_t>(lengths->data<int32_t>(),
+                                 lengths->data<int32_t>() + lengths->numel()),
+            (std::vector<int32_t>{0, 2, 1, 2})) << "one entry per append, sample 3 two";
+  const Tensor* views = batch.Find("views");
+  ASSERT_NE(views, nullptr);
+  EXPECT_EQ(views->shape(), (std::vector<int64_t>{5, 3}));  // 0 + 2 + 3 items
+  EXPECT_EQ(views->data<uint8_t>()[0], 20);
+  EXPECT_EQ(views->data<uint8_t>()[3 * 4], 32);
+  // The batch's bytes: its fixed rows and what it concatenated.
+  EXPECT_EQ(job->bytes, static_cast<int64_t>(4 * 16 + tokens->nbytes() + lengths->nbytes() +
+                                             views->nbytes()));
+  EXPECT_EQ(stage.ConcatenatedBytesPerSample(),
+            static_cast<int64_t>(tokens->nbytes() + lengths->nbytes() + views->nbytes()) / 3);
+  EXPECT_TRUE(job->ragged.empty()) << "the samples' rows are released once joined";
+}
+
+TEST(AssembleStage, ABatchWhoseSamplesAllFailHasEmptyConcatenatedFields) {
+  RaggedFixture f;
+  AssembleStage stage(f.fields, f.strings, f.batch_ops, 1, f.memory, f.memory);
+  auto job = f.Job(stage);
+  for (Status& s : job->status) s = Status::CorruptData("bad");
+  bool cancelled = true;
+  const Batch batch = stage.Finish(*job, cancelled);
+  EXPECT_EQ(batch.size(), 0);
+  EXPECT_EQ(batch.errors.size(), 4u);
+  EXPECT_EQ(batch.Find("tokens")->shape(), (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(batch.Find("tokens_lengths")->shape(), (std::vector<int64_t>{0}));
 }
 
 }  // namespace assemble_stage_test

@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "headrace/core/ragged_rows.h"
 #include "headrace/core/sample.h"
 #include "headrace/core/status.h"
 #include "headrace/core/tensor.h"
@@ -21,8 +22,10 @@ namespace headrace {
 struct BatchJob {
   BatchPosition position;
   std::vector<int64_t> sample_indices;
-  std::vector<Tensor> tensors;               // one per field, then "index"
+  std::vector<Tensor> tensors;               // one per field, then "index" (empty: concatenated)
   std::vector<std::vector<uint8_t*>> slots;  // per sample: the row pointer per field
+  // Per sample: its rows of the concatenated fields (empty when the layout has none).
+  std::vector<RaggedRows> ragged;
   std::vector<Status> status;                // per sample
   // Per sample: the text values its source parsed at run time (Sample::attributes, when
   // they are not the record's), for the batch's strings; nullopt: the record's.
@@ -32,7 +35,9 @@ struct BatchJob {
   std::vector<const SampleRecord*> records;
   std::vector<SampleRecord> record_scratch;
   std::atomic<int> pending{0};
-  int64_t bytes = 0;  // the batch's buffers, charged to the batch budget
+  // The batch's buffers, charged to the batch budget: at admission, its fixed rows plus
+  // an estimate of its concatenated ones; once assembled, what it holds.
+  int64_t bytes = 0;
 
   int size() const { return static_cast<int>(sample_indices.size()); }
 };

@@ -67,7 +67,8 @@ void ChainStage::Run(const std::shared_ptr<BatchJob>& job, int slot, std::vector
     }
     tls_scratch.Account(&scratch_usage_);
     if (status.ok()) {
-      status = chain_.Run(sample, job->slots[slot].data(), tls_scratch, tls_values,
+      RaggedRows* ragged = job->ragged.empty() ? nullptr : &job->ragged[slot];
+      status = chain_.Run(sample, job->slots[slot].data(), ragged, tls_scratch, tls_values,
                           [&](size_t i, Clock::time_point start, Clock::time_point end,
                               const SampleContext& ctx) { CountOp(i, start, end, ctx, index); });
     }

@@ -191,10 +191,24 @@ bool Delivery::Admit(int64_t bytes, int64_t samples) {
   return true;
 }
 
-void Delivery::Ready(int64_t batch, Batch done, int64_t bytes) {
+void Delivery::Ready(int64_t batch, Batch done, int64_t admitted, int64_t bytes) {
   MutexLock lock(mu_);
+  RechargeLocked(bytes - admitted);
   ready_.emplace(batch, ReadyBatch{std::move(done), bytes});
   consumer_cv_.notify_all();
+}
+
+void Delivery::Recharge(int64_t delta) {
+  MutexLock lock(mu_);
+  RechargeLocked(delta);
+}
+
+void Delivery::RechargeLocked(int64_t delta) {
+  if (delta == 0) return;
+  batch_bytes_ += delta;
+  gauge_.AddBatches(delta);
+  // Less charged: a batch waiting for room may fit now.
+  if (delta < 0) driver_cv_.notify_all();
 }
 
 void Delivery::Fail(Status status) {

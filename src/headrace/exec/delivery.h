@@ -90,8 +90,12 @@ class Delivery {
   // Driver: waits until a batch of `bytes` (`samples` samples) fits the window; false when
   // the run stopped instead.
   bool Admit(int64_t bytes, int64_t samples);
-  // A finished batch (any thread), charged `bytes` until delivered.
-  void Ready(int64_t batch, Batch done, int64_t bytes);
+  // A finished batch (any thread), admitted as `admitted` bytes and holding `bytes`,
+  // which it is charged from now until delivered.
+  void Ready(int64_t batch, Batch done, int64_t admitted, int64_t bytes);
+  // The charge of an admitted batch that will never be delivered (cancelled) changed
+  // by `delta` bytes.
+  void Recharge(int64_t delta);
   // Stops the run with `status` as its failure, unless it failed already.
   void Fail(Status status);
 
@@ -114,6 +118,7 @@ class Delivery {
   // Takes ready batch `batch` out of the window and counts it (errors into the budget).
   Batch DeliverLocked(int64_t batch) HR_REQUIRES(mu_);
   void FailLocked(Status status) HR_REQUIRES(mu_);
+  void RechargeLocked(int64_t delta) HR_REQUIRES(mu_);
   // The consumer's waits (inside Next/WaitReady: the consumer's wait time).
   template <typename Pred>
   bool ConsumerWaitLocked(MutexLock& lock, Pred ready,

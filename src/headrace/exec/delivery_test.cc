@@ -39,9 +39,9 @@ TEST(InOrderDelivery, BatchesReadyInAnyOrderAreDeliveredInOrderThenTheEnd) {
   }
   EXPECT_EQ(d->NextToStart(), std::nullopt);
   EXPECT_EQ(gauge.used(), 300);
-  d->Ready(2, MakeBatch(2, 4), 100);
-  d->Ready(0, MakeBatch(0, 4), 100);
-  d->Ready(1, MakeBatch(1, 4), 100);
+  d->Ready(2, MakeBatch(2, 4), 100, 100);
+  d->Ready(0, MakeBatch(0, 4), 100, 100);
+  d->Ready(1, MakeBatch(1, 4), 100, 100);
   for (int64_t j = 0; j < 3; ++j) {
     auto batch = d->Next();
     ASSERT_TRUE(batch.ok() && batch->has_value());
@@ -74,9 +74,9 @@ TEST(InOrderDelivery, TheErrorBudgetStopsTheRunAtTheBatchThatPassesIt) {
   std::stop_source stop;
   auto d = Delivery::Make(Schedule::kSequential, Options(3, 3), gauge, stop);
   for (int64_t j = 0; j < 3; ++j) ASSERT_TRUE(d->Admit(1, 4));
-  d->Ready(0, MakeBatch(0, 4), 1);
-  d->Ready(1, MakeBatch(1, 2, 2), 1);  // 2 of 8 failed: 25%, at the limit
-  d->Ready(2, MakeBatch(2, 2, 2), 1);  // 4 of 12: over it
+  d->Ready(0, MakeBatch(0, 4), 1, 1);
+  d->Ready(1, MakeBatch(1, 2, 2), 1, 1);  // 2 of 8 failed: 25%, at the limit
+  d->Ready(2, MakeBatch(2, 2, 2), 1, 1);  // 4 of 12: over it
   EXPECT_TRUE(d->Next().ok());
   EXPECT_TRUE(d->Next().ok());
   const auto third = d->Next();
@@ -102,7 +102,7 @@ TEST(InOrderDelivery, TheSourcesSkippedShardsAreCountedOnceWithTheFirstBatch) {
     ASSERT_TRUE(d->Admit(1, 4));
     Batch b = MakeBatch(j, 4, j == 1 ? 1 : 0);
     b.epoch = j / 2;
-    d->Ready(j, std::move(b), 1);
+    d->Ready(j, std::move(b), 1, 1);
   }
   auto first = d->Next();
   ASSERT_TRUE(first.ok() && first->has_value()) << first.status().ToString();
@@ -131,7 +131,7 @@ TEST(InOrderDelivery, SkippedShardsCountAgainstTheErrorBudget) {
   o.source_errors = {SampleError{0, 0, "/d/s-0.tar", Status::ShardError("shard 0 skipped")}};
   auto d = Delivery::Make(Schedule::kSequential, o, gauge, stop);
   ASSERT_TRUE(d->Admit(1, 4));
-  d->Ready(0, MakeBatch(0, 4), 1);  // 1 of 5 failed: 20%
+  d->Ready(0, MakeBatch(0, 4), 1, 1);  // 1 of 5 failed: 20%
   const auto first = d->Next();
   ASSERT_FALSE(first.ok());
   EXPECT_EQ(first.status().code(), StatusCode::kResourceExhausted);
@@ -151,7 +151,7 @@ TEST(OnDemandDelivery, BatchZeroCarriesTheSkippedShardsWhoeverTakesIt) {
     ASSERT_TRUE(d->Submit(j).ok());
     ASSERT_EQ(d->NextToStart(), j);
     ASSERT_TRUE(d->Admit(1, 4));
-    d->Ready(j, MakeBatch(j, 4), 1);
+    d->Ready(j, MakeBatch(j, 4), 1, 1);
   }
   const auto two = d->Take(2);
   ASSERT_TRUE(two.ok());
@@ -175,8 +175,8 @@ TEST(OnDemandDelivery, OnlySubmittedBatchesStartAndEachIsTakenOnce) {
   EXPECT_EQ(d->NextToStart(), 3);
   ASSERT_TRUE(d->Admit(1, 1));
   ASSERT_TRUE(d->Admit(1, 1));
-  d->Ready(3, MakeBatch(3, 1), 1);
-  d->Ready(7, MakeBatch(7, 1), 1);
+  d->Ready(3, MakeBatch(3, 1), 1, 1);
+  d->Ready(7, MakeBatch(7, 1), 1, 1);
   EXPECT_EQ(d->Take(3)->global_index, 3);
   EXPECT_EQ(d->Take(3).status().code(), StatusCode::kInvalidArgument);  // taken already
   EXPECT_EQ(d->Take(7)->global_index, 7);

@@ -35,14 +35,29 @@ Status NormalizeStart(const EpochOrder& order, EngineOptions& options) {
 // about when batch k + depth is admitted. Memory from any other allocator (pinned for
 // GPU copies) is costly to allocate and to free (cudaFreeHost synchronizes the device):
 // the pool keeps all of it, up to the budget, in geometric classes, so that no
-// steady-state batch allocates or frees any.
-std::shared_ptr<PoolingAllocator> BatchMemory(const EngineOptions& options, size_t full_batch) {
+// steady-state batch allocates or frees any. A layout with concatenated fields (ragged
+// rows, a list's items) makes batches whose size varies: geometric classes then too, and
+// room for a quarter of the budget, since its fixed part says little of its size.
+std::shared_ptr<PoolingAllocator> BatchMemory(const EngineOptions& options, size_t full_batch,
+                                              bool varying) {
   const bool costly = options.allocator != DefaultAllocator();
-  return std::make_shared<PoolingAllocator>(
-      options.allocator,
-      costly ? static_cast<size_t>(options.batch_budget_bytes)
-             : std::min<size_t>(options.batch_budget_bytes / 2, 4 * full_batch),
-      costly ? PoolingAllocator::SizeClasses::kGeometric : PoolingAllocator::SizeClasses::kPages);
+  const auto budget = static_cast<size_t>(options.batch_budget_bytes);
+  const size_t cached = costly    ? budget
+                        : varying ? budget / 4
+                                  : std::min<size_t>(budget / 2, 4 * full_batch);
+  return std::make_shared<PoolingAllocator>(options.allocator, cached,
+                                            costly || varying
+                                                ? PoolingAllocator::SizeClasses::kGeometric
+                                                : PoolingAllocator::SizeClasses::kPages);
+}
+
+// The rows samples append to concatenated fields until their batch is assembled: plain
+// memory (only the batch tensors need the consumer's allocator), pooled because every
+// sample allocates some, in geometric classes because their sizes vary.
+std::shared_ptr<PoolingAllocator> SegmentMemory(const EngineOptions& options) {
+  return std::make_shared<PoolingAllocator>(DefaultAllocator(),
+                                            static_cast<size_t>(options.batch_budget_bytes) / 4,
+                                            PoolingAllocator::SizeClasses::kGeometric);
 }
 
 }  // namespace
@@ -71,9 +86,11 @@ Engine::Engine(std::shared_ptr<const EngineInputs> inputs, EngineOptions options
   delivery_ = Delivery::Make(options_.schedule, delivery, gauge_, stop_);
   const size_t full_batch = AssembleStage::RowBytes(inputs_->fields) *
                             static_cast<size_t>(options_.order.batch_size);
-  assemble_ = std::make_unique<AssembleStage>(inputs_->fields, inputs_->strings,
-                                              inputs_->batch_ops, options_.order.seed,
-                                              BatchMemory(options_, full_batch));
+  const bool varying = RaggedRows::Needed(inputs_->fields);
+  assemble_ = std::make_unique<AssembleStage>(
+      inputs_->fields, inputs_->strings, inputs_->batch_ops, options_.order.seed,
+      BatchMemory(options_, full_batch, varying),
+      varying ? SegmentMemory(options_) : nullptr);
   read_ = std::make_unique<ReadStage>(
       inputs_->source->storage(),
       ReadStageOptions{options_.io_inflight, options_.io_budget_bytes,
@@ -156,7 +173,9 @@ bool Engine::StartBatch(int64_t j) {
   job->position = order_.Position(j);
   job->sample_indices = order_.SampleIndices(job->position);
   const auto n = static_cast<int64_t>(job->sample_indices.size());
-  job->bytes = static_cast<int64_t>(BatchBytes(n));
+  // Concatenated fields are sized as the samples run: admission counts the mean so far,
+  // and the charge becomes the batch's real bytes once it is assembled (Ready).
+  job->bytes = static_cast<int64_t>(BatchBytes(n)) + n * assemble_->ConcatenatedBytesPerSample();
   if (!delivery_->Admit(job->bytes, n)) return false;
   AddOutstanding(n);
   ResolveRecords(*job);
@@ -196,9 +215,14 @@ void Engine::FinishSample(const std::shared_ptr<BatchJob>& job, int slot, Status
   // acq_rel: the last finisher sees every row the other threads wrote.
   if (job->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     bool cancelled = false;
+    const int64_t admitted = job->bytes;
     Batch batch = assemble_->Finish(*job, cancelled);
     // A cancelled batch: the run is stopping; nobody will consume it.
-    if (!cancelled) delivery_->Ready(job->position.local_index, std::move(batch), job->bytes);
+    if (!cancelled) {
+      delivery_->Ready(job->position.local_index, std::move(batch), admitted, job->bytes);
+    } else if (job->bytes != admitted) {
+      delivery_->Recharge(job->bytes - admitted);
+    }
   }
   AddOutstanding(-1);
 }

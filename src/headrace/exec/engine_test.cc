@@ -767,6 +767,98 @@ TEST(EngineIoBudget, ObjectsOfVaryingSizeStayWithinTheBudgetAndOneTooBigFails) {
   EXPECT_EQ(m.samples_failed, 1);
 }
 
+// Appends index % 5 rows of (index, a draw of its random stream) to the ragged field at
+// row 1, and writes the index into the fixed one at row 0; fails for index 6.
+class RaggedFillOp final : public Op {
+ public:
+  std::string_view name() const override { return "test.ragged"; }
+  Status Run(SampleContext& ctx) const override {
+    if (ctx.sample->index == 6) return Status::CorruptData("bad sample");
+    *reinterpret_cast<int64_t*>(ctx.rows[0]) = ctx.sample->index;
+    const int64_t n = ctx.sample->index % 5;
+    HR_ASSIGN_OR_RETURN(uint8_t * out, ctx.AppendRows(1, n));
+    Rng rng = ctx.OpRng(0);
+    auto* rows = reinterpret_cast<int64_t*>(out);
+    for (int64_t r = 0; r < n; ++r) {
+      rows[2 * r] = ctx.sample->index;
+      rows[2 * r + 1] = static_cast<int64_t>(rng.Next() >> 1);
+    }
+    return Status::Ok();
+  }
+};
+
+struct RaggedRun {
+  std::vector<int64_t> fixed, rows;
+  std::vector<int32_t> lengths;
+  EngineMetrics metrics;
+};
+
+RaggedRun RunRagged(int threads) {
+  auto records = std::make_shared<std::vector<SampleRecord>>(40);
+  for (size_t i = 0; i < records->size(); ++i) (*records)[i].id = std::to_string(i);
+  EngineInputs in;
+  in.ops.push_back(std::make_unique<RaggedFillOp>());
+  in.fields = {FieldSpec{"fixed", DType::kI64, {}},
+               FieldSpec{"ragged", DType::kI64, {2}, FieldLayout::kRagged},
+               FieldSpec{"ragged_lengths", DType::kI32, {}, FieldLayout::kLengths}};
+  in.reads_media = false;
+  in.source = MakeRecordSource(std::make_shared<VectorRecords>(records), nullptr);
+  EngineOptions opt;
+  opt.cpu_threads = threads;
+  opt.prefetch_depth = 3;
+  opt.io_inflight = 4;
+  opt.order.batch_size = 8;
+  opt.order.seed = 3;
+  opt.max_error_rate = 1.0;
+  opt.min_samples = 1;
+  RaggedRun out;
+  auto engine = Engine::Start(std::move(in), opt);
+  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  if (!engine.ok()) return out;
+  while (true) {
+    auto next = (*engine)->Next();
+    EXPECT_TRUE(next.ok()) << next.status().ToString();
+    if (!next.ok() || !next->has_value()) break;
+    const Batch& b = **next;
+    const Tensor* fixed = b.Find("fixed");
+    const Tensor* ragged = b.Find("ragged");
+    const Tensor* lengths = b.Find("ragged_lengths");
+    EXPECT_EQ(lengths->numel(), b.size()) << "one entry per sample";
+    int64_t rows = 0;
+    for (int64_t s = 0; s < b.size(); ++s) {
+      EXPECT_EQ(lengths->data<int32_t>()[s], fixed->data<int64_t>()[s] % 5);
+      for (int32_t r = 0; r < lengths->data<int32_t>()[s]; ++r, ++rows) {
+        EXPECT_EQ(ragged->data<int64_t>()[2 * rows], fixed->data<int64_t>()[s])
+            << "each sample's rows follow the one before, in batch order";
+      }
+    }
+    EXPECT_EQ(rows, ragged->shape()[0]);
+    out.fixed.insert(out.fixed.end(), fixed->data<int64_t>(),
+                     fixed->data<int64_t>() + fixed->numel());
+    out.rows.insert(out.rows.end(), ragged->data<int64_t>(),
+                    ragged->data<int64_t>() + ragged->numel());
+    out.lengths.insert(out.lengths.end(), lengths->data<int32_t>(),
+                       lengths->data<int32_t>() + lengths->numel());
+  }
+  out.metrics = (*engine)->Metrics();
+  return out;
+}
+
+TEST(EngineRagged, ConcatenatedFieldsAreTheSameWhateverTheThreadCountAndAreCharged) {
+  const RaggedRun one = RunRagged(1);
+  const RaggedRun three = RunRagged(3);
+  EXPECT_EQ(one.fixed.size(), 39u) << "one sample failed";
+  EXPECT_EQ(one.fixed, three.fixed);
+  EXPECT_EQ(one.rows, three.rows);
+  EXPECT_EQ(one.lengths, three.lengths);
+  // Their bytes were charged to the batch budget while the batches waited, and
+  // released with them.
+  const int64_t fixed_batch = 8 * 2 * 8;
+  EXPECT_GT(one.metrics.budget_peak_bytes, fixed_batch);
+  EXPECT_EQ(one.metrics.budget_used_bytes, 0);
+  EXPECT_EQ(three.metrics.budget_used_bytes, 0);
+}
+
 TEST(EpochOrder, RanksGetDisjointEqualShares) {
   std::set<int64_t> all;
   int64_t per_rank = -1;

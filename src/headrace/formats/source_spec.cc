@@ -19,7 +19,7 @@ std::vector<SourceFieldSpec> ResolvedFields(const SourceSpec& spec) {
 std::vector<SourceField> SourceFieldsOf(const SourceSpec& spec) {
   std::vector<SourceField> out;
   for (const SourceFieldSpec& f : ResolvedFields(spec)) {
-    out.push_back(SourceField{f.name, f.kind, f.max_items});
+    out.push_back(SourceField{f.name, f.kind, f.max_items, f.pad_items});
   }
   return out;
 }

@@ -29,6 +29,11 @@ struct SourceFieldSpec {
   std::string key;           // the manifest's JSON key; empty: `name`
   int max_items = 0;         // 0: one value; N > 0: a list of up to N
   bool required = false;     // a record without it is a per-sample error (kMissingField)
+  // A media list's fixed-shape batch fields padded to max_items per sample ([N, ...],
+  // zeros past the sample's items) instead of its items concatenated over the batch
+  // (FieldLayout::kItems; `<list>_count` says whose they are). Ragged item fields are
+  // concatenated either way.
+  bool pad_items = false;
 };
 
 // A JSONL manifest in the LLaVA / chat-VQA form:

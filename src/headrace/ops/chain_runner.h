@@ -3,7 +3,7 @@
 // op conformance battery, so that none of them can drift from the others.
 //
 //   ChainRunner runner(ops, source_values, num_values, seed);   // once per plan
-//   runner.Run(sample, rows, scratch, values, on_op);           // per sample, any thread
+//   runner.Run(sample, rows, ragged, scratch, values, on_op);   // per sample, any thread
 //
 // Determinism: a sample's randomness is rooted in SampleSeed(seed, epoch, index) and a
 // batch op's in BatchSeed(seed, epoch, index in epoch, position): which thread or process
@@ -44,18 +44,20 @@ class ChainRunner {
   const Op& op(size_t i) const { return *ops_[i]; }
 
   // Runs the chain on `sample` (its values in place: Source::Fill), writing the batch
-  // rows at `rows`, with the calling thread's `scratch` and value slots (`values`, sized
+  // rows at `rows` and the concatenated fields' rows into `ragged` (null when there are
+  // none), with the calling thread's `scratch` and value slots (`values`, sized
   // here). Stops at the first op that fails and returns its status. After each op,
   // on_op(i, start, end, ctx) (the op's position, its clock times, and the context, whose
   // gil_wait_ns the op set) for timing. Allocates nothing in the steady state.
   template <typename OnOp>
-  Status Run(const Sample& sample, uint8_t* const* rows, ScratchArena& scratch,
-             std::vector<Value>& values, OnOp&& on_op) const {
+  Status Run(const Sample& sample, uint8_t* const* rows, RaggedRows* ragged,
+             ScratchArena& scratch, std::vector<Value>& values, OnOp&& on_op) const {
     SampleContext ctx;
     ctx.sample = &sample;
     ctx.sample_seed = SampleSeed(seed_, sample.epoch, sample.index);
     ctx.scratch = &scratch;
     ctx.rows = rows;
+    ctx.ragged = ragged;
     values.resize(static_cast<size_t>(num_values_));
     FillSourceValues(sources_, sample, values);
     ctx.values = values;

@@ -35,8 +35,17 @@ Status ForEachItemOp::Run(SampleContext& ctx) const {
       return;
     }
     for (const ItemField& f : options_.fields) {
-      item_rows[static_cast<size_t>(f.row)] =
-          ctx.rows[f.row] + static_cast<size_t>(count) * f.item_bytes;
+      if (f.padded) {
+        item_rows[static_cast<size_t>(f.row)] =
+            ctx.rows[f.row] + static_cast<size_t>(count) * f.item_bytes;
+        continue;
+      }
+      Result<uint8_t*> row = ctx.AppendRows(f.row, 1);
+      if (!row.ok()) {
+        status = row.status();
+        return;
+      }
+      item_rows[static_cast<size_t>(f.row)] = *row;
     }
     item.sample_seed = HashKeys(ctx.sample_seed, static_cast<uint64_t>(count));
     item.Set(options_.slot, EncodedBytes{bytes.data(), bytes.size()});
@@ -54,6 +63,7 @@ Status ForEachItemOp::Run(SampleContext& ctx) const {
   item.Set(options_.slot, Value());
   if (!status.ok()) return status;
   for (const ItemField& f : options_.fields) {
+    if (!f.padded) continue;
     const size_t used = static_cast<size_t>(count) * f.item_bytes;
     std::memset(ctx.rows[f.row] + used, 0,
                 static_cast<size_t>(options_.max_items) * f.item_bytes - used);

@@ -2,16 +2,20 @@
 //
 // A source field may hold a list of media (`max_items: N`: the views of a multi-image
 // conversation). An op that reads an item of such a list is *mapped* over it (the
-// planner decides this from what the op declares: op_plan.h): it runs once per item,
-// and each batch field it writes is [N, ...] per sample. The op itself is unchanged; this
-// op runs it. The planner gathers every mapped op of one list, in chain order, into one
-// ForEachItemOp at the place of the last of them, which for each item:
+// planner decides this from what the op declares: op_plan.h): it runs once per item.
+// Each fixed batch field it writes becomes the list's items concatenated over the batch
+// (FieldLayout::kItems), or [N, ...] per sample when the list pads them
+// (SourceField::pad_items); a ragged field gets one entry per item. The op itself is
+// unchanged; this op runs it. The planner gathers every mapped op of one list, in chain
+// order, into one ForEachItemOp at the place of the last of them, which for each item:
 //   - puts the item's encoded bytes in the list's source slot,
-//   - points each field row the inner ops write at the item's part of the sample's row,
+//   - points each fixed field row the inner ops write at the item's place: a row
+//     appended to the sample's items (kItems), or the item's part of the sample's
+//     padded row,
 //   - gives them a random stream per item (the item's position keys it), and a nested
 //     scratch arena, so that they never overwrite an image the rest of the chain holds;
-// then zero-fills the rows of the items the sample lacks and writes the sample's item
-// count into `<list>_count`.
+// then zero-fills the padded rows of the items the sample lacks and writes the sample's
+// item count into `<list>_count`.
 //
 // Running a list's ops item by item (rather than each op over every item) keeps one
 // item's intermediate images in scratch at a time. It is sound because what a mapped op
@@ -31,10 +35,13 @@ namespace headrace {
 
 class ForEachItemOp final : public Op {
  public:
-  // A batch field the inner ops write: its row index and the bytes of one item's part.
+  // A fixed batch field the inner ops write: its row index, the bytes of one item, and
+  // whether the sample's row holds max_items of them (padded) or each item is appended
+  // to the batch's items (FieldLayout::kItems).
   struct ItemField {
     int row = 0;
     size_t item_bytes = 0;
+    bool padded = false;
   };
   struct Options {
     std::string list;      // the source field's name ("views"), for names and messages

@@ -36,6 +36,19 @@ class ItemProbeOp final : public Op {
   }
 };
 
+// Appends as many rows to the ragged field at row 3 as its item has bytes, each row the
+// byte's value: a `[?, 1]` field with one entry per item.
+class RaggedProbeOp final : public Op {
+ public:
+  std::string_view name() const override { return "ragged"; }
+  Status Run(SampleContext& ctx) const override {
+    const auto* bytes = ctx.Get<EncodedBytes>(kSlot);
+    HR_ASSIGN_OR_RETURN(uint8_t * out, ctx.AppendRows(3, static_cast<int64_t>(bytes->size)));
+    std::memcpy(out, bytes->data, bytes->size);
+    return Status::Ok();
+  }
+};
+
 struct Fixture {
   SampleRecord record;
   Sample sample;
@@ -45,6 +58,9 @@ struct Fixture {
   int64_t count = -1;                        // row 2
   std::vector<uint8_t*> rows;
   ScratchArena scratch;
+  // Rows 1 (when the list is not padded: the items, 2 int64s each) and 3 (u8 ragged).
+  RaggedRows ragged{std::vector<size_t>{0, 2 * sizeof(int64_t), 0, 1},
+                    std::shared_ptr<Allocator>(DefaultAllocator(), [](Allocator*) {})};
 
   Fixture(const std::vector<std::string>& items, int max_items) {
     record.media.push_back(MediaRef{0, "single.jpg", 0, -1});
@@ -58,7 +74,8 @@ struct Fixture {
     sample.record = &record;
     items_row.assign(static_cast<size_t>(max_items) * 2, -1);
     rows = {reinterpret_cast<uint8_t*>(other_row.data()),
-            reinterpret_cast<uint8_t*>(items_row.data()), reinterpret_cast<uint8_t*>(&count)};
+            reinterpret_cast<uint8_t*>(items_row.data()), reinterpret_cast<uint8_t*>(&count),
+            nullptr};
   }
 
   Status Run(const ForEachItemOp& op, uint64_t seed = 42) {
@@ -68,21 +85,62 @@ struct Fixture {
     ctx.scratch = &scratch;
     ctx.values = values;
     ctx.rows = rows.data();
+    ctx.ragged = &ragged;
     return op.Run(ctx);
+  }
+
+  // The items the op appended to row 1 (a list that is not padded).
+  std::vector<int64_t> Items() const {
+    const std::span<const uint8_t> b = ragged.bytes(1);
+    std::vector<int64_t> out(b.size() / sizeof(int64_t));
+    if (!b.empty()) std::memcpy(out.data(), b.data(), b.size());
+    return out;
   }
 };
 
-ForEachItemOp MakeOp(int max_items) {
+enum class Layout { kPadded, kConcatenated };
+
+ForEachItemOp MakeOp(int max_items, Layout layout = Layout::kPadded, bool ragged = false) {
   ForEachItemOp::Options o;
   o.list = "views";
   o.source_field = kListField;
   o.slot = kSlot;
   o.max_items = max_items;
-  o.fields = {ForEachItemOp::ItemField{1, 2 * sizeof(int64_t)}};
+  o.fields = {ForEachItemOp::ItemField{1, 2 * sizeof(int64_t), layout == Layout::kPadded}};
   o.count_row = 2;
   std::vector<std::unique_ptr<Op>> ops;
   ops.push_back(std::make_unique<ItemProbeOp>());
+  if (ragged) ops.push_back(std::make_unique<RaggedProbeOp>());
   return ForEachItemOp(std::move(o), std::move(ops));
+}
+
+TEST(ForEachItemOp, ConcatenatedItemsAreAppendedOnePerItemWithNothingPadded) {
+  const ForEachItemOp op = MakeOp(4, Layout::kConcatenated);
+  Fixture f({"a", "b"}, 4);
+  ASSERT_TRUE(f.Run(op).ok());
+  EXPECT_EQ(f.count, 2);
+  const std::vector<int64_t> items = f.Items();
+  ASSERT_EQ(items.size(), 4u) << "two items of two int64s: none for the missing ones";
+  EXPECT_EQ(items[0], 'a');
+  EXPECT_EQ(items[2], 'b');
+  EXPECT_EQ(f.ragged.rows(1), 2);
+  EXPECT_EQ(f.items_row, std::vector<int64_t>(8, -1)) << "the padded row is not written";
+
+  Fixture none({}, 4);
+  ASSERT_TRUE(none.Run(op).ok());
+  EXPECT_EQ(none.count, 0);
+  EXPECT_EQ(none.ragged.rows(1), 0);
+}
+
+TEST(ForEachItemOp, ARaggedFieldOfAListGetsOneEntryPerItem) {
+  const ForEachItemOp op = MakeOp(4, Layout::kConcatenated, /*ragged=*/true);
+  Fixture f({"abc", "z", "hi"}, 4);
+  ASSERT_TRUE(f.Run(op).ok());
+  const std::span<const uint8_t> rows = f.ragged.bytes(3);
+  EXPECT_EQ(std::string(rows.begin(), rows.end()), "abczhi");
+  const std::span<const int32_t> lengths = f.ragged.lengths(3);
+  EXPECT_EQ(std::vector<int32_t>(lengths.begin(), lengths.end()),
+            (std::vector<int32_t>{3, 1, 2}));
 }
 
 TEST(ForEachItemOp, RunsItsOpsOncePerItemIntoTheItemsRowsAndZeroFillsTheRest) {
@@ -152,6 +210,7 @@ PlanState ListAndSingle() {
                                    "the source field 'image'", -1, 0, false});
   state.ops.resize(1);
   state.ops[0].key = "ops[0].probe";
+  state.list_counts = {"", "views_count"};
   return state;
 }
 
@@ -165,8 +224,43 @@ TEST(PlanContext, AnOpReadingAListItemIsMappedAndItsOutputsAreItems) {
   EXPECT_EQ(state.ops[0].list_field, kListField);
   EXPECT_EQ(state.values[0].desc.items, 3);
   EXPECT_EQ(state.values[0].list_field, kListField);
-  EXPECT_EQ(state.fields[0].sample_shape, (std::vector<int64_t>{3, 3, 8, 8}));
+  // The items concatenated over the batch, each of the op's shape.
+  EXPECT_EQ(state.fields[0].layout, FieldLayout::kItems);
+  EXPECT_EQ(state.fields[0].sample_shape, (std::vector<int64_t>{3, 8, 8}));
+  EXPECT_EQ(state.fields[0].count_field, "views_count");
   EXPECT_EQ(DescribeValue(state.values[0].desc), "a list of up to 3 items, each an image");
+}
+
+TEST(PlanContext, APaddedListsFieldsAreMaxItemsPerSample) {
+  PlanState state = ListAndSingle();
+  state.pad_items = {false, true};  // source field 1, the list, pads its items
+  PlanContext ctx(state, 0);
+  ASSERT_TRUE(ctx.Read("views", ValueKind::kEncoded).ok());
+  ASSERT_TRUE(ctx.Write("views", ValueDesc{ValueKind::kImage, {8, 8, 3}, "x"}).ok());
+  ctx.AddField(FieldSpec{"views", DType::kF32, {3, 8, 8}}, "x");
+  ctx.FinishDeclare();
+  EXPECT_EQ(state.fields[0].layout, FieldLayout::kFixed);
+  EXPECT_EQ(state.fields[0].sample_shape, (std::vector<int64_t>{3, 3, 8, 8}));
+}
+
+TEST(PlanContext, ARaggedFieldGetsItsLengthsAndStaysRaggedInAList) {
+  for (bool pad : {false, true}) {
+    PlanState state = ListAndSingle();
+    state.pad_items = {false, pad};
+    PlanContext ctx(state, 0);
+    ASSERT_TRUE(ctx.Read("views", ValueKind::kEncoded).ok());
+    ctx.AddField(FieldSpec{"patches", DType::kF32, {12}, FieldLayout::kRagged}, "x");
+    ctx.FinishDeclare();
+    ASSERT_EQ(state.fields.size(), 2u);
+    EXPECT_EQ(state.fields[0].layout, FieldLayout::kRagged);
+    EXPECT_EQ(state.fields[0].sample_shape, std::vector<int64_t>{12});
+    EXPECT_EQ(state.fields[1].name, "patches_lengths");
+    EXPECT_EQ(state.fields[1].layout, FieldLayout::kLengths);
+    EXPECT_EQ(state.fields[1].dtype, DType::kI32);
+    EXPECT_EQ(state.fields[0].count_field, "views_count");
+    EXPECT_EQ(state.fields[1].count_field, "views_count");
+    EXPECT_EQ(ctx.row("patches_lengths"), -1) << "the assemble stage writes it, not the op";
+  }
 }
 
 TEST(PlanContext, AnOpCannotMixAListsItemsWithASingleValue) {

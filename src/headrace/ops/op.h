@@ -10,10 +10,13 @@
 // context. It reads and writes named values (ops/value.h) by the slot indices the
 // planner gave it when it was made, so a sample's chain does no string lookups.
 //
-// Operators that produce a batch field (image.normalize, text.tokenize) write straight
-// into the sample's row of the batch buffer: `ctx.rows[field]` points at this sample's
-// row of that field, sized as the planner declared. No per-sample tensor is copied into
-// the batch afterwards.
+// Operators that produce a fixed batch field (image.normalize, text.tokenize) write
+// straight into the sample's row of the batch buffer: `ctx.rows[field]` points at this
+// sample's row of that field, sized as the planner declared. No per-sample tensor is
+// copied into the batch afterwards. An operator that produces a ragged field (a `[?, D]`
+// field: FieldLayout::kRagged, core/batch.h) sizes its output first and appends it with
+// `ctx.AppendRows(field, n)`, writing where that points; the assemble stage concatenates
+// the samples' rows (core/ragged_rows.h says why there).
 #pragma once
 
 #include <atomic>
@@ -24,6 +27,7 @@
 #include <variant>
 
 #include "headrace/core/batch.h"
+#include "headrace/core/ragged_rows.h"
 #include "headrace/core/rng.h"
 #include "headrace/core/sample.h"
 #include "headrace/core/status.h"
@@ -104,8 +108,11 @@ struct SampleContext {
   // Which scratch slot the next image-producing op should write to; ops alternate so
   // that an op never writes over its own input.
   int next_scratch = 0;
-  // Per batch field, the start of this sample's row in the batch buffer.
+  // Per batch field, the start of this sample's row in the batch buffer (null for the
+  // concatenated fields: FieldSpec::concatenated()).
   uint8_t* const* rows = nullptr;
+  // Where this sample's rows of the concatenated fields go; null when the batch has none.
+  RaggedRows* ragged = nullptr;
   // An op that takes the Python GIL sets this to how long (ns) its Run waited for it
   // (python/src/user_op.cc: the time off the CPU inside the call); the executor resets
   // it to -1 before each op and reports it per op (OpMetrics::gil_wait_s), so that the
@@ -127,6 +134,13 @@ struct SampleContext {
     return std::get_if<T>(&values[static_cast<size_t>(slot)]);
   }
   void Set(int slot, const Value& value) { values[static_cast<size_t>(slot)] = value; }
+  // Appends `n` rows to the ragged batch field at `row` as one entry of its
+  // `<field>_lengths` (one call per sample, or per item of a list): where to write n
+  // values of the field's sample_shape. Valid until the next AppendRows to that field.
+  Result<uint8_t*> AppendRows(int row, int64_t n) const {
+    if (ragged == nullptr) return Status::Internal("AppendRows: the batch has no ragged field");
+    return ragged->Append(row, n);
+  }
 };
 
 class Op {

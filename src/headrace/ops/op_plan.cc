@@ -170,17 +170,38 @@ void PlanContext::FinishDeclare() {
     value.desc.items = op.items;
     value.list_field = op.list_field;
   }
+  const auto list = static_cast<size_t>(op.list_field);
+  const bool pad = list < state_.pad_items.size() && state_.pad_items[list];
+  // The list's `<list>_count` (the planner adds it: AddItemCounts) tells whose the
+  // concatenated items are.
+  const std::string count = list < state_.list_counts.size() ? state_.list_counts[list] : "";
   for (const auto& [name, row] : op.fields) {
-    std::vector<int64_t>& shape = state_.fields[static_cast<size_t>(row)].sample_shape;
-    shape.insert(shape.begin(), op.items);
+    FieldSpec& field = state_.fields[static_cast<size_t>(row)];
+    if (field.layout == FieldLayout::kRagged) {  // an entry per item
+      field.count_field = count;
+      state_.fields[static_cast<size_t>(row) + 1].count_field = count;  // its lengths
+    } else if (pad) {
+      field.sample_shape.insert(field.sample_shape.begin(), op.items);
+    } else {
+      field.layout = FieldLayout::kItems;
+      field.count_field = count;
+    }
   }
 }
 
 void PlanContext::AddField(FieldSpec field, std::string size_source, std::string writer) {
+  if (writer.empty()) writer = key();
+  const bool ragged = field.layout == FieldLayout::kRagged;
+  const std::string name = field.name;
   record().fields.emplace_back(field.name, static_cast<int>(state_.fields.size()));
-  state_.field_writers.push_back(writer.empty() ? key() : std::move(writer));
+  state_.field_writers.push_back(writer);
   state_.fields.push_back(std::move(field));
-  state_.field_sources.push_back(std::move(size_source));
+  state_.field_sources.push_back(size_source);
+  if (!ragged) return;
+  // Not one of the op's own fields: the assemble stage writes it (FieldLayout::kLengths).
+  state_.fields.push_back(FieldSpec{LengthsName(name), DType::kI32, {}, FieldLayout::kLengths});
+  state_.field_writers.push_back(writer + " (the rows of each of '" + name + "''s entries)");
+  state_.field_sources.push_back(size_source);
 }
 
 int PlanContext::slot(std::string_view name) const {

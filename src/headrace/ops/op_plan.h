@@ -168,6 +168,11 @@ struct PlanState {
   // Per source field (PlanValue::source_field): the slot of its value once an op reads
   // it, else -1 (or past the end). The engine fills only these.
   std::vector<int> source_slots;
+  // Per source field: a media list whose fixed batch fields are padded to max_items
+  // (SourceField::pad_items) rather than concatenated.
+  std::vector<bool> pad_items;
+  // Per source field: the `<list>_count` batch field of a media list ("" otherwise).
+  std::vector<std::string> list_counts;
   // Reads a file an op's parameter names (a tokenizer model), wherever it lives. Unset
   // during config validation, which reads no file.
   std::function<Result<Buffer>(const std::string& uri)> read_file;
@@ -212,10 +217,14 @@ class PlanContext {
   // by an op and never read: that op's work would be thrown away.
   Status Write(std::string_view name, ValueDesc desc);
   // Declares a batch field this op writes, a row per sample; `size_source` is the key
-  // that sets its size, `writer` who writes it (default: key()), for messages.
+  // that sets its size, `writer` who writes it (default: key()), for messages. A ragged
+  // field (FieldLayout::kRagged, appended with SampleContext::AppendRows) gets its
+  // `<name>_lengths` declared after it.
   void AddField(FieldSpec field, std::string size_source, std::string writer = "");
   // After the op's Declare (the planner calls it): a mapped op's writes become items of
-  // its list, and its batch fields [items, ...shape].
+  // its list; its fixed batch fields become the list's items concatenated (kItems), or
+  // [items, ...shape] when the list pads them (SourceField::pad_items); its ragged
+  // fields get one entry per item.
   void FinishDeclare();
 
   // --- Make (after every op declared) --------------------------------------------------

@@ -50,6 +50,7 @@ void Fields(SpecOf<SourceFieldSpec> auto& s, auto&& f) {
   f("key", s.key);
   f("max_items", s.max_items);
   f("required", s.required);
+  f("pad_items", s.pad_items);
 }
 void Fields(SpecOf<SourceSpec> auto& s, auto&& f) {
   f("manifest", s.manifest);

@@ -113,6 +113,11 @@ Status ValidateSourceFields(const SourceSpec& src) {
       if (f.max_items != 0) return Invalid(p + ".max_items", "a conversation is not a list" + Got(f.max_items));
     }
     HR_RETURN_IF_ERROR(InRange(p + ".max_items", f.max_items, 0, kMaxItems));
+    if (f.pad_items && (f.max_items == 0 || !IsMediaKind(f.kind))) {
+      return Invalid(p + ".pad_items",
+                     "pads a media list (max_items > 0, kind image, video, audio, pointcloud "
+                     "or bytes) to max_items: this field is not one");
+    }
   }
   return Status::Ok();
 }

@@ -123,7 +123,13 @@ Status MakeOps(const std::vector<OpSpec>& ops, PlanState& state,
 // conversation. Text and scalars are not values: they go to the batch as they are
 // (source_fields.h).
 void AddSourceValues(const std::vector<SourceField>& fields, PlanState& state) {
+  state.pad_items.resize(fields.size());
+  state.list_counts.resize(fields.size());
   for (size_t f = 0; f < fields.size(); ++f) {
+    state.pad_items[f] = fields[f].pad_items;
+    if (IsMediaKind(fields[f].kind) && fields[f].max_items > 0) {
+      state.list_counts[f] = fields[f].name + "_count";
+    }
     ValueKind kind;
     if (IsMediaKind(fields[f].kind)) {
       kind = ValueKind::kEncoded;
@@ -173,7 +179,8 @@ std::vector<ListGroup> ListGroups(const PlanState& state) {
 }
 
 // Each list whose ops write batch fields gets `<list>_count` (i64, per sample): how many
-// of its [N, ...] items are real; the rest are zeros.
+// items the sample has (of the batch's concatenated items, or of its [N, ...] padded
+// ones, the rest being zeros).
 void AddItemCounts(const std::vector<SourceField>& fields, PlanState& state) {
   for (const ListGroup& g : ListGroups(state)) {
     const bool writes_fields = std::any_of(g.ops.begin(), g.ops.end(), [&](int op) {
@@ -214,8 +221,14 @@ std::vector<std::unique_ptr<Op>> GroupListOps(const std::vector<SourceField>& fi
       inner.push_back(std::move(ops[static_cast<size_t>(op)]));
       for (const auto& [name, row] : state.ops[static_cast<size_t>(op)].fields) {
         const FieldSpec& spec = state.fields[static_cast<size_t>(row)];
+        // A ragged field's op appends its own rows, an entry per item.
+        if (spec.layout == FieldLayout::kRagged) continue;
+        const bool padded = spec.layout == FieldLayout::kFixed;
         options.fields.push_back(ForEachItemOp::ItemField{
-            row, spec.sample_bytes() / static_cast<size_t>(options.max_items)});
+            row,
+            padded ? spec.sample_bytes() / static_cast<size_t>(options.max_items)
+                   : spec.sample_bytes(),
+            padded});
       }
     }
     for (size_t r = 0; r < state.fields.size(); ++r) {
@@ -383,6 +396,9 @@ Status CheckBatchFitsBudget(const PipelineSpec& spec, const PipelinePlan& plan,
   std::map<std::string, int64_t> by_source;
   int64_t sample_bytes = static_cast<int64_t>(sizeof(int64_t));  // the engine's "index"
   for (size_t f = 0; f < plan.fields.size(); ++f) {
+    // A concatenated field's bytes are known per batch (admission counts them as they
+    // come: exec/engine.cc); the fixed ones must fit.
+    if (plan.fields[f].concatenated()) continue;
     int64_t bytes = static_cast<int64_t>(DTypeSize(plan.fields[f].dtype));
     for (int64_t d : plan.fields[f].sample_shape) bytes = mul(bytes, d);
     const std::string& source = f < plan.field_sources.size() ? plan.field_sources[f]

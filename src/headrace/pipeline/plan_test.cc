@@ -252,13 +252,35 @@ TEST(PlanPipeline, OpsOverAListOfMediaRunPerItemWithListShapedFields) {
   EXPECT_EQ(dynamic_cast<const DecodeOp&>(*each.ops()[0]).target().min_width, 16);
   EXPECT_FALSE(DecodeAt(*plan, 0).target().any());
   std::map<std::string, std::vector<int64_t>> shapes;
-  for (const FieldSpec& f : plan->fields) shapes[f.name] = f.sample_shape;
-  EXPECT_EQ(shapes["views"], (std::vector<int64_t>{3, 3, 16, 16}));
+  std::map<std::string, FieldLayout> layouts;
+  for (const FieldSpec& f : plan->fields) {
+    shapes[f.name] = f.sample_shape;
+    layouts[f.name] = f.layout;
+  }
+  // The list's items are concatenated over the batch; its count says whose they are.
+  EXPECT_EQ(shapes["views"], (std::vector<int64_t>{3, 16, 16}));
+  EXPECT_EQ(layouts["views"], FieldLayout::kItems);
   EXPECT_EQ(shapes["image"], (std::vector<int64_t>{3, 24, 24}));
+  EXPECT_EQ(layouts["image"], FieldLayout::kFixed);
   ASSERT_TRUE(shapes.count("views_count"));
   EXPECT_EQ(shapes["views_count"], std::vector<int64_t>{});
   EXPECT_TRUE(plan->reads_media);
   ASSERT_EQ(plan->source_values.size(), 1u) << "the list's items are filled per item";
+
+  // pad_items: [max_items, ...] per sample, as a fixed field.
+  spec.source.fields[1].pad_items = true;
+  Result<PipelinePlan> padded = PlanPipeline(spec, *storage);
+  ASSERT_TRUE(padded.ok()) << padded.status().ToString();
+  for (const FieldSpec& f : padded->fields) {
+    if (f.name != "views") continue;
+    EXPECT_EQ(f.sample_shape, (std::vector<int64_t>{3, 3, 16, 16}));
+    EXPECT_EQ(f.layout, FieldLayout::kFixed);
+  }
+  spec.source.fields[0].pad_items = true;  // not a list
+  EXPECT_THAT(ValidatePipelineSpec(spec).message(),
+              HasSubstr("source.fields[0].pad_items: pads a media list"));
+  spec.source.fields[0].pad_items = false;
+  spec.source.fields[1].pad_items = false;
 
   // Normalizing the list before its items have a fixed size says so, naming the list.
   spec.ops = {DecodeSpec{.field = "views"}, NormalizeSpec{.field = "views"}};

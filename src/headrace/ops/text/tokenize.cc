@@ -5,6 +5,7 @@
 #include <sentencepiece_processor.h>
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 namespace headrace {
@@ -130,10 +131,6 @@ Result<ChatTemplate> ChatTemplate::Make(const SentencePieceModel& model, const T
     return Status::InvalidArgument("text.tokenize.max_length must be positive, got " +
                                    std::to_string(spec.max_length));
   }
-  if (!spec.pad) {
-    return Status::InvalidArgument(
-        "text.tokenize.pad: false is not supported yet (batches hold max_length rows)");
-  }
   ChatTemplate tmpl;
   tmpl.max_length = spec.max_length;
   tmpl.ignore_index = spec.ignore_index;
@@ -207,6 +204,8 @@ Status TokenizeConversation(const SentencePieceModel& model, const ChatTemplate&
 
 namespace {
 constexpr const char* kOutputs[] = {"input_ids", "attention_mask", "labels"};
+// With pad false: the tokens only, and where each is in its sample.
+constexpr const char* kRaggedOutputs[] = {"input_ids", "position_ids", "labels"};
 }  // namespace
 
 Status TokenizeOp::Validate(const Spec& s, const std::string& p) {
@@ -229,11 +228,6 @@ Status TokenizeOp::Validate(const Spec& s, const std::string& p) {
           schema::NonEmpty(p + ".image_field", s.image_field, "the image whose size gives N"));
     }
   }
-  if (!s.pad) {
-    return schema::Invalid(p + ".pad",
-                           "false is not supported yet: rows are padded to max_length "
-                           "(allowed: true)");
-  }
   HR_RETURN_IF_ERROR(schema::NonEmpty(p + ".field", s.field, "the conversation value"));
   return schema::AtLeast(p + ".pad_id", s.pad_id, -1);
 }
@@ -242,14 +236,24 @@ namespace {
 bool ImageSized(const TokenizeSpec& spec) {
   return !spec.tokenizer.empty() && !spec.image_token.empty() && spec.image_tokens == 0;
 }
+// attention_mask, or with pad false position_ids.
+std::string SecondOutput(const TokenizeSpec& spec) {
+  return spec.pad ? kOutputs[1] : kRaggedOutputs[1];
+}
 }  // namespace
 
 Status TokenizeOp::Declare(const Spec& spec, PlanContext& ctx) {
   HR_RETURN_IF_ERROR(ctx.Read(spec.field, ValueKind::kConversation).status());
   if (ImageSized(spec)) HR_RETURN_IF_ERROR(ctx.Read(spec.image_field, ValueKind::kImage).status());
-  for (const char* name : kOutputs) {
-    ctx.AddField(FieldSpec{spec.output_prefix + name, DType::kI64, {spec.max_length}},
-                 ctx.key() + ".max_length " + std::to_string(spec.max_length));
+  for (const char* name : spec.pad ? kOutputs : kRaggedOutputs) {
+    if (spec.pad) {
+      ctx.AddField(FieldSpec{spec.output_prefix + name, DType::kI64, {spec.max_length}},
+                   ctx.key() + ".max_length " + std::to_string(spec.max_length));
+    } else {
+      ctx.AddField(FieldSpec{spec.output_prefix + name, DType::kI64, {}, FieldLayout::kRagged},
+                   ctx.key() + ".pad false (each sample's tokens, up to max_length " +
+                       std::to_string(spec.max_length) + ")");
+    }
   }
   return Status::Ok();
 }
@@ -287,7 +291,7 @@ Result<std::unique_ptr<Op>> TokenizeOp::Make(const Spec& spec, PlanContext& ctx)
     }
     auto op = FromTokenizer(
         spec, std::string_view(reinterpret_cast<const char*>(json.data()), json.size()), config,
-        ctx.row(spec.output_prefix + kOutputs[0]), ctx.row(spec.output_prefix + kOutputs[1]),
+        ctx.row(spec.output_prefix + kOutputs[0]), ctx.row(spec.output_prefix + SecondOutput(spec)),
         ctx.row(spec.output_prefix + kOutputs[2]), ctx.slot(spec.field),
         ImageSized(spec) ? ctx.slot(spec.image_field) : -1);
     if (!op.ok()) return op.status().WithContext(ctx.key().substr(0, ctx.key().find('.')));
@@ -296,7 +300,7 @@ Result<std::unique_ptr<Op>> TokenizeOp::Make(const Spec& spec, PlanContext& ctx)
   HR_ASSIGN_OR_RETURN(Buffer model, ctx.ReadFile("model", spec.model));
   auto op = FromModel(
       spec, std::string_view(reinterpret_cast<const char*>(model.data()), model.size()),
-      ctx.row(spec.output_prefix + kOutputs[0]), ctx.row(spec.output_prefix + kOutputs[1]),
+      ctx.row(spec.output_prefix + kOutputs[0]), ctx.row(spec.output_prefix + SecondOutput(spec)),
       ctx.row(spec.output_prefix + kOutputs[2]), ctx.slot(spec.field));
   if (!op.ok()) return op.status().WithContext(ctx.key().substr(0, ctx.key().find('.')));
   return std::unique_ptr<Op>(*std::move(op));
@@ -329,9 +333,11 @@ Result<std::unique_ptr<TokenizeOp>> TokenizeOp::FromModel(const TokenizeSpec& sp
   auto model = SentencePieceModel::FromSerialized(model_bytes, spec.model);
   if (!model.ok()) return model.status().WithContext("text.tokenize.model");
   HR_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Make(**model, spec));
-  return std::unique_ptr<TokenizeOp>(new TokenizeOp(std::move(model).value(), std::move(tmpl),
-                                                    input_ids_row, attention_mask_row,
-                                                    labels_row, conversation_slot));
+  auto op = std::unique_ptr<TokenizeOp>(new TokenizeOp(std::move(model).value(), std::move(tmpl),
+                                                       input_ids_row, attention_mask_row,
+                                                       labels_row, conversation_slot));
+  op->pad_ = spec.pad;
+  return op;
 }
 
 Result<std::unique_ptr<TokenizeOp>> TokenizeOp::FromTokenizer(
@@ -353,6 +359,7 @@ Result<std::unique_ptr<TokenizeOp>> TokenizeOp::FromTokenizer(
                                                        conversation_slot));
   op->hf_ = std::move(chat);
   op->image_slot_ = image_slot;
+  op->pad_ = spec.pad;
   return op;
 }
 
@@ -361,6 +368,19 @@ Status TokenizeOp::Run(SampleContext& ctx) const {
   const TurnsView* conversation = ctx.Get<TurnsView>(conversation_slot_);
   if (conversation == nullptr) {
     return Status::MissingField("the record has no conversation for text.tokenize");
+  }
+  // Padded: the kernels write the batch rows in place. Ragged: they write this thread's
+  // max_length rows (the size pass), and the tokens are appended from there.
+  thread_local std::vector<int64_t> unpadded;
+  const int64_t max_length = hf_ != nullptr ? hf_->max_length : template_.max_length;
+  int64_t* rows[3];
+  if (pad_) {
+    rows[0] = reinterpret_cast<int64_t*>(ctx.rows[input_ids_row_]);
+    rows[1] = reinterpret_cast<int64_t*>(ctx.rows[attention_mask_row_]);
+    rows[2] = reinterpret_cast<int64_t*>(ctx.rows[labels_row_]);
+  } else {
+    unpadded.resize(static_cast<size_t>(3 * max_length));
+    for (int r = 0; r < 3; ++r) rows[r] = unpadded.data() + r * max_length;
   }
   if (hf_ != nullptr) {
     int image_tokens = hf_->image_tokens;
@@ -371,15 +391,23 @@ Status TokenizeOp::Run(SampleContext& ctx) const {
       }
       HR_ASSIGN_OR_RETURN(image_tokens, hf_->ImageTokens(image->width, image->height));
     }
-    return TokenizeChat(*hf_, conversation->turns, image_tokens,
-                        reinterpret_cast<int64_t*>(ctx.rows[input_ids_row_]),
-                        reinterpret_cast<int64_t*>(ctx.rows[attention_mask_row_]),
-                        reinterpret_cast<int64_t*>(ctx.rows[labels_row_]));
+    HR_RETURN_IF_ERROR(TokenizeChat(*hf_, conversation->turns, image_tokens, rows[0], rows[1],
+                                    rows[2]));
+  } else {
+    HR_RETURN_IF_ERROR(TokenizeConversation(*model_, template_, conversation->turns, rows[0],
+                                            rows[1], rows[2]));
   }
-  return TokenizeConversation(*model_, template_, conversation->turns,
-                              reinterpret_cast<int64_t*>(ctx.rows[input_ids_row_]),
-                              reinterpret_cast<int64_t*>(ctx.rows[attention_mask_row_]),
-                              reinterpret_cast<int64_t*>(ctx.rows[labels_row_]));
+  if (pad_) return Status::Ok();
+  // The tokens are the mask's leading ones (the kernels fill left to right).
+  const int64_t n = std::find(rows[1], rows[1] + max_length, 0) - rows[1];
+  HR_ASSIGN_OR_RETURN(uint8_t * ids, ctx.AppendRows(input_ids_row_, n));
+  std::memcpy(ids, rows[0], static_cast<size_t>(n) * sizeof(int64_t));
+  HR_ASSIGN_OR_RETURN(uint8_t * labels, ctx.AppendRows(labels_row_, n));
+  std::memcpy(labels, rows[2], static_cast<size_t>(n) * sizeof(int64_t));
+  HR_ASSIGN_OR_RETURN(uint8_t * positions, ctx.AppendRows(attention_mask_row_, n));
+  auto* position = reinterpret_cast<int64_t*>(positions);
+  for (int64_t i = 0; i < n; ++i) position[i] = i;
+  return Status::Ok();
 }
 
 }  // namespace headrace

@@ -57,7 +57,11 @@ struct TokenizeSpec {  // text.tokenize
   int merge_size = 2;
   // --- both ---
   int max_length = 128;
-  bool pad = true;          // pad every row to max_length (false is not supported by collation yet)
+  // true: every row padded to max_length (input_ids, attention_mask, labels: i64
+  // [max_length] each). false: each sample's tokens only, ragged (input_ids, labels and
+  // position_ids, 0.. per sample: i64 [?] each, with their `<field>_lengths`); max_length
+  // still cuts a longer conversation.
+  bool pad = true;
   int pad_id = -1;          // -1: the model's pad id, or 0 if it has none
   int ignore_index = -100;  // label value outside the loss mask
   bool add_bos = true;
@@ -209,7 +213,8 @@ class TokenizeOp : public Op {
   static Status Validate(const Spec& spec, const std::string& key);
   // Reads the conversation `field` (and, with `tokenizer`, image_token set and
   // image_tokens 0, the image `image_field`); writes output_prefix + input_ids,
-  // attention_mask and labels, i64[max_length] each.
+  // attention_mask and labels, i64[max_length] each, or with pad false input_ids, labels
+  // and position_ids, ragged.
   static Status Declare(const Spec& spec, PlanContext& ctx);
   // Reads the model file, or the tokenizer.json and its tokenizer_config.json, through
   // ctx (local, s3://, http(s)://).
@@ -220,7 +225,8 @@ class TokenizeOp : public Op {
   // Parses the model from `model_bytes` (the contents of spec.model, which the caller
   // read through its Storage: local, s3:// or http(s)://) and compiles the template.
   // kInvalidArgument naming `text.tokenize.<key>` on a bad spec or bytes that are not a
-  // model (naming spec.model), and on negative or repeated row indices.
+  // model (naming spec.model), and on negative or repeated row indices. With spec.pad
+  // false the rows are ragged fields and `attention_mask_row` is position_ids'.
   static Result<std::unique_ptr<TokenizeOp>> FromModel(const TokenizeSpec& spec,
                                                        std::string_view model_bytes,
                                                        int input_ids_row, int attention_mask_row,
@@ -254,6 +260,7 @@ class TokenizeOp : public Op {
   ChatTemplate template_;
   std::unique_ptr<HfChat> hf_;
   int image_slot_ = -1;
+  bool pad_ = true;  // false: the three fields are ragged; the second is position_ids
   int input_ids_row_;
   int attention_mask_row_;
   int labels_row_;

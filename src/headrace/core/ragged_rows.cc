@@ -1,0 +1,85 @@
+#include "headrace/core/ragged_rows.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
+
+namespace headrace {
+
+RaggedRows::RaggedRows(std::vector<size_t> row_bytes, std::shared_ptr<Allocator> memory)
+    : memory_(std::move(memory)) {
+  columns_.resize(row_bytes.size());
+  for (size_t f = 0; f < row_bytes.size(); ++f) columns_[f].row_bytes = row_bytes[f];
+}
+
+RaggedRows::RaggedRows(const std::vector<FieldSpec>& fields, std::shared_ptr<Allocator> memory)
+    : memory_(std::move(memory)) {
+  columns_.resize(fields.size());
+  for (size_t f = 0; f < fields.size(); ++f) {
+    const FieldLayout layout = fields[f].layout;
+    if (layout == FieldLayout::kRagged || layout == FieldLayout::kItems) {
+      columns_[f].row_bytes = fields[f].sample_bytes();
+    }
+  }
+}
+
+bool RaggedRows::Needed(const std::vector<FieldSpec>& fields) {
+  return std::any_of(fields.begin(), fields.end(),
+                     [](const FieldSpec& f) { return f.concatenated(); });
+}
+
+Result<uint8_t*> RaggedRows::Append(int field, int64_t rows) {
+  if (field < 0 || static_cast<size_t>(field) >= columns_.size() ||
+      columns_[static_cast<size_t>(field)].row_bytes == 0) {
+    return Status::Internal("RaggedRows::Append: field " + std::to_string(field) +
+                            " is not a concatenated field");
+  }
+  Column& c = columns_[static_cast<size_t>(field)];
+  if (rows < 0 || rows > std::numeric_limits<int32_t>::max() ||
+      static_cast<uint64_t>(rows) > (std::numeric_limits<size_t>::max() - c.used) / c.row_bytes) {
+    return Status::InvalidArgument("RaggedRows::Append: " + std::to_string(rows) +
+                                   " rows do not fit a batch field");
+  }
+  const size_t need = c.used + static_cast<size_t>(rows) * c.row_bytes;
+  if (need > c.data.size()) {
+    // Geometric growth: a list's items append one at a time.
+    const size_t capacity = std::max(need, c.data.size() + c.data.size() / 2);
+    HR_ASSIGN_OR_RETURN(Buffer grown, Buffer::Allocate(capacity, memory_));
+    if (c.used > 0) std::memcpy(grown.mutable_data(), c.data.data(), c.used);
+    c.data = std::move(grown);
+  }
+  uint8_t* out = c.data.mutable_data() + c.used;
+  c.used = need;
+  c.lengths.push_back(static_cast<int32_t>(rows));
+  return out;
+}
+
+std::span<const uint8_t> RaggedRows::bytes(int field) const {
+  const Column& c = columns_[static_cast<size_t>(field)];
+  return {c.data.data(), c.used};
+}
+
+int64_t RaggedRows::rows(int field) const {
+  const Column& c = columns_[static_cast<size_t>(field)];
+  return c.row_bytes == 0 ? 0 : static_cast<int64_t>(c.used / c.row_bytes);
+}
+
+std::span<const int32_t> RaggedRows::lengths(int field) const {
+  return columns_[static_cast<size_t>(field)].lengths;
+}
+
+size_t RaggedRows::held_bytes() const {
+  size_t n = 0;
+  for (const Column& c : columns_) n += c.data.size();
+  return n;
+}
+
+void RaggedRows::Clear() {
+  for (Column& c : columns_) {
+    c.used = 0;
+    c.lengths.clear();
+  }
+}
+
+}  // namespace headrace

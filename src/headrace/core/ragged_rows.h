@@ -1,0 +1,64 @@
+// RaggedRows: what one sample appends to the concatenated fields of its batch.
+//
+// A fixed field's row is in the batch buffer before the sample runs (its size is known
+// at plan time); a ragged or item field's is not: it depends on the sample (an image's
+// patches, a conversation's tokens). The sample's ops append their rows here, one entry
+// per call (a sample's tokens, one image's patches), and the assemble stage concatenates
+// every kept sample's rows into the batch tensor when the batch is complete: one copy of
+// those bytes. It happens there rather than in place because a sample's offset in the
+// batch is only known once every sample before it has run; holding each sample's
+// intermediate images until then would cost more memory than the copy costs time.
+//
+// One thread writes a sample's RaggedRows (the thread that runs it); the assemble stage
+// reads it after the batch's last sample finished (BatchJob::pending, acq_rel).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "headrace/core/batch.h"
+#include "headrace/core/buffer.h"
+#include "headrace/core/status.h"
+
+namespace headrace {
+
+class RaggedRows {
+ public:
+  RaggedRows() = default;
+  // One entry per batch field: the bytes of one row of field f (0: f is not
+  // concatenated, and Append to it is a bug). Memory comes from `memory`.
+  RaggedRows(std::vector<size_t> row_bytes, std::shared_ptr<Allocator> memory);
+  // For a batch of `fields`: a column for each concatenated one (kRagged, kItems).
+  RaggedRows(const std::vector<FieldSpec>& fields, std::shared_ptr<Allocator> memory);
+  // Whether any of `fields` is concatenated (a batch of them needs RaggedRows).
+  static bool Needed(const std::vector<FieldSpec>& fields);
+
+  // Appends `rows` rows (>= 0) to field `field` as one new entry: where to write them,
+  // rows * row_bytes bytes, valid until the next Append to the same field.
+  // kResourceExhausted when the memory cannot be had.
+  Result<uint8_t*> Append(int field, int64_t rows);
+
+  // What field `field` holds: its bytes, rows and entries, in the order appended.
+  std::span<const uint8_t> bytes(int field) const;
+  int64_t rows(int field) const;
+  std::span<const int32_t> lengths(int field) const;
+  // Bytes held over every field (capacity), for the memory accounting.
+  size_t held_bytes() const;
+  // Every field emptied, its memory kept for the next sample (a bench's reuse).
+  void Clear();
+
+ private:
+  struct Column {
+    size_t row_bytes = 0;
+    Buffer data;      // capacity; the first `used` bytes are rows
+    size_t used = 0;
+    std::vector<int32_t> lengths;
+  };
+  std::vector<Column> columns_;
+  std::shared_ptr<Allocator> memory_;
+};
+
+}  // namespace headrace
