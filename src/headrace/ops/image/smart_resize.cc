@@ -264,11 +264,16 @@ Result<ImageSize> SmartResizeSize(int width, int height, const SmartResizeRule& 
 }
 
 namespace {
-// Pillow 13's order (ImagingResampleInner): vertical first when the width does not
-// shrink and the height does ("to make the horizontal pass faster"), else horizontal
-// first. Pillow 12 and older always filtered horizontally first (README.md).
+// Pillow 13's order (ImagingResampleInner, python-pillow/Pillow#9549, "if height is scaled
+// down significantly more than width, resize vertically first"): vertical first when the
+// height loses more than twice as many pixels as the width, else horizontal first. Read
+// from the installed Pillow 13.0 (its disassembly: the released rule is not in the
+// repository's main yet) and confirmed on 994 random size pairs against one-order
+// emulations. Pillow 12 and older always filtered horizontally first (README.md).
 bool HorizontalFirst(int src_width, int src_height, int dst_width, int dst_height) {
-  return !(dst_width >= src_width && dst_height < src_height);
+  const int64_t dh = int64_t{src_height} - dst_height;
+  const int64_t dw = int64_t{src_width} - dst_width;
+  return !(dh > 0 && dh > 2 * dw);
 }
 }  // namespace
 

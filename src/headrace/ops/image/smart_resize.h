@@ -78,9 +78,9 @@ Result<ImageSize> SmartResizeSize(int width, int height, const SmartResizeRule& 
 // on 8-bit images (Pillow 13): per axis, filter weights over the filter's support scaled
 // by the downscale factor (antialiasing), normalised per output pixel and rounded to
 // 22-bit fixed point; two passes, each value rounded and clipped to 8 bits between them:
-// vertical first when the width does not shrink and the height does, else horizontal
-// first (then over only the rows the vertical pass reads); an axis whose size does not
-// change is not filtered.
+// vertical first when the height loses more than twice as many pixels as the width, else
+// horizontal first (then over only the rows the vertical pass reads); an axis whose size
+// does not change is not filtered.
 //
 // Resamples `src` into `dst` (sizes from the views; 1, 3 or 4 channels, the same in both,
 // every channel filtered alike). `temp` holds the horizontal pass:

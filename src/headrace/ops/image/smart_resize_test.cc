@@ -264,12 +264,12 @@ TEST(PilResizeInto, WithinOneLevelOfADoublePrecisionReference) {
     return static_cast<uint8_t>((x * x * 3 + y * 17 + c * 60 + (x ^ y) * 5) % 256);
   });
   const testing::Bytes pixels = PixelsOf(src.view());
-  // Both orders of Pillow 13: horizontal first, except for a width kept or enlarged with
-  // the height reduced.
+  // Both orders of Pillow 13: vertical first when the height loses more than twice as
+  // many pixels as the width.
   for (auto [w, h] : {std::pair{28, 56}, std::pair{130, 40}, std::pair{50, 113},
-                      std::pair{97, 30}}) {
+                      std::pair{97, 30}, std::pair{90, 20}, std::pair{60, 20}}) {
     for (ResampleFilter f : {ResampleFilter::kBicubic, ResampleFilter::kBilinear}) {
-      const bool horizontal_first = !(w >= 97 && h < 61);
+      const bool horizontal_first = !(61 - h > 0 && 61 - h > 2 * (97 - w));
       std::vector<uint8_t> want =
           horizontal_first
               ? ReferencePass(ReferencePass(pixels, 97, 61, w, true, f), w, 61, h, false, f)
