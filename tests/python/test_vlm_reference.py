@@ -199,9 +199,9 @@ def headrace_resized(tmp: Path, path: Path, width: int, height: int, **smart) ->
     """decode -> smart_resize -> resize (to width x height, a no-op if smart_resize made
     it) -> normalize (v / 255), through the branch's pipeline. HWC uint8."""
     tmp.mkdir(parents=True, exist_ok=True)
-    (tmp / "manifest.jsonl").write_text(json.dumps({"id": path.stem, "image": str(path)}) + "\n")
+    (tmp / "manifest.jsonl").write_text(json.dumps({"id": path.stem, "image": path.name}) + "\n")
     pipeline = headrace.Pipeline(
-        source={"manifest": tmp / "manifest.jsonl", "allow_absolute_paths": True,
+        source={"manifest": tmp / "manifest.jsonl", "root": path.parent,
                 "fields": [{"name": "image", "kind": "image", "required": True}]},
         ops=[ops.decode(), ops.smart_resize(**smart), ops.resize(width=width, height=height),
              ops.normalize(mean=[0, 0, 0], std=[1, 1, 1], layout="hwc")],
