@@ -24,6 +24,7 @@
 #include "headrace/ops/image/rand_augment.h"
 #include "headrace/ops/image/random_resized_crop.h"
 #include "headrace/ops/image/resize.h"
+#include "headrace/ops/image/smart_resize.h"
 #include "headrace/ops/ocr/text.h"
 #include "headrace/ops/pointcloud/augment.h"
 #include "headrace/ops/pointcloud/read.h"
@@ -65,6 +66,7 @@ struct OpList {
 
 using AllOps = OpList<DecodeOp,             //
                       ResizeOp,             //
+                      SmartResizeOp,        //
                       CenterCropOp,         //
                       RandomResizedCropOp,  //
                       FlipOp,               //

@@ -1,0 +1,107 @@
+// The vision geometry and normalisation of the Qwen-VL models, one line per model, as
+// their Hugging Face repositories ship them: what `preset: qwen2_vl | qwen2_5_vl |
+// qwen3_vl` means on image.smart_resize (and, later, vision.patchify and text.tokenize).
+//
+// Header-only data: image.smart_resize (ops/image) reads it, and hr_ops_vision links
+// hr_ops_image (for the bf16/f16 conversions), so a preset.cc would make the two
+// libraries need each other.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+#include <utility>
+
+#include "headrace/ops/schema.h"
+
+namespace headrace {
+
+// Which model's preset a vision op follows.
+enum class VisionModel {
+  kNone,      // "none": no preset; every key takes its own default
+  kQwen2Vl,   // "qwen2_vl": Qwen/Qwen2-VL-*-Instruct
+  kQwen2_5Vl, // "qwen2_5_vl": Qwen/Qwen2.5-VL-*-Instruct
+  kQwen3Vl,   // "qwen3_vl": Qwen/Qwen3-VL-*-Instruct
+};
+
+inline EnumTable<VisionModel> TableOf(VisionModel) {
+  static constexpr std::pair<VisionModel, std::string_view> kNames[] = {
+      {VisionModel::kNone, "none"},
+      {VisionModel::kQwen2Vl, "qwen2_vl"},
+      {VisionModel::kQwen2_5Vl, "qwen2_5_vl"},
+      {VisionModel::kQwen3Vl, "qwen3_vl"},
+  };
+  return kNames;
+}
+
+// The special tokens that stand for vision input in the text, and their ids in the
+// models' tokenizer.json (`added_tokens`; the same in all three families, and the
+// `image_token_id`, `video_token_id`, `vision_start_token_id` of their config.json).
+struct VisionTokens {
+  std::string_view vision_start = "<|vision_start|>";  // 151652
+  std::string_view vision_end = "<|vision_end|>";      // 151653
+  std::string_view image_pad = "<|image_pad|>";        // 151655: one per merged patch
+  std::string_view video_pad = "<|video_pad|>";        // 151656
+  int32_t vision_start_id = 151652;
+  int32_t vision_end_id = 151653;
+  int32_t image_pad_id = 151655;
+  int32_t video_pad_id = 151656;
+};
+
+struct VisionPreset {
+  VisionModel model = VisionModel::kNone;
+  int patch_size = 0;           // spatial patch side, pixels
+  int temporal_patch_size = 0;  // frames per patch (a still image is repeated to it)
+  int merge_size = 0;           // merge_size x merge_size patches become one LLM token
+  std::array<float, 3> image_mean{};
+  std::array<float, 3> image_std{};
+  // smart_resize's pixel range for images (h * w after resizing).
+  int64_t image_min_pixels = 0;
+  int64_t image_max_pixels = 0;
+  // The video processor's range: for qwen3_vl its smart_resize bounds frames * h * w.
+  int64_t video_min_pixels = 0;
+  int64_t video_max_pixels = 0;
+  VisionTokens tokens;
+
+  int factor() const { return patch_size * merge_size; }  // sides are multiples of it
+};
+
+// Sources (the repositories' files as of 2025; cross-checked with the installed
+// transformers' Qwen2VLImageProcessorPil / Qwen3VLVideoProcessor, whose own class
+// defaults differ: max_pixels 28*28*1280 there, 12845056 in the Hub configs):
+//   qwen2_vl   — Qwen/Qwen2-VL-7B-Instruct/preprocessor_config.json: min_pixels 3136,
+//                max_pixels 12845056, patch_size 14, temporal_patch_size 2, merge_size 2,
+//                image_mean/std OPENAI_CLIP. No video_preprocessor_config.json: transformers'
+//                video processor falls back to preprocessor_config.json (the same range).
+//   qwen2_5_vl — Qwen/Qwen2.5-VL-7B-Instruct/preprocessor_config.json: the same values.
+//   qwen3_vl   — Qwen/Qwen3-VL-8B-Instruct/preprocessor_config.json: size {shortest_edge
+//                65536, longest_edge 16777216}, patch_size 16, temporal_patch_size 2,
+//                merge_size 2, image_mean/std 0.5; video_preprocessor_config.json: size
+//                {shortest_edge 4096, longest_edge 25165824}.
+inline constexpr std::array<float, 3> kOpenAiClipMean = {0.48145466f, 0.4578275f, 0.40821073f};
+inline constexpr std::array<float, 3> kOpenAiClipStd = {0.26862954f, 0.26130258f, 0.27577711f};
+
+inline constexpr VisionPreset kVisionPresets[] = {
+    {.model = VisionModel::kQwen2Vl, .patch_size = 14, .temporal_patch_size = 2,
+     .merge_size = 2, .image_mean = kOpenAiClipMean, .image_std = kOpenAiClipStd,
+     .image_min_pixels = 3136, .image_max_pixels = 12845056, .video_min_pixels = 3136,
+     .video_max_pixels = 12845056, .tokens = {}},
+    {.model = VisionModel::kQwen2_5Vl, .patch_size = 14, .temporal_patch_size = 2,
+     .merge_size = 2, .image_mean = kOpenAiClipMean, .image_std = kOpenAiClipStd,
+     .image_min_pixels = 3136, .image_max_pixels = 12845056, .video_min_pixels = 3136,
+     .video_max_pixels = 12845056, .tokens = {}},
+    {.model = VisionModel::kQwen3Vl, .patch_size = 16, .temporal_patch_size = 2,
+     .merge_size = 2, .image_mean = {0.5f, 0.5f, 0.5f}, .image_std = {0.5f, 0.5f, 0.5f},
+     .image_min_pixels = 65536, .image_max_pixels = 16777216, .video_min_pixels = 4096,
+     .video_max_pixels = 25165824, .tokens = {}},
+};
+
+// The preset of `model`; null for kNone (and for a value outside the enum).
+inline const VisionPreset* FindVisionPreset(VisionModel model) {
+  for (const VisionPreset& p : kVisionPresets) {
+    if (p.model == model) return &p;
+  }
+  return nullptr;
+}
+
+}  // namespace headrace
