@@ -89,7 +89,10 @@ def write_parquet(sample: Path, out: Path, recs=None, views=None, prefix="") -> 
 
 
 def fields(views_key: str, conversation_key: str, label_key: str):
-    return [{"name": "views", "kind": "image", "key": views_key, "max_items": MAX_VIEWS},
+    # Padded ([B, MAX_VIEWS, ...]): these datasets compare the sources row by row
+    # (tests/python/test_ragged.py checks the concatenated layout against this one).
+    return [{"name": "views", "kind": "image", "key": views_key, "max_items": MAX_VIEWS,
+             "pad_items": True},
             {"name": "conversation", "kind": "conversation", "key": conversation_key},
             {"name": "label", "kind": "int", "key": label_key}]
 

@@ -105,6 +105,34 @@ def test_materialized_batches_are_the_pipelines(dataset, headrace_bin, tmp_path)
     assert other["samples"] == 80
 
 
+def test_ragged_fields_are_materialized_per_sample_and_read_back_the_same(dataset, headrace_bin,
+                                                                          tmp_path):
+    """Unpadded tokens (input_ids [?] with input_ids_lengths): each sample's member holds
+    its own tokens, and the batches read back equal the pipeline's."""
+    config = pipeline(tmp_path / "p.yaml", dataset)
+    config.write_text(config.read_text().replace("max_length: 48}", "max_length: 48, pad: false}"))
+    original, _ = run(headrace_bin, config, tmp_path, "original")
+    out = tmp_path / "mat"
+    run_headrace(headrace_bin, "materialize", config, "--to", out)
+    info = json.loads((out / "materialized.json").read_text())
+    layouts = {f["name"]: (f["shape"], f.get("layout", "fixed")) for f in info["fields"]}
+    assert layouts == {"image": ([3, 56, 56], "fixed"), "input_ids": ([], "ragged"),
+                       "input_ids_lengths": ([], "lengths"), "position_ids": ([], "ragged"),
+                       "position_ids_lengths": ([], "lengths"), "labels": ([], "ragged"),
+                       "labels_lengths": ([], "lengths")}
+    first = members(out / info["sets"][0]["shards"][0]["shard"])
+    ids = np.load(io.BytesIO(first["000000000.input_ids.npy"]))
+    lengths = np.load(io.BytesIO(first["000000000.input_ids_lengths.npy"]))
+    assert ids.dtype == np.int64 and lengths.dtype == np.int32
+    assert lengths.shape == (1,) and ids.shape == (int(lengths[0]),) and 0 < len(ids) <= 48
+    positions = np.load(io.BytesIO(first["000000000.position_ids.npy"]))
+    np.testing.assert_array_equal(positions, np.arange(len(ids)))
+
+    back, _ = run(headrace_bin, reader(tmp_path / "r.yaml", out), tmp_path, "back")
+    assert back["samples"] == original["samples"] == 80
+    assert back["batch_digests"] == original["batch_digests"]
+
+
 def test_a_skipped_sample_fails_at_the_same_place_when_read_back(dataset, headrace_bin,
                                                                  tmp_path):
     copy = tmp_path / "data"

@@ -71,35 +71,39 @@ class SetWriter {
   JsonWriter ids_{false};
 };
 
-// The batch's layout as materialized.json declares it: every field but the engine's
-// "index", and the strings after "id".
-void DescribeBatch(const Batch& batch, MaterializedInfo& info) {
-  for (const auto& [name, tensor] : batch.fields) {
-    if (name == "index") continue;
-    FieldSpec& f = info.fields.emplace_back();
-    f.name = name;
-    f.dtype = tensor.dtype();
-    f.sample_shape.assign(tensor.shape().begin() + 1, tensor.shape().end());
-  }
+// The batch's layout as materialized.json declares it: the pipeline's fields (the
+// engine's "index" is not one), and the strings after "id".
+void DescribeBatch(const Batch& batch, const std::vector<FieldSpec>& fields,
+                   MaterializedInfo& info) {
+  info.fields = fields;
   for (const Batch::Strings& s : batch.strings) {
     if (s.name != "id") info.strings.push_back({s.name, s.list});
   }
 }
 
-// Writes each sample of `batch` into `out`.
-Status WriteBatch(const Batch& batch, SetWriter& out) {
+// Writes each sample of `batch` into `out`: a member per field, each sample's own part
+// of a concatenated one ((rows, ...shape): its tokens, its images' patches, their lengths).
+Status WriteBatch(const Batch& batch, const std::vector<FieldSpec>& fields, SetWriter& out) {
   const Tensor* index = batch.Find("index");
   if (index == nullptr) return Status::Internal("a batch without 'index'");
+  std::vector<std::vector<int64_t>> offsets;
+  for (const FieldSpec& field : fields) {
+    HR_ASSIGN_OR_RETURN(std::vector<int64_t> o, SampleOffsets(batch, field));
+    offsets.push_back(std::move(o));
+  }
   for (int64_t s = 0; s < batch.size(); ++s) {
     const std::string key = SampleKey(index->data<int64_t>()[s]);
     std::vector<std::pair<std::string, std::string>> members;
-    for (const auto& [name, tensor] : batch.fields) {
-      if (name == "index") continue;
-      FieldSpec field{name, tensor.dtype(), {tensor.shape().begin() + 1, tensor.shape().end()}};
+    for (size_t f = 0; f < fields.size(); ++f) {
+      const FieldSpec& field = fields[f];
+      const Tensor& tensor = *batch.Find(field.name);
+      const int64_t first = offsets[f][s];
+      const int64_t rows = offsets[f][s + 1] - first;
       const size_t row = field.sample_bytes();
-      std::string npy = NpyHeader(field);
-      npy.append(reinterpret_cast<const char*>(tensor.buffer().data()) + row * s, row);
-      members.emplace_back(key + "." + name + ".npy", std::move(npy));
+      std::string npy = field.concatenated() ? NpyHeader(field, rows) : NpyHeader(field);
+      npy.append(reinterpret_cast<const char*>(tensor.buffer().data()) + row * first,
+                 row * static_cast<size_t>(rows));
+      members.emplace_back(key + "." + field.name + ".npy", std::move(npy));
     }
     std::string id;
     JsonWriter json(false);
@@ -146,9 +150,10 @@ Status MaterializeSet(const MaterializeOptions& options, MaterializedInfo& info,
   while (true) {
     HR_ASSIGN_OR_RETURN(std::optional<Batch> batch, loader->Next());
     if (!batch) break;
-    if (info.fields.empty() && info.strings.empty()) DescribeBatch(*batch, info);
+    const std::vector<FieldSpec>& fields = loader->prepared().fields();
+    if (info.fields.empty() && info.strings.empty()) DescribeBatch(*batch, fields, info);
     for (const SampleError& e : batch->errors) set.skipped.push_back({e.index, e.status});
-    HR_RETURN_IF_ERROR(WriteBatch(*batch, writer));
+    HR_RETURN_IF_ERROR(WriteBatch(*batch, fields, writer));
   }
   return writer.Close();
 }

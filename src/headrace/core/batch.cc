@@ -2,6 +2,25 @@
 
 namespace headrace {
 
+std::string_view FieldLayoutName(FieldLayout layout) {
+  switch (layout) {
+    case FieldLayout::kFixed: return "fixed";
+    case FieldLayout::kRagged: return "ragged";
+    case FieldLayout::kItems: return "items";
+    case FieldLayout::kLengths: return "lengths";
+  }
+  return "fixed";
+}
+
+Result<FieldLayout> ParseFieldLayout(std::string_view name) {
+  for (FieldLayout l : {FieldLayout::kFixed, FieldLayout::kRagged, FieldLayout::kItems,
+                        FieldLayout::kLengths}) {
+    if (FieldLayoutName(l) == name) return l;
+  }
+  return Status::InvalidArgument("unknown field layout '" + std::string(name) +
+                                 "' (allowed: fixed, ragged, items, lengths)");
+}
+
 std::string LengthsName(std::string_view name) { return std::string(name) + "_lengths"; }
 
 int64_t Batch::size() const {

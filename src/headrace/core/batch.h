@@ -55,6 +55,10 @@ struct FieldSpec {
   size_t fixed_bytes() const { return concatenated() ? 0 : sample_bytes(); }
 };
 
+// "fixed", "ragged", "items", "lengths"; and back (kInvalidArgument for another name).
+std::string_view FieldLayoutName(FieldLayout layout);
+Result<FieldLayout> ParseFieldLayout(std::string_view name);
+
 // The name of the lengths field of ragged field `name`: "<name>_lengths".
 std::string LengthsName(std::string_view name);
 

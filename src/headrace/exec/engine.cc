@@ -251,7 +251,9 @@ EngineMetrics Engine::Metrics() const {
   m.next_wait = d.next_wait;
   m.io_budget_bytes = options_.io_budget_bytes;
   m.batch_budget_bytes = options_.batch_budget_bytes;
-  m.full_batch_bytes = static_cast<int64_t>(BatchBytes(options_.order.batch_size));
+  // A full batch's fixed rows and, with concatenated fields, their mean so far.
+  m.full_batch_bytes = static_cast<int64_t>(BatchBytes(options_.order.batch_size)) +
+                       options_.order.batch_size * assemble_->ConcatenatedBytesPerSample();
   m.batch_memory_reused = assemble_->memory_reused();
   m.batch_memory_fresh = assemble_->memory_fresh();
   const ScratchMetrics scratch = chain_->Scratch();

@@ -150,7 +150,9 @@ struct EngineMetrics {
   int64_t batches_ready = 0;        // batches done and waiting for the consumer
   int reads_inflight = 0;           // now
   // The two budgets (EngineOptions) and one full batch's buffers (BatchBytes of
-  // order.batch_size): how many batches the batch budget holds ahead of the consumer.
+  // order.batch_size, plus, with concatenated fields, order.batch_size times their mean
+  // bytes per sample so far): how many batches the batch budget holds ahead of the
+  // consumer.
   int64_t io_budget_bytes = 0;
   int64_t batch_budget_bytes = 0;
   int64_t full_batch_bytes = 0;

@@ -2,6 +2,7 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -147,6 +148,29 @@ Result<MaterializedInfo> ParseInfo(std::string_view json) {
       return Status::BadRecord("field '" + f.name + "': shape is " + shape.status().message());
     }
     f.sample_shape = *std::move(shape);
+    std::string_view layout;
+    if (e["layout"].get(layout) == simdjson::SUCCESS) {  // absent: fixed (as format 1 wrote)
+      auto parsed_layout = ParseFieldLayout(layout);
+      if (!parsed_layout.ok()) {
+        return Status::BadRecord("field '" + f.name + "': " + parsed_layout.status().message());
+      }
+      f.layout = *parsed_layout;
+    }
+    std::string_view count;
+    if (e["count_field"].get(count) == simdjson::SUCCESS) f.count_field = count;
+  }
+  // A ragged field's lengths follow it, as the planner lays them out.
+  for (size_t i = 0; i < info.fields.size(); ++i) {
+    const bool ragged = info.fields[i].layout == FieldLayout::kRagged;
+    const bool lengths_next = i + 1 < info.fields.size() &&
+                              info.fields[i + 1].layout == FieldLayout::kLengths &&
+                              info.fields[i + 1].name == LengthsName(info.fields[i].name);
+    const bool orphan = info.fields[i].layout == FieldLayout::kLengths &&
+                        (i == 0 || info.fields[i - 1].layout != FieldLayout::kRagged);
+    if ((ragged && !lengths_next) || orphan) {
+      return Status::BadRecord("field '" + info.fields[i].name +
+                               "': a ragged field must be followed by its '<name>_lengths'");
+    }
   }
   if (root["strings"].get(array) != simdjson::SUCCESS) {
     return Status::BadRecord("no array 'strings'");
@@ -274,7 +298,13 @@ std::string MaterializedInfoToJson(const MaterializedInfo& info) {
     w.BeginObject().Key("name").String(f.name).Key("dtype").String(DTypeName(f.dtype));
     w.Key("shape").BeginArray();
     for (int64_t d : f.sample_shape) w.Int(d);
-    w.EndArray().Key("member").String(f.name + ".npy").EndObject();
+    w.EndArray();
+    if (f.concatenated()) {
+      // Each sample's member holds its own part: (rows, ...shape).
+      w.Key("layout").String(FieldLayoutName(f.layout));
+      if (!f.count_field.empty()) w.Key("count_field").String(f.count_field);
+    }
+    w.Key("member").String(f.name + ".npy").EndObject();
   }
   w.EndArray();
   w.Key("strings").BeginArray();
@@ -313,13 +343,15 @@ Result<MaterializedInfo> ParseMaterializedInfo(std::string_view json, const std:
   return info;
 }
 
-std::string NpyHeader(const FieldSpec& field) {
+std::string NpyHeader(const FieldSpec& field, int64_t rows) {
   // NumPy's own spelling: (), (3,), (3, 224, 224).
+  std::vector<int64_t> dims = field.sample_shape;
+  if (rows >= 0) dims.insert(dims.begin(), rows);
   std::string shape = "(";
-  for (size_t i = 0; i < field.sample_shape.size(); ++i) {
-    shape += (i > 0 ? ", " : "") + std::to_string(field.sample_shape[i]);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    shape += (i > 0 ? ", " : "") + std::to_string(dims[i]);
   }
-  shape += field.sample_shape.size() == 1 ? ",)" : ")";
+  shape += dims.size() == 1 ? ",)" : ")";
   std::string dict = "{'descr': '" + std::string(NpyDescr(field.dtype)) +
                      "', 'fortran_order': False, 'shape': " + shape + ", }";
   // magic (6) + version (2) + length (2) + dict + padding + '\n': a multiple of 64.
@@ -343,6 +375,33 @@ Result<std::span<const uint8_t>> NpyRow(std::span<const uint8_t> npy, const Fiel
                                "] row materialized.json declares");
   }
   return npy.subspan(header.size());
+}
+
+Result<NpyRows> NpyRowsOf(std::span<const uint8_t> npy, const FieldSpec& field) {
+  // The leading dimension as the header spells it; the header rebuilt for it must then
+  // match byte for byte, as NpyRow's does.
+  const std::string_view text(reinterpret_cast<const char*>(npy.data()),
+                              std::min<size_t>(npy.size(), 256));
+  const size_t at = text.find("'shape': (");
+  int64_t rows = -1;
+  if (at != std::string_view::npos) {
+    rows = 0;
+    size_t i = at + 10;
+    for (; i < text.size() && text[i] >= '0' && text[i] <= '9' && rows < (int64_t{1} << 40); ++i) {
+      rows = rows * 10 + (text[i] - '0');
+    }
+    if (i == at + 10) rows = -1;
+  }
+  const std::string header = rows >= 0 ? NpyHeader(field, rows) : std::string();
+  if (rows < 0 || npy.size() != header.size() + static_cast<size_t>(rows) * field.sample_bytes() ||
+      std::memcmp(npy.data(), header.data(), header.size()) != 0) {
+    std::string shape = "?";
+    for (int64_t d : field.sample_shape) shape += ", " + std::to_string(d);
+    return Status::CorruptData("member " + field.name + ".npy is not the " +
+                               std::string(DTypeName(field.dtype)) + "[" + shape +
+                               "] values materialized.json declares");
+  }
+  return NpyRows{npy.subspan(header.size()), rows};
 }
 
 std::string JoinUri(std::string_view base, std::string_view path) {

@@ -90,11 +90,20 @@ std::string MaterializedInfoToJson(const MaterializedInfo& info);
 // version ("written as format 2; this headrace (0.1.0) reads format 1").
 Result<MaterializedInfo> ParseMaterializedInfo(std::string_view json, const std::string& uri);
 
-// The .npy header (magic, version 1.0, dict, padding to 64 bytes) of one row of `field`.
-std::string NpyHeader(const FieldSpec& field);
+// The .npy header (magic, version 1.0, dict, padding to 64 bytes) of one row of `field`;
+// with `rows` >= 0, of `rows` values of it ((rows, ...sample_shape): a sample's part of a
+// concatenated field).
+std::string NpyHeader(const FieldSpec& field, int64_t rows = -1);
 // The row's bytes from a .npy member: kCorruptData unless `npy` is exactly NpyHeader(field)
 // followed by field.sample_bytes() bytes.
 Result<std::span<const uint8_t>> NpyRow(std::span<const uint8_t> npy, const FieldSpec& field);
+// A sample's part of a concatenated field from its .npy member: its values and how many
+// (the leading dimension), under the same checks (kCorruptData).
+struct NpyRows {
+  std::span<const uint8_t> bytes;
+  int64_t rows = 0;
+};
+Result<NpyRows> NpyRowsOf(std::span<const uint8_t> npy, const FieldSpec& field);
 
 // `base` joined with a relative path: "s3://b/p" + "epoch-0/x" -> "s3://b/p/epoch-0/x";
 // "." parts are dropped.

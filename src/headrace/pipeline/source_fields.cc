@@ -70,14 +70,58 @@ class MaterializedRowsOp final : public Op {
                               " members, not " + std::to_string(fields_.size() + 1));
     }
     for (size_t f = 0; f < fields_.size(); ++f) {
-      HR_ASSIGN_OR_RETURN(const std::span<const uint8_t> row,
-                          NpyRow({media[f].bytes.data(), media[f].bytes.size()}, fields_[f]));
-      std::memcpy(ctx.rows[f], row.data(), row.size());
+      const std::span<const uint8_t> npy{media[f].bytes.data(), media[f].bytes.size()};
+      switch (fields_[f].layout) {
+        case FieldLayout::kFixed: {
+          HR_ASSIGN_OR_RETURN(const std::span<const uint8_t> row, NpyRow(npy, fields_[f]));
+          std::memcpy(ctx.rows[f], row.data(), row.size());
+          break;
+        }
+        case FieldLayout::kItems: {
+          HR_ASSIGN_OR_RETURN(const NpyRows items, NpyRowsOf(npy, fields_[f]));
+          HR_ASSIGN_OR_RETURN(uint8_t * out, ctx.AppendRows(static_cast<int>(f), items.rows));
+          if (!items.bytes.empty()) std::memcpy(out, items.bytes.data(), items.bytes.size());
+          break;
+        }
+        case FieldLayout::kRagged:
+          HR_RETURN_IF_ERROR(AppendEntries(ctx, f, npy, media[f + 1]));
+          break;
+        case FieldLayout::kLengths:  // with its ragged field, just before
+          break;
+      }
     }
     return Status::Ok();
   }
 
  private:
+  // The ragged field `f`'s rows, entry by entry as its lengths member says.
+  Status AppendEntries(SampleContext& ctx, size_t f, std::span<const uint8_t> npy,
+                       const Sample::Item& lengths_member) const {
+    HR_ASSIGN_OR_RETURN(const NpyRows rows, NpyRowsOf(npy, fields_[f]));
+    HR_ASSIGN_OR_RETURN(const NpyRows lengths,
+                        NpyRowsOf({lengths_member.bytes.data(), lengths_member.bytes.size()},
+                                  fields_[f + 1]));
+    const size_t row_bytes = fields_[f].sample_bytes();
+    size_t at = 0;
+    for (int64_t e = 0; e < lengths.rows; ++e) {
+      int32_t length = 0;
+      std::memcpy(&length, lengths.bytes.data() + e * sizeof length, sizeof length);
+      const auto n = static_cast<size_t>(std::max(length, 0));
+      if (length < 0 || n > (rows.bytes.size() - at) / row_bytes) {
+        at = SIZE_MAX;  // more than the member holds
+        break;
+      }
+      HR_ASSIGN_OR_RETURN(uint8_t * out, ctx.AppendRows(static_cast<int>(f), length));
+      if (n > 0) std::memcpy(out, rows.bytes.data() + at, n * row_bytes);
+      at += n * row_bytes;
+    }
+    if (at != rows.bytes.size()) {
+      return Status::CorruptData("member " + fields_[f].name + ".npy has " +
+                                 std::to_string(rows.rows) + " rows, its lengths say otherwise");
+    }
+    return Status::Ok();
+  }
+
   std::vector<FieldSpec> fields_;
 };
 
