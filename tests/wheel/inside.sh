@@ -5,9 +5,11 @@ set -euo pipefail
 cd /work
 say() { echo "test-wheel [inside]: $*"; }
 
-# Nothing of our build dependencies is here: no FFmpeg, Tesseract, libjpeg-turbo, ... .
-for lib in libavcodec.so.59 libtesseract.so.5 libturbojpeg.so.0 libsentencepiece.so.0 \
-           libcurl.so.4 libarchive.so.13 libpcre2-8.so.0; do
+# None of the libraries the wheel vendors is here (PCRE2 and zlib are: grep and dpkg,
+# essential packages, bring them; the wheel vendors its own PCRE2 all the same).
+for lib in libavcodec.so.59 libtesseract.so.5 liblept.so.5 libturbojpeg.so.0 libwebp.so.7 \
+           libsentencepiece.so.0 libcurl.so.4 libarchive.so.13 libyaml-cpp.so.0.7 \
+           libsimdjson.so.14 libx264.so.164; do
   if ldconfig -p | grep -q "$lib"; then say "the root file system has $lib"; exit 1; fi
 done
 say "$(. /etc/os-release; echo "$PRETTY_NAME"), $(python3 --version), $(ldd --version | head -1)"

@@ -49,7 +49,12 @@ mkdir -p "$CHROOT/work/wheels" "$CHROOT/root/.cache/pip"
 cp -r examples "$CHROOT/work/"
 cp tests/wheel/inside.sh tests/wheel/loader_check.py "$CHROOT/work/"
 cp "${wheels[0]}" "$CHROOT/work/wheels/"
-cp /etc/resolv.conf "$CHROOT/etc/resolv.conf"   # pip reaches PyPI from inside
+# pip reaches PyPI from inside as it does here: the host's resolver and CA bundle (where
+# this machine's TLS passes a proxy with a CA of its own; minbase has no CA bundle).
+cp /etc/resolv.conf "$CHROOT/etc/resolv.conf"
+CA=${PIP_CERT:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}
+mkdir -p "$CHROOT/etc/ssl/certs"
+[ -f "$CA" ] && cp "$CA" "$CHROOT/etc/ssl/certs/host-ca.crt"
 # torch: PyPI's Linux wheel is the CUDA build (GBs with its nvidia-* wheels); the CPU
 # build lies on this machine's image (pip's find-links, /opt/wheels). Without it the
 # Python check uses numpy + DLPack, and says so.
@@ -75,7 +80,7 @@ unshare --mount --propagation private bash -c '
   mount -t proc proc "$1/proc"
   mount --rbind /dev "$1/dev"
   mount --bind "$2" "$1/root/.cache/pip"
-  exec chroot "$1" /usr/bin/env -i HOME=/root LANG=C.UTF-8 \
+  exec chroot "$1" /usr/bin/env -i HOME=/root LANG=C.UTF-8 PIP_CERT=/etc/ssl/certs/host-ca.crt \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     bash /work/inside.sh' _ "$CHROOT" "$CACHE/pip-cache"
 rm -rf "$CHROOT"
