@@ -69,10 +69,12 @@ wheel:
 	JOBS=$(JOBS) scripts/build_wheel.sh
 
 # The wheels installed and run in a Debian 12 root file system with none of our build
-# dependencies (tests/wheel/run.sh; root). Not part of `make test`: it takes minutes
-# (a first run ~10, later ones ~4 on 2 cores: the wheel build itself is most of it) and
-# CI must stay under 30. Intended schedule: nightly and before every release, on the
-# same kind of machine as CI, as `make wheel test-wheel` (.ci/run runs `make test` only).
+# dependencies (tests/wheel/run.sh; root). Not part of `make test`, which CI runs and
+# which must stay under 30 minutes: from a fresh worktree `make wheel` takes ~6 minutes
+# on 2 cores (the minimal FFmpeg ~3 of them; the C++ core from ccache), then ~2, and
+# `make test-wheel` ~4 (debootstrap), then ~3. Intended schedule: nightly and before every
+# release, on the same kind of machine as CI, as `make wheel test-wheel` (.ci/run runs
+# `make test` only and is not changed).
 test-wheel:
 	tests/wheel/run.sh
 
