@@ -60,11 +60,37 @@ run-ray: build
 test: build
 	@$(MAKE) --no-print-directory unit e2e asan tsan
 
+# The self-contained wheels (README.md, "Install without building"; scripts/build_wheel.sh):
+# dist/headrace-<v>-cp311-cp311-manylinux_2_36_x86_64.whl and ...-cp312-abi3-... (3.12
+# and later), each under 50 MiB. Build folders, the minimal FFmpeg they link and the
+# build environments are cached in .whl/.
+.PHONY: wheel test-wheel gpu-bundle
+wheel:
+	JOBS=$(JOBS) scripts/build_wheel.sh
+
+# The wheels installed and run in a Debian 12 root file system with none of our build
+# dependencies (tests/wheel/run.sh; root). Not part of `make test`, which CI runs and
+# which must stay under 30 minutes: from a fresh worktree `make wheel` takes ~6 minutes
+# on 2 cores (the minimal FFmpeg ~3 of them; the C++ core from ccache), then ~2, and
+# `make test-wheel` ~4 (debootstrap), then ~3. Intended schedule: nightly and before every
+# release, on the same kind of machine as CI, as `make wheel test-wheel` (.ci/run runs
+# `make test` only and is not changed).
+test-wheel:
+	tests/wheel/run.sh
+
+# What `make test-gpu` needs on a GPU machine that has only Python 3.12 and torch (no
+# network, nothing built): the abi3 wheel and Arrow's two libraries, in dist/gpu/
+# (tests/gpu/bundle.sh; under 64 MiB, what that machine receives at once).
+gpu-bundle: wheel
+	tests/gpu/bundle.sh
+
 # The GPU hand-off on a machine with a CUDA device (tests/gpu/README.md): pinned batches,
 # 2,000 batches with GPU checksums against the host's, copy/step overlap, no pinned
 # allocation per batch, H2D bandwidth, and the out-of-memory error.
 .PHONY: test-gpu
-test-gpu: build
+# On the GPU machine this builds nothing: with dist/gpu/ there (`make gpu-bundle`, here)
+# check.sh installs that wheel; without it, it uses .venv's package (`make build`).
+test-gpu: $(if $(wildcard dist/gpu/headrace-*.whl),,build)
 	tests/gpu/check.sh --json out/gpu_check.json
 
 unit:
@@ -193,4 +219,4 @@ bench-pointcloud: build
 	$(PY) bench/pointcloud.py --bin $(BUILD)/headrace --json bench/pointcloud.json
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan build-py $(FUZZ_BUILD) out
+	rm -rf $(BUILD) build-asan build-tsan build-py $(FUZZ_BUILD) out dist build-wheel-* .whl/chroot

@@ -14,6 +14,23 @@
 
 See python/README.md.
 """
+from . import _cli
+
+# The wheel ships Tesseract's English model and make-sample's font: ocr.text reads
+# TESSDATA_PREFIX, the OCR page renderer HEADRACE_FONT; a user's own setting wins.
+_cli.use_bundled_environment()
+
+try:
+    from . import _headrace
+except ImportError as _error:
+    # A vendored library that needs a newer glibc than this system's: say which, and what
+    # glibc it needs, instead of the loader's one line (python/headrace/_loadcheck.py).
+    from . import _loadcheck
+    _why = _loadcheck.explain(_error)
+    if _why is None:
+        raise
+    raise ImportError(_why, name=__name__ + "._headrace") from _error
+
 from . import ops
 from ._headrace import CancelledError, ConfigError, Error, Tensor, make_sample
 from .batch import Batch

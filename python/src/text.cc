@@ -88,7 +88,11 @@ void RegisterText(nb::module_& m) {
               PyObject* row = PyList_New(static_cast<Py_ssize_t>(end - begin));
               if (row == nullptr) throw nb::python_error();
               for (size_t k = begin; k < end; ++k) {
+#ifdef Py_LIMITED_API  // the wheel's stable-ABI build (python/CMakeLists.txt)
+                PyList_SetItem(row, static_cast<Py_ssize_t>(k - begin), PyLong_FromLong(ids[k]));
+#else
                 PyList_SET_ITEM(row, static_cast<Py_ssize_t>(k - begin), PyLong_FromLong(ids[k]));
+#endif
               }
               out.append(nb::steal(row));
               begin = end;

@@ -4,6 +4,7 @@
 #include FT_FREETYPE_H
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -61,6 +62,11 @@ int LayOut(FT_Face face, const std::vector<char32_t>& line, F&& f) {
 
 }  // namespace
 
+std::string DefaultFont() {
+  const char* font = std::getenv("HEADRACE_FONT");
+  return font != nullptr && *font != '\0' ? std::string(font) : std::string(kDejaVuSans);
+}
+
 Result<Image> RenderText(std::span<const std::string> lines, const RenderTextOptions& options) {
   if (options.pixel_size < 4 || options.pixel_size > 512 || options.margin < 0 ||
       options.margin > 4096 || (options.channels != 1 && options.channels != 3)) {
@@ -73,7 +79,7 @@ Result<Image> RenderText(std::span<const std::string> lines, const RenderTextOpt
   FT_Face face_raw = nullptr;
   if (FT_New_Face(lib.get(), options.font.c_str(), 0, &face_raw) != 0) {
     return Status::InvalidArgument("RenderText: cannot load the font " + options.font +
-                                   " (Debian: fonts-dejavu-core)");
+                                   " (Debian: fonts-dejavu-core; or set HEADRACE_FONT)");
   }
   const FacePtr face(face_raw);
   if (FT_Set_Pixel_Sizes(face.get(), 0, static_cast<FT_UInt>(options.pixel_size)) != 0) {

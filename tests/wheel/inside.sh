@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Runs inside tests/wheel/run.sh's root file system (Debian 12 minbase + python3,
+# python3-venv): installs the wheel into a fresh venv and runs what a user would.
+set -euo pipefail
+cd /work
+say() { echo "test-wheel [inside]: $*"; }
+
+# None of the libraries the wheel vendors is here (PCRE2 and zlib are: grep and dpkg,
+# essential packages, bring them; the wheel vendors its own PCRE2 all the same).
+for lib in libavcodec.so.59 libtesseract.so.5 liblept.so.5 libturbojpeg.so.0 libwebp.so.7 \
+           libsentencepiece.so.0 libcurl.so.4 libarchive.so.13 libyaml-cpp.so.0.7 \
+           libsimdjson.so.14 libx264.so.164; do
+  if ldconfig -p | grep -q "$lib"; then say "the root file system has $lib"; exit 1; fi
+done
+say "$(. /etc/os-release; echo "$PRETTY_NAME"), $(python3 --version), $(ldd --version | head -1)"
+
+python3 -m venv /opt/venv
+/opt/venv/bin/pip install -q --disable-pip-version-check wheels/headrace-*-cp311-*.whl
+if ls wheels/torch-*.whl >/dev/null 2>&1; then
+  /opt/venv/bin/pip install -q --disable-pip-version-check wheels/torch-*.whl
+fi
+export PATH=/opt/venv/bin:$PATH
+say "installed: $(pip list --format=freeze 2>/dev/null | grep -iE '^(headrace|numpy|pyarrow|torch)=' | tr '\n' ' ')"
+command -v headrace
+
+# Every ELF file of the package resolves each library inside the wheel or pyarrow.
+python - <<'PY'
+import pathlib, subprocess, headrace
+pkg = pathlib.Path(headrace.__file__).parent
+files = [*pkg.glob("_headrace*.so"), pkg / "bin" / "headrace", *(pkg.parent / "headrace.libs").iterdir()]
+for f in files:
+    out = subprocess.run(["ldd", str(f)], capture_output=True, text=True, check=True).stdout
+    bad = [l.strip() for l in out.splitlines() if "not found" in l]
+    assert not bad, (f, bad)
+print(f"test-wheel [inside]: {len(files)} ELF files, every library found")
+PY
+
+headrace make-sample --out data/sample --samples 200 --threads 2
+headrace make-sample --out data/multimodal --samples 48 --threads 2 --modalities video,audio,ocr
+check() {  # REPORT MIN_SAMPLES: the run delivered at least that many samples, no errors
+  python - "$@" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["samples"] >= int(sys.argv[2]) and r["errors"]["total"] == 0, (r["samples"], r["errors"])
+print(f"test-wheel [inside]: {sys.argv[1]}: {r['samples']} samples, {r['samples_per_s']:.0f}/s, no errors")
+PY
+}
+mkdir -p out
+headrace run examples/vqa.yaml --quiet --report out/vqa.json --set trainer.step_ms=0
+check out/vqa.json 400
+for example in video audio ocr; do
+  headrace run "examples/$example.yaml" --quiet --report "out/$example.json"
+  check "out/$example.json" 48
+done
+# Exit codes pass through the launcher: a configuration error is 2.
+set +e; headrace run examples/no-such.yaml --quiet 2>/dev/null; rc=$?; set -e
+[ "$rc" = 2 ] || { say "a missing config exited $rc, not 2"; exit 1; }
+
+python loader_check.py
+if [ -f python312 ]; then
+  py=$(cat python312)
+  "$py" -m venv /opt/venv312
+  /opt/venv312/bin/pip install -q --disable-pip-version-check wheels/headrace-*-abi3-*.whl
+  /opt/venv312/bin/python loader_check.py
+fi
+say "all passed"
