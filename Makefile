@@ -96,9 +96,11 @@ test-gpu: $(if $(wildcard dist/gpu/headrace-*.whl),,build)
 unit:
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# The binary's end-to-end tests and the Python package's tests (tests/python).
+# The binary's end-to-end tests and the Python package's tests (tests/python), in two
+# processes (pytest-xdist), one test file at a time each.
+E2E_PROCS ?= 2
 e2e:
-	HEADRACE_BIN=$(abspath $(BUILD))/headrace $(PY) -m pytest -q tests
+	HEADRACE_BIN=$(abspath $(BUILD))/headrace $(PY) -m pytest -q -n $(E2E_PROCS) --dist loadfile tests
 
 asan: setup
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHEADRACE_SANITIZE=address

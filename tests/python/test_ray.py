@@ -201,6 +201,28 @@ def test_a_ranks_batches_are_byte_identical_to_the_local_loaders(cluster, pipeli
     assert stats["bytes_moved"] > 0 and stats["reassignments"] == 0
 
 
+def test_ragged_batches_from_workers_are_the_local_loaders(cluster, py_sample):
+    """Unpadded tokens (input_ids [?] with input_ids_lengths) through Ray's object store:
+    every batch's shapes and bytes as the local loader makes them."""
+    ops = headrace.ops
+    ragged = headrace.Pipeline(
+        source=py_sample / "manifest.jsonl",
+        ops=[ops.tokenize(py_sample / "tokenizer.model", max_length=48, pad=False)],
+        batch_size=8, seed=1, cpu_threads=2, memory_budget="64MiB", epochs=2)
+
+    def shapes(b):
+        return digest(b) + (tuple(b["input_ids"].shape), tuple(b["input_ids_lengths"].shape))
+
+    loader = hray.Loader(ragged, workers=2, worker_resources=WORKER)
+    try:
+        got = [shapes(b) for _ in range(2) for b in loader]
+    finally:
+        loader.close()
+    local = headrace.Loader(ragged)
+    assert got == [shapes(b) for _ in range(2) for b in local]
+    assert len({s[-2] for s in got}) > 1, "the token counts vary from batch to batch"
+
+
 def test_a_worker_killed_mid_epoch_loses_and_duplicates_nothing(cluster, pipeline):
     loader = hray.Loader(pipeline, workers=2, worker_resources=WORKER, prefetch=4)
     try:

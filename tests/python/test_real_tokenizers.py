@@ -7,6 +7,7 @@ converted by scripts/fetch_vocabs.py into data/vocabs/ (run here when missing; c
 The sweep's size per tokenizer is HEADRACE_TOKENIZER_SWEEP (default 4,000 strings here;
 `make test-tokenizers` runs 25,000).
 """
+import fcntl
 import json
 import os
 import subprocess
@@ -35,9 +36,14 @@ NAMES = ["qwen2", "llama3", "gpt2"]
 
 @pytest.fixture(scope="module")
 def vocabs():
-    if not all((VOCABS / n / "tokenizer.json").exists() for n in NAMES):
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_vocabs.py"),
-                        "--out", str(VOCABS)], check=True)
+    # `make test` runs the tests in two processes (pytest-xdist): one fetches, the other
+    # waits for it on the lock rather than writing the same files at once.
+    VOCABS.mkdir(parents=True, exist_ok=True)
+    with open(VOCABS / ".fetch.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not all((VOCABS / n / "tokenizer.json").exists() for n in NAMES):
+            subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_vocabs.py"),
+                            "--out", str(VOCABS)], check=True)
     return VOCABS
 
 
