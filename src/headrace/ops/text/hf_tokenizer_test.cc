@@ -430,5 +430,93 @@ TEST(TokenizeChat, ImageSizesTheProcessorWouldResizeAreRefused) {
   EXPECT_EQ(*chat.ImageTokens(28, 56), 2);
 }
 
+// --- one count per image (text.tokenize.grid_field) -----------------------------------
+
+Result<std::unique_ptr<HfChat>> ImageChat(int max_length) {
+  TokenizeSpec spec;
+  spec.tokenizer = "t";
+  spec.chat_template = kChatMl;
+  spec.image_token = "<|image_pad|>";
+  spec.max_length = max_length;
+  return HfChat::Make(spec, TokenizerJson(), {});
+}
+
+TEST(TokenizeChat, EachPlaceholderGetsItsOwnImagesCountInOrder) {
+  auto chat = ImageChat(64);
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  const std::vector<Turn> turns = {{Role::kUser, "<image>he<image>"},
+                                   {Role::kAssistant, "hello"},
+                                   {Role::kUser, "<image>"}};
+  const int64_t per_image[] = {2, 5, 1};
+  std::vector<int64_t> ids(64), mask(64), labels(64);
+  ASSERT_TRUE(TokenizeChat(**chat, turns, per_image, "grids", ids.data(), mask.data(),
+                           labels.data()).ok());
+  const auto& t = *(*chat)->tokenizer;
+  const std::string pad = "<|image_pad|>";
+  const std::vector<int> want = Encode(
+      t, "<|im_start|>user\n" + pad + pad + "he" + pad + pad + pad + pad + pad +
+             "<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n<|im_start|>user\n" + pad +
+             "<|im_end|>\n");
+  ASSERT_LT(want.size(), 64u);
+  EXPECT_EQ(std::vector<int64_t>(ids.begin(), ids.begin() + static_cast<int64_t>(want.size())),
+            std::vector<int64_t>(want.begin(), want.end()));
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), kImagePad), 8);
+}
+
+TEST(TokenizeChat, PlaceholdersAndImagesThatDisagreeInNumberNameBothCounts) {
+  auto chat = ImageChat(64);
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  std::vector<int64_t> ids(64), mask(64), labels(64);
+  const std::vector<Turn> two = {{Role::kUser, "<image><image>what?"}, {Role::kAssistant, "a"}};
+  const int64_t one[] = {4};
+  const Status s = TokenizeChat(**chat, two, one, "image_grid_thw", ids.data(), mask.data(),
+                                labels.data());
+  EXPECT_EQ(s.code(), StatusCode::kTokenizeError);
+  EXPECT_NE(s.message().find("2 image placeholders ('<image>') and the sample 1 image "
+                             "(image_grid_thw)"),
+            std::string::npos)
+      << s.message();
+  const std::vector<Turn> none = {{Role::kUser, "what?"}};
+  const Status n = TokenizeChat(**chat, none, one, "g", ids.data(), mask.data(), labels.data());
+  EXPECT_NE(n.message().find("0 image placeholders"), std::string::npos) << n.message();
+  // No image and no placeholder: text only.
+  EXPECT_TRUE(TokenizeChat(**chat, none, std::span<const int64_t>(), "g", ids.data(),
+                           mask.data(), labels.data()).ok());
+}
+
+TEST(TokenizeChat, AMaxLengthThatCutsImageTokensFailsTheSample) {
+  auto chat = ImageChat(12);
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  std::vector<int64_t> ids(12), mask(12), labels(12);
+  const std::vector<Turn> turns = {{Role::kUser, "<image>"}};
+  const int64_t big[] = {20};
+  const Status s = TokenizeChat(**chat, turns, big, "g", ids.data(), mask.data(), labels.data());
+  EXPECT_EQ(s.code(), StatusCode::kTokenizeError);
+  EXPECT_NE(s.message().find("max_length 12 cuts into the image tokens"), std::string::npos)
+      << s.message();
+  const int64_t small[] = {2};
+  EXPECT_TRUE(TokenizeChat(**chat, turns, small, "g", ids.data(), mask.data(), labels.data()).ok());
+}
+
+TEST(ResolveImageTokens, APresetGivesTheVisionTokensAndExplicitKeysOverrideIt) {
+  TokenizeSpec spec;
+  spec.preset = VisionModel::kQwen3Vl;
+  ImageTokenKeys keys = ResolveImageTokens(spec);
+  EXPECT_EQ(keys.token, "<|image_pad|>");
+  EXPECT_EQ(keys.start, "<|vision_start|>");
+  EXPECT_EQ(keys.end, "<|vision_end|>");
+  EXPECT_EQ(keys.patch_size, 16);
+  EXPECT_EQ(keys.merge_size, 2);
+  EXPECT_EQ(keys.preset, "qwen3_vl");
+  spec.merge_size = 4;
+  spec.image_start = "<s>";
+  keys = ResolveImageTokens(spec);
+  EXPECT_EQ(keys.merge_size, 4);
+  EXPECT_EQ(keys.patch_size, 16);
+  EXPECT_EQ(keys.start, "<s>");
+  EXPECT_EQ(keys.preset, "");
+  EXPECT_EQ(ResolveImageTokens(TokenizeSpec{}).merge_size, 0) << "no preset: unset";
+}
+
 }  // namespace
 }  // namespace headrace
