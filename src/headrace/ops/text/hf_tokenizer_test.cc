@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -496,6 +498,68 @@ TEST(TokenizeChat, AMaxLengthThatCutsImageTokensFailsTheSample) {
       << s.message();
   const int64_t small[] = {2};
   EXPECT_TRUE(TokenizeChat(**chat, turns, small, "g", ids.data(), mask.data(), labels.data()).ok());
+}
+
+// The op reads the sample's grids where the op before wrote them (GridInput::Layout):
+// a list's items appended to the sample's ragged rows, a padded list's row, one grid.
+TEST(TokenizeOp, ReadsTheSamplesGridsInEachLayout) {
+  TokenizeSpec spec;
+  spec.tokenizer = "t";
+  spec.chat_template = kChatMl;
+  spec.image_token = "<|image_pad|>";
+  spec.grid_field = "image_grid_thw";
+  spec.max_length = 64;
+  spec.pad = false;
+  // Rows 0-5: input_ids, _lengths, position_ids, _lengths, labels, _lengths; 6: the grids.
+  std::vector<FieldSpec> fields;
+  for (const char* name : {"input_ids", "position_ids", "labels"}) {
+    fields.push_back(FieldSpec{name, DType::kI64, {}, FieldLayout::kRagged});
+    fields.push_back(FieldSpec{std::string(name) + "_lengths", DType::kI32, {},
+                               FieldLayout::kLengths});
+  }
+  const auto memory = std::shared_ptr<Allocator>(DefaultAllocator(), [](Allocator*) {});
+  const std::vector<Turn> turns = {{Role::kUser, "<image>he<image>"}, {Role::kAssistant, "hello"}};
+  const TurnsView view{turns};
+  using Layout = TokenizeOp::GridInput::Layout;
+  // Grids (1, 2, 4) and (1, 2, 2): 2 and 1 tokens at merge_size 2.
+  const int64_t two[] = {1, 2, 4, 1, 2, 2, 0, 0, 0};
+  for (Layout layout : {Layout::kAppended, Layout::kPadded, Layout::kOne}) {
+    std::vector<FieldSpec> with_grid = fields;
+    with_grid.push_back(layout == Layout::kAppended
+                            ? FieldSpec{"image_grid_thw", DType::kI64, {3}, FieldLayout::kItems}
+                            : FieldSpec{"image_grid_thw", DType::kI64, {3}});
+    RaggedRows ragged(with_grid, memory);
+    std::vector<int64_t> fixed(two, two + 9);
+    std::vector<uint8_t*> rows(7, nullptr);
+    rows[6] = reinterpret_cast<uint8_t*>(fixed.data());
+    if (layout == Layout::kAppended) {
+      for (int i = 0; i < 2; ++i) {
+        std::memcpy(*ragged.Append(6, 1), two + 3 * i, 3 * sizeof(int64_t));
+      }
+    }
+    auto op = TokenizeOp::FromTokenizer(
+        spec, TokenizerJson(), {}, 0, 2, 4, 0, -1,
+        TokenizeOp::GridInput{layout, 6, 3, 2, "image_grid_thw"});
+    ASSERT_TRUE(op.ok()) << op.status().ToString();
+    std::vector<Value> values = {view};
+    SampleContext ctx;
+    ctx.values = values;
+    ctx.rows = rows.data();
+    ctx.ragged = &ragged;
+    const Status status = (*op)->Run(ctx);
+    const auto ids = ragged.bytes(0);
+    const auto* id = reinterpret_cast<const int64_t*>(ids.data());
+    const int64_t pads = std::count(id, id + ids.size() / 8, int64_t{kImagePad});
+    if (layout == Layout::kOne) {  // one grid, two placeholders
+      EXPECT_EQ(status.code(), StatusCode::kTokenizeError);
+      EXPECT_NE(status.message().find("2 image placeholders ('<image>') and the sample 1 image"),
+                std::string::npos)
+          << status.message();
+      continue;
+    }
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    EXPECT_EQ(pads, 3) << static_cast<int>(layout);
+  }
 }
 
 TEST(ResolveImageTokens, APresetGivesTheVisionTokensAndExplicitKeysOverrideIt) {
