@@ -217,7 +217,7 @@ ImageTokenKeys ResolveImageTokens(const TokenizeSpec& spec) {
     if (keys.end.empty()) keys.end = p->tokens.vision_end;
     if (keys.patch_size == 0) keys.patch_size = p->patch_size;
     if (keys.merge_size == 0) keys.merge_size = p->merge_size;
-    if (spec.patch_size == 0 && spec.merge_size == 0) keys.preset = EnumName(spec.preset);
+    keys.preset = PresetOfSizes(spec.preset, spec.patch_size, spec.merge_size);
   }
   return keys;
 }

@@ -54,21 +54,12 @@ Status PatchifyOp::Validate(const Spec& s, const std::string& p) {
   return Status::Ok();
 }
 
-namespace {
-PatchGeometry GeometryOf(const PatchifySpec& spec, const PatchifyParams& params,
-                         const std::string& key) {
-  return PatchGeometry{params.patch_size, params.merge_size, key,
-                       spec.preset != VisionModel::kNone && spec.patch_size == 0 &&
-                               spec.merge_size == 0
-                           ? std::string(EnumName(spec.preset))
-                           : std::string()};
-}
-}  // namespace
-
 Status PatchifyOp::Declare(const Spec& spec, PlanContext& ctx) {
   HR_ASSIGN_OR_RETURN(ValueDesc image, ctx.Read(spec.field, ValueKind::kImage));
   const PatchifyParams params = ResolvePatchify(spec);
-  const PatchGeometry mine = GeometryOf(spec, params, ctx.key());
+  const PatchGeometry mine{
+      params.patch_size, params.merge_size, ctx.key(),
+      std::string(PresetOfSizes(spec.preset, spec.patch_size, spec.merge_size))};
   const int factor = params.patch_size * params.merge_size;
   HR_RETURN_IF_ERROR(CheckSameGeometry(
       mine, image.geometry,

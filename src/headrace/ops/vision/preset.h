@@ -96,6 +96,13 @@ inline constexpr VisionPreset kVisionPresets[] = {
      .video_max_pixels = 25165824, .tokens = {}},
 };
 
+// The preset's name when it gave both the patch and the merge size (neither key was
+// set), else "": what PatchGeometry::preset says in messages.
+inline std::string_view PresetOfSizes(VisionModel preset, int patch_size, int merge_size) {
+  return preset != VisionModel::kNone && patch_size == 0 && merge_size == 0 ? EnumName(preset)
+                                                                            : "";
+}
+
 // The preset of `model`; null for kNone (and for a value outside the enum).
 inline const VisionPreset* FindVisionPreset(VisionModel model) {
   for (const VisionPreset& p : kVisionPresets) {
