@@ -19,6 +19,7 @@ extreme aspect ratios, grayscale, JPEG and EXIF-rotated JPEG:
 The same for a single image field (the one-image records) and for a padded list.
 """
 import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -291,3 +292,20 @@ def test_a_tokenize_naming_a_grid_nobody_writes_is_a_config_error(dataset):
                               preset="qwen2_vl", grid_field="image_grid_thw", pad=False,
                               max_length=512)],
             batch_size=4, seed=1, cpu_threads=1, memory_budget="64MiB")
+
+
+def test_the_example_runs_over_make_sample_data(tmp_path, headrace_bin):
+    """examples/qwen2_vl.yaml as `headrace run` runs it, from a folder holding
+    data/sample (make-sample) and data/vocabs: every sample delivered, none failed."""
+    from e2e_util import run_headrace
+    run_headrace(headrace_bin, "make-sample", "--out", tmp_path / "data" / "sample",
+                 "--samples", 16, "--seed", 3)
+    (tmp_path / "data" / "vocabs").symlink_to(TOKENIZER.parents[1])
+    report = tmp_path / "report.json"
+    proc = subprocess.run([str(headrace_bin), "run", str(REPO / "examples" / "qwen2_vl.yaml"),
+                           "--quiet", "--report", str(report), "--set", "trainer.step_ms=1",
+                           "--set", "execution.cpu_threads=2"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(report.read_text())
+    assert r["samples"] == 16 and r["errors"]["total"] == 0, r["errors"]
