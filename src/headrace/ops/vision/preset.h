@@ -1,6 +1,6 @@
 // The vision geometry and normalisation of the Qwen-VL models, one line per model, as
 // their Hugging Face repositories ship them: what `preset: qwen2_vl | qwen2_5_vl |
-// qwen3_vl` means on image.smart_resize (and, later, vision.patchify and text.tokenize).
+// qwen3_vl` means on image.smart_resize, vision.patchify and text.tokenize.
 //
 // Header-only data: image.smart_resize (ops/image) reads it, and hr_ops_vision links
 // hr_ops_image (for the bf16/f16 conversions), so a preset.cc would make the two
