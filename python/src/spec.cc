@@ -13,6 +13,7 @@
 #include <array>
 #include <charconv>
 #include <cstdlib>
+#include <optional>
 #include <type_traits>
 
 #include "common.h"
@@ -28,6 +29,10 @@ template <typename T>
 struct IsArray : std::false_type {};
 template <typename T, size_t N>
 struct IsArray<std::array<T, N>> : std::true_type {};
+template <typename T>
+struct IsOptional : std::false_type {};
+template <typename T>
+struct IsOptional<std::optional<T>> : std::true_type {};
 
 // A parameter's type as the schema names it, and its default as a Python value.
 template <typename T>
@@ -43,6 +48,8 @@ std::string TypeName() {
   } else if constexpr (IsArray<T>::value) {
     return "list[" + TypeName<typename T::value_type>() + ", " +
            std::to_string(std::tuple_size_v<T>) + "]";
+  } else if constexpr (IsOptional<T>::value) {  // unset: None (the op says what it means)
+    return TypeName<typename T::value_type>() + " | None";
   } else if constexpr (std::is_enum_v<T>) {
     return "enum";
   } else {
@@ -52,7 +59,9 @@ std::string TypeName() {
 
 template <typename T>
 nb::object ToPython(const T& value) {
-  if constexpr (IsArray<T>::value) {
+  if constexpr (IsOptional<T>::value) {
+    return value ? ToPython(*value) : nb::none();
+  } else if constexpr (IsArray<T>::value) {
     nb::list out;
     for (const auto& v : value) out.append(ToPython(v));
     return out;

@@ -6,12 +6,13 @@ How the test reaches Headrace:
   - Whole images go through a real pipeline of the branch's `headrace` module, so that the
     planner's hint pass is part of what is tested: image.decode -> image.smart_resize ->
     image.resize to the size transformers computes -> image.normalize (mean 0, std 1,
-    HWC), whose f32 values * 255 round back to the exact bytes. The image.resize is there
-    because batch fields still need a fixed shape (ragged fields are not merged yet); it
-    is a no-op when smart_resize produced that size, and any other size would be
-    resampled and fail the byte comparison. One small dataset per image.
+    HWC), whose f32 values * 255 round back to the exact bytes. The image.resize gives
+    normalize its fixed shape; it is a no-op when smart_resize produced that size, and
+    any other size would be resampled and fail the byte comparison. One small dataset
+    per image. (The chain with vision.patchify and text.tokenize, against the whole
+    Qwen2-VL processor: test_vlm_processor.py.)
   - The size rule on thousands of sizes, the resampling kernel on raw arrays and the patch
-    layout (no op writes it yet) go through `hr_vision_reference_tool`, a test-only C++
+    layout on raw images go through `hr_vision_reference_tool`, a test-only C++
     binary built with the tests (src/headrace/ops/vision/reference_tool_main.cc); found
     at $HEADRACE_VISION_TOOL, or beside $HEADRACE_BIN's build folder, or in build/.
 

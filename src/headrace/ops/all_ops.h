@@ -32,6 +32,7 @@
 #include "headrace/ops/pointcloud/voxelize.h"
 #include "headrace/ops/text/tokenize.h"
 #include "headrace/ops/video/decode.h"
+#include "headrace/ops/vision/patchify_op.h"
 
 namespace headrace {
 
@@ -67,6 +68,7 @@ struct OpList {
 using AllOps = OpList<DecodeOp,             //
                       ResizeOp,             //
                       SmartResizeOp,        //
+                      PatchifyOp,           //
                       CenterCropOp,         //
                       RandomResizedCropOp,  //
                       FlipOp,               //

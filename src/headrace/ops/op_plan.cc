@@ -1,5 +1,7 @@
 #include "headrace/ops/op_plan.h"
 
+#include <algorithm>
+
 namespace headrace {
 
 const ValueHints::Need* ValueHints::Find(std::string_view name) const {
@@ -60,6 +62,25 @@ std::string Available(const PlanState& state) {
 }
 
 }  // namespace
+
+Status CheckSameGeometry(const PatchGeometry& mine, const PatchGeometry& earlier,
+                         std::string_view why) {
+  const auto named = [](const PatchGeometry& g, const char* key, int value) {
+    return g.key + "." + key + " " + std::to_string(value) +
+           (g.preset.empty() ? std::string() : " (preset " + g.preset + ")");
+  };
+  const std::pair<const char*, std::pair<int, int>> sizes[] = {
+      {"patch_size", {mine.patch_size, earlier.patch_size}},
+      {"merge_size", {mine.merge_size, earlier.merge_size}}};
+  for (const auto& [key, values] : sizes) {
+    const auto [a, b] = values;
+    if (a == 0 || b == 0 || a == b) continue;
+    return Status::InvalidArgument(named(mine, key, a) + " disagrees with " +
+                                   named(earlier, key, b) + ": " + std::string(why) +
+                                   "; give both the same value (or the same preset)");
+  }
+  return Status::Ok();
+}
 
 std::string DescribeValue(const ValueDesc& desc) {
   if (desc.items == 0) return std::string(ValueKindName(desc.kind));
@@ -151,6 +172,10 @@ Status PlanContext::Write(std::string_view name, ValueDesc desc) {
     state_.values.push_back(PlanValue{std::string(name), {}, "", -1, -1, false});
     v = static_cast<int>(state_.values.size()) - 1;
   }
+  // A geometry note holds only for the shape its op set (ValueDesc::geometry).
+  if (desc.geometry.known() && desc.shape_source.rfind(desc.geometry.key + ".", 0) != 0) {
+    desc.geometry = {};
+  }
   PlanValue& value = state_.values[static_cast<size_t>(v)];
   value.desc = std::move(desc);
   value.written_by = key();
@@ -204,6 +229,38 @@ void PlanContext::AddField(FieldSpec field, std::string size_source, std::string
   state_.field_sources.push_back(size_source);
 }
 
+Result<FieldRead> PlanContext::ReadField(std::string_view name) {
+  for (int op = 0; op < op_; ++op) {
+    const PlanOpRecord& r = state_.ops[static_cast<size_t>(op)];
+    for (const auto& [n, row] : r.fields) {
+      if (n != name) continue;
+      FieldRead out;
+      out.row = row;
+      out.spec = state_.fields[static_cast<size_t>(row)];
+      out.items = r.list_field >= 0 ? r.items : 0;
+      out.writer = r.key;
+      out.geometry = r.geometry;
+      auto& reads = record().field_reads;
+      if (std::find(reads.begin(), reads.end(), std::pair(std::string(name), row)) ==
+          reads.end()) {
+        reads.emplace_back(std::string(name), row);
+      }
+      return out;
+    }
+  }
+  std::string fields;
+  for (int op = 0; op < op_; ++op) {
+    for (const auto& [n, row] : state_.ops[static_cast<size_t>(op)].fields) {
+      fields += (fields.empty() ? "'" : ", '") + n + "'";
+    }
+  }
+  return Error("reads the batch field '" + std::string(name) +
+               "', which no op before it writes (fields so far: " +
+               (fields.empty() ? std::string("none") : fields) + ")");
+}
+
+void PlanContext::SetGeometry(PatchGeometry geometry) { record().geometry = std::move(geometry); }
+
 int PlanContext::slot(std::string_view name) const {
   for (const auto& [n, s] : record().writes) {
     if (n == name) return s;
@@ -216,6 +273,9 @@ int PlanContext::slot(std::string_view name) const {
 
 int PlanContext::row(std::string_view field) const {
   for (const auto& [n, r] : record().fields) {
+    if (n == field) return r;
+  }
+  for (const auto& [n, r] : record().field_reads) {
     if (n == field) return r;
   }
   return -1;

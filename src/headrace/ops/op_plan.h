@@ -48,6 +48,29 @@
 
 namespace headrace {
 
+// The patch geometry an image's size or a grid's token count was made for. The Qwen-VL
+// ops must agree on it: image.smart_resize makes sides multiples of patch_size *
+// merge_size, vision.patchify cuts patch_size patches and merges merge_size^2 of them
+// per token, text.tokenize counts grid tokens with merge_size. Carried from the op that
+// set it to the ops after it (ValueDesc::geometry for an image, FieldRead::geometry for
+// a grid field), so that a later op made for other sizes is a configuration error
+// naming both keys, not a per-sample error on every sample.
+struct PatchGeometry {
+  int patch_size = 0;  // 0: not known
+  int merge_size = 0;  // 0: not known
+  std::string key;     // the op whose keys set them: "ops[1].image.smart_resize"
+  std::string preset;  // the preset that gave them ("qwen2_vl"), or "": for messages
+
+  bool known() const { return patch_size > 0 || merge_size > 0; }
+};
+
+// Ok when `mine` and `earlier` agree on every size both know; else kInvalidArgument
+// naming both keys, e.g. "ops[3].vision.patchify.patch_size 16 (preset qwen3_vl)
+// disagrees with ops[1].image.smart_resize.patch_size 14: <why>; give both the same
+// value (or the same preset)". `why` says what the earlier size fixed.
+Status CheckSameGeometry(const PatchGeometry& mine, const PatchGeometry& earlier,
+                         std::string_view why);
+
 // What is known at plan time about a named value at one point of the chain.
 struct ValueDesc {
   ValueKind kind = ValueKind::kEncoded;
@@ -63,6 +86,10 @@ struct ValueDesc {
   int items = 0;
   // Audio: samples per second, when every sample has the same (0: it varies).
   int rate = 0;
+  // Images: the patch geometry the shape was made for (image.smart_resize), while the
+  // shape is the one that op set: PlanContext::Write drops it when an op writes the
+  // value with a shape_source that is not that op's (a resize or crop after it).
+  PatchGeometry geometry{};
 };
 
 // "an image", "a list of up to 4 items, each an image": for messages.
@@ -156,6 +183,25 @@ struct PlanOpRecord {
   int list_field = -1;
   int items = 0;
   bool reads_single = false;  // it read a value that is not a list item
+  // Batch fields of earlier ops that it reads back from the sample (PlanContext::
+  // ReadField): name, row.
+  std::vector<std::pair<std::string, int>> field_reads;
+  // The patch geometry of the fields it writes (PlanContext::SetGeometry).
+  PatchGeometry geometry;
+};
+
+// A batch field an earlier op of the chain writes, as a later op reads it back from the
+// same sample: a fixed field from SampleContext::rows[row] ([max_items, ...] there when
+// the list pads its items), a concatenated one (kItems, kRagged) from the rows the
+// sample appended so far, SampleContext::ragged->bytes(row). The planner checks that
+// the writer runs before the reader (a list's ops run together at the last of them:
+// none of that list may come after the reader).
+struct FieldRead {
+  int row = -1;
+  FieldSpec spec;          // as declared, its layout resolved (FinishDeclare)
+  int items = 0;           // written per item of a list of up to `items`; 0: per sample
+  std::string writer;      // "ops[3].vision.patchify"
+  PatchGeometry geometry;  // what the writer declared for its fields
 };
 
 // The chain being planned (pipeline/plan.cc drives it).
@@ -221,6 +267,11 @@ class PlanContext {
   // field (FieldLayout::kRagged, appended with SampleContext::AppendRows) gets its
   // `<name>_lengths` declared after it.
   void AddField(FieldSpec field, std::string size_source, std::string writer = "");
+  // Reads back the batch field `name` that an earlier op declared (FieldRead); a config
+  // error naming the op, the field and the fields that exist when none did.
+  Result<FieldRead> ReadField(std::string_view name);
+  // The patch geometry of the batch fields this op writes, for the ops that read them.
+  void SetGeometry(PatchGeometry geometry);
   // After the op's Declare (the planner calls it): a mapped op's writes become items of
   // its list; its fixed batch fields become the list's items concatenated (kItems), or
   // [items, ...shape] when the list pads them (SourceField::pad_items); its ragged
@@ -230,7 +281,8 @@ class PlanContext {
   // --- Make (after every op declared) --------------------------------------------------
   // The slot of a value this op read or wrote; -1 if it declared none of that name.
   int slot(std::string_view name) const;
-  // The row index of a batch field this op declared; -1 if none of that name.
+  // The row index of a batch field this op declared, or read back (ReadField); -1 if
+  // none of that name.
   int row(std::string_view field) const;
   // The values this op read, in order: name and slot.
   const std::vector<std::pair<std::string, int>>& reads() const { return record().reads; }

@@ -308,12 +308,16 @@ Output RunSample(const Planned& planned, ScratchArena& scratch, int index, uint6
   sample.index = index;
   sample.record = &sample_record;
   GuardedRows rows(planned.state.fields);
+  // The rows of ragged fields (vision.patchify's pixel_values, text.tokenize pad: false).
+  RaggedRows ragged(planned.state.fields,
+                    std::shared_ptr<Allocator>(DefaultAllocator(), [](Allocator*) {}));
   SampleContext ctx;
   ctx.sample = &sample;
   ctx.sample_seed = SampleSeed(seed, 0, index);
   ctx.scratch = &scratch;
   ctx.values = values;
   ctx.rows = rows.rows();
+  ctx.ragged = RaggedRows::Needed(planned.state.fields) ? &ragged : nullptr;
   Output out;
   out.status = planned.ops[0]->Run(ctx);
   EXPECT_TRUE(rows.GuardsIntact()) << planned.ops[0]->name() << ": wrote outside its row";
@@ -324,6 +328,15 @@ Output RunSample(const Planned& planned, ScratchArena& scratch, int index, uint6
   }
   if (out.status.ok()) {
     out.rows = rows.Contents();
+    for (size_t f = 0; f < planned.state.fields.size(); ++f) {
+      const FieldLayout layout = planned.state.fields[f].layout;
+      if (layout != FieldLayout::kRagged && layout != FieldLayout::kItems) continue;
+      const auto bytes = ragged.bytes(static_cast<int>(f));
+      const auto lengths = ragged.lengths(static_cast<int>(f));
+      out.rows.emplace_back(bytes.begin(), bytes.end());
+      const auto* l = reinterpret_cast<const uint8_t*>(lengths.data());
+      out.rows.emplace_back(l, l + lengths.size_bytes());
+    }
     for (const auto& [name, slot] : record.writes) {
       out.written.push_back(ValueBytes(values[static_cast<size_t>(slot)]));
     }

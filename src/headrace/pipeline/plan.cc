@@ -70,6 +70,30 @@ namespace {
 
 // --- the passes ------------------------------------------------------------------------
 
+// A field read back (PlanContext::ReadField) must be written before its reader runs. An
+// op over a list runs at the place of the list's last op (GroupListOps), so no op of the
+// writer's list may come after the reader.
+Status CheckFieldReadOrder(const PlanState& state) {
+  for (size_t reader = 0; reader < state.ops.size(); ++reader) {
+    for (const auto& [name, row] : state.ops[reader].field_reads) {
+      const auto writer = std::find_if(state.ops.begin(), state.ops.end(), [&](const auto& op) {
+        return std::any_of(op.fields.begin(), op.fields.end(),
+                           [&](const auto& f) { return f.second == row; });
+      });
+      if (writer == state.ops.end() || writer->list_field < 0) continue;
+      for (size_t later = reader + 1; later < state.ops.size(); ++later) {
+        if (state.ops[later].list_field != writer->list_field) continue;
+        return Status::InvalidArgument(
+            state.ops[reader].key + ": reads the batch field '" + name + "', which " +
+            writer->key + " writes per item of a list whose ops run together at the last of "
+            "them, " + state.ops[later].key + ", after this op: move " +
+            state.ops[later].key.substr(0, state.ops[later].key.find('.')) + " before it");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 Status DeclareOps(const std::vector<OpSpec>& ops, PlanState& state) {
   const size_t first = state.ops.size();
   state.ops.resize(first + ops.size());
@@ -83,7 +107,7 @@ Status DeclareOps(const std::vector<OpSpec>& ops, PlanState& state) {
     }));
     ctx.FinishDeclare();
   }
-  return Status::Ok();
+  return CheckFieldReadOrder(state);
 }
 
 // Backward: each op's hints_after is what the ops after it need (ValueHints).

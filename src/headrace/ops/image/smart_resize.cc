@@ -381,6 +381,9 @@ Status SmartResizeOp::Declare(const Spec& spec, PlanContext& ctx) {
   image.shape_source = ctx.key() + ".max_pixels " + std::to_string(rule.max_pixels) +
                        " (each image keeps its aspect ratio; sides are multiples of " +
                        std::to_string(rule.factor()) + ")";
+  image.geometry =
+      PatchGeometry{rule.patch_size, rule.merge_size, ctx.key(),
+                    std::string(PresetOfSizes(spec.preset, spec.patch_size, spec.merge_size))};
   return ctx.Write(spec.field, std::move(image));
 }
 

@@ -119,7 +119,8 @@ class SmartResizeOp : public Op {
   // min_pixels >= 1 and <= max_pixels <= 2^28, max_aspect_ratio in [1, 1e6], known
   // preset and resample.
   static Status Validate(const Spec& spec, const std::string& key);
-  // Reads and writes the image `field`: its height and width vary per sample.
+  // Reads and writes the image `field`: its height and width vary per sample; notes its
+  // patch and merge sizes on it (ValueDesc::geometry) for vision.patchify to check.
   static Status Declare(const Spec& spec, PlanContext& ctx);
   static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
   static Spec ExampleSpec() {

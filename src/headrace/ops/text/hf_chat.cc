@@ -68,19 +68,21 @@ Result<std::unique_ptr<HfChat>> HfChat::Make(const TokenizeSpec& spec,
                                                ChatTemplateLimits::ForMaxLength(spec.max_length),
                                                spec.template_date));
 
+  const ImageTokenKeys keys = ResolveImageTokens(spec);
   chat->image_placeholder = spec.image_placeholder;
-  chat->image_start = spec.image_start;
-  chat->image_token = spec.image_token;
-  chat->image_end = spec.image_end;
+  chat->image_start = keys.start;
+  chat->image_token = keys.token;
+  chat->image_end = keys.end;
   chat->image_tokens = spec.image_tokens;
-  chat->image_divisor = spec.patch_size * spec.merge_size;
-  if (!spec.image_token.empty()) {
-    HR_RETURN_IF_ERROR(RequireToken(t, spec.image_token, "image_token").status());
-    if (!spec.image_start.empty()) {
-      HR_RETURN_IF_ERROR(RequireToken(t, spec.image_start, "image_start").status());
+  chat->image_divisor = (keys.patch_size > 0 ? keys.patch_size : 14) *
+                        (keys.merge_size > 0 ? keys.merge_size : 2);
+  if (!keys.token.empty()) {
+    HR_ASSIGN_OR_RETURN(chat->image_token_id, RequireToken(t, keys.token, "image_token"));
+    if (!keys.start.empty()) {
+      HR_RETURN_IF_ERROR(RequireToken(t, keys.start, "image_start").status());
     }
-    if (!spec.image_end.empty()) {
-      HR_RETURN_IF_ERROR(RequireToken(t, spec.image_end, "image_end").status());
+    if (!keys.end.empty()) {
+      HR_RETURN_IF_ERROR(RequireToken(t, keys.end, "image_end").status());
     }
   }
 
@@ -116,8 +118,26 @@ Result<int> HfChat::ImageTokens(int width, int height) const {
   return (height / image_divisor) * (width / image_divisor);
 }
 
-Status TokenizeChat(const HfChat& chat, std::span<const Turn> turns, int image_tokens,
-                    int64_t* ids, int64_t* mask, int64_t* labels) {
+namespace {
+
+// The placeholders of `turns`, in order.
+int64_t CountPlaceholders(const HfChat& chat, std::span<const Turn> turns) {
+  if (chat.image_placeholder.empty()) return 0;
+  int64_t n = 0;
+  for (const Turn& turn : turns) {
+    const std::string_view text = turn.text;
+    for (size_t at = text.find(chat.image_placeholder); at != std::string_view::npos;
+         at = text.find(chat.image_placeholder, at + chat.image_placeholder.size())) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+// Both forms of TokenizeChat: `count(i)` is the token count of placeholder i.
+template <typename Count>
+Status TokenizeChatWith(const HfChat& chat, std::span<const Turn> turns, Count&& count,
+                        int64_t* ids, int64_t* mask, int64_t* labels) {
   if (turns.empty()) return Status::TokenizeError("the conversation has no turns");
   // Per-thread buffers whose capacity settles after a few samples.
   thread_local std::vector<Turn> prepared;
@@ -126,12 +146,14 @@ Status TokenizeChat(const HfChat& chat, std::span<const Turn> turns, int image_t
   thread_local std::vector<int> tokens;
   thread_local std::vector<uint32_t> starts;
 
-  expansion.clear();
-  if (!chat.image_token.empty()) {
+  int64_t placeholder = 0;
+  const auto expand = [&] {
     expansion = chat.image_start;
-    for (int i = 0; i < image_tokens; ++i) expansion += chat.image_token;
+    for (int64_t i = count(placeholder), k = 0; k < i; ++k) expansion += chat.image_token;
     expansion += chat.image_end;
-  }
+    ++placeholder;
+    return std::string_view(expansion);
+  };
   prepared.resize(turns.size());
   for (size_t i = 0; i < turns.size(); ++i) {
     prepared[i].role = turns[i].role;
@@ -139,7 +161,7 @@ Status TokenizeChat(const HfChat& chat, std::span<const Turn> turns, int image_t
     if (SanitizeUtf8(text, &sanitized)) text = sanitized;
     std::string& out = prepared[i].text;
     out.clear();
-    if (chat.image_token.empty() || chat.image_placeholder.empty()) {
+    if (chat.image_token.empty() || chat.image_placeholder.empty()) {  // no expansion
       out.assign(text);
       continue;
     }
@@ -149,7 +171,7 @@ Status TokenizeChat(const HfChat& chat, std::span<const Turn> turns, int image_t
         out.append(text.substr(at));
         break;
       }
-      out.append(text.substr(at, hit - at)).append(expansion);
+      out.append(text.substr(at, hit - at)).append(expand());
       at = hit + chat.image_placeholder.size();
     }
   }
@@ -192,6 +214,45 @@ Status TokenizeChat(const HfChat& chat, std::span<const Turn> turns, int image_t
     ids[i] = chat.pad_id;
     mask[i] = 0;
     labels[i] = chat.ignore_index;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status TokenizeChat(const HfChat& chat, std::span<const Turn> turns, int image_tokens,
+                    int64_t* ids, int64_t* mask, int64_t* labels) {
+  return TokenizeChatWith(chat, turns, [&](int64_t) { return int64_t{image_tokens}; }, ids,
+                          mask, labels);
+}
+
+Status TokenizeChat(const HfChat& chat, std::span<const Turn> turns,
+                    std::span<const int64_t> per_image, std::string_view images, int64_t* ids,
+                    int64_t* mask, int64_t* labels) {
+  const int64_t placeholders = CountPlaceholders(chat, turns);
+  const auto count = static_cast<int64_t>(per_image.size());
+  if (placeholders != count) {
+    return Status::TokenizeError(
+        "the conversation has " + std::to_string(placeholders) + " image placeholder" +
+        (placeholders == 1 ? "" : "s") + " ('" + chat.image_placeholder + "') and the sample " +
+        std::to_string(count) + " image" + (count == 1 ? "" : "s") + " (" + std::string(images) +
+        "): they must agree in number");
+  }
+  HR_RETURN_IF_ERROR(TokenizeChatWith(
+      chat, turns,
+      [&](int64_t i) { return i < count ? per_image[static_cast<size_t>(i)] : int64_t{0}; },
+      ids, mask, labels));
+  int64_t want = 0;
+  for (int64_t n : per_image) want += n;
+  if (want == 0 || chat.image_token_id < 0) return Status::Ok();
+  int64_t got = 0;
+  for (int64_t i = 0; i < chat.max_length && mask[i] != 0; ++i) got += ids[i] == chat.image_token_id;
+  if (got < want) {
+    return Status::TokenizeError(
+        "max_length " + std::to_string(chat.max_length) + " cuts into the image tokens: the " +
+        std::to_string(count) + " image" + (count == 1 ? "" : "s") + " need " +
+        std::to_string(want) + " image tokens and " + std::to_string(got) +
+        " fit (raise max_length, or lower the images' max_pixels)");
   }
   return Status::Ok();
 }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "headrace/core/sample.h"
 #include "headrace/core/status.h"
@@ -25,6 +26,7 @@ struct HfChat {
   // before rendering; no expansion when image_token is empty.
   std::string image_placeholder;
   std::string image_start, image_token, image_end;
+  int image_token_id = -1;  // image_token's id (-1: none)
   int image_tokens = 0;   // N when > 0, else from the image's size
   int image_divisor = 0;  // patch_size * merge_size: N = (h / d) * (w / d)
   int64_t pad_id = 0;
@@ -65,5 +67,15 @@ struct HfChat {
 // kTokenizeError when `turns` is empty or the template fails (naming the turn).
 Status TokenizeChat(const HfChat& chat, std::span<const Turn> turns, int image_tokens,
                     int64_t* ids, int64_t* mask, int64_t* labels);
+
+// The same with one count per image: the i-th placeholder of the conversation (turns in
+// order, each turn's text left to right) becomes image_start, image_token x
+// per_image[i], image_end. kTokenizeError, the rows unspecified, when the placeholders
+// and `per_image` differ in number (the message names both counts and `images`, what
+// the counts come from), or when max_length cuts into the image tokens (a model would
+// see fewer image tokens than it has image features).
+Status TokenizeChat(const HfChat& chat, std::span<const Turn> turns,
+                    std::span<const int64_t> per_image, std::string_view images, int64_t* ids,
+                    int64_t* mask, int64_t* labels);
 
 }  // namespace headrace

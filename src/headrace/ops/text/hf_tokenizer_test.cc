@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -428,6 +430,156 @@ TEST(TokenizeChat, ImageSizesTheProcessorWouldResizeAreRefused) {
         << n.status().message();
   }
   EXPECT_EQ(*chat.ImageTokens(28, 56), 2);
+}
+
+// --- one count per image (text.tokenize.grid_field) -----------------------------------
+
+Result<std::unique_ptr<HfChat>> ImageChat(int max_length) {
+  TokenizeSpec spec;
+  spec.tokenizer = "t";
+  spec.chat_template = kChatMl;
+  spec.image_token = "<|image_pad|>";
+  spec.max_length = max_length;
+  return HfChat::Make(spec, TokenizerJson(), {});
+}
+
+TEST(TokenizeChat, EachPlaceholderGetsItsOwnImagesCountInOrder) {
+  auto chat = ImageChat(64);
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  const std::vector<Turn> turns = {{Role::kUser, "<image>he<image>"},
+                                   {Role::kAssistant, "hello"},
+                                   {Role::kUser, "<image>"}};
+  const int64_t per_image[] = {2, 5, 1};
+  std::vector<int64_t> ids(64), mask(64), labels(64);
+  ASSERT_TRUE(TokenizeChat(**chat, turns, per_image, "grids", ids.data(), mask.data(),
+                           labels.data()).ok());
+  const auto& t = *(*chat)->tokenizer;
+  const std::string pad = "<|image_pad|>";
+  const std::vector<int> want = Encode(
+      t, "<|im_start|>user\n" + pad + pad + "he" + pad + pad + pad + pad + pad +
+             "<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n<|im_start|>user\n" + pad +
+             "<|im_end|>\n");
+  ASSERT_LT(want.size(), 64u);
+  EXPECT_EQ(std::vector<int64_t>(ids.begin(), ids.begin() + static_cast<int64_t>(want.size())),
+            std::vector<int64_t>(want.begin(), want.end()));
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), kImagePad), 8);
+}
+
+TEST(TokenizeChat, PlaceholdersAndImagesThatDisagreeInNumberNameBothCounts) {
+  auto chat = ImageChat(64);
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  std::vector<int64_t> ids(64), mask(64), labels(64);
+  const std::vector<Turn> two = {{Role::kUser, "<image><image>what?"}, {Role::kAssistant, "a"}};
+  const int64_t one[] = {4};
+  const Status s = TokenizeChat(**chat, two, one, "image_grid_thw", ids.data(), mask.data(),
+                                labels.data());
+  EXPECT_EQ(s.code(), StatusCode::kTokenizeError);
+  EXPECT_NE(s.message().find("2 image placeholders ('<image>') and the sample 1 image "
+                             "(image_grid_thw)"),
+            std::string::npos)
+      << s.message();
+  const std::vector<Turn> none = {{Role::kUser, "what?"}};
+  const Status n = TokenizeChat(**chat, none, one, "g", ids.data(), mask.data(), labels.data());
+  EXPECT_NE(n.message().find("0 image placeholders"), std::string::npos) << n.message();
+  // No image and no placeholder: text only.
+  EXPECT_TRUE(TokenizeChat(**chat, none, std::span<const int64_t>(), "g", ids.data(),
+                           mask.data(), labels.data()).ok());
+}
+
+TEST(TokenizeChat, AMaxLengthThatCutsImageTokensFailsTheSample) {
+  auto chat = ImageChat(12);
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  std::vector<int64_t> ids(12), mask(12), labels(12);
+  const std::vector<Turn> turns = {{Role::kUser, "<image>"}};
+  const int64_t big[] = {20};
+  const Status s = TokenizeChat(**chat, turns, big, "g", ids.data(), mask.data(), labels.data());
+  EXPECT_EQ(s.code(), StatusCode::kTokenizeError);
+  EXPECT_NE(s.message().find("max_length 12 cuts into the image tokens"), std::string::npos)
+      << s.message();
+  const int64_t small[] = {2};
+  EXPECT_TRUE(TokenizeChat(**chat, turns, small, "g", ids.data(), mask.data(), labels.data()).ok());
+}
+
+// The op reads the sample's grids where the op before wrote them (GridInput::Layout):
+// a list's items appended to the sample's ragged rows, a padded list's row, one grid.
+TEST(TokenizeOp, ReadsTheSamplesGridsInEachLayout) {
+  TokenizeSpec spec;
+  spec.tokenizer = "t";
+  spec.chat_template = kChatMl;
+  spec.image_token = "<|image_pad|>";
+  spec.grid_field = "image_grid_thw";
+  spec.max_length = 64;
+  spec.pad = false;
+  // Rows 0-5: input_ids, _lengths, position_ids, _lengths, labels, _lengths; 6: the grids.
+  std::vector<FieldSpec> fields;
+  for (const char* name : {"input_ids", "position_ids", "labels"}) {
+    fields.push_back(FieldSpec{name, DType::kI64, {}, FieldLayout::kRagged});
+    fields.push_back(FieldSpec{std::string(name) + "_lengths", DType::kI32, {},
+                               FieldLayout::kLengths});
+  }
+  const auto memory = std::shared_ptr<Allocator>(DefaultAllocator(), [](Allocator*) {});
+  const std::vector<Turn> turns = {{Role::kUser, "<image>he<image>"}, {Role::kAssistant, "hello"}};
+  const TurnsView view{turns};
+  using Layout = TokenizeOp::GridInput::Layout;
+  // Grids (1, 2, 4) and (1, 2, 2): 2 and 1 tokens at merge_size 2.
+  const int64_t two[] = {1, 2, 4, 1, 2, 2, 0, 0, 0};
+  for (Layout layout : {Layout::kAppended, Layout::kPadded, Layout::kOne}) {
+    std::vector<FieldSpec> with_grid = fields;
+    with_grid.push_back(layout == Layout::kAppended
+                            ? FieldSpec{"image_grid_thw", DType::kI64, {3}, FieldLayout::kItems}
+                            : FieldSpec{"image_grid_thw", DType::kI64, {3}});
+    RaggedRows ragged(with_grid, memory);
+    std::vector<int64_t> fixed(two, two + 9);
+    std::vector<uint8_t*> rows(7, nullptr);
+    rows[6] = reinterpret_cast<uint8_t*>(fixed.data());
+    if (layout == Layout::kAppended) {
+      for (int i = 0; i < 2; ++i) {
+        std::memcpy(*ragged.Append(6, 1), two + 3 * i, 3 * sizeof(int64_t));
+      }
+    }
+    auto op = TokenizeOp::FromTokenizer(
+        spec, TokenizerJson(), {}, 0, 2, 4, 0, -1,
+        TokenizeOp::GridInput{layout, 6, 3, 2, "image_grid_thw"});
+    ASSERT_TRUE(op.ok()) << op.status().ToString();
+    std::vector<Value> values = {view};
+    SampleContext ctx;
+    ctx.values = values;
+    ctx.rows = rows.data();
+    ctx.ragged = &ragged;
+    const Status status = (*op)->Run(ctx);
+    const auto ids = ragged.bytes(0);
+    const auto* id = reinterpret_cast<const int64_t*>(ids.data());
+    const int64_t pads = std::count(id, id + ids.size() / 8, int64_t{kImagePad});
+    if (layout == Layout::kOne) {  // one grid, two placeholders
+      EXPECT_EQ(status.code(), StatusCode::kTokenizeError);
+      EXPECT_NE(status.message().find("2 image placeholders ('<image>') and the sample 1 image"),
+                std::string::npos)
+          << status.message();
+      continue;
+    }
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    EXPECT_EQ(pads, 3) << static_cast<int>(layout);
+  }
+}
+
+TEST(ResolveImageTokens, APresetGivesTheVisionTokensAndExplicitKeysOverrideIt) {
+  TokenizeSpec spec;
+  spec.preset = VisionModel::kQwen3Vl;
+  ImageTokenKeys keys = ResolveImageTokens(spec);
+  EXPECT_EQ(keys.token, "<|image_pad|>");
+  EXPECT_EQ(keys.start, "<|vision_start|>");
+  EXPECT_EQ(keys.end, "<|vision_end|>");
+  EXPECT_EQ(keys.patch_size, 16);
+  EXPECT_EQ(keys.merge_size, 2);
+  EXPECT_EQ(keys.preset, "qwen3_vl");
+  spec.merge_size = 4;
+  spec.image_start = "<s>";
+  keys = ResolveImageTokens(spec);
+  EXPECT_EQ(keys.merge_size, 4);
+  EXPECT_EQ(keys.patch_size, 16);
+  EXPECT_EQ(keys.start, "<s>");
+  EXPECT_EQ(keys.preset, "");
+  EXPECT_EQ(ResolveImageTokens(TokenizeSpec{}).merge_size, 0) << "no preset: unset";
 }
 
 }  // namespace

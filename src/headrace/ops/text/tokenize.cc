@@ -208,6 +208,20 @@ constexpr const char* kOutputs[] = {"input_ids", "attention_mask", "labels"};
 constexpr const char* kRaggedOutputs[] = {"input_ids", "position_ids", "labels"};
 }  // namespace
 
+ImageTokenKeys ResolveImageTokens(const TokenizeSpec& spec) {
+  ImageTokenKeys keys{spec.image_token, spec.image_start, spec.image_end, spec.patch_size,
+                      spec.merge_size, ""};
+  if (const VisionPreset* p = FindVisionPreset(spec.preset)) {
+    if (keys.token.empty()) keys.token = p->tokens.image_pad;
+    if (keys.start.empty()) keys.start = p->tokens.vision_start;
+    if (keys.end.empty()) keys.end = p->tokens.vision_end;
+    if (keys.patch_size == 0) keys.patch_size = p->patch_size;
+    if (keys.merge_size == 0) keys.merge_size = p->merge_size;
+    keys.preset = PresetOfSizes(spec.preset, spec.patch_size, spec.merge_size);
+  }
+  return keys;
+}
+
 Status TokenizeOp::Validate(const Spec& s, const std::string& p) {
   if (s.tokenizer.empty()) {
     HR_RETURN_IF_ERROR(schema::NonEmpty(
@@ -221,12 +235,28 @@ Status TokenizeOp::Validate(const Spec& s, const std::string& p) {
   HR_RETURN_IF_ERROR(schema::InRange(p + ".max_length", s.max_length, 1, kMaxTokens));
   if (!s.tokenizer.empty()) {
     HR_RETURN_IF_ERROR(schema::InRange(p + ".image_tokens", s.image_tokens, 0, kMaxTokens));
-    HR_RETURN_IF_ERROR(schema::InRange(p + ".patch_size", s.patch_size, 1, 4096));
-    HR_RETURN_IF_ERROR(schema::InRange(p + ".merge_size", s.merge_size, 1, 64));
-    if (!s.image_token.empty() && s.image_tokens == 0) {
+    HR_RETURN_IF_ERROR(schema::InRange(p + ".patch_size", s.patch_size, 0, 4096));
+    HR_RETURN_IF_ERROR(schema::InRange(p + ".merge_size", s.merge_size, 0, 64));
+    HR_RETURN_IF_ERROR(schema::KnownEnum(p + ".preset", s.preset));
+    const bool expands = !ResolveImageTokens(s).token.empty();
+    if (!s.grid_field.empty()) {
+      if (!expands) {
+        return schema::Invalid(p + ".grid_field",
+                               "needs image_token (or a preset): the token each grid's "
+                               "count repeats");
+      }
+      if (s.image_tokens != 0) {
+        return schema::Invalid(p + ".image_tokens",
+                               "give image_tokens (the same count for every image) or "
+                               "grid_field (each image's own), not both");
+      }
+    } else if (expands && s.image_tokens == 0) {
       HR_RETURN_IF_ERROR(
           schema::NonEmpty(p + ".image_field", s.image_field, "the image whose size gives N"));
     }
+  } else if (s.preset != VisionModel::kNone || !s.grid_field.empty()) {
+    return schema::Invalid(p + (s.preset != VisionModel::kNone ? ".preset" : ".grid_field"),
+                           "applies to tokenizer: (a tokenizer.json), not to model:");
   }
   HR_RETURN_IF_ERROR(schema::NonEmpty(p + ".field", s.field, "the conversation value"));
   return schema::AtLeast(p + ".pad_id", s.pad_id, -1);
@@ -234,7 +264,44 @@ Status TokenizeOp::Validate(const Spec& s, const std::string& p) {
 
 namespace {
 bool ImageSized(const TokenizeSpec& spec) {
-  return !spec.tokenizer.empty() && !spec.image_token.empty() && spec.image_tokens == 0;
+  return !spec.tokenizer.empty() && spec.grid_field.empty() &&
+         !ResolveImageTokens(spec).token.empty() && spec.image_tokens == 0;
+}
+
+// Where the grids of `spec.grid_field` are, with the checks of Declare: an i64 [3] per
+// image, written by an op that agrees with this one's patch and merge sizes.
+Result<TokenizeOp::GridInput> ReadGrids(const TokenizeSpec& spec, PlanContext& ctx) {
+  using Layout = TokenizeOp::GridInput::Layout;
+  TokenizeOp::GridInput grids;
+  if (spec.tokenizer.empty() || spec.grid_field.empty()) return grids;
+  HR_ASSIGN_OR_RETURN(FieldRead field, ctx.ReadField(spec.grid_field));
+  const std::vector<int64_t>& shape = field.spec.sample_shape;
+  const bool fixed = field.spec.layout == FieldLayout::kFixed;
+  const bool padded = fixed && field.items > 0;
+  const std::vector<int64_t> want =
+      padded ? std::vector<int64_t>{field.items, 3} : std::vector<int64_t>{3};
+  if (field.spec.dtype != DType::kI64 || shape != want ||
+      (!fixed && field.spec.layout != FieldLayout::kItems &&
+       field.spec.layout != FieldLayout::kRagged)) {
+    return ctx.Error("grid_field '" + spec.grid_field + "' (from " + field.writer +
+                     ") is not an i64 (t, h, w) per image, as vision.patchify's grid_output is");
+  }
+  const ImageTokenKeys keys = ResolveImageTokens(spec);
+  const PatchGeometry mine{keys.patch_size, keys.merge_size, ctx.key(), keys.preset};
+  HR_RETURN_IF_ERROR(CheckSameGeometry(
+      mine, field.geometry,
+      "the grids of '" + spec.grid_field + "' hold patches of " +
+          std::to_string(field.geometry.patch_size) + " px merged " +
+          std::to_string(field.geometry.merge_size) + "x" +
+          std::to_string(field.geometry.merge_size) + " per token"));
+  grids.layout = padded ? Layout::kPadded : fixed ? Layout::kOne : Layout::kAppended;
+  grids.row = field.row;
+  grids.max_items = field.items;
+  grids.merge_size = keys.merge_size > 0             ? keys.merge_size
+                     : field.geometry.merge_size > 0 ? field.geometry.merge_size
+                                                     : 2;
+  grids.field = spec.grid_field;
+  return grids;
 }
 // attention_mask, or with pad false position_ids.
 std::string SecondOutput(const TokenizeSpec& spec) {
@@ -245,6 +312,7 @@ std::string SecondOutput(const TokenizeSpec& spec) {
 Status TokenizeOp::Declare(const Spec& spec, PlanContext& ctx) {
   HR_RETURN_IF_ERROR(ctx.Read(spec.field, ValueKind::kConversation).status());
   if (ImageSized(spec)) HR_RETURN_IF_ERROR(ctx.Read(spec.image_field, ValueKind::kImage).status());
+  HR_RETURN_IF_ERROR(ReadGrids(spec, ctx).status());
   for (const char* name : spec.pad ? kOutputs : kRaggedOutputs) {
     if (spec.pad) {
       ctx.AddField(FieldSpec{spec.output_prefix + name, DType::kI64, {spec.max_length}},
@@ -289,11 +357,12 @@ Result<std::unique_ptr<Op>> TokenizeOp::Make(const Spec& spec, PlanContext& ctx)
       if (!parsed.ok()) return parsed.status().WithContext(ctx.key() + ".tokenizer_config");
       config = std::move(parsed).value();
     }
+    HR_ASSIGN_OR_RETURN(GridInput grids, ReadGrids(spec, ctx));
     auto op = FromTokenizer(
         spec, std::string_view(reinterpret_cast<const char*>(json.data()), json.size()), config,
         ctx.row(spec.output_prefix + kOutputs[0]), ctx.row(spec.output_prefix + SecondOutput(spec)),
         ctx.row(spec.output_prefix + kOutputs[2]), ctx.slot(spec.field),
-        ImageSized(spec) ? ctx.slot(spec.image_field) : -1);
+        ImageSized(spec) ? ctx.slot(spec.image_field) : -1, std::move(grids));
     if (!op.ok()) return op.status().WithContext(ctx.key().substr(0, ctx.key().find('.')));
     return std::unique_ptr<Op>(*std::move(op));
   }
@@ -343,7 +412,7 @@ Result<std::unique_ptr<TokenizeOp>> TokenizeOp::FromModel(const TokenizeSpec& sp
 Result<std::unique_ptr<TokenizeOp>> TokenizeOp::FromTokenizer(
     const TokenizeSpec& spec, std::string_view tokenizer_json, const TokenizerConfig& config,
     int input_ids_row, int attention_mask_row, int labels_row, int conversation_slot,
-    int image_slot) {
+    int image_slot, GridInput grids) {
   if (input_ids_row < 0 || attention_mask_row < 0 || labels_row < 0 ||
       input_ids_row == attention_mask_row || input_ids_row == labels_row ||
       attention_mask_row == labels_row) {
@@ -359,8 +428,49 @@ Result<std::unique_ptr<TokenizeOp>> TokenizeOp::FromTokenizer(
                                                        conversation_slot));
   op->hf_ = std::move(chat);
   op->image_slot_ = image_slot;
+  op->grids_ = std::move(grids);
   op->pad_ = spec.pad;
   return op;
+}
+
+Status TokenizeOp::TokenizeWithGrids(const SampleContext& ctx, std::span<const Turn> turns,
+                                     int64_t* const* rows) const {
+  // This sample's grids, as the op before wrote them (GridInput::Layout).
+  std::span<const int64_t> thw;
+  switch (grids_.layout) {
+    case GridInput::Layout::kOne:
+      thw = {reinterpret_cast<const int64_t*>(ctx.rows[grids_.row]), 3};
+      break;
+    case GridInput::Layout::kPadded: {
+      const auto* row = reinterpret_cast<const int64_t*>(ctx.rows[grids_.row]);
+      size_t n = 0;
+      while (n < static_cast<size_t>(grids_.max_items) && row[3 * n] != 0) ++n;
+      thw = {row, 3 * n};
+      break;
+    }
+    case GridInput::Layout::kAppended: {
+      if (ctx.ragged == nullptr) return Status::Internal("text.tokenize: no appended grids");
+      const std::span<const uint8_t> bytes = ctx.ragged->bytes(grids_.row);
+      thw = {reinterpret_cast<const int64_t*>(bytes.data()), bytes.size() / sizeof(int64_t)};
+      break;
+    }
+    case GridInput::Layout::kNone: return Status::Internal("text.tokenize: no grid field");
+  }
+  thread_local std::vector<int64_t> counts;
+  counts.clear();
+  const int64_t merge = int64_t{grids_.merge_size} * grids_.merge_size;
+  for (size_t i = 0; i + 3 <= thw.size(); i += 3) {
+    const int64_t patches = thw[i] * thw[i + 1] * thw[i + 2];
+    if (thw[i] < 1 || thw[i + 1] < 1 || thw[i + 2] < 1 || patches % merge != 0) {
+      return Status::TokenizeError("text.tokenize: " + grids_.field + "[" +
+                                   std::to_string(i / 3) + "] = (" + std::to_string(thw[i]) +
+                                   ", " + std::to_string(thw[i + 1]) + ", " +
+                                   std::to_string(thw[i + 2]) + ") is not a grid of merge_size " +
+                                   std::to_string(grids_.merge_size));
+    }
+    counts.push_back(patches / merge);
+  }
+  return TokenizeChat(*hf_, turns, counts, grids_.field, rows[0], rows[1], rows[2]);
 }
 
 Status TokenizeOp::Run(SampleContext& ctx) const {
@@ -382,7 +492,9 @@ Status TokenizeOp::Run(SampleContext& ctx) const {
     unpadded.resize(static_cast<size_t>(3 * max_length));
     for (int r = 0; r < 3; ++r) rows[r] = unpadded.data() + r * max_length;
   }
-  if (hf_ != nullptr) {
+  if (hf_ != nullptr && grids_.layout != GridInput::Layout::kNone) {
+    HR_RETURN_IF_ERROR(TokenizeWithGrids(ctx, conversation->turns, rows));
+  } else if (hf_ != nullptr) {
     int image_tokens = hf_->image_tokens;
     if (image_slot_ >= 0) {
       const ImageView* image = ctx.Get<ImageView>(image_slot_);

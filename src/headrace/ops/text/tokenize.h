@@ -24,6 +24,7 @@
 #include "headrace/ops/op.h"
 #include "headrace/ops/op_plan.h"
 #include "headrace/ops/text/hf_chat.h"
+#include "headrace/ops/vision/preset.h"
 
 namespace sentencepiece {
 class SentencePieceProcessor;
@@ -47,14 +48,24 @@ struct TokenizeSpec {  // text.tokenize
   std::string chat_template{};     // Jinja text; "": tokenizer_config's chat_template
   std::string template_date{};     // "YYYY-MM-DD": the day strftime_now renders (required
                                    // by a template that calls it)
+  // A model's vision tokens and geometry (ops/vision/preset.h): image_token,
+  // image_start, image_end, patch_size and merge_size left unset ("", 0) take the
+  // preset's (<|image_pad|>, <|vision_start|>, <|vision_end|>, its patch and merge
+  // sizes); an explicit key overrides it, as on image.smart_resize and vision.patchify.
+  VisionModel preset = VisionModel::kNone;
   std::string image_placeholder = "<image>";  // in a turn's text: one image
   std::string image_token{};  // repeated N times per image ("<|image_pad|>"); "": no expansion
   std::string image_start{};  // before them ("<|vision_start|>")
   std::string image_end{};    // after them ("<|vision_end|>")
-  int image_tokens = 0;     // N; 0: from the size of `image_field` (patch/merge sizes)
+  int image_tokens = 0;     // N; 0: from grid_field, or from the size of `image_field`
   std::string image_field = "image";  // the image value whose size gives N
-  int patch_size = 14;      // N = (height / (patch_size*merge_size)) * (width / ...)
-  int merge_size = 2;
+  // The batch field of the sample's image grids (vision.patchify's image_grid_thw),
+  // written by an op before this one: the i-th placeholder of the conversation becomes
+  // t*h*w / merge_size^2 tokens of the i-th grid, and placeholders and grids must agree
+  // in number. "": every placeholder gets the same N (image_tokens or image_field).
+  std::string grid_field{};
+  int patch_size = 0;  // 0: preset or 14. image_field: N = (height / (patch*merge)) * ...
+  int merge_size = 0;  // 0: preset, or with grid_field the grid's writer's, or 2
   // --- both ---
   int max_length = 128;
   // true: every row padded to max_length (input_ids, attention_mask, labels: i64
@@ -78,6 +89,16 @@ struct TokenizeSpec {  // text.tokenize
 
 // text.tokenize.max_length's upper bound.
 inline constexpr int kMaxTokens = 1 << 20;
+
+// The image keys of a TokenizeSpec over its preset (TokenizeSpec says how); a size
+// neither gives stays 0.
+struct ImageTokenKeys {
+  std::string token, start, end;
+  int patch_size = 0;
+  int merge_size = 0;
+  std::string preset;  // the preset's name when it gave the sizes, for messages
+};
+ImageTokenKeys ResolveImageTokens(const TokenizeSpec& spec);
 
 // A loaded SentencePiece model. Immutable after Load; every method is safe to call from
 // many threads at once.
@@ -209,12 +230,16 @@ class TokenizeOp : public Op {
     f("image_field", s.image_field);
     f("patch_size", s.patch_size);
     f("merge_size", s.merge_size);
+    f("preset", s.preset);
+    f("grid_field", s.grid_field);
   }
   static Status Validate(const Spec& spec, const std::string& key);
-  // Reads the conversation `field` (and, with `tokenizer`, image_token set and
-  // image_tokens 0, the image `image_field`); writes output_prefix + input_ids,
-  // attention_mask and labels, i64[max_length] each, or with pad false input_ids, labels
-  // and position_ids, ragged.
+  // Reads the conversation `field` (and, with `tokenizer` and an image token, the batch
+  // field `grid_field` of an earlier op, or with image_tokens 0 the image
+  // `image_field`); writes output_prefix + input_ids, attention_mask and labels,
+  // i64[max_length] each, or with pad false input_ids, labels and position_ids, ragged.
+  // A grid field that no earlier op writes, or whose writer used another patch or
+  // merge size than this op's (explicit or preset), is a config error naming both keys.
   static Status Declare(const Spec& spec, PlanContext& ctx);
   // Reads the model file, or the tokenizer.json and its tokenizer_config.json, through
   // ctx (local, s3://, http(s)://).
@@ -232,18 +257,37 @@ class TokenizeOp : public Op {
                                                        int input_ids_row, int attention_mask_row,
                                                        int labels_row, int conversation_slot);
 
+  // Where a sample's image grids are (text.tokenize.grid_field), as the op reads them.
+  struct GridInput {
+    enum class Layout {
+      kNone,      // no grid field: every placeholder gets the same count
+      kOne,       // a fixed i64 [3] field: one grid per sample, at ctx.rows[row]
+      kPadded,    // a padded list's i64 [max_items, 3] at ctx.rows[row]; an item whose
+                  // t is 0 is absent (ForEachItemOp zero-fills them)
+      kAppended,  // a list's items or a ragged [?, 3]: the rows the sample appended,
+                  // ctx.ragged->bytes(row)
+    };
+    Layout layout = Layout::kNone;
+    int row = -1;
+    int max_items = 0;  // kPadded
+    int merge_size = 2;  // tokens per grid: t * h * w / merge_size^2
+    std::string field;   // for messages
+  };
+
   // The op with a tokenizer.json: `tokenizer_json` holds spec.tokenizer's bytes,
   // `config` its tokenizer_config.json's contents. `image_slot` is the image whose size
-  // gives the image token count (-1: spec.image_tokens). Errors as FromModel's.
+  // gives the image token count (-1: spec.image_tokens or `grids`). Errors as FromModel's.
   static Result<std::unique_ptr<TokenizeOp>> FromTokenizer(
       const TokenizeSpec& spec, std::string_view tokenizer_json, const TokenizerConfig& config,
       int input_ids_row, int attention_mask_row, int labels_row, int conversation_slot,
-      int image_slot);
+      int image_slot, GridInput grids);
 
   std::string_view name() const override { return kName; }
   // kTokenizeError when the conversation has no turns, the model rejects its text or
-  // the chat template fails (naming the turn); kMissingField when the sample has no
-  // such value.
+  // the chat template fails (naming the turn); with a grid field, when its image
+  // placeholders and the sample's grids differ in number (naming both counts) or
+  // max_length cuts into the image tokens; kMissingField when the sample has no such
+  // value.
   Status Run(SampleContext& ctx) const override;
 
   // The SentencePiece model; only for an op made with `model`.
@@ -255,11 +299,15 @@ class TokenizeOp : public Op {
  private:
   TokenizeOp(std::unique_ptr<SentencePieceModel> model, ChatTemplate tmpl, int input_ids_row,
              int attention_mask_row, int labels_row, int conversation_slot);
+  // The grid path of Run: this sample's grids from grids_, then TokenizeChat per image.
+  Status TokenizeWithGrids(const SampleContext& ctx, std::span<const Turn> turns,
+                           int64_t* const* rows) const;
 
   std::unique_ptr<SentencePieceModel> model_;  // exactly one of model_ and hf_ is set
   ChatTemplate template_;
   std::unique_ptr<HfChat> hf_;
   int image_slot_ = -1;
+  GridInput grids_;
   bool pad_ = true;  // false: the three fields are ragged; the second is position_ids
   int input_ids_row_;
   int attention_mask_row_;

@@ -9,7 +9,7 @@
 //
 // A still image is one frame, repeated to temporal_patch_size; a video's frames are
 // padded to a multiple of it by repeating the last one (both as transformers does).
-// Pure kernels: no op, no batch field (vision.patchify builds on them; README.md).
+// Pure kernels: no op, no batch field (vision.patchify, patchify_op.h, builds on them).
 #pragma once
 
 #include <array>

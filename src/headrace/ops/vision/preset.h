@@ -1,6 +1,6 @@
 // The vision geometry and normalisation of the Qwen-VL models, one line per model, as
 // their Hugging Face repositories ship them: what `preset: qwen2_vl | qwen2_5_vl |
-// qwen3_vl` means on image.smart_resize (and, later, vision.patchify and text.tokenize).
+// qwen3_vl` means on image.smart_resize, vision.patchify and text.tokenize.
 //
 // Header-only data: image.smart_resize (ops/image) reads it, and hr_ops_vision links
 // hr_ops_image (for the bf16/f16 conversions), so a preset.cc would make the two
@@ -95,6 +95,13 @@ inline constexpr VisionPreset kVisionPresets[] = {
      .image_min_pixels = 65536, .image_max_pixels = 16777216, .video_min_pixels = 4096,
      .video_max_pixels = 25165824, .tokens = {}},
 };
+
+// The preset's name when it gave both the patch and the merge size (neither key was
+// set), else "": what PatchGeometry::preset says in messages.
+inline std::string_view PresetOfSizes(VisionModel preset, int patch_size, int merge_size) {
+  return preset != VisionModel::kNone && patch_size == 0 && merge_size == 0 ? EnumName(preset)
+                                                                            : "";
+}
 
 // The preset of `model`; null for kNone (and for a value outside the enum).
 inline const VisionPreset* FindVisionPreset(VisionModel model) {
