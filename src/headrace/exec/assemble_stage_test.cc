@@ -94,17 +94,14 @@ TEST(AssembleStage, AFailingBatchOpEmptiesTheBatchAndNamesEachSample) {
 
 // A layout with a ragged field ("tokens", i32 rows of 2: [?, 2]) and its lengths, a
 // list's items ("views", u8 [3] each), and a fixed field.
-struct RaggedFixture {
-  std::vector<FieldSpec> fields{
-      FieldSpec{"tokens", DType::kI32, {2}, FieldLayout::kRagged},
-      FieldSpec{"tokens_lengths", DType::kI32, {}, FieldLayout::kLengths},
-      FieldSpec{"views", DType::kU8, {3}, FieldLayout::kItems},
-      FieldSpec{"row", DType::kI64, {}}};
-  std::vector<StringField> strings;
-  std::vector<std::unique_ptr<BatchOp>> batch_ops;
-  std::vector<SampleRecord> records = std::vector<SampleRecord>(4);
-  std::shared_ptr<PoolingAllocator> memory =
-      std::make_shared<PoolingAllocator>(DefaultAllocator(), 1 << 20);
+struct RaggedFixture : Fixture {
+  RaggedFixture() {
+    fields = {FieldSpec{"tokens", DType::kI32, {2}, FieldLayout::kRagged},
+              FieldSpec{"tokens_lengths", DType::kI32, {}, FieldLayout::kLengths},
+              FieldSpec{"views", DType::kU8, {3}, FieldLayout::kItems},
+              FieldSpec{"row", DType::kI64, {}}};
+    strings.clear();
+  }
 
   // Sample i appends i rows of tokens (values 100 i + row), in two entries for sample 3,
   // and i views (bytes 10 i + view).
