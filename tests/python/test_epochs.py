@@ -230,7 +230,10 @@ def test_ctrl_c_interrupts_a_loop_waiting_for_a_batch(py_sample):
     child = subprocess.Popen(
         [sys.executable, "-c", CTRL_C_CHILD.format(tests=os.path.dirname(__file__),
                                                    data=str(py_sample))],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # A parent that ignores SIGINT (a job started in the background, as a CI runner may
+        # start `make test`) would pass that on, and Python then installs no handler.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert child.stdout.readline().strip() == "stalled"  # the engine is stuck; next() waits
         child.send_signal(signal.SIGINT)
