@@ -1,4 +1,8 @@
-"""Fixtures for the Python package's tests: a small dataset made through the binding."""
+"""Fixtures for the Python package's tests: a small dataset made through the binding, and
+the real tokenizer vocabularies."""
+import fcntl
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,3 +39,22 @@ def small_pipeline(dataset: Path, **kw):
         ops=[ops.decode(), ops.resize(shorter_side=64), ops.center_crop(56), *extra_ops,
              ops.normalize(), ops.tokenize(dataset / "tokenizer.model", max_length=48)],
         **kw)
+
+
+REPO = Path(__file__).resolve().parents[2]
+VOCABS = REPO / "data" / "vocabs"
+VOCAB_NAMES = ["qwen2", "llama3", "gpt2"]
+
+
+def fetch_vocabs() -> Path:
+    """data/vocabs (scripts/fetch_vocabs.py: Qwen2, Llama 3 and GPT-2's real tokenizer.json
+    and the models' chat templates), fetched once when missing. `make test` runs the tests
+    in two processes (pytest-xdist): one fetches, the other waits on the lock rather than
+    writing the same files at once or finding them half written."""
+    VOCABS.mkdir(parents=True, exist_ok=True)
+    with open(VOCABS / ".fetch.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not all((VOCABS / n / "tokenizer.json").exists() for n in VOCAB_NAMES):
+            subprocess.run([sys.executable, str(REPO / "scripts" / "fetch_vocabs.py"),
+                            "--out", str(VOCABS)], check=True)
+    return VOCABS

@@ -7,10 +7,8 @@ converted by scripts/fetch_vocabs.py into data/vocabs/ (run here when missing; c
 The sweep's size per tokenizer is HEADRACE_TOKENIZER_SWEEP (default 4,000 strings here;
 `make test-tokenizers` runs 25,000).
 """
-import fcntl
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +20,7 @@ import headrace
 from headrace import _headrace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conftest import fetch_vocabs  # noqa: E402
 from hard_text import hard_strings  # noqa: E402
 
 import tokenizers  # noqa: E402
@@ -36,15 +35,7 @@ NAMES = ["qwen2", "llama3", "gpt2"]
 
 @pytest.fixture(scope="module")
 def vocabs():
-    # `make test` runs the tests in two processes (pytest-xdist): one fetches, the other
-    # waits for it on the lock rather than writing the same files at once.
-    VOCABS.mkdir(parents=True, exist_ok=True)
-    with open(VOCABS / ".fetch.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not all((VOCABS / n / "tokenizer.json").exists() for n in NAMES):
-            subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_vocabs.py"),
-                            "--out", str(VOCABS)], check=True)
-    return VOCABS
+    return fetch_vocabs()
 
 
 def _pair(vocabs, name):

@@ -27,8 +27,9 @@ import pytest
 from PIL import Image
 
 import headrace
+from conftest import fetch_vocabs
 
-transformers = pytest.importorskip("transformers")
+import transformers  # noqa: F401  (not importorskip: scripts/setup.sh installs it)
 from transformers import Qwen2TokenizerFast, Qwen2VLProcessor  # noqa: E402
 from transformers.image_utils import load_image  # noqa: E402
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (  # noqa: E402
@@ -42,8 +43,7 @@ IGNORE = -100
 MAX_ITEMS = 4
 BAD = 10  # the manifest line of the mismatched sample
 
-if not TOKENIZER.exists():
-    pytest.skip("data/vocabs is missing: run scripts/fetch_vocabs.py", allow_module_level=True)
+fetch_vocabs()  # TOKENIZER, when a fresh clone has no data/vocabs yet
 
 
 class _LocalProcessor(Qwen2VLProcessor):

@@ -37,7 +37,7 @@ from PIL import Image
 
 import headrace
 
-transformers = pytest.importorskip("transformers")
+import transformers  # noqa: E402,F401  (not importorskip: scripts/setup.sh installs it)
 from transformers.image_utils import PILImageResampling, SizeDict, load_image  # noqa: E402
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (  # noqa: E402
     Qwen2VLImageProcessorPil, smart_resize)
@@ -279,7 +279,7 @@ def test_patch_layout_equals_transformers_without_resize(tmp_path, preset):
     got = np.frombuffer(raw, np.float32).reshape(want["pixel_values"].shape)
     assert report(f"{preset} pixel_values (do_resize=False)", got, want["pixel_values"]) <= 1e-6
     # bf16: torch's round-to-nearest-even of the same f32 values.
-    torch = pytest.importorskip("torch")
+    import torch
     _, raw16 = patchify(tmp_path, pixels, preset, "bf16")
     want16 = torch.from_numpy(want["pixel_values"]).to(torch.bfloat16).view(torch.int16).numpy()
     assert np.array_equal(np.frombuffer(raw16, np.int16).reshape(want16.shape), want16)
