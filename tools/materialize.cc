@@ -87,16 +87,18 @@ Status WriteBatch(const Batch& batch, const std::vector<FieldSpec>& fields, SetW
   const Tensor* index = batch.Find("index");
   if (index == nullptr) return Status::Internal("a batch without 'index'");
   std::vector<std::vector<int64_t>> offsets;
+  std::vector<const Tensor*> tensors;  // SampleOffsets found each (or failed)
   for (const FieldSpec& field : fields) {
     HR_ASSIGN_OR_RETURN(std::vector<int64_t> o, SampleOffsets(batch, field));
     offsets.push_back(std::move(o));
+    tensors.push_back(batch.Find(field.name));
   }
   for (int64_t s = 0; s < batch.size(); ++s) {
     const std::string key = SampleKey(index->data<int64_t>()[s]);
     std::vector<std::pair<std::string, std::string>> members;
     for (size_t f = 0; f < fields.size(); ++f) {
       const FieldSpec& field = fields[f];
-      const Tensor& tensor = *batch.Find(field.name);
+      const Tensor& tensor = *tensors[f];
       const int64_t first = offsets[f][s];
       const int64_t rows = offsets[f][s + 1] - first;
       const size_t row = field.sample_bytes();
