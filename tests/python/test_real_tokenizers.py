@@ -20,17 +20,15 @@ import headrace
 from headrace import _headrace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import fetch_vocabs  # noqa: E402
+from conftest import VOCAB_NAMES, fetch_vocabs  # noqa: E402
 from hard_text import hard_strings  # noqa: E402
 
 import tokenizers  # noqa: E402
 import transformers  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-VOCABS = ROOT / "data" / "vocabs"
 SWEEP = int(os.environ.get("HEADRACE_TOKENIZER_SWEEP", "4000"))
 IGNORE = -100
-NAMES = ["qwen2", "llama3", "gpt2"]
+NAMES = VOCAB_NAMES
 
 
 @pytest.fixture(scope="module")
