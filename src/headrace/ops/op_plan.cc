@@ -229,7 +229,7 @@ void PlanContext::AddField(FieldSpec field, std::string size_source, std::string
   state_.field_sources.push_back(size_source);
 }
 
-Result<FieldRead> PlanContext::ReadField(std::string_view name) {
+Result<FieldRead> PlanContext::ReadField(std::string_view name, const FieldSpec* synthetic) {
   for (int op = 0; op < op_; ++op) {
     const PlanOpRecord& r = state_.ops[static_cast<size_t>(op)];
     for (const auto& [n, row] : r.fields) {
@@ -247,6 +247,29 @@ Result<FieldRead> PlanContext::ReadField(std::string_view name) {
       }
       return out;
     }
+  }
+  if (state_.synthesize_inputs && synthetic != nullptr) {
+    FieldRead out;
+    out.writer = "the test";
+    for (const auto& [n, row] : record().field_reads) {  // made up by an earlier call
+      if (n != name) continue;
+      out.row = row;
+      out.spec = state_.fields[static_cast<size_t>(row)];
+      return out;
+    }
+    out.row = static_cast<int>(state_.fields.size());
+    out.spec = *synthetic;
+    out.spec.name = std::string(name);
+    state_.fields.push_back(out.spec);
+    state_.field_writers.push_back(out.writer);
+    state_.field_sources.push_back(out.writer);
+    if (out.spec.layout == FieldLayout::kRagged) {
+      state_.fields.push_back(FieldSpec{LengthsName(name), DType::kI32, {}, FieldLayout::kLengths});
+      state_.field_writers.push_back(out.writer);
+      state_.field_sources.push_back(out.writer);
+    }
+    record().field_reads.emplace_back(std::string(name), out.row);
+    return out;
   }
   std::string fields;
   for (int op = 0; op < op_; ++op) {

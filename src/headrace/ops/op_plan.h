@@ -268,8 +268,11 @@ class PlanContext {
   // `<name>_lengths` declared after it.
   void AddField(FieldSpec field, std::string size_source, std::string writer = "");
   // Reads back the batch field `name` that an earlier op declared (FieldRead); a config
-  // error naming the op, the field and the fields that exist when none did.
-  Result<FieldRead> ReadField(std::string_view name);
+  // error naming the op, the field and the fields that exist when none did. In tests
+  // (PlanState::synthesize_inputs) a field no op writes is made up as `synthetic`, when
+  // given: declared before this op by "the test", its rows empty (ragged) or as the test
+  // leaves them.
+  Result<FieldRead> ReadField(std::string_view name, const FieldSpec* synthetic = nullptr);
   // The patch geometry of the batch fields this op writes, for the ops that read them.
   void SetGeometry(PatchGeometry geometry);
   // After the op's Declare (the planner calls it): a mapped op's writes become items of
