@@ -33,6 +33,7 @@
 #include "headrace/ops/text/tokenize.h"
 #include "headrace/ops/video/decode.h"
 #include "headrace/ops/vision/patchify_op.h"
+#include "headrace/ops/vision/rope_index.h"
 
 namespace headrace {
 
@@ -69,6 +70,7 @@ using AllOps = OpList<DecodeOp,             //
                       ResizeOp,             //
                       SmartResizeOp,        //
                       PatchifyOp,           //
+                      RopeIndexOp,          //
                       CenterCropOp,         //
                       RandomResizedCropOp,  //
                       FlipOp,               //
