@@ -40,6 +40,10 @@ struct FieldSpec {
   // fixed i64 field that holds each sample's item count ("views_count"), so that a
   // sample's items, or entries, are told apart. Empty: one entry per sample.
   std::string count_field{};
+  // For a ragged per-sample field with one row per token of a sequence (input_ids
+  // itself, its labels and position ids, the M-RoPE ids): that sequence field's name.
+  // Packing (exec/packer.h) lays these fields out as rows of `batch.pack.seq_len` tokens.
+  std::string tokens_of{};
 
   // Bytes of one value of `sample_shape`: a sample's row of a fixed field, one row of a
   // ragged one, one item of a list's.

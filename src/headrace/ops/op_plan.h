@@ -205,6 +205,16 @@ struct FieldRead {
 };
 
 // The chain being planned (pipeline/plan.cc drives it).
+// A token sequence an op writes unpadded (text.tokenize {pad: false}): what packing
+// (exec/packer.h) pads it and its labels with, and which of its ids carry vision
+// features (a cut must not drop them).
+struct TokenSequence {
+  std::string field;  // "input_ids"
+  int64_t pad_id = 0;
+  int64_t ignore_index = -100;
+  std::vector<int64_t> vision_token_ids;
+};
+
 struct PlanState {
   std::vector<PlanValue> values;
   std::vector<FieldSpec> fields;
@@ -232,6 +242,8 @@ struct PlanState {
   // Tests only (the conformance battery): a read of a value that does not exist creates
   // it as a source value of the kind asked, images of fixed size kSynthImage*.
   bool synthesize_inputs = false;
+  // The unpadded token sequences the ops write (AddSequence).
+  std::vector<TokenSequence> sequences;
 };
 
 inline constexpr int kSynthImageWidth = 40;
@@ -275,6 +287,8 @@ class PlanContext {
   Result<FieldRead> ReadField(std::string_view name, const FieldSpec* synthetic = nullptr);
   // The patch geometry of the batch fields this op writes, for the ops that read them.
   void SetGeometry(PatchGeometry geometry);
+  // In Make: this op writes the unpadded token sequence `sequence` (for packing).
+  void AddSequence(TokenSequence sequence) { state_.sequences.push_back(std::move(sequence)); }
   // After the op's Declare (the planner calls it): a mapped op's writes become items of
   // its list; its fixed batch fields become the list's items concatenated (kItems), or
   // [items, ...shape] when the list pads them (SourceField::pad_items); its ragged

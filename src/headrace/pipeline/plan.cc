@@ -346,7 +346,19 @@ Status PlanOps(const std::vector<OpSpec>& ops, PlanState& state,
 }
 }  // namespace internal
 
-Status CheckOpChain(const PipelineSpec& spec) { return DeclareChain(spec).status(); }
+Status CheckOpChain(const PipelineSpec& spec) {
+  HR_ASSIGN_OR_RETURN(PlanState state, DeclareChain(spec));
+  // batch.pack needs an unpadded token field among the declared ones (a materialization's
+  // fields are its own: checked when it is opened).
+  if (spec.batch.pack.enabled() && !spec.ops.empty()) {
+    PackOptions pack;
+    pack.seq_len = spec.batch.pack.seq_len;
+    pack.window = spec.batch.pack.window;
+    pack.token_field = spec.batch.pack.field;
+    HR_RETURN_IF_ERROR(Packer::Make(state.fields, pack).status());
+  }
+  return Status::Ok();
+}
 
 Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage) {
   HR_ASSIGN_OR_RETURN(PlanState state, DeclareChain(spec));
@@ -360,6 +372,7 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage) {
   const std::vector<SourceField> fields = SourceFieldsOf(spec.source);
   plan.ops = GroupListOps(fields, state, std::move(ops));
   plan.fields = std::move(state.fields);
+  plan.sequences = std::move(state.sequences);
   plan.field_sources = std::move(state.field_sources);
   plan.num_values = static_cast<int>(state.values.size());
   for (size_t f = 0; f < fields.size(); ++f) {

@@ -34,6 +34,8 @@ struct PipelinePlan {
   int num_values = 0;
   std::vector<SourceValue> source_values;
   bool reads_media = false;  // an op reads a media field of the source
+  // The unpadded token sequences (text.tokenize {pad: false}): what packing pads.
+  std::vector<TokenSequence> sequences;
 };
 
 // Builds the operators and the batch layout. Files an operator needs (the tokenizer

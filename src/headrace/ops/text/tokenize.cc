@@ -309,6 +309,15 @@ std::string SecondOutput(const TokenizeSpec& spec) {
 }
 }  // namespace
 
+TokenSequence TokenizeOp::Sequence(std::string field) const {
+  if (hf_ != nullptr) {
+    TokenSequence s{std::move(field), hf_->pad_id, hf_->ignore_index, {}};
+    if (hf_->image_token_id >= 0) s.vision_token_ids.push_back(hf_->image_token_id);
+    return s;
+  }
+  return TokenSequence{std::move(field), template_.pad_id, template_.ignore_index, {}};
+}
+
 Status TokenizeOp::Declare(const Spec& spec, PlanContext& ctx) {
   HR_RETURN_IF_ERROR(ctx.Read(spec.field, ValueKind::kConversation).status());
   if (ImageSized(spec)) HR_RETURN_IF_ERROR(ctx.Read(spec.image_field, ValueKind::kImage).status());
@@ -318,7 +327,8 @@ Status TokenizeOp::Declare(const Spec& spec, PlanContext& ctx) {
       ctx.AddField(FieldSpec{spec.output_prefix + name, DType::kI64, {spec.max_length}},
                    ctx.key() + ".max_length " + std::to_string(spec.max_length));
     } else {
-      ctx.AddField(FieldSpec{spec.output_prefix + name, DType::kI64, {}, FieldLayout::kRagged},
+      ctx.AddField(FieldSpec{spec.output_prefix + name, DType::kI64, {}, FieldLayout::kRagged,
+                             "", spec.output_prefix + "input_ids"},
                    ctx.key() + ".pad false (each sample's tokens, up to max_length " +
                        std::to_string(spec.max_length) + ")");
     }
@@ -364,6 +374,7 @@ Result<std::unique_ptr<Op>> TokenizeOp::Make(const Spec& spec, PlanContext& ctx)
         ctx.row(spec.output_prefix + kOutputs[2]), ctx.slot(spec.field),
         ImageSized(spec) ? ctx.slot(spec.image_field) : -1, std::move(grids));
     if (!op.ok()) return op.status().WithContext(ctx.key().substr(0, ctx.key().find('.')));
+    if (!spec.pad) ctx.AddSequence((*op)->Sequence(spec.output_prefix + kRaggedOutputs[0]));
     return std::unique_ptr<Op>(*std::move(op));
   }
   HR_ASSIGN_OR_RETURN(Buffer model, ctx.ReadFile("model", spec.model));
@@ -372,6 +383,7 @@ Result<std::unique_ptr<Op>> TokenizeOp::Make(const Spec& spec, PlanContext& ctx)
       ctx.row(spec.output_prefix + kOutputs[0]), ctx.row(spec.output_prefix + SecondOutput(spec)),
       ctx.row(spec.output_prefix + kOutputs[2]), ctx.slot(spec.field));
   if (!op.ok()) return op.status().WithContext(ctx.key().substr(0, ctx.key().find('.')));
+  if (!spec.pad) ctx.AddSequence((*op)->Sequence(spec.output_prefix + kRaggedOutputs[0]));
   return std::unique_ptr<Op>(*std::move(op));
 }
 

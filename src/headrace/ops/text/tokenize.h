@@ -244,6 +244,9 @@ class TokenizeOp : public Op {
   // Reads the model file, or the tokenizer.json and its tokenizer_config.json, through
   // ctx (local, s3://, http(s)://).
   static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
+  // The sequence `field` (its input_ids) as packing pads it: the model's pad id, the
+  // labels' ignore_index, the image token's id.
+  TokenSequence Sequence(std::string field) const;
   // Its model is "example.model": the conformance battery supplies that file.
   static Spec ExampleSpec() { return Spec{.model = "example.model", .max_length = 24}; }
 

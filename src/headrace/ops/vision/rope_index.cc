@@ -266,7 +266,8 @@ Status RopeIndexOp::Declare(const Spec& spec, PlanContext& ctx) {
                  ctx.key() + " (input_ids '" + spec.input_ids + "' is [" +
                      std::to_string(in.rows.length) + "] per sample)");
   } else {
-    ctx.AddField(FieldSpec{spec.output, DTypeOf(spec.dtype), {3}, FieldLayout::kRagged},
+    ctx.AddField(FieldSpec{spec.output, DTypeOf(spec.dtype), {3}, FieldLayout::kRagged, "",
+                           spec.input_ids},
                  ctx.key() + " (one (t, h, w) per token of '" + spec.input_ids + "')");
   }
   ctx.AddField(FieldSpec{spec.deltas_output, DType::kI64, {1}}, ctx.key() + " (one per sample)");

@@ -1,0 +1,411 @@
+#include "headrace/exec/packer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+namespace headrace {
+namespace {
+
+// Writes `value` into `count` elements of an integer tensor's memory at `out`; a float
+// field pads with zeros only.
+void FillValue(DType dtype, void* out, int64_t count, int64_t value) {
+  if (dtype == DType::kI64) {
+    std::fill_n(static_cast<int64_t*>(out), count, value);
+  } else if (dtype == DType::kI32) {
+    std::fill_n(static_cast<int32_t*>(out), count, static_cast<int32_t>(value));
+  } else {
+    std::memset(out, 0, static_cast<size_t>(count) * DTypeSize(dtype));
+  }
+}
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+int64_t TokenAt(const Tensor& tensor, int64_t row) {
+  return tensor.dtype() == DType::kI64 ? tensor.data<int64_t>()[row]
+                                       : int64_t{tensor.data<int32_t>()[row]};
+}
+
+}  // namespace
+
+Result<Packer> Packer::Make(std::vector<FieldSpec> layout, PackOptions options) {
+  if (options.seq_len <= 0) {
+    return Status::InvalidArgument("batch.pack.seq_len: must be > 0 (got " +
+                                   std::to_string(options.seq_len) + ")");
+  }
+  if (options.window < 0) {
+    return Status::InvalidArgument("batch.pack.window: must be >= 0 (got " +
+                                   std::to_string(options.window) + ")");
+  }
+  Packer packer(std::move(layout), std::move(options));
+  if (packer.token_ < 0) {
+    std::string ragged;
+    for (const FieldSpec& f : packer.layout_) {
+      if (f.layout == FieldLayout::kRagged && f.count_field.empty()) {
+        ragged += (ragged.empty() ? "" : ", ") + f.name;
+      }
+    }
+    return Status::InvalidArgument(
+        "batch.pack: packing needs the per-sample token field '" + packer.options_.token_field +
+        "' as an unpadded sequence (text.tokenize {pad: false}); the batch's ragged per-sample "
+        "fields: " + (ragged.empty() ? "none" : ragged));
+  }
+  return packer;
+}
+
+Packer::Packer(std::vector<FieldSpec> layout, PackOptions options)
+    : layout_(std::move(layout)), options_(std::move(options)) {
+  layout_.push_back(FieldSpec{"index", DType::kI64, {}});
+  packed_.assign(layout_.size(), false);
+  lengths_of_.assign(layout_.size(), -1);
+  for (size_t f = 0; f < layout_.size(); ++f) {
+    const FieldSpec& field = layout_[f];
+    const bool per_sample_ragged =
+        field.layout == FieldLayout::kRagged && field.count_field.empty();
+    if (per_sample_ragged && field.name == options_.token_field && field.sample_shape.empty() &&
+        (field.dtype == DType::kI64 || field.dtype == DType::kI32)) {
+      token_ = static_cast<int>(f);
+    }
+    packed_[f] = per_sample_ragged && (field.name == options_.token_field ||
+                                       field.tokens_of == options_.token_field);
+    if (field.layout == FieldLayout::kLengths && f > 0) lengths_of_[f] = static_cast<int>(f) - 1;
+  }
+}
+
+Status Packer::Admit(const Batch& input, int64_t position, std::vector<SampleError>& errors) {
+  std::vector<std::vector<int64_t>> offsets;
+  std::vector<const Tensor*> tensors;
+  for (const FieldSpec& field : layout_) {
+    HR_ASSIGN_OR_RETURN(std::vector<int64_t> o, SampleOffsets(input, field));
+    offsets.push_back(std::move(o));
+    tensors.push_back(input.Find(field.name));
+  }
+  if (string_names_.empty()) {
+    for (const Batch::Strings& column : input.strings) {
+      string_names_.push_back(column.name);
+      string_lists_.push_back(column.list);
+    }
+  }
+  std::vector<const Batch::Strings*> columns;
+  for (const std::string& name : string_names_) {
+    const auto it = std::find_if(input.strings.begin(), input.strings.end(),
+                                 [&](const Batch::Strings& c) { return c.name == name; });
+    if (it == input.strings.end() || static_cast<int64_t>(it->rows.size()) != input.size()) {
+      return Status::InvalidArgument("packing: the batch's string field '" + name +
+                                     "' is missing or has another number of rows");
+    }
+    columns.push_back(&*it);
+  }
+  const bool replay = replaying(position);
+  const Tensor& tokens_tensor = *tensors[static_cast<size_t>(token_)];
+  const int64_t* index = input.Find("index")->data<int64_t>();
+  const auto id_of = [&](int64_t s) -> std::string {
+    for (const Batch::Strings* c : columns) {
+      if (c->name == "id" && !c->rows[static_cast<size_t>(s)].empty()) {
+        return c->rows[static_cast<size_t>(s)].front();
+      }
+    }
+    return "";
+  };
+  for (int64_t s = 0; s < input.size(); ++s) {
+    if (replay && !std::binary_search(replay_waiting_.begin(), replay_waiting_.end(), index[s])) {
+      continue;  // packed before the state was taken
+    }
+    const int64_t first = offsets[static_cast<size_t>(token_)][s];
+    const int64_t length = offsets[static_cast<size_t>(token_)][s + 1] - first;
+    int64_t keep = length;
+    if (length > options_.seq_len) {
+      if (options_.overflow == PackOverflow::kSkip) {
+        if (!replay) ++stats_.skipped;
+        continue;
+      }
+      int64_t cut_vision = 0;
+      int64_t vision = 0;
+      for (int64_t t = 0; t < length; ++t) {
+        const int64_t id = TokenAt(tokens_tensor, first + t);
+        if (std::find(options_.vision_token_ids.begin(), options_.vision_token_ids.end(), id) !=
+            options_.vision_token_ids.end()) {
+          ++vision;
+          if (t >= options_.seq_len) ++cut_vision;
+        }
+      }
+      if (cut_vision > 0) {
+        if (!replay) {
+          ++stats_.failed;
+          errors.push_back(SampleError{
+              input.epoch, index[s], id_of(s),
+              Status::InvalidArgument(
+                  "packing: the sample's " + std::to_string(length) +
+                  " tokens exceed batch.pack.seq_len " + std::to_string(options_.seq_len) +
+                  ", and the cut would drop " + std::to_string(cut_vision) + " of its " +
+                  std::to_string(vision) +
+                  " vision tokens (raise seq_len, or lower the images' max_pixels)")});
+        }
+        continue;
+      }
+      keep = options_.seq_len;
+      if (!replay) ++stats_.truncated;
+    }
+    Waiting w;
+    w.index = index[s];
+    w.from_batch = position;
+    w.tokens = keep;
+    bool aligned = true;
+    for (size_t f = 0; f < layout_.size(); ++f) {
+      const FieldSpec& field = layout_[f];
+      const int64_t begin = offsets[f][s];
+      int64_t rows = offsets[f][s + 1] - begin;
+      if (packed_[f]) {
+        aligned = aligned && rows == length;
+        rows = keep;
+      }
+      if (lengths_of_[f] >= 0 && packed_[static_cast<size_t>(lengths_of_[f])]) rows = 0;  // remade
+      const size_t row_bytes = field.sample_bytes();
+      w.bytes.emplace_back(reinterpret_cast<const char*>(tensors[f]->buffer().data()) +
+                               row_bytes * static_cast<size_t>(begin),
+                           row_bytes * static_cast<size_t>(rows));
+      w.rows.push_back(rows);
+      w.nbytes += static_cast<int64_t>(w.bytes.back().size());
+    }
+    if (!aligned) {
+      return Status::InvalidArgument("packing: sample " + std::to_string(w.index) +
+                                     " has token fields of different lengths (each field with "
+                                     "tokens_of '" + options_.token_field + "' must have one row "
+                                     "per token)");
+    }
+    for (const Batch::Strings* c : columns) w.strings.push_back(c->rows[static_cast<size_t>(s)]);
+    stats_.window_bytes += w.nbytes;
+    const int64_t arrival = arrivals_++;
+    by_tokens_.emplace(w.tokens, arrival);
+    window_.emplace(arrival, std::move(w));
+  }
+  stats_.window_samples = static_cast<int64_t>(window_.size());
+  stats_.max_window_bytes = std::max(stats_.max_window_bytes, stats_.window_bytes);
+  return Status::Ok();
+}
+
+// Takes rows out of the window, each its samples in row order: see the header for the
+// rule.
+std::vector<std::vector<Packer::Waiting>> Packer::BuildRows(bool flush) {
+  std::vector<std::vector<Waiting>> rows;
+  const auto take = [&](int64_t arrival) {
+    auto node = window_.extract(arrival);
+    return std::move(node.mapped());
+  };
+  while (!window_.empty() &&
+         (flush || rows.empty() || static_cast<int64_t>(window_.size()) > options_.window)) {
+    std::vector<Waiting> row;
+    const int64_t oldest = window_.begin()->first;
+    int64_t room = options_.seq_len - window_.begin()->second.tokens;
+    const auto [lo, hi] = by_tokens_.equal_range(window_.begin()->second.tokens);
+    for (auto it = lo; it != hi; ++it) {
+      if (it->second == oldest) {
+        by_tokens_.erase(it);
+        break;
+      }
+    }
+    row.push_back(take(oldest));
+    while (!by_tokens_.empty()) {
+      auto it = by_tokens_.upper_bound(room);
+      if (it == by_tokens_.begin()) break;
+      --it;
+      it = by_tokens_.lower_bound(it->first);  // the earliest of the longest that fit
+      room -= it->first;
+      const int64_t arrival = it->second;
+      by_tokens_.erase(it);
+      row.push_back(take(arrival));
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Waiting>>& rows,
+                           std::vector<SampleError> errors) {
+  Batch out;
+  out.epoch = input.epoch;
+  out.index_in_epoch = input.index_in_epoch;
+  out.global_index = input.global_index;
+  out.errors = input.errors;
+  for (SampleError& e : errors) out.errors.push_back(std::move(e));
+  std::vector<const Waiting*> order;
+  for (const std::vector<Waiting>& row : rows) {
+    for (const Waiting& w : row) order.push_back(&w);
+  }
+  const int64_t n_rows = static_cast<int64_t>(rows.size());
+  const int64_t n = static_cast<int64_t>(order.size());
+  const auto allocate = [&](DType dtype, std::vector<int64_t> shape) -> Result<Tensor> {
+    if (options_.allocator != nullptr) return Tensor::Allocate(dtype, std::move(shape), options_.allocator);
+    return Tensor::Allocate(dtype, std::move(shape));
+  };
+  for (size_t f = 0; f < layout_.size(); ++f) {
+    const FieldSpec& field = layout_[f];
+    const size_t row_bytes = field.sample_bytes();
+    if (packed_[f]) {
+      std::vector<int64_t> shape{n_rows, options_.seq_len};
+      shape.insert(shape.end(), field.sample_shape.begin(), field.sample_shape.end());
+      HR_ASSIGN_OR_RETURN(Tensor t, allocate(field.dtype, shape));
+      const bool labels = EndsWith(field.name, "labels") && field.sample_shape.empty();
+      const int64_t pad = static_cast<int>(f) == token_ ? options_.pad_id
+                          : labels                     ? options_.ignore_index
+                                                       : 0;
+      char* base = reinterpret_cast<char*>(t.mutable_data<uint8_t>());
+      const int64_t row_elems = static_cast<int64_t>(row_bytes / DTypeSize(field.dtype));
+      FillValue(field.dtype, base, n_rows * options_.seq_len * row_elems, pad);
+      size_t k = 0;
+      for (size_t r = 0; r < rows.size(); ++r) {
+        const std::vector<Waiting>& row = rows[r];
+        char* at = base + r * static_cast<size_t>(options_.seq_len) * row_bytes;
+        for (size_t j = 0; j < row.size(); ++j, ++k) {
+          const std::string& bytes = order[k]->bytes[f];
+          std::memcpy(at, bytes.data(), bytes.size());
+          if (labels && order[k]->tokens > 0) FillValue(field.dtype, at, 1, options_.ignore_index);
+          at += bytes.size();
+        }
+      }
+      out.fields.emplace_back(field.name, std::move(t));
+      continue;
+    }
+    if (lengths_of_[f] >= 0 && packed_[static_cast<size_t>(lengths_of_[f])]) {
+      HR_ASSIGN_OR_RETURN(Tensor t, allocate(DType::kI32, {n}));
+      for (int64_t s = 0; s < n; ++s) {
+        t.mutable_data<int32_t>()[s] = static_cast<int32_t>(order[s]->tokens);
+      }
+      out.fields.emplace_back(field.name, std::move(t));
+      continue;
+    }
+    int64_t total = 0;
+    for (const Waiting* w : order) total += w->rows[f];
+    std::vector<int64_t> shape{total};
+    shape.insert(shape.end(), field.sample_shape.begin(), field.sample_shape.end());
+    HR_ASSIGN_OR_RETURN(Tensor t, allocate(field.dtype, shape));
+    char* at = reinterpret_cast<char*>(t.mutable_data<uint8_t>());
+    for (const Waiting* w : order) {
+      std::memcpy(at, w->bytes[f].data(), w->bytes[f].size());
+      at += w->bytes[f].size();
+    }
+    out.fields.emplace_back(field.name, std::move(t));
+  }
+  // cu_seqlens: each sample a segment, each row's padding one more.
+  std::vector<int32_t> cu{0};
+  HR_ASSIGN_OR_RETURN(Tensor per_row, allocate(DType::kI32, {n_rows}));
+  size_t k = 0;
+  int64_t vision = 0;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    int64_t used = 0;
+    for (size_t j = 0; j < rows[r].size(); ++j, ++k) {
+      used += order[k]->tokens;
+      cu.push_back(static_cast<int32_t>(static_cast<int64_t>(r) * options_.seq_len + used));
+      const std::string& ids = order[k]->bytes[static_cast<size_t>(token_)];
+      const size_t width = DTypeSize(layout_[static_cast<size_t>(token_)].dtype);
+      for (size_t b = 0; b < ids.size(); b += width) {
+        int64_t id = 0;
+        if (width == 8) {
+          std::memcpy(&id, ids.data() + b, 8);
+        } else {
+          int32_t v = 0;
+          std::memcpy(&v, ids.data() + b, 4);
+          id = v;
+        }
+        if (std::find(options_.vision_token_ids.begin(), options_.vision_token_ids.end(), id) !=
+            options_.vision_token_ids.end()) {
+          ++vision;
+        }
+      }
+    }
+    if (used < options_.seq_len) {
+      cu.push_back(static_cast<int32_t>(static_cast<int64_t>(r + 1) * options_.seq_len));
+    }
+    per_row.mutable_data<int32_t>()[r] = static_cast<int32_t>(rows[r].size());
+    stats_.tokens += used;
+    stats_.padding_tokens += options_.seq_len - used;
+  }
+  HR_ASSIGN_OR_RETURN(Tensor cu_seqlens, allocate(DType::kI32, {static_cast<int64_t>(cu.size())}));
+  std::memcpy(cu_seqlens.mutable_data<int32_t>(), cu.data(), cu.size() * sizeof(int32_t));
+  out.fields.emplace_back("cu_seqlens", std::move(cu_seqlens));
+  out.fields.emplace_back("samples_per_row", std::move(per_row));
+  for (size_t c = 0; c < string_names_.size(); ++c) {
+    Batch::Strings column{string_names_[c], string_lists_[c], {}};
+    for (const Waiting* w : order) column.rows.push_back(w->strings[c]);
+    out.strings.push_back(std::move(column));
+  }
+  stats_.vision_tokens += vision;
+  stats_.rows += n_rows;
+  stats_.samples += n;
+  ++stats_.batches;
+  for (const Waiting* w : order) stats_.window_bytes -= w->nbytes;
+  stats_.window_samples = static_cast<int64_t>(window_.size());
+  return out;
+}
+
+Result<Batch> Packer::Push(const Batch& input, int64_t position, bool last_in_epoch) {
+  if (epoch_ >= 0 && (input.epoch != epoch_ || position != next_batch_)) {
+    return Status::Internal("packing: expected input batch " + std::to_string(next_batch_) +
+                            " of epoch " + std::to_string(epoch_) + ", got batch " +
+                            std::to_string(position) + " of epoch " +
+                            std::to_string(input.epoch) + " (batches must come in order)");
+  }
+  epoch_ = input.epoch;
+  std::vector<SampleError> errors;
+  HR_RETURN_IF_ERROR(Admit(input, position, errors));
+  next_batch_ = position + 1;
+  if (replaying(position)) {
+    Batch empty;
+    empty.epoch = input.epoch;
+    empty.index_in_epoch = input.index_in_epoch;
+    empty.global_index = input.global_index;
+    return empty;
+  }
+  if (replay_.has_value()) {
+    // The replay is over: the window must be the saved one.
+    std::vector<int64_t> now;
+    for (const auto& [arrival, w] : window_) {
+      if (w.from_batch < replay_->next_batch) now.push_back(w.index);
+    }
+    std::sort(now.begin(), now.end());
+    if (now != replay_waiting_) {
+      return Status::InvalidArgument(
+          "packing: resume: the saved window's " + std::to_string(replay_waiting_.size()) +
+          " samples are not those the replayed batches hold (" + std::to_string(now.size()) +
+          " found): the dataset or the pipeline changed since the state was saved");
+    }
+    replay_.reset();
+    replay_waiting_.clear();
+  }
+  std::vector<std::vector<Waiting>> rows = BuildRows(last_in_epoch);
+  HR_ASSIGN_OR_RETURN(Batch out, Emit(input, rows, std::move(errors)));
+  if (last_in_epoch) {
+    epoch_ = input.epoch + 1;
+    next_batch_ = 0;
+  }
+  return out;
+}
+
+PackState Packer::state() const {
+  PackState s;
+  s.epoch = std::max<int64_t>(epoch_, 0);
+  s.next_batch = next_batch_;
+  s.from_batch = window_.empty() ? next_batch_ : window_.begin()->second.from_batch;
+  for (const auto& [arrival, w] : window_) s.waiting.push_back(w.index);
+  return s;
+}
+
+void Packer::Restore(const PackState& state) {
+  window_.clear();
+  by_tokens_.clear();
+  stats_.window_bytes = 0;
+  epoch_ = state.epoch;
+  next_batch_ = state.from_batch;
+  if (state.from_batch < state.next_batch) {
+    replay_ = state;
+    replay_waiting_ = state.waiting;
+    std::sort(replay_waiting_.begin(), replay_waiting_.end());
+  } else {
+    replay_.reset();
+    replay_waiting_.clear();
+  }
+}
+
+}  // namespace headrace

@@ -1,0 +1,164 @@
+// Packer: several samples per row of `seq_len` tokens, the layout a varlen attention
+// kernel (FlashAttention's cu_seqlens) takes, built on the consumer's side of the
+// in-order delivery (exec/README.md, "Packing").
+//
+//   Packer packer = *Packer::Make(layout, options);
+//   for each batch the engine delivers, in order:  Batch packed = *packer.Push(batch, last);
+//
+// One packed batch per input batch. The samples that wait for a row are the window:
+// those carried from earlier batches (at most options.window) plus the new batch's. Rows
+// are built while the window holds more than `window` samples, at least one per input
+// batch, and the epoch's last batch empties it. A row starts with the oldest waiting
+// sample (none waits more than about `window` samples) and is filled best-fit: the
+// longest waiting sample that still fits, the earliest among equals, until none fits.
+// window = 0 packs each batch on its own (a pure function of that batch). A larger window
+// gives best-fit more candidates (a better fill) for its samples' bytes held here,
+// samples reordered by up to about `window`, and as many samples recomputed on resume.
+//
+// The packer is sequential over the delivered order, which is a pure function of the
+// seed; so the rows are the same for any thread count and in every run, each rank packs
+// its own samples (disjoint), and each rank emits one packed batch per input batch (equal
+// counts, as EpochOrder deals them).
+//
+// Layout of a packed batch:
+//   - The token fields (FieldSpec::tokens_of == options.token_field, and the token field
+//     itself): [rows, seq_len, ...], each row its samples' tokens one after the other,
+//     then padding (the token field options.pad_id, a field named "*labels"
+//     options.ignore_index, others 0). Each sample's first label is ignore_index, so that
+//     a shifted loss never predicts one sample's first token from another's last. Their
+//     `<field>_lengths` hold each sample's tokens, in row order.
+//   - cu_seqlens (i32): the segment boundaries over the flattened rows, FlashAttention's
+//     varlen layout: every sample is a segment, a row's padding one more, so the last
+//     entry is rows × seq_len. samples_per_row (i32 [rows]).
+//   - Every other field (fixed, a list's items, other ragged fields such as pixel_values,
+//     and "index") and every string field ("id", ...): the samples in row order, so that
+//     `index` and `id` name each row's samples.
+// A sample longer than seq_len is truncated or skipped (options.overflow), and counted.
+// A truncation that would cut vision tokens (options.vision_token_ids) fails the sample
+// with an error naming both numbers, since its patches would no longer match its tokens.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "headrace/core/batch.h"
+#include "headrace/core/buffer.h"
+#include "headrace/core/status.h"
+
+namespace headrace {
+
+enum class PackOverflow { kTruncate, kSkip };
+
+struct PackOptions {
+  int64_t seq_len = 0;  // tokens per row (> 0)
+  int64_t window = 0;   // samples carried from one input batch to the next, at most
+  PackOverflow overflow = PackOverflow::kTruncate;
+  std::string token_field = "input_ids";
+  int64_t pad_id = 0;
+  int64_t ignore_index = -100;
+  // Token ids whose positions carry vision features (<|image_pad|>, <|video_pad|>):
+  // counted as vision tokens, never cut by a truncation.
+  std::vector<int64_t> vision_token_ids;
+  Allocator* allocator = nullptr;  // the packed batches' memory; null: the heap
+};
+
+// What the packer did so far (stats(), the report and the metrics).
+struct PackStats {
+  int64_t batches = 0;
+  int64_t rows = 0;
+  int64_t samples = 0;
+  int64_t tokens = 0;          // real tokens in rows
+  int64_t padding_tokens = 0;  // rows × seq_len - tokens
+  int64_t vision_tokens = 0;
+  int64_t truncated = 0;       // samples cut to seq_len
+  int64_t skipped = 0;         // samples longer than seq_len left out (overflow: skip)
+  int64_t failed = 0;          // samples whose vision tokens a cut would drop
+  int64_t window_samples = 0;  // waiting now
+  int64_t window_bytes = 0;    // their bytes, held outside the batch budget
+  int64_t max_window_bytes = 0;
+  double fill() const {
+    const int64_t capacity = tokens + padding_tokens;
+    return capacity > 0 ? static_cast<double>(tokens) / static_cast<double>(capacity) : 0.0;
+  }
+};
+
+// Where a packer stands between two input batches of one epoch: enough to rebuild its
+// window in a new process by replaying input batches from `from_batch` on (Restore).
+struct PackState {
+  int64_t epoch = 0;
+  // Rank-local batches in the epoch (Push's `position`):
+  int64_t from_batch = 0;        // the input batch the oldest waiting sample came from
+  int64_t next_batch = 0;        // the next input batch the packer expects
+  std::vector<int64_t> waiting;  // dataset indices of the waiting samples, oldest first
+};
+
+class Packer {
+ public:
+  // `layout`: the batch's fields as the plan declares them (without "index"). Fails when
+  // the layout has no ragged per-sample token field named options.token_field, or the
+  // options are out of range.
+  static Result<Packer> Make(std::vector<FieldSpec> layout, PackOptions options);
+
+  // Adds `input` (the next input batch, in delivery order; `position` is its rank-local
+  // batch in the epoch: 0, 1, 2, ...) and returns its packed batch (epoch and positions of
+  // `input`; its errors plus the packer's). `last_in_epoch`: the epoch's last input
+  // batch, after which the window is empty.
+  Result<Batch> Push(const Batch& input, int64_t position, bool last_in_epoch);
+
+  // The state after the last Push (meaningless before the first).
+  PackState state() const;
+  // Makes this (new) packer continue from `state`: the caller feeds it input batches from
+  // state.from_batch of state.epoch on; those before state.next_batch only refill the
+  // window (their Push returns an empty batch and counts nothing), and the first packed
+  // batch is state.next_batch's, as the saved packer would have made it.
+  void Restore(const PackState& state);
+  // Whether a Push at `position` only refills the window (Restore's replay).
+  bool replaying(int64_t position) const {
+    return replay_.has_value() && position < replay_->next_batch;
+  }
+
+  const PackStats& stats() const { return stats_; }
+
+ private:
+  struct Waiting {
+    int64_t index = 0;       // dataset index
+    int64_t from_batch = 0;  // input batch (in the epoch) it came from
+    int64_t tokens = 0;      // rows of the token fields, after a truncation
+    // Per layout field (with "index" last): the sample's bytes, and its rows (entries
+    // for a lengths field).
+    std::vector<std::string> bytes;
+    std::vector<int64_t> rows;
+    std::vector<std::vector<std::string>> strings;  // per string column
+    int64_t nbytes = 0;
+  };
+
+  Packer(std::vector<FieldSpec> layout, PackOptions options);
+  Status Admit(const Batch& input, int64_t position, std::vector<SampleError>& errors);
+  std::vector<std::vector<Waiting>> BuildRows(bool flush);
+  Result<Batch> Emit(const Batch& input, const std::vector<std::vector<Waiting>>& rows,
+                     std::vector<SampleError> errors);
+
+  std::vector<FieldSpec> layout_;  // with "index" appended
+  PackOptions options_;
+  int token_ = -1;                // layout_ position of the token field
+  std::vector<bool> packed_;      // per layout field: laid out as [rows, seq_len, ...]
+  std::vector<int> lengths_of_;   // per kLengths field: the ragged field it counts, or -1
+  std::vector<std::string> string_names_;  // the string columns, fixed by the first batch
+  std::vector<bool> string_lists_;
+
+  // The window: waiting samples by arrival, and their arrivals by token count (best-fit).
+  std::map<int64_t, Waiting> window_;
+  std::multimap<int64_t, int64_t> by_tokens_;
+  int64_t arrivals_ = 0;
+  int64_t epoch_ = -1;
+  int64_t next_batch_ = 0;
+  std::optional<PackState> replay_;
+  std::vector<int64_t> replay_waiting_;  // sorted: the samples a replay keeps
+  PackStats stats_;
+};
+
+}  // namespace headrace

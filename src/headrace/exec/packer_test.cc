@@ -1,0 +1,402 @@
+#include "headrace/exec/packer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <random>
+#include <set>
+
+namespace headrace {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kImagePad = 900;
+
+// The layout of a Qwen-VL-like unpadded batch: tokens with their labels and position
+// ids, a sample's image patches (not token-aligned), and a fixed field.
+std::vector<FieldSpec> Layout() {
+  return {
+      FieldSpec{"input_ids", DType::kI64, {}, FieldLayout::kRagged, "", "input_ids"},
+      FieldSpec{"input_ids_lengths", DType::kI32, {}, FieldLayout::kLengths},
+      FieldSpec{"labels", DType::kI64, {}, FieldLayout::kRagged, "", "input_ids"},
+      FieldSpec{"labels_lengths", DType::kI32, {}, FieldLayout::kLengths},
+      FieldSpec{"pixel_values", DType::kF32, {2}, FieldLayout::kRagged},
+      FieldSpec{"pixel_values_lengths", DType::kI32, {}, FieldLayout::kLengths},
+      FieldSpec{"score", DType::kF32, {}},
+  };
+}
+
+// Sample `index`: `length` tokens (index * 1000 + t, with `vision` image pads first),
+// labels index * 1000 + 500 + t, index % 3 patch rows, score = index.
+struct SampleSpec {
+  int64_t index;
+  int64_t length;
+  int64_t vision = 0;
+};
+
+Tensor I64(const std::vector<int64_t>& v) {
+  Tensor t = *Tensor::Allocate(DType::kI64, {static_cast<int64_t>(v.size())});
+  std::memcpy(t.mutable_data<int64_t>(), v.data(), v.size() * 8);
+  return t;
+}
+Tensor I32(const std::vector<int32_t>& v) {
+  Tensor t = *Tensor::Allocate(DType::kI32, {static_cast<int64_t>(v.size())});
+  std::memcpy(t.mutable_data<int32_t>(), v.data(), v.size() * 4);
+  return t;
+}
+
+int64_t TokenOf(const SampleSpec& s, int64_t t) {
+  return t < s.vision ? kImagePad : s.index * 1000 + t;
+}
+
+Batch MakeBatch(int64_t epoch, int64_t k, const std::vector<SampleSpec>& samples) {
+  std::vector<int64_t> ids, labels, index;
+  std::vector<int32_t> lengths, patch_lengths;
+  std::vector<float> patches, score;
+  Batch b;
+  b.epoch = epoch;
+  b.index_in_epoch = k;
+  b.global_index = k;
+  Batch::Strings id{"id", false, {}};
+  for (const SampleSpec& s : samples) {
+    for (int64_t t = 0; t < s.length; ++t) {
+      ids.push_back(TokenOf(s, t));
+      labels.push_back(s.index * 1000 + 500 + t);
+    }
+    lengths.push_back(static_cast<int32_t>(s.length));
+    patch_lengths.push_back(static_cast<int32_t>(s.index % 3));
+    for (int64_t p = 0; p < 2 * (s.index % 3); ++p) patches.push_back(static_cast<float>(s.index) + 0.5f);
+    score.push_back(static_cast<float>(s.index));
+    index.push_back(s.index);
+    id.rows.push_back({"s" + std::to_string(s.index)});
+  }
+  Tensor pv = *Tensor::Allocate(DType::kF32, {static_cast<int64_t>(patches.size() / 2), 2});
+  std::memcpy(pv.mutable_data<float>(), patches.data(), patches.size() * 4);
+  Tensor sc = *Tensor::Allocate(DType::kF32, {static_cast<int64_t>(score.size())});
+  std::memcpy(sc.mutable_data<float>(), score.data(), score.size() * 4);
+  b.fields = {{"input_ids", I64(ids)},        {"input_ids_lengths", I32(lengths)},
+              {"labels", I64(labels)},        {"labels_lengths", I32(lengths)},
+              {"pixel_values", std::move(pv)}, {"pixel_values_lengths", I32(patch_lengths)},
+              {"score", std::move(sc)},       {"index", I64(index)}};
+  b.strings.push_back(std::move(id));
+  return b;
+}
+
+// An epoch of `batches` input batches of `size` samples with lengths in [1, max_len].
+std::vector<Batch> Epoch(int64_t epoch, int64_t batches, int64_t size, int64_t max_len,
+                         uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int64_t> order(static_cast<size_t>(batches * size));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<Batch> out;
+  for (int64_t k = 0; k < batches; ++k) {
+    std::vector<SampleSpec> samples;
+    for (int64_t s = 0; s < size; ++s) {
+      const int64_t index = order[static_cast<size_t>(k * size + s)];
+      samples.push_back({index, 1 + static_cast<int64_t>(rng() % max_len)});
+    }
+    out.push_back(MakeBatch(epoch, k, samples));
+  }
+  return out;
+}
+
+PackOptions Options(int64_t seq_len, int64_t window) {
+  PackOptions o;
+  o.seq_len = seq_len;
+  o.window = window;
+  o.pad_id = -7;
+  o.vision_token_ids = {kImagePad};
+  return o;
+}
+
+std::string Bytes(const Batch& b) {
+  std::string out;
+  for (const auto& [name, t] : b.fields) {
+    out += name + ":";
+    for (int64_t d : t.shape()) out += std::to_string(d) + ",";
+    out.append(reinterpret_cast<const char*>(t.buffer().data()), t.nbytes());
+  }
+  for (const auto& c : b.strings) {
+    for (const auto& row : c.rows) {
+      for (const auto& s : row) out += c.name + "=" + s + ";";
+    }
+  }
+  return out;
+}
+
+std::vector<Batch> PackAll(const std::vector<Batch>& epoch, const PackOptions& options) {
+  Packer packer = *Packer::Make(Layout(), options);
+  std::vector<Batch> out;
+  for (size_t k = 0; k < epoch.size(); ++k) {
+    Result<Batch> b = packer.Push(epoch[k], static_cast<int64_t>(k), k + 1 == epoch.size());
+    EXPECT_TRUE(b.ok()) << b.status().ToString();
+    out.push_back(*std::move(b));
+  }
+  EXPECT_EQ(packer.stats().window_samples, 0);
+  EXPECT_EQ(packer.stats().window_bytes, 0);
+  return out;
+}
+
+// Checks one packed batch's layout against the samples it holds, and returns their
+// indices in row order.
+std::vector<int64_t> CheckPacked(const Batch& b, int64_t seq_len, int64_t pad_id) {
+  const Tensor& ids = *b.Find("input_ids");
+  const Tensor& labels = *b.Find("labels");
+  const Tensor& lengths = *b.Find("input_ids_lengths");
+  const Tensor& cu = *b.Find("cu_seqlens");
+  const Tensor& per_row = *b.Find("samples_per_row");
+  const Tensor& index = *b.Find("index");
+  const int64_t rows = ids.shape()[0];
+  EXPECT_EQ(ids.shape(), (std::vector<int64_t>{rows, seq_len}));
+  EXPECT_EQ(per_row.numel(), rows);
+  std::vector<int64_t> samples;
+  int64_t s = 0, seg = 0;
+  EXPECT_EQ(cu.data<int32_t>()[0], 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t at = 0;
+    for (int32_t j = 0; j < per_row.data<int32_t>()[r]; ++j, ++s) {
+      const int64_t sample = index.data<int64_t>()[s];
+      const int64_t len = lengths.data<int32_t>()[s];
+      samples.push_back(sample);
+      for (int64_t t = 0; t < len; ++t) {
+        const int64_t got = ids.data<int64_t>()[r * seq_len + at + t];
+        EXPECT_TRUE(got == sample * 1000 + t || got == kImagePad) << sample << " " << t;
+        EXPECT_EQ(labels.data<int64_t>()[r * seq_len + at + t],
+                  t == 0 ? -100 : sample * 1000 + 500 + t);
+      }
+      at += len;
+      ++seg;
+      EXPECT_EQ(cu.data<int32_t>()[seg], r * seq_len + at);
+      EXPECT_EQ(b.strings[0].rows[static_cast<size_t>(s)][0], "s" + std::to_string(sample));
+      EXPECT_EQ(b.Find("score")->data<float>()[s], static_cast<float>(sample));
+    }
+    EXPECT_LE(at, seq_len);
+    if (at < seq_len) {
+      ++seg;
+      EXPECT_EQ(cu.data<int32_t>()[seg], (r + 1) * seq_len);
+      for (int64_t t = at; t < seq_len; ++t) {
+        EXPECT_EQ(ids.data<int64_t>()[r * seq_len + t], pad_id);
+        EXPECT_EQ(labels.data<int64_t>()[r * seq_len + t], -100);
+      }
+    }
+  }
+  EXPECT_EQ(cu.numel(), seg + 1);
+  EXPECT_EQ(s, b.size());
+  // pixel_values: each sample's patches, in row order.
+  const Tensor& pv = *b.Find("pixel_values");
+  const Tensor& pl = *b.Find("pixel_values_lengths");
+  int64_t row = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    EXPECT_EQ(pl.data<int32_t>()[i], samples[i] % 3);
+    for (int64_t p = 0; p < 2 * pl.data<int32_t>()[i]; ++p) {
+      EXPECT_EQ(pv.data<float>()[row * 2 + p], static_cast<float>(samples[i]) + 0.5f);
+    }
+    row += pl.data<int32_t>()[i];
+  }
+  EXPECT_EQ(pv.shape()[0], row);
+  return samples;
+}
+
+TEST(Packer, EverySampleOnceEachSegmentItsSample) {
+  for (int64_t window : {0, 3, 16, 1000}) {
+    const std::vector<Batch> epoch = Epoch(0, 12, 8, 40, 1);
+    std::vector<Batch> packed = PackAll(epoch, Options(64, window));
+    ASSERT_EQ(packed.size(), epoch.size());
+    std::multiset<int64_t> seen;
+    for (size_t k = 0; k < packed.size(); ++k) {
+      EXPECT_EQ(packed[k].index_in_epoch, static_cast<int64_t>(k));
+      for (int64_t s : CheckPacked(packed[k], 64, -7)) seen.insert(s);
+      EXPECT_GE(packed[k].Find("input_ids")->shape()[0], 1) << "at least one row per batch";
+    }
+    EXPECT_EQ(seen.size(), 96u);
+    EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), 96u) << "window " << window;
+  }
+}
+
+TEST(Packer, WindowZeroPacksEachBatchAlone) {
+  const std::vector<Batch> epoch = Epoch(0, 6, 8, 40, 2);
+  std::vector<Batch> packed = PackAll(epoch, Options(64, 0));
+  for (size_t k = 0; k < epoch.size(); ++k) {
+    std::vector<int64_t> got = CheckPacked(packed[k], 64, -7);
+    const Tensor& in = *epoch[k].Find("index");
+    std::set<int64_t> want(in.data<int64_t>(), in.data<int64_t>() + in.numel());
+    EXPECT_EQ(std::set<int64_t>(got.begin(), got.end()), want);
+  }
+}
+
+TEST(Packer, LargerWindowFillsBetter) {
+  const std::vector<Batch> epoch = Epoch(0, 40, 4, 50, 3);
+  PackStats small, large;
+  {
+    Packer p = *Packer::Make(Layout(), Options(64, 0));
+    for (size_t k = 0; k < epoch.size(); ++k) ASSERT_TRUE(p.Push(epoch[k], static_cast<int64_t>(k), k + 1 == epoch.size()).ok());
+    small = p.stats();
+  }
+  {
+    Packer p = *Packer::Make(Layout(), Options(64, 64));
+    for (size_t k = 0; k < epoch.size(); ++k) ASSERT_TRUE(p.Push(epoch[k], static_cast<int64_t>(k), k + 1 == epoch.size()).ok());
+    large = p.stats();
+  }
+  EXPECT_EQ(small.tokens, large.tokens);
+  EXPECT_GT(large.fill(), small.fill());
+  EXPECT_LT(large.rows, small.rows);
+  EXPECT_EQ(large.samples, 160);
+  EXPECT_GT(large.max_window_bytes, 0);
+}
+
+TEST(Packer, BestFitRule) {
+  // seq_len 10, one batch: lengths 6 (a), 5 (b), 4 (c), 3 (d), 3 (e), 1 (f), flushed.
+  // Row 1: a (oldest) + the longest that fits in 4: c. Room 0.
+  // Row 2: b + longest in 5: d (earliest of the 3s). Room 2: f. Room 1.
+  // Row 3: e.
+  const Batch b = MakeBatch(0, 0, {{1, 6}, {2, 5}, {3, 4}, {4, 3}, {5, 3}, {6, 1}});
+  Packer p = *Packer::Make(Layout(), Options(10, 0));
+  Batch out = *p.Push(b, 0, true);
+  EXPECT_EQ(CheckPacked(out, 10, -7), (std::vector<int64_t>{1, 3, 2, 4, 6, 5}));
+  const Tensor& per_row = *out.Find("samples_per_row");
+  EXPECT_EQ(std::vector<int32_t>(per_row.data<int32_t>(), per_row.data<int32_t>() + 3),
+            (std::vector<int32_t>{2, 3, 1}));
+  const Tensor& cu = *out.Find("cu_seqlens");
+  EXPECT_EQ(std::vector<int32_t>(cu.data<int32_t>(), cu.data<int32_t>() + cu.numel()),
+            (std::vector<int32_t>{0, 6, 10, 15, 18, 19, 20, 23, 30}));
+  EXPECT_EQ(p.stats().tokens, 22);
+  EXPECT_EQ(p.stats().padding_tokens, 8);
+}
+
+TEST(Packer, WindowCarriesAtMostWindowSamples) {
+  const std::vector<Batch> epoch = Epoch(0, 10, 8, 30, 4);
+  Packer p = *Packer::Make(Layout(), Options(64, 5));
+  for (size_t k = 0; k + 1 < epoch.size(); ++k) {
+    ASSERT_TRUE(p.Push(epoch[k], static_cast<int64_t>(k), false).ok());
+    EXPECT_LE(p.stats().window_samples, 5);
+    EXPECT_EQ(p.state().waiting.size(), static_cast<size_t>(p.stats().window_samples));
+  }
+  ASSERT_TRUE(p.Push(epoch.back(), 9, true).ok());
+  EXPECT_EQ(p.stats().window_samples, 0);
+  EXPECT_EQ(p.state().epoch, 1);
+  EXPECT_EQ(p.state().next_batch, 0);
+}
+
+TEST(Packer, ResumeAtEveryBatchIsByteIdentical) {
+  for (int64_t window : {0, 7, 40}) {
+    const std::vector<Batch> epoch = Epoch(2, 14, 6, 45, 5);
+    const std::vector<Batch> whole = PackAll(epoch, Options(64, window));
+    for (size_t k = 1; k <= epoch.size(); ++k) {  // a state exists after the first batch
+      Packer first = *Packer::Make(Layout(), Options(64, window));
+      for (size_t j = 0; j < k; ++j) ASSERT_TRUE(first.Push(epoch[j], static_cast<int64_t>(j), j + 1 == epoch.size()).ok());
+      const PackState state = first.state();
+      if (k == epoch.size()) {
+        EXPECT_EQ(state.epoch, 3);
+        continue;
+      }
+      EXPECT_EQ(state.next_batch, static_cast<int64_t>(k));
+      EXPECT_LE(state.from_batch, state.next_batch);
+      Packer second = *Packer::Make(Layout(), Options(64, window));
+      second.Restore(state);
+      for (size_t j = static_cast<size_t>(state.from_batch); j < epoch.size(); ++j) {
+        const bool replay = second.replaying(static_cast<int64_t>(j));
+        EXPECT_EQ(replay, j < k);
+        Result<Batch> b = second.Push(epoch[j], static_cast<int64_t>(j), j + 1 == epoch.size());
+        ASSERT_TRUE(b.ok()) << b.status().ToString();
+        if (replay) {
+          EXPECT_EQ(b->fields.size(), 0u);
+          continue;
+        }
+        EXPECT_EQ(Bytes(*b), Bytes(whole[j])) << "window " << window << " resumed at " << k
+                                              << ", batch " << j;
+      }
+    }
+  }
+}
+
+TEST(Packer, ResumeRefusesAChangedDataset) {
+  const std::vector<Batch> epoch = Epoch(0, 6, 6, 45, 6);
+  Packer first = *Packer::Make(Layout(), Options(64, 20));
+  for (size_t j = 0; j < 3; ++j) ASSERT_TRUE(first.Push(epoch[j], static_cast<int64_t>(j), false).ok());
+  PackState state = first.state();
+  ASSERT_FALSE(state.waiting.empty());
+  state.waiting.back() = 123456;  // not in the replayed batches
+  Packer second = *Packer::Make(Layout(), Options(64, 20));
+  second.Restore(state);
+  Status status;
+  for (size_t j = static_cast<size_t>(state.from_batch); j < epoch.size() && status.ok(); ++j) {
+    status = second.Push(epoch[j], static_cast<int64_t>(j), j + 1 == epoch.size()).status();
+  }
+  EXPECT_THAT(status.message(), HasSubstr("resume"));
+}
+
+TEST(Packer, OverflowTruncatesOrSkipsAndCounts) {
+  const Batch b = MakeBatch(0, 0, {{1, 30}, {2, 8}, {3, 12}});
+  {
+    Packer p = *Packer::Make(Layout(), Options(10, 0));
+    Batch out = *p.Push(b, 0, true);
+    std::vector<int64_t> got = CheckPacked(out, 10, -7);
+    EXPECT_EQ(std::set<int64_t>(got.begin(), got.end()), (std::set<int64_t>{1, 2, 3}));
+    EXPECT_EQ(p.stats().truncated, 2);
+    EXPECT_EQ(p.stats().tokens, 28);
+  }
+  {
+    PackOptions o = Options(10, 0);
+    o.overflow = PackOverflow::kSkip;
+    Packer p = *Packer::Make(Layout(), o);
+    Batch out = *p.Push(b, 0, true);
+    EXPECT_EQ(CheckPacked(out, 10, -7), (std::vector<int64_t>{2}));
+    EXPECT_EQ(p.stats().skipped, 2);
+    EXPECT_TRUE(out.errors.empty());
+  }
+}
+
+TEST(Packer, ACutThroughVisionTokensFailsTheSample) {
+  // Sample 1: 12 tokens, 11 of them image pads: a cut at 10 drops one.
+  // Sample 2: 12 tokens, 4 image pads first: a cut at 10 keeps them all.
+  const Batch b = MakeBatch(3, 0, {{1, 12, 11}, {2, 12, 4}, {3, 5}});
+  Packer p = *Packer::Make(Layout(), Options(10, 0));
+  Batch out = *p.Push(b, 0, true);
+  EXPECT_EQ(CheckPacked(out, 10, -7), (std::vector<int64_t>{2, 3}));
+  ASSERT_EQ(out.errors.size(), 1u);
+  EXPECT_EQ(out.errors[0].index, 1);
+  EXPECT_EQ(out.errors[0].epoch, 3);
+  EXPECT_EQ(out.errors[0].uri, "s1");
+  EXPECT_THAT(out.errors[0].status.message(),
+              HasSubstr("12 tokens exceed batch.pack.seq_len 10, and the cut would drop 1 of its 11 "
+                        "vision tokens"));
+  EXPECT_EQ(p.stats().failed, 1);
+  EXPECT_EQ(p.stats().vision_tokens, 4);
+  EXPECT_EQ(p.stats().truncated, 1);
+}
+
+TEST(Packer, EmptyAndAllFailedBatchesKeepTheCount) {
+  Packer p = *Packer::Make(Layout(), Options(16, 4));
+  Batch empty = MakeBatch(0, 0, {});
+  Batch out = *p.Push(empty, 0, false);
+  EXPECT_EQ(out.index_in_epoch, 0);
+  EXPECT_EQ(out.Find("input_ids")->shape(), (std::vector<int64_t>{0, 16}));
+  EXPECT_EQ(out.Find("cu_seqlens")->numel(), 1);
+  out = *p.Push(MakeBatch(0, 1, {{5, 3}}), 1, true);
+  EXPECT_EQ(CheckPacked(out, 16, -7), (std::vector<int64_t>{5}));
+}
+
+TEST(Packer, OutOfOrderBatchesAreRefused) {
+  const std::vector<Batch> epoch = Epoch(0, 3, 2, 5, 7);
+  Packer p = *Packer::Make(Layout(), Options(16, 4));
+  ASSERT_TRUE(p.Push(epoch[0], 0, false).ok());
+  EXPECT_THAT(p.Push(epoch[2], 2, false).status().message(), HasSubstr("expected input batch 1"));
+}
+
+TEST(Packer, ConfigErrors) {
+  EXPECT_THAT(Packer::Make(Layout(), Options(0, 0)).status().message(),
+              HasSubstr("batch.pack.seq_len: must be > 0"));
+  EXPECT_THAT(Packer::Make(Layout(), Options(8, -1)).status().message(),
+              HasSubstr("batch.pack.window: must be >= 0"));
+  std::vector<FieldSpec> padded{FieldSpec{"input_ids", DType::kI64, {128}}};
+  EXPECT_THAT(Packer::Make(padded, Options(8, 0)).status().message(),
+              HasSubstr("text.tokenize {pad: false}"));
+}
+
+}  // namespace
+}  // namespace headrace
