@@ -141,6 +141,9 @@ class Loader:
         self._active = False  # a `for` over self._epoch started and has not ended
         self._keep = False    # the next `for` continues self._epoch (resume, set_epoch)
         self._last_stats: Optional[Dict[str, float]] = None
+        # batch.pack: the packer's saved window (load_state_dict), for the engine made at
+        # its position; the engine's own once it runs.
+        self._pack_state: Optional[Dict[str, Any]] = None
         self._metrics = None
         if metrics_port is not None:
             # Bound now: a port in use fails here, before any work.
@@ -244,7 +247,11 @@ class Loader:
         a reposition reads no index and loads no model again."""
         if self._prepared is None:
             self._prepared = _headrace._Prepared.make(self._spec)
-        return self._prepared.run(self.rank, self.world_size, epoch, batch, self.pinned)
+        pack = self._pack_state
+        if pack is not None and (pack.get("epoch"), pack.get("next_batch")) != (epoch, batch):
+            pack = None  # another position: the engine replays its epoch up to `batch`
+        return self._prepared.run(self.rank, self.world_size, epoch, batch, self.pinned,
+                                  pack_state=pack)
 
     def _batches_per_epoch(self) -> int:
         if self._per_epoch is None:
@@ -281,7 +288,17 @@ class Loader:
             "epoch": self._epoch,
             "batch_in_epoch": self._batch,
             "batches_per_epoch": self._per_epoch,
+            # batch.pack: the samples waiting in the packer's window (dataset indices) and
+            # the batch the oldest came from, so that a resume rebuilds the same rows.
+            "pack": self._packer_state(),
         }
+
+    def _packer_state(self) -> Optional[Dict[str, Any]]:
+        if self._impl is not None and hasattr(self._impl, "pack_state"):
+            state = self._impl.pack_state()
+            if state is not None:
+                self._pack_state = state
+        return dict(self._pack_state) if self._pack_state is not None else None
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Resume where ``state`` was taken: the next ``for`` continues its epoch at the
@@ -323,12 +340,15 @@ class Loader:
         self._check_epoch(epoch, "state dict")
         self._stop_engine()
         self._epoch, self._batch, self._per_epoch = epoch, batch, per_epoch
+        self._pack_state = state.get("pack")
         self._active, self._keep = False, True
 
     # --- measurement and lifetime ----------------------------------------------------
 
     def stats(self) -> Dict[str, float]:
-        """The consumer's wait accounting so far (seconds) and its ``wait_time_ratio``."""
+        """The consumer's wait accounting so far (seconds) and its ``wait_time_ratio``; with
+        batch.pack also what packing did: ``pack_fill`` (real tokens / rows x seq_len),
+        ``pack_padding_tokens``, ``pack_vision_tokens``, ``pack_truncated``, ... ."""
         if self._impl is None:
             if self._last_stats is not None:
                 return dict(self._last_stats)

@@ -32,14 +32,16 @@ class Pipeline:
     names are the config's (``batch_size`` is ``batch.size``); ``overrides`` takes any
     other key as in ``headrace run --set``. Errors name the config key. ``epochs`` limits
     the run; the default, None, leaves it to the training loop (a loader iterates one
-    epoch per ``for``, as many as the loop asks for).
+    epoch per ``for``, as many as the loop asks for). ``pack`` is ``batch.pack``
+    (``{"seq_len": 4096, "window": 64}``: several samples per row, with ``cu_seqlens``).
     """
 
     def __init__(self, source: Union[str, os.PathLike, Mapping[str, Any]],
                  ops: Iterable[Any] = (), *, batch_size: int = 32, seed: int = 0,
                  epochs: Optional[int] = None, shuffle: bool = True, drop_last: bool = False,
                  cpu_threads: int = 0, prefetch: int = 4,
-                 memory_budget: Union[None, int, str] = None, overrides: Overrides = None):
+                 memory_budget: Union[None, int, str] = None,
+                 pack: Optional[Mapping[str, Any]] = None, overrides: Overrides = None):
         if isinstance(source, Mapping):
             source_config = {k: str(v) if isinstance(v, os.PathLike) else v
                              for k, v in source.items()}
@@ -57,6 +59,8 @@ class Pipeline:
         }
         if memory_budget is not None:
             config["memory"] = {"budget_bytes": memory_budget}
+        if pack is not None:  # batch.pack: {seq_len, window, overflow, field}
+            config["batch"]["pack"] = dict(pack)
         self._user_ops: List[tuple] = []  # (position, MapOp)
         self._batch_ops: List[_ops.BatchMapOp] = []
         position = 0

@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 
 #include "common.h"
 #include "headrace/exec/consumer_clock.h"
@@ -36,13 +37,59 @@ namespace {
 // person notices, and rare enough to cost nothing.
 constexpr std::chrono::milliseconds kSignalPoll{20};
 
+// A packer's state as a state dict holds it, and back (LoaderOptions::pack_state).
+nb::dict PackStateToDict(const PackState& s) {
+  nb::dict d;
+  d["epoch"] = s.epoch;
+  d["from_batch"] = s.from_batch;
+  d["next_batch"] = s.next_batch;
+  nb::list waiting;
+  for (int64_t i : s.waiting) waiting.append(i);
+  d["waiting"] = waiting;
+  return d;
+}
+
+PackState PackStateFromDict(const nb::handle& state) {
+  try {
+    PackState s;
+    s.epoch = nb::cast<int64_t>(state["epoch"]);
+    s.from_batch = nb::cast<int64_t>(state["from_batch"]);
+    s.next_batch = nb::cast<int64_t>(state["next_batch"]);
+    for (nb::handle i : state["waiting"]) s.waiting.push_back(nb::cast<int64_t>(i));
+    if (s.from_batch < 0 || s.next_batch < s.from_batch) throw std::invalid_argument("order");
+    return s;
+  } catch (const std::exception&) {
+    throw StatusError(Status::InvalidArgument(
+        "state dict: pack: expected {epoch, from_batch, next_batch, waiting: [indices]} with "
+        "0 <= from_batch <= next_batch, got " + nb::cast<std::string>(nb::repr(state))));
+  }
+}
+
+nb::dict PackStatsToDict(const PackStats& p) {
+  nb::dict d;
+  d["pack_rows"] = p.rows;
+  d["pack_samples"] = p.samples;
+  d["pack_tokens"] = p.tokens;
+  d["pack_padding_tokens"] = p.padding_tokens;
+  d["pack_fill"] = p.fill();
+  d["pack_vision_tokens"] = p.vision_tokens;
+  d["pack_truncated"] = p.truncated;
+  d["pack_skipped"] = p.skipped;
+  d["pack_failed"] = p.failed;
+  d["pack_window_samples"] = p.window_samples;
+  d["pack_window_bytes"] = p.window_bytes;
+  d["pack_max_window_bytes"] = p.max_window_bytes;
+  return d;
+}
+
 class PyLoader {
  public:
   // Prepares `spec` and runs it (a one-off; a Python Loader keeps a _Prepared instead).
   static std::unique_ptr<PyLoader> Make(const PipelineSpec& spec, int rank, int world_size,
                                         int64_t start_epoch, int64_t start_batch, bool pinned,
                                         bool on_demand) {
-    return Run(Prepare(spec), rank, world_size, start_epoch, start_batch, pinned, on_demand);
+    return Run(Prepare(spec), rank, world_size, start_epoch, start_batch, pinned, on_demand,
+               nb::none());
   }
 
   static std::shared_ptr<const PreparedPipeline> Prepare(const PipelineSpec& spec) {
@@ -57,8 +104,10 @@ class PyLoader {
   // A run of `prepared` from (start_epoch, start_batch) for `rank` of `world_size`.
   static std::unique_ptr<PyLoader> Run(const std::shared_ptr<const PreparedPipeline>& prepared,
                                        int rank, int world_size, int64_t start_epoch,
-                                       int64_t start_batch, bool pinned, bool on_demand) {
+                                       int64_t start_batch, bool pinned, bool on_demand,
+                                       const nb::object& pack_state) {
     LoaderOptions options;
+    if (!pack_state.is_none()) options.pack_state = PackStateFromDict(pack_state);
     if (on_demand) options.schedule = Schedule::kOnDemand;
     options.rank = rank;
     options.world_size = world_size;
@@ -355,12 +404,13 @@ void RegisterLoader(nb::module_& m) {
                   nb::arg("spec"))
       .def("run",
            [](const PyPrepared& p, int rank, int world_size, int64_t start_epoch,
-              int64_t start_batch, bool pinned, bool on_demand) {
+              int64_t start_batch, bool pinned, bool on_demand, const nb::object& pack_state) {
              return PyLoader::Run(p.prepared, rank, world_size, start_epoch, start_batch,
-                                  pinned, on_demand);
+                                  pinned, on_demand, pack_state);
            },
            nb::arg("rank") = 0, nb::arg("world_size") = 1, nb::arg("start_epoch") = 0,
-           nb::arg("start_batch") = 0, nb::arg("pinned") = false, nb::arg("on_demand") = false)
+           nb::arg("start_batch") = 0, nb::arg("pinned") = false, nb::arg("on_demand") = false,
+           nb::arg("pack_state").none() = nb::none())
       .def_prop_ro("source", [](const PyPrepared& p) { return p.prepared->source().info().description; });
   nb::class_<PyLoader>(m, "_Loader")
       .def_static("make", &PyLoader::Make, nb::arg("spec"), nb::arg("rank") = 0,
@@ -390,7 +440,21 @@ void RegisterLoader(nb::module_& m) {
       .def_prop_ro("num_samples",
                    [](const PyLoader& l) { return l.loader().num_samples(); })
       .def("consumer_stats",
-           [](const PyLoader& l) { return StatsToDict(l.loader().consumer_stats()); })
+           [](const PyLoader& l) {
+             nb::dict d = StatsToDict(l.loader().consumer_stats());
+             if (const auto pack = l.loader().pack_stats(); pack.has_value()) {
+               d.update(PackStatsToDict(*pack));
+             }
+             return d;
+           })
+      .def("pack_state",
+           [](const PyLoader& l) -> nb::object {
+             const auto state = l.loader().pack_state();
+             if (!state.has_value()) return nb::none();
+             return PackStateToDict(*state);
+           },
+           "With batch.pack: where the packer stands after the last batch next() returned "
+           "(None before the first, or without packing)")
       .def("report_json", [](const PyLoader& l) {
         const Loader& loader = l.loader();
         std::string json;

@@ -395,6 +395,11 @@ class Loader(_LocalLoader):
         self._run_info: Optional[Dict[str, Any]] = None
         super().__init__(pipeline, rank=rank, world_size=world_size,
                          metrics_port=metrics_port, metrics_labels=metrics_labels)
+        if self._spec.pack_seq_len > 0:
+            raise _headrace.ConfigError(
+                "batch.pack: packing is not yet supported by headrace.ray.Loader (its rank "
+                "would pack the workers' batches in order with the same C++ packer; not "
+                "built yet): use headrace.Loader, or remove batch.pack")
         # The workers' endpoints: same host, ports after the ranks' (ray/_metrics.py).
         self._worker_metrics = None
         if metrics_port is not None:

@@ -98,6 +98,14 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
   r.peak_rss_bytes = PeakRssBytes();
   r.baseline_rss_bytes = baseline_rss_bytes;
   r.memory_budget_bytes = loader.memory_budget_bytes();
+  if (const std::optional<PackStats> pack = loader.pack_stats(); pack.has_value()) {
+    r.packed = true;
+    r.pack = *pack;
+    r.pack_seq_len = loader.spec().batch.pack.seq_len;
+  } else if (loader.spec().batch.pack.enabled()) {
+    r.packed = true;  // nothing delivered yet
+    r.pack_seq_len = loader.spec().batch.pack.seq_len;
+  }
   r.budget_peak_bytes = m.budget_peak_bytes;
   r.io_budget_bytes = m.io_budget_bytes;
   r.batch_budget_bytes = m.batch_budget_bytes;
@@ -183,6 +191,17 @@ std::string RunReportToJson(const RunReport& r) {
   w.Key("scratch_bytes_per_thread").Int(r.scratch_bytes_per_thread);
   w.Key("decode_bytes_per_thread").Int(r.decode_bytes_per_thread);
   w.EndObject();
+  if (r.packed) {
+    const PackStats& p = r.pack;
+    w.Key("pack").BeginObject();
+    w.Key("seq_len").Int(r.pack_seq_len).Key("rows").Int(p.rows).Key("samples").Int(p.samples);
+    w.Key("tokens").Int(p.tokens).Key("padding_tokens").Int(p.padding_tokens);
+    w.Key("fill").Double(p.fill()).Key("vision_tokens").Int(p.vision_tokens);
+    w.Key("truncated").Int(p.truncated).Key("skipped").Int(p.skipped).Key("failed").Int(p.failed);
+    w.Key("window_samples").Int(p.window_samples).Key("window_bytes").Int(p.window_bytes);
+    w.Key("max_window_bytes").Int(p.max_window_bytes);
+    w.EndObject();
+  }
   w.Key("bytes_copied_per_sample").Double(r.bytes_copied_per_sample);
   w.Key("cpu_threads").Int(r.cpu_threads);
   w.Key("batch_size").Int(r.batch_size);
@@ -458,6 +477,20 @@ std::string RunReportToText(const RunReport& r) {
       r.decode_bytes_per_thread / 1048576.0);
   add("  copies            %.1f bytes per sample beyond the batch slot\n",
       r.bytes_copied_per_sample);
+  if (r.packed) {
+    const PackStats& p = r.pack;
+    add("  packing           %lld rows of %lld tokens, fill %.1f%%, %lld padding tokens (%.0f per "
+        "1,000 real), %lld vision tokens\n",
+        static_cast<long long>(p.rows), static_cast<long long>(r.pack_seq_len), 100 * p.fill(),
+        static_cast<long long>(p.padding_tokens),
+        p.tokens > 0 ? 1000.0 * static_cast<double>(p.padding_tokens) / static_cast<double>(p.tokens)
+                     : 0.0,
+        static_cast<long long>(p.vision_tokens));
+    add("                    %lld truncated, %lld skipped, %lld failed; window peak %.1f MiB "
+        "(outside budget)\n",
+        static_cast<long long>(p.truncated), static_cast<long long>(p.skipped),
+        static_cast<long long>(p.failed), p.max_window_bytes / 1048576.0);
+  }
   out += "  stages            name    busy   starved blocked  queue  verdict\n";
   for (const auto& s : r.stages) {
     const double total =

@@ -114,6 +114,10 @@ struct RunReport {
   // Set by the caller ("SIGINT", "SIGTERM") when a signal stopped the run early: the
   // report is then partial, covering what ran until the stop.
   std::string interrupted_by;
+  // batch.pack (JSON "pack": {...}, only when packing): what the packer did, its seq_len.
+  bool packed = false;
+  int64_t pack_seq_len = 0;
+  PackStats pack;
 };
 
 // Builds the report of a loader after (or during) its run. `baseline_rss_bytes` is the

@@ -31,8 +31,12 @@ constexpr std::pair<ManifestRecordsForm, std::string_view> kRecordsForms[] = {
     {ManifestRecordsForm::kParsed, "parsed"},
     {ManifestRecordsForm::kLines, "lines"}};
 
+constexpr std::pair<PackOverflow, std::string_view> kPackOverflows[] = {
+    {PackOverflow::kTruncate, "truncate"}, {PackOverflow::kSkip, "skip"}};
+
 }  // namespace
 
+EnumTable<PackOverflow> TableOf(PackOverflow) { return kPackOverflows; }
 EnumTable<ErrorPolicy> TableOf(ErrorPolicy) { return kPolicies; }
 EnumTable<BadShardPolicy> TableOf(BadShardPolicy) { return kBadShardPolicies; }
 EnumTable<AddressingStyle> TableOf(AddressingStyle) { return kAddressingStyles; }

@@ -32,6 +32,7 @@ EnumTable<BadShardPolicy> TableOf(BadShardPolicy);
 EnumTable<AddressingStyle> TableOf(AddressingStyle);
 EnumTable<FieldKind> TableOf(FieldKind);
 EnumTable<ManifestRecordsForm> TableOf(ManifestRecordsForm);
+EnumTable<PackOverflow> TableOf(PackOverflow);
 
 namespace config_internal {
 
@@ -79,9 +80,16 @@ template <typename T>
 void Fields(T& s, auto&& f) {
   OpTypeOf<std::remove_const_t<T>>::Fields(s, f);
 }
+void Fields(SpecOf<PackSpec> auto& s, auto&& f) {
+  f("seq_len", s.seq_len);
+  f("window", s.window);
+  f("overflow", s.overflow);
+  f("field", s.field);
+}
 void Fields(SpecOf<BatchSpec> auto& s, auto&& f) {
   f("size", s.size);
   f("drop_last", s.drop_last);
+  f("pack", s.pack);
 }
 void Fields(SpecOf<ExecutionSpec> auto& s, auto&& f) {
   f("cpu_threads", s.cpu_threads);

@@ -124,6 +124,24 @@ Status ValidateSourceFields(const SourceSpec& src) {
 
 }  // namespace
 
+constexpr int64_t kMaxPackSeqLen = int64_t{1} << 24;
+constexpr int64_t kMaxPackWindow = int64_t{1} << 20;
+
+Status ValidatePack(const PipelineSpec& spec) {
+  const PackSpec& pack = spec.batch.pack;
+  HR_RETURN_IF_ERROR(InRange<int64_t>("batch.pack.seq_len", pack.seq_len, 0, kMaxPackSeqLen));
+  HR_RETURN_IF_ERROR(InRange<int64_t>("batch.pack.window", pack.window, 0, kMaxPackWindow));
+  HR_RETURN_IF_ERROR(KnownEnum("batch.pack.overflow", pack.overflow));
+  if (!pack.enabled()) {
+    if (pack.window != 0) {
+      return Invalid("batch.pack.window", "applies with batch.pack.seq_len > 0 (packing)");
+    }
+    return Status::Ok();
+  }
+  return NonEmpty("batch.pack.field", pack.field,
+                  "the unpadded token field to pack (text.tokenize {pad: false}'s input_ids)");
+}
+
 Status ValidatePipelineSpec(const PipelineSpec& spec) {
   const SourceSpec& src = spec.source;
   if (!src.manifest.empty() + !src.shards.empty() + !src.parquet.empty() +
@@ -167,6 +185,7 @@ Status ValidatePipelineSpec(const PipelineSpec& spec) {
   HR_RETURN_IF_ERROR(ValidateSourceFields(src));
   if (spec.epochs) HR_RETURN_IF_ERROR(InRange<int64_t>("epochs", *spec.epochs, 1, kMaxEpochs));
   HR_RETURN_IF_ERROR(InRange<int64_t>("batch.size", spec.batch.size, 1, kMaxBatchSize));
+  HR_RETURN_IF_ERROR(ValidatePack(spec));
   // Each op's own rules (its Validate) and the chain's declarations: what every op reads
   // exists with the kind it needs, batch field names are unique.
   HR_RETURN_IF_ERROR(CheckOpChain(spec));

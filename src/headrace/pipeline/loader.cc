@@ -37,7 +37,7 @@ bool Loader::WaitReady(std::chrono::nanoseconds timeout) {
 Result<std::optional<Batch>> Loader::Next() {
   const auto call = wait_started_.value_or(Clock::now());
   wait_started_.reset();
-  auto batch = engine_->Next();
+  auto batch = packer_.has_value() ? NextPacked() : engine_->Next();
   const auto now = Clock::now();
   const bool got = batch.ok() && batch->has_value();
   // A metrics endpoint or progress line reads the clock from its own thread.
@@ -54,6 +54,36 @@ Result<std::optional<Batch>> Loader::Next() {
   clock_.Returned(since(call), since(now), got, got ? (*batch)->size() : 0);
   last_return_at_ = now;
   return batch;
+}
+
+Result<std::optional<Batch>> Loader::NextPacked() {
+  const int64_t per_epoch = engine_->order().batches_per_rank_epoch();
+  while (true) {
+    HR_ASSIGN_OR_RETURN(std::optional<Batch> in, engine_->Next());
+    if (!in.has_value()) return std::optional<Batch>();
+    // The rank-local batch in the epoch (index_in_epoch counts all ranks' batches).
+    const int64_t position = in->global_index - in->epoch * per_epoch;
+    const bool replay = packer_->replaying(position);
+    HR_ASSIGN_OR_RETURN(Batch out, packer_->Push(*in, position, position + 1 == per_epoch));
+    {
+      std::lock_guard lock(stats_mu_);
+      pack_stats_ = packer_->stats();
+      pack_state_ = packer_->state();
+    }
+    if (replay || out.global_index < deliver_from_) continue;
+    if (out.size() == 0 && !deliver_empty_) continue;
+    return std::optional<Batch>(std::move(out));
+  }
+}
+
+std::optional<PackStats> Loader::pack_stats() const {
+  std::lock_guard lock(stats_mu_);
+  return pack_stats_;
+}
+
+std::optional<PackState> Loader::pack_state() const {
+  std::lock_guard lock(stats_mu_);
+  return pack_state_;
 }
 
 ConsumerStats Loader::consumer_stats() const {

@@ -45,6 +45,10 @@ struct LoaderOptions {
   // Records a timeline of the run (reads, operators, the consumer) when set; must
   // outlive the loader.
   TraceRecorder* trace = nullptr;
+  // With batch.pack: continue from a packer's saved state (Loader::pack_state()) instead
+  // of start_epoch / start_batch. Without it, a start_batch > 0 with a pack window
+  // replays the epoch up to it (each batch packed and dropped: the cost grows with it).
+  std::optional<PackState> pack_state;
 };
 
 // execution.io_inflight as the engine runs it: the configured value, or for 0
@@ -114,12 +118,18 @@ class Loader {
   }
   // Both safe from any thread while the loader lives (a metrics endpoint's, say).
   ConsumerStats consumer_stats() const;
+  // With batch.pack (else nullopt): what packing did so far, and where the packer stands
+  // after the last batch Next() returned (for a state dict). Safe from any thread.
+  std::optional<PackStats> pack_stats() const;
+  std::optional<PackState> pack_state() const;
   EngineMetrics engine_metrics() const { return engine_->Metrics(); }
 
  private:
   friend class PreparedPipeline;
   Loader(std::shared_ptr<const PreparedPipeline> prepared, std::unique_ptr<Engine> engine,
          TraceRecorder* trace, Clock::time_point created);
+  // Next() with batch.pack: the engine's batches through the packer.
+  Result<std::optional<Batch>> NextPacked();
 
   std::shared_ptr<const PreparedPipeline> prepared_;
   std::unique_ptr<Engine> engine_;
@@ -130,6 +140,14 @@ class Loader {
   std::optional<Clock::time_point> wait_started_;  // the first WaitReady() before Next()
   mutable std::mutex stats_mu_;  // guards clock_: consumer_stats() is safe from any thread
   ConsumerClock clock_;
+
+  // batch.pack: the packer, the run position before which packed batches are dropped (a
+  // start_batch replay), whether empty ones are delivered, and copies for other threads.
+  std::optional<Packer> packer_;
+  int64_t deliver_from_ = 0;
+  bool deliver_empty_ = false;
+  std::optional<PackStats> pack_stats_;  // guarded by stats_mu_
+  std::optional<PackState> pack_state_;  // guarded by stats_mu_
 };
 
 }  // namespace headrace

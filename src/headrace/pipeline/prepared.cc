@@ -54,6 +54,25 @@ Status BudgetTooSmall(const PipelineSpec& spec, const Source& source, int64_t io
   return Status::InvalidArgument("execution.io_budget_bytes must be below memory.budget_bytes");
 }
 
+// batch.pack as the packer runs it: the sequence's pads and vision ids from the op that
+// writes it (a materialization keeps none: pad 0, ignore_index -100). A layout packing
+// cannot use is a config error now, before work starts.
+Result<PackOptions> PackOptionsOf(const PackSpec& pack, const PipelinePlan& plan) {
+  PackOptions o;
+  o.seq_len = pack.seq_len;
+  o.window = pack.window;
+  o.overflow = pack.overflow;
+  o.token_field = pack.field;
+  for (const TokenSequence& s : plan.sequences) {
+    if (s.field != pack.field) continue;
+    o.pad_id = s.pad_id;
+    o.ignore_index = s.ignore_index;
+    o.vision_token_ids = s.vision_token_ids;
+  }
+  HR_RETURN_IF_ERROR(Packer::Make(plan.fields, o).status());
+  return o;
+}
+
 }  // namespace
 
 Result<std::shared_ptr<const PreparedPipeline>> PreparedPipeline::Make(
@@ -95,6 +114,9 @@ Result<std::shared_ptr<const PreparedPipeline>> PreparedPipeline::Make(
   prepared->cpu_threads_ = ex.cpu_threads > 0 ? ex.cpu_threads : AvailableCores();
   prepared->io_inflight_ = ResolveIoInflight(ex, prepared->cpu_threads_);
 
+  if (spec.batch.pack.enabled()) {
+    HR_ASSIGN_OR_RETURN(prepared->pack_, PackOptionsOf(spec.batch.pack, plan));
+  }
   auto in = std::make_shared<EngineInputs>();
   in->ops = std::move(plan.ops);
   in->fields = std::move(plan.fields);
@@ -135,9 +157,37 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
   opt.scratch_retain_bytes = spec_.memory.scratch_bytes_per_thread;
   if (options.allocator != nullptr) opt.allocator = options.allocator;
   opt.trace = options.trace;
+  // Packing: the packer sees every batch (an epoch's last one empties its window, empty or
+  // not) and starts where its saved window began, or at the epoch's first batch when a
+  // start_batch must be replayed through a window.
+  std::optional<Packer> packer;
+  int64_t deliver_from = 0;
+  if (pack_.has_value()) {
+    PackOptions pack = *pack_;
+    pack.allocator = options.allocator;
+    HR_ASSIGN_OR_RETURN(packer, Packer::Make(inputs_->fields, pack));
+    opt.deliver_empty_batches = true;
+    if (options.pack_state.has_value()) {
+      opt.start_epoch = options.pack_state->epoch;
+      opt.start_batch = options.pack_state->from_batch;
+      packer->Restore(*options.pack_state);
+    } else if (pack.window > 0 && options.start_batch > 0) {
+      EpochOrderOptions order_options = opt.order;
+      order_options.num_samples = source().size();
+      HR_ASSIGN_OR_RETURN(EpochOrder order, EpochOrder::Make(order_options));
+      const int64_t per_epoch = std::max<int64_t>(order.batches_per_rank_epoch(), 1);
+      deliver_from = options.start_epoch * per_epoch + options.start_batch;
+      opt.start_epoch = deliver_from / per_epoch;
+      opt.start_batch = 0;
+    }
+  }
   HR_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Start(inputs_, opt));
-  return std::unique_ptr<Loader>(
+  auto loader = std::unique_ptr<Loader>(
       new Loader(shared_from_this(), std::move(engine), options.trace, started));
+  loader->packer_ = std::move(packer);
+  loader->deliver_from_ = deliver_from;
+  loader->deliver_empty_ = options.deliver_empty_batches;
+  return loader;
 }
 
 }  // namespace headrace

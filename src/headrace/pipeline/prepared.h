@@ -53,6 +53,9 @@ class PreparedPipeline : public std::enable_shared_from_this<PreparedPipeline> {
   int io_inflight() const { return io_inflight_; }
   int64_t io_budget_bytes() const { return io_budget_bytes_; }
   int64_t batch_budget_bytes() const { return batch_budget_bytes_; }
+  // batch.pack as the packer runs it (the sequence's pad id, ignore_index and vision
+  // token ids from the op that writes it); nullopt without packing.
+  const std::optional<PackOptions>& pack() const { return pack_; }
 
  private:
   PreparedPipeline() = default;
@@ -64,6 +67,7 @@ class PreparedPipeline : public std::enable_shared_from_this<PreparedPipeline> {
   int io_inflight_ = 1;
   int64_t io_budget_bytes_ = 0;
   int64_t batch_budget_bytes_ = 0;
+  std::optional<PackOptions> pack_;
 };
 
 }  // namespace headrace

@@ -17,6 +17,7 @@
 
 #include "headrace/core/tensor.h"
 #include "headrace/exec/engine.h"
+#include "headrace/exec/packer.h"
 #include "headrace/formats/source_spec.h"
 #include "headrace/io/storage_spec.h"
 #include "headrace/ops/all_ops.h"
@@ -63,9 +64,20 @@ std::string_view OpSpecName(const OpSpec& op);
 
 // --- the rest -----------------------------------------------------------------------
 
+// Packing: several samples per row of seq_len tokens (exec/packer.h has the rule, the
+// layout and what window trades).
+struct PackSpec {
+  int64_t seq_len = 0;  // 0: no packing
+  int64_t window = 0;   // samples carried from one batch to the next, at most
+  PackOverflow overflow = PackOverflow::kTruncate;  // a sample longer than seq_len
+  std::string field = "input_ids";  // the token sequence (text.tokenize {pad: false})
+  bool enabled() const { return seq_len > 0; }
+};
+
 struct BatchSpec {
   int64_t size = 32;
   bool drop_last = false;  // drop an epoch's final partial batch
+  PackSpec pack{};
 };
 
 struct ExecutionSpec {
