@@ -33,7 +33,9 @@ class Pipeline:
     other key as in ``headrace run --set``. Errors name the config key. ``epochs`` limits
     the run; the default, None, leaves it to the training loop (a loader iterates one
     epoch per ``for``, as many as the loop asks for). ``pack`` is ``batch.pack``
-    (``{"seq_len": 4096, "window": 64}``: several samples per row, with ``cu_seqlens``).
+    (``{"seq_len": 4096, "window": 64}``: several samples per row, with ``cu_seqlens``);
+    ``max_tokens`` is ``batch.max_tokens`` (unpadded batches of at most that many tokens;
+    ``pack={"window": W}`` sets its look-ahead).
     """
 
     def __init__(self, source: Union[str, os.PathLike, Mapping[str, Any]],
@@ -41,7 +43,8 @@ class Pipeline:
                  epochs: Optional[int] = None, shuffle: bool = True, drop_last: bool = False,
                  cpu_threads: int = 0, prefetch: int = 4,
                  memory_budget: Union[None, int, str] = None,
-                 pack: Optional[Mapping[str, Any]] = None, overrides: Overrides = None):
+                 pack: Optional[Mapping[str, Any]] = None, max_tokens: Optional[int] = None,
+                 overrides: Overrides = None):
         if isinstance(source, Mapping):
             source_config = {k: str(v) if isinstance(v, os.PathLike) else v
                              for k, v in source.items()}
@@ -61,6 +64,8 @@ class Pipeline:
             config["memory"] = {"budget_bytes": memory_budget}
         if pack is not None:  # batch.pack: {seq_len, window, overflow, field}
             config["batch"]["pack"] = dict(pack)
+        if max_tokens is not None:  # batch.max_tokens: batches by a token budget
+            config["batch"]["max_tokens"] = int(max_tokens)
         self._user_ops: List[tuple] = []  # (position, MapOp)
         self._batch_ops: List[_ops.BatchMapOp] = []
         position = 0

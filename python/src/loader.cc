@@ -8,6 +8,7 @@
 // for an operator that is waiting for the GIL.
 #include "headrace/pipeline/loader.h"
 
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
@@ -16,6 +17,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <memory>
 #include <mutex>
@@ -43,25 +45,28 @@ nb::dict PackStateToDict(const PackState& s) {
   d["epoch"] = s.epoch;
   d["from_batch"] = s.from_batch;
   d["next_batch"] = s.next_batch;
+  d["delivered"] = s.delivered;
   nb::list waiting;
   for (int64_t i : s.waiting) waiting.append(i);
   d["waiting"] = waiting;
   return d;
 }
 
-PackState PackStateFromDict(const nb::handle& state) {
+PackState PackStateFromDict(const nb::handle& state_object) {
   try {
+    const nb::dict state = nb::cast<nb::dict>(state_object);
     PackState s;
     s.epoch = nb::cast<int64_t>(state["epoch"]);
     s.from_batch = nb::cast<int64_t>(state["from_batch"]);
     s.next_batch = nb::cast<int64_t>(state["next_batch"]);
+    if (state.contains("delivered")) s.delivered = nb::cast<int64_t>(state["delivered"]);
     for (nb::handle i : state["waiting"]) s.waiting.push_back(nb::cast<int64_t>(i));
     if (s.from_batch < 0 || s.next_batch < s.from_batch) throw std::invalid_argument("order");
     return s;
   } catch (const std::exception&) {
     throw StatusError(Status::InvalidArgument(
         "state dict: pack: expected {epoch, from_batch, next_batch, waiting: [indices]} with "
-        "0 <= from_batch <= next_batch, got " + nb::cast<std::string>(nb::repr(state))));
+        "0 <= from_batch <= next_batch, got " + nb::cast<std::string>(nb::repr(state_object))));
   }
 }
 
@@ -224,6 +229,98 @@ class PyLoader {
 
 struct PyPrepared {
   std::shared_ptr<const PreparedPipeline> prepared;
+};
+
+// batch.pack for a consumer that receives its batches as numpy arrays, in order: a Ray
+// rank (headrace.ray). The same Packer the local Loader runs; each input batch is copied
+// in once (its fields, by the pipeline's layout, and its strings), packed without the
+// GIL, and returned as BatchToPython's tuple.
+class PyPacker {
+ public:
+  PyPacker(std::vector<FieldSpec> layout, Packer packer, bool budget)
+      : layout_(std::move(layout)), packer_(std::move(packer)), budget_(budget) {}
+  bool budget() const { return budget_; }
+
+  nb::tuple Push(const nb::dict& fields, int64_t epoch, int64_t index_in_epoch,
+                 int64_t global_index, int64_t position, bool last_in_epoch) {
+    Batch in = Input(fields, epoch, index_in_epoch, global_index);
+    std::optional<Result<Batch>> out;
+    {
+      nb::gil_scoped_release nogil;
+      out.emplace(packer_.Push(in, position, last_in_epoch));
+    }
+    return BatchToPython(ValueOrThrow(std::move(*out)));
+  }
+
+  Packer& packer() { return packer_; }
+
+ private:
+  // The numpy batch as the packer's input: its fields copied, its strings.
+  Batch Input(const nb::dict& fields, int64_t epoch, int64_t index_in_epoch,
+              int64_t global_index) const {
+    Batch in;
+    in.epoch = epoch;
+    in.index_in_epoch = index_in_epoch;
+    in.global_index = global_index;
+    const nb::object ascontiguous = Numpy().attr("ascontiguousarray");
+    std::vector<FieldSpec> with_index = layout_;
+    with_index.push_back(FieldSpec{"index", DType::kI64, {}});
+    for (const FieldSpec& field : with_index) {
+      if (!fields.contains(field.name.c_str())) {
+        throw StatusError(Status::InvalidArgument("packing: the batch has no field '" +
+                                                  field.name + "'"));
+      }
+      auto array = nb::cast<nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>>(
+          ascontiguous(fields[field.name.c_str()]));
+      std::vector<int64_t> shape;
+      for (size_t d = 0; d < array.ndim(); ++d) shape.push_back(static_cast<int64_t>(array.shape(d)));
+      Tensor t = ValueOrThrow(Tensor::Allocate(field.dtype, shape));
+      if (array.nbytes() != t.nbytes()) {
+        throw StatusError(Status::InvalidArgument("packing: field '" + field.name +
+                                                  "' has another dtype than the pipeline's"));
+      }
+      std::memcpy(t.mutable_data<uint8_t>(), array.data(), t.nbytes());
+      in.fields.emplace_back(field.name, std::move(t));
+    }
+    for (auto [key, value] : fields) {
+      if (!nb::isinstance<nb::list>(value)) continue;
+      Batch::Strings column{nb::cast<std::string>(key), false, {}};
+      for (nb::handle row : value) {
+        if (row.is_none()) {
+          column.rows.emplace_back();
+        } else if (nb::isinstance<nb::list>(row)) {
+          column.list = true;
+          std::vector<std::string> items;
+          for (nb::handle item : row) items.push_back(nb::cast<std::string>(item));
+          column.rows.push_back(std::move(items));
+        } else {
+          column.rows.push_back({nb::cast<std::string>(row)});
+        }
+      }
+      in.strings.push_back(std::move(column));
+    }
+    return in;
+  }
+
+ public:
+  // batch.max_tokens: the input batch's token batches, as a list of those tuples.
+  nb::list PushBudget(const nb::dict& fields, int64_t epoch, int64_t index_in_epoch,
+                      int64_t global_index, int64_t position, bool last_in_epoch) {
+    Batch in = Input(fields, epoch, index_in_epoch, global_index);
+    std::optional<Result<std::vector<Batch>>> out;
+    {
+      nb::gil_scoped_release nogil;
+      out.emplace(packer_.PushBudget(in, position, last_in_epoch));
+    }
+    nb::list batches;
+    for (const Batch& b : ValueOrThrow(std::move(*out))) batches.append(BatchToPython(b));
+    return batches;
+  }
+
+ private:
+  std::vector<FieldSpec> layout_;
+  Packer packer_;
+  bool budget_ = false;
 };
 
 // The metrics endpoint of a Python loader (`Loader(metrics_port=...)`): it outlives the
@@ -411,7 +508,31 @@ void RegisterLoader(nb::module_& m) {
            nb::arg("rank") = 0, nb::arg("world_size") = 1, nb::arg("start_epoch") = 0,
            nb::arg("start_batch") = 0, nb::arg("pinned") = false, nb::arg("on_demand") = false,
            nb::arg("pack_state").none() = nb::none())
-      .def_prop_ro("source", [](const PyPrepared& p) { return p.prepared->source().info().description; });
+      .def_prop_ro("source", [](const PyPrepared& p) { return p.prepared->source().info().description; })
+      .def("packer",
+           [](const PyPrepared& p) -> std::unique_ptr<PyPacker> {
+             if (!p.prepared->pack().has_value()) return nullptr;
+             return std::make_unique<PyPacker>(
+                 p.prepared->fields(),
+                 ValueOrThrow(Packer::Make(p.prepared->fields(), *p.prepared->pack())),
+                 p.prepared->pack()->budget);
+           },
+           "With batch.pack: a new packer of this pipeline (for batches that arrive as numpy "
+           "arrays, in order); None without packing");
+  nb::class_<PyPacker>(m, "_Packer")
+      .def("push", &PyPacker::Push, nb::arg("fields"), nb::arg("epoch"),
+           nb::arg("index_in_epoch"), nb::arg("global_index"), nb::arg("position"),
+           nb::arg("last_in_epoch"))
+      .def("push_budget", &PyPacker::PushBudget, nb::arg("fields"), nb::arg("epoch"),
+           nb::arg("index_in_epoch"), nb::arg("global_index"), nb::arg("position"),
+           nb::arg("last_in_epoch"))
+      .def_prop_ro("budget", [](PyPacker& p) { return p.budget(); })
+      .def("replaying", [](PyPacker& p, int64_t position) { return p.packer().replaying(position); })
+      .def("restore", [](PyPacker& p, const nb::object& state) {
+        p.packer().Restore(PackStateFromDict(state));
+      })
+      .def("state", [](PyPacker& p) { return PackStateToDict(p.packer().state()); })
+      .def("stats", [](PyPacker& p) { return PackStatsToDict(p.packer().stats()); });
   nb::class_<PyLoader>(m, "_Loader")
       .def_static("make", &PyLoader::Make, nb::arg("spec"), nb::arg("rank") = 0,
                   nb::arg("world_size") = 1, nb::arg("start_epoch") = 0,

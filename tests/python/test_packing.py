@@ -386,3 +386,82 @@ def test_a_cut_through_vision_tokens_fails_the_sample_not_the_run(dataset, refer
     assert all("vision tokens" in e and "batch.pack.seq_len 30" in e for e in failed)
     assert stats["pack_truncated"] == sum(
         1 for i, r in reference.items() if len(r["input_ids"]) > seq_len and i not in cut)
+
+
+def budget_pipeline(root, max_tokens=600, window=8, cpu_threads=2):
+    return headrace.Pipeline(
+        source=spec_source(root), ops=spec_ops(), batch_size=6, seed=3, epochs=2,
+        cpu_threads=cpu_threads, memory_budget="256MiB", max_tokens=max_tokens,
+        pack={"window": window})
+
+
+def spec_source(root):
+    return {"manifest": root / "manifest.jsonl", "root": root,
+            "fields": [{"name": "images", "kind": "image", "max_items": 4},
+                       {"name": "conversation", "kind": "conversation", "key": "conversations"}]}
+
+
+def spec_ops():
+    return [ops.decode(field="images"),
+            ops.smart_resize(preset="qwen2_vl", field="images", max_pixels=50176),
+            ops.vision_patchify(preset="qwen2_vl", field="images"),
+            ops.tokenize(tokenizer=str(TOKENIZER), chat_template=TEMPLATE, preset="qwen2_vl",
+                         grid_field="image_grid_thw", pad=False, max_length=4096),
+            ops.vision_rope_index(preset="qwen2_vl")]
+
+
+def test_max_tokens_batches_hold_whole_samples_within_the_budget(dataset, reference):
+    seen = []
+    with headrace.Loader(budget_pipeline(dataset)) as loader:
+        batches = 0
+        for batch in loader:
+            batches += 1
+            assert not batch.errors, batch.errors
+            ids = np.asarray(batch["input_ids"])
+            lengths = np.asarray(batch["input_ids_lengths"])
+            assert ids.ndim == 1 and len(ids) == lengths.sum() <= 600
+            assert np.array_equal(np.asarray(batch["cu_seqlens"]),
+                                  np.concatenate([[0], np.cumsum(lengths)]))
+            for sample_id, got in per_sample(batch).items():
+                want = reference[sample_id]
+                for name in ("input_ids", "labels", "position_ids", "mrope_position_ids",
+                             "patches", "grids"):
+                    assert np.array_equal(got[name], want[name]), (sample_id, name)
+                seen.append(sample_id)
+        stats = loader.stats()
+        assert batches > len(loader)  # more token batches than batches of 6 samples
+    assert sorted(seen) == sorted(reference)
+    assert stats["pack_rows"] == batches and 0 < stats["pack_fill"] <= 1
+    print(f"max_tokens 600: {batches} batches, fill {stats['pack_fill']:.3f}")
+
+
+def test_max_tokens_resumes_byte_identically_between_two_token_batches(dataset):
+    spec = budget_pipeline(dataset)
+    with headrace.Loader(spec) as loader:
+        whole = epoch_digests(loader)
+    resumed_any_mid_batch = False
+    for k in (1, 2, 4, len(whole) - 2):
+        with headrace.Loader(spec) as loader:
+            it = iter(loader)
+            for _ in range(k):
+                next(it)
+            state = loader.state_dict()
+        resumed_any_mid_batch |= state["pack"]["delivered"] > 0
+        with headrace.Loader(spec) as resumed:
+            resumed.load_state_dict(state)
+            assert epoch_digests(resumed) == whole[k:], k
+    assert resumed_any_mid_batch  # some state fell between two token batches of one input
+
+
+def test_max_tokens_gives_the_same_batches_for_any_thread_count(dataset):
+    runs = []
+    for threads in (1, 2):
+        with headrace.Loader(budget_pipeline(dataset, cpu_threads=threads)) as loader:
+            runs.append(epoch_digests(loader))
+    assert runs[0] == runs[1]
+
+
+def test_max_tokens_and_pack_are_exclusive(dataset):
+    with pytest.raises(headrace.ConfigError, match="batch.max_tokens"):
+        headrace.Pipeline(source=spec_source(dataset), ops=spec_ops(), max_tokens=100,
+                          pack={"seq_len": 100})

@@ -313,6 +313,73 @@ class _Stream:
         self._pending.clear()
 
 
+class _PackedStream:
+    """A rank's stream packed in order (batch.pack): the same ``next()`` tuple, the packed
+    batch's fields, each input batch's position kept."""
+
+    def __init__(self, stream: _Stream, packer, deliver_from: int,
+                 skip: Optional[tuple] = None):
+        self._stream = stream
+        self._packer = packer
+        self._deliver_from = deliver_from  # rank-local run batch: earlier ones are replays
+        # batch.max_tokens: the last input batch's token batches not returned yet, the
+        # packer's state before it, how many were returned; a resume's (position, count)
+        # of token batches delivered before its state was saved.
+        self._queue: collections.deque = collections.deque()
+        self._before: Optional[Dict[str, Any]] = None
+        self._taken = 0
+        self._skip = skip
+
+    def __getattr__(self, name):  # batches_per_epoch, total_batches, close, ...
+        return getattr(self._stream, name)
+
+    @property
+    def next_batch(self) -> int:
+        return self._stream.next_batch - (1 if self._queue else 0)
+
+    def next(self):
+        per_epoch = self._stream.batches_per_epoch
+        while True:
+            if self._queue:
+                self._taken += 1
+                return self._queue.popleft()
+            item = self._stream.next()
+            if item is None:
+                return None
+            fields, epoch, index, j, errors, _ = item
+            position = j - epoch * per_epoch
+            replay = self._packer.replaying(position)
+            last = position + 1 == per_epoch
+            if not self._packer.budget:
+                packed = self._packer.push(fields, epoch, index, j, position, last)
+                if replay or j < self._deliver_from:
+                    continue
+                return packed[0], epoch, index, j, list(errors) + list(packed[4]), packed[5]
+            before = dict(self._packer.state(), epoch=epoch, next_batch=position)
+            if not before["waiting"]:
+                before["from_batch"] = position
+            outs = self._packer.push_budget(fields, epoch, index, j, position, last)
+            if replay or j < self._deliver_from:
+                continue
+            first = 0
+            if self._skip is not None and self._skip[0] == position:
+                first, self._skip = min(self._skip[1], len(outs)), None
+            self._before, self._taken = before, first
+            for k, out in enumerate(outs[first:], start=first):
+                errs = (list(errors) if k == 0 else []) + list(out[4])
+                self._queue.append((out[0], epoch, index, j, errs, out[5]))
+
+    def pack_state(self):
+        if self._queue:
+            return dict(self._before, delivered=self._taken)
+        return self._packer.state()
+
+    def consumer_stats(self):
+        stats = self._stream.consumer_stats()
+        stats.update(self._packer.stats())
+        return stats
+
+
 class Loader(_LocalLoader):
     """:class:`headrace.Loader` whose batches a pool of Ray worker actors computes.
 
@@ -395,11 +462,6 @@ class Loader(_LocalLoader):
         self._run_info: Optional[Dict[str, Any]] = None
         super().__init__(pipeline, rank=rank, world_size=world_size,
                          metrics_port=metrics_port, metrics_labels=metrics_labels)
-        if self._spec.pack_seq_len > 0:
-            raise _headrace.ConfigError(
-                "batch.pack: packing is not yet supported by headrace.ray.Loader (its rank "
-                "would pack the workers' batches in order with the same C++ packer; not "
-                "built yet): use headrace.Loader, or remove batch.pack")
         # The workers' endpoints: same host, ports after the ranks' (ray/_metrics.py).
         self._worker_metrics = None
         if metrics_port is not None:
@@ -502,9 +564,27 @@ class Loader(_LocalLoader):
 
     # --- the engine headrace.Loader iterates -----------------------------------------------
 
-    def _make_engine(self, epoch: int, batch: int) -> _Stream:
+    def _make_engine(self, epoch: int, batch: int):
         self._start_pool()
-        return _Stream(self, epoch, batch)
+        if not self._spec.regroups:
+            return _Stream(self, epoch, batch)
+        # batch.pack: the workers compute the batches of samples as unpacked; this rank
+        # packs them in order with the engine's packer (exec/packer.h), so the rows are the
+        # local loader's. It starts where the saved window began, or at the epoch's first
+        # batch to replay up to `batch`.
+        if self._prepared is None:
+            self._prepared = _headrace._Prepared.make(self._spec)
+        packer = self._prepared.packer()
+        state = self._pack_state
+        if state is not None and (state.get("epoch"), state.get("next_batch")) == (epoch, batch):
+            packer.restore(state)
+            start = state["from_batch"]
+            skip = (batch, state.get("delivered", 0))
+        else:
+            start = 0 if self._spec.pack_window > 0 else batch
+            skip = None
+        stream = _Stream(self, epoch, start)
+        return _PackedStream(stream, packer, epoch * stream.batches_per_epoch + batch, skip)
 
     def close(self) -> None:
         """Stops this rank's stream and detaches from the pool; the last rank to close

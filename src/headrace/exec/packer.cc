@@ -243,7 +243,7 @@ Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Wai
   for (size_t f = 0; f < layout_.size(); ++f) {
     const FieldSpec& field = layout_[f];
     const size_t row_bytes = field.sample_bytes();
-    if (packed_[f]) {
+    if (packed_[f] && !options_.budget) {
       std::vector<int64_t> shape{n_rows, options_.seq_len};
       shape.insert(shape.end(), field.sample_shape.begin(), field.sample_shape.end());
       HR_ASSIGN_OR_RETURN(Tensor t, allocate(field.dtype, shape));
@@ -288,7 +288,8 @@ Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Wai
     }
     out.fields.emplace_back(field.name, std::move(t));
   }
-  // cu_seqlens: each sample a segment, each row's padding one more.
+  // cu_seqlens: each sample a segment, each row's padding one more (budget: no padding,
+  // the batch's tokens concatenated).
   std::vector<int32_t> cu{0};
   HR_ASSIGN_OR_RETURN(Tensor per_row, allocate(DType::kI32, {n_rows}));
   size_t k = 0;
@@ -297,7 +298,8 @@ Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Wai
     int64_t used = 0;
     for (size_t j = 0; j < rows[r].size(); ++j, ++k) {
       used += order[k]->tokens;
-      cu.push_back(static_cast<int32_t>(static_cast<int64_t>(r) * options_.seq_len + used));
+      const int64_t row_start = options_.budget ? 0 : static_cast<int64_t>(r) * options_.seq_len;
+      cu.push_back(static_cast<int32_t>(row_start + used));
       const std::string& ids = order[k]->bytes[static_cast<size_t>(token_)];
       const size_t width = DTypeSize(layout_[static_cast<size_t>(token_)].dtype);
       for (size_t b = 0; b < ids.size(); b += width) {
@@ -315,7 +317,7 @@ Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Wai
         }
       }
     }
-    if (used < options_.seq_len) {
+    if (used < options_.seq_len && !options_.budget) {
       cu.push_back(static_cast<int32_t>(static_cast<int64_t>(r + 1) * options_.seq_len));
     }
     per_row.mutable_data<int32_t>()[r] = static_cast<int32_t>(rows[r].size());
@@ -325,7 +327,7 @@ Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Wai
   HR_ASSIGN_OR_RETURN(Tensor cu_seqlens, allocate(DType::kI32, {static_cast<int64_t>(cu.size())}));
   std::memcpy(cu_seqlens.mutable_data<int32_t>(), cu.data(), cu.size() * sizeof(int32_t));
   out.fields.emplace_back("cu_seqlens", std::move(cu_seqlens));
-  out.fields.emplace_back("samples_per_row", std::move(per_row));
+  if (!options_.budget) out.fields.emplace_back("samples_per_row", std::move(per_row));
   for (size_t c = 0; c < string_names_.size(); ++c) {
     Batch::Strings column{string_names_[c], string_lists_[c], {}};
     for (const Waiting* w : order) column.rows.push_back(w->strings[c]);
@@ -340,7 +342,8 @@ Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Wai
   return out;
 }
 
-Result<Batch> Packer::Push(const Batch& input, int64_t position, bool last_in_epoch) {
+Result<std::optional<std::vector<std::vector<Packer::Waiting>>>> Packer::Take(
+    const Batch& input, int64_t position, bool last_in_epoch, std::vector<SampleError>& errors) {
   if (epoch_ >= 0 && (input.epoch != epoch_ || position != next_batch_)) {
     return Status::Internal("packing: expected input batch " + std::to_string(next_batch_) +
                             " of epoch " + std::to_string(epoch_) + ", got batch " +
@@ -348,16 +351,9 @@ Result<Batch> Packer::Push(const Batch& input, int64_t position, bool last_in_ep
                             std::to_string(input.epoch) + " (batches must come in order)");
   }
   epoch_ = input.epoch;
-  std::vector<SampleError> errors;
   HR_RETURN_IF_ERROR(Admit(input, position, errors));
   next_batch_ = position + 1;
-  if (replaying(position)) {
-    Batch empty;
-    empty.epoch = input.epoch;
-    empty.index_in_epoch = input.index_in_epoch;
-    empty.global_index = input.global_index;
-    return empty;
-  }
+  if (replaying(position)) return std::optional<std::vector<std::vector<Waiting>>>();
   if (replay_.has_value()) {
     // The replay is over: the window must be the saved one.
     std::vector<int64_t> now;
@@ -375,10 +371,44 @@ Result<Batch> Packer::Push(const Batch& input, int64_t position, bool last_in_ep
     replay_waiting_.clear();
   }
   std::vector<std::vector<Waiting>> rows = BuildRows(last_in_epoch);
-  HR_ASSIGN_OR_RETURN(Batch out, Emit(input, rows, std::move(errors)));
   if (last_in_epoch) {
     epoch_ = input.epoch + 1;
     next_batch_ = 0;
+  }
+  return std::optional<std::vector<std::vector<Waiting>>>(std::move(rows));
+}
+
+namespace {
+Batch EmptyLike(const Batch& input) {
+  Batch empty;
+  empty.epoch = input.epoch;
+  empty.index_in_epoch = input.index_in_epoch;
+  empty.global_index = input.global_index;
+  return empty;
+}
+}  // namespace
+
+Result<Batch> Packer::Push(const Batch& input, int64_t position, bool last_in_epoch) {
+  std::vector<SampleError> errors;
+  HR_ASSIGN_OR_RETURN(auto rows, Take(input, position, last_in_epoch, errors));
+  if (!rows.has_value()) return EmptyLike(input);
+  return Emit(input, *rows, std::move(errors));
+}
+
+Result<std::vector<Batch>> Packer::PushBudget(const Batch& input, int64_t position,
+                                              bool last_in_epoch) {
+  std::vector<SampleError> errors;
+  HR_ASSIGN_OR_RETURN(auto rows, Take(input, position, last_in_epoch, errors));
+  std::vector<Batch> out;
+  if (!rows.has_value()) return out;
+  if (rows->empty()) rows->emplace_back();  // one (empty) batch holds the position
+  for (size_t r = 0; r < rows->size(); ++r) {
+    std::vector<std::vector<Waiting>> one;
+    one.push_back(std::move((*rows)[r]));
+    HR_ASSIGN_OR_RETURN(Batch b, Emit(input, one, r == 0 ? std::move(errors)
+                                                         : std::vector<SampleError>{}));
+    if (r > 0) b.errors.clear();  // the input batch's errors go with its first
+    out.push_back(std::move(b));
   }
   return out;
 }

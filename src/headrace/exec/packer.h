@@ -33,6 +33,12 @@
 //   - Every other field (fixed, a list's items, other ragged fields such as pixel_values,
 //     and "index") and every string field ("id", ...): the samples in row order, so that
 //     `index` and `id` name each row's samples.
+// With options.budget (batch.max_tokens) the rows are batches instead: each holds samples
+// of at most seq_len tokens in all (text and vision tokens: input_ids holds both),
+// unpadded, every field concatenated as in an input batch (token fields with their
+// `<field>_lengths`), with cu_seqlens over the concatenated tokens (no row padding, so
+// the last entry is the batch's tokens). One input batch gives one or more of them
+// (PushBudget): their count per epoch follows the data.
 // A sample longer than seq_len is truncated or skipped (options.overflow), and counted.
 // A truncation that would cut vision tokens (options.vision_token_ids) fails the sample
 // with an error naming both numbers, since its patches would no longer match its tokens.
@@ -64,6 +70,8 @@ struct PackOptions {
   // counted as vision tokens, never cut by a truncation.
   std::vector<int64_t> vision_token_ids;
   Allocator* allocator = nullptr;  // the packed batches' memory; null: the heap
+  // batch.max_tokens: rows are whole batches of at most seq_len tokens (see above).
+  bool budget = false;
 };
 
 // What the packer did so far (stats(), the report and the metrics).
@@ -94,6 +102,9 @@ struct PackState {
   int64_t from_batch = 0;        // the input batch the oldest waiting sample came from
   int64_t next_batch = 0;        // the next input batch the packer expects
   std::vector<int64_t> waiting;  // dataset indices of the waiting samples, oldest first
+  // batch.max_tokens: the batches input batch `next_batch` gives that were delivered
+  // already (the state is then the one before that input batch).
+  int64_t delivered = 0;
 };
 
 class Packer {
@@ -108,6 +119,10 @@ class Packer {
   // `input`; its errors plus the packer's). `last_in_epoch`: the epoch's last input
   // batch, after which the window is empty.
   Result<Batch> Push(const Batch& input, int64_t position, bool last_in_epoch);
+  // options.budget: the same, giving the input batch's token-budget batches (at least
+  // one, empty when nothing waits), in order.
+  Result<std::vector<Batch>> PushBudget(const Batch& input, int64_t position,
+                                        bool last_in_epoch);
 
   // The state after the last Push (meaningless before the first).
   PackState state() const;
@@ -141,6 +156,9 @@ class Packer {
   std::vector<std::vector<Waiting>> BuildRows(bool flush);
   Result<Batch> Emit(const Batch& input, const std::vector<std::vector<Waiting>>& rows,
                      std::vector<SampleError> errors);
+  // Push's common part: admits `input`, returns the rows it completes (none in a replay).
+  Result<std::optional<std::vector<std::vector<Waiting>>>> Take(
+      const Batch& input, int64_t position, bool last_in_epoch, std::vector<SampleError>& errors);
 
   std::vector<FieldSpec> layout_;  // with "index" appended
   PackOptions options_;

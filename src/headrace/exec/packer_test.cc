@@ -400,3 +400,92 @@ TEST(Packer, ConfigErrors) {
 
 }  // namespace
 }  // namespace headrace
+
+namespace headrace {
+namespace {
+
+PackOptions Budget(int64_t max_tokens, int64_t window) {
+  PackOptions o = Options(max_tokens, window);
+  o.budget = true;
+  return o;
+}
+
+TEST(PackerBudget, BatchesOfAtMostMaxTokensEverySampleOnce) {
+  for (int64_t window : {0, 5, 100}) {
+    const std::vector<Batch> epoch = Epoch(0, 10, 8, 40, 11);
+    Packer p = *Packer::Make(Layout(), Budget(100, window));
+    std::set<int64_t> seen;
+    int64_t outputs = 0, tokens = 0;
+    for (size_t k = 0; k < epoch.size(); ++k) {
+      Result<std::vector<Batch>> out = p.PushBudget(epoch[k], static_cast<int64_t>(k),
+                                                    k + 1 == epoch.size());
+      ASSERT_TRUE(out.ok()) << out.status().ToString();
+      ASSERT_GE(out->size(), 1u);
+      for (const Batch& b : *out) {
+        ++outputs;
+        const Tensor& ids = *b.Find("input_ids");
+        const Tensor& lengths = *b.Find("input_ids_lengths");
+        const Tensor& cu = *b.Find("cu_seqlens");
+        EXPECT_EQ(ids.shape().size(), 1u) << "unpadded";
+        EXPECT_LE(ids.numel(), 100);
+        EXPECT_EQ(b.Find("samples_per_row"), nullptr);
+        EXPECT_EQ(cu.numel(), b.size() + 1);
+        EXPECT_EQ(cu.data<int32_t>()[cu.numel() - 1], ids.numel());
+        int64_t at = 0;
+        for (int64_t s = 0; s < b.size(); ++s) {
+          const int64_t sample = b.Find("index")->data<int64_t>()[s];
+          EXPECT_TRUE(seen.insert(sample).second);
+          const int64_t len = lengths.data<int32_t>()[s];
+          EXPECT_EQ(cu.data<int32_t>()[s], at);
+          for (int64_t t = 0; t < len; ++t) {
+            EXPECT_EQ(ids.data<int64_t>()[at + t], sample * 1000 + t);
+            EXPECT_EQ(b.Find("labels")->data<int64_t>()[at + t], sample * 1000 + 500 + t)
+                << "labels as unpacked";
+          }
+          at += len;
+          EXPECT_EQ(b.Find("score")->data<float>()[s], static_cast<float>(sample));
+        }
+        tokens += ids.numel();
+      }
+    }
+    EXPECT_EQ(seen.size(), 80u);
+    EXPECT_EQ(p.stats().tokens, tokens);
+    EXPECT_EQ(p.stats().rows, outputs);
+    EXPECT_EQ(p.stats().padding_tokens, outputs * 100 - tokens);
+  }
+}
+
+TEST(PackerBudget, ResumeRebuildsTheSameBatches) {
+  const std::vector<Batch> epoch = Epoch(1, 9, 8, 40, 12);
+  std::vector<std::vector<std::string>> whole;
+  {
+    Packer p = *Packer::Make(Layout(), Budget(120, 10));
+    for (size_t k = 0; k < epoch.size(); ++k) {
+      whole.emplace_back();
+      const std::vector<Batch> out =
+          *p.PushBudget(epoch[k], static_cast<int64_t>(k), k + 1 == epoch.size());
+      for (const Batch& b : out) whole.back().push_back(Bytes(b));
+    }
+  }
+  for (size_t k = 1; k < epoch.size(); ++k) {
+    Packer first = *Packer::Make(Layout(), Budget(120, 10));
+    for (size_t j = 0; j < k; ++j) ASSERT_TRUE(first.PushBudget(epoch[j], static_cast<int64_t>(j), false).ok());
+    Packer second = *Packer::Make(Layout(), Budget(120, 10));
+    second.Restore(first.state());
+    for (size_t j = static_cast<size_t>(first.state().from_batch); j < epoch.size(); ++j) {
+      Result<std::vector<Batch>> pushed =
+          second.PushBudget(epoch[j], static_cast<int64_t>(j), j + 1 == epoch.size());
+      ASSERT_TRUE(pushed.ok()) << pushed.status().ToString() << " at " << k << " " << j;
+      std::vector<Batch> out = *std::move(pushed);
+      if (j < k) {
+        EXPECT_TRUE(out.empty());
+        continue;
+      }
+      ASSERT_EQ(out.size(), whole[j].size());
+      for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(Bytes(out[i]), whole[j][i]) << k << " " << j;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace headrace

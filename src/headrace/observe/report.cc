@@ -101,10 +101,12 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
   if (const std::optional<PackStats> pack = loader.pack_stats(); pack.has_value()) {
     r.packed = true;
     r.pack = *pack;
-    r.pack_seq_len = loader.spec().batch.pack.seq_len;
-  } else if (loader.spec().batch.pack.enabled()) {
+    r.pack_seq_len = loader.spec().batch.pack_options().seq_len;
+    r.pack_budget = loader.spec().batch.max_tokens > 0;
+  } else if (loader.spec().batch.regroups()) {
     r.packed = true;  // nothing delivered yet
-    r.pack_seq_len = loader.spec().batch.pack.seq_len;
+    r.pack_seq_len = loader.spec().batch.pack_options().seq_len;
+    r.pack_budget = loader.spec().batch.max_tokens > 0;
   }
   r.budget_peak_bytes = m.budget_peak_bytes;
   r.io_budget_bytes = m.io_budget_bytes;
@@ -194,7 +196,8 @@ std::string RunReportToJson(const RunReport& r) {
   if (r.packed) {
     const PackStats& p = r.pack;
     w.Key("pack").BeginObject();
-    w.Key("seq_len").Int(r.pack_seq_len).Key("rows").Int(p.rows).Key("samples").Int(p.samples);
+    w.Key(r.pack_budget ? "max_tokens" : "seq_len").Int(r.pack_seq_len);
+    w.Key("rows").Int(p.rows).Key("samples").Int(p.samples);
     w.Key("tokens").Int(p.tokens).Key("padding_tokens").Int(p.padding_tokens);
     w.Key("fill").Double(p.fill()).Key("vision_tokens").Int(p.vision_tokens);
     w.Key("truncated").Int(p.truncated).Key("skipped").Int(p.skipped).Key("failed").Int(p.failed);
@@ -479,8 +482,10 @@ std::string RunReportToText(const RunReport& r) {
       r.bytes_copied_per_sample);
   if (r.packed) {
     const PackStats& p = r.pack;
-    add("  packing           %lld rows of %lld tokens, fill %.1f%%, %lld padding tokens (%.0f per "
-        "1,000 real), %lld vision tokens\n",
+    add(r.pack_budget ? "  max_tokens        %lld batches of up to %lld tokens, fill %.1f%%, %lld unused "
+                        "(%.0f per 1,000 real), %lld vision tokens\n"
+                      : "  packing           %lld rows of %lld tokens, fill %.1f%%, %lld padding tokens "
+                        "(%.0f per 1,000 real), %lld vision tokens\n",
         static_cast<long long>(p.rows), static_cast<long long>(r.pack_seq_len), 100 * p.fill(),
         static_cast<long long>(p.padding_tokens),
         p.tokens > 0 ? 1000.0 * static_cast<double>(p.padding_tokens) / static_cast<double>(p.tokens)

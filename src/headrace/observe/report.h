@@ -116,7 +116,8 @@ struct RunReport {
   std::string interrupted_by;
   // batch.pack (JSON "pack": {...}, only when packing): what the packer did, its seq_len.
   bool packed = false;
-  int64_t pack_seq_len = 0;
+  int64_t pack_seq_len = 0;  // or batch.max_tokens (pack_budget)
+  bool pack_budget = false;
   PackStats pack;
 };
 

@@ -90,6 +90,7 @@ void Fields(SpecOf<BatchSpec> auto& s, auto&& f) {
   f("size", s.size);
   f("drop_last", s.drop_last);
   f("pack", s.pack);
+  f("max_tokens", s.max_tokens);
 }
 void Fields(SpecOf<ExecutionSpec> auto& s, auto&& f) {
   f("cpu_threads", s.cpu_threads);

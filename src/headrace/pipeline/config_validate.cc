@@ -132,9 +132,17 @@ Status ValidatePack(const PipelineSpec& spec) {
   HR_RETURN_IF_ERROR(InRange<int64_t>("batch.pack.seq_len", pack.seq_len, 0, kMaxPackSeqLen));
   HR_RETURN_IF_ERROR(InRange<int64_t>("batch.pack.window", pack.window, 0, kMaxPackWindow));
   HR_RETURN_IF_ERROR(KnownEnum("batch.pack.overflow", pack.overflow));
-  if (!pack.enabled()) {
+  HR_RETURN_IF_ERROR(
+      InRange<int64_t>("batch.max_tokens", spec.batch.max_tokens, 0, kMaxPackSeqLen));
+  if (pack.enabled() && spec.batch.max_tokens > 0) {
+    return Invalid("batch.max_tokens", "and batch.pack.seq_len are two ways to group tokens: "
+                                       "set one (max_tokens: unpadded batches of a token "
+                                       "budget; pack: rows of seq_len tokens)");
+  }
+  if (!spec.batch.regroups()) {
     if (pack.window != 0) {
-      return Invalid("batch.pack.window", "applies with batch.pack.seq_len > 0 (packing)");
+      return Invalid("batch.pack.window",
+                     "applies with batch.pack.seq_len > 0 (packing) or batch.max_tokens > 0");
     }
     return Status::Ok();
   }

@@ -350,12 +350,8 @@ Status CheckOpChain(const PipelineSpec& spec) {
   HR_ASSIGN_OR_RETURN(PlanState state, DeclareChain(spec));
   // batch.pack needs an unpadded token field among the declared ones (a materialization's
   // fields are its own: checked when it is opened).
-  if (spec.batch.pack.enabled() && !spec.ops.empty()) {
-    PackOptions pack;
-    pack.seq_len = spec.batch.pack.seq_len;
-    pack.window = spec.batch.pack.window;
-    pack.token_field = spec.batch.pack.field;
-    HR_RETURN_IF_ERROR(Packer::Make(state.fields, pack).status());
+  if (spec.batch.regroups() && !spec.ops.empty()) {
+    HR_RETURN_IF_ERROR(Packer::Make(state.fields, spec.batch.pack_options()).status());
   }
   return Status::Ok();
 }

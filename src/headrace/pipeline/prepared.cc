@@ -57,14 +57,10 @@ Status BudgetTooSmall(const PipelineSpec& spec, const Source& source, int64_t io
 // batch.pack as the packer runs it: the sequence's pads and vision ids from the op that
 // writes it (a materialization keeps none: pad 0, ignore_index -100). A layout packing
 // cannot use is a config error now, before work starts.
-Result<PackOptions> PackOptionsOf(const PackSpec& pack, const PipelinePlan& plan) {
-  PackOptions o;
-  o.seq_len = pack.seq_len;
-  o.window = pack.window;
-  o.overflow = pack.overflow;
-  o.token_field = pack.field;
+Result<PackOptions> PackOptionsOf(const BatchSpec& batch, const PipelinePlan& plan) {
+  PackOptions o = batch.pack_options();
   for (const TokenSequence& s : plan.sequences) {
-    if (s.field != pack.field) continue;
+    if (s.field != o.token_field) continue;
     o.pad_id = s.pad_id;
     o.ignore_index = s.ignore_index;
     o.vision_token_ids = s.vision_token_ids;
@@ -114,8 +110,8 @@ Result<std::shared_ptr<const PreparedPipeline>> PreparedPipeline::Make(
   prepared->cpu_threads_ = ex.cpu_threads > 0 ? ex.cpu_threads : AvailableCores();
   prepared->io_inflight_ = ResolveIoInflight(ex, prepared->cpu_threads_);
 
-  if (spec.batch.pack.enabled()) {
-    HR_ASSIGN_OR_RETURN(prepared->pack_, PackOptionsOf(spec.batch.pack, plan));
+  if (spec.batch.regroups()) {
+    HR_ASSIGN_OR_RETURN(prepared->pack_, PackOptionsOf(spec.batch, plan));
   }
   auto in = std::make_shared<EngineInputs>();
   in->ops = std::move(plan.ops);
@@ -162,6 +158,8 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
   // start_batch must be replayed through a window.
   std::optional<Packer> packer;
   int64_t deliver_from = 0;
+  int64_t skip_at = -1;
+  int64_t skip_first = 0;
   if (pack_.has_value()) {
     PackOptions pack = *pack_;
     pack.allocator = options.allocator;
@@ -171,6 +169,8 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
       opt.start_epoch = options.pack_state->epoch;
       opt.start_batch = options.pack_state->from_batch;
       packer->Restore(*options.pack_state);
+      skip_at = options.pack_state->next_batch;
+      skip_first = options.pack_state->delivered;
     } else if (pack.window > 0 && options.start_batch > 0) {
       EpochOrderOptions order_options = opt.order;
       order_options.num_samples = source().size();
@@ -187,6 +187,8 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
   loader->packer_ = std::move(packer);
   loader->deliver_from_ = deliver_from;
   loader->deliver_empty_ = options.deliver_empty_batches;
+  loader->skip_at_ = skip_at;
+  loader->skip_first_ = skip_first;
   return loader;
 }
 

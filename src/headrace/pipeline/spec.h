@@ -78,6 +78,23 @@ struct BatchSpec {
   int64_t size = 32;
   bool drop_last = false;  // drop an epoch's final partial batch
   PackSpec pack{};
+  // > 0: batches formed by a token budget: each of at most max_tokens tokens (text and
+  // vision: input_ids holds both), unpadded, from the samples `size` at a time read
+  // (exec/packer.h, options.budget; pack.window, pack.overflow and pack.field apply).
+  int64_t max_tokens = 0;
+  // Whether the packer regroups the samples (batch.pack or batch.max_tokens).
+  bool regroups() const { return pack.enabled() || max_tokens > 0; }
+  // batch.pack or batch.max_tokens as the packer takes them (the sequence's pads and
+  // vision ids are the plan's: PreparedPipeline fills them in).
+  PackOptions pack_options() const {
+    PackOptions o;
+    o.budget = max_tokens > 0;
+    o.seq_len = o.budget ? max_tokens : pack.seq_len;
+    o.window = pack.window;
+    o.overflow = pack.overflow;
+    o.token_field = pack.field;
+    return o;
+  }
 };
 
 struct ExecutionSpec {
