@@ -56,7 +56,12 @@ Result<Packer> Packer::Make(std::vector<FieldSpec> layout, PackOptions options) 
 }
 
 Packer::Packer(std::vector<FieldSpec> layout, PackOptions options)
-    : layout_(std::move(layout)), options_(std::move(options)) {
+    : layout_(std::move(layout)),
+      options_(std::move(options)),
+      memory_(std::make_shared<PoolingAllocator>(
+          options_.allocator != nullptr ? options_.allocator : DefaultAllocator(),
+          static_cast<size_t>(std::max<int64_t>(options_.pool_bytes, 0)),
+          PoolingAllocator::SizeClasses::kGeometric)) {
   layout_.push_back(FieldSpec{"index", DType::kI64, {}});
   packed_.assign(layout_.size(), false);
   lengths_of_.assign(layout_.size(), -1);
@@ -75,12 +80,14 @@ Packer::Packer(std::vector<FieldSpec> layout, PackOptions options)
 }
 
 Status Packer::Admit(const Batch& input, int64_t position, std::vector<SampleError>& errors) {
+  // The waiting samples point into their batch's buffers (a Batch copy shares them).
+  auto held = std::make_shared<const Batch>(input);
   std::vector<std::vector<int64_t>> offsets;
   std::vector<const Tensor*> tensors;
   for (const FieldSpec& field : layout_) {
-    HR_ASSIGN_OR_RETURN(std::vector<int64_t> o, SampleOffsets(input, field));
+    HR_ASSIGN_OR_RETURN(std::vector<int64_t> o, SampleOffsets(*held, field));
     offsets.push_back(std::move(o));
-    tensors.push_back(input.Find(field.name));
+    tensors.push_back(held->Find(field.name));
   }
   if (string_names_.empty()) {
     for (const Batch::Strings& column : input.strings) {
@@ -152,6 +159,7 @@ Status Packer::Admit(const Batch& input, int64_t position, std::vector<SampleErr
     w.index = index[s];
     w.from_batch = position;
     w.tokens = keep;
+    w.held = held;
     bool aligned = true;
     for (size_t f = 0; f < layout_.size(); ++f) {
       const FieldSpec& field = layout_[f];
@@ -176,14 +184,23 @@ Status Packer::Admit(const Batch& input, int64_t position, std::vector<SampleErr
                                      "per token)");
     }
     for (const Batch::Strings* c : columns) w.strings.push_back(c->rows[static_cast<size_t>(s)]);
-    stats_.window_bytes += w.nbytes;
     const int64_t arrival = arrivals_++;
     by_tokens_.emplace(w.tokens, arrival);
     window_.emplace(arrival, std::move(w));
   }
+  CountWindowBytes();
+  return Status::Ok();
+}
+
+void Packer::CountWindowBytes() {
+  std::vector<const Batch*> batches;
+  for (const auto& [arrival, w] : window_) batches.push_back(w.held.get());
+  std::sort(batches.begin(), batches.end());
+  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+  stats_.window_bytes = 0;
+  for (const Batch* b : batches) stats_.window_bytes += static_cast<int64_t>(b->nbytes());
   stats_.window_samples = static_cast<int64_t>(window_.size());
   stats_.max_window_bytes = std::max(stats_.max_window_bytes, stats_.window_bytes);
-  return Status::Ok();
 }
 
 // Takes rows out of the window, each its samples in row order: see the header for the
@@ -237,8 +254,7 @@ Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Wai
   const int64_t n_rows = static_cast<int64_t>(rows.size());
   const int64_t n = static_cast<int64_t>(order.size());
   const auto allocate = [&](DType dtype, std::vector<int64_t> shape) -> Result<Tensor> {
-    if (options_.allocator != nullptr) return Tensor::Allocate(dtype, std::move(shape), options_.allocator);
-    return Tensor::Allocate(dtype, std::move(shape));
+    return Tensor::Allocate(dtype, std::move(shape), memory_);
   };
   for (size_t f = 0; f < layout_.size(); ++f) {
     const FieldSpec& field = layout_[f];
@@ -259,7 +275,7 @@ Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Wai
         const std::vector<Waiting>& row = rows[r];
         char* at = base + r * static_cast<size_t>(options_.seq_len) * row_bytes;
         for (size_t j = 0; j < row.size(); ++j, ++k) {
-          const std::string& bytes = order[k]->bytes[f];
+          const std::string_view bytes = order[k]->bytes[f];
           std::memcpy(at, bytes.data(), bytes.size());
           if (labels && order[k]->tokens > 0) FillValue(field.dtype, at, 1, options_.ignore_index);
           at += bytes.size();
@@ -300,7 +316,7 @@ Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Wai
       used += order[k]->tokens;
       const int64_t row_start = options_.budget ? 0 : static_cast<int64_t>(r) * options_.seq_len;
       cu.push_back(static_cast<int32_t>(row_start + used));
-      const std::string& ids = order[k]->bytes[static_cast<size_t>(token_)];
+      const std::string_view ids = order[k]->bytes[static_cast<size_t>(token_)];
       const size_t width = DTypeSize(layout_[static_cast<size_t>(token_)].dtype);
       for (size_t b = 0; b < ids.size(); b += width) {
         int64_t id = 0;
@@ -337,8 +353,7 @@ Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Wai
   stats_.rows += n_rows;
   stats_.samples += n;
   ++stats_.batches;
-  for (const Waiting* w : order) stats_.window_bytes -= w->nbytes;
-  stats_.window_samples = static_cast<int64_t>(window_.size());
+  CountWindowBytes();
   return out;
 }
 
@@ -425,7 +440,7 @@ PackState Packer::state() const {
 void Packer::Restore(const PackState& state) {
   window_.clear();
   by_tokens_.clear();
-  stats_.window_bytes = 0;
+  CountWindowBytes();
   epoch_ = state.epoch;
   next_batch_ = state.from_batch;
   if (state.from_batch < state.next_batch) {

@@ -47,12 +47,15 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "headrace/core/batch.h"
 #include "headrace/core/buffer.h"
+#include "headrace/core/pooling_allocator.h"
 #include "headrace/core/status.h"
 
 namespace headrace {
@@ -70,6 +73,8 @@ struct PackOptions {
   // counted as vision tokens, never cut by a truncation.
   std::vector<int64_t> vision_token_ids;
   Allocator* allocator = nullptr;  // the packed batches' memory; null: the heap
+  // Freed packed batches kept for the next ones (a pool over `allocator`), at most.
+  int64_t pool_bytes = int64_t{256} << 20;
   // batch.max_tokens: rows are whole batches of at most seq_len tokens (see above).
   bool budget = false;
 };
@@ -86,7 +91,9 @@ struct PackStats {
   int64_t skipped = 0;         // samples longer than seq_len left out (overflow: skip)
   int64_t failed = 0;          // samples whose vision tokens a cut would drop
   int64_t window_samples = 0;  // waiting now
-  int64_t window_bytes = 0;    // their bytes, held outside the batch budget
+  // The input batches the waiting samples keep (whole: a batch's buffers go when its
+  // last waiting sample leaves), held outside the batch budget.
+  int64_t window_bytes = 0;
   int64_t max_window_bytes = 0;
   double fill() const {
     const int64_t capacity = tokens + padding_tokens;
@@ -143,9 +150,11 @@ class Packer {
     int64_t index = 0;       // dataset index
     int64_t from_batch = 0;  // input batch (in the epoch) it came from
     int64_t tokens = 0;      // rows of the token fields, after a truncation
-    // Per layout field (with "index" last): the sample's bytes, and its rows (entries
-    // for a lengths field).
-    std::vector<std::string> bytes;
+    // Per layout field (with "index" last): the sample's bytes, in `held` (the input
+    // batch it came from, kept until its last waiting sample leaves: no copy), and its
+    // rows (entries for a lengths field).
+    std::shared_ptr<const Batch> held;
+    std::vector<std::string_view> bytes;
     std::vector<int64_t> rows;
     std::vector<std::vector<std::string>> strings;  // per string column
     int64_t nbytes = 0;
@@ -177,6 +186,8 @@ class Packer {
   std::optional<PackState> replay_;
   std::vector<int64_t> replay_waiting_;  // sorted: the samples a replay keeps
   PackStats stats_;
+  std::shared_ptr<PoolingAllocator> memory_;  // the packed batches' buffers
+  void CountWindowBytes();
 };
 
 }  // namespace headrace
