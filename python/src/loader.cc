@@ -279,7 +279,7 @@ class PyPacker {
         throw StatusError(Status::InvalidArgument("packing: field '" + field.name +
                                                   "' has another dtype than the pipeline's"));
       }
-      std::memcpy(t.mutable_data<uint8_t>(), array.data(), t.nbytes());
+      if (t.nbytes() > 0) std::memcpy(t.mutable_data<uint8_t>(), array.data(), t.nbytes());
       in.fields.emplace_back(field.name, std::move(t));
     }
     for (auto [key, value] : fields) {

@@ -14,7 +14,7 @@ void FillValue(DType dtype, void* out, int64_t count, int64_t value) {
     std::fill_n(static_cast<int64_t*>(out), count, value);
   } else if (dtype == DType::kI32) {
     std::fill_n(static_cast<int32_t*>(out), count, static_cast<int32_t>(value));
-  } else {
+  } else if (count > 0) {
     std::memset(out, 0, static_cast<size_t>(count) * DTypeSize(dtype));
   }
 }
@@ -276,7 +276,7 @@ Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Wai
         char* at = base + r * static_cast<size_t>(options_.seq_len) * row_bytes;
         for (size_t j = 0; j < row.size(); ++j, ++k) {
           const std::string_view bytes = order[k]->bytes[f];
-          std::memcpy(at, bytes.data(), bytes.size());
+          if (!bytes.empty()) std::memcpy(at, bytes.data(), bytes.size());
           if (labels && order[k]->tokens > 0) FillValue(field.dtype, at, 1, options_.ignore_index);
           at += bytes.size();
         }
@@ -299,7 +299,7 @@ Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Wai
     HR_ASSIGN_OR_RETURN(Tensor t, allocate(field.dtype, shape));
     char* at = reinterpret_cast<char*>(t.mutable_data<uint8_t>());
     for (const Waiting* w : order) {
-      std::memcpy(at, w->bytes[f].data(), w->bytes[f].size());
+      if (!w->bytes[f].empty()) std::memcpy(at, w->bytes[f].data(), w->bytes[f].size());
       at += w->bytes[f].size();
     }
     out.fields.emplace_back(field.name, std::move(t));
@@ -341,7 +341,7 @@ Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Wai
     stats_.padding_tokens += options_.seq_len - used;
   }
   HR_ASSIGN_OR_RETURN(Tensor cu_seqlens, allocate(DType::kI32, {static_cast<int64_t>(cu.size())}));
-  std::memcpy(cu_seqlens.mutable_data<int32_t>(), cu.data(), cu.size() * sizeof(int32_t));
+  std::copy(cu.begin(), cu.end(), cu_seqlens.mutable_data<int32_t>());
   out.fields.emplace_back("cu_seqlens", std::move(cu_seqlens));
   if (!options_.budget) out.fields.emplace_back("samples_per_row", std::move(per_row));
   for (size_t c = 0; c < string_names_.size(); ++c) {

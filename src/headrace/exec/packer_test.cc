@@ -40,12 +40,12 @@ struct SampleSpec {
 
 Tensor I64(const std::vector<int64_t>& v) {
   Tensor t = *Tensor::Allocate(DType::kI64, {static_cast<int64_t>(v.size())});
-  std::memcpy(t.mutable_data<int64_t>(), v.data(), v.size() * 8);
+  std::copy(v.begin(), v.end(), t.mutable_data<int64_t>());
   return t;
 }
 Tensor I32(const std::vector<int32_t>& v) {
   Tensor t = *Tensor::Allocate(DType::kI32, {static_cast<int64_t>(v.size())});
-  std::memcpy(t.mutable_data<int32_t>(), v.data(), v.size() * 4);
+  std::copy(v.begin(), v.end(), t.mutable_data<int32_t>());
   return t;
 }
 
@@ -75,9 +75,9 @@ Batch MakeBatch(int64_t epoch, int64_t k, const std::vector<SampleSpec>& samples
     id.rows.push_back({"s" + std::to_string(s.index)});
   }
   Tensor pv = *Tensor::Allocate(DType::kF32, {static_cast<int64_t>(patches.size() / 2), 2});
-  std::memcpy(pv.mutable_data<float>(), patches.data(), patches.size() * 4);
+  std::copy(patches.begin(), patches.end(), pv.mutable_data<float>());
   Tensor sc = *Tensor::Allocate(DType::kF32, {static_cast<int64_t>(score.size())});
-  std::memcpy(sc.mutable_data<float>(), score.data(), score.size() * 4);
+  std::copy(score.begin(), score.end(), sc.mutable_data<float>());
   b.fields = {{"input_ids", I64(ids)},        {"input_ids_lengths", I32(lengths)},
               {"labels", I64(labels)},        {"labels_lengths", I32(lengths)},
               {"pixel_values", std::move(pv)}, {"pixel_values_lengths", I32(patch_lengths)},
