@@ -159,7 +159,8 @@ Status Packer::Admit(const Batch& input, int64_t position, std::vector<SampleErr
     w.index = index[s];
     w.from_batch = position;
     w.tokens = keep;
-    w.held = held;
+    w.owner = held;
+    w.owner_bytes = static_cast<int64_t>(held->nbytes());
     bool aligned = true;
     for (size_t f = 0; f < layout_.size(); ++f) {
       const FieldSpec& field = layout_[f];
@@ -189,18 +190,51 @@ Status Packer::Admit(const Batch& input, int64_t position, std::vector<SampleErr
     window_.emplace(arrival, std::move(w));
   }
   CountWindowBytes();
+  last_input_ = held.get();
   return Status::Ok();
 }
 
 void Packer::CountWindowBytes() {
-  std::vector<const Batch*> batches;
-  for (const auto& [arrival, w] : window_) batches.push_back(w.held.get());
-  std::sort(batches.begin(), batches.end());
-  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+  std::vector<std::pair<const void*, int64_t>> owners;
+  for (const auto& [arrival, w] : window_) owners.emplace_back(w.owner.get(), w.owner_bytes);
+  std::sort(owners.begin(), owners.end());
+  owners.erase(std::unique(owners.begin(), owners.end()), owners.end());
   stats_.window_bytes = 0;
-  for (const Batch* b : batches) stats_.window_bytes += static_cast<int64_t>(b->nbytes());
+  for (const auto& [owner, bytes] : owners) stats_.window_bytes += bytes;
   stats_.window_samples = static_cast<int64_t>(window_.size());
   stats_.max_window_bytes = std::max(stats_.max_window_bytes, stats_.window_bytes);
+}
+
+Status Packer::Carry(const void* input) {
+  const auto aligned = [](size_t n) {
+    return (n + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+  };
+  size_t total = 0;
+  for (const auto& [arrival, w] : window_) {
+    if (w.owner.get() != input) continue;
+    for (std::string_view b : w.bytes) total += aligned(b.size());
+  }
+  if (total == 0) {
+    for (auto& [arrival, w] : window_) {
+      if (w.owner.get() == input) w.owner.reset(), w.owner_bytes = 0;
+    }
+    return Status::Ok();
+  }
+  HR_ASSIGN_OR_RETURN(Buffer copy, Buffer::Allocate(total, memory_));
+  auto owner = std::make_shared<const Buffer>(copy);
+  char* at = reinterpret_cast<char*>(copy.mutable_data());
+  for (auto& [arrival, w] : window_) {
+    if (w.owner.get() != input) continue;
+    for (std::string_view& b : w.bytes) {
+      if (!b.empty()) std::memcpy(at, b.data(), b.size());
+      b = std::string_view(at, b.size());
+      at += aligned(b.size());
+    }
+    w.owner = owner;
+    w.owner_bytes = static_cast<int64_t>(total);
+  }
+  CountWindowBytes();
+  return Status::Ok();
 }
 
 // Takes rows out of the window, each its samples in row order: see the header for the
@@ -253,106 +287,139 @@ Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Wai
   }
   const int64_t n_rows = static_cast<int64_t>(rows.size());
   const int64_t n = static_cast<int64_t>(order.size());
-  const auto allocate = [&](DType dtype, std::vector<int64_t> shape) -> Result<Tensor> {
-    return Tensor::Allocate(dtype, std::move(shape), memory_);
+  const bool laid_out = !options_.budget;  // token fields as [rows, seq_len, ...]
+
+  // The segments: each sample, and each row's padding (pack).
+  std::vector<int32_t> cu{0};
+  std::vector<int64_t> used(rows.size(), 0);
+  {
+    size_t k = 0;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const int64_t row_start = laid_out ? static_cast<int64_t>(r) * options_.seq_len : 0;
+      for (size_t j = 0; j < rows[r].size(); ++j, ++k) {
+        used[r] += order[k]->tokens;
+        cu.push_back(static_cast<int32_t>(row_start + used[r]));
+      }
+      if (laid_out && used[r] < options_.seq_len) {
+        cu.push_back(static_cast<int32_t>(static_cast<int64_t>(r + 1) * options_.seq_len));
+      }
+    }
+  }
+
+  // Every tensor's shape first, then one buffer for the whole batch (one pool block, not
+  // one per field: the fields' sizes vary from batch to batch, their sum much less).
+  struct Planned {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    size_t offset = 0;
   };
+  std::vector<Planned> planned;
+  for (size_t f = 0; f < layout_.size(); ++f) {
+    const FieldSpec& field = layout_[f];
+    std::vector<int64_t> shape;
+    DType dtype = field.dtype;
+    if (packed_[f] && laid_out) {
+      shape = {n_rows, options_.seq_len};
+    } else if (lengths_of_[f] >= 0 && packed_[static_cast<size_t>(lengths_of_[f])]) {
+      shape = {n};
+      dtype = DType::kI32;
+    } else {
+      int64_t total = 0;
+      for (const Waiting* w : order) total += w->rows[f];
+      shape = {total};
+    }
+    if (!(lengths_of_[f] >= 0 && packed_[static_cast<size_t>(lengths_of_[f])])) {
+      shape.insert(shape.end(), field.sample_shape.begin(), field.sample_shape.end());
+    }
+    planned.push_back({field.name, dtype, std::move(shape)});
+  }
+  planned.push_back({"cu_seqlens", DType::kI32, {static_cast<int64_t>(cu.size())}});
+  if (laid_out) planned.push_back({"samples_per_row", DType::kI32, {n_rows}});
+  size_t total_bytes = 0;
+  for (Planned& p : planned) {
+    size_t bytes = DTypeSize(p.dtype);
+    for (int64_t d : p.shape) bytes *= static_cast<size_t>(d);
+    p.offset = total_bytes;
+    total_bytes += (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+  }
+  HR_ASSIGN_OR_RETURN(Buffer slab, Buffer::Allocate(std::max<size_t>(total_bytes, 1), memory_));
+  std::vector<Tensor> tensors;
+  for (const Planned& p : planned) {
+    size_t bytes = DTypeSize(p.dtype);
+    for (int64_t d : p.shape) bytes *= static_cast<size_t>(d);
+    tensors.emplace_back(p.dtype, p.shape, slab.Slice(p.offset, bytes));
+  }
+
   for (size_t f = 0; f < layout_.size(); ++f) {
     const FieldSpec& field = layout_[f];
     const size_t row_bytes = field.sample_bytes();
-    if (packed_[f] && !options_.budget) {
-      std::vector<int64_t> shape{n_rows, options_.seq_len};
-      shape.insert(shape.end(), field.sample_shape.begin(), field.sample_shape.end());
-      HR_ASSIGN_OR_RETURN(Tensor t, allocate(field.dtype, shape));
+    const Tensor& t = tensors[f];
+    char* base = reinterpret_cast<char*>(t.mutable_data<uint8_t>());
+    if (packed_[f] && laid_out) {
       const bool labels = EndsWith(field.name, "labels") && field.sample_shape.empty();
       const int64_t pad = static_cast<int>(f) == token_ ? options_.pad_id
                           : labels                     ? options_.ignore_index
                                                        : 0;
-      char* base = reinterpret_cast<char*>(t.mutable_data<uint8_t>());
       const int64_t row_elems = static_cast<int64_t>(row_bytes / DTypeSize(field.dtype));
       FillValue(field.dtype, base, n_rows * options_.seq_len * row_elems, pad);
       size_t k = 0;
       for (size_t r = 0; r < rows.size(); ++r) {
-        const std::vector<Waiting>& row = rows[r];
         char* at = base + r * static_cast<size_t>(options_.seq_len) * row_bytes;
-        for (size_t j = 0; j < row.size(); ++j, ++k) {
+        for (size_t j = 0; j < rows[r].size(); ++j, ++k) {
           const std::string_view bytes = order[k]->bytes[f];
           if (!bytes.empty()) std::memcpy(at, bytes.data(), bytes.size());
           if (labels && order[k]->tokens > 0) FillValue(field.dtype, at, 1, options_.ignore_index);
           at += bytes.size();
         }
       }
-      out.fields.emplace_back(field.name, std::move(t));
-      continue;
-    }
-    if (lengths_of_[f] >= 0 && packed_[static_cast<size_t>(lengths_of_[f])]) {
-      HR_ASSIGN_OR_RETURN(Tensor t, allocate(DType::kI32, {n}));
+    } else if (lengths_of_[f] >= 0 && packed_[static_cast<size_t>(lengths_of_[f])]) {
       for (int64_t s = 0; s < n; ++s) {
         t.mutable_data<int32_t>()[s] = static_cast<int32_t>(order[s]->tokens);
       }
-      out.fields.emplace_back(field.name, std::move(t));
-      continue;
-    }
-    int64_t total = 0;
-    for (const Waiting* w : order) total += w->rows[f];
-    std::vector<int64_t> shape{total};
-    shape.insert(shape.end(), field.sample_shape.begin(), field.sample_shape.end());
-    HR_ASSIGN_OR_RETURN(Tensor t, allocate(field.dtype, shape));
-    char* at = reinterpret_cast<char*>(t.mutable_data<uint8_t>());
-    for (const Waiting* w : order) {
-      if (!w->bytes[f].empty()) std::memcpy(at, w->bytes[f].data(), w->bytes[f].size());
-      at += w->bytes[f].size();
-    }
-    out.fields.emplace_back(field.name, std::move(t));
-  }
-  // cu_seqlens: each sample a segment, each row's padding one more (budget: no padding,
-  // the batch's tokens concatenated).
-  std::vector<int32_t> cu{0};
-  HR_ASSIGN_OR_RETURN(Tensor per_row, allocate(DType::kI32, {n_rows}));
-  size_t k = 0;
-  int64_t vision = 0;
-  for (size_t r = 0; r < rows.size(); ++r) {
-    int64_t used = 0;
-    for (size_t j = 0; j < rows[r].size(); ++j, ++k) {
-      used += order[k]->tokens;
-      const int64_t row_start = options_.budget ? 0 : static_cast<int64_t>(r) * options_.seq_len;
-      cu.push_back(static_cast<int32_t>(row_start + used));
-      const std::string_view ids = order[k]->bytes[static_cast<size_t>(token_)];
-      const size_t width = DTypeSize(layout_[static_cast<size_t>(token_)].dtype);
-      for (size_t b = 0; b < ids.size(); b += width) {
-        int64_t id = 0;
-        if (width == 8) {
-          std::memcpy(&id, ids.data() + b, 8);
-        } else {
-          int32_t v = 0;
-          std::memcpy(&v, ids.data() + b, 4);
-          id = v;
-        }
-        if (std::find(options_.vision_token_ids.begin(), options_.vision_token_ids.end(), id) !=
-            options_.vision_token_ids.end()) {
-          ++vision;
-        }
+    } else {
+      char* at = base;
+      for (const Waiting* w : order) {
+        if (!w->bytes[f].empty()) std::memcpy(at, w->bytes[f].data(), w->bytes[f].size());
+        at += w->bytes[f].size();
       }
     }
-    if (used < options_.seq_len && !options_.budget) {
-      cu.push_back(static_cast<int32_t>(static_cast<int64_t>(r + 1) * options_.seq_len));
-    }
-    per_row.mutable_data<int32_t>()[r] = static_cast<int32_t>(rows[r].size());
-    stats_.tokens += used;
-    stats_.padding_tokens += options_.seq_len - used;
+    out.fields.emplace_back(field.name, t);
   }
-  HR_ASSIGN_OR_RETURN(Tensor cu_seqlens, allocate(DType::kI32, {static_cast<int64_t>(cu.size())}));
-  std::copy(cu.begin(), cu.end(), cu_seqlens.mutable_data<int32_t>());
-  out.fields.emplace_back("cu_seqlens", std::move(cu_seqlens));
-  if (!options_.budget) out.fields.emplace_back("samples_per_row", std::move(per_row));
+  std::copy(cu.begin(), cu.end(), tensors[layout_.size()].mutable_data<int32_t>());
+  out.fields.emplace_back("cu_seqlens", tensors[layout_.size()]);
+  if (laid_out) {
+    for (size_t r = 0; r < rows.size(); ++r) {
+      tensors[layout_.size() + 1].mutable_data<int32_t>()[r] = static_cast<int32_t>(rows[r].size());
+    }
+    out.fields.emplace_back("samples_per_row", tensors[layout_.size() + 1]);
+  }
   for (size_t c = 0; c < string_names_.size(); ++c) {
     Batch::Strings column{string_names_[c], string_lists_[c], {}};
     for (const Waiting* w : order) column.rows.push_back(w->strings[c]);
     out.strings.push_back(std::move(column));
   }
-  stats_.vision_tokens += vision;
+  // What the batch holds: its tokens, the capacity it leaves, its vision tokens.
+  const auto is_vision = [&](int64_t id) {
+    return std::find(options_.vision_token_ids.begin(), options_.vision_token_ids.end(), id) !=
+           options_.vision_token_ids.end();
+  };
+  const Tensor& ids = tensors[static_cast<size_t>(token_)];
+  const bool wide = ids.dtype() == DType::kI64;
+  for (int64_t i = 0; i < ids.numel() && !options_.vision_token_ids.empty(); ++i) {
+    if (is_vision(wide ? ids.data<int64_t>()[i] : int64_t{ids.data<int32_t>()[i]})) {
+      ++stats_.vision_tokens;
+    }
+  }
+  for (size_t r = 0; r < rows.size(); ++r) {
+    stats_.tokens += used[r];
+    stats_.padding_tokens += options_.seq_len - used[r];
+  }
   stats_.rows += n_rows;
   stats_.samples += n;
   ++stats_.batches;
+  stats_.memory_reused = memory_->hits();
+  stats_.memory_fresh = memory_->misses();
   CountWindowBytes();
   return out;
 }
@@ -368,7 +435,10 @@ Result<std::optional<std::vector<std::vector<Packer::Waiting>>>> Packer::Take(
   epoch_ = input.epoch;
   HR_RETURN_IF_ERROR(Admit(input, position, errors));
   next_batch_ = position + 1;
-  if (replaying(position)) return std::optional<std::vector<std::vector<Waiting>>>();
+  if (replaying(position)) {
+    HR_RETURN_IF_ERROR(Carry(last_input_));
+    return std::optional<std::vector<std::vector<Waiting>>>();
+  }
   if (replay_.has_value()) {
     // The replay is over: the window must be the saved one.
     std::vector<int64_t> now;
@@ -386,6 +456,7 @@ Result<std::optional<std::vector<std::vector<Packer::Waiting>>>> Packer::Take(
     replay_waiting_.clear();
   }
   std::vector<std::vector<Waiting>> rows = BuildRows(last_in_epoch);
+  HR_RETURN_IF_ERROR(Carry(last_input_));
   if (last_in_epoch) {
     epoch_ = input.epoch + 1;
     next_batch_ = 0;

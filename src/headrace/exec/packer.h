@@ -91,10 +91,13 @@ struct PackStats {
   int64_t skipped = 0;         // samples longer than seq_len left out (overflow: skip)
   int64_t failed = 0;          // samples whose vision tokens a cut would drop
   int64_t window_samples = 0;  // waiting now
-  // The input batches the waiting samples keep (whole: a batch's buffers go when its
-  // last waiting sample leaves), held outside the batch budget.
+  // The waiting samples' bytes, held outside the batch budget: those carried to a later
+  // batch are copied out of their input batch (so that its buffers go back to the
+  // engine's pool at once), into one buffer per input batch.
   int64_t window_bytes = 0;
   int64_t max_window_bytes = 0;
+  int64_t memory_reused = 0;  // packed batches' buffers from the packer's pool
+  int64_t memory_fresh = 0;   // newly allocated
   double fill() const {
     const int64_t capacity = tokens + padding_tokens;
     return capacity > 0 ? static_cast<double>(tokens) / static_cast<double>(capacity) : 0.0;
@@ -150,10 +153,11 @@ class Packer {
     int64_t index = 0;       // dataset index
     int64_t from_batch = 0;  // input batch (in the epoch) it came from
     int64_t tokens = 0;      // rows of the token fields, after a truncation
-    // Per layout field (with "index" last): the sample's bytes, in `held` (the input
-    // batch it came from, kept until its last waiting sample leaves: no copy), and its
-    // rows (entries for a lengths field).
-    std::shared_ptr<const Batch> held;
+    // Per layout field (with "index" last): the sample's bytes, in `owner` (the input
+    // batch it came from while that is being packed; once carried past it, a copy, one
+    // per input batch), and its rows (entries for a lengths field).
+    std::shared_ptr<const void> owner;
+    int64_t owner_bytes = 0;
     std::vector<std::string_view> bytes;
     std::vector<int64_t> rows;
     std::vector<std::vector<std::string>> strings;  // per string column
@@ -187,7 +191,10 @@ class Packer {
   std::vector<int64_t> replay_waiting_;  // sorted: the samples a replay keeps
   PackStats stats_;
   std::shared_ptr<PoolingAllocator> memory_;  // the packed batches' buffers
+  const void* last_input_ = nullptr;          // the input batch Admit took in last
   void CountWindowBytes();
+  // Copies the waiting samples that still point into input batch `input` out of it.
+  Status Carry(const void* input);
 };
 
 }  // namespace headrace

@@ -203,6 +203,8 @@ std::string RunReportToJson(const RunReport& r) {
     w.Key("truncated").Int(p.truncated).Key("skipped").Int(p.skipped).Key("failed").Int(p.failed);
     w.Key("window_samples").Int(p.window_samples).Key("window_bytes").Int(p.window_bytes);
     w.Key("max_window_bytes").Int(p.max_window_bytes);
+    w.Key("memory").BeginObject().Key("reused").Int(p.memory_reused);
+    w.Key("fresh").Int(p.memory_fresh).EndObject();
     w.EndObject();
   }
   w.Key("bytes_copied_per_sample").Double(r.bytes_copied_per_sample);
