@@ -158,6 +158,8 @@ Result<MaterializedInfo> ParseInfo(std::string_view json) {
     }
     std::string_view count;
     if (e["count_field"].get(count) == simdjson::SUCCESS) f.count_field = count;
+    std::string_view tokens_of;
+    if (e["tokens_of"].get(tokens_of) == simdjson::SUCCESS) f.tokens_of = tokens_of;
   }
   // A ragged field's lengths follow it, as the planner lays them out.
   for (size_t i = 0; i < info.fields.size(); ++i) {
@@ -303,6 +305,7 @@ std::string MaterializedInfoToJson(const MaterializedInfo& info) {
       // Each sample's member holds its own part: (rows, ...shape).
       w.Key("layout").String(FieldLayoutName(f.layout));
       if (!f.count_field.empty()) w.Key("count_field").String(f.count_field);
+      if (!f.tokens_of.empty()) w.Key("tokens_of").String(f.tokens_of);
     }
     w.Key("member").String(f.name + ".npy").EndObject();
   }

@@ -122,7 +122,7 @@ TEST(MaterializedInfo, AnotherFormatVersionIsRefusedSayingWhich) {
 
 // Writes TwoFieldInfo()'s epoch-0 set: samples 0 and 2 (1 was skipped) in one shard.
 void WriteMaterialization(const fs::path& dir) {
-  MaterializedInfo info = TwoFieldInfo();
+  MaterializedInfo info = materialized_test::TwoFieldInfo();
   fs::create_directories(dir / "epoch-0");
   const fs::path shard = dir / "epoch-0" / "shard-000000.tar";
   auto writer = TarWriter::Open(shard.string());
@@ -268,4 +268,26 @@ TEST(LoadMaterializedSource, AFolderWithoutMaterializedJsonIsNotFoundNamingIt) {
 }
 
 }  // namespace materialized_test
+}  // namespace headrace
+
+namespace headrace {
+namespace {
+
+TEST(MaterializedInfo, KeepsWhichRaggedFieldsAreATokenSequencesRows) {
+  MaterializedInfo info = materialized_test::TwoFieldInfo();
+  info.fields = {FieldSpec{"input_ids", DType::kI64, {}, FieldLayout::kRagged, "", "input_ids"},
+                 FieldSpec{"input_ids_lengths", DType::kI32, {}, FieldLayout::kLengths},
+                 FieldSpec{"labels", DType::kI64, {}, FieldLayout::kRagged, "", "input_ids"},
+                 FieldSpec{"labels_lengths", DType::kI32, {}, FieldLayout::kLengths},
+                 FieldSpec{"pixel_values", DType::kF32, {4}, FieldLayout::kRagged},
+                 FieldSpec{"pixel_values_lengths", DType::kI32, {}, FieldLayout::kLengths}};
+  auto back = ParseMaterializedInfo(MaterializedInfoToJson(info), "/m/materialized.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->fields.size(), 6u);
+  EXPECT_EQ(back->fields[0].tokens_of, "input_ids");  // packing lays these out in rows
+  EXPECT_EQ(back->fields[2].tokens_of, "input_ids");
+  EXPECT_EQ(back->fields[4].tokens_of, "");           // patches: concatenated
+}
+
+}  // namespace
 }  // namespace headrace
