@@ -27,6 +27,7 @@ from PIL import Image
 
 import headrace
 from conftest import fetch_vocabs
+from headrace.torch import TorchLoader
 
 ops = headrace.ops
 REPO = Path(__file__).resolve().parents[2]
@@ -166,7 +167,7 @@ def test_each_segment_is_its_sample_and_every_sample_comes_once(dataset, referen
             assert per_row.sum() == len(batch["id"]) == len(np.asarray(batch["index"]))
             labels = np.asarray(batch["labels"])
             used = np.zeros(ids.shape, bool)
-            lengths = np.asarray(batch["input_ids_lengths"])
+            lengths = batch["input_ids_lengths"].numpy()
             s = 0
             for r, n in enumerate(per_row):
                 width = int(lengths[s:s + n].sum())
@@ -317,12 +318,12 @@ def test_a_training_step_on_a_packed_batch(dataset, reference):
     torch.manual_seed(0)
     model = TinyLM()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with headrace.Loader(pipeline(dataset, {"seq_len": SEQ_LEN, "window": 8})) as loader:
-        batch = next(iter(loader))
-        ids = torch.from_dlpack(batch["input_ids"])
-        labels = torch.from_dlpack(batch["labels"])
-        cu = torch.from_dlpack(batch["cu_seqlens"])
-        assert len(batch["id"]) > ids.shape[0]  # rows hold several samples
+    torch_loader = TorchLoader(pipeline(dataset, {"seq_len": SEQ_LEN, "window": 8}))
+    with torch_loader.loader:
+        batch = next(iter(torch_loader))
+        ids, labels, cu = batch["input_ids"], batch["labels"], batch["cu_seqlens"]
+        assert isinstance(ids, torch.Tensor) and ids.dtype == torch.int64
+        assert cu.dtype == torch.int32 and len(batch["id"]) > ids.shape[0]  # several per row
         logits = model(ids, cu)
         # Each segment's logits equal its sample's alone; the packed loss equals the sum
         # of the samples' losses (their first label ignored, so nothing crosses).
@@ -332,7 +333,7 @@ def test_a_training_step_on_a_packed_batch(dataset, reference):
             lengths = np.asarray(batch["input_ids_lengths"])
             starts = []
             s = 0
-            for r, n in enumerate(np.asarray(batch["samples_per_row"])):
+            for r, n in enumerate(batch["samples_per_row"].tolist()):
                 at = r * SEQ_LEN
                 for _ in range(n):
                     starts.append(at)
