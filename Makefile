@@ -16,7 +16,7 @@ PY       := .venv/bin/python
 # build of the same sources missed the cache and compiled the whole core a second time.
 export CXX ?= g++
 
-.PHONY: all setup build python run test unit e2e asan tsan tsa fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-ray-netns bench-manifest bench-tokenize bench-media bench-pointcloud bench-metrics clean
+.PHONY: all setup build python run test unit e2e asan tsan tsa fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-ray-netns bench-manifest bench-tokenize bench-media bench-pointcloud bench-metrics bench-vlm clean
 
 all: build
 
@@ -144,6 +144,22 @@ bench: build
 bench-python: build
 	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
 	$(PY) bench/vs_dataloader.py --data $(DATA) --samples $(SAMPLES) --json bench/python.json
+
+# A Qwen2-VL SFT batch (issue 27): Headrace's image.decode -> smart_resize -> patchify ->
+# tokenize chain against transformers' Qwen2VLProcessor in a PyTorch DataLoader (PIL,
+# 2 workers), same samples and outputs (checked), on the VLM mix of make-sample: samples/s,
+# tokens/s and pad-to-longest padding (bench/vlm_processor.json; numbers into
+# bench/RESULTS.md by hand). VLM_SAMPLES records are made; the run takes BENCH_VLM_ARGS.
+VLM_DATA    := data/vlm
+VLM_SAMPLES ?= 256
+BENCH_VLM_ARGS ?=
+$(VLM_DATA)/manifest.jsonl:
+	$(BUILD)/headrace make-sample --out $(VLM_DATA) --samples $(VLM_SAMPLES) --mix vlm
+
+bench-vlm: build
+	$(PY) scripts/fetch_vocabs.py
+	@$(MAKE) --no-print-directory $(VLM_DATA)/manifest.jsonl
+	$(PY) bench/vlm_processor.py --data $(VLM_DATA) --json bench/vlm_processor.json $(BENCH_VLM_ARGS)
 
 # The wait for each epoch's first batch, with and without prefetch across epochs.
 bench-epochs: build

@@ -219,6 +219,34 @@ def test_make_sample_size_fixes_every_image(tmp_path, headrace_bin):
     assert proc.returncode == 2
 
 
+def test_make_sample_vlm_mix_has_one_placeholder_per_listed_image(tmp_path, headrace_bin):
+    """--mix vlm (tools/make_sample/make_sample.h): an "images" list per record, one
+    <image> per image, 1-20 question/answer pairs, some videos; the same for any thread
+    count; refused with --modalities or --size."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    run_headrace(headrace_bin, "make-sample", "--out", a, "--samples", 24, "--seed", 2,
+                 "--mix", "vlm")
+    run_headrace(headrace_bin, "make-sample", "--out", b, "--samples", 24, "--seed", 2,
+                 "--mix", "vlm", "--threads", 1)
+    assert (a / "manifest.jsonl").read_bytes() == (b / "manifest.jsonl").read_bytes()
+    records = [json.loads(line) for line in (a / "manifest.jsonl").read_text().splitlines()]
+    assert len(records) == 24
+    for r in records:
+        assert "image" not in r and 0 <= len(r["images"]) <= 4
+        turns = r["conversations"]
+        assert 2 <= len(turns) <= 40 and len(turns) % 2 == 0
+        assert sum(t["value"].count("<image>") for t in turns) == len(r["images"])
+        assert all(t["from"] == ("human" if k % 2 == 0 else "gpt") for k, t in enumerate(turns))
+        for path in r["images"] + ([r["video"]] if "video" in r else []):
+            assert (a / path).read_bytes() == (b / path).read_bytes()
+        assert turns[0]["value"].startswith("<video>\n") == ("video" in r)
+    assert len({len(r["images"]) for r in records}) >= 3
+    for extra in (["--modalities", "video"], ["--size", "64x48"]):
+        proc = run_headrace(headrace_bin, "make-sample", "--out", tmp_path / "c", "--samples", 2,
+                            "--mix", "vlm", *extra, check=False)
+        assert proc.returncode == 2 and "--mix vlm" in proc.stderr
+
+
 def test_trace_shows_reads_operators_and_the_consumer(tmp_path, headrace_bin, sample_dir):
     config = write_config(tmp_path / "p.yaml", sample_dir)
     trace_path = tmp_path / "trace.json"

@@ -11,11 +11,14 @@ constexpr const char* kUsage = R"(usage: headrace COMMAND [ARGS]
 commands:
   make-sample --out DIR [--samples N] [--seed S] [--threads T] [--size WxH]
               [--shards [--shard-size BYTES]]
-              [--modalities video,audio,ocr,pointcloud|all]
+              [--modalities video,audio,ocr,pointcloud|all] [--mix vqa|vlm]
       generate a chat-VQA sample dataset: JPEG images, manifest.jsonl, tokenizer.model;
       --shards: also as WebDataset tar shards with indexes in DIR/shards;
       --modalities: also per sample an H.264 clip, a WAV tone (and spoken words when
-      espeak-ng is on PATH), an OCR page, a LiDAR-like scene (.bin and .pcd)
+      espeak-ng is on PATH), an OCR page, a LiDAR-like scene (.bin and .pcd);
+      --mix vlm: VLM SFT records instead of one image each: 1-20 question/answer pairs,
+      0-4 images of 200-2000 px a side ("images": [...], one <image> each, in order),
+      some with an H.264 clip ("video", <video>); not with --modalities or --size
   run CONFIG [--report PATH] [--trace PATH] [--set key=value ...] [--start-batch K]
              [--digests] [--max-batches N] [--print-config] [--quiet]
              [--metrics-port [HOST:]PORT] [--progress SECONDS]

@@ -21,15 +21,26 @@ int MakeSampleCommand(const Args& args) {
       continue;
     }
     if (flag != "--out" && flag != "--samples" && flag != "--seed" && flag != "--threads" &&
-        flag != "--size" && flag != "--shard-size" && flag != "--modalities") {
+        flag != "--size" && flag != "--shard-size" && flag != "--modalities" &&
+        flag != "--mix") {
       std::fprintf(stderr,
                    "headrace make-sample: unknown flag '%s' (allowed: --out, "
                    "--samples, --seed, --threads, --size WxH, --shards, --shard-size BYTES, "
-                   "--modalities LIST)\n",
+                   "--modalities LIST, --mix vqa|vlm)\n",
                    flag.c_str());
       return 2;
     }
     if (!r.Value(flag, &value)) return 2;
+    if (flag == "--mix") {  // make_sample.h: SampleMix
+      if (value != "vqa" && value != "vlm") {
+        std::fprintf(stderr,
+                     "headrace make-sample: --mix: unknown mix '%s' (allowed: vqa, vlm)\n",
+                     value.c_str());
+        return 2;
+      }
+      options.mix = value == "vlm" ? SampleMix::kVlm : SampleMix::kVqa;
+      continue;
+    }
     if (flag == "--modalities") {
       // Images always; the rest by name.
       for (size_t start = 0; start <= value.size();) {
@@ -78,6 +89,13 @@ int MakeSampleCommand(const Args& args) {
                  "headrace make-sample: --out DIR is required and --samples must be >= 1\n");
     return 2;
   }
+  if (options.mix == SampleMix::kVlm &&
+      (options.video || options.audio || options.ocr || options.pointcloud || options.width > 0)) {
+    std::fprintf(stderr,
+                 "headrace make-sample: --mix vlm writes its own images and videos: "
+                 "--modalities and --size do not apply to it\n");
+    return 2;
+  }
   if (options.audio) {
     // Speech clips beside the tones when espeak-ng is installed (scripts/setup.sh
     // installs it); without it the dataset is complete but has no speech/.
@@ -94,6 +112,10 @@ int MakeSampleCommand(const Args& args) {
     return 1;
   }
   std::string more;
+  if (options.mix == SampleMix::kVlm) {
+    more += ", " + std::to_string(stats->images) + " images, " + std::to_string(stats->videos) +
+            " videos (" + std::to_string(stats->video_bytes / 1000) + " KB of H.264)";
+  }
   if (options.video) more += ", " + std::to_string(stats->video_bytes / 1000) + " KB of H.264";
   if (options.audio) more += ", " + std::to_string(stats->audio_bytes / 1000) + " KB of WAV";
   if (stats->speech_clips > 0) {
@@ -118,6 +140,9 @@ int MakeSampleCommand(const Args& args) {
     // Several media per sample: each its own member (<key>.jpg, <key>.mp4, <key>.wav,
     // <key>.png for the OCR page, <key>.bin for the point cloud). Not the speech clip
     // (a second <key>.wav) nor the PCD copy of the point cloud.
+    if (options.mix == SampleMix::kVlm) {  // <key>.<n>.jpg per picture, <key>.mp4
+      shard_options.media = {"images:" + std::to_string(kVlmMaxImages), "video"};
+    }
     if (options.video || options.audio || options.ocr || options.pointcloud) {
       shard_options.media.push_back("image");
     }

@@ -13,8 +13,13 @@ void RegisterTools(nb::module_& m) {
   m.def(
       "make_sample",
       [](const std::string& out, int64_t samples, uint64_t seed, int threads, bool video,
-         bool audio, bool ocr, bool pointcloud, bool speech) {
+         bool audio, bool ocr, bool pointcloud, bool speech, const std::string& mix) {
+        if (mix != "vqa" && mix != "vlm") {
+          throw StatusError(Status::InvalidArgument("make_sample: mix '" + mix +
+                                                    "': expected 'vqa' or 'vlm'"));
+        }
         MakeSampleOptions options;
+        options.mix = mix == "vlm" ? SampleMix::kVlm : SampleMix::kVqa;
         options.out_dir = out;
         options.samples = samples;
         options.seed = seed;
@@ -38,7 +43,9 @@ void RegisterTools(nb::module_& m) {
         MakeSampleStats s = ValueOrThrow(std::move(*stats));
         nb::dict d;
         d["samples"] = s.samples;
+        d["images"] = s.images;
         d["image_bytes"] = s.image_bytes;
+        d["videos"] = s.videos;
         d["video_bytes"] = s.video_bytes;
         d["audio_bytes"] = s.audio_bytes;
         d["ocr_bytes"] = s.ocr_bytes;
@@ -52,7 +59,11 @@ void RegisterTools(nb::module_& m) {
       nb::arg("out"), nb::arg("samples") = 1000, nb::arg("seed") = 0, nb::arg("threads") = 0,
       nb::arg("video") = false, nb::arg("audio") = false,
       nb::arg("ocr") = false, nb::arg("pointcloud") = false, nb::arg("speech") = false,
+      nb::arg("mix") = "vqa",
       "Writes the chat-VQA sample dataset (JPEGs, manifest.jsonl, tokenizer.model) to `out`;\n"
+      "mix='vlm' VLM SFT records instead (1-20 question/answer pairs, 0-4 images of\n"
+      "200-2000 px a side as 'images', some videos; tools/make_sample/make_sample.h), with\n"
+      "none of the flags below;\n"
       "video=True adds an H.264 clip of each scene (videos/<id>.mp4, manifest key 'video');\n"
       "audio=True a 1.5 s tone (audio/<id>.wav, key 'audio', 200 + 50 * (i % 12) Hz);\n"
       "with speech=True too, five words spoken by espeak-ng (speech/<id>.wav, keys 'speech'\n"

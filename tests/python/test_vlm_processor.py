@@ -54,13 +54,23 @@ class _LocalProcessor(Qwen2VLProcessor):
         return type(argument)
 
 
-@pytest.fixture(scope="module")
-def processor():
+# Qwen/Qwen2-VL-7B-Instruct's preprocessor_config.json (= the qwen2_vl preset).
+MIN_PIXELS, MAX_PIXELS = 3136, 12845056
+
+
+def make_processor(max_pixels=MAX_PIXELS, image_processor_class=Qwen2VLImageProcessorPil):
+    """The reference processor (also bench/vlm_processor.py's): `max_pixels` as
+    image.smart_resize's; another image processor class (the torchvision one) in place
+    of the PIL one."""
     tokenizer = Qwen2TokenizerFast(tokenizer_file=str(TOKENIZER), eos_token="<|im_end|>",
                                    pad_token="<|endoftext|>")
-    # Qwen/Qwen2-VL-7B-Instruct's preprocessor_config.json (= the qwen2_vl preset).
-    images = Qwen2VLImageProcessorPil(min_pixels=3136, max_pixels=12845056)
+    images = image_processor_class(min_pixels=MIN_PIXELS, max_pixels=max_pixels)
     return _LocalProcessor(image_processor=images, tokenizer=tokenizer, chat_template=TEMPLATE)
+
+
+@pytest.fixture(scope="module")
+def processor():
+    return make_processor()
 
 
 def photo(width, height, seed, channels=3):
@@ -160,7 +170,10 @@ def dataset(tmp_path_factory):
     return root, records
 
 
-def pipeline(root: Path, mode: str):
+def pipeline(root: Path, mode: str, manifest=None, max_pixels=None, max_length=8192, **kw):
+    """The Headrace chain over `root` (its manifest.jsonl, or `manifest` with paths
+    relative to `root`); `max_pixels` as the reference processor's (None: the preset's);
+    `kw` overrides headrace.Pipeline's arguments (bench/vlm_processor.py's)."""
     if mode == "single":  # the records with one image (others lack `image`: skipped)
         fields = [{"name": "image", "kind": "image", "required": True}]
         field = "image"
@@ -169,15 +182,18 @@ def pipeline(root: Path, mode: str):
                    "pad_items": mode == "padded"}]
         field = "images"
     fields.append({"name": "conversation", "kind": "conversation", "key": "conversations"})
+    resize = {} if max_pixels is None else {"max_pixels": max_pixels}
+    args = dict(batch_size=4, seed=1, cpu_threads=2, memory_budget="256MiB", shuffle=False,
+                overrides={"errors.max_error_rate": 0.9})
+    args.update(kw)
     return headrace.Pipeline(
-        source={"manifest": root / "manifest.jsonl", "root": root, "fields": fields},
+        source={"manifest": manifest or root / "manifest.jsonl", "root": root, "fields": fields},
         ops=[ops.decode(field=field),
-             ops.smart_resize(preset="qwen2_vl", field=field),
+             ops.smart_resize(preset="qwen2_vl", field=field, **resize),
              ops.vision_patchify(preset="qwen2_vl", field=field),
              ops.tokenize(tokenizer=str(TOKENIZER), chat_template=TEMPLATE, preset="qwen2_vl",
-                          grid_field="image_grid_thw", pad=False, max_length=8192)],
-        batch_size=4, seed=1, cpu_threads=2, memory_budget="256MiB", shuffle=False,
-        overrides={"errors.max_error_rate": 0.9})
+                          grid_field="image_grid_thw", pad=False, max_length=max_length)],
+        **args)
 
 
 def split(values, lengths):

@@ -23,84 +23,82 @@ using make_sample_detail::ImageWriter;
 using make_sample_detail::MakeConversation;
 using make_sample_detail::MakeScene;
 using make_sample_detail::ManifestLine;
+using make_sample_detail::ManifestRecord;
 using make_sample_detail::QA;
 using make_sample_detail::Scene;
+using make_sample_detail::SceneSizes;
 using make_sample_detail::TrainTokenizer;
 using make_sample_detail::WriteClip;
 using make_sample_detail::WriteFile;
 using make_sample_detail::WriteTone;
+using make_sample_detail::WriteVlmSample;
+using make_sample_detail::Written;
 namespace fs = std::filesystem;
 
-// Bytes written, by kind, summed over the worker threads.
-struct Written {
-  std::atomic<int64_t> image{0};
-  std::atomic<int64_t> video{0};
-  std::atomic<int64_t> audio{0};
-  std::atomic<int64_t> speech{0};
-  std::atomic<int64_t> ocr{0};
-  std::atomic<int64_t> pointcloud{0};
-  std::atomic<int64_t> pointcloud_pcd{0};
-};
-
 // Writes sample i's files (its image; the other media `options` asks for, speech when
-// `speech`), counts their bytes in `written`, and fills its conversation and manifest
-// line. Stops at the first file that fails.
+// `speech`; the VLM mix's instead with SampleMix::kVlm), counts them in `written`, and
+// fills its conversation and manifest line. Stops at the first file that fails.
 Status WriteSample(const MakeSampleOptions& options, bool speech, int64_t i, ImageWriter& writer,
                    Written& written, std::vector<QA>& conversation, std::string& line) {
   const fs::path root(options.out_dir);
   const uint64_t key = HashKeys(options.seed, static_cast<uint64_t>(i));
-  const Scene scene = MakeScene(HashKeys(key, 0), options.width, options.height);
   char id[32];
   std::snprintf(id, sizeof(id), "%06lld", static_cast<long long>(i));
-  const std::string image = std::string("images/") + id + ".jpg";
-  auto size = writer.Write(scene, HashKeys(key, 1), root / image);
+  ManifestRecord record;
+  if (options.mix == SampleMix::kVlm) {
+    HR_RETURN_IF_ERROR(WriteVlmSample(root, key, id, writer, written, record));
+    conversation = record.conversation;
+    line = ManifestLine(record);
+    return Status::Ok();
+  }
+  const Scene scene = MakeScene(HashKeys(key, 0), SceneSizes::kVqa, options.width, options.height);
+  record.id = id;
+  record.image = std::string("images/") + id + ".jpg";
+  auto size = writer.Write(scene, HashKeys(key, 1), root / record.image);
   if (!size.ok()) return size.status();
   written.image.fetch_add(*size, std::memory_order_relaxed);
-  std::string video;
+  written.images.fetch_add(1, std::memory_order_relaxed);
   if (options.video) {
-    video = std::string("videos/") + id + ".mp4";
-    auto clip = WriteClip(HashKeys(key, 0), HashKeys(key, 1), root / video);
+    record.video = std::string("videos/") + id + ".mp4";
+    auto clip = WriteClip(HashKeys(key, 0), HashKeys(key, 1), root / record.video);
     if (!clip.ok()) return clip.status();
     written.video.fetch_add(*clip, std::memory_order_relaxed);
+    written.videos.fetch_add(1, std::memory_order_relaxed);
   }
-  std::string audio;
   if (options.audio) {
-    audio = std::string("audio/") + id + ".wav";
-    auto tone = WriteTone(i, root / audio);
+    record.audio = std::string("audio/") + id + ".wav";
+    auto tone = WriteTone(i, root / record.audio);
     if (!tone.ok()) return tone.status();
     written.audio.fetch_add(*tone, std::memory_order_relaxed);
   }
-  std::string speech_file, speech_text;
   if (speech) {
-    speech_file = std::string("speech/") + id + ".wav";
-    speech_text = SpeechText(i);
-    auto spoken = WriteSpeech(options.espeak, speech_text, root / speech_file);
+    record.speech = std::string("speech/") + id + ".wav";
+    record.speech_text = SpeechText(i);
+    auto spoken = WriteSpeech(options.espeak, record.speech_text, root / record.speech);
     if (!spoken.ok()) return spoken.status();
     written.speech.fetch_add(*spoken, std::memory_order_relaxed);
   }
-  std::string ocr_image;
   if (options.ocr) {
-    ocr_image = std::string("ocr/") + id + ".png";
-    auto page = WriteOcrPage(i, root / ocr_image);
+    record.ocr_image = std::string("ocr/") + id + ".png";
+    record.ocr_lines = OcrLines(i);
+    auto page = WriteOcrPage(i, root / record.ocr_image);
     if (!page.ok()) return page.status();
     written.ocr.fetch_add(*page, std::memory_order_relaxed);
   }
-  std::string pointcloud, pointcloud_pcd;
   if (options.pointcloud) {
-    pointcloud = std::string("pointclouds/") + id + ".bin";
-    auto cloud = WritePointCloud(key, (root / pointcloud).string());
+    record.pointcloud = std::string("pointclouds/") + id + ".bin";
+    auto cloud = WritePointCloud(key, (root / record.pointcloud).string());
     if (!cloud.ok()) return cloud.status();
     written.pointcloud.fetch_add(*cloud, std::memory_order_relaxed);
-    pointcloud_pcd = std::string("pointclouds/") + id + ".pcd";
+    record.pointcloud_pcd = std::string("pointclouds/") + id + ".pcd";
     auto pcd =
-        WritePointCloudPcd(key, PointCloudPcdForm(i), (root / pointcloud_pcd).string());
+        WritePointCloudPcd(key, PointCloudPcdForm(i), (root / record.pointcloud_pcd).string());
     if (!pcd.ok()) return pcd.status();
     written.pointcloud_pcd.fetch_add(*pcd, std::memory_order_relaxed);
   }
-  conversation = MakeConversation(scene, HashKeys(key, 2));
-  line = ManifestLine(id, image, conversation, video, audio, ocr_image,
-                      options.ocr ? OcrLines(i) : std::vector<std::string>{}, pointcloud,
-                      pointcloud_pcd, speech_file, speech_text);
+  record.conversation = MakeConversation(scene, HashKeys(key, 2));
+  conversation = record.conversation;
+  line = ManifestLine(record);
   return Status::Ok();
 }
 
@@ -117,12 +115,20 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
       options.width > 8192 || options.height > 8192) {
     return Status::InvalidArgument("make-sample: size must be WxH with both in 1..8192");
   }
+  if (options.mix == SampleMix::kVlm &&
+      (options.video || options.audio || options.ocr || options.pointcloud || options.width > 0)) {
+    return Status::InvalidArgument(
+        "make-sample: the vlm mix writes its own images and videos: modalities and size do "
+        "not apply to it");
+  }
 
   const fs::path root(options.out_dir);
   std::error_code ec;
   const bool speech = options.audio && !options.espeak.empty();
   for (const char* dir : {"images", "videos", "audio", "speech", "ocr", "pointclouds"}) {
-    if (std::string_view(dir) == "videos" && !options.video) continue;
+    if (std::string_view(dir) == "videos" && !options.video && options.mix != SampleMix::kVlm) {
+      continue;
+    }
     if (std::string_view(dir) == "audio" && !options.audio) continue;
     if (std::string_view(dir) == "speech" && !speech) continue;
     if (std::string_view(dir) == "ocr" && !options.ocr) continue;
@@ -172,7 +178,9 @@ Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options) {
 
   MakeSampleStats stats;
   stats.samples = n;
+  stats.images = written.images.load();
   stats.image_bytes = written.image.load();
+  stats.videos = written.videos.load();
   stats.video_bytes = written.video.load();
   stats.audio_bytes = written.audio.load();
   stats.speech_clips = speech ? n : 0;

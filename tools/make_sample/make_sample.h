@@ -25,18 +25,52 @@
 //                          tokenize template pieces one by one and a "\n" turn end stays a
 //                          token.
 //
-// The output is a pure function of (samples, seed, vocab_size) and, for speech/, the
+// With `mix` SampleMix::kVlm (`--mix vlm`), records shaped like VLM SFT data instead, so
+// that sequence lengths vary as in training (VlmShape below gives each sample's shape):
+//   images/000000_0.jpg ...  0 to 4 photo-like JPEGs per sample (as above), each side
+//                            200..2000 px, aspect 1:1, 4:3, 3:2, 16:9, 2:1 or 3:1,
+//                            landscape or portrait
+//   videos/000000.mp4 ...    for about one sample in seven: the H.264 clip of `video`
+//                            (below) of a scene of its own
+//   manifest.jsonl           {"id":"000123","images":["images/000123_0.jpg",
+//                             "images/000123_1.jpg"],"video":"videos/000123.mp4",
+//                             "conversations":[{"from":"human","value":"<video>\n<image>\n
+//                             Picture 1: How many objects are there?"},{"from":"gpt",
+//                             "value":"Two."},{"from":"human","value":"In the video: Where
+//                             is the bus?"}, ..., {"from":"human","value":"<image>\n
+//                             Picture 2: What colour is the ball?"}, ...]}
+//                          1 to 20 question/answer pairs (about a third have one). The
+//                          k-th "<image>" of the conversation, in order, is images[k]:
+//                          each placeholder opens the question where its picture first
+//                          appears (several at once when there are more pictures than
+//                          pairs left), so there are exactly as many as images; "<video>"
+//                          opens the first question of a sample with a video. With more
+//                          than one picture or video, a question names the one it asks
+//                          about ("Picture 2: ", "In the video: "). A sample with neither
+//                          (images []) asks about a scene its first question describes in
+//                          words ("Picture this: <caption>\n"). No "image" key.
+//   tokenizer.model/.vocab   as below, trained on these conversations
+// The VLM mix takes no `video`, `audio`, `ocr`, `pointcloud` or fixed size.
+//
+// The output is a pure function of (samples, seed, vocab_size, mix) and, for speech/, the
 // espeak-ng version: byte-identical for any thread count. Image i and its conversation
 // derive from HashKeys(seed, i).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "headrace/core/status.h"
 
 namespace headrace {
+
+// The kind of records make-sample writes.
+enum class SampleMix {
+  kVqa,  // chat VQA: one image and 1 to 3 question/answer pairs per record (the default)
+  kVlm,  // VLM SFT: 0 to 4 images, 1 to 20 pairs, some videos (`--mix vlm`, above)
+};
 
 struct MakeSampleOptions {
   std::string out_dir;  // created if missing; existing files of the same names are replaced
@@ -44,6 +78,7 @@ struct MakeSampleOptions {
   uint64_t seed = 0;
   int threads = 0;  // worker threads drawing and encoding images; 0: one per core
   int vocab_size = 2000;
+  SampleMix mix = SampleMix::kVqa;
   // Both > 0: every image is width x height (for benchmarks at a fixed size, e.g. the
   // 640x480 of LIMITS.md); the content is the same scenes, drawn at that size.
   int width = 0;
@@ -101,13 +136,31 @@ Result<std::string> PcdBytes(const std::vector<float>& points, PcdForm form);
 // Writes PointCloudScene(key) as PCD in `form` to `path`; its size in bytes.
 Result<int64_t> WritePointCloudPcd(uint64_t key, PcdForm form, const std::string& path);
 
+// The VLM mix's sample with key HashKeys(seed, i): what MakeSample writes for it.
+inline constexpr int kVlmMaxPairs = 20;
+inline constexpr int kVlmMaxImages = 4;
+inline constexpr int kVlmMinSide = 200;   // px, each side of each image
+inline constexpr int kVlmMaxSide = 2000;
+struct VlmSampleShape {
+  // Question/answer pairs, 1..kVlmMaxPairs: 1 + floor(20 u^3) for u uniform in [0, 1),
+  // so a third have one, the median is 3 and a few reach 20.
+  int pairs = 1;
+  // Width and height of each image, in the conversation's order; 0..kVlmMaxImages of
+  // them (0: 10%, 1: 45%, 2: 20%, 3 and 4: 12.5% each).
+  std::vector<std::pair<int, int>> images;
+  bool video = false;  // 15%: videos/<id>.mp4 and "<video>" opening the first question
+};
+VlmSampleShape VlmShape(uint64_t key);
+
 // The tone of sample i's audio clip: 200 + 50 * (i % 12) Hz, for tests to check.
 inline double AudioToneHz(int64_t i) { return 200.0 + 50.0 * static_cast<double>(i % 12); }
 
 struct MakeSampleStats {
   int64_t samples = 0;
+  int64_t images = 0;       // JPEG files written (one per sample in the VQA mix)
   int64_t image_bytes = 0;  // total size of the JPEG files
-  int64_t video_bytes = 0;  // total size of the MP4 files (with `video`)
+  int64_t videos = 0;       // MP4 files written
+  int64_t video_bytes = 0;  // total size of the MP4 files (with `video`, or the VLM mix)
   int64_t audio_bytes = 0;  // total size of the tones' WAV files (with `audio`)
   int64_t speech_clips = 0;  // speech/ files written (with `audio` and `espeak`)
   int64_t speech_bytes = 0;  // their total size
@@ -118,7 +171,8 @@ struct MakeSampleStats {
 };
 
 // Writes the dataset. kInvalidArgument on bad options (empty out_dir, samples < 1,
-// threads < 0) or a vocab_size SentencePiece refuses; kIoError when a file cannot be
+// threads < 0, the VLM mix with other media or a fixed size) or a vocab_size
+// SentencePiece refuses; kIoError when a file cannot be
 // written or espeak-ng fails. On error, out_dir may hold a partial dataset.
 Result<MakeSampleStats> MakeSample(const MakeSampleOptions& options);
 

@@ -1,11 +1,13 @@
 // make-sample's parts, internal to make_sample/ (the API is make_sample.h): what a
 // picture holds (make_sample_scene.cc), drawing it (make_sample_draw.cc), the questions
-// about it (make_sample_questions.cc), the files written (make_sample_writers.cc) and
-// the tokenizer trained on the conversations (make_sample_tokenizer.cc); MakeSample
-// (make_sample.cc) runs them per sample on its threads.
+// about it (make_sample_questions.cc), the files written (make_sample_writers.cc), the
+// VLM mix's samples (make_sample_vlm.cc) and the tokenizer trained on the conversations
+// (make_sample_tokenizer.cc); MakeSample (make_sample.cc) runs them per sample on its
+// threads.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -14,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "headrace/core/rng.h"
 #include "headrace/core/status.h"
 #include "make_sample/make_sample.h"
 
@@ -106,10 +109,17 @@ inline constexpr std::array<Wall, 4> kWalls = {{{"beige", {214, 198, 168}},
                                          {"pale green", {190, 210, 178}},
                                          {"pale blue", {188, 204, 222}}}};
 
-// The scene of sample key `key`: backdrop, sky, exposure and 1 to 5 objects placed without
-// overlap. `fixed_width` x `fixed_height` (both > 0) replaces the drawn size; the draws
-// still happen, so the scenes stay the same.
-Scene MakeScene(uint64_t key, int fixed_width, int fixed_height);
+// How a scene's size is drawn (the first draws of its key).
+enum class SceneSizes {
+  kVqa,  // long side 320..1600, aspect 1:1, 4:3, 3:2 or 16:9, landscape or portrait
+  kVlm,  // each side 200..2000 (kVlmMinSide..kVlmMaxSide): aspect 1:1, 4:3, 3:2, 16:9, 2:1
+         // or 3:1, then the long side uniform over what keeps the short one >= 200
+};
+
+// The scene of sample key `key`: its size drawn by `sizes`, then backdrop, sky, exposure
+// and 1 to 5 objects placed without overlap. `fixed_width` x `fixed_height` (both > 0)
+// replaces the drawn size; the draws still happen, so the scenes stay the same.
+Scene MakeScene(uint64_t key, SceneSizes sizes, int fixed_width = 0, int fixed_height = 0);
 
 // --- drawing (make_sample_draw.cc) ------------------------------------------------------
 
@@ -136,15 +146,36 @@ struct QA {
 // 1 to 3 questions about the scene with their answers; the first starts with "<image>\n".
 std::vector<QA> MakeConversation(const Scene& s, uint64_t key);
 
+// One question about `s` of a kind drawn from `rng` among those that apply, and its
+// answer (never empty: the colour and count questions apply to every scene).
+QA AskAny(const Scene& s, Rng& rng);
+
+// A one-sentence caption of `s` ("A large red ball in the centre, on a grassy field under
+// a clear blue sky, next to a small blue box."), as the "describe" question answers.
+std::string Caption(const Scene& s);
+
 // --- files (make_sample_writers.cc) -----------------------------------------------------
 
-// The sample's manifest line (with its '\n'); empty paths are left out.
-std::string ManifestLine(const std::string& id, const std::string& image,
-                         const std::vector<QA>& conversation, const std::string& video = "",
-                         const std::string& audio = "", const std::string& ocr_image = "",
-                         const std::vector<std::string>& ocr_lines = {},
-                         const std::string& pointcloud = "", const std::string& pointcloud_pcd = "",
-                         const std::string& speech = "", const std::string& speech_text = "");
+// What a sample's manifest line holds: the paths written for it and its conversation.
+struct ManifestRecord {
+  std::string id;
+  std::string image;  // "image": the VQA mix's one picture
+  // "images": the VLM mix's pictures, in the order of the conversation's "<image>"s;
+  // written (possibly []) when `image_list`.
+  std::vector<std::string> images;
+  bool image_list = false;
+  std::string video;
+  std::string audio;
+  std::string speech, speech_text;
+  std::string ocr_image;
+  std::vector<std::string> ocr_lines;  // "ocr_text": joined by '\n'
+  std::string pointcloud, pointcloud_pcd;
+  std::vector<QA> conversation;  // "conversations": human/gpt turns, a pair per QA
+};
+
+// The record's manifest line (with its '\n'): keys in the order of ManifestRecord,
+// empty paths left out.
+std::string ManifestLine(const ManifestRecord& record);
 
 Status WriteFile(const fs::path& path, const void* data, size_t size);
 
@@ -177,6 +208,27 @@ Result<int64_t> WriteClip(uint64_t scene_key, uint64_t key, const fs::path& path
 // Sample i's audio: 1.5 s of a tone at AudioToneHz(i), 16 kHz mono, faded in and out
 // over 50 ms.
 Result<int64_t> WriteTone(int64_t i, const fs::path& path);
+
+// --- the VLM mix (make_sample_vlm.cc) ----------------------------------------------------
+
+// Bytes and files written, by kind, summed over MakeSample's threads.
+struct Written {
+  std::atomic<int64_t> image{0};
+  std::atomic<int64_t> images{0};  // JPEG files
+  std::atomic<int64_t> video{0};
+  std::atomic<int64_t> videos{0};  // MP4 files
+  std::atomic<int64_t> audio{0};
+  std::atomic<int64_t> speech{0};
+  std::atomic<int64_t> ocr{0};
+  std::atomic<int64_t> pointcloud{0};
+  std::atomic<int64_t> pointcloud_pcd{0};
+};
+
+// Writes the files of the VLM mix's sample `key` named `id` under `root` (VlmShape(key)'s
+// images and video), counts them in `written` and fills `record` (its conversation
+// included). Stops at the first file that fails.
+Status WriteVlmSample(const fs::path& root, uint64_t key, const std::string& id,
+                      ImageWriter& writer, Written& written, ManifestRecord& record);
 
 // --- the tokenizer (make_sample_tokenizer.cc) -------------------------------------------
 

@@ -150,21 +150,12 @@ QA AskWhere(const Scene& s, const Object& o, Rng& rng) {
 }
 
 QA AskDescribe(const Scene& s, const Object& o, Rng& rng) {
-  const auto& objs = s.objects;
   static constexpr std::string_view kQ[] = {"Describe the image briefly.", "What do you see?",
                                             "Give a short description of this picture.",
                                             "What is in this image?",
                                             "Write a one-sentence caption for the image."};
   std::string question(Pick(rng, kQ));
-  const Object& main = objs[0];
-  std::string caption = Cat({"A ", main.area() > 0.08f * s.width * s.height ? "large " : "",
-                             Named(main), " ", Location(s, main), ", ", BackdropPhrase(s)});
-  for (size_t i = 1; i < objs.size(); ++i) {
-    caption += i == 1 ? ", next to a " : (i + 1 == objs.size() ? " and a " : ", a ");
-    if (i == 1) caption += "small ";
-    caption += Named(objs[i]);
-  }
-  return {question, caption + "."};
+  return {question, Caption(s)};
 }
 
 QA AskExists(const Scene& s, const Object& o, Rng& rng) {
@@ -239,6 +230,28 @@ QA Question(Ask ask, const Scene& s, Rng& rng) {
 }
 
 }  // namespace
+
+std::string Caption(const Scene& s) {
+  const auto& objs = s.objects;
+  const Object& main = objs[0];
+  std::string caption = Cat({"A ", main.area() > 0.08f * s.width * s.height ? "large " : "",
+                             Named(main), " ", Location(s, main), ", ", BackdropPhrase(s)});
+  for (size_t i = 1; i < objs.size(); ++i) {
+    caption += i == 1 ? ", next to a " : (i + 1 == objs.size() ? " and a " : ", a ");
+    if (i == 1) caption += "small ";
+    caption += Named(objs[i]);
+  }
+  return caption + ".";
+}
+
+QA AskAny(const Scene& s, Rng& rng) {
+  // A few draws find a kind that applies; the colour question always does.
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    QA qa = Question(static_cast<Ask>(rng.Below(kAskKinds)), s, rng);
+    if (!qa.question.empty()) return qa;
+  }
+  return Question(Ask::kColour, s, rng);
+}
 
 std::vector<QA> MakeConversation(const Scene& s, uint64_t key) {
   Rng rng(key);

@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <cmath>
 #include <span>
+#include <tuple>
+#include <utility>
 
 #include "headrace/core/rng.h"
 #include "make_sample/make_sample_internal.h"
@@ -11,6 +13,9 @@ namespace {
 
 // Aspect ratios as long:short; each also comes in portrait.
 constexpr std::array<std::pair<int, int>, 4> kAspects = {{{1, 1}, {4, 3}, {3, 2}, {16, 9}}};
+// The VLM mix's: wider, as documents, screenshots and panoramas are.
+constexpr std::array<std::pair<int, int>, 6> kVlmAspects = {
+    {{1, 1}, {4, 3}, {3, 2}, {16, 9}, {2, 1}, {3, 1}}};
 
 float Uniform(Rng& rng, float lo, float hi) { return static_cast<float>(rng.Uniform(lo, hi)); }
 
@@ -132,17 +137,28 @@ void AddObjects(Rng& rng, float exposure, Scene& s) {
   }
 }
 
-}  // namespace
-
-Scene MakeScene(uint64_t key, int fixed_width, int fixed_height) {
-  Rng rng(key);
-  Scene s;
-  const int long_side = 320 + static_cast<int>(rng.Below(1600 - 320 + 1));
-  const auto [al, as] = kAspects[rng.Below(kAspects.size())];
+// A picture's size: the first draws of its scene's key.
+std::pair<int, int> DrawSize(Rng& rng, SceneSizes sizes) {
+  int long_side = 0, al = 1, as = 1;
+  if (sizes == SceneSizes::kVqa) {
+    long_side = 320 + static_cast<int>(rng.Below(1600 - 320 + 1));
+    std::tie(al, as) = kAspects[rng.Below(kAspects.size())];
+  } else {
+    std::tie(al, as) = kVlmAspects[rng.Below(kVlmAspects.size())];
+    const int lo = (kVlmMinSide * al + as - 1) / as;  // the short side stays >= kVlmMinSide
+    long_side = lo + static_cast<int>(rng.Below(kVlmMaxSide - lo + 1));
+  }
   const int short_side = std::max(1, static_cast<int>(std::lround(double(long_side) * as / al)));
   const bool portrait = al != as && rng.Bernoulli(0.5);
-  s.width = portrait ? short_side : long_side;
-  s.height = portrait ? long_side : short_side;
+  return portrait ? std::pair{short_side, long_side} : std::pair{long_side, short_side};
+}
+
+}  // namespace
+
+Scene MakeScene(uint64_t key, SceneSizes sizes, int fixed_width, int fixed_height) {
+  Rng rng(key);
+  Scene s;
+  std::tie(s.width, s.height) = DrawSize(rng, sizes);
   if (fixed_width > 0 && fixed_height > 0) {  // the draws above still happen: same scenes
     s.width = fixed_width;
     s.height = fixed_height;

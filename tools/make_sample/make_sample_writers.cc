@@ -39,53 +39,48 @@ void AppendJsonString(std::string& out, std::string_view s) {
 
 }  // namespace
 
-std::string ManifestLine(const std::string& id, const std::string& image,
-                         const std::vector<QA>& conversation, const std::string& video,
-                         const std::string& audio, const std::string& ocr_image,
-                         const std::vector<std::string>& ocr_lines, const std::string& pointcloud,
-                         const std::string& pointcloud_pcd, const std::string& speech,
-                         const std::string& speech_text) {
+std::string ManifestLine(const ManifestRecord& r) {
   std::string line = "{\"id\":";
-  AppendJsonString(line, id);
-  line += ",\"image\":";
-  AppendJsonString(line, image);
-  if (!video.empty()) {
-    line += ",\"video\":";
-    AppendJsonString(line, video);
+  AppendJsonString(line, r.id);
+  const auto key = [&line](std::string_view name, const std::string& value) {
+    if (value.empty()) return;
+    line += ",\"";
+    line += name;
+    line += "\":";
+    AppendJsonString(line, value);
+  };
+  key("image", r.image);
+  if (r.image_list) {
+    line += ",\"images\":[";
+    for (size_t i = 0; i < r.images.size(); ++i) {
+      if (i > 0) line += ',';
+      AppendJsonString(line, r.images[i]);
+    }
+    line += ']';
   }
-  if (!audio.empty()) {
-    line += ",\"audio\":";
-    AppendJsonString(line, audio);
-  }
-  if (!speech.empty()) {
-    line += ",\"speech\":";
-    AppendJsonString(line, speech);
+  key("video", r.video);
+  key("audio", r.audio);
+  if (!r.speech.empty()) {
+    key("speech", r.speech);
     line += ",\"speech_text\":";
-    AppendJsonString(line, speech_text);
+    AppendJsonString(line, r.speech_text);
   }
-  if (!ocr_image.empty()) {
-    line += ",\"ocr_image\":";
-    AppendJsonString(line, ocr_image);
+  if (!r.ocr_image.empty()) {
+    key("ocr_image", r.ocr_image);
     std::string text;
-    for (const std::string& l : ocr_lines) text += (text.empty() ? "" : "\n") + l;
+    for (const std::string& l : r.ocr_lines) text += (text.empty() ? "" : "\n") + l;
     line += ",\"ocr_text\":";
     AppendJsonString(line, text);
   }
-  if (!pointcloud.empty()) {
-    line += ",\"pointcloud\":";
-    AppendJsonString(line, pointcloud);
-  }
-  if (!pointcloud_pcd.empty()) {
-    line += ",\"pointcloud_pcd\":";
-    AppendJsonString(line, pointcloud_pcd);
-  }
+  key("pointcloud", r.pointcloud);
+  key("pointcloud_pcd", r.pointcloud_pcd);
   line += ",\"conversations\":[";
-  for (size_t i = 0; i < conversation.size(); ++i) {
+  for (size_t i = 0; i < r.conversation.size(); ++i) {
     if (i > 0) line += ',';
     line += "{\"from\":\"human\",\"value\":";
-    AppendJsonString(line, conversation[i].question);
+    AppendJsonString(line, r.conversation[i].question);
     line += "},{\"from\":\"gpt\",\"value\":";
-    AppendJsonString(line, conversation[i].answer);
+    AppendJsonString(line, r.conversation[i].answer);
     line += '}';
   }
   line += "]}\n";
@@ -131,7 +126,8 @@ Result<int64_t> ImageWriter::Write(const Scene& scene, uint64_t key, const fs::p
 
 Result<int64_t> WriteClip(uint64_t scene_key, uint64_t key, const fs::path& path) {
   constexpr int kWidth = 160, kHeight = 120;
-  const Scene scene = MakeScene(scene_key, kWidth, kHeight);  // the same scene, small
+  // The sample's scene, small (its drawn size ignored: the same scene at any size).
+  const Scene scene = MakeScene(scene_key, SceneSizes::kVqa, kWidth, kHeight);
   thread_local Canvas canvas;
   Draw(scene, key, canvas);
   av::VideoClip clip;
