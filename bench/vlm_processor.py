@@ -42,7 +42,6 @@ import datetime
 import json
 import os
 import platform
-import re
 import resource
 import statistics
 import sys
@@ -116,15 +115,21 @@ def dataloader_pass(root, records, processor, batch_size):
 
 # --- the Headrace side ----------------------------------------------------------------
 
-def headrace_pipeline(root, manifest, batch_size, max_pixels):
+def headrace_pipeline(root, manifest, batch_size, max_pixels, overrides=None):
     return vlm.pipeline(root, "list", manifest=manifest, max_pixels=max_pixels,
                         max_length=MAX_LENGTH, batch_size=batch_size, seed=0, epochs=1,
-                        shuffle=False, cpu_threads=2, memory_budget="1GiB", overrides={})
+                        shuffle=False, cpu_threads=2, memory_budget="1GiB",
+                        overrides=dict(overrides or {}))
 
 
-def headrace_pass(root, manifest, batch_size, max_pixels):
-    with headrace.Loader(headrace_pipeline(root, manifest, batch_size, max_pixels)) as loader:
+def headrace_pass(root, manifest, batch_size, max_pixels, overrides=None):
+    """One pass; with `overrides` batch.pack or batch.max_tokens (the packer's stats
+    returned too)."""
+    pipe = headrace_pipeline(root, manifest, batch_size, max_pixels, overrides)
+    with headrace.Loader(pipe) as loader:
         result = consume(loader)
+        stats = loader.stats()
+    result["pack"] = {k: v for k, v in stats.items() if k.startswith("pack_")}
     return result
 
 
@@ -241,18 +246,6 @@ def rebatch(lengths_per_batch, size):
     return [flat[i:i + size] for i in range(0, len(flat), size)]
 
 
-def batch_keys():
-    """The keys the engine's `batch:` accepts, from its unknown-key message ("batch.x:
-    unknown key (allowed for batch: size, drop_last)"); an empty set when the message
-    has another form (then the caller says the probe failed)."""
-    try:
-        headrace.Pipeline(source={"manifest": os.devnull}, overrides={"batch.no_such_key": 1})
-    except headrace.ConfigError as e:
-        m = re.search(r"\(allowed(?: for batch)?: ([^)]*)\)", str(e))
-        return {k.strip() for k in m.group(1).split(",") if k.strip()} if m else set()
-    return set()
-
-
 # --- machine and data -----------------------------------------------------------------
 
 def machine():
@@ -303,6 +296,11 @@ def main():
     ap.add_argument("--max-pixels", type=int, default=MAX_PIXELS)
     ap.add_argument("--check", type=int, default=5, help="samples compared in full")
     ap.add_argument("--no-torchvision", action="store_true")
+    ap.add_argument("--pack-seq-len", type=int, default=8192,
+                    help="batch.pack.seq_len of the packed pass (0: none)")
+    ap.add_argument("--pack-window", type=int, default=16, help="batch.pack.window")
+    ap.add_argument("--max-tokens", type=int, default=16384,
+                    help="batch.max_tokens of the token-budget pass (0: none)")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -354,7 +352,20 @@ def main():
                  for name, p in processors.items()}
         sides["headrace"] = lambda: headrace_pass(root, manifest, args.batch_size,
                                                   args.max_pixels)
+        # The same samples packed (rows of seq_len) and by a token budget, interleaved
+        # with the rest: their padding and what they cost in samples/s.
+        grouped = {}
+        if args.pack_seq_len > 0:
+            grouped["headrace_pack"] = {"batch.pack.seq_len": args.pack_seq_len,
+                                        "batch.pack.window": args.pack_window}
+        if args.max_tokens > 0:
+            grouped["headrace_max_tokens"] = {"batch.max_tokens": args.max_tokens,
+                                              "batch.pack.window": args.pack_window}
+        for name, overrides in grouped.items():
+            sides[name] = (lambda o=overrides: headrace_pass(root, manifest, args.batch_size,
+                                                             args.max_pixels, o))
         names = list(sides)
+        baselines = [n for n in names if n.startswith("dataloader")]
         rounds = {name: [] for name in names}
         for r in range(args.rounds):
             for name in (names if r % 2 == 0 else names[::-1]):
@@ -365,7 +376,9 @@ def main():
                       f"{result['steady_samples_per_s']:.2f} / {result['steady_tokens_per_s']:.0f}"
                       f"), first batch {result['time_to_first_batch_s']:.2f} s, "
                       f"{result['cores_busy']:.2f} cores busy")
-            for name in names[:-1]:
+            for name in baselines:
+                compare_sides(rounds["headrace"][-1], rounds[name][-1], "headrace", name)
+            for name in grouped:  # packing moves samples, never changes one
                 compare_sides(rounds["headrace"][-1], rounds[name][-1], "headrace", name)
     results["load_avg_end"] = round(os.getloadavg()[0], 2)
 
@@ -381,7 +394,7 @@ def main():
                        for run in runs]}
     hr = results["sides"]["headrace"]["median"]
     results["ratio"] = {}
-    for name in names[:-1]:
+    for name in baselines:
         other = results["sides"][name]["median"]
         results["ratio"][name] = {k: hr[k] / other[k] for k in keys[:4]}
         print(f"headrace / {name}: samples/s {results['ratio'][name]['samples_per_s']:.2f}x, "
@@ -402,23 +415,32 @@ def main():
           f"{padding['pad_to_longest']['per_1000_real_tokens']:.0f} padding tokens per 1,000 "
           f"real ({first['tokens']} real tokens, {first['vision_tokens']} of them vision)")
 
-    # ---- batch.max_tokens and batch.pack: TO ADD HERE once the engine has them ---------
-    # Issue 27 also asks, on this mix: padding tokens per 1,000 real tokens for
-    # `batch.max_tokens` and `batch.pack` (src/headrace/exec/README.md, "Packing"), and
-    # packing's cost in samples/s (goal <= 5% against the unpacked Headrace pass above,
-    # interleaved with it in the same rounds). Keyed on the spec accepting batch.pack:
-    accepted = batch_keys()
-    results["batch_keys"] = sorted(accepted)
-    for key in ("max_tokens", "pack"):
-        if not accepted:
-            padding[key] = "not measured: the probe of batch's keys failed (message changed?)"
-        elif key in accepted:
-            padding[key] = f"TODO: batch.{key} is accepted by this build; not measured yet"
-        else:
-            padding[key] = (f"not measured: this build's spec has no batch.{key} (batch: "
-                            f"{', '.join(sorted(accepted))})")
-        print(f"batch.{key}: {padding[key]}")
-    # ------------------------------------------------------------------------------------
+    # batch.pack: the rows' padding (rows x seq_len - tokens, from the packer's stats);
+    # batch.max_tokens: each token batch padded to its longest sample (what a model
+    # without varlen attention pays), and the budget left unused. Their cost: samples/s
+    # against the unpacked pass, medians of the same interleaved rounds.
+    results["grouping_cost"] = {}
+    if "headrace_pack" in rounds:
+        stats = rounds["headrace_pack"][0]["pack"]
+        padding["pack"] = {"seq_len": args.pack_seq_len, "window": args.pack_window,
+                           "per_1000_real_tokens":
+                               1000.0 * stats["pack_padding_tokens"] / stats["pack_tokens"],
+                           "fill": stats["pack_fill"], "rows": stats["pack_rows"],
+                           "truncated": stats["pack_truncated"]}
+    if "headrace_max_tokens" in rounds:
+        run = rounds["headrace_max_tokens"][0]
+        stats = run["pack"]
+        padding["max_tokens"] = {
+            "max_tokens": args.max_tokens, "window": args.pack_window,
+            "pad_to_longest_per_1000_real_tokens": padding_per_1000(run["lengths_per_batch"]),
+            "unused_budget_per_1000_real_tokens":
+                1000.0 * stats["pack_padding_tokens"] / stats["pack_tokens"],
+            "batches": len(run["lengths_per_batch"])}
+    for name in grouped:
+        results["grouping_cost"][name] = (median_of(rounds[name], "samples_per_s") /
+                                          median_of(rounds["headrace"], "samples_per_s"))
+        print(f"{name}: {results['grouping_cost'][name]:.3f}x the unpacked samples/s; "
+              f"padding {padding[name.split('_', 1)[1]]}")
     results["padding"] = padding
 
     if args.json:
