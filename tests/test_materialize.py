@@ -133,6 +133,25 @@ def test_ragged_fields_are_materialized_per_sample_and_read_back_the_same(datase
     assert back["batch_digests"] == original["batch_digests"]
 
 
+def test_a_materialization_packs_as_the_pipeline_does(dataset, headrace_bin, tmp_path):
+    """batch.pack over what `materialize` wrote: the token fields are still known as
+    token rows (materialized.json's tokens_of), so the packed batches read back equal
+    the pipeline's packed ones, and the report says what packing did."""
+    config = pipeline(tmp_path / "p.yaml", dataset)
+    config.write_text(config.read_text().replace("max_length: 48}", "max_length: 48, pad: false}"))
+    pack = ["--set", "batch.pack.seq_len=64", "--set", "batch.pack.window=4",
+            "--set", "batch.pack.pad_id=0"]
+    original, _ = run(headrace_bin, config, tmp_path, "original", *pack)
+    out = tmp_path / "mat"
+    run_headrace(headrace_bin, "materialize", config, "--to", out)
+    back, _ = run(headrace_bin, reader(tmp_path / "r.yaml", out), tmp_path, "back", *pack)
+    assert back["batch_digests"] == original["batch_digests"]
+    p = original["pack"]
+    assert p["seq_len"] == 64 and p["samples"] == 80 and 0 < p["fill"] <= 1
+    assert p["padding_tokens"] == p["rows"] * 64 - p["tokens"] and p["window_samples"] == 0
+    assert back["pack"]["rows"] == p["rows"]
+
+
 def test_a_skipped_sample_fails_at_the_same_place_when_read_back(dataset, headrace_bin,
                                                                  tmp_path):
     copy = tmp_path / "data"

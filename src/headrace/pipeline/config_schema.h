@@ -85,6 +85,7 @@ void Fields(SpecOf<PackSpec> auto& s, auto&& f) {
   f("window", s.window);
   f("overflow", s.overflow);
   f("field", s.field);
+  f("pad_id", s.pad_id);
 }
 void Fields(SpecOf<BatchSpec> auto& s, auto&& f) {
   f("size", s.size);

@@ -132,6 +132,7 @@ Status ValidatePack(const PipelineSpec& spec) {
   HR_RETURN_IF_ERROR(InRange<int64_t>("batch.pack.seq_len", pack.seq_len, 0, kMaxPackSeqLen));
   HR_RETURN_IF_ERROR(InRange<int64_t>("batch.pack.window", pack.window, 0, kMaxPackWindow));
   HR_RETURN_IF_ERROR(KnownEnum("batch.pack.overflow", pack.overflow));
+  HR_RETURN_IF_ERROR(AtLeast<int64_t>("batch.pack.pad_id", pack.pad_id, -1));
   HR_RETURN_IF_ERROR(
       InRange<int64_t>("batch.max_tokens", spec.batch.max_tokens, 0, kMaxPackSeqLen));
   if (pack.enabled() && spec.batch.max_tokens > 0) {

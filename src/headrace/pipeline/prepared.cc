@@ -61,7 +61,7 @@ Result<PackOptions> PackOptionsOf(const BatchSpec& batch, const PipelinePlan& pl
   PackOptions o = batch.pack_options();
   for (const TokenSequence& s : plan.sequences) {
     if (s.field != o.token_field) continue;
-    o.pad_id = s.pad_id;
+    if (batch.pack.pad_id < 0) o.pad_id = s.pad_id;
     o.ignore_index = s.ignore_index;
     o.vision_token_ids = s.vision_token_ids;
   }

@@ -71,6 +71,7 @@ struct PackSpec {
   int64_t window = 0;   // samples carried from one batch to the next, at most
   PackOverflow overflow = PackOverflow::kTruncate;  // a sample longer than seq_len
   std::string field = "input_ids";  // the token sequence (text.tokenize {pad: false})
+  int64_t pad_id = -1;  // what a row's padding holds; -1: the tokenizer's pad id
   bool enabled() const { return seq_len > 0; }
 };
 
@@ -93,6 +94,7 @@ struct BatchSpec {
     o.window = pack.window;
     o.overflow = pack.overflow;
     o.token_field = pack.field;
+    if (pack.pad_id >= 0) o.pad_id = pack.pad_id;
     return o;
   }
 };
