@@ -1,0 +1,303 @@
+"""Qwen2-VL / Qwen3-VL video SFT input against transformers' video path (issue 27).
+
+Headrace: a video field -> video.patchify (preset qwen2_vl | qwen3_vl) and text.tokenize
+with Qwen2's tokenizer.json, the Qwen2-VL chat template, pad: false, video_grid_field
+video_grid_thw (and for Qwen3-VL video_timestamps_field), through `headrace.Loader`.
+
+The reference. transformers' Qwen2VLVideoProcessor and Qwen3VLVideoProcessor import
+torchvision, which the venv does not have (and it is not added: it must not disturb the
+tokenizer loading the other tests rely on), so the video processors cannot be built.
+The reference is therefore written here from their published code (transformers 5.23,
+models/qwen2_vl/video_processing_qwen2_vl.py, models/qwen3_vl/video_processing_qwen3_vl.py),
+step by step, with transformers' own functions wherever they import without torchvision:
+  - frames: sample_frames' rules verbatim (Qwen2: torch.arange(0, total, total / n).int();
+    Qwen3: np.linspace(0, total - 1, n).round()), on the clip's frames as generated (the
+    clips are lossless RGB H.264, libx264rgb -qp 0, so decoding gives those bytes);
+  - size: transformers' qwen2_vl smart_resize (imported) over the preset's video range;
+    Qwen3-VL's video smart_resize copied (its module imports torchvision);
+  - resize: PIL bicubic per frame. transformers' video processors resize uint8 tensors
+    with torchvision (bicubic, antialias), which differs from PIL by about 1 level per
+    pixel; Headrace resamples videos as its image path does (PIL's filter, byte for byte),
+    so here PIL is the reference and the pixels are compared exactly;
+  - rescale + normalize in float32 and the processors' patchify (view / permute) in numpy;
+  - timestamps: Qwen3VLProcessor._calculate_timestamps (imported);
+  - text: the Qwen2-VL chat template on messages with {"type": "video"} items
+    (tokenizer.apply_chat_template), then each <|video_pad|> replaced by
+    Qwen2VLProcessor.replace_video_token / Qwen3VLProcessor.replace_video_token
+    (imported, called on a stand-in holding the processor's attributes), then the
+    tokenizer. (No Qwen3-VL chat template is checked in; its video item renders the same
+    <|vision_start|><|video_pad|><|vision_end|>.)
+
+Asserted per sample, on clips of odd sizes, frame rates and lengths (one shorter than
+min_frames, one with an odd number of sampled frames): video_grid_thw identical, token
+counts identical, input_ids identical, pixel_values_videos max / mean abs diff printed
+and asserted 0; a sample with 2 <video> and 1 video is one error naming both counts.
+"""
+import json
+import math
+import shutil
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import headrace
+from conftest import fetch_vocabs
+
+from transformers import Qwen2TokenizerFast  # noqa: E402
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize  # noqa: E402
+from transformers.models.qwen2_vl.processing_qwen2_vl import Qwen2VLProcessor  # noqa: E402
+from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor  # noqa: E402
+
+ops = headrace.ops
+REPO = Path(__file__).resolve().parents[2]
+TOKENIZER = REPO / "data/vocabs/qwen2/tokenizer.json"
+TEMPLATE = (REPO / "tests/python/data/chat_templates/Qwen2-VL-7B-Instruct.jinja").read_text()
+BAD = 3  # the manifest line of the mismatched sample
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+# preset -> patch, merge, T, mean, std, video min/max pixels (ops/vision/preset.h).
+PRESETS = {
+    "qwen2_vl": (14, 2, 2, CLIP_MEAN, CLIP_STD, 3136, 12845056),
+    "qwen3_vl": (16, 2, 2, (0.5,) * 3, (0.5,) * 3, 4096, 25165824),
+}
+# Small bounds so that the clips are resized down and up (max_pixels set on both sides).
+MAX_PIXELS = {"qwen2_vl": 28 * 28 * 12, "qwen3_vl": 32 * 32 * 40}
+FPS = 2.0
+
+fetch_vocabs()
+
+pytestmark = pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs ffmpeg")
+
+# (name, width, height, fps, frames)
+CLIPS = [("a.mp4", 90, 60, 10, 23), ("b.mp4", 200, 120, 25, 40), ("c.mp4", 64, 48, 5, 3),
+         ("d.mp4", 77, 51, 12, 30), ("e.mp4", 48, 160, 8, 45)]
+
+
+def frames_of(width, height, frames, seed):
+    rng = np.random.default_rng(seed)
+    x = np.linspace(0, 1, width)[None, :, None]
+    y = np.linspace(0, 1, height)[:, None, None]
+    c = np.arange(3)[None, None, :]
+    out = []
+    for t in range(frames):
+        base = 127 + 90 * np.sin(6 * x + 4 * y + c + 0.3 * t) + 30 * np.cos(40 * x * y + c)
+        out.append(np.clip(base + rng.normal(0, 12, (height, width, 3)), 0, 255).astype(np.uint8))
+    return np.stack(out)
+
+
+def encode(path: Path, video: np.ndarray, fps: int):
+    t, h, w, _ = video.shape
+    subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "rawvideo", "-pix_fmt", "rgb24",
+                    "-s", f"{w}x{h}", "-r", str(fps), "-i", "-", "-c:v", "libx264rgb",
+                    "-qp", "0", "-pix_fmt", "rgb24", str(path)],
+                   input=video.tobytes(), check=True)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("vlm_video")
+    clips = {}
+    for i, (name, w, h, fps, n) in enumerate(CLIPS):
+        video = frames_of(w, h, n, i)
+        encode(root / name, video, fps)
+        clips[name] = (video, fps)
+    records, lines = {}, []
+    q = ["What happens in this clip?", "Describe the motion.", "Is it getting brighter?"]
+    for i in range(10):
+        name = CLIPS[i % len(CLIPS)][0]
+        if i % 2:
+            turns = [("human", "<video>\n" + q[i % 3]), ("gpt", "Waves of colour drift.")]
+        else:
+            turns = [("human", "Watch: <video> " + q[i % 3]), ("gpt", "It moves slowly."),
+                     ("human", "Anything else?"), ("gpt", "No.")]
+        record = {"id": f"s{i:02d}", "video": name,
+                  "conversations": [{"from": a, "value": b} for a, b in turns]}
+        records[record["id"]] = record
+        lines.append(json.dumps(record))
+    bad = {"id": "bad", "video": "a.mp4",
+           "conversations": [{"from": "human", "value": "<video><video>Both?"},
+                             {"from": "gpt", "value": "Yes."}]}
+    lines.insert(BAD, json.dumps(bad))
+    (root / "manifest.jsonl").write_text("\n".join(lines) + "\n")
+    return root, records, clips
+
+
+def pipeline(root: Path, preset: str):
+    tokenize = dict(tokenizer=str(TOKENIZER), chat_template=TEMPLATE, preset=preset,
+                    video_grid_field="video_grid_thw", pad=False, max_length=8192)
+    if preset == "qwen3_vl":
+        tokenize["video_timestamps_field"] = "video_timestamps"
+    return headrace.Pipeline(
+        source={"manifest": root / "manifest.jsonl", "root": root,
+                "fields": [{"name": "video", "kind": "video", "required": True},
+                           {"name": "conversation", "kind": "conversation",
+                            "key": "conversations"}]},
+        ops=[ops.video_patchify(preset=preset, fps=FPS, max_pixels=MAX_PIXELS[preset]),
+             ops.tokenize(**tokenize)],
+        batch_size=4, seed=1, cpu_threads=2, memory_budget="256MiB", shuffle=False,
+        overrides={"errors.max_error_rate": 0.9})
+
+
+# --- the reference ---------------------------------------------------------------------
+
+def sample_indices(preset, total, video_fps, t=2, min_frames=4, max_frames=768):
+    if preset == "qwen3_vl":  # Qwen3VLVideoProcessor.sample_frames
+        n = int(total / video_fps * FPS)
+        n = min(max(n, min_frames), max_frames, total)
+        return np.linspace(0, total - 1, n).round().astype(int)
+    # Qwen2VLVideoProcessor.sample_frames (fps given)
+    max_frames = math.floor(min(max_frames, total) / t) * t
+    n = total / video_fps * FPS
+    n = min(max(n, min_frames), max_frames, total)
+    n = math.floor(n / t) * t
+    return torch.arange(0, total, total / n).int().numpy()
+
+
+def qwen3_smart_resize(num_frames, height, width, temporal_factor, factor, min_pixels,
+                       max_pixels):
+    """transformers' models/qwen3_vl/video_processing_qwen3_vl.py smart_resize, verbatim."""
+    if num_frames < temporal_factor:
+        raise ValueError(f"t:{num_frames} must be larger than temporal_factor:{temporal_factor}")
+    if height < factor or width < factor:
+        scale = max(factor / height, factor / width)
+        height = int(height * scale)
+        width = int(width * scale)
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    t_bar = round(num_frames / temporal_factor) * temporal_factor
+    if t_bar * h_bar * w_bar > max_pixels:
+        beta = math.sqrt((num_frames * height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif t_bar * h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (num_frames * height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def patchify(videos, patch_size, merge_size, temporal_patch_size):
+    """The video processors' patchify (view + permute), in numpy; videos [1, T, C, H, W]."""
+    b, n, c, h, w = videos.shape
+    if pad := -n % temporal_patch_size:
+        videos = np.concatenate([videos, np.repeat(videos[:, -1:], pad, axis=1)], axis=1)
+        n += pad
+    gt, gh, gw = n // temporal_patch_size, h // patch_size, w // patch_size
+    p = videos.reshape(b, gt, temporal_patch_size, c, gh // merge_size, merge_size, patch_size,
+                       gw // merge_size, merge_size, patch_size)
+    p = p.transpose(0, 1, 4, 7, 5, 8, 3, 2, 6, 9)
+    return p.reshape(b * gt * gh * gw, c * temporal_patch_size * patch_size * patch_size), \
+        (gt, gh, gw)
+
+
+def reference_video(preset, video, video_fps):
+    patch, merge, t, mean, std, min_pixels, _ = PRESETS[preset]
+    max_pixels = MAX_PIXELS[preset]
+    indices = sample_indices(preset, len(video), video_fps, t)
+    frames = video[indices]
+    n, h, w, _ = frames.shape
+    if preset == "qwen3_vl":
+        rh, rw = qwen3_smart_resize(n, h, w, t, patch * merge, min_pixels, max_pixels)
+    else:
+        rh, rw = smart_resize(h, w, factor=patch * merge, min_pixels=min_pixels,
+                              max_pixels=max_pixels)
+    resized = np.stack([np.asarray(Image.fromarray(f).resize((rw, rh), Image.BICUBIC))
+                        for f in frames])
+    x = (resized.astype(np.float64) * (1 / 255)).astype(np.float32)
+    x = (x - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
+    pixels, grid = patchify(x.transpose(0, 3, 1, 2)[None], patch, merge, t)
+    return pixels, grid, indices
+
+
+def reference_text(preset, tokenizer, record, grid, indices, video_fps):
+    roles = {"human": "user", "gpt": "assistant"}
+    messages = []
+    for turn in record["conversations"]:
+        text = turn["value"]
+        if "<video>" not in text:
+            messages.append({"role": roles[turn["from"]], "content": text})
+            continue
+        content = []
+        for i, part in enumerate(text.split("<video>")):
+            if i:
+                content.append({"type": "video"})
+            if part:
+                content.append({"type": "text", "text": part})
+        messages.append({"role": roles[turn["from"]], "content": content})
+    text = tokenizer.apply_chat_template(messages, tokenize=False, chat_template=TEMPLATE)
+    inputs = {"video_grid_thw": np.asarray([grid]),
+              "video_metadata": [SimpleNamespace(fps=video_fps, frames_indices=list(indices))]}
+    stand_in = SimpleNamespace(video_processor=SimpleNamespace(merge_size=2, temporal_patch_size=2),
+                               video_token="<|video_pad|>", vision_start_token="<|vision_start|>",
+                               vision_end_token="<|vision_end|>")
+    if preset == "qwen3_vl":
+        stand_in._calculate_timestamps = lambda *a: Qwen3VLProcessor._calculate_timestamps(
+            stand_in, *a)
+        expansion = Qwen3VLProcessor.replace_video_token(stand_in, inputs, 0)
+    else:
+        expansion = Qwen2VLProcessor.replace_video_token(stand_in, inputs, 0)
+    # The processor replaces each video token in turn (one video per record here).
+    assert text.count("<|video_pad|>") == 1
+    text = text.replace("<|video_pad|>", expansion)
+    return tokenizer(text)["input_ids"]
+
+
+def split(values, lengths):
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return [values[offsets[i]:offsets[i + 1]] for i in range(len(lengths))]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return Qwen2TokenizerFast(tokenizer_file=str(TOKENIZER), eos_token="<|im_end|>",
+                              pad_token="<|endoftext|>")
+
+
+@pytest.mark.parametrize("preset", ["qwen2_vl", "qwen3_vl"])
+def test_the_pipeline_equals_the_processors_video_path(dataset, tokenizer, preset):
+    root, records, clips = dataset
+    video_pad = tokenizer.convert_tokens_to_ids("<|video_pad|>")
+    seen, errors, diffs = set(), [], []
+    with headrace.Loader(pipeline(root, preset)) as loader:
+        for batch in loader:
+            errors += batch.errors
+            n = len(batch["id"])
+            ids = split(np.asarray(batch["input_ids"]), np.asarray(batch["input_ids_lengths"]))
+            pixels = split(np.asarray(batch["pixel_values_videos"]),
+                           np.asarray(batch["pixel_values_videos_lengths"]))
+            stamps = split(np.asarray(batch["video_timestamps"]),
+                           np.asarray(batch["video_timestamps_lengths"]))
+            grids = np.asarray(batch["video_grid_thw"])
+            assert grids.shape == (n, 3) and len(pixels) == n and len(stamps) == n
+            for i in range(n):
+                sid = batch["id"][i]
+                record = records[sid]
+                video, fps = clips[record["video"]]
+                want_pixels, want_grid, indices = reference_video(preset, video, fps)
+                assert tuple(grids[i]) == want_grid, sid
+                assert pixels[i].shape == want_pixels.shape, sid
+                diff = np.abs(pixels[i].astype(np.float64) - want_pixels.astype(np.float64))
+                diffs.append((diff.max(), diff.mean(), diff.size))
+                want_ids = reference_text(preset, tokenizer, record, want_grid, indices, fps)
+                assert int((ids[i] == video_pad).sum()) == int(np.prod(want_grid)) // 4, sid
+                assert ids[i].tolist() == want_ids, sid
+                want_stamps = Qwen3VLProcessor._calculate_timestamps(None, list(indices), fps, 2)
+                assert [f"{s:.1f}" for s in stamps[i]] == [f"{s:.1f}" for s in want_stamps], sid
+                seen.add(sid)
+    assert seen == set(records)
+    worst = max(d[0] for d in diffs)
+    mean = sum(d[1] * d[2] for d in diffs) / sum(d[2] for d in diffs)
+    print(f"{preset}: {len(seen)} samples: pixel_values_videos max abs diff {worst:.3g}, "
+          f"mean abs diff {mean:.3g}")
+    assert worst == 0
+    mismatch = [e for e in errors if "video placeholders" in e]
+    assert len(mismatch) == 1 and len(errors) == 1, errors
+    assert f"index {BAD}," in mismatch[0], mismatch[0]
+    assert "2 video placeholders ('<video>') and the sample 1 video (video_grid_thw)" in \
+        mismatch[0], mismatch[0]
