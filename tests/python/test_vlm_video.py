@@ -28,7 +28,8 @@ step by step, with transformers' own functions wherever they import without torc
     tokenizer. (No Qwen3-VL chat template is checked in; its video item renders the same
     <|vision_start|><|video_pad|><|vision_end|>.)
 
-Asserted per sample, on clips of odd sizes, frame rates and lengths (one shorter than
+Asserted per sample, over a single video field, a list (max_items 2) and a padded list,
+on clips of odd sizes, frame rates and lengths (one shorter than
 min_frames, one with an odd number of sampled frames): video_grid_thw identical, token
 counts identical, input_ids identical, pixel_values_videos max / mean abs diff printed
 and asserted 0; a sample with 2 <video> and 1 video is one error naming both counts.
@@ -58,6 +59,7 @@ REPO = Path(__file__).resolve().parents[2]
 TOKENIZER = REPO / "data/vocabs/qwen2/tokenizer.json"
 TEMPLATE = (REPO / "tests/python/data/chat_templates/Qwen2-VL-7B-Instruct.jinja").read_text()
 BAD = 3  # the manifest line of the mismatched sample
+MAX_ITEMS = 2
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
@@ -116,29 +118,43 @@ def dataset(tmp_path_factory):
         else:
             turns = [("human", "Watch: <video> " + q[i % 3]), ("gpt", "It moves slowly."),
                      ("human", "Anything else?"), ("gpt", "No.")]
-        record = {"id": f"s{i:02d}", "video": name,
-                  "conversations": [{"from": a, "value": b} for a, b in turns]}
+        # The list form (max_items): 0, 1 or 2 videos, each its own <video>.
+        videos = [CLIPS[(i + j) % len(CLIPS)][0] for j in range(i % 3)]
+        list_turns = ([("human", "<video> then <video>: " + q[i % 3]) if len(videos) == 2
+                       else ("human", "<video>\n" + q[i % 3]) if videos else ("human", q[i % 3]),
+                       ("gpt", "Colour waves.")])
+        record = {"id": f"s{i:02d}", "video": name, "videos": videos,
+                  "conversations": [{"from": a, "value": b} for a, b in turns],
+                  "list_conversations": [{"from": a, "value": b} for a, b in list_turns]}
         records[record["id"]] = record
         lines.append(json.dumps(record))
-    bad = {"id": "bad", "video": "a.mp4",
+    bad = {"id": "bad", "video": "a.mp4", "videos": ["a.mp4"],
            "conversations": [{"from": "human", "value": "<video><video>Both?"},
                              {"from": "gpt", "value": "Yes."}]}
+    bad["list_conversations"] = bad["conversations"]
     lines.insert(BAD, json.dumps(bad))
     (root / "manifest.jsonl").write_text("\n".join(lines) + "\n")
     return root, records, clips
 
 
-def pipeline(root: Path, preset: str):
+def pipeline(root: Path, preset: str, mode: str = "single"):
+    if mode == "single":
+        fields = [{"name": "video", "kind": "video", "required": True},
+                  {"name": "conversation", "kind": "conversation", "key": "conversations"}]
+        field = "video"
+    else:
+        fields = [{"name": "videos", "kind": "video", "max_items": MAX_ITEMS,
+                   "pad_items": mode == "padded"},
+                  {"name": "conversation", "kind": "conversation", "key": "list_conversations"}]
+        field = "videos"
     tokenize = dict(tokenizer=str(TOKENIZER), chat_template=TEMPLATE, preset=preset,
                     video_grid_field="video_grid_thw", pad=False, max_length=8192)
     if preset == "qwen3_vl":
         tokenize["video_timestamps_field"] = "video_timestamps"
     return headrace.Pipeline(
-        source={"manifest": root / "manifest.jsonl", "root": root,
-                "fields": [{"name": "video", "kind": "video", "required": True},
-                           {"name": "conversation", "kind": "conversation",
-                            "key": "conversations"}]},
-        ops=[ops.video_patchify(preset=preset, fps=FPS, max_pixels=MAX_PIXELS[preset]),
+        source={"manifest": root / "manifest.jsonl", "root": root, "fields": fields},
+        ops=[ops.video_patchify(preset=preset, fps=FPS, max_pixels=MAX_PIXELS[preset],
+                                field=field),
              ops.tokenize(**tokenize)],
         batch_size=4, seed=1, cpu_threads=2, memory_budget="256MiB", shuffle=False,
         overrides={"errors.max_error_rate": 0.9})
@@ -215,10 +231,11 @@ def reference_video(preset, video, video_fps):
     return pixels, grid, indices
 
 
-def reference_text(preset, tokenizer, record, grid, indices, video_fps):
+def reference_text(preset, tokenizer, turns, videos):
+    """input_ids as the processor makes them; videos: (grid, indices, fps) each."""
     roles = {"human": "user", "gpt": "assistant"}
     messages = []
-    for turn in record["conversations"]:
+    for turn in turns:
         text = turn["value"]
         if "<video>" not in text:
             messages.append({"role": roles[turn["from"]], "content": text})
@@ -231,20 +248,20 @@ def reference_text(preset, tokenizer, record, grid, indices, video_fps):
                 content.append({"type": "text", "text": part})
         messages.append({"role": roles[turn["from"]], "content": content})
     text = tokenizer.apply_chat_template(messages, tokenize=False, chat_template=TEMPLATE)
-    inputs = {"video_grid_thw": np.asarray([grid]),
-              "video_metadata": [SimpleNamespace(fps=video_fps, frames_indices=list(indices))]}
+    inputs = {"video_grid_thw": np.asarray([g for g, _, _ in videos]).reshape(-1, 3),
+              "video_metadata": [SimpleNamespace(fps=f, frames_indices=list(i))
+                                 for _, i, f in videos]}
     stand_in = SimpleNamespace(video_processor=SimpleNamespace(merge_size=2, temporal_patch_size=2),
                                video_token="<|video_pad|>", vision_start_token="<|vision_start|>",
                                vision_end_token="<|vision_end|>")
-    if preset == "qwen3_vl":
-        stand_in._calculate_timestamps = lambda *a: Qwen3VLProcessor._calculate_timestamps(
-            stand_in, *a)
-        expansion = Qwen3VLProcessor.replace_video_token(stand_in, inputs, 0)
-    else:
-        expansion = Qwen2VLProcessor.replace_video_token(stand_in, inputs, 0)
-    # The processor replaces each video token in turn (one video per record here).
-    assert text.count("<|video_pad|>") == 1
-    text = text.replace("<|video_pad|>", expansion)
+    stand_in._calculate_timestamps = lambda *a: Qwen3VLProcessor._calculate_timestamps(
+        stand_in, *a)
+    replace = (Qwen3VLProcessor if preset == "qwen3_vl" else Qwen2VLProcessor).replace_video_token
+    # As the processor: each video token in turn becomes its own video's expansion.
+    parts = text.split("<|video_pad|>")
+    assert len(parts) == len(videos) + 1
+    text = parts[0] + "".join(replace(stand_in, inputs, v) + parts[v + 1]
+                              for v in range(len(videos)))
     return tokenizer(text)["input_ids"]
 
 
@@ -259,12 +276,13 @@ def tokenizer():
                               pad_token="<|endoftext|>")
 
 
+@pytest.mark.parametrize("mode", ["single", "list", "padded"])
 @pytest.mark.parametrize("preset", ["qwen2_vl", "qwen3_vl"])
-def test_the_pipeline_equals_the_processors_video_path(dataset, tokenizer, preset):
+def test_the_pipeline_equals_the_processors_video_path(dataset, tokenizer, preset, mode):
     root, records, clips = dataset
     video_pad = tokenizer.convert_tokens_to_ids("<|video_pad|>")
-    seen, errors, diffs = set(), [], []
-    with headrace.Loader(pipeline(root, preset)) as loader:
+    seen, errors, diffs, videos_seen = set(), [], [], 0
+    with headrace.Loader(pipeline(root, preset, mode)) as loader:
         for batch in loader:
             errors += batch.errors
             n = len(batch["id"])
@@ -274,27 +292,47 @@ def test_the_pipeline_equals_the_processors_video_path(dataset, tokenizer, prese
             stamps = split(np.asarray(batch["video_timestamps"]),
                            np.asarray(batch["video_timestamps_lengths"]))
             grids = np.asarray(batch["video_grid_thw"])
-            assert grids.shape == (n, 3) and len(pixels) == n and len(stamps) == n
+            count = (np.ones(n, np.int64) if mode == "single"
+                     else np.asarray(batch["videos_count"]))
+            # One entry per video in every per-video field (padded: the grids [n, items, 3]).
+            if mode == "padded":
+                assert grids.shape == (n, MAX_ITEMS, 3)
+                assert not grids[np.arange(MAX_ITEMS)[None, :] >= count[:, None]].any()
+                grids = np.concatenate([grids[i, :count[i]] for i in range(n)])
+            assert grids.shape == (int(count.sum()), 3)
+            assert len(pixels) == len(stamps) == int(count.sum())
+            per_sample = split(np.arange(int(count.sum())), count)
             for i in range(n):
                 sid = batch["id"][i]
                 record = records[sid]
-                video, fps = clips[record["video"]]
-                want_pixels, want_grid, indices = reference_video(preset, video, fps)
-                assert tuple(grids[i]) == want_grid, sid
-                assert pixels[i].shape == want_pixels.shape, sid
-                diff = np.abs(pixels[i].astype(np.float64) - want_pixels.astype(np.float64))
-                diffs.append((diff.max(), diff.mean(), diff.size))
-                want_ids = reference_text(preset, tokenizer, record, want_grid, indices, fps)
-                assert int((ids[i] == video_pad).sum()) == int(np.prod(want_grid)) // 4, sid
-                assert ids[i].tolist() == want_ids, sid
-                want_stamps = Qwen3VLProcessor._calculate_timestamps(None, list(indices), fps, 2)
-                assert [f"{s:.1f}" for s in stamps[i]] == [f"{s:.1f}" for s in want_stamps], sid
+                names = [record["video"]] if mode == "single" else record["videos"]
+                turns = record["conversations" if mode == "single" else "list_conversations"]
+                assert len(per_sample[i]) == len(names), sid
+                want_videos, got_ids = [], ids[i]
+                for k, name in zip(per_sample[i], names):
+                    video, fps = clips[name]
+                    want_pixels, want_grid, indices = reference_video(preset, video, fps)
+                    assert tuple(grids[k]) == want_grid, sid
+                    assert pixels[k].shape == want_pixels.shape, sid
+                    diff = np.abs(pixels[k].astype(np.float64) - want_pixels.astype(np.float64))
+                    diffs.append((diff.max(), diff.mean(), diff.size))
+                    want_stamps = Qwen3VLProcessor._calculate_timestamps(None, list(indices),
+                                                                         fps, 2)
+                    assert [f"{s:.1f}" for s in stamps[k]] == \
+                        [f"{s:.1f}" for s in want_stamps], sid
+                    want_videos.append((want_grid, indices, fps))
+                    videos_seen += 1
+                want_ids = reference_text(preset, tokenizer, turns, want_videos)
+                assert int((got_ids == video_pad).sum()) == sum(
+                    int(np.prod(g)) // 4 for g, _, _ in want_videos), sid
+                assert got_ids.tolist() == want_ids, sid
                 seen.add(sid)
     assert seen == set(records)
+    assert videos_seen >= 9  # single: 10; list: 0, 1, 2 per sample
     worst = max(d[0] for d in diffs)
     mean = sum(d[1] * d[2] for d in diffs) / sum(d[2] for d in diffs)
-    print(f"{preset}: {len(seen)} samples: pixel_values_videos max abs diff {worst:.3g}, "
-          f"mean abs diff {mean:.3g}")
+    print(f"{preset} {mode}: {len(seen)} samples, {videos_seen} videos: pixel_values_videos "
+          f"max abs diff {worst:.3g}, mean abs diff {mean:.3g}")
     assert worst == 0
     mismatch = [e for e in errors if "video placeholders" in e]
     assert len(mismatch) == 1 and len(errors) == 1, errors
