@@ -339,3 +339,56 @@ def test_the_pipeline_equals_the_processors_video_path(dataset, tokenizer, prese
     assert f"index {BAD}," in mismatch[0], mismatch[0]
     assert "2 video placeholders ('<video>') and the sample 1 video (video_grid_thw)" in \
         mismatch[0], mismatch[0]
+
+
+@pytest.mark.parametrize("preset", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def test_rope_index_of_video_samples_equals_get_rope_index(dataset, preset):
+    """vision.rope_index (video_grid_field) after the video chain: each sample's position
+    ids and delta equal the preset's model's get_rope_index (tiny config, test_mrope.py)
+    on the same ids and video grids; Qwen2.5-VL's videos with second_per_grid_ts =
+    temporal_patch_size / fps (1.0 s at 2 fps), as its processor passes them."""
+    from test_mrope import tiny_model  # noqa: E402
+    root, records, _ = dataset
+    model = tiny_model(preset)
+    base = "qwen3_vl" if preset == "qwen3_vl" else "qwen2_vl"
+    tokenize = dict(tokenizer=str(TOKENIZER), chat_template=TEMPLATE, preset=preset,
+                    video_grid_field="video_grid_thw", pad=False, max_length=8192)
+    if preset == "qwen3_vl":
+        tokenize["video_timestamps_field"] = "video_timestamps"
+    spec = headrace.Pipeline(
+        source={"manifest": root / "manifest.jsonl", "root": root,
+                "fields": [{"name": "videos", "kind": "video", "max_items": MAX_ITEMS},
+                           {"name": "conversation", "kind": "conversation",
+                            "key": "list_conversations"}]},
+        ops=[ops.video_patchify(preset=preset, fps=FPS, max_pixels=MAX_PIXELS[base],
+                                field="videos"),
+             ops.tokenize(**tokenize),
+             ops.vision_rope_index(preset=preset, grid_field="", video_grid_field="video_grid_thw",
+                                   seconds_per_grid=2 / FPS)],
+        batch_size=4, seed=1, cpu_threads=2, memory_budget="256MiB", shuffle=False,
+        overrides={"errors.max_error_rate": 0.9})
+    seen, videos = 0, 0
+    with headrace.Loader(spec) as loader:
+        for batch in loader:
+            ids = split(np.asarray(batch["input_ids"]), np.asarray(batch["input_ids_lengths"]))
+            pos = split(np.asarray(batch["mrope_position_ids"]),
+                        np.asarray(batch["mrope_position_ids_lengths"]))
+            deltas = np.asarray(batch["rope_deltas"])
+            grids = split(np.asarray(batch["video_grid_thw"]), np.asarray(batch["videos_count"]))
+            for i in range(len(ids)):
+                x = torch.as_tensor(ids[i][None], dtype=torch.int64)
+                mm = torch.zeros_like(x, dtype=torch.int32)
+                mm[x == model.config.image_token_id] = 1
+                mm[x == model.config.video_token_id] = 2
+                kw = {}
+                if len(grids[i]):
+                    kw["video_grid_thw"] = torch.as_tensor(grids[i])
+                    if preset == "qwen2_5_vl":
+                        kw["second_per_grid_ts"] = torch.full((len(grids[i]),), 2 / FPS)
+                with torch.no_grad():
+                    want, want_delta = model.get_rope_index(x, mm, **kw)
+                assert np.array_equal(pos[i], want[:, 0].numpy().T), (preset, batch["id"][i])
+                assert deltas[i, 0] == want_delta[0, 0], (preset, batch["id"][i])
+                videos += len(grids[i])
+                seen += 1
+    assert seen == len(records) and videos >= 9
