@@ -392,3 +392,22 @@ def test_rope_index_of_video_samples_equals_get_rope_index(dataset, preset):
                 videos += len(grids[i])
                 seen += 1
     assert seen == len(records) and videos >= 9
+
+
+def test_the_example_runs_over_make_sample_data(tmp_path, headrace_bin):
+    """examples/qwen2_vl_video.yaml as `headrace run` runs it, from a folder holding
+    data/sample (make-sample --modalities video) and data/vocabs: every sample delivered,
+    none failed."""
+    from e2e_util import run_headrace
+    run_headrace(headrace_bin, "make-sample", "--out", tmp_path / "data" / "sample",
+                 "--samples", 12, "--seed", 3, "--modalities", "video")
+    (tmp_path / "data" / "vocabs").symlink_to(TOKENIZER.parents[1])
+    report = tmp_path / "report.json"
+    proc = subprocess.run([str(headrace_bin), "run",
+                           str(REPO / "examples" / "qwen2_vl_video.yaml"), "--quiet",
+                           "--report", str(report), "--set", "trainer.step_ms=1",
+                           "--set", "execution.cpu_threads=2"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(report.read_text())
+    assert r["samples"] == 12 and r["errors"]["total"] == 0, r["errors"]

@@ -79,16 +79,27 @@ std::string ManifestLine(const std::string& id, const std::string& image,
     line += ",\"pointcloud_pcd\":";
     AppendJsonString(line, pointcloud_pcd);
   }
-  line += ",\"conversations\":[";
-  for (size_t i = 0; i < conversation.size(); ++i) {
-    if (i > 0) line += ',';
-    line += "{\"from\":\"human\",\"value\":";
-    AppendJsonString(line, conversation[i].question);
-    line += "},{\"from\":\"gpt\",\"value\":";
-    AppendJsonString(line, conversation[i].answer);
-    line += '}';
-  }
-  line += "]}\n";
+  // `placeholder` replaces the first question's leading "<image>".
+  const auto turns = [&](std::string_view key, std::string_view placeholder) {
+    line += ",\"" + std::string(key) + "\":[";
+    for (size_t i = 0; i < conversation.size(); ++i) {
+      if (i > 0) line += ',';
+      line += "{\"from\":\"human\",\"value\":";
+      std::string question = conversation[i].question;
+      if (i == 0 && question.starts_with("<image>")) {
+        question.replace(0, std::string_view("<image>").size(), placeholder);
+      }
+      AppendJsonString(line, question);
+      line += "},{\"from\":\"gpt\",\"value\":";
+      AppendJsonString(line, conversation[i].answer);
+      line += '}';
+    }
+    line += ']';
+  };
+  turns("conversations", "<image>");
+  // The same turns about the clip (Qwen-VL video SFT: examples/qwen2_vl_video.yaml).
+  if (!video.empty()) turns("video_conversations", "<video>");
+  line += "}\n";
   return line;
 }
 
