@@ -80,6 +80,25 @@ TEST(SmartResizeVideoSize, MatchesQwen3VlsRuleOverFramesTimesPixels) {
   EXPECT_FALSE(SmartResizeVideoSize(1, 2, 90, 100, rule).ok());
 }
 
+TEST(ResolveVideoPatchify, EachPresetGivesItsGeometryVideoRangeAndSamplingRule) {
+  VideoPatchifyRules r = ResolveVideoPatchify(VideoPatchifySpec{.preset = VisionModel::kQwen3Vl});
+  EXPECT_EQ(r.patch.patch_size, 16);
+  EXPECT_EQ(r.size.min_pixels, 4096);
+  EXPECT_EQ(r.size.max_pixels, 25165824);
+  EXPECT_TRUE(r.volume_bound);
+  EXPECT_EQ(r.sampling.model, VisionModel::kQwen3Vl);
+  EXPECT_FLOAT_EQ(r.patch.mean[0], 0.5f);
+  r = ResolveVideoPatchify(VideoPatchifySpec{.preset = VisionModel::kQwen2_5Vl, .max_pixels = 1000});
+  EXPECT_EQ(r.patch.patch_size, 14);
+  EXPECT_EQ(r.size.min_pixels, 3136);
+  EXPECT_EQ(r.size.max_pixels, 1000);  // an explicit key overrides the preset
+  EXPECT_FALSE(r.volume_bound);
+  EXPECT_EQ(r.sampling.model, VisionModel::kQwen2Vl);  // Qwen2.5-VL samples as Qwen2-VL
+  r = ResolveVideoPatchify(VideoPatchifySpec{});  // Qwen2VLVideoProcessor's class defaults
+  EXPECT_EQ(r.size.min_pixels, 128 * 28 * 28);
+  EXPECT_EQ(r.size.max_pixels, 768 * 28 * 28);
+}
+
 // 30 frames at 10 fps (3 s), frame i a flat colour whose red is 8 i.
 const std::vector<uint8_t>& Clip() {
   static const std::vector<uint8_t> clip = [] {
