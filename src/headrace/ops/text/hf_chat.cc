@@ -168,7 +168,7 @@ void ExpandVideo(const HfChat& chat, const VideoCounts& videos, size_t v, size_t
 template <typename Count>
 Status TokenizeChatWith(const HfChat& chat, std::span<const Turn> turns, Count&& count,
                         const VideoCounts* videos, int64_t* ids, int64_t* mask,
-                        int64_t* labels) {
+                        int64_t* labels, bool expand_images = true) {
   if (turns.empty()) return Status::TokenizeError("the conversation has no turns");
   // Per-thread buffers whose capacity settles after a few samples.
   thread_local std::vector<Turn> prepared;
@@ -179,7 +179,8 @@ Status TokenizeChatWith(const HfChat& chat, std::span<const Turn> turns, Count&&
 
   int64_t placeholder = 0;
   size_t video = 0, group = 0;
-  const bool images_expand = !chat.image_token.empty() && !chat.image_placeholder.empty();
+  const bool images_expand =
+      expand_images && !chat.image_token.empty() && !chat.image_placeholder.empty();
   const bool videos_expand =
       videos != nullptr && !chat.video_token.empty() && !chat.video_placeholder.empty();
   const auto expand = [&] {
@@ -351,8 +352,11 @@ Status TokenizeChat(const HfChat& chat, std::span<const Turn> turns,
     if (per_image == nullptr) return int64_t{chat.image_tokens};
     return i < count ? (*per_image)[static_cast<size_t>(i)] : int64_t{0};
   };
+  // Without grids, images expand only to a fixed count: a video-only chain leaves <image>
+  // as text rather than write empty vision blocks.
+  const bool expand_images = per_image != nullptr || chat.image_tokens > 0;
   HR_RETURN_IF_ERROR(TokenizeChatWith(chat, turns, image_count, with_videos ? &videos : nullptr,
-                                      ids, mask, labels));
+                                      ids, mask, labels, expand_images));
   if (per_image != nullptr) {
     int64_t want = 0;
     for (int64_t n : *per_image) want += n;

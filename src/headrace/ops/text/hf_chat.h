@@ -99,7 +99,8 @@ struct VideoCounts {
 // <|vision_start|><|video_pad|><|vision_end|> with the pad replaced per group)
 //   image_start, then per group g: "<%.1f seconds>" of timestamps[g], image_start,
 //   video_token x (h * w / merge^2), image_end; then image_end.
-// `per_image` null: every image placeholder gets chat.image_tokens (no count check).
+// `per_image` null: every image placeholder gets chat.image_tokens (no count check), and
+// stays text when that is 0.
 // kTokenizeError when the video placeholders and the videos differ in number (naming both
 // counts and videos.source), the timestamps are not one per group, or max_length cuts
 // into the video tokens; otherwise as the form above.

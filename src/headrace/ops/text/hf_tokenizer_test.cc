@@ -563,6 +563,22 @@ TEST(TokenizeChat, Qwen3TimestampsPrecedeEachTemporalGroup) {
             StatusCode::kTokenizeError);
 }
 
+TEST(TokenizeChat, WithoutImageGridsAnImagePlaceholderStaysText) {
+  auto chat = VideoChat(128);
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  const std::vector<Turn> turns = {{Role::kUser, "<video><image>"}, {Role::kAssistant, "hello"}};
+  const int64_t thw[] = {1, 2, 2};
+  std::vector<int64_t> ids(128), mask(128), labels(128);
+  ASSERT_TRUE(TokenizeChat(**chat, turns, nullptr, "", VideoCounts{thw, {}, 2, "g"}, ids.data(),
+                           mask.data(), labels.data()).ok());
+  const std::string a = "<|vision_start|>", z = "<|vision_end|>";
+  const std::vector<int> want =
+      Encode(*(*chat)->tokenizer, "<|im_start|>user\n" + a + "<|video_pad|>" + z +
+                                      "<image><|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n");
+  EXPECT_EQ(std::vector<int64_t>(ids.begin(), ids.begin() + static_cast<int64_t>(want.size())),
+            std::vector<int64_t>(want.begin(), want.end()));
+}
+
 TEST(TokenizeChat, VideoPlaceholdersAndVideosThatDisagreeInNumberNameBothCounts) {
   auto chat = VideoChat(128);
   ASSERT_TRUE(chat.ok()) << chat.status().ToString();
