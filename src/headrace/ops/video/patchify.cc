@@ -41,12 +41,13 @@ struct RgbConverter {
 
 Status ToRgb(const AVFrame* frame, uint8_t* dst) {
   thread_local RgbConverter conv;
-  // Accurate rounding and full chroma interpolation: the conversion transformers' PyAV
-  // and torchcodec decoders make through libswscale too.
+  // Libswscale's bilinear conversion, as PyAV's VideoFrame.to_ndarray("rgb24") makes it by
+  // default. For YUV clips the RGB bytes depend on the converter (about one level per
+  // pixel between flag sets); test_vlm_video.py uses lossless RGB clips, whose conversion
+  // is exact.
   conv.sws = sws_getCachedContext(conv.sws, frame->width, frame->height,
                                   static_cast<AVPixelFormat>(frame->format), frame->width,
-                                  frame->height, AV_PIX_FMT_RGB24,
-                                  SWS_BILINEAR | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT,
+                                  frame->height, AV_PIX_FMT_RGB24, SWS_BILINEAR,
                                   nullptr, nullptr, nullptr);
   if (conv.sws == nullptr) {
     return Status::CorruptData("video.patchify: cannot convert frames of pixel format " +
@@ -303,7 +304,7 @@ Status VideoPatchifyOp::Run(SampleContext& ctx) const {
                                      MutableImageView{dst, size.width, size.height, 3,
                                                       int64_t{size.width} * 3},
                                      resample_, temp));
-    // The same index twice (never from the two rules' own counts; kept exact anyway).
+    // The same index again: Qwen3-VL's num_frames above the clip's length repeats some.
     for (++next; next < n && indices[static_cast<size_t>(next)] == index; ++next) {
       std::memcpy(frames + static_cast<size_t>(next) * frame_bytes, dst, frame_bytes);
     }
