@@ -283,7 +283,8 @@ Result<ImageSize> SmartResizeVideoSize(int frames, int temporal_factor, int widt
     h0 = static_cast<int64_t>(static_cast<double>(h0) * scale);
     w0 = static_cast<int64_t>(static_cast<double>(w0) * scale);
   }
-  const double ratio = static_cast<double>(std::max(w0, h0)) / static_cast<double>(std::min(w0, h0));
+  const double ratio =
+      static_cast<double>(std::max(w0, h0)) / static_cast<double>(std::min(w0, h0));
   if (ratio > rule.max_aspect_ratio) {
     return Status::PixelLimit("video frame " + std::to_string(width) + "x" +
                               std::to_string(height) + ": aspect ratio " +

@@ -573,8 +573,9 @@ TEST(TokenizeChat, WithoutImageGridsAnImagePlaceholderStaysText) {
                            mask.data(), labels.data()).ok());
   const std::string a = "<|vision_start|>", z = "<|vision_end|>";
   const std::vector<int> want =
-      Encode(*(*chat)->tokenizer, "<|im_start|>user\n" + a + "<|video_pad|>" + z +
-                                      "<image><|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n");
+      Encode(*(*chat)->tokenizer,
+             "<|im_start|>user\n" + a + "<|video_pad|>" + z +
+                 "<image><|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n");
   EXPECT_EQ(std::vector<int64_t>(ids.begin(), ids.begin() + static_cast<int64_t>(want.size())),
             std::vector<int64_t>(want.begin(), want.end()));
 }
@@ -588,8 +589,9 @@ TEST(TokenizeChat, VideoPlaceholdersAndVideosThatDisagreeInNumberNameBothCounts)
   const Status s = TokenizeChat(**chat, two, nullptr, "", VideoCounts{thw, {}, 2, "video_grid_thw"},
                                 ids.data(), mask.data(), labels.data());
   EXPECT_EQ(s.code(), StatusCode::kTokenizeError);
-  EXPECT_THAT(s.message(), ::testing::HasSubstr("2 video placeholders ('<video>') and the sample 1 video "
-                                     "(video_grid_thw)"));
+  EXPECT_THAT(s.message(), ::testing::HasSubstr(
+                               "2 video placeholders ('<video>') and the sample 1 video "
+                               "(video_grid_thw)"));
 }
 
 TEST(TokenizeSpecValidate, Qwen3VideosNeedTheirTimestamps) {

@@ -328,7 +328,8 @@ Status VideoPatchifyOp::Run(SampleContext& ctx) const {
   std::memcpy(ctx.rows[grid_row_], thw, sizeof thw);
   const std::vector<double> times =
       GroupTimestamps(indices, video_fps, rules_.patch.temporal_patch_size);
-  HR_ASSIGN_OR_RETURN(uint8_t * ts, ctx.AppendRows(timestamps_row_, static_cast<int64_t>(times.size())));
+  HR_ASSIGN_OR_RETURN(uint8_t * ts,
+                      ctx.AppendRows(timestamps_row_, static_cast<int64_t>(times.size())));
   for (size_t g = 0; g < times.size(); ++g) {
     // As the prompt shows it: Python's f"{t:.1f}" of the double (printf rounds the exact
     // binary value as Python does), then f32. Rounding the f32 later could differ

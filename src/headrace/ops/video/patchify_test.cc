@@ -19,8 +19,12 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-FrameSampling Qwen2(double fps) { return FrameSampling{.model = VisionModel::kQwen2Vl, .fps = fps}; }
-FrameSampling Qwen3(double fps) { return FrameSampling{.model = VisionModel::kQwen3Vl, .fps = fps}; }
+FrameSampling Qwen2(double fps) {
+  return FrameSampling{.model = VisionModel::kQwen2Vl, .fps = fps};
+}
+FrameSampling Qwen3(double fps) {
+  return FrameSampling{.model = VisionModel::kQwen3Vl, .fps = fps};
+}
 
 TEST(SampleFrameIndices, Qwen2SamplesByFpsInAMultipleOfTheTemporalPatch) {
   // 30 frames at 10 fps, 2 wanted a second: 6 frames, 5 apart.
@@ -88,7 +92,8 @@ TEST(ResolveVideoPatchify, EachPresetGivesItsGeometryVideoRangeAndSamplingRule) 
   EXPECT_TRUE(r.volume_bound);
   EXPECT_EQ(r.sampling.model, VisionModel::kQwen3Vl);
   EXPECT_FLOAT_EQ(r.patch.mean[0], 0.5f);
-  r = ResolveVideoPatchify(VideoPatchifySpec{.preset = VisionModel::kQwen2_5Vl, .max_pixels = 1000});
+  r = ResolveVideoPatchify(
+      VideoPatchifySpec{.preset = VisionModel::kQwen2_5Vl, .max_pixels = 1000});
   EXPECT_EQ(r.patch.patch_size, 14);
   EXPECT_EQ(r.size.min_pixels, 3136);
   EXPECT_EQ(r.size.max_pixels, 1000);  // an explicit key overrides the preset
