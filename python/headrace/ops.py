@@ -4,8 +4,8 @@ The built-in operators are the C++ ones of the YAML config (``image.decode`` ...
 function here returns their config entry, so a pipeline built in code and one read from
 YAML are the same PipelineSpec. The functions are made from the schema the C++ op list
 exports (``decode``, ``resize``, ``center_crop``, ``random_resized_crop``, ``flip``,
-``normalize``, ``tokenize``, ``video_decode``, ``audio_decode``, ``audio_resample``,
-``audio_crop``, ... and ``op(name, **params)`` for any), with the
+``normalize``, ``tokenize``, ``video_decode``, ``video_patchify``, ``audio_decode``,
+``audio_resample``, ``audio_crop``, ... and ``op(name, **params)`` for any), with the
 parameters in the order the op declares them. ``map`` and ``map_batch`` add Python
 functions.
 """

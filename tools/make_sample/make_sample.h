@@ -9,7 +9,9 @@
 //                              {"from":"gpt","value":"Blue."}, ...]}
 //                          1 to 3 question/answer pairs about what was drawn (colour,
 //                          shape, count, position, background, a caption)
-//   videos/000000.mp4 ...  with `video`: H.264 clips of the same scenes (see below)
+//   videos/000000.mp4 ...  with `video`: H.264 clips of the same scenes (see below); the
+//                          records then also hold "video_conversations", the same turns
+//                          with the first question's <image> replaced by <video>
 //   audio/000000.wav ...   with `audio`: tones (see below)
 //   speech/000000.wav ...  with `audio` and `espeak`: spoken words (make_sample_speech.h)
 //   ocr/000000.png ...     with `ocr`: pages of rendered words (make_sample_ocr.h)

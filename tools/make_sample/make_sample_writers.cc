@@ -74,16 +74,28 @@ std::string ManifestLine(const ManifestRecord& r) {
   }
   key("pointcloud", r.pointcloud);
   key("pointcloud_pcd", r.pointcloud_pcd);
-  line += ",\"conversations\":[";
-  for (size_t i = 0; i < r.conversation.size(); ++i) {
-    if (i > 0) line += ',';
-    line += "{\"from\":\"human\",\"value\":";
-    AppendJsonString(line, r.conversation[i].question);
-    line += "},{\"from\":\"gpt\",\"value\":";
-    AppendJsonString(line, r.conversation[i].answer);
-    line += '}';
-  }
-  line += "]}\n";
+  // `placeholder` replaces the first question's leading "<image>".
+  const auto turns = [&](std::string_view name, std::string_view placeholder) {
+    line += ",\"" + std::string(name) + "\":[";
+    for (size_t i = 0; i < r.conversation.size(); ++i) {
+      if (i > 0) line += ',';
+      line += "{\"from\":\"human\",\"value\":";
+      std::string question = r.conversation[i].question;
+      if (i == 0 && question.starts_with("<image>")) {
+        question.replace(0, std::string_view("<image>").size(), placeholder);
+      }
+      AppendJsonString(line, question);
+      line += "},{\"from\":\"gpt\",\"value\":";
+      AppendJsonString(line, r.conversation[i].answer);
+      line += '}';
+    }
+    line += ']';
+  };
+  turns("conversations", "<image>");
+  // The same turns about the clip (Qwen-VL video SFT: examples/qwen2_vl_video.yaml); the
+  // VLM mix's records, with a list of images, keep their own turns only.
+  if (!r.video.empty() && !r.image_list) turns("video_conversations", "<video>");
+  line += "}\n";
   return line;
 }
 

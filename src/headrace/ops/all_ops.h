@@ -32,6 +32,7 @@
 #include "headrace/ops/pointcloud/voxelize.h"
 #include "headrace/ops/text/tokenize.h"
 #include "headrace/ops/video/decode.h"
+#include "headrace/ops/video/patchify.h"
 #include "headrace/ops/vision/patchify_op.h"
 #include "headrace/ops/vision/rope_index.h"
 
@@ -81,6 +82,7 @@ using AllOps = OpList<DecodeOp,             //
                       NormalizeOp,          //
                       TokenizeOp,           //
                       VideoDecodeOp,        //
+                      VideoPatchifyOp,      //
                       AudioDecodeOp,        //
                       AudioResampleOp,      //
                       AudioCropOp,          //

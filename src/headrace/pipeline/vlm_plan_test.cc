@@ -147,6 +147,41 @@ TEST(VlmPlan, GridFieldAndPresetNeedATokenizerJson) {
               HasSubstr("text.tokenize.image_tokens: give image_tokens"));
 }
 
+// video.patchify over a list: every per-video field has one entry per item, counted by
+// the list's videos_count (the ragged ones too: an entry per video, never per sample).
+TEST(VlmPlan, OverAVideoListEveryPerVideoFieldIsAnEntryPerItem) {
+  PipelineSpec spec;
+  spec.source.manifest = "m.jsonl";
+  spec.source.fields = {
+      SourceFieldSpec{.name = "videos", .kind = FieldKind::kVideo, .max_items = 3},
+      SourceFieldSpec{.name = "conversation", .kind = FieldKind::kConversation,
+                      .key = "conversations"}};
+  TokenizeSpec tokenize{.model = "", .tokenizer = "tok/tokenizer.json",
+                        .preset = VisionModel::kQwen3Vl, .max_length = 4096, .pad = false};
+  tokenize.video_grid_field = "video_grid_thw";
+  tokenize.video_timestamps_field = "video_timestamps";
+  spec.ops = {VideoPatchifySpec{.preset = VisionModel::kQwen3Vl, .field = "videos"}, tokenize};
+  ASSERT_TRUE(ValidatePipelineSpec(spec).ok()) << ValidatePipelineSpec(spec).ToString();
+  auto storage = MakeLocalStorage();
+  spec.ops.pop_back();  // planning reads the tokenizer file; the fields are the patchify's
+  Result<PipelinePlan> plan = PlanPipeline(spec, *storage);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  auto fields = FieldsOf(*plan);
+  EXPECT_EQ(fields["pixel_values_videos"].layout, FieldLayout::kRagged);
+  EXPECT_EQ(fields["pixel_values_videos"].sample_shape, (std::vector<int64_t>{1536}));
+  EXPECT_EQ(fields["pixel_values_videos"].count_field, "videos_count");
+  EXPECT_EQ(fields["video_timestamps"].layout, FieldLayout::kRagged);
+  EXPECT_EQ(fields["video_timestamps"].count_field, "videos_count");
+  EXPECT_EQ(fields["video_grid_thw"].layout, FieldLayout::kItems);
+  EXPECT_EQ(fields["video_grid_thw"].count_field, "videos_count");
+  EXPECT_EQ(plan->ops.at(0)->name(), "videos[*]: video.patchify");
+  // A tokenize with qwen3_vl's videos and no timestamps is a config error naming the key.
+  tokenize.video_timestamps_field.clear();
+  spec.ops.push_back(tokenize);
+  EXPECT_THAT(ValidatePipelineSpec(spec).message(),
+              HasSubstr("text.tokenize.video_timestamps_field"));
+}
+
 }  // namespace
 }  // namespace vlm_plan_test
 }  // namespace headrace

@@ -263,6 +263,58 @@ Result<ImageSize> SmartResizeSize(int width, int height, const SmartResizeRule& 
   return ImageSize{static_cast<int>(w_bar), static_cast<int>(h_bar)};
 }
 
+Result<ImageSize> SmartResizeVideoSize(int frames, int temporal_factor, int width, int height,
+                                       const SmartResizeRule& rule) {
+  if (width <= 0 || height <= 0) {
+    return Status::InvalidArgument("video smart_resize: empty frame (" + std::to_string(width) +
+                                   "x" + std::to_string(height) + ")");
+  }
+  if (temporal_factor < 1 || frames < temporal_factor) {
+    return Status::InvalidArgument("video smart_resize: " + std::to_string(frames) +
+                                   " frames, fewer than temporal_patch_size " +
+                                   std::to_string(temporal_factor));
+  }
+  const int64_t factor = rule.factor();
+  const double f = static_cast<double>(factor);
+  // transformers: a side below the factor scales both up (int() truncates).
+  int64_t h0 = height, w0 = width;
+  if (h0 < factor || w0 < factor) {
+    const double scale = std::max(f / static_cast<double>(h0), f / static_cast<double>(w0));
+    h0 = static_cast<int64_t>(static_cast<double>(h0) * scale);
+    w0 = static_cast<int64_t>(static_cast<double>(w0) * scale);
+  }
+  const double ratio =
+      static_cast<double>(std::max(w0, h0)) / static_cast<double>(std::min(w0, h0));
+  if (ratio > rule.max_aspect_ratio) {
+    return Status::PixelLimit("video frame " + std::to_string(width) + "x" +
+                              std::to_string(height) + ": aspect ratio " +
+                              schema::FormatDouble(ratio) + " is above max_aspect_ratio " +
+                              schema::FormatDouble(rule.max_aspect_ratio));
+  }
+  const double h = static_cast<double>(h0), w = static_cast<double>(w0);
+  const double t = frames;
+  int64_t h_bar = static_cast<int64_t>(std::nearbyint(h / f)) * factor;
+  int64_t w_bar = static_cast<int64_t>(std::nearbyint(w / f)) * factor;
+  const int64_t t_bar =
+      static_cast<int64_t>(std::nearbyint(t / temporal_factor)) * temporal_factor;
+  // Python's ints are exact; frames * h * w stays below 2^53 here (frames <= 4096,
+  // sides < 2^20 after the scale-up).
+  const double volume = t * h * w;
+  if (t_bar * h_bar * w_bar > rule.max_pixels) {
+    const double beta = std::sqrt(volume / static_cast<double>(rule.max_pixels));
+    h_bar = std::max(factor, static_cast<int64_t>(std::floor(h / beta / f)) * factor);
+    w_bar = std::max(factor, static_cast<int64_t>(std::floor(w / beta / f)) * factor);
+  } else if (t_bar * h_bar * w_bar < rule.min_pixels) {
+    const double beta = std::sqrt(static_cast<double>(rule.min_pixels) / volume);
+    h_bar = static_cast<int64_t>(std::ceil(h * beta / f)) * factor;
+    w_bar = static_cast<int64_t>(std::ceil(w * beta / f)) * factor;
+  }
+  if (h_bar > 0x7fffffff || w_bar > 0x7fffffff) {
+    return Status::Internal("video smart_resize: size overflow");
+  }
+  return ImageSize{static_cast<int>(w_bar), static_cast<int>(h_bar)};
+}
+
 namespace {
 // Pillow 13's order (ImagingResampleInner, python-pillow/Pillow#9549, "if height is scaled
 // down significantly more than width, resize vertically first"): vertical first when the

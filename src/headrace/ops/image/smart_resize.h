@@ -72,6 +72,16 @@ SmartResizeRule ResolveSmartResize(const SmartResizeSpec& spec);
 // message names the size and the limit); kInvalidArgument for an empty input.
 Result<ImageSize> SmartResizeSize(int width, int height, const SmartResizeRule& rule);
 
+// Qwen3-VL's video form (transformers' models/qwen3_vl/video_processing_qwen3_vl.py
+// smart_resize): the pixel range bounds frames * h * w, the frame count rounded to a
+// multiple of `temporal_factor` for the range test and taken as it is for the scale; a
+// side below the factor is first scaled up to it (truncating, as Python's int()). The
+// frame size for `frames` frames of width x height. kInvalidArgument when frames <
+// temporal_factor (transformers raises ValueError) or the frame is empty; kPixelLimit
+// for an aspect ratio above the limit.
+Result<ImageSize> SmartResizeVideoSize(int frames, int temporal_factor, int width, int height,
+                                       const SmartResizeRule& rule);
+
 // Why hand-written: no linked library resamples as PIL does (libyuv's filters are box
 // or bilinear without PIL's support scaling; resize.cc is torchvision's area filter), and
 // matching the reference byte for byte needs PIL's own integers. PIL's ImagingResample

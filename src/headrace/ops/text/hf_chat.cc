@@ -1,6 +1,7 @@
 #include "headrace/ops/text/hf_chat.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 #include <vector>
 
@@ -86,6 +87,12 @@ Result<std::unique_ptr<HfChat>> HfChat::Make(const TokenizeSpec& spec,
     }
   }
 
+  chat->video_placeholder = spec.video_placeholder;
+  chat->video_token = keys.video_token;
+  if (!keys.video_token.empty()) {
+    HR_ASSIGN_OR_RETURN(chat->video_token_id, RequireToken(t, keys.video_token, "video_token"));
+  }
+
   chat->max_length = spec.max_length;
   chat->ignore_index = spec.ignore_index;
   if (spec.pad_id >= t.vocab_size()) {
@@ -120,24 +127,48 @@ Result<int> HfChat::ImageTokens(int width, int height) const {
 
 namespace {
 
-// The placeholders of `turns`, in order.
-int64_t CountPlaceholders(const HfChat& chat, std::span<const Turn> turns) {
-  if (chat.image_placeholder.empty()) return 0;
+// The occurrences of `placeholder` in `turns`.
+int64_t CountPlaceholders(std::string_view placeholder, std::span<const Turn> turns) {
+  if (placeholder.empty()) return 0;
   int64_t n = 0;
   for (const Turn& turn : turns) {
     const std::string_view text = turn.text;
-    for (size_t at = text.find(chat.image_placeholder); at != std::string_view::npos;
-         at = text.find(chat.image_placeholder, at + chat.image_placeholder.size())) {
+    for (size_t at = text.find(placeholder); at != std::string_view::npos;
+         at = text.find(placeholder, at + placeholder.size())) {
       ++n;
     }
   }
   return n;
 }
 
-// Both forms of TokenizeChat: `count(i)` is the token count of placeholder i.
+// Appends video `v` of `videos` (its timestamps from `*group` on) as TokenizeChat's
+// video form writes it.
+void ExpandVideo(const HfChat& chat, const VideoCounts& videos, size_t v, size_t* group,
+                 std::string* out) {
+  const int64_t t = videos.thw[3 * v], hw = videos.thw[3 * v + 1] * videos.thw[3 * v + 2];
+  const int64_t per_group = hw / (int64_t{videos.merge_size} * videos.merge_size);
+  out->append(chat.image_start);
+  if (videos.timestamps.empty()) {
+    for (int64_t k = 0; k < t * per_group; ++k) out->append(chat.video_token);
+  } else {
+    for (int64_t g = 0; g < t; ++g, ++*group) {
+      char stamp[48];
+      std::snprintf(stamp, sizeof stamp, "<%.1f seconds>",
+                    static_cast<double>(videos.timestamps[*group]));
+      out->append(stamp).append(chat.image_start);
+      for (int64_t k = 0; k < per_group; ++k) out->append(chat.video_token);
+      out->append(chat.image_end);
+    }
+  }
+  out->append(chat.image_end);
+}
+
+// The forms of TokenizeChat: `count(i)` is the token count of image placeholder i;
+// `videos` null: video placeholders stay text.
 template <typename Count>
 Status TokenizeChatWith(const HfChat& chat, std::span<const Turn> turns, Count&& count,
-                        int64_t* ids, int64_t* mask, int64_t* labels) {
+                        const VideoCounts* videos, int64_t* ids, int64_t* mask,
+                        int64_t* labels, bool expand_images = true) {
   if (turns.empty()) return Status::TokenizeError("the conversation has no turns");
   // Per-thread buffers whose capacity settles after a few samples.
   thread_local std::vector<Turn> prepared;
@@ -147,6 +178,11 @@ Status TokenizeChatWith(const HfChat& chat, std::span<const Turn> turns, Count&&
   thread_local std::vector<uint32_t> starts;
 
   int64_t placeholder = 0;
+  size_t video = 0, group = 0;
+  const bool images_expand =
+      expand_images && !chat.image_token.empty() && !chat.image_placeholder.empty();
+  const bool videos_expand =
+      videos != nullptr && !chat.video_token.empty() && !chat.video_placeholder.empty();
   const auto expand = [&] {
     expansion = chat.image_start;
     for (int64_t i = count(placeholder), k = 0; k < i; ++k) expansion += chat.image_token;
@@ -161,18 +197,29 @@ Status TokenizeChatWith(const HfChat& chat, std::span<const Turn> turns, Count&&
     if (SanitizeUtf8(text, &sanitized)) text = sanitized;
     std::string& out = prepared[i].text;
     out.clear();
-    if (chat.image_token.empty() || chat.image_placeholder.empty()) {  // no expansion
+    if (!images_expand && !videos_expand) {  // no expansion
       out.assign(text);
       continue;
     }
-    for (size_t at = 0;;) {
-      const size_t hit = text.find(chat.image_placeholder, at);
+    for (size_t at = 0;;) {  // the nearer of the next image and video placeholder
+      const size_t image =
+          images_expand ? text.find(chat.image_placeholder, at) : std::string_view::npos;
+      const size_t clip =
+          videos_expand ? text.find(chat.video_placeholder, at) : std::string_view::npos;
+      const size_t hit = std::min(image, clip);
       if (hit == std::string_view::npos) {
         out.append(text.substr(at));
         break;
       }
-      out.append(text.substr(at, hit - at)).append(expand());
-      at = hit + chat.image_placeholder.size();
+      out.append(text.substr(at, hit - at));
+      if (hit == image) {
+        out.append(expand());
+        at = hit + chat.image_placeholder.size();
+      } else {
+        if (3 * video + 2 < videos->thw.size()) ExpandVideo(chat, *videos, video, &group, &out);
+        ++video;
+        at = hit + chat.video_placeholder.size();
+      }
     }
   }
 
@@ -222,37 +269,103 @@ Status TokenizeChatWith(const HfChat& chat, std::span<const Turn> turns, Count&&
 
 Status TokenizeChat(const HfChat& chat, std::span<const Turn> turns, int image_tokens,
                     int64_t* ids, int64_t* mask, int64_t* labels) {
-  return TokenizeChatWith(chat, turns, [&](int64_t) { return int64_t{image_tokens}; }, ids,
-                          mask, labels);
+  return TokenizeChatWith(chat, turns, [&](int64_t) { return int64_t{image_tokens}; }, nullptr,
+                          ids, mask, labels);
 }
+
+namespace {
+
+std::string Plural(int64_t n, std::string_view word) {
+  return std::to_string(n) + " " + std::string(word) + (n == 1 ? "" : "s");
+}
+
+// The tokens of `id` in the written rows against `want`: kTokenizeError when max_length
+// cut into them.
+Status CheckNotCut(const HfChat& chat, int id, int64_t want, int64_t items,
+                   std::string_view item, std::string_view token_kind, const int64_t* ids,
+                   const int64_t* mask) {
+  if (want == 0 || id < 0) return Status::Ok();
+  int64_t got = 0;
+  for (int64_t i = 0; i < chat.max_length && mask[i] != 0; ++i) got += ids[i] == id;
+  if (got >= want) return Status::Ok();
+  return Status::TokenizeError(
+      "max_length " + std::to_string(chat.max_length) + " cuts into the " +
+      std::string(token_kind) + " tokens: the " + Plural(items, item) + " need " +
+      std::to_string(want) + " " + std::string(token_kind) + " tokens and " +
+      std::to_string(got) + " fit (raise max_length, or lower the " + std::string(item) +
+      "s' max_pixels)");
+}
+
+}  // namespace
 
 Status TokenizeChat(const HfChat& chat, std::span<const Turn> turns,
                     std::span<const int64_t> per_image, std::string_view images, int64_t* ids,
                     int64_t* mask, int64_t* labels) {
-  const int64_t placeholders = CountPlaceholders(chat, turns);
-  const auto count = static_cast<int64_t>(per_image.size());
-  if (placeholders != count) {
-    return Status::TokenizeError(
-        "the conversation has " + std::to_string(placeholders) + " image placeholder" +
-        (placeholders == 1 ? "" : "s") + " ('" + chat.image_placeholder + "') and the sample " +
-        std::to_string(count) + " image" + (count == 1 ? "" : "s") + " (" + std::string(images) +
-        "): they must agree in number");
+  return TokenizeChat(chat, turns, &per_image, images, VideoCounts{}, ids, mask, labels);
+}
+
+Status TokenizeChat(const HfChat& chat, std::span<const Turn> turns,
+                    const std::span<const int64_t>* per_image, std::string_view images,
+                    const VideoCounts& videos, int64_t* ids, int64_t* mask, int64_t* labels) {
+  int64_t count = 0;
+  if (per_image != nullptr) {
+    const int64_t placeholders = CountPlaceholders(chat.image_placeholder, turns);
+    count = static_cast<int64_t>(per_image->size());
+    if (placeholders != count) {
+      return Status::TokenizeError(
+          "the conversation has " + Plural(placeholders, "image placeholder") + " ('" +
+          chat.image_placeholder + "') and the sample " + Plural(count, "image") + " (" +
+          std::string(images) + "): they must agree in number");
+    }
   }
-  HR_RETURN_IF_ERROR(TokenizeChatWith(
-      chat, turns,
-      [&](int64_t i) { return i < count ? per_image[static_cast<size_t>(i)] : int64_t{0}; },
-      ids, mask, labels));
-  int64_t want = 0;
-  for (int64_t n : per_image) want += n;
-  if (want == 0 || chat.image_token_id < 0) return Status::Ok();
-  int64_t got = 0;
-  for (int64_t i = 0; i < chat.max_length && mask[i] != 0; ++i) got += ids[i] == chat.image_token_id;
-  if (got < want) {
-    return Status::TokenizeError(
-        "max_length " + std::to_string(chat.max_length) + " cuts into the image tokens: the " +
-        std::to_string(count) + " image" + (count == 1 ? "" : "s") + " need " +
-        std::to_string(want) + " image tokens and " + std::to_string(got) +
-        " fit (raise max_length, or lower the images' max_pixels)");
+  const bool with_videos = !videos.source.empty();
+  const auto video_count = static_cast<int64_t>(videos.thw.size() / 3);
+  int64_t want_video = 0;
+  if (with_videos) {
+    const int64_t placeholders = CountPlaceholders(chat.video_placeholder, turns);
+    if (placeholders != video_count) {
+      return Status::TokenizeError(
+          "the conversation has " + Plural(placeholders, "video placeholder") + " ('" +
+          chat.video_placeholder + "') and the sample " + Plural(video_count, "video") + " (" +
+          std::string(videos.source) + "): they must agree in number");
+    }
+    int64_t groups = 0;
+    const int64_t merge = int64_t{videos.merge_size} * videos.merge_size;
+    for (int64_t v = 0; v < video_count; ++v) {
+      const int64_t* g = &videos.thw[static_cast<size_t>(3 * v)];
+      if (g[0] < 1 || g[1] < 1 || g[2] < 1 || (g[1] * g[2]) % merge != 0) {
+        return Status::TokenizeError(
+            "text.tokenize: " + std::string(videos.source) + "[" + std::to_string(v) + "] = (" +
+            std::to_string(g[0]) + ", " + std::to_string(g[1]) + ", " + std::to_string(g[2]) +
+            ") is not a grid of merge_size " + std::to_string(videos.merge_size));
+      }
+      groups += g[0];
+      want_video += g[0] * g[1] * g[2] / merge;
+    }
+    if (!videos.timestamps.empty() && static_cast<int64_t>(videos.timestamps.size()) != groups) {
+      return Status::TokenizeError("text.tokenize: " + std::to_string(videos.timestamps.size()) +
+                                   " video timestamps for " + std::to_string(groups) +
+                                   " temporal groups of " + std::string(videos.source));
+    }
+  }
+  const auto image_count = [&](int64_t i) {
+    if (per_image == nullptr) return int64_t{chat.image_tokens};
+    return i < count ? (*per_image)[static_cast<size_t>(i)] : int64_t{0};
+  };
+  // Without grids, images expand only to a fixed count: a video-only chain leaves <image>
+  // as text rather than write empty vision blocks.
+  const bool expand_images = per_image != nullptr || chat.image_tokens > 0;
+  HR_RETURN_IF_ERROR(TokenizeChatWith(chat, turns, image_count, with_videos ? &videos : nullptr,
+                                      ids, mask, labels, expand_images));
+  if (per_image != nullptr) {
+    int64_t want = 0;
+    for (int64_t n : *per_image) want += n;
+    HR_RETURN_IF_ERROR(
+        CheckNotCut(chat, chat.image_token_id, want, count, "image", "image", ids, mask));
+  }
+  if (with_videos) {
+    HR_RETURN_IF_ERROR(CheckNotCut(chat, chat.video_token_id, want_video, video_count, "video",
+                                   "video", ids, mask));
   }
   return Status::Ok();
 }

@@ -27,6 +27,11 @@ struct HfChat {
   std::string image_placeholder;
   std::string image_start, image_token, image_end;
   int image_token_id = -1;  // image_token's id (-1: none)
+  // Each video_placeholder becomes image_start, video_token x t*h*w/merge^2, image_end
+  // (VideoCounts); with timestamps, Qwen3-VL's form (TokenizeChat below).
+  std::string video_placeholder;
+  std::string video_token;  // "": videos are not expanded
+  int video_token_id = -1;
   int image_tokens = 0;   // N when > 0, else from the image's size
   int image_divisor = 0;  // patch_size * merge_size: N = (h / d) * (w / d)
   int64_t pad_id = 0;
@@ -77,5 +82,30 @@ Status TokenizeChat(const HfChat& chat, std::span<const Turn> turns, int image_t
 Status TokenizeChat(const HfChat& chat, std::span<const Turn> turns,
                     std::span<const int64_t> per_image, std::string_view images, int64_t* ids,
                     int64_t* mask, int64_t* labels);
+
+// A sample's videos, for the form below.
+struct VideoCounts {
+  std::span<const int64_t> thw;  // (t, h, w) per video, in the conversation's order
+  // One per temporal group of all the videos, in order (video.patchify's
+  // video_timestamps); empty: no timestamps (Qwen2-VL, Qwen2.5-VL).
+  std::span<const float> timestamps;
+  int merge_size = 2;
+  std::string_view source;  // what the grids come from, for messages
+};
+
+// The same with videos too: the i-th video_placeholder becomes, without timestamps,
+//   image_start, video_token x (t * h * w / merge^2), image_end
+// (Qwen2VLProcessor), and with them (Qwen3VLProcessor: its chat template's
+// <|vision_start|><|video_pad|><|vision_end|> with the pad replaced per group)
+//   image_start, then per group g: "<%.1f seconds>" of timestamps[g], image_start,
+//   video_token x (h * w / merge^2), image_end; then image_end.
+// `per_image` null: every image placeholder gets chat.image_tokens (no count check), and
+// stays text when that is 0.
+// kTokenizeError when the video placeholders and the videos differ in number (naming both
+// counts and videos.source), the timestamps are not one per group, or max_length cuts
+// into the video tokens; otherwise as the form above.
+Status TokenizeChat(const HfChat& chat, std::span<const Turn> turns,
+                    const std::span<const int64_t>* per_image, std::string_view images,
+                    const VideoCounts& videos, int64_t* ids, int64_t* mask, int64_t* labels);
 
 }  // namespace headrace

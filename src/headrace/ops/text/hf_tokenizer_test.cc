@@ -1,5 +1,6 @@
 #include "headrace/ops/text/hf_tokenizer.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -70,8 +71,9 @@ std::string TokenizerJson(const Options& o = {}) {
   for (int b = 0; b < 256; ++b) vocab.push_back(ByteChar(b));
   for (const auto& [a, b] : merges) vocab.push_back(a + b);
   std::string json = "{\"version\":\"1.0\",\"added_tokens\":[";
-  const char* added[] = {"<|im_start|>", "<|im_end|>", "<|pad|>", "<|image_pad|>"};
-  for (int i = 0; i < 4; ++i) {
+  const char* added[] = {"<|im_start|>", "<|im_end|>",    "<|pad|>",      "<|image_pad|>",
+                         "<|video_pad|>", "<|vision_start|>", "<|vision_end|>"};
+  for (int i = 0; i < 7; ++i) {
     json += std::string(i ? "," : "") + "{\"id\":" + std::to_string(vocab.size() + i) +
             ",\"content\":" + Quote(added[i]) + ",\"special\":true}";
   }
@@ -100,7 +102,7 @@ std::string TokenizerJson(const Options& o = {}) {
 }
 
 constexpr int kHello = 256 + 3, kSpaceWorld = 256 + 8, kImStart = 265, kImEnd = 266,
-              kPadToken = 267, kImagePad = 268;
+              kPadToken = 267, kImagePad = 268, kVideoPad = 269;
 
 std::unique_ptr<HfTokenizer> Load(const Options& o = {}) {
   auto t = HfTokenizer::FromJson(TokenizerJson(o), "test/tokenizer.json");
@@ -498,6 +500,109 @@ TEST(TokenizeChat, AMaxLengthThatCutsImageTokensFailsTheSample) {
       << s.message();
   const int64_t small[] = {2};
   EXPECT_TRUE(TokenizeChat(**chat, turns, small, "g", ids.data(), mask.data(), labels.data()).ok());
+}
+
+Result<std::unique_ptr<HfChat>> VideoChat(int max_length) {
+  TokenizeSpec spec;
+  spec.tokenizer = "t";
+  spec.chat_template = kChatMl;
+  spec.preset = VisionModel::kQwen2Vl;  // <|image_pad|>, <|video_pad|>, <|vision_start|>, ...
+  spec.video_grid_field = "video_grid_thw";
+  spec.max_length = max_length;
+  return HfChat::Make(spec, TokenizerJson(), {});
+}
+
+TEST(TokenizeChat, EachVideoPlaceholderGetsItsOwnVideosCountBesideTheImages) {
+  auto chat = VideoChat(128);
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  const std::vector<Turn> turns = {{Role::kUser, "<video>he<image><video>"},
+                                   {Role::kAssistant, "hello"}};
+  const int64_t images[] = {2};
+  const std::span<const int64_t> per_image(images);
+  const int64_t thw[] = {2, 4, 4, 1, 2, 2};  // 8 and 1 tokens at merge 2
+  std::vector<int64_t> ids(128), mask(128), labels(128);
+  const Status s = TokenizeChat(**chat, turns, &per_image, "image_grid_thw",
+                                VideoCounts{thw, {}, 2, "video_grid_thw"}, ids.data(),
+                                mask.data(), labels.data());
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const auto& t = *(*chat)->tokenizer;
+  const std::string v = "<|video_pad|>", i = "<|image_pad|>", a = "<|vision_start|>",
+                    z = "<|vision_end|>";
+  std::string user = a;
+  for (int k = 0; k < 8; ++k) user += v;
+  user += z + "he" + a + i + i + z + a + v + z;
+  const std::vector<int> want = Encode(
+      t, "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n");
+  EXPECT_EQ(std::vector<int64_t>(ids.begin(), ids.begin() + static_cast<int64_t>(want.size())),
+            std::vector<int64_t>(want.begin(), want.end()));
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), kVideoPad), 9);
+}
+
+TEST(TokenizeChat, Qwen3TimestampsPrecedeEachTemporalGroup) {
+  auto chat = VideoChat(128);
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  const std::vector<Turn> turns = {{Role::kUser, "<video>"}, {Role::kAssistant, "hello"}};
+  const int64_t thw[] = {2, 2, 4};  // two groups of 2 tokens
+  const float stamps[] = {0.2f, 1.2f};
+  std::vector<int64_t> ids(128), mask(128), labels(128);
+  const Status s = TokenizeChat(**chat, turns, nullptr, "", VideoCounts{thw, stamps, 2, "g"},
+                                ids.data(), mask.data(), labels.data());
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const std::string v = "<|video_pad|>", a = "<|vision_start|>", z = "<|vision_end|>";
+  const std::string user = a + "<0.2 seconds>" + a + v + v + z + "<1.2 seconds>" + a + v + v +
+                           z + z;
+  const std::vector<int> want =
+      Encode(*(*chat)->tokenizer, "<|im_start|>user\n" + user +
+                                      "<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n");
+  EXPECT_EQ(std::vector<int64_t>(ids.begin(), ids.begin() + static_cast<int64_t>(want.size())),
+            std::vector<int64_t>(want.begin(), want.end()));
+  // One timestamp per group, or the sample fails.
+  const float one[] = {0.2f};
+  EXPECT_EQ(TokenizeChat(**chat, turns, nullptr, "", VideoCounts{thw, one, 2, "g"}, ids.data(),
+                         mask.data(), labels.data()).code(),
+            StatusCode::kTokenizeError);
+}
+
+TEST(TokenizeChat, WithoutImageGridsAnImagePlaceholderStaysText) {
+  auto chat = VideoChat(128);
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  const std::vector<Turn> turns = {{Role::kUser, "<video><image>"}, {Role::kAssistant, "hello"}};
+  const int64_t thw[] = {1, 2, 2};
+  std::vector<int64_t> ids(128), mask(128), labels(128);
+  ASSERT_TRUE(TokenizeChat(**chat, turns, nullptr, "", VideoCounts{thw, {}, 2, "g"}, ids.data(),
+                           mask.data(), labels.data()).ok());
+  const std::string a = "<|vision_start|>", z = "<|vision_end|>";
+  const std::vector<int> want =
+      Encode(*(*chat)->tokenizer,
+             "<|im_start|>user\n" + a + "<|video_pad|>" + z +
+                 "<image><|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n");
+  EXPECT_EQ(std::vector<int64_t>(ids.begin(), ids.begin() + static_cast<int64_t>(want.size())),
+            std::vector<int64_t>(want.begin(), want.end()));
+}
+
+TEST(TokenizeChat, VideoPlaceholdersAndVideosThatDisagreeInNumberNameBothCounts) {
+  auto chat = VideoChat(128);
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  const std::vector<Turn> two = {{Role::kUser, "<video><video>"}, {Role::kAssistant, "hello"}};
+  const int64_t thw[] = {1, 2, 2};
+  std::vector<int64_t> ids(128), mask(128), labels(128);
+  const Status s = TokenizeChat(**chat, two, nullptr, "", VideoCounts{thw, {}, 2, "video_grid_thw"},
+                                ids.data(), mask.data(), labels.data());
+  EXPECT_EQ(s.code(), StatusCode::kTokenizeError);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr(
+                               "2 video placeholders ('<video>') and the sample 1 video "
+                               "(video_grid_thw)"));
+}
+
+TEST(TokenizeSpecValidate, Qwen3VideosNeedTheirTimestamps) {
+  TokenizeSpec spec;
+  spec.tokenizer = "t";
+  spec.preset = VisionModel::kQwen3Vl;
+  spec.video_grid_field = "video_grid_thw";
+  EXPECT_THAT(TokenizeOp::Validate(spec, "text.tokenize").message(),
+              ::testing::HasSubstr("text.tokenize.video_timestamps_field"));
+  spec.video_timestamps_field = "video_timestamps";
+  EXPECT_TRUE(TokenizeOp::Validate(spec, "text.tokenize").ok());
 }
 
 // The op reads the sample's grids where the op before wrote them (GridInput::Layout):

@@ -219,6 +219,11 @@ ImageTokenKeys ResolveImageTokens(const TokenizeSpec& spec) {
     if (keys.merge_size == 0) keys.merge_size = p->merge_size;
     keys.preset = PresetOfSizes(spec.preset, spec.patch_size, spec.merge_size);
   }
+  if (!spec.video_grid_field.empty()) {
+    keys.video_token = spec.video_token;
+    const VisionPreset* p = FindVisionPreset(spec.preset);
+    if (keys.video_token.empty() && p != nullptr) keys.video_token = p->tokens.video_pad;
+  }
   return keys;
 }
 
@@ -250,12 +255,32 @@ Status TokenizeOp::Validate(const Spec& s, const std::string& p) {
                                "give image_tokens (the same count for every image) or "
                                "grid_field (each image's own), not both");
       }
-    } else if (expands && s.image_tokens == 0) {
+    } else if (expands && s.image_tokens == 0 && s.video_grid_field.empty()) {
       HR_RETURN_IF_ERROR(
           schema::NonEmpty(p + ".image_field", s.image_field, "the image whose size gives N"));
     }
-  } else if (s.preset != VisionModel::kNone || !s.grid_field.empty()) {
-    return schema::Invalid(p + (s.preset != VisionModel::kNone ? ".preset" : ".grid_field"),
+    if (!s.video_grid_field.empty()) {
+      if (ResolveImageTokens(s).video_token.empty()) {
+        return schema::Invalid(p + ".video_grid_field",
+                               "needs video_token (or a preset): the token each video's "
+                               "count repeats");
+      }
+      HR_RETURN_IF_ERROR(schema::NonEmpty(p + ".video_placeholder", s.video_placeholder,
+                                          "the text that stands for a video"));
+      if (s.preset == VisionModel::kQwen3Vl && s.video_timestamps_field.empty()) {
+        return schema::Invalid(p + ".video_timestamps_field",
+                               "is needed with preset qwen3_vl: its prompt writes each "
+                               "temporal group's time (video.patchify's video_timestamps)");
+      }
+    } else if (!s.video_timestamps_field.empty()) {
+      return schema::Invalid(p + ".video_timestamps_field",
+                             "needs video_grid_field (the videos the timestamps are of)");
+    }
+  } else if (s.preset != VisionModel::kNone || !s.grid_field.empty() ||
+             !s.video_grid_field.empty()) {
+    return schema::Invalid(p + (s.preset != VisionModel::kNone ? ".preset"
+                                : !s.grid_field.empty()        ? ".grid_field"
+                                                               : ".video_grid_field"),
                            "applies to tokenizer: (a tokenizer.json), not to model:");
   }
   HR_RETURN_IF_ERROR(schema::NonEmpty(p + ".field", s.field, "the conversation value"));
@@ -264,17 +289,19 @@ Status TokenizeOp::Validate(const Spec& s, const std::string& p) {
 
 namespace {
 bool ImageSized(const TokenizeSpec& spec) {
-  return !spec.tokenizer.empty() && spec.grid_field.empty() &&
+  return !spec.tokenizer.empty() && spec.grid_field.empty() && spec.video_grid_field.empty() &&
          !ResolveImageTokens(spec).token.empty() && spec.image_tokens == 0;
 }
 
-// Where the grids of `spec.grid_field` are, with the checks of Declare: an i64 [3] per
-// image, written by an op that agrees with this one's patch and merge sizes.
-Result<TokenizeOp::GridInput> ReadGrids(const TokenizeSpec& spec, PlanContext& ctx) {
+// Where the grids of `grid_field` (an image or a video grid field) are, with the checks
+// of Declare: an i64 [3] per item, written by an op that agrees with this one's patch and
+// merge sizes.
+Result<TokenizeOp::GridInput> ReadGrids(const TokenizeSpec& spec, const std::string& grid_field,
+                                        PlanContext& ctx) {
   using Layout = TokenizeOp::GridInput::Layout;
   TokenizeOp::GridInput grids;
-  if (spec.tokenizer.empty() || spec.grid_field.empty()) return grids;
-  HR_ASSIGN_OR_RETURN(FieldRead field, ctx.ReadField(spec.grid_field));
+  if (spec.tokenizer.empty() || grid_field.empty()) return grids;
+  HR_ASSIGN_OR_RETURN(FieldRead field, ctx.ReadField(grid_field));
   const std::vector<int64_t>& shape = field.spec.sample_shape;
   const bool fixed = field.spec.layout == FieldLayout::kFixed;
   const bool padded = fixed && field.items > 0;
@@ -283,14 +310,14 @@ Result<TokenizeOp::GridInput> ReadGrids(const TokenizeSpec& spec, PlanContext& c
   if (field.spec.dtype != DType::kI64 || shape != want ||
       (!fixed && field.spec.layout != FieldLayout::kItems &&
        field.spec.layout != FieldLayout::kRagged)) {
-    return ctx.Error("grid_field '" + spec.grid_field + "' (from " + field.writer +
+    return ctx.Error("grid_field '" + grid_field + "' (from " + field.writer +
                      ") is not an i64 (t, h, w) per image, as vision.patchify's grid_output is");
   }
   const ImageTokenKeys keys = ResolveImageTokens(spec);
   const PatchGeometry mine{keys.patch_size, keys.merge_size, ctx.key(), keys.preset};
   HR_RETURN_IF_ERROR(CheckSameGeometry(
       mine, field.geometry,
-      "the grids of '" + spec.grid_field + "' hold patches of " +
+      "the grids of '" + grid_field + "' hold patches of " +
           std::to_string(field.geometry.patch_size) + " px merged " +
           std::to_string(field.geometry.merge_size) + "x" +
           std::to_string(field.geometry.merge_size) + " per token"));
@@ -300,9 +327,22 @@ Result<TokenizeOp::GridInput> ReadGrids(const TokenizeSpec& spec, PlanContext& c
   grids.merge_size = keys.merge_size > 0             ? keys.merge_size
                      : field.geometry.merge_size > 0 ? field.geometry.merge_size
                                                      : 2;
-  grids.field = spec.grid_field;
+  grids.field = grid_field;
   return grids;
 }
+
+// The row of video_timestamps_field: a ragged f32 field of an earlier op; -1 for none.
+Result<int> ReadTimestamps(const TokenizeSpec& spec, PlanContext& ctx) {
+  if (spec.tokenizer.empty() || spec.video_timestamps_field.empty()) return -1;
+  HR_ASSIGN_OR_RETURN(FieldRead field, ctx.ReadField(spec.video_timestamps_field));
+  if (field.spec.dtype != DType::kF32 || field.spec.layout != FieldLayout::kRagged) {
+    return ctx.Error("video_timestamps_field '" + spec.video_timestamps_field + "' (from " +
+                     field.writer + ") is not a ragged f32 field, as video.patchify's "
+                     "timestamps_output is");
+  }
+  return field.row;
+}
+
 // attention_mask, or with pad false position_ids.
 std::string SecondOutput(const TokenizeSpec& spec) {
   return spec.pad ? kOutputs[1] : kRaggedOutputs[1];
@@ -313,6 +353,7 @@ TokenSequence TokenizeOp::Sequence(std::string field) const {
   if (hf_ != nullptr) {
     TokenSequence s{std::move(field), hf_->pad_id, hf_->ignore_index, {}};
     if (hf_->image_token_id >= 0) s.vision_token_ids.push_back(hf_->image_token_id);
+    if (hf_->video_token_id >= 0) s.vision_token_ids.push_back(hf_->video_token_id);
     return s;
   }
   return TokenSequence{std::move(field), template_.pad_id, template_.ignore_index, {}};
@@ -321,7 +362,9 @@ TokenSequence TokenizeOp::Sequence(std::string field) const {
 Status TokenizeOp::Declare(const Spec& spec, PlanContext& ctx) {
   HR_RETURN_IF_ERROR(ctx.Read(spec.field, ValueKind::kConversation).status());
   if (ImageSized(spec)) HR_RETURN_IF_ERROR(ctx.Read(spec.image_field, ValueKind::kImage).status());
-  HR_RETURN_IF_ERROR(ReadGrids(spec, ctx).status());
+  HR_RETURN_IF_ERROR(ReadGrids(spec, spec.grid_field, ctx).status());
+  HR_RETURN_IF_ERROR(ReadGrids(spec, spec.video_grid_field, ctx).status());
+  HR_RETURN_IF_ERROR(ReadTimestamps(spec, ctx).status());
   for (const char* name : spec.pad ? kOutputs : kRaggedOutputs) {
     if (spec.pad) {
       ctx.AddField(FieldSpec{spec.output_prefix + name, DType::kI64, {spec.max_length}},
@@ -367,12 +410,15 @@ Result<std::unique_ptr<Op>> TokenizeOp::Make(const Spec& spec, PlanContext& ctx)
       if (!parsed.ok()) return parsed.status().WithContext(ctx.key() + ".tokenizer_config");
       config = std::move(parsed).value();
     }
-    HR_ASSIGN_OR_RETURN(GridInput grids, ReadGrids(spec, ctx));
+    HR_ASSIGN_OR_RETURN(GridInput grids, ReadGrids(spec, spec.grid_field, ctx));
+    VideoInput videos;
+    HR_ASSIGN_OR_RETURN(videos.grids, ReadGrids(spec, spec.video_grid_field, ctx));
+    HR_ASSIGN_OR_RETURN(videos.timestamps_row, ReadTimestamps(spec, ctx));
     auto op = FromTokenizer(
         spec, std::string_view(reinterpret_cast<const char*>(json.data()), json.size()), config,
         ctx.row(spec.output_prefix + kOutputs[0]), ctx.row(spec.output_prefix + SecondOutput(spec)),
         ctx.row(spec.output_prefix + kOutputs[2]), ctx.slot(spec.field),
-        ImageSized(spec) ? ctx.slot(spec.image_field) : -1, std::move(grids));
+        ImageSized(spec) ? ctx.slot(spec.image_field) : -1, std::move(grids), std::move(videos));
     if (!op.ok()) return op.status().WithContext(ctx.key().substr(0, ctx.key().find('.')));
     if (!spec.pad) ctx.AddSequence((*op)->Sequence(spec.output_prefix + kRaggedOutputs[0]));
     return std::unique_ptr<Op>(*std::move(op));
@@ -424,7 +470,7 @@ Result<std::unique_ptr<TokenizeOp>> TokenizeOp::FromModel(const TokenizeSpec& sp
 Result<std::unique_ptr<TokenizeOp>> TokenizeOp::FromTokenizer(
     const TokenizeSpec& spec, std::string_view tokenizer_json, const TokenizerConfig& config,
     int input_ids_row, int attention_mask_row, int labels_row, int conversation_slot,
-    int image_slot, GridInput grids) {
+    int image_slot, GridInput grids, VideoInput videos) {
   if (input_ids_row < 0 || attention_mask_row < 0 || labels_row < 0 ||
       input_ids_row == attention_mask_row || input_ids_row == labels_row ||
       attention_mask_row == labels_row) {
@@ -441,48 +487,73 @@ Result<std::unique_ptr<TokenizeOp>> TokenizeOp::FromTokenizer(
   op->hf_ = std::move(chat);
   op->image_slot_ = image_slot;
   op->grids_ = std::move(grids);
+  op->videos_ = std::move(videos);
   op->pad_ = spec.pad;
   return op;
 }
 
+namespace {
+// This sample's grids, as the op before wrote them (GridInput::Layout).
+Result<std::span<const int64_t>> SampleGrids(const SampleContext& ctx,
+                                             const TokenizeOp::GridInput& grids) {
+  using Layout = TokenizeOp::GridInput::Layout;
+  switch (grids.layout) {
+    case Layout::kOne:
+      return std::span<const int64_t>(reinterpret_cast<const int64_t*>(ctx.rows[grids.row]), 3);
+    case Layout::kPadded: {
+      const auto* row = reinterpret_cast<const int64_t*>(ctx.rows[grids.row]);
+      size_t n = 0;
+      while (n < static_cast<size_t>(grids.max_items) && row[3 * n] != 0) ++n;
+      return std::span<const int64_t>(row, 3 * n);
+    }
+    case Layout::kAppended: {
+      if (ctx.ragged == nullptr) return Status::Internal("text.tokenize: no appended grids");
+      const std::span<const uint8_t> bytes = ctx.ragged->bytes(grids.row);
+      return std::span<const int64_t>(reinterpret_cast<const int64_t*>(bytes.data()),
+                                      bytes.size() / sizeof(int64_t));
+    }
+    case Layout::kNone: break;
+  }
+  return Status::Internal("text.tokenize: no grid field");
+}
+}  // namespace
+
 Status TokenizeOp::TokenizeWithGrids(const SampleContext& ctx, std::span<const Turn> turns,
                                      int64_t* const* rows) const {
-  // This sample's grids, as the op before wrote them (GridInput::Layout).
-  std::span<const int64_t> thw;
-  switch (grids_.layout) {
-    case GridInput::Layout::kOne:
-      thw = {reinterpret_cast<const int64_t*>(ctx.rows[grids_.row]), 3};
-      break;
-    case GridInput::Layout::kPadded: {
-      const auto* row = reinterpret_cast<const int64_t*>(ctx.rows[grids_.row]);
-      size_t n = 0;
-      while (n < static_cast<size_t>(grids_.max_items) && row[3 * n] != 0) ++n;
-      thw = {row, 3 * n};
-      break;
-    }
-    case GridInput::Layout::kAppended: {
-      if (ctx.ragged == nullptr) return Status::Internal("text.tokenize: no appended grids");
-      const std::span<const uint8_t> bytes = ctx.ragged->bytes(grids_.row);
-      thw = {reinterpret_cast<const int64_t*>(bytes.data()), bytes.size() / sizeof(int64_t)};
-      break;
-    }
-    case GridInput::Layout::kNone: return Status::Internal("text.tokenize: no grid field");
-  }
   thread_local std::vector<int64_t> counts;
   counts.clear();
-  const int64_t merge = int64_t{grids_.merge_size} * grids_.merge_size;
-  for (size_t i = 0; i + 3 <= thw.size(); i += 3) {
-    const int64_t patches = thw[i] * thw[i + 1] * thw[i + 2];
-    if (thw[i] < 1 || thw[i + 1] < 1 || thw[i + 2] < 1 || patches % merge != 0) {
-      return Status::TokenizeError("text.tokenize: " + grids_.field + "[" +
-                                   std::to_string(i / 3) + "] = (" + std::to_string(thw[i]) +
-                                   ", " + std::to_string(thw[i + 1]) + ", " +
-                                   std::to_string(thw[i + 2]) + ") is not a grid of merge_size " +
-                                   std::to_string(grids_.merge_size));
+  const bool with_images = grids_.layout != GridInput::Layout::kNone;
+  if (with_images) {
+    HR_ASSIGN_OR_RETURN(std::span<const int64_t> thw, SampleGrids(ctx, grids_));
+    const int64_t merge = int64_t{grids_.merge_size} * grids_.merge_size;
+    for (size_t i = 0; i + 3 <= thw.size(); i += 3) {
+      const int64_t patches = thw[i] * thw[i + 1] * thw[i + 2];
+      if (thw[i] < 1 || thw[i + 1] < 1 || thw[i + 2] < 1 || patches % merge != 0) {
+        return Status::TokenizeError("text.tokenize: " + grids_.field + "[" +
+                                     std::to_string(i / 3) + "] = (" + std::to_string(thw[i]) +
+                                     ", " + std::to_string(thw[i + 1]) + ", " +
+                                     std::to_string(thw[i + 2]) +
+                                     ") is not a grid of merge_size " +
+                                     std::to_string(grids_.merge_size));
+      }
+      counts.push_back(patches / merge);
     }
-    counts.push_back(patches / merge);
   }
-  return TokenizeChat(*hf_, turns, counts, grids_.field, rows[0], rows[1], rows[2]);
+  VideoCounts videos;
+  if (videos_.grids.layout != GridInput::Layout::kNone) {
+    HR_ASSIGN_OR_RETURN(videos.thw, SampleGrids(ctx, videos_.grids));
+    videos.merge_size = videos_.grids.merge_size;
+    videos.source = videos_.grids.field;
+    if (videos_.timestamps_row >= 0) {
+      if (ctx.ragged == nullptr) return Status::Internal("text.tokenize: no video timestamps");
+      const std::span<const uint8_t> bytes = ctx.ragged->bytes(videos_.timestamps_row);
+      videos.timestamps = {reinterpret_cast<const float*>(bytes.data()),
+                           bytes.size() / sizeof(float)};
+    }
+  }
+  const std::span<const int64_t> per_image(counts);
+  return TokenizeChat(*hf_, turns, with_images ? &per_image : nullptr, grids_.field, videos,
+                      rows[0], rows[1], rows[2]);
 }
 
 Status TokenizeOp::Run(SampleContext& ctx) const {
@@ -504,7 +575,8 @@ Status TokenizeOp::Run(SampleContext& ctx) const {
     unpadded.resize(static_cast<size_t>(3 * max_length));
     for (int r = 0; r < 3; ++r) rows[r] = unpadded.data() + r * max_length;
   }
-  if (hf_ != nullptr && grids_.layout != GridInput::Layout::kNone) {
+  if (hf_ != nullptr && (grids_.layout != GridInput::Layout::kNone ||
+                         videos_.grids.layout != GridInput::Layout::kNone)) {
     HR_RETURN_IF_ERROR(TokenizeWithGrids(ctx, conversation->turns, rows));
   } else if (hf_ != nullptr) {
     int image_tokens = hf_->image_tokens;

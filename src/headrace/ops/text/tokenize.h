@@ -64,6 +64,17 @@ struct TokenizeSpec {  // text.tokenize
   // t*h*w / merge_size^2 tokens of the i-th grid, and placeholders and grids must agree
   // in number. "": every placeholder gets the same N (image_tokens or image_field).
   std::string grid_field{};
+  // Videos, as images: each video_placeholder becomes its own video's count of
+  // video_token (preset: <|video_pad|>) between image_start and image_end, from the grids
+  // of `video_grid_field` (video.patchify's video_grid_thw), in order; placeholders and
+  // videos must agree in number. With `video_timestamps_field` (video.patchify's
+  // video_timestamps; required with preset qwen3_vl) each temporal group is written as
+  // Qwen3-VL's processor writes it: "<t.t seconds>" image_start pads image_end.
+  // No video_grid_field: <video> stays text.
+  std::string video_placeholder = "<video>";
+  std::string video_token{};
+  std::string video_grid_field{};
+  std::string video_timestamps_field{};
   int patch_size = 0;  // 0: preset or 14. image_field: N = (height / (patch*merge)) * ...
   int merge_size = 0;  // 0: preset, or with grid_field the grid's writer's, or 2
   // --- both ---
@@ -97,6 +108,7 @@ struct ImageTokenKeys {
   int patch_size = 0;
   int merge_size = 0;
   std::string preset;  // the preset's name when it gave the sizes, for messages
+  std::string video_token{};  // "" unless video_grid_field is set
 };
 ImageTokenKeys ResolveImageTokens(const TokenizeSpec& spec);
 
@@ -232,6 +244,10 @@ class TokenizeOp : public Op {
     f("merge_size", s.merge_size);
     f("preset", s.preset);
     f("grid_field", s.grid_field);
+    f("video_placeholder", s.video_placeholder);
+    f("video_token", s.video_token);
+    f("video_grid_field", s.video_grid_field);
+    f("video_timestamps_field", s.video_timestamps_field);
   }
   static Status Validate(const Spec& spec, const std::string& key);
   // Reads the conversation `field` (and, with `tokenizer` and an image token, the batch
@@ -277,13 +293,27 @@ class TokenizeOp : public Op {
     std::string field;   // for messages
   };
 
+  // Where a sample's videos are (video_grid_field, video_timestamps_field).
+  struct VideoInput {
+    GridInput grids;          // layout kNone: no video expansion
+    int timestamps_row = -1;  // the ragged f32 timestamps; -1: none (Qwen2-VL)
+  };
+
   // The op with a tokenizer.json: `tokenizer_json` holds spec.tokenizer's bytes,
   // `config` its tokenizer_config.json's contents. `image_slot` is the image whose size
   // gives the image token count (-1: spec.image_tokens or `grids`). Errors as FromModel's.
   static Result<std::unique_ptr<TokenizeOp>> FromTokenizer(
       const TokenizeSpec& spec, std::string_view tokenizer_json, const TokenizerConfig& config,
       int input_ids_row, int attention_mask_row, int labels_row, int conversation_slot,
-      int image_slot, GridInput grids);
+      int image_slot, GridInput grids, VideoInput videos);
+  static Result<std::unique_ptr<TokenizeOp>> FromTokenizer(
+      const TokenizeSpec& spec, std::string_view tokenizer_json, const TokenizerConfig& config,
+      int input_ids_row, int attention_mask_row, int labels_row, int conversation_slot,
+      int image_slot, GridInput grids) {
+    return FromTokenizer(spec, tokenizer_json, config, input_ids_row, attention_mask_row,
+                         labels_row, conversation_slot, image_slot, std::move(grids),
+                         VideoInput{});
+  }
 
   std::string_view name() const override { return kName; }
   // kTokenizeError when the conversation has no turns, the model rejects its text or
@@ -311,6 +341,7 @@ class TokenizeOp : public Op {
   std::unique_ptr<HfChat> hf_;
   int image_slot_ = -1;
   GridInput grids_;
+  VideoInput videos_;
   bool pad_ = true;  // false: the three fields are ragged; the second is position_ids
   int input_ids_row_;
   int attention_mask_row_;

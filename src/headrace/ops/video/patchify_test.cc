@@ -1,0 +1,240 @@
+#include "headrace/ops/video/patchify.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "headrace/core/ragged_rows.h"
+#include "headrace/ops/av/av_encode.h"
+
+namespace headrace {
+namespace video_patchify_test {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+FrameSampling Qwen2(double fps) {
+  return FrameSampling{.model = VisionModel::kQwen2Vl, .fps = fps};
+}
+FrameSampling Qwen3(double fps) {
+  return FrameSampling{.model = VisionModel::kQwen3Vl, .fps = fps};
+}
+
+TEST(SampleFrameIndices, Qwen2SamplesByFpsInAMultipleOfTheTemporalPatch) {
+  // 30 frames at 10 fps, 2 wanted a second: 6 frames, 5 apart.
+  EXPECT_THAT(*SampleFrameIndices(Qwen2(2), 30, 10), ElementsAre(0, 5, 10, 15, 20, 25));
+  // 5 frames: min_frames 4 (a multiple of 2), arange(0, 5, 1.25).int().
+  EXPECT_THAT(*SampleFrameIndices(Qwen2(2), 5, 10), ElementsAre(0, 1, 2, 3));
+  // 7 frames at 1 fps asked 2 a second: 14 capped at floor(7 / 2) * 2 = 6.
+  EXPECT_THAT(*SampleFrameIndices(Qwen2(2), 7, 1), ElementsAre(0, 1, 2, 3, 4, 5));
+  FrameSampling fixed = Qwen2(2);
+  fixed.num_frames = 3;  // rounded to 4
+  EXPECT_THAT(*SampleFrameIndices(fixed, 8, 10), ElementsAre(0, 2, 4, 6));
+}
+
+TEST(SampleFrameIndices, Qwen2RefusesAClipShorterThanATemporalPatch) {
+  const auto r = SampleFrameIndices(Qwen2(2), 1, 10);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("fewer than temporal_patch_size 2"));
+}
+
+TEST(SampleFrameIndices, Qwen3SpreadsFramesWithLinspaceRoundedHalfToEven) {
+  // int(30 / 10 * 2) = 6: linspace(0, 29, 6) = 0, 5.8, 11.6, 17.4, 23.2, 29.
+  EXPECT_THAT(*SampleFrameIndices(Qwen3(2), 30, 10), ElementsAre(0, 6, 12, 17, 23, 29));
+  // 4 frames: min_frames 4 -> all of them.
+  EXPECT_THAT(*SampleFrameIndices(Qwen3(2), 4, 10), ElementsAre(0, 1, 2, 3));
+  FrameSampling three = Qwen3(2);
+  three.num_frames = 3;  // linspace(0, 3, 3) = 0, 1.5, 3: 1.5 rounds to 2
+  EXPECT_THAT(*SampleFrameIndices(three, 4, 10), ElementsAre(0, 2, 3));
+}
+
+TEST(GroupTimestamps, AveragesEachGroupsFirstAndLastFrameTime) {
+  const std::vector<int64_t> six = {0, 6, 12, 17, 23, 29};
+  const std::vector<double> t = GroupTimestamps(six, 10, 2);
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_DOUBLE_EQ(t[0], 0.3);
+  EXPECT_DOUBLE_EQ(t[1], 1.45);
+  EXPECT_DOUBLE_EQ(t[2], 2.6);
+  // An odd count: the last group repeats its frame.
+  const std::vector<int64_t> three = {0, 5, 10};
+  EXPECT_THAT(GroupTimestamps(three, 10, 2), ElementsAre(0.25, 1.0));
+}
+
+std::pair<int, int> WH(const Result<ImageSize>& s) {
+  return s.ok() ? std::pair<int, int>{s->width, s->height} : std::pair<int, int>{-1, -1};
+}
+
+TEST(SmartResizeVideoSize, MatchesQwen3VlsRuleOverFramesTimesPixels) {
+  SmartResizeRule rule{.patch_size = 16, .merge_size = 2, .min_pixels = 4096,
+                       .max_pixels = 25165824};
+  // Values from transformers' qwen3_vl smart_resize.
+  EXPECT_EQ(WH(SmartResizeVideoSize(16, 2, 1280, 720, rule)), (std::pair<int, int>{1280, 704}));
+  rule.max_pixels = 32 * 32 * 100;
+  EXPECT_EQ(WH(SmartResizeVideoSize(5, 2, 1280, 720, rule)), (std::pair<int, int>{160, 96}));
+  rule.max_pixels = 25165824;
+  EXPECT_EQ(WH(SmartResizeVideoSize(4, 2, 600, 20, rule)), (std::pair<int, int>{960, 32}));
+  rule.min_pixels = 200000;
+  EXPECT_EQ(WH(SmartResizeVideoSize(3, 2, 90, 100, rule)), (std::pair<int, int>{256, 288}));
+  EXPECT_FALSE(SmartResizeVideoSize(1, 2, 90, 100, rule).ok());
+}
+
+TEST(ResolveVideoPatchify, EachPresetGivesItsGeometryVideoRangeAndSamplingRule) {
+  VideoPatchifyRules r = ResolveVideoPatchify(VideoPatchifySpec{.preset = VisionModel::kQwen3Vl});
+  EXPECT_EQ(r.patch.patch_size, 16);
+  EXPECT_EQ(r.size.min_pixels, 4096);
+  EXPECT_EQ(r.size.max_pixels, 25165824);
+  EXPECT_TRUE(r.volume_bound);
+  EXPECT_EQ(r.sampling.model, VisionModel::kQwen3Vl);
+  EXPECT_FLOAT_EQ(r.patch.mean[0], 0.5f);
+  r = ResolveVideoPatchify(
+      VideoPatchifySpec{.preset = VisionModel::kQwen2_5Vl, .max_pixels = 1000});
+  EXPECT_EQ(r.patch.patch_size, 14);
+  EXPECT_EQ(r.size.min_pixels, 3136);
+  EXPECT_EQ(r.size.max_pixels, 1000);  // an explicit key overrides the preset
+  EXPECT_FALSE(r.volume_bound);
+  EXPECT_EQ(r.sampling.model, VisionModel::kQwen2Vl);  // Qwen2.5-VL samples as Qwen2-VL
+  r = ResolveVideoPatchify(VideoPatchifySpec{});  // Qwen2VLVideoProcessor's class defaults
+  EXPECT_EQ(r.size.min_pixels, 128 * 28 * 28);
+  EXPECT_EQ(r.size.max_pixels, 768 * 28 * 28);
+}
+
+// 30 frames at 10 fps (3 s), frame i a flat colour whose red is 8 i.
+const std::vector<uint8_t>& Clip() {
+  static const std::vector<uint8_t> clip = [] {
+    av::VideoClip c;
+    c.width = 64;
+    c.height = 48;
+    c.frames = 30;
+    c.fps = 10;
+    c.gop = 5;
+    c.paint = [](int frame, uint8_t* rgb) {
+      for (int i = 0; i < 64 * 48; ++i) {
+        rgb[3 * i] = static_cast<uint8_t>(8 * frame);
+        rgb[3 * i + 1] = 128;
+        rgb[3 * i + 2] = 100;
+      }
+    };
+    auto bytes = av::EncodeVideo(c);
+    EXPECT_TRUE(bytes.ok()) << bytes.status().ToString();
+    return bytes.ok() ? *bytes : std::vector<uint8_t>();
+  }();
+  return clip;
+}
+
+// Rows as Declare adds them: 0 pixel_values_videos, 1 its lengths, 2 video_grid_thw,
+// 3 video_timestamps, 4 its lengths.
+struct Fixture {
+  std::vector<FieldSpec> fields;
+  RaggedRows ragged;
+  int64_t grid[3] = {-1, -1, -1};
+  std::vector<uint8_t*> rows;
+  std::vector<Value> values = std::vector<Value>(1);
+  ScratchArena scratch;
+  SampleContext ctx;
+
+  explicit Fixture(int64_t patch_dim)
+      : fields{FieldSpec{"pixel_values_videos", DType::kF32, {patch_dim}, FieldLayout::kRagged},
+               FieldSpec{"pixel_values_videos_lengths", DType::kI32, {}, FieldLayout::kLengths},
+               FieldSpec{"video_grid_thw", DType::kI64, {3}},
+               FieldSpec{"video_timestamps", DType::kF32, {}, FieldLayout::kRagged},
+               FieldSpec{"video_timestamps_lengths", DType::kI32, {}, FieldLayout::kLengths}},
+        ragged(fields, std::shared_ptr<Allocator>(DefaultAllocator(), [](Allocator*) {})) {
+    rows = {nullptr, nullptr, reinterpret_cast<uint8_t*>(grid), nullptr, nullptr};
+    ctx.scratch = &scratch;
+    ctx.values = values;
+    ctx.rows = rows.data();
+    ctx.ragged = &ragged;
+  }
+  template <typename T>
+  std::vector<T> Values(int field) const {
+    const auto bytes = ragged.bytes(field);
+    std::vector<T> out(bytes.size() / sizeof(T));
+    std::memcpy(out.data(), bytes.data(), bytes.size());
+    return out;
+  }
+};
+
+VideoPatchifySpec Identity(VisionModel preset) {
+  return VideoPatchifySpec{.preset = preset, .patch_size = 8, .merge_size = 2,
+                           .mean = std::array<float, 3>{0, 0, 0},
+                           .std = std::array<float, 3>{1, 1, 1}, .min_pixels = 16 * 16,
+                           .max_pixels = 64 * 48 * 8};
+}
+
+std::unique_ptr<VideoPatchifyOp> MakeOp(const VideoPatchifySpec& spec) {
+  EXPECT_TRUE(VideoPatchifyOp::Validate(spec, "video.patchify").ok());
+  VideoPatchifyRules rules = ResolveVideoPatchify(spec);
+  PatchifyKernel kernel = *PatchifyKernel::Make(rules.patch);
+  return std::make_unique<VideoPatchifyOp>(std::move(rules), std::move(kernel), spec.resample,
+                                           1, 0, 0, 2, 3, 0);
+}
+
+TEST(VideoPatchifyOp, WritesTheSampledFramesGroupedByTwoWithTheirGridAndTimestamps) {
+  const auto op = MakeOp(Identity(VisionModel::kNone));  // Qwen2-VL's sampling
+  Fixture f(3 * 2 * 8 * 8);
+  f.values[0] = EncodedBytes{Clip().data(), Clip().size()};
+  const Status s = op->Run(f.ctx);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  // Frames 0, 5, ..., 25 at 64x48 (multiples of 16 already): 3 groups of 6x8 patches.
+  EXPECT_EQ(std::vector<int64_t>(f.grid, f.grid + 3), (std::vector<int64_t>{3, 6, 8}));
+  ASSERT_EQ(f.ragged.rows(0), 3 * 6 * 8);
+  ASSERT_EQ(f.ragged.lengths(0).size(), 1u);
+  const std::vector<float> px = f.Values<float>(0);
+  // Row r of group g: its red channel holds frame 10 g then 10 g + 5 (k = 0, 1).
+  for (int g = 0; g < 3; ++g) {
+    const float* row = px.data() + static_cast<size_t>(g) * 48 * (3 * 2 * 64) + 17 * (3 * 2 * 64);
+    EXPECT_NEAR(row[0] * 255, 8 * (10 * g), 3) << g;
+    EXPECT_NEAR(row[64] * 255, 8 * (10 * g + 5), 3) << g;
+    EXPECT_NEAR(row[2 * 64] * 255, 128, 3) << g;  // green, k = 0
+  }
+  // (0 + 0.5) / 2 = 0.25 prints as 0.2 (half to even on the exact binary value), then
+  // 1.25 -> 1.2 and 2.25 -> 2.2, as Qwen3VLProcessor's f"{t:.1f}".
+  EXPECT_THAT(f.Values<float>(3), ElementsAre(0.2f, 1.2f, 2.2f));
+  ASSERT_EQ(f.ragged.lengths(3).size(), 1u);
+}
+
+TEST(VideoPatchifyOp, Qwen3SamplingAndTheVolumeBoundGiveItsGrid) {
+  VideoPatchifySpec spec = Identity(VisionModel::kQwen3Vl);
+  spec.max_pixels = 6 * 32 * 32;  // frames * h * w: 6 frames of 32x32 at most
+  const auto op = MakeOp(spec);
+  Fixture f(3 * 2 * 8 * 8);
+  f.values[0] = EncodedBytes{Clip().data(), Clip().size()};
+  const Status s = op->Run(f.ctx);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  // 6 frames (0, 6, 12, 17, 23, 29); 64x48 divided by sqrt(6 * 64 * 48 / 6144) = 1.73
+  // and floored to multiples of 16: 32x16.
+  EXPECT_EQ(std::vector<int64_t>(f.grid, f.grid + 3), (std::vector<int64_t>{3, 2, 4}));
+  const std::vector<float> px = f.Values<float>(0);
+  EXPECT_NEAR(px[64] * 255, 8 * 6, 3);  // group 0, frame k = 1 is frame 6
+  EXPECT_THAT(f.Values<float>(3), ElementsAre(0.3f, 1.4f, 2.6f));  // 1.45 is 1.4499999...
+}
+
+TEST(VideoPatchifyOp, BadBytesAreTheSamplesCorruptData) {
+  const auto op = MakeOp(Identity(VisionModel::kQwen2Vl));
+  Fixture f(3 * 2 * 8 * 8);
+  const std::vector<uint8_t> junk(100, 7);
+  f.values[0] = EncodedBytes{junk.data(), junk.size()};
+  EXPECT_EQ(op->Run(f.ctx).code(), StatusCode::kCorruptData);
+  EXPECT_EQ(f.ragged.lengths(0).size(), 0u);  // nothing appended
+}
+
+TEST(VideoPatchifyOp, ValidateNamesTheKey) {
+  VideoPatchifySpec spec = Identity(VisionModel::kQwen2Vl);
+  spec.min_frames = 10;
+  spec.max_frames = 5;
+  EXPECT_THAT(VideoPatchifyOp::Validate(spec, "ops[1].video.patchify").message(),
+              HasSubstr("ops[1].video.patchify.max_frames"));
+  spec = Identity(VisionModel::kQwen2Vl);
+  spec.timestamps_output = spec.output;
+  EXPECT_THAT(VideoPatchifyOp::Validate(spec, "p").message(), HasSubstr("p.timestamps_output"));
+}
+
+}  // namespace
+}  // namespace video_patchify_test
+}  // namespace headrace
