@@ -167,7 +167,7 @@ def test_each_segment_is_its_sample_and_every_sample_comes_once(dataset, referen
             assert per_row.sum() == len(batch["id"]) == len(np.asarray(batch["index"]))
             labels = np.asarray(batch["labels"])
             used = np.zeros(ids.shape, bool)
-            lengths = batch["input_ids_lengths"].numpy()
+            lengths = np.asarray(batch["input_ids_lengths"])
             s = 0
             for r, n in enumerate(per_row):
                 width = int(lengths[s:s + n].sum())
@@ -330,7 +330,7 @@ def test_a_training_step_on_a_packed_batch(dataset, reference):
         with torch.no_grad():
             flat = logits.reshape(-1, logits.shape[-1])
             want_loss = 0.0
-            lengths = np.asarray(batch["input_ids_lengths"])
+            lengths = batch["input_ids_lengths"].numpy()
             starts = []
             s = 0
             for r, n in enumerate(batch["samples_per_row"].tolist()):
