@@ -10,6 +10,7 @@
 
 #include "headrace/core/rng.h"
 #include "headrace/ops/av/av_encode.h"
+#include "headrace/ops/video/test_clips.h"
 
 namespace headrace {
 namespace {
@@ -19,24 +20,8 @@ using ::testing::HasSubstr;
 // 30 frames at 10 fps (3 s), a keyframe every 5: frame i is one flat color whose red is
 // 8 i, so a decoded frame says which frame it was.
 const std::vector<uint8_t>& Clip() {
-  static const std::vector<uint8_t> clip = [] {
-    av::VideoClip c;
-    c.width = 64;
-    c.height = 48;
-    c.frames = 30;
-    c.fps = 10;
-    c.gop = 5;
-    c.paint = [](int frame, uint8_t* rgb) {
-      for (int i = 0; i < 64 * 48; ++i) {
-        rgb[3 * i] = static_cast<uint8_t>(8 * frame);
-        rgb[3 * i + 1] = static_cast<uint8_t>(255 - 8 * frame);
-        rgb[3 * i + 2] = 100;
-      }
-    };
-    auto bytes = av::EncodeVideo(c);
-    EXPECT_TRUE(bytes.ok()) << bytes.status().ToString();
-    return bytes.ok() ? *bytes : std::vector<uint8_t>();
-  }();
+  static const std::vector<uint8_t> clip =
+      testing::FlatColourClip(30, [](int frame) { return 255 - 8 * frame; });
   return clip;
 }
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "headrace/core/ragged_rows.h"
-#include "headrace/ops/av/av_encode.h"
+#include "headrace/ops/video/test_clips.h"
 
 namespace headrace {
 namespace video_patchify_test {
@@ -106,24 +106,8 @@ TEST(ResolveVideoPatchify, EachPresetGivesItsGeometryVideoRangeAndSamplingRule) 
 
 // 30 frames at 10 fps (3 s), frame i a flat colour whose red is 8 i.
 const std::vector<uint8_t>& Clip() {
-  static const std::vector<uint8_t> clip = [] {
-    av::VideoClip c;
-    c.width = 64;
-    c.height = 48;
-    c.frames = 30;
-    c.fps = 10;
-    c.gop = 5;
-    c.paint = [](int frame, uint8_t* rgb) {
-      for (int i = 0; i < 64 * 48; ++i) {
-        rgb[3 * i] = static_cast<uint8_t>(8 * frame);
-        rgb[3 * i + 1] = 128;
-        rgb[3 * i + 2] = 100;
-      }
-    };
-    auto bytes = av::EncodeVideo(c);
-    EXPECT_TRUE(bytes.ok()) << bytes.status().ToString();
-    return bytes.ok() ? *bytes : std::vector<uint8_t>();
-  }();
+  static const std::vector<uint8_t> clip =
+      testing::FlatColourClip(30, [](int) { return 128; });
   return clip;
 }
 
