@@ -237,22 +237,29 @@ struct PyPrepared {
 // GIL, and returned as BatchToPython's tuple.
 class PyPacker {
  public:
-  PyPacker(std::vector<FieldSpec> layout, Packer packer, bool budget)
-      : layout_(std::move(layout)), packer_(std::move(packer)), budget_(budget) {}
-  bool budget() const { return budget_; }
+  PyPacker(std::vector<FieldSpec> layout, Packer packer)
+      : layout_(std::move(layout)), queue_(std::move(packer)) {}
 
-  nb::tuple Push(const nb::dict& fields, int64_t epoch, int64_t index_in_epoch,
-                 int64_t global_index, int64_t position, bool last_in_epoch) {
+  // Adds the input batch (PackingQueue::Push): whether it delivers anything.
+  bool Push(const nb::dict& fields, int64_t epoch, int64_t index_in_epoch,
+            int64_t global_index, int64_t position, bool last_in_epoch) {
     Batch in = Input(fields, epoch, index_in_epoch, global_index);
-    std::optional<Result<Batch>> out;
+    std::optional<Result<bool>> delivers;
     {
       nb::gil_scoped_release nogil;
-      out.emplace(packer_.Push(in, position, last_in_epoch));
+      delivers.emplace(queue_.Push(in, position, last_in_epoch));
     }
-    return BatchToPython(ValueOrThrow(std::move(*out)));
+    return ValueOrThrow(std::move(*delivers));
   }
 
-  Packer& packer() { return packer_; }
+  // The next packed batch as BatchToPython's tuple, or None until the next push.
+  nb::object Pop() {
+    std::optional<Batch> out = queue_.Pop();
+    if (!out.has_value()) return nb::none();
+    return BatchToPython(*out);
+  }
+
+  PackingQueue& queue() { return queue_; }
 
  private:
   // The numpy batch as the packer's input: its fields copied, its strings.
@@ -302,25 +309,8 @@ class PyPacker {
     return in;
   }
 
- public:
-  // batch.max_tokens: the input batch's token batches, as a list of those tuples.
-  nb::list PushBudget(const nb::dict& fields, int64_t epoch, int64_t index_in_epoch,
-                      int64_t global_index, int64_t position, bool last_in_epoch) {
-    Batch in = Input(fields, epoch, index_in_epoch, global_index);
-    std::optional<Result<std::vector<Batch>>> out;
-    {
-      nb::gil_scoped_release nogil;
-      out.emplace(packer_.PushBudget(in, position, last_in_epoch));
-    }
-    nb::list batches;
-    for (const Batch& b : ValueOrThrow(std::move(*out))) batches.append(BatchToPython(b));
-    return batches;
-  }
-
- private:
   std::vector<FieldSpec> layout_;
-  Packer packer_;
-  bool budget_ = false;
+  PackingQueue queue_;
 };
 
 // The metrics endpoint of a Python loader (`Loader(metrics_port=...)`): it outlives the
@@ -514,25 +504,22 @@ void RegisterLoader(nb::module_& m) {
              if (!p.prepared->pack().has_value()) return nullptr;
              return std::make_unique<PyPacker>(
                  p.prepared->fields(),
-                 ValueOrThrow(Packer::Make(p.prepared->fields(), *p.prepared->pack())),
-                 p.prepared->pack()->budget);
+                 ValueOrThrow(Packer::Make(p.prepared->fields(), *p.prepared->pack())));
            },
-           "With batch.pack: a new packer of this pipeline (for batches that arrive as numpy "
-           "arrays, in order); None without packing");
+           "With batch.pack or batch.max_tokens: a new packer of this pipeline (for batches "
+           "that arrive as numpy arrays, in order); None without");
   nb::class_<PyPacker>(m, "_Packer")
       .def("push", &PyPacker::Push, nb::arg("fields"), nb::arg("epoch"),
            nb::arg("index_in_epoch"), nb::arg("global_index"), nb::arg("position"),
            nb::arg("last_in_epoch"))
-      .def("push_budget", &PyPacker::PushBudget, nb::arg("fields"), nb::arg("epoch"),
-           nb::arg("index_in_epoch"), nb::arg("global_index"), nb::arg("position"),
-           nb::arg("last_in_epoch"))
-      .def_prop_ro("budget", [](PyPacker& p) { return p.budget(); })
-      .def("replaying", [](PyPacker& p, int64_t position) { return p.packer().replaying(position); })
-      .def("restore", [](PyPacker& p, const nb::object& state) {
-        p.packer().Restore(PackStateFromDict(state));
+      .def("pop", &PyPacker::Pop)
+      .def("__len__", [](PyPacker& p) { return p.queue().size(); })
+      .def("resume", [](PyPacker& p, const nb::object& state) {
+        p.queue().Resume(PackStateFromDict(state));
       })
-      .def("state", [](PyPacker& p) { return PackStateToDict(p.packer().state()); })
-      .def("stats", [](PyPacker& p) { return PackStatsToDict(p.packer().stats()); });
+      .def("deliver_from", [](PyPacker& p, int64_t j) { p.queue().DeliverFrom(j); })
+      .def("state", [](PyPacker& p) { return PackStateToDict(p.queue().state()); })
+      .def("stats", [](PyPacker& p) { return PackStatsToDict(p.queue().stats()); });
   nb::class_<PyLoader>(m, "_Loader")
       .def_static("make", &PyLoader::Make, nb::arg("spec"), nb::arg("rank") = 0,
                   nb::arg("world_size") = 1, nb::arg("start_epoch") = 0,

@@ -314,64 +314,40 @@ class _Stream:
 
 
 class _PackedStream:
-    """A rank's stream packed in order (batch.pack): the same ``next()`` tuple, the packed
-    batch's fields, each input batch's position kept."""
+    """A rank's stream packed in order (batch.pack, batch.max_tokens) by the engine's
+    packer (exec/packer.h PackingQueue, through the bindings): the same ``next()`` tuple,
+    with the packed batch's fields; each input batch's errors go with its first packed
+    batch."""
 
-    def __init__(self, stream: _Stream, packer, deliver_from: int,
-                 skip: Optional[tuple] = None):
+    def __init__(self, stream: _Stream, packer):
         self._stream = stream
         self._packer = packer
-        self._deliver_from = deliver_from  # rank-local run batch: earlier ones are replays
-        # batch.max_tokens: the last input batch's token batches not returned yet, the
-        # packer's state before it, how many were returned; a resume's (position, count)
-        # of token batches delivered before its state was saved.
-        self._queue: collections.deque = collections.deque()
-        self._before: Optional[Dict[str, Any]] = None
-        self._taken = 0
-        self._skip = skip
+        self._errors: List[str] = []  # of the last input batch, until a batch carries them
 
     def __getattr__(self, name):  # batches_per_epoch, total_batches, close, ...
         return getattr(self._stream, name)
 
     @property
     def next_batch(self) -> int:
-        return self._stream.next_batch - (1 if self._queue else 0)
+        return self._stream.next_batch - (1 if len(self._packer) else 0)
 
     def next(self):
         per_epoch = self._stream.batches_per_epoch
         while True:
-            if self._queue:
-                self._taken += 1
-                return self._queue.popleft()
+            packed = self._packer.pop()
+            if packed is not None:
+                fields, epoch, index, j, errors, ptrs = packed
+                errors, self._errors = self._errors + list(errors), []
+                return fields, epoch, index, j, errors, ptrs
             item = self._stream.next()
             if item is None:
                 return None
             fields, epoch, index, j, errors, _ = item
             position = j - epoch * per_epoch
-            replay = self._packer.replaying(position)
-            last = position + 1 == per_epoch
-            if not self._packer.budget:
-                packed = self._packer.push(fields, epoch, index, j, position, last)
-                if replay or j < self._deliver_from:
-                    continue
-                return packed[0], epoch, index, j, list(errors) + list(packed[4]), packed[5]
-            before = dict(self._packer.state(), epoch=epoch, next_batch=position)
-            if not before["waiting"]:
-                before["from_batch"] = position
-            outs = self._packer.push_budget(fields, epoch, index, j, position, last)
-            if replay or j < self._deliver_from:
-                continue
-            first = 0
-            if self._skip is not None and self._skip[0] == position:
-                first, self._skip = min(self._skip[1], len(outs)), None
-            self._before, self._taken = before, first
-            for k, out in enumerate(outs[first:], start=first):
-                errs = (list(errors) if k == 0 else []) + list(out[4])
-                self._queue.append((out[0], epoch, index, j, errs, out[5]))
+            if self._packer.push(fields, epoch, index, j, position, position + 1 == per_epoch):
+                self._errors += list(errors)
 
     def pack_state(self):
-        if self._queue:
-            return dict(self._before, delivered=self._taken)
         return self._packer.state()
 
     def consumer_stats(self):
@@ -577,14 +553,13 @@ class Loader(_LocalLoader):
         packer = self._prepared.packer()
         state = self._pack_state
         if state is not None and (state.get("epoch"), state.get("next_batch")) == (epoch, batch):
-            packer.restore(state)
+            packer.resume(state)
             start = state["from_batch"]
-            skip = (batch, state.get("delivered", 0))
         else:
             start = 0 if self._spec.pack_window > 0 else batch
-            skip = None
         stream = _Stream(self, epoch, start)
-        return _PackedStream(stream, packer, epoch * stream.batches_per_epoch + batch, skip)
+        packer.deliver_from(epoch * stream.batches_per_epoch + batch)
+        return _PackedStream(stream, packer)
 
     def close(self) -> None:
         """Stops this rank's stream and detaches from the pool; the last rank to close

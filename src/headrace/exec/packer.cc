@@ -176,7 +176,6 @@ Status Packer::Admit(const Batch& input, int64_t position, std::vector<SampleErr
                                row_bytes * static_cast<size_t>(begin),
                            row_bytes * static_cast<size_t>(rows));
       w.rows.push_back(rows);
-      w.nbytes += static_cast<int64_t>(w.bytes.back().size());
     }
     if (!aligned) {
       return Status::InvalidArgument("packing: sample " + std::to_string(w.index) +
@@ -522,6 +521,58 @@ void Packer::Restore(const PackState& state) {
     replay_.reset();
     replay_waiting_.clear();
   }
+}
+
+void PackingQueue::Resume(const PackState& state) {
+  packer_.Restore(state);
+  state_ = state;
+  skip_at_ = state.next_batch;
+  skip_first_ = state.delivered;
+}
+
+Result<bool> PackingQueue::Push(const Batch& input, int64_t position, bool last_in_epoch) {
+  const bool replay = packer_.replaying(position);
+  const bool delivers = !replay && input.global_index >= deliver_from_;
+  if (!packer_.budget()) {
+    HR_ASSIGN_OR_RETURN(Batch out, packer_.Push(input, position, last_in_epoch));
+    if (delivers) {
+      queue_.emplace_back(std::move(out), packer_.state());
+    } else {
+      state_ = packer_.state();
+    }
+    return delivers;
+  }
+  // The state while some token batches of this input batch wait: the packer's before it,
+  // with how many of them were delivered.
+  PackState before = packer_.state();
+  before.epoch = input.epoch;
+  before.next_batch = position;
+  if (before.waiting.empty()) before.from_batch = position;
+  HR_ASSIGN_OR_RETURN(std::vector<Batch> outs,
+                      packer_.PushBudget(input, position, last_in_epoch));
+  size_t first = delivers ? 0 : outs.size();
+  if (position == skip_at_) {  // a resume: these were delivered before the state
+    first = std::min(outs.size(), static_cast<size_t>(std::max<int64_t>(skip_first_, 0)));
+    skip_at_ = -1;
+  }
+  for (size_t i = first; i < outs.size(); ++i) {
+    PackState after = packer_.state();
+    if (i + 1 < outs.size()) {
+      after = before;
+      after.delivered = static_cast<int64_t>(i + 1);
+    }
+    queue_.emplace_back(std::move(outs[i]), std::move(after));
+  }
+  if (first >= outs.size()) state_ = packer_.state();
+  return delivers;
+}
+
+std::optional<Batch> PackingQueue::Pop() {
+  if (queue_.empty()) return std::nullopt;
+  auto [batch, state] = std::move(queue_.front());
+  queue_.pop_front();
+  state_ = std::move(state);
+  return std::move(batch);
 }
 
 }  // namespace headrace

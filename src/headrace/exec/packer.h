@@ -51,6 +51,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "headrace/core/batch.h"
@@ -147,6 +148,7 @@ class Packer {
   }
 
   const PackStats& stats() const { return stats_; }
+  bool budget() const { return options_.budget; }  // PushBudget, not Push
 
  private:
   struct Waiting {
@@ -161,7 +163,6 @@ class Packer {
     std::vector<std::string_view> bytes;
     std::vector<int64_t> rows;
     std::vector<std::vector<std::string>> strings;  // per string column
-    int64_t nbytes = 0;
   };
 
   Packer(std::vector<FieldSpec> layout, PackOptions options);
@@ -195,6 +196,41 @@ class Packer {
   void CountWindowBytes();
   // Copies the waiting samples that still point into input batch `input` out of it.
   Status Carry(const void* input);
+};
+
+// The packer as a consumer drives it (Loader::Next, a Ray rank through the bindings):
+// input batches in, in order; packed batches out, in order, each with the state to save
+// once it is delivered. It keeps what a resume skips: the replay of the saved window
+// (Packer::Restore), the token batches of one input batch delivered before the state was
+// saved (batch.max_tokens), and the packed batches before a start position.
+class PackingQueue {
+ public:
+  explicit PackingQueue(Packer packer) : packer_(std::move(packer)) {}
+
+  // Continue from `state` (Packer::Restore): feed input batches from state.from_batch.
+  void Resume(const PackState& state);
+  // Deliver nothing whose Batch::global_index (the rank-local run batch) is below this.
+  void DeliverFrom(int64_t global_index) { deliver_from_ = global_index; }
+
+  // Adds the input batch at `position` (Packer::Push). Whether it delivers anything:
+  // false in a replay or before DeliverFrom's position (its errors were then counted
+  // by the run that delivered it).
+  Result<bool> Push(const Batch& input, int64_t position, bool last_in_epoch);
+  // The next packed batch, or nullopt until the next Push.
+  std::optional<Batch> Pop();
+  // Packed batches waiting for Pop.
+  size_t size() const { return queue_.size(); }
+  // Where the consumer stands after the last Pop (what a state dict saves).
+  const PackState& state() const { return state_; }
+  const PackStats& stats() const { return packer_.stats(); }
+
+ private:
+  Packer packer_;
+  std::deque<std::pair<Batch, PackState>> queue_;  // each with the state after it
+  PackState state_;
+  int64_t skip_at_ = -1;  // Resume: the input batch whose first skip_first_ are skipped
+  int64_t skip_first_ = 0;
+  int64_t deliver_from_ = 0;
 };
 
 }  // namespace headrace

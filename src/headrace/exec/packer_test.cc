@@ -489,3 +489,44 @@ TEST(PackerBudget, ResumeRebuildsTheSameBatches) {
 
 }  // namespace
 }  // namespace headrace
+
+namespace headrace {
+namespace {
+
+// The queue a consumer drives: a state saved between two token batches of one input
+// batch resumes with the next of them.
+TEST(PackingQueue, ResumesBetweenTwoTokenBatchesOfOneInputBatch) {
+  const std::vector<Batch> epoch = Epoch(0, 6, 8, 40, 21);
+  const auto run = [&](PackingQueue& q, size_t from, std::vector<std::string>& out,
+                       std::vector<PackState>* states) {
+    for (size_t k = from; k < epoch.size(); ++k) {
+      ASSERT_TRUE(q.Push(epoch[k], static_cast<int64_t>(k), k + 1 == epoch.size()).ok());
+      while (std::optional<Batch> b = q.Pop()) {
+        out.push_back(Bytes(*b));
+        if (states != nullptr) states->push_back(q.state());
+      }
+    }
+  };
+  std::vector<std::string> whole;
+  std::vector<PackState> states;
+  {
+    PackingQueue q(*Packer::Make(Layout(), Budget(60, 6)));
+    run(q, 0, whole, &states);
+  }
+  ASSERT_GT(whole.size(), epoch.size());
+  bool mid_batch = false;
+  for (size_t i = 0; i + 1 < whole.size(); ++i) {
+    mid_batch |= states[i].delivered > 0;
+    PackingQueue q(*Packer::Make(Layout(), Budget(60, 6)));
+    q.Resume(states[i]);
+    std::vector<std::string> rest;
+    run(q, static_cast<size_t>(states[i].from_batch), rest, nullptr);
+    EXPECT_EQ(rest, std::vector<std::string>(whole.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                                             whole.end()))
+        << "resumed after token batch " << i;
+  }
+  EXPECT_TRUE(mid_batch);
+}
+
+}  // namespace
+}  // namespace headrace

@@ -31,13 +31,13 @@ Loader::~Loader() = default;
 
 bool Loader::WaitReady(std::chrono::nanoseconds timeout) {
   if (!wait_started_) wait_started_ = Clock::now();
-  return !queue_.empty() || engine_->WaitReady(timeout);
+  return (packing_.has_value() && packing_->size() > 0) || engine_->WaitReady(timeout);
 }
 
 Result<std::optional<Batch>> Loader::Next() {
   const auto call = wait_started_.value_or(Clock::now());
   wait_started_.reset();
-  auto batch = packer_.has_value() ? NextPacked() : engine_->Next();
+  auto batch = packing_.has_value() ? NextPacked() : engine_->Next();
   const auto now = Clock::now();
   const bool got = batch.ok() && batch->has_value();
   // A metrics endpoint or progress line reads the clock from its own thread.
@@ -58,65 +58,23 @@ Result<std::optional<Batch>> Loader::Next() {
 
 Result<std::optional<Batch>> Loader::NextPacked() {
   const int64_t per_epoch = engine_->order().batches_per_rank_epoch();
-  const bool budget = prepared_->pack()->budget;
   while (true) {
-    if (!queue_.empty()) {  // batch.max_tokens: the last input batch's next token batch
-      Batch out = std::move(queue_.front());
-      queue_.pop_front();
-      ++queue_taken_;
+    if (std::optional<Batch> out = packing_->Pop(); out.has_value()) {
       {
         std::lock_guard lock(stats_mu_);
-        if (queue_.empty()) {
-          pack_state_ = packer_->state();
-        } else {
-          pack_state_ = queue_before_;
-          pack_state_->delivered = queue_taken_;
-        }
+        pack_state_ = packing_->state();
       }
-      if (out.global_index < deliver_from_) continue;
-      if (out.size() == 0 && !deliver_empty_) continue;
-      return std::optional<Batch>(std::move(out));
+      if (out->size() == 0 && !deliver_empty_) continue;
+      return out;
     }
     HR_ASSIGN_OR_RETURN(std::optional<Batch> in, engine_->Next());
     if (!in.has_value()) return std::optional<Batch>();
     // The rank-local batch in the epoch (index_in_epoch counts all ranks' batches).
     const int64_t position = in->global_index - in->epoch * per_epoch;
-    const bool last = position + 1 == per_epoch;
-    const bool replay = packer_->replaying(position);
-    if (budget) {
-      PackState before = packer_->state();
-      before.epoch = in->epoch;
-      before.next_batch = position;
-      if (before.waiting.empty()) before.from_batch = position;
-      HR_ASSIGN_OR_RETURN(std::vector<Batch> outs, packer_->PushBudget(*in, position, last));
-      {
-        std::lock_guard lock(stats_mu_);
-        pack_stats_ = packer_->stats();
-      }
-      if (replay) continue;
-      size_t first = 0;
-      if (position == skip_at_) {  // a resume: these were delivered before the state
-        first = static_cast<size_t>(std::min<int64_t>(skip_first_, static_cast<int64_t>(outs.size())));
-        skip_at_ = -1;
-      }
-      queue_before_ = std::move(before);
-      queue_taken_ = static_cast<int64_t>(first);
-      for (size_t i = first; i < outs.size(); ++i) queue_.push_back(std::move(outs[i]));
-      if (queue_.empty()) {
-        std::lock_guard lock(stats_mu_);
-        pack_state_ = packer_->state();
-      }
-      continue;
-    }
-    HR_ASSIGN_OR_RETURN(Batch out, packer_->Push(*in, position, last));
-    {
-      std::lock_guard lock(stats_mu_);
-      pack_stats_ = packer_->stats();
-      pack_state_ = packer_->state();
-    }
-    if (replay || out.global_index < deliver_from_) continue;
-    if (out.size() == 0 && !deliver_empty_) continue;
-    return std::optional<Batch>(std::move(out));
+    HR_RETURN_IF_ERROR(packing_->Push(*in, position, position + 1 == per_epoch).status());
+    std::lock_guard lock(stats_mu_);
+    pack_stats_ = packing_->stats();
+    pack_state_ = packing_->state();
   }
 }
 

@@ -10,7 +10,6 @@
 // training step). The first batch's wait is the cold start, reported apart.
 #pragma once
 
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -100,7 +99,9 @@ class Loader {
   int64_t total_batches() const { return engine_->order().total_batches(); }
   // With batch.max_tokens, the input batch whose token batches are being delivered
   // while some of them wait.
-  int64_t next_batch() const { return engine_->next_batch() - (queue_.empty() ? 0 : 1); }
+  int64_t next_batch() const {
+    return engine_->next_batch() - (packing_.has_value() && packing_->size() > 0 ? 1 : 0);
+  }
   // The epoch order the engine runs (its options: shards, shuffle window, seed).
   const EpochOrder& order() const { return engine_->order(); }
   int64_t memory_budget_bytes() const { return spec().memory.budget_bytes; }
@@ -144,21 +145,12 @@ class Loader {
   mutable std::mutex stats_mu_;  // guards clock_: consumer_stats() is safe from any thread
   ConsumerClock clock_;
 
-  // batch.pack: the packer, the run position before which packed batches are dropped (a
-  // start_batch replay), whether empty ones are delivered, and copies for other threads.
-  std::optional<Packer> packer_;
-  int64_t deliver_from_ = 0;
+  // batch.pack / batch.max_tokens: the packer and what it has made, whether empty packed
+  // batches are delivered, and copies for other threads.
+  std::optional<PackingQueue> packing_;
   bool deliver_empty_ = false;
   std::optional<PackStats> pack_stats_;  // guarded by stats_mu_
   std::optional<PackState> pack_state_;  // guarded by stats_mu_
-  // batch.max_tokens: the token batches of the last input batch not delivered yet, the
-  // packer's state before that input batch, and how many of the first batches of input
-  // batch `skip_at_` a resume drops (delivered before the state was saved).
-  std::deque<Batch> queue_;
-  PackState queue_before_;
-  int64_t queue_taken_ = 0;
-  int64_t skip_at_ = -1;
-  int64_t skip_first_ = 0;
 };
 
 }  // namespace headrace

@@ -156,27 +156,24 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
   // Packing: the packer sees every batch (an epoch's last one empties its window, empty or
   // not) and starts where its saved window began, or at the epoch's first batch when a
   // start_batch must be replayed through a window.
-  std::optional<Packer> packer;
-  int64_t deliver_from = 0;
-  int64_t skip_at = -1;
-  int64_t skip_first = 0;
+  std::optional<PackingQueue> packing;
   if (pack_.has_value()) {
     PackOptions pack = *pack_;
     pack.allocator = options.allocator;
-    HR_ASSIGN_OR_RETURN(packer, Packer::Make(inputs_->fields, pack));
+    HR_ASSIGN_OR_RETURN(Packer packer, Packer::Make(inputs_->fields, pack));
+    packing.emplace(std::move(packer));
     opt.deliver_empty_batches = true;
     if (options.pack_state.has_value()) {
       opt.start_epoch = options.pack_state->epoch;
       opt.start_batch = options.pack_state->from_batch;
-      packer->Restore(*options.pack_state);
-      skip_at = options.pack_state->next_batch;
-      skip_first = options.pack_state->delivered;
+      packing->Resume(*options.pack_state);
     } else if (pack.window > 0 && options.start_batch > 0) {
       EpochOrderOptions order_options = opt.order;
       order_options.num_samples = source().size();
       HR_ASSIGN_OR_RETURN(EpochOrder order, EpochOrder::Make(order_options));
       const int64_t per_epoch = std::max<int64_t>(order.batches_per_rank_epoch(), 1);
-      deliver_from = options.start_epoch * per_epoch + options.start_batch;
+      const int64_t deliver_from = options.start_epoch * per_epoch + options.start_batch;
+      packing->DeliverFrom(deliver_from);
       opt.start_epoch = deliver_from / per_epoch;
       opt.start_batch = 0;
     }
@@ -184,11 +181,8 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
   HR_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Start(inputs_, opt));
   auto loader = std::unique_ptr<Loader>(
       new Loader(shared_from_this(), std::move(engine), options.trace, started));
-  loader->packer_ = std::move(packer);
-  loader->deliver_from_ = deliver_from;
+  loader->packing_ = std::move(packing);
   loader->deliver_empty_ = options.deliver_empty_batches;
-  loader->skip_at_ = skip_at;
-  loader->skip_first_ = skip_first;
   return loader;
 }
 
