@@ -553,6 +553,13 @@ void RegisterLoader(nb::module_& m) {
              if (const auto pack = l.loader().pack_stats(); pack.has_value()) {
                d.update(PackStatsToDict(*pack));
              }
+             // A blend: each entry's samples, errors and bytes ("source.<name>.samples").
+             for (const EngineMetrics::Entry& e : l.loader().engine_metrics().entries) {
+               const std::string key = "source." + e.name + ".";
+               d[(key + "samples").c_str()] = e.samples_delivered;
+               d[(key + "errors").c_str()] = e.samples_failed;
+               d[(key + "bytes_read").c_str()] = e.bytes_read;
+             }
              return d;
            })
       .def("pack_state",

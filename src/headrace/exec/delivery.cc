@@ -53,7 +53,7 @@ class InOrderDelivery final : public Delivery {
       ConsumerWaitLocked(lock, [this]() HR_LOCKED_LAMBDA { return ReadyLocked(); }, std::nullopt);
       if (!failure_.ok()) return failure_;
       if (next_ >= options_.total_batches) {
-        Status budget = budget_.Check(/*at_end=*/true);
+        Status budget = CheckBudgetsLocked(/*at_end=*/true);
         if (!budget.ok()) {
           failure_ = budget;
           return failure_;
@@ -65,7 +65,7 @@ class InOrderDelivery final : public Delivery {
       // An epoch's end is a verdict point too: a run without an end (or a long one) must
       // not go on for epochs with every sample failing just because min_samples is large.
       const bool epoch_end = next_ % options_.batches_per_epoch == 0;
-      if (Status budget = budget_.Check(epoch_end); !budget.ok()) {
+      if (Status budget = CheckBudgetsLocked(epoch_end); !budget.ok()) {
         FailLocked(budget);
         lock.unlock();
         stop_.request_stop();
@@ -243,7 +243,58 @@ Batch Delivery::DeliverLocked(int64_t batch) {
   // Errors are counted here, in batch order, so that whether and where the error
   // budget stops a run does not depend on which thread finished first.
   budget_.Count(out.size(), out.errors);
+  if (!entry_budgets_.empty()) {
+    const size_t n = entry_budgets_.size();
+    std::vector<int64_t> delivered(n, 0);
+    std::vector<std::vector<SampleError>> errors(n);
+    if (const Tensor* index = out.Find("index"); index != nullptr) {
+      const int64_t* rows = index->data<int64_t>();
+      for (int64_t r = 0; r < index->numel(); ++r) {
+        ++delivered[static_cast<size_t>(options_.entry_of(rows[r]))];
+      }
+    }
+    for (const SampleError& e : out.errors) {
+      // A shard skipped at open is the source's error, not a sample's (its "index" is
+      // the shard's place in the source's list).
+      if (e.status.code() == StatusCode::kShardError) continue;
+      errors[static_cast<size_t>(options_.entry_of(e.index))].push_back(e);
+    }
+    for (size_t s = 0; s < n; ++s) entry_budgets_[s].Count(delivered[s], errors[s]);
+  }
   return out;
+}
+
+Delivery::Delivery(DeliveryOptions options, BudgetGauge& gauge, std::stop_source& stop)
+    : options_(std::move(options)),
+      gauge_(gauge),
+      stop_(stop),
+      budget_(options_.max_error_rate, options_.min_samples, options_.max_kept_errors) {
+  if (!options_.entry_of) return;
+  MutexLock lock(mu_);
+  for (size_t s = 0; s < options_.entries.size(); ++s) {
+    const std::optional<double> rate =
+        s < options_.entry_max_error_rate.size() ? options_.entry_max_error_rate[s] : std::nullopt;
+    // Without a rate of its own an entry is only counted: a rate of 1 never stops a run.
+    entry_budgets_.emplace_back(rate.value_or(1.0), options_.min_samples, 1);
+  }
+}
+
+Status Delivery::CheckBudgetsLocked(bool at_end) const {
+  HR_RETURN_IF_ERROR(budget_.Check(at_end));
+  for (size_t s = 0; s < entry_budgets_.size(); ++s) {
+    Status st = entry_budgets_[s].Check(at_end);
+    if (st.ok()) continue;
+    // The entry's budget speaks of the run's key: name the entry's.
+    std::string message = st.message();
+    const std::string key = "source.mix[" + std::to_string(s) + "].max_error_rate";
+    for (size_t at = message.find("errors.max_error_rate"); at != std::string::npos;
+         at = message.find("errors.max_error_rate", at + key.size())) {
+      message.replace(at, std::string("errors.max_error_rate").size(), key);
+    }
+    return Status(st.code(), "source.mix[" + std::to_string(s) + "] (" + options_.entries[s] +
+                                 "): " + message);
+  }
+  return Status::Ok();
 }
 
 int64_t Delivery::ConsumerWaitNanosLocked() const {
@@ -276,6 +327,9 @@ DeliveryMetrics Delivery::Metrics() const {
   m.next_wait = next_wait_.Snapshot();
   m.errors_by_kind = budget_.by_kind();
   m.first_errors = budget_.first_errors();
+  for (size_t s = 0; s < entry_budgets_.size(); ++s) {
+    m.entries.push_back(EntryCounts{options_.entries[s], entry_budgets_[s].counts()});
+  }
   return m;
 }
 

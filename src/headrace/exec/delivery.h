@@ -22,6 +22,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -63,6 +64,19 @@ struct DeliveryOptions {
   // start batch), batch 0 on demand (taken once in the whole run, whichever worker).
   std::vector<SampleError> source_errors;
   int64_t source_errors_batch = 0;
+  // A blend (source.mix): each sample's entry (Source::EntryOf) and the entries' names,
+  // and the max_error_rate an entry has of its own (nullopt: only the run's applies).
+  // Each entry's samples and errors are then counted apart, in batch order, and an
+  // entry past its own rate stops the run as the run's rate does.
+  std::function<int(int64_t index)> entry_of;
+  std::vector<std::string> entries;
+  std::vector<std::optional<double>> entry_max_error_rate;
+};
+
+// One blend entry's samples so far: delivered and failed.
+struct EntryCounts {
+  std::string name;
+  ErrorCounts counts;
 };
 
 // The delivery's counts, for the engine's metrics.
@@ -76,6 +90,7 @@ struct DeliveryMetrics {
   HistogramSnapshot next_wait;
   std::map<std::string, int64_t> errors_by_kind;
   std::vector<SampleError> first_errors;
+  std::vector<EntryCounts> entries;  // a blend's, per entry; empty otherwise
 };
 
 class Delivery {
@@ -111,10 +126,9 @@ class Delivery {
   DeliveryMetrics Metrics() const;
 
  protected:
-  Delivery(DeliveryOptions options, BudgetGauge& gauge, std::stop_source& stop)
-      : options_(options), gauge_(gauge), stop_(stop), budget_(options.max_error_rate,
-                                                               options.min_samples,
-                                                               options.max_kept_errors) {}
+  Delivery(DeliveryOptions options, BudgetGauge& gauge, std::stop_source& stop);
+  // The run's error budget and each blend entry's own: the first that is spent.
+  Status CheckBudgetsLocked(bool at_end) const HR_REQUIRES(mu_);
   // Takes ready batch `batch` out of the window and counts it (errors into the budget).
   Batch DeliverLocked(int64_t batch) HR_REQUIRES(mu_);
   void FailLocked(Status status) HR_REQUIRES(mu_);
@@ -140,6 +154,7 @@ class Delivery {
   };
   std::map<int64_t, ReadyBatch> ready_ HR_GUARDED_BY(mu_);  // the reorder window
   ErrorBudget budget_ HR_GUARDED_BY(mu_);  // counts errors as batches are delivered
+  std::vector<ErrorBudget> entry_budgets_ HR_GUARDED_BY(mu_);  // a blend's, per entry
   int64_t samples_attempted_ HR_GUARDED_BY(mu_) = 0;
   int64_t batches_delivered_ HR_GUARDED_BY(mu_) = 0;
   // The consumer's wait accounting.

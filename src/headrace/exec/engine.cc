@@ -83,6 +83,15 @@ Engine::Engine(std::shared_ptr<const EngineInputs> inputs, EngineOptions options
   }
   delivery.source_errors_batch =
       options_.schedule == Schedule::kSequential ? options_.start_batch : 0;
+  const std::vector<std::string>& entries = inputs_->source->info().entries;
+  if (!entries.empty()) {
+    delivery.entry_of = [source = inputs_->source.get()](int64_t index) {
+      return source->EntryOf(index);
+    };
+    delivery.entries = entries;
+    delivery.entry_max_error_rate = options_.entry_max_error_rate;
+    entry_bytes_ = std::make_unique<std::atomic<int64_t>[]>(entries.size());
+  }
   delivery_ = Delivery::Make(options_.schedule, delivery, gauge_, stop_);
   const size_t full_batch = AssembleStage::RowBytes(inputs_->fields) *
                             static_cast<size_t>(options_.order.batch_size);
@@ -98,13 +107,25 @@ Engine::Engine(std::shared_ptr<const EngineInputs> inputs, EngineOptions options
                        // A Parquet row group is fetched whole into the row-group cache,
                        // whose own limits bound it (source.cache_bytes): it may pass the
                        // I/O budget alone.
-                       /*fail_past_budget=*/inputs_->source->row_group_cache() == nullptr},
+                       /*fail_past_budget=*/inputs_->source->row_group_cache() == nullptr,
+                       // A blend's entries read through their own storage (caches).
+                       inputs_->source->info().entries.empty()
+                           ? std::function<Storage*(int64_t)>()
+                           : [source = inputs_->source.get()](int64_t index) {
+                               return source->StorageFor(index);
+                             }},
       gauge_, stop_.get_token(),
       [this](const std::shared_ptr<BatchJob>& job, int slot, Result<std::vector<Buffer>> bytes,
              int64_t charged) {
         if (!bytes.ok()) {
           FinishSample(job, slot, bytes.status());
         } else {
+          if (entry_bytes_ != nullptr) {
+            int64_t n = 0;
+            for (const Buffer& b : *bytes) n += static_cast<int64_t>(b.size());
+            const int e = inputs_->source->EntryOf(job->sample_indices[slot]);
+            entry_bytes_[static_cast<size_t>(e)].fetch_add(n, std::memory_order_relaxed);
+          }
           chain_->Submit(job, slot, *std::move(bytes), charged);
         }
       });
@@ -124,6 +145,7 @@ Result<std::unique_ptr<Engine>> Engine::Start(std::shared_ptr<const EngineInputs
     return Status::InvalidArgument("the scratch allowance must be >= 0");
   }
   options.order.num_samples = source.size();
+  if (source.order().blend.has_value()) options.order.blend = source.order().blend;
   HR_ASSIGN_OR_RETURN(EpochOrder order, EpochOrder::Make(options.order));
   HR_RETURN_IF_ERROR(NormalizeStart(order, options));
   std::unique_ptr<Engine> engine(new Engine(std::move(inputs), options, std::move(order)));
@@ -240,6 +262,11 @@ EngineMetrics Engine::Metrics() const {
   m.samples_attempted = d.samples_attempted;
   m.samples_delivered = d.counts.delivered;
   m.samples_failed = d.counts.failed;
+  for (size_t e = 0; e < d.entries.size(); ++e) {
+    m.entries.push_back(EngineMetrics::Entry{
+        d.entries[e].name, d.entries[e].counts.delivered, d.entries[e].counts.failed,
+        entry_bytes_ != nullptr ? entry_bytes_[e].load(std::memory_order_relaxed) : 0});
+  }
   m.batches_delivered = d.batches_delivered;
   m.bytes_read = read_->bytes_read();
   m.bytes_copied = assemble_->bytes_copied();

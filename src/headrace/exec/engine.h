@@ -127,6 +127,8 @@ struct EngineOptions {
   // min_samples attempted (or at the end of each epoch).
   double max_error_rate = 0.05;
   int64_t min_samples = 100;
+  // A blend (source.mix): each entry's own max_error_rate (nullopt: only the run's).
+  std::vector<std::optional<double>> entry_max_error_rate;
   int max_kept_errors = 20;  // errors kept in full in the metrics
   Allocator* allocator = DefaultAllocator();
   // Scratch memory (ops/op.h ScratchArena) each CPU thread keeps between samples; a
@@ -170,6 +172,15 @@ struct EngineMetrics {
   HistogramSnapshot next_wait;     // per Next(): the consumer's wait for its batch
   std::map<std::string, int64_t> errors_by_kind;
   std::vector<SampleError> first_errors;
+  // A blend's entries (source.mix), in order: samples delivered and failed (in batch
+  // order, as the run's) and media bytes read (as they complete).
+  struct Entry {
+    std::string name;
+    int64_t samples_delivered = 0;
+    int64_t samples_failed = 0;
+    int64_t bytes_read = 0;
+  };
+  std::vector<Entry> entries;
 };
 
 class Engine {
@@ -238,6 +249,8 @@ class Engine {
   std::stop_source stop_;
   BudgetGauge gauge_;
   std::unique_ptr<Delivery> delivery_;
+  // A blend's media bytes read per entry (EngineMetrics::entries); null otherwise.
+  std::unique_ptr<std::atomic<int64_t>[]> entry_bytes_;
   std::unique_ptr<AssembleStage> assemble_;
   std::unique_ptr<ReadStage> read_;
   std::unique_ptr<ChainStage> chain_;

@@ -21,8 +21,9 @@ void Shuffle(std::vector<T>& v, size_t begin, Rng& rng) {
 }
 }  // namespace
 
-EpochOrder::EpochOrder(const EpochOrderOptions& options) : options_(options) {
-  const int64_t n = options.num_samples;
+EpochOrder::EpochOrder(const EpochOrderOptions& options, int64_t epoch_samples)
+    : options_(options), epoch_samples_(epoch_samples) {
+  const int64_t n = epoch_samples;
   const int64_t b = options.batch_size;
   batches_per_epoch_ = options.drop_last ? n / b : (n + b - 1) / b;
   batches_per_rank_epoch_ = batches_per_epoch_ / options.world_size;
@@ -30,6 +31,7 @@ EpochOrder::EpochOrder(const EpochOrderOptions& options) : options_(options) {
 
 EpochOrder::EpochOrder(const EpochOrder& other)
     : options_(other.options_),
+      epoch_samples_(other.epoch_samples_),
       batches_per_epoch_(other.batches_per_epoch_),
       batches_per_rank_epoch_(other.batches_per_rank_epoch_) {}
 
@@ -41,7 +43,22 @@ Result<EpochOrder> EpochOrder::Make(const EpochOrderOptions& options) {
                                    std::to_string(options.rank) + " of " +
                                    std::to_string(options.world_size));
   }
-  if (!options.shard_samples.empty()) {
+  int64_t epoch_samples = options.num_samples;
+  if (options.blend.has_value()) {
+    int64_t covered = 0;
+    for (const BlendPart& part : options.blend->parts) {
+      if (part.first != covered) {
+        return Status::InvalidArgument("a blend's parts must cover the dataset in order");
+      }
+      covered += part.size;
+    }
+    if (covered != options.num_samples) {
+      return Status::InvalidArgument("a blend's parts hold " + std::to_string(covered) +
+                                     " samples, the dataset " +
+                                     std::to_string(options.num_samples));
+    }
+    HR_ASSIGN_OR_RETURN(epoch_samples, BlendEpochLength(*options.blend));
+  } else if (!options.shard_samples.empty()) {
     int64_t sum = 0;
     for (int64_t n : options.shard_samples) {
       if (n < 0) return Status::InvalidArgument("a shard's sample count is negative");
@@ -61,7 +78,7 @@ Result<EpochOrder> EpochOrder::Make(const EpochOrderOptions& options) {
     return Status::InvalidArgument("epochs must be >= 1 or unbounded, got " +
                                    std::to_string(*options.epochs));
   }
-  EpochOrder order(options);
+  EpochOrder order(options, epoch_samples);
   if (order.batches_per_rank_epoch_ == 0) {
     return Status::InvalidArgument("an epoch has " + std::to_string(order.batches_per_epoch_) +
                                    " batches of " + std::to_string(options.batch_size) +
@@ -97,7 +114,11 @@ namespace {
 // An epoch's order as indices of type T (wide enough for num_samples - 1): the same
 // swaps whatever T is, so every T gives the same order.
 template <typename T>
-std::vector<T> PermutationOf(const EpochOrderOptions& options, int64_t epoch) {
+std::vector<T> PermutationOf(const EpochOrderOptions& options, int64_t epoch_samples,
+                             int64_t epoch) {
+  if (options.blend.has_value()) {
+    return BlendSequence<T>(*options.blend, epoch_samples, options.shuffle, options.seed, epoch);
+  }
   std::vector<T> order(static_cast<size_t>(options.num_samples));
   std::iota(order.begin(), order.end(), T{0});
   if (options.shuffle && !options.shard_samples.empty()) {
@@ -141,11 +162,11 @@ bool Narrow(const EpochOrderOptions& options) {
 }  // namespace
 
 std::vector<int64_t> EpochOrder::Permutation(int64_t epoch) const {
-  return PermutationOf<int64_t>(options_, epoch);
+  return PermutationOf<int64_t>(options_, epoch_samples_, epoch);
 }
 
 int64_t EpochOrder::permutation_bytes() const {
-  return options_.num_samples * static_cast<int64_t>(Narrow(options_) ? sizeof(uint32_t)
+  return epoch_samples_ * static_cast<int64_t>(Narrow(options_) ? sizeof(uint32_t)
                                                                         : sizeof(int64_t));
 }
 
@@ -154,14 +175,14 @@ std::vector<int64_t> EpochOrder::SampleIndices(const BatchPosition& position) co
   const bool narrow = Narrow(options_);
   if (cached_epoch_ != position.epoch) {
     if (narrow) {
-      cached32_ = PermutationOf<uint32_t>(options_, position.epoch);
+      cached32_ = PermutationOf<uint32_t>(options_, epoch_samples_, position.epoch);
     } else {
-      cached_ = PermutationOf<int64_t>(options_, position.epoch);
+      cached_ = PermutationOf<int64_t>(options_, epoch_samples_, position.epoch);
     }
     cached_epoch_ = position.epoch;
   }
   const int64_t begin = position.index_in_epoch * options_.batch_size;
-  const int64_t end = std::min(begin + options_.batch_size, options_.num_samples);
+  const int64_t end = std::min(begin + options_.batch_size, epoch_samples_);
   if (narrow) return std::vector<int64_t>(cached32_.begin() + begin, cached32_.begin() + end);
   return std::vector<int64_t>(cached_.begin() + begin, cached_.begin() + end);
 }

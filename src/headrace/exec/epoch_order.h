@@ -15,6 +15,10 @@
 // only land next to samples of the same window; window = all shards is a full shuffle,
 // window = 1 shuffles within one shard at a time.
 //
+// Blends (EpochOrderOptions::blend, exec/blend_order.h): an epoch is the blend's sequence
+// of dataset indices, whose length follows its `until` rule rather than the dataset's
+// size; batches, ranks and runs cut it as they cut a permutation.
+//
 // A run is the sequence of a rank's batches over all epochs, numbered from 0: "local"
 // batch j is epoch j / per_rank, its (j % per_rank)-th batch for this rank. A run has a
 // number of epochs, or none (unbounded: a training loop decides when to stop).
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "headrace/core/status.h"
+#include "headrace/exec/blend_order.h"
 
 namespace headrace {
 
@@ -43,6 +48,9 @@ struct EpochOrderOptions {
   // shuffle is one permutation of the whole dataset.
   std::vector<int64_t> shard_samples;
   int64_t shuffle_window = 1;  // shards shuffled together (>= 1); with shard_samples only
+  // A weighted blend of datasets (source.mix): its parts cover [0, num_samples) and an
+  // epoch is BlendSequence's (shard_samples and shuffle_window are then each part's).
+  std::optional<BlendOptions> blend;
 };
 
 // Where one batch of a run sits.
@@ -67,6 +75,8 @@ class EpochOrder {
  public:
   static Result<EpochOrder> Make(const EpochOrderOptions& options);
 
+  // Positions of one epoch: the dataset's size, or a blend's epoch length.
+  int64_t epoch_samples() const { return epoch_samples_; }
   // Batches of one epoch, over all ranks.
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
   // Batches of one epoch for this rank.
@@ -89,8 +99,9 @@ class EpochOrder {
   EpochOrder(const EpochOrder& other);
 
  private:
-  explicit EpochOrder(const EpochOrderOptions& options);
+  EpochOrder(const EpochOrderOptions& options, int64_t epoch_samples);
   EpochOrderOptions options_;
+  int64_t epoch_samples_ = 0;
   int64_t batches_per_epoch_ = 0;
   int64_t batches_per_rank_epoch_ = 0;
   // The last epoch's permutation, kept because consecutive batches share it.

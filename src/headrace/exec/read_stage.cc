@@ -103,10 +103,12 @@ void ReadStage::Start(const std::shared_ptr<BatchJob>& job, int slot,
   ReadCallback done = [this, job, slot, charge](Result<Buffer> bytes) {
     OnRead(job, slot, charge, std::move(bytes));
   };
+  Storage* routed = options_.route ? options_.route(job->sample_indices[slot]) : nullptr;
+  Storage& storage = routed != nullptr ? *routed : *storage_;
   if (ref.offset == 0 && ref.length < 0) {
-    storage_->ReadAsyncGated(ref.uri, std::move(done), std::move(gate));
+    storage.ReadAsyncGated(ref.uri, std::move(done), std::move(gate));
   } else {
-    storage_->ReadRangeAsyncGated(ref.uri, ref.offset, ref.length, std::move(done),
+    storage.ReadRangeAsyncGated(ref.uri, ref.offset, ref.length, std::move(done),
                                   std::move(gate));
   }
 }

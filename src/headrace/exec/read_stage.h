@@ -69,6 +69,9 @@ struct ReadStageOptions {
   // an object is read alone, nothing else charged (for a storage whose objects are
   // bounded by limits of their own: the Parquet row-group cache's groups).
   bool fail_past_budget = true;
+  // The storage a sample's reads go through, by its dataset index (a blend's entries
+  // each have their own: formats/source_mix.h); null, or a null answer: the stage's.
+  std::function<Storage*(int64_t index)> route;
 };
 
 class ReadStage {

@@ -3,6 +3,7 @@
 #include "headrace/formats/source.h"
 #include "headrace/formats/source_manifest.h"
 #include "headrace/formats/source_materialized.h"
+#include "headrace/formats/source_mix.h"
 #include "headrace/formats/source_parquet.h"
 #include "headrace/formats/source_shards.h"
 
@@ -30,6 +31,8 @@ constexpr SourceKind kSourceKinds[] = {
 Result<std::shared_ptr<const Source>> OpenSource(const SourceSpec& spec,
                                                  const SourceOptions& options,
                                                  std::shared_ptr<Storage> storage) {
+  // A blend is a source made of sources: each entry opened through this function.
+  if (!spec.mix.empty()) return OpenMixSource(spec, options, std::move(storage));
   for (const SourceKind& kind : kSourceKinds) {
     if (!(spec.*kind.path).empty()) return kind.open(spec, options, std::move(storage));
   }

@@ -33,6 +33,7 @@
 #include "headrace/core/record_store.h"
 #include "headrace/core/sample.h"
 #include "headrace/core/status.h"
+#include "headrace/formats/order_shape.h"
 #include "headrace/formats/source_spec.h"
 #include "headrace/io/storage.h"
 
@@ -42,14 +43,6 @@ class BlockCache;
 class ParquetRowGroupCache;
 struct MaterializedInfo;
 
-// What the epoch order needs of a source (exec/epoch_order.h, EpochOrderOptions).
-struct OrderShape {
-  // Records per shard or row group, in dataset order (empty: no shards: one permutation
-  // of the whole dataset).
-  std::vector<int64_t> shard_samples;
-  // Shards whose samples are shuffled together (source.shuffle_window).
-  int64_t shuffle_window = 1;
-};
 
 // A shard or file that a source skipped whole at open: its index or footer is damaged
 // or does not fit the file (a tar index that is not JSON, of an unknown version, whose
@@ -78,6 +71,9 @@ struct SourceInfo {
   // Bytes of memory.budget_bytes the source's cache takes (the block or row-group
   // cache); 0 for none.
   int64_t cache_bytes = 0;
+  // A blend (source.mix): its entries' names, in order (Source::EntryOf); empty for any
+  // other source.
+  std::vector<std::string> entries;
 };
 
 // What opening a source may depend on beyond its SourceSpec (the pipeline's keys).
@@ -130,6 +126,10 @@ class Source {
   virtual const MaterializedInfo* materialized() const { return nullptr; }
   // The source's caches, for the run report; null when it has none.
   virtual const BlockCache* block_cache() const { return nullptr; }
+  // A blend: the entry (index into info().entries) that dataset index `index` belongs
+  // to, and the storage its reads go through; 0 and null (storage()) for any other.
+  virtual int EntryOf(int64_t /*index*/) const { return 0; }
+  virtual Storage* StorageFor(int64_t /*index*/) const { return nullptr; }
   virtual const ParquetRowGroupCache* row_group_cache() const { return nullptr; }
 
  protected:

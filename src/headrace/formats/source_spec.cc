@@ -3,6 +3,14 @@
 namespace headrace {
 
 std::vector<SourceFieldSpec> ResolvedFields(const SourceSpec& spec) {
+  if (!spec.mix.empty()) {
+    // A blend: its entries' layout (the first's; source_mix.cc checks that the others
+    // match) and each sample's entry name.
+    std::vector<SourceFieldSpec> out = ResolvedFields(spec.mix.front().source);
+    out.push_back(SourceFieldSpec{std::string(kMixSourceField), FieldKind::kString,
+                                  std::string(kMixSourceField), 0, false});
+    return out;
+  }
   if (spec.fields.empty()) {
     // The LLaVA form; the order is kImageField, kConversationField.
     return {SourceFieldSpec{"image", FieldKind::kImage, spec.image_field, 0, false},

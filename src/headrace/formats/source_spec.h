@@ -1,10 +1,13 @@
 // SourceSpec: where a dataset's manifest is and how to read its records.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "headrace/core/sample.h"
+#include "headrace/formats/order_shape.h"
 
 namespace headrace {
 
@@ -48,7 +51,17 @@ enum class ManifestRecordsForm {
   kLines,   // "lines": the file mapped (or read) plus 4 bytes a record; parsed per sample
 };
 
+struct MixEntrySpec;
+
 struct SourceSpec {
+  // A weighted blend of sources instead of one (formats/source_mix.h): each entry is a
+  // source of any kind with a name and a weight; `until` says when an epoch ends
+  // (exec/blend_order.h). The other keys of this spec are then unused: each entry
+  // carries its own.
+  std::vector<MixEntrySpec> mix;
+  BlendUntil until = BlendUntil::kFirstExhausted;
+  int64_t samples = 0;  // until: samples: positions an epoch
+
   std::string manifest;  // required: path of the JSONL file
   std::string root;      // dataset root for media paths; empty = the manifest's folder
   std::string id_field = "id";
@@ -100,12 +113,32 @@ struct SourceSpec {
   int64_t cache_bytes = 0;
 };
 
+// One entry of source.mix: a source (any kind but another mix or a materialization),
+// named, weighted.
+//   source:
+//     mix:
+//       - {name: vqa, manifest: data/vqa/manifest.jsonl, weight: 0.6}
+//       - {name: ocr, shards: "s3://b/ocr-{0000..0099}.tar", weight: 0.3}
+//       - {name: text, parquet: data/text/*.parquet, weight: 0.1}
+//     until: first_exhausted
+struct MixEntrySpec {
+  std::string name;  // required, unique: the batch's `source` strings, the report's rows
+  double weight = 1;  // > 0: the entry's share of an epoch's positions (normalized)
+  double repeat = 1;  // until: epochized: reads of each of its samples an epoch
+  // errors.max_error_rate for this entry's samples alone (nullopt: only the run's).
+  std::optional<double> max_error_rate;
+  SourceSpec source;  // the entry's own source keys (manifest, shards, fields, ...)
+};
+
 // The fields of the records a manifest source yields, in order: MediaRef::field,
 // Attribute::field and the planner's source values index this list. Without
 // `spec.fields`: an image (kImageField) and a conversation (kConversationField).
 inline constexpr int kImageField = 0;
 inline constexpr int kConversationField = 1;
 std::vector<SourceField> SourceFieldsOf(const SourceSpec& spec);
+
+// A blend's field naming each sample's entry (MixEntrySpec::name): a string, in the batch.
+inline constexpr std::string_view kMixSourceField = "source";
 
 // The spec's fields with every default filled in (the two LLaVA fields when
 // spec.fields is empty; key = name where empty).

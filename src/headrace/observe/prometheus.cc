@@ -97,6 +97,24 @@ std::string PrometheusText(const RunReport& r, const MetricLabels& labels) {
   for (const auto& [kind, n] : r.errors_by_kind) {
     e.Sample("headrace_errors_total", static_cast<double>(n), Label("kind", kind));
   }
+  if (!r.entries.empty()) {
+    // A blend (source.mix): each entry's share, labelled by its name.
+    e.Family("headrace_source_samples_total", "counter", "Samples delivered, per blend entry.");
+    for (const EngineMetrics::Entry& s : r.entries) {
+      e.Sample("headrace_source_samples_total", static_cast<double>(s.samples_delivered),
+               Label("source", s.name));
+    }
+    e.Family("headrace_source_errors_total", "counter", "Samples skipped, per blend entry.");
+    for (const EngineMetrics::Entry& s : r.entries) {
+      e.Sample("headrace_source_errors_total", static_cast<double>(s.samples_failed),
+               Label("source", s.name));
+    }
+    e.Family("headrace_source_read_bytes_total", "counter", "Media bytes read, per blend entry.");
+    for (const EngineMetrics::Entry& s : r.entries) {
+      e.Sample("headrace_source_read_bytes_total", static_cast<double>(s.bytes_read),
+               Label("source", s.name));
+    }
+  }
   e.Family("headrace_elapsed_seconds", "gauge", "Seconds since the loader started.")
       .Sample("headrace_elapsed_seconds", r.elapsed_s);
   e.Family("headrace_wait_time_ratio", "gauge",

@@ -128,6 +128,7 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
   r.trainer_step_ms = loader.spec().trainer.step_ms;
   r.errors_total = m.samples_failed;
   r.errors_by_kind = m.errors_by_kind;
+  r.entries = m.entries;
   r.first_errors = m.first_errors;
   for (const StageMetrics& s : m.stages) {
     StageReport sr;
@@ -211,6 +212,15 @@ std::string RunReportToJson(const RunReport& r) {
   w.Key("cpu_threads").Int(r.cpu_threads);
   w.Key("batch_size").Int(r.batch_size);
   w.Key("trainer_step_ms").Double(r.trainer_step_ms);
+  if (!r.entries.empty()) {
+    w.Key("sources").BeginArray();
+    for (const EngineMetrics::Entry& e : r.entries) {
+      w.BeginObject().Key("name").String(e.name);
+      w.Key("samples").Int(e.samples_delivered).Key("errors").Int(e.samples_failed);
+      w.Key("bytes_read").Int(e.bytes_read).EndObject();
+    }
+    w.EndArray();
+  }
   w.Key("errors").BeginObject();
   w.Key("total").Int(r.errors_total);
   w.Key("by_kind").BeginObject();
@@ -522,6 +532,11 @@ std::string RunReportToText(const RunReport& r) {
   out += "\n";
   for (const auto& e : r.first_errors) out += "    " + e.ToString() + "\n";
   if (!r.source.empty()) out += "  source            " + r.source + "\n";
+  for (const EngineMetrics::Entry& e : r.entries) {
+    add("    %-14s  %lld samples, %lld errors, %.1f MB read\n", e.name.c_str(),
+        static_cast<long long>(e.samples_delivered), static_cast<long long>(e.samples_failed),
+        static_cast<double>(e.bytes_read) / 1e6);
+  }
   if (r.has_block_cache) {
     const BlockCacheStats& c = r.block_cache;
     add("  block cache       %lld blocks of %.1f MiB read, %lld hits, %lld waits, %lld "

@@ -102,6 +102,8 @@ struct RunReport {
   std::vector<TimelinePoint> timeline;
   std::vector<StorageStats> storage;  // one entry per backend used
   std::string source;                 // Loader::source(): "manifest ..." or "shards ..."
+  // A blend (source.mix): each entry's samples, errors and media bytes, in order.
+  std::vector<EngineMetrics::Entry> entries;
   // The shard source's block cache (io/block_cache.h); has_block_cache false otherwise.
   bool has_block_cache = false;
   BlockCacheStats block_cache;

@@ -34,8 +34,15 @@ constexpr std::pair<ManifestRecordsForm, std::string_view> kRecordsForms[] = {
 constexpr std::pair<PackOverflow, std::string_view> kPackOverflows[] = {
     {PackOverflow::kTruncate, "truncate"}, {PackOverflow::kSkip, "skip"}};
 
+constexpr std::pair<BlendUntil, std::string_view> kBlendUntils[] = {
+    {BlendUntil::kFirstExhausted, "first_exhausted"},
+    {BlendUntil::kAllExhausted, "all_exhausted"},
+    {BlendUntil::kSamples, "samples"},
+    {BlendUntil::kEpochized, "epochized"}};
+
 }  // namespace
 
+EnumTable<BlendUntil> TableOf(BlendUntil) { return kBlendUntils; }
 EnumTable<PackOverflow> TableOf(PackOverflow) { return kPackOverflows; }
 EnumTable<ErrorPolicy> TableOf(ErrorPolicy) { return kPolicies; }
 EnumTable<BadShardPolicy> TableOf(BadShardPolicy) { return kBadShardPolicies; }

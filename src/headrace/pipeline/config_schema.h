@@ -33,6 +33,7 @@ EnumTable<AddressingStyle> TableOf(AddressingStyle);
 EnumTable<FieldKind> TableOf(FieldKind);
 EnumTable<ManifestRecordsForm> TableOf(ManifestRecordsForm);
 EnumTable<PackOverflow> TableOf(PackOverflow);
+EnumTable<BlendUntil> TableOf(BlendUntil);
 
 namespace config_internal {
 
@@ -53,7 +54,8 @@ void Fields(SpecOf<SourceFieldSpec> auto& s, auto&& f) {
   f("required", s.required);
   f("pad_items", s.pad_items);
 }
-void Fields(SpecOf<SourceSpec> auto& s, auto&& f) {
+// A source's own keys: the top-level source's and each mix entry's.
+void SourceKeys(SpecOf<SourceSpec> auto& s, auto&& f) {
   f("manifest", s.manifest);
   f("root", s.root);
   f("id_field", s.id_field);
@@ -71,6 +73,19 @@ void Fields(SpecOf<SourceSpec> auto& s, auto&& f) {
   f("shuffle_window", s.shuffle_window);
   f("block_bytes", s.block_bytes, Unit::kBytes);
   f("cache_bytes", s.cache_bytes, Unit::kBytes);
+}
+void Fields(SpecOf<MixEntrySpec> auto& s, auto&& f) {
+  f("name", s.name);
+  f("weight", s.weight);
+  f("repeat", s.repeat);
+  f("max_error_rate", s.max_error_rate);
+  SourceKeys(s.source, f);
+}
+void Fields(SpecOf<SourceSpec> auto& s, auto&& f) {
+  f("mix", s.mix);
+  f("until", s.until);
+  f("samples", s.samples);
+  SourceKeys(s, f);
 }
 // Every op's parameters: its own Fields (ops/op_plan.h), found through the op list.
 template <typename T>

@@ -151,7 +151,9 @@ Status ValidatePack(const PipelineSpec& spec) {
                   "the unpadded token field to pack (text.tokenize {pad: false}'s input_ids)");
 }
 
-Status ValidatePipelineSpec(const PipelineSpec& spec) {
+// One source's keys: the top-level source's, or (with `spec.source` set to it) a mix
+// entry's.
+static Status ValidateOneSource(const PipelineSpec& spec) {
   const SourceSpec& src = spec.source;
   if (!src.manifest.empty() + !src.shards.empty() + !src.parquet.empty() +
           !src.materialized.empty() > 1) {
@@ -191,7 +193,80 @@ Status ValidatePipelineSpec(const PipelineSpec& spec) {
   HR_RETURN_IF_ERROR(NonEmpty("source.conversations_field", src.conversations_field, "a JSON key"));
   HR_RETURN_IF_ERROR(NonEmpty("source.role_field", src.role_field, "a JSON key"));
   HR_RETURN_IF_ERROR(NonEmpty("source.text_field", src.text_field, "a JSON key"));
-  HR_RETURN_IF_ERROR(ValidateSourceFields(src));
+  return ValidateSourceFields(src);
+}
+
+// source.mix: each entry named, weighted and a source of its own (its errors say
+// "source.mix[i].<key>"), one batch layout for all of them.
+static Status ValidateMix(const PipelineSpec& spec) {
+  const SourceSpec& src = spec.source;
+  if (!src.manifest.empty() || !src.shards.empty() || !src.parquet.empty() ||
+      !src.materialized.empty() || !src.fields.empty()) {
+    return Invalid("source.mix", "is a source of its own: give manifest, shards, parquet and "
+                                 "fields inside each entry, not beside the list");
+  }
+  HR_RETURN_IF_ERROR(KnownEnum("source.until", src.until));
+  if (src.until == BlendUntil::kSamples) {
+    HR_RETURN_IF_ERROR(AtLeast<int64_t>("source.samples", src.samples, 1));
+  } else if (src.samples != 0) {
+    return Invalid("source.samples", "applies with source.until: samples" + Got(src.samples));
+  }
+  std::map<std::string, size_t> names;
+  for (size_t i = 0; i < src.mix.size(); ++i) {
+    const MixEntrySpec& e = src.mix[i];
+    const std::string p = "source.mix[" + std::to_string(i) + "]";
+    HR_RETURN_IF_ERROR(NonEmpty(p + ".name", e.name, "the entry's name (its samples' `source`)"));
+    if (const auto [it, fresh] = names.emplace(e.name, i); !fresh) {
+      return Invalid(p + ".name", "'" + e.name + "' is also source.mix[" +
+                                      std::to_string(it->second) +
+                                      "].name: entry names must be unique");
+    }
+    if (!(e.weight > 0 && e.weight < 1e300)) {
+      return Invalid(p + ".weight", "must be a number > 0" + Got(e.weight));
+    }
+    if (!(e.repeat > 0 && e.repeat < 1e9)) {
+      return Invalid(p + ".repeat", "must be a number > 0" + Got(e.repeat));
+    }
+    if (src.until != BlendUntil::kEpochized && e.repeat != 1) {
+      return Invalid(p + ".repeat", "applies with source.until: epochized (weights are then "
+                                    "the reads each entry gets)" + Got(e.repeat));
+    }
+    if (e.max_error_rate) {
+      HR_RETURN_IF_ERROR(Probability(p + ".max_error_rate", *e.max_error_rate));
+    }
+    if (!e.source.mix.empty()) return Invalid(p + ".mix", "a mix entry cannot be a mix itself");
+    if (!e.source.materialized.empty()) {
+      return Invalid(p + ".materialized", "a materialization carries its own batch layout: "
+                                          "it cannot be one entry of a mix");
+    }
+    for (const SourceFieldSpec& f : e.source.fields) {
+      if (f.name == "source") {
+        return Invalid(p + ".fields", "'source' is the mix's own field (each sample's entry "
+                                      "name): rename the field");
+      }
+    }
+    PipelineSpec one = spec;
+    one.source = e.source;
+    if (Status st = ValidateOneSource(one); !st.ok()) {
+      std::string message = st.message();
+      if (message.rfind("source.", 0) == 0) message = p + message.substr(6);
+      return Status(st.code(), message);
+    }
+  }
+  return Status::Ok();
+}
+
+Status ValidatePipelineSpec(const PipelineSpec& spec) {
+  const SourceSpec& src = spec.source;
+  if (src.mix.empty()) {
+    if (src.until != BlendUntil::kFirstExhausted || src.samples != 0) {
+      return Invalid(src.samples != 0 ? "source.samples" : "source.until",
+                     "applies to a blend (source.mix)");
+    }
+    HR_RETURN_IF_ERROR(ValidateOneSource(spec));
+  } else {
+    HR_RETURN_IF_ERROR(ValidateMix(spec));
+  }
   if (spec.epochs) HR_RETURN_IF_ERROR(InRange<int64_t>("epochs", *spec.epochs, 1, kMaxEpochs));
   HR_RETURN_IF_ERROR(InRange<int64_t>("batch.size", spec.batch.size, 1, kMaxBatchSize));
   HR_RETURN_IF_ERROR(ValidatePack(spec));

@@ -1,7 +1,9 @@
 #include "headrace/pipeline/prepared.h"
 
 #include <algorithm>
+#include <optional>
 
+#include "headrace/exec/blend_order.h"
 #include "headrace/formats/manifest.h"
 #include "headrace/io/object_storage.h"
 #include "headrace/pipeline/config.h"
@@ -12,16 +14,49 @@
 namespace headrace {
 namespace {
 
+// The folder local media must be beneath: a manifest's root; for a blend, the deepest
+// folder above each manifest entry's root ("" when some entry's root is not local or
+// there is no manifest entry); "" for other sources.
+Result<std::string> LocalMediaRoot(const SourceSpec& src) {
+  if (src.mix.empty()) {
+    if (!src.shards.empty() || !src.parquet.empty() || !src.materialized.empty()) {
+      return std::string();
+    }
+    return ManifestRoot(src);
+  }
+  std::optional<std::string> common;
+  for (const MixEntrySpec& e : src.mix) {
+    if (!e.source.shards.empty() || !e.source.parquet.empty()) continue;
+    HR_ASSIGN_OR_RETURN(std::string root, ManifestRoot(e.source));
+    if (root.empty() || root.front() != '/') return std::string();
+    if (!common) {
+      common = root;
+      continue;
+    }
+    size_t n = 0;
+    while (n < common->size() && n < root.size() && (*common)[n] == root[n]) ++n;
+    // Back to a whole folder name ("/data/ab" and "/data/abc" share "/data").
+    const auto boundary = [n](const std::string& p) { return n == p.size() || p[n] == '/'; };
+    const bool whole = boundary(*common) && boundary(root);
+    common->resize(n);
+    if (!whole) {
+      const size_t slash = common->rfind('/');
+      common->resize(slash == std::string::npos ? 0 : std::max<size_t>(slash, 1));
+    }
+  }
+  return common.value_or(std::string());
+}
+
 // The storage a spec reads through when the caller gives none: local paths, s3:// and
 // http(s):// URIs, each backend opened on first use.
 Result<std::shared_ptr<Storage>> DefaultStorage(const PipelineSpec& spec) {
   LocalStorageOptions local;
   local.threads = spec.execution.io_threads > 0 ? spec.execution.io_threads : 2;
   const SourceSpec& src = spec.source;
-  if (!spec.storage.follow_symlinks && src.shards.empty() && src.parquet.empty() &&
-      src.materialized.empty()) {
-    // Local media are opened beneath the dataset root (storage.follow_symlinks).
-    HR_ASSIGN_OR_RETURN(std::string root, ManifestRoot(src));
+  if (!spec.storage.follow_symlinks) {
+    // Local media are opened beneath the dataset root (storage.follow_symlinks); for a
+    // blend, beneath the folder that holds every manifest entry's root.
+    HR_ASSIGN_OR_RETURN(std::string root, LocalMediaRoot(src));
     if (!root.empty() && root.front() == '/') local.root = std::move(root);
   }
   StorageSpec storage = spec.storage;
@@ -90,6 +125,10 @@ Result<std::shared_ptr<const PreparedPipeline>> PreparedPipeline::Make(
   source_options.fail_on_bad_shard = spec.errors.on_bad_shard == BadShardPolicy::kFail;
   HR_ASSIGN_OR_RETURN(std::shared_ptr<const Source> source,
                       OpenSource(spec.source, source_options, std::move(storage)));
+  // A blend's epoch (its length, its weights) is a configuration error now, not at Run.
+  if (source->order().blend.has_value()) {
+    HR_RETURN_IF_ERROR(BlendEpochLength(*source->order().blend).status());
+  }
 
   PipelinePlan plan;
   if (const MaterializedInfo* rows = source->materialized(); rows != nullptr) {
@@ -131,6 +170,7 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
   EngineOptions opt;
   opt.order.shard_samples = source().order().shard_samples;
   opt.order.shuffle_window = source().order().shuffle_window;
+  opt.order.blend = source().order().blend;
   opt.io_budget_bytes = io_budget_bytes_;
   opt.batch_budget_bytes = batch_budget_bytes_;
   opt.cpu_threads = cpu_threads_;
@@ -148,6 +188,7 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
   opt.deliver_empty_batches = options.deliver_empty_batches;
   opt.schedule = options.schedule;
   opt.max_error_rate = spec_.errors.max_error_rate;
+  for (const MixEntrySpec& e : spec_.source.mix) opt.entry_max_error_rate.push_back(e.max_error_rate);
   opt.min_samples = spec_.errors.min_samples;
   opt.max_kept_errors = spec_.errors.max_logged;
   opt.scratch_retain_bytes = spec_.memory.scratch_bytes_per_thread;

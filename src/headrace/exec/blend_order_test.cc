@@ -1,0 +1,204 @@
+#include "headrace/exec/blend_order.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "headrace/core/rng.h"
+#include "headrace/exec/epoch_order.h"
+
+namespace headrace {
+namespace {
+
+BlendOptions Blend(std::vector<std::pair<int64_t, double>> parts,
+                   BlendUntil until = BlendUntil::kFirstExhausted) {
+  BlendOptions b;
+  b.until = until;
+  int64_t first = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    BlendPart p;
+    p.first = first;
+    p.size = parts[i].first;
+    p.weight = parts[i].second;
+    p.key = BlendKey("part" + std::to_string(i));
+    first += p.size;
+    b.parts.push_back(p);
+  }
+  return b;
+}
+
+int PartOf(const BlendOptions& b, int64_t index) {
+  for (size_t s = 0; s < b.parts.size(); ++s) {
+    if (index >= b.parts[s].first && index < b.parts[s].first + b.parts[s].size) {
+      return static_cast<int>(s);
+    }
+  }
+  return -1;
+}
+
+std::vector<double> Normalized(const BlendOptions& b) {
+  double sum = 0;
+  for (const BlendPart& p : b.parts) sum += p.weight;
+  std::vector<double> w;
+  for (const BlendPart& p : b.parts) w.push_back(p.weight / sum);
+  return w;
+}
+
+// The documented error bounds: |c_s(n) - n w_s| < 1 without the block shuffle, and
+// < 2 + kBlendBlock w_s with it, at every n, over many random weightings.
+TEST(BlendOrderTest, ProportionsStayWithinTheDocumentedBound) {
+  Rng rng(7);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<std::pair<int64_t, double>> parts;
+    const int n_parts = 2 + static_cast<int>(rng.Below(5));
+    for (int s = 0; s < n_parts; ++s) {
+      parts.emplace_back(100000, 0.01 + static_cast<double>(rng.Below(1000)) / 100.0);
+    }
+    const BlendOptions b = Blend(parts, BlendUntil::kSamples);
+    const std::vector<double> w = Normalized(b);
+    const int64_t length = 5000;
+    const std::vector<int32_t> plain = BlendChoices(b, length);
+    const std::vector<int64_t> seq = BlendSequence<int64_t>(b, length, true, trial, 3);
+    std::vector<int64_t> c_plain(parts.size()), c_shuffled(parts.size());
+    for (int64_t n = 1; n <= length; ++n) {
+      ++c_plain[static_cast<size_t>(plain[static_cast<size_t>(n - 1)])];
+      ++c_shuffled[static_cast<size_t>(PartOf(b, seq[static_cast<size_t>(n - 1)]))];
+      for (size_t s = 0; s < parts.size(); ++s) {
+        const double target = static_cast<double>(n) * w[s];
+        ASSERT_LT(std::abs(static_cast<double>(c_plain[s]) - target), 1.0)
+            << "trial " << trial << " n " << n << " part " << s;
+        ASSERT_LT(std::abs(static_cast<double>(c_shuffled[s]) - target),
+                  2.0 + static_cast<double>(kBlendBlock) * w[s])
+            << "trial " << trial << " n " << n << " part " << s;
+      }
+    }
+  }
+}
+
+TEST(BlendOrderTest, FirstExhaustedReadsEachSampleAtMostOnce) {
+  const BlendOptions b = Blend({{300, 0.6}, {100, 0.3}, {1000, 0.1}});
+  const Result<int64_t> length = BlendEpochLength(b);
+  ASSERT_TRUE(length.ok()) << length.status().message();
+  // The 0.3 part runs out first: after about 100 / 0.3 positions.
+  EXPECT_NEAR(static_cast<double>(*length), 100 / 0.3, 3.0);
+  const std::vector<int64_t> seq = BlendSequence<int64_t>(b, *length, true, 11, 0);
+  std::set<int64_t> seen(seq.begin(), seq.end());
+  EXPECT_EQ(seen.size(), seq.size());
+  std::vector<int64_t> per(3);
+  for (int64_t i : seq) ++per[static_cast<size_t>(PartOf(b, i))];
+  EXPECT_EQ(per[1], 100);  // the part that ended the epoch gave every sample
+  EXPECT_LE(per[0], 300);
+}
+
+TEST(BlendOrderTest, AllExhaustedReadsEverySampleAndRepeatsTheSmallParts) {
+  const BlendOptions b = Blend({{50, 0.5}, {400, 0.5}}, BlendUntil::kAllExhausted);
+  const Result<int64_t> length = BlendEpochLength(b);
+  ASSERT_TRUE(length.ok());
+  EXPECT_EQ(*length, 800);  // the big part needs 400 picks at half the positions
+  const std::vector<int64_t> seq = BlendSequence<int64_t>(b, *length, true, 5, 2);
+  std::map<int64_t, int> times;
+  for (int64_t i : seq) ++times[i];
+  EXPECT_EQ(times.size(), 450u);  // every sample of both parts
+  for (int64_t i = 0; i < 50; ++i) EXPECT_EQ(times[i], 8) << i;  // 400 picks of 50: 8 passes
+  for (int64_t i = 50; i < 450; ++i) EXPECT_EQ(times[i], 1) << i;
+}
+
+TEST(BlendOrderTest, EpochizedReadsEachSampleItsRepeatTimes) {
+  BlendOptions b = Blend({{30, 1}, {70, 1}}, BlendUntil::kEpochized);
+  b.parts[0].repeat = 2;
+  b.parts[1].repeat = 1;
+  const Result<int64_t> length = BlendEpochLength(b);
+  ASSERT_TRUE(length.ok());
+  EXPECT_EQ(*length, 130);
+  const std::vector<int64_t> seq = BlendSequence<int64_t>(b, *length, true, 9, 1);
+  std::map<int64_t, int> times;
+  for (int64_t i : seq) ++times[i];
+  for (int64_t i = 0; i < 30; ++i) EXPECT_EQ(times[i], 2) << i;
+  for (int64_t i = 30; i < 100; ++i) EXPECT_EQ(times[i], 1) << i;
+}
+
+TEST(BlendOrderTest, SamplesUntilIsTheGivenLength) {
+  BlendOptions b = Blend({{10, 1}, {10, 3}}, BlendUntil::kSamples);
+  b.samples = 1000;
+  ASSERT_EQ(*BlendEpochLength(b), 1000);
+  const std::vector<int64_t> seq = BlendSequence<int64_t>(b, 1000, false, 0, 0);
+  int64_t second = 0;
+  for (int64_t i : seq) second += PartOf(b, i) == 1;
+  EXPECT_EQ(second, 750);
+}
+
+// Deterministic per (seed, epoch); another epoch or seed is another order; the part's
+// own order (its k-th pick) does not depend on the other parts.
+TEST(BlendOrderTest, EachPartKeepsItsOwnSeededOrder) {
+  const BlendOptions two = Blend({{200, 1}, {200, 1}});
+  BlendOptions three = two;
+  BlendPart extra;
+  extra.first = 400;
+  extra.size = 200;
+  extra.weight = 1;
+  extra.key = BlendKey("another");
+  three.parts.push_back(extra);
+  const int64_t n2 = *BlendEpochLength(two), n3 = *BlendEpochLength(three);
+  const auto a = BlendSequence<int64_t>(two, n2, true, 42, 4);
+  EXPECT_EQ(a, (BlendSequence<int64_t>(two, n2, true, 42, 4)));
+  EXPECT_NE(a, (BlendSequence<int64_t>(two, n2, true, 42, 5)));
+  EXPECT_NE(a, (BlendSequence<int64_t>(two, n2, true, 43, 4)));
+  const auto b = BlendSequence<int64_t>(three, n3, true, 42, 4);
+  std::vector<int64_t> first_of_a, first_of_b;
+  for (int64_t i : a) if (i < 200) first_of_a.push_back(i);
+  for (int64_t i : b) if (i < 200) first_of_b.push_back(i);
+  ASSERT_LE(first_of_b.size(), first_of_a.size());
+  EXPECT_TRUE(std::equal(first_of_b.begin(), first_of_b.end(), first_of_a.begin()));
+  // Unshuffled: each part in its own dataset order.
+  const auto plain = BlendSequence<int64_t>(two, n2, false, 42, 4);
+  std::vector<int64_t> p0;
+  for (int64_t i : plain) if (i < 200) p0.push_back(i);
+  std::vector<int64_t> expected(200);
+  std::iota(expected.begin(), expected.end(), 0);
+  EXPECT_EQ(p0, expected);
+}
+
+TEST(BlendOrderTest, BadWeightsAreConfigErrorsNamingTheEntry) {
+  for (double bad : std::vector<double>{0.0, -1.0, std::nan(""),
+                                        std::numeric_limits<double>::infinity()}) {
+    const Result<int64_t> r = BlendEpochLength(Blend({{10, 1}, {10, bad}}));
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("source.mix[1].weight"), std::string::npos)
+        << r.status().message();
+  }
+  EXPECT_FALSE(BlendEpochLength(BlendOptions{}).ok());
+}
+
+// EpochOrder cuts a blend's epoch as a permutation: batches, ranks disjoint.
+TEST(BlendOrderTest, EpochOrderCutsTheBlendIntoRanksBatches) {
+  EpochOrderOptions o;
+  o.blend = Blend({{64, 2}, {64, 1}});
+  o.num_samples = 128;
+  o.batch_size = 8;
+  o.world_size = 2;
+  o.seed = 3;
+  std::set<int64_t> seen;
+  int64_t total = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    o.rank = rank;
+    const Result<EpochOrder> order = EpochOrder::Make(o);
+    ASSERT_TRUE(order.ok()) << order.status().message();
+    EXPECT_EQ(order->epoch_samples(), *BlendEpochLength(*o.blend));
+    for (int64_t j = 0; j < order->batches_per_rank_epoch(); ++j) {
+      for (int64_t i : order->SampleIndices(order->Position(j))) {
+        EXPECT_TRUE(seen.insert(i).second) << i;
+        ++total;
+      }
+    }
+  }
+  EXPECT_EQ(total, (*BlendEpochLength(*o.blend) / 8 / 2) * 2 * 8);
+  o.num_samples = 100;
+  EXPECT_FALSE(EpochOrder::Make(o).ok());  // parts that do not cover the dataset
+}
+
+}  // namespace
+}  // namespace headrace
