@@ -35,9 +35,9 @@ from . import ops
 from ._headrace import CancelledError, ConfigError, Error, Tensor, make_sample
 from .batch import Batch
 from .doctor import doctor
-from .loader import Loader, default_rank_and_world_size
+from .loader import Loader, default_rank_and_world_size, merge_state_dicts
 from .pipeline import Pipeline
 
 __all__ = ["Batch", "CancelledError", "ConfigError", "Error", "Loader", "Pipeline", "Tensor",
-           "default_rank_and_world_size", "doctor", "make_sample", "ops"]
+           "default_rank_and_world_size", "merge_state_dicts", "doctor", "make_sample", "ops"]
 __version__ = "0.1.0"

@@ -131,6 +131,7 @@ class Loader:
         self.pinned = bool(pin_memory) and _headrace._pinned_available()
         self._spec = pipeline.spec()
         self._fingerprint = pipeline.fingerprint()
+        self._fingerprint_elastic = pipeline.fingerprint(elastic=True)
         self._limit: Optional[int] = self._spec.epochs  # epochs of the run; None: unbounded
         self._impl = None
         self._prepared = None  # the pipeline prepared once, on the first engine
@@ -144,6 +145,12 @@ class Loader:
         # batch.pack: the packer's saved window (load_state_dict), for the engine made at
         # its position; the engine's own once it runs.
         self._pack_state: Optional[Dict[str, Any]] = None
+        # An elastic resume (merge_state_dicts): the rest of one epoch, {epoch, consumed,
+        # pending}, that this loader's ranks share; and a blend's picks before it when
+        # its weights changed. Both end with that epoch.
+        self._remainder: Optional[Dict[str, Any]] = None
+        self._blend_start: Optional[List[int]] = None
+        self._impl_rest = False  # whether self._impl runs the remainder
         self._metrics = None
         if metrics_port is not None:
             # Bound now: a port in use fails here, before any work.
@@ -223,18 +230,21 @@ class Loader:
     def _engine(self):
         """The engine, positioned at the consumer's (epoch, batch): the running one when it
         is there already, so that prefetch carries over from one epoch to the next."""
-        if self._impl is not None and self._per_epoch is not None and \
-                self._impl.next_batch == self._epoch * self._per_epoch + self._batch:
-            return self._impl
+        rest = self._in_remainder()
+        if self._impl is not None and self._impl_rest == rest:
+            per = self._impl.batches_per_epoch if rest else self._per_epoch
+            if per is not None and self._impl.next_batch == self._epoch * per + self._batch:
+                return self._impl
         self._stop_engine()
         impl = self._make_engine(self._epoch, self._batch)
-        if self._per_epoch is not None and impl.batches_per_epoch != self._per_epoch:
-            impl.close()
-            raise _headrace.ConfigError(
-                f"state dict: batches_per_epoch: saved {self._per_epoch}, this loader "
-                f"{impl.batches_per_epoch} (the dataset changed)")
-        self._per_epoch = impl.batches_per_epoch
-        self._impl = impl
+        if not rest:  # the rest of an epoch has batches of its own
+            if self._per_epoch is not None and impl.batches_per_epoch != self._per_epoch:
+                impl.close()
+                raise _headrace.ConfigError(
+                    f"state dict: batches_per_epoch: saved {self._per_epoch}, this loader "
+                    f"{impl.batches_per_epoch} (the dataset changed)")
+            self._per_epoch = impl.batches_per_epoch
+        self._impl, self._impl_rest = impl, rest
         if self._metrics is not None:
             self._metrics.attach(impl)
         return impl
@@ -250,10 +260,20 @@ class Loader:
         pack = self._pack_state
         if pack is not None and (pack.get("epoch"), pack.get("next_batch")) != (epoch, batch):
             pack = None  # another position: the engine replays its epoch up to `batch`
+        rest = self._remainder if self._in_remainder() else None
         return self._prepared.run(self.rank, self.world_size, epoch, batch, self.pinned,
-                                  pack_state=pack)
+                                  pack_state=pack, remainder=rest,
+                                  blend_start=self._blend_start if rest else None)
+
+    def _in_remainder(self) -> bool:
+        """Whether the epoch iterated now is the rest of an epoch (an elastic resume)."""
+        if self._remainder is not None and self._epoch != self._remainder["epoch"]:
+            self._remainder = self._blend_start = None  # that epoch is over
+        return self._remainder is not None
 
     def _batches_per_epoch(self) -> int:
+        if self._in_remainder():
+            return self._engine().batches_per_epoch
         if self._per_epoch is None:
             self._engine()
         return self._per_epoch
@@ -291,7 +311,30 @@ class Loader:
             # batch.pack: the samples waiting in the packer's window (dataset indices) and
             # the batch the oldest came from, so that a resume rebuilds the same rows.
             "pack": self._packer_state(),
+            # An elastic resume's epoch: the rest of it this run's ranks share (its batches
+            # are counted within it), and a blend's picks before it.
+            "remainder": dict(self._remainder) if self._in_remainder() else None,
+            "blend_start": list(self._blend_start) if self._in_remainder() and
+            self._blend_start is not None else None,
+            # What an elastic resume compares (the fingerprint without the batch size and
+            # a blend's weights), and for a blend (source.mix) its weights and each entry's
+            # picks before the position all ranks reached (batch_in_epoch x world_size x
+            # batch_size), so that a resume with new weights continues each entry there.
+            "fingerprint_elastic": self._fingerprint_elastic,
+            "mix_weights": list(self._spec.mix_weights) if self._spec.is_mix else None,
+            "blend_picks": self._blend_picks(),
         }
+
+    def _blend_picks(self) -> Optional[List[int]]:
+        if not self._spec.is_mix:
+            return None
+        if self._prepared is None:
+            self._prepared = _headrace._Prepared.make(self._spec)
+        rest = self._remainder if self._in_remainder() else None
+        positions = self._batch * self.world_size * self._spec.batch_size
+        return list(self._prepared.blend_picks(
+            self._epoch, positions, remainder=rest,
+            blend_start=self._blend_start if rest else None))
 
     def _packer_state(self) -> Optional[Dict[str, Any]]:
         if self._impl is not None and hasattr(self._impl, "pack_state"):
@@ -315,19 +358,30 @@ class Loader:
                 "since each `for` is one epoch; resume from a checkpoint written by this "
                 "version")
         mine = self.state_dict()
+        weights_changed = state.get("mix_weights") != mine["mix_weights"]
+        elastic = (state.get("kind") == "global" or weights_changed or
+                   state.get("world_size") != self.world_size or
+                   state.get("batch_size") != mine["batch_size"])
         differences: List[str] = []
         for key in ("seed", "batch_size", "shuffle", "drop_last", "manifest", "ops",
                     "batch_ops", "rank", "world_size"):
+            if elastic and key in ("batch_size", "rank", "world_size"):
+                continue  # the rest of the epoch is dealt to this run's ranks and batches
             saved = state.get(key)
             if saved != mine[key]:
                 differences.append(f"{key}: saved {saved!r}, this loader {mine[key]!r}")
-        if not differences and state.get("fingerprint") != mine["fingerprint"]:
+        key = "fingerprint_elastic" if elastic else "fingerprint"
+        if not differences and state.get(key) != mine[key]:
             differences.append("pipeline: the saved pipeline differs in an op's parameters or "
                                "the source's fields (fingerprint "
-                               f"{state.get('fingerprint')} vs {mine['fingerprint']})")
+                               f"{state.get(key)} vs {mine[key]})")
         if differences:
             raise _headrace.ConfigError(
                 "state dict from a different pipeline: " + "; ".join(differences))
+        if elastic:
+            self._load_global(state if state.get("kind") == "global"
+                              else _merge([state], lockstep=True), weights_changed)
+            return
         epoch, batch = state.get("epoch"), state.get("batch_in_epoch")
         per_epoch = state.get("batches_per_epoch")
         for key, value in (("epoch", epoch), ("batch_in_epoch", batch)):
@@ -341,6 +395,30 @@ class Loader:
         self._stop_engine()
         self._epoch, self._batch, self._per_epoch = epoch, batch, per_epoch
         self._pack_state = state.get("pack")
+        self._remainder = state.get("remainder")
+        self._blend_start = state.get("blend_start")
+        self._active, self._keep = False, True
+
+    def _load_global(self, state: Dict[str, Any], weights_changed: bool) -> None:
+        """A global state (merge_state_dicts): the rest of its epoch, dealt to this
+        loader's ranks and batch size; a blend whose weights changed continues each entry
+        at its picks."""
+        epoch = state["epoch"]
+        self._check_epoch(epoch, "state dict")
+        rest = state.get("remainder")
+        start = state.get("blend_start")
+        if rest is not None and weights_changed:
+            if state.get("blend_picks") is None:
+                raise _headrace.ConfigError(
+                    "state dict: blend_picks is missing: a resume with other weights needs "
+                    "the picks each source.mix entry had made (saved by this version)")
+            # Every pick before the position is in blend_picks; the pending samples stay.
+            rest = {"epoch": epoch, "consumed": 0, "pending": list(rest["pending"])}
+            start = list(state["blend_picks"])
+        self._stop_engine()
+        self._epoch, self._batch, self._per_epoch = epoch, 0, None
+        self._pack_state = None
+        self._remainder, self._blend_start = rest, start
         self._active, self._keep = False, True
 
     # --- measurement and lifetime ----------------------------------------------------
@@ -426,3 +504,101 @@ class Loader:
             self.close()
         except Exception:
             pass
+
+
+_SAME_IN_EVERY_RANK = ("fingerprint", "seed", "batch_size", "shuffle", "drop_last", "manifest",
+                       "ops", "batch_ops", "world_size", "epoch", "batch_in_epoch",
+                       "remainder", "blend_start", "blend_picks")
+
+
+def merge_state_dicts(states: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """One global state from every rank's ``Loader.state_dict()`` (taken at the same step,
+    as a data-parallel trainer checkpoints): the rest of the epoch, which a loader with
+    any world size (and batch size) loads with ``load_state_dict``, each of its ranks
+    taking its share; the next epochs are as a run started with that world size.
+
+    The rest is the epoch's order after the position every rank reached (batch_in_epoch x
+    world_size x batch_size samples), after the samples that packers held in their
+    windows (batch.pack: taken from the epoch's order, not yet delivered). Over the whole
+    epoch every sample is delivered once, except, as in every epoch, the last batches that
+    do not make a full round of the new ranks. A blend's state also carries each entry's
+    picks, so that a resume with new weights continues every entry where it was."""
+    return _merge(states, lockstep=False)
+
+
+def _merge(states: List[Dict[str, Any]], lockstep: bool) -> Dict[str, Any]:
+    if not isinstance(states, (list, tuple)) or not states:
+        raise _headrace.ConfigError("merge_state_dicts: expected a list of state dicts, "
+                                    f"one per rank, got {states!r}")
+    for i, s in enumerate(states):
+        if not isinstance(s, dict) or s.get("version") != _STATE_VERSION:
+            raise _headrace.ConfigError(
+                f"merge_state_dicts: states[{i}] is not a headrace Loader state of version "
+                f"{_STATE_VERSION}")
+        if s.get("kind") == "global":
+            raise _headrace.ConfigError(
+                f"merge_state_dicts: states[{i}] is global already: load it as it is")
+    first = min(states, key=lambda s: s.get("rank", 0))
+    world = first["world_size"]
+    ranks = sorted(s.get("rank") for s in states)
+    if not lockstep and ranks != list(range(world)):
+        raise _headrace.ConfigError(
+            f"merge_state_dicts: ranks {ranks} of world_size {world}: the state of every rank "
+            f"0..{world - 1} is needed, once each")
+    for s in states:
+        for key in _SAME_IN_EVERY_RANK:
+            if s.get(key) != first.get(key):
+                what = ("take every rank's state at the same step"
+                        if key in ("epoch", "batch_in_epoch") else "states of one run")
+                raise _headrace.ConfigError(
+                    f"merge_state_dicts: {key}: rank {s.get('rank')} has {s.get(key)!r}, rank "
+                    f"{first.get('rank')} {first.get(key)!r} ({what})")
+    epoch, batch, size = first["epoch"], first["batch_in_epoch"], first["batch_size"]
+    windows: List[int] = []
+    for s in sorted(states, key=lambda s: s.get("rank", 0)):
+        pack = s.get("pack")
+        if not pack:
+            continue
+        if pack.get("delivered"):
+            raise _headrace.ConfigError(
+                f"merge_state_dicts: rank {s.get('rank')}: pack.delivered is "
+                f"{pack['delivered']}: the state was taken between two batch.max_tokens batches "
+                "of one input batch, whose samples another world size cannot split; take it "
+                "after the input batch's last one")
+        if (pack.get("epoch"), pack.get("next_batch")) != (epoch, batch):
+            raise _headrace.ConfigError(
+                f"merge_state_dicts: rank {s.get('rank')}: pack is at epoch {pack.get('epoch')} "
+                f"batch {pack.get('next_batch')}, the loader at epoch {epoch} batch {batch}")
+        windows.extend(int(i) for i in pack.get("waiting", []))
+    if lockstep and windows:
+        raise _headrace.ConfigError(
+            f"state dict: world_size {world} -> another needs every rank's state (batch.pack "
+            "keeps samples in each rank's window): load headrace.merge_state_dicts([...]) of "
+            "all ranks")
+    merged = {k: first.get(k) for k in ("version", "fingerprint", "fingerprint_elastic",
+                                        "mix_weights",
+                                        "manifest", "seed", "batch_size", "shuffle",
+                                        "drop_last", "ops", "batch_ops", "blend_picks")}
+    merged.update({"kind": "global", "rank": None, "world_size": None,
+                   "saved_world_size": world, "blend_start": first.get("blend_start")})
+    per = first.get("batches_per_epoch")
+    if per is not None and batch >= per and not windows:
+        # Every rank finished its share: the rest of the epoch is the tail no round of
+        # ranks took; the resume starts the next epoch.
+        merged.update({"epoch": epoch + 1, "remainder": None, "blend_start": None,
+                       "blend_picks": None})
+        return merged
+    positions = batch * world * size
+    old = first.get("remainder")
+    if old is not None:
+        pending = list(old["pending"])
+        if positions <= len(pending):
+            pending, consumed = pending[positions:], old["consumed"]
+        else:
+            pending, consumed = [], old["consumed"] + positions - len(pending)
+    else:
+        pending, consumed = [], positions
+    merged.update({"epoch": epoch,
+                   "remainder": {"epoch": epoch, "consumed": consumed,
+                                 "pending": windows + pending}})
+    return merged

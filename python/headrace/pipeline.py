@@ -141,10 +141,12 @@ class Pipeline:
         placeholders, which ``from_yaml`` refuses)."""
         return self.spec().to_yaml()
 
-    def fingerprint(self) -> str:
+    def fingerprint(self, elastic: bool = False) -> str:
         """A hash of everything that decides batch content (not threads, budgets...);
-        Python ops and batch ops count by name."""
-        return hashlib.sha256(self.spec().content_yaml().encode()).hexdigest()[:16]
+        Python ops and batch ops count by name. ``elastic``: without what an elastic
+        resume may change (the batch size, a blend's weights)."""
+        text = self.spec().content_yaml(elastic=elastic)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @property
     def batch_ops(self) -> List[_ops.BatchMapOp]:

@@ -70,6 +70,22 @@ PackState PackStateFromDict(const nb::handle& state_object) {
   }
 }
 
+// {"epoch", "consumed", "pending": [indices]}: the rest of an epoch (EpochRemainder).
+EpochRemainder RemainderFromDict(const nb::object& object) {
+  try {
+    nb::dict d = nb::cast<nb::dict>(object);
+    EpochRemainder r;
+    r.epoch = nb::cast<int64_t>(d["epoch"]);
+    r.consumed = nb::cast<int64_t>(d["consumed"]);
+    for (nb::handle i : d["pending"]) r.pending.push_back(nb::cast<int64_t>(i));
+    return r;
+  } catch (const std::exception&) {
+    throw StatusError(Status::InvalidArgument(
+        "state dict: remainder: expected {epoch, consumed, pending: [indices]}, got " +
+        nb::cast<std::string>(nb::repr(object))));
+  }
+}
+
 nb::dict PackStatsToDict(const PackStats& p) {
   nb::dict d;
   d["pack_rows"] = p.rows;
@@ -110,9 +126,15 @@ class PyLoader {
   static std::unique_ptr<PyLoader> Run(const std::shared_ptr<const PreparedPipeline>& prepared,
                                        int rank, int world_size, int64_t start_epoch,
                                        int64_t start_batch, bool pinned, bool on_demand,
-                                       const nb::object& pack_state) {
+                                       const nb::object& pack_state,
+                                       const nb::object& remainder = nb::none(),
+                                       const nb::object& blend_start = nb::none()) {
     LoaderOptions options;
     if (!pack_state.is_none()) options.pack_state = PackStateFromDict(pack_state);
+    if (!remainder.is_none()) options.remainder = RemainderFromDict(remainder);
+    if (!blend_start.is_none()) {
+      for (nb::handle v : blend_start) options.blend_start.push_back(nb::cast<int64_t>(v));
+    }
     if (on_demand) options.schedule = Schedule::kOnDemand;
     options.rank = rank;
     options.world_size = world_size;
@@ -491,14 +513,32 @@ void RegisterLoader(nb::module_& m) {
                   nb::arg("spec"))
       .def("run",
            [](const PyPrepared& p, int rank, int world_size, int64_t start_epoch,
-              int64_t start_batch, bool pinned, bool on_demand, const nb::object& pack_state) {
+              int64_t start_batch, bool pinned, bool on_demand, const nb::object& pack_state,
+              const nb::object& remainder, const nb::object& blend_start) {
              return PyLoader::Run(p.prepared, rank, world_size, start_epoch, start_batch,
-                                  pinned, on_demand, pack_state);
+                                  pinned, on_demand, pack_state, remainder, blend_start);
            },
            nb::arg("rank") = 0, nb::arg("world_size") = 1, nb::arg("start_epoch") = 0,
            nb::arg("start_batch") = 0, nb::arg("pinned") = false, nb::arg("on_demand") = false,
-           nb::arg("pack_state").none() = nb::none())
+           nb::arg("pack_state").none() = nb::none(), nb::arg("remainder").none() = nb::none(),
+           nb::arg("blend_start").none() = nb::none())
       .def_prop_ro("source", [](const PyPrepared& p) { return p.prepared->source().info().description; })
+      .def("blend_picks",
+           [](const PyPrepared& p, int64_t epoch, int64_t positions, const nb::object& remainder,
+              const nb::object& blend_start) {
+             std::optional<EpochRemainder> rest;
+             if (!remainder.is_none()) rest = RemainderFromDict(remainder);
+             std::vector<int64_t> start;
+             if (!blend_start.is_none()) {
+               for (nb::handle v : blend_start) start.push_back(nb::cast<int64_t>(v));
+             }
+             nb::gil_scoped_release nogil;
+             return ValueOrThrow(p.prepared->BlendPicks(epoch, positions, rest, start));
+           },
+           nb::arg("epoch"), nb::arg("positions"), nb::arg("remainder").none() = nb::none(),
+           nb::arg("blend_start").none() = nb::none(),
+           "A blend: each entry's picks in the first `positions` positions of the epoch's "
+           "order (of its rest, with `remainder`); [] for another source")
       .def("packer",
            [](const PyPrepared& p) -> std::unique_ptr<PyPacker> {
              if (!p.prepared->pack().has_value()) return nullptr;

@@ -108,8 +108,14 @@ nb::list OpSchema() {
 
 // The spec without what cannot change a batch's content (threads, prefetch, budgets,
 // error policy, the simulated trainer, how the manifest's records are held): the basis of a state dict's fingerprint.
-std::string ContentYaml(const PipelineSpec& spec) {
+// `elastic`: also what an elastic resume may change (the batch size, a blend's weights:
+// the rest of the epoch is re-cut, each entry continuing where it was).
+std::string ContentYaml(const PipelineSpec& spec, bool elastic) {
   PipelineSpec content = spec;
+  if (elastic) {
+    content.batch.size = 1;
+    for (MixEntrySpec& e : content.source.mix) e.weight = 1;
+  }
   content.execution = {};
   content.prefetch = {};
   content.memory = {};
@@ -144,7 +150,14 @@ void RegisterSpec(nb::module_& m) {
           nb::arg("text"), nb::arg("overrides") = std::vector<std::string>{})
       .def("validate", [](const PipelineSpec& s) { ThrowIfError(ValidatePipelineSpec(s)); })
       .def("to_yaml", &PipelineSpecToYaml)
-      .def("content_yaml", &ContentYaml)
+      .def("content_yaml", &ContentYaml, nb::arg("elastic") = false)
+      .def_prop_ro("is_mix", [](const PipelineSpec& s) { return !s.source.mix.empty(); })
+      .def_prop_ro("mix_weights",
+                   [](const PipelineSpec& s) {
+                     std::vector<double> w;
+                     for (const MixEntrySpec& e : s.source.mix) w.push_back(e.weight);
+                     return w;
+                   })
       .def_prop_ro("manifest", [](const PipelineSpec& s) { return s.source.manifest; })
       .def_prop_ro("shards", [](const PipelineSpec& s) { return s.source.shards; })
       .def_prop_ro("parquet", [](const PipelineSpec& s) { return s.source.parquet; })

@@ -162,3 +162,39 @@ def test_the_example_runs_from_the_command_line(tmp_path):
     assert entries["chat"]["samples"] == 60 and report["samples"] == 100
     assert all(e["bytes_read"] > 0 for e in entries.values())
     assert report["source"].startswith("mix of 3: chat (manifest")
+
+
+def test_a_resume_with_new_weights_continues_every_entry_where_it_was(data):
+    old, new = (0.5, 0.3, 0.2), (0.1, 0.2, 0.7)
+    full = [list(zip(b["source"], b["id"]))
+            for b in headrace.Loader(pipeline(data, mix(data, "first_exhausted", old)))]
+    loader = headrace.Loader(pipeline(data, mix(data, "first_exhausted", old)))
+    it = iter(loader)
+    before = [list(zip(b["source"], b["id"])) for b in (next(it) for _ in range(3))]
+    assert before == full[:3]
+    state = loader.state_dict()
+    loader.close()
+    assert state["mix_weights"] == list(old) and len(state["blend_picks"]) == 3
+    assert sum(state["blend_picks"]) == 24  # 3 batches of 8
+    resumed = headrace.Loader(pipeline(data, mix(data, "first_exhausted", new)), state_dict=state)
+    after = [s for b in resumed for s in zip(b["source"], b["id"])]
+    epoch = [s for b in before for s in b] + after
+    assert len(epoch) == len(set(epoch))  # first_exhausted: no sample twice, across the change
+    flat_full = [s for b in full for s in b]
+    for name in ENTRIES:
+        # Each entry's samples, before and after the change, follow its own order.
+        mine = [sid for n, sid in epoch if n == name]
+        own = [sid for n, sid in flat_full if n == name]
+        common = min(len(mine), len(own))
+        assert mine[:common] == own[:common], name
+    # After the change the new weights rule: the table entry (0.7) leads.
+    counts = {n: sum(1 for e, _ in after if e == n) for n in ENTRIES}
+    assert counts["table"] > counts["vqa"] and counts["table"] > counts["ocr"], counts
+    # A resume of a state taken after the change, with the same new weights, is exact.
+    second = headrace.Loader(pipeline(data, mix(data, "first_exhausted", new)), state_dict=state)
+    it = iter(second)
+    head = [s for b in (next(it) for _ in range(2)) for s in zip(b["source"], b["id"])]
+    again = headrace.Loader(pipeline(data, mix(data, "first_exhausted", new)),
+                            state_dict=second.state_dict())
+    second.close()
+    assert head + [s for b in again for s in zip(b["source"], b["id"])] == after

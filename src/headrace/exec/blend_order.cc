@@ -18,16 +18,34 @@ Status Invalid(size_t part, const std::string& key, const std::string& what) {
   return Status::InvalidArgument("source.mix[" + std::to_string(part) + "]." + key + " " + what);
 }
 
+// The picks part `s` made before the sequence starts (a continuation's), else 0.
+int64_t StartOf(const BlendOptions& blend, size_t s) {
+  return s < blend.start.size() ? blend.start[s] : 0;
+}
+
+// An epochized part's reads an epoch still to come.
+int64_t EpochizedLeft(const BlendOptions& blend, size_t s) {
+  const BlendPart& p = blend.parts[s];
+  return std::max<int64_t>(
+      0, std::llround(p.repeat * static_cast<double>(p.size)) - StartOf(blend, s));
+}
+
 // The weights the sequence follows: the parts' weights, or for an epochized blend the
-// number of reads each part gets an epoch.
+// number of reads each part still gets this epoch.
 std::vector<double> EffectiveWeights(const BlendOptions& blend) {
   std::vector<double> w;
-  for (const BlendPart& p : blend.parts) {
+  for (size_t s = 0; s < blend.parts.size(); ++s) {
     w.push_back(blend.until == BlendUntil::kEpochized
-                    ? std::llround(p.repeat * static_cast<double>(p.size))
-                    : p.weight);
+                    ? static_cast<double>(EpochizedLeft(blend, s))
+                    : blend.parts[s].weight);
   }
   return w;
+}
+
+int64_t StartTotal(const BlendOptions& blend) {
+  int64_t n = 0;
+  for (int64_t v : blend.start) n += v;
+  return n;
 }
 
 // The smooth weighted round-robin of BlendOrder's step 1, one position at a time.
@@ -35,7 +53,7 @@ class Deficit {
  public:
   explicit Deficit(std::vector<double> weights) : counts_(weights.size(), 0) {
     const double sum = std::accumulate(weights.begin(), weights.end(), 0.0);
-    for (double& w : weights) w /= sum;
+    for (double& w : weights) w = sum > 0 ? w / sum : 0;
     weights_ = std::move(weights);
   }
   int32_t Next() {
@@ -67,8 +85,16 @@ Result<int64_t> BlendEpochLength(const BlendOptions& blend) {
   if (blend.parts.empty()) {
     return Status::InvalidArgument("source.mix must list at least one source");
   }
+  if (!blend.start.empty() && blend.start.size() != blend.parts.size()) {
+    return Status::InvalidArgument("state dict: blend picks: " + std::to_string(blend.start.size()) +
+                                   " entries, the mix has " + std::to_string(blend.parts.size()));
+  }
   for (size_t s = 0; s < blend.parts.size(); ++s) {
     const BlendPart& p = blend.parts[s];
+    if (StartOf(blend, s) < 0) {
+      return Status::InvalidArgument("state dict: blend picks of source.mix[" +
+                                     std::to_string(s) + "] is negative");
+    }
     if (p.size <= 0) return Invalid(s, "size", "has no samples");
     if (!std::isfinite(p.weight) || p.weight <= 0) {
       return Invalid(s, "weight", "must be a number > 0, got " + std::to_string(p.weight));
@@ -83,11 +109,13 @@ Result<int64_t> BlendEpochLength(const BlendOptions& blend) {
       if (blend.samples <= 0) {
         return Status::InvalidArgument("source.samples must be >= 1 with source.until: samples");
       }
-      length = blend.samples;
+      length = std::max<int64_t>(0, blend.samples - StartTotal(blend));
       break;
     case BlendUntil::kEpochized: {
-      for (double w : EffectiveWeights(blend)) length += static_cast<int64_t>(w);
-      if (length <= 0) return Status::InvalidArgument("source.mix: an epochized blend reads nothing");
+      for (size_t s = 0; s < blend.parts.size(); ++s) length += EpochizedLeft(blend, s);
+      if (length <= 0 && blend.start.empty()) {
+        return Status::InvalidArgument("source.mix: an epochized blend reads nothing");
+      }
       for (size_t s = 0; s < blend.parts.size(); ++s) {
         if (std::llround(blend.parts[s].repeat * static_cast<double>(blend.parts[s].size)) < 1) {
           return Invalid(s, "repeat", "times its size rounds to 0 reads an epoch");
@@ -101,20 +129,22 @@ Result<int64_t> BlendEpochLength(const BlendOptions& blend) {
       // block shuffle keeps each block's counts, and the end is a block's count test
       // made position by position before it), so the length is the seed's invariant.
       Deficit deficit(EffectiveWeights(blend));
-      int64_t exhausted = 0;
+      const auto parts = static_cast<int64_t>(blend.parts.size());
+      int64_t exhausted = 0;  // all_exhausted: the parts read through
+      for (size_t s = 0; s < blend.parts.size(); ++s) {
+        exhausted += StartOf(blend, s) >= blend.parts[s].size;
+      }
+      if (blend.until == BlendUntil::kAllExhausted && exhausted == parts) break;
       while (true) {
         if (length >= kMaxBlendLength) break;
-        const int32_t s = deficit.Next();
-        const int64_t c = deficit.counts()[static_cast<size_t>(s)];
+        const auto s = static_cast<size_t>(deficit.Next());
+        const int64_t c = deficit.counts()[s] + StartOf(blend, s);
         if (blend.until == BlendUntil::kFirstExhausted) {
-          if (c > blend.parts[static_cast<size_t>(s)].size) break;
+          if (c > blend.parts[s].size) break;
           ++length;
         } else {
           ++length;
-          if (c == blend.parts[static_cast<size_t>(s)].size &&
-              ++exhausted == static_cast<int64_t>(blend.parts.size())) {
-            break;
-          }
+          if (c == blend.parts[s].size && ++exhausted == parts) break;
         }
       }
       break;
@@ -144,8 +174,9 @@ std::vector<int32_t> ShuffledChoices(const BlendOptions& blend, int64_t length, 
   if (!shuffle) return choices;
   for (int64_t begin = 0; begin < length; begin += kBlendBlock) {
     const int64_t end = std::min(length, begin + kBlendBlock);
-    Rng rng(HashKeys(seed, static_cast<uint64_t>(epoch), kBlendStream,
-                     static_cast<uint64_t>(begin / kBlendBlock)));
+    // A continuation's blocks are shuffled apart from the epoch's first sequence.
+    Rng rng(HashKeys(seed ^ static_cast<uint64_t>(StartTotal(blend)), static_cast<uint64_t>(epoch),
+                     kBlendStream, static_cast<uint64_t>(begin / kBlendBlock)));
     for (int64_t i = end - 1; i > begin; --i) {
       const auto j = begin + static_cast<int64_t>(rng.Below(static_cast<uint64_t>(i - begin + 1)));
       std::swap(choices[static_cast<size_t>(i)], choices[static_cast<size_t>(j)]);
@@ -162,6 +193,7 @@ std::vector<T> BlendSequence(const BlendOptions& blend, int64_t length, bool shu
   const std::vector<int32_t> choices = ShuffledChoices(blend, length, shuffle, seed, epoch);
   const size_t parts = blend.parts.size();
   std::vector<int64_t> picks(parts, 0);
+  for (size_t s = 0; s < parts; ++s) picks[s] = StartOf(blend, s);
   std::vector<int64_t> pass_of(parts, -1);        // the pass whose permutation is held
   std::vector<std::vector<int64_t>> permutation(parts);
   std::vector<T> out(static_cast<size_t>(length));

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -198,6 +199,77 @@ TEST(BlendOrderTest, EpochOrderCutsTheBlendIntoRanksBatches) {
   EXPECT_EQ(total, (*BlendEpochLength(*o.blend) / 8 / 2) * 2 * 8);
   o.num_samples = 100;
   EXPECT_FALSE(EpochOrder::Make(o).ok());  // parts that do not cover the dataset
+}
+
+}  // namespace
+}  // namespace headrace
+
+namespace headrace {
+namespace {
+
+// The rest of an epoch (an elastic resume): pending samples first, then the epoch's
+// order from `consumed` on, dealt to the new ranks; the run ends with that epoch.
+TEST(EpochRemainderTest, TheRestOfAnEpochIsPendingThenTheOrderDealtToTheNewRanks) {
+  EpochOrderOptions o;
+  o.num_samples = 100;
+  o.batch_size = 5;
+  o.seed = 9;
+  o.epochs = std::nullopt;
+  const std::vector<int64_t> full = EpochOrder::Make(o)->Permutation(2);
+  o.remainder = EpochRemainder{2, 40, {full[0], full[1], full[2]}};
+  o.world_size = 3;
+  std::vector<int64_t> rest;
+  std::vector<std::vector<int64_t>> batches(21);
+  for (int rank = 0; rank < 3; ++rank) {
+    o.rank = rank;
+    const Result<EpochOrder> order = EpochOrder::Make(o);
+    ASSERT_TRUE(order.ok()) << order.status().message();
+    EXPECT_EQ(order->epoch_samples(), 63);
+    EXPECT_EQ(order->batches_per_rank_epoch(), 4);  // 13 batches: 4 rounds of 3
+    EXPECT_EQ(order->total_batches(), 3 * 4);       // the run is epochs 0..2 of 4 each
+    for (int64_t j = 0; j < 4; ++j) {
+      const BatchPosition p = order->Position(2 * 4 + j);
+      EXPECT_EQ(p.epoch, 2);
+      batches[static_cast<size_t>(p.index_in_epoch)] = order->SampleIndices(p);
+    }
+  }
+  for (int b = 0; b < 12; ++b) rest.insert(rest.end(), batches[b].begin(), batches[b].end());
+  std::vector<int64_t> expected = {full[0], full[1], full[2]};
+  expected.insert(expected.end(), full.begin() + 40, full.begin() + 40 + 57);
+  EXPECT_EQ(rest, expected);
+  // More ranks than the rest has batches: a config error naming the state.
+  o.remainder = EpochRemainder{2, 95, {}};
+  o.world_size = 2;
+  o.rank = 0;
+  const Result<EpochOrder> none = EpochOrder::Make(o);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("fewer than world_size 2"), std::string::npos);
+  o.remainder = EpochRemainder{2, 0, {100}};
+  EXPECT_FALSE(EpochOrder::Make(o).ok());  // a pending index outside the dataset
+}
+
+// A blend continued with other weights: each part resumes its own order at its picks,
+// and first_exhausted still ends before any sample is read twice in the epoch.
+TEST(BlendOrderTest, AContinuationResumesEachPartAtItsPicks) {
+  const BlendOptions before = Blend({{50, 0.5}, {50, 0.5}});
+  const int64_t n = *BlendEpochLength(before);
+  const std::vector<int64_t> seq = BlendSequence<int64_t>(before, n, true, 1, 0);
+  const std::vector<int64_t> picks = BlendCounts(before, n, true, 1, 0, 30);
+  EXPECT_EQ(picks[0] + picks[1], 30);
+  BlendOptions after = Blend({{50, 0.9}, {50, 0.1}});
+  after.start = picks;
+  const int64_t m = *BlendEpochLength(after);
+  const std::vector<int64_t> rest = BlendSequence<int64_t>(after, m, true, 1, 0);
+  std::vector<int64_t> epoch(seq.begin(), seq.begin() + 30);
+  epoch.insert(epoch.end(), rest.begin(), rest.end());
+  std::set<int64_t> seen(epoch.begin(), epoch.end());
+  EXPECT_EQ(seen.size(), epoch.size());
+  EXPECT_EQ(std::count_if(epoch.begin(), epoch.end(), [](int64_t i) { return i < 50; }), 50);
+  // Part 0's samples across the change are its own order, as the unchanged run's.
+  std::vector<int64_t> mine, own;
+  for (int64_t i : epoch) if (i < 50) mine.push_back(i);
+  for (int64_t i : seq) if (i < 50) own.push_back(i);
+  EXPECT_EQ(mine, own);
 }
 
 }  // namespace

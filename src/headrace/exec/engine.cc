@@ -145,7 +145,10 @@ Result<std::unique_ptr<Engine>> Engine::Start(std::shared_ptr<const EngineInputs
     return Status::InvalidArgument("the scratch allowance must be >= 0");
   }
   options.order.num_samples = source.size();
-  if (source.order().blend.has_value()) options.order.blend = source.order().blend;
+  // A blend: its order shape (a caller may have set it already, with a continuation).
+  if (source.order().blend.has_value() && !options.order.blend.has_value()) {
+    options.order.blend = source.order().blend;
+  }
   HR_ASSIGN_OR_RETURN(EpochOrder order, EpochOrder::Make(options.order));
   HR_RETURN_IF_ERROR(NormalizeStart(order, options));
   std::unique_ptr<Engine> engine(new Engine(std::move(inputs), options, std::move(order)));

@@ -74,11 +74,43 @@ Result<EpochOrder> EpochOrder::Make(const EpochOrderOptions& options) {
                                      std::to_string(options.shuffle_window));
     }
   }
+  EpochOrderOptions adjusted = options;
+  if (options.remainder.has_value()) {
+    const EpochRemainder& r = *options.remainder;
+    const std::string where = "state dict: the rest of epoch " + std::to_string(r.epoch);
+    if (r.epoch < 0 || r.consumed < 0 || r.consumed > epoch_samples) {
+      return Status::InvalidArgument(where + ": consumed " + std::to_string(r.consumed) +
+                                     " is outside the epoch's " + std::to_string(epoch_samples) +
+                                     " positions");
+    }
+    for (int64_t i : r.pending) {
+      if (i < 0 || i >= options.num_samples) {
+        return Status::InvalidArgument(where + ": pending index " + std::to_string(i) +
+                                       " is outside the dataset's " +
+                                       std::to_string(options.num_samples) + " samples");
+      }
+    }
+    if (options.epochs && *options.epochs <= r.epoch) {
+      return Status::InvalidArgument(where + " is past the run's epochs (" +
+                                     std::to_string(*options.epochs) + ")");
+    }
+    epoch_samples = epoch_samples - r.consumed + static_cast<int64_t>(r.pending.size());
+    adjusted.epochs = r.epoch + 1;
+    EpochOrder rest(adjusted, epoch_samples);
+    if (rest.batches_per_rank_epoch_ == 0) {
+      return Status::InvalidArgument(
+          where + " holds " + std::to_string(epoch_samples) + " samples, " +
+          std::to_string(rest.batches_per_epoch_) + " batches of " +
+          std::to_string(options.batch_size) + ": fewer than world_size " +
+          std::to_string(options.world_size) +
+          " (more ranks than batches left): resume with fewer ranks, or from the next epoch");
+    }
+  }
   if (options.epochs && *options.epochs < 1) {
     return Status::InvalidArgument("epochs must be >= 1 or unbounded, got " +
                                    std::to_string(*options.epochs));
   }
-  EpochOrder order(options, epoch_samples);
+  EpochOrder order(adjusted, epoch_samples);
   if (order.batches_per_rank_epoch_ == 0) {
     return Status::InvalidArgument("an epoch has " + std::to_string(order.batches_per_epoch_) +
                                    " batches of " + std::to_string(options.batch_size) +
@@ -114,8 +146,29 @@ namespace {
 // An epoch's order as indices of type T (wide enough for num_samples - 1): the same
 // swaps whatever T is, so every T gives the same order.
 template <typename T>
+std::vector<T> FullPermutationOf(const EpochOrderOptions& options, int64_t epoch_samples,
+                                 int64_t epoch);
+
+// A remainder's epoch: its pending samples, then the epoch's order from `consumed` on.
+template <typename T>
 std::vector<T> PermutationOf(const EpochOrderOptions& options, int64_t epoch_samples,
                              int64_t epoch) {
+  if (!options.remainder.has_value() || options.remainder->epoch != epoch) {
+    return FullPermutationOf<T>(options, epoch_samples, epoch);
+  }
+  const EpochRemainder& r = *options.remainder;
+  const auto pending = static_cast<int64_t>(r.pending.size());
+  std::vector<T> full = FullPermutationOf<T>(options, epoch_samples - pending + r.consumed, epoch);
+  std::vector<T> out;
+  out.reserve(static_cast<size_t>(epoch_samples));
+  for (int64_t i : r.pending) out.push_back(static_cast<T>(i));
+  out.insert(out.end(), full.begin() + r.consumed, full.end());
+  return out;
+}
+
+template <typename T>
+std::vector<T> FullPermutationOf(const EpochOrderOptions& options, int64_t epoch_samples,
+                                 int64_t epoch) {
   if (options.blend.has_value()) {
     return BlendSequence<T>(*options.blend, epoch_samples, options.shuffle, options.seed, epoch);
   }
@@ -168,6 +221,23 @@ std::vector<int64_t> EpochOrder::Permutation(int64_t epoch) const {
 int64_t EpochOrder::permutation_bytes() const {
   return epoch_samples_ * static_cast<int64_t>(Narrow(options_) ? sizeof(uint32_t)
                                                                         : sizeof(int64_t));
+}
+
+std::vector<int64_t> EpochOrder::BlendPicks(int64_t epoch, int64_t positions) const {
+  if (!options_.blend.has_value()) return {};
+  const BlendOptions& blend = *options_.blend;
+  if (!options_.remainder.has_value() || options_.remainder->epoch != epoch) {
+    return BlendCounts(blend, epoch_samples_, options_.shuffle, options_.seed, epoch, positions);
+  }
+  // The remainder's picks: those before it (its base's first `consumed`, after the
+  // continuation's start) and those of the positions past its pending samples.
+  const EpochRemainder& r = *options_.remainder;
+  const auto pending = static_cast<int64_t>(r.pending.size());
+  const int64_t base = epoch_samples_ - pending + r.consumed;
+  std::vector<int64_t> picks = BlendCounts(blend, base, options_.shuffle, options_.seed, epoch,
+                                           r.consumed + std::max<int64_t>(0, positions - pending));
+  for (size_t s = 0; s < picks.size() && s < blend.start.size(); ++s) picks[s] += blend.start[s];
+  return picks;
 }
 
 std::vector<int64_t> EpochOrder::SampleIndices(const BatchPosition& position) const {

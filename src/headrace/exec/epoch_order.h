@@ -35,6 +35,17 @@
 
 namespace headrace {
 
+// The rest of one epoch, for a run resumed with another world size (or batch size, or
+// a blend's weights): `pending` first (samples an earlier run had taken into its
+// packers' windows but not delivered), then the epoch's order from position `consumed`
+// on. The run is then that epoch alone, cut into batches and dealt to the ranks as any
+// epoch; the next epochs are a new run's (python/headrace/loader.py, merge_state_dicts).
+struct EpochRemainder {
+  int64_t epoch = 0;
+  int64_t consumed = 0;
+  std::vector<int64_t> pending;
+};
+
 struct EpochOrderOptions {
   int64_t num_samples = 0;
   int64_t batch_size = 1;
@@ -51,6 +62,9 @@ struct EpochOrderOptions {
   // A weighted blend of datasets (source.mix): its parts cover [0, num_samples) and an
   // epoch is BlendSequence's (shard_samples and shuffle_window are then each part's).
   std::optional<BlendOptions> blend;
+  // The run is only the rest of remainder->epoch (epochs must be unbounded or more than
+  // that epoch; the order then has epochs = remainder->epoch + 1).
+  std::optional<EpochRemainder> remainder;
 };
 
 // Where one batch of a run sits.
@@ -91,8 +105,12 @@ class EpochOrder {
   BatchPosition Position(int64_t local_index) const;
   // The dataset indices of a batch, in order. Thread-safe.
   std::vector<int64_t> SampleIndices(const BatchPosition& position) const;
-  // The full order of an epoch (for tests and tools).
+  // The full order of an epoch (for tests and tools); a remainder's epoch: its rest.
   std::vector<int64_t> Permutation(int64_t epoch) const;
+  // A blend: the picks each part has made in the first `positions` positions of `epoch`
+  // (a remainder's epoch: its picks before the remainder plus those in it). For a state
+  // dict, whose resume with other weights continues each part there.
+  std::vector<int64_t> BlendPicks(int64_t epoch, int64_t positions) const;
   // What the kept permutation of an epoch takes: 4 bytes a sample (8 beyond 2^32 samples).
   int64_t permutation_bytes() const;
 

@@ -29,6 +29,12 @@ struct BlendOptions {
   std::vector<BlendPart> parts;
   BlendUntil until = BlendUntil::kFirstExhausted;
   int64_t samples = 0;  // kSamples: the epoch's positions
+  // A continuation (a resume whose weights changed): the picks each part had made in the
+  // epoch already (empty: none). The sequence then starts afresh with these weights, each
+  // part continuing its own order at its pick start[s], and `until` counts the picks
+  // made before: the epoch still ends when a part is exhausted, or after `samples` in
+  // all, or at each part's epochized reads.
+  std::vector<int64_t> start;
 };
 
 // A stable 64-bit hash of a part's name (FNV-1a): BlendPart::key.

@@ -49,6 +49,13 @@ struct LoaderOptions {
   // of start_epoch / start_batch. Without it, a start_batch > 0 with a pack window
   // replays the epoch up to it (each batch packed and dropped: the cost grows with it).
   std::optional<PackState> pack_state;
+  // An elastic resume (python/headrace/loader.py, merge_state_dicts): the run is the rest
+  // of one epoch, dealt to this run's ranks (EpochRemainder, exec/epoch_order.h);
+  // start_epoch must be its epoch and start_batch counts within it.
+  std::optional<EpochRemainder> remainder;
+  // A blend resumed with other weights: the picks each entry had made in the epoch
+  // (EpochOrder::BlendPicks); the rest of the epoch continues each entry there.
+  std::vector<int64_t> blend_start;
 };
 
 // execution.io_inflight as the engine runs it: the configured value, or for 0

@@ -165,12 +165,46 @@ Result<std::shared_ptr<const PreparedPipeline>> PreparedPipeline::Make(
   return std::shared_ptr<const PreparedPipeline>(std::move(prepared));
 }
 
+Result<std::vector<int64_t>> PreparedPipeline::BlendPicks(
+    int64_t epoch, int64_t positions, const std::optional<EpochRemainder>& remainder,
+    const std::vector<int64_t>& blend_start) const {
+  if (!source().order().blend.has_value()) return std::vector<int64_t>();
+  EpochOrderOptions o;
+  o.num_samples = source().size();
+  o.batch_size = spec_.batch.size;
+  o.drop_last = spec_.batch.drop_last;
+  o.shuffle = spec_.shuffle;
+  o.seed = spec_.seed;
+  o.epochs = std::nullopt;
+  o.blend = source().order().blend;
+  o.blend->start = blend_start;
+  o.remainder = remainder;
+  HR_ASSIGN_OR_RETURN(EpochOrder order, EpochOrder::Make(o));
+  return order.BlendPicks(epoch, positions);
+}
+
 Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& options,
                                                       Clock::time_point started) const {
   EngineOptions opt;
   opt.order.shard_samples = source().order().shard_samples;
   opt.order.shuffle_window = source().order().shuffle_window;
   opt.order.blend = source().order().blend;
+  if (!options.blend_start.empty()) {
+    if (!opt.order.blend.has_value()) {
+      return Status::InvalidArgument("state dict: blend picks given for a source that is not a "
+                                     "blend (source.mix)");
+    }
+    opt.order.blend->start = options.blend_start;
+  }
+  if (options.remainder.has_value()) {
+    if (options.start_epoch != options.remainder->epoch) {
+      return Status::InvalidArgument("the rest of epoch " +
+                                     std::to_string(options.remainder->epoch) +
+                                     " starts a run at that epoch, not at " +
+                                     std::to_string(options.start_epoch));
+    }
+    opt.order.remainder = options.remainder;
+  }
   opt.io_budget_bytes = io_budget_bytes_;
   opt.batch_budget_bytes = batch_budget_bytes_;
   opt.cpu_threads = cpu_threads_;

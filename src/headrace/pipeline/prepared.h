@@ -18,6 +18,8 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "headrace/core/clock.h"
 #include "headrace/exec/engine.h"
@@ -42,6 +44,14 @@ class PreparedPipeline : public std::enable_shared_from_this<PreparedPipeline> {
   // there; Loader::Make passes the time before Make).
   Result<std::unique_ptr<Loader>> Run(const LoaderOptions& options,
                                       Clock::time_point started = Clock::now()) const;
+
+  // A blend (source.mix): each entry's picks in the first `positions` positions of
+  // `epoch`'s order (of its rest, for a run that is `remainder`; with the picks
+  // `blend_start` made before it) — what a state dict saves so that a resume with other
+  // weights continues every entry where it was. Empty for any other source.
+  Result<std::vector<int64_t>> BlendPicks(int64_t epoch, int64_t positions,
+                                          const std::optional<EpochRemainder>& remainder,
+                                          const std::vector<int64_t>& blend_start) const;
 
   const PipelineSpec& spec() const { return spec_; }
   const Source& source() const { return *inputs_->source; }
