@@ -1,0 +1,90 @@
+"""headrace.hf: a tiny model trained by a real transformers.Trainer (examples/hf_trainer.py),
+resumed from the Trainer's own checkpoints with exactly the batches of the uninterrupted run."""
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import headrace
+import headrace.hf
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load_example(name):
+    spec = importlib.util.spec_from_file_location(name, REPO / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+example = load_example("hf_trainer")
+
+
+@pytest.fixture(scope="module")
+def full_run(py_sample, tmp_path_factory):
+    """3 epochs of 6 batches, 2 batches per optimizer step (3 steps an epoch, the last of
+    each epoch with 2 of them), a checkpoint every 2 steps."""
+    out = tmp_path_factory.mktemp("hf_full")
+    model = example.train(py_sample, out)
+    return out, model.seen
+
+
+def test_trainer_takes_each_epoch_of_the_loader_once_in_its_own_order(full_run):
+    _, seen = full_run
+    assert len(seen) == 18
+    epochs = [sorted(i for batch in seen[e * 6:(e + 1) * 6] for i in batch) for e in range(3)]
+    assert all(epoch == list(range(48)) for epoch in epochs)  # every sample once an epoch
+    assert len({tuple(map(tuple, seen[e * 6:(e + 1) * 6])) for e in range(3)}) == 3
+
+
+# After 4 batches (mid-epoch 0), 8 (mid-epoch 1) and 12 (the end of epoch 1).
+@pytest.mark.parametrize("step,position", [(2, (0, 4)), (4, (1, 2)), (6, (1, 6))])
+def test_resume_from_a_trainer_checkpoint_continues_with_the_next_batch(full_run, py_sample,
+                                                                         tmp_path, step,
+                                                                         position):
+    out, seen = full_run
+    checkpoint = out / f"checkpoint-{step}"
+    state = json.loads((checkpoint / "headrace_loader_rank0.json").read_text())
+    assert (state["epoch"], state["batch_in_epoch"]) == position
+    resumed = example.train(py_sample, tmp_path / "resumed", resume=str(checkpoint))
+    # Neither the Trainer nor accelerate re-read or re-sharded anything: the batches after
+    # the restart are the uninterrupted run's, from the next one on.
+    assert resumed.seen == seen[step * 2:]
+
+
+def test_the_loader_is_not_wrapped_by_accelerate(py_sample, tmp_path):
+    import torch
+    import transformers
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[],
+                                          max_steps=1)
+    trainer = headrace.hf.HeadraceTrainer(model=torch.nn.Linear(1, 1), args=args,
+                                          train_loader=example.pipeline(py_sample))
+    batches = trainer.get_train_dataloader()
+    assert isinstance(batches, headrace.hf.TrainerBatches)
+    assert trainer.accelerator.prepare(batches) is batches
+    loader = trainer.headrace_loader.loader
+    assert (loader.rank, loader.world_size) == (args.process_index, args.world_size)
+    trainer.headrace_loader.close()
+
+
+def test_a_checkpoint_without_the_loader_state_is_refused_naming_the_file(full_run, py_sample,
+                                                                         tmp_path):
+    out, _ = full_run
+    checkpoint = tmp_path / "checkpoint-4"
+    shutil.copytree(out / "checkpoint-4", checkpoint)
+    (checkpoint / "headrace_loader_rank0.json").unlink()
+    with pytest.raises(headrace.ConfigError, match="headrace_loader_rank0.json"):
+        example.train(py_sample, tmp_path / "resumed", resume=str(checkpoint))
+
+
+def test_a_loader_state_from_another_position_is_refused(full_run, py_sample, tmp_path):
+    out, _ = full_run
+    checkpoint = tmp_path / "checkpoint-4"
+    shutil.copytree(out / "checkpoint-4", checkpoint)
+    # checkpoint-2's loader state (epoch 0, batch 4) in checkpoint-4 (epoch 1, batch 2).
+    shutil.copy(out / "checkpoint-2" / "headrace_loader_rank0.json", checkpoint)
+    with pytest.raises(headrace.ConfigError, match="at batch 4 of epoch 0"):
+        example.train(py_sample, tmp_path / "resumed", resume=str(checkpoint))
