@@ -169,6 +169,11 @@ def _skip_first_batches_passthrough() -> None:
     _hf_trainer.skip_first_batches = skip_first_batches
 
 
+def _keep_fields(names) -> Callable[[Dict[str, Any]], Dict[str, Any]]:
+    keep = frozenset(names)
+    return lambda batch: {k: v for k, v in batch.items() if k in keep}
+
+
 class HeadraceCallback(TrainerCallback):
     """Writes the loader's state into every checkpoint the Trainer saves (each rank its
     own file, ``headrace_loader_rank{R}.json``). Add it to a plain ``Trainer`` whose train
@@ -208,8 +213,10 @@ class HeadraceTrainerMixin:
     rank ``args.process_index`` of ``args.world_size``, on ``args.device`` when it is CUDA),
     or a ``Loader``/``TorchLoader`` made by the caller (for another rank layout: tensor or
     context parallelism, where the data-parallel rank is not the process index).
-    ``to_inputs``: batch -> the keyword arguments of the model's ``forward`` (e.g. drop or
-    rename fields); default: the batch as it is. ``train_dataset`` is not used.
+    ``to_inputs``: batch -> the keyword arguments of the model's ``forward`` (e.g. rename
+    fields); default: the batch's fields that ``forward`` names (and the label names), as
+    the Trainer treats a dataset's columns, or the whole batch with
+    ``remove_unused_columns=False``. ``train_dataset`` is not used.
     ``per_device_train_batch_size`` only feeds the Trainer's sample counts in its logs;
     the pipeline's ``batch_size`` is the batch.
     """
@@ -225,7 +232,13 @@ class HeadraceTrainerMixin:
         _skip_first_batches_passthrough()
 
     def get_train_dataloader(self) -> TrainerBatches:
-        return self.headrace_batches
+        batches = self.headrace_batches
+        if batches.to_inputs is None and self.args.remove_unused_columns:
+            # As the Trainer does for a dataset's columns: keep the fields the model's
+            # forward takes (and the label names); a batch's "index", "id", ... go.
+            self._set_signature_columns_if_needed()
+            batches.to_inputs = _keep_fields(self._signature_columns)
+        return batches
 
     def train(self, resume_from_checkpoint: Union[str, bool, None] = None, *args: Any,
               **kwargs: Any):
