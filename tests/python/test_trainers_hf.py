@@ -88,3 +88,4 @@ def test_a_loader_state_from_another_position_is_refused(full_run, py_sample, tm
     shutil.copy(out / "checkpoint-2" / "headrace_loader_rank0.json", checkpoint)
     with pytest.raises(headrace.ConfigError, match="at batch 4 of epoch 0"):
         example.train(py_sample, tmp_path / "resumed", resume=str(checkpoint))
+
