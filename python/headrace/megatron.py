@@ -96,13 +96,16 @@ def reads_data(parallel_state: Any = None, *, pipeline_stages: str = "first_last
 
 class MegatronBatches:
     """An endless iterator over a DP rank's batches, epoch after epoch (``next()`` past the
-    end of an epoch starts the next; past the pipeline's last epoch, if it has one,
-    ``StopIteration``). ``save_state()``/``restore_state(state)`` (Megatron's
+    end of an epoch starts the next; past the pipeline's last epoch, when its ``epochs`` is
+    set, the loader's ``ConfigError`` naming the range), each through ``to_inputs``
+    (default: as is). ``save_state()``/``restore_state(state)`` (Megatron's
     ``--dataloader-save`` calls the first) are the loader's ``state_dict``/
     ``load_state_dict``: the position after the batch handed out last."""
 
-    def __init__(self, loader: TorchLoader):
+    def __init__(self, loader: TorchLoader,
+                 to_inputs: Optional[Callable[[Dict[str, Any]], Any]] = None):
         self.loader = loader
+        self.to_inputs = to_inputs
         self._epoch: Optional[Iterator[Dict[str, Any]]] = None
 
     def __iter__(self) -> "MegatronBatches":
@@ -113,9 +116,11 @@ class MegatronBatches:
             if self._epoch is None:
                 self._epoch = iter(self.loader)
             try:
-                return next(self._epoch)
+                batch = next(self._epoch)
             except StopIteration:
                 self._epoch = None
+                continue
+            return batch if self.to_inputs is None else self.to_inputs(batch)
         # Two ends in a row: an epoch without batches for this rank.
         raise ConfigError(
             f"megatron: DP rank {self.loader.loader.rank} of {self.loader.loader.world_size} "
@@ -188,6 +193,7 @@ def _torch_loader(source: Source, dp_rank: int, dp_size: int, device: Any) -> To
 def datasets_provider(train: Optional[Source], valid: Optional[Source] = None,
                       test: Optional[Source] = None, *, pipeline_stages: str = "first_last",
                       tensor_parallel: str = "all", device: Any = "cuda",
+                      to_inputs: Optional[Callable[[Dict[str, Any]], Any]] = None,
                       train_state: State = None, parallel_state: Any = None
                       ) -> Callable[[Any], Tuple[Optional[MegatronBatches], ...]]:
     """Megatron's ``train_valid_test_datasets_provider`` for ``--dataloader-type external``:
@@ -195,7 +201,9 @@ def datasets_provider(train: Optional[Source], valid: Optional[Source] = None,
     ``MegatronBatches`` on a rank that reads, else None (also for a split not given).
 
     ``device``: where batches go (``"cuda"``: the current CUDA device, copied ahead on a
-    side stream; ``None``: host tensors). ``train_state``: the DP rank's saved state, or a
+    side stream; ``None``: host tensors). ``to_inputs``: batch -> what ``next()`` returns
+    (e.g. Megatron's ``tokens``/``labels``/``loss_mask``/``position_ids`` from Headrace's
+    ``input_ids``/``labels``/``attention_mask``); default: the batch. ``train_state``: the DP rank's saved state, or a
     function of the DP rank giving it (``saved_state(args.dataloader_save,
     args.iteration)``). ``parallel_state``: Megatron-Core's by default.
     """
@@ -215,7 +223,8 @@ def datasets_provider(train: Optional[Source], valid: Optional[Source] = None,
         out = []
         for source in (train, valid, test):
             out.append(None if source is None else
-                       MegatronBatches(_torch_loader(source, dp_rank, dp_size, target)))
+                       MegatronBatches(_torch_loader(source, dp_rank, dp_size, target),
+                                       to_inputs))
         state = train_state(dp_rank) if callable(train_state) else train_state
         if state is not None and out[0] is not None:
             out[0].restore_state(state)

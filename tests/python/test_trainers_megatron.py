@@ -118,3 +118,21 @@ def test_saved_state_reads_what_megatron_lms_dataloader_save_writes(tmp_path):
 def test_an_uninitialized_parallel_state_is_a_config_error():
     with pytest.raises(headrace.ConfigError, match="initialize_model_parallel"):
         headrace.megatron.layout(FakeParallelState(initialized=False))
+
+
+def test_megatron_batches_run_on_across_epochs_and_restore_mid_epoch(make_pipeline):
+    import headrace.torch
+    batches = headrace.megatron.MegatronBatches(
+        headrace.torch.TorchLoader(make_pipeline()), to_inputs=lambda b: b["index"].tolist())
+    assert len(batches) == 6
+    taken = [next(batches) for _ in range(8)]  # epoch 0, then 2 batches of epoch 1
+    state = batches.save_state()
+    assert (state["epoch"], state["batch_in_epoch"]) == (1, 2)
+    later = [next(batches) for _ in range(6)]
+    batches.close()
+    assert sorted(i for b in taken[:6] for i in b) == list(range(48)) and taken[6:] != taken[:2]
+    restored = headrace.megatron.MegatronBatches(headrace.torch.TorchLoader(make_pipeline()),
+                                                 to_inputs=lambda b: b["index"].tolist())
+    restored.restore_state(state)
+    assert [next(restored) for _ in range(6)] == later
+    restored.close()
