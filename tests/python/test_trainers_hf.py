@@ -89,3 +89,28 @@ def test_a_loader_state_from_another_position_is_refused(full_run, py_sample, tm
     with pytest.raises(headrace.ConfigError, match="at batch 4 of epoch 0"):
         example.train(py_sample, tmp_path / "resumed", resume=str(checkpoint))
 
+
+
+def test_a_custom_accelerate_loop_keeps_the_loader_and_resumes_from_its_state_file(py_sample,
+                                                                                   tmp_path):
+    import accelerate
+    import torch
+    import headrace.torch
+    accelerator = accelerate.Accelerator(cpu=True)
+    loader = headrace.torch.TorchLoader(example.pipeline(py_sample))
+    model = torch.nn.Linear(1, 1)
+    model, optimizer, prepared = accelerator.prepare(model, torch.optim.SGD(model.parameters(),
+                                                                            lr=0.1), loader)
+    assert prepared is loader  # not a DataLoader: accelerate passes it through
+    seen = []
+    for batch in loader:
+        seen.append(batch["index"].tolist())
+        if len(seen) == 2:
+            accelerator.save_state(tmp_path / "ckpt")
+            path = headrace.hf.save_loader_state(loader, tmp_path / "ckpt")
+    loader.close()
+    assert Path(path).name == "headrace_loader_rank0.json"
+    again = headrace.torch.TorchLoader(example.pipeline(py_sample))
+    headrace.hf.load_loader_state(again, tmp_path / "ckpt")
+    assert [batch["index"].tolist() for batch in again] == seen[2:]
+    again.close()
