@@ -103,9 +103,9 @@ class TrainerBatches:
     ``DataLoader`` (``len()``, ``set_epoch(e)``, one ``iter()`` per epoch), each batch
     passed through ``to_inputs`` (default: as is) on its way to the model's ``forward``.
 
-    ``resumed_at(epoch, batch)``, set when a checkpoint's state was loaded, is checked
-    against what the Trainer counts: ``skip_to(n)`` (the Trainer's skip of the resumed
-    epoch's first ``n`` batches) and the first ``set_epoch``."""
+    ``resumed`` (epoch, batch in it, state file), set when a checkpoint's state was
+    loaded, is checked against what the Trainer counts: by ``skip_to(n)`` (the Trainer's
+    skip of the resumed epoch's first ``n`` batches) and the first ``set_epoch``."""
 
     def __init__(self, loader: TorchLoader,
                  to_inputs: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None):
@@ -176,8 +176,8 @@ def _keep_fields(names) -> Callable[[Dict[str, Any]], Dict[str, Any]]:
 
 class HeadraceCallback(TrainerCallback):
     """Writes the loader's state into every checkpoint the Trainer saves (each rank its
-    own file, ``headrace_loader_rank{R}.json``). Add it to a plain ``Trainer`` whose train
-    dataloader is this loader; ``HeadraceTrainerMixin`` adds it itself."""
+    own file, ``headrace_loader_rank{R}.json``). ``HeadraceTrainerMixin`` adds it; alone
+    it only writes the state (resuming from it is the mixin's ``train``)."""
 
     def __init__(self, loader: Union[TorchLoader, Loader]):
         self.loader = loader
