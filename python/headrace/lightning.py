@@ -18,6 +18,9 @@ How it fits Lightning's loops:
   the batch of the step being checkpointed: Lightning fetches ahead (to know an epoch's
   last batch) only from loaders without a length (``_PrefetchDataFetcher``), and this one
   has one. (``tests/python/test_trainers_lightning.py`` checks the saved position.)
+- Lightning writes checkpoints from rank 0 only, so the state saved holds every rank's
+  (gathered when the checkpoint is made: ``{"ranks": [...]}``), and each rank loads its
+  own on resume.
 - The state goes into the checkpoint twice, the same both times: as the DataModule's
   ``state_dict()`` (under its class name) and as the train loader's own (Lightning saves
   every loader with ``state_dict``/``load_state_dict`` in the fit loop's state; without
@@ -33,7 +36,7 @@ How it fits Lightning's loops:
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Iterator, Optional, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
 import lightning.pytorch as pl
 
@@ -46,6 +49,27 @@ __all__ = ["HeadraceDataModule", "LightningBatches"]
 
 Source = Union[Pipeline, TorchLoader, Loader, str, os.PathLike]
 ToInputs = Optional[Callable[[Dict[str, Any]], Any]]
+
+def _gathered(state: Dict[str, Any]) -> List[Dict[str, Any]]:
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [state]
+    states: List[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(states, state)
+    return sorted(states, key=lambda s: s["rank"])
+
+
+def _this_ranks(state: Dict[str, Any], rank: int) -> Dict[str, Any]:
+    if "ranks" not in state:
+        return state  # a loader's own state dict
+    for candidate in state["ranks"]:
+        if candidate.get("rank") == rank:
+            return candidate
+    raise ConfigError(
+        f"checkpoint: no loader state for rank {rank} (it holds ranks "
+        f"{[c.get('rank') for c in state['ranks']]} of world size "
+        f"{state['ranks'][0].get('world_size') if state['ranks'] else None})")
+
 
 class LightningBatches:
     """The train loader as Lightning drives it: ``len()``, one ``iter()`` per epoch at
@@ -71,10 +95,14 @@ class LightningBatches:
             yield batch if self.to_inputs is None else self.to_inputs(batch)
 
     def state_dict(self) -> Dict[str, Any]:
-        return self.loader.state_dict()
+        """``{"ranks": [every rank's loader state, by rank]}``: Lightning writes the
+        checkpoint from rank 0 only, so each rank's state is gathered into it (a
+        collective: Lightning calls this on every rank when it saves)."""
+        return {"ranks": _gathered(self.loader.state_dict())}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.loader.load_state_dict(state)
+        """This rank's state from ``state_dict()``'s form (or a single loader state)."""
+        self.loader.load_state_dict(_this_ranks(state, self.loader.loader.rank))
 
 
 class _ValidationBatches:
@@ -101,8 +129,9 @@ class HeadraceDataModule(pl.LightningDataModule):
     is CUDA), or a ``Loader``/``TorchLoader`` made by the caller (another rank layout, e.g.
     tensor parallelism, where the data-parallel rank is not the global rank).
     ``to_inputs``: batch -> what ``training_step`` receives (default: the dict of tensors).
-    ``state_dict()`` is ``{"train": <the loader state>}``; ``load_state_dict`` applies it
-    when the train loader is made (or at once, if it exists).
+    ``state_dict()`` is ``{"train": {"ranks": [each rank's loader state]}}``;
+    ``load_state_dict`` applies this rank's when the train loader is made (or at once, if
+    it exists).
     """
 
     def __init__(self, train: Source, val: Optional[Source] = None,

@@ -47,10 +47,11 @@ def test_resume_with_ckpt_path_continues_with_the_next_batch(full_run, py_sample
     out, seen = full_run
     checkpoint = out / f"epoch={(step - 1) // 6}-step={step}.ckpt"
     saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
-    state = saved["HeadraceDataModule"]["train"]
+    [state] = saved["HeadraceDataModule"]["train"]["ranks"]
     assert (state["epoch"], state["batch_in_epoch"]) == position
     # The fit loop's copy (Lightning saves a stateful train loader's state) is the same.
-    assert saved["loops"]["fit_loop"]["state_dict"]["combined_loader"] == [state]
+    assert saved["loops"]["fit_loop"]["state_dict"]["combined_loader"] == \
+        [saved["HeadraceDataModule"]["train"]]
     resumed = example.fit(py_sample, tmp_path, resume=str(checkpoint))
     assert resumed.seen == seen[step:]
 
@@ -101,6 +102,17 @@ def test_a_state_from_another_pipeline_is_refused_naming_what_differs(full_run, 
         train=headrace.Pipeline(source=py_sample / "manifest.jsonl", batch_size=4, seed=1))
     other.load_state_dict(saved["HeadraceDataModule"])
     with pytest.raises(headrace.ConfigError, match="batch_size: saved 8, this loader 4"):
+        other.train_dataloader()
+
+
+def test_a_checkpoint_without_this_ranks_state_is_refused_naming_the_ranks(full_run, py_sample):
+    out, _ = full_run
+    saved = torch.load(out / "epoch=0-step=4.ckpt", map_location="cpu", weights_only=False)
+    other = headrace.lightning.HeadraceDataModule(
+        train=headrace.Loader(example.pipeline(py_sample), rank=1, world_size=2))
+    other.load_state_dict(saved["HeadraceDataModule"])
+    with pytest.raises(headrace.ConfigError, match=r"no loader state for rank 1 \(it holds "
+                                                   r"ranks \[0\] of world size 1\)"):
         other.train_dataloader()
 
 
