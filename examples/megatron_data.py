@@ -24,7 +24,6 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, List
 
-import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 

@@ -203,9 +203,10 @@ def datasets_provider(train: Optional[Source], valid: Optional[Source] = None,
     ``device``: where batches go (``"cuda"``: the current CUDA device, copied ahead on a
     side stream; ``None``: host tensors). ``to_inputs``: batch -> what ``next()`` returns
     (e.g. Megatron's ``tokens``/``labels``/``loss_mask``/``position_ids`` from Headrace's
-    ``input_ids``/``labels``/``attention_mask``); default: the batch. ``train_state``: the DP rank's saved state, or a
-    function of the DP rank giving it (``saved_state(args.dataloader_save,
-    args.iteration)``). ``parallel_state``: Megatron-Core's by default.
+    ``input_ids``/``labels``/``attention_mask``); default: the batch. ``train_state``: the
+    DP rank's saved state, or a function of the DP rank giving it
+    (``saved_state(args.dataloader_save, args.iteration)``). ``parallel_state``:
+    Megatron-Core's by default.
     """
     _check_choice("pipeline_stages", pipeline_stages, PIPELINE_STAGES)
     _check_choice("tensor_parallel", tensor_parallel, TENSOR_PARALLEL)

@@ -1,5 +1,6 @@
 """headrace.hf: a tiny model trained by a real transformers.Trainer (examples/hf_trainer.py),
 resumed from the Trainer's own checkpoints with exactly the batches of the uninterrupted run."""
+import functools
 import importlib.util
 import json
 import shutil
@@ -8,19 +9,18 @@ from pathlib import Path
 import pytest
 
 import headrace
-import headrace.hf
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def load_example(name):
-    spec = importlib.util.spec_from_file_location(name, REPO / "examples" / f"{name}.py")
+@functools.lru_cache(maxsize=None)
+def example():
+    """examples/hf_trainer.py, loaded when a test first runs (it imports transformers:
+    seconds that collecting the suite in every pytest-xdist worker need not spend)."""
+    spec = importlib.util.spec_from_file_location("hf_trainer", REPO / "examples" / "hf_trainer.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-example = load_example("hf_trainer")
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def full_run(py_sample, tmp_path_factory):
     """3 epochs of 6 batches, 2 batches per optimizer step (3 steps an epoch, the last of
     each epoch with 2 of them), a checkpoint every 2 steps."""
     out = tmp_path_factory.mktemp("hf_full")
-    model = example.train(py_sample, out)
+    model = example().train(py_sample, out)
     return out, model.seen
 
 
@@ -49,19 +49,20 @@ def test_resume_from_a_trainer_checkpoint_continues_with_the_next_batch(full_run
     checkpoint = out / f"checkpoint-{step}"
     state = json.loads((checkpoint / "headrace_loader_rank0.json").read_text())
     assert (state["epoch"], state["batch_in_epoch"]) == position
-    resumed = example.train(py_sample, tmp_path / "resumed", resume=str(checkpoint))
+    resumed = example().train(py_sample, tmp_path / "resumed", resume=str(checkpoint))
     # Neither the Trainer nor accelerate re-read or re-sharded anything: the batches after
     # the restart are the uninterrupted run's, from the next one on.
     assert resumed.seen == seen[step * 2:]
 
 
 def test_the_loader_is_not_wrapped_by_accelerate(py_sample, tmp_path):
+    import headrace.hf
     import torch
     import transformers
     args = transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[],
                                           max_steps=1)
     trainer = headrace.hf.HeadraceTrainer(model=torch.nn.Linear(1, 1), args=args,
-                                          train_loader=example.pipeline(py_sample))
+                                          train_loader=example().pipeline(py_sample))
     batches = trainer.get_train_dataloader()
     assert isinstance(batches, headrace.hf.TrainerBatches)
     assert trainer.accelerator.prepare(batches) is batches
@@ -77,7 +78,7 @@ def test_a_checkpoint_without_the_loader_state_is_refused_naming_the_file(full_r
     shutil.copytree(out / "checkpoint-4", checkpoint)
     (checkpoint / "headrace_loader_rank0.json").unlink()
     with pytest.raises(headrace.ConfigError, match="headrace_loader_rank0.json"):
-        example.train(py_sample, tmp_path / "resumed", resume=str(checkpoint))
+        example().train(py_sample, tmp_path / "resumed", resume=str(checkpoint))
 
 
 def test_a_loader_state_from_another_position_is_refused(full_run, py_sample, tmp_path):
@@ -87,17 +88,18 @@ def test_a_loader_state_from_another_position_is_refused(full_run, py_sample, tm
     # checkpoint-2's loader state (epoch 0, batch 4) in checkpoint-4 (epoch 1, batch 2).
     shutil.copy(out / "checkpoint-2" / "headrace_loader_rank0.json", checkpoint)
     with pytest.raises(headrace.ConfigError, match="at batch 4 of epoch 0"):
-        example.train(py_sample, tmp_path / "resumed", resume=str(checkpoint))
+        example().train(py_sample, tmp_path / "resumed", resume=str(checkpoint))
 
 
 
 def test_a_custom_accelerate_loop_keeps_the_loader_and_resumes_from_its_state_file(py_sample,
                                                                                    tmp_path):
+    import headrace.hf
     import accelerate
     import torch
     import headrace.torch
     accelerator = accelerate.Accelerator(cpu=True)
-    loader = headrace.torch.TorchLoader(example.pipeline(py_sample))
+    loader = headrace.torch.TorchLoader(example().pipeline(py_sample))
     model = torch.nn.Linear(1, 1)
     model, optimizer, prepared = accelerator.prepare(model, torch.optim.SGD(model.parameters(),
                                                                             lr=0.1), loader)
@@ -110,7 +112,7 @@ def test_a_custom_accelerate_loop_keeps_the_loader_and_resumes_from_its_state_fi
             path = headrace.hf.save_loader_state(loader, tmp_path / "ckpt")
     loader.close()
     assert Path(path).name == "headrace_loader_rank0.json"
-    again = headrace.torch.TorchLoader(example.pipeline(py_sample))
+    again = headrace.torch.TorchLoader(example().pipeline(py_sample))
     headrace.hf.load_loader_state(again, tmp_path / "ckpt")
     assert [batch["index"].tolist() for batch in again] == seen[2:]
     again.close()

@@ -1,6 +1,7 @@
 """headrace.lightning: a tiny LightningModule fitted on HeadraceDataModule
 (examples/lightning_module.py), resumed with ckpt_path with exactly the batches of the
 uninterrupted run."""
+import functools
 import importlib.util
 from pathlib import Path
 
@@ -8,26 +9,26 @@ import pytest
 import torch
 
 import headrace
-import headrace.lightning
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def load_example(name):
-    spec = importlib.util.spec_from_file_location(name, REPO / "examples" / f"{name}.py")
+@functools.lru_cache(maxsize=None)
+def example():
+    """examples/lightning_module.py, loaded when a test first runs (it imports Lightning:
+    seconds that collecting the suite in every pytest-xdist worker need not spend)."""
+    spec = importlib.util.spec_from_file_location("lightning_module",
+                                                  REPO / "examples" / "lightning_module.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-example = load_example("lightning_module")
 
 
 @pytest.fixture(scope="module")
 def full_run(py_sample, tmp_path_factory):
     """3 epochs of 6 batches, a checkpoint every 2 steps."""
     out = tmp_path_factory.mktemp("lightning_full")
-    model = example.fit(py_sample, out)
+    model = example().fit(py_sample, out)
     return out, model.seen
 
 
@@ -52,7 +53,7 @@ def test_resume_with_ckpt_path_continues_with_the_next_batch(full_run, py_sample
     # The fit loop's copy (Lightning saves a stateful train loader's state) is the same.
     assert saved["loops"]["fit_loop"]["state_dict"]["combined_loader"] == \
         [saved["HeadraceDataModule"]["train"]]
-    resumed = example.fit(py_sample, tmp_path, resume=str(checkpoint))
+    resumed = example().fit(py_sample, tmp_path, resume=str(checkpoint))
     assert resumed.seen == seen[step:]
 
 
@@ -61,27 +62,29 @@ def test_the_data_modules_state_alone_resumes_exactly(full_run, py_sample, tmp_p
     saved = torch.load(out / "epoch=0-step=4.ckpt", map_location="cpu", weights_only=False)
     del saved["loops"]["fit_loop"]["state_dict"]["combined_loader"]
     torch.save(saved, tmp_path / "datamodule_only.ckpt")
-    resumed = example.fit(py_sample, tmp_path / "out", resume=str(tmp_path / "datamodule_only.ckpt"))
+    resumed = example().fit(py_sample, tmp_path / "out",
+                            resume=str(tmp_path / "datamodule_only.ckpt"))
     assert resumed.seen == seen[4:]
-
-
-class WithValidation(example.TinyVLM):
-    def __init__(self):
-        super().__init__()
-        self.validated = []
-
-    def validation_step(self, batch, batch_idx):
-        self.validated.append(batch["index"].tolist())
 
 
 def test_validation_reads_the_same_batches_each_time_and_leaves_training_alone(full_run,
                                                                                py_sample):
+    import headrace.lightning
     import lightning.pytorch as pl
+
+    class WithValidation(example().TinyVLM):
+        def __init__(self):
+            super().__init__()
+            self.validated = []
+
+        def validation_step(self, batch, batch_idx):
+            self.validated.append(batch["index"].tolist())
+
     _, seen = full_run
     pl.seed_everything(0, verbose=False)
     model = WithValidation()
     data = headrace.lightning.HeadraceDataModule(
-        train=example.pipeline(py_sample),
+        train=example().pipeline(py_sample),
         val=headrace.Pipeline(source=py_sample / "manifest.jsonl",
                               ops=[headrace.ops.decode(), headrace.ops.resize(shorter_side=64),
                                    headrace.ops.center_crop(56), headrace.ops.normalize()],
@@ -96,6 +99,7 @@ def test_validation_reads_the_same_batches_each_time_and_leaves_training_alone(f
 
 
 def test_a_state_from_another_pipeline_is_refused_naming_what_differs(full_run, py_sample):
+    import headrace.lightning
     out, _ = full_run
     saved = torch.load(out / "epoch=0-step=4.ckpt", map_location="cpu", weights_only=False)
     other = headrace.lightning.HeadraceDataModule(
@@ -106,10 +110,11 @@ def test_a_state_from_another_pipeline_is_refused_naming_what_differs(full_run, 
 
 
 def test_a_checkpoint_without_this_ranks_state_is_refused_naming_the_ranks(full_run, py_sample):
+    import headrace.lightning
     out, _ = full_run
     saved = torch.load(out / "epoch=0-step=4.ckpt", map_location="cpu", weights_only=False)
     other = headrace.lightning.HeadraceDataModule(
-        train=headrace.Loader(example.pipeline(py_sample), rank=1, world_size=2))
+        train=headrace.Loader(example().pipeline(py_sample), rank=1, world_size=2))
     other.load_state_dict(saved["HeadraceDataModule"])
     with pytest.raises(headrace.ConfigError, match=r"no loader state for rank 1 \(it holds "
                                                    r"ranks \[0\] of world size 1\)"):
@@ -117,5 +122,6 @@ def test_a_checkpoint_without_this_ranks_state_is_refused_naming_the_ranks(full_
 
 
 def test_a_bad_source_is_a_config_error():
+    import headrace.lightning
     with pytest.raises(headrace.ConfigError, match="train: list: expected a headrace.Pipeline"):
         headrace.lightning.HeadraceDataModule(train=[1, 2])

@@ -42,7 +42,8 @@ def test_dp_rank_and_size_come_from_parallel_state_as_megatron_lays_ranks_out(re
         assert (r["tp_rank"], r["dp_rank"], r["pp_rank"]) == \
             (rank % tp, rank // tp % dp, rank // (tp * dp)), r
         assert r["dp_size"] == dp and r["pp_size"] == pp
-        assert r["first_stage"] == (r["pp_rank"] == 0) and r["last_stage"] == (r["pp_rank"] == pp - 1)
+        assert r["first_stage"] == (r["pp_rank"] == 0)
+        assert r["last_stage"] == (r["pp_rank"] == pp - 1)
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
@@ -77,7 +78,8 @@ def test_bad_choices_are_config_errors_naming_the_key_and_the_values():
     with pytest.raises(headrace.ConfigError,
                        match="pipeline_stages: 'middle': allowed values: first_last, all"):
         headrace.megatron.datasets_provider(train=None, pipeline_stages="middle")
-    with pytest.raises(headrace.ConfigError, match="tensor_parallel: 'none': allowed values: all, first"):
+    with pytest.raises(headrace.ConfigError,
+                       match="tensor_parallel: 'none': allowed values: all, first"):
         headrace.megatron.datasets_provider(train=None, tensor_parallel="none")
 
 
