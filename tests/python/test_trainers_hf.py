@@ -116,3 +116,13 @@ def test_a_custom_accelerate_loop_keeps_the_loader_and_resumes_from_its_state_fi
     headrace.hf.load_loader_state(again, tmp_path / "ckpt")
     assert [batch["index"].tolist() for batch in again] == seen[2:]
     again.close()
+
+
+def test_a_train_loader_of_another_kind_is_a_config_error(tmp_path):
+    import headrace.hf
+    import torch
+    import transformers
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[],
+                                          max_steps=1)
+    with pytest.raises(headrace.ConfigError, match="train_loader: list: expected a headrace"):
+        headrace.hf.HeadraceTrainer(model=torch.nn.Linear(1, 1), args=args, train_loader=[1])

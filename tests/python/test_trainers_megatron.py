@@ -91,16 +91,53 @@ def test_saved_state_path_is_megatron_lms_file_name(tmp_path):
 
 
 class FakeParallelState:
-    """parallel_state's functions that saved_state and layout call, for one rank."""
+    """parallel_state's functions that headrace.megatron calls, for one rank."""
 
-    def __init__(self, initialized=True, pp_size=2):
-        self.initialized, self.pp_size = initialized, pp_size
+    def __init__(self, initialized=True, pp_size=2, pp_rank=0, tp_rank=0, dp=(0, 1)):
+        self.initialized, self.pp_size, self.pp_rank, self.tp_rank = \
+            initialized, pp_size, pp_rank, tp_rank
+        self.dp_rank, self.dp_size = dp
 
     def model_parallel_is_initialized(self):
         return self.initialized
 
     def get_pipeline_model_parallel_world_size(self):
         return self.pp_size
+
+    def get_pipeline_model_parallel_rank(self):
+        return self.pp_rank
+
+    def get_tensor_model_parallel_rank(self):
+        return self.tp_rank
+
+    def get_data_parallel_rank(self):
+        return self.dp_rank
+
+    def get_data_parallel_world_size(self):
+        return self.dp_size
+
+    def is_pipeline_first_stage(self, ignore_virtual=True):
+        return self.pp_rank == 0
+
+    def is_pipeline_last_stage(self, ignore_virtual=True):
+        return self.pp_rank == self.pp_size - 1
+
+
+def test_a_loader_made_for_another_rank_is_refused(make_pipeline):
+    loader = headrace.Loader(make_pipeline(), rank=1, world_size=2)
+    provider = headrace.megatron.datasets_provider(
+        train=loader, device=None, parallel_state=FakeParallelState(dp=(0, 2)))
+    with pytest.raises(headrace.ConfigError,
+                       match="a loader for rank 1 of 2 given to data-parallel rank 0 of 2"):
+        provider(None)
+    loader.close()
+
+
+def test_a_middle_stage_gets_no_iterators_and_reads_nothing(make_pipeline):
+    provider = headrace.megatron.datasets_provider(
+        train=make_pipeline(), valid=make_pipeline(), device=None,
+        parallel_state=FakeParallelState(pp_size=3, pp_rank=1))
+    assert provider(None) == (None, None, None)
 
 
 def test_saved_state_reads_what_megatron_lms_dataloader_save_writes(tmp_path):
