@@ -50,7 +50,10 @@ __all__ = ["HeadraceDataModule", "LightningBatches"]
 Source = Union[Pipeline, TorchLoader, Loader, str, os.PathLike]
 ToInputs = Optional[Callable[[Dict[str, Any]], Any]]
 
+
 def _gathered(state: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """Every process's loader state, by rank (tensor-parallel peers of a caller-made
+    loader share a rank, and their states are the same)."""
     import torch.distributed as dist
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return [state]
