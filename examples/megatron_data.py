@@ -5,7 +5,8 @@ tensor x pipeline x data parallel, each taking its micro-batches from the provid
     python examples/megatron_data.py --data data/sample --world-size 4 --layouts 2x1 1x4
     python examples/megatron_data.py ... --layouts 2x1:first_last:first --json out/ranks.json
 
-A layout is TPxPP[:pipeline_stages[:tensor_parallel]] (defaults first_last, all). In
+A layout is TPxPP[xCP][:pipeline_stages[:tensor_parallel]] (defaults: CP 1, first_last,
+all). In
 Megatron-LM the same provider goes to pretrain() with --dataloader-type external:
 
     provider = headrace.megatron.datasets_provider(
@@ -47,11 +48,12 @@ def run_layout(data: Path, layout: str, resume_after: int) -> Dict[str, Any]:
     many of them gives next."""
     from megatron.core import parallel_state as ps
     grid, *choices = layout.split(":")
-    tp_size, pp_size = (int(x) for x in grid.split("x"))
+    tp_size, pp_size, cp_size = ([int(x) for x in grid.split("x")] + [1])[:3]
     stages = choices[0] if choices else "first_last"
     tensor_parallel = choices[1] if len(choices) > 1 else "all"
     ps.initialize_model_parallel(tensor_model_parallel_size=tp_size,
-                                 pipeline_model_parallel_size=pp_size)
+                                 pipeline_model_parallel_size=pp_size,
+                                 context_parallel_size=cp_size)
     try:
         where = headrace.megatron.layout()
         provider = headrace.megatron.datasets_provider(
@@ -99,7 +101,7 @@ def rank_main(rank: int, world_size: int, port: int, data: Path, layouts: List[s
             else:
                 for r in records:
                     print(json.dumps({k: r[k] for k in ("layout", "rank", "dp_rank", "tp_rank",
-                                                        "pp_rank")}),
+                                                        "cp_rank", "pp_rank")}),
                           "reads" if r["batches"] is not None else "no data",
                           r["batches"][:1] if r["batches"] else "")
     finally:
@@ -117,7 +119,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path("data/sample"))
     parser.add_argument("--world-size", type=int, default=4)
     parser.add_argument("--layouts", nargs="+", default=["2x1"],
-                        help="TPxPP[:pipeline_stages[:tensor_parallel]], run in turn")
+                        help="TPxPP[xCP][:pipeline_stages[:tensor_parallel]], run in turn")
     parser.add_argument("--resume-after", type=int, default=0,
                         help="save the state after this many batches and resume from it")
     parser.add_argument("--json", default="", help="write every rank's record here")

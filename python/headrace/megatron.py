@@ -64,13 +64,16 @@ def _parallel_state(parallel_state: Any = None) -> Any:
 
 
 def layout(parallel_state: Any = None) -> Dict[str, Any]:
-    """This rank's place in Megatron's grid: ``dp_rank``, ``dp_size``, ``tp_rank``,
-    ``pp_rank``, ``pp_size``, ``first_stage``, ``last_stage``."""
+    """This rank's place in Megatron's grid: ``dp_rank``, ``dp_size`` (without context
+    parallelism), ``tp_rank``, ``cp_rank``, ``cp_size``, ``pp_rank``, ``pp_size``,
+    ``first_stage``, ``last_stage``."""
     ps = _parallel_state(parallel_state)
     return {
         "dp_rank": ps.get_data_parallel_rank(),
         "dp_size": ps.get_data_parallel_world_size(),
         "tp_rank": ps.get_tensor_model_parallel_rank(),
+        "cp_rank": ps.get_context_parallel_rank(),
+        "cp_size": ps.get_context_parallel_world_size(),
         "pp_rank": ps.get_pipeline_model_parallel_rank(),
         "pp_size": ps.get_pipeline_model_parallel_world_size(),
         "first_stage": ps.is_pipeline_first_stage(ignore_virtual=True),

@@ -12,10 +12,10 @@ import headrace.megatron
 
 REPO = Path(__file__).resolve().parents[2]
 WORLD = 4
-# (layout, tp, pp, dp): every grid of 4 ranks Megatron allows, and the two reader choices.
+# layout -> (tp, pp, cp, dp): grids of 4 ranks Megatron allows, and the reader choices.
 LAYOUTS = {
-    "1x1": (1, 1, 4), "2x1": (2, 1, 2), "1x2": (1, 2, 2), "1x4": (1, 4, 1),
-    "2x1:first_last:first": (2, 1, 2), "1x4:all": (1, 4, 1),
+    "1x1": (1, 1, 1, 4), "2x1": (2, 1, 1, 2), "1x2": (1, 2, 1, 2), "1x4": (1, 4, 1, 1),
+    "1x1x2": (1, 1, 2, 2), "2x1:first_last:first": (2, 1, 1, 2), "1x4:all": (1, 4, 1, 1),
 }
 RESUME_AFTER = 2
 
@@ -36,19 +36,19 @@ def records(py_sample, tmp_path_factory):
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_dp_rank_and_size_come_from_parallel_state_as_megatron_lays_ranks_out(records, layout):
-    tp, pp, dp = LAYOUTS[layout]
+    tp, pp, cp, dp = LAYOUTS[layout]
     for rank, r in records[layout].items():
-        # Megatron's default order "tp-cp-ep-dp-pp": TP varies fastest, then DP, then PP.
-        assert (r["tp_rank"], r["dp_rank"], r["pp_rank"]) == \
-            (rank % tp, rank // tp % dp, rank // (tp * dp)), r
-        assert r["dp_size"] == dp and r["pp_size"] == pp
+        # Megatron's default order "tp-cp-ep-dp-pp": TP varies fastest, then CP, DP, PP.
+        assert (r["tp_rank"], r["cp_rank"], r["dp_rank"], r["pp_rank"]) == \
+            (rank % tp, rank // tp % cp, rank // (tp * cp) % dp, rank // (tp * cp * dp)), r
+        assert (r["dp_size"], r["cp_size"], r["pp_size"]) == (dp, cp, pp)
         assert r["first_stage"] == (r["pp_rank"] == 0)
         assert r["last_stage"] == (r["pp_rank"] == pp - 1)
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_the_peers_of_a_dp_rank_read_its_batches_and_dp_ranks_split_the_epoch(records, layout):
-    tp, pp, dp = LAYOUTS[layout]
+    tp, pp, cp, dp = LAYOUTS[layout]
     _, *choices = layout.split(":")
     stages = choices[0] if choices else "first_last"
     tensor_parallel = choices[1] if len(choices) > 1 else "all"
@@ -58,7 +58,7 @@ def test_the_peers_of_a_dp_rank_read_its_batches_and_dp_ranks_split_the_epoch(re
             (tensor_parallel == "all" or r["tp_rank"] == 0)
         assert (r["batches"] is not None) == reads, r
         if reads:
-            # Every reader of one DP rank (TP and PP peers) gets the very same batches.
+            # Every reader of one DP rank (TP, CP and PP peers) gets the very same batches.
             assert per_dp.setdefault(r["dp_rank"], r["batches"]) == r["batches"]
     assert sorted(per_dp) == list(range(dp))
     # DP ranks are disjoint and together cover the epoch (48 samples, batch 4).
@@ -109,6 +109,12 @@ class FakeParallelState:
 
     def get_tensor_model_parallel_rank(self):
         return self.tp_rank
+
+    def get_context_parallel_rank(self):
+        return 0
+
+    def get_context_parallel_world_size(self):
+        return 1
 
     def get_data_parallel_rank(self):
         return self.dp_rank
