@@ -14,8 +14,8 @@ What it changes in ``Trainer`` (``HeadraceTrainerMixin``, for any ``Trainer`` su
   (``accelerate.Accelerator._prepare_one``), and the Trainer only hands it those, so no
   ``DataLoaderShard``/``DataLoaderDispatcher`` is made: ``dispatch_batches``,
   ``split_batches``, ``even_batches`` and ``use_seedable_sampler`` have nothing to act on,
-  and each rank reads the batches Headrace assigns it (rank ``args.process_index`` of
-  ``args.world_size``). The Trainer calls ``set_epoch(epoch)`` before each epoch and
+  and each rank reads the batches Headrace assigns it (its data-parallel rank as accelerate
+  counts it: ``data_parallel_layout``). The Trainer calls ``set_epoch(epoch)`` before each epoch and
   ``len()`` for its steps per epoch; both are the loader's.
 - Each checkpoint the Trainer saves gets ``headrace_loader_rank{R}.json`` (every rank
   writes its own: ``HeadraceCallback.on_save``): the loader's state after the last batch
@@ -43,6 +43,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
 
 import transformers
 import transformers.trainer as _hf_trainer
+from accelerate.utils import DistributedType
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
@@ -52,7 +53,8 @@ from .pipeline import Pipeline
 from .torch import TorchLoader
 
 __all__ = ["HeadraceCallback", "HeadraceTrainer", "HeadraceTrainerMixin", "TrainerBatches",
-           "load_loader_state", "loader_state_path", "save_loader_state"]
+           "data_parallel_layout", "load_loader_state", "loader_state_path",
+           "save_loader_state"]
 
 STATE_FILE = "headrace_loader_rank{rank}.json"
 
@@ -189,8 +191,28 @@ class HeadraceCallback(TrainerCallback):
         return control
 
 
+def data_parallel_layout(accelerator: Any) -> Tuple[int, int]:
+    """This process's data-parallel rank and size as ``accelerate`` splits a ``DataLoader``
+    (``accelerate.data_loader.prepare_data_loader``): the process index and count, and
+    with a device mesh (``ParallelismConfig``) the tensor- and context-parallel peers
+    sharing a rank (under DeepSpeed, the tensor-parallel ones)."""
+    rank, size = accelerator.process_index, accelerator.num_processes
+    # The mesh Accelerator.prepare_data_loader passes on (DeepSpeed's has its own).
+    mesh = accelerator._prepare_device_mesh()
+    if mesh is None:
+        return rank, size
+    names = tuple(mesh.mesh_dim_names or ())
+
+    def dim(name: str) -> int:
+        return mesh[name].size() if name in names else 1
+
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        return rank // dim("tp"), size // dim("tp")
+    return rank // (dim("tp") * dim("cp")), dim("dp_shard") * dim("dp_replicate")
+
+
 def _torch_loader(train_loader: Union[Pipeline, TorchLoader, Loader, str, os.PathLike],
-                  args: transformers.TrainingArguments) -> TorchLoader:
+                  args: transformers.TrainingArguments, accelerator: Any) -> TorchLoader:
     if isinstance(train_loader, TorchLoader):
         return train_loader
     if isinstance(train_loader, Loader):
@@ -198,9 +220,9 @@ def _torch_loader(train_loader: Union[Pipeline, TorchLoader, Loader, str, os.Pat
     if isinstance(train_loader, (Pipeline, str, os.PathLike)):
         # The Trainer's data-parallel layout, as accelerate sees it; the batches go to the
         # Trainer's device (on CUDA: overlapped copies, and _prepare_inputs' .to is a no-op).
+        rank, world_size = data_parallel_layout(accelerator)
         device = args.device if args.device.type == "cuda" else None
-        return TorchLoader(train_loader, device=device, rank=args.process_index,
-                           world_size=args.world_size)
+        return TorchLoader(train_loader, device=device, rank=rank, world_size=world_size)
     raise ConfigError(
         f"train_loader: {type(train_loader).__name__}: expected a headrace.Pipeline, a "
         "pipeline YAML path, a headrace.Loader or a headrace.torch.TorchLoader")
@@ -210,9 +232,10 @@ class HeadraceTrainerMixin:
     """Makes a ``transformers.Trainer`` (or any subclass) train on a Headrace loader.
 
     ``train_loader``: a ``headrace.Pipeline`` or YAML path (a ``TorchLoader`` is made for
-    rank ``args.process_index`` of ``args.world_size``, on ``args.device`` when it is CUDA),
-    or a ``Loader``/``TorchLoader`` made by the caller (for another rank layout: tensor or
-    context parallelism, where the data-parallel rank is not the process index).
+    this process's data-parallel rank and size as accelerate would split a ``DataLoader``,
+    ``data_parallel_layout``: the process index and count, tensor- and context-parallel
+    peers of a ``ParallelismConfig`` sharing a rank; on ``args.device`` when it is CUDA),
+    or a ``Loader``/``TorchLoader`` made by the caller (any other layout).
     ``to_inputs``: batch -> the keyword arguments of the model's ``forward`` (e.g. rename
     fields); default: the batch's fields that ``forward`` names (and the label names), as
     the Trainer treats a dataset's columns, or the whole batch with
@@ -226,7 +249,7 @@ class HeadraceTrainerMixin:
                  to_inputs: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,
                  **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.headrace_loader = _torch_loader(train_loader, self.args)
+        self.headrace_loader = _torch_loader(train_loader, self.args, self.accelerator)
         self.headrace_batches = TrainerBatches(self.headrace_loader, to_inputs)
         self.add_callback(HeadraceCallback(self.headrace_loader))
         _skip_first_batches_passthrough()

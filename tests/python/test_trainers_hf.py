@@ -126,3 +126,33 @@ def test_a_train_loader_of_another_kind_is_a_config_error(tmp_path):
                                           max_steps=1)
     with pytest.raises(headrace.ConfigError, match="train_loader: list: expected a headrace"):
         headrace.hf.HeadraceTrainer(model=torch.nn.Linear(1, 1), args=args, train_loader=[1])
+
+
+class FakeMesh:
+    def __init__(self, **sizes):
+        self.mesh_dim_names, self.sizes = tuple(sizes), sizes
+
+    def __getitem__(self, name):
+        return type("Dim", (), {"size": lambda _, n=self.sizes[name]: n})()
+
+
+class FakeAccelerator:
+    def __init__(self, index, count, mesh=None, distributed_type="MULTI_GPU"):
+        self.process_index, self.num_processes = index, count
+        self.mesh, self.distributed_type = mesh, distributed_type
+
+    def _prepare_device_mesh(self):
+        return self.mesh
+
+
+@pytest.mark.parametrize("accelerator,layout", [
+    (FakeAccelerator(5, 8), (5, 8)),
+    # (dp_shard, tp) = (4, 2): ranks 0 0 1 1 2 2 3 3, as accelerate splits a DataLoader.
+    (FakeAccelerator(5, 8, FakeMesh(dp_shard=4, tp=2)), (2, 4)),
+    # (dp_replicate, dp_shard, cp, tp) = (2, 1, 2, 2): 2 data-parallel ranks of 8 processes.
+    (FakeAccelerator(5, 8, FakeMesh(dp_replicate=2, dp_shard=1, cp=2, tp=2)), (1, 2)),
+    (FakeAccelerator(5, 8, FakeMesh(dp=4, tp=2), distributed_type="DEEPSPEED"), (2, 4)),
+])
+def test_the_data_parallel_rank_is_accelerates(accelerator, layout):
+    import headrace.hf
+    assert headrace.hf.data_parallel_layout(accelerator) == layout
