@@ -48,7 +48,8 @@ def pipeline(data: Path) -> headrace.Pipeline:
 
 
 def train(data: Path, out: Path, *, epochs: int = 3, max_steps: int = -1, save_steps: int = 2,
-          gradient_accumulation_steps: int = 2, resume: Optional[str] = None) -> TinyVLM:
+          gradient_accumulation_steps: int = 2, resume: Optional[str] = None,
+          ignore_data_skip: bool = False) -> TinyVLM:
     """Trains (or resumes: a checkpoint folder, or "last"); returns the model, whose
     ``seen`` lists the batches it trained on in this call."""
     torch.manual_seed(0)
@@ -57,7 +58,7 @@ def train(data: Path, out: Path, *, epochs: int = 3, max_steps: int = -1, save_s
         output_dir=str(out), num_train_epochs=epochs, max_steps=max_steps,
         per_device_train_batch_size=8, gradient_accumulation_steps=gradient_accumulation_steps,
         learning_rate=1e-2, save_strategy="steps", save_steps=save_steps, logging_steps=1,
-        report_to=[], use_cpu=True, disable_tqdm=True, seed=0)
+        report_to=[], use_cpu=True, disable_tqdm=True, seed=0, ignore_data_skip=ignore_data_skip)
     trainer = headrace.hf.HeadraceTrainer(model=model, args=args, train_loader=pipeline(data))
     try:
         trainer.train(resume_from_checkpoint=True if resume == "last" else resume)

@@ -15,8 +15,8 @@ What it changes in ``Trainer`` (``HeadraceTrainerMixin``, for any ``Trainer`` su
   ``DataLoaderShard``/``DataLoaderDispatcher`` is made: ``dispatch_batches``,
   ``split_batches``, ``even_batches`` and ``use_seedable_sampler`` have nothing to act on,
   and each rank reads the batches Headrace assigns it (its data-parallel rank as accelerate
-  counts it: ``data_parallel_layout``). The Trainer calls ``set_epoch(epoch)`` before each epoch and
-  ``len()`` for its steps per epoch; both are the loader's.
+  counts it: ``data_parallel_layout``). The Trainer calls ``set_epoch(epoch)`` before each
+  epoch and ``len()`` for its steps per epoch; both are the loader's.
 - Each checkpoint the Trainer saves gets ``headrace_loader_rank{R}.json`` (every rank
   writes its own: ``HeadraceCallback.on_save``): the loader's state after the last batch
   the Trainer took, which at a save is the last of the step it just finished (the Trainer
@@ -25,8 +25,11 @@ What it changes in ``Trainer`` (``HeadraceTrainerMixin``, for any ``Trainer`` su
   resume re-reads and drops the epoch's first batches (``accelerate.skip_first_batches``,
   which needs a ``DataLoader``); for a Headrace loader it is a check instead: the batches
   the Trainer counts as done in the epoch must be where the loader state is, else
-  ``ConfigError``. ``args.ignore_data_skip=True`` keeps its meaning: no loader state is
-  loaded, and the epoch restarts from its first batch.
+  ``ConfigError``. (``transformers.trainer.skip_first_batches`` is wrapped once per
+  process: a ``TrainerBatches`` gets the check, any other dataloader accelerate's skip.
+  The Trainer has no hook there; the resume tests fail if a new transformers moves it.)
+  ``args.ignore_data_skip=True`` keeps its meaning: no loader state is loaded, and the
+  epoch restarts from its first batch.
 
 With ``accelerate`` alone (a custom loop): ``accelerator.prepare(model, optimizer)`` and
 iterate a ``headrace.torch.TorchLoader(pipeline, device=accelerator.device)`` (``prepare``

@@ -55,6 +55,16 @@ def test_resume_from_a_trainer_checkpoint_continues_with_the_next_batch(full_run
     assert resumed.seen == seen[step * 2:]
 
 
+def test_ignore_data_skip_restarts_the_epoch_from_its_first_batch(full_run, py_sample,
+                                                                  tmp_path):
+    out, seen = full_run
+    # checkpoint-2 is 4 batches into epoch 0: the Trainer runs epoch 0 again from its first
+    # batch, and the 7 steps left end 2 batches into epoch 2.
+    resumed = example().train(py_sample, tmp_path / "resumed", ignore_data_skip=True,
+                              resume=str(out / "checkpoint-2"))
+    assert resumed.seen == seen[:14]
+
+
 def test_the_loader_is_not_wrapped_by_accelerate(py_sample, tmp_path):
     import headrace.hf
     import torch
