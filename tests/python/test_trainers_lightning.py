@@ -103,9 +103,9 @@ def test_a_state_from_another_pipeline_is_refused_naming_what_differs(full_run, 
     out, _ = full_run
     saved = torch.load(out / "epoch=0-step=4.ckpt", map_location="cpu", weights_only=False)
     other = headrace.lightning.HeadraceDataModule(
-        train=headrace.Pipeline(source=py_sample / "manifest.jsonl", batch_size=4, seed=1))
+        train=headrace.Pipeline(source=py_sample / "manifest.jsonl", batch_size=8, seed=2))
     other.load_state_dict(saved["HeadraceDataModule"])
-    with pytest.raises(headrace.ConfigError, match="batch_size: saved 8, this loader 4"):
+    with pytest.raises(headrace.ConfigError, match="seed: saved 1, this loader 2"):
         other.train_dataloader()
 
 
