@@ -509,3 +509,23 @@ def test_damage_in_a_members_header_fails_only_the_sample_it_is_in(sharded, head
     assert (error["index"], error["uri"], error["kind"]) == (2, f"{d}/hdr-0.tar#002",
                                                              "corrupt_data"), error
     assert "002.jpg" in error["reason"], error
+
+
+def test_the_report_says_how_well_a_shard_window_shuffles(sharded, headrace_bin, tmp_path):
+    """The shuffle-quality figure: neighbours in a batch, in dataset order, against a
+    uniform shuffle's distance ((N^2 - 1) / 3N): about 1 for a full shuffle, far less for
+    one shard at a time, near 0 unshuffled."""
+    n = len(list((sharded / "shards").glob("shard-*.tar")))
+    quality = {}
+    for name, source, extra in (("one", "shuffle_window: 1", ""),
+                                ("all", f"shuffle_window: {n}", ""),
+                                ("off", "", "shuffle: false")):
+        report, _ = run(headrace_bin, shards_config(tmp_path / f"{name}.yaml", sharded,
+                                                    source=source, extra=extra),
+                        tmp_path, name)
+        shuffle = report["shuffle"]
+        assert shuffle["uniform_neighbour_distance"] == pytest.approx((96 ** 2 - 1) / (3 * 96))
+        quality[name] = shuffle["quality"]
+    assert quality["off"] < 0.05
+    assert quality["one"] < 0.6 * quality["all"], quality
+    assert 0.6 < quality["all"] < 1.4, quality

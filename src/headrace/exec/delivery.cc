@@ -243,6 +243,14 @@ Batch Delivery::DeliverLocked(int64_t batch) {
   // Errors are counted here, in batch order, so that whether and where the error
   // budget stops a run does not depend on which thread finished first.
   budget_.Count(out.size(), out.errors);
+  if (const Tensor* index = out.Find("index"); index != nullptr && index->numel() > 1) {
+    const int64_t* rows = index->data<int64_t>();
+    for (int64_t r = 1; r < index->numel(); ++r) {
+      neighbour_distance_sum_ += static_cast<double>(rows[r] > rows[r - 1] ? rows[r] - rows[r - 1]
+                                                                           : rows[r - 1] - rows[r]);
+    }
+    neighbour_pairs_ += index->numel() - 1;
+  }
   if (!entry_budgets_.empty()) {
     const size_t n = entry_budgets_.size();
     std::vector<int64_t> delivered(n, 0);
@@ -327,6 +335,8 @@ DeliveryMetrics Delivery::Metrics() const {
   m.next_wait = next_wait_.Snapshot();
   m.errors_by_kind = budget_.by_kind();
   m.first_errors = budget_.first_errors();
+  m.neighbour_distance_sum = neighbour_distance_sum_;
+  m.neighbour_pairs = neighbour_pairs_;
   for (size_t s = 0; s < entry_budgets_.size(); ++s) {
     m.entries.push_back(EntryCounts{options_.entries[s], entry_budgets_[s].counts()});
   }

@@ -91,6 +91,10 @@ struct DeliveryMetrics {
   std::map<std::string, int64_t> errors_by_kind;
   std::vector<SampleError> first_errors;
   std::vector<EntryCounts> entries;  // a blend's, per entry; empty otherwise
+  // How shuffled the delivered batches are: the distance in dataset order between
+  // neighbours in a batch (|index[r + 1] - index[r]|), summed, and the pairs counted.
+  double neighbour_distance_sum = 0;
+  int64_t neighbour_pairs = 0;
 };
 
 class Delivery {
@@ -155,6 +159,8 @@ class Delivery {
   std::map<int64_t, ReadyBatch> ready_ HR_GUARDED_BY(mu_);  // the reorder window
   ErrorBudget budget_ HR_GUARDED_BY(mu_);  // counts errors as batches are delivered
   std::vector<ErrorBudget> entry_budgets_ HR_GUARDED_BY(mu_);  // a blend's, per entry
+  double neighbour_distance_sum_ HR_GUARDED_BY(mu_) = 0;
+  int64_t neighbour_pairs_ HR_GUARDED_BY(mu_) = 0;
   int64_t samples_attempted_ HR_GUARDED_BY(mu_) = 0;
   int64_t batches_delivered_ HR_GUARDED_BY(mu_) = 0;
   // The consumer's wait accounting.

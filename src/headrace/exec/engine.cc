@@ -265,6 +265,8 @@ EngineMetrics Engine::Metrics() const {
   m.samples_attempted = d.samples_attempted;
   m.samples_delivered = d.counts.delivered;
   m.samples_failed = d.counts.failed;
+  m.neighbour_distance =
+      d.neighbour_pairs > 0 ? d.neighbour_distance_sum / static_cast<double>(d.neighbour_pairs) : 0;
   for (size_t e = 0; e < d.entries.size(); ++e) {
     m.entries.push_back(EngineMetrics::Entry{
         d.entries[e].name, d.entries[e].counts.delivered, d.entries[e].counts.failed,

@@ -181,6 +181,9 @@ struct EngineMetrics {
     int64_t bytes_read = 0;
   };
   std::vector<Entry> entries;
+  // Shuffle quality: the mean distance in dataset order between neighbours in the
+  // delivered batches (0 before two samples were delivered in one batch).
+  double neighbour_distance = 0;
 };
 
 class Engine {

@@ -129,6 +129,13 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
   r.errors_total = m.samples_failed;
   r.errors_by_kind = m.errors_by_kind;
   r.entries = m.entries;
+  r.neighbour_distance = m.neighbour_distance;
+  if (const auto n = static_cast<double>(loader.num_samples()); n > 0) {
+    r.uniform_neighbour_distance = (n * n - 1) / (3 * n);
+    r.shuffle_quality = r.uniform_neighbour_distance > 0
+                            ? r.neighbour_distance / r.uniform_neighbour_distance
+                            : 0;
+  }
   r.first_errors = m.first_errors;
   for (const StageMetrics& s : m.stages) {
     StageReport sr;
@@ -212,6 +219,10 @@ std::string RunReportToJson(const RunReport& r) {
   w.Key("cpu_threads").Int(r.cpu_threads);
   w.Key("batch_size").Int(r.batch_size);
   w.Key("trainer_step_ms").Double(r.trainer_step_ms);
+  w.Key("shuffle").BeginObject();
+  w.Key("neighbour_distance").Double(r.neighbour_distance);
+  w.Key("uniform_neighbour_distance").Double(r.uniform_neighbour_distance);
+  w.Key("quality").Double(r.shuffle_quality).EndObject();
   if (!r.entries.empty()) {
     w.Key("sources").BeginArray();
     for (const EngineMetrics::Entry& e : r.entries) {
@@ -423,6 +434,11 @@ Result<RunReport> RunReportFromJson(std::string_view json_text) {
   if (simdjson::dom::element errors; doc["errors"].get(errors) == simdjson::SUCCESS) {
     number(errors, "total", &r.errors_total);
   }
+  if (simdjson::dom::element shuffle; doc["shuffle"].get(shuffle) == simdjson::SUCCESS) {
+    number(shuffle, "neighbour_distance", &r.neighbour_distance);
+    number(shuffle, "uniform_neighbour_distance", &r.uniform_neighbour_distance);
+    number(shuffle, "quality", &r.shuffle_quality);
+  }
   simdjson::dom::array stages;
   need(doc["stages"].get(stages) == simdjson::SUCCESS, "stages");
   if (missing.empty()) {
@@ -532,6 +548,11 @@ std::string RunReportToText(const RunReport& r) {
   out += "\n";
   for (const auto& e : r.first_errors) out += "    " + e.ToString() + "\n";
   if (!r.source.empty()) out += "  source            " + r.source + "\n";
+  if (r.uniform_neighbour_distance > 0) {
+    add("  shuffle           neighbours %.0f apart in dataset order, a uniform shuffle's %.0f: "
+        "quality %.2f\n",
+        r.neighbour_distance, r.uniform_neighbour_distance, r.shuffle_quality);
+  }
   for (const EngineMetrics::Entry& e : r.entries) {
     add("    %-14s  %lld samples, %lld errors, %.1f MB read\n", e.name.c_str(),
         static_cast<long long>(e.samples_delivered), static_cast<long long>(e.samples_failed),

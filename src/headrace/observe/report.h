@@ -102,6 +102,13 @@ struct RunReport {
   std::vector<TimelinePoint> timeline;
   std::vector<StorageStats> storage;  // one entry per backend used
   std::string source;                 // Loader::source(): "manifest ..." or "shards ..."
+  // Shuffle quality: the mean distance in dataset (storage) order between neighbours in
+  // a batch, that of a uniform shuffle of the dataset ((N² − 1) / 3N), and their ratio
+  // (1: as mixed as a uniform shuffle; near 0: batches of neighbours, as a small shard
+  // window or shuffle: false gives).
+  double neighbour_distance = 0;
+  double uniform_neighbour_distance = 0;
+  double shuffle_quality = 0;
   // A blend (source.mix): each entry's samples, errors and media bytes, in order.
   std::vector<EngineMetrics::Entry> entries;
   // The shard source's block cache (io/block_cache.h); has_block_cache false otherwise.
