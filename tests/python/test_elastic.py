@@ -43,65 +43,69 @@ def indices(batch):
     return [int(i) for i in np.asarray(batch["index"])]
 
 
-def _phase(rank, world, root, packed, out, k, state_path):
-    """One rank: with k, take k batches of epoch 0 and all-gather the states (rank 0
+def _phase(rank, world, root, out, k):
+    """One rank, packed and not (one process group for both: a process start costs more
+    than the runs): with k, take k batches of epoch 0 and all-gather the states (rank 0
     writes them merged); without, load the merged state and run to the end."""
     dist.init_process_group("gloo", init_method=f"file://{out}/rendezvous-{world}",
                             rank=rank, world_size=world)
-    loader = headrace.Loader(pipeline(Path(root), packed))  # rank/world from torch.distributed
-    assert (loader.rank, loader.world_size) == (rank, world)
-    seen = {}
-    if k is not None:
-        it = iter(loader)
-        seen[0] = [i for _ in range(k) for i in indices(next(it))]
-        states = [None] * world
-        dist.all_gather_object(states, loader.state_dict())
-        if rank == 0:
-            Path(state_path).write_text(json.dumps(headrace.merge_state_dicts(states)))
-    else:
-        loader.load_state_dict(json.loads(Path(state_path).read_text()))
-        for epoch in (0, 1):
-            assert loader.epoch == epoch
-            seen[epoch] = [i for batch in loader for i in indices(batch)]
-    loader.close()
-    Path(f"{out}/seen-{world}-{rank}.json").write_text(json.dumps(seen))
-    dist.barrier()
+    for packed in (False, True):
+        # rank and world size from torch.distributed
+        loader = headrace.Loader(pipeline(Path(root), packed))
+        assert (loader.rank, loader.world_size) == (rank, world)
+        state_path = Path(out) / f"global-{packed}.json"
+        seen = {}
+        if k is not None:
+            it = iter(loader)
+            seen[0] = [i for _ in range(k) for i in indices(next(it))]
+            states = [None] * world
+            dist.all_gather_object(states, loader.state_dict())
+            if rank == 0:
+                state_path.write_text(json.dumps(headrace.merge_state_dicts(states)))
+        else:
+            loader.load_state_dict(json.loads(state_path.read_text()))
+            for epoch in (0, 1):
+                assert loader.epoch == epoch
+                seen[epoch] = [i for batch in loader for i in indices(batch)]
+        loader.close()
+        Path(f"{out}/seen-{packed}-{world}-{rank}.json").write_text(json.dumps(seen))
+        dist.barrier()
     dist.destroy_process_group()
 
 
-def run_phase(world, root, packed, out, k, state_path):
-    mp.spawn(_phase, args=(world, str(root), packed, str(out), k, str(state_path)),
-             nprocs=world, join=True)
-    return [json.loads((out / f"seen-{world}-{r}.json").read_text()) for r in range(world)]
+def run_phase(world, root, out, k):
+    mp.spawn(_phase, args=(world, str(root), str(out), k), nprocs=world, join=True)
+    return {packed: [json.loads((out / f"seen-{packed}-{world}-{r}.json").read_text())
+                     for r in range(world)] for packed in (False, True)}
 
 
-@pytest.mark.parametrize("before,after,k,packed", [(4, 3, 3, False), (2, 5, 5, False),
-                                                   (4, 3, 3, True), (2, 5, 5, True)])
-def test_a_state_of_w_ranks_resumes_on_w_prime(dataset, tmp_path, before, after, k, packed):
-    state_path = tmp_path / "global.json"
-    first = run_phase(before, dataset, packed, tmp_path, k, state_path)
-    state = json.loads(state_path.read_text())
-    assert state["kind"] == "global" and state["saved_world_size"] == before
-    assert state["remainder"]["consumed"] == k * before * B
-    rest = run_phase(after, dataset, packed, tmp_path, None, state_path)
-    epoch0 = [i for r in first for i in r["0"]] + [i for r in rest for i in r["0"]]
-    assert len(epoch0) == len(set(epoch0)), "a sample delivered twice in the resumed epoch"
-    # The rest of the epoch: the packers' waiting samples, then the order after the
-    # position; dealt in rounds of W' batches, the last incomplete round dropped.
-    left = len(state["remainder"]["pending"]) + N - state["remainder"]["consumed"]
-    rounds = -(-left // B) // after
-    assert N - len(epoch0) == left - min(left, rounds * after * B)
-    if not packed:
-        assert len(state["remainder"]["pending"]) == 0
-        assert sorted(epoch0) == list(range(N))  # these sizes leave no incomplete round
-    else:
-        assert len(state["remainder"]["pending"]) > 0  # the windows' samples carried over
-    # Epoch 1 is what ranks of a run started with W' deliver.
-    for r in range(after):
-        fresh = headrace.Loader(pipeline(dataset, packed), rank=r, world_size=after)
-        fresh.set_epoch(1)
-        assert rest[r]["1"] == [i for batch in fresh for i in indices(batch)], r
-        fresh.close()
+@pytest.mark.parametrize("before,after,k", [(4, 3, 3), (2, 5, 5)])
+def test_a_state_of_w_ranks_resumes_on_w_prime(dataset, tmp_path, before, after, k):
+    firsts = run_phase(before, dataset, tmp_path, k)
+    rests = run_phase(after, dataset, tmp_path, None)
+    for packed in (False, True):
+        first, rest = firsts[packed], rests[packed]
+        state = json.loads((tmp_path / f"global-{packed}.json").read_text())
+        assert state["kind"] == "global" and state["saved_world_size"] == before
+        assert state["remainder"]["consumed"] == k * before * B
+        epoch0 = [i for r in first for i in r["0"]] + [i for r in rest for i in r["0"]]
+        assert len(epoch0) == len(set(epoch0)), f"a sample delivered twice (packed {packed})"
+        # The rest of the epoch: the packers' waiting samples, then the order after the
+        # position; dealt in rounds of W' batches, the last incomplete round dropped.
+        left = len(state["remainder"]["pending"]) + N - state["remainder"]["consumed"]
+        rounds = -(-left // B) // after
+        assert N - len(epoch0) == left - min(left, rounds * after * B), packed
+        if not packed:
+            assert len(state["remainder"]["pending"]) == 0
+            assert sorted(epoch0) == list(range(N))  # these sizes leave no incomplete round
+        else:
+            assert len(state["remainder"]["pending"]) > 0  # the windows' samples carried over
+        # Epoch 1 is what ranks of a run started with W' deliver.
+        for r in range(after):
+            fresh = headrace.Loader(pipeline(dataset, packed), rank=r, world_size=after)
+            fresh.set_epoch(1)
+            assert rest[r]["1"] == [i for batch in fresh for i in indices(batch)], (packed, r)
+            fresh.close()
 
 
 def test_a_changed_batch_size_resumes_the_rest_of_the_epoch(dataset):
