@@ -16,7 +16,7 @@ PY       := .venv/bin/python
 # build of the same sources missed the cache and compiled the whole core a second time.
 export CXX ?= g++
 
-.PHONY: all setup build python run test unit e2e asan tsan tsa fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-ray-netns bench-manifest bench-tokenize bench-media bench-pointcloud bench-metrics bench-vlm clean
+.PHONY: all setup build python run test unit e2e asan tsan tsa fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-ray-netns bench-manifest bench-tokenize bench-media bench-pointcloud bench-metrics bench-vlm bench-mix clean
 
 all: build
 
@@ -182,6 +182,11 @@ bench-io: build
 # per sample side by side (bench/shards.json; numbers into bench/RESULTS.md by hand).
 bench-shards: build
 	$(PY) bench/shards.py --bin $(BUILD)/headrace --json bench/shards.json
+
+# The same samples as one source and as a blend of three (source.mix), alternated, medians
+# (bench/mix.json).
+bench-mix: build
+	$(PY) bench/mix.py --bin $(BUILD)/headrace --json bench/mix.json
 
 # headrace.ray on simulated nodes: throughput vs workers, by reference vs by value through
 # the coordinator, spread vs pack, overhead vs the embedded loader (bench/ray.json).
