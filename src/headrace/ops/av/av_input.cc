@@ -55,12 +55,15 @@ void ReleaseCountedFrame(void* opaque, uint8_t*) {
   delete counted;
 }
 
-// The decoder's get_buffer2 when frames are counted (AVCodecContext::opaque: the
-// FrameBytes): FFmpeg's own allocation (its pools), refused past the limit; buffer 0 is
-// wrapped so that its release gives the frame's bytes back. Frame threads call it from
+// The decoder's get_buffer2 (AVCodecContext::opaque: the FrameBytes): counts the
+// pictures, and with a limit counts their bytes: FFmpeg's own allocation (its pools),
+// refused past the limit; buffer 0 is wrapped so that its release gives the frame's
+// bytes back. Frame threads call it from
 // their threads.
 int GetCountedBuffer(AVCodecContext* codec, AVFrame* frame, int flags) {
   auto& counter = *static_cast<std::shared_ptr<FrameBytes>*>(codec->opaque);
+  if (codec->codec_type == AVMEDIA_TYPE_VIDEO) counter->pictures.fetch_add(1);
+  if (counter->limit <= 0) return avcodec_default_get_buffer2(codec, frame, flags);
   int64_t bytes = 0;
   if (codec->codec_type == AVMEDIA_TYPE_VIDEO) {
     bytes = av_image_get_buffer_size(static_cast<AVPixelFormat>(frame->format), frame->width,
@@ -256,12 +259,12 @@ Result<std::unique_ptr<Input>> Input::Open(const uint8_t* data, size_t size, Med
   }
   in->codec_->thread_count = std::max(1, threads);
   in->codec_->pkt_timebase = stream->time_base;
-  if (frame_bytes_limit > 0) {
-    in->frame_bytes_ = std::make_shared<FrameBytes>();
-    in->frame_bytes_->limit = frame_bytes_limit;
-    in->codec_->opaque = &in->frame_bytes_;
-    in->codec_->get_buffer2 = GetCountedBuffer;
-  }
+  // Always, limit or not: the pictures the decoder allocates are the frames it decodes
+  // (those it drops undecoded allocate none, those a seek flushes unseen do).
+  in->frame_bytes_ = std::make_shared<FrameBytes>();
+  in->frame_bytes_->limit = frame_bytes_limit;
+  in->codec_->opaque = &in->frame_bytes_;
+  in->codec_->get_buffer2 = GetCountedBuffer;
   // The other streams are not read into packets.
   for (unsigned i = 0; i < in->format_->nb_streams; ++i) {
     if (static_cast<int>(i) != in->stream_) in->format_->streams[i]->discard = AVDISCARD_ALL;
@@ -411,10 +414,7 @@ Result<bool> Input::NextFrame(AVFrame* frame) {
   av_frame_unref(frame);
   while (!done_) {
     const int got = avcodec_receive_frame(codec_, frame);
-    if (got == 0) {
-      ++frames_decoded_;
-      return true;
-    }
+    if (got == 0) return true;
     if (got == AVERROR_EOF) {
       done_ = true;
       break;
@@ -471,10 +471,7 @@ Result<bool> Input::DecodeFirstFrame(AVFrame* frame) {
   avcodec_send_packet(codec_, nullptr);
   for (;;) {
     const int got = avcodec_receive_frame(codec_, frame);
-    if (got == 0) {
-      ++frames_decoded_;
-      return true;
-    }
+    if (got == 0) return true;
     HR_RETURN_IF_ERROR(FramesRefused());
     if (got == AVERROR_EOF || got == AVERROR(EAGAIN)) return false;
     return DecodeError("decoding failed", got);
@@ -556,10 +553,7 @@ Status Input::SendPacket(const AVPacket* packet) {
 Result<bool> Input::ReceiveFrame(AVFrame* frame) {
   av_frame_unref(frame);
   const int got = avcodec_receive_frame(codec_, frame);
-  if (got == 0) {
-    ++frames_decoded_;
-    return true;
-  }
+  if (got == 0) return true;
   if (got == AVERROR(EAGAIN) || got == AVERROR_EOF) {
     HR_RETURN_IF_ERROR(FramesRefused());
     return false;

@@ -45,6 +45,7 @@ struct FrameBytes {
   std::atomic<int64_t> held{0};     // bytes of the frames alive now
   std::atomic<int64_t> refused{0};  // > 0: what the first refused allocation would have held
   int width = 0, height = 0;        // the refused frame's size
+  std::atomic<int64_t> pictures{0};  // video frames the decoder allocated: decoded
 };
 
 // Containers with more streams than this are refused (AVFormatContext::max_streams):
@@ -132,10 +133,10 @@ class Input {
   // last seek: the frame decoding restarted at; kNoTime before one is sent. A reader that
   // trusts the index checks that it is a keyframe that comes out at this time.
   int64_t restart_pts() const { return restart_pts_; }
-  // Frames the decoder has returned since Open (NextFrame, ReceiveFrame, DecodeFirstFrame):
-  // those dropped undecoded (SkipUnreferencedBefore, the packets SeekToKeyframe drops)
-  // are not counted.
-  int64_t frames_decoded() const { return frames_decoded_; }
+  // Video frames the decoder has decoded since Open (the pictures it allocated): those it
+  // returned and those a seek flushed before they came out; not those dropped undecoded
+  // (SkipUnreferencedBefore, the packets SeekToKeyframe drops).
+  int64_t frames_decoded() const { return frame_bytes_->pictures.load(); }
 
   // The keyframes the container's index lists (MP4's sync samples, MKV's cues), in index
   // order: the index time (what SeekToKeyframe takes) and when it shows, estimated as its
@@ -211,7 +212,6 @@ class Input {
   std::vector<AVPacket*> ahead_;
   size_t ahead_begin_ = 0;
   bool stopped_ = false;
-  int64_t frames_decoded_ = 0;
   // SkipUnreferencedBefore: its time in ticks (kNoTime: off), and the presentation
   // timestamps of the last packets sent since the last seek (a ring), the later frames
   // that show a skipped one's time is over.
