@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 
 extern "C" {
 #include <libavcodec/avcodec.h>
@@ -58,8 +59,7 @@ void ReleaseCountedFrame(void* opaque, uint8_t*) {
 // The decoder's get_buffer2 (AVCodecContext::opaque: the FrameBytes): counts the
 // pictures, and with a limit counts their bytes: FFmpeg's own allocation (its pools),
 // refused past the limit; buffer 0 is wrapped so that its release gives the frame's
-// bytes back. Frame threads call it from
-// their threads.
+// bytes back. Frame threads call it from their threads.
 int GetCountedBuffer(AVCodecContext* codec, AVFrame* frame, int flags) {
   auto& counter = *static_cast<std::shared_ptr<FrameBytes>*>(codec->opaque);
   if (codec->codec_type == AVMEDIA_TYPE_VIDEO) counter->pictures.fetch_add(1);
@@ -285,7 +285,6 @@ Result<std::unique_ptr<Input>> Input::Open(const uint8_t* data, size_t size, Med
 }
 
 Input::~Input() {
-  for (AVPacket*& p : ahead_) av_packet_free(&p);
   av_packet_free(&packet_);
   avcodec_free_context(&codec_);
   if (format_ != nullptr) avformat_close_input(&format_);
@@ -305,7 +304,6 @@ Status Input::SeekBefore(double seconds) {
   draining_ = done_ = stopped_ = false;
   drop_before_ = restart_pts_ = stop_after_ = kNoTime;
   sent_count_ = 0;
-  for (AVPacket*& p : ahead_) av_packet_free(&p);
   ahead_.clear();
   ahead_begin_ = 0;
   return Status::Ok();
@@ -351,8 +349,7 @@ double Input::ReorderSeconds() const {
 
 Result<bool> Input::NextDecodablePacket() {
   if (ahead_begin_ < ahead_.size()) {
-    av_packet_move_ref(packet_, ahead_[ahead_begin_]);
-    av_packet_free(&ahead_[ahead_begin_]);
+    av_packet_move_ref(packet_, ahead_[ahead_begin_].get());
     if (++ahead_begin_ == ahead_.size()) {
       ahead_.clear();
       ahead_begin_ = 0;
@@ -363,21 +360,18 @@ Result<bool> Input::NextDecodablePacket() {
 }
 
 Result<bool> Input::NothingLaterShowsByStop() {
-  const int window = std::max(codec_->has_b_frames, format_->streams[stream_]->codecpar->video_delay) +
-                     1 + kStopMargin;
+  const int window =
+      std::max(codec_->has_b_frames, format_->streams[stream_]->codecpar->video_delay) + 1 +
+      kStopMargin;
   // packet_ shows after the stop; so must the next window - 1 packets.
   for (size_t i = ahead_begin_;; ++i) {
     if (static_cast<int>(i - ahead_begin_) + 1 >= window) return true;
     if (i == ahead_.size()) {
-      AVPacket* p = av_packet_alloc();
+      PacketPtr p = NewPacket();
       if (p == nullptr) return Status::ResourceExhausted("av_packet_alloc failed");
-      ahead_.push_back(p);
-      HR_ASSIGN_OR_RETURN(const bool more, ReadDecodable(p));
-      if (!more) {  // the end: every packet is read
-        av_packet_free(&ahead_.back());
-        ahead_.pop_back();
-        return true;
-      }
+      HR_ASSIGN_OR_RETURN(const bool more, ReadDecodable(p.get()));
+      if (!more) return true;  // the end: every packet is read
+      ahead_.push_back(std::move(p));
     }
     const int64_t pts = ahead_[i]->pts;
     if (pts == AV_NOPTS_VALUE || pts <= stop_after_) return false;

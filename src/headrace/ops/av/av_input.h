@@ -48,6 +48,20 @@ struct FrameBytes {
   std::atomic<int64_t> pictures{0};  // video frames the decoder allocated: decoded
 };
 
+// An AVFrame that frees itself.
+struct FrameDeleter {
+  void operator()(AVFrame* frame) const;
+};
+using FramePtr = std::unique_ptr<AVFrame, FrameDeleter>;
+FramePtr NewFrame();
+
+// An AVPacket that frees itself.
+struct PacketDeleter {
+  void operator()(AVPacket* packet) const;
+};
+using PacketPtr = std::unique_ptr<AVPacket, PacketDeleter>;
+PacketPtr NewPacket();
+
 // Containers with more streams than this are refused (AVFormatContext::max_streams):
 // each stream costs the demuxer memory of its own, and no sample needs more.
 inline constexpr int kMaxStreams = 64;
@@ -209,7 +223,7 @@ class Input {
   // StopAfter: its time in ticks (kNoTime: off); the packets read ahead, not yet sent
   // (owned; at most the reorder window plus the margin); whether the decoder was drained.
   int64_t stop_after_ = kNoTime;
-  std::vector<AVPacket*> ahead_;
+  std::vector<PacketPtr> ahead_;
   size_t ahead_begin_ = 0;
   bool stopped_ = false;
   // SkipUnreferencedBefore: its time in ticks (kNoTime: off), and the presentation
@@ -219,19 +233,5 @@ class Input {
   std::array<int64_t, 16> sent_pts_{};
   size_t sent_count_ = 0;
 };
-
-// An AVFrame that frees itself.
-struct FrameDeleter {
-  void operator()(AVFrame* frame) const;
-};
-using FramePtr = std::unique_ptr<AVFrame, FrameDeleter>;
-FramePtr NewFrame();
-
-// An AVPacket that frees itself.
-struct PacketDeleter {
-  void operator()(AVPacket* packet) const;
-};
-using PacketPtr = std::unique_ptr<AVPacket, PacketDeleter>;
-PacketPtr NewPacket();
 
 }  // namespace headrace::av
