@@ -166,16 +166,18 @@ def test_seek_keyframe_decodes_one_frame_per_frame_taken_and_the_report_says_so(
         p = headrace.Pipeline(
             source={"manifest": clips / "manifest.jsonl", "fields": FIELDS},
             ops=[ops.video_decode(frames=4, width=80, height=60, seek=seek)],
-            batch_size=6, cpu_threads=2, memory_budget="64MiB", shuffle=False, epochs=1)
-        with headrace.Loader(p) as loader:
-            videos = [np.asarray(b["video"]).copy() for b in loader]
+            batch_size=6, cpu_threads=2, memory_budget="64MiB", shuffle=False, epochs=2)
+        with headrace.Loader(p) as loader:  # the report of a running engine: in epoch 1
+            it = iter(loader)
+            videos = [np.asarray(next(it)["video"]).copy() for _ in range(4)]
             op = next(o for o in loader.report()["ops"] if o["name"] == "video.decode")
         return np.concatenate(videos), op
 
     exact, exact_op = run("exact")
     key, key_op = run("keyframe")
     assert key.shape == exact.shape == (24, 4, 3, 60, 80)
-    assert key_op["frames_taken"] == exact_op["frames_taken"] == 24 * 4
+    # (The engine may have run ahead into the next epoch: at least the first's frames.)
+    assert key_op["frames_taken"] >= 24 * 4 and exact_op["frames_taken"] >= 24 * 4
     # Keyframes only: at most one decoded per frame taken; the exact decode needs more.
     assert key_op["frames_decoded_per_taken"] <= 1.0
     assert exact_op["frames_decoded_per_taken"] > key_op["frames_decoded_per_taken"]
