@@ -231,8 +231,12 @@ bench-media-loaders: build
 	$(PY) -m pip install -q -r bench/requirements-media.txt
 	$(PY) bench/media_loaders.py --json bench/media_loaders.json
 
+# video.decode and audio.decode against the ffmpeg command line, then video against the
+# loaders a careful user writes (PyAV seeking per time, torchcodec; issue 31).
 bench-media: build
 	$(PY) bench/media.py --bin $(BUILD)/headrace --json bench/media.json
+	$(PY) -m pip install -q -r bench/requirements-media.txt
+	$(PY) bench/video_loaders.py --json bench/video_loaders.json
 
 # ocr.text vs the tesseract command line, pages/s on one thread (bench/ocr.json).
 .PHONY: bench-ocr

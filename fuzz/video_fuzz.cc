@@ -44,5 +44,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                    .clip_start = ClipStart::kStart,
                                    .layout = VideoLayout::kTHWC},
                    1);
+  // seek: keyframe, and the exact decode it falls back to when the index lies.
+  fuzz::DecodeWith(bytes,
+                   VideoDecodeSpec{.frames = 4, .width = 16, .height = 12,
+                                   .seek = VideoSeek::kKeyframe},
+                   2);
   return 0;
 }

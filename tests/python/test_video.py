@@ -158,3 +158,31 @@ def test_frames_spread_over_a_long_clip_are_the_frames_shown_at_their_times(tmp_
         for i, w in enumerate(want):
             diff = np.abs(got[i].astype(int) - every[w].astype(int)).mean()
             assert diff < 1.0, (frames, i, w, diff)
+
+
+def test_seek_keyframe_decodes_one_frame_per_frame_taken_and_the_report_says_so(clips):
+    # make-sample's clips: 20 frames at 10 fps, a keyframe every 5 frames (0.5 s).
+    def run(seek):
+        p = headrace.Pipeline(
+            source={"manifest": clips / "manifest.jsonl", "fields": FIELDS},
+            ops=[ops.video_decode(frames=4, width=80, height=60, seek=seek)],
+            batch_size=6, cpu_threads=2, memory_budget="64MiB", shuffle=False, epochs=2)
+        with headrace.Loader(p) as loader:  # the report of a running engine: in epoch 1
+            it = iter(loader)
+            videos = [np.asarray(next(it)["video"]).copy() for _ in range(4)]
+            op = next(o for o in loader.report()["ops"] if o["name"] == "video.decode")
+        return np.concatenate(videos), op
+
+    exact, exact_op = run("exact")
+    key, key_op = run("keyframe")
+    assert key.shape == exact.shape == (24, 4, 3, 60, 80)
+    # (The engine may have run ahead into the next epoch: at least the first's frames.)
+    assert key_op["frames_taken"] >= 24 * 4 and exact_op["frames_taken"] >= 24 * 4
+    # Keyframes only: at most one decoded per frame taken; the exact decode needs more.
+    assert key_op["frames_decoded_per_taken"] <= 1.0
+    assert exact_op["frames_decoded_per_taken"] > key_op["frames_decoded_per_taken"]
+    # The frames taken are keyframes near the times, not the frames shown then.
+    assert (key != exact).any()
+    with pytest.raises(headrace.Error, match=r"seek.*exact, keyframe"):
+        headrace.Pipeline(source={"manifest": clips / "manifest.jsonl", "fields": FIELDS},
+                          ops=[ops.video_decode(seek="nearest")], batch_size=2)

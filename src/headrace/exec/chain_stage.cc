@@ -33,6 +33,9 @@ ChainStage::ChainStage(const Source& source, const std::vector<std::unique_ptr<O
       op_ns_(ops.size()),
       op_gil_wait_ns_(ops.size()),
       op_takes_gil_(ops.size()),
+      op_frames_decoded_(ops.size()),
+      op_frames_taken_(ops.size()),
+      op_decodes_frames_(ops.size()),
       op_latency_(std::make_unique<LatencyHistogram[]>(ops.size())) {}
 
 ChainStage::~ChainStage() { pool_.reset(); }
@@ -95,6 +98,11 @@ void ChainStage::CountOp(size_t i, Clock::time_point start, Clock::time_point en
     op_gil_wait_ns_[i].fetch_add(ctx.gil_wait_ns, std::memory_order_relaxed);
     op_takes_gil_[i].store(true, std::memory_order_relaxed);
   }
+  if (ctx.frames_decoded >= 0) {
+    op_frames_decoded_[i].fetch_add(ctx.frames_decoded, std::memory_order_relaxed);
+    op_frames_taken_[i].fetch_add(ctx.frames_taken, std::memory_order_relaxed);
+    op_decodes_frames_[i].store(true, std::memory_order_relaxed);
+  }
   if (options_.trace != nullptr) {
     // Op names are string_views into the ops' static names: stable for the run.
     options_.trace->Span(ops_[i]->name().data(), "cpu", start, end, index);
@@ -120,9 +128,12 @@ StageMetrics ChainStage::Metrics(double elapsed_s, double admit_blocked_s) const
 std::vector<OpMetrics> ChainStage::OpsMetrics() const {
   std::vector<OpMetrics> out;
   for (size_t i = 0; i < ops_.size(); ++i) {
+    const bool frames = op_decodes_frames_[i].load();
     out.push_back(OpMetrics{std::string(ops_[i]->name()), samples_run(),
                             op_ns_[i].load() * 1e-9, op_latency_[i].Snapshot(),
-                            op_takes_gil_[i].load() ? op_gil_wait_ns_[i].load() * 1e-9 : -1});
+                            op_takes_gil_[i].load() ? op_gil_wait_ns_[i].load() * 1e-9 : -1,
+                            frames ? op_frames_decoded_[i].load() : -1,
+                            frames ? op_frames_taken_[i].load() : 0});
   }
   return out;
 }

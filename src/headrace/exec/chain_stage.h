@@ -40,6 +40,10 @@ struct OpMetrics {
   // An op that takes the Python GIL (a Python operator): the part of busy_s it spent
   // waiting to acquire it, summed over threads; -1 for ops that never take it.
   double gil_wait_s = -1;
+  // An op that decodes video (SampleContext::frames_decoded): frames its decoders
+  // produced and frames it took, summed; -1 for ops that decode none.
+  int64_t frames_decoded = -1;
+  int64_t frames_taken = 0;
 };
 
 struct ChainStageOptions {
@@ -96,6 +100,10 @@ class ChainStage {
   // Per op: GIL waits it reported (SampleContext::gil_wait_ns), and whether it ever did.
   std::vector<std::atomic<int64_t>> op_gil_wait_ns_;
   std::vector<std::atomic<bool>> op_takes_gil_;
+  // Per op: frames decoded and taken it reported, and whether it ever did.
+  std::vector<std::atomic<int64_t>> op_frames_decoded_;
+  std::vector<std::atomic<int64_t>> op_frames_taken_;
+  std::vector<std::atomic<bool>> op_decodes_frames_;
   std::unique_ptr<LatencyHistogram[]> op_latency_;  // per op, lock-free
   std::atomic<int64_t> samples_run_{0};
   ScratchUsage scratch_usage_;                   // all CPU threads' arenas

@@ -662,6 +662,34 @@ TEST_P(EngineConformance, OpsThatNeverTakeTheGilReportNoGilWait) {
   EXPECT_EQ((*engine)->Metrics().ops[0].gil_wait_s, -1);
 }
 
+// FillOp that says it decoded 5 video frames and took 2, as video.decode does.
+class FramesOp final : public Op {
+ public:
+  std::string_view name() const override { return "test.frames"; }
+  Status Run(SampleContext& ctx) const override {
+    ctx.frames_decoded = 5;
+    ctx.frames_taken = 2;
+    return fill_.Run(ctx);
+  }
+
+ private:
+  FillOp fill_;
+};
+
+TEST_P(EngineConformance, SumsTheVideoFramesAnOpDecodedAndTook) {
+  auto engine = Start(Records(12), std::make_unique<FramesOp>(), 4);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  ASSERT_EQ(Drain(**engine).size(), 3u);
+  const EngineMetrics m = (*engine)->Metrics();
+  ASSERT_EQ(m.ops.size(), 1u);
+  EXPECT_EQ(m.ops[0].frames_decoded, 12 * 5);
+  EXPECT_EQ(m.ops[0].frames_taken, 12 * 2);
+  auto plain = Start(Records(8), std::make_unique<FillOp>(), 4);  // decodes no frames
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  ASSERT_EQ(Drain(**plain).size(), 2u);
+  EXPECT_EQ((*plain)->Metrics().ops[0].frames_decoded, -1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Configs, EngineConformance,
                          testing::Values(Config{1, 1, false}, Config{2, 4, false},
                                          Config{1, 2, true}, Config{3, 4, true}),

@@ -339,6 +339,7 @@ RunReport HandMadeReport() {
   h.Record(30'000'000);
   r.read_latency = h.Snapshot();
   r.ops.push_back(OpReport{"image.decode", 1.0, 10.0, h.Snapshot()});
+  r.ops.push_back(OpReport{"video.decode", 2.0, 20.0, h.Snapshot(), -1, 84, 8, 10.5});
   r.storage.push_back(StorageStats{"s3", "http://x", 12, 2, {{"SlowDown", 2}}, 2, 0, 999, 1, 0});
   return r;
 }
@@ -361,6 +362,13 @@ TEST(PrometheusText, RendersFamiliesLabelsAndCumulativeBuckets) {
   EXPECT_NEAR(Value(text, R"(headrace_read_latency_seconds_sum{node="a\"b\\c"})"), 0.033, 1e-12);
   EXPECT_EQ(Value(text, R"(headrace_op_latency_seconds_count{node="a\"b\\c",op="image.decode"})"),
             2);
+  // A video op's frames decoded and taken; the other ops have none.
+  EXPECT_EQ(Value(text, R"(headrace_op_frames_decoded_total{node="a\"b\\c",op="video.decode"})"),
+            84);
+  EXPECT_EQ(Value(text, R"(headrace_op_frames_taken_total{node="a\"b\\c",op="video.decode"})"),
+            8);
+  EXPECT_EQ(text.find(R"(headrace_op_frames_decoded_total{node="a\"b\\c",op="image.decode"})"),
+            std::string::npos);
   // Every sample line belongs to a family announced before it.
   const std::regex sample(R"(^(headrace_[a-z_]+?)(_bucket|_sum|_count)?(\{.*\})? \S+$)");
   std::string family;
@@ -376,6 +384,22 @@ TEST(PrometheusText, RendersFamiliesLabelsAndCumulativeBuckets) {
     ASSERT_TRUE(std::regex_match(line, m, sample)) << line;
     EXPECT_EQ(line.rfind(family, 0), 0u) << line << " outside " << family;
   }
+}
+
+TEST(RunReport, AVideoOpsFramesDecodedPerFrameTakenGoInTheJsonAndTextAndReadBack) {
+  const RunReport r = HandMadeReport();
+  const std::string json = RunReportToJson(r);
+  EXPECT_NE(json.find("\"frames_decoded_per_taken\": 10.5"), std::string::npos) << json;
+  EXPECT_NE(RunReportToText(r).find("frames decoded    video.decode 10.50 per frame taken (84 of 8)"),
+            std::string::npos)
+      << RunReportToText(r);
+  auto back = RunReportFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->ops.size(), 2u);
+  EXPECT_EQ(back->ops[0].frames_decoded, -1);  // image.decode decodes no video
+  EXPECT_EQ(back->ops[1].frames_decoded, 84);
+  EXPECT_EQ(back->ops[1].frames_taken, 8);
+  EXPECT_DOUBLE_EQ(back->ops[1].frames_decoded_per_taken, 10.5);
 }
 
 TEST(RunMonitor, RecordsATimelineOfTheRunAndCallsBackEachSample) {

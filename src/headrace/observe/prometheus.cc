@@ -1,5 +1,6 @@
 #include "headrace/observe/prometheus.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -159,6 +160,25 @@ std::string PrometheusText(const RunReport& r, const MetricLabels& labels) {
   e.Family("headrace_op_seconds_total", "counter", "Seconds each operator ran, over threads.");
   for (const OpReport& op : r.ops) {
     e.Sample("headrace_op_seconds_total", op.busy_s, Label("op", op.name));
+  }
+  // Only when an op decodes video frames (video.decode).
+  if (std::any_of(r.ops.begin(), r.ops.end(),
+                  [](const OpReport& op) { return op.frames_decoded >= 0; })) {
+    e.Family("headrace_op_frames_decoded_total", "counter",
+             "Video frames an operator's decoders produced; over "
+             "headrace_op_frames_taken_total: frames decoded per frame taken.");
+    for (const OpReport& op : r.ops) {
+      if (op.frames_decoded < 0) continue;
+      e.Sample("headrace_op_frames_decoded_total", static_cast<double>(op.frames_decoded),
+               Label("op", op.name));
+    }
+    e.Family("headrace_op_frames_taken_total", "counter",
+             "Video frames an operator took into batches.");
+    for (const OpReport& op : r.ops) {
+      if (op.frames_decoded < 0) continue;
+      e.Sample("headrace_op_frames_taken_total", static_cast<double>(op.frames_taken),
+               Label("op", op.name));
+    }
   }
   e.Family("headrace_op_latency_seconds", "histogram",
            "Time of one operator on one sample (a batch op: on one batch).");

@@ -147,7 +147,11 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
   for (const OpMetrics& op : m.ops) {
     const double per_item_ms = op.items > 0 ? 1e3 / op.items : 0.0;
     r.ops.push_back(OpReport{op.name, op.busy_s, op.busy_s * per_item_ms, op.latency,
-                             op.gil_wait_s >= 0 ? op.gil_wait_s * per_item_ms : -1.0});
+                             op.gil_wait_s >= 0 ? op.gil_wait_s * per_item_ms : -1.0,
+                             op.frames_decoded, op.frames_taken,
+                             op.frames_decoded >= 0 && op.frames_taken > 0
+                                 ? static_cast<double>(op.frames_decoded) / op.frames_taken
+                                 : -1.0});
   }
   r.read_latency = m.read_latency;
   r.next_wait = m.next_wait;
@@ -274,6 +278,12 @@ std::string RunReportToJson(const RunReport& r) {
     w.EndObject();
     if (op.gil_wait_ms_per_sample >= 0) {
       w.Key("gil_wait_ms_per_sample").Double(op.gil_wait_ms_per_sample);
+    }
+    if (op.frames_decoded >= 0) {
+      w.Key("frames_decoded").Int(op.frames_decoded).Key("frames_taken").Int(op.frames_taken);
+      if (op.frames_decoded_per_taken >= 0) {
+        w.Key("frames_decoded_per_taken").Double(op.frames_decoded_per_taken);
+      }
     }
     w.EndObject();
   }
@@ -466,6 +476,9 @@ Result<RunReport> RunReportFromJson(std::string_view json_text) {
       number(e, "busy_s", &op.busy_s);
       number(e, "ms_per_sample", &op.ms_per_sample);
       number(e, "gil_wait_ms_per_sample", &op.gil_wait_ms_per_sample);
+      number(e, "frames_decoded", &op.frames_decoded);
+      number(e, "frames_taken", &op.frames_taken);
+      number(e, "frames_decoded_per_taken", &op.frames_decoded_per_taken);
       r.ops.push_back(std::move(op));
     }
   }
@@ -542,6 +555,12 @@ std::string RunReportToText(const RunReport& r) {
   out += "  ops (ms/sample)  ";
   for (const auto& op : r.ops) add(" %s %.2f", op.name.c_str(), op.ms_per_sample);
   out += "\n";
+  for (const auto& op : r.ops) {
+    if (op.frames_decoded_per_taken < 0) continue;
+    add("  frames decoded    %s %.2f per frame taken (%lld of %lld)\n", op.name.c_str(),
+        op.frames_decoded_per_taken, static_cast<long long>(op.frames_decoded),
+        static_cast<long long>(op.frames_taken));
+  }
   add("  errors            %lld", static_cast<long long>(r.errors_total));
   for (const auto& [kind, n] : r.errors_by_kind)
     add(" %s=%lld", kind.c_str(), static_cast<long long>(n));

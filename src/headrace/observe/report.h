@@ -37,6 +37,12 @@ struct OpReport {
   HistogramSnapshot latency;  // per sample (a batch op: per batch)
   // A Python op: the part of ms_per_sample spent waiting for the GIL; -1 for the others.
   double gil_wait_ms_per_sample = -1;
+  // An op that decodes video (video.decode): frames its decoders produced and frames it
+  // took into batches, and their ratio, the frames decoded per frame taken (1: none
+  // decoded in vain); -1 for the other ops.
+  int64_t frames_decoded = -1;
+  int64_t frames_taken = 0;
+  double frames_decoded_per_taken = -1;
 };
 
 // One interval of a run, sampled while it runs (observe/run_monitor.h): what the

@@ -64,6 +64,8 @@ class ChainRunner {
     for (size_t i = 0; i < ops_.size(); ++i) {
       const auto start = Clock::now();
       ctx.gil_wait_ns = -1;
+      ctx.frames_decoded = -1;
+      ctx.frames_taken = 0;
       Status status = ops_[i]->Run(ctx);
       on_op(i, start, Clock::now(), ctx);
       if (!status.ok()) return status;

@@ -50,7 +50,13 @@ Status ForEachItemOp::Run(SampleContext& ctx) const {
     item.sample_seed = HashKeys(ctx.sample_seed, static_cast<uint64_t>(count));
     item.Set(options_.slot, EncodedBytes{bytes.data(), bytes.size()});
     for (const auto& op : ops_) {
+      item.frames_decoded = -1;
+      item.frames_taken = 0;
       status = op->Run(item);
+      if (item.frames_decoded >= 0) {  // each item's video frames count for the list op
+        ctx.frames_decoded = std::max<int64_t>(ctx.frames_decoded, 0) + item.frames_decoded;
+        ctx.frames_taken += item.frames_taken;
+      }
       if (!status.ok()) {
         status = status.WithContext(options_.list + "[" + std::to_string(count) + "] " +
                                      std::string(uri));

@@ -118,6 +118,12 @@ struct SampleContext {
   // it to -1 before each op and reports it per op (OpMetrics::gil_wait_s), so that the
   // doctor tells GIL contention from CPU work.
   int64_t gil_wait_ns = -1;
+  // An op that decodes video frames sets these to the frames its decoder produced for
+  // the sample and the frames it took into the batch; the executor resets
+  // frames_decoded to -1 before each op and sums both per op (OpMetrics::frames_decoded),
+  // so that the report gives frames decoded per frame taken. -1: the op decodes none.
+  int64_t frames_decoded = -1;
+  int64_t frames_taken = 0;
 
   // The random stream of the op at `op_position` in the chain: independent of every
   // other op and sample, identical on every run and thread.

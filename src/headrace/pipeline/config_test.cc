@@ -323,6 +323,10 @@ TEST(ParsePipelineConfig, SchemaErrorsNameTheKeyAndWhatIsAllowed) {
       {"ops: [image.decode, {image.normalize: {std: [1, x, 2]}}]\n",
        {"ops[1].image.normalize.std[1]: expected a finite number"}},
       {"batch: {size: 1, size: 2}\n", {"batch.size: duplicate key"}},
+      {"ops: [{video.decode: {seek: fast}}]\n",
+       {"ops[0].video.decode.seek: unknown value 'fast'", "exact, keyframe"}},
+      {"ops: [{video.decode: {skip_loop_filter: nonref}}]\n",
+       {"ops[0].video.decode.skip_loop_filter: expected true or false"}},
   };
   for (const ErrorCase& c : cases) {
     SCOPED_TRACE(c.yaml);

@@ -119,7 +119,10 @@ Status WriteVideo(const std::string& path, const VideoClip& clip) {
   frame->width = clip.width;
   frame->height = clip.height;
   if (int rc = av_frame_get_buffer(frame.get(), 0); rc < 0) return Error("frame buffer", rc);
-  std::vector<uint8_t> rgb(static_cast<size_t>(clip.width) * clip.height * 3);
+  // Padded: libswscale's SIMD reads up to 16 bytes past the last pixel of its input
+  // (valgrind saw it); paint writes only the frame's bytes.
+  std::vector<uint8_t> rgb(static_cast<size_t>(clip.width) * clip.height * 3 +
+                           AV_INPUT_BUFFER_PADDING_SIZE);
   for (int i = 0; i < clip.frames; ++i) {
     clip.paint(i, rgb.data());
     if (int rc = av_frame_make_writable(frame.get()); rc < 0) return Error("frame", rc);

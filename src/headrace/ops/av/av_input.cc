@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 
 extern "C" {
 #include <libavcodec/avcodec.h>
@@ -55,12 +56,14 @@ void ReleaseCountedFrame(void* opaque, uint8_t*) {
   delete counted;
 }
 
-// The decoder's get_buffer2 when frames are counted (AVCodecContext::opaque: the
-// FrameBytes): FFmpeg's own allocation (its pools), refused past the limit; buffer 0 is
-// wrapped so that its release gives the frame's bytes back. Frame threads call it from
-// their threads.
+// The decoder's get_buffer2 (AVCodecContext::opaque: the FrameBytes): counts the
+// pictures, and with a limit counts their bytes: FFmpeg's own allocation (its pools),
+// refused past the limit; buffer 0 is wrapped so that its release gives the frame's
+// bytes back. Frame threads call it from their threads.
 int GetCountedBuffer(AVCodecContext* codec, AVFrame* frame, int flags) {
   auto& counter = *static_cast<std::shared_ptr<FrameBytes>*>(codec->opaque);
+  if (codec->codec_type == AVMEDIA_TYPE_VIDEO) counter->pictures.fetch_add(1);
+  if (counter->limit <= 0) return avcodec_default_get_buffer2(codec, frame, flags);
   int64_t bytes = 0;
   if (codec->codec_type == AVMEDIA_TYPE_VIDEO) {
     bytes = av_image_get_buffer_size(static_cast<AVPixelFormat>(frame->format), frame->width,
@@ -256,12 +259,12 @@ Result<std::unique_ptr<Input>> Input::Open(const uint8_t* data, size_t size, Med
   }
   in->codec_->thread_count = std::max(1, threads);
   in->codec_->pkt_timebase = stream->time_base;
-  if (frame_bytes_limit > 0) {
-    in->frame_bytes_ = std::make_shared<FrameBytes>();
-    in->frame_bytes_->limit = frame_bytes_limit;
-    in->codec_->opaque = &in->frame_bytes_;
-    in->codec_->get_buffer2 = GetCountedBuffer;
-  }
+  // Always, limit or not: the pictures the decoder allocates are the frames it decodes
+  // (those it drops undecoded allocate none, those a seek flushes unseen do).
+  in->frame_bytes_ = std::make_shared<FrameBytes>();
+  in->frame_bytes_->limit = frame_bytes_limit;
+  in->codec_->opaque = &in->frame_bytes_;
+  in->codec_->get_buffer2 = GetCountedBuffer;
   // The other streams are not read into packets.
   for (unsigned i = 0; i < in->format_->nb_streams; ++i) {
     if (static_cast<int>(i) != in->stream_) in->format_->streams[i]->discard = AVDISCARD_ALL;
@@ -298,9 +301,11 @@ Status Input::SeekBefore(double seconds) {
     return Error("seek failed", rc);
   }
   avcodec_flush_buffers(codec_);
-  draining_ = done_ = false;
-  drop_before_ = kNoTime;
+  draining_ = done_ = stopped_ = false;
+  drop_before_ = restart_pts_ = stop_after_ = kNoTime;
   sent_count_ = 0;
+  ahead_.clear();
+  ahead_begin_ = 0;
   return Status::Ok();
 }
 
@@ -322,6 +327,14 @@ Status Input::SeekToKeyframe(double key) {
   return Status::Ok();
 }
 
+void Input::StopAfter(double seconds) {
+  // Rounded up, and a microsecond later (a frame "at" a time may come out a rounding
+  // error after it): stopping late only decodes more.
+  stop_after_ = seconds < 0 ? kNoTime
+                            : start_pts_ + static_cast<int64_t>(std::ceil((seconds + 1e-6) /
+                                                                          time_base_));
+}
+
 void Input::SkipUnreferencedBefore(double seconds) {
   skip_before_ = seconds < 0 ? kNoTime : start_pts_ + static_cast<int64_t>(seconds / time_base_);
 }
@@ -332,6 +345,63 @@ double Input::ReorderSeconds() const {
   if (rate.num <= 0 || rate.den <= 0) rate = stream->r_frame_rate;
   const double frame = rate.num > 0 && rate.den > 0 ? av_q2d(av_inv_q(rate)) : 0.1;
   return (std::max(codec_->has_b_frames, stream->codecpar->video_delay) + 1) * frame;
+}
+
+Result<bool> Input::NextDecodablePacket() {
+  if (ahead_begin_ < ahead_.size()) {
+    av_packet_move_ref(packet_, ahead_[ahead_begin_].get());
+    if (++ahead_begin_ == ahead_.size()) {
+      ahead_.clear();
+      ahead_begin_ = 0;
+    }
+    return true;
+  }
+  return ReadDecodable(packet_);
+}
+
+Result<bool> Input::NothingLaterShowsByStop() {
+  const int window =
+      std::max(codec_->has_b_frames, format_->streams[stream_]->codecpar->video_delay) + 1 +
+      kStopMargin;
+  // packet_ shows after the stop; so must the next window - 1 packets.
+  for (size_t i = ahead_begin_;; ++i) {
+    if (static_cast<int>(i - ahead_begin_) + 1 >= window) return true;
+    if (i == ahead_.size()) {
+      PacketPtr p = NewPacket();
+      if (p == nullptr) return Status::ResourceExhausted("av_packet_alloc failed");
+      HR_ASSIGN_OR_RETURN(const bool more, ReadDecodable(p.get()));
+      if (!more) return true;  // the end: every packet is read
+      ahead_.push_back(std::move(p));
+    }
+    const int64_t pts = ahead_[i]->pts;
+    if (pts == AV_NOPTS_VALUE || pts <= stop_after_) return false;
+  }
+}
+
+Result<bool> Input::ReadDecodable(AVPacket* packet) {
+  for (;;) {
+    const int rc = av_read_frame(format_, packet);
+    if (rc == AVERROR_EOF) return false;
+    if (rc < 0) return Error("reading the container failed", rc);
+    if (packet->stream_index != stream_) {
+      av_packet_unref(packet);
+      continue;
+    }
+    if (drop_before_ != kNoTime) {
+      // Up to the keyframe of the index entry: its decode time (MP4's index) or its
+      // presentation time (MKV's) is the entry's. Stopping at an earlier keyframe whose
+      // time reaches it would only decode more, never differently.
+      const int64_t at = std::max(packet->dts, packet->pts);  // AV_NOPTS_VALUE is the least
+      if ((packet->flags & AV_PKT_FLAG_KEY) == 0 ||
+          (at != AV_NOPTS_VALUE && at < drop_before_)) {
+        av_packet_unref(packet);
+        continue;
+      }
+      drop_before_ = kNoTime;  // decoding restarts at this keyframe
+    }
+    if (restart_pts_ == kNoTime) restart_pts_ = packet->pts;
+    return true;
+  }
 }
 
 Result<bool> Input::NextFrame(AVFrame* frame) {
@@ -348,46 +418,75 @@ Result<bool> Input::NextFrame(AVFrame* frame) {
       done_ = true;
       break;
     }
-    const int rc = av_read_frame(format_, packet_);
-    if (rc == AVERROR_EOF) {
+    HR_ASSIGN_OR_RETURN(const bool more, NextDecodablePacket());
+    if (!more) {
       draining_ = true;
       avcodec_send_packet(codec_, nullptr);
       continue;
     }
-    if (rc < 0) return Error("reading the container failed", rc);
-    if (packet_->stream_index == stream_ && drop_before_ != kNoTime) {
-      // Up to the keyframe of the index entry: its decode time (MP4's index) or its
-      // presentation time (MKV's) is the entry's. Stopping at an earlier keyframe whose
-      // time reaches it would only decode more, never differently.
-      const int64_t at = std::max(packet_->dts, packet_->pts);  // AV_NOPTS_VALUE is the least
-      if ((packet_->flags & AV_PKT_FLAG_KEY) == 0 ||
-          (at != AV_NOPTS_VALUE && at < drop_before_)) {
+    if (stop_after_ != kNoTime && packet_->pts != AV_NOPTS_VALUE && packet_->pts > stop_after_) {
+      HR_ASSIGN_OR_RETURN(const bool stop, NothingLaterShowsByStop());
+      if (stop) {  // every frame the caller takes is sent: out with what the decoder holds
         av_packet_unref(packet_);
+        draining_ = stopped_ = true;
+        avcodec_send_packet(codec_, nullptr);
         continue;
       }
-      drop_before_ = kNoTime;  // decoding restarts at this keyframe
     }
-    if (packet_->stream_index == stream_) {
-      // Decoded in the call (we send only once the decoder wants input), so the setting
-      // applies to this packet alone; frame threads copy it when the packet is handed
-      // to one.
-      codec_->skip_frame = Unshown(packet_->pts) ? AVDISCARD_NONREF : AVDISCARD_DEFAULT;
-      if (packet_->pts != AV_NOPTS_VALUE) {
-        sent_pts_[sent_count_++ % sent_pts_.size()] = packet_->pts;
-      }
-      const int sent = avcodec_send_packet(codec_, packet_);
-      av_packet_unref(packet_);
-      // Damaged packets are skipped as FFmpeg's tools skip them; a stream with none that
-      // decode ends with no frame, which the op reports.
-      if (sent < 0 && sent != AVERROR_INVALIDDATA) return DecodeError("decoding failed", sent);
-      // A refused frame may also end as a damaged one the decoder skips.
-      HR_RETURN_IF_ERROR(FramesRefused());
-    } else {
-      av_packet_unref(packet_);
+    // Decoded in the call (we send only once the decoder wants input), so the setting
+    // applies to this packet alone; frame threads copy it when the packet is handed
+    // to one.
+    codec_->skip_frame = Unshown(packet_->pts) ? AVDISCARD_NONREF : AVDISCARD_DEFAULT;
+    if (packet_->pts != AV_NOPTS_VALUE) {
+      sent_pts_[sent_count_++ % sent_pts_.size()] = packet_->pts;
     }
+    const int sent = avcodec_send_packet(codec_, packet_);
+    av_packet_unref(packet_);
+    // Damaged packets are skipped as FFmpeg's tools skip them; a stream with none that
+    // decode ends with no frame, which the op reports.
+    if (sent < 0 && sent != AVERROR_INVALIDDATA) return DecodeError("decoding failed", sent);
+    // A refused frame may also end as a damaged one the decoder skips.
+    HR_RETURN_IF_ERROR(FramesRefused());
   }
   HR_RETURN_IF_ERROR(FramesRefused());
   return false;
+}
+
+Result<bool> Input::DecodeFirstFrame(AVFrame* frame) {
+  av_frame_unref(frame);
+  if (done_) return false;
+  HR_ASSIGN_OR_RETURN(const bool more, NextDecodablePacket());
+  done_ = true;  // the decoder is drained below: a seek resets it
+  if (!more) return false;
+  codec_->skip_frame = AVDISCARD_DEFAULT;
+  const int sent = avcodec_send_packet(codec_, packet_);
+  av_packet_unref(packet_);
+  if (sent < 0 && sent != AVERROR_INVALIDDATA) return DecodeError("decoding failed", sent);
+  avcodec_send_packet(codec_, nullptr);
+  for (;;) {
+    const int got = avcodec_receive_frame(codec_, frame);
+    if (got == 0) return true;
+    HR_RETURN_IF_ERROR(FramesRefused());
+    if (got == AVERROR_EOF || got == AVERROR(EAGAIN)) return false;
+    return DecodeError("decoding failed", got);
+  }
+}
+
+std::vector<Input::IndexedKeyframe> Input::IndexedKeyframes() const {
+  AVStream* stream = format_->streams[stream_];
+  std::vector<IndexedKeyframe> keys;
+  const int n = avformat_index_get_entries_count(stream);
+  int64_t first = kNoTime, last = kNoTime;
+  for (int i = 0; i < n; ++i) {
+    const AVIndexEntry* entry = avformat_index_get_entry(stream, i);
+    if (entry == nullptr || (entry->flags & AVINDEX_KEYFRAME) == 0) continue;
+    if (last != kNoTime && entry->timestamp <= last) return {};  // out of order: a lie
+    if (first == kNoTime) first = entry->timestamp;
+    last = entry->timestamp;
+    keys.push_back({static_cast<double>(entry->timestamp - start_pts_) * time_base_,
+                    static_cast<double>(entry->timestamp - first) * time_base_});
+  }
+  return keys;
 }
 
 Status Input::FramesRefused() const {
@@ -412,6 +511,11 @@ bool Input::Unshown(int64_t pts) const {
     if (sent_pts_[i] > pts && sent_pts_[i] <= skip_before_) return true;
   }
   return false;
+}
+
+int64_t Input::FrameTicks(const AVFrame* frame) {
+  return frame->best_effort_timestamp != AV_NOPTS_VALUE ? frame->best_effort_timestamp
+                                                        : frame->pts;
 }
 
 double Input::FrameTime(const AVFrame* frame) const {

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "headrace/core/status.h"
 
@@ -44,7 +45,22 @@ struct FrameBytes {
   std::atomic<int64_t> held{0};     // bytes of the frames alive now
   std::atomic<int64_t> refused{0};  // > 0: what the first refused allocation would have held
   int width = 0, height = 0;        // the refused frame's size
+  std::atomic<int64_t> pictures{0};  // video frames the decoder allocated: decoded
 };
+
+// An AVFrame that frees itself.
+struct FrameDeleter {
+  void operator()(AVFrame* frame) const;
+};
+using FramePtr = std::unique_ptr<AVFrame, FrameDeleter>;
+FramePtr NewFrame();
+
+// An AVPacket that frees itself.
+struct PacketDeleter {
+  void operator()(AVPacket* packet) const;
+};
+using PacketPtr = std::unique_ptr<AVPacket, PacketDeleter>;
+PacketPtr NewPacket();
 
 // Containers with more streams than this are refused (AVFormatContext::max_streams):
 // each stream costs the demuxer memory of its own, and no sample needs more.
@@ -107,11 +123,51 @@ class Input {
   // (nothing reads a non-reference frame); the dropped ones never come out of NextFrame.
   // Only ever raise `seconds` between seeks. Negative (the default): every frame decodes.
   void SkipUnreferencedBefore(double seconds);
+  // The caller takes no frame that shows after `seconds` before its next seek: once no
+  // packet still to come shows at or before it, the decoder is drained instead of being
+  // sent more, and NextFrame returns the frames it holds, then false (stopped() is then
+  // true until the next seek). That is known from the packets' timestamps, read ahead
+  // undecoded: a stream that reorders at most d frames (the decoder's has_b_frames)
+  // cannot show a later packet before d + 1 packets already read that show after
+  // `seconds` (a margin of kStopMargin more are read). Saves decoding the frames after
+  // the last one taken, which only tell that it is the last starting at or before the
+  // time: d + 1 of them, as the decoder outputs a frame only d frames late. Negative
+  // (the default): off.
+  void StopAfter(double seconds);
+  bool stopped() const { return stopped_; }
+  static constexpr int kStopMargin = 2;
   // The next decoded frame of the stream into `frame` (unreferenced first): true, or
   // false at the end of the stream (after draining the decoder).
   Result<bool> NextFrame(AVFrame* frame);
   // A frame's time in seconds from the stream's start (its best-effort timestamp).
   double FrameTime(const AVFrame* frame) const;
+  // A frame's best-effort timestamp in ticks of the stream's time base (kNoTime: none).
+  static int64_t FrameTicks(const AVFrame* frame);
+  // The presentation timestamp (ticks) of the first packet sent to the decoder since the
+  // last seek: the frame decoding restarted at; kNoTime before one is sent. A reader that
+  // trusts the index checks that it is a keyframe that comes out at this time.
+  int64_t restart_pts() const { return restart_pts_; }
+  // Video frames the decoder has decoded since Open (the pictures it allocated): those it
+  // returned and those a seek flushed before they came out; not those dropped undecoded
+  // (SkipUnreferencedBefore, the packets SeekToKeyframe drops).
+  int64_t frames_decoded() const { return frame_bytes_->pictures.load(); }
+
+  // The keyframes the container's index lists (MP4's sync samples, MKV's cues), in index
+  // order: the index time (what SeekToKeyframe takes) and when it shows, estimated as its
+  // index time less the first entry's (a decode-time index starts its first keyframe,
+  // which shows at 0, a reorder delay early). Empty when the index lists none, or when
+  // its times do not increase (an index that lies: the caller decodes from the start).
+  struct IndexedKeyframe {
+    double index_time = 0;
+    double shows_at = 0;
+  };
+  std::vector<IndexedKeyframe> IndexedKeyframes() const;
+  // After a seek: decodes the stream's next packet that is not dropped (the keyframe a
+  // SeekToKeyframe restarts at) alone, draining the decoder, into `frame`: true, or false
+  // when no frame comes out (the end of the stream, a packet that does not decode, or
+  // one that needs frames before it). One frame decoded; the next call must seek first.
+  Result<bool> DecodeFirstFrame(AVFrame* frame);
+  static constexpr int64_t kNoTime = INT64_MIN;  // = AV_NOPTS_VALUE
 
   // Reading and decoding apart, for a reader that picks the packets to decode (audio.decode
   // of one window), instead of NextFrame. The stream's next packet into `packet`
@@ -129,6 +185,14 @@ class Input {
   // Whether a frame with presentation timestamp `pts` shows only before the time of
   // SkipUnreferencedBefore: a packet sent since the last seek starts after it, by then.
   bool Unshown(int64_t pts) const;
+  // The stream's next packet into packet_ (false at the end), less those a SeekToKeyframe
+  // drops; notes restart_pts_.
+  Result<bool> NextDecodablePacket();
+  // Reads the stream's next packet, less those a SeekToKeyframe drops, into `packet`.
+  Result<bool> ReadDecodable(AVPacket* packet);
+  // StopAfter: whether no packet after packet_ (read ahead into ahead_) shows at or before
+  // stop_after_.
+  Result<bool> NothingLaterShowsByStop();
 
   struct Memory {  // what the AVIOContext reads from
     const uint8_t* data = nullptr;
@@ -154,8 +218,14 @@ class Input {
   bool done_ = false;
   // SeekToKeyframe: the stream's packets are dropped until a keyframe whose decode or
   // presentation timestamp (ticks) reaches this; kNoTime: none are.
-  static constexpr int64_t kNoTime = INT64_MIN;  // = AV_NOPTS_VALUE
   int64_t drop_before_ = kNoTime;
+  int64_t restart_pts_ = kNoTime;
+  // StopAfter: its time in ticks (kNoTime: off); the packets read ahead, not yet sent
+  // (owned; at most the reorder window plus the margin); whether the decoder was drained.
+  int64_t stop_after_ = kNoTime;
+  std::vector<PacketPtr> ahead_;
+  size_t ahead_begin_ = 0;
+  bool stopped_ = false;
   // SkipUnreferencedBefore: its time in ticks (kNoTime: off), and the presentation
   // timestamps of the last packets sent since the last seek (a ring), the later frames
   // that show a skipped one's time is over.
@@ -163,19 +233,5 @@ class Input {
   std::array<int64_t, 16> sent_pts_{};
   size_t sent_count_ = 0;
 };
-
-// An AVFrame that frees itself.
-struct FrameDeleter {
-  void operator()(AVFrame* frame) const;
-};
-using FramePtr = std::unique_ptr<AVFrame, FrameDeleter>;
-FramePtr NewFrame();
-
-// An AVPacket that frees itself.
-struct PacketDeleter {
-  void operator()(AVPacket* packet) const;
-};
-using PacketPtr = std::unique_ptr<AVPacket, PacketDeleter>;
-PacketPtr NewPacket();
 
 }  // namespace headrace::av

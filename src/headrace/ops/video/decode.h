@@ -14,8 +14,31 @@
 //
 // `threads` is libavcodec's thread count per decoder (default 1: the executor already
 // decodes one sample per CPU thread; more helps a stage with few, long videos).
+//
+// Exact by default: each frame taken is, byte for byte, the one a decode of every frame
+// in order shows at its time (`seek: exact`), reached with as little decoding as that
+// allows (README, "Decode only what shows": restarts at keyframes, B-frames nothing
+// shows skipped, the frames after the last one taken before a restart not decoded).
+// Two opt-in modes trade exactness for speed:
+// - `seek: keyframe`: for each time, the indexed keyframe nearest it (by when it shows)
+//   instead of the frame shown then: one frame decoded per frame taken, as decord's
+//   key-frame sampling. Frames are up to half a GOP away from their time (0.5 s with a
+//   keyframe a second), and times nearest the same keyframe repeat it. A container with
+//   no keyframe index decodes exactly.
+// - `skip_loop_filter: true`: libavcodec skips the deblocking filter of non-reference
+//   frames (AVDISCARD_NONREF): only the frames nothing references change (H.264
+//   B-frames taken), by a little; the references, and so every other frame, stay exact.
+//
+// An index that lies (it lists as a keyframe a frame that is not one, or one that does
+// not come out where it says, or past the end) is caught at the frame it restarts at:
+// that sample is then decoded exactly from the start of the clip, never with wrong frames.
+//
+// Reports per sample (SampleContext::frames_decoded / frames_taken) the frames the
+// decoder produced and the frames taken, for the run report's frames decoded per frame
+// taken.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -27,10 +50,21 @@
 #include "headrace/ops/schema.h"
 #include "headrace/ops/window.h"
 
+extern "C" {
+struct AVFrame;
+}
+
 namespace headrace {
 
 enum class VideoLayout { kTCHW, kTHWC };
 EnumTable<VideoLayout> TableOf(VideoLayout);
+
+// Which frame a time takes (see the file comment).
+enum class VideoSeek {
+  kExact,     // "exact": the frame shown at the time, as a decode of every frame
+  kKeyframe,  // "keyframe": the indexed keyframe nearest the time
+};
+EnumTable<VideoSeek> TableOf(VideoSeek);
 
 struct VideoDecodeSpec {  // video.decode
   int frames = 8;              // T, frames per sample
@@ -41,6 +75,8 @@ struct VideoDecodeSpec {  // video.decode
   ClipStart clip_start = ClipStart::kRandom;  // random, start, center
   VideoLayout layout = VideoLayout::kTCHW;    // tchw or thwc
   int threads = 1;             // libavcodec threads per decoder
+  VideoSeek seek = VideoSeek::kExact;  // exact or keyframe
+  bool skip_loop_filter = false;       // true: no deblocking of non-reference frames
   std::string field = "video";  // the encoded video read
   std::string output;           // the batch field written; empty: named like `field`
 };
@@ -49,6 +85,13 @@ struct VideoDecodeSpec {  // video.decode
 // `duration` seconds (0: unknown), given the spec and, for a random clip, a uniform
 // draw `u` in [0, 1). Exposed for tests.
 std::vector<double> FrameTimes(const VideoDecodeSpec& spec, double duration, double u);
+
+// The kernel: `frame` converted to RGB and scaled to width x height (libswscale,
+// bilinear, one pass) into `dst`, 3 * width * height bytes laid out as `layout` (tchw:
+// the R, G, B planes). The calling thread's scaler is reused while the frames' format
+// and size stay the same.
+Status ConvertVideoFrame(const AVFrame* frame, int width, int height, VideoLayout layout,
+                         uint8_t* dst);
 
 class VideoDecodeOp : public Op {
  public:
@@ -65,6 +108,8 @@ class VideoDecodeOp : public Op {
     f("clip_start", s.clip_start);
     f("layout", s.layout);
     f("threads", s.threads);
+    f("seek", s.seek);
+    f("skip_loop_filter", s.skip_loop_filter);
     f("field", s.field);
     f("output", s.output);
   }

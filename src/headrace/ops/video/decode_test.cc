@@ -4,12 +4,21 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 
 #include "headrace/core/rng.h"
 #include "headrace/ops/av/av_encode.h"
+#include "headrace/ops/av/av_input.h"
+
+extern "C" {
+#include <libavutil/frame.h>
+}
 #include "headrace/ops/video/test_clips.h"
 
 namespace headrace {
@@ -28,6 +37,8 @@ const std::vector<uint8_t>& Clip() {
 struct Decoded {
   Status status;
   std::vector<uint8_t> row;
+  int64_t frames_decoded = -1;  // SampleContext's, as the op set them
+  int64_t frames_taken = 0;
 };
 
 Decoded DecodeWith(const VideoDecodeSpec& spec, const std::vector<uint8_t>& bytes, uint64_t seed = 1,
@@ -45,6 +56,8 @@ Decoded DecodeWith(const VideoDecodeSpec& spec, const std::vector<uint8_t>& byte
   ctx.values = values;
   ctx.rows = rows;
   out.status = op.Run(ctx);
+  out.frames_decoded = ctx.frames_decoded;
+  out.frames_taken = ctx.frames_taken;
   return out;
 }
 
@@ -126,6 +139,243 @@ TEST(VideoDecode, SkippingAheadTakesTheSameFramesAsDecodingEveryFrame) {
             << shown;
         const uint8_t* stripe = d.row.data() + i * frame_bytes + 12 * 32 + 3;  // red plane
         EXPECT_NEAR(stripe[0], 2 * shown, 2) << "frame " << i << " is not " << shown;
+      }
+    }
+  }
+}
+
+// Every frame of a clip decoded in order from the start (no seek, nothing skipped),
+// converted as the op converts them: the reference for the op's exactness.
+struct PlainDecode {
+  double duration = 0;
+  std::vector<double> times;  // each frame's time, less the op's microsecond of slack
+  std::vector<bool> key;      // whether it is a keyframe
+  std::vector<std::vector<uint8_t>> frames;
+
+  // The frame shown at `t`: the last starting at or before it (the first before any).
+  size_t ShownAt(double t) const {
+    size_t i = 0;
+    while (i + 1 < times.size() && !(t < times[i + 1])) ++i;
+    return i;
+  }
+  // The keyframe nearest `t` (the earlier on a tie).
+  size_t NearestKeyframe(double t) const {
+    size_t best = times.size();
+    for (size_t i = 0; i < times.size(); ++i) {
+      if (key[i] && (best == times.size() ||
+                     std::abs(times[i] - t) < std::abs(times[best] - t) - 1e-9)) {
+        best = i;
+      }
+    }
+    return best;
+  }
+};
+
+PlainDecode DecodeEveryFrame(const std::vector<uint8_t>& bytes, const VideoDecodeSpec& spec) {
+  PlainDecode out;
+  auto in = av::Input::Open(bytes.data(), bytes.size(), av::Input::Media::kVideo, 1);
+  EXPECT_TRUE(in.ok()) << in.status().ToString();
+  if (!in.ok()) return out;
+  out.duration = (*in)->duration();
+  av::FramePtr frame = av::NewFrame();
+  for (;;) {
+    auto got = (*in)->NextFrame(frame.get());
+    EXPECT_TRUE(got.ok()) << got.status().ToString();
+    if (!got.ok() || !*got) break;
+    out.times.push_back((*in)->FrameTime(frame.get()) - 1e-6);
+    out.key.push_back(frame->key_frame != 0);
+    out.frames.emplace_back(size_t{3} * spec.width * spec.height);
+    EXPECT_TRUE(
+        ConvertVideoFrame(frame.get(), spec.width, spec.height, spec.layout, out.frames.back().data())
+            .ok());
+  }
+  return out;
+}
+
+// The times the op takes for `seed` (its random clip start: OpRng of position 0).
+std::vector<double> TimesFor(const VideoDecodeSpec& spec, const PlainDecode& plain, uint64_t seed) {
+  SampleContext ctx;
+  ctx.sample_seed = seed;
+  return FrameTimes(spec, plain.duration, ctx.OpRng(0).Uniform());
+}
+
+bool FrameIs(const Decoded& d, size_t i, const std::vector<uint8_t>& frame) {
+  return std::equal(frame.begin(), frame.end(), d.row.begin() + i * frame.size());
+}
+
+// `frames` frames of 64x48 at `fps`, a keyframe every `gop`, `b_frames` as VideoClip's:
+// a flat stripe on the left and a texture moving on the rest, with some noise.
+std::vector<uint8_t> MovingClip(int frames, int fps, int gop, int b_frames,
+                                std::string_view container = "mp4") {
+  av::VideoClip c;
+  c.width = 64;
+  c.height = 48;
+  c.frames = frames;
+  c.fps = fps;
+  c.gop = gop;
+  c.b_frames = b_frames;
+  c.paint = [](int frame, uint8_t* rgb) {
+    uint32_t noise = 2654435761u * static_cast<uint32_t>(frame + 1);
+    for (int y = 0; y < 48; ++y) {
+      for (int x = 0; x < 64; ++x) {
+        noise = noise * 1664525u + 1013904223u;
+        uint8_t* p = rgb + 3 * (y * 64 + x);
+        const bool flat = x < 16;
+        p[0] = static_cast<uint8_t>(flat ? 2 * frame : x * 4 + (noise >> 29));
+        p[1] = static_cast<uint8_t>(flat ? 128 : ((x + 3 * frame) * 9 ^ y * 5));
+        p[2] = static_cast<uint8_t>(flat ? 128 : (y + frame) * 7 + (noise >> 30));
+      }
+    }
+  };
+  auto bytes = av::EncodeVideo(c, container);
+  EXPECT_TRUE(bytes.ok()) << bytes.status().ToString();
+  return bytes.ok() ? *bytes : std::vector<uint8_t>();
+}
+
+// The exact decode (seeks to keyframes, B-frames skipped) over clips with and without
+// B-frames, MP4 and MKV, 1 and 2 decoder threads, and many sets of times: every frame
+// taken is byte for byte the one the plain decode shows at its time.
+TEST(VideoDecode, ExactFramesAreThoseOfAPlainDecodeOverManyClipsAndTimes) {
+  const std::vector<std::pair<std::string, std::vector<uint8_t>>> clips = {
+      {"b-pyramid mp4", BFrameClip()},
+      {"2 b-frames, gop 30", MovingClip(120, 30, 30, 2)},
+      {"no b-frames, gop 30", MovingClip(120, 30, 30, 0)},
+      {"b-pyramid mkv", MovingClip(100, 25, 25, -1, "mkv")},
+  };
+  int checked = 0;
+  for (const auto& [name, clip] : clips) {
+    const PlainDecode plain = DecodeEveryFrame(clip, VideoDecodeSpec{.width = 24, .height = 16});
+    ASSERT_GT(plain.frames.size(), 90u) << name;
+    for (int threads : {1, 2}) {
+      for (int frames : {1, 4, 8, 13}) {
+        for (double clip_seconds : {0.0, 1.0, 2.5}) {
+          for (uint64_t seed : {1u, 2u, 3u}) {
+            const VideoDecodeSpec spec{.frames = frames, .width = 24, .height = 16,
+                                       .clip_seconds = clip_seconds, .threads = threads};
+            const Decoded d = DecodeWith(spec, clip, seed);
+            ASSERT_TRUE(d.status.ok()) << name << ": " << d.status.ToString();
+            const std::vector<double> times = TimesFor(spec, plain, seed);
+            for (int i = 0; i < frames; ++i) {
+              const size_t shown = plain.ShownAt(times[i]);
+              ASSERT_TRUE(FrameIs(d, i, plain.frames[shown]))
+                  << name << ", threads " << threads << ", " << frames << " frames, clip "
+                  << clip_seconds << ", seed " << seed << ": frame " << i << " at "
+                  << times[i] << " s is not frame " << shown;
+              ++checked;
+            }
+            EXPECT_EQ(d.frames_taken, frames);
+            EXPECT_GE(d.frames_decoded, 1);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 1000);
+}
+
+// seek: keyframe takes, for each time, the keyframe that shows nearest it (the plain
+// decode's frame, byte for byte), decoding one frame per keyframe taken.
+TEST(VideoDecode, KeyframeModeTakesTheNearestKeyframeDecodingOneFrameEach) {
+  for (const std::vector<uint8_t>& clip : {BFrameClip(), MovingClip(120, 30, 30, 0)}) {
+    const PlainDecode plain = DecodeEveryFrame(clip, VideoDecodeSpec{.width = 24, .height = 16});
+    for (int frames : {1, 3, 8, 16}) {
+      for (uint64_t seed : {1u, 2u}) {
+        const VideoDecodeSpec spec{.frames = frames, .width = 24, .height = 16,
+                                   .clip_seconds = frames > 8 ? 2.0 : 0.0,
+                                   .seek = VideoSeek::kKeyframe};
+        const Decoded d = DecodeWith(spec, clip, seed);
+        ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+        const std::vector<double> times = TimesFor(spec, plain, seed);
+        std::vector<size_t> keys;
+        for (int i = 0; i < frames; ++i) {
+          const size_t key = plain.NearestKeyframe(times[i]);
+          EXPECT_TRUE(FrameIs(d, i, plain.frames[key]))
+              << frames << " frames: frame " << i << " at " << times[i] << " s is not keyframe "
+              << key;
+          if (keys.empty() || keys.back() != key) keys.push_back(key);
+        }
+        EXPECT_EQ(d.frames_decoded, static_cast<int64_t>(keys.size())) << frames << " frames";
+        EXPECT_EQ(d.frames_taken, frames);
+      }
+    }
+  }
+}
+
+// skip_loop_filter: the references decode as before, so a clip without B-frames gives
+// the same bytes; with B-frames, the non-reference frames taken differ, a little.
+TEST(VideoDecode, SkipLoopFilterChangesOnlyNonReferenceFramesALittle) {
+  const VideoDecodeSpec exact{.frames = 8, .width = 24, .height = 16};
+  VideoDecodeSpec skip = exact;
+  skip.skip_loop_filter = true;
+  const std::vector<uint8_t> p_only = MovingClip(120, 30, 30, 0);
+  EXPECT_EQ(DecodeWith(skip, p_only).row, DecodeWith(exact, p_only).row);
+  const Decoded a = DecodeWith(exact, BFrameClip()), b = DecodeWith(skip, BFrameClip());
+  ASSERT_TRUE(a.status.ok() && b.status.ok());
+  double diff = 0;
+  for (size_t i = 0; i < a.row.size(); ++i) diff += std::abs(a.row[i] - b.row[i]);
+  EXPECT_LT(diff / a.row.size(), 4.0);
+}
+
+// An MP4 whose sync-sample table (stss, the keyframe index) is replaced by `entries`
+// (1-based frame numbers; the table keeps its size, so there must be as many).
+std::vector<uint8_t> WithSyncSamples(std::vector<uint8_t> mp4, const std::vector<uint32_t>& entries) {
+  const std::string_view tag = "stss";
+  auto at = std::search(mp4.begin(), mp4.end(), tag.begin(), tag.end());
+  EXPECT_NE(at, mp4.end()) << "no stss box";
+  if (at == mp4.end()) return mp4;
+  const size_t body = static_cast<size_t>(at - mp4.begin()) + 4 + 4;  // after version/flags
+  const auto be32 = [&](size_t i) {
+    return uint32_t{mp4[i]} << 24 | uint32_t{mp4[i + 1]} << 16 | uint32_t{mp4[i + 2]} << 8 |
+           mp4[i + 3];
+  };
+  EXPECT_EQ(be32(body), entries.size()) << "the clip's stss holds another count";
+  for (size_t k = 0; k < entries.size(); ++k) {
+    for (int b = 0; b < 4; ++b) {
+      mp4[body + 4 + 4 * k + b] = static_cast<uint8_t>(entries[k] >> (24 - 8 * b));
+    }
+  }
+  return mp4;
+}
+
+// A keyframe index that lies: frames listed as keyframes that are not (B- and P-frames),
+// entries out of order, an entry past the end. The exact decode still takes the plain
+// decode's frames (the lie is caught where it restarts, and the sample decoded from the
+// start); seek: keyframe takes real keyframes only, or, caught, the exact frames.
+TEST(VideoDecode, AKeyframeIndexThatLiesFallsBackToTheExactFrames) {
+  // BFrameClip: keyframes at frames 1, 26, 51, 76 (1-based).
+  const std::vector<std::pair<std::string, std::vector<uint32_t>>> lies = {
+      {"not keyframes", {1, 33, 58, 83}},
+      {"not keyframes after the first", {1, 30, 31, 90}},
+      {"out of order", {1, 51, 26, 76}},
+      {"past the end", {1, 26, 51, 400}},
+  };
+  const VideoDecodeSpec size{.width = 24, .height = 16};
+  const PlainDecode plain = DecodeEveryFrame(BFrameClip(), size);
+  for (const auto& [name, entries] : lies) {
+    const std::vector<uint8_t> clip = WithSyncSamples(BFrameClip(), entries);
+    for (VideoSeek seek : {VideoSeek::kExact, VideoSeek::kKeyframe}) {
+      for (int threads : {1, 2}) {
+        for (int frames : {3, 8}) {
+          const VideoDecodeSpec spec{.frames = frames, .width = 24, .height = 16,
+                                     .threads = threads, .seek = seek};
+          const Decoded d = DecodeWith(spec, clip);
+          ASSERT_TRUE(d.status.ok()) << name << ": " << d.status.ToString();
+          const std::vector<double> times = TimesFor(spec, plain, 1);
+          for (int i = 0; i < frames; ++i) {
+            const bool exact = FrameIs(d, i, plain.frames[plain.ShownAt(times[i])]);
+            bool a_keyframe = false;
+            for (size_t k = 0; k < plain.frames.size(); ++k) {
+              a_keyframe |= plain.key[k] && FrameIs(d, i, plain.frames[k]);
+            }
+            if (seek == VideoSeek::kExact) {
+              EXPECT_TRUE(exact) << name << ", threads " << threads << ": frame " << i;
+            } else {
+              EXPECT_TRUE(exact || a_keyframe)
+                  << name << ", threads " << threads << ": frame " << i << " at " << times[i]
+                  << " s is neither the frame shown nor a keyframe";
+            }
+          }
+        }
       }
     }
   }
@@ -235,6 +485,10 @@ TEST(VideoDecode, ValidateNamesTheKey) {
   spec = VideoDecodeSpec{};
   spec.clip_seconds = -1;
   EXPECT_THAT(VideoDecodeOp::Validate(spec, "v").message(), HasSubstr("v.clip_seconds"));
+  spec = VideoDecodeSpec{};
+  spec.seek = static_cast<VideoSeek>(7);
+  EXPECT_THAT(VideoDecodeOp::Validate(spec, "v").message(),
+              HasSubstr("v.seek: invalid value 7 (allowed: exact, keyframe)"));
 }
 
 TEST(FrameTimes, UnknownDurationTakesTheFirstFrames) {
