@@ -6,7 +6,8 @@ the blend of the three (weights 1/3 each, until: all_exhausted: every sample of 
 once, the same count). The two sides alternate, `--rounds` times each, and the medians of
 samples/s are compared as a ratio (the goal: a blend costs <= 3%).
 
-    python bench/mix.py [--samples 1200] [--size 640x480] [--rounds 5] [--json bench/mix.json]
+    python bench/mix.py [--samples 1200] [--size 640x480] [--epochs 3] [--rounds 5]
+                        [--json bench/mix.json]
 """
 import argparse
 import json
@@ -43,6 +44,7 @@ def main():
     p.add_argument("--size", default="640x480")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--cpu-threads", type=int, default=2)
+    p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--json", default=None)
     a = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="hr_mix_bench") as tmp:
@@ -52,7 +54,7 @@ def main():
         third = -(-len(lines) // 3)
         for k in range(3):
             (root / f"part{k}.jsonl").write_text("\n".join(lines[k * third:(k + 1) * third]) + "\n")
-        tail = (f"seed: 0\nepochs: 1\nbatch: {{size: 32}}\n" + OPS % (root / "tokenizer.model") +
+        tail = (f"seed: 0\nepochs: {a.epochs}\nbatch: {{size: 32}}\n" + OPS % (root / "tokenizer.model") +
                 f"execution: {{cpu_threads: {a.cpu_threads}}}\ntrainer: {{step_ms: 0}}\n")
         one = root / "one.yaml"
         one.write_text(f"source: {{manifest: {root / 'manifest.jsonl'}}}\n" + tail)

@@ -35,8 +35,8 @@ bool SameLayout(const std::vector<SourceField>& a, const std::vector<SourceField
 
 class MixSource;
 
-// The entries' records one after another, each with its entry's name appended as the
-// `source` attribute (the field after the entries' own).
+// The entries' records one after another (each sample's entry name, the `source`
+// attribute after the entries' own fields, is added by MixSource::Fill).
 class MixRecords final : public RecordStore {
  public:
   explicit MixRecords(const MixSource& mix) : mix_(mix) {}
@@ -72,15 +72,14 @@ class MixSource final : public Source {
     sample.index = index - first_[static_cast<size_t>(s)];
     Status status = entries_[static_cast<size_t>(s)]->Fill(std::move(media), sample);
     sample.index = index;
-    // An entry that parsed its values at run time (a shard's JSON member, a Parquet
-    // row) put them in sample.parsed: the entry's name goes there too.
-    if (sample.attributes.empty() || sample.attributes.back().field != source_field_) {
-      if (sample.attributes.data() != sample.parsed.attributes.data()) {
-        sample.parsed.attributes.assign(sample.attributes.begin(), sample.attributes.end());
-      }
-      sample.parsed.attributes.push_back(Attribute{source_field_, info_.entries[static_cast<size_t>(s)]});
-      sample.attributes = sample.parsed.attributes;
+    // The entry's name after the entry's own values (the record's, or those it parsed
+    // at run time: a shard's JSON member, a Parquet row), in sample.parsed.
+    if (sample.attributes.data() != sample.parsed.attributes.data()) {
+      sample.parsed.attributes.assign(sample.attributes.begin(), sample.attributes.end());
     }
+    sample.parsed.attributes.push_back(
+        Attribute{source_field_, info_.entries[static_cast<size_t>(s)]});
+    sample.attributes = sample.parsed.attributes;
     return status;
   }
 
@@ -139,13 +138,10 @@ class MixSource final : public Source {
 int64_t MixRecords::size() const { return mix_.total(); }
 
 const SampleRecord& MixRecords::Get(int64_t index, SampleRecord& scratch) const {
+  // The entry's own record, not a copy: the entry's name joins the sample's values in
+  // Fill (a record copy per sample would cost the blend its conversation's bytes).
   const int s = mix_.EntryOf(index);
-  const SampleRecord& record = mix_.entry(s).records(0).Get(index - mix_.first(s), scratch);
-  // The entry's record with its name appended: in the caller's scratch (a copy when
-  // the entry holds the record itself).
-  if (&record != &scratch) scratch = record;
-  scratch.attributes.push_back(Attribute{mix_.source_field(), mix_.name(s)});
-  return scratch;
+  return mix_.entry(s).records(0).Get(index - mix_.first(s), scratch);
 }
 
 RecordStoreMemory MixRecords::Memory() const {
