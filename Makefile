@@ -97,10 +97,14 @@ unit:
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # The binary's end-to-end tests and the Python package's tests (tests/python), in two
-# processes (pytest-xdist), one test file at a time each.
+# processes (pytest-xdist), one test file at a time each; then the Ray tests alone: their
+# coordinator restarts and leases time out under the load of the other files' process
+# groups (they failed beside test_elastic's and the trainers' gloo processes, and pass
+# alone).
 E2E_PROCS ?= 2
 e2e:
-	HEADRACE_BIN=$(abspath $(BUILD))/headrace $(PY) -m pytest -q -n $(E2E_PROCS) --dist loadfile tests
+	HEADRACE_BIN=$(abspath $(BUILD))/headrace $(PY) -m pytest -q -n $(E2E_PROCS) --dist loadfile tests --ignore=tests/python/test_ray.py
+	HEADRACE_BIN=$(abspath $(BUILD))/headrace $(PY) -m pytest -q tests/python/test_ray.py
 
 asan: setup
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHEADRACE_SANITIZE=address
