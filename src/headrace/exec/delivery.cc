@@ -243,31 +243,30 @@ Batch Delivery::DeliverLocked(int64_t batch) {
   // Errors are counted here, in batch order, so that whether and where the error
   // budget stops a run does not depend on which thread finished first.
   budget_.Count(out.size(), out.errors);
-  if (const Tensor* index = out.Find("index"); index != nullptr && index->numel() > 1) {
+  // One pass over the batch's dataset indices: the shuffle-quality distances and, for a
+  // blend, each entry's delivered samples.
+  const size_t entries = entry_budgets_.size();
+  std::vector<int64_t> delivered(entries, 0);
+  if (const Tensor* index = out.Find("index"); index != nullptr) {
     const int64_t* rows = index->data<int64_t>();
-    for (int64_t r = 1; r < index->numel(); ++r) {
-      neighbour_distance_sum_ += static_cast<double>(rows[r] > rows[r - 1] ? rows[r] - rows[r - 1]
-                                                                           : rows[r - 1] - rows[r]);
-    }
-    neighbour_pairs_ += index->numel() - 1;
-  }
-  if (!entry_budgets_.empty()) {
-    const size_t n = entry_budgets_.size();
-    std::vector<int64_t> delivered(n, 0);
-    std::vector<std::vector<SampleError>> errors(n);
-    if (const Tensor* index = out.Find("index"); index != nullptr) {
-      const int64_t* rows = index->data<int64_t>();
-      for (int64_t r = 0; r < index->numel(); ++r) {
-        ++delivered[static_cast<size_t>(options_.entry_of(rows[r]))];
+    for (int64_t r = 0; r < index->numel(); ++r) {
+      if (r > 0) {
+        neighbour_distance_sum_ += static_cast<double>(
+            rows[r] > rows[r - 1] ? rows[r] - rows[r - 1] : rows[r - 1] - rows[r]);
+        ++neighbour_pairs_;
       }
+      if (entries > 0) ++delivered[static_cast<size_t>(options_.entry_of(rows[r]))];
     }
+  }
+  if (entries > 0) {
+    std::vector<std::vector<SampleError>> errors(entries);
     for (const SampleError& e : out.errors) {
       // A shard skipped at open is the source's error, not a sample's (its "index" is
       // the shard's place in the source's list).
       if (e.status.code() == StatusCode::kShardError) continue;
       errors[static_cast<size_t>(options_.entry_of(e.index))].push_back(e);
     }
-    for (size_t s = 0; s < n; ++s) entry_budgets_[s].Count(delivered[s], errors[s]);
+    for (size_t s = 0; s < entries; ++s) entry_budgets_[s].Count(delivered[s], errors[s]);
   }
   return out;
 }

@@ -5,10 +5,6 @@
 
 namespace headrace {
 
-Result<std::shared_ptr<const Source>> OpenSource(const SourceSpec& spec,
-                                                 const SourceOptions& options,
-                                                 std::shared_ptr<Storage> storage);
-
 namespace {
 
 // "image:image, conversation:conversation": a layout, for the mismatch message.

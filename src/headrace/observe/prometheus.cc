@@ -100,20 +100,24 @@ std::string PrometheusText(const RunReport& r, const MetricLabels& labels) {
   }
   if (!r.entries.empty()) {
     // A blend (source.mix): each entry's share, labelled by its name.
-    e.Family("headrace_source_samples_total", "counter", "Samples delivered, per blend entry.");
-    for (const EngineMetrics::Entry& s : r.entries) {
-      e.Sample("headrace_source_samples_total", static_cast<double>(s.samples_delivered),
-               Label("source", s.name));
-    }
-    e.Family("headrace_source_errors_total", "counter", "Samples skipped, per blend entry.");
-    for (const EngineMetrics::Entry& s : r.entries) {
-      e.Sample("headrace_source_errors_total", static_cast<double>(s.samples_failed),
-               Label("source", s.name));
-    }
-    e.Family("headrace_source_read_bytes_total", "counter", "Media bytes read, per blend entry.");
-    for (const EngineMetrics::Entry& s : r.entries) {
-      e.Sample("headrace_source_read_bytes_total", static_cast<double>(s.bytes_read),
-               Label("source", s.name));
+    using Entry = EngineMetrics::Entry;
+    const struct {
+      const char* name;
+      const char* help;
+      int64_t Entry::*value;
+    } families[] = {
+        {"headrace_source_samples_total", "Samples delivered, per blend entry.",
+         &Entry::samples_delivered},
+        {"headrace_source_errors_total", "Samples skipped, per blend entry.",
+         &Entry::samples_failed},
+        {"headrace_source_read_bytes_total", "Media bytes read, per blend entry.",
+         &Entry::bytes_read},
+    };
+    for (const auto& f : families) {
+      e.Family(f.name, "counter", f.help);
+      for (const Entry& s : r.entries) {
+        e.Sample(f.name, static_cast<double>(s.*f.value), Label("source", s.name));
+      }
     }
   }
   e.Family("headrace_elapsed_seconds", "gauge", "Seconds since the loader started.")
