@@ -5,9 +5,11 @@ for that rank, to OUT/rank{R}.json.
 
     python tests/python/hf_ddp_train.py DATASET OUT
 
-The ranks are forked from this process after it imported transformers (seconds of CPU
-each saved on a 2-core machine); no thread has started before the fork.
+The ranks are spawned, not forked: a rank forked after the parent had imported torch and
+transformers died once in CI with SIGSEGV (a fork copies no threads, but the state of
+the libraries that had started some); faulthandler prints a crashed rank's stack.
 """
+import faulthandler
 import importlib.util
 import json
 import os
@@ -28,6 +30,7 @@ WORLD = 2
 
 
 def rank_main(rank: int, port: int, data: Path, out: Path) -> None:
+    faulthandler.enable()
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD),
                       LOCAL_WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     # Per rank: 24 samples, 3 batches an epoch, one per step; checkpoint-2 is mid-epoch 0.
@@ -46,4 +49,4 @@ if __name__ == "__main__":
         s.bind(("127.0.0.1", 0))
         free_port = s.getsockname()[1]
     mp.start_processes(rank_main, args=(free_port, Path(sys.argv[1]), Path(sys.argv[2])),
-                       nprocs=WORLD, start_method="fork")
+                       nprocs=WORLD, start_method="spawn")

@@ -1,5 +1,7 @@
 #include "headrace/core/batch.h"
 
+#include "headrace/core/ragged_rows.h"
+
 namespace headrace {
 
 std::string_view FieldLayoutName(FieldLayout layout) {
@@ -88,6 +90,7 @@ Result<std::vector<int64_t>> SampleOffsets(const Batch& batch, const FieldSpec& 
 size_t Batch::nbytes() const {
   size_t total = 0;
   for (const auto& field : fields) total += field.second.nbytes();
+  for (const auto& rows : sample_rows) total += rows->held_bytes();
   return total;
 }
 

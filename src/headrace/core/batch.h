@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -11,6 +12,8 @@
 #include "headrace/core/tensor.h"
 
 namespace headrace {
+
+class RaggedRows;
 
 // How the values the samples of a batch write for one field make its tensor.
 enum class FieldLayout {
@@ -86,12 +89,18 @@ struct Batch {
   std::vector<Strings> strings;
   // Samples skipped from this batch, in epoch order.
   std::vector<SampleError> errors;
+  // Only for a consumer that lays the samples out itself (EngineOptions::keep_sample_rows:
+  // the packer): each kept sample's rows of the concatenated fields, one per row of the
+  // batch, in place of those fields' tensors (which then have no rows). So the bytes of
+  // a packed batch's patches and tokens are copied once, as an unpacked batch's are.
+  std::vector<std::shared_ptr<const RaggedRows>> sample_rows;
 
   // Samples in the batch: the first dimension of "index" (of the first field when a
   // batch built by hand has no "index").
   int64_t size() const;
   // The field named `name`, or null.
   const Tensor* Find(std::string_view name) const;
+  // Bytes of its tensors, and of its sample_rows.
   size_t nbytes() const;
 };
 

@@ -12,7 +12,8 @@ AssembleStage::AssembleStage(const std::vector<FieldSpec>& fields,
                              const std::vector<StringField>& strings,
                              const std::vector<std::unique_ptr<BatchOp>>& batch_ops, uint64_t seed,
                              std::shared_ptr<PoolingAllocator> memory,
-                             std::shared_ptr<PoolingAllocator> segments)
+                             std::shared_ptr<PoolingAllocator> segments,
+                             bool keep_sample_rows)
     : fields_(fields),
       strings_(strings),
       batch_ops_(batch_ops),
@@ -20,6 +21,8 @@ AssembleStage::AssembleStage(const std::vector<FieldSpec>& fields,
       memory_(std::move(memory)),
       segments_(std::move(segments)),
       concatenates_(RaggedRows::Needed(fields)),
+      // Batch ops work on assembled batches: with any, the fields are joined as usual.
+      keep_sample_rows_(keep_sample_rows && concatenates_ && batch_ops.empty()),
       batch_op_ns_(batch_ops.size()),
       batch_op_latency_(std::make_unique<LatencyHistogram[]>(batch_ops.size())) {
   // Each row's dataset index, a field like the others (the planner refuses a clash).
@@ -99,6 +102,12 @@ Batch AssembleStage::Finish(BatchJob& job, bool& cancelled) {
           fields_[f].name, Tensor(t.dtype(), std::move(shape), t.buffer().Slice(0, row * kept)));
       continue;
     }
+    if (keep_sample_rows_) {  // the samples' rows go into batch.sample_rows, below
+      std::vector<int64_t> shape{0};
+      shape.insert(shape.end(), fields_[f].sample_shape.begin(), fields_[f].sample_shape.end());
+      batch.fields.emplace_back(fields_[f].name, Tensor(fields_[f].dtype, std::move(shape), Buffer()));
+      continue;
+    }
     Result<Tensor> t = assembled.ok() ? Concatenate(job, f, &concatenated) : assembled;
     if (!t.ok()) {
       assembled = t.status();
@@ -107,6 +116,13 @@ Batch AssembleStage::Finish(BatchJob& job, bool& cancelled) {
     batch.fields.emplace_back(fields_[f].name, *std::move(t));
   }
   copied += concatenated;
+  if (keep_sample_rows_) {
+    for (int64_t s = 0; s < n; ++s) {
+      if (!job.status[s].ok()) continue;
+      concatenated += static_cast<int64_t>(job.ragged[s].held_bytes());
+      batch.sample_rows.push_back(std::make_shared<const RaggedRows>(std::move(job.ragged[s])));
+    }
+  }
   job.tensors.clear();
   job.ragged.clear();  // the samples' rows are in the batch now
   job.bytes = static_cast<int64_t>(BatchBytes(n)) + concatenated;

@@ -8,7 +8,10 @@
 //   samples), the concatenated fields (FieldLayout: ragged rows, a list's items) joined
 //   from each kept sample's RaggedRows with their `<name>_lengths` (the one copy of
 //   those bytes: core/ragged_rows.h says why), the strings collected, the batch ops run
-//   (a failing one empties the batch and names each of its samples).
+//   (a failing one empties the batch and names each of its samples). With
+//   `keep_sample_rows` (a packer lays the samples out itself: exec/packer.h) the
+//   concatenated fields are not joined: each kept sample's RaggedRows goes into
+//   Batch::sample_rows instead, and the fields' tensors have no rows.
 //
 // Threads: AllocateRows from one thread at a time; Finish from any (each job once).
 #pragma once
@@ -43,7 +46,7 @@ class AssembleStage {
   AssembleStage(const std::vector<FieldSpec>& fields, const std::vector<StringField>& strings,
                 const std::vector<std::unique_ptr<BatchOp>>& batch_ops, uint64_t seed,
                 std::shared_ptr<PoolingAllocator> memory,
-                std::shared_ptr<PoolingAllocator> segments);
+                std::shared_ptr<PoolingAllocator> segments, bool keep_sample_rows = false);
 
   // Bytes of one batch row of the chain's fixed `fields`, the "index" field included.
   static size_t RowBytes(const std::vector<FieldSpec>& fields);
@@ -83,6 +86,7 @@ class AssembleStage {
   const std::shared_ptr<PoolingAllocator> memory_;
   const std::shared_ptr<PoolingAllocator> segments_;
   const bool concatenates_;  // some field is concatenated
+  const bool keep_sample_rows_;
   std::vector<std::atomic<int64_t>> batch_op_ns_;
   std::unique_ptr<LatencyHistogram[]> batch_op_latency_;
   std::atomic<int64_t> busy_ns_{0};

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 namespace headrace {
 namespace assemble_stage_test {
 
@@ -176,6 +178,55 @@ TEST(AssembleStage, ABatchWhoseSamplesAllFailHasEmptyConcatenatedFields) {
   EXPECT_EQ(batch.errors.size(), 4u);
   EXPECT_EQ(batch.Find("tokens")->shape(), (std::vector<int64_t>{0, 2}));
   EXPECT_EQ(batch.Find("tokens_lengths")->shape(), (std::vector<int64_t>{0}));
+}
+
+TEST(AssembleStage, KeepSampleRowsHandsEachKeptSamplesRowsOverUnjoined) {
+  RaggedFixture f;
+  AssembleStage stage(f.fields, f.strings, f.batch_ops, 1, f.memory, f.memory,
+                      /*keep_sample_rows=*/true);
+  auto job = f.Job(stage);
+  job->status[1] = Status::CorruptData("bad");
+  bool cancelled = true;
+  const Batch batch = stage.Finish(*job, cancelled);
+  ASSERT_EQ(batch.size(), 3);
+  // The concatenated fields have no rows; each kept sample's rows are in sample_rows.
+  EXPECT_EQ(batch.Find("tokens")->shape(), (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(batch.Find("views")->shape(), (std::vector<int64_t>{0, 3}));
+  ASSERT_EQ(batch.sample_rows.size(), 3u);
+  const int tokens = 0;  // the RaggedFixture's field order: tokens first
+  EXPECT_EQ(batch.sample_rows[0]->rows(tokens), 0);
+  EXPECT_EQ(batch.sample_rows[1]->rows(tokens), 2);  // sample 2
+  EXPECT_EQ(batch.sample_rows[2]->rows(tokens), 3);  // sample 3, in two entries
+  const auto l = batch.sample_rows[2]->lengths(tokens);
+  EXPECT_EQ(std::vector<int32_t>(l.begin(), l.end()), (std::vector<int32_t>{1, 2}));
+  const auto b = batch.sample_rows[1]->bytes(tokens);
+  ASSERT_EQ(b.size(), 2u * 2 * sizeof(int32_t));
+  int32_t first = 0;
+  std::memcpy(&first, b.data(), sizeof first);
+  EXPECT_EQ(first, 200);
+  // What the batch holds is still counted: its fixed rows and the samples' rows.
+  size_t rows_bytes = 0;
+  for (const auto& r : batch.sample_rows) rows_bytes += r->held_bytes();
+  EXPECT_EQ(job->bytes, static_cast<int64_t>(4 * 16 + rows_bytes));
+  EXPECT_EQ(batch.nbytes(), 3u * 16 + rows_bytes);
+}
+
+class PassingBatchOp final : public BatchOp {
+ public:
+  std::string_view name() const override { return "test.pass"; }
+  Status Run(Batch&, uint64_t) const override { return Status::Ok(); }
+};
+
+TEST(AssembleStage, KeepSampleRowsIsIgnoredWithBatchOps) {
+  RaggedFixture f;
+  f.batch_ops.push_back(std::make_unique<PassingBatchOp>());
+  AssembleStage stage(f.fields, f.strings, f.batch_ops, 1, f.memory, f.memory,
+                      /*keep_sample_rows=*/true);
+  auto job = f.Job(stage);
+  bool cancelled = true;
+  const Batch batch = stage.Finish(*job, cancelled);
+  EXPECT_TRUE(batch.sample_rows.empty()) << "a batch op sees the joined fields";
+  EXPECT_EQ(batch.Find("tokens")->shape()[0], 6);  // 0 + 1 + 2 + 3 rows
 }
 
 }  // namespace assemble_stage_test

@@ -99,7 +99,7 @@ Engine::Engine(std::shared_ptr<const EngineInputs> inputs, EngineOptions options
   assemble_ = std::make_unique<AssembleStage>(
       inputs_->fields, inputs_->strings, inputs_->batch_ops, options_.order.seed,
       BatchMemory(options_, full_batch, varying),
-      varying ? SegmentMemory(options_) : nullptr);
+      varying ? SegmentMemory(options_) : nullptr, options_.keep_sample_rows);
   read_ = std::make_unique<ReadStage>(
       inputs_->source->storage(),
       ReadStageOptions{options_.io_inflight, options_.io_budget_bytes,

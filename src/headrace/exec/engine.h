@@ -122,6 +122,10 @@ struct EngineOptions {
   // ends each epoch at its last batch. Skipping would make Next() run on into the next
   // epoch, and never return at all when every batch of an unbounded run fails.
   bool deliver_empty_batches = false;
+  // For a consumer that lays the samples out itself (the packer): each batch's
+  // concatenated fields are left unjoined, as its samples' rows in Batch::sample_rows
+  // (exec/assemble_stage.h). Ignored when the pipeline has batch ops.
+  bool keep_sample_rows = false;
   EpochOrderOptions order;
   // Error budget: fail once failed / attempted > max_error_rate, with at least
   // min_samples attempted (or at the end of each epoch).

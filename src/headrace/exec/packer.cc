@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
 #include <utility>
+
+#include "headrace/core/ragged_rows.h"
 
 namespace headrace {
 namespace {
@@ -23,9 +26,16 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-int64_t TokenAt(const Tensor& tensor, int64_t row) {
-  return tensor.dtype() == DType::kI64 ? tensor.data<int64_t>()[row]
-                                       : int64_t{tensor.data<int32_t>()[row]};
+// Token t of a sample's token field (i64 or i32), from its bytes.
+int64_t TokenAt(std::string_view bytes, DType dtype, int64_t t) {
+  if (dtype == DType::kI64) {
+    int64_t id = 0;
+    std::memcpy(&id, bytes.data() + t * static_cast<int64_t>(sizeof id), sizeof id);
+    return id;
+  }
+  int32_t id = 0;
+  std::memcpy(&id, bytes.data() + t * static_cast<int64_t>(sizeof id), sizeof id);
+  return id;
 }
 
 }  // namespace
@@ -80,15 +90,51 @@ Packer::Packer(std::vector<FieldSpec> layout, PackOptions options)
 }
 
 Status Packer::Admit(const Batch& input, int64_t position, std::vector<SampleError>& errors) {
-  // The waiting samples point into their batch's buffers (a Batch copy shares them).
+  // The waiting samples point into their batch's buffers (a Batch copy shares them), or,
+  // for a batch that left its concatenated fields unjoined (Batch::sample_rows), into
+  // each sample's own rows.
   auto held = std::make_shared<const Batch>(input);
+  const bool from_rows = !held->sample_rows.empty();
+  if (from_rows && static_cast<int64_t>(held->sample_rows.size()) != held->size()) {
+    return Status::Internal("packing: the batch has " + std::to_string(held->size()) +
+                            " samples but the rows of " +
+                            std::to_string(held->sample_rows.size()));
+  }
+  const auto in_rows = [&](size_t f) { return from_rows && layout_[f].concatenated(); };
   std::vector<std::vector<int64_t>> offsets;
   std::vector<const Tensor*> tensors;
-  for (const FieldSpec& field : layout_) {
-    HR_ASSIGN_OR_RETURN(std::vector<int64_t> o, SampleOffsets(*held, field));
+  int64_t tensor_bytes = 0;
+  for (size_t f = 0; f < layout_.size(); ++f) {
+    tensors.push_back(held->Find(layout_[f].name));
+    if (in_rows(f)) {
+      offsets.emplace_back();
+      continue;
+    }
+    HR_ASSIGN_OR_RETURN(std::vector<int64_t> o, SampleOffsets(*held, layout_[f]));
     offsets.push_back(std::move(o));
-    tensors.push_back(held->Find(field.name));
+    tensor_bytes += static_cast<int64_t>(tensors.back()->nbytes());
   }
+  // Sample s's values of field f: their bytes and rows (entries for a lengths field).
+  const auto view = [&](size_t f, int64_t s) -> std::pair<std::string_view, int64_t> {
+    const FieldSpec& field = layout_[f];
+    if (in_rows(f)) {
+      const RaggedRows& r = *held->sample_rows[static_cast<size_t>(s)];
+      if (field.layout == FieldLayout::kLengths) {  // of the ragged field before it
+        const std::span<const int32_t> l = r.lengths(static_cast<int>(f) - 1);
+        return {{reinterpret_cast<const char*>(l.data()), l.size_bytes()},
+                static_cast<int64_t>(l.size())};
+      }
+      const std::span<const uint8_t> b = r.bytes(static_cast<int>(f));
+      return {{reinterpret_cast<const char*>(b.data()), b.size()}, r.rows(static_cast<int>(f))};
+    }
+    const int64_t begin = offsets[f][s];
+    const int64_t rows = offsets[f][s + 1] - begin;
+    const size_t row_bytes = field.sample_bytes();
+    return {{reinterpret_cast<const char*>(tensors[f]->buffer().data()) +
+                 row_bytes * static_cast<size_t>(begin),
+             row_bytes * static_cast<size_t>(rows)},
+            rows};
+  };
   if (string_names_.empty()) {
     for (const Batch::Strings& column : input.strings) {
       string_names_.push_back(column.name);
@@ -106,7 +152,7 @@ Status Packer::Admit(const Batch& input, int64_t position, std::vector<SampleErr
     columns.push_back(&*it);
   }
   const bool replay = replaying(position);
-  const Tensor& tokens_tensor = *tensors[static_cast<size_t>(token_)];
+  const DType token_dtype = layout_[static_cast<size_t>(token_)].dtype;
   const int64_t* index = input.Find("index")->data<int64_t>();
   const auto id_of = [&](int64_t s) -> std::string {
     for (const Batch::Strings* c : columns) {
@@ -120,8 +166,7 @@ Status Packer::Admit(const Batch& input, int64_t position, std::vector<SampleErr
     if (replay && !std::binary_search(replay_waiting_.begin(), replay_waiting_.end(), index[s])) {
       continue;  // packed before the state was taken
     }
-    const int64_t first = offsets[static_cast<size_t>(token_)][s];
-    const int64_t length = offsets[static_cast<size_t>(token_)][s + 1] - first;
+    const auto [token_bytes, length] = view(static_cast<size_t>(token_), s);
     int64_t keep = length;
     if (length > options_.seq_len) {
       if (options_.overflow == PackOverflow::kSkip) {
@@ -131,7 +176,7 @@ Status Packer::Admit(const Batch& input, int64_t position, std::vector<SampleErr
       int64_t cut_vision = 0;
       int64_t vision = 0;
       for (int64_t t = 0; t < length; ++t) {
-        const int64_t id = TokenAt(tokens_tensor, first + t);
+        const int64_t id = TokenAt(token_bytes, token_dtype, t);
         if (std::find(options_.vision_token_ids.begin(), options_.vision_token_ids.end(), id) !=
             options_.vision_token_ids.end()) {
           ++vision;
@@ -160,21 +205,17 @@ Status Packer::Admit(const Batch& input, int64_t position, std::vector<SampleErr
     w.from_batch = position;
     w.tokens = keep;
     w.owner = held;
-    w.owner_bytes = static_cast<int64_t>(held->nbytes());
+    w.owner_bytes = tensor_bytes;
+    if (from_rows) w.rows_owner = held->sample_rows[static_cast<size_t>(s)];
     bool aligned = true;
     for (size_t f = 0; f < layout_.size(); ++f) {
-      const FieldSpec& field = layout_[f];
-      const int64_t begin = offsets[f][s];
-      int64_t rows = offsets[f][s + 1] - begin;
+      auto [bytes, rows] = view(f, s);
       if (packed_[f]) {
         aligned = aligned && rows == length;
         rows = keep;
       }
       if (lengths_of_[f] >= 0 && packed_[static_cast<size_t>(lengths_of_[f])]) rows = 0;  // remade
-      const size_t row_bytes = field.sample_bytes();
-      w.bytes.emplace_back(reinterpret_cast<const char*>(tensors[f]->buffer().data()) +
-                               row_bytes * static_cast<size_t>(begin),
-                           row_bytes * static_cast<size_t>(rows));
+      w.bytes.push_back(bytes.substr(0, layout_[f].sample_bytes() * static_cast<size_t>(rows)));
       w.rows.push_back(rows);
     }
     if (!aligned) {
@@ -195,10 +236,13 @@ Status Packer::Admit(const Batch& input, int64_t position, std::vector<SampleErr
 
 void Packer::CountWindowBytes() {
   std::vector<std::pair<const void*, int64_t>> owners;
-  for (const auto& [arrival, w] : window_) owners.emplace_back(w.owner.get(), w.owner_bytes);
+  stats_.window_bytes = 0;
+  for (const auto& [arrival, w] : window_) {
+    owners.emplace_back(w.owner.get(), w.owner_bytes);
+    if (w.rows_owner != nullptr) stats_.window_bytes += static_cast<int64_t>(w.rows_owner->held_bytes());
+  }
   std::sort(owners.begin(), owners.end());
   owners.erase(std::unique(owners.begin(), owners.end()), owners.end());
-  stats_.window_bytes = 0;
   for (const auto& [owner, bytes] : owners) stats_.window_bytes += bytes;
   stats_.window_samples = static_cast<int64_t>(window_.size());
   stats_.max_window_bytes = std::max(stats_.max_window_bytes, stats_.window_bytes);
@@ -208,10 +252,16 @@ Status Packer::Carry(const void* input) {
   const auto aligned = [](size_t n) {
     return (n + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
   };
+  // A sample's fields in its own rows (rows_owner) stay there; the rest is copied.
+  const auto own = [&](const Waiting& w, size_t f) {
+    return w.rows_owner != nullptr && layout_[f].concatenated();
+  };
   size_t total = 0;
   for (const auto& [arrival, w] : window_) {
     if (w.owner.get() != input) continue;
-    for (std::string_view b : w.bytes) total += aligned(b.size());
+    for (size_t f = 0; f < w.bytes.size(); ++f) {
+      if (!own(w, f)) total += aligned(w.bytes[f].size());
+    }
   }
   if (total == 0) {
     for (auto& [arrival, w] : window_) {
@@ -224,7 +274,9 @@ Status Packer::Carry(const void* input) {
   char* at = reinterpret_cast<char*>(copy.mutable_data());
   for (auto& [arrival, w] : window_) {
     if (w.owner.get() != input) continue;
-    for (std::string_view& b : w.bytes) {
+    for (size_t f = 0; f < w.bytes.size(); ++f) {
+      if (own(w, f)) continue;
+      std::string_view& b = w.bytes[f];
       if (!b.empty()) std::memcpy(at, b.data(), b.size());
       b = std::string_view(at, b.size());
       at += aligned(b.size());

@@ -94,7 +94,8 @@ struct PackStats {
   int64_t window_samples = 0;  // waiting now
   // The waiting samples' bytes, held outside the batch budget: those carried to a later
   // batch are copied out of their input batch (so that its buffers go back to the
-  // engine's pool at once), into one buffer per input batch.
+  // engine's pool at once), into one buffer per input batch; with Batch::sample_rows,
+  // only their fixed fields are, and each keeps its own rows.
   int64_t window_bytes = 0;
   int64_t max_window_bytes = 0;
   int64_t memory_reused = 0;  // packed batches' buffers from the packer's pool
@@ -160,6 +161,9 @@ class Packer {
     // per input batch), and its rows (entries for a lengths field).
     std::shared_ptr<const void> owner;
     int64_t owner_bytes = 0;
+    // An input batch with Batch::sample_rows: the sample's own rows, where its
+    // concatenated fields' bytes are (never copied while it waits).
+    std::shared_ptr<const RaggedRows> rows_owner;
     std::vector<std::string_view> bytes;
     std::vector<int64_t> rows;
     std::vector<std::vector<std::string>> strings;  // per string column

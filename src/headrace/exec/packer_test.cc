@@ -1,8 +1,12 @@
 #include "headrace/exec/packer.h"
 
+#include "headrace/core/pooling_allocator.h"
+#include "headrace/core/ragged_rows.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -101,6 +105,38 @@ std::vector<Batch> Epoch(int64_t epoch, int64_t batches, int64_t size, int64_t m
       samples.push_back({index, 1 + static_cast<int64_t>(rng() % max_len)});
     }
     out.push_back(MakeBatch(epoch, k, samples));
+  }
+  return out;
+}
+
+// `b` as an engine with EngineOptions::keep_sample_rows delivers it: its concatenated
+// fields without rows, each sample's rows in Batch::sample_rows.
+Batch Unjoined(const Batch& b) {
+  std::vector<FieldSpec> layout = Layout();
+  layout.push_back(FieldSpec{"index", DType::kI64, {}});
+  auto memory = std::make_shared<PoolingAllocator>(DefaultAllocator(), 0);
+  Batch out = b;
+  for (int64_t s = 0; s < b.size(); ++s) {
+    auto rows = std::make_shared<RaggedRows>(layout, memory);
+    for (size_t f = 0; f < layout.size(); ++f) {
+      if (layout[f].layout != FieldLayout::kRagged) continue;
+      const std::vector<int64_t> offsets = *SampleOffsets(b, layout[f]);
+      const int64_t n = offsets[s + 1] - offsets[s];
+      uint8_t* to = *rows->Append(static_cast<int>(f), n);
+      const size_t row = layout[f].sample_bytes();
+      if (n > 0) {
+        std::memcpy(to, b.Find(layout[f].name)->data<uint8_t>() + row * offsets[s], row * n);
+      }
+    }
+    out.sample_rows.push_back(std::move(rows));
+  }
+  for (auto& [name, tensor] : out.fields) {
+    const auto it = std::find_if(layout.begin(), layout.end(),
+                                 [&](const FieldSpec& f) { return f.name == name; });
+    if (!it->concatenated()) continue;
+    std::vector<int64_t> shape{0};
+    shape.insert(shape.end(), it->sample_shape.begin(), it->sample_shape.end());
+    tensor = Tensor(it->dtype, std::move(shape), Buffer());
   }
   return out;
 }
@@ -216,6 +252,48 @@ TEST(Packer, EverySampleOnceEachSegmentItsSample) {
     EXPECT_EQ(seen.size(), 96u);
     EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), 96u) << "window " << window;
   }
+}
+
+TEST(Packer, TheSamplesOwnRowsPackAsTheJoinedBatch) {
+  // An engine that leaves the concatenated fields unjoined (the local loader's path) and
+  // a joined batch (a Ray rank's) give the same packed batches, and a resume replays the
+  // same way; a carried sample's rows are never copied.
+  const std::vector<Batch> joined = Epoch(0, 6, 8, 70, 11);
+  std::vector<Batch> unjoined;
+  for (const Batch& b : joined) unjoined.push_back(Unjoined(b));
+  for (const int64_t window : {int64_t{0}, int64_t{5}}) {
+    for (const bool truncate : {true, false}) {
+      PackOptions o = Options(64, window);
+      o.overflow = truncate ? PackOverflow::kTruncate : PackOverflow::kSkip;
+      const std::vector<Batch> a = PackAll(joined, o);
+      const std::vector<Batch> b = PackAll(unjoined, o);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t k = 0; k < a.size(); ++k) {
+        EXPECT_EQ(Bytes(a[k]), Bytes(b[k])) << "window " << window << " batch " << k;
+      }
+    }
+    Packer whole = *Packer::Make(Layout(), Options(64, window));
+    for (size_t k = 0; k < 3; ++k) ASSERT_TRUE(whole.Push(unjoined[k], k, false).ok());
+    const PackState state = whole.state();
+    Packer resumed = *Packer::Make(Layout(), Options(64, window));
+    resumed.Restore(state);
+    for (int64_t k = state.from_batch; k < 6; ++k) {
+      Result<Batch> x = resumed.Push(unjoined[k], k, k == 5);
+      ASSERT_TRUE(x.ok()) << x.status().ToString();
+      if (k >= 3) {
+        Result<Batch> y = whole.Push(unjoined[k], k, k == 5);
+        ASSERT_TRUE(y.ok());
+        EXPECT_EQ(Bytes(*x), Bytes(*y)) << "resumed at 3, batch " << k;
+      }
+    }
+  }
+  // A carried sample keeps its own rows: the window holds them (no copy), and only them.
+  Packer p = *Packer::Make(Layout(), Options(64, 5));
+  ASSERT_TRUE(p.Push(unjoined[0], 0, false).ok());
+  ASSERT_GT(p.stats().window_samples, 0);
+  int64_t held = 0;
+  for (const auto& rows : unjoined[0].sample_rows) held += rows.use_count() - 1;
+  EXPECT_EQ(held, p.stats().window_samples);
 }
 
 TEST(Packer, WindowZeroPacksEachBatchAlone) {

@@ -235,6 +235,10 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
   if (pack_.has_value()) {
     PackOptions pack = *pack_;
     pack.allocator = options.allocator;
+    // Freed packed batches kept for the next: half the batch budget (a packed batch of
+    // large patches is hundreds of MB; one the pool cannot hold faults in fresh pages).
+    pack.pool_bytes = std::max(pack.pool_bytes, batch_budget_bytes_ / 2);
+    opt.keep_sample_rows = true;  // the packer lays out the samples' rows itself
     HR_ASSIGN_OR_RETURN(Packer packer, Packer::Make(inputs_->fields, pack));
     packing.emplace(std::move(packer));
     opt.deliver_empty_batches = true;
