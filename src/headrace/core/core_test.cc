@@ -228,6 +228,48 @@ TEST(PoolingAllocator, GeometricClassesServeBatchesOfNearbySizesFromOneBlock) {
   EXPECT_NE(pages.SizeClass(1'000'000), pages.SizeClass(1'040'000));
 }
 
+TEST(PoolingAllocator, AVaryingSizeTakesALargerCachedBlockAndTheNewestAreKept) {
+  CountingAllocator base;
+  auto pool = std::make_shared<PoolingAllocator>(&base, 4 << 20,
+                                                 PoolingAllocator::SizeClasses::kGeometric);
+  const uint8_t* big;
+  {
+    auto a = Buffer::Allocate(size_t{2} << 20, pool);  // class 2 MiB
+    ASSERT_TRUE(a.ok());
+    big = a->data();
+  }
+  {
+    // Two classes smaller (1.5 MiB + 1: class 1.75 MiB): served by the 2 MiB block,
+    // which goes back into its own class when freed.
+    auto b = Buffer::Allocate((size_t{3} << 19) + 1, pool);
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(b->data(), big);
+    EXPECT_EQ(pool->hits(), 1);
+    EXPECT_EQ(pool->cached_bytes(), 0u);
+  }
+  EXPECT_EQ(pool->cached_bytes(), size_t{2} << 20);
+  {
+    // Half its size is more than 50% under it: a fresh block, not the 2 MiB one.
+    auto c = Buffer::Allocate(size_t{1} << 20, pool);
+    ASSERT_TRUE(c.ok());
+    EXPECT_NE(c->data(), big);
+    EXPECT_EQ(pool->misses(), 2);
+  }
+  EXPECT_EQ(pool->cached_bytes(), size_t{3} << 20);
+  {
+    auto d = Buffer::Allocate(size_t{5} << 19, pool);  // 2.5 MiB: fresh
+    ASSERT_TRUE(d.ok());
+  }  // freed: the 2 MiB block, freed longest ago, makes room; the 1 MiB one stays
+  EXPECT_EQ(pool->cached_bytes(), (size_t{5} << 19) + (size_t{1} << 20));
+  EXPECT_EQ(base.live, static_cast<int64_t>(pool->cached_bytes()));
+  {
+    auto e = Buffer::Allocate(size_t{5} << 20, pool);  // over the cap: never kept
+    ASSERT_TRUE(e.ok());
+  }
+  EXPECT_EQ(pool->cached_bytes(), (size_t{5} << 19) + (size_t{1} << 20));
+  EXPECT_EQ(base.live, static_cast<int64_t>(pool->cached_bytes()));
+}
+
 TEST(PoolingAllocator, FreesPastItsCapAndOutlivesItsOwner) {
   CountingAllocator base;
   Buffer survivor;

@@ -10,7 +10,7 @@ PoolingAllocator::PoolingAllocator(Allocator* base, size_t max_cached_bytes,
 
 PoolingAllocator::~PoolingAllocator() {
   for (auto& [size, blocks] : free_) {
-    for (void* p : blocks) base_->Free(p, size);
+    for (const Cached& c : blocks) base_->Free(c.block, size);
   }
 }
 
@@ -29,10 +29,17 @@ void* PoolingAllocator::Allocate(size_t bytes, size_t alignment) {
   if (alignment <= kBufferAlignment) {
     std::lock_guard lock(mu_);
     auto it = free_.find(size);
-    if (it != free_.end() && !it->second.empty()) {
-      void* p = it->second.back();
+    if (it == free_.end() && classes_ == SizeClasses::kGeometric) {
+      it = free_.upper_bound(size);  // the smallest larger class, if at most 50% over
+      if (it != free_.end() && it->first > size + size / 2) it = free_.end();
+    }
+    if (it != free_.end()) {
+      const size_t block_size = it->first;
+      void* p = it->second.back().block;
       it->second.pop_back();
-      cached_bytes_ -= size;
+      if (it->second.empty()) free_.erase(it);
+      cached_bytes_ -= block_size;
+      if (block_size != size) lent_larger_.emplace(p, block_size);
       ++hits_;
       return p;
     }
@@ -44,16 +51,33 @@ void* PoolingAllocator::Allocate(size_t bytes, size_t alignment) {
 }
 
 void PoolingAllocator::Free(void* ptr, size_t bytes) {
-  const size_t size = SizeClass(bytes);
+  size_t size = SizeClass(bytes);
+  std::vector<std::pair<void*, size_t>> evicted;
+  bool kept = false;
   {
     std::lock_guard lock(mu_);
-    if (cached_bytes_ + size <= max_cached_bytes_) {
-      free_[size].push_back(ptr);
+    if (const auto it = lent_larger_.find(ptr); it != lent_larger_.end()) {
+      size = it->second;
+      lent_larger_.erase(it);
+    }
+    if (size <= max_cached_bytes_) {
+      while (cached_bytes_ + size > max_cached_bytes_) {  // the oldest make room
+        auto oldest = free_.begin();
+        for (auto it = free_.begin(); it != free_.end(); ++it) {
+          if (it->second.front().freed < oldest->second.front().freed) oldest = it;
+        }
+        evicted.emplace_back(oldest->second.front().block, oldest->first);
+        oldest->second.erase(oldest->second.begin());
+        cached_bytes_ -= oldest->first;
+        if (oldest->second.empty()) free_.erase(oldest);
+      }
+      free_[size].push_back(Cached{ptr, frees_++});
       cached_bytes_ += size;
-      return;
+      kept = true;
     }
   }
-  base_->Free(ptr, size);
+  for (const auto& [block, block_size] : evicted) base_->Free(block, block_size);
+  if (!kept) base_->Free(ptr, size);
 }
 
 size_t PoolingAllocator::cached_bytes() const {

@@ -9,10 +9,15 @@
 // frees go to the base allocator.
 //
 // Geometric size classes (kGeometric) serve an allocator whose calls are expensive, such
-// as pinned memory (cudaHostAlloc, and cudaFreeHost, which synchronizes the device):
-// batches whose size varies a little (text padded to the longest sample) then share a
-// few classes, four per doubling (at most 25% of a block unused), instead of each
-// needing a fresh block.
+// as pinned memory (cudaHostAlloc, and cudaFreeHost, which synchronizes the device),
+// and sizes that vary from batch to batch (ragged patches and tokens): batches whose
+// size varies a little share a few classes, four per doubling (at most 25% of a block
+// unused), and a request none of its own class can serve takes a cached block of up to
+// two classes larger (at most 50% over) rather than a fresh one.
+//
+// When a freed block does not fit under the cap, the blocks freed longest ago go back to
+// the base allocator to make room for it (the newest sizes are the likeliest to be
+// asked for next); a block larger than the cap itself is never kept.
 //
 // Thread-safe. Buffers keep the pool alive (Buffer::Allocate with a shared_ptr), so a
 // pool may be dropped by its owner while batches it produced are still in use.
@@ -20,6 +25,7 @@
 
 #include <cstdint>
 #include <map>
+#include <unordered_map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -51,7 +57,15 @@ class PoolingAllocator final : public Allocator {
   const size_t max_cached_bytes_;
   const SizeClasses classes_;
   mutable std::mutex mu_;
-  std::map<size_t, std::vector<void*>> free_;  // guarded by mu_: size class -> blocks
+  struct Cached {
+    void* block;
+    uint64_t freed;  // when it was freed: a sequence number
+  };
+  // Guarded by mu_: size class -> its blocks, oldest first (no empty entry).
+  std::map<size_t, std::vector<Cached>> free_;
+  // Guarded by mu_: the blocks handed out for a smaller class, and their own class.
+  std::unordered_map<void*, size_t> lent_larger_;
+  uint64_t frees_ = 0;                         // guarded by mu_
   size_t cached_bytes_ = 0;                    // guarded by mu_
   int64_t hits_ = 0;                           // guarded by mu_
   int64_t misses_ = 0;                         // guarded by mu_

@@ -37,13 +37,14 @@ Status NormalizeStart(const EpochOrder& order, EngineOptions& options) {
 // the pool keeps all of it, up to the budget, in geometric classes, so that no
 // steady-state batch allocates or frees any. A layout with concatenated fields (ragged
 // rows, a list's items) makes batches whose size varies: geometric classes then too, and
-// room for a quarter of the budget, since its fixed part says little of its size.
+// room for half the budget, since its fixed part says little of its size (a VLM batch's
+// patches are hundreds of MB: with a quarter, most of its tensors were fresh pages).
 std::shared_ptr<PoolingAllocator> BatchMemory(const EngineOptions& options, size_t full_batch,
                                               bool varying) {
   const bool costly = options.allocator != DefaultAllocator();
   const auto budget = static_cast<size_t>(options.batch_budget_bytes);
   const size_t cached = costly    ? budget
-                        : varying ? budget / 4
+                        : varying ? budget / 2
                                   : std::min<size_t>(budget / 2, 4 * full_batch);
   return std::make_shared<PoolingAllocator>(options.allocator, cached,
                                             costly || varying
