@@ -100,6 +100,7 @@ nb::dict PackStatsToDict(const PackStats& p) {
   d["pack_window_samples"] = p.window_samples;
   d["pack_window_bytes"] = p.window_bytes;
   d["pack_max_window_bytes"] = p.max_window_bytes;
+  d["pack_bytes_copied"] = p.bytes_copied;
   return d;
 }
 

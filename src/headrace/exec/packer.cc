@@ -278,6 +278,7 @@ Status Packer::Carry(const void* input) {
       if (own(w, f)) continue;
       std::string_view& b = w.bytes[f];
       if (!b.empty()) std::memcpy(at, b.data(), b.size());
+      stats_.bytes_copied += static_cast<int64_t>(b.size());
       b = std::string_view(at, b.size());
       at += aligned(b.size());
     }
@@ -420,6 +421,7 @@ Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Wai
         for (size_t j = 0; j < rows[r].size(); ++j, ++k) {
           const std::string_view bytes = order[k]->bytes[f];
           if (!bytes.empty()) std::memcpy(at, bytes.data(), bytes.size());
+          stats_.bytes_copied += static_cast<int64_t>(bytes.size());
           if (labels && order[k]->tokens > 0) FillValue(field.dtype, at, 1, options_.ignore_index);
           at += bytes.size();
         }
@@ -432,6 +434,7 @@ Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Wai
       char* at = base;
       for (const Waiting* w : order) {
         if (!w->bytes[f].empty()) std::memcpy(at, w->bytes[f].data(), w->bytes[f].size());
+        stats_.bytes_copied += static_cast<int64_t>(w->bytes[f].size());
         at += w->bytes[f].size();
       }
     }

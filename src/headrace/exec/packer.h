@@ -98,6 +98,7 @@ struct PackStats {
   // only their fixed fields are, and each keeps its own rows.
   int64_t window_bytes = 0;
   int64_t max_window_bytes = 0;
+  int64_t bytes_copied = 0;   // sample bytes the packer copied (into packed batches, carried)
   int64_t memory_reused = 0;  // packed batches' buffers from the packer's pool
   int64_t memory_fresh = 0;   // newly allocated
   double fill() const {

@@ -294,6 +294,11 @@ TEST(Packer, TheSamplesOwnRowsPackAsTheJoinedBatch) {
   int64_t held = 0;
   for (const auto& rows : unjoined[0].sample_rows) held += rows.use_count() - 1;
   EXPECT_EQ(held, p.stats().window_samples);
+  // So the packer copies less: the joined batch's carried samples are copied out whole.
+  Packer q = *Packer::Make(Layout(), Options(64, 5));
+  ASSERT_TRUE(q.Push(joined[0], 0, false).ok());
+  EXPECT_GT(p.stats().bytes_copied, 0);
+  EXPECT_LT(p.stats().bytes_copied, q.stats().bytes_copied);
 }
 
 TEST(Packer, WindowZeroPacksEachBatchAlone) {

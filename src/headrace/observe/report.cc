@@ -121,8 +121,10 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
   r.scratch_sample_peak_bytes = m.scratch_sample_peak_bytes;
   r.scratch_bytes_per_thread = m.scratch_retain_bytes;
   r.decode_bytes_per_thread = DecodeBytesPerThread(loader.spec().memory);
+  // With packing, the packer's copies too (its batches are what the consumer gets).
+  const int64_t copied = m.bytes_copied + (r.packed ? r.pack.bytes_copied : 0);
   r.bytes_copied_per_sample =
-      m.samples_delivered > 0 ? static_cast<double>(m.bytes_copied) / m.samples_delivered : 0;
+      m.samples_delivered > 0 ? static_cast<double>(copied) / m.samples_delivered : 0;
   r.cpu_threads = loader.cpu_threads();
   r.batch_size = loader.spec().batch.size;
   r.trainer_step_ms = loader.spec().trainer.step_ms;
@@ -214,7 +216,7 @@ std::string RunReportToJson(const RunReport& r) {
     w.Key("fill").Double(p.fill()).Key("vision_tokens").Int(p.vision_tokens);
     w.Key("truncated").Int(p.truncated).Key("skipped").Int(p.skipped).Key("failed").Int(p.failed);
     w.Key("window_samples").Int(p.window_samples).Key("window_bytes").Int(p.window_bytes);
-    w.Key("max_window_bytes").Int(p.max_window_bytes);
+    w.Key("max_window_bytes").Int(p.max_window_bytes).Key("bytes_copied").Int(p.bytes_copied);
     w.Key("memory").BeginObject().Key("reused").Int(p.memory_reused);
     w.Key("fresh").Int(p.memory_fresh).EndObject();
     w.EndObject();
