@@ -255,15 +255,19 @@ class Loader:
         ``report_json()`` and ``close()`` (headrace.ray's stream has the same). It runs
         the pipeline prepared once for this loader (its source opened, its ops built), so
         a reposition reads no index and loads no model again."""
-        if self._prepared is None:
-            self._prepared = _headrace._Prepared.make(self._spec)
         pack = self._pack_state
         if pack is not None and (pack.get("epoch"), pack.get("next_batch")) != (epoch, batch):
             pack = None  # another position: the engine replays its epoch up to `batch`
         rest = self._remainder if self._in_remainder() else None
-        return self._prepared.run(self.rank, self.world_size, epoch, batch, self.pinned,
-                                  pack_state=pack, remainder=rest,
-                                  blend_start=self._blend_start if rest else None)
+        return self._prepared_pipeline().run(
+            self.rank, self.world_size, epoch, batch, self.pinned, pack_state=pack,
+            remainder=rest, blend_start=self._blend_start if rest else None)
+
+    def _prepared_pipeline(self):
+        """The pipeline prepared once for this loader (pipeline/prepared.h), on first use."""
+        if self._prepared is None:
+            self._prepared = _headrace._Prepared.make(self._spec)
+        return self._prepared
 
     def _in_remainder(self) -> bool:
         """Whether the epoch iterated now is the rest of an epoch (an elastic resume)."""
@@ -328,11 +332,9 @@ class Loader:
     def _blend_picks(self) -> Optional[List[int]]:
         if not self._spec.is_mix:
             return None
-        if self._prepared is None:
-            self._prepared = _headrace._Prepared.make(self._spec)
         rest = self._remainder if self._in_remainder() else None
         positions = self._batch * self.world_size * self._spec.batch_size
-        return list(self._prepared.blend_picks(
+        return list(self._prepared_pipeline().blend_picks(
             self._epoch, positions, remainder=rest,
             blend_start=self._blend_start if rest else None))
 

@@ -86,6 +86,21 @@ EpochRemainder RemainderFromDict(const nb::object& object) {
   }
 }
 
+// A blend's picks before the rest of an epoch (a list of ints; None: none).
+std::vector<int64_t> BlendStartFromObject(const nb::object& object) {
+  std::vector<int64_t> start;
+  if (!object.is_none()) {
+    for (nb::handle v : object) start.push_back(nb::cast<int64_t>(v));
+  }
+  return start;
+}
+
+// The rest of an epoch, or nullopt for None.
+std::optional<EpochRemainder> OptionalRemainder(const nb::object& object) {
+  if (object.is_none()) return std::nullopt;
+  return RemainderFromDict(object);
+}
+
 nb::dict PackStatsToDict(const PackStats& p) {
   nb::dict d;
   d["pack_rows"] = p.rows;
@@ -132,10 +147,8 @@ class PyLoader {
                                        const nb::object& blend_start = nb::none()) {
     LoaderOptions options;
     if (!pack_state.is_none()) options.pack_state = PackStateFromDict(pack_state);
-    if (!remainder.is_none()) options.remainder = RemainderFromDict(remainder);
-    if (!blend_start.is_none()) {
-      for (nb::handle v : blend_start) options.blend_start.push_back(nb::cast<int64_t>(v));
-    }
+    options.remainder = OptionalRemainder(remainder);
+    options.blend_start = BlendStartFromObject(blend_start);
     if (on_demand) options.schedule = Schedule::kOnDemand;
     options.rank = rank;
     options.world_size = world_size;
@@ -527,12 +540,8 @@ void RegisterLoader(nb::module_& m) {
       .def("blend_picks",
            [](const PyPrepared& p, int64_t epoch, int64_t positions, const nb::object& remainder,
               const nb::object& blend_start) {
-             std::optional<EpochRemainder> rest;
-             if (!remainder.is_none()) rest = RemainderFromDict(remainder);
-             std::vector<int64_t> start;
-             if (!blend_start.is_none()) {
-               for (nb::handle v : blend_start) start.push_back(nb::cast<int64_t>(v));
-             }
+             const std::optional<EpochRemainder> rest = OptionalRemainder(remainder);
+             const std::vector<int64_t> start = BlendStartFromObject(blend_start);
              nb::gil_scoped_release nogil;
              return ValueOrThrow(p.prepared->BlendPicks(epoch, positions, rest, start));
            },
@@ -540,6 +549,16 @@ void RegisterLoader(nb::module_& m) {
            nb::arg("blend_start").none() = nb::none(),
            "A blend: each entry's picks in the first `positions` positions of the epoch's "
            "order (of its rest, with `remainder`); [] for another source")
+      .def("run_wide_batches_per_epoch",
+           [](const PyPrepared& p, const nb::object& remainder, const nb::object& blend_start) {
+             const std::optional<EpochRemainder> rest = OptionalRemainder(remainder);
+             const std::vector<int64_t> start = BlendStartFromObject(blend_start);
+             nb::gil_scoped_release nogil;
+             return ValueOrThrow(p.prepared->RunWideOrder(rest, start)).batches_per_epoch();
+           },
+           nb::arg("remainder").none() = nb::none(), nb::arg("blend_start").none() = nb::none(),
+           "The batches of one epoch over all ranks (of the rest of an epoch, with "
+           "`remainder`): what a Ray rank deals among the ranks")
       .def("packer",
            [](const PyPrepared& p) -> std::unique_ptr<PyPacker> {
              if (!p.prepared->pack().has_value()) return nullptr;

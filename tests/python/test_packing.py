@@ -280,6 +280,31 @@ def test_two_ranks_pack_disjoint_samples_with_equal_batch_counts(dataset):
     assert len(set(packed)) == len(packed) >= SAMPLES - 6
 
 
+def test_batches_taken_on_demand_leave_joined(dataset, reference):
+    """A Ray worker runs a packing pipeline on demand and leaves the packing to the rank:
+    the batches it takes are the unpacked ones, their fields joined (not left as the
+    samples' own rows, which only the local loader's packer reads)."""
+    from headrace import _headrace
+    spec = pipeline(dataset, {"seq_len": SEQ_LEN, "window": 8}).spec()
+    impl = _headrace._Prepared.make(spec).run(0, 1, 0, 0, pinned=False, on_demand=True)
+    seen = 0
+    try:
+        for k in (0, 1):
+            impl.submit(k)
+            fields, _, _, _, errors, _ = impl.take(k)
+            assert not errors
+            assert np.asarray(fields["input_ids"]).ndim == 1 and "cu_seqlens" not in fields
+            for sample_id, got in per_sample(fields).items():
+                want = reference[sample_id]
+                for name in ("input_ids", "labels", "mrope_position_ids"):
+                    np.testing.assert_array_equal(got[name], want[name])
+                np.testing.assert_array_equal(got["patches"], want["patches"])
+                seen += 1
+    finally:
+        impl.close()
+    assert seen == 12
+
+
 class TinyLM(torch.nn.Module):
     """Embedding, one causal attention layer masked block-diagonally by cu_seqlens (what
     FlashAttention's varlen kernel computes), a head; a packed row's segments never see

@@ -261,6 +261,61 @@ def test_a_rank_packs_the_workers_batches_as_the_local_loader_does(cluster, py_s
     assert [digest(b) for _ in range(2) for b in resumed] == local[2:]
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_an_elastic_resume_on_workers_is_the_local_loaders(cluster, py_sample, packed):
+    """A state of 2 ranks taken mid-epoch, merged, resumes on 3 ranks that the workers
+    serve: each rank's rest of the epoch and its next epoch are those of the local loader
+    resumed from the same state, and no sample comes twice in the epoch (with packing,
+    also the samples that were waiting in the packers' windows)."""
+    ops = headrace.ops
+    grouping = dict(pack={"seq_len": 64, "window": 6}) if packed else {}
+    pipe = headrace.Pipeline(
+        source=py_sample / "manifest.jsonl",
+        ops=[ops.tokenize(py_sample / "tokenizer.model", max_length=48, pad=False)],
+        batch_size=4, seed=1, cpu_threads=2, memory_budget="64MiB", epochs=2, **grouping)
+    before, states = [], []
+    for rank in (0, 1):
+        loader = headrace.Loader(pipe, rank=rank, world_size=2)
+        it = iter(loader)
+        before += [int(i) for _ in range(2) for i in np.asarray(next(it)["index"])]
+        states.append(loader.state_dict())
+        loader.close()
+    merged = headrace.merge_state_dicts(states)
+
+    def run(make):
+        out = []
+        for rank in range(3):
+            loader = make(rank)
+            loader.load_state_dict(merged)
+            out.append(([digest(b) for b in loader], [digest(b) for b in loader]))
+        return out
+
+    local = run(lambda rank: headrace.Loader(pipe, rank=rank, world_size=3))
+    opened = []
+
+    def on_ray(rank):
+        opened.append(hray.Loader(pipe, rank=rank, world_size=3, workers=2,
+                                  worker_resources=WORKER))
+        return opened[-1]
+
+    try:
+        got = run(on_ray)
+        pool = opened[0].pool_stats()
+    finally:
+        for loader in opened:
+            loader.close()
+    assert got == local
+    assert all(rest and after for rest, after in got)
+    assert len(pool["workers"]) == 2
+    rest_indices = []
+    for rank in range(3):
+        loader = headrace.Loader(pipe, rank=rank, world_size=3)
+        loader.load_state_dict(merged)
+        rest_indices += [int(i) for b in loader for i in np.asarray(b["index"])]
+    seen = before + rest_indices
+    assert len(seen) == len(set(seen))
+
+
 def test_a_worker_killed_mid_epoch_loses_and_duplicates_nothing(cluster, pipeline):
     loader = hray.Loader(pipeline, workers=2, worker_resources=WORKER, prefetch=4)
     try:

@@ -8,10 +8,11 @@ worker; nothing here ``ray.put``s.
 """
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -40,6 +41,11 @@ class Worker:
         # index), over the pipeline prepared once.
         self._prepared = _headrace._Prepared.make(pipeline.spec())
         self._impl = self._prepared.run(0, 1, 0, 0, pinned=False, on_demand=True)
+        # An elastic resume's epoch (the rest of an epoch dealt to another rank count) has
+        # batches of its own: an engine for that rest, made when a rank first asks, kept
+        # while the ranks read it (its batch k is numbered -1 - run-wide index).
+        self._rest_key: Optional[str] = None
+        self._rest_impl = None
         # The engine's own Prometheus endpoint (``metrics``: host, base port, world size).
         self._metrics, self._metrics_url = start_worker_metrics(metrics, worker_id, self._impl)
         self._lock = threading.Lock()
@@ -71,9 +77,12 @@ class Worker:
             "metrics_url": self._metrics_url,
         }
 
-    def get_batch(self, k: int) -> Dict[str, Any]:
+    def get_batch(self, k: int, rest: Optional[Tuple[Dict[str, Any], Optional[List[int]]]] = None
+                  ) -> Dict[str, Any]:
         """Batch k of the run, as numpy arrays (zero-copy views of the engine's memory
-        until Ray serializes them into the object store: the one copy)."""
+        until Ray serializes them into the object store: the one copy). With ``rest``
+        ((remainder, blend_start) of an elastic resume), k < 0 is batch -1 - k of the run
+        over that rest."""
         with self._lock:
             slot = self._inflight.get(k)
             first = slot is None
@@ -86,7 +95,7 @@ class Worker:
                 raise slot["error"]
             return slot["out"]
         try:
-            slot["out"] = self._compute(k)
+            slot["out"] = self._compute(k, rest)
             return slot["out"]
         except BaseException as e:
             slot["error"] = e
@@ -96,10 +105,28 @@ class Worker:
                 del self._inflight[k]
             slot["done"].set()
 
-    def _compute(self, k: int) -> Dict[str, Any]:
+    def _engine_for(self, rest):
+        if rest is None:
+            return self._impl
+        key = json.dumps(rest, sort_keys=True)
+        with self._lock:
+            if key != self._rest_key:
+                if self._rest_impl is not None:
+                    self._rest_impl.close()
+                remainder, blend_start = rest
+                self._rest_impl = self._prepared.run(
+                    0, 1, remainder["epoch"], 0, pinned=False, on_demand=True,
+                    remainder=remainder, blend_start=blend_start)
+                self._rest_key = key
+            return self._rest_impl
+
+    def _compute(self, k: int, rest=None) -> Dict[str, Any]:
         start = time.perf_counter()
-        self._impl.submit(k)
-        fields, epoch, index, _, errors, _ = self._impl.take(k)
+        impl = self._engine_for(rest)
+        if rest is not None:
+            k = -1 - k
+        impl.submit(k)
+        fields, epoch, index, _, errors, _ = impl.take(k)
         out = {}
         nbytes = 0
         for name, value in fields.items():
@@ -126,3 +153,5 @@ class Worker:
         if self._metrics is not None:
             self._metrics.attach(None)
         self._impl.close()
+        if self._rest_impl is not None:
+            self._rest_impl.close()

@@ -163,13 +163,24 @@ class _Stream:
         self._coord = loader._coordinator
         info = loader._run_info
         self.rank, self.world_size = loader.rank, loader.world_size
-        self._global_per_epoch = info["batches_per_epoch"]
+        # An elastic resume's epoch: the rest of an epoch, a run of its own (that epoch
+        # alone, its batches dealt to this run's ranks as the local loader deals them).
+        # The workers compute it with an engine over the rest; its batch k is -1 - its
+        # run-wide index, apart from the full epochs' batches.
+        rest = loader._remainder if loader._in_remainder() else None
+        self._rest = None if rest is None else (dict(rest), loader._blend_start)
+        if rest is None:
+            self._global_per_epoch = info["batches_per_epoch"]
+        else:
+            self._global_per_epoch = loader._prepared_pipeline().run_wide_batches_per_epoch(
+                *self._rest)
         self.batches_per_epoch = self._global_per_epoch // self.world_size
         if self.batches_per_epoch == 0:
+            what = "an epoch has" if rest is None else f"the rest of epoch {rest['epoch']} has"
             raise _headrace.ConfigError(
-                f"an epoch has {self._global_per_epoch} batches, fewer than world_size "
+                f"{what} {self._global_per_epoch} batches, fewer than world_size "
                 f"{self.world_size}: lower batch.size or use fewer ranks")
-        epochs = loader._spec.epochs
+        epochs = loader._spec.epochs if rest is None else rest["epoch"] + 1
         self.total_batches = None if epochs is None else epochs * self.batches_per_epoch
         self.next_batch = start_epoch * self.batches_per_epoch + start_batch
         self._requested = self.next_batch  # the next rank-local batch to request
@@ -192,8 +203,8 @@ class _Stream:
     def _k(self, j: int) -> int:
         """Rank-local run batch j -> run-wide batch index over all ranks (the engine's
         EpochOrder rule, exec/epoch_order.h)."""
-        return _headrace._run_batch_index(j, self._global_per_epoch, self.world_size,
-                                          self.rank)
+        k = _headrace._run_batch_index(j, self._global_per_epoch, self.world_size, self.rank)
+        return k if self._rest is None else -1 - k
 
     def _ahead(self) -> int:
         if self._loader._prefetch is not None:
@@ -222,7 +233,7 @@ class _Stream:
                 wid, ref = orphans.pop(k)
             else:
                 wid, handle = assigned[k]
-                ref = handle.get_batch.remote(k)
+                ref = handle.get_batch.remote(k, self._rest)
             self._pending.append([j, k, wid, ref])
         self._requested += want
         # Start moving every requested batch to this node now, not when `next` blocks on
@@ -239,7 +250,7 @@ class _Stream:
             if entry[2] == dead:
                 wid, handle = self._ray.get(
                     self._coord.failed.remote(self.rank, entry[1], dead))
-                entry[2], entry[3] = wid, handle.get_batch.remote(entry[1])
+                entry[2], entry[3] = wid, handle.get_batch.remote(entry[1], self._rest)
                 self._reassigned += 1
 
     def next(self):
@@ -548,9 +559,7 @@ class Loader(_LocalLoader):
         # packs them in order with the engine's packer (exec/packer.h), so the rows are the
         # local loader's. It starts where the saved window began, or at the epoch's first
         # batch to replay up to `batch`.
-        if self._prepared is None:
-            self._prepared = _headrace._Prepared.make(self._spec)
-        packer = self._prepared.packer()
+        packer = self._prepared_pipeline().packer()
         state = self._pack_state
         if state is not None and (state.get("epoch"), state.get("next_batch")) == (epoch, batch):
             packer.resume(state)
@@ -560,6 +569,21 @@ class Loader(_LocalLoader):
         stream = _Stream(self, epoch, start)
         packer.deliver_from(epoch * stream.batches_per_epoch + batch)
         return _PackedStream(stream, packer)
+
+    def _release_orphans(self, coord, keys: List[int]) -> None:
+        """Drops the requests no stream consumed under ``keys``, telling the coordinator
+        that they are no longer outstanding."""
+        dropped = [(self._orphans.pop(k)[0], k) for k in keys if k in self._orphans]
+        if dropped and coord is not None:
+            try:
+                coord.done.remote(self.rank, dropped, self._epoch, self._batch)
+            except Exception:
+                pass
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        # Batches of an earlier elastic rest (k < 0) are another rest's: none is taken over.
+        self._release_orphans(self._coordinator, [k for k in self._orphans if k < 0])
 
     def close(self) -> None:
         """Stops this rank's stream and detaches from the pool; the last rank to close
@@ -571,13 +595,7 @@ class Loader(_LocalLoader):
         coord, self._coordinator = self._coordinator, None
         if coord is None:
             return
-        if self._orphans:  # tell the coordinator they are no longer outstanding
-            try:
-                coord.done.remote(self.rank, [(w, k) for k, (w, _) in self._orphans.items()],
-                                  self._epoch, self._batch)
-            except Exception:
-                pass
-            self._orphans.clear()
+        self._release_orphans(coord, list(self._orphans))
         ray = _ray()
         try:
             self._last_pool = ray.get(coord.stats.remote(), timeout=30)

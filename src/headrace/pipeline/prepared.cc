@@ -169,6 +169,12 @@ Result<std::vector<int64_t>> PreparedPipeline::BlendPicks(
     int64_t epoch, int64_t positions, const std::optional<EpochRemainder>& remainder,
     const std::vector<int64_t>& blend_start) const {
   if (!source().order().blend.has_value()) return std::vector<int64_t>();
+  HR_ASSIGN_OR_RETURN(EpochOrder order, RunWideOrder(remainder, blend_start));
+  return order.BlendPicks(epoch, positions);
+}
+
+Result<EpochOrder> PreparedPipeline::RunWideOrder(const std::optional<EpochRemainder>& remainder,
+                                                  const std::vector<int64_t>& blend_start) const {
   EpochOrderOptions o;
   o.num_samples = source().size();
   o.batch_size = spec_.batch.size;
@@ -176,11 +182,18 @@ Result<std::vector<int64_t>> PreparedPipeline::BlendPicks(
   o.shuffle = spec_.shuffle;
   o.seed = spec_.seed;
   o.epochs = std::nullopt;
+  o.shard_samples = source().order().shard_samples;
+  o.shuffle_window = source().order().shuffle_window;
   o.blend = source().order().blend;
-  o.blend->start = blend_start;
+  if (!blend_start.empty()) {
+    if (!o.blend.has_value()) {
+      return Status::InvalidArgument("state dict: blend picks given for a source that is not a "
+                                     "blend (source.mix)");
+    }
+    o.blend->start = blend_start;
+  }
   o.remainder = remainder;
-  HR_ASSIGN_OR_RETURN(EpochOrder order, EpochOrder::Make(o));
-  return order.BlendPicks(epoch, positions);
+  return EpochOrder::Make(o);
 }
 
 Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& options,
@@ -238,7 +251,9 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
     // Freed packed batches kept for the next: half the batch budget (a packed batch of
     // large patches is hundreds of MB; one the pool cannot hold faults in fresh pages).
     pack.pool_bytes = std::max(pack.pool_bytes, batch_budget_bytes_ / 2);
-    opt.keep_sample_rows = true;  // the packer lays out the samples' rows itself
+    // The packer lays out the samples' rows itself; batches taken on demand (a Ray
+    // worker's, packed by the rank) leave joined, as any other batch.
+    opt.keep_sample_rows = options.schedule == Schedule::kSequential;
     HR_ASSIGN_OR_RETURN(Packer packer, Packer::Make(inputs_->fields, pack));
     packing.emplace(std::move(packer));
     opt.deliver_empty_batches = true;

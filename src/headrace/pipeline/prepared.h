@@ -53,6 +53,13 @@ class PreparedPipeline : public std::enable_shared_from_this<PreparedPipeline> {
                                           const std::optional<EpochRemainder>& remainder,
                                           const std::vector<int64_t>& blend_start) const;
 
+  // The run-wide order one rank of one would follow (rank 0 of world size 1, unbounded
+  // epochs): that of the rest of an epoch for `remainder`, after the picks `blend_start`
+  // made before it. Its batches_per_epoch() is what a Ray rank cuts into its share and
+  // its workers compute (python/headrace/ray).
+  Result<EpochOrder> RunWideOrder(const std::optional<EpochRemainder>& remainder,
+                                  const std::vector<int64_t>& blend_start) const;
+
   const PipelineSpec& spec() const { return spec_; }
   const Source& source() const { return *inputs_->source; }
   // The batch fields the chain writes, in order (the engine adds "index").
