@@ -316,6 +316,64 @@ def test_an_elastic_resume_on_workers_is_the_local_loaders(cluster, py_sample, p
     assert len(seen) == len(set(seen))
 
 
+def test_a_blend_from_workers_is_the_local_loaders_and_resumes_with_new_weights(cluster,
+                                                                              py_sample):
+    """source.mix over Ray: a rank's batches (and each sample's `source`) are the local
+    loader's; a global state resumed with other weights continues every entry where it
+    was, on the workers as locally."""
+    manifest = str(py_sample / "manifest.jsonl")
+
+    def blend(weights):
+        return headrace.Pipeline(
+            source={"mix": [{"name": "a", "manifest": manifest, "weight": weights[0]},
+                            {"name": "b", "manifest": manifest, "weight": weights[1]}],
+                    "until": "all_exhausted"},
+            ops=[headrace.ops.tokenize(py_sample / "tokenizer.model", max_length=48)],
+            batch_size=8, seed=1, cpu_threads=2, memory_budget="64MiB", epochs=2)
+
+    first, second = blend((0.7, 0.3)), blend((0.2, 0.8))
+    states = []
+    for rank in (0, 1):
+        loader = headrace.Loader(first, rank=rank, world_size=2)
+        it = iter(loader)
+        for _ in range(2):
+            next(it)
+        states.append(loader.state_dict())
+        loader.close()
+    merged = headrace.merge_state_dicts(states)
+
+    def resumed(make):
+        loader = make()
+        loader.load_state_dict(merged)
+        return [digest(b) for b in loader]
+
+    want = local_run(first, rank=1, world_size=2)
+    want_rest = [resumed(lambda r=r: headrace.Loader(second, rank=r, world_size=2))
+                 for r in (0, 1)]
+    opened = []
+
+    def on_ray(pipe, rank):
+        opened.append(hray.Loader(pipe, rank=rank, world_size=2, workers=2,
+                                  worker_resources=WORKER))
+        return opened[-1]
+
+    try:
+        loader = on_ray(first, 1)
+        sources = set()
+        got = []
+        for _ in range(2):
+            for batch in loader:
+                got.append(digest(batch))
+                sources.update(batch["source"])
+        loader.close()
+        got_rest = [resumed(lambda r=r: on_ray(second, r)) for r in (0, 1)]
+    finally:
+        for loader in opened:
+            loader.close()
+    assert got == want and sources == {"a", "b"}
+    assert got_rest == want_rest and all(got_rest)
+
+
 def test_a_worker_killed_mid_epoch_loses_and_duplicates_nothing(cluster, pipeline):
     loader = hray.Loader(pipeline, workers=2, worker_resources=WORKER, prefetch=4)
     try:
