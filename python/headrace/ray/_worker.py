@@ -111,6 +111,8 @@ class Worker:
         key = json.dumps(rest, sort_keys=True)
         with self._lock:
             if key != self._rest_key:
+                # One rest at a time: every rank of a pool resumes from the same global
+                # state, so another rest means the earlier one's ranks have moved on.
                 if self._rest_impl is not None:
                     self._rest_impl.close()
                 remainder, blend_start = rest
