@@ -173,15 +173,16 @@ Result<std::vector<int64_t>> PreparedPipeline::BlendPicks(
   return order.BlendPicks(epoch, positions);
 }
 
-Result<EpochOrder> PreparedPipeline::RunWideOrder(const std::optional<EpochRemainder>& remainder,
-                                                  const std::vector<int64_t>& blend_start) const {
+Result<EpochOrderOptions> PreparedPipeline::OrderOptions(
+    const std::optional<EpochRemainder>& remainder,
+    const std::vector<int64_t>& blend_start) const {
   EpochOrderOptions o;
   o.num_samples = source().size();
   o.batch_size = spec_.batch.size;
   o.drop_last = spec_.batch.drop_last;
   o.shuffle = spec_.shuffle;
   o.seed = spec_.seed;
-  o.epochs = std::nullopt;
+  o.epochs = spec_.epochs;
   o.shard_samples = source().order().shard_samples;
   o.shuffle_window = source().order().shuffle_window;
   o.blend = source().order().blend;
@@ -193,41 +194,31 @@ Result<EpochOrder> PreparedPipeline::RunWideOrder(const std::optional<EpochRemai
     o.blend->start = blend_start;
   }
   o.remainder = remainder;
+  return o;
+}
+
+Result<EpochOrder> PreparedPipeline::RunWideOrder(const std::optional<EpochRemainder>& remainder,
+                                                  const std::vector<int64_t>& blend_start) const {
+  HR_ASSIGN_OR_RETURN(EpochOrderOptions o, OrderOptions(remainder, blend_start));
+  o.epochs = std::nullopt;
   return EpochOrder::Make(o);
 }
 
 Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& options,
                                                       Clock::time_point started) const {
+  if (options.remainder.has_value() && options.start_epoch != options.remainder->epoch) {
+    return Status::InvalidArgument("the rest of epoch " +
+                                   std::to_string(options.remainder->epoch) +
+                                   " starts a run at that epoch, not at " +
+                                   std::to_string(options.start_epoch));
+  }
   EngineOptions opt;
-  opt.order.shard_samples = source().order().shard_samples;
-  opt.order.shuffle_window = source().order().shuffle_window;
-  opt.order.blend = source().order().blend;
-  if (!options.blend_start.empty()) {
-    if (!opt.order.blend.has_value()) {
-      return Status::InvalidArgument("state dict: blend picks given for a source that is not a "
-                                     "blend (source.mix)");
-    }
-    opt.order.blend->start = options.blend_start;
-  }
-  if (options.remainder.has_value()) {
-    if (options.start_epoch != options.remainder->epoch) {
-      return Status::InvalidArgument("the rest of epoch " +
-                                     std::to_string(options.remainder->epoch) +
-                                     " starts a run at that epoch, not at " +
-                                     std::to_string(options.start_epoch));
-    }
-    opt.order.remainder = options.remainder;
-  }
+  HR_ASSIGN_OR_RETURN(opt.order, OrderOptions(options.remainder, options.blend_start));
   opt.io_budget_bytes = io_budget_bytes_;
   opt.batch_budget_bytes = batch_budget_bytes_;
   opt.cpu_threads = cpu_threads_;
   opt.io_inflight = io_inflight_;
   opt.prefetch_depth = spec_.prefetch.depth;
-  opt.order.batch_size = spec_.batch.size;
-  opt.order.drop_last = spec_.batch.drop_last;
-  opt.order.shuffle = spec_.shuffle;
-  opt.order.seed = spec_.seed;
-  opt.order.epochs = spec_.epochs;
   opt.order.rank = options.rank;
   opt.order.world_size = options.world_size;
   opt.start_epoch = options.start_epoch;
@@ -262,9 +253,7 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
       opt.start_batch = options.pack_state->from_batch;
       packing->Resume(*options.pack_state);
     } else if (pack.window > 0 && options.start_batch > 0) {
-      EpochOrderOptions order_options = opt.order;
-      order_options.num_samples = source().size();
-      HR_ASSIGN_OR_RETURN(EpochOrder order, EpochOrder::Make(order_options));
+      HR_ASSIGN_OR_RETURN(EpochOrder order, EpochOrder::Make(opt.order));
       const int64_t per_epoch = std::max<int64_t>(order.batches_per_rank_epoch(), 1);
       const int64_t deliver_from = options.start_epoch * per_epoch + options.start_batch;
       packing->DeliverFrom(deliver_from);

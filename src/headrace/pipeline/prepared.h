@@ -76,6 +76,10 @@ class PreparedPipeline : public std::enable_shared_from_this<PreparedPipeline> {
 
  private:
   PreparedPipeline() = default;
+  // The order of this pipeline's runs (its source's shards or blend, the spec's batch,
+  // shuffle, seed and epochs) for rank 0 of 1, over `remainder` and after `blend_start`.
+  Result<EpochOrderOptions> OrderOptions(const std::optional<EpochRemainder>& remainder,
+                                         const std::vector<int64_t>& blend_start) const;
 
   PipelineSpec spec_;
   std::shared_ptr<Storage> storage_;
