@@ -4,7 +4,8 @@ The same generated dataset (make-sample --shards) is served by `headrace bench s
 (the LoopbackServer of `bench io`, every response held back by --latency-ms) as
 s3://bench/...; the same pipeline (examples/vqa.yaml's ops, trainer step 0, the same
 CPU threads and reads in flight) runs over its manifest (one GET per image) and over its
-shards (indexes + 16 MiB ranged blocks through the block cache) and over the same
+shards (indexes + 16 MiB ranged blocks through the block cache), over the same shards in
+one global order (source.shuffle_scope: global: one ranged read per sample), and over the same
 samples as Parquet files written by pyarrow (image bytes + conversations as JSON, one
 ranged read and one decode per row group). Prints and writes samples/s, requests per
 sample and memory side by side, with ratios to the loose files.
@@ -111,6 +112,9 @@ def main():
             "loose files": "{manifest: s3://bench/manifest.jsonl}",
             "tar shards": (f'{{shards: "s3://bench/shards/shard-{{000000..{n - 1:06d}}}.tar", '
                            f"shuffle_window: {args.window}}}"),
+            "tar shards, global": (
+                f'{{shards: "s3://bench/shards/shard-{{000000..{n - 1:06d}}}.tar", '
+                f"shuffle_scope: global}}"),
             "parquet": (f'{{parquet: "s3://bench/parquet/part-{{00000..'
                         f'{args.parquet_files - 1:05d}}}.parquet", shuffle_window: {args.window}}}'),
         }
@@ -135,12 +139,14 @@ def main():
                 "block_cache": report.get("block_cache"),
                 "row_group_cache": report.get("row_group_cache"),
                 "errors": report["errors"]["total"],
+                "shuffle_quality": report["shuffle"]["quality"],
             }
     finally:
         server.terminate()
         server.wait(timeout=30)
 
     loose, tar, parquet = rows["loose files"], rows["tar shards"], rows["parquet"]
+    global_ = rows["tar shards, global"]
     result = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores visible",
@@ -150,20 +156,24 @@ def main():
         "latency_ms": args.latency_ms, "cpu_threads": args.cpu_threads,
         "io_inflight": args.io_inflight, "epochs": args.epochs,
         "parquet_rows_per_group": args.rows_per_group, "parquet_files": args.parquet_files,
-        "loose": loose, "shards": tar, "parquet": parquet,
+        "loose": loose, "shards": tar, "shards_global": global_, "parquet": parquet,
         "ratio_samples_per_s": tar["samples_per_s"] / loose["samples_per_s"],
         "ratio_requests_per_sample": tar["requests_per_sample"] / loose["requests_per_sample"],
         "parquet_ratio_samples_per_s": parquet["samples_per_s"] / loose["samples_per_s"],
+        "global_ratio_samples_per_s": global_["samples_per_s"] / loose["samples_per_s"],
+        "global_vs_window_samples_per_s": global_["samples_per_s"] / tar["samples_per_s"],
         "parquet_ratio_requests_per_sample":
             parquet["requests_per_sample"] / loose["requests_per_sample"],
     }
-    print(f"{'':24}{'loose files':>14}{'tar shards':>14}{'parquet':>14}"
-          f"{'shards/loose':>14}{'parquet/loose':>14}")
+    print(f"{'':24}{'loose files':>14}{'tar shards':>14}{'tar, global':>14}{'parquet':>14}"
+          f"{'shards/loose':>14}{'global/loose':>14}{'parquet/loose':>14}")
     for key, fmt in (("samples_per_s", "{:14.1f}"), ("requests_per_sample", "{:14.4f}"),
-                     ("requests", "{:14d}"), ("peak_rss_mib", "{:14.1f}")):
-        ratios = [row[key] / loose[key] if loose[key] else float("nan") for row in (tar, parquet)]
-        print(f"{key:24}" + fmt.format(loose[key]) + fmt.format(tar[key]) +
-              fmt.format(parquet[key]) + "".join(f"{r:14.3f}" for r in ratios))
+                     ("requests", "{:14d}"), ("peak_rss_mib", "{:14.1f}"),
+                     ("shuffle_quality", "{:14.3f}")):
+        sides = (tar, global_, parquet)
+        ratios = [row[key] / loose[key] if loose[key] else float("nan") for row in sides]
+        print(f"{key:24}" + fmt.format(loose[key]) + "".join(fmt.format(r[key]) for r in sides)
+              + "".join(f"{r:14.3f}" for r in ratios))
     cache = tar["block_cache"] or {}
     print(f"block cache: {cache.get('block_reads')} blocks read, peak "
           f"{cache.get('peak_bytes', 0) / 2**20:.1f} of {cache.get('capacity_bytes', 0) / 2**20:.1f}"

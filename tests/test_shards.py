@@ -130,14 +130,20 @@ def realistic(tmp_path_factory, headrace_bin):
     return out
 
 
-def test_shards_on_s3_are_read_in_blocks_not_per_member(realistic, moto_s3, headrace_bin,
-                                                        tmp_path):
+def upload_shards(dataset, moto_s3, headrace_bin, tmp_path, prefix):
+    """Uploads dataset's shards to s3://BUCKET/<prefix>/: the environment that reaches
+    them, and how many there are."""
     home = tmp_path / "home"
     home.mkdir()
     env = moto_s3.env(home)
-    run_headrace(headrace_bin, "upload", realistic / "shards", f"s3://{BUCKET}/train/",
+    run_headrace(headrace_bin, "upload", dataset / "shards", f"s3://{BUCKET}/{prefix}/",
                  "--create-bucket", env=env)
-    n = len(list((realistic / "shards").glob("shard-*.tar")))
+    return env, len(list((dataset / "shards").glob("shard-*.tar")))
+
+
+def test_shards_on_s3_are_read_in_blocks_not_per_member(realistic, moto_s3, headrace_bin,
+                                                        tmp_path):
+    env, n = upload_shards(realistic, moto_s3, headrace_bin, tmp_path, "train")
 
     def config_for(name, pattern=None):
         config = shards_config(tmp_path / name, realistic, pattern=pattern)
@@ -529,3 +535,34 @@ def test_the_report_says_how_well_a_shard_window_shuffles(sharded, headrace_bin,
     assert quality["off"] < 0.05
     assert quality["one"] < 0.6 * quality["all"], quality
     assert 0.6 < quality["all"] < 1.4, quality
+
+
+def test_a_global_order_over_shards_is_the_manifests_shuffle_at_one_request_per_sample(
+        sharded, moto_s3, headrace_bin, tmp_path):
+    """source.shuffle_scope: global: the shards' samples in one permutation, the one a
+    manifest of the same samples gets (so the same batches, byte for byte), each sample's
+    members (.jpg and .json) fetched by one ranged read from S3; a cache that cannot hold
+    the largest sample is a configuration error naming source.cache_bytes."""
+    env, n = upload_shards(sharded, moto_s3, headrace_bin, tmp_path, "global")
+    manifest, _ = run(headrace_bin, write_config(tmp_path / "m.yaml", sharded), tmp_path, "m")
+    pattern = f"s3://{BUCKET}/global/shard-{{000000..{n - 1:06d}}}.tar"
+    report, proc = run(headrace_bin, shards_config(tmp_path / "g.yaml", sharded, pattern=pattern,
+                                                   source="shuffle_scope: global"),
+                       tmp_path, "g", env=env)
+    assert report["samples"] == 96 and report["errors"]["total"] == 0, proc.stdout
+    assert report["batch_digests"] == manifest["batch_digests"]
+    cache = report["block_cache"]
+    # A shard's size and its index, then one read per sample (its second member a hit).
+    assert cache["block_reads"] == 96 and cache["block_hits"] + cache["block_waits"] == 96
+    assert report["storage"]["s3"]["requests"] == 2 * n + 96
+    assert report["shuffle"]["quality"] == pytest.approx(manifest["shuffle"]["quality"])
+    # A window of one shard mixes far less.
+    window, _ = run(headrace_bin, shards_config(tmp_path / "w.yaml", sharded,
+                                                source="shuffle_window: 1"), tmp_path, "w")
+    assert window["shuffle"]["quality"] < 0.6 * report["shuffle"]["quality"]
+
+    small = shards_config(tmp_path / "small.yaml", sharded,
+                          source="shuffle_scope: global\ncache_bytes: 4096")
+    proc = run_headrace(headrace_bin, "run", small, "--quiet", check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "source.cache_bytes (4096) cannot hold the largest sample" in proc.stderr

@@ -16,6 +16,24 @@ void ShardRecords::AppendShard(const std::string& shard, std::span<const SampleR
   }
 }
 
+std::vector<std::pair<int64_t, int>> ShardRecords::SampleStarts(size_t shard) const {
+  const auto first = static_cast<size_t>(shard_first_[shard]);
+  const size_t end =
+      shard + 1 < shard_first_.size() ? static_cast<size_t>(shard_first_[shard + 1]) : key_end_.size();
+  std::vector<std::pair<int64_t, int>> starts;
+  starts.reserve(end - first);
+  for (size_t i = first; i < end; ++i) {
+    const size_t item_begin = i == 0 ? 0 : item_end_[i - 1];
+    if (item_begin == item_end_[i]) continue;
+    int64_t start = items_[item_begin].offset;
+    for (size_t k = item_begin + 1; k < item_end_[i]; ++k) {
+      start = std::min(start, items_[k].offset);
+    }
+    starts.emplace_back(start, static_cast<int>(item_end_[i] - item_begin));
+  }
+  return starts;
+}
+
 void ShardRecords::ShrinkToFit() {
   keys_.shrink_to_fit();
   key_end_.shrink_to_fit();

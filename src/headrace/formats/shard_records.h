@@ -31,6 +31,12 @@ class ShardRecords final : public RecordStore {
   // Gives back the slack of the growing arrays, once every shard is in.
   void ShrinkToFit();
 
+  // Where each sample of shard `shard` (in AppendShard's order) begins in its tar (its
+  // first member's offset) and how many members it reads, in sample order (samples
+  // without members give none). The block layout of a shard read in a global order
+  // (io/block_cache.h, SetObjectBlocks).
+  std::vector<std::pair<int64_t, int>> SampleStarts(size_t shard) const;
+
   int64_t size() const override { return static_cast<int64_t>(key_end_.size()); }
   const SampleRecord& Get(int64_t index, SampleRecord& scratch) const override;
   RecordStoreMemory Memory() const override;

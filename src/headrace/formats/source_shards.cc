@@ -29,6 +29,54 @@ class TarShardSource final : public RecordSource {
   ShardFieldMap map_;
 };
 
+// A shard read in a global order: each sample's members are one block of their own.
+struct SampleBlocks {
+  std::vector<std::vector<std::pair<int64_t, int>>> starts;  // per shard: SetObjectBlocks'
+  int64_t largest = 0;                       // the largest sample's block
+  int64_t total = 0;                         // every shard's bytes
+  int64_t blocks = 0;
+};
+
+SampleBlocks SampleBlocksOf(const ShardRecords& records, const ShardSource& shards) {
+  SampleBlocks out;
+  out.starts.resize(shards.shards.size());
+  for (size_t i = 0; i < shards.shards.size(); ++i) {
+    std::vector<std::pair<int64_t, int>>& starts = out.starts[i] = records.SampleStarts(i);
+    // Block k runs from sample k's first member to sample k + 1's (its last to the
+    // tar's end); the tar headers before a sample's first member are the previous
+    // block's tail, a few hundred bytes.
+    int64_t previous = 0;
+    for (const auto& [start, members] : starts) {
+      out.largest = std::max(out.largest, start - previous);
+      previous = start;
+    }
+    out.largest = std::max(out.largest, shards.shard_bytes[i] - previous);
+    out.total += shards.shard_bytes[i];
+    out.blocks += static_cast<int64_t>(starts.size()) + 1;
+  }
+  return out;
+}
+
+// The cache of a global order: blocks are read by the samples in flight, each once, and
+// stay only until newer ones need their room. Enough for the samples a run has in flight
+// (SourceOptions::samples_in_flight, at the mean block) and twice the largest block, at
+// most every shard's bytes; source.cache_bytes must hold the largest block.
+Result<int64_t> SampleBlockCacheBytes(const SourceSpec& src, const SourceOptions& options,
+                                      const SampleBlocks& blocks) {
+  if (src.cache_bytes > 0) {
+    if (src.cache_bytes < blocks.largest) {
+      return Status::InvalidArgument(
+          "source.cache_bytes (" + std::to_string(src.cache_bytes) +
+          ") cannot hold the largest sample of the shards (" + std::to_string(blocks.largest) +
+          " bytes), which source.shuffle_scope: global reads whole; raise source.cache_bytes");
+    }
+    return src.cache_bytes;
+  }
+  const int64_t mean = blocks.total / std::max<int64_t>(1, blocks.blocks);
+  const int64_t in_flight = std::max<int64_t>(options.samples_in_flight, 16) * mean;
+  return std::max<int64_t>(1, std::min(blocks.total, std::max(in_flight, 2 * blocks.largest)));
+}
+
 }  // namespace
 
 Result<int64_t> BlockCacheBytes(const SourceSpec& src, bool shuffle, const ShardSource& shards) {
@@ -75,20 +123,34 @@ Result<std::shared_ptr<const Source>> OpenShardSource(const SourceSpec& spec,
     return Status::CorruptData("source.shards: " + first.message() +
                                " (errors.on_bad_shard: fail; skip goes on without it)");
   }
-  HR_ASSIGN_OR_RETURN(const int64_t cache_bytes, BlockCacheBytes(spec, options.shuffle, shards));
+  // A global order reads each sample's members as one block of their own; in order, or
+  // shuffled within windows of shards, aligned blocks serve many samples each.
+  const bool global = options.shuffle && spec.shuffle_scope == ShuffleScope::kGlobal;
+  SampleBlocks blocks;
+  if (global) blocks = SampleBlocksOf(*compact, shards);
+  HR_ASSIGN_OR_RETURN(const int64_t cache_bytes,
+                      global ? SampleBlockCacheBytes(spec, options, blocks)
+                             : BlockCacheBytes(spec, options.shuffle, shards));
   auto cache = std::make_shared<BlockCache>(std::move(storage),
                                             BlockCacheOptions{spec.block_bytes, cache_bytes});
+  int64_t layout_bytes = 0;
   for (size_t i = 0; i < shards.shards.size(); ++i) {
-    cache->SetObjectSize(shards.shards[i], shards.shard_bytes[i]);
+    if (global) {
+      layout_bytes += static_cast<int64_t>(blocks.starts[i].size() * (sizeof(int64_t) + sizeof(int)));
+      cache->SetObjectBlocks(shards.shards[i], shards.shard_bytes[i], std::move(blocks.starts[i]));
+    } else {
+      cache->SetObjectSize(shards.shards[i], shards.shard_bytes[i]);
+    }
   }
-  const int64_t heap_bytes =
-      static_cast<int64_t>(ShardSourceMemoryBytes(shards)) + compact->Memory().heap_bytes;
+  const int64_t heap_bytes = static_cast<int64_t>(ShardSourceMemoryBytes(shards)) +
+                             compact->Memory().heap_bytes + layout_bytes;
   auto source = std::make_shared<TarShardSource>(spec, std::move(cache), std::move(compact),
                                                  std::move(shards.map));
   SourceInfo& info = source->mutable_info();
   info.description = "shards " + spec.shards + " (" + std::to_string(shards.shards.size()) +
                      " shards, " + std::to_string(shards.indexed_shards) + " indexed, " +
                      std::to_string(shards.scanned_shards) + " scanned" +
+                     (global ? ", shuffled globally" : "") +
                      (shards.bad_shards.empty()
                           ? std::string()
                           : ", " + std::to_string(shards.bad_shards.size()) + " unreadable") +
@@ -98,7 +160,9 @@ Result<std::shared_ptr<const Source>> OpenShardSource(const SourceSpec& spec,
   info.bad_shards = std::move(shards.bad_shards);
   info.heap_bytes = heap_bytes;
   info.cache_bytes = cache_bytes;
-  source->mutable_order() = OrderShape{std::move(shards.shard_samples), spec.shuffle_window};
+  // Global: one permutation of every sample, as a manifest's (no shards in the order).
+  source->mutable_order() =
+      global ? OrderShape{} : OrderShape{std::move(shards.shard_samples), spec.shuffle_window};
   return std::shared_ptr<const Source>(std::move(source));
 }
 

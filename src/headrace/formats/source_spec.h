@@ -51,6 +51,16 @@ enum class ManifestRecordsForm {
   kLines,   // "lines": the file mapped (or read) plus 4 bytes a record; parsed per sample
 };
 
+// Which samples a shuffled epoch of tar shards mixes (source.shuffle_scope).
+enum class ShuffleScope {
+  // "window": a seeded order of the shards, the samples of each source.shuffle_window
+  // consecutive shards shuffled together, read in large blocks (one request per block).
+  kWindow,
+  // "global": one permutation of every sample, as a manifest's; each sample's members
+  // read by one ranged request of their own (io/block_cache.h, SetObjectBlocks).
+  kGlobal,
+};
+
 struct MixEntrySpec;
 
 struct SourceSpec {
@@ -104,6 +114,10 @@ struct SourceSpec {
   // together. Memory vs randomness: the block cache holds about this many shards (see
   // cache_bytes), and a sample only mixes with samples of its window.
   int64_t shuffle_window = 2;
+  // source.shards only: what a shuffled epoch mixes (ShuffleScope). Global costs about
+  // one request per sample instead of one per block, and a cache of a few samples'
+  // bytes instead of the window's shards.
+  ShuffleScope shuffle_scope = ShuffleScope::kWindow;
   // Shards are read in aligned blocks of this many bytes, each shared by every member in
   // it (io/block_cache.h): one request per block, not per member.
   int64_t block_bytes = int64_t{16} << 20;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <list>
 #include <map>
 #include <mutex>
@@ -28,6 +29,8 @@ struct MemberRead {
   int64_t first_block = 0;
   ReadCallback done;
   std::vector<Buffer> blocks;  // by block index - first_block
+  std::vector<int64_t> starts;  // each block's first byte in the object
+  std::vector<int64_t> ends;    // and its end, as laid out (the object may end sooner)
   int pending = 0;             // blocks not yet in; guarded by Impl::mu
   Status error;                // the first block that failed; guarded by Impl::mu
 };
@@ -44,8 +47,17 @@ struct Block {
   int64_t start = 0;
   int64_t size = 0;  // bytes it reserves: the block's size (cut at a known object end)
   Buffer bytes;      // kReady
+  // Member reads it serves before it is dropped (a laid-out object's block: its sample's
+  // members); -1: kept until evicted.
+  int uses_left = -1;
+  // Its waiters are being handed its bytes (OnBlock, outside the lock): not evicted, as
+  // their samples' next members are about to use it. `serial` tells this block from a
+  // later one of the same key.
+  bool handing_out = false;
+  uint64_t serial = 0;
   std::vector<std::shared_ptr<MemberRead>> waiters;
-  std::list<BlockKey>::iterator lru;  // kReady only
+  std::list<BlockKey>::iterator lru;  // kReady only: in Impl::lru, or Impl::awaited
+                                      // while uses_left > 0
 };
 
 struct BlockRead {
@@ -63,33 +75,107 @@ struct BlockCache::Impl {
   std::mutex mu;
   std::map<BlockKey, Block> blocks;          // guarded by mu
   std::list<BlockKey> lru;                   // guarded by mu: ready blocks, oldest first
+  // guarded by mu: ready blocks that still await uses (a sample's members being read),
+  // oldest first: evicted only when nothing else can make room (below)
+  std::list<BlockKey> awaited;
+  std::list<BlockKey>& ListOf(const Block& b) { return b.uses_left > 0 ? awaited : lru; }
   std::deque<BlockKey> queue;                // guarded by mu: kQueued blocks, in order
   std::map<std::string, int64_t> sizes;      // guarded by mu: known object sizes
+  // guarded by mu: objects laid out in blocks of their own (SetObjectBlocks): where each
+  // block after the first starts, and the member reads each serves (block 0 first)
+  struct Layout {
+    std::vector<int64_t> starts;
+    std::vector<int> uses;
+  };
+  std::map<std::string, Layout> layouts;
   int loading = 0;                           // guarded by mu
+  uint64_t serials = 0;                      // guarded by mu: Block::serial
   bool stopping = false;                     // guarded by mu: the cache is being destroyed
   BlockCacheStats stats;                     // guarded by mu
 
-  int64_t BlockSizeLocked(const std::string& uri, int64_t index) const {
-    const int64_t start = index * options.block_bytes;
-    const auto it = sizes.find(uri);
-    if (it == sizes.end()) return options.block_bytes;
-    return std::clamp<int64_t>(it->second - start, 0, options.block_bytes);
+  // Block `index` of `uri`: where it starts, where it ends as laid out, and how many
+  // bytes its read asks for (cut at the object's end when its size is known; unknown, a
+  // full block is asked for and the storage cuts it). A member's bytes past what its
+  // block turned out to hold are a truncated object (CompleteMember).
+  struct Extent {
+    int64_t start = 0;
+    int64_t end = 0;
+    int64_t read_bytes = 0;
+    int uses = -1;  // Block::uses_left
+  };
+  Extent BlockLocked(const std::string& uri, int64_t index) const {
+    const auto size = sizes.find(uri);
+    constexpr int64_t kNoEnd = std::numeric_limits<int64_t>::max();
+    const int64_t known_end = size == sizes.end() ? kNoEnd : size->second;
+    Extent e;
+    if (const auto layout = layouts.find(uri); layout != layouts.end()) {
+      const std::vector<int64_t>& starts = layout->second.starts;
+      e.uses = layout->second.uses[static_cast<size_t>(index)];
+      e.start = index == 0 ? 0 : starts[static_cast<size_t>(index - 1)];
+      e.end = index < static_cast<int64_t>(starts.size()) ? starts[static_cast<size_t>(index)]
+                                                          : kNoEnd;
+    } else {
+      e.start = index * options.block_bytes;
+      e.end = e.start + options.block_bytes;
+    }
+    e.read_bytes = std::max<int64_t>(0, std::min(e.end, known_end) - e.start);
+    return e;
+  }
+  // The block holding byte `offset` of `uri`.
+  int64_t BlockIndexLocked(const std::string& uri, int64_t offset) const {
+    if (const auto layout = layouts.find(uri); layout != layouts.end()) {
+      const std::vector<int64_t>& starts = layout->second.starts;
+      return std::upper_bound(starts.begin(), starts.end(), offset) - starts.begin();
+    }
+    return offset / options.block_bytes;
+  }
+
+  // `reads` member reads have taken a ready block's bytes: a block with a count of uses
+  // is dropped after its last (its bytes live on in the members that hold them until
+  // they are copied out, a moment later).
+  void UsedLocked(std::map<BlockKey, Block>::iterator it, int reads = 1) {
+    Block& b = it->second;
+    if (b.uses_left < 0) return;
+    std::list<BlockKey>& list = ListOf(b);
+    b.uses_left -= reads;
+    if (b.uses_left > 0) return;
+    stats.bytes_held -= b.size;
+    ++stats.drops;
+    list.erase(b.lru);
+    blocks.erase(it);
   }
 
   // Moves queued blocks to kLoading while their bytes fit (evicting least recently used
-  // ready blocks), or alone when nothing is loading; returns the reads to issue.
-  std::vector<BlockRead> StartQueuedLocked() {
+  // ready blocks), or alone when nothing is loading; returns the reads to issue. A block
+  // that awaits uses is evicted only when nothing is loading, and with `evict_awaited`:
+  // not by the completion of a block whose members have yet to be handed out (their
+  // samples read their next members from the callback, and those uses drop blocks and
+  // make the room), but by the next start after it, so that a block whose sample gave up
+  // on it still goes.
+  std::vector<BlockRead> StartQueuedLocked(bool evict_awaited = true) {
     std::vector<BlockRead> out;
+    auto evict = [this](std::list<BlockKey>& from) {
+      auto victim = blocks.find(from.front());
+      stats.bytes_held -= victim->second.size;
+      ++stats.evictions;
+      from.pop_front();
+      blocks.erase(victim);
+    };
     while (!queue.empty()) {
       Block& b = blocks.at(queue.front());
-      while (stats.bytes_held + b.size > options.capacity_bytes && !lru.empty()) {
-        auto victim = blocks.find(lru.front());
-        stats.bytes_held -= victim->second.size;
-        ++stats.evictions;
-        lru.pop_front();
-        blocks.erase(victim);
+      const auto over = [&] { return stats.bytes_held + b.size > options.capacity_bytes; };
+      while (over() && !lru.empty()) evict(lru);
+      while (over() && evict_awaited && loading == 0) {
+        const auto victim = std::find_if(awaited.begin(), awaited.end(), [this](const BlockKey& k) {
+          return !blocks.at(k).handing_out;
+        });
+        if (victim == awaited.end()) break;
+        awaited.splice(awaited.begin(), awaited, victim);
+        evict(awaited);
       }
-      if (stats.bytes_held + b.size > options.capacity_bytes && loading > 0) break;
+      // Over, with something that will end (a read, a hand-out): its end starts this
+      // one. Only a block larger than the whole cache is read alone past it.
+      if (over() && (loading > 0 || !awaited.empty())) break;
       b.state = BlockState::kLoading;
       ++loading;
       ++stats.block_reads;
@@ -105,16 +191,16 @@ struct BlockCache::Impl {
 namespace {
 
 // Copies the member out of its blocks and completes it.
-void CompleteMember(MemberRead& m, int64_t block_bytes) {
+void CompleteMember(MemberRead& m) {
   if (!m.error.ok()) return m.done(std::move(m.error));
   Result<Buffer> out = Buffer::Allocate(static_cast<size_t>(m.length));
   if (!out.ok()) return m.done(out.status());
   const int64_t end = m.offset + m.length;
   for (size_t i = 0; i < m.blocks.size(); ++i) {
-    const int64_t block_start = (m.first_block + static_cast<int64_t>(i)) * block_bytes;
+    const int64_t block_start = m.starts[i];
     const Buffer& block = m.blocks[i];
     const int64_t from = std::max(m.offset, block_start);
-    const int64_t to = std::min(end, block_start + block_bytes);
+    const int64_t to = std::min(end, m.ends[i]);
     if (block_start + static_cast<int64_t>(block.size()) < to) {
       // The object ended early: a shard truncated after its index was written.
       return m.done(Status::CorruptData(
@@ -142,10 +228,13 @@ void OnBlock(Storage* base, const std::shared_ptr<BlockCache::Impl>& impl, const
              Result<Buffer> bytes) {
   std::vector<std::shared_ptr<MemberRead>> complete;
   std::vector<BlockRead> next;
+  uint64_t serial = 0;
   {
     std::lock_guard lock(impl->mu);
     auto it = impl->blocks.find(key);
     Block& block = it->second;
+    serial = block.serial;
+    block.handing_out = bytes.ok();
     --impl->loading;
     std::vector<std::shared_ptr<MemberRead>> waiters = std::move(block.waiters);
     if (bytes.ok()) {
@@ -153,7 +242,8 @@ void OnBlock(Storage* base, const std::shared_ptr<BlockCache::Impl>& impl, const
       block.size = static_cast<int64_t>(bytes->size());
       block.bytes = *bytes;
       block.state = BlockState::kReady;
-      block.lru = impl->lru.insert(impl->lru.end(), key);
+      std::list<BlockKey>& list = impl->ListOf(block);
+      block.lru = list.insert(list.end(), key);
     } else {
       impl->stats.bytes_held -= block.size;
       impl->blocks.erase(it);
@@ -167,10 +257,21 @@ void OnBlock(Storage* base, const std::shared_ptr<BlockCache::Impl>& impl, const
       if (--m->pending == 0) complete.push_back(std::move(m));
     }
     for (auto& m : complete) impl->stats.bytes_copied += m->error.ok() ? m->length : 0;
-    next = impl->StartQueuedLocked();
+    // Each waiter has the block's bytes: one use each.
+    if (bytes.ok()) impl->UsedLocked(it, static_cast<int>(waiters.size()));
+    next = impl->StartQueuedLocked(/*evict_awaited=*/false);
   }
   IssueBlockReads(base, impl, std::move(next));
-  for (auto& m : complete) CompleteMember(*m, impl->options.block_bytes);
+  // The members first: their samples read their next members now, from the block just in.
+  for (auto& m : complete) CompleteMember(*m);
+  {
+    std::lock_guard lock(impl->mu);
+    if (auto it = impl->blocks.find(key); it != impl->blocks.end() && it->second.serial == serial) {
+      it->second.handing_out = false;
+    }
+    next = impl->StartQueuedLocked(/*evict_awaited=*/true);
+  }
+  IssueBlockReads(base, impl, std::move(next));
 }
 
 void IssueBlockReads(Storage* base, const std::shared_ptr<BlockCache::Impl>& impl,
@@ -222,6 +323,28 @@ void BlockCache::SetObjectSize(const std::string& uri, int64_t bytes) {
   impl_->sizes[uri] = bytes;
 }
 
+void BlockCache::SetObjectBlocks(const std::string& uri, int64_t bytes,
+                                 std::vector<std::pair<int64_t, int>> blocks) {
+  // Sorted, a start at 0 or past the end merged into the block before it, equal starts
+  // merged (their uses added): the blocks partition the object whatever the layout said,
+  // so a member is copied from whichever blocks it spans.
+  std::sort(blocks.begin(), blocks.end());
+  Impl::Layout layout;
+  layout.uses.push_back(0);  // block 0: [0, the first start)
+  for (const auto& [start, uses] : blocks) {
+    if (start > 0 && start < bytes && (layout.starts.empty() || start > layout.starts.back())) {
+      layout.starts.push_back(start);
+      layout.uses.push_back(std::max(uses, 1));
+    } else {
+      layout.uses.back() += std::max(uses, 1);
+    }
+  }
+  for (int& uses : layout.uses) uses = std::max(uses, 1);  // block 0 may have had none
+  std::lock_guard lock(impl_->mu);
+  impl_->sizes[uri] = bytes;
+  impl_->layouts[uri] = std::move(layout);
+}
+
 void BlockCache::ReadAsync(std::string uri, ReadCallback done) {
   base_->ReadAsync(std::move(uri), std::move(done));
 }
@@ -241,34 +364,43 @@ void BlockCache::ReadRangeAsyncGated(std::string uri, int64_t offset, int64_t le
                                   ": its size was refused by the reader"));
   }
   if (length == 0) return done(Buffer());
-  const int64_t block_bytes = impl_->options.block_bytes;
   auto member = std::make_shared<MemberRead>();
   member->uri = uri;
   member->offset = offset;
   member->length = length;
-  member->first_block = offset / block_bytes;
-  const int64_t last_block = (offset + length - 1) / block_bytes;
-  member->blocks.resize(static_cast<size_t>(last_block - member->first_block + 1));
   member->done = std::move(done);
   std::vector<BlockRead> reads;
   bool complete_now = false;
   {
     std::lock_guard lock(impl_->mu);
+    member->first_block = impl_->BlockIndexLocked(uri, offset);
+    const int64_t last_block = impl_->BlockIndexLocked(uri, offset + length - 1);
+    const auto blocks = static_cast<size_t>(last_block - member->first_block + 1);
+    member->blocks.resize(blocks);
+    member->starts.resize(blocks);
+    member->ends.resize(blocks);
     for (int64_t i = member->first_block; i <= last_block; ++i) {
+      const Impl::Extent extent = impl_->BlockLocked(uri, i);
+      member->starts[static_cast<size_t>(i - member->first_block)] = extent.start;
+      member->ends[static_cast<size_t>(i - member->first_block)] = extent.end;
       BlockKey key{uri, i};
       auto it = impl_->blocks.find(key);
       if (it != impl_->blocks.end() && it->second.state == BlockState::kReady) {
         ++impl_->stats.block_hits;
-        impl_->lru.splice(impl_->lru.end(), impl_->lru, it->second.lru);
+        std::list<BlockKey>& list = impl_->ListOf(it->second);
+        list.splice(list.end(), list, it->second.lru);
         member->blocks[i - member->first_block] = it->second.bytes;
+        impl_->UsedLocked(it);
         continue;
       }
       if (it != impl_->blocks.end()) {
         ++impl_->stats.block_waits;
       } else {
         Block block;
-        block.start = i * block_bytes;
-        block.size = impl_->BlockSizeLocked(uri, i);
+        block.start = extent.start;
+        block.size = extent.read_bytes;
+        block.uses_left = extent.uses;
+        block.serial = ++impl_->serials;
         it = impl_->blocks.emplace(key, std::move(block)).first;
         impl_->queue.push_back(std::move(key));
       }
@@ -282,7 +414,7 @@ void BlockCache::ReadRangeAsyncGated(std::string uri, int64_t offset, int64_t le
     reads = impl_->StartQueuedLocked();
   }
   IssueBlockReads(base_.get(), impl_, std::move(reads));
-  if (complete_now) CompleteMember(*member, block_bytes);
+  if (complete_now) CompleteMember(*member);
 }
 
 BlockCacheStats BlockCache::CacheStats() const {

@@ -25,6 +25,10 @@
 // - Shuffled order over a window of W shards touches every block of the W shards
 //   throughout the window, so a cache that holds the window reads each block once per
 //   epoch; a smaller one re-reads evicted blocks (more requests, same bytes delivered).
+// - A global order (every sample next to any other) would touch a 16 MiB block for each
+//   ~100 KB member; such objects are laid out in blocks of one sample each instead
+//   (SetObjectBlocks): one request a sample for all its members (an image and its
+//   conversation are neighbours in the tar), and no byte of another sample.
 //
 // Contract: as Storage. Block reads run on the base storage's threads; members are copied
 // and their callbacks run there (or inline on a hit, on the caller's thread). The
@@ -35,6 +39,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "headrace/io/storage.h"
 
@@ -51,6 +57,7 @@ struct BlockCacheStats {
   int64_t block_hits = 0;    // member reads served by a ready block
   int64_t block_waits = 0;   // member reads that waited on a block being fetched
   int64_t evictions = 0;     // ready blocks dropped to make room
+  int64_t drops = 0;         // blocks dropped after their last use (SetObjectBlocks)
   int64_t bytes_held = 0;    // blocks held now
   int64_t peak_bytes = 0;    // most blocks held at once
   int64_t bytes_copied = 0;  // member bytes copied out of blocks
@@ -66,6 +73,16 @@ class BlockCache final : public Storage {
   // Records an object's size (a shard index knows it), so that its last block is read at
   // its real size. Unknown objects get full-size blocks, cut short by the storage.
   void SetObjectSize(const std::string& uri, int64_t bytes);
+  // Lays an object of `bytes` out in blocks of its own instead of aligned ones: a block
+  // starts at 0 and at each of `blocks`' offsets and ends where the next starts (the last
+  // at the object's end); each serves its count of member reads and is then dropped
+  // (evicted sooner if the cache needs the room: a later member read fetches it again).
+  // For a shard read in a global order (source.shuffle_scope: global): each block is
+  // one sample's members, so that a sample costs one request whatever order the samples
+  // come in, no byte of another sample is fetched with it, and the cache holds only the
+  // samples being read.
+  void SetObjectBlocks(const std::string& uri, int64_t bytes,
+                       std::vector<std::pair<int64_t, int>> blocks);
 
   void ReadAsync(std::string uri, ReadCallback done) override;
   void ReadAsyncGated(std::string uri, ReadCallback done, ReadGate gate) override;

@@ -78,6 +78,42 @@ TEST(BlockCache, AMemberThatStraddlesBlocksIsCopiedFromEach) {
   EXPECT_EQ(cache.CacheStats().bytes_held, 10000);
 }
 
+TEST(BlockCache, AnObjectLaidOutInBlocksOfItsOwnDropsEachAfterItsUses) {
+  const std::string path = MakeFile("spans.tar", 10000, 5);
+  BlockCache cache(MakeLocalStorage(), {.block_bytes = 4096, .capacity_bytes = 1 << 20});
+  // Given out of order, with a start at 0, one twice and one past the end: blocks
+  // [0, 1000) for 1 read, [1000, 1700) for 3, [1700, 6000) for 1 + 1, [6000, 10000) for
+  // 2 + the 1 past the end.
+  cache.SetObjectBlocks(path, 10000,
+                        {{6000, 2}, {1000, 3}, {1700, 1}, {1700, 1}, {0, 1}, {12000, 1}});
+  struct Member {
+    int64_t offset, length, block_reads, drops, bytes_held;
+  };
+  for (const Member m : {
+           Member{1000, 300, 1, 0, 700},     // block 1 read: 2 uses left
+           Member{1400, 250, 1, 0, 700},     // a hit: 1 left
+           Member{10, 900, 2, 1, 700},       // block 0 read, and dropped after its one use
+           Member{500, 100, 3, 2, 700},      // so read again
+           Member{1500, 1000, 4, 3, 4300},   // across blocks 1 (its last use) and 2
+           Member{1700, 4300, 4, 4, 0},      // block 2's last use
+           Member{6000, 3900, 5, 4, 4000},   // block 3, cut at the object's end
+       }) {
+    auto r = Read(cache, path, m.offset, m.length);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(HoldsRange(*r, m.offset, m.length, 5)) << m.offset;
+    const BlockCacheStats stats = cache.CacheStats();
+    EXPECT_EQ(stats.block_reads, m.block_reads) << m.offset;
+    EXPECT_EQ(stats.drops, m.drops) << m.offset;
+    EXPECT_EQ(stats.bytes_held, m.bytes_held) << m.offset;
+  }
+  EXPECT_EQ(BaseReads(cache), 5);
+  EXPECT_EQ(cache.CacheStats().block_hits, 3);
+  EXPECT_EQ(cache.CacheStats().evictions, 0);
+  // Bytes past the object's end are the truncation error, not bytes of nothing.
+  auto past = Read(cache, path, 9000, 2000);
+  EXPECT_EQ(past.status().code(), StatusCode::kCorruptData) << past.status().ToString();
+}
+
 TEST(BlockCache, HeldBytesStayWithinCapacityEvictingTheLeastRecentlyUsed) {
   const std::string path = MakeFile("lru.tar", 40960);
   BlockCache cache(MakeLocalStorage(), {.block_bytes = 4096, .capacity_bytes = 3 * 4096});
@@ -125,6 +161,53 @@ TEST(BlockCache, ConcurrentReadersOfABlockWaitOnOneRead) {
   const BlockCacheStats stats = cache.CacheStats();
   EXPECT_EQ(stats.block_reads, 1);
   EXPECT_EQ(stats.block_hits + stats.block_waits, kReaders - 1);
+}
+
+// Samples read concurrently in a small cache: each sample's block awaits its second
+// member instead of being evicted for the next sample's, so each is read once and
+// dropped after its members, and the cache never holds more than its capacity.
+TEST(BlockCache, ConcurrentSamplesOfALaidOutObjectAreEachReadOnce) {
+  constexpr int kSamples = 64;
+  constexpr int64_t kSpan = 4000;
+  const std::string path = MakeFile("laid_out.tar", kSamples * kSpan, 9);
+  BlockCache cache(MakeLocalStorage({.threads = 4}),
+                   {.block_bytes = 1 << 20, .capacity_bytes = 4 * kSpan});
+  std::vector<std::pair<int64_t, int>> blocks;
+  for (int i = 1; i < kSamples; ++i) blocks.emplace_back(i * kSpan, 2);
+  blocks.emplace_back(0, 2);
+  cache.SetObjectBlocks(path, kSamples * kSpan, blocks);
+  std::latch done(kSamples);
+  std::mutex mu;
+  int good = 0;
+  // Each sample reads its first member, then (from the completion, as the read stage
+  // does) its second.
+  for (int i = 0; i < kSamples; ++i) {
+    const int64_t first = i * kSpan;
+    cache.ReadRangeAsyncGated(
+        path, first, 1000,
+        [&, first](Result<Buffer> r) {
+          const bool ok = r.ok() && HoldsRange(*r, first, 1000, 9);
+          cache.ReadRangeAsyncGated(
+              path, first + 1000, 3000,
+              [&, first, ok](Result<Buffer> second) {
+                {
+                  std::lock_guard lock(mu);
+                  if (ok && second.ok() && HoldsRange(*second, first + 1000, 3000, 9)) ++good;
+                }
+                done.count_down();
+              },
+              nullptr);
+        },
+        nullptr);
+  }
+  done.wait();
+  EXPECT_EQ(good, kSamples);
+  const BlockCacheStats stats = cache.CacheStats();
+  EXPECT_EQ(stats.block_reads, kSamples);
+  EXPECT_EQ(stats.evictions, 0);
+  EXPECT_EQ(stats.drops, kSamples);
+  EXPECT_EQ(stats.bytes_held, 0);
+  EXPECT_LE(stats.peak_bytes, 4 * kSpan);
 }
 
 TEST(BlockCache, TheGateSeesTheMemberAndARefusalReadsNothing) {

@@ -360,6 +360,7 @@ std::string RunReportToJson(const RunReport& r) {
     w.Key("block_hits").Int(c.block_hits);
     w.Key("block_waits").Int(c.block_waits);
     w.Key("evictions").Int(c.evictions);
+    w.Key("drops").Int(c.drops);
     w.Key("bytes_held").Int(c.bytes_held);
     w.Key("peak_bytes").Int(c.peak_bytes);
     w.Key("bytes_copied").Int(c.bytes_copied);
@@ -582,10 +583,11 @@ std::string RunReportToText(const RunReport& r) {
   if (r.has_block_cache) {
     const BlockCacheStats& c = r.block_cache;
     add("  block cache       %lld blocks of %.1f MiB read, %lld hits, %lld waits, %lld "
-        "evicted; peak %.1f of %.1f MiB\n",
+        "evicted, %lld dropped after use; peak %.1f of %.1f MiB\n",
         static_cast<long long>(c.block_reads), c.block_bytes / 1048576.0,
         static_cast<long long>(c.block_hits), static_cast<long long>(c.block_waits),
-        static_cast<long long>(c.evictions), c.peak_bytes / 1048576.0,
+        static_cast<long long>(c.evictions), static_cast<long long>(c.drops),
+        c.peak_bytes / 1048576.0,
         c.capacity_bytes / 1048576.0);
   }
   if (r.has_row_group_cache) {

@@ -40,9 +40,13 @@ constexpr std::pair<BlendUntil, std::string_view> kBlendUntils[] = {
     {BlendUntil::kSamples, "samples"},
     {BlendUntil::kEpochized, "epochized"}};
 
+constexpr std::pair<ShuffleScope, std::string_view> kShuffleScopes[] = {
+    {ShuffleScope::kWindow, "window"}, {ShuffleScope::kGlobal, "global"}};
+
 }  // namespace
 
 EnumTable<BlendUntil> TableOf(BlendUntil) { return kBlendUntils; }
+EnumTable<ShuffleScope> TableOf(ShuffleScope) { return kShuffleScopes; }
 EnumTable<PackOverflow> TableOf(PackOverflow) { return kPackOverflows; }
 EnumTable<ErrorPolicy> TableOf(ErrorPolicy) { return kPolicies; }
 EnumTable<BadShardPolicy> TableOf(BadShardPolicy) { return kBadShardPolicies; }

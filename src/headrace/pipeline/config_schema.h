@@ -34,6 +34,7 @@ EnumTable<FieldKind> TableOf(FieldKind);
 EnumTable<ManifestRecordsForm> TableOf(ManifestRecordsForm);
 EnumTable<PackOverflow> TableOf(PackOverflow);
 EnumTable<BlendUntil> TableOf(BlendUntil);
+EnumTable<ShuffleScope> TableOf(ShuffleScope);
 
 namespace config_internal {
 
@@ -71,6 +72,7 @@ void SourceKeys(SpecOf<SourceSpec> auto& s, auto&& f) {
   f("materialized", s.materialized);
   f("shard_fields", s.shard_fields);
   f("shuffle_window", s.shuffle_window);
+  f("shuffle_scope", s.shuffle_scope);
   f("block_bytes", s.block_bytes, Unit::kBytes);
   f("cache_bytes", s.cache_bytes, Unit::kBytes);
 }

@@ -360,6 +360,22 @@ TEST(ParsePipelineConfig, RealParametersThatBecomeIntegersAreBoundedNamingTheKey
   }
 }
 
+TEST(ParsePipelineConfig, SourceShuffleScopeIsWindowOrGlobalForShardsOnly) {
+  EXPECT_EQ(ParseOk("source: {shards: 's-{0..1}.tar'}\n").source.shuffle_scope,
+            ShuffleScope::kWindow);
+  const PipelineSpec global = ParseOk("source: {shards: 's-{0..1}.tar', shuffle_scope: global}\n");
+  EXPECT_EQ(global.source.shuffle_scope, ShuffleScope::kGlobal);
+  EXPECT_THAT(PipelineSpecToYaml(global), HasSubstr("shuffle_scope: global"));
+  Status unknown = ParseError("source: {shards: 's-{0..1}.tar', shuffle_scope: all}\n");
+  EXPECT_THAT(unknown.message(), HasSubstr("source.shuffle_scope: unknown value 'all'"));
+  EXPECT_THAT(unknown.message(), HasSubstr("window, global"));
+  Status manifest = ParseError("source: {manifest: m.jsonl, shuffle_scope: global}\n");
+  EXPECT_THAT(manifest.message(), HasSubstr("source.shuffle_scope: applies to tar shards"));
+  Status entry = ParseError(
+      "source: {mix: [{name: a, manifest: m.jsonl, shuffle_scope: global}]}\n");
+  EXPECT_THAT(entry.message(), HasSubstr("source.mix[0].shuffle_scope: applies to tar shards"));
+}
+
 TEST(ParsePipelineConfig, SourceRecordsIsAutoParsedOrLinesForAManifestOnly) {
   EXPECT_EQ(ParseOk(kMinimal).source.records, ManifestRecordsForm::kAuto);
   EXPECT_EQ(ParseOk("source: {manifest: m.jsonl, records: parsed}\n").source.records,

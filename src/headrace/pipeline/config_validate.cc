@@ -70,7 +70,10 @@ Status ValidateShardSource(const PipelineSpec& spec) {
   HR_RETURN_IF_ERROR(
       InRange<int64_t>("source.block_bytes", src.block_bytes, 4096, int64_t{1} << 30));
   HR_RETURN_IF_ERROR(AtLeast<int64_t>("source.cache_bytes", src.cache_bytes, 0));
-  if (src.cache_bytes > 0 && src.cache_bytes < src.block_bytes) {
+  // A global order's blocks are its samples (source_shards.cc checks they fit), not
+  // source.block_bytes.
+  if (src.cache_bytes > 0 && src.cache_bytes < src.block_bytes &&
+      src.shuffle_scope == ShuffleScope::kWindow) {
     return Invalid("source.cache_bytes", "must hold at least one block (source.block_bytes " +
                                              std::to_string(src.block_bytes) + ")" +
                                              Got(src.cache_bytes));
@@ -183,6 +186,11 @@ static Status ValidateOneSource(const PipelineSpec& spec) {
                                 "source.parquet or source.materialized)"));
   } else {
     HR_RETURN_IF_ERROR(ValidateShardSource(spec));
+  }
+  if (src.shuffle_scope != ShuffleScope::kWindow && src.shards.empty()) {
+    return Invalid("source.shuffle_scope",
+                   "applies to tar shards (source.shards) only; a manifest's shuffle is "
+                   "global already, Parquet's groups are its row groups");
   }
   if (src.records != ManifestRecordsForm::kAuto && src.manifest.empty()) {
     return Invalid("source.records", "applies to a JSONL manifest (source.manifest) only; "

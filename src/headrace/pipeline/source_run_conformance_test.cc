@@ -81,6 +81,13 @@ SourceSpec Parquet() {
   return spec;
 }
 
+// The same shards, shuffled as one permutation of every sample (source.shuffle_scope).
+SourceSpec GlobalShards() {
+  SourceSpec spec = Shards();
+  spec.shuffle_scope = ShuffleScope::kGlobal;
+  return spec;
+}
+
 struct Kind {
   std::string name;
   std::function<SourceSpec()> source;
@@ -88,7 +95,10 @@ struct Kind {
 };
 
 std::vector<Kind> Kinds() {
-  return {{"manifest", Manifest}, {"shards", Shards}, {"parquet", Parquet, false}};
+  return {{"manifest", Manifest},
+          {"shards", Shards},
+          {"shards_global", GlobalShards},
+          {"parquet", Parquet, false}};
 }
 
 PipelineSpec Spec(const Kind& kind, bool shuffle) {
@@ -200,6 +210,30 @@ TEST_P(SourceRunConformance, AResumedRunIsTheUninterruptedRunsTailAndRunsRepeatE
   ASSERT_GT(full.batches.size(), per_epoch + 1);
   EXPECT_EQ(tail.batches, std::vector(full.batches.begin() + static_cast<long>(per_epoch) + 1,
                                       full.batches.end()));
+}
+
+// A global order over shards is the manifest's shuffle: any sample may sit next to any
+// other (a window of 2 of the 3 shards would keep the first two batches' samples within
+// two shards), and each sample's members cost one request.
+TEST(GlobalShardOrder, IsTheManifestsShuffleAtOneRequestPerSample) {
+  const auto manifest = Prepare(Spec(Kinds()[0], true));
+  PipelineSpec spec = Spec(Kinds()[2], true);
+  spec.epochs = 1;
+  // Each sample's .txt member read too: two members, one request.
+  spec.source.fields.push_back(SourceFieldSpec{"caption", FieldKind::kString, "txt", 0, false});
+  const auto global = Prepare(spec);
+  ASSERT_TRUE(manifest && global);
+  const Delivered want = RunOf(*manifest);
+  const Delivered got = RunOf(*global);
+  ASSERT_FALSE(got.batches.empty());
+  EXPECT_EQ(got.batches, std::vector(want.batches.begin(),
+                                     want.batches.begin() + static_cast<long>(got.batches.size())));
+  // The shards' reads, in that one run: one per good sample (the bad one, lacking its
+  // required score, reads nothing), its other member served from that read.
+  const BlockCacheStats cache = global->source().block_cache()->CacheStats();
+  EXPECT_EQ(cache.block_reads, kSamples - 1);
+  EXPECT_EQ(cache.evictions, 0);  // 12 small samples: the automatic cache holds them all
+  EXPECT_EQ(cache.block_hits + cache.block_waits, kSamples - 1);  // their second members
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, SourceRunConformance, ::testing::ValuesIn(Kinds()),
