@@ -8,6 +8,7 @@
 // for an operator that is waiting for the GIL.
 #include "headrace/pipeline/loader.h"
 
+#include <array>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
@@ -209,8 +210,11 @@ class PyLoader {
   }
 
   // Schedule::kOnDemand: waits for submitted batch `batch` (without the GIL, noticing
-  // signals between slices as Next() does) and returns BatchToPython's tuple.
-  nb::object Take(int64_t batch) {
+  // signals between slices as Next() does) and returns BatchToPython's tuple; with
+  // `entries`, (that tuple, {entry name: (samples delivered, samples failed)} of the batch,
+  // empty unless a blend): a Ray rank's per-source counts, as the rank sees only the
+  // batches it is sent.
+  nb::object Take(int64_t batch, bool entries) {
     // A handle of its own: Close() from another thread must not free the loader under a
     // waiting Take (it cancels it instead).
     std::shared_ptr<Loader> held = loader_;
@@ -230,7 +234,25 @@ class PyLoader {
       nb::gil_scoped_release nogil;
       taken.emplace(l.Take(batch));
     }
-    return BatchToPython(ValueOrThrow(std::move(*taken)));
+    Batch out = ValueOrThrow(std::move(*taken));
+    const Source& source = l.prepared().source();
+    if (!entries) return BatchToPython(out);
+    nb::dict by_entry;
+    // Not a blend: no entries to count (EntryOf is 0 for every index, and there is no
+    // entry 0 to count it in).
+    if (source.info().entries.empty()) return nb::make_tuple(BatchToPython(out), by_entry);
+    // [delivered, failed] per entry, from the rows' dataset indices and the errors'.
+    std::vector<std::array<int64_t, 2>> counts(source.info().entries.size(), {0, 0});
+    if (const Tensor* index = out.Find("index"); index != nullptr) {
+      for (int64_t r = 0; r < index->shape().front(); ++r) {
+        ++counts[static_cast<size_t>(source.EntryOf(index->data<int64_t>()[r]))][0];
+      }
+    }
+    for (const SampleError& e : out.errors) ++counts[static_cast<size_t>(source.EntryOf(e.index))][1];
+    for (size_t i = 0; i < counts.size(); ++i) {
+      by_entry[source.info().entries[i].c_str()] = nb::make_tuple(counts[i][0], counts[i][1]);
+    }
+    return nb::make_tuple(BatchToPython(out), by_entry);
   }
 
   // Stops the run from any thread: pending Take() calls return kCancelled.
@@ -587,7 +609,7 @@ void RegisterLoader(nb::module_& m) {
                   nb::arg("on_demand") = false)
       .def("next", &PyLoader::Next)
       .def("submit", &PyLoader::Submit, nb::arg("batch"))
-      .def("take", &PyLoader::Take, nb::arg("batch"))
+      .def("take", &PyLoader::Take, nb::arg("batch"), nb::arg("entries") = false)
       .def("cancel", &PyLoader::Cancel)
       .def_prop_ro("manifest_bytes",
                    [](const PyLoader& l) { return l.loader().manifest_bytes(); })

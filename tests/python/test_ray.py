@@ -1,6 +1,7 @@
 """headrace.ray on a real multi-node Ray cluster (ray.cluster_utils.Cluster on 127.0.0.1):
 one "trainer" head node and two CPU nodes offering a custom ``headrace_cpu`` resource, real
 worker and coordinator actors, a real PyTorch loop. One cluster for the whole module."""
+import collections
 import hashlib
 import os
 import socket
@@ -361,10 +362,25 @@ def test_a_blend_from_workers_is_the_local_loaders_and_resumes_with_new_weights(
         loader = on_ray(first, 1)
         sources = set()
         got = []
+        counts = collections.Counter()
         for _ in range(2):
             for batch in loader:
                 got.append(digest(batch))
                 sources.update(batch["source"])
+                counts.update(batch["source"])
+        # The rank's per-source counts, under the local loader's keys and as it counts
+        # them (the run's two epochs).
+        stats = loader.stats()
+        local = headrace.Loader(first, rank=1, world_size=2)
+        for _ in range(2):
+            for _batch in local:
+                pass
+        local_stats = local.stats()
+        local.close()
+        for name in ("a", "b"):
+            assert stats[f"source.{name}.samples"] == counts[name] > 0, stats
+            assert stats[f"source.{name}.errors"] == 0
+            assert local_stats[f"source.{name}.samples"] == counts[name], local_stats
         loader.close()
         got_rest = [resumed(lambda r=r: on_ray(second, r)) for r in (0, 1)]
     finally:

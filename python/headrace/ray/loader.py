@@ -198,6 +198,7 @@ class _Stream:
         self._reassigned = 0
         self._others = (0, 0)  # (delivered, failed) the other ranks consumed: coordinator
         self._by_worker: Dict[int, int] = collections.Counter()
+        self._sources: Dict[str, List[int]] = {}  # a blend: entry -> [delivered, failed]
         self._window = (time.perf_counter(), 0.0, 0)  # autoscale: (since, wait_s, batches)
 
     def _k(self, j: int) -> int:
@@ -281,6 +282,10 @@ class _Stream:
         self._fill()  # keep the window full while the consumer works on this batch
         self._bytes += out["bytes"]
         self._by_worker[out["worker"]] += 1
+        for name, (delivered, failed) in out["sources"].items():  # a blend's entries
+            counts = self._sources.setdefault(name, [0, 0])
+            counts[0] += delivered
+            counts[1] += failed
         # The run's error budget, applied where the batches are consumed, whichever worker
         # computed them: this rank's samples (exact, in batch order) plus what the other
         # ranks consumed, as the coordinator last told (a batch or so behind). Every rank
@@ -310,6 +315,11 @@ class _Stream:
         s["rank_reassignments"] = self._reassigned
         s["samples_failed"] = self._budget.failed
         s["batches_by_worker"] = dict(self._by_worker)
+        # A blend: each entry's samples and errors in this rank's batches (the local
+        # loader's keys; its source.<name>.bytes_read is the workers' and not here).
+        for name, (delivered, failed) in self._sources.items():
+            s[f"source.{name}.samples"] = delivered
+            s[f"source.{name}.errors"] = failed
         return s
 
     def report_json(self) -> str:
@@ -522,7 +532,9 @@ class Loader(_LocalLoader):
     def stats(self) -> Dict[str, Any]:
         """This rank's wait accounting (as :meth:`headrace.Loader.stats`: wait_time_ratio,
         ...; also batches_per_s, bytes_moved, samples_failed), plus ``workers`` (each with
-        its ``node_id``), ``reassignments`` and ``coordinator_restarts`` of the pool."""
+        its ``node_id``), ``reassignments`` and ``coordinator_restarts`` of the pool; for a
+        blend, ``source.<name>.samples`` and ``.errors`` of this rank's batches (the local
+        loader's keys; ``.bytes_read`` is counted by the workers only)."""
         out = dict(super().stats())
         pool = self.pool_stats()
         if pool:
