@@ -409,6 +409,35 @@ def test_a_worker_killed_mid_epoch_loses_and_duplicates_nothing(cluster, pipelin
     assert len(stats["workers"]) == 2  # a replacement keeps the pool at its size
 
 
+def crash_on_sample(poison):
+    """A batch op that kills its worker process when the batch holds dataset index
+    ``poison``: a sample that crashes the engine (a segfault in a decoder, say)."""
+    def fn(batch):
+        if poison in batch["index"]:
+            os._exit(70)
+    return fn
+
+
+def test_a_batch_that_kills_every_worker_fails_the_rank_naming_it(cluster, pipeline):
+    # Pickled by value to the workers: this module is not importable there.
+    from ray import cloudpickle
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    loader = hray.Loader(pipeline.map_batch(crash_on_sample(poison=0)), workers=2,
+                         worker_resources=WORKER, prefetch=2)
+    try:
+        with pytest.raises(RuntimeError) as failed:
+            for _ in loader:
+                pass
+        stats = loader.stats()
+    finally:
+        loader.close()
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    message = str(failed.value)
+    assert f"{hray.loader.MAX_WORKER_DEATHS_PER_BATCH} workers in a row died" in message
+    assert "epoch 0, batch" in message and "rank 0" in message
+    assert stats["worker_deaths"] >= hray.loader.MAX_WORKER_DEATHS_PER_BATCH
+
+
 def test_scale_up_and_down_mid_epoch_keeps_the_sequence(cluster, pipeline):
     loader = hray.Loader(pipeline, workers=1, worker_resources=WORKER)
     try:

@@ -304,10 +304,9 @@ class Coordinator:
             event["samples"] = list(self._samples[rank])
         self._log(event)
 
-    def failed(self, rank: int, k: int, wid: int) -> Tuple[int, Any]:
-        """``rank``'s call for batch k to worker ``wid`` failed (the worker died): drops the
-        worker, starts a replacement while the pool is under its target, and assigns the
-        batch to another worker."""
+    def died(self, wid: int) -> None:
+        """Worker ``wid`` died (a call to it failed): drops it and starts a replacement
+        while the pool is under its target. Once per worker, whoever tells first."""
         self._hear()
         if wid in self._workers:
             self._remove(wid, kill=True)
@@ -316,6 +315,12 @@ class Coordinator:
             missing = self._target - sum(v["state"] != "draining" for v in self._workers.values())
             if missing > 0:
                 self._spawn(missing)
+
+    def failed(self, rank: int, k: int, wid: int) -> Tuple[int, Any]:
+        """``rank``'s call for batch k to worker ``wid`` failed (the worker died): drops the
+        worker, starts a replacement while the pool is under its target, and assigns the
+        batch to another worker."""
+        self.died(wid)
         self._reassignments += 1
         new = self._pick()
         self._outstanding[new].add((rank, k))

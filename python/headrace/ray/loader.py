@@ -34,6 +34,9 @@ from ._coordinator import DEFAULT_LEASE_S, Coordinator, node_fits
 from ._metrics import RankMetrics, node_address, rank_port
 
 PLACEMENTS = ("spread", "pack")
+# Workers that may die, one after another, computing the same batch before the rank gives
+# up on it (_Stream.next): one or two are a lost node; more, a sample that crashes them.
+MAX_WORKER_DEATHS_PER_BATCH = 3
 
 
 def _ray():
@@ -260,11 +263,26 @@ class _Stream:
         call = time.perf_counter()
         self._fill()
         entry = self._pending[0]
+        deaths = 0
         while True:
             try:
                 out = self._ray.get(entry[3])
                 break
             except self._ray.exceptions.RayActorError:
+                # A worker lost to its node is replaced and its batches recomputed; a batch
+                # whose every worker dies is one of its samples crashing the engine (a
+                # segfault, an abort), and would kill every replacement in turn: fail
+                # instead of looping, naming the batch.
+                deaths += 1
+                if deaths >= MAX_WORKER_DEATHS_PER_BATCH:
+                    self._ray.get(self._coord.died.remote(entry[2]))
+                    epoch, batch = divmod(entry[0], self.batches_per_epoch)
+                    raise RuntimeError(
+                        f"headrace.ray: {deaths} workers in a row died computing epoch "
+                        f"{epoch}, batch {batch} of rank {self.rank} (run-wide batch "
+                        f"{entry[1]}): a sample in it (or in a batch computed beside it) "
+                        "crashes the engine. The workers' logs (`ray logs`) say how; "
+                        "headrace.Loader over the same pipeline names the sample.") from None
                 self._reassign(entry[2])
         self._pending.popleft()
         j, k, wid, _ = entry
