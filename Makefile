@@ -101,10 +101,13 @@ unit:
 # coordinator restarts and leases time out under the load of the other files' process
 # groups (they failed beside test_elastic's and the trainers' gloo processes, and pass
 # alone).
+# Each test is stopped (and fails) after E2E_TEST_TIMEOUT seconds (pytest-timeout): the
+# longest take about a minute, and a hang once held CI for its whole 90 minutes.
 E2E_PROCS ?= 2
+E2E_TEST_TIMEOUT ?= 600
 e2e:
-	HEADRACE_BIN=$(abspath $(BUILD))/headrace $(PY) -m pytest -q -n $(E2E_PROCS) --dist loadfile tests --ignore=tests/python/test_ray.py
-	HEADRACE_BIN=$(abspath $(BUILD))/headrace $(PY) -m pytest -q tests/python/test_ray.py
+	HEADRACE_BIN=$(abspath $(BUILD))/headrace $(PY) -m pytest -q -n $(E2E_PROCS) --dist loadfile --timeout $(E2E_TEST_TIMEOUT) tests --ignore=tests/python/test_ray.py
+	HEADRACE_BIN=$(abspath $(BUILD))/headrace $(PY) -m pytest -q --timeout $(E2E_TEST_TIMEOUT) tests/python/test_ray.py
 
 asan: setup
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHEADRACE_SANITIZE=address
