@@ -282,8 +282,10 @@ Status FillRecord(simdjson::dom::element doc, int64_t line, const SourceSpec& sp
     }
     simdjson::dom::array items;
     if (value.get(items) != simdjson::SUCCESS) {
-      return MissingField(line, "field '" + f.key + "' must be a list (max_items " +
-                                    std::to_string(f.max_items) + ")");
+      // One value where a list is declared is a list of one: LLaVA-style data writes
+      // "image": "a.jpg" for one image and a list for several, often in one file.
+      HR_RETURN_IF_ERROR(ReadItem(value, line, spec, root, root_text, field, f, f.key, record));
+      continue;
     }
     if (items.size() > static_cast<size_t>(f.max_items)) {
       return BadRecord(line, "field '" + f.key + "' has " + std::to_string(items.size()) +

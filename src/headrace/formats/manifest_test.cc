@@ -562,6 +562,24 @@ TEST(ParseManifest, DeclaredFieldsFeedMediaListsScalarsAndText) {
   EXPECT_TRUE(r2.turns.empty());
 }
 
+TEST(ParseManifest, OneValueWhereAListIsDeclaredIsAListOfOne) {
+  // LLaVA-style data: "image": "a.jpg" for one, a list for several, in one file.
+  const Manifest m = ParseWith(SpecWithFields(),
+                               R"({"id": 1, "image": "a.jpg", "more": "b.jpg", "tags": "x"})"
+                               "\n"
+                               R"({"id": 2, "image": "a.jpg", "more": ["b.jpg", "c.jpg"]})"
+                               "\n");
+  ASSERT_EQ(m.records.size(), 2u);
+  const SampleRecord& one = m.records[0];
+  ASSERT_TRUE(one.status.ok()) << one.status.ToString();
+  ASSERT_EQ(one.media.size(), 2u);
+  EXPECT_EQ(one.media[1].field, 1);
+  EXPECT_EQ(one.media[1].uri, "/data/set/b.jpg");
+  ASSERT_EQ(one.attributes.size(), 1u);
+  EXPECT_EQ(std::get<std::string>(one.attributes[0].value), "x");
+  EXPECT_EQ(m.records[1].media.size(), 3u);
+}
+
 TEST(ParseManifest, DeclaredFieldErrorsAreNamedPerRecord) {
   const Manifest m = ParseWith(SpecWithFields(),
                                R"({"id": 1, "more": []})"
@@ -570,7 +588,7 @@ TEST(ParseManifest, DeclaredFieldErrorsAreNamedPerRecord) {
                                "\n"
                                R"({"id": 3, "image": "a.jpg", "more": ["1", "2", "3", "4"]})"
                                "\n"
-                               R"({"id": 4, "image": "a.jpg", "more": "b.jpg"})"
+                               R"({"id": 4, "image": "a.jpg", "more": 7})"
                                "\n"
                                R"({"id": 5, "image": "a.jpg", "tags": ["x", 3]})"
                                "\n"
@@ -584,7 +602,9 @@ TEST(ParseManifest, DeclaredFieldErrorsAreNamedPerRecord) {
   EXPECT_THAT(m.records[1].status.message(), HasSubstr("'label' must be an integer"));
   EXPECT_EQ(m.records[2].status.code(), StatusCode::kBadRecord);
   EXPECT_THAT(m.records[2].status.message(), HasSubstr("4 items, more than its max_items 3"));
-  EXPECT_THAT(m.records[3].status.message(), HasSubstr("'more' must be a list"));
+  // One value where a list is declared is a list of one; a value of the wrong kind is
+  // still refused.
+  EXPECT_THAT(m.records[3].status.message(), HasSubstr("'more' must be a string"));
   EXPECT_THAT(m.records[4].status.message(), HasSubstr("'tags[1]' must be a string"));
   EXPECT_EQ(m.records[5].status.code(), StatusCode::kPathEscape);
   for (const SampleRecord& r : m.records) {
