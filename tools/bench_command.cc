@@ -87,6 +87,11 @@ class OpsTimer {
     t->storage_ = MakeLocalStorage();
     HR_ASSIGN_OR_RETURN(t->manifest_, LoadManifest(*t->storage_, spec.source));
     HR_ASSIGN_OR_RETURN(t->plan_, PlanPipeline(spec, *t->storage_));
+    if (t->plan_.chains.size() != 1) {
+      return Status::InvalidArgument(
+          "bench ops times one chain of ops over a manifest; this blend's entries have ops "
+          "of their own: time each entry's pipeline");
+    }
     // Each sample writes its own rows, as into the engine's batch buffers: two batches'
     // worth, taken in turn and touched once before the clock, so that an op pays for
     // writing memory that is not in its cache as it does in a run (one row reused for
@@ -115,8 +120,8 @@ class OpsTimer {
       }
     }
     if (t->records_.empty()) return Status::InvalidArgument("the manifest has no good records");
-    t->values_.resize(static_cast<size_t>(t->plan_.num_values));
-    t->best_ns_.assign(t->plan_.ops.size(), INT64_MAX);
+    t->values_.resize(static_cast<size_t>(t->plan_.chains[0].num_values));
+    t->best_ns_.assign(t->plan_.chains[0].ops.size(), INT64_MAX);
     std::vector<int64_t> ns;
     int64_t read_ns = 0;
     HR_RETURN_IF_ERROR(t->Run(std::min<size_t>(t->records_.size(), 16), ns, read_ns));
@@ -137,9 +142,9 @@ class OpsTimer {
     best_.samples = static_cast<int64_t>(records_.size());
     best_.read_ms_per_sample = 1e3 * read_s_ / n;
     best_.cpu_ms_per_sample = 1e3 * best_cpu_s_ / n;
-    for (size_t k = 0; k < plan_.ops.size(); ++k) {
+    for (size_t k = 0; k < plan_.chains[0].ops.size(); ++k) {
       const double ms = static_cast<double>(best_ns_[k]) * 1e-6 / n;
-      best_.ops.push_back(OpCost{std::string(plan_.ops[k]->name()), ms});
+      best_.ops.push_back(OpCost{std::string(plan_.chains[0].ops[k]->name()), ms});
       best_.total_ms_per_sample += ms;
     }
     return Status::Ok();
@@ -159,8 +164,8 @@ class OpsTimer {
   // The chain over the first `n` records: each op's wall time into ns[k], the reads'
   // into read_ns, and the thread's CPU time in the chains (reads excluded) into *cpu_s.
   Status Run(size_t n, std::vector<int64_t>& ns, int64_t& read_ns, double* cpu_s = nullptr) {
-    ns.assign(plan_.ops.size(), 0);
-    const ChainRunner chain(plan_.ops, plan_.source_values, plan_.num_values, spec_.seed);
+    ns.assign(plan_.chains[0].ops.size(), 0);
+    const ChainRunner chain(plan_.chains[0], spec_.seed);
     for (size_t i = 0; i < n; ++i) {
       // The sample's media are read just before its chain, off the clock, as the engine
       // decodes what an I/O thread has just read (and only one sample's files are held).

@@ -164,6 +164,11 @@ Status MaterializeSet(const MaterializeOptions& options, MaterializedInfo& info,
 
 std::vector<std::string> RandomOps(const PipelineSpec& spec) {
   std::vector<std::string> keys;
+  for (size_t e = 0; e < spec.mix_ops.size(); ++e) {  // a blend entry's own
+    for (size_t i = 0; i < spec.mix_ops[e].size(); ++i) {
+      if (OpDrawsRandom(spec.mix_ops[e][i])) keys.push_back(MixOpKey(e, i, spec.mix_ops[e][i]));
+    }
+  }
   for (size_t i = 0; i < spec.ops.size(); ++i) {
     if (OpDrawsRandom(spec.ops[i])) keys.push_back(OpKey(i, spec.ops[i]));
   }

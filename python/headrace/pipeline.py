@@ -22,13 +22,33 @@ def _override_list(overrides: Overrides) -> List[str]:
     return [str(o) for o in overrides]
 
 
+def _mix_entry(entry: Any, i: int) -> Any:
+    """A ``source.mix`` entry as config: paths as text, and its own ``ops`` (run on its
+    samples before the pipeline's, which every entry shares) from headrace.ops builders."""
+    if not isinstance(entry, Mapping):
+        return entry
+    out = {k: str(v) if isinstance(v, os.PathLike) else v for k, v in entry.items()}
+    if "ops" in out:
+        ops = []
+        for j, op in enumerate(out["ops"]):
+            if not isinstance(op, _ops.BuiltinOp):
+                raise _headrace.ConfigError(
+                    f"source.mix[{i}].ops[{j}]: expected an op from headrace.ops (decode(), "
+                    f"resize(...), ...; an entry's ops are the built-in ones), got {op!r}")
+            ops.append(op.config())
+        out["ops"] = ops
+    return out
+
+
 class Pipeline:
     """What to compute: the same PipelineSpec as a YAML config, built in code.
 
     ``Pipeline(source="data/sample/manifest.jsonl", ops=[headrace.ops.decode(), ...],
     batch_size=64, seed=0)``, or ``Pipeline.from_yaml("examples/vqa.yaml")``. ``source``
     is a manifest path or the config's ``source`` mapping, e.g. WebDataset tar shards:
-    ``{"shards": "s3://b/train/shard-{000000..000999}.tar", "shuffle_window": 4}``. Keyword
+    ``{"shards": "s3://b/train/shard-{000000..000999}.tar", "shuffle_window": 4}``, or a
+    blend, ``{"mix": [{"name": "vqa", "manifest": ..., "weight": 0.7, "ops": [...]}, ...]}``
+    where an entry's ``ops`` run on its samples before ``ops``, which all share. Keyword
     names are the config's (``batch_size`` is ``batch.size``); ``overrides`` takes any
     other key as in ``headrace run --set``. Errors name the config key. ``epochs`` limits
     the run; the default, None, leaves it to the training loop (a loader iterates one
@@ -48,6 +68,9 @@ class Pipeline:
         if isinstance(source, Mapping):
             source_config = {k: str(v) if isinstance(v, os.PathLike) else v
                              for k, v in source.items()}
+            if "mix" in source_config:  # a blend: each entry's own ops as config
+                source_config["mix"] = [_mix_entry(e, i) for i, e in
+                                        enumerate(source_config["mix"])]
         else:
             source_config = {"manifest": os.fspath(source)}
         config = {

@@ -256,7 +256,7 @@ void AssembleStage::RunBatchOps(const BatchJob& job, Batch& batch) {
 std::vector<OpMetrics> AssembleStage::OpsMetrics(int64_t samples_run) const {
   std::vector<OpMetrics> out;
   for (size_t i = 0; i < batch_ops_.size(); ++i) {
-    out.push_back(OpMetrics{std::string(batch_ops_[i]->name()), samples_run,
+    out.push_back(OpMetrics{std::string(batch_ops_[i]->name()), "", samples_run,
                             batch_op_ns_[i].load() * 1e-9, batch_op_latency_[i].Snapshot()});
   }
   return out;

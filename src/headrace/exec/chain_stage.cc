@@ -18,25 +18,38 @@ thread_local bool tls_trace_named = false;
 
 }  // namespace
 
-ChainStage::ChainStage(const Source& source, const std::vector<std::unique_ptr<Op>>& ops,
-                       std::span<const SourceValue> values, int num_values,
+namespace {
+size_t OpsOf(const std::vector<OpChain>& chains) {
+  size_t n = 0;
+  for (const OpChain& c : chains) n += c.ops.size();
+  return n;
+}
+}  // namespace
+
+ChainStage::ChainStage(const Source& source, const std::vector<OpChain>& chains,
                        ChainStageOptions options, std::stop_token stop, Release release,
                        Done done)
     : source_(source),
-      ops_(ops),
-      chain_(ops, values, num_values, options.seed),
+      chains_(chains),
       options_(options),
       stop_(std::move(stop)),
       release_(std::move(release)),
       done_(std::move(done)),
       pool_(std::make_unique<ThreadPool>(options.threads)),
-      op_ns_(ops.size()),
-      op_gil_wait_ns_(ops.size()),
-      op_takes_gil_(ops.size()),
-      op_frames_decoded_(ops.size()),
-      op_frames_taken_(ops.size()),
-      op_decodes_frames_(ops.size()),
-      op_latency_(std::make_unique<LatencyHistogram[]>(ops.size())) {}
+      op_ns_(OpsOf(chains)),
+      op_gil_wait_ns_(OpsOf(chains)),
+      op_takes_gil_(OpsOf(chains)),
+      op_frames_decoded_(OpsOf(chains)),
+      op_frames_taken_(OpsOf(chains)),
+      op_decodes_frames_(OpsOf(chains)),
+      op_latency_(std::make_unique<LatencyHistogram[]>(OpsOf(chains))) {
+  size_t first = 0;
+  for (const OpChain& c : chains_) {
+    runners_.emplace_back(c, options.seed);
+    first_op_.push_back(first);
+    first += c.ops.size();
+  }
+}
 
 ChainStage::~ChainStage() { pool_.reset(); }
 
@@ -71,9 +84,13 @@ void ChainStage::Run(const std::shared_ptr<BatchJob>& job, int slot, std::vector
     tls_scratch.Account(&scratch_usage_);
     if (status.ok()) {
       RaggedRows* ragged = job->ragged.empty() ? nullptr : &job->ragged[slot];
-      status = chain_.Run(sample, job->slots[slot].data(), ragged, tls_scratch, tls_values,
-                          [&](size_t i, Clock::time_point start, Clock::time_point end,
-                              const SampleContext& ctx) { CountOp(i, start, end, ctx, index); });
+      const size_t c = runners_.size() == 1 ? 0 : static_cast<size_t>(source_.EntryOf(index));
+      const size_t first = first_op_[c];
+      status = runners_[c].Run(sample, job->slots[slot].data(), ragged, tls_scratch, tls_values,
+                               [&](size_t i, Clock::time_point start, Clock::time_point end,
+                                   const SampleContext& ctx) {
+                                 CountOp(first + i, start, end, ctx, index);
+                               });
     }
     if (status.ok() && !job->parsed_attributes.empty() &&
         sample.attributes.data() != sample.record->attributes.data()) {
@@ -105,7 +122,7 @@ void ChainStage::CountOp(size_t i, Clock::time_point start, Clock::time_point en
   }
   if (options_.trace != nullptr) {
     // Op names are string_views into the ops' static names: stable for the run.
-    options_.trace->Span(ops_[i]->name().data(), "cpu", start, end, index);
+    options_.trace->Span(OpAt(i).name().data(), "cpu", start, end, index);
   }
 }
 
@@ -125,15 +142,24 @@ StageMetrics ChainStage::Metrics(double elapsed_s, double admit_blocked_s) const
   return cpu;
 }
 
+const Op& ChainStage::OpAt(size_t i) const {
+  size_t c = 0;
+  while (c + 1 < first_op_.size() && first_op_[c + 1] <= i) ++c;
+  return *chains_[c].ops[i - first_op_[c]];
+}
+
 std::vector<OpMetrics> ChainStage::OpsMetrics() const {
   std::vector<OpMetrics> out;
-  for (size_t i = 0; i < ops_.size(); ++i) {
-    const bool frames = op_decodes_frames_[i].load();
-    out.push_back(OpMetrics{std::string(ops_[i]->name()), samples_run(),
-                            op_ns_[i].load() * 1e-9, op_latency_[i].Snapshot(),
-                            op_takes_gil_[i].load() ? op_gil_wait_ns_[i].load() * 1e-9 : -1,
-                            frames ? op_frames_decoded_[i].load() : -1,
-                            frames ? op_frames_taken_[i].load() : 0});
+  for (size_t c = 0; c < chains_.size(); ++c) {
+    for (size_t k = 0; k < chains_[c].ops.size(); ++k) {
+      const size_t i = first_op_[c] + k;
+      const bool frames = op_decodes_frames_[i].load();
+      out.push_back(OpMetrics{std::string(chains_[c].ops[k]->name()), chains_[c].entry,
+                              samples_run(), op_ns_[i].load() * 1e-9, op_latency_[i].Snapshot(),
+                              op_takes_gil_[i].load() ? op_gil_wait_ns_[i].load() * 1e-9 : -1,
+                              frames ? op_frames_decoded_[i].load() : -1,
+                              frames ? op_frames_taken_[i].load() : 0});
+    }
   }
   return out;
 }

@@ -34,6 +34,10 @@ namespace headrace {
 
 struct OpMetrics {
   std::string name;
+  // The blend entry whose chain the op is in (OpChain::entry); "": the chain of every
+  // sample. An entry's op runs on that entry's samples only, and `items` still counts
+  // every sample, so that the ops' costs per sample add up to the chain's.
+  std::string entry;
   int64_t items = 0;
   double busy_s = 0;             // summed over threads
   HistogramSnapshot latency;     // per sample (a batch op: per batch)
@@ -65,10 +69,10 @@ class ChainStage {
   using Done = std::function<void(const std::shared_ptr<BatchJob>& job, int slot, Status)>;
   using Release = std::function<void(int64_t charged)>;
 
-  // `source`, `ops` and `values` live as long as the stage (the engine's inputs).
-  ChainStage(const Source& source, const std::vector<std::unique_ptr<Op>>& ops,
-             std::span<const SourceValue> values, int num_values, ChainStageOptions options,
-             std::stop_token stop, Release release, Done done);
+  // `source` and `chains` live as long as the stage (the engine's inputs). A sample runs
+  // chains[0], or with several (a blend's entries' own) chains[source.EntryOf(index)].
+  ChainStage(const Source& source, const std::vector<OpChain>& chains,
+             ChainStageOptions options, std::stop_token stop, Release release, Done done);
   ~ChainStage();
 
   void Submit(const std::shared_ptr<BatchJob>& job, int slot, std::vector<Buffer> media,
@@ -87,10 +91,15 @@ class ChainStage {
                const SampleContext& ctx, int64_t index);
   // After a sample: notes what this thread's scratch grew to, then trims it.
   void SettleScratch();
+  // The op of counter index `i` (first_op_).
+  const Op& OpAt(size_t i) const;
 
   const Source& source_;
-  const std::vector<std::unique_ptr<Op>>& ops_;
-  const ChainRunner chain_;
+  const std::vector<OpChain>& chains_;
+  std::vector<ChainRunner> runners_;  // per chain
+  // Per chain, the index of its first op in the per-op counters below, which list every
+  // chain's ops one chain after another.
+  std::vector<size_t> first_op_;
   const ChainStageOptions options_;
   const std::stop_token stop_;
   const Release release_;

@@ -32,8 +32,8 @@ struct Finished {
 };
 
 TEST(ChainStage, RunsFillAndTheChainReleasesTheBytesThenReportsEachSample) {
-  std::vector<std::unique_ptr<Op>> ops;
-  ops.push_back(std::make_unique<RowOp>());
+  std::vector<OpChain> chains(1);
+  chains[0].ops.push_back(std::make_unique<RowOp>());
   std::vector<SampleRecord> records(3);
   for (auto& r : records) r.media = {MediaRef{0, "m"}};
   auto source = MakeRecordSource(std::make_shared<VectorRecords>(
@@ -48,7 +48,7 @@ TEST(ChainStage, RunsFillAndTheChainReleasesTheBytesThenReportsEachSample) {
   }
   Finished f;
   std::stop_source stop;
-  ChainStage stage(*source, ops, {}, 0, ChainStageOptions{.threads = 2}, stop.get_token(),
+  ChainStage stage(*source, chains, ChainStageOptions{.threads = 2}, stop.get_token(),
                    [&](int64_t charged) {
                      std::lock_guard lock(f.mu);
                      f.released.push_back(charged);
@@ -80,8 +80,8 @@ TEST(ChainStage, RunsFillAndTheChainReleasesTheBytesThenReportsEachSample) {
 }
 
 TEST(ChainStage, AfterStopASampleIsCancelledWithoutRunningAndItsBytesReleased) {
-  std::vector<std::unique_ptr<Op>> ops;
-  ops.push_back(std::make_unique<RowOp>());
+  std::vector<OpChain> chains(1);
+  chains[0].ops.push_back(std::make_unique<RowOp>());
   std::vector<SampleRecord> records(1);
   auto source = MakeRecordSource(std::make_shared<VectorRecords>(
                                      std::make_shared<std::vector<SampleRecord>>(records)),
@@ -94,7 +94,7 @@ TEST(ChainStage, AfterStopASampleIsCancelledWithoutRunningAndItsBytesReleased) {
   Finished f;
   std::stop_source stop;
   stop.request_stop();
-  ChainStage stage(*source, ops, {}, 0, ChainStageOptions{}, stop.get_token(),
+  ChainStage stage(*source, chains, ChainStageOptions{}, stop.get_token(),
                    [&](int64_t charged) {
                      std::lock_guard lock(f.mu);
                      f.released.push_back(charged);

@@ -135,6 +135,7 @@ Engine::Engine(std::shared_ptr<const EngineInputs> inputs, EngineOptions options
 Result<std::unique_ptr<Engine>> Engine::Start(std::shared_ptr<const EngineInputs> inputs,
                                               EngineOptions options) {
   if (!inputs || !inputs->source) return Status::InvalidArgument("no source");
+  if (inputs->chains.empty()) return Status::InvalidArgument("no chain of ops");
   const Source& source = *inputs->source;
   HR_RETURN_IF_ERROR(source.CheckRun(options.start_epoch, options.order.epochs));
   if (source.size() == 0) return Status::InvalidArgument("the dataset has no samples");
@@ -164,7 +165,7 @@ Result<std::unique_ptr<Engine>> Engine::Start(std::shared_ptr<const EngineInputs
   Engine* e = engine.get();
   const EngineInputs& in = *e->inputs_;
   e->chain_ = std::make_unique<ChainStage>(
-      *in.source, in.ops, in.source_values, in.num_values,
+      *in.source, in.chains,
       ChainStageOptions{options.cpu_threads, options.order.seed, options.scratch_retain_bytes,
                         options.trace},
       e->stop_.get_token(), [e](int64_t charged) { e->read_->Release(charged); },

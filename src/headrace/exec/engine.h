@@ -88,13 +88,17 @@ struct EngineInputs {
   // The dataset (formats/source.h): its records per epoch, the storage its reads go
   // through, and how a sample's values are put in place once its media are read.
   std::shared_ptr<const Source> source;
-  // The per-sample chain; Op::Run writes into the rows of `fields` (by position).
-  std::vector<std::unique_ptr<Op>> ops;
+  // The per-sample chain (ops/chain_runner.h): its ops, the slots of named values they use
+  // (ops/value.h) and the source's values among them, filled before it runs. Op::Run
+  // writes into the rows of `fields` (by position). One chain, or one per entry of a
+  // blend whose entries have ops of their own (in entry order: Source::EntryOf picks).
+  std::vector<OpChain> chains;
+  // The first chain, made when there is none: for builders of a one-chain engine.
+  OpChain& chain() {
+    if (chains.empty()) chains.emplace_back();
+    return chains.front();
+  }
   std::vector<FieldSpec> fields;
-  // Slots of named values the chain uses (ops/value.h), and the source's values among
-  // them, filled before the chain runs.
-  int num_values = 0;
-  std::vector<SourceValue> source_values;
   // Per-sample strings collected into Batch::strings (exec/assemble_stage.h).
   using StringField = headrace::StringField;
   std::vector<StringField> strings;

@@ -175,7 +175,7 @@ class EngineConformance : public testing::TestWithParam<Config> {
     } else {
       store = std::make_shared<VectorRecords>(std::move(records));
     }
-    in.ops.push_back(std::move(op));
+    in.chain().ops.push_back(std::move(op));
     if (batch_op) in.batch_ops.push_back(std::move(batch_op));
     in.fields.push_back(FieldSpec{"row", DType::kI64, {4}});
     in.reads_media = GetParam().reads_media;
@@ -302,7 +302,7 @@ TEST_P(EngineConformance, ReadsEveryMediaItemOfASampleWholeOrAsARange) {
   EngineInputs in;
   in.source =
       MakeRecordSource(std::make_shared<VectorRecords>(records), MakeLocalStorage({.threads = 2}));
-  in.ops.push_back(std::make_unique<TwoMediaOp>());
+  in.chain().ops.push_back(std::make_unique<TwoMediaOp>());
   in.fields.push_back(FieldSpec{"row", DType::kI64, {5}});
   EngineOptions opt;
   opt.cpu_threads = GetParam().threads;
@@ -736,8 +736,8 @@ EngineMetrics RunWithIoBudget(int64_t n, std::function<int64_t(int64_t)> size_of
   auto gate = std::make_unique<GateOp>(nullptr);
   GateOp* gate_ptr = gate.get();
   EngineInputs in;
-  in.ops.push_back(std::move(gate));
-  in.ops.push_back(std::make_unique<FillOp>());
+  in.chain().ops.push_back(std::move(gate));
+  in.chain().ops.push_back(std::make_unique<FillOp>());
   in.fields.push_back(FieldSpec{"row", DType::kI64, {4}});
   in.source = MakeRecordSource(
       std::make_shared<VectorRecords>(records),
@@ -825,7 +825,7 @@ RaggedRun RunRagged(int threads) {
   auto records = std::make_shared<std::vector<SampleRecord>>(40);
   for (size_t i = 0; i < records->size(); ++i) (*records)[i].id = std::to_string(i);
   EngineInputs in;
-  in.ops.push_back(std::make_unique<RaggedFillOp>());
+  in.chain().ops.push_back(std::make_unique<RaggedFillOp>());
   in.fields = {FieldSpec{"fixed", DType::kI64, {}},
                FieldSpec{"ragged", DType::kI64, {2}, FieldLayout::kRagged},
                FieldSpec{"ragged_lengths", DType::kI32, {}, FieldLayout::kLengths}};
@@ -958,7 +958,7 @@ TEST(EngineSourceFill, StringsParsedAtRunTimeReachTheBatchTheRecordsOtherwise) {
   }
   EngineInputs in;
   in.source = std::make_shared<CaptionSource>(std::make_shared<VectorRecords>(records));
-  in.ops.push_back(std::make_unique<FillOp>());
+  in.chain().ops.push_back(std::make_unique<FillOp>());
   in.fields.push_back(FieldSpec{"row", DType::kI64, {4}});
   in.strings.push_back(EngineInputs::StringField{"caption", 3, false});
   in.reads_media = false;
@@ -995,7 +995,7 @@ TEST(EngineEpochRecords, EachEpochReadsItsOwnRecordsAndTooFewEpochsAreRefused) {
         std::vector<std::shared_ptr<const RecordStore>>{
             std::make_shared<VectorRecords>(records_named("epoch0-", 1)),
             std::make_shared<VectorRecords>(records_named("epoch1-", 2))});
-    in.ops.push_back(std::make_unique<FillOp>());
+    in.chain().ops.push_back(std::make_unique<FillOp>());
     in.fields.push_back(FieldSpec{"row", DType::kI64, {4}});
     in.strings.push_back(EngineInputs::StringField{"id", -1, false});
     in.reads_media = false;

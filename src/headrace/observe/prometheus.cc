@@ -67,6 +67,12 @@ std::string Label(const char* key, const std::string& value) {
   return std::string(key) + "=\"" + PrometheusEscape(value) + "\"";
 }
 
+// An op's labels: its name, and the blend entry whose own chain it is in (if any).
+std::string OpLabels(const OpReport& op) {
+  return op.entry.empty() ? Label("op", op.name)
+                          : Label("op", op.name) + "," + Label("entry", op.entry);
+}
+
 }  // namespace
 
 std::string PrometheusEscape(const std::string& value) {
@@ -163,7 +169,7 @@ std::string PrometheusText(const RunReport& r, const MetricLabels& labels) {
 
   e.Family("headrace_op_seconds_total", "counter", "Seconds each operator ran, over threads.");
   for (const OpReport& op : r.ops) {
-    e.Sample("headrace_op_seconds_total", op.busy_s, Label("op", op.name));
+    e.Sample("headrace_op_seconds_total", op.busy_s, OpLabels(op));
   }
   // Only when an op decodes video frames (video.decode).
   if (std::any_of(r.ops.begin(), r.ops.end(),
@@ -174,20 +180,20 @@ std::string PrometheusText(const RunReport& r, const MetricLabels& labels) {
     for (const OpReport& op : r.ops) {
       if (op.frames_decoded < 0) continue;
       e.Sample("headrace_op_frames_decoded_total", static_cast<double>(op.frames_decoded),
-               Label("op", op.name));
+               OpLabels(op));
     }
     e.Family("headrace_op_frames_taken_total", "counter",
              "Video frames an operator took into batches.");
     for (const OpReport& op : r.ops) {
       if (op.frames_decoded < 0) continue;
       e.Sample("headrace_op_frames_taken_total", static_cast<double>(op.frames_taken),
-               Label("op", op.name));
+               OpLabels(op));
     }
   }
   e.Family("headrace_op_latency_seconds", "histogram",
            "Time of one operator on one sample (a batch op: on one batch).");
   for (const OpReport& op : r.ops) {
-    e.Histogram("headrace_op_latency_seconds", op.latency, Label("op", op.name));
+    e.Histogram("headrace_op_latency_seconds", op.latency, OpLabels(op));
   }
   e.Family("headrace_read_latency_seconds", "histogram",
            "Time of one media read, from issue to its bytes (retries included).");

@@ -153,7 +153,8 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
                              op.frames_decoded, op.frames_taken,
                              op.frames_decoded >= 0 && op.frames_taken > 0
                                  ? static_cast<double>(op.frames_decoded) / op.frames_taken
-                                 : -1.0});
+                                 : -1.0,
+                             op.entry});
   }
   r.read_latency = m.read_latency;
   r.next_wait = m.next_wait;
@@ -273,7 +274,9 @@ std::string RunReportToJson(const RunReport& r) {
   w.Key("ops").BeginArray();
   for (const OpReport& op : r.ops) {
     w.BeginObject();
-    w.Key("name").String(op.name).Key("busy_s").Double(op.busy_s);
+    w.Key("name").String(op.name);
+    if (!op.entry.empty()) w.Key("entry").String(op.entry);
+    w.Key("busy_s").Double(op.busy_s);
     w.Key("ms_per_sample").Double(op.ms_per_sample);
     w.Key("latency_ms").BeginObject();
     LatencyJson(w, op.latency, 1e3);
@@ -476,6 +479,7 @@ Result<RunReport> RunReportFromJson(std::string_view json_text) {
     for (simdjson::dom::element e : ops) {
       OpReport op;
       text(e, "name", &op.name);
+      text(e, "entry", &op.entry);
       number(e, "busy_s", &op.busy_s);
       number(e, "ms_per_sample", &op.ms_per_sample);
       number(e, "gil_wait_ms_per_sample", &op.gil_wait_ms_per_sample);
@@ -556,7 +560,10 @@ std::string RunReportToText(const RunReport& r) {
         static_cast<long long>(s.metrics.items));
   }
   out += "  ops (ms/sample)  ";
-  for (const auto& op : r.ops) add(" %s %.2f", op.name.c_str(), op.ms_per_sample);
+  for (const auto& op : r.ops) {
+    add(" %s%s%s %.2f", op.entry.c_str(), op.entry.empty() ? "" : "/", op.name.c_str(),
+        op.ms_per_sample);
+  }
   out += "\n";
   for (const auto& op : r.ops) {
     if (op.frames_decoded_per_taken < 0) continue;

@@ -43,6 +43,9 @@ struct OpReport {
   int64_t frames_decoded = -1;
   int64_t frames_taken = 0;
   double frames_decoded_per_taken = -1;
+  // The blend entry whose own chain the op is in (source.mix[i].ops and the shared ops
+  // after them, one chain per entry); "": the chain of every sample.
+  std::string entry;
 };
 
 // One interval of a run, sampled while it runs (observe/run_monitor.h): what the

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "headrace/core/clock.h"
@@ -33,8 +34,22 @@ constexpr uint64_t BatchSeed(uint64_t seed, int64_t epoch, int64_t index_in_epoc
                   position);
 }
 
+// A per-sample chain as the planner makes it (pipeline/plan.h): its ops, in order, and the
+// value slots they use, the source's among them. One serves every sample; a blend whose
+// entries have ops of their own has one per entry (Source::EntryOf picks it), each named
+// by its entry.
+struct OpChain {
+  std::string entry;  // the blend entry whose samples it runs ("": every sample)
+  std::vector<std::unique_ptr<Op>> ops;
+  std::vector<SourceValue> source_values;
+  int num_values = 0;
+};
+
 class ChainRunner {
  public:
+  // A view of `chain`, which lives as long as the runner (the plan's).
+  ChainRunner(const OpChain& chain, uint64_t seed)
+      : ChainRunner(chain.ops, chain.source_values, chain.num_values, seed) {}
   // Views: the ops and source values live as long as the runner (the plan's).
   ChainRunner(std::span<const std::unique_ptr<Op>> ops, std::span<const SourceValue> sources,
               int num_values, uint64_t seed)

@@ -214,19 +214,41 @@ void PlanContext::FinishDeclare() {
   }
 }
 
-void PlanContext::AddField(FieldSpec field, std::string size_source, std::string writer) {
-  if (writer.empty()) writer = key();
+int PlanState::AddFieldRow(FieldSpec field, std::string size_source, std::string writer) {
+  if (!layout.empty()) {
+    for (size_t row = 0; row < fields.size(); ++row) {
+      if (fields[row].name != field.name) continue;
+      // As this chain declares it (FinishDeclare resolves it again); its lengths, if
+      // ragged, follow it already.
+      const bool ragged = field.layout == FieldLayout::kRagged;
+      fields[row] = std::move(field);
+      rows_written.push_back(static_cast<int>(row));
+      if (ragged) rows_written.push_back(static_cast<int>(row) + 1);
+      return static_cast<int>(row);
+    }
+  }
   const bool ragged = field.layout == FieldLayout::kRagged;
   const std::string name = field.name;
-  record().fields.emplace_back(field.name, static_cast<int>(state_.fields.size()));
-  state_.field_writers.push_back(writer);
-  state_.fields.push_back(std::move(field));
-  state_.field_sources.push_back(size_source);
-  if (!ragged) return;
-  // Not one of the op's own fields: the assemble stage writes it (FieldLayout::kLengths).
-  state_.fields.push_back(FieldSpec{LengthsName(name), DType::kI32, {}, FieldLayout::kLengths});
-  state_.field_writers.push_back(writer + " (the rows of each of '" + name + "''s entries)");
-  state_.field_sources.push_back(size_source);
+  const int row = static_cast<int>(fields.size());
+  field_writers.push_back(writer);
+  fields.push_back(std::move(field));
+  field_sources.push_back(size_source);
+  rows_written.push_back(row);
+  if (ragged) {
+    rows_written.push_back(row + 1);
+    // Not one of the op's own fields: the assemble stage writes it (FieldLayout::kLengths).
+    fields.push_back(FieldSpec{LengthsName(name), DType::kI32, {}, FieldLayout::kLengths});
+    field_writers.push_back(writer + " (the rows of each of '" + name + "''s entries)");
+    field_sources.push_back(std::move(size_source));
+  }
+  return row;
+}
+
+void PlanContext::AddField(FieldSpec field, std::string size_source, std::string writer) {
+  if (writer.empty()) writer = key();
+  const std::string name = field.name;
+  const int row = state_.AddFieldRow(std::move(field), std::move(size_source), std::move(writer));
+  record().fields.emplace_back(name, row);
 }
 
 Result<FieldRead> PlanContext::ReadField(std::string_view name, const FieldSpec* synthetic) {
@@ -247,6 +269,28 @@ Result<FieldRead> PlanContext::ReadField(std::string_view name, const FieldSpec*
       }
       return out;
     }
+  }
+  // Written only by other chains of the batch layout (PlanState::layout): this chain's
+  // samples have none of it. A concatenated field has no rows for them; a fixed one would
+  // be a row of zeros that reads as a real value (a grid of 0 x 0 x 0), so it is refused.
+  for (size_t row = 0; row < state_.layout.size(); ++row) {
+    const PlanState::LayoutField& shared = state_.layout[row];
+    if (state_.fields[row].name != name || shared.this_chain) continue;
+    const FieldSpec& spec = state_.fields[row];
+    if (!spec.concatenated()) {
+      return Error("reads the batch field '" + std::string(name) + "', which only " +
+                   shared.writer + " writes: this chain's samples would read a row of zeros "
+                   "as if it held a value. Declare the media it comes from as a list "
+                   "(max_items: 1) in every entry, so that a sample without it has no items");
+    }
+    FieldRead out;
+    out.row = static_cast<int>(row);
+    out.spec = spec;
+    out.items = shared.items;
+    out.writer = shared.writer;
+    out.geometry = shared.geometry;
+    record().field_reads.emplace_back(std::string(name), out.row);
+    return out;
   }
   if (state_.synthesize_inputs && synthetic != nullptr) {
     FieldRead out;

@@ -244,6 +244,26 @@ struct PlanState {
   bool synthesize_inputs = false;
   // The unpadded token sequences the ops write (AddSequence).
   std::vector<TokenSequence> sequences;
+
+  // Planning one of several chains that fill one batch layout (a blend whose entries have
+  // ops of their own: pipeline/plan.h). `fields` then starts as the whole layout, and
+  // layout[row] says who writes each field and whether this chain does. A field this
+  // chain declares takes its row there by name (AddFieldRow); a field it reads back that
+  // only other chains write is read as this chain's samples leave it: with no rows
+  // (ReadField). Empty: one chain, its fields added as declared.
+  struct LayoutField {
+    std::string writer;      // the op that writes it in its chain (FieldRead::writer)
+    int items = 0;           // as FieldRead::items
+    PatchGeometry geometry;  // as FieldRead::geometry
+    bool this_chain = false;  // this chain writes it too
+  };
+  std::vector<LayoutField> layout;
+
+  // Adds a batch field (and, for a ragged one, its `<name>_lengths` after it), or with a
+  // layout takes the row of the field of that name; returns its row.
+  int AddFieldRow(FieldSpec field, std::string size_source, std::string writer);
+  // The rows AddFieldRow gave, lengths included, in order: what this chain writes.
+  std::vector<int> rows_written;
 };
 
 inline constexpr int kSynthImageWidth = 40;

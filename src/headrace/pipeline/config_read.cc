@@ -149,6 +149,7 @@ Status Reader::ParseOps(const YAML::Node& n, const std::string& path, std::vecto
 }  // namespace config_internal
 
 using config_internal::ApplyOverride;
+using config_internal::ChildPath;
 using config_internal::Reader;
 
 namespace {
@@ -195,6 +196,12 @@ Result<PipelineSpec> ParsePipelineConfig(std::string_view yaml_text,
     }
     PipelineSpec spec;
     HR_RETURN_IF_ERROR(reader.ParseStruct(root, "", "", &spec));
+    for (size_t i = 0; i < spec.source.mix.size(); ++i) {
+      const auto ops = reader.mix_ops().find(ChildPath("source.mix", std::to_string(i)));
+      if (ops == reader.mix_ops().end()) continue;
+      spec.mix_ops.resize(i + 1);
+      spec.mix_ops[i] = ops->second;
+    }
     if (Status valid = ValidatePipelineSpec(spec); !valid.ok()) {
       // Validation names the key first ("batch.size: ..."); add where it was set.
       const std::string& m = valid.message();

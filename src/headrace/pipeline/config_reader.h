@@ -62,6 +62,10 @@ class Reader {
   Status ParseOp(std::string_view name, const YAML::Node& params, const std::string& path,
                  OpSpec* out);
 
+  // The ops of each blend entry read so far (`source.mix[i].ops`), by the entry's path
+  // ("source.mix[1]"): MixEntrySpec (formats/) holds no ops, PipelineSpec::mix_ops does.
+  const std::map<std::string, std::vector<OpSpec>>& mix_ops() const { return mix_ops_; }
+
  private:
   // A string, a bool, a number or an enum's name: Convert's leaves.
   template <typename T>
@@ -79,6 +83,7 @@ class Reader {
   std::map<std::string, int> lines_;                            // key path -> line
   // Key path -> the key that set it: a crop's width and height -> its size.
   std::map<std::string, std::string> aliases_;
+  std::map<std::string, std::vector<OpSpec>> mix_ops_;
 };
 
 // Applies one `key.path=value` override to `root` (config_overrides.cc); returns the
@@ -91,8 +96,14 @@ Status Reader::ParseStruct(const YAML::Node& n, const std::string& path, std::st
   std::vector<std::string_view> keys;
   Fields(*out, [&](std::string_view key, auto&, Unit = {}) { keys.push_back(key); });
   if constexpr (kHasSizeShorthand<T>) keys.push_back("size");
+  if constexpr (std::is_same_v<T, MixEntrySpec>) keys.push_back("ops");  // the entry's own
   HR_RETURN_IF_ERROR(CheckMap(n, path, keys, owner));
   if (!n.IsDefined() || n.IsNull()) return Status::Ok();
+  if constexpr (std::is_same_v<T, MixEntrySpec>) {
+    if (const YAML::Node ops = n["ops"]; ops.IsDefined()) {
+      HR_RETURN_IF_ERROR(ParseOps(ops, ChildPath(path, "ops"), &mix_ops_[path]));
+    }
+  }
   Status status;
   Fields(*out, [&](std::string_view key, auto& field, Unit unit = Unit::kCount) {
     const YAML::Node child = n[std::string(key)];

@@ -275,6 +275,15 @@ Status ValidatePipelineSpec(const PipelineSpec& spec) {
   } else {
     HR_RETURN_IF_ERROR(ValidateMix(spec));
   }
+  // A blend entry's own ops (source.mix[i].ops) need that entry.
+  for (size_t i = src.mix.size(); i < spec.mix_ops.size(); ++i) {
+    if (spec.mix_ops[i].empty()) continue;
+    return Invalid("source.mix[" + std::to_string(i) + "].ops",
+                   src.mix.empty() ? "ops of a blend entry, but the source is not a blend "
+                                     "(source.mix): put them in ops"
+                                   : "ops of a blend entry that does not exist (source.mix has " +
+                                         std::to_string(src.mix.size()) + " entries)");
+  }
   if (spec.epochs) HR_RETURN_IF_ERROR(InRange<int64_t>("epochs", *spec.epochs, 1, kMaxEpochs));
   HR_RETURN_IF_ERROR(InRange<int64_t>("batch.size", spec.batch.size, 1, kMaxBatchSize));
   HR_RETURN_IF_ERROR(ValidatePack(spec));

@@ -64,5 +64,9 @@ inline std::string OpKey(size_t position, const OpSpec& op) {
   return "ops[" + std::to_string(position) + "]." +
          std::string(VisitOpType(op, []<typename T>(const auto&) { return T::kName; }));
 }
+// "source.mix[1].ops[0].video.patchify": the key of a blend entry's own op.
+inline std::string MixOpKey(size_t entry, size_t position, const OpSpec& op) {
+  return "source.mix[" + std::to_string(entry) + "]." + OpKey(position, op);
+}
 
 }  // namespace headrace

@@ -21,8 +21,18 @@
 
 namespace headrace {
 
+// A blend whose entries have ops of their own (source.mix[i].ops, PipelineSpec::mix_ops)
+// has one chain per entry: the entry's ops, then the shared ones (spec.ops), planned
+// over the entry's samples. Their batch fields join into one layout: a field several
+// chains write must be the same in each (dtype, shape, layout: a configuration error
+// naming both writers otherwise), and a sample has rows of the fields its chain does not
+// write, which say "none" (ops/absent_fields.h: zeros for a fixed field, no rows for a
+// ragged one). A shared op that reads back a field only other entries write (text.tokenize
+// reading image_grid_thw on a video entry) reads it as the entry's samples have it, with
+// no rows; a fixed one would read zeros as a value, so that is refused, with advice.
 struct PipelinePlan {
-  std::vector<std::unique_ptr<Op>> ops;
+  // The chain of every sample, or one per blend entry (in entry order) as above.
+  std::vector<OpChain> chains;
   std::vector<FieldSpec> fields;  // the batch layout, without the engine's "index"
   // Per field, for messages: the key, with its value, that sets the field's size
   // ("ops[2].image.center_crop.size 224", "ops[4].text.tokenize.max_length 128").
@@ -30,10 +40,7 @@ struct PipelinePlan {
   std::vector<std::unique_ptr<BatchOp>> batch_ops;
   // Per-sample strings for Batch::strings: the id, then the source's text fields.
   std::vector<EngineInputs::StringField> strings;
-  // The named values: how many slots, and the source values the engine fills.
-  int num_values = 0;
-  std::vector<SourceValue> source_values;
-  bool reads_media = false;  // an op reads a media field of the source
+  bool reads_media = false;  // an op of some chain reads a media field of the source
   // The unpadded token sequences (text.tokenize {pad: false}): what packing pads.
   std::vector<TokenSequence> sequences;
 };

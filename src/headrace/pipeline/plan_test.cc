@@ -87,7 +87,7 @@ PipelineSpec ImageSpec(std::vector<OpSpec> ops) {
 }
 
 const DecodeOp& DecodeAt(const PipelinePlan& plan, size_t i) {
-  const auto* decode = dynamic_cast<const DecodeOp*>(plan.ops.at(i).get());
+  const auto* decode = dynamic_cast<const DecodeOp*>(plan.chains.at(0).ops.at(i).get());
   EXPECT_NE(decode, nullptr);
   return *decode;
 }
@@ -106,9 +106,9 @@ TEST(PlanPipeline, ResizeTellsDecodeItsSizeThroughAFlip) {
   EXPECT_EQ(plan->fields[0].sample_shape, (std::vector<int64_t>{3, 56, 56}));
   EXPECT_EQ(plan->field_sources[0], "ops[3].image.center_crop.size 56");
   // The engine fills the image's encoded bytes, in the slot the ops use.
-  ASSERT_EQ(plan->source_values.size(), 1u);
-  EXPECT_EQ(plan->source_values[0].from, SourceValue::From::kMedia);
-  EXPECT_EQ(plan->num_values, 2);  // image, conversation
+  ASSERT_EQ(plan->chains.at(0).source_values.size(), 1u);
+  EXPECT_EQ(plan->chains.at(0).source_values[0].from, SourceValue::From::kMedia);
+  EXPECT_EQ(plan->chains.at(0).num_values, 2);  // image, conversation
 }
 
 TEST(PlanPipeline, ExactResizeSetsTheHintAndTheFieldShape) {
@@ -211,10 +211,10 @@ TEST(PlanPipeline, TwoChainsOverTwoSourceFields) {
   auto storage = MakeLocalStorage();
   Result<PipelinePlan> plan = PlanPipeline(spec, *storage);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  ASSERT_EQ(plan->source_values.size(), 2u);  // no op reads the conversation
-  EXPECT_EQ(plan->source_values[0].field, 0);
-  EXPECT_EQ(plan->source_values[1].field, 1);
-  EXPECT_NE(plan->source_values[0].slot, plan->source_values[1].slot);
+  ASSERT_EQ(plan->chains.at(0).source_values.size(), 2u);  // no op reads the conversation
+  EXPECT_EQ(plan->chains.at(0).source_values[0].field, 0);
+  EXPECT_EQ(plan->chains.at(0).source_values[1].field, 1);
+  EXPECT_NE(plan->chains.at(0).source_values[0].slot, plan->chains.at(0).source_values[1].slot);
   EXPECT_TRUE(plan->reads_media);
   EXPECT_EQ(DecodeAt(*plan, 1).target().min_width, 16);
   EXPECT_FALSE(DecodeAt(*plan, 0).target().any());
@@ -246,9 +246,9 @@ TEST(PlanPipeline, OpsOverAListOfMediaRunPerItemWithListShapedFields) {
   auto storage = MakeLocalStorage();
   Result<PipelinePlan> plan = PlanPipeline(spec, *storage);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  ASSERT_EQ(plan->ops.size(), 4u);  // decode(image), center_crop, [views ops], normalize
-  EXPECT_EQ(plan->ops[2]->name(), "views[*]: image.decode, image.resize, image.normalize");
-  const auto& each = dynamic_cast<const ForEachItemOp&>(*plan->ops[2]);
+  ASSERT_EQ(plan->chains.at(0).ops.size(), 4u);  // decode(image), center_crop, [views ops], normalize
+  EXPECT_EQ(plan->chains.at(0).ops[2]->name(), "views[*]: image.decode, image.resize, image.normalize");
+  const auto& each = dynamic_cast<const ForEachItemOp&>(*plan->chains.at(0).ops[2]);
   EXPECT_EQ(dynamic_cast<const DecodeOp&>(*each.ops()[0]).target().min_width, 16);
   EXPECT_FALSE(DecodeAt(*plan, 0).target().any());
   std::map<std::string, std::vector<int64_t>> shapes;
@@ -265,7 +265,7 @@ TEST(PlanPipeline, OpsOverAListOfMediaRunPerItemWithListShapedFields) {
   ASSERT_TRUE(shapes.count("views_count"));
   EXPECT_EQ(shapes["views_count"], std::vector<int64_t>{});
   EXPECT_TRUE(plan->reads_media);
-  ASSERT_EQ(plan->source_values.size(), 1u) << "the list's items are filled per item";
+  ASSERT_EQ(plan->chains.at(0).source_values.size(), 1u) << "the list's items are filled per item";
 
   // pad_items: [max_items, ...] per sample, as a fixed field.
   spec.source.fields[1].pad_items = true;

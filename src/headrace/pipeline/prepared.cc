@@ -153,12 +153,10 @@ Result<std::shared_ptr<const PreparedPipeline>> PreparedPipeline::Make(
     HR_ASSIGN_OR_RETURN(prepared->pack_, PackOptionsOf(spec.batch, plan));
   }
   auto in = std::make_shared<EngineInputs>();
-  in->ops = std::move(plan.ops);
+  in->chains = std::move(plan.chains);
   in->fields = std::move(plan.fields);
   in->batch_ops = std::move(plan.batch_ops);
   in->reads_media = plan.reads_media || source->values_need_reads();
-  in->num_values = plan.num_values;
-  in->source_values = std::move(plan.source_values);
   in->strings = std::move(plan.strings);
   in->source = std::move(source);
   prepared->inputs_ = std::move(in);

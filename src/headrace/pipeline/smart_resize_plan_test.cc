@@ -18,7 +18,7 @@ PipelineSpec Chain(std::vector<OpSpec> ops) {
 }
 
 const DecodeOp& Decode(const PipelinePlan& plan) {
-  const auto* decode = dynamic_cast<const DecodeOp*>(plan.ops.at(0).get());
+  const auto* decode = dynamic_cast<const DecodeOp*>(plan.chains.at(0).ops.at(0).get());
   EXPECT_NE(decode, nullptr);
   return *decode;
 }

@@ -138,7 +138,7 @@ PipelinePlan MaterializedPlan(const MaterializedInfo& info) {
     plan.strings.push_back(
         EngineInputs::StringField{info.strings[i].name, static_cast<int>(i), info.strings[i].list});
   }
-  plan.ops.push_back(std::make_unique<MaterializedRowsOp>(info.fields));
+  plan.chains.emplace_back().ops.push_back(std::make_unique<MaterializedRowsOp>(info.fields));
   plan.reads_media = true;
   return plan;
 }
@@ -168,7 +168,8 @@ void AddSourceFields(const SourceSpec& spec, PipelinePlan& plan) {
     }
     scalars.push_back(std::move(s));
   }
-  if (!scalars.empty()) plan.ops.push_back(std::make_unique<PassThroughOp>(std::move(scalars)));
+  if (scalars.empty()) return;
+  for (OpChain& chain : plan.chains) chain.ops.push_back(std::make_unique<PassThroughOp>(scalars));
 }
 
 }  // namespace headrace

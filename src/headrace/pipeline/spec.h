@@ -178,6 +178,12 @@ struct PipelineSpec {
   bool shuffle = true;
   BatchSpec batch;
   std::vector<OpSpec> ops;
+  // A blend's entries' own ops (`source.mix[i].ops` in a config): mix_ops[i] runs on
+  // entry i's samples before `ops`, which every entry shares (pipeline/plan.h says how
+  // their batch fields join into one layout). Empty, or shorter than source.mix: the
+  // entries past its end have none. Kept here, not in MixEntrySpec, because formats/
+  // knows no ops.
+  std::vector<std::vector<OpSpec>> mix_ops;
   std::vector<BatchOpSpec> batch_ops;  // after collation, in order
   ExecutionSpec execution;
   PrefetchSpec prefetch;

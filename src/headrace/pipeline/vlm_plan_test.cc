@@ -62,7 +62,7 @@ TEST(VlmPlan, OverAListTheGridsAreTheItemsAndThePatchesAnEntryPerImage) {
   EXPECT_EQ(fields["image_grid_thw"].sample_shape, (std::vector<int64_t>{3}));
   EXPECT_EQ(fields["image_grid_thw"].count_field, "images_count");
   ASSERT_TRUE(fields.count("images_count"));
-  EXPECT_EQ(plan->ops.at(0)->name(),
+  EXPECT_EQ(plan->chains.at(0).ops.at(0)->name(),
             "images[*]: image.decode, image.smart_resize, vision.patchify");
 
   // pad_items: the grids [max_items, 3] per sample; the patches stay concatenated.
@@ -174,7 +174,7 @@ TEST(VlmPlan, OverAVideoListEveryPerVideoFieldIsAnEntryPerItem) {
   EXPECT_EQ(fields["video_timestamps"].count_field, "videos_count");
   EXPECT_EQ(fields["video_grid_thw"].layout, FieldLayout::kItems);
   EXPECT_EQ(fields["video_grid_thw"].count_field, "videos_count");
-  EXPECT_EQ(plan->ops.at(0)->name(), "videos[*]: video.patchify");
+  EXPECT_EQ(plan->chains.at(0).ops.at(0)->name(), "videos[*]: video.patchify");
   // A tokenize with qwen3_vl's videos and no timestamps is a config error naming the key.
   tokenize.video_timestamps_field.clear();
   spec.ops.push_back(tokenize);
