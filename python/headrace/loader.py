@@ -188,6 +188,18 @@ class Loader:
             if len(fields["index"]) > 0:
                 return Batch(fields, epoch, index, global_index, errors, ptrs)
 
+    def end_epoch(self) -> None:
+        """Ends the epoch being iterated now: its remaining batches are skipped, and the
+        next ``for`` (and a state dict taken from now on) starts the next epoch. What
+        :class:`headrace.torch.TorchLoader` does with ``even_steps`` when another rank ran
+        out of batches first. Nothing when no epoch is being iterated."""
+        if not self._active:
+            return
+        try:
+            self._end_epoch()
+        except StopIteration:
+            pass
+
     def _end_epoch(self):
         self._epoch, self._batch, self._active = self._epoch + 1, 0, False
         if self._limit is not None and self._epoch >= self._limit:

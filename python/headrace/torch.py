@@ -127,6 +127,17 @@ class TorchLoader:
     one handed out (2: batch k+1 and k+2 are in flight while the trainer computes on k).
     ``metrics_port``/``metrics_labels``: the loader's Prometheus endpoint (see
     :class:`headrace.Loader`).
+
+    ``even_steps``: under ``torch.distributed``, every rank yields the same number of
+    batches each epoch, so that DDP's collectives never wait for a rank that has no batch.
+    Before handing out each batch the ranks agree (one ``all_reduce`` of a flag over
+    ``process_group``, the default group if None), and the epoch ends for every rank when
+    the first one runs out: the others skip the rest of theirs
+    (:meth:`headrace.Loader.end_epoch`; ``stats()["even_steps_cut_epochs"]`` counts the
+    epochs this rank ended early). None (the default): on when the pipeline forms batches
+    by ``batch.max_tokens`` (their count per epoch follows the data) and the group has
+    more than one rank; batches of ``batch.size`` and ``batch.pack`` rows come in equal
+    counts on every rank already, and no collective runs.
     """
 
     def __init__(self, pipeline: Union[Pipeline, Loader, str, os.PathLike],
@@ -135,8 +146,12 @@ class TorchLoader:
                  rank: Optional[int] = None, world_size: Optional[int] = None,
                  prefetch: int = 2, copier: Any = None,
                  metrics_port: Union[int, str, None] = None,
-                 metrics_labels: Optional[Dict[str, str]] = None):
+                 metrics_labels: Optional[Dict[str, str]] = None,
+                 even_steps: Optional[bool] = None, process_group: Any = None):
         self.device = torch.device(device) if device is not None else None
+        self._even_steps = even_steps
+        self._group = process_group
+        self._cut_epochs = 0
         self.non_blocking = non_blocking
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch must be an int >= 0 (got {prefetch!r})")
@@ -168,17 +183,51 @@ class TorchLoader:
         self._position: Optional[Dict[str, Any]] = None  # see _overlapped
         self._stalls: Deque[Tuple[Any, Any]] = collections.deque()
 
+    def _evens(self) -> bool:
+        """Whether this epoch's steps are agreed between the ranks (``even_steps``)."""
+        if self._even_steps is False:
+            return False
+        import torch.distributed as dist
+        if not (dist.is_available() and dist.is_initialized()):
+            return False
+        if dist.get_world_size(self._group) < 2:
+            return False
+        return bool(self._even_steps) or self.loader._spec.max_tokens > 0
+
+    def _agree(self, has_batch: bool) -> bool:
+        """Whether every rank has a batch to hand out now (one all_reduce MIN of a flag,
+        on the device NCCL needs, else on the host)."""
+        import torch.distributed as dist
+        on = (self.device if self.device is not None and self.device.type == "cuda" and
+              dist.get_backend(self._group) == "nccl" else torch.device("cpu"))
+        flag = torch.tensor([1 if has_batch else 0], dtype=torch.int32, device=on)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self._group)
+        return bool(flag.item())
+
+    def _cut(self) -> None:
+        """Another rank ran out first: this rank's epoch ends here (even_steps)."""
+        self._cut_epochs += 1
+        self._position = None
+        self.loader.end_epoch()
+
     def __iter__(self) -> Iterator[Dict[str, torch.Tensor]]:
         """One epoch, as :class:`headrace.Loader` (the next ``for`` is the next epoch)."""
         if self._copier is not None:
             yield from self._overlapped()
             return
+        evens = self._evens()
         it = iter(self.loader)
         while True:
             start = time.perf_counter()
             try:
                 batch = next(it)
             except StopIteration:
+                batch = None
+            if evens and not self._agree(batch is not None):
+                if batch is not None:
+                    self._cut()
+                return
+            if batch is None:
                 return
             tensors = self.to_torch(batch)
             self._handed(start, time.perf_counter())
@@ -190,6 +239,7 @@ class TorchLoader:
 
     def _overlapped(self) -> Iterator[Dict[str, torch.Tensor]]:
         """The epoch with copies on a side stream, ``prefetch`` batches ahead."""
+        evens = self._evens()
         it = iter(self.loader)
         # The loader runs ahead of the trainer by the batches in flight: the position a
         # checkpoint must hold is the one after the batch last handed out.
@@ -210,6 +260,12 @@ class TorchLoader:
                     out, ready = self._copier.copy(host)
                     self._release.hold(ready, host)
                     in_flight.append((out, ready, self.loader.state_dict()))
+                if evens and not self._agree(bool(in_flight)):
+                    if in_flight:  # copied ahead, never handed out: released below
+                        self._cut()
+                    else:
+                        self._position = None
+                    return
                 if not in_flight:
                     self._position = None  # the epoch ended: the loader's position is right
                     return
@@ -260,6 +316,7 @@ class TorchLoader:
             steady = clock["steady_s"] + (time.perf_counter() - self._last_handed)
         waited = clock["wait_s"] + self._h2d_s
         return {"batches": clock["batches"], "wait_s": clock["wait_s"], "h2d_s": self._h2d_s,
+                "even_steps_cut_epochs": self._cut_epochs,
                 "steady_s": steady, "time_to_first_batch_s": clock["time_to_first_batch_s"],
                 "host_batches_held": self._release.poll(),
                 "wait_time_ratio": min(1.0, waited / steady) if steady > 0 else 0.0}

@@ -169,6 +169,7 @@ void RegisterSpec(nb::module_& m) {
       .def_prop_ro("pack_seq_len", [](const PipelineSpec& s) { return s.batch.pack.seq_len; })
       .def_prop_ro("pack_window", [](const PipelineSpec& s) { return s.batch.pack.window; })
       .def_prop_ro("regroups", [](const PipelineSpec& s) { return s.batch.regroups(); })
+      .def_prop_ro("max_tokens", [](const PipelineSpec& s) { return s.batch.max_tokens; })
       .def_prop_ro("cpu_threads", [](const PipelineSpec& s) { return s.execution.cpu_threads; })
       .def_prop_ro("memory_budget_bytes",
                    [](const PipelineSpec& s) { return s.memory.budget_bytes; })
