@@ -135,15 +135,20 @@ def test_ragged_fields_are_materialized_per_sample_and_read_back_the_same(datase
 
 def test_a_materialization_packs_as_the_pipeline_does(dataset, headrace_bin, tmp_path):
     """batch.pack over what `materialize` wrote: the token fields are still known as
-    token rows (materialized.json's tokens_of), so the packed batches read back equal
-    the pipeline's packed ones, and the report says what packing did."""
+    token rows (materialized.json's tokens_of) and the tokenizer's pad and ignore ids are
+    kept (its sequences), so the packed batches read back equal the pipeline's packed
+    ones, and the report says what packing did."""
     config = pipeline(tmp_path / "p.yaml", dataset)
     config.write_text(config.read_text().replace("max_length: 48}", "max_length: 48, pad: false}"))
-    pack = ["--set", "batch.pack.seq_len=64", "--set", "batch.pack.window=4",
-            "--set", "batch.pack.pad_id=0"]
+    pack = ["--set", "batch.pack.seq_len=64", "--set", "batch.pack.window=4"]
     original, _ = run(headrace_bin, config, tmp_path, "original", *pack)
     out = tmp_path / "mat"
     run_headrace(headrace_bin, "materialize", config, "--to", out)
+    sequences = json.loads((out / "materialized.json").read_text())["sequences"]
+    assert [(s["field"], s["ignore_index"]) for s in sequences] == [("input_ids", -100)]
+    # The SentencePiece model of make-sample pads with a non-zero id: a read-back that
+    # padded with 0 would give other rows.
+    assert sequences[0]["pad_id"] != 0, sequences
     back, _ = run(headrace_bin, reader(tmp_path / "r.yaml", out), tmp_path, "back", *pack)
     assert back["batch_digests"] == original["batch_digests"]
     p = original["pack"]

@@ -148,6 +148,10 @@ Status MaterializeSet(const MaterializeOptions& options, MaterializedInfo& info,
   info.dataset_samples = loader->num_samples();
   info.shard_samples = loader->order().options().shard_samples;
   info.shuffle_window = loader->order().options().shuffle_window;
+  info.sequences.clear();
+  for (const TokenSequence& s : loader->prepared().sequences()) {
+    info.sequences.push_back({s.field, s.pad_id, s.ignore_index, s.vision_token_ids});
+  }
   SetWriter writer(dir, options.shard_bytes, set);
   while (true) {
     HR_ASSIGN_OR_RETURN(std::optional<Batch> batch, loader->Next());

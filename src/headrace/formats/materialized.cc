@@ -185,6 +185,23 @@ Result<MaterializedInfo> ParseInfo(std::string_view json) {
     }
     s.name = name;
   }
+  // Absent in materializations written before it: no sequence known (packing pads with 0
+  // unless batch.pack.pad_id says otherwise).
+  if (root["sequences"].get(array) == simdjson::SUCCESS) {
+    for (simdjson::dom::element e : array) {
+      MaterializedInfo::Sequence& s = info.sequences.emplace_back();
+      std::string_view field;
+      auto ids = IntArray(e["vision_token_ids"]);
+      if (e["field"].get(field) != simdjson::SUCCESS ||
+          e["pad_id"].get(s.pad_id) != simdjson::SUCCESS ||
+          e["ignore_index"].get(s.ignore_index) != simdjson::SUCCESS || !ids.ok()) {
+        return Status::BadRecord("a sequence wants {\"field\", \"pad_id\", \"ignore_index\", "
+                                 "\"vision_token_ids\"}");
+      }
+      s.field = field;
+      s.vision_token_ids = *std::move(ids);
+    }
+  }
   simdjson::dom::object order;
   if (root["order"].get(order) != simdjson::SUCCESS) return Status::BadRecord("no object 'order'");
   auto shard_samples = IntArray(order["shard_samples"]);
@@ -313,6 +330,14 @@ std::string MaterializedInfoToJson(const MaterializedInfo& info) {
   w.Key("strings").BeginArray();
   for (const auto& s : info.strings) {
     w.BeginObject().Key("name").String(s.name).Key("list").Bool(s.list).EndObject();
+  }
+  w.EndArray();
+  w.Key("sequences").BeginArray();
+  for (const auto& s : info.sequences) {
+    w.BeginObject().Key("field").String(s.field).Key("pad_id").Int(s.pad_id);
+    w.Key("ignore_index").Int(s.ignore_index).Key("vision_token_ids").BeginArray();
+    for (int64_t id : s.vision_token_ids) w.Int(id);
+    w.EndArray().EndObject();
   }
   w.EndArray();
   w.Key("order").BeginObject().Key("shard_samples").BeginArray();

@@ -76,6 +76,16 @@ struct MaterializedInfo {
   int64_t dataset_samples = 0;  // records, bad ones included: the indices 0..N-1
   std::vector<FieldSpec> fields;  // the batch fields, in batch order, without "index"
   std::vector<StringField> strings;  // Batch::strings after "id"
+  // The unpadded token sequences among the fields (text.tokenize {pad: false}'s
+  // input_ids), with what packing pads them and their labels with and which ids carry
+  // vision features: the tokenizer is not there to ask when the rows are read back.
+  struct Sequence {
+    std::string field;
+    int64_t pad_id = 0;
+    int64_t ignore_index = -100;
+    std::vector<int64_t> vision_token_ids;
+  };
+  std::vector<Sequence> sequences;
   // The original source's epoch order (EpochOrderOptions): records per shard or row
   // group (empty: none), and the shuffle window.
   std::vector<int64_t> shard_samples;

@@ -90,8 +90,8 @@ Status BudgetTooSmall(const PipelineSpec& spec, const Source& source, int64_t io
 }
 
 // batch.pack as the packer runs it: the sequence's pads and vision ids from the op that
-// writes it (a materialization keeps none: pad 0, ignore_index -100). A layout packing
-// cannot use is a config error now, before work starts.
+// writes it (a materialization keeps them in materialized.json). A layout packing cannot
+// use is a config error now, before work starts.
 Result<PackOptions> PackOptionsOf(const BatchSpec& batch, const PipelinePlan& plan) {
   PackOptions o = batch.pack_options();
   for (const TokenSequence& s : plan.sequences) {
@@ -152,6 +152,7 @@ Result<std::shared_ptr<const PreparedPipeline>> PreparedPipeline::Make(
   if (spec.batch.regroups()) {
     HR_ASSIGN_OR_RETURN(prepared->pack_, PackOptionsOf(spec.batch, plan));
   }
+  prepared->sequences_ = plan.sequences;
   auto in = std::make_shared<EngineInputs>();
   in->chains = std::move(plan.chains);
   in->fields = std::move(plan.fields);

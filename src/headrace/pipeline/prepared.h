@@ -73,6 +73,9 @@ class PreparedPipeline : public std::enable_shared_from_this<PreparedPipeline> {
   // batch.pack as the packer runs it (the sequence's pad id, ignore_index and vision
   // token ids from the op that writes it); nullopt without packing.
   const std::optional<PackOptions>& pack() const { return pack_; }
+  // The unpadded token sequences the chain writes (PipelinePlan::sequences): what packing
+  // pads them with, kept by a materialization.
+  const std::vector<TokenSequence>& sequences() const { return sequences_; }
 
  private:
   PreparedPipeline() = default;
@@ -89,6 +92,7 @@ class PreparedPipeline : public std::enable_shared_from_this<PreparedPipeline> {
   int64_t io_budget_bytes_ = 0;
   int64_t batch_budget_bytes_ = 0;
   std::optional<PackOptions> pack_;
+  std::vector<TokenSequence> sequences_;
 };
 
 }  // namespace headrace

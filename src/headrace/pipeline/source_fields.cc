@@ -139,6 +139,9 @@ PipelinePlan MaterializedPlan(const MaterializedInfo& info) {
         EngineInputs::StringField{info.strings[i].name, static_cast<int>(i), info.strings[i].list});
   }
   plan.chains.emplace_back().ops.push_back(std::make_unique<MaterializedRowsOp>(info.fields));
+  for (const MaterializedInfo::Sequence& s : info.sequences) {
+    plan.sequences.push_back(TokenSequence{s.field, s.pad_id, s.ignore_index, s.vision_token_ids});
+  }
   plan.reads_media = true;
   return plan;
 }
