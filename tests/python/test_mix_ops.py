@@ -25,6 +25,7 @@ import pytest
 from PIL import Image
 
 import headrace
+import token_rows
 from conftest import fetch_vocabs
 
 ops = headrace.ops
@@ -124,41 +125,21 @@ def alone(data, entry):
                              memory_budget="256MiB")
 
 
-def split(values, lengths):
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    return [values[offsets[i]:offsets[i + 1]] for i in range(len(lengths))]
-
-
 def media(batch, patches, lengths, grids, count):
     """Per sample: its items' patches (concatenated) and grids, by the count field; a
     batch without the field (an entry alone) has none."""
     n = len(batch["id"])
     if count not in batch:
         return [np.zeros((0,)) for _ in range(n)], [np.zeros((0, 3), np.int64) for _ in range(n)]
-    c = np.asarray(batch[count])
-    per_item = split(np.asarray(batch[lengths]), c)
-    return (split(np.asarray(batch[patches]), [int(sum(x)) for x in per_item]),
-            split(np.asarray(batch[grids]), c))
+    return (token_rows.items(batch, patches, lengths, count),
+            token_rows.split(np.asarray(batch[grids]), np.asarray(batch[count])))
 
 
 TOKENS = ("input_ids", "labels", "position_ids", "mrope_position_ids")
 
 
-def per_sample(batch, packed=False):
-    lengths = np.asarray(batch["input_ids_lengths"])
-    if packed:  # [rows, seq_len]: each row's samples one after another
-        starts, s = [], 0
-        for r, n in enumerate(np.asarray(batch["samples_per_row"])):
-            at = r * SEQ_LEN
-            for _ in range(n):
-                starts.append(at)
-                at += lengths[s]
-                s += 1
-        flat = {name: np.asarray(batch[name]).reshape(-1, *np.asarray(batch[name]).shape[2:])
-                for name in TOKENS}
-        tokens = {name: [flat[name][a:a + n] for a, n in zip(starts, lengths)] for name in TOKENS}
-    else:
-        tokens = {name: split(np.asarray(batch[name]), lengths) for name in TOKENS}
+def per_sample(batch):
+    tokens = token_rows.tokens(batch, TOKENS)
     images, image_grids = media(batch, "pixel_values", "pixel_values_lengths", "image_grid_thw",
                                 "images_count")
     videos, video_grids = media(batch, "pixel_values_videos", "pixel_values_videos_lengths",
@@ -222,7 +203,7 @@ def test_packed_segments_are_the_samples_unpacked(data, reference):
     with headrace.Loader(pipeline) as loader:
         for batch in loader:
             assert not batch.errors, batch.errors
-            for sample_id, sample in per_sample(batch, packed=True).items():
+            for sample_id, sample in per_sample(batch).items():
                 # The first label of each packed segment is ignored (no label crosses).
                 want = dict(reference[sample_id])
                 labels = np.frombuffer(want["labels"], np.int64).copy()

@@ -26,6 +26,7 @@ import torch
 from PIL import Image
 
 import headrace
+import token_rows
 from conftest import fetch_vocabs
 from headrace.torch import TorchLoader
 
@@ -83,39 +84,12 @@ def pipeline(root, pack=None, cpu_threads=2, pad=False, batch_size=6):
         memory_budget="256MiB", pack=pack)
 
 
-def split(values, lengths):
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    return [values[offsets[i]:offsets[i + 1]] for i in range(len(lengths))]
-
-
 def per_sample(batch):
     """The batch's samples by id: their tokens' fields (from the lengths, or the packed
     rows), patches and grids (by images_count)."""
-    count = np.asarray(batch["images_count"])
-    patches = split(np.asarray(batch["pixel_values"]),
-                    [sum(x) for x in split(np.asarray(batch["pixel_values_lengths"]), count)])
-    grids = split(np.asarray(batch["image_grid_thw"]), count)
-    lengths = np.asarray(batch["input_ids_lengths"])
-    if np.asarray(batch["input_ids"]).ndim == 2:  # packed: [rows, seq_len]
-        tokens = {}
-        cu = np.asarray(batch["cu_seqlens"])
-        flat = {name: np.asarray(batch[name]).reshape(-1, *np.asarray(batch[name]).shape[2:])
-                for name in ("input_ids", "labels", "position_ids", "mrope_position_ids")}
-        starts, s = [], 0
-        for r, n in enumerate(np.asarray(batch["samples_per_row"])):
-            at = r * SEQ_LEN
-            for _ in range(n):
-                starts.append(at)
-                at += lengths[s]
-                s += 1
-        segments = set(cu.tolist())
-        for start, length in zip(starts, lengths):
-            assert start in segments and start + length in segments
-        for name, values in flat.items():
-            tokens[name] = [values[a:a + n] for a, n in zip(starts, lengths)]
-    else:
-        tokens = {name: split(np.asarray(batch[name]), np.asarray(batch[name + "_lengths"]))
-                  for name in ("input_ids", "labels", "position_ids", "mrope_position_ids")}
+    patches = token_rows.items(batch, "pixel_values", "pixel_values_lengths", "images_count")
+    grids = token_rows.split(np.asarray(batch["image_grid_thw"]), np.asarray(batch["images_count"]))
+    tokens = token_rows.tokens(batch, ("input_ids", "labels", "position_ids", "mrope_position_ids"))
     out = {}
     for i, sample_id in enumerate(batch["id"]):
         out[sample_id] = {name: tokens[name][i] for name in tokens}

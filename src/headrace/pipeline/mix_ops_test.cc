@@ -179,19 +179,23 @@ TEST(MixOps, AFieldTwoEntriesWriteDifferentlyNamesBoth) {
 
 // --- a run -------------------------------------------------------------------------
 
-// Writes i + 1 into the fixed field "a" (entry A's own op).
-class FixedOp final : public Op {
+// Writes the sample's index plus `Plus` into its fixed i64 field: "a" (entry A's own op,
+// index + 1) and "copy" (the shared op, the index).
+template <int Plus>
+class IndexPlusOp final : public Op {
  public:
-  explicit FixedOp(int row) : row_(row) {}
-  std::string_view name() const override { return "test.a"; }
+  explicit IndexPlusOp(int row) : row_(row) {}
+  std::string_view name() const override { return Plus == 0 ? "test.copy" : "test.a"; }
   Status Run(SampleContext& ctx) const override {
-    *reinterpret_cast<int64_t*>(ctx.rows[row_]) = ctx.sample->index + 1;
+    *reinterpret_cast<int64_t*>(ctx.rows[row_]) = ctx.sample->index + Plus;
     return Status::Ok();
   }
 
  private:
   int row_;
 };
+using FixedOp = IndexPlusOp<1>;
+using CopyOp = IndexPlusOp<0>;
 
 // Appends index % 3 rows of the index to the ragged field "b" (entry B's own op).
 class RaggedOp final : public Op {
@@ -202,20 +206,6 @@ class RaggedOp final : public Op {
     const int64_t n = ctx.sample->index % 3;
     HR_ASSIGN_OR_RETURN(uint8_t * out, ctx.AppendRows(row_, n));
     for (int64_t r = 0; r < n; ++r) reinterpret_cast<int64_t*>(out)[r] = ctx.sample->index;
-    return Status::Ok();
-  }
-
- private:
-  int row_;
-};
-
-// Writes the sample's index into the fixed field "copy" (the shared op).
-class CopyOp final : public Op {
- public:
-  explicit CopyOp(int row) : row_(row) {}
-  std::string_view name() const override { return "test.copy"; }
-  Status Run(SampleContext& ctx) const override {
-    *reinterpret_cast<int64_t*>(ctx.rows[row_]) = ctx.sample->index;
     return Status::Ok();
   }
 
