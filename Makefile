@@ -16,7 +16,7 @@ PY       := .venv/bin/python
 # build of the same sources missed the cache and compiled the whole core a second time.
 export CXX ?= g++
 
-.PHONY: all setup build python run test unit e2e asan tsan tsa fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-ray-netns bench-manifest bench-tokenize bench-media bench-pointcloud bench-metrics bench-vlm bench-mix clean
+.PHONY: all setup build python run test unit e2e asan tsan tsa fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-ray-netns bench-manifest bench-tokenize bench-media bench-pointcloud bench-metrics bench-vlm bench-mix bench-elastic clean
 
 all: build
 
@@ -194,6 +194,12 @@ bench-shards: build
 # (bench/mix.json).
 bench-mix: build
 	$(PY) bench/mix.py --bin $(BUILD)/headrace --json bench/mix.json
+
+# An elastic resume (a state of 4 ranks resumed by 3) against a normal one and a replay,
+# timed to the first batch at three positions of the epoch (bench/elastic.json).
+bench-elastic: build
+	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
+	$(PY) bench/elastic.py --data $(DATA) --json bench/elastic.json
 
 # headrace.ray on simulated nodes: throughput vs workers, by reference vs by value through
 # the coordinator, spread vs pack, overhead vs the embedded loader (bench/ray.json).
