@@ -114,9 +114,9 @@ asan: setup
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
-# The engine's layers under TSan: the scheduler and its stages, storage, the sources, the
-# pipeline (loader, planner, op battery) and what watches a run.
-TSAN_TESTS := exec io formats pipeline observe
+# The engine's layers under TSan: the memory pools (core), the scheduler and its stages,
+# storage, the sources, the pipeline (loader, planner, op battery) and what watches a run.
+TSAN_TESTS := core exec io formats pipeline observe
 tsan: setup tsa
 	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHEADRACE_SANITIZE=thread
 	cmake --build build-tsan -j $(JOBS) --target $(foreach t,$(TSAN_TESTS),hr_$(t)_test)

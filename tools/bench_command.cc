@@ -18,6 +18,7 @@
 
 #include "commands.h"
 #include "headrace/core/json_writer.h"
+#include "headrace/core/region_allocator.h"
 #include "headrace/exec/thread_pool.h"
 #include "headrace/formats/manifest.h"
 #include "headrace/formats/source.h"
@@ -111,8 +112,9 @@ class OpsTimer {
     // Concatenated fields: each sample appends its rows, as in the engine, into memory
     // kept from one sample to the next.
     if (RaggedRows::Needed(t->plan_.fields)) {
-      t->ragged_.emplace(t->plan_.fields,
-                         std::shared_ptr<Allocator>(DefaultAllocator(), [](Allocator*) {}));
+      // Regions, as the engine's sample rows take (exec/engine.cc SegmentMemory): grown in
+      // place, kept from one sample to the next.
+      t->ragged_.emplace(t->plan_.fields, MakeVaryingPool(DefaultAllocator(), size_t{1} << 30));
     }
     for (const SampleRecord& r : t->manifest_.records) {
       if (r.status.ok() && static_cast<int64_t>(t->records_.size()) < samples) {

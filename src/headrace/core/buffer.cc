@@ -60,6 +60,24 @@ Result<Buffer> Buffer::Allocate(size_t size, std::shared_ptr<Allocator> allocato
   return Buffer(std::move(block), static_cast<uint8_t*>(ptr), size);
 }
 
+Result<Buffer> Buffer::Grow(Buffer buffer, size_t keep, size_t size,
+                            std::shared_ptr<Allocator> allocator, size_t alignment) {
+  keep = std::min(keep, buffer.size_);
+  Block* block = buffer.owner_.get();
+  // Only a whole block of this allocator, held by nobody else, may move.
+  if (block != nullptr && buffer.owner_.use_count() == 1 && block->allocator == allocator.get() &&
+      buffer.data_ == block->ptr && size > block->bytes) {
+    if (void* grown = block->allocator->Reallocate(block->ptr, block->bytes, size, alignment)) {
+      block->ptr = grown;
+      block->bytes = size;
+      return Buffer(std::move(buffer.owner_), static_cast<uint8_t*>(grown), size);
+    }
+  }
+  HR_ASSIGN_OR_RETURN(Buffer out, Allocate(size, std::move(allocator), alignment));
+  if (keep > 0) std::memcpy(out.mutable_data(), buffer.data_, keep);
+  return out;
+}
+
 Result<Buffer> Buffer::CopyOf(const void* data, size_t size) {
   HR_ASSIGN_OR_RETURN(Buffer buffer, Allocate(size));
   if (size > 0) std::memcpy(buffer.mutable_data(), data, size);

@@ -24,6 +24,13 @@ class Allocator {
   virtual void* Allocate(size_t bytes, size_t alignment) = 0;
   // Returns memory obtained from Allocate with the same `bytes`.
   virtual void Free(void* ptr, size_t bytes) = 0;
+  // Optional: `ptr` (from Allocate, or an earlier Reallocate, of `old_bytes`) holding at
+  // least `new_bytes` with its first `old_bytes` unchanged, without copying them (a
+  // mapping grown in place); null when the allocator cannot, and `ptr` is then as it was.
+  virtual void* Reallocate(void* /*ptr*/, size_t /*old_bytes*/, size_t /*new_bytes*/,
+                           size_t /*alignment*/) {
+    return nullptr;
+  }
   virtual const char* name() const = 0;
 };
 
@@ -46,6 +53,12 @@ class Buffer {
                                  size_t alignment = kBufferAlignment);
   // Allocates and copies `size` bytes from `data`.
   static Result<Buffer> CopyOf(const void* data, size_t size);
+  // `buffer` (its first `keep` bytes) in a buffer of `size` bytes from `allocator`: its own
+  // block grown in place when this is its only handle and the allocator can
+  // (Allocator::Reallocate: no copy), else a new block with the `keep` bytes copied.
+  static Result<Buffer> Grow(Buffer buffer, size_t keep, size_t size,
+                             std::shared_ptr<Allocator> allocator,
+                             size_t alignment = kBufferAlignment);
 
   const uint8_t* data() const { return data_; }
   // Writable access, for the owner before the buffer is published.

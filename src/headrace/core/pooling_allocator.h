@@ -10,7 +10,8 @@
 //
 // Geometric size classes (kGeometric) serve an allocator whose calls are expensive, such
 // as pinned memory (cudaHostAlloc, and cudaFreeHost, which synchronizes the device),
-// and sizes that vary from batch to batch (ragged patches and tokens): batches whose
+// and sizes that vary from batch to batch (ragged patches and tokens; in plain memory
+// RegionAllocator serves those better, region_allocator.h): batches whose
 // size varies a little share a few classes, four per doubling (at most 25% of a block
 // unused), and a request none of its own class can serve takes a cached block of up to
 // two classes larger (at most 50% over) rather than a fresh one.
@@ -34,7 +35,16 @@
 
 namespace headrace {
 
-class PoolingAllocator final : public Allocator {
+// An allocator that keeps freed memory for later requests (PoolingAllocator,
+// RegionAllocator): what it holds, and how often it served from it.
+class ReusingAllocator : public Allocator {
+ public:
+  virtual size_t cached_bytes() const = 0;
+  virtual int64_t hits() const = 0;
+  virtual int64_t misses() const = 0;
+};
+
+class PoolingAllocator final : public ReusingAllocator {
  public:
   enum class SizeClasses { kPages, kGeometric };
   // `base` must outlive the pool.
@@ -46,9 +56,9 @@ class PoolingAllocator final : public Allocator {
   void Free(void* ptr, size_t bytes) override;
   const char* name() const override { return "pool"; }
 
-  size_t cached_bytes() const;
-  int64_t hits() const;
-  int64_t misses() const;
+  size_t cached_bytes() const override;
+  int64_t hits() const override;
+  int64_t misses() const override;
   // The bytes a request of `bytes` takes from the base allocator.
   size_t SizeClass(size_t bytes) const;
 

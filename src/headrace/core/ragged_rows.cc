@@ -43,11 +43,10 @@ Result<uint8_t*> RaggedRows::Append(int field, int64_t rows) {
   }
   const size_t need = c.used + static_cast<size_t>(rows) * c.row_bytes;
   if (need > c.data.size()) {
-    // Geometric growth: a list's items append one at a time.
+    // Geometric growth: a list's items append one at a time. From a RegionAllocator the
+    // block grows in place, its rows not copied (Buffer::Grow).
     const size_t capacity = std::max(need, c.data.size() + c.data.size() / 2);
-    HR_ASSIGN_OR_RETURN(Buffer grown, Buffer::Allocate(capacity, memory_));
-    if (c.used > 0) std::memcpy(grown.mutable_data(), c.data.data(), c.used);
-    c.data = std::move(grown);
+    HR_ASSIGN_OR_RETURN(c.data, Buffer::Grow(std::move(c.data), c.used, capacity, memory_));
   }
   uint8_t* out = c.data.mutable_data() + c.used;
   c.used = need;

@@ -11,8 +11,8 @@ namespace headrace {
 AssembleStage::AssembleStage(const std::vector<FieldSpec>& fields,
                              const std::vector<StringField>& strings,
                              const std::vector<std::unique_ptr<BatchOp>>& batch_ops, uint64_t seed,
-                             std::shared_ptr<PoolingAllocator> memory,
-                             std::shared_ptr<PoolingAllocator> segments,
+                             std::shared_ptr<ReusingAllocator> memory,
+                             std::shared_ptr<ReusingAllocator> segments,
                              bool keep_sample_rows)
     : fields_(fields),
       strings_(strings),

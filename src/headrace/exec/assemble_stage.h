@@ -45,8 +45,8 @@ class AssembleStage {
   // their batch is assembled, from `segments`.
   AssembleStage(const std::vector<FieldSpec>& fields, const std::vector<StringField>& strings,
                 const std::vector<std::unique_ptr<BatchOp>>& batch_ops, uint64_t seed,
-                std::shared_ptr<PoolingAllocator> memory,
-                std::shared_ptr<PoolingAllocator> segments, bool keep_sample_rows = false);
+                std::shared_ptr<ReusingAllocator> memory,
+                std::shared_ptr<ReusingAllocator> segments, bool keep_sample_rows = false);
 
   // Bytes of one batch row of the chain's fixed `fields`, the "index" field included.
   static size_t RowBytes(const std::vector<FieldSpec>& fields);
@@ -83,8 +83,8 @@ class AssembleStage {
   const std::vector<StringField>& strings_;
   const std::vector<std::unique_ptr<BatchOp>>& batch_ops_;
   const uint64_t seed_;
-  const std::shared_ptr<PoolingAllocator> memory_;
-  const std::shared_ptr<PoolingAllocator> segments_;
+  const std::shared_ptr<ReusingAllocator> memory_;
+  const std::shared_ptr<ReusingAllocator> segments_;
   const bool concatenates_;  // some field is concatenated
   const bool keep_sample_rows_;
   std::vector<std::atomic<int64_t>> batch_op_ns_;

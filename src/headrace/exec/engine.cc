@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "headrace/core/region_allocator.h"
+
 namespace headrace {
 namespace {
 
@@ -39,26 +41,31 @@ Status NormalizeStart(const EpochOrder& order, EngineOptions& options) {
 // rows, a list's items) makes batches whose size varies: geometric classes then too, and
 // room for half the budget, since its fixed part says little of its size (a VLM batch's
 // patches are hundreds of MB: with a quarter, most of its tensors were fresh pages).
-std::shared_ptr<PoolingAllocator> BatchMemory(const EngineOptions& options, size_t full_batch,
-                                              bool varying) {
-  const bool costly = options.allocator != DefaultAllocator();
+// The batch tensors' memory, and the rows samples append to concatenated fields until
+// their batch is assembled (null when there are none). Both vary in size with ragged
+// fields, and plain memory is then kept in regions (core/region_allocator.h: reused
+// whole, grown in place as a sample's images come): a sample's rows up to half the batch
+// budget cached (a quarter had them mapped fresh again as each batch's samples freed
+// theirs at once: 47 against 54 samples/s on bench/vlm_processor.py's pipeline, and no
+// more peak RSS), the batches up to half. One pool for both was slower (the samples'
+// small first requests took the batches' large regions). Another allocator (pinned
+// memory) serves the batches in geometric classes; batches of fixed fields are one size:
+// a few blocks of it.
+std::pair<std::shared_ptr<ReusingAllocator>, std::shared_ptr<ReusingAllocator>> BatchMemory(
+    const EngineOptions& options, size_t full_batch, bool varying) {
   const auto budget = static_cast<size_t>(options.batch_budget_bytes);
-  const size_t cached = costly    ? budget
-                        : varying ? budget / 2
-                                  : std::min<size_t>(budget / 2, 4 * full_batch);
-  return std::make_shared<PoolingAllocator>(options.allocator, cached,
-                                            costly || varying
-                                                ? PoolingAllocator::SizeClasses::kGeometric
-                                                : PoolingAllocator::SizeClasses::kPages);
-}
-
-// The rows samples append to concatenated fields until their batch is assembled: plain
-// memory (only the batch tensors need the consumer's allocator), pooled because every
-// sample allocates some, in geometric classes because their sizes vary.
-std::shared_ptr<PoolingAllocator> SegmentMemory(const EngineOptions& options) {
-  return std::make_shared<PoolingAllocator>(DefaultAllocator(),
-                                            static_cast<size_t>(options.batch_budget_bytes) / 4,
-                                            PoolingAllocator::SizeClasses::kGeometric);
+  std::shared_ptr<ReusingAllocator> segments =
+      varying ? MakeVaryingPool(DefaultAllocator(), budget / 2) : nullptr;
+  if (options.allocator != DefaultAllocator()) {
+    return {std::make_shared<PoolingAllocator>(options.allocator, budget,
+                                               PoolingAllocator::SizeClasses::kGeometric),
+            segments};
+  }
+  if (varying) return {MakeVaryingPool(options.allocator, budget / 2), segments};
+  return {std::make_shared<PoolingAllocator>(options.allocator,
+                                             std::min<size_t>(budget / 2, 4 * full_batch),
+                                             PoolingAllocator::SizeClasses::kPages),
+          nullptr};
 }
 
 }  // namespace
@@ -97,10 +104,11 @@ Engine::Engine(std::shared_ptr<const EngineInputs> inputs, EngineOptions options
   const size_t full_batch = AssembleStage::RowBytes(inputs_->fields) *
                             static_cast<size_t>(options_.order.batch_size);
   const bool varying = RaggedRows::Needed(inputs_->fields);
-  assemble_ = std::make_unique<AssembleStage>(
-      inputs_->fields, inputs_->strings, inputs_->batch_ops, options_.order.seed,
-      BatchMemory(options_, full_batch, varying),
-      varying ? SegmentMemory(options_) : nullptr, options_.keep_sample_rows);
+  auto [batches, segments] = BatchMemory(options_, full_batch, varying);
+  assemble_ = std::make_unique<AssembleStage>(inputs_->fields, inputs_->strings,
+                                              inputs_->batch_ops, options_.order.seed,
+                                              std::move(batches), std::move(segments),
+                                              options_.keep_sample_rows);
   read_ = std::make_unique<ReadStage>(
       inputs_->source->storage(),
       ReadStageOptions{options_.io_inflight, options_.io_budget_bytes,

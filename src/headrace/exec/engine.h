@@ -166,8 +166,10 @@ struct EngineMetrics {
   int64_t io_budget_bytes = 0;
   int64_t batch_budget_bytes = 0;
   int64_t full_batch_bytes = 0;
-  int64_t batch_memory_reused = 0;  // batch buffers served from the pool
-  int64_t batch_memory_fresh = 0;   // batch buffers newly allocated
+  // Batch buffers served from the pool, and newly allocated (RegionAllocator with ragged
+  // fields: buffers of 1 MiB or more).
+  int64_t batch_memory_reused = 0;
+  int64_t batch_memory_fresh = 0;
   // Scratch memory of the CPU threads (intermediate images); each thread trims its
   // own to EngineOptions::scratch_retain_bytes after every sample:
   int64_t scratch_bytes = 0;              // held by all threads now

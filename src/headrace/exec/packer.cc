@@ -5,6 +5,8 @@
 #include <span>
 #include <utility>
 
+#include "headrace/core/region_allocator.h"
+
 #include "headrace/core/ragged_rows.h"
 
 namespace headrace {
@@ -68,10 +70,9 @@ Result<Packer> Packer::Make(std::vector<FieldSpec> layout, PackOptions options) 
 Packer::Packer(std::vector<FieldSpec> layout, PackOptions options)
     : layout_(std::move(layout)),
       options_(std::move(options)),
-      memory_(std::make_shared<PoolingAllocator>(
-          options_.allocator != nullptr ? options_.allocator : DefaultAllocator(),
-          static_cast<size_t>(std::max<int64_t>(options_.pool_bytes, 0)),
-          PoolingAllocator::SizeClasses::kGeometric)) {
+      memory_(MakeVaryingPool(options_.allocator != nullptr ? options_.allocator
+                                                            : DefaultAllocator(),
+                              static_cast<size_t>(std::max<int64_t>(options_.pool_bytes, 0)))) {
   layout_.push_back(FieldSpec{"index", DType::kI64, {}});
   packed_.assign(layout_.size(), false);
   lengths_of_.assign(layout_.size(), -1);

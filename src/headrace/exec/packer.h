@@ -196,7 +196,7 @@ class Packer {
   std::optional<PackState> replay_;
   std::vector<int64_t> replay_waiting_;  // sorted: the samples a replay keeps
   PackStats stats_;
-  std::shared_ptr<PoolingAllocator> memory_;  // the packed batches' buffers
+  std::shared_ptr<ReusingAllocator> memory_;  // the packed batches' buffers
   const void* last_input_ = nullptr;          // the input batch Admit took in last
   void CountWindowBytes();
   // Copies the waiting samples that still point into input batch `input` out of it.

@@ -79,8 +79,10 @@ struct RunReport {
   int64_t io_budget_bytes = 0;
   int64_t batch_budget_bytes = 0;
   int64_t full_batch_bytes = 0;
-  int64_t batch_memory_reused = 0;  // batch buffers served from the engine's pool
-  int64_t batch_memory_fresh = 0;   // batch buffers newly allocated
+  // Batch buffers served from the engine's pool, and newly allocated (with ragged fields:
+  // the pool's regions, buffers of 1 MiB or more; smaller ones are the heap's).
+  int64_t batch_memory_reused = 0;
+  int64_t batch_memory_fresh = 0;
   // Memory outside memory.budget_bytes (JSON "memory": {...}):
   int64_t manifest_bytes = 0;  // the source's index in the heap, held all run
   int64_t manifest_mapped_bytes = 0;  // a manifest kept as lines, mapped: shared page cache

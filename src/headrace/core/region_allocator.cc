@@ -1,0 +1,163 @@
+#include "headrace/core/region_allocator.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <vector>
+
+namespace headrace {
+
+namespace {
+
+void* Map(size_t size) {
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+// `region` (mapped `from` bytes) grown to `to` bytes with its pages (moved if it must,
+// never copied). Null on failure, `region` unchanged.
+void* Remap(void* region, size_t from, size_t to) {
+  void* p = ::mremap(region, from, to, MREMAP_MAYMOVE);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+}  // namespace
+
+RegionAllocator::RegionAllocator(size_t max_cached_bytes) : max_cached_bytes_(max_cached_bytes) {}
+
+RegionAllocator::~RegionAllocator() {
+  // Lent regions are freed through Free by their buffers, which keep the allocator alive.
+  for (const Cached& c : free_) ::munmap(c.region, c.size);
+}
+
+size_t RegionAllocator::PagesOf(size_t bytes) {
+  static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  return (std::max<size_t>(bytes, 1) + page - 1) / page * page;
+}
+
+void* RegionAllocator::Allocate(size_t bytes, size_t alignment) {
+  const size_t size = PagesOf(bytes);
+  if (bytes < kMinRegionBytes || alignment > PagesOf(1)) {
+    return std::aligned_alloc(alignment, (std::max<size_t>(bytes, 1) + alignment - 1) /
+                                             alignment * alignment);
+  }
+  Cached taken{nullptr, 0};
+  {
+    std::lock_guard lock(mu_);
+    // The smallest that holds it, else the largest (grown below).
+    auto best = free_.end();
+    auto largest = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->size >= size && (best == free_.end() || it->size < best->size)) best = it;
+      if (largest == free_.end() || it->size > largest->size) largest = it;
+    }
+    const auto from = best != free_.end() ? best : largest;
+    if (from != free_.end()) {
+      taken = *from;
+      cached_bytes_ -= from->size;
+      free_.erase(from);
+      ++hits_;
+      if (taken.size < size) ++grown_;
+    } else {
+      ++misses_;
+    }
+  }
+  void* region = nullptr;
+  size_t mapped = size;
+  if (taken.region == nullptr) {
+    region = Map(size);
+  } else if (taken.size < size) {
+    // Grown with its pages: only the added ones are new.
+    region = Remap(taken.region, taken.size, size);
+    if (region == nullptr) {
+      ::munmap(taken.region, taken.size);
+      region = Map(size);
+    }
+  } else {
+    region = taken.region;
+    mapped = taken.size;
+  }
+  if (region == nullptr) return nullptr;
+  std::lock_guard lock(mu_);
+  lent_.emplace(region, mapped);
+  return region;
+}
+
+void* RegionAllocator::Reallocate(void* ptr, size_t old_bytes, size_t new_bytes,
+                                  size_t alignment) {
+  if (alignment > PagesOf(1)) return nullptr;
+  size_t mapped = 0;
+  {
+    std::lock_guard lock(mu_);
+    const auto it = lent_.find(ptr);
+    if (it == lent_.end()) return nullptr;  // the heap's (a small block): not grown here
+    mapped = it->second;
+    if (new_bytes <= mapped) return ptr;
+    lent_.erase(it);
+    ++grown_;
+  }
+  (void)old_bytes;
+  const size_t size = PagesOf(new_bytes);
+  void* region = Remap(ptr, mapped, size);
+  std::lock_guard lock(mu_);
+  if (region == nullptr) {
+    lent_.emplace(ptr, mapped);  // as it was: the caller copies instead
+    return nullptr;
+  }
+  lent_.emplace(region, size);
+  return region;
+}
+
+void RegionAllocator::Free(void* ptr, size_t /*bytes*/) {
+  if (ptr == nullptr) return;
+  std::vector<Cached> unmap;
+  {
+    std::lock_guard lock(mu_);
+    const auto it = lent_.find(ptr);
+    if (it == lent_.end()) {
+      std::free(ptr);  // the heap's
+      return;
+    }
+    const Cached freed{ptr, it->second};
+    lent_.erase(it);
+    if (freed.size > max_cached_bytes_) {
+      unmap.push_back(freed);
+    } else {
+      while (cached_bytes_ + freed.size > max_cached_bytes_) {  // the oldest make room
+        unmap.push_back(free_.front());
+        cached_bytes_ -= free_.front().size;
+        free_.pop_front();
+      }
+      free_.push_back(freed);
+      cached_bytes_ += freed.size;
+    }
+  }
+  for (const Cached& c : unmap) ::munmap(c.region, c.size);
+}
+
+size_t RegionAllocator::cached_bytes() const {
+  std::lock_guard lock(mu_);
+  return cached_bytes_;
+}
+int64_t RegionAllocator::hits() const {
+  std::lock_guard lock(mu_);
+  return hits_;
+}
+int64_t RegionAllocator::misses() const {
+  std::lock_guard lock(mu_);
+  return misses_;
+}
+int64_t RegionAllocator::grown() const {
+  std::lock_guard lock(mu_);
+  return grown_;
+}
+
+std::shared_ptr<ReusingAllocator> MakeVaryingPool(Allocator* base, size_t max_cached_bytes) {
+  if (base == DefaultAllocator()) return std::make_shared<RegionAllocator>(max_cached_bytes);
+  return std::make_shared<PoolingAllocator>(base, max_cached_bytes,
+                                            PoolingAllocator::SizeClasses::kGeometric);
+}
+
+}  // namespace headrace

@@ -1,0 +1,79 @@
+// RegionAllocator: plain memory for blocks whose sizes vary widely (ragged batches),
+// kept mapped between uses and grown in place, so that memory once touched is not
+// faulted in and zeroed by the kernel again.
+//
+// Why not PoolingAllocator's size classes: a Qwen-VL batch's patches are 50 to 500 MB as
+// its samples' images come, and a sample's rows grow image by image. A pool of classes
+// serves a request only from a cached block at least as large, so about every other
+// batch missed and took fresh pages; with the sample rows' geometric growth (a new block
+// and a copy per growth) the kernel's page zeroing was 38% of the CPU time of
+// bench/vlm_processor.py's pipeline (3.2 M minor faults for 384 samples). Here:
+//
+// - A request of at least kMinRegionBytes takes the smallest cached region that holds it,
+//   whole (a sample's rows then grow into its pages for free), else the largest cached
+//   region grown to it with mremap (its pages move with it, not copied: only the added
+//   pages are new), else a fresh anonymous mapping. (Splitting a large region for a
+//   small request, or shrinking it, left the growing requests to fault their pages in
+//   again: measured slower.)
+// - Reallocate grows a region the same way: a buffer that grows (a sample's rows, one
+//   image after another) keeps its contents without a copy (Buffer::Grow).
+// - Freed regions are kept, at most `max_cached_bytes` of them (the oldest unmapped
+//   first); smaller requests go to the process heap.
+//
+// Thread-safe. mmap, mremap and munmap run outside the lock.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "headrace/core/pooling_allocator.h"
+
+namespace headrace {
+
+class RegionAllocator final : public ReusingAllocator {
+ public:
+  // Smaller requests are the heap's (a mapping per block would cost a system call each).
+  static constexpr size_t kMinRegionBytes = size_t{1} << 20;
+
+  explicit RegionAllocator(size_t max_cached_bytes);
+  ~RegionAllocator() override;
+
+  void* Allocate(size_t bytes, size_t alignment) override;
+  void Free(void* ptr, size_t bytes) override;
+  void* Reallocate(void* ptr, size_t old_bytes, size_t new_bytes, size_t alignment) override;
+  const char* name() const override { return "regions"; }
+
+  size_t cached_bytes() const override;
+  // A request served by a cached region (grown or not), and one that mapped fresh memory.
+  int64_t hits() const override;
+  int64_t misses() const override;
+  // Regions grown by mremap (by Allocate from a smaller cached one, or by Reallocate).
+  int64_t grown() const;
+
+ private:
+  struct Cached {
+    void* region;
+    size_t size;
+  };
+  // The region's mapped size: at least the pages of the bytes asked for.
+  static size_t PagesOf(size_t bytes);
+
+  const size_t max_cached_bytes_;
+  mutable std::mutex mu_;
+  std::list<Cached> free_;                    // guarded by mu_: oldest first
+  std::unordered_map<void*, size_t> lent_;    // guarded by mu_: region -> mapped size
+  size_t cached_bytes_ = 0;                   // guarded by mu_
+  int64_t hits_ = 0;                          // guarded by mu_
+  int64_t misses_ = 0;                        // guarded by mu_
+  int64_t grown_ = 0;                         // guarded by mu_
+};
+
+// The pool for blocks whose sizes vary (ragged batches, a sample's rows): regions when
+// `base` is the process heap, else (pinned memory, a consumer's allocator) `base`'s
+// blocks in geometric size classes (PoolingAllocator).
+std::shared_ptr<ReusingAllocator> MakeVaryingPool(Allocator* base, size_t max_cached_bytes);
+
+}  // namespace headrace

@@ -1,0 +1,157 @@
+#include "headrace/core/region_allocator.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <latch>
+#include <thread>
+#include <vector>
+
+namespace headrace {
+namespace region_allocator_test {
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+// Writes `bytes` of a pattern keyed by `seed`, and checks them back.
+void Fill(void* p, size_t bytes, uint8_t seed) {
+  auto* b = static_cast<uint8_t*>(p);
+  for (size_t i = 0; i < bytes; i += 4096) b[i] = static_cast<uint8_t>(seed + i / 4096);
+  b[bytes - 1] = seed;
+}
+bool Holds(const void* p, size_t bytes, uint8_t seed) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  for (size_t i = 0; i < bytes; i += 4096) {
+    if (b[i] != static_cast<uint8_t>(seed + i / 4096)) return false;
+  }
+  return b[bytes - 1] == seed;
+}
+
+TEST(RegionAllocator, AFreedRegionServesTheNextRequestItHoldsWhole) {
+  RegionAllocator pool(64 * kMiB);
+  void* a = pool.Allocate(8 * kMiB, 64);
+  ASSERT_NE(a, nullptr);
+  Fill(a, 8 * kMiB, 1);
+  pool.Free(a, 8 * kMiB);
+  EXPECT_EQ(pool.cached_bytes(), 8 * kMiB);
+  // A smaller request takes it whole: its pages were touched already, and a request that
+  // grows later has them.
+  void* b = pool.Allocate(3 * kMiB, 64);
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(pool.cached_bytes(), 0u);
+  EXPECT_EQ(pool.Reallocate(b, 3 * kMiB, 7 * kMiB, 64), b) << "within the region: in place";
+  EXPECT_EQ(pool.hits(), 1);
+  EXPECT_EQ(pool.misses(), 1);
+  EXPECT_EQ(pool.grown(), 0);
+  pool.Free(b, 7 * kMiB);
+}
+
+TEST(RegionAllocator, ALargerRequestGrowsTheLargestCachedRegion) {
+  RegionAllocator pool(64 * kMiB);
+  void* small = pool.Allocate(2 * kMiB, 64);
+  void* large = pool.Allocate(4 * kMiB, 64);
+  pool.Free(small, 2 * kMiB);
+  pool.Free(large, 4 * kMiB);
+  void* grown = pool.Allocate(10 * kMiB, 64);
+  ASSERT_NE(grown, nullptr);
+  Fill(grown, 10 * kMiB, 3);  // all of it is there
+  EXPECT_TRUE(Holds(grown, 10 * kMiB, 3));
+  EXPECT_EQ(pool.grown(), 1);
+  EXPECT_EQ(pool.hits(), 1);
+  EXPECT_EQ(pool.cached_bytes(), 2 * kMiB) << "the smaller one stays cached";
+  pool.Free(grown, 10 * kMiB);
+}
+
+TEST(RegionAllocator, ReallocateKeepsTheContentsWithoutACopyAndLeavesHeapBlocksAlone) {
+  RegionAllocator pool(64 * kMiB);
+  void* p = pool.Allocate(2 * kMiB, 64);
+  Fill(p, 2 * kMiB, 7);
+  void* q = pool.Reallocate(p, 2 * kMiB, 9 * kMiB, 64);
+  ASSERT_NE(q, nullptr);
+  EXPECT_TRUE(Holds(q, 2 * kMiB, 7)) << "the first bytes kept";
+  Fill(q, 9 * kMiB, 8);
+  EXPECT_EQ(pool.grown(), 1);
+  pool.Free(q, 9 * kMiB);
+  // A small block is the heap's: not grown here (the caller copies).
+  void* h = pool.Allocate(1000, 64);
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(h) % 64, 0u);
+  EXPECT_EQ(pool.Reallocate(h, 1000, 5 * kMiB, 64), nullptr);
+  pool.Free(h, 1000);
+  EXPECT_EQ(pool.cached_bytes(), 9 * kMiB);
+}
+
+TEST(RegionAllocator, TheCacheHoldsAtMostItsCapTheOldestUnmappedFirst) {
+  RegionAllocator pool(10 * kMiB);
+  std::vector<void*> regions;
+  for (int i = 0; i < 4; ++i) regions.push_back(pool.Allocate(4 * kMiB, 64));
+  for (void* r : regions) pool.Free(r, 4 * kMiB);
+  EXPECT_EQ(pool.cached_bytes(), 8 * kMiB);  // two of 4 MiB under 10
+  // The newest two are the ones kept.
+  void* a = pool.Allocate(4 * kMiB, 64);
+  void* b = pool.Allocate(4 * kMiB, 64);
+  EXPECT_TRUE((a == regions[2] && b == regions[3]) || (a == regions[3] && b == regions[2]));
+  // A region larger than the cap is never kept.
+  void* big = pool.Allocate(16 * kMiB, 64);
+  pool.Free(big, 16 * kMiB);
+  EXPECT_EQ(pool.cached_bytes(), 0u);
+  pool.Free(a, 4 * kMiB);
+  pool.Free(b, 4 * kMiB);
+}
+
+TEST(RegionAllocator, BuffersGrowInPlaceWhenTheyAreTheOnlyHandle) {
+  auto pool = std::make_shared<RegionAllocator>(64 * kMiB);
+  Result<Buffer> a = Buffer::Allocate(2 * kMiB, pool);
+  ASSERT_TRUE(a.ok());
+  Fill(a->mutable_data(), 2 * kMiB, 5);
+  Result<Buffer> grown = Buffer::Grow(*std::move(a), 2 * kMiB, 6 * kMiB, pool);
+  ASSERT_TRUE(grown.ok());
+  EXPECT_EQ(grown->size(), 6 * kMiB);
+  EXPECT_TRUE(Holds(grown->data(), 2 * kMiB, 5));
+  EXPECT_EQ(pool->grown(), 1) << "grown in place: no new block";
+  EXPECT_EQ(pool->misses(), 1);
+  // Shared with another handle, it is copied: the other keeps its bytes.
+  Buffer other = *grown;
+  Result<Buffer> copy = Buffer::Grow(*grown, 6 * kMiB, 8 * kMiB, pool);
+  ASSERT_TRUE(copy.ok());
+  EXPECT_NE(copy->data(), other.data());
+  EXPECT_TRUE(Holds(copy->data(), 2 * kMiB, 5));
+  EXPECT_TRUE(Holds(other.data(), 2 * kMiB, 5));
+  // From the heap (no Reallocate) it is copied too.
+  auto heap = std::shared_ptr<Allocator>(DefaultAllocator(), [](Allocator*) {});
+  Result<Buffer> h = Buffer::Allocate(100, heap);
+  std::memcpy(h->mutable_data(), "0123456789", 10);
+  Result<Buffer> hg = Buffer::Grow(*std::move(h), 10, 4000, heap);
+  ASSERT_TRUE(hg.ok());
+  EXPECT_EQ(std::memcmp(hg->data(), "0123456789", 10), 0);
+}
+
+TEST(RegionAllocator, ThreadsAllocateGrowAndFreeConcurrently) {
+  RegionAllocator pool(32 * kMiB);
+  constexpr int kThreads = 4;
+  std::latch start(kThreads);
+  std::vector<std::thread> threads;
+  std::vector<int> bad(kThreads, 0);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (int i = 0; i < 40; ++i) {
+        const size_t first = (1 + (i + t) % 3) * kMiB;
+        void* p = pool.Allocate(first, 64);
+        Fill(p, first, static_cast<uint8_t>(t * 50 + i));
+        void* q = pool.Reallocate(p, first, first + 2 * kMiB, 64);
+        if (q == nullptr) q = p;
+        bad[t] += !Holds(q, first, static_cast<uint8_t>(t * 50 + i));
+        pool.Free(q, first + 2 * kMiB);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(bad[t], 0) << "thread " << t;
+  EXPECT_LE(pool.cached_bytes(), 32 * kMiB);
+  EXPECT_EQ(pool.hits() + pool.misses(), kThreads * 40);
+}
+
+}  // namespace
+}  // namespace region_allocator_test
+}  // namespace headrace
