@@ -12,6 +12,7 @@
 #include <immintrin.h>
 #endif
 
+#include "headrace/core/cpu_features.h"
 #include "headrace/core/rng.h"
 #include "headrace/ops/schema.h"
 
@@ -71,13 +72,6 @@ void HorizontalPassScalar(const float* padded, const float* kernel, int taps, in
 }
 
 #if defined(__x86_64__)
-bool HasAvx2() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return has;
-}
 
 // 16 values per step, both sums in registers over all taps.
 __attribute__((target("avx2"))) void VerticalPassAvx2(const uint8_t* const* rows,

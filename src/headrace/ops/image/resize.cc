@@ -1,5 +1,6 @@
 #include "headrace/ops/image/resize.h"
 
+#include "headrace/core/cpu_features.h"
 #include "headrace/ops/schema.h"
 
 #include <algorithm>
@@ -156,13 +157,6 @@ void FilterColsScalar(const int16_t* row, const AxisFilter& f, int begin, int en
 }
 
 #if defined(__x86_64__)
-bool HasAvx2() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return has;
-}
 
 constexpr int kMaxSimdTaps = 8;
 

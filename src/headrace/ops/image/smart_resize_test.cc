@@ -308,6 +308,36 @@ TEST(PilResizeInto, FlatColourStaysFlatAndChannelsAreIndependent) {
   }
 }
 
+// Four channels take the AVX2 horizontal pass where the CPU has it (Horizontal4Avx2),
+// three the scalar one: over noise, sizes up and down (odd and even tap counts, one tap
+// left over, borders) and both filters, the first three channels of the RGBX result are
+// the RGB result's bytes.
+TEST(PilResizeInto, FourChannelsAreResampledAsThreeOverManySizes) {
+  uint32_t state = 12345;
+  const auto noise = [&state](int, int, int) {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<int>(state >> 24);
+  };
+  const Image rgbx = MakeImage(173, 61, 4, noise);
+  const Image rgb = MakeImage(173, 61, 3, [&](int x, int y, int c) {
+    return testing::Pixel(rgbx.view(), x, y)[c];
+  });
+  for (const ResampleFilter f : {ResampleFilter::kBicubic, ResampleFilter::kBilinear}) {
+    for (const int w : {1, 2, 3, 17, 56, 86, 87, 172, 174, 351, 700}) {
+      const Image a = *PilResize(rgb.view(), w, 29, f);
+      const Image b = *PilResize(rgbx.view(), w, 29, f);
+      for (int y = 0; y < a.height(); ++y) {
+        for (int x = 0; x < a.width(); ++x) {
+          for (int c = 0; c < 3; ++c) {
+            ASSERT_EQ(testing::Pixel(a.view(), x, y)[c], testing::Pixel(b.view(), x, y)[c])
+                << "width " << w << " at " << x << "," << y << " channel " << c;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(PilResizeInto, ReadsStridedViewsAndRejectsMismatchedChannels) {
   const Image big = MakeImage(20, 12, 3, [](int x, int y, int c) { return x * 11 + y * 7 + c; });
   const Image small = MakeImage(9, 6, 3, [](int x, int y, int c) {
