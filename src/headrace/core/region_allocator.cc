@@ -25,7 +25,8 @@ void* Remap(void* region, size_t from, size_t to) {
 
 }  // namespace
 
-RegionAllocator::RegionAllocator(size_t max_cached_bytes) : max_cached_bytes_(max_cached_bytes) {}
+RegionAllocator::RegionAllocator(size_t max_cached_bytes, Fit fit)
+    : max_cached_bytes_(max_cached_bytes), fit_(fit) {}
 
 RegionAllocator::~RegionAllocator() {
   // Lent regions are freed through Free by their buffers, which keep the allocator alive.
@@ -53,7 +54,7 @@ void* RegionAllocator::Allocate(size_t bytes, size_t alignment) {
       if (it->size >= size && (best == free_.end() || it->size < best->size)) best = it;
       if (largest == free_.end() || it->size > largest->size) largest = it;
     }
-    const auto from = best != free_.end() ? best : largest;
+    const auto from = best != free_.end() && fit_ == Fit::kBest ? best : largest;
     if (from != free_.end()) {
       taken = *from;
       cached_bytes_ -= from->size;
@@ -154,8 +155,9 @@ int64_t RegionAllocator::grown() const {
   return grown_;
 }
 
-std::shared_ptr<ReusingAllocator> MakeVaryingPool(Allocator* base, size_t max_cached_bytes) {
-  if (base == DefaultAllocator()) return std::make_shared<RegionAllocator>(max_cached_bytes);
+std::shared_ptr<ReusingAllocator> MakeVaryingPool(Allocator* base, size_t max_cached_bytes,
+                                                  RegionAllocator::Fit fit) {
+  if (base == DefaultAllocator()) return std::make_shared<RegionAllocator>(max_cached_bytes, fit);
   return std::make_shared<PoolingAllocator>(base, max_cached_bytes,
                                             PoolingAllocator::SizeClasses::kGeometric);
 }

@@ -9,12 +9,13 @@
 // and a copy per growth) the kernel's page zeroing was 38% of the CPU time of
 // bench/vlm_processor.py's pipeline (3.2 M minor faults for 384 samples). Here:
 //
-// - A request of at least kMinRegionBytes takes the smallest cached region that holds it,
-//   whole (a sample's rows then grow into its pages for free), else the largest cached
-//   region grown to it with mremap (its pages move with it, not copied: only the added
-//   pages are new), else a fresh anonymous mapping. (Splitting a large region for a
-//   small request, or shrinking it, left the growing requests to fault their pages in
-//   again: measured slower.)
+// - A request of at least kMinRegionBytes takes a cached region whole: the smallest that
+//   holds it (Fit::kBest, for buffers of one size) or the largest (Fit::kLargest, for
+//   buffers that grow: they grow into its pages for free); one too small is grown to it
+//   with mremap (its pages move with it, not copied: only the added pages are new); with
+//   none cached, a fresh anonymous mapping. (Splitting a large region for a small
+//   request, or shrinking it, left the growing requests to fault their pages in again:
+//   measured slower.)
 // - Reallocate grows a region the same way: a buffer that grows (a sample's rows, one
 //   image after another) keeps its contents without a copy (Buffer::Grow).
 // - Freed regions are kept, at most `max_cached_bytes` of them (the oldest unmapped
@@ -38,7 +39,17 @@ class RegionAllocator final : public ReusingAllocator {
   // Smaller requests are the heap's (a mapping per block would cost a system call each).
   static constexpr size_t kMinRegionBytes = size_t{1} << 20;
 
-  explicit RegionAllocator(size_t max_cached_bytes);
+  // Which cached region a request takes.
+  enum class Fit {
+    // The smallest that holds it (else the largest, grown): for buffers of one size (a
+    // batch's tensors), leaving the large regions to the large requests.
+    kBest,
+    // The largest (grown if it must): for buffers that grow after their first request
+    // (a sample's rows, image by image), which then grow into pages already there.
+    kLargest,
+  };
+
+  explicit RegionAllocator(size_t max_cached_bytes, Fit fit = Fit::kBest);
   ~RegionAllocator() override;
 
   void* Allocate(size_t bytes, size_t alignment) override;
@@ -62,6 +73,7 @@ class RegionAllocator final : public ReusingAllocator {
   static size_t PagesOf(size_t bytes);
 
   const size_t max_cached_bytes_;
+  const Fit fit_;
   mutable std::mutex mu_;
   std::list<Cached> free_;                    // guarded by mu_: oldest first
   std::unordered_map<void*, size_t> lent_;    // guarded by mu_: region -> mapped size
@@ -74,6 +86,8 @@ class RegionAllocator final : public ReusingAllocator {
 // The pool for blocks whose sizes vary (ragged batches, a sample's rows): regions when
 // `base` is the process heap, else (pinned memory, a consumer's allocator) `base`'s
 // blocks in geometric size classes (PoolingAllocator).
-std::shared_ptr<ReusingAllocator> MakeVaryingPool(Allocator* base, size_t max_cached_bytes);
+std::shared_ptr<ReusingAllocator> MakeVaryingPool(
+    Allocator* base, size_t max_cached_bytes,
+    RegionAllocator::Fit fit = RegionAllocator::Fit::kBest);
 
 }  // namespace headrace

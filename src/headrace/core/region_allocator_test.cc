@@ -62,6 +62,29 @@ TEST(RegionAllocator, ALargerRequestGrowsTheLargestCachedRegion) {
   pool.Free(grown, 10 * kMiB);
 }
 
+TEST(RegionAllocator, LargestFitGivesAGrowingBufferTheLargestRegion) {
+  RegionAllocator pool(64 * kMiB, RegionAllocator::Fit::kLargest);
+  void* small = pool.Allocate(2 * kMiB, 64);
+  void* large = pool.Allocate(12 * kMiB, 64);
+  pool.Free(small, 2 * kMiB);
+  pool.Free(large, 12 * kMiB);
+  // A small first request takes the large region: growing to 10 MiB moves nothing.
+  void* p = pool.Allocate(1 * kMiB + 1, 64);
+  EXPECT_EQ(p, large);
+  EXPECT_EQ(pool.Reallocate(p, 1 * kMiB, 10 * kMiB, 64), large);
+  EXPECT_EQ(pool.grown(), 0);
+  pool.Free(p, 10 * kMiB);
+  // Best fit takes the small one for the same request.
+  RegionAllocator best(64 * kMiB);
+  void* s2 = best.Allocate(2 * kMiB, 64);
+  void* l2 = best.Allocate(12 * kMiB, 64);
+  best.Free(s2, 2 * kMiB);
+  best.Free(l2, 12 * kMiB);
+  void* q = best.Allocate(1 * kMiB + 1, 64);
+  EXPECT_EQ(q, s2);
+  best.Free(q, 2 * kMiB);
+}
+
 TEST(RegionAllocator, ReallocateKeepsTheContentsWithoutACopyAndLeavesHeapBlocksAlone) {
   RegionAllocator pool(64 * kMiB);
   void* p = pool.Allocate(2 * kMiB, 64);
