@@ -19,6 +19,13 @@ void WritePatch(const ImageView* const* frames, int t_size, int p, int x0, int y
   for (int c = 0; c < 3; ++c) {
     const auto& lut = table[c];
     for (int k = 0; k < t_size; ++k) {
+      if (k > 0 && frames[k] == frames[k - 1]) {
+        // A still image (or a clip's last frame) repeated to fill the group: the same
+        // values again, copied rather than looked up (half an image's patch work).
+        std::copy(out - p * p, out, out);
+        out += p * p;
+        continue;
+      }
       const ImageView& f = *frames[k];
       const int ch = f.channels;
       const int src_c = ch == 1 ? 0 : c;
