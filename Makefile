@@ -16,7 +16,7 @@ PY       := .venv/bin/python
 # build of the same sources missed the cache and compiled the whole core a second time.
 export CXX ?= g++
 
-.PHONY: all setup build python run test unit e2e asan tsan tsa fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-ray-netns bench-manifest bench-tokenize bench-media bench-pointcloud bench-metrics bench-vlm bench-mix bench-elastic clean
+.PHONY: all setup build python run test unit e2e asan tsan tsa fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-ray-netns bench-manifest bench-tokenize bench-media bench-pointcloud bench-metrics bench-vlm bench-vlm-torchvision bench-mix bench-elastic clean
 
 all: build
 
@@ -167,6 +167,18 @@ bench-vlm: build
 	$(PY) scripts/fetch_vocabs.py
 	@$(MAKE) --no-print-directory $(VLM_DATA)/manifest.jsonl
 	$(PY) bench/vlm_processor.py --data $(VLM_DATA) --json bench/vlm_processor.json $(BENCH_VLM_ARGS)
+
+# The same comparison with transformers' torchvision image processor as well, from a venv
+# of its own (.venv-tv, bench/requirements-torchvision.txt: torchvision does not import
+# beside .venv's CPU torch) with headrace from the wheel (bench/vlm_processor_torchvision.json).
+TV_VENV := .venv-tv
+bench-vlm-torchvision: wheel
+	$(PY) scripts/fetch_vocabs.py
+	@$(MAKE) --no-print-directory $(VLM_DATA)/manifest.jsonl
+	[ -x $(TV_VENV)/bin/python ] || python3 -m venv $(TV_VENV)
+	$(TV_VENV)/bin/python -m pip install -q -r bench/requirements-torchvision.txt
+	$(TV_VENV)/bin/python -m pip install -q --force-reinstall --no-deps $$(ls dist/headrace-*-cp311-*.whl)
+	$(TV_VENV)/bin/python bench/vlm_processor.py --data $(VLM_DATA) --json bench/vlm_processor_torchvision.json $(BENCH_VLM_ARGS)
 
 # The wait for each epoch's first batch, with and without prefetch across epochs.
 bench-epochs: build
