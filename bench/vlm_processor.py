@@ -302,6 +302,9 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=16384,
                     help="batch.max_tokens of the token-budget pass (0: none)")
     ap.add_argument("--json", default="")
+    ap.add_argument("--yaml", default="",
+                    help="only write Headrace's side as a pipeline config (3 epochs) to this "
+                         "file, for `headrace run` under a profiler or farm-bench, and exit")
     args = ap.parse_args()
     torch.set_num_threads(1)
 
@@ -309,6 +312,12 @@ def main():
     if not (root / "manifest.jsonl").exists():
         print(f"making {root} ({args.samples} samples, mix vlm)")
         headrace.make_sample(str(root), samples=args.samples, seed=0, mix="vlm")
+    if args.yaml:
+        pipe = headrace_pipeline(root, root / "manifest.jsonl", args.batch_size, args.max_pixels,
+                                 {"epochs": 3})
+        Path(args.yaml).write_text(pipe.spec().to_yaml())
+        print(f"wrote {args.yaml}: build/headrace run {args.yaml} --quiet")
+        return
     lines = (root / "manifest.jsonl").read_text().splitlines()[:args.samples]
     records = [json.loads(line) for line in lines]
     results = {"machine": machine(),
