@@ -28,16 +28,17 @@ int64_t TraceRecorder::Since(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count();
 }
 
-void TraceRecorder::Span(const char* name, const char* category, Clock::time_point start,
+void TraceRecorder::Span(std::string_view name, const char* category, Clock::time_point start,
                          Clock::time_point end, int64_t sample_index) {
-  Add(Event{'X',
-            name,
-            category,
-            ThreadRow(),
-            Since(origin_, start),
-            Since(start, end),
-            sample_index,
-            {}});
+  Event e{'X', nullptr, category, ThreadRow(), Since(origin_, start), Since(start, end),
+          sample_index, {}};
+  std::lock_guard lock(mu_);
+  if (events_.size() >= max_events_) {
+    ++dropped_;
+    return;
+  }
+  e.name = names_.emplace(name).first->c_str();
+  events_.push_back(std::move(e));
 }
 
 void TraceRecorder::AsyncBegin(const char* name, int64_t id, Clock::time_point at) {

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "headrace/core/clock.h"
@@ -22,9 +24,10 @@ class TraceRecorder {
  public:
   explicit TraceRecorder(size_t max_events = 2'000'000);
 
-  // A span [start, end) on the calling thread's row.
-  void Span(const char* name, const char* category, Clock::time_point start, Clock::time_point end,
-            int64_t sample_index = -1);
+  // A span [start, end) on the calling thread's row. `name` is copied (once per distinct
+  // name): an op's name need not outlive the op, nor end in a NUL.
+  void Span(std::string_view name, const char* category, Clock::time_point start,
+            Clock::time_point end, int64_t sample_index = -1);
   // An async span (overlapping spans on one row), keyed by `id`.
   void AsyncBegin(const char* name, int64_t id, Clock::time_point at);
   void AsyncEnd(const char* name, int64_t id, Clock::time_point at);
@@ -38,7 +41,7 @@ class TraceRecorder {
  private:
   struct Event {
     char phase;  // 'X' span, 'b'/'e' async, 'M' metadata
-    const char* name;
+    const char* name;  // a literal, or one of names_
     const char* category;
     int tid;
     int64_t ts_ns;
@@ -54,6 +57,8 @@ class TraceRecorder {
   const size_t max_events_;
   mutable std::mutex mu_;
   std::vector<Event> events_;  // guarded by mu_
+  // The spans' names, each kept once: nodes do not move, so events point into them.
+  std::unordered_set<std::string> names_;  // guarded by mu_
   size_t dropped_ = 0;         // guarded by mu_
 };
 

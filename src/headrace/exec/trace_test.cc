@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <string>
 #include <thread>
 
 namespace headrace {
@@ -25,6 +27,24 @@ TEST(TraceRecorder, WritesSpansAsyncEventsAndThreadNames) {
   EXPECT_NE(json.find(R"("ph":"b","name":"read")"), std::string::npos);
   EXPECT_NE(json.find(R"("args":{"sample":7})"), std::string::npos);
   EXPECT_EQ(trace.dropped(), 0u);
+}
+
+TEST(TraceRecorder, SpanNamesOutliveTheStringsTheyCameFrom) {
+  // An op's name can be a member string (a list's ops: "images[*]: image.decode, ..."),
+  // and the trace is written after the ops are gone; a view need not end in a NUL.
+  TraceRecorder trace;
+  const auto t = Clock::now();
+  {
+    auto name = std::make_unique<std::string>("images[*]: image.decode, image.smart_resize");
+    trace.Span(*name, "cpu", t, t, 1);
+    trace.Span(std::string_view(*name).substr(0, 9), "cpu", t, t, 2);
+    name->assign(name->size(), '\x8c');  // what a freed or reused string may hold
+  }
+  const std::string json = trace.ToJson();
+  EXPECT_NE(json.find(R"("name":"images[*]: image.decode, image.smart_resize")"),
+            std::string::npos) << json;
+  EXPECT_NE(json.find(R"("name":"images[*]")"), std::string::npos) << json;
+  EXPECT_EQ(json.find('\x8c'), std::string::npos);
 }
 
 TEST(TraceRecorder, DropsEventsPastItsCapacityAndCountsThem) {
