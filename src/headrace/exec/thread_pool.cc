@@ -2,6 +2,8 @@
 
 #include <sched.h>
 
+#include <algorithm>
+
 #include "headrace/core/clock.h"
 
 namespace headrace {
@@ -31,12 +33,13 @@ ThreadPool::~ThreadPool() {
   for (auto& t : threads_) t.join();
 }
 
-bool ThreadPool::Submit(Task task) {
+bool ThreadPool::Submit(Task task, int64_t priority) {
   // Notify while holding the lock: once the task is queued it may run and let the
   // pool's owner destroy the pool, so Submit must not touch the pool after unlocking.
   std::lock_guard lock(mu_);
   if (stopping_) return false;
-  queue_.push_back(std::move(task));
+  queue_.push_back(Queued{priority, submitted_++, std::move(task)});
+  std::push_heap(queue_.begin(), queue_.end(), RunsLater{});
   cv_.notify_one();
   return true;
 }
@@ -48,8 +51,9 @@ void ThreadPool::WorkerLoop() {
     cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     idle_ns_ += NanosSince(wait_start);
     if (queue_.empty()) return;  // stopping, and everything queued has run
-    Task task = std::move(queue_.front());
-    queue_.pop_front();
+    std::pop_heap(queue_.begin(), queue_.end(), RunsLater{});
+    Task task = std::move(queue_.back().task);
+    queue_.pop_back();
     lock.unlock();
     const auto run_start = Clock::now();
     task();

@@ -1,4 +1,6 @@
-// ThreadPool: a fixed set of CPU worker threads draining one FIFO of tasks.
+// ThreadPool: a fixed set of CPU worker threads draining one queue of tasks, lowest
+// priority value first, in submission order among equal priorities (a FIFO when every
+// task has the default).
 //
 // The pool owns its threads; operators never do. Tasks run start to finish on one
 // thread and must not block on other tasks of the same pool. Each worker accounts the
@@ -11,7 +13,6 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -29,7 +30,7 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   // Queues `task`. Returns false (and drops the task) once shutdown has begun.
-  bool Submit(Task task);
+  bool Submit(Task task, int64_t priority = 0);
 
   int size() const { return static_cast<int>(threads_.size()); }
   // Seconds all workers together spent running tasks / waiting for tasks.
@@ -39,9 +40,22 @@ class ThreadPool {
  private:
   void WorkerLoop();
 
+  struct Queued {
+    int64_t priority;
+    uint64_t sequence;  // submission order among equal priorities
+    Task task;
+  };
+  // std::push_heap's order: the top is the lowest (priority, sequence).
+  struct RunsLater {
+    bool operator()(const Queued& a, const Queued& b) const {
+      return a.priority != b.priority ? a.priority > b.priority : a.sequence > b.sequence;
+    }
+  };
+
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Task> queue_;  // guarded by mu_
+  std::vector<Queued> queue_;  // guarded by mu_: a heap (RunsLater)
+  uint64_t submitted_ = 0;     // guarded by mu_
   bool stopping_ = false;   // guarded by mu_
   int64_t busy_ns_ = 0;     // guarded by mu_
   int64_t idle_ns_ = 0;     // guarded by mu_
