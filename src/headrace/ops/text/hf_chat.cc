@@ -42,7 +42,7 @@ Result<std::unique_ptr<HfChat>> HfChat::Make(const TokenizeSpec& spec,
                                              std::string_view tokenizer_json,
                                              const TokenizerConfig& config) {
   auto chat = std::make_unique<HfChat>();
-  auto tokenizer = HfTokenizer::FromJson(tokenizer_json, spec.tokenizer);
+  auto tokenizer = HfTokenizer::Shared(tokenizer_json, spec.tokenizer);
   if (!tokenizer.ok()) return tokenizer.status().WithContext("text.tokenize.tokenizer");
   chat->tokenizer = std::move(tokenizer).value();
   const HfTokenizer& t = *chat->tokenizer;

@@ -20,7 +20,9 @@ struct TokenizeSpec;
 // A tokenizer.json and a chat template compiled for one TokenizeSpec. Immutable; shared
 // by all threads.
 struct HfChat {
-  std::unique_ptr<HfTokenizer> tokenizer;
+  // Shared with other pipelines of the process that read the same tokenizer.json
+  // (HfTokenizer::Shared).
+  std::shared_ptr<const HfTokenizer> tokenizer;
   std::unique_ptr<JinjaChatTemplate> chat_template;
   // Each image_placeholder in a turn becomes image_start, image_token x N, image_end
   // before rendering; no expansion when image_token is empty.

@@ -13,6 +13,8 @@
 #include <array>
 #include <cstring>
 #include <functional>
+#include <list>
+#include <mutex>
 #include <unordered_map>
 #include <utility>
 
@@ -689,6 +691,35 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view json
     }
   }
   return std::unique_ptr<HfTokenizer>(new HfTokenizer(std::move(t)));
+}
+
+Result<std::shared_ptr<const HfTokenizer>> HfTokenizer::Shared(std::string_view json,
+                                                               const std::string& source) {
+  struct Kept {
+    std::string json;
+    std::shared_ptr<const HfTokenizer> tokenizer;
+  };
+  static std::mutex mu;
+  static std::list<Kept> kept;  // guarded by mu: newest first
+  {
+    std::lock_guard lock(mu);
+    for (auto it = kept.begin(); it != kept.end(); ++it) {
+      if (it->json == json) {
+        kept.splice(kept.begin(), kept, it);
+        return kept.front().tokenizer;
+      }
+    }
+  }
+  // Parsed outside the lock: two pipelines made at once with the same file may both
+  // parse it; the second keeps its own (equal) tokenizer.
+  HR_ASSIGN_OR_RETURN(std::shared_ptr<const HfTokenizer> parsed, FromJson(json, source));
+  std::list<Kept> dropped;  // destroyed outside the lock (a tokenizer's teardown is ms)
+  std::lock_guard lock(mu);
+  kept.push_front(Kept{std::string(json), parsed});
+  while (kept.size() > static_cast<size_t>(kKeptShared)) {
+    dropped.splice(dropped.begin(), kept, std::prev(kept.end()));
+  }
+  return parsed;
 }
 
 int HfTokenizer::vocab_size() const { return impl_->vocab_size; }

@@ -41,6 +41,16 @@ class HfTokenizer {
   // what is malformed or unsupported ("model.type 'WordPiece' is not supported: ...").
   static Result<std::unique_ptr<HfTokenizer>> FromJson(std::string_view json,
                                                        const std::string& source);
+  // FromJson, parsed once per process for the same bytes: the tokenizer of an equal
+  // tokenizer.json among the last kKeptShared ones parsed is returned again (Encode is
+  // const and thread-safe). Qwen2's tokenizer.json
+  // (151k tokens and merges) takes about 0.1 s of one core to parse, on the way to a
+  // pipeline's first batch; a process that builds pipelines again (a loader per
+  // evaluation, a Ray worker's next rank, a bench's passes) pays it once. Kept: the
+  // tokenizer and a copy of its JSON (Qwen2's: 7 MB), the oldest dropped first.
+  static constexpr int kKeptShared = 2;
+  static Result<std::shared_ptr<const HfTokenizer>> Shared(std::string_view json,
+                                                           const std::string& source);
   ~HfTokenizer();
   HfTokenizer(const HfTokenizer&) = delete;
   HfTokenizer& operator=(const HfTokenizer&) = delete;

@@ -257,6 +257,36 @@ TEST(HfTokenizer, ManyThreadsGetTheSameIds) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
+TEST(HfTokenizer, SharedParsesEqualBytesOnceAndKeepsTheLastFew) {
+  static_assert(HfTokenizer::kKeptShared == 2);
+  const std::string a = TokenizerJson({.merges_format = "string"});
+  const std::string b = TokenizerJson({.merges_format = "pairs"});
+  const std::string c = TokenizerJson({.ignore_merges = true});
+  auto first = HfTokenizer::Shared(a, "a/tokenizer.json");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  // Equal bytes (another copy of them, another name): the same tokenizer.
+  auto again = HfTokenizer::Shared(std::string(a), "elsewhere/tokenizer.json");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->get(), first->get());
+  auto other = HfTokenizer::Shared(b, "b/tokenizer.json");
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(other->get(), first->get());
+  EXPECT_EQ(Encode(**other, "hello world"), Encode(**first, "hello world"));
+  // Used again, a is the newest: c then drops the least recently used, b.
+  ASSERT_TRUE(HfTokenizer::Shared(a, "a").ok());
+  auto third = HfTokenizer::Shared(c, "c/tokenizer.json");
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(HfTokenizer::Shared(a, "a")->get(), first->get());   // kept
+  EXPECT_NE(HfTokenizer::Shared(b, "b")->get(), other->get());   // dropped, parsed anew
+  // One that fails to parse is not kept, and fails again with its own name.
+  auto bad = HfTokenizer::Shared("{}", "bad/tokenizer.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("bad/tokenizer.json"), std::string::npos);
+  EXPECT_FALSE(HfTokenizer::Shared("{}", "bad2").ok());
+  // A tokenizer dropped from the cache lives on with its users.
+  EXPECT_EQ(Encode(**other, "hello world"), (std::vector<int>{kHello, kSpaceWorld}));
+}
+
 // --- chat templates -------------------------------------------------------------------
 
 constexpr const char* kChatMl =
