@@ -4,7 +4,10 @@
 
 #include <atomic>
 #include <latch>
+#include <mutex>
 #include <set>
+#include <utility>
+#include <vector>
 
 namespace headrace {
 namespace {
@@ -30,6 +33,35 @@ TEST(ThreadPool, RunsEveryTaskOnItsWorkers) {
   }  // the destructor finishes queued tasks
   EXPECT_EQ(ran.load(), 103);
   EXPECT_EQ(ids.size(), 3u);
+}
+
+TEST(ThreadPool, RunsTheLowestPriorityFirstAndEqualOnesInSubmissionOrder) {
+  ThreadPool pool(1);
+  std::latch started(1);
+  std::latch release(1);
+  std::mutex mu;
+  std::vector<int> order;
+  // The one worker is held while the rest are queued, so the queue alone orders them.
+  ASSERT_TRUE(pool.Submit([&] {
+    started.count_down();
+    release.wait();
+  }));
+  started.wait();
+  const std::vector<std::pair<int, int64_t>> tasks = {{0, 5}, {1, 2}, {2, 5}, {3, 0},
+                                                      {4, 2}, {5, 9}, {6, 0}};
+  for (const auto& [id, priority] : tasks) {
+    ASSERT_TRUE(pool.Submit(
+        [&, id = id] {
+          std::lock_guard lock(mu);
+          order.push_back(id);
+        },
+        priority));
+  }
+  std::latch done(1);
+  ASSERT_TRUE(pool.Submit([&] { done.count_down(); }, 100));
+  release.count_down();
+  done.wait();
+  EXPECT_EQ(order, (std::vector<int>{3, 6, 1, 4, 0, 2, 5}));
 }
 
 TEST(ThreadPool, AccountsBusyAndIdleTime) {
