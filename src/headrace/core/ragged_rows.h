@@ -3,14 +3,15 @@
 // A fixed field's row is in the batch buffer before the sample runs (its size is known
 // at plan time); a ragged or item field's is not: it depends on the sample (an image's
 // patches, a conversation's tokens). The sample's ops append their rows here, one entry
-// per call (a sample's tokens, one image's patches), and the assemble stage concatenates
-// every kept sample's rows into the batch tensor when the batch is complete: one copy of
-// those bytes. It happens there rather than in place because a sample's offset in the
-// batch is only known once every sample before it has run; holding each sample's
-// intermediate images until then would cost more memory than the copy costs time.
+// per call (a sample's tokens, one image's patches), and the assemble stage appends each
+// kept sample's rows to the batch tensor once the samples before it are done
+// (AssembleStage::SampleDone): one copy of those bytes. It happens there rather than in
+// place because a sample's offset in the batch is only known once every sample before
+// it has run; holding each sample's intermediate images until then would cost more
+// memory than the copy costs time.
 //
 // One thread writes a sample's RaggedRows (the thread that runs it); the assemble stage
-// reads it after the batch's last sample finished (BatchJob::pending, acq_rel).
+// reads it after that sample finished (BatchJob::join's mutex orders them).
 #pragma once
 
 #include <cstddef>

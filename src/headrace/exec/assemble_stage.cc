@@ -28,6 +28,7 @@ AssembleStage::AssembleStage(const std::vector<FieldSpec>& fields,
   // Each row's dataset index, a field like the others (the planner refuses a clash).
   fields_.push_back(FieldSpec{"index", DType::kI64, {}});
   row_bytes_ = RowBytes(fields);
+  joined_bytes_ = std::make_unique<std::atomic<int64_t>[]>(fields_.size());
 }
 
 size_t AssembleStage::RowBytes(const std::vector<FieldSpec>& fields) {
@@ -51,6 +52,10 @@ Status AssembleStage::AllocateRows(BatchJob& job) const {
   job.slots.resize(n);
   job.status.resize(n);
   if (concatenates_) job.ragged.assign(static_cast<size_t>(n), RaggedRows(fields_, segments_));
+  if (joins()) {
+    job.join.done.assign(static_cast<size_t>(n), 0);
+    job.join.fields.resize(fields_.size());
+  }
   if (!strings_.empty()) job.parsed_attributes.resize(n);
   job.pending.store(static_cast<int>(n));
   const size_t chain_fields = fields_.size() - 1;  // the chain writes all but "index"
@@ -75,6 +80,15 @@ Batch AssembleStage::Finish(BatchJob& job, bool& cancelled) {
   batch.global_index = job.position.local_index;
   batch.epoch = job.position.epoch;
   batch.index_in_epoch = job.position.index_in_epoch;
+  if (joins()) {
+    // Samples not joined yet (a caller that finished them without SampleDone): now.
+    std::lock_guard lock(job.join.mu);
+    for (; job.join.next < n; ++job.join.next) {
+      const int s = job.join.next;
+      if (job.status[s].ok() && job.join.status.ok()) job.join.status = Join(job, s);
+      job.ragged[s] = RaggedRows();
+    }
+  }
   int64_t kept = 0;
   int64_t copied = 0;
   for (int64_t s = 0; s < n; ++s) {
@@ -108,7 +122,8 @@ Batch AssembleStage::Finish(BatchJob& job, bool& cancelled) {
       batch.fields.emplace_back(fields_[f].name, Tensor(fields_[f].dtype, std::move(shape), Buffer()));
       continue;
     }
-    Result<Tensor> t = assembled.ok() ? Concatenate(job, f, &concatenated) : assembled;
+    if (assembled.ok()) assembled = job.join.status;
+    Result<Tensor> t = assembled.ok() ? Joined(job, f, &concatenated) : assembled;
     if (!t.ok()) {
       assembled = t.status();
       t = Tensor();
@@ -155,34 +170,67 @@ Batch AssembleStage::Finish(BatchJob& job, bool& cancelled) {
   return batch;
 }
 
-Result<Tensor> AssembleStage::Concatenate(const BatchJob& job, size_t f, int64_t* bytes) const {
+bool AssembleStage::SampleDone(BatchJob& job, int slot) {
+  BatchJob::Join& join = job.join;
+  const int n = job.size();
+  std::unique_lock lock(join.mu);
+  join.done[static_cast<size_t>(slot)] = 1;
+  if (join.joining) return false;
+  join.joining = true;
+  while (join.next < n && join.done[static_cast<size_t>(join.next)]) {
+    const int s = join.next;
+    lock.unlock();  // the copy runs while other samples finish
+    if (job.status[s].ok() && join.status.ok()) join.status = Join(job, s);
+    job.ragged[s] = RaggedRows();  // its rows freed for the next samples
+    lock.lock();
+    ++join.next;
+  }
+  join.joining = false;
+  return join.next == n;
+}
+
+Status AssembleStage::Join(BatchJob& job, int s) {
+  const RaggedRows& r = job.ragged[s];
+  for (size_t f = 0; f < fields_.size(); ++f) {
+    const FieldSpec& field = fields_[f];
+    if (!field.concatenated()) continue;
+    const bool lengths = field.layout == FieldLayout::kLengths;
+    // A lengths field follows its ragged field (PlanContext::AddField).
+    const int column = static_cast<int>(lengths ? f - 1 : f);
+    const std::span<const uint8_t> from =
+        lengths ? std::span(reinterpret_cast<const uint8_t*>(r.lengths(column).data()),
+                            r.lengths(column).size_bytes())
+                : r.bytes(column);
+    BatchJob::Join::Field& to = job.join.fields[f];
+    to.rows += lengths ? static_cast<int64_t>(r.lengths(column).size()) : r.rows(column);
+    if (from.empty()) continue;
+    if (to.used + from.size() > to.bytes.size()) {
+      size_t capacity = std::max(to.used + from.size(), to.bytes.size() + to.bytes.size() / 2);
+      if (to.bytes.empty()) {
+        const int64_t samples = concatenated_samples_.load(std::memory_order_relaxed);
+        if (samples > 0) {
+          const double mean = static_cast<double>(joined_bytes_[f].load(std::memory_order_relaxed)) /
+                              static_cast<double>(samples);
+          capacity = std::max(capacity, static_cast<size_t>(1.25 * mean * job.size()));
+        }
+      }
+      HR_ASSIGN_OR_RETURN(to.bytes, Buffer::Grow(std::move(to.bytes), to.used, capacity, memory_));
+    }
+    std::memcpy(to.bytes.mutable_data() + to.used, from.data(), from.size());
+    to.used += from.size();
+  }
+  return Status::Ok();
+}
+
+Result<Tensor> AssembleStage::Joined(BatchJob& job, size_t f, int64_t* bytes) const {
   const FieldSpec& field = fields_[f];
-  const auto n = job.sample_indices.size();
-  const bool lengths = field.layout == FieldLayout::kLengths;
-  // A lengths field follows its ragged field (PlanContext::AddField).
-  const int column = static_cast<int>(lengths ? f - 1 : f);
-  int64_t rows = 0;
-  for (size_t s = 0; s < n; ++s) {
-    if (!job.status[s].ok()) continue;
-    rows += lengths ? static_cast<int64_t>(job.ragged[s].lengths(column).size())
-                    : job.ragged[s].rows(column);
-  }
-  std::vector<int64_t> shape{rows};
+  BatchJob::Join::Field& joined = job.join.fields[f];
+  std::vector<int64_t> shape{joined.rows};
   shape.insert(shape.end(), field.sample_shape.begin(), field.sample_shape.end());
-  HR_ASSIGN_OR_RETURN(Tensor out, Tensor::Allocate(field.dtype, std::move(shape), memory_));
-  uint8_t* to = out.mutable_data<uint8_t>();
-  for (size_t s = 0; s < n; ++s) {
-    if (!job.status[s].ok()) continue;
-    const RaggedRows& r = job.ragged[s];
-    const size_t size = lengths ? r.lengths(column).size_bytes() : r.bytes(column).size();
-    if (size == 0) continue;
-    std::memcpy(to, lengths ? static_cast<const void*>(r.lengths(column).data())
-                            : static_cast<const void*>(r.bytes(column).data()),
-                size);
-    to += size;
-  }
-  *bytes += static_cast<int64_t>(out.nbytes());
-  return out;
+  if (joined.bytes.empty()) return Tensor::Allocate(field.dtype, std::move(shape), memory_);
+  joined_bytes_[f].fetch_add(static_cast<int64_t>(joined.used), std::memory_order_relaxed);
+  *bytes += static_cast<int64_t>(joined.used);
+  return Tensor(field.dtype, std::move(shape), std::move(joined.bytes).Slice(0, joined.used));
 }
 
 void AssembleStage::FailBatch(BatchJob& job, const Status& status, Batch& batch) const {

@@ -3,17 +3,26 @@
 // - AllocateRows (driver thread, at admission): one tensor per field, the engine's
 //   "index" field among them like any other, from a pool of batch memory (steady-state
 //   batches reuse the blocks of delivered ones); each sample's slots point at its rows.
-// - Finish (the thread of the batch's last sample): the rows of the samples that
-//   succeeded compacted to the front, in order (a copy of sample bytes only for failed
-//   samples), the concatenated fields (FieldLayout: ragged rows, a list's items) joined
-//   from each kept sample's RaggedRows with their `<name>_lengths` (the one copy of
-//   those bytes: core/ragged_rows.h says why), the strings collected, the batch ops run
-//   (a failing one empties the batch and names each of its samples). With
+// - SampleDone (the thread of each sample, as it finishes), with concatenated fields
+//   (FieldLayout: ragged rows, a list's items, their `<name>_lengths`): each kept
+//   sample's RaggedRows joined into the batch's tensors in slot order, as soon as the
+//   samples before it are done (the one copy of those bytes: core/ragged_rows.h says
+//   why), and its rows freed. Joining as they finish rather than all at the end keeps a
+//   sample's rows alive for about one sample's time instead of its batch's: with
+//   hundreds of MB of patches a batch, the rows' regions were then mapped fresh again
+//   (page faults: 10% of the VLM pipeline's CPU), and the last sample's thread copied
+//   the whole batch alone while the consumer waited. The batch tensor grows in place
+//   (a region, core/region_allocator.h), from a first size of 1.25x the mean so far.
+// - Finish (the thread of the batch's last sample, or the one that joined it): the rows
+//   of the samples that succeeded compacted to the front, in order (a copy of sample
+//   bytes only for failed samples), the joined tensors, the strings collected, the batch
+//   ops run (a failing one empties the batch and names each of its samples). With
 //   `keep_sample_rows` (a packer lays the samples out itself: exec/packer.h) the
 //   concatenated fields are not joined: each kept sample's RaggedRows goes into
 //   Batch::sample_rows instead, and the fields' tensors have no rows.
 //
-// Threads: AllocateRows from one thread at a time; Finish from any (each job once).
+// Threads: AllocateRows from one thread at a time; SampleDone from any (each sample
+// once); Finish from any (each job once).
 #pragma once
 
 #include <atomic>
@@ -54,6 +63,14 @@ class AssembleStage {
   // known once it is assembled: BatchJob::bytes).
   size_t BatchBytes(int64_t samples) const { return row_bytes_ * static_cast<size_t>(samples); }
   Status AllocateRows(BatchJob& job) const;
+  // Whether samples' rows are joined as they finish (SampleDone), rather than counted
+  // down by BatchJob::pending.
+  bool joins() const { return concatenates_ && !keep_sample_rows_; }
+  // Sample `slot` of `job` is done (its status set). Joins it, and those after it that
+  // are done, unless the samples before it are not all done (the thread that finishes
+  // the last of those will) or another thread is joining (it will). True for exactly one
+  // call per job: the one after which every sample is joined; its caller calls Finish.
+  bool SampleDone(BatchJob& job, int slot);
   // The complete batch of `job`, and job.bytes set to what it holds; `cancelled` set
   // when one of its samples was cancelled (the run is stopping: nobody will consume it).
   Batch Finish(BatchJob& job, bool& cancelled);
@@ -71,9 +88,10 @@ class AssembleStage {
  private:
   void CollectStrings(const BatchJob& job, Batch& batch) const;
   void RunBatchOps(const BatchJob& job, Batch& batch);
-  // The batch tensor of concatenated field `f` (and of its lengths after it) from the
-  // kept samples' rows; its bytes into *bytes.
-  Result<Tensor> Concatenate(const BatchJob& job, size_t f, int64_t* bytes) const;
+  // Sample `s`'s rows appended to each concatenated field's joined bytes.
+  Status Join(BatchJob& job, int s);
+  // The batch tensor of concatenated field `f` from its joined bytes; those into *bytes.
+  Result<Tensor> Joined(BatchJob& job, size_t f, int64_t* bytes) const;
   // Drops the batch: every sample that succeeded fails with `status`, every field has
   // no rows.
   void FailBatch(BatchJob& job, const Status& status, Batch& batch) const;
@@ -93,6 +111,9 @@ class AssembleStage {
   std::atomic<int64_t> bytes_copied_{0};
   std::atomic<int64_t> concatenated_bytes_{0};    // over the assembled batches
   std::atomic<int64_t> concatenated_samples_{0};  // their kept samples
+  // Per field, the bytes its joined tensors held over the assembled batches: a new
+  // batch's first size (Join).
+  std::unique_ptr<std::atomic<int64_t>[]> joined_bytes_;
 };
 
 }  // namespace headrace

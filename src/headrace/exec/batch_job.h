@@ -3,14 +3,18 @@
 // Made by the driver (positions, records, rows), then shared by every task of its
 // samples. Each sample's row, status and parsed strings are written by the one thread
 // that runs that sample; the job is complete when `pending` reaches zero, and the last
-// finisher (which sees every row: acq_rel) assembles it.
+// finisher (which sees every row: acq_rel) assembles it. With concatenated fields, the
+// samples' rows are joined as they finish instead (`join`, AssembleStage::SampleDone),
+// and the thread that joins the last assembles it.
 #pragma once
 
 #include <atomic>
+#include <mutex>
 #include <cstdint>
 #include <optional>
 #include <vector>
 
+#include "headrace/core/buffer.h"
 #include "headrace/core/ragged_rows.h"
 #include "headrace/core/sample.h"
 #include "headrace/core/status.h"
@@ -35,6 +39,20 @@ struct BatchJob {
   std::vector<const SampleRecord*> records;
   std::vector<SampleRecord> record_scratch;
   std::atomic<int> pending{0};
+  // The concatenated fields joined in slot order as the samples finish.
+  struct Join {
+    struct Field {
+      Buffer bytes;  // capacity; the first `used` bytes are rows
+      size_t used = 0;
+      int64_t rows = 0;
+    };
+    std::mutex mu;
+    std::vector<char> done;     // guarded by mu: per sample, its status and rows are final
+    int next = 0;               // guarded by mu: the samples before it are joined
+    bool joining = false;       // guarded by mu: a thread is joining
+    std::vector<Field> fields;  // per batch field: the joining thread's (one at a time)
+    Status status;              // the joining thread's: the first failure to join
+  } join;
   // The batch's buffers, charged to the batch budget: at admission, its fixed rows plus
   // an estimate of its concatenated ones; once assembled, what it holds.
   int64_t bytes = 0;

@@ -55,12 +55,15 @@ ChainStage::~ChainStage() { pool_.reset(); }
 
 void ChainStage::Submit(const std::shared_ptr<BatchJob>& job, int slot, std::vector<Buffer> media,
                         int64_t charged) {
-  // Samples run in their batches' order, whatever order their reads complete in: with
-  // reads of several batches in flight, a FIFO ran the samples whose bytes came first,
-  // and the earliest batch (the one the consumer waits for) finished last among them.
-  // The first batch of VLM samples of bench/vlm_processor.py came after 0.46 s, its
-  // last sample started after 20 of the next batches'.
-  const int64_t priority = job->position.local_index;
+  // Samples run in their batches' order, and in slot order within one, whatever order
+  // their reads complete in: with reads of several batches in flight, a FIFO ran the
+  // samples whose bytes came first, and the earliest batch (the one the consumer waits
+  // for) finished last among them. The first batch of VLM samples of
+  // bench/vlm_processor.py came after 0.46 s, its last sample started after 20 of the
+  // next batches'. Slot order lets the assemble stage join each sample's rows soon
+  // after it ends (AssembleStage::SampleDone).
+  constexpr int64_t kSlots = int64_t{1} << 24;  // more than any batch's samples
+  const int64_t priority = job->position.local_index * kSlots + slot;
   const bool submitted = pool_->Submit(
       [this, job, slot, media = std::move(media), charged]() mutable {
         Run(job, slot, std::move(media), charged);
