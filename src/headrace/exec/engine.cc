@@ -59,11 +59,19 @@ Status NormalizeStart(const EpochOrder& order, EngineOptions& options) {
 // small first requests took the batches' large regions). Another allocator (pinned
 // memory) serves the batches in geometric classes; batches of fixed fields are one size:
 // a few blocks of it.
+//
+// Samples' rows kept for a packer (`rows_are_batches`: EngineOptions::keep_sample_rows,
+// no batch ops) are what the joined batch tensors would be, and live as long: the rows
+// then get the budget (the batch tensors hold only the fixed fields). With half, bench/vlm_processor.py's packed pipeline (`headrace
+// run`, 384 samples, batch.pack 8192 / window 16) faulted 1.1 M pages (each packed
+// batch frees its samples' rows at once, and more were unmapped than the cache kept):
+// 8.8 s of CPU; with the budget, 0.82 M and 8.2 s (peak RSS 2035 -> 2261 MiB).
 std::pair<std::shared_ptr<ReusingAllocator>, std::shared_ptr<ReusingAllocator>> BatchMemory(
-    const EngineOptions& options, size_t full_batch, bool varying) {
+    const EngineOptions& options, size_t full_batch, bool varying, bool rows_are_batches) {
   const auto budget = static_cast<size_t>(options.batch_budget_bytes);
   std::shared_ptr<ReusingAllocator> segments =
-      varying ? MakeVaryingPool(DefaultAllocator(), budget / 2, RegionAllocator::Fit::kLargest)
+      varying ? MakeVaryingPool(DefaultAllocator(), rows_are_batches ? budget : budget / 2,
+                                RegionAllocator::Fit::kLargest)
               : nullptr;
   if (options.allocator != DefaultAllocator()) {
     return {std::make_shared<PoolingAllocator>(options.allocator, budget,
@@ -113,7 +121,9 @@ Engine::Engine(std::shared_ptr<const EngineInputs> inputs, EngineOptions options
   const size_t full_batch = AssembleStage::RowBytes(inputs_->fields) *
                             static_cast<size_t>(options_.order.batch_size);
   const bool varying = RaggedRows::Needed(inputs_->fields);
-  auto [batches, segments] = BatchMemory(options_, full_batch, varying);
+  auto [batches, segments] =
+      BatchMemory(options_, full_batch, varying,
+                  options_.keep_sample_rows && inputs_->batch_ops.empty());
   assemble_ = std::make_unique<AssembleStage>(inputs_->fields, inputs_->strings,
                                               inputs_->batch_ops, options_.order.seed,
                                               std::move(batches), std::move(segments),
