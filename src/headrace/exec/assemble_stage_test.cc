@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
+#include <latch>
+#include <thread>
+#include <vector>
 
 namespace headrace {
 namespace assemble_stage_test {
@@ -165,6 +169,66 @@ TEST(AssembleStage, RaggedRowsAndItemsAreConcatenatedInOrderWithTheirLengths) {
   EXPECT_EQ(stage.ConcatenatedBytesPerSample(),
             static_cast<int64_t>(tokens->nbytes() + lengths->nbytes() + views->nbytes()) / 3);
   EXPECT_TRUE(job->ragged.empty()) << "the samples' rows are released once joined";
+}
+
+TEST(AssembleStage, SamplesAreJoinedInSlotOrderAsTheyFinishAndTheirRowsFreed) {
+  RaggedFixture f;
+  AssembleStage stage(f.fields, f.strings, f.batch_ops, 1, f.memory, f.memory);
+  ASSERT_TRUE(stage.joins());
+  auto job = f.Job(stage);
+  job->status[1] = Status::CorruptData("bad");
+  const auto held = [&](int s) { return job->ragged[static_cast<size_t>(s)].held_bytes(); };
+  ASSERT_GT(held(2), 0u);
+  // Sample 2 finishes first: nothing before it is done, so it waits, rows and all.
+  EXPECT_FALSE(stage.SampleDone(*job, 2));
+  EXPECT_GT(held(2), 0u);
+  // Sample 0: joined (freed); 1 is not done, so 2 still waits.
+  EXPECT_FALSE(stage.SampleDone(*job, 0));
+  EXPECT_EQ(held(0), 0u);
+  EXPECT_GT(held(2), 0u);
+  EXPECT_FALSE(stage.SampleDone(*job, 3));
+  EXPECT_GT(held(3), 0u);
+  // Sample 1 (failed) lets 2 and 3 through: this call joined the last, so it says so.
+  EXPECT_TRUE(stage.SampleDone(*job, 1));
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(held(s), 0u) << s;
+  bool cancelled = true;
+  const Batch batch = stage.Finish(*job, cancelled);
+  ASSERT_EQ(batch.size(), 3);
+  const Tensor* tokens = batch.Find("tokens");
+  ASSERT_NE(tokens, nullptr);
+  EXPECT_EQ(std::vector<int32_t>(tokens->data<int32_t>(), tokens->data<int32_t>() + 10),
+            (std::vector<int32_t>{200, 200, 201, 201, 300, 300, 301, 301, 302, 302}));
+  const Tensor* lengths = batch.Find("tokens_lengths");
+  EXPECT_EQ(std::vector<int32_t>(lengths->data<int32_t>(),
+                                 lengths->data<int32_t>() + lengths->numel()),
+            (std::vector<int32_t>{0, 2, 1, 2}));
+  EXPECT_EQ(batch.Find("views")->shape(), (std::vector<int64_t>{5, 3}));
+}
+
+TEST(AssembleStage, ManyThreadsFinishingSamplesJoinEachOnceAndOneAssembles) {
+  RaggedFixture f;
+  AssembleStage stage(f.fields, f.strings, f.batch_ops, 1, f.memory, f.memory);
+  for (int round = 0; round < 200; ++round) {
+    auto job = f.Job(stage);
+    std::atomic<int> finishers{0};
+    std::latch start(4);
+    std::vector<std::thread> threads;
+    for (int s = 0; s < 4; ++s) {
+      threads.emplace_back([&, s] {
+        start.arrive_and_wait();
+        if (stage.SampleDone(*job, s)) ++finishers;
+      });
+    }
+    for (auto& t : threads) t.join();
+    ASSERT_EQ(finishers.load(), 1) << "round " << round;
+    bool cancelled = true;
+    const Batch batch = stage.Finish(*job, cancelled);
+    ASSERT_EQ(batch.Find("tokens")->shape(), (std::vector<int64_t>{6, 2})) << round;
+    const int32_t* t = batch.Find("tokens")->data<int32_t>();
+    ASSERT_EQ(std::vector<int32_t>(t, t + 12),
+              (std::vector<int32_t>{100, 100, 200, 200, 201, 201, 300, 300, 301, 301, 302, 302}))
+        << round;
+  }
 }
 
 TEST(AssembleStage, ABatchWhoseSamplesAllFailHasEmptyConcatenatedFields) {
