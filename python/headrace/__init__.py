@@ -32,12 +32,14 @@ except ImportError as _error:
     raise ImportError(_why, name=__name__ + "._headrace") from _error
 
 from . import ops
-from ._headrace import CancelledError, ConfigError, Error, Tensor, make_sample
+from ._headrace import (CancelledError, ConfigError, Error, Tensor, kept_memory, make_sample,
+                        release_memory)
 from .batch import Batch
 from .doctor import doctor
 from .loader import Loader, default_rank_and_world_size, merge_state_dicts
 from .pipeline import Pipeline
 
 __all__ = ["Batch", "CancelledError", "ConfigError", "Error", "Loader", "Pipeline", "Tensor",
-           "default_rank_and_world_size", "merge_state_dicts", "doctor", "make_sample", "ops"]
+           "default_rank_and_world_size", "merge_state_dicts", "doctor", "kept_memory", "make_sample",
+           "ops", "release_memory"]
 __version__ = "0.1.0"

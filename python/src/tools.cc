@@ -1,9 +1,11 @@
-// Tools from Python: the sample dataset generator of `headrace make-sample`.
+// Tools from Python: the sample dataset generator of `headrace make-sample`, and the
+// memory closed Loaders keep for the next (release_memory, kept_memory).
 #include <nanobind/stl/string.h>
 
 #include <optional>
 
 #include "common.h"
+#include "headrace/core/region_allocator.h"
 #include "make_sample/make_sample.h"
 #include "make_sample/make_sample_speech.h"
 
@@ -72,6 +74,16 @@ void RegisterTools(nb::module_& m) {
       "pointcloud=True a LiDAR-like scene (pointclouds/<id>.bin, KITTI float32 x, y, z,\n"
       "intensity; key 'pointcloud') and the same points as PCD (pointclouds/<id>.pcd, ascii,\n"
       "binary and binary_compressed in turn; key 'pointcloud_pcd').");
+
+  m.def(
+      "release_memory", [] { return static_cast<int64_t>(ReleaseKeptRegions()); },
+      "Unmaps the memory closed Loaders kept mapped for the next Loader of the process and\n"
+      "returns its bytes. A ragged pipeline's batch and sample memory (at most one\n"
+      "memory.budget_bytes) outlives its Loader, so that the next one (a Loader per epoch, a\n"
+      "validation loader) starts on pages the kernel need not fault in and zero again.");
+  m.def(
+      "kept_memory", [] { return static_cast<int64_t>(KeptRegionBytes()); },
+      "The bytes closed Loaders keep mapped for the next (release_memory() unmaps them).");
 }
 
 }  // namespace headrace::python

@@ -120,6 +120,39 @@ def test_a_media_list_is_its_items_concatenated_unless_padded(views_dataset):
     assert batch["views"].shape[0] == int(batch["views_count"].sum())
 
 
+def test_a_closed_loaders_memory_serves_the_next_until_released(views_dataset):
+    """Ragged batches' memory outlives its Loader for the next one of the process
+    (core/region_allocator.h, OnClose::kKeepForNext): reused, it changes no value."""
+    import gc
+
+    def views_of_one_pass():
+        # 256 x 256 float views: each batch and each sample's rows are whole regions.
+        pipeline = headrace.Pipeline(
+            source={"manifest": views_dataset / "manifest.jsonl", "allow_absolute_paths": True,
+                    "root": "/", "fields": [{"name": "views", "kind": "image", "max_items": 2}]},
+            ops=[ops.decode(field="views"), ops.resize(width=256, height=256, field="views"),
+                 ops.normalize(field="views")],
+            batch_size=8, seed=2, shuffle=False, cpu_threads=2, memory_budget="64MiB")
+        with headrace.Loader(pipeline) as loader:
+            views = [np.asarray(b["views"]).copy() for b in loader]
+        gc.collect()
+        return views
+
+    headrace.release_memory()
+    assert headrace.kept_memory() == 0
+    first = views_of_one_pass()
+    kept = headrace.kept_memory()
+    assert kept > 0, "the closed Loader's regions stay mapped"
+    second = views_of_one_pass()
+    assert len(first) == len(second) == 6
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a, b)
+    assert headrace.kept_memory() > 0
+    assert headrace.release_memory() > 0
+    assert headrace.kept_memory() == 0
+    assert headrace.release_memory() == 0
+
+
 def test_pad_items_on_a_field_that_is_no_list_names_the_key(views_dataset):
     fields = [{"name": "image", "kind": "image", "pad_items": True}]
     with pytest.raises(headrace.ConfigError, match=r"source.fields\[0\].pad_items"):

@@ -23,14 +23,64 @@ void* Remap(void* region, size_t from, size_t to) {
   return p == MAP_FAILED ? nullptr : p;
 }
 
+using Cached = RegionAllocator::Cached;
+
+// Which of `regions` a request of `size` (whole pages) takes: the smallest that holds it
+// (Fit::kBest) or else the largest, which is grown; end() when there are none.
+std::list<Cached>::iterator Pick(std::list<Cached>& regions, size_t size,
+                                 RegionAllocator::Fit fit) {
+  auto best = regions.end();
+  auto largest = regions.end();
+  for (auto it = regions.begin(); it != regions.end(); ++it) {
+    if (it->size >= size && (best == regions.end() || it->size < best->size)) best = it;
+    if (largest == regions.end() || it->size > largest->size) largest = it;
+  }
+  return best != regions.end() && fit == RegionAllocator::Fit::kBest ? best : largest;
+}
+
+// The regions closed allocators keep for the next (OnClose::kKeepForNext), oldest first,
+// apart by Fit: a sample's rows (kLargest) would take a batch's large region whole.
+struct KeptRegions {
+  struct Kind {
+    std::list<Cached> regions;
+    size_t bytes = 0;
+    size_t cap = 0;  // the largest cap of the allocators that kept theirs here
+  };
+  std::mutex mu;
+  Kind kinds[2];  // guarded by mu; by Fit
+  Kind& of(RegionAllocator::Fit fit) { return kinds[fit == RegionAllocator::Fit::kBest ? 0 : 1]; }
+};
+KeptRegions& Kept() {
+  static auto* kept = new KeptRegions;  // never destroyed: allocators may close at exit
+  return *kept;
+}
+
 }  // namespace
 
-RegionAllocator::RegionAllocator(size_t max_cached_bytes, Fit fit)
-    : max_cached_bytes_(max_cached_bytes), fit_(fit) {}
+RegionAllocator::RegionAllocator(size_t max_cached_bytes, Fit fit, OnClose on_close)
+    : max_cached_bytes_(max_cached_bytes), fit_(fit), on_close_(on_close) {}
 
 RegionAllocator::~RegionAllocator() {
   // Lent regions are freed through Free by their buffers, which keep the allocator alive.
-  for (const Cached& c : free_) ::munmap(c.region, c.size);
+  std::vector<Cached> unmap;
+  if (on_close_ == OnClose::kKeepForNext) {
+    KeptRegions& all = Kept();
+    std::lock_guard lock(all.mu);
+    KeptRegions::Kind& kept = all.of(fit_);
+    kept.cap = std::max(kept.cap, max_cached_bytes_);
+    for (const Cached& c : free_) {
+      kept.regions.push_back(c);
+      kept.bytes += c.size;
+    }
+    while (kept.bytes > kept.cap) {
+      unmap.push_back(kept.regions.front());
+      kept.bytes -= kept.regions.front().size;
+      kept.regions.pop_front();
+    }
+  } else {
+    unmap.assign(free_.begin(), free_.end());
+  }
+  for (const Cached& c : unmap) ::munmap(c.region, c.size);
 }
 
 size_t RegionAllocator::PagesOf(size_t bytes) {
@@ -47,18 +97,28 @@ void* RegionAllocator::Allocate(size_t bytes, size_t alignment) {
   Cached taken{nullptr, 0};
   {
     std::lock_guard lock(mu_);
-    // The smallest that holds it, else the largest (grown below).
-    auto best = free_.end();
-    auto largest = free_.end();
-    for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->size >= size && (best == free_.end() || it->size < best->size)) best = it;
-      if (largest == free_.end() || it->size > largest->size) largest = it;
-    }
-    const auto from = best != free_.end() && fit_ == Fit::kBest ? best : largest;
+    const auto from = Pick(free_, size, fit_);
     if (from != free_.end()) {
       taken = *from;
       cached_bytes_ -= from->size;
       free_.erase(from);
+    }
+  }
+  if (taken.region == nullptr && on_close_ == OnClose::kKeepForNext) {
+    // None of its own: one a closed allocator of its kind kept.
+    KeptRegions& all = Kept();
+    std::lock_guard lock(all.mu);
+    KeptRegions::Kind& kept = all.of(fit_);
+    const auto from = Pick(kept.regions, size, fit_);
+    if (from != kept.regions.end()) {
+      taken = *from;
+      kept.bytes -= from->size;
+      kept.regions.erase(from);
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (taken.region != nullptr) {
       ++hits_;
       if (taken.size < size) ++grown_;
     } else {
@@ -156,10 +216,35 @@ int64_t RegionAllocator::grown() const {
 }
 
 std::shared_ptr<ReusingAllocator> MakeVaryingPool(Allocator* base, size_t max_cached_bytes,
-                                                  RegionAllocator::Fit fit) {
-  if (base == DefaultAllocator()) return std::make_shared<RegionAllocator>(max_cached_bytes, fit);
+                                                  RegionAllocator::Fit fit,
+                                                  RegionAllocator::OnClose on_close) {
+  if (base == DefaultAllocator()) {
+    return std::make_shared<RegionAllocator>(max_cached_bytes, fit, on_close);
+  }
   return std::make_shared<PoolingAllocator>(base, max_cached_bytes,
                                             PoolingAllocator::SizeClasses::kGeometric);
+}
+
+size_t ReleaseKeptRegions() {
+  std::list<Cached> regions;
+  size_t bytes = 0;
+  {
+    KeptRegions& all = Kept();
+    std::lock_guard lock(all.mu);
+    for (KeptRegions::Kind& kept : all.kinds) {
+      regions.splice(regions.end(), kept.regions);
+      bytes += kept.bytes;
+      kept = KeptRegions::Kind{};
+    }
+  }
+  for (const Cached& c : regions) ::munmap(c.region, c.size);
+  return bytes;
+}
+
+size_t KeptRegionBytes() {
+  KeptRegions& all = Kept();
+  std::lock_guard lock(all.mu);
+  return all.kinds[0].bytes + all.kinds[1].bytes;
 }
 
 }  // namespace headrace

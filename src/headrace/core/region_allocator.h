@@ -20,6 +20,14 @@
 //   image after another) keeps its contents without a copy (Buffer::Grow).
 // - Freed regions are kept, at most `max_cached_bytes` of them (the oldest unmapped
 //   first); smaller requests go to the process heap.
+// - OnClose::kKeepForNext (the engine's and the packer's pools): when the allocator goes
+//   (its Loader closed and its last buffer freed), its cached regions stay mapped for the
+//   next such allocator of the process, which takes them when its own cache has none
+//   (a Loader per epoch, or a validation loader every N steps, then starts on pages
+//   already there: on this VM a fresh page costs ~3 us of kernel zeroing, and a VLM pass
+//   of 128 samples faulted 290 K of them, ~30% of its CPU time). At most the largest
+//   `max_cached_bytes` of those allocators is kept (the oldest unmapped first), so at
+//   most one memory budget; ReleaseKeptRegions() unmaps them (headrace.release_memory()).
 //
 // Thread-safe. mmap, mremap and munmap run outside the lock.
 #pragma once
@@ -49,7 +57,15 @@ class RegionAllocator final : public ReusingAllocator {
     kLargest,
   };
 
-  explicit RegionAllocator(size_t max_cached_bytes, Fit fit = Fit::kBest);
+  // What the cached regions become when the allocator goes.
+  enum class OnClose {
+    kUnmap,
+    // Kept for the next allocator of the process with kKeepForNext (see above).
+    kKeepForNext,
+  };
+
+  explicit RegionAllocator(size_t max_cached_bytes, Fit fit = Fit::kBest,
+                           OnClose on_close = OnClose::kUnmap);
   ~RegionAllocator() override;
 
   void* Allocate(size_t bytes, size_t alignment) override;
@@ -64,16 +80,19 @@ class RegionAllocator final : public ReusingAllocator {
   // Regions grown by mremap (by Allocate from a smaller cached one, or by Reallocate).
   int64_t grown() const;
 
- private:
+  // A mapped region and its size (cached here, or kept for the next allocator).
   struct Cached {
     void* region;
     size_t size;
   };
+
+ private:
   // The region's mapped size: at least the pages of the bytes asked for.
   static size_t PagesOf(size_t bytes);
 
   const size_t max_cached_bytes_;
   const Fit fit_;
+  const OnClose on_close_;
   mutable std::mutex mu_;
   std::list<Cached> free_;                    // guarded by mu_: oldest first
   std::unordered_map<void*, size_t> lent_;    // guarded by mu_: region -> mapped size
@@ -88,6 +107,12 @@ class RegionAllocator final : public ReusingAllocator {
 // blocks in geometric size classes (PoolingAllocator).
 std::shared_ptr<ReusingAllocator> MakeVaryingPool(
     Allocator* base, size_t max_cached_bytes,
-    RegionAllocator::Fit fit = RegionAllocator::Fit::kBest);
+    RegionAllocator::Fit fit = RegionAllocator::Fit::kBest,
+    RegionAllocator::OnClose on_close = RegionAllocator::OnClose::kUnmap);
+
+// The regions closed allocators (OnClose::kKeepForNext) keep for the next: unmaps them and
+// returns their bytes. KeptRegionBytes(): their bytes now.
+size_t ReleaseKeptRegions();
+size_t KeptRegionBytes();
 
 }  // namespace headrace

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <latch>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -173,6 +174,70 @@ TEST(RegionAllocator, ThreadsAllocateGrowAndFreeConcurrently) {
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(bad[t], 0) << "thread " << t;
   EXPECT_LE(pool.cached_bytes(), 32 * kMiB);
   EXPECT_EQ(pool.hits() + pool.misses(), kThreads * 40);
+}
+
+TEST(RegionAllocator, AClosedAllocatorsRegionsServeTheNextOfItsKindOnly) {
+  ReleaseKeptRegions();  // what earlier tests of this process kept
+  constexpr auto kKeep = RegionAllocator::OnClose::kKeepForNext;
+  void* first = nullptr;
+  {
+    RegionAllocator closing(64 * kMiB, RegionAllocator::Fit::kBest, kKeep);
+    first = closing.Allocate(8 * kMiB, 64);
+    ASSERT_NE(first, nullptr);
+    Fill(first, 8 * kMiB, 7);
+    closing.Free(first, 8 * kMiB);
+  }
+  EXPECT_EQ(KeptRegionBytes(), 8 * kMiB);
+  {
+    // Another kind (a sample's rows) and an allocator that keeps nothing take none.
+    RegionAllocator rows(64 * kMiB, RegionAllocator::Fit::kLargest, kKeep);
+    void* r = rows.Allocate(4 * kMiB, 64);
+    EXPECT_NE(r, first);
+    EXPECT_EQ(rows.misses(), 1);
+    rows.Free(r, 4 * kMiB);
+    RegionAllocator own(64 * kMiB);
+    void* o = own.Allocate(4 * kMiB, 64);
+    EXPECT_NE(o, first);
+    EXPECT_EQ(own.misses(), 1);
+    own.Free(o, 4 * kMiB);
+  }
+  EXPECT_EQ(KeptRegionBytes(), 8 * kMiB + 4 * kMiB) << "the rows' region kept too";
+  RegionAllocator next(64 * kMiB, RegionAllocator::Fit::kBest, kKeep);
+  void* taken = next.Allocate(6 * kMiB, 64);
+  EXPECT_EQ(taken, first) << "the closed allocator's region, its pages still there";
+  EXPECT_TRUE(Holds(taken, 8 * kMiB, 7));
+  EXPECT_EQ(next.hits(), 1);
+  EXPECT_EQ(next.misses(), 0);
+  EXPECT_EQ(KeptRegionBytes(), 4 * kMiB);
+  next.Free(taken, 6 * kMiB);
+  EXPECT_EQ(ReleaseKeptRegions(), 4 * kMiB);
+  EXPECT_EQ(KeptRegionBytes(), 0u);
+}
+
+TEST(RegionAllocator, KeptRegionsAreAtMostTheLargestCacheOfTheirKindTheOldestUnmapped) {
+  ReleaseKeptRegions();
+  constexpr auto kKeep = RegionAllocator::OnClose::kKeepForNext;
+  auto older = std::make_unique<RegionAllocator>(10 * kMiB, RegionAllocator::Fit::kBest, kKeep);
+  auto newer = std::make_unique<RegionAllocator>(10 * kMiB, RegionAllocator::Fit::kBest, kKeep);
+  std::vector<void*> lent_older;
+  std::vector<void*> lent_newer;
+  for (int i = 0; i < 2; ++i) lent_older.push_back(older->Allocate(4 * kMiB, 64));
+  for (int i = 0; i < 2; ++i) lent_newer.push_back(newer->Allocate(4 * kMiB, 64));
+  for (void* r : lent_older) older->Free(r, 4 * kMiB);
+  for (void* r : lent_newer) newer->Free(r, 4 * kMiB);
+  older.reset();
+  EXPECT_EQ(KeptRegionBytes(), 8 * kMiB);
+  newer.reset();  // 16 MiB over the cap of 10: the older two are unmapped
+  EXPECT_EQ(KeptRegionBytes(), 8 * kMiB);
+  RegionAllocator next(10 * kMiB, RegionAllocator::Fit::kBest, kKeep);
+  void* a = next.Allocate(4 * kMiB, 64);
+  void* b = next.Allocate(4 * kMiB, 64);
+  EXPECT_EQ(next.misses(), 0);
+  EXPECT_TRUE((a == lent_newer[0] && b == lent_newer[1]) ||
+              (a == lent_newer[1] && b == lent_newer[0]));
+  next.Free(a, 4 * kMiB);
+  next.Free(b, 4 * kMiB);
+  EXPECT_EQ(ReleaseKeptRegions(), 0u);
 }
 
 }  // namespace

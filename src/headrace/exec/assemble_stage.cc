@@ -205,14 +205,24 @@ Status AssembleStage::Join(BatchJob& job, int s) {
     to.rows += lengths ? static_cast<int64_t>(r.lengths(column).size()) : r.rows(column);
     if (from.empty()) continue;
     if (to.used + from.size() > to.bytes.size()) {
-      size_t capacity = std::max(to.used + from.size(), to.bytes.size() + to.bytes.size() / 2);
-      if (to.bytes.empty()) {
-        const int64_t samples = concatenated_samples_.load(std::memory_order_relaxed);
-        if (samples > 0) {
-          const double mean = static_cast<double>(joined_bytes_[f].load(std::memory_order_relaxed)) /
-                              static_cast<double>(samples);
-          capacity = std::max(capacity, static_cast<size_t>(1.25 * mean * job.size()));
-        }
+      // First 1.25x the mean batch so far; grown to what it holds plus 1.25x the mean of
+      // each sample still to come (by half before any batch was assembled). Growing by half
+      // each time left regions 1.5x the batches: two of them freed at once outgrew the
+      // cache, and each batch after faulted in fresh pages.
+      const size_t needed = to.used + from.size();
+      const int64_t samples = concatenated_samples_.load(std::memory_order_relaxed);
+      const double mean =
+          samples > 0 ? static_cast<double>(joined_bytes_[f].load(std::memory_order_relaxed)) /
+                            static_cast<double>(samples)
+                      : 0.0;
+      size_t capacity = needed;
+      if (mean <= 0.0) {
+        capacity = std::max(needed, to.bytes.size() + to.bytes.size() / 2);
+      } else if (to.bytes.empty()) {
+        capacity = std::max(needed, static_cast<size_t>(1.25 * mean * job.size()));
+      } else {
+        const int still = job.size() - s - 1;  // samples join in slot order
+        capacity = needed + static_cast<size_t>(1.25 * mean * still);
       }
       HR_ASSIGN_OR_RETURN(to.bytes, Buffer::Grow(std::move(to.bytes), to.used, capacity, memory_));
     }

@@ -55,8 +55,16 @@ Status NormalizeStart(const EpochOrder& order, EngineOptions& options) {
 // at once and fewer rows: with half the budget for each, 11 of 48 batches mapped fresh
 // memory and 30 grew, against 4 and 17 with three quarters (490 K page faults against
 // 870 K for `headrace run` of that pipeline, 384 samples; 7.7 against 8.4 s of CPU;
-// peak RSS 1330 against 1213 MiB). One pool for both was slower (the samples'
-// small first requests took the batches' large regions). Another allocator (pinned
+// peak RSS 1330 against 1213 MiB). A batch tensor grows to what it holds plus 1.25x the
+// mean sample for each sample still to come (AssembleStage::Join), not by half: regions
+// then fit their batches, and the batch pool caches the whole budget: with three
+// quarters, two regions freed at once outgrew it, and each batch after took fresh pages
+// (`headrace run` of that pipeline, 3 epochs: 0.9 against 1.6 s of system time, 7.1
+// against 7.4 s, peak RSS 1400 against 1360 MiB). One pool for both was slower (the
+// samples' small first requests took the batches' large regions). The regions outlive
+// the engine (OnClose::kKeepForNext): the next engine of the process starts on them
+// (bench/vlm_processor.py's passes, a Loader each, 128 samples: ~90 -> ~108 samples/s
+// after the first). Another allocator (pinned
 // memory) serves the batches in geometric classes; batches of fixed fields are one size:
 // a few blocks of it.
 //
@@ -69,16 +77,21 @@ Status NormalizeStart(const EpochOrder& order, EngineOptions& options) {
 std::pair<std::shared_ptr<ReusingAllocator>, std::shared_ptr<ReusingAllocator>> BatchMemory(
     const EngineOptions& options, size_t full_batch, bool varying, bool rows_are_batches) {
   const auto budget = static_cast<size_t>(options.batch_budget_bytes);
+  // Regions outlive the engine for the next one of the process (a Loader per epoch).
+  constexpr auto kKeep = RegionAllocator::OnClose::kKeepForNext;
   std::shared_ptr<ReusingAllocator> segments =
       varying ? MakeVaryingPool(DefaultAllocator(), rows_are_batches ? budget : budget / 2,
-                                RegionAllocator::Fit::kLargest)
+                                RegionAllocator::Fit::kLargest, kKeep)
               : nullptr;
   if (options.allocator != DefaultAllocator()) {
     return {std::make_shared<PoolingAllocator>(options.allocator, budget,
                                                PoolingAllocator::SizeClasses::kGeometric),
             segments};
   }
-  if (varying) return {MakeVaryingPool(options.allocator, budget / 4 * 3), segments};
+  if (varying) {
+    return {MakeVaryingPool(options.allocator, budget, RegionAllocator::Fit::kBest, kKeep),
+            segments};
+  }
   return {std::make_shared<PoolingAllocator>(options.allocator,
                                              std::min<size_t>(budget / 2, 4 * full_batch),
                                              PoolingAllocator::SizeClasses::kPages),

@@ -72,7 +72,9 @@ Packer::Packer(std::vector<FieldSpec> layout, PackOptions options)
       options_(std::move(options)),
       memory_(MakeVaryingPool(options_.allocator != nullptr ? options_.allocator
                                                             : DefaultAllocator(),
-                              static_cast<size_t>(std::max<int64_t>(options_.pool_bytes, 0)))) {
+                              static_cast<size_t>(std::max<int64_t>(options_.pool_bytes, 0)),
+                              RegionAllocator::Fit::kBest,
+                              RegionAllocator::OnClose::kKeepForNext)) {
   layout_.push_back(FieldSpec{"index", DType::kI64, {}});
   packed_.assign(layout_.size(), false);
   lengths_of_.assign(layout_.size(), -1);
