@@ -595,6 +595,11 @@ void RegisterLoader(nb::module_& m) {
            nb::arg("index_in_epoch"), nb::arg("global_index"), nb::arg("position"),
            nb::arg("last_in_epoch"))
       .def("pop", &PyPacker::Pop)
+      .def(
+          "set_epoch_batches", [](PyPacker& p, int64_t n) { p.queue().set_epoch_batches(n); },
+          nb::arg("n"),
+          "This rank's input batches per epoch: the window narrows over an epoch's last "
+          "ones, as the local Loader's does (exec/packer.h)")
       .def("__len__", [](PyPacker& p) { return p.queue().size(); })
       .def("resume", [](PyPacker& p, const nb::object& state) {
         p.queue().Resume(PackStateFromDict(state));

@@ -597,6 +597,7 @@ class Loader(_LocalLoader):
         else:
             start = 0 if self._spec.pack_window > 0 else batch
         stream = _Stream(self, epoch, start)
+        packer.set_epoch_batches(stream.batches_per_epoch)
         packer.deliver_from(epoch * stream.batches_per_epoch + batch)
         return _PackedStream(stream, packer)
 

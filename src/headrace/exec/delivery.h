@@ -112,8 +112,9 @@ class Delivery {
   // A finished batch (any thread), admitted as `admitted` bytes and holding `bytes`,
   // which it is charged from now until delivered.
   void Ready(int64_t batch, Batch done, int64_t admitted, int64_t bytes);
-  // The charge of an admitted batch that will never be delivered (cancelled) changed
-  // by `delta` bytes.
+  // The charge of an admitted batch that will never be delivered (cancelled), or of
+  // delivered bytes the consumer holds for the run (Engine::ChargeHeld), changed by
+  // `delta` bytes.
   void Recharge(int64_t delta);
   // Stops the run with `status` as its failure, unless it failed already.
   void Fail(Status status);

@@ -219,6 +219,10 @@ class Engine {
   bool WaitReady(std::chrono::nanoseconds timeout) { return delivery_->WaitReady(timeout); }
   // Stops the run; Next() then returns kCancelled. Safe from any thread.
   void Cancel();
+  // Bytes of delivered batches the consumer holds for the run changed by `delta` (a
+  // packer's window): charged to the batch budget like batches admitted and not yet
+  // delivered, so that fewer are admitted while it holds more. Safe from any thread.
+  void ChargeHeld(int64_t delta) { delivery_->Recharge(delta); }
 
   // Schedule::kOnDemand only. Queues batch `batch` (a local index, see the contract) for
   // computing; kInvalidArgument outside the run, while it is queued or not yet taken,

@@ -294,14 +294,20 @@ Status Packer::Carry(const void* input) {
 
 // Takes rows out of the window, each its samples in row order: see the header for the
 // rule.
-std::vector<std::vector<Packer::Waiting>> Packer::BuildRows(bool flush) {
+int64_t Packer::WindowAt(int64_t position, int64_t samples) const {
+  if (options_.budget || options_.epoch_batches <= 0) return options_.window;
+  const int64_t still = std::max<int64_t>(options_.epoch_batches - 1 - position, 0);
+  return std::min(options_.window, still * std::max<int64_t>(samples, 1) / 2);
+}
+
+std::vector<std::vector<Packer::Waiting>> Packer::BuildRows(bool flush, int64_t window) {
   std::vector<std::vector<Waiting>> rows;
   const auto take = [&](int64_t arrival) {
     auto node = window_.extract(arrival);
     return std::move(node.mapped());
   };
   while (!window_.empty() &&
-         (flush || rows.empty() || static_cast<int64_t>(window_.size()) > options_.window)) {
+         (flush || rows.empty() || static_cast<int64_t>(window_.size()) > window)) {
     std::vector<Waiting> row;
     const int64_t oldest = window_.begin()->first;
     int64_t room = options_.seq_len - window_.begin()->second.tokens;
@@ -512,7 +518,8 @@ Result<std::optional<std::vector<std::vector<Packer::Waiting>>>> Packer::Take(
     replay_.reset();
     replay_waiting_.clear();
   }
-  std::vector<std::vector<Waiting>> rows = BuildRows(last_in_epoch);
+  std::vector<std::vector<Waiting>> rows =
+      BuildRows(last_in_epoch, WindowAt(position, static_cast<int64_t>(input.size())));
   HR_RETURN_IF_ERROR(Carry(last_input_));
   if (last_in_epoch) {
     epoch_ = input.epoch + 1;

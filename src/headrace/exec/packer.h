@@ -14,6 +14,12 @@
 // window = 0 packs each batch on its own (a pure function of that batch). A larger window
 // gives best-fit more candidates (a better fill) for its samples' bytes held here,
 // samples reordered by up to about `window`, and as many samples recomputed on resume.
+// With options.epoch_batches, the window narrows to half an input batch for each input
+// batch still to come in the epoch (at input batch p of N, to min(window, (N - 1 - p) x
+// its samples / 2)), so that the epoch's last packed batch holds about one input batch's
+// samples plus a few, not the whole window too: with a window of 16 VLM samples of ~27 MB,
+// a last packed batch of 24 was copied and faulted in alone on the consumer's thread
+// while the workers had nothing left (0.67x the unpacked samples/s per 128-sample pass).
 //
 // The packer is sequential over the delivered order, which is a pure function of the
 // seed; so the rows are the same for any thread count and in every run, each rank packs
@@ -78,6 +84,9 @@ struct PackOptions {
   int64_t pool_bytes = int64_t{256} << 20;
   // batch.max_tokens: rows are whole batches of at most seq_len tokens (see above).
   bool budget = false;
+  // Input batches in an epoch of this rank (0: unknown). Known, the window narrows over
+  // the epoch's last input batches (see above).
+  int64_t epoch_batches = 0;
 };
 
 // What the packer did so far (stats(), the report and the metrics).
@@ -92,7 +101,8 @@ struct PackStats {
   int64_t skipped = 0;         // samples longer than seq_len left out (overflow: skip)
   int64_t failed = 0;          // samples whose vision tokens a cut would drop
   int64_t window_samples = 0;  // waiting now
-  // The waiting samples' bytes, held outside the batch budget: those carried to a later
+  // The waiting samples' bytes (a Loader charges them to the batch budget, as batches
+  // admitted and not yet delivered: Engine::ChargeHeld): those carried to a later
   // batch are copied out of their input batch (so that its buffers go back to the
   // engine's pool at once), into one buffer per input batch; with Batch::sample_rows,
   // only their fixed fields are, and each keeps its own rows.
@@ -151,6 +161,8 @@ class Packer {
 
   const PackStats& stats() const { return stats_; }
   bool budget() const { return options_.budget; }  // PushBudget, not Push
+  // options.epoch_batches, once the rank's epoch is known (a Loader's engine started).
+  void set_epoch_batches(int64_t n) { options_.epoch_batches = n; }
 
  private:
   struct Waiting {
@@ -172,7 +184,10 @@ class Packer {
 
   Packer(std::vector<FieldSpec> layout, PackOptions options);
   Status Admit(const Batch& input, int64_t position, std::vector<SampleError>& errors);
-  std::vector<std::vector<Waiting>> BuildRows(bool flush);
+  // Rows while more than `window` samples wait (at least one; all with `flush`).
+  std::vector<std::vector<Waiting>> BuildRows(bool flush, int64_t window);
+  // The window after input batch `position` of `samples` samples (see above).
+  int64_t WindowAt(int64_t position, int64_t samples) const;
   Result<Batch> Emit(const Batch& input, const std::vector<std::vector<Waiting>>& rows,
                      std::vector<SampleError> errors);
   // Push's common part: admits `input`, returns the rows it completes (none in a replay).
@@ -228,6 +243,7 @@ class PackingQueue {
   // Where the consumer stands after the last Pop (what a state dict saves).
   const PackState& state() const { return state_; }
   const PackStats& stats() const { return packer_.stats(); }
+  void set_epoch_batches(int64_t n) { packer_.set_epoch_batches(n); }
 
  private:
   Packer packer_;

@@ -254,6 +254,43 @@ TEST(Packer, EverySampleOnceEachSegmentItsSample) {
   }
 }
 
+TEST(Packer, TheWindowNarrowsOverTheEpochsLastBatchesWhenTheEpochIsKnown) {
+  // 12 input batches of 8: unknown, the last packed batch holds the whole window too;
+  // known, the window is at most 4 samples per batch still to come, so the last packed
+  // batch holds at most 8 + 4. Every sample still comes once, and a resume agrees.
+  const std::vector<Batch> epoch = Epoch(0, 12, 8, 40, 1);
+  const auto last_samples = [&](const PackOptions& o) {
+    std::vector<Batch> packed = PackAll(epoch, o);
+    std::set<int64_t> seen;
+    for (const Batch& b : packed) {
+      for (int64_t s : CheckPacked(b, 64, -7)) EXPECT_TRUE(seen.insert(s).second) << s;
+    }
+    EXPECT_EQ(seen.size(), 96u);
+    return packed.back().size();
+  };
+  PackOptions wide = Options(64, 16);
+  EXPECT_GT(last_samples(wide), 8 + 4);
+  wide.epoch_batches = 12;
+  EXPECT_LE(last_samples(wide), 8 + 4);
+
+  Packer whole = *Packer::Make(Layout(), wide);
+  std::vector<Batch> from_whole;
+  for (int64_t k = 0; k < 12; ++k) {
+    Result<Batch> b = whole.Push(epoch[k], k, k == 11);
+    ASSERT_TRUE(b.ok());
+    from_whole.push_back(*std::move(b));
+  }
+  Packer first = *Packer::Make(Layout(), wide);
+  for (int64_t k = 0; k < 10; ++k) ASSERT_TRUE(first.Push(epoch[k], k, false).ok());
+  Packer resumed = *Packer::Make(Layout(), wide);
+  resumed.Restore(first.state());
+  for (int64_t k = first.state().from_batch; k < 12; ++k) {
+    Result<Batch> b = resumed.Push(epoch[k], k, k == 11);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    if (k >= 10) EXPECT_EQ(Bytes(*b), Bytes(from_whole[k])) << "resumed at 10, batch " << k;
+  }
+}
+
 TEST(Packer, TheSamplesOwnRowsPackAsTheJoinedBatch) {
   // An engine that leaves the concatenated fields unjoined (the local loader's path) and
   // a joined batch (a Ray rank's) give the same packed batches, and a resume replays the

@@ -72,6 +72,13 @@ Result<std::optional<Batch>> Loader::NextPacked() {
     // The rank-local batch in the epoch (index_in_epoch counts all ranks' batches).
     const int64_t position = in->global_index - in->epoch * per_epoch;
     HR_RETURN_IF_ERROR(packing_->Push(*in, position, position + 1 == per_epoch).status());
+    // The window is in the batch budget: the engine admits fewer batches while it holds
+    // more, so that the samples' rows in flight stay within the budget and the rows cache
+    // (with the window outside, a window of 16 VLM samples took each pass's rows past the
+    // cache: 0.67x the unpacked samples/s per pass, 0.94x with window 0).
+    const int64_t window = packing_->stats().window_bytes;
+    engine_->ChargeHeld(window - window_charged_);
+    window_charged_ = window;
     std::lock_guard lock(stats_mu_);
     pack_stats_ = packing_->stats();
     pack_state_ = packing_->state();

@@ -155,6 +155,7 @@ class Loader {
   // batch.pack / batch.max_tokens: the packer and what it has made, whether empty packed
   // batches are delivered, and copies for other threads.
   std::optional<PackingQueue> packing_;
+  int64_t window_charged_ = 0;  // the packer's window, charged to the engine's batch budget
   bool deliver_empty_ = false;
   std::optional<PackStats> pack_stats_;  // guarded by stats_mu_
   std::optional<PackState> pack_state_;  // guarded by stats_mu_

@@ -238,9 +238,10 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
   if (pack_.has_value()) {
     PackOptions pack = *pack_;
     pack.allocator = options.allocator;
-    // Freed packed batches kept for the next: half the batch budget (a packed batch of
-    // large patches is hundreds of MB; one the pool cannot hold faults in fresh pages).
-    pack.pool_bytes = std::max(pack.pool_bytes, batch_budget_bytes_ / 2);
+    // Freed packed batches kept for the next: the batch budget (a packed batch of large
+    // patches is hundreds of MB; one the pool cannot hold faults in fresh pages: with
+    // half, 100-430 MB of the VLM bench's packed batches were fresh each pass, none now).
+    pack.pool_bytes = std::max(pack.pool_bytes, batch_budget_bytes_);
     // The packer lays out the samples' rows itself; batches taken on demand (a Ray
     // worker's, packed by the rank) leave joined, as any other batch.
     opt.keep_sample_rows = options.schedule == Schedule::kSequential;
@@ -261,6 +262,7 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
     }
   }
   HR_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Start(inputs_, opt));
+  if (packing.has_value()) packing->set_epoch_batches(engine->order().batches_per_rank_epoch());
   auto loader = std::unique_ptr<Loader>(
       new Loader(shared_from_this(), std::move(engine), options.trace, started));
   loader->packing_ = std::move(packing);
