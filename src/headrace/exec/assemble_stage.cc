@@ -83,11 +83,7 @@ Batch AssembleStage::Finish(BatchJob& job, bool& cancelled) {
   if (joins()) {
     // Samples not joined yet (a caller that finished them without SampleDone): now.
     std::lock_guard lock(job.join.mu);
-    for (; job.join.next < n; ++job.join.next) {
-      const int s = job.join.next;
-      if (job.status[s].ok() && job.join.status.ok()) job.join.status = Join(job, s);
-      job.ragged[s] = RaggedRows();
-    }
+    for (; job.join.next < n; ++job.join.next) JoinAndFree(job, job.join.next);
   }
   int64_t kept = 0;
   int64_t copied = 0;
@@ -180,13 +176,17 @@ bool AssembleStage::SampleDone(BatchJob& job, int slot) {
   while (join.next < n && join.done[static_cast<size_t>(join.next)]) {
     const int s = join.next;
     lock.unlock();  // the copy runs while other samples finish
-    if (job.status[s].ok() && join.status.ok()) join.status = Join(job, s);
-    job.ragged[s] = RaggedRows();  // its rows freed for the next samples
+    JoinAndFree(job, s);
     lock.lock();
     ++join.next;
   }
   join.joining = false;
   return join.next == n;
+}
+
+void AssembleStage::JoinAndFree(BatchJob& job, int s) {
+  if (job.status[s].ok() && job.join.status.ok()) job.join.status = Join(job, s);
+  job.ragged[s] = RaggedRows();  // its rows freed for the next samples
 }
 
 Status AssembleStage::Join(BatchJob& job, int s) {

@@ -90,6 +90,9 @@ class AssembleStage {
   void RunBatchOps(const BatchJob& job, Batch& batch);
   // Sample `s`'s rows appended to each concatenated field's joined bytes.
   Status Join(BatchJob& job, int s);
+  // Joins sample `s` if it and the join so far succeeded (the first failure into
+  // job.join.status), then frees its rows. Called by the one joining thread.
+  void JoinAndFree(BatchJob& job, int s);
   // The batch tensor of concatenated field `f` from its joined bytes; those into *bytes.
   Result<Tensor> Joined(BatchJob& job, size_t f, int64_t* bytes) const;
   // Drops the batch: every sample that succeeded fails with `status`, every field has

@@ -39,41 +39,34 @@ Status NormalizeStart(const EpochOrder& order, EngineOptions& options) {
 // the pool keeps all of it, up to the budget, in geometric classes, so that no
 // steady-state batch allocates or frees any. A layout with concatenated fields (ragged
 // rows, a list's items) makes batches whose size varies: geometric classes then too, and
-// room for half the budget, since its fixed part says little of its size (a VLM batch's
+// room for the budget, since its fixed part says little of its size (a VLM batch's
 // patches are hundreds of MB: with a quarter, most of its tensors were fresh pages).
 // The batch tensors' memory, and the rows samples append to concatenated fields until
 // their batch is assembled (null when there are none). Both vary in size with ragged
 // fields, and plain memory is then kept in regions (core/region_allocator.h: reused
-// whole, grown in place as a sample's images come): a sample's rows up to half the batch
-// budget cached (a quarter had them mapped fresh again as each batch's samples freed
-// theirs at once: 47 against 54 samples/s on bench/vlm_processor.py's pipeline, and no
-// more peak RSS), each sample taking the largest (its rows grow into it: 4.3 against 4.6
-// s for `headrace run` of that pipeline, 20% fewer page faults, than the smallest that
-// holds its first image), the batches up to three quarters. Since samples' rows are
-// joined into their batch as they finish (AssembleStage::SampleDone), a batch tensor is
-// taken when its first sample ends and grows in place, so more batch tensors are alive
-// at once and fewer rows: with half the budget for each, 11 of 48 batches mapped fresh
-// memory and 30 grew, against 4 and 17 with three quarters (490 K page faults against
-// 870 K for `headrace run` of that pipeline, 384 samples; 7.7 against 8.4 s of CPU;
-// peak RSS 1330 against 1213 MiB). A batch tensor grows to what it holds plus 1.25x the
-// mean sample for each sample still to come (AssembleStage::Join), not by half: regions
-// then fit their batches, and the batch pool caches the whole budget: with three
-// quarters, two regions freed at once outgrew it, and each batch after took fresh pages
-// (`headrace run` of that pipeline, 3 epochs: 0.9 against 1.6 s of system time, 7.1
-// against 7.4 s, peak RSS 1400 against 1360 MiB). One pool for both was slower (the
-// samples' small first requests took the batches' large regions). The regions outlive
-// the engine (OnClose::kKeepForNext): the next engine of the process starts on them
-// (bench/vlm_processor.py's passes, a Loader each, 128 samples: ~90 -> ~108 samples/s
-// after the first). Another allocator (pinned
-// memory) serves the batches in geometric classes; batches of fixed fields are one size:
-// a few blocks of it.
-//
-// Samples' rows kept for a packer (`rows_are_batches`: EngineOptions::keep_sample_rows,
-// no batch ops) are what the joined batch tensors would be, and live as long: the rows
-// then get the budget (the batch tensors hold only the fixed fields). With half, bench/vlm_processor.py's packed pipeline (`headrace
-// run`, 384 samples, batch.pack 8192 / window 16) faulted 1.1 M pages (each packed
-// batch frees its samples' rows at once, and more were unmapped than the cache kept):
-// 8.8 s of CPU; with the budget, 0.82 M and 8.2 s (peak RSS 2035 -> 2261 MiB).
+// whole, grown in place as a sample's images come). Measured on bench/vlm_processor.py's
+// pipeline (`headrace run`; the numbers are in bench/RESULTS.md):
+// - A sample's rows: up to half the batch budget cached (a quarter had them mapped fresh
+//   again: 47 against 54 samples/s, no more peak RSS), each sample taking the largest
+//   region (its rows grow into it: 20% fewer page faults than the smallest that holds
+//   its first image). Rows kept for a packer (`rows_are_batches`:
+//   EngineOptions::keep_sample_rows, no batch ops) are what the joined batch tensors
+//   would be, and live as long: they get the budget (the packed pipeline faulted 1.1 M
+//   pages with half, 0.82 M with the budget; peak RSS 2035 -> 2261 MiB).
+// - The batch tensors: up to the budget cached. Rows are joined as samples finish
+//   (AssembleStage::SampleDone), so a batch tensor is taken at its first sample's end and
+//   grows in place to what it holds plus 1.25x the mean sample still to come
+//   (AssembleStage::Join). With half the budget 11 of 48 batches mapped fresh memory;
+//   with three quarters 4, but two regions freed at once still outgrew it now and then:
+//   the budget took a 3-epoch run from 1.6 to 0.9 s of system time (peak RSS 1360 ->
+//   1400 MiB).
+// - One pool for both was slower (the samples' small first requests took the batches'
+//   large regions).
+// - The regions outlive the engine (OnClose::kKeepForNext): the next engine of the
+//   process starts on them (a Loader per pass of 128 samples: ~90 -> ~108 samples/s
+//   after the first).
+// Another allocator (pinned memory) serves the batches in geometric classes; batches of
+// fixed fields are one size: a few blocks of it.
 std::pair<std::shared_ptr<ReusingAllocator>, std::shared_ptr<ReusingAllocator>> BatchMemory(
     const EngineOptions& options, size_t full_batch, bool varying, bool rows_are_batches) {
   const auto budget = static_cast<size_t>(options.batch_budget_bytes);

@@ -15,12 +15,13 @@ int TraceRecorder::ThreadRow() {
   return row;
 }
 
-void TraceRecorder::Add(Event e) {
+void TraceRecorder::Add(Event e, std::optional<std::string_view> copied_name) {
   std::lock_guard lock(mu_);
   if (events_.size() >= max_events_) {
     ++dropped_;
     return;
   }
+  if (copied_name.has_value()) e.name = names_.emplace(*copied_name).first->c_str();
   events_.push_back(std::move(e));
 }
 
@@ -30,15 +31,9 @@ int64_t TraceRecorder::Since(Clock::time_point from, Clock::time_point to) {
 
 void TraceRecorder::Span(std::string_view name, const char* category, Clock::time_point start,
                          Clock::time_point end, int64_t sample_index) {
-  Event e{'X', nullptr, category, ThreadRow(), Since(origin_, start), Since(start, end),
-          sample_index, {}};
-  std::lock_guard lock(mu_);
-  if (events_.size() >= max_events_) {
-    ++dropped_;
-    return;
-  }
-  e.name = names_.emplace(name).first->c_str();
-  events_.push_back(std::move(e));
+  Add(Event{'X', nullptr, category, ThreadRow(), Since(origin_, start), Since(start, end),
+            sample_index, {}},
+      name);
 }
 
 void TraceRecorder::AsyncBegin(const char* name, int64_t id, Clock::time_point at) {

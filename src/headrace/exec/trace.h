@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -49,7 +50,9 @@ class TraceRecorder {
     int64_t id;
     std::string label;  // thread name for 'M'
   };
-  void Add(Event e);
+  // Keeps `e` (unless the trace is full); with `copied_name`, e.name is that name's copy
+  // in names_.
+  void Add(Event e, std::optional<std::string_view> copied_name = std::nullopt);
   static int ThreadRow();
   static int64_t Since(Clock::time_point from, Clock::time_point to);  // nanoseconds
 

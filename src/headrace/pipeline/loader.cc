@@ -73,9 +73,8 @@ Result<std::optional<Batch>> Loader::NextPacked() {
     const int64_t position = in->global_index - in->epoch * per_epoch;
     HR_RETURN_IF_ERROR(packing_->Push(*in, position, position + 1 == per_epoch).status());
     // The window is in the batch budget: the engine admits fewer batches while it holds
-    // more, so that the samples' rows in flight stay within the budget and the rows cache
-    // (with the window outside, a window of 16 VLM samples took each pass's rows past the
-    // cache: 0.67x the unpacked samples/s per pass, 0.94x with window 0).
+    // more, so that the samples' rows in flight stay within the budget (on its own, a few
+    // % of the VLM bench's packed samples/s; the narrowing window did the rest: packer.h).
     const int64_t window = packing_->stats().window_bytes;
     engine_->ChargeHeld(window - window_charged_);
     window_charged_ = window;
