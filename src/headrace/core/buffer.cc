@@ -48,16 +48,26 @@ Result<Buffer> Buffer::Allocate(size_t size, Allocator* allocator, size_t alignm
   return Buffer(std::move(block), static_cast<uint8_t*>(ptr), size);
 }
 
-Result<Buffer> Buffer::Allocate(size_t size, std::shared_ptr<Allocator> allocator,
-                                size_t alignment) {
+Result<Buffer> Buffer::Own(void* ptr, size_t size, std::shared_ptr<Allocator> allocator) {
   Allocator* raw = allocator.get();
-  void* ptr = raw->Allocate(size, alignment);
   if (ptr == nullptr) {
     return Status::ResourceExhausted("allocator '" + std::string(raw->name()) +
                                      "' could not provide " + std::to_string(size) + " bytes");
   }
   auto block = std::make_shared<Block>(raw, ptr, size, std::move(allocator));
   return Buffer(std::move(block), static_cast<uint8_t*>(ptr), size);
+}
+
+Result<Buffer> Buffer::Allocate(size_t size, std::shared_ptr<Allocator> allocator,
+                                size_t alignment) {
+  void* ptr = allocator->Allocate(size, alignment);
+  return Own(ptr, size, std::move(allocator));
+}
+
+Result<Buffer> Buffer::AllocateFinal(size_t size, std::shared_ptr<Allocator> allocator,
+                                     size_t alignment) {
+  void* ptr = allocator->AllocateFinal(size, alignment);
+  return Own(ptr, size, std::move(allocator));
 }
 
 Result<Buffer> Buffer::Grow(Buffer buffer, size_t keep, size_t size,

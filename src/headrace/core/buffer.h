@@ -31,6 +31,10 @@ class Allocator {
                            size_t /*alignment*/) {
     return nullptr;
   }
+  // Optional: Allocate for a block whose size is final (it will not grow). An allocator
+  // that places blocks where they can grow (RegionAllocator::Fit::kLargest) places this
+  // one by best fit instead.
+  virtual void* AllocateFinal(size_t bytes, size_t alignment) { return Allocate(bytes, alignment); }
   virtual const char* name() const = 0;
 };
 
@@ -51,6 +55,9 @@ class Buffer {
   // (a pool owned by an engine that may be gone before the consumer's last view).
   static Result<Buffer> Allocate(size_t size, std::shared_ptr<Allocator> allocator,
                                  size_t alignment = kBufferAlignment);
+  // The same for a block that will not grow (Allocator::AllocateFinal).
+  static Result<Buffer> AllocateFinal(size_t size, std::shared_ptr<Allocator> allocator,
+                                      size_t alignment = kBufferAlignment);
   // Allocates and copies `size` bytes from `data`.
   static Result<Buffer> CopyOf(const void* data, size_t size);
   // `buffer` (its first `keep` bytes) in a buffer of `size` bytes from `allocator`: its own
@@ -74,6 +81,8 @@ class Buffer {
 
  private:
   struct Block;
+  // A Block of `ptr` (null: kResourceExhausted naming the allocator) kept by its handle.
+  static Result<Buffer> Own(void* ptr, size_t size, std::shared_ptr<Allocator> allocator);
   Buffer(std::shared_ptr<Block> owner, uint8_t* data, size_t size)
       : owner_(std::move(owner)), data_(data), size_(size) {}
 

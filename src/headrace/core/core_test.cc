@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <set>
+#include <vector>
 
 #include "headrace/core/batch.h"
 #include "headrace/core/ragged_rows.h"
@@ -174,6 +175,52 @@ TEST(RaggedRows, AppendsGrowKeepingEarlierRowsAndCountEntries) {
   rows.Clear();
   EXPECT_EQ(rows.rows(1), 0);
   EXPECT_GT(rows.held_bytes(), 0u) << "cleared, its memory kept";
+}
+
+// Counts the blocks asked for by Allocate and by AllocateFinal, with their sizes.
+class FinalCountingAllocator final : public Allocator {
+ public:
+  void* Allocate(size_t bytes, size_t alignment) override {
+    growing.push_back(bytes);
+    return DefaultAllocator()->Allocate(bytes, alignment);
+  }
+  void* AllocateFinal(size_t bytes, size_t alignment) override {
+    final.push_back(bytes);
+    return DefaultAllocator()->Allocate(bytes, alignment);
+  }
+  void Free(void* p, size_t bytes) override { DefaultAllocator()->Free(p, bytes); }
+  const char* name() const override { return "final-counting"; }
+  std::vector<size_t> growing, final;
+};
+
+TEST(RaggedRows, ReservedRowsAreOneBlockOfTheirSizeThatTheAppendsFillWithoutMovingIt) {
+  FinalCountingAllocator counting;
+  auto memory = std::shared_ptr<Allocator>(&counting, [](Allocator*) {});
+  RaggedRows rows(std::vector<FieldSpec>{FieldSpec{"fixed", DType::kI64, {}},
+                                         FieldSpec{"r", DType::kI32, {2}, FieldLayout::kRagged}},
+                  memory);
+  EXPECT_FALSE(rows.Reserve(0, 4).ok()) << "a fixed field has no rows to reserve";
+  EXPECT_FALSE(rows.Reserve(1, -1).ok());
+  ASSERT_TRUE(rows.Reserve(1, 10).ok());
+  EXPECT_EQ(counting.final, (std::vector<size_t>{10 * 8})) << "one block of 10 rows of 8 bytes";
+  const uint8_t* block = rows.bytes(1).data();
+  ASSERT_TRUE(rows.Reserve(1, 10).ok()) << "room already there";
+  EXPECT_EQ(counting.final.size(), 1u);
+  for (int64_t n : {3, 7}) {
+    Result<uint8_t*> out = rows.Append(1, n);
+    ASSERT_TRUE(out.ok());
+    std::memset(*out, static_cast<int>(n), static_cast<size_t>(n) * 8);
+  }
+  EXPECT_EQ(rows.bytes(1).data(), block) << "the appends filled the reserved block";
+  EXPECT_TRUE(counting.growing.empty());
+  EXPECT_EQ(rows.held_bytes(), 80u);
+  // A prediction short of what is appended: the block grows as without one, rows kept.
+  ASSERT_TRUE(rows.Append(1, 1).ok());
+  EXPECT_EQ(counting.growing.size(), 1u);
+  EXPECT_EQ(rows.rows(1), 11);
+  EXPECT_EQ(rows.bytes(1)[3 * 8], 7) << "entry 2 starts after entry 1's 3 rows";
+  EXPECT_EQ((std::vector<int32_t>(rows.lengths(1).begin(), rows.lengths(1).end())),
+            (std::vector<int32_t>{3, 7, 1}));
 }
 
 }  // namespace

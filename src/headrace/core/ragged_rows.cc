@@ -29,19 +29,36 @@ bool RaggedRows::Needed(const std::vector<FieldSpec>& fields) {
                      [](const FieldSpec& f) { return f.concatenated(); });
 }
 
-Result<uint8_t*> RaggedRows::Append(int field, int64_t rows) {
+Result<size_t> RaggedRows::BytesAfter(const char* what, int field, int64_t rows) const {
   if (field < 0 || static_cast<size_t>(field) >= columns_.size() ||
       columns_[static_cast<size_t>(field)].row_bytes == 0) {
-    return Status::Internal("RaggedRows::Append: field " + std::to_string(field) +
-                            " is not a concatenated field");
+    return Status::Internal(std::string("RaggedRows::") + what + ": field " +
+                            std::to_string(field) + " is not a concatenated field");
   }
-  Column& c = columns_[static_cast<size_t>(field)];
+  const Column& c = columns_[static_cast<size_t>(field)];
   if (rows < 0 || rows > std::numeric_limits<int32_t>::max() ||
       static_cast<uint64_t>(rows) > (std::numeric_limits<size_t>::max() - c.used) / c.row_bytes) {
-    return Status::InvalidArgument("RaggedRows::Append: " + std::to_string(rows) +
-                                   " rows do not fit a batch field");
+    return Status::InvalidArgument(std::string("RaggedRows::") + what + ": " +
+                                   std::to_string(rows) + " rows do not fit a batch field");
   }
-  const size_t need = c.used + static_cast<size_t>(rows) * c.row_bytes;
+  return c.used + static_cast<size_t>(rows) * c.row_bytes;
+}
+
+Status RaggedRows::Reserve(int field, int64_t rows) {
+  HR_ASSIGN_OR_RETURN(const size_t need, BytesAfter("Reserve", field, rows));
+  Column& c = columns_[static_cast<size_t>(field)];
+  if (need <= c.data.size()) return Status::Ok();
+  if (c.data.empty()) {
+    HR_ASSIGN_OR_RETURN(c.data, Buffer::AllocateFinal(need, memory_));
+  } else {
+    HR_ASSIGN_OR_RETURN(c.data, Buffer::Grow(std::move(c.data), c.used, need, memory_));
+  }
+  return Status::Ok();
+}
+
+Result<uint8_t*> RaggedRows::Append(int field, int64_t rows) {
+  HR_ASSIGN_OR_RETURN(const size_t need, BytesAfter("Append", field, rows));
+  Column& c = columns_[static_cast<size_t>(field)];
   if (need > c.data.size()) {
     // Geometric growth: a list's items append one at a time. From a RegionAllocator the
     // block grows in place, its rows not copied (Buffer::Grow).

@@ -41,6 +41,14 @@ class RaggedRows {
   // rows * row_bytes bytes, valid until the next Append to the same field.
   // kResourceExhausted when the memory cannot be had.
   Result<uint8_t*> Append(int field, int64_t rows);
+  // Room for `rows` more rows of field `field`, so that Appends of that many in all
+  // neither grow nor move its block: the size pass's (Op::Predict), which knows a
+  // sample's rows before its ops write them. An empty field's block is then one of its
+  // final size (Allocator::AllocateFinal). kResourceExhausted when the memory cannot be
+  // had.
+  Status Reserve(int field, int64_t rows);
+  // The number of batch fields (columns, concatenated or not).
+  int fields() const { return static_cast<int>(columns_.size()); }
 
   // What field `field` holds: its bytes, rows and entries, in the order appended.
   std::span<const uint8_t> bytes(int field) const;
@@ -52,6 +60,10 @@ class RaggedRows {
   void Clear();
 
  private:
+  // The bytes field `field` holds once `rows` more are appended; errors for a field that
+  // is not concatenated and for rows that do not fit, naming `what` was called.
+  Result<size_t> BytesAfter(const char* what, int field, int64_t rows) const;
+
   struct Column {
     size_t row_bytes = 0;
     Buffer data;      // capacity; the first `used` bytes are rows

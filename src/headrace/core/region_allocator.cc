@@ -89,6 +89,14 @@ size_t RegionAllocator::PagesOf(size_t bytes) {
 }
 
 void* RegionAllocator::Allocate(size_t bytes, size_t alignment) {
+  return Take(bytes, alignment, fit_);
+}
+
+void* RegionAllocator::AllocateFinal(size_t bytes, size_t alignment) {
+  return Take(bytes, alignment, Fit::kBest);
+}
+
+void* RegionAllocator::Take(size_t bytes, size_t alignment, Fit fit) {
   const size_t size = PagesOf(bytes);
   if (bytes < kMinRegionBytes || alignment > PagesOf(1)) {
     return std::aligned_alloc(alignment, (std::max<size_t>(bytes, 1) + alignment - 1) /
@@ -97,7 +105,7 @@ void* RegionAllocator::Allocate(size_t bytes, size_t alignment) {
   Cached taken{nullptr, 0};
   {
     std::lock_guard lock(mu_);
-    const auto from = Pick(free_, size, fit_);
+    const auto from = Pick(free_, size, fit);
     if (from != free_.end()) {
       taken = *from;
       cached_bytes_ -= from->size;
@@ -109,7 +117,7 @@ void* RegionAllocator::Allocate(size_t bytes, size_t alignment) {
     KeptRegions& all = Kept();
     std::lock_guard lock(all.mu);
     KeptRegions::Kind& kept = all.of(fit_);
-    const auto from = Pick(kept.regions, size, fit_);
+    const auto from = Pick(kept.regions, size, fit);
     if (from != kept.regions.end()) {
       taken = *from;
       kept.bytes -= from->size;

@@ -86,6 +86,32 @@ TEST(RegionAllocator, LargestFitGivesAGrowingBufferTheLargestRegion) {
   best.Free(q, 2 * kMiB);
 }
 
+TEST(RegionAllocator, AFinalBlockTakesTheSmallestRegionThatHoldsItEvenWhereBlocksGrow) {
+  RegionAllocator pool(64 * kMiB, RegionAllocator::Fit::kLargest);
+  void* small = pool.Allocate(3 * kMiB, 64);
+  void* large = pool.Allocate(12 * kMiB, 64);
+  void* middle = pool.Allocate(5 * kMiB, 64);
+  pool.Free(small, 3 * kMiB);
+  pool.Free(large, 12 * kMiB);
+  pool.Free(middle, 5 * kMiB);
+  // A block sized before it is written (RaggedRows::Reserve) leaves the large region to
+  // the blocks that grow.
+  void* p = pool.AllocateFinal(4 * kMiB, 64);
+  EXPECT_EQ(p, middle);
+  void* q = pool.Allocate(1 * kMiB + 1, 64);
+  EXPECT_EQ(q, large) << "a growing block still takes the largest";
+  // None holds it: the largest cached one, grown.
+  void* r = pool.AllocateFinal(6 * kMiB, 64);
+  EXPECT_EQ(pool.grown(), 1);
+  ASSERT_NE(r, nullptr);
+  Fill(r, 6 * kMiB, 5);
+  EXPECT_TRUE(Holds(r, 6 * kMiB, 5));
+  EXPECT_EQ(pool.cached_bytes(), 0u);
+  pool.Free(p, 4 * kMiB);
+  pool.Free(q, 1 * kMiB + 1);
+  pool.Free(r, 6 * kMiB);
+}
+
 TEST(RegionAllocator, ReallocateKeepsTheContentsWithoutACopyAndLeavesHeapBlocksAlone) {
   RegionAllocator pool(64 * kMiB);
   void* p = pool.Allocate(2 * kMiB, 64);

@@ -15,7 +15,51 @@ ForEachItemOp::ForEachItemOp(Options options, std::vector<std::unique_ptr<Op>> o
   num_rows_ = std::max(num_rows_, options_.count_row + 1);
 }
 
+bool ForEachItemOp::Predict(SizePass& pass) const {
+  // Each item's bytes in the list's slot, as Run puts them there.
+  SampleContext item = *pass.ctx;
+  SizePass each = pass;
+  each.ctx = &item;
+  bool known = true;
+  int64_t count = 0;
+  pass.ctx->sample->ForEachMedia(options_.source_field, [&](const Buffer& bytes,
+                                                             std::string_view) {
+    if (!known) return;
+    item.Set(options_.slot, EncodedBytes{bytes.data(), bytes.size()});
+    for (const auto& op : ops_) {
+      if (!op->Predict(each)) {
+        known = false;
+        return;
+      }
+    }
+    ++count;
+  });
+  for (const ItemField& f : options_.fields) {
+    if (!f.padded) pass.rows[static_cast<size_t>(f.row)] += count;
+  }
+  // The item's values die with it, as in Run.
+  item.Set(options_.slot, Value());
+  pass.images[static_cast<size_t>(options_.slot)] = {};
+  return known;
+}
+
+void ForEachItemOp::Reserve(SampleContext& ctx) const {
+  thread_local std::vector<SizePass::Size> images;
+  thread_local std::vector<int64_t> rows;
+  images.assign(ctx.values.size(), {});
+  rows.assign(static_cast<size_t>(ctx.ragged->fields()), 0);
+  SizePass pass{&ctx, images, rows};
+  if (!Predict(pass)) return;
+  for (size_t row = 0; row < rows.size(); ++row) {
+    // Failing here is not the sample's error: its appends will say, if they fail too.
+    if (rows[row] > 0) (void)ctx.ragged->Reserve(static_cast<int>(row), rows[row]);
+  }
+}
+
 Status ForEachItemOp::Run(SampleContext& ctx) const {
+  // The size pass: the items' rows in one block each, of the size they will have.
+  if (ctx.ragged != nullptr) Reserve(ctx);
+
   // The item's view of the sample: its rows, randomness and scratch. Per thread, reused.
   thread_local std::vector<uint8_t*> item_rows;
   item_rows.assign(ctx.rows, ctx.rows + num_rows_);

@@ -149,6 +149,24 @@ struct SampleContext {
   }
 };
 
+// The size pass: what a sample's ops will append to its concatenated fields, told before
+// any of them runs, so that those rows take one block of their final size rather than
+// growing item by item (ForEachItemOp runs it over a list's items: a sample's patches
+// are the sum of its images'). Each op, in chain order, reads the sizes of the images the
+// ops before it made and says what it makes; nothing is decoded or written.
+struct SizePass {
+  struct Size {
+    int width = 0;
+    int height = 0;
+  };
+  // The values as they are before the chain runs (encoded bytes).
+  const SampleContext* ctx = nullptr;
+  // By value slot: the size of the image an earlier op made there ({0, 0}: none).
+  std::span<Size> images;
+  // By batch field (row index): the rows appended to it so far.
+  std::span<int64_t> rows;
+};
+
 class Op {
  public:
   virtual ~Op() = default;
@@ -157,6 +175,11 @@ class Op {
   // Runs on `ctx` for one sample. A non-ok status skips the sample (it is counted and
   // named by epoch, index and uri by the executor); it must not be a programming error.
   virtual Status Run(SampleContext& ctx) const = 0;
+  // The size pass (SizePass): sets the sizes of the images Run would write and adds the
+  // rows it would append, from the sizes before it, exactly as Run will. False when it
+  // cannot tell without running (the default: the pass then sizes nothing, and the rows
+  // grow as they are appended). A sample Run would fail may be told anything.
+  virtual bool Predict(SizePass& /*pass*/) const { return false; }
 };
 
 // A per-batch step: runs once a batch is complete (skipped samples already removed),

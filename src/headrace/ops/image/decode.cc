@@ -540,4 +540,13 @@ Status DecodeOp::Run(SampleContext& ctx) const {
   return Status::Ok();
 }
 
+bool DecodeOp::Predict(SizePass& pass) const {
+  const EncodedBytes* media = pass.ctx->Get<EncodedBytes>(slot_);
+  if (media == nullptr) return false;
+  const Result<DecodePlan> plan = PlanDecode(media->data, media->size, spec_, target_);
+  if (!plan.ok()) return false;
+  pass.images[static_cast<size_t>(slot_)] = {plan->width, plan->height};
+  return true;
+}
+
 }  // namespace headrace

@@ -129,6 +129,8 @@ class DecodeOp : public Op {
 
   std::string_view name() const override { return kName; }
   Status Run(SampleContext& ctx) const override;
+  // The image's size from its header (PlanDecode: orientation and DCT scale included).
+  bool Predict(SizePass& pass) const override;
   // The size the ops after it need (from ResizeOp::Hint through the planner).
   const DecodeTarget& target() const { return target_; }
 

@@ -525,4 +525,13 @@ Status SmartResizeOp::Run(SampleContext& ctx) const {
   return Status::Ok();
 }
 
+bool SmartResizeOp::Predict(SizePass& pass) const {
+  SizePass::Size& image = pass.images[static_cast<size_t>(slot_)];
+  if (!valid_.ok() || image.width <= 0) return false;
+  const Result<ImageSize> size = SmartResizeSize(image.width, image.height, rule_);
+  if (!size.ok()) return false;
+  image = {size->width, size->height};
+  return true;
+}
+
 }  // namespace headrace

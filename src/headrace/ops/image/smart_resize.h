@@ -144,6 +144,8 @@ class SmartResizeOp : public Op {
 
   std::string_view name() const override { return kName; }
   Status Run(SampleContext& ctx) const override;
+  // SmartResizeSize of the size before it.
+  bool Predict(SizePass& pass) const override;
 
  private:
   SmartResizeSpec spec_;

@@ -107,4 +107,13 @@ Status PatchifyOp::Run(SampleContext& ctx) const {
   return Status::Ok();
 }
 
+bool PatchifyOp::Predict(SizePass& pass) const {
+  const SizePass::Size image = pass.images[static_cast<size_t>(slot_)];
+  if (image.width <= 0) return false;
+  const Result<PatchGrid> grid = kernel_.Grid(image.width, image.height, 1);
+  if (!grid.ok()) return false;
+  pass.rows[static_cast<size_t>(pixels_row_)] += grid->patches();
+  return true;
+}
+
 }  // namespace headrace

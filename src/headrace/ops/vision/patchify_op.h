@@ -86,6 +86,8 @@ class PatchifyOp : public Op {
   // A side that is not a multiple of patch_size * merge_size fails the sample
   // (kInvalidArgument naming the size); kInternal when there is no image.
   Status Run(SampleContext& ctx) const override;
+  // The grid's patches of the size before it, appended to `output`.
+  bool Predict(SizePass& pass) const override;
 
  private:
   PatchifyKernel kernel_;
