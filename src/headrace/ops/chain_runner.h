@@ -61,7 +61,8 @@ class ChainRunner {
   // Runs the chain on `sample` (its values in place: Source::Fill), writing the batch
   // rows at `rows` and the concatenated fields' rows into `ragged` (null when there are
   // none), with the calling thread's `scratch` and value slots (`values`, sized
-  // here). Stops at the first op that fails and returns its status. After each op,
+  // here), after the size pass (ReserveRows: the rows the ops can tell, reserved at their
+  // size). Stops at the first op that fails and returns its status. After each op,
   // on_op(i, start, end, ctx) (the op's position, its clock times, and the context, whose
   // gil_wait_ns the op set) for timing. Allocates nothing in the steady state.
   template <typename OnOp>
@@ -76,6 +77,7 @@ class ChainRunner {
     values.resize(static_cast<size_t>(num_values_));
     FillSourceValues(sources_, sample, values);
     ctx.values = values;
+    ReserveRows(ops_, ctx);  // the size pass
     for (size_t i = 0; i < ops_.size(); ++i) {
       const auto start = Clock::now();
       ctx.gil_wait_ns = -1;

@@ -28,7 +28,7 @@ bool ForEachItemOp::Predict(SizePass& pass) const {
     item.Set(options_.slot, EncodedBytes{bytes.data(), bytes.size()});
     for (const auto& op : ops_) {
       if (!op->Predict(each)) {
-        known = false;
+        known = false;  // what the items before told stays: a lower bound
         return;
       }
     }
@@ -43,23 +43,7 @@ bool ForEachItemOp::Predict(SizePass& pass) const {
   return known;
 }
 
-void ForEachItemOp::Reserve(SampleContext& ctx) const {
-  thread_local std::vector<SizePass::Size> images;
-  thread_local std::vector<int64_t> rows;
-  images.assign(ctx.values.size(), {});
-  rows.assign(static_cast<size_t>(ctx.ragged->fields()), 0);
-  SizePass pass{&ctx, images, rows};
-  if (!Predict(pass)) return;
-  for (size_t row = 0; row < rows.size(); ++row) {
-    // Failing here is not the sample's error: its appends will say, if they fail too.
-    if (rows[row] > 0) (void)ctx.ragged->Reserve(static_cast<int>(row), rows[row]);
-  }
-}
-
 Status ForEachItemOp::Run(SampleContext& ctx) const {
-  // The size pass: the items' rows in one block each, of the size they will have.
-  if (ctx.ragged != nullptr) Reserve(ctx);
-
   // The item's view of the sample: its rows, randomness and scratch. Per thread, reused.
   thread_local std::vector<uint8_t*> item_rows;
   item_rows.assign(ctx.rows, ctx.rows + num_rows_);

@@ -56,19 +56,15 @@ class ForEachItemOp final : public Op {
 
   // "views[*]: image.decode, image.resize, image.normalize"
   std::string_view name() const override { return name_; }
-  // The size pass over every item, then each concatenated field's rows reserved in one
-  // block (RaggedRows::Reserve) when every op of the list could tell its rows
-  // (Op::Predict): a sample's images append to a block of their total, not one grown
-  // image by image. Then the ops, item by item.
   Status Run(SampleContext& ctx) const override;
-  // Each item's ops' Predict in turn; false as soon as one cannot tell.
+  // The size pass over the items: each item's ops' Predict in turn, so that a sample's
+  // patches are reserved as the total of its images' (ReserveRows), not grown image by
+  // image; false as soon as one cannot tell.
   bool Predict(SizePass& pass) const override;
 
   const std::vector<std::unique_ptr<Op>>& ops() const { return ops_; }
 
  private:
-  void Reserve(SampleContext& ctx) const;
-
   Options options_;
   std::vector<std::unique_ptr<Op>> ops_;
   std::string name_;

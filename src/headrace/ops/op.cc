@@ -1,5 +1,7 @@
 #include "headrace/ops/op.h"
 
+#include <vector>
+
 #include "headrace/core/atomic_max.h"
 
 namespace headrace {
@@ -47,6 +49,21 @@ ScratchArena& ScratchArena::Nested() {
     nested_->Account(usage_);
   }
   return *nested_;
+}
+
+void ReserveRows(std::span<const std::unique_ptr<Op>> ops, SampleContext& ctx) {
+  if (ctx.ragged == nullptr) return;
+  thread_local std::vector<SizePass::Size> images;
+  thread_local std::vector<int64_t> rows;
+  images.assign(ctx.values.size(), {});
+  rows.assign(static_cast<size_t>(ctx.ragged->fields()), 0);
+  SizePass pass{&ctx, images, rows};
+  for (const auto& op : ops) {
+    if (!op->Predict(pass)) break;
+  }
+  for (size_t row = 0; row < rows.size(); ++row) {
+    if (rows[row] > 0) (void)ctx.ragged->Reserve(static_cast<int>(row), rows[row]);
+  }
 }
 
 template <typename F>

@@ -150,10 +150,11 @@ struct SampleContext {
 };
 
 // The size pass: what a sample's ops will append to its concatenated fields, told before
-// any of them runs, so that those rows take one block of their final size rather than
-// growing item by item (ForEachItemOp runs it over a list's items: a sample's patches
-// are the sum of its images'). Each op, in chain order, reads the sizes of the images the
-// ops before it made and says what it makes; nothing is decoded or written.
+// any of them runs, so that those rows take one block of their size rather than growing
+// image by image into whatever region they started in (ReserveRows, which ChainRunner
+// runs before a sample's ops; ForEachItemOp tells a list's items in turn). Each op, in
+// chain order, reads the sizes of the images the ops before it made and says what it
+// makes; nothing is decoded or written.
 struct SizePass {
   struct Size {
     int width = 0;
@@ -177,10 +178,18 @@ class Op {
   virtual Status Run(SampleContext& ctx) const = 0;
   // The size pass (SizePass): sets the sizes of the images Run would write and adds the
   // rows it would append, from the sizes before it, exactly as Run will. False when it
-  // cannot tell without running (the default: the pass then sizes nothing, and the rows
-  // grow as they are appended). A sample Run would fail may be told anything.
+  // cannot tell without running (the default): the pass stops there, and what the ops
+  // before it told is reserved, a lower bound (the rows of later ops grow as they are
+  // appended). A sample Run would fail may be told anything.
   virtual bool Predict(SizePass& /*pass*/) const { return false; }
 };
+
+// The size pass over `ops` for the sample of `ctx` (its source values filled, none of the
+// ops run yet): each op's Predict in turn up to the first that cannot tell, then the rows
+// told for each concatenated field reserved in one block (RaggedRows::Reserve, taken by
+// best fit: Allocator::AllocateFinal). Does nothing when ctx.ragged is null. Its failures
+// are not the sample's: an append that fails too says so.
+void ReserveRows(std::span<const std::unique_ptr<Op>> ops, SampleContext& ctx);
 
 // A per-batch step: runs once a batch is complete (skipped samples already removed),
 // before it is delivered, on the CPU thread that finished the batch's last sample. It

@@ -1,6 +1,7 @@
-// The size pass (Op::Predict) of a Qwen-VL image list: image.decode, image.smart_resize and
-// vision.patchify tell the rows they will append exactly as running them appends, and
-// ForEachItemOp reserves a sample's patches in one block of that size.
+// The size pass (Op::Predict, ReserveRows) of a Qwen-VL chain: image.decode,
+// image.smart_resize and vision.patchify tell the rows they will append exactly as running
+// them appends, and ChainRunner reserves a sample's patches, one image or a list's, in
+// one block of that size.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "headrace/ops/chain_runner.h"
 #include "headrace/ops/for_each_item.h"
 #include "headrace/ops/image/decode.h"
 #include "headrace/ops/image/image_test_util.h"
@@ -101,6 +103,13 @@ TEST(SizePass, DecodeSmartResizeAndPatchifyTellTheRowsTheyAppend) {
   }
 }
 
+// Appends nothing and cannot tell (text.tokenize's place in a chain: after patchify).
+class Opaque final : public Op {
+ public:
+  std::string_view name() const override { return "opaque"; }
+  Status Run(SampleContext&) const override { return Status::Ok(); }
+};
+
 TEST(SizePass, AnOpThatCannotTellAndBytesThatAreNoImageSizeNothing) {
   const std::vector<std::unique_ptr<Op>> ops = QwenChain();
   testing::TestContext t;
@@ -113,15 +122,11 @@ TEST(SizePass, AnOpThatCannotTellAndBytesThatAreNoImageSizeNothing) {
   EXPECT_FALSE(ops[2]->Predict(pass));
   EXPECT_EQ(rows[kPixels], 0);
   // An op without a Predict (the default) cannot tell.
-  class Opaque final : public Op {
-   public:
-    std::string_view name() const override { return "opaque"; }
-    Status Run(SampleContext&) const override { return Status::Ok(); }
-  };
   EXPECT_FALSE(Opaque().Predict(pass));
 }
 
-// A sample of `items` in the list field 1, run through a ForEachItemOp of `ops`.
+// A sample of `items` in the list field 1, run through a chain (ChainRunner: the size
+// pass, then the ops).
 struct ListSample {
   SampleRecord record;
   Sample sample;
@@ -139,31 +144,33 @@ struct ListSample {
     }
     sample.record = &record;
   }
-  Status Run(const ForEachItemOp& op) {
+  Status Run(std::span<const std::unique_ptr<Op>> chain) {
     std::vector<uint8_t*> rows(3, nullptr);
-    SampleContext ctx;
-    ctx.sample = &sample;
-    ctx.scratch = &scratch;
-    ctx.values = values;
-    ctx.rows = rows.data();
-    ctx.ragged = &ragged;
-    return op.Run(ctx);
+    const ChainRunner runner(chain, {}, 1, 0);
+    return runner.Run(sample, rows.data(), &ragged, scratch, values,
+                      [](size_t, auto, auto, const SampleContext&) {});
   }
 };
 
-ForEachItemOp ImageList(std::vector<std::unique_ptr<Op>> ops) {
+// The chain [ForEachItemOp of `ops`, then `after`...].
+std::vector<std::unique_ptr<Op>> ImageList(std::vector<std::unique_ptr<Op>> ops,
+                                           bool opaque_after = false) {
   ForEachItemOp::Options o;
   o.list = "images";
   o.source_field = 1;
   o.slot = kSlot;
   o.max_items = 8;
   o.fields = {ForEachItemOp::ItemField{kGrid, 3 * sizeof(int64_t), false}};
-  return ForEachItemOp(std::move(o), std::move(ops));
+  std::vector<std::unique_ptr<Op>> chain;
+  chain.push_back(std::make_unique<ForEachItemOp>(std::move(o), std::move(ops)));
+  if (opaque_after) chain.push_back(std::make_unique<Opaque>());
+  return chain;
 }
 
 TEST(SizePass, AListsPatchesTakeOneBlockOfTheirTotalSizeAndAreTheSameAsGrownOnes) {
   const std::vector<Bytes> images = Images();
-  const ForEachItemOp sized = ImageList(QwenChain());
+  // An op after the list that cannot tell (text.tokenize's place) stops the pass after it.
+  const auto sized = ImageList(QwenChain(), /*opaque_after=*/true);
   ListSample a(images);
   ASSERT_TRUE(a.Run(sized).ok());
   const size_t pixel_bytes = static_cast<size_t>(a.ragged.rows(kPixels)) * 1176 * sizeof(float);
@@ -173,20 +180,17 @@ TEST(SizePass, AListsPatchesTakeOneBlockOfTheirTotalSizeAndAreTheSameAsGrownOnes
   EXPECT_TRUE(a.counting.growing.empty()) << "nothing grew";
   EXPECT_EQ(a.ragged.held_bytes(), pixel_bytes + images.size() * 3 * sizeof(int64_t));
 
-  // The same list with an op that cannot tell (last, so the rows are the same): the rows
-  // grow image by image, as before the size pass, to the same bytes.
+  // An op that cannot tell inside the list (last of each item's, so the rows are the
+  // same): the pass stops at the first item's, the first image's patches reserved (a
+  // lower bound), the others grown onto them image by image, to the same bytes.
   std::vector<std::unique_ptr<Op>> ops = QwenChain();
-  class Opaque final : public Op {
-   public:
-    std::string_view name() const override { return "opaque"; }
-    Status Run(SampleContext&) const override { return Status::Ok(); }
-  };
   ops.push_back(std::make_unique<Opaque>());
-  const ForEachItemOp grown = ImageList(std::move(ops));
+  const auto grown = ImageList(std::move(ops));
   ListSample b(images);
   ASSERT_TRUE(b.Run(grown).ok());
-  EXPECT_TRUE(b.counting.final.empty());
-  EXPECT_GT(b.counting.growing.size(), 2u);
+  ASSERT_EQ(b.counting.final.size(), 1u);
+  EXPECT_EQ(b.counting.final[0], static_cast<size_t>(b.ragged.lengths(kPixels)[0]) * 1176 * 4);
+  EXPECT_GT(b.counting.growing.size(), 1u);
   for (int field : {kPixels, kGrid}) {
     const std::span<const uint8_t> x = a.ragged.bytes(field), y = b.ragged.bytes(field);
     ASSERT_EQ(x.size(), y.size());
@@ -195,14 +199,39 @@ TEST(SizePass, AListsPatchesTakeOneBlockOfTheirTotalSizeAndAreTheSameAsGrownOnes
   EXPECT_EQ(std::vector<int32_t>(a.ragged.lengths(kPixels).begin(), a.ragged.lengths(kPixels).end()),
             std::vector<int32_t>(b.ragged.lengths(kPixels).begin(), b.ragged.lengths(kPixels).end()));
 
-  // An item that is no image: the pass sizes nothing, and the run fails on that item.
+  // An item that is no image: the pass stops there, and the run fails on that item.
   std::vector<Bytes> bad = images;
-  bad.insert(bad.begin() + 1, Bytes{'x', 'y'});
+  bad.insert(bad.begin(), Bytes{'x', 'y'});
   ListSample c(bad);
   const Status s = c.Run(sized);
   EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("images[1]"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("images[0]"), std::string::npos) << s.message();
   EXPECT_TRUE(c.counting.final.empty());
+}
+
+TEST(SizePass, OneImagesPatchesAreReservedBeforeTheOpsThatCannotTell) {
+  // The chain of examples/qwen2_vl.yaml: decode, smart_resize, patchify, then the
+  // tokenizer, which cannot tell; one image per sample, not a list.
+  std::vector<std::unique_ptr<Op>> chain = QwenChain();
+  chain.push_back(std::make_unique<Opaque>());
+  for (const Bytes& bytes : Images()) {
+    testing::TestContext t;
+    t.SetMedia(bytes);
+    CountingAllocator counting;
+    RaggedRows ragged(Fields(), std::shared_ptr<Allocator>(&counting, [](Allocator*) {}));
+    int64_t grid[3] = {};
+    std::vector<uint8_t*> rows = {nullptr, nullptr, reinterpret_cast<uint8_t*>(grid)};
+    const std::vector<SourceValue> sources = {SourceValue{SourceValue::From::kMedia, 0, kSlot}};
+    const ChainRunner runner(chain, sources, 1, 0);
+    std::vector<Value> values;
+    ASSERT_TRUE(runner.Run(t.sample, rows.data(), &ragged, t.scratch, values,
+                           [](size_t, auto, auto, const SampleContext&) {})
+                    .ok());
+    const size_t bytes_told = static_cast<size_t>(grid[0] * grid[1] * grid[2]) * 1176 * 4;
+    EXPECT_EQ(counting.final, std::vector<size_t>{bytes_told});
+    EXPECT_TRUE(counting.growing.empty());
+    EXPECT_EQ(ragged.held_bytes(), bytes_told);
+  }
 }
 
 }  // namespace
