@@ -88,6 +88,13 @@ Result<Buffer> Buffer::Grow(Buffer buffer, size_t keep, size_t size,
   return out;
 }
 
+void Buffer::Settle(size_t used) {
+  Block* block = owner_.get();
+  if (block == nullptr || owner_.use_count() != 1 || data_ != block->ptr || used > size_) return;
+  block->bytes = block->allocator->Settle(block->ptr, block->bytes, used);
+  size_ = std::min(size_, block->bytes);
+}
+
 Result<Buffer> Buffer::CopyOf(const void* data, size_t size) {
   HR_ASSIGN_OR_RETURN(Buffer buffer, Allocate(size));
   if (size > 0) std::memcpy(buffer.mutable_data(), data, size);

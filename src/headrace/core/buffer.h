@@ -31,6 +31,11 @@ class Allocator {
                            size_t /*alignment*/) {
     return nullptr;
   }
+  // Optional: the block's contents are its first `used` bytes from now on (nothing is
+  // written past them). An allocator may give back what lies past every byte ever
+  // written in the block (pages never touched); returns the block's size after (at most
+  // `bytes`, at least `used`).
+  virtual size_t Settle(void* /*ptr*/, size_t bytes, size_t /*used*/) { return bytes; }
   // Optional: Allocate for a block whose size is final (it will not grow). An allocator
   // that places blocks where they can grow (RegionAllocator::Fit::kLargest) places this
   // one by best fit instead.
@@ -58,6 +63,10 @@ class Buffer {
   // The same for a block that will not grow (Allocator::AllocateFinal).
   static Result<Buffer> AllocateFinal(size_t size, std::shared_ptr<Allocator> allocator,
                                       size_t alignment = kBufferAlignment);
+  // This buffer's contents are its first `used` bytes from now on: when it is its block's
+  // only handle, whole, the allocator may give back the rest (Allocator::Settle); the
+  // buffer is then at most the block's new size (at least `used`).
+  void Settle(size_t used);
   // Allocates and copies `size` bytes from `data`.
   static Result<Buffer> CopyOf(const void* data, size_t size);
   // `buffer` (its first `keep` bytes) in a buffer of `size` bytes from `allocator`: its own

@@ -102,7 +102,7 @@ void* RegionAllocator::Take(size_t bytes, size_t alignment, Fit fit) {
     return std::aligned_alloc(alignment, (std::max<size_t>(bytes, 1) + alignment - 1) /
                                              alignment * alignment);
   }
-  Cached taken{nullptr, 0};
+  Cached taken{nullptr, 0, 0};
   {
     std::lock_guard lock(mu_);
     const auto from = Pick(free_, size, fit);
@@ -135,22 +135,26 @@ void* RegionAllocator::Take(size_t bytes, size_t alignment, Fit fit) {
   }
   void* region = nullptr;
   size_t mapped = size;
+  size_t written = 0;  // a fresh mapping: none
   if (taken.region == nullptr) {
     region = Map(size);
   } else if (taken.size < size) {
     // Grown with its pages: only the added ones are new.
     region = Remap(taken.region, taken.size, size);
+    written = taken.written;
     if (region == nullptr) {
       ::munmap(taken.region, taken.size);
       region = Map(size);
+      written = 0;
     }
   } else {
     region = taken.region;
     mapped = taken.size;
+    written = taken.written;
   }
   if (region == nullptr) return nullptr;
   std::lock_guard lock(mu_);
-  lent_.emplace(region, mapped);
+  lent_.emplace(region, Lent{mapped, written});
   return region;
 }
 
@@ -158,12 +162,14 @@ void* RegionAllocator::Reallocate(void* ptr, size_t old_bytes, size_t new_bytes,
                                   size_t alignment) {
   if (alignment > PagesOf(1)) return nullptr;
   size_t mapped = 0;
+  Lent lent{0, 0};
   {
     std::lock_guard lock(mu_);
     const auto it = lent_.find(ptr);
     if (it == lent_.end()) return nullptr;  // the heap's (a small block): not grown here
-    mapped = it->second;
+    mapped = it->second.size;
     if (new_bytes <= mapped) return ptr;
+    lent = it->second;
     lent_.erase(it);
     ++grown_;
   }
@@ -172,11 +178,32 @@ void* RegionAllocator::Reallocate(void* ptr, size_t old_bytes, size_t new_bytes,
   void* region = Remap(ptr, mapped, size);
   std::lock_guard lock(mu_);
   if (region == nullptr) {
-    lent_.emplace(ptr, mapped);  // as it was: the caller copies instead
+    lent_.emplace(ptr, lent);  // as it was: the caller copies instead
     return nullptr;
   }
-  lent_.emplace(region, size);
+  lent.size = size;  // its pages moved with it: what was written is where it was
+  lent_.emplace(region, lent);
   return region;
+}
+
+size_t RegionAllocator::Settle(void* ptr, size_t bytes, size_t used) {
+  Cached tail{nullptr, 0, 0};
+  {
+    std::lock_guard lock(mu_);
+    const auto it = lent_.find(ptr);
+    if (it == lent_.end()) return bytes;  // the heap's
+    Lent& lent = it->second;
+    lent.written = std::max(lent.written, std::min(used, lent.size));
+    lent.settled = true;
+    const size_t keep = PagesOf(lent.written);
+    if (keep < lent.size) {
+      tail = {static_cast<uint8_t*>(ptr) + keep, lent.size - keep, 0};
+      lent.size = keep;
+    }
+    bytes = std::min(bytes, lent.size);
+  }
+  if (tail.region != nullptr) ::munmap(tail.region, tail.size);
+  return bytes;
 }
 
 void RegionAllocator::Free(void* ptr, size_t /*bytes*/) {
@@ -189,7 +216,9 @@ void RegionAllocator::Free(void* ptr, size_t /*bytes*/) {
       std::free(ptr);  // the heap's
       return;
     }
-    const Cached freed{ptr, it->second};
+    // Unsettled, any of it may have been written.
+    const Lent& lent = it->second;
+    const Cached freed{ptr, lent.size, lent.settled ? lent.written : lent.size};
     lent_.erase(it);
     if (freed.size > max_cached_bytes_) {
       unmap.push_back(freed);

@@ -88,10 +88,19 @@ class RegionAllocator final : public ReusingAllocator {
   // Regions grown by mremap (by Allocate from a smaller cached one, or by Reallocate).
   int64_t grown() const;
 
-  // A mapped region and its size (cached here, or kept for the next allocator).
+  // The block's first `used` bytes are all it holds from now on (a batch tensor once its
+  // samples are joined: AssembleStage::Joined): the pages past every byte ever written
+  // in its region (this use's `used` and any earlier use's, as far as known) are unmapped,
+  // so that the cache's cap counts memory that exists. They were never touched: nothing
+  // is faulted in again for them. Returns the block's size now (at least `used`).
+  size_t Settle(void* ptr, size_t bytes, size_t used) override;
+
+  // A mapped region, its size and how much of it from its start may have been written
+  // (cached here, or kept for the next allocator).
   struct Cached {
     void* region;
     size_t size;
+    size_t written;
   };
 
  private:
@@ -105,7 +114,14 @@ class RegionAllocator final : public ReusingAllocator {
   const OnClose on_close_;
   mutable std::mutex mu_;
   std::list<Cached> free_;                    // guarded by mu_: oldest first
-  std::unordered_map<void*, size_t> lent_;    // guarded by mu_: region -> mapped size
+  // A region lent out: its mapped size, the bytes from its start that may have been
+  // written, and whether its user settled them (Settle) this time.
+  struct Lent {
+    size_t size;
+    size_t written;
+    bool settled = false;
+  };
+  std::unordered_map<void*, Lent> lent_;      // guarded by mu_
   size_t cached_bytes_ = 0;                   // guarded by mu_
   int64_t hits_ = 0;                          // guarded by mu_
   int64_t misses_ = 0;                        // guarded by mu_

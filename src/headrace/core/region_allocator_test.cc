@@ -112,6 +112,57 @@ TEST(RegionAllocator, AFinalBlockTakesTheSmallestRegionThatHoldsItEvenWhereBlock
   pool.Free(r, 6 * kMiB);
 }
 
+TEST(RegionAllocator, SettleGivesBackOnlyThePagesNeverWritten) {
+  RegionAllocator pool(64 * kMiB);
+  void* p = pool.Allocate(8 * kMiB, 64);
+  Fill(p, 3 * kMiB, 1);
+  EXPECT_EQ(pool.Settle(p, 8 * kMiB, 3 * kMiB), 3 * kMiB) << "the room past the rows goes";
+  EXPECT_TRUE(Holds(p, 3 * kMiB, 1));
+  pool.Free(p, 3 * kMiB);
+  EXPECT_EQ(pool.cached_bytes(), 3 * kMiB) << "the cache counts what exists";
+  // The same region grown, written less this time: the pages written before stay.
+  void* q = pool.Allocate(6 * kMiB, 64);
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(pool.grown(), 1);
+  EXPECT_EQ(pool.Settle(q, 6 * kMiB, 1 * kMiB), 3 * kMiB);
+  EXPECT_TRUE(Holds(q, 3 * kMiB, 1)) << "nothing written is given back";
+  pool.Free(q, 3 * kMiB);
+  EXPECT_EQ(pool.cached_bytes(), 3 * kMiB);
+  // Freed unsettled, all of a region may have been written: a later Settle keeps it whole.
+  void* r = pool.Allocate(5 * kMiB, 64);
+  Fill(r, 5 * kMiB, 2);
+  pool.Free(r, 5 * kMiB);
+  void* s = pool.Allocate(5 * kMiB, 64);
+  EXPECT_EQ(s, r);
+  EXPECT_EQ(pool.Settle(s, 5 * kMiB, 1), 5 * kMiB);
+  EXPECT_TRUE(Holds(s, 5 * kMiB, 2));
+  pool.Free(s, 5 * kMiB);
+  // A heap block is left as it is.
+  void* small = pool.Allocate(4096, 64);
+  EXPECT_EQ(pool.Settle(small, 4096, 10), 4096u);
+  pool.Free(small, 4096);
+}
+
+TEST(RegionAllocator, ABuffersSettleShrinksItToTheBlockLeft) {
+  auto pool = std::make_shared<RegionAllocator>(64 * kMiB);
+  Result<Buffer> b = Buffer::Allocate(8 * kMiB, pool);
+  ASSERT_TRUE(b.ok());
+  Fill(b->mutable_data(), 2 * kMiB + 5, 3);
+  Buffer view = *b;  // a second handle: the block is not the buffer's alone
+  b->Settle(2 * kMiB + 5);
+  EXPECT_EQ(b->size(), 8 * kMiB);
+  view = Buffer();
+  b->Settle(2 * kMiB + 5);
+  EXPECT_EQ(b->size(), 2 * kMiB + 4096) << "the pages holding the bytes written";
+  EXPECT_TRUE(Holds(b->data(), 2 * kMiB + 5, 3));
+  *b = Buffer();
+  EXPECT_EQ(pool->cached_bytes(), 2 * kMiB + 4096);
+  // From the heap: unchanged.
+  Result<Buffer> h = Buffer::Allocate(1000);
+  h->Settle(10);
+  EXPECT_EQ(h->size(), 1000u);
+}
+
 TEST(RegionAllocator, ReallocateKeepsTheContentsWithoutACopyAndLeavesHeapBlocksAlone) {
   RegionAllocator pool(64 * kMiB);
   void* p = pool.Allocate(2 * kMiB, 64);

@@ -240,6 +240,9 @@ Result<Tensor> AssembleStage::Joined(BatchJob& job, size_t f, int64_t* bytes) co
   if (joined.bytes.empty()) return Tensor::Allocate(field.dtype, std::move(shape), memory_);
   joined_bytes_[f].fetch_add(static_cast<int64_t>(joined.used), std::memory_order_relaxed);
   *bytes += static_cast<int64_t>(joined.used);
+  // Its capacity past the rows (the room left for samples still to come) goes back, so
+  // that the batch pool's cap counts memory that exists (RegionAllocator::Settle).
+  joined.bytes.Settle(joined.used);
   return Tensor(field.dtype, std::move(shape), std::move(joined.bytes).Slice(0, joined.used));
 }
 

@@ -57,13 +57,18 @@ Status NormalizeStart(const EpochOrder& order, EngineOptions& options) {
 //   EngineOptions::keep_sample_rows, no batch ops) are what the joined batch tensors
 //   would be, and live as long: they get the budget (the packed pipeline faulted 1.1 M
 //   pages with half, 0.82 M with the budget; peak RSS 2035 -> 2261 MiB).
-// - The batch tensors: up to the budget cached. Rows are joined as samples finish
-//   (AssembleStage::SampleDone), so a batch tensor is taken at its first sample's end and
-//   grows in place to what it holds plus 1.25x the mean sample still to come
-//   (AssembleStage::Join). With half the budget 11 of 48 batches mapped fresh memory;
-//   with three quarters 4, but two regions freed at once still outgrew it now and then:
-//   the budget took a 3-epoch run from 1.6 to 0.9 s of system time (peak RSS 1360 ->
-//   1400 MiB).
+// - The batch tensors: up to the budget and a half cached. Rows are joined as samples
+//   finish (AssembleStage::SampleDone), so a batch tensor is taken at its first sample's
+//   end and grows in place to what it holds plus 1.25x the mean sample still to come
+//   (AssembleStage::Join); once joined, the room it did not use goes back
+//   (Buffer::Settle), so the cap counts memory that exists. With half the budget 11 of
+//   48 batches mapped fresh memory; with three quarters 4, but two regions freed at once
+//   still outgrew it now and then: the budget took a 3-epoch run from 1.6 to 0.9 s of
+//   system time (peak RSS 1360 -> 1400 MiB). The half above it is what a consumer holds
+//   past the budget (delivered batches are no longer charged: the one it works on, the
+//   one before it still referenced): when a Loader ends they are all freed at once, and
+//   with the budget alone the next Loader of the process found ~100 K pages fewer kept
+//   (a pass of 128 VLM samples: 113-116 -> 118-123 samples/s).
 // - One pool for both was slower (the samples' small first requests took the batches'
 //   large regions).
 // - The regions outlive the engine (OnClose::kKeepForNext): the next engine of the
@@ -86,7 +91,7 @@ std::pair<std::shared_ptr<ReusingAllocator>, std::shared_ptr<ReusingAllocator>> 
             segments};
   }
   if (varying) {
-    return {MakeVaryingPool(options.allocator, budget, RegionAllocator::Fit::kBest, kKeep),
+    return {MakeVaryingPool(options.allocator, budget + budget / 2, RegionAllocator::Fit::kBest, kKeep),
             segments};
   }
   return {std::make_shared<PoolingAllocator>(options.allocator,
