@@ -23,6 +23,9 @@
 //   mapping fresh regions.
 // - Reallocate grows a region the same way: a buffer that grows (a sample's rows, one
 //   image after another) keeps its contents without a copy (Buffer::Grow).
+// - Settle: a block whose contents are final (a joined batch tensor) gives back the
+//   pages past every byte ever written in its region, so that the cap below counts
+//   memory that exists rather than room a batch was given and did not use.
 // - Freed regions are kept, at most `max_cached_bytes` of them (the oldest unmapped
 //   first); smaller requests go to the process heap.
 // - OnClose::kKeepForNext (the engine's and the packer's pools): when the allocator goes
