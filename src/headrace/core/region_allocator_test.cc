@@ -1,7 +1,13 @@
 #include "headrace/core/region_allocator.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
+
+#include <algorithm>
 #include <cstring>
 #include <latch>
 #include <memory>
@@ -161,6 +167,38 @@ TEST(RegionAllocator, ABuffersSettleShrinksItToTheBlockLeft) {
   Result<Buffer> h = Buffer::Allocate(1000);
   h->Settle(10);
   EXPECT_EQ(h->size(), 1000u);
+}
+
+// Whether a child made by fork() maps [p, p + bytes): mincore fails with ENOMEM on an
+// unmapped range. The child calls only async-signal-safe functions.
+bool MappedInAForkedChild(void* p, size_t bytes) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    static unsigned char pages[1 << 12];
+    const int rc = ::mincore(p, std::min(bytes, sizeof pages * 4096), pages);
+    ::_exit(rc == 0 ? 0 : (errno == ENOMEM ? 1 : 2));
+  }
+  int status = 0;
+  EXPECT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_NE(WEXITSTATUS(status), 2) << "mincore failed otherwise";
+  return WEXITSTATUS(status) == 0;
+}
+
+TEST(RegionAllocator, ACachedRegionIsNotGivenToAForkedChildALentOneIs) {
+  RegionAllocator pool(64 * kMiB);
+  void* p = pool.Allocate(4 * kMiB, 64);
+  Fill(p, 4 * kMiB, 4);
+  EXPECT_TRUE(MappedInAForkedChild(p, 4 * kMiB)) << "lent: a child may read a batch";
+  pool.Free(p, 4 * kMiB);
+  // Cached: the child does not get it, so fork() leaves this process's pages writable
+  // (no fault on each page's next write).
+  EXPECT_FALSE(MappedInAForkedChild(p, 4 * kMiB));
+  void* q = pool.Allocate(6 * kMiB, 64);  // grown from it
+  EXPECT_EQ(pool.grown(), 1);
+  EXPECT_TRUE(MappedInAForkedChild(q, 6 * kMiB)) << "lent again: inherited again";
+  EXPECT_TRUE(Holds(q, 4 * kMiB, 4));
+  pool.Free(q, 6 * kMiB);
 }
 
 TEST(RegionAllocator, ReallocateKeepsTheContentsWithoutACopyAndLeavesHeapBlocksAlone) {
