@@ -27,7 +27,10 @@
 //   pages past every byte ever written in its region, so that the cap below counts
 //   memory that exists rather than room a batch was given and did not use.
 // - Freed regions are kept, at most `max_cached_bytes` of them (the oldest unmapped
-//   first); smaller requests go to the process heap.
+//   first); smaller requests go to the process heap. A kept region is not inherited by
+//   a child made by fork() (MADV_DONTFORK until it is lent again), so that a fork (a
+//   DataLoader's workers) does not write-protect its pages and fault each on its next
+//   write.
 // - OnClose::kKeepForNext (the engine's and the packer's pools): when the allocator goes
 //   (its Loader closed and its last buffer freed), its cached regions stay mapped for the
 //   next such allocator of the process, which takes them when its own cache has none
