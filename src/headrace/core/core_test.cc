@@ -4,6 +4,7 @@
 #include <set>
 #include <vector>
 
+#include "headrace/core/allocator_test_util.h"
 #include "headrace/core/batch.h"
 #include "headrace/core/ragged_rows.h"
 #include "headrace/core/pooling_allocator.h"
@@ -177,24 +178,8 @@ TEST(RaggedRows, AppendsGrowKeepingEarlierRowsAndCountEntries) {
   EXPECT_GT(rows.held_bytes(), 0u) << "cleared, its memory kept";
 }
 
-// Counts the blocks asked for by Allocate and by AllocateFinal, with their sizes.
-class FinalCountingAllocator final : public Allocator {
- public:
-  void* Allocate(size_t bytes, size_t alignment) override {
-    growing.push_back(bytes);
-    return DefaultAllocator()->Allocate(bytes, alignment);
-  }
-  void* AllocateFinal(size_t bytes, size_t alignment) override {
-    final.push_back(bytes);
-    return DefaultAllocator()->Allocate(bytes, alignment);
-  }
-  void Free(void* p, size_t bytes) override { DefaultAllocator()->Free(p, bytes); }
-  const char* name() const override { return "final-counting"; }
-  std::vector<size_t> growing, final;
-};
-
 TEST(RaggedRows, ReservedRowsAreOneBlockOfTheirSizeThatTheAppendsFillWithoutMovingIt) {
-  FinalCountingAllocator counting;
+  testing::FitCountingAllocator counting;
   auto memory = std::shared_ptr<Allocator>(&counting, [](Allocator*) {});
   RaggedRows rows(std::vector<FieldSpec>{FieldSpec{"fixed", DType::kI64, {}},
                                          FieldSpec{"r", DType::kI32, {2}, FieldLayout::kRagged}},

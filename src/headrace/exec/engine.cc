@@ -47,13 +47,13 @@ Status NormalizeStart(const EpochOrder& order, EngineOptions& options) {
 // whole, grown in place as a sample's images come). Measured on bench/vlm_processor.py's
 // pipeline (`headrace run`; the numbers are in bench/RESULTS.md):
 // - A sample's rows: up to half the batch budget cached (a quarter had them mapped fresh
-//   again: 47 against 54 samples/s, no more peak RSS). Rows the size pass sized (a list's
-//   patches: ForEachItemOp, RaggedRows::Reserve) take the smallest region that holds
-//   them; rows that grow as they come take the largest (they grow into it: 20% fewer page
-//   faults than the smallest that holds their first image). Kept for a packer, rows that
-//   took the largest held about twice their bytes (1.93 GB lent in a packed 3-epoch run,
-//   3.7 GB mapped fresh); sized, packing went from 0.92x to 0.99x the unpacked run.
-//   Rows kept for a packer (`rows_are_batches`:
+//   again: 47 against 54 samples/s, no more peak RSS). Rows the size pass sized (a
+//   sample's patches, one image's or a list's: ReserveRows, RaggedRows::Reserve) take
+//   the smallest region that holds them; rows that grow as they come take the largest
+//   (they grow into it: 20% fewer page faults than the smallest that holds their first
+//   image). Kept for a packer, rows that took the largest held about twice their bytes
+//   (1.93 GB lent in a packed 3-epoch run, 3.7 GB mapped fresh); sized, packing went
+//   from 0.92x to 0.99x the unpacked run. Rows kept for a packer (`rows_are_batches`:
 //   EngineOptions::keep_sample_rows, no batch ops) are what the joined batch tensors
 //   would be, and live as long: they get the budget (the packed pipeline faulted 1.1 M
 //   pages with half, 0.82 M with the budget; peak RSS 2035 -> 2261 MiB).
@@ -91,7 +91,8 @@ std::pair<std::shared_ptr<ReusingAllocator>, std::shared_ptr<ReusingAllocator>> 
             segments};
   }
   if (varying) {
-    return {MakeVaryingPool(options.allocator, budget + budget / 2, RegionAllocator::Fit::kBest, kKeep),
+    return {MakeVaryingPool(options.allocator, budget + budget / 2, RegionAllocator::Fit::kBest,
+                            kKeep),
             segments};
   }
   return {std::make_shared<PoolingAllocator>(options.allocator,

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "headrace/core/allocator_test_util.h"
 #include "headrace/ops/chain_runner.h"
 #include "headrace/ops/for_each_item.h"
 #include "headrace/ops/image/decode.h"
@@ -22,21 +23,7 @@ namespace {
 
 using testing::Bytes;
 
-// Counts the blocks asked for by Allocate (blocks that may grow) and AllocateFinal.
-class CountingAllocator final : public Allocator {
- public:
-  void* Allocate(size_t bytes, size_t alignment) override {
-    growing.push_back(bytes);
-    return DefaultAllocator()->Allocate(bytes, alignment);
-  }
-  void* AllocateFinal(size_t bytes, size_t alignment) override {
-    final.push_back(bytes);
-    return DefaultAllocator()->Allocate(bytes, alignment);
-  }
-  void Free(void* p, size_t bytes) override { DefaultAllocator()->Free(p, bytes); }
-  const char* name() const override { return "counting"; }
-  std::vector<size_t> growing, final;
-};
+using testing::FitCountingAllocator;
 
 uint8_t Texture(int x, int y, int c) { return static_cast<uint8_t>(x * 7 + y * 3 + c * 50); }
 
@@ -132,7 +119,7 @@ struct ListSample {
   Sample sample;
   std::vector<Value> values = std::vector<Value>(1);
   ScratchArena scratch;
-  CountingAllocator counting;
+  FitCountingAllocator counting;
   RaggedRows ragged{Fields(), std::shared_ptr<Allocator>(&counting, [](Allocator*) {})};
 
   explicit ListSample(const std::vector<Bytes>& items) {
@@ -196,8 +183,10 @@ TEST(SizePass, AListsPatchesTakeOneBlockOfTheirTotalSizeAndAreTheSameAsGrownOnes
     ASSERT_EQ(x.size(), y.size());
     EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size()), 0) << "field " << field;
   }
-  EXPECT_EQ(std::vector<int32_t>(a.ragged.lengths(kPixels).begin(), a.ragged.lengths(kPixels).end()),
-            std::vector<int32_t>(b.ragged.lengths(kPixels).begin(), b.ragged.lengths(kPixels).end()));
+  const auto lengths = [](const RaggedRows& r) {
+    return std::vector<int32_t>(r.lengths(kPixels).begin(), r.lengths(kPixels).end());
+  };
+  EXPECT_EQ(lengths(a.ragged), lengths(b.ragged));
 
   // An item that is no image: the pass stops there, and the run fails on that item.
   std::vector<Bytes> bad = images;
@@ -217,7 +206,7 @@ TEST(SizePass, OneImagesPatchesAreReservedBeforeTheOpsThatCannotTell) {
   for (const Bytes& bytes : Images()) {
     testing::TestContext t;
     t.SetMedia(bytes);
-    CountingAllocator counting;
+    FitCountingAllocator counting;
     RaggedRows ragged(Fields(), std::shared_ptr<Allocator>(&counting, [](Allocator*) {}));
     int64_t grid[3] = {};
     std::vector<uint8_t*> rows = {nullptr, nullptr, reinterpret_cast<uint8_t*>(grid)};
