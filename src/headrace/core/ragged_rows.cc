@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 
 namespace headrace {
 
@@ -52,6 +53,38 @@ Status RaggedRows::Reserve(int field, int64_t rows) {
     HR_ASSIGN_OR_RETURN(c.data, Buffer::AllocateFinal(need, memory_));
   } else {
     HR_ASSIGN_OR_RETURN(c.data, Buffer::Grow(std::move(c.data), c.used, need, memory_));
+  }
+  return Status::Ok();
+}
+
+Status RaggedRows::ReserveTold(std::span<const int64_t> rows) {
+  if (rows.size() != columns_.size()) {
+    return Status::Internal("RaggedRows::ReserveTold: " + std::to_string(rows.size()) +
+                            " fields told, the batch has " + std::to_string(columns_.size()));
+  }
+  if (placer_ != nullptr) {
+    thread_local std::vector<size_t> bytes;
+    thread_local std::vector<Buffer> windows;
+    bytes.assign(columns_.size(), 0);
+    windows.assign(columns_.size(), Buffer());
+    for (size_t f = 0; f < columns_.size(); ++f) {
+      const Column& c = columns_[f];
+      // A field that is not concatenated, or already holds rows, is told as none.
+      if (c.row_bytes == 0 || c.used > 0 || rows[f] <= 0) continue;
+      HR_ASSIGN_OR_RETURN(bytes[f], BytesAfter("ReserveTold", static_cast<int>(f), rows[f]));
+    }
+    RowsPlacer* placer = std::exchange(placer_, nullptr);
+    placer->Place(slot_, bytes, windows);
+    for (size_t f = 0; f < columns_.size(); ++f) {
+      if (windows[f].empty()) continue;
+      columns_[f].data = std::move(windows[f]);  // its rows are written in the batch tensor
+    }
+    windows.clear();  // no handle of a batch tensor outlives the call on this thread
+  }
+  for (size_t f = 0; f < columns_.size(); ++f) {
+    if (rows[f] > 0 && columns_[f].row_bytes > 0) {
+      HR_RETURN_IF_ERROR(Reserve(static_cast<int>(f), rows[f]));
+    }
   }
   return Status::Ok();
 }

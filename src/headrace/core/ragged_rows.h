@@ -5,10 +5,14 @@
 // patches, a conversation's tokens). The sample's ops append their rows here, one entry
 // per call (a sample's tokens, one image's patches), and the assemble stage appends each
 // kept sample's rows to the batch tensor once the samples before it are done
-// (AssembleStage::SampleDone): one copy of those bytes. It happens there rather than in
-// place because a sample's offset in the batch is only known once every sample before
-// it has run; holding each sample's intermediate images until then would cost more
-// memory than the copy costs time.
+// (AssembleStage::SampleDone). That is a copy of those bytes unless they are already
+// there: a sample's rows that the size pass told (ReserveTold) may be given a window of
+// the batch tensor itself, at the offset the rows told for the samples before it add up
+// to (RowsPlacer, AssembleStage's), and the ops then write them in place. A sample whose
+// predecessors have not told their rows yet, or whose rows do not fit the tensor's first
+// block, gets its own block and is copied as before; so is one whose rows turn out other
+// than told (a window is never grown: an Append past it moves the rows to a block of
+// their own).
 //
 // One thread writes a sample's RaggedRows (the thread that runs it); the assemble stage
 // reads it after that sample finished (BatchJob::join's mutex orders them).
@@ -25,6 +29,18 @@
 #include "headrace/core/status.h"
 
 namespace headrace {
+
+// Windows of a batch's tensors for a sample's rows, lent before the sample writes them
+// (AssembleStage's, per batch).
+class RowsPlacer {
+ public:
+  virtual ~RowsPlacer() = default;
+  // Sample `slot` will append `bytes[f]` bytes to field f (0: none told; one call per
+  // sample, the first wins). Sets windows[f] (empty on entry) to a slice of exactly that
+  // size of field f's batch tensor where its rows will lie once the batch is joined, or
+  // leaves it empty.
+  virtual void Place(int slot, std::span<const size_t> bytes, std::span<Buffer> windows) = 0;
+};
 
 class RaggedRows {
  public:
@@ -47,6 +63,16 @@ class RaggedRows {
   // final size (Allocator::AllocateFinal). kResourceExhausted when the memory cannot be
   // had.
   Status Reserve(int field, int64_t rows);
+  // The size pass's rows for every field (rows[f]: told for field f, 0 for none), told
+  // once before the sample's ops run: each field's rows go into the window the placer
+  // gives them (Place), else are reserved as by Reserve.
+  Status ReserveTold(std::span<const int64_t> rows);
+  // The placer asked by ReserveTold for sample `slot`'s windows (null: none). `placer`
+  // outlives this sample's ReserveTold.
+  void Place(RowsPlacer* placer, int slot) {
+    placer_ = placer;
+    slot_ = slot;
+  }
   // The number of batch fields (columns, concatenated or not).
   int fields() const { return static_cast<int>(columns_.size()); }
 
@@ -72,6 +98,8 @@ class RaggedRows {
   };
   std::vector<Column> columns_;
   std::shared_ptr<Allocator> memory_;
+  RowsPlacer* placer_ = nullptr;
+  int slot_ = 0;
 };
 
 }  // namespace headrace

@@ -55,6 +55,7 @@ Status AssembleStage::AllocateRows(BatchJob& job) const {
   if (joins()) {
     job.join.done.assign(static_cast<size_t>(n), 0);
     job.join.fields.resize(fields_.size());
+    LendWindows(job);
   }
   if (!strings_.empty()) job.parsed_attributes.resize(n);
   job.pending.store(static_cast<int>(n));
@@ -73,6 +74,34 @@ Status AssembleStage::AllocateRows(BatchJob& job) const {
   return Status::Ok();
 }
 
+double AssembleStage::MeanJoinedBytes(size_t f) const {
+  const int64_t samples = concatenated_samples_.load(std::memory_order_relaxed);
+  if (samples <= 0) return 0.0;
+  return static_cast<double>(joined_bytes_[f].load(std::memory_order_relaxed)) /
+         static_cast<double>(samples);
+}
+
+void AssembleStage::LendWindows(BatchJob& job) const {
+  const int n = job.size();
+  std::vector<size_t> capacities(fields_.size(), 0);
+  bool any = false;
+  for (size_t f = 0; f < fields_.size(); ++f) {
+    const FieldLayout layout = fields_[f].layout;
+    if (layout != FieldLayout::kRagged && layout != FieldLayout::kItems) continue;
+    // The first block at 1.5x the mean batch so far (none before a batch was assembled:
+    // the join grows one as before). What the rows do not use was never touched, and
+    // goes back when the batch is joined (Joined: Settle); a batch whose rows outgrow it
+    // has its last samples copied, and the block grown.
+    const double mean = MeanJoinedBytes(f);
+    if (mean <= 0.0) continue;
+    capacities[f] = static_cast<size_t>(1.5 * mean * n) + kBufferAlignment;
+    any = true;
+  }
+  if (!any) return;
+  job.placement.Start(std::move(capacities), memory_, n);
+  for (int s = 0; s < n; ++s) job.ragged[static_cast<size_t>(s)].Place(&job.placement, s);
+}
+
 Batch AssembleStage::Finish(BatchJob& job, bool& cancelled) {
   const auto start = Clock::now();
   const auto n = static_cast<int64_t>(job.sample_indices.size());
@@ -85,6 +114,7 @@ Batch AssembleStage::Finish(BatchJob& job, bool& cancelled) {
     std::lock_guard lock(job.join.mu);
     for (; job.join.next < n; ++job.join.next) JoinAndFree(job, job.join.next);
   }
+  job.placement.Close();  // the joined tensors are the batch's alone (they settle)
   int64_t kept = 0;
   int64_t copied = 0;
   for (int64_t s = 0; s < n; ++s) {
@@ -126,7 +156,7 @@ Batch AssembleStage::Finish(BatchJob& job, bool& cancelled) {
     }
     batch.fields.emplace_back(fields_[f].name, *std::move(t));
   }
-  copied += concatenated;
+  copied += job.join.copied;
   if (keep_sample_rows_) {
     for (int64_t s = 0; s < n; ++s) {
       if (!job.status[s].ok()) continue;
@@ -204,7 +234,21 @@ Status AssembleStage::Join(BatchJob& job, int s) {
     BatchJob::Join::Field& to = job.join.fields[f];
     to.rows += lengths ? static_cast<int64_t>(r.lengths(column).size()) : r.rows(column);
     if (from.empty()) continue;
-    if (to.used + from.size() > to.bytes.size()) {
+    if (!to.adopted) {  // the block windows were lent from, if any
+      to.adopted = true;
+      to.bytes = job.placement.Adopt(f);
+      to.lent = !to.bytes.empty();
+    }
+    const size_t end = to.used + from.size();
+    if (end <= to.bytes.size() && from.data() == to.bytes.data() + to.used) {
+      to.used = end;  // written in place, in the window lent to it (BatchPlacement)
+      continue;
+    }
+    size_t room = to.bytes.size();
+    if (to.lent && end <= room && !job.placement.MayWrite(f, s, end)) {
+      room = 0;  // a later sample's window lies there: the batch moves to a block of its own
+    }
+    if (end > room) {
       // First 1.25x the mean batch so far; grown to what it holds plus 1.25x the mean of
       // each sample still to come (by half before any batch was assembled). Growing by half
       // each time left regions 1.5x the batches: two of them freed at once outgrew the
@@ -224,10 +268,18 @@ Status AssembleStage::Join(BatchJob& job, int s) {
         const int still = job.size() - s - 1;  // samples join in slot order
         capacity = needed + static_cast<size_t>(1.25 * mean * still);
       }
+      // Held by a later sample's window too, the block is not grown but left: a new one
+      // takes the rows joined so far (Buffer::Grow copies them).
+      const bool shared = to.bytes.use_count() > 1;
       HR_ASSIGN_OR_RETURN(to.bytes, Buffer::Grow(std::move(to.bytes), to.used, capacity, memory_));
+      if (shared) job.join.copied += static_cast<int64_t>(to.used);
+      to.lent = false;
     }
-    std::memcpy(to.bytes.mutable_data() + to.used, from.data(), from.size());
-    to.used += from.size();
+    // memmove: the rows may lie in the same block, in this sample's window past them
+    // (a sample before it failed, or wrote fewer rows than it told).
+    std::memmove(to.bytes.mutable_data() + to.used, from.data(), from.size());
+    job.join.copied += static_cast<int64_t>(from.size());
+    to.used = end;
   }
   return Status::Ok();
 }

@@ -6,13 +6,16 @@
 // - SampleDone (the thread of each sample, as it finishes), with concatenated fields
 //   (FieldLayout: ragged rows, a list's items, their `<name>_lengths`): each kept
 //   sample's RaggedRows joined into the batch's tensors in slot order, as soon as the
-//   samples before it are done (the one copy of those bytes: core/ragged_rows.h says
-//   why), and its rows freed. Joining as they finish rather than all at the end keeps a
+//   samples before it are done, and its rows freed. Rows the size pass told were
+//   written in the batch tensor already, in a window lent before the sample ran
+//   (LendWindows, exec/batch_placement.h): those are not copied; the others are, once. Joining as they finish rather than all at the end keeps a
 //   sample's rows alive for about one sample's time instead of its batch's: with
 //   hundreds of MB of patches a batch, the rows' regions were then mapped fresh again
 //   (page faults: 10% of the VLM pipeline's CPU), and the last sample's thread copied
-//   the whole batch alone while the consumer waited. The batch tensor grows in place
-//   (a region, core/region_allocator.h), from a first size of 1.25x the mean so far.
+//   the whole batch alone while the consumer waited. The batch tensor's first block is
+//   1.5x the mean batch so far when windows are lent from it (else 1.25x, taken at the
+//   first join), and grows in place (a region, core/region_allocator.h) once no window
+//   of it is still being written.
 // - Finish (the thread of the batch's last sample, or the one that joined it): the rows
 //   of the samples that succeeded compacted to the front, in order (a copy of sample
 //   bytes only for failed samples), the joined tensors, the strings collected, the batch
@@ -88,8 +91,14 @@ class AssembleStage {
  private:
   void CollectStrings(const BatchJob& job, Batch& batch) const;
   void RunBatchOps(const BatchJob& job, Batch& batch);
-  // Sample `s`'s rows appended to each concatenated field's joined bytes.
+  // Sample `s`'s rows appended to each concatenated field's joined bytes (nothing copied
+  // for rows written in place).
   Status Join(BatchJob& job, int s);
+  // The first blocks of `job`'s ragged and item tensors, and the windows of them its
+  // samples' rows take before they run (BatchPlacement).
+  void LendWindows(BatchJob& job) const;
+  // Field f's bytes per sample over the assembled batches (0: none yet).
+  double MeanJoinedBytes(size_t f) const;
   // Joins sample `s` if it and the join so far succeeded (the first failure into
   // job.join.status), then frees its rows. Called by the one joining thread.
   void JoinAndFree(BatchJob& job, int s);

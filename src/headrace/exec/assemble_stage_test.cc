@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <latch>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -228,6 +230,183 @@ TEST(AssembleStage, ManyThreadsFinishingSamplesJoinEachOnceAndOneAssembles) {
     ASSERT_EQ(std::vector<int32_t>(t, t + 12),
               (std::vector<int32_t>{100, 100, 200, 200, 201, 201, 300, 300, 301, 301, 302, 302}))
         << round;
+  }
+}
+
+// Samples that tell their rows before they write them (the size pass: ReserveTold), as a
+// chain does: after one batch was assembled, their rows are lent windows of the batch
+// tensors (BatchPlacement).
+struct PlacedFixture : RaggedFixture {
+  struct Plan {
+    int told = 0;      // token rows told
+    int written = 0;   // token rows written (views: as many as written, told as told)
+    bool fails = false;
+  };
+  // One batch of RaggedFixture's, so that the stage knows a mean batch.
+  void Warm(AssembleStage& stage) {
+    auto job = RaggedFixture::Job(stage);
+    bool cancelled = false;
+    (void)stage.Finish(*job, cancelled);
+  }
+  std::shared_ptr<BatchJob> Empty(AssembleStage& stage, int samples) {
+    auto job = std::make_shared<BatchJob>();
+    for (int i = 0; i < samples; ++i) {
+      job->records.push_back(&records[static_cast<size_t>(i % 4)]);
+      job->sample_indices.push_back(i);
+    }
+    EXPECT_TRUE(stage.AllocateRows(*job).ok());
+    return job;
+  }
+  static void Tell(BatchJob& job, int s, const Plan& p) {
+    RaggedRows& r = job.ragged[static_cast<size_t>(s)];
+    std::vector<int64_t> told(static_cast<size_t>(r.fields()), 0);  // "index" included
+    told[0] = told[2] = p.told;
+    ASSERT_TRUE(r.ReserveTold(told).ok());
+  }
+  // Sample s's rows: tokens 1000 s + row, views (s, row) as bytes; where its first token
+  // row went.
+  static int32_t* Write(BatchJob& job, int s, const Plan& p) {
+    RaggedRows& r = job.ragged[static_cast<size_t>(s)];
+    *reinterpret_cast<int64_t*>(job.slots[static_cast<size_t>(s)][3]) = s;
+    auto* out = reinterpret_cast<int32_t*>(*r.Append(0, p.written));
+    for (int i = 0; i < p.written; ++i) out[2 * i] = out[2 * i + 1] = 1000 * s + i;
+    for (int i = 0; i < p.written; ++i) {
+      uint8_t* item = *r.Append(2, 1);
+      item[0] = item[1] = static_cast<uint8_t>(s);
+      item[2] = static_cast<uint8_t>(i);
+    }
+    if (p.fails) job.status[static_cast<size_t>(s)] = Status::CorruptData("bad");
+    return p.written > 0 ? out : nullptr;
+  }
+  // The batch's tokens and views must be the kept samples' rows in slot order.
+  static void ExpectRows(const Batch& batch, const std::vector<Plan>& plans, int round) {
+    std::vector<int32_t> tokens;
+    std::vector<uint8_t> views;
+    std::vector<int32_t> lengths;
+    for (size_t s = 0; s < plans.size(); ++s) {
+      if (plans[s].fails) continue;
+      lengths.push_back(plans[s].written);
+      for (int i = 0; i < plans[s].written; ++i) {
+        tokens.push_back(1000 * static_cast<int32_t>(s) + i);
+        tokens.push_back(1000 * static_cast<int32_t>(s) + i);
+        views.insert(views.end(), {static_cast<uint8_t>(s), static_cast<uint8_t>(s),
+                                   static_cast<uint8_t>(i)});
+      }
+    }
+    const Tensor* t = batch.Find("tokens");
+    const Tensor* v = batch.Find("views");
+    const Tensor* l = batch.Find("tokens_lengths");
+    ASSERT_EQ(t->numel(), static_cast<int64_t>(tokens.size())) << "round " << round;
+    EXPECT_EQ(std::vector<int32_t>(t->data<int32_t>(), t->data<int32_t>() + t->numel()), tokens)
+        << "round " << round;
+    ASSERT_EQ(v->numel(), static_cast<int64_t>(views.size())) << "round " << round;
+    EXPECT_EQ(std::vector<uint8_t>(v->data<uint8_t>(), v->data<uint8_t>() + v->numel()), views)
+        << "round " << round;
+    EXPECT_EQ(std::vector<int32_t>(l->data<int32_t>(), l->data<int32_t>() + l->numel()), lengths)
+        << "round " << round;
+  }
+};
+
+TEST(AssembleStage, RowsToldBeforeTheyAreWrittenAreWrittenInTheBatchTensorNotCopied) {
+  PlacedFixture f;
+  AssembleStage stage(f.fields, f.strings, f.batch_ops, 1, f.memory, f.memory);
+  f.Warm(stage);
+  auto job = f.Empty(stage, 4);
+  const std::vector<PlacedFixture::Plan> plans{{0, 0}, {2, 2}, {3, 3}, {1, 1}};
+  int32_t* first = nullptr;
+  for (int s = 0; s < 4; ++s) {
+    f.Tell(*job, s, plans[s]);
+    int32_t* at = f.Write(*job, s, plans[s]);
+    if (s == 1) first = at;
+  }
+  const int64_t copied_before = stage.bytes_copied();
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(stage.SampleDone(*job, s), s == 3);
+  bool cancelled = true;
+  const Batch batch = stage.Finish(*job, cancelled);
+  f.ExpectRows(batch, plans, 0);
+  EXPECT_EQ(job->placement.windows_lent(), 6) << "tokens and views of samples 1, 2 and 3";
+  EXPECT_EQ(batch.Find("tokens")->data<int32_t>(), first) << "sample 1's rows, where it wrote them";
+  EXPECT_EQ(stage.bytes_copied() - copied_before,
+            static_cast<int64_t>(batch.Find("tokens_lengths")->nbytes()))
+      << "only the lengths are copied";
+}
+
+TEST(AssembleStage, RowsNotWhereTheyWereToldAreMovedAndNoWindowIsWrittenOver) {
+  // Sample 2 tells before 0 (no window, its room kept); 1 tells 1 row and writes 3 (they
+  // leave its window); 3 is in its window, past where 1's rows end up.
+  PlacedFixture f;
+  AssembleStage stage(f.fields, f.strings, f.batch_ops, 1, f.memory, f.memory);
+  f.Warm(stage);
+  auto job = f.Empty(stage, 4);
+  const std::vector<PlacedFixture::Plan> plans{{1, 1}, {1, 3}, {2, 2}, {2, 2}};
+  for (int s : {2, 0, 1, 3}) f.Tell(*job, s, plans[s]);
+  EXPECT_EQ(job->placement.windows_lent(), 6) << "2 told first: no window";
+  for (int s = 0; s < 4; ++s) f.Write(*job, s, plans[s]);
+  for (int s : {3, 2, 0}) EXPECT_FALSE(stage.SampleDone(*job, s));
+  EXPECT_TRUE(stage.SampleDone(*job, 1));
+  bool cancelled = true;
+  f.ExpectRows(stage.Finish(*job, cancelled), plans, 0);
+}
+
+TEST(AssembleStage, AnyOrderOfTellingWritingFailingAndFinishingJoinsTheKeptRowsInOrder) {
+  PlacedFixture f;
+  AssembleStage stage(f.fields, f.strings, f.batch_ops, 1, f.memory, f.memory);
+  f.Warm(stage);
+  std::mt19937 rng(7);
+  int64_t lent = 0;
+  for (int round = 0; round < 500; ++round) {
+    const int n = 1 + static_cast<int>(rng() % 6);
+    auto job = f.Empty(stage, n);
+    std::vector<PlacedFixture::Plan> plans(static_cast<size_t>(n));
+    for (auto& p : plans) {
+      p.told = static_cast<int>(rng() % 5);
+      p.written = rng() % 3 == 0 ? static_cast<int>(rng() % 5) : p.told;
+      p.fails = rng() % 6 == 0;
+    }
+    std::vector<int> order(static_cast<size_t>(n));
+    for (int s = 0; s < n; ++s) order[static_cast<size_t>(s)] = s;
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int s : order) f.Tell(*job, s, plans[s]);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int s : order) f.Write(*job, s, plans[s]);
+    std::shuffle(order.begin(), order.end(), rng);
+    int finishers = 0;
+    for (int s : order) finishers += stage.SampleDone(*job, s) ? 1 : 0;
+    ASSERT_EQ(finishers, 1);
+    lent += job->placement.windows_lent();
+    bool cancelled = true;
+    f.ExpectRows(stage.Finish(*job, cancelled), plans, round);
+  }
+  EXPECT_GT(lent, 500) << "windows were lent";
+}
+
+TEST(AssembleStage, SamplesOnManyThreadsWriteTheirRowsInPlaceAndOneAssembles) {
+  PlacedFixture f;
+  AssembleStage stage(f.fields, f.strings, f.batch_ops, 1, f.memory, f.memory);
+  f.Warm(stage);
+  std::mt19937 rng(11);
+  for (int round = 0; round < 200; ++round) {
+    auto job = f.Empty(stage, 4);
+    std::vector<PlacedFixture::Plan> plans(4);
+    for (auto& p : plans) {
+      p.told = static_cast<int>(rng() % 4);
+      p.written = rng() % 4 == 0 ? static_cast<int>(rng() % 4) : p.told;
+    }
+    std::atomic<int> finishers{0};
+    std::latch start(4);
+    std::vector<std::thread> threads;
+    for (int s = 0; s < 4; ++s) {
+      threads.emplace_back([&, s] {
+        start.arrive_and_wait();
+        f.Tell(*job, s, plans[s]);
+        f.Write(*job, s, plans[s]);
+        if (stage.SampleDone(*job, s)) ++finishers;
+      });
+    }
+    for (auto& t : threads) t.join();
+    ASSERT_EQ(finishers.load(), 1) << "round " << round;
+    bool cancelled = true;
+    f.ExpectRows(stage.Finish(*job, cancelled), plans, round);
   }
 }
 

@@ -19,6 +19,7 @@
 #include "headrace/core/sample.h"
 #include "headrace/core/status.h"
 #include "headrace/core/tensor.h"
+#include "headrace/exec/batch_placement.h"
 #include "headrace/exec/epoch_order.h"
 
 namespace headrace {
@@ -45,6 +46,10 @@ struct BatchJob {
       Buffer bytes;  // capacity; the first `used` bytes are rows
       size_t used = 0;
       int64_t rows = 0;
+      // Whether `bytes` is the block `placement` lends windows of (the join checks
+      // where it writes: BatchPlacement::MayWrite).
+      bool lent = false;
+      bool adopted = false;  // BatchPlacement::Adopt was asked for it
     };
     std::mutex mu;
     std::vector<char> done;     // guarded by mu: per sample, its status and rows are final
@@ -52,7 +57,11 @@ struct BatchJob {
     bool joining = false;       // guarded by mu: a thread is joining
     std::vector<Field> fields;  // per batch field: the joining thread's (one at a time)
     Status status;              // the joining thread's: the first failure to join
+    int64_t copied = 0;         // the joining thread's: bytes copied (not found in place)
   } join;
+  // Windows of the concatenated tensors lent to the samples before they run, so that
+  // their rows are written in place (AssembleStage::AllocateRows).
+  BatchPlacement placement;
   // The batch's buffers, charged to the batch budget: at admission, its fixed rows plus
   // an estimate of its concatenated ones; once assembled, what it holds.
   int64_t bytes = 0;

@@ -58,9 +58,13 @@ Status NormalizeStart(const EpochOrder& order, EngineOptions& options) {
 //   would be, and live as long: they get the budget (the packed pipeline faulted 1.1 M
 //   pages with half, 0.82 M with the budget; peak RSS 2035 -> 2261 MiB).
 // - The batch tensors: up to the budget and a half cached. Rows are joined as samples
-//   finish (AssembleStage::SampleDone), so a batch tensor is taken at its first sample's
-//   end and grows in place to what it holds plus 1.25x the mean sample still to come
-//   (AssembleStage::Join); once joined, the room it did not use goes back
+//   finish (AssembleStage::SampleDone), so a batch tensor is taken when its first sample
+//   starts (1.5x the mean batch, its samples' told rows written in it in place:
+//   exec/batch_placement.h; taking it at admission instead gave the cached pages to
+//   batches admitted ahead, and the ones being written faulted fresh ones: peak RSS
+//   1.34 -> 2.2 GB) or at its first sample's end, and grows in place to what it holds
+//   plus 1.25x the mean sample still to come (AssembleStage::Join); once joined, the room
+//   it did not use goes back
 //   (Buffer::Settle), so the cap counts memory that exists. With half the budget 11 of
 //   48 batches mapped fresh memory; with three quarters 4, but two regions freed at once
 //   still outgrew it now and then: the budget took a 3-epoch run from 1.6 to 0.9 s of

@@ -61,9 +61,7 @@ void ReserveRows(std::span<const std::unique_ptr<Op>> ops, SampleContext& ctx) {
   for (const auto& op : ops) {
     if (!op->Predict(pass)) break;
   }
-  for (size_t row = 0; row < rows.size(); ++row) {
-    if (rows[row] > 0) (void)ctx.ragged->Reserve(static_cast<int>(row), rows[row]);
-  }
+  (void)ctx.ragged->ReserveTold(rows);
 }
 
 template <typename F>

@@ -186,8 +186,9 @@ class Op {
 
 // The size pass over `ops` for the sample of `ctx` (its source values filled, none of the
 // ops run yet): each op's Predict in turn up to the first that cannot tell, then the rows
-// told for each concatenated field reserved in one block (RaggedRows::Reserve, taken by
-// best fit: Allocator::AllocateFinal). Does nothing when ctx.ragged is null. Its failures
+// told for each concatenated field reserved in one block (RaggedRows::ReserveTold: a
+// window of the batch tensor where the assemble stage lends one, else a block taken by
+// best fit, Allocator::AllocateFinal). Does nothing when ctx.ragged is null. Its failures
 // are not the sample's: an append that fails too says so.
 void ReserveRows(std::span<const std::unique_ptr<Op>> ops, SampleContext& ctx);
 
