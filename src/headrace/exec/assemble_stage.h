@@ -116,6 +116,7 @@ class AssembleStage {
   const std::shared_ptr<ReusingAllocator> memory_;
   const std::shared_ptr<ReusingAllocator> segments_;
   const bool concatenates_;  // some field is concatenated
+  const bool regions_;       // memory_ is a RegionAllocator (pages given back: Settle)
   const bool keep_sample_rows_;
   std::vector<std::atomic<int64_t>> batch_op_ns_;
   std::unique_ptr<LatencyHistogram[]> batch_op_latency_;
