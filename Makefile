@@ -16,7 +16,7 @@ PY       := .venv/bin/python
 # build of the same sources missed the cache and compiled the whole core a second time.
 export CXX ?= g++
 
-.PHONY: all setup build python run test unit e2e asan tsan tsa fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-ray-netns bench-manifest bench-tokenize bench-media bench-pointcloud bench-metrics bench-vlm bench-vlm-torchvision bench-mix bench-elastic clean
+.PHONY: all setup build python run test unit e2e asan tsan tsa fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-ray-netns bench-manifest bench-tokenize bench-media bench-pointcloud bench-metrics bench-vlm bench-vlm-torchvision bench-media-torchcodec bench-mix bench-elastic clean
 
 all: build
 
@@ -179,6 +179,14 @@ bench-vlm-torchvision: wheel
 	$(TV_VENV)/bin/python -m pip install -q -r bench/requirements-torchvision.txt
 	$(TV_VENV)/bin/python -m pip install -q --force-reinstall --no-deps $$(ls dist/headrace-*-cp311-*.whl)
 	$(TV_VENV)/bin/python bench/vlm_processor.py --data $(VLM_DATA) --json bench/vlm_processor_torchvision.json $(BENCH_VLM_ARGS)
+
+# The video loaders' comparison (bench/video_loaders.py) with torchcodec as well, from
+# .venv-tv (bench/requirements-torchcodec.txt says why) and headrace from the wheel.
+bench-media-torchcodec: wheel
+	[ -x $(TV_VENV)/bin/python ] || python3 -m venv $(TV_VENV)
+	$(TV_VENV)/bin/python -m pip install -q -r bench/requirements-torchvision.txt -r bench/requirements-torchcodec.txt
+	$(TV_VENV)/bin/python -m pip install -q --force-reinstall --no-deps $$(ls dist/headrace-*-cp311-*.whl)
+	$(TV_VENV)/bin/python bench/video_loaders.py --json bench/video_loaders_torchcodec.json
 
 # The wait for each epoch's first batch, with and without prefetch across epochs.
 bench-epochs: build
