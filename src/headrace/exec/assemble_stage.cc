@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "headrace/core/atomic_max.h"
 #include "headrace/core/clock.h"
 #include "headrace/core/region_allocator.h"
 #include "headrace/ops/chain_runner.h"
@@ -31,6 +32,7 @@ AssembleStage::AssembleStage(const std::vector<FieldSpec>& fields,
   fields_.push_back(FieldSpec{"index", DType::kI64, {}});
   row_bytes_ = RowBytes(fields);
   joined_bytes_ = std::make_unique<std::atomic<int64_t>[]>(fields_.size());
+  largest_joined_ = std::make_unique<std::atomic<int64_t>[]>(fields_.size());
 }
 
 size_t AssembleStage::RowBytes(const std::vector<FieldSpec>& fields) {
@@ -90,17 +92,26 @@ void AssembleStage::LendWindows(BatchJob& job) const {
   for (size_t f = 0; f < fields_.size(); ++f) {
     const FieldLayout layout = fields_[f].layout;
     if (layout != FieldLayout::kRagged && layout != FieldLayout::kItems) continue;
-    // The first block at 1.5x the mean batch so far (none before a batch was assembled:
-    // the join grows one as before). From regions, what the rows do not use was never
-    // touched, and goes back when the batch is joined (Joined: Settle); other memory
-    // (pinned) is all there once allocated, and gets the 1.25x the join starts with
-    // without windows. A batch whose rows outgrow it has its last samples copied, and
-    // the block grown. (VLM pipeline, 3 epochs: 1.0x copied 5.7 MB a sample of 26.5,
-    // 1.5x 1.9, 2x 1.3, at the same samples/s as 1.5x.)
+    // From regions, what the rows do not use of the first block was never touched, and
+    // goes back when the batch is joined (Joined: Settle): 2x the mean batch so far, at
+    // least 1.25x the largest, and before any batch was assembled twice the first
+    // window's sample's rows for each sample from it on (BatchPlacement::kGuess). Other
+    // memory (pinned) is all there once allocated: the 1.25x the mean the join starts
+    // with without windows, and none before a mean. A batch whose rows outgrow it has
+    // its last samples copied, and the block grown. (VLM pipeline, 3 epochs, with 1.0x /
+    // 1.5x / 2x the mean alone: 5.7 / 1.9 / 1.3 MB copied a sample of 26.5; a 128-sample
+    // pass of a new Loader, its first batches by a mean of few samples: 8.2 at 1.5x.)
     const double mean = MeanJoinedBytes(f);
-    if (mean <= 0.0) continue;
-    const double headroom = regions_ ? 1.5 : 1.25;
-    capacities[f] = static_cast<size_t>(headroom * mean * n) + kBufferAlignment;
+    if (regions_) {
+      const double largest =
+          static_cast<double>(largest_joined_[f].load(std::memory_order_relaxed));
+      capacities[f] = mean <= 0.0 ? BatchPlacement::kGuess
+                                  : static_cast<size_t>(std::max(2.0 * mean * n, 1.25 * largest)) +
+                                        kBufferAlignment;
+    } else {
+      if (mean <= 0.0) continue;
+      capacities[f] = static_cast<size_t>(1.25 * mean * n) + kBufferAlignment;
+    }
     any = true;
   }
   if (!any) return;
@@ -297,6 +308,7 @@ Result<Tensor> AssembleStage::Joined(BatchJob& job, size_t f, int64_t* bytes) co
   shape.insert(shape.end(), field.sample_shape.begin(), field.sample_shape.end());
   if (joined.bytes.empty()) return Tensor::Allocate(field.dtype, std::move(shape), memory_);
   joined_bytes_[f].fetch_add(static_cast<int64_t>(joined.used), std::memory_order_relaxed);
+  StoreMax(largest_joined_[f], static_cast<int64_t>(joined.used));
   *bytes += static_cast<int64_t>(joined.used);
   // Its capacity past the rows (the room left for samples still to come) goes back, so
   // that the batch pool's cap counts memory that exists (RegionAllocator::Settle).

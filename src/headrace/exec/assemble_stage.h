@@ -13,9 +13,9 @@
 //   hundreds of MB of patches a batch, the rows' regions were then mapped fresh again
 //   (page faults: 10% of the VLM pipeline's CPU), and the last sample's thread copied
 //   the whole batch alone while the consumer waited. The batch tensor's first block is
-//   1.5x the mean batch so far when windows are lent from it (else 1.25x, taken at the
-//   first join), and grows in place (a region, core/region_allocator.h) once no window
-//   of it is still being written.
+//   lent from (LendWindows says its size: from regions, twice the mean batch so far) or
+//   taken at the first join (1.25x the mean), and grows in place (a region,
+//   core/region_allocator.h) once no window of it is still being written.
 // - Finish (the thread of the batch's last sample, or the one that joined it): the rows
 //   of the samples that succeeded compacted to the front, in order (a copy of sample
 //   bytes only for failed samples), the joined tensors, the strings collected, the batch
@@ -127,6 +127,8 @@ class AssembleStage {
   // Per field, the bytes its joined tensors held over the assembled batches: a new
   // batch's first size (Join).
   std::unique_ptr<std::atomic<int64_t>[]> joined_bytes_;
+  // Per field, the most bytes one joined tensor held (a first block's size: LendWindows).
+  std::unique_ptr<std::atomic<int64_t>[]> largest_joined_;
 };
 
 }  // namespace headrace

@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "headrace/core/region_allocator.h"
+
 namespace headrace {
 namespace assemble_stage_test {
 
@@ -329,6 +331,28 @@ TEST(AssembleStage, RowsToldBeforeTheyAreWrittenAreWrittenInTheBatchTensorNotCop
   EXPECT_EQ(stage.bytes_copied() - copied_before,
             static_cast<int64_t>(batch.Find("tokens_lengths")->nbytes()))
       << "only the lengths are copied";
+}
+
+TEST(AssembleStage, FromRegionsEvenTheFirstBatchIsWrittenInPlace) {
+  // No batch assembled yet, so no mean: the block is guessed from the first window.
+  PlacedFixture f;
+  auto regions = std::make_shared<RegionAllocator>(size_t{64} << 20);
+  AssembleStage stage(f.fields, f.strings, f.batch_ops, 1, regions, f.memory);
+  auto job = f.Empty(stage, 4);
+  const std::vector<PlacedFixture::Plan> plans{{1, 1}, {2, 2}, {3, 3}, {2, 2}};
+  int32_t* first = nullptr;
+  for (int s = 0; s < 4; ++s) {
+    f.Tell(*job, s, plans[s]);
+    int32_t* at = f.Write(*job, s, plans[s]);
+    if (s == 0) first = at;
+  }
+  for (int s = 0; s < 4; ++s) stage.SampleDone(*job, s);
+  bool cancelled = true;
+  const Batch batch = stage.Finish(*job, cancelled);
+  f.ExpectRows(batch, plans, 0);
+  EXPECT_EQ(job->placement.windows_lent(), 8) << "tokens and views of every sample";
+  EXPECT_EQ(batch.Find("tokens")->data<int32_t>(), first);
+  EXPECT_EQ(stage.bytes_copied(), static_cast<int64_t>(batch.Find("tokens_lengths")->nbytes()));
 }
 
 TEST(AssembleStage, RowsNotWhereTheyWereToldAreMovedAndNoWindowIsWrittenOver) {

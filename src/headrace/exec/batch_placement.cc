@@ -24,7 +24,18 @@ void BatchPlacement::Start(std::vector<size_t> capacities, std::shared_ptr<Alloc
 void BatchPlacement::LendFrom(Field& field, int slot, size_t bytes, Buffer& window) {
   if (bytes == 0) return;
   if (field.capacity > 0) {  // the first window: the block now
-    Result<Buffer> block = Buffer::Allocate(std::max(field.capacity, field.end + bytes), memory_);
+    size_t capacity = field.capacity;
+    if (capacity == kGuess) {
+      const auto after = static_cast<size_t>(samples_ - slot);
+      capacity = bytes > (~size_t{0} - field.end) / (kGuessFactor * after)
+                     ? 0  // no such memory: the join's own
+                     : field.end + kGuessFactor * after * bytes;
+      if (capacity == 0) {
+        field.capacity = 0;
+        return;
+      }
+    }
+    Result<Buffer> block = Buffer::Allocate(std::max(capacity, field.end + bytes), memory_);
     field.capacity = 0;
     if (!block.ok()) return;  // the join allocates (and fails) as without windows
     field.block = *block;

@@ -5,8 +5,9 @@
 // sample's rows start where the rows of the samples before it end. The size pass tells a
 // sample's rows before its ops run (ReserveRows, RaggedRows::ReserveTold); once every
 // sample before it has told its rows, its offset is their sum, and it is lent the window
-// [offset, offset + its bytes) of the tensor's first block (of 1.5x the mean batch so
-// far, AssembleStage::LendWindows: its pages past the rows are never touched, and Settle
+// [offset, offset + its bytes) of the tensor's first block (from regions twice the mean
+// batch so far, or guessed from the first window before there is a mean:
+// AssembleStage::LendWindows; its pages past the rows are never touched, and Settle
 // gives them back). Its ops then write there and the join
 // (AssembleStage::Join) finds the rows in place: no copy.
 //
@@ -39,10 +40,16 @@ namespace headrace {
 
 class BatchPlacement final : public RowsPlacer {
  public:
+  // Field f's capacity when no batch tells its size yet: the first window's sample's
+  // bytes, for it and each sample after it, twice over (kGuess x that), plus the rows
+  // told before it.
+  static constexpr size_t kGuess = ~size_t{0};
+  static constexpr int kGuessFactor = 2;
   // For a batch of `samples`: field f's tensor's first block is of capacities[f] bytes
-  // (0: no window of field f is lent), from `memory`. It is allocated when the first
-  // window is lent (when the batch's first sample starts, not when it is admitted: a
-  // batch admitted ahead would take the pages that the batches being written need).
+  // (0: no window of field f is lent; kGuess: from the first window), from `memory`. It
+  // is allocated when the first window is lent (when the batch's first sample starts, not
+  // when it is admitted: a batch admitted ahead would take the pages that the batches
+  // being written need).
   void Start(std::vector<size_t> capacities, std::shared_ptr<Allocator> memory, int samples);
   void Place(int slot, std::span<const size_t> bytes, std::span<Buffer> windows) override;
   // Field f's first block, for the join, which adopts it before it joins any of the

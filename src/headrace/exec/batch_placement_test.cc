@@ -79,6 +79,18 @@ TEST(BatchPlacement, TheJoinMayNotWriteWhereALaterSamplesWindowLies) {
   EXPECT_TRUE(p.Tell(2, 10).empty());
 }
 
+TEST(BatchPlacement, AGuessedBlockHoldsTwiceTheFirstWindowForEachSampleFromItOn) {
+  Placed p(4, BatchPlacement::kGuess);
+  EXPECT_TRUE(p.Tell(0, 0).empty()) << "nothing told: no block yet";
+  const Buffer w1 = p.Tell(1, 10);
+  ASSERT_EQ(w1.size(), 10u);
+  const Buffer block = p.placement.Adopt(0);
+  EXPECT_EQ(block.data(), w1.data());
+  EXPECT_GE(block.size(), 2u * 3 * 10) << "samples 1, 2 and 3, twice sample 1's rows";
+  EXPECT_FALSE(p.Tell(2, 25).empty());
+  EXPECT_TRUE(p.Tell(3, 30).empty()) << "10 + 25 + 30 > 60";
+}
+
 TEST(BatchPlacement, ClosedItLendsNothingAndHoldsNoBlock) {
   Placed p(2);
   const Buffer w0 = p.Tell(0, 10);

@@ -59,7 +59,7 @@ Status NormalizeStart(const EpochOrder& order, EngineOptions& options) {
 //   pages with half, 0.82 M with the budget; peak RSS 2035 -> 2261 MiB).
 // - The batch tensors: up to the budget and a half cached. Rows are joined as samples
 //   finish (AssembleStage::SampleDone), so a batch tensor is taken when its first sample
-//   starts (1.5x the mean batch, its samples' told rows written in it in place:
+//   starts (room for twice the mean batch, its samples' told rows written in it in place:
 //   exec/batch_placement.h; taking it at admission instead gave the cached pages to
 //   batches admitted ahead, and the ones being written faulted fresh ones: peak RSS
 //   1.34 -> 2.2 GB) or at its first sample's end, and grows in place to what it holds
