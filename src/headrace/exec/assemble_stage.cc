@@ -251,8 +251,7 @@ Status AssembleStage::Join(BatchJob& job, int s) {
     BatchJob::Join::Field& to = job.join.fields[f];
     to.rows += lengths ? static_cast<int64_t>(r.lengths(column).size()) : r.rows(column);
     if (from.empty()) continue;
-    if (!to.adopted) {  // the block windows were lent from, if any
-      to.adopted = true;
+    if (to.bytes.empty()) {  // the field's first rows: the block windows were lent from, if any
       to.bytes = job.placement.Adopt(f);
       to.lent = !to.bytes.empty();
     }
@@ -261,29 +260,22 @@ Status AssembleStage::Join(BatchJob& job, int s) {
       to.used = end;  // written in place, in the window lent to it (BatchPlacement)
       continue;
     }
-    size_t room = to.bytes.size();
-    if (to.lent && end <= room && !job.placement.MayWrite(f, s, end)) {
-      room = 0;  // a later sample's window lies there: the batch moves to a block of its own
-    }
-    if (end > room) {
+    // Where a later sample's window lies, the batch moves to a block of its own.
+    const bool fits = end <= to.bytes.size() && (!to.lent || job.placement.MayWrite(f, s, end));
+    if (!fits) {
       // First 1.25x the mean batch so far; grown to what it holds plus 1.25x the mean of
       // each sample still to come (by half before any batch was assembled). Growing by half
       // each time left regions 1.5x the batches: two of them freed at once outgrew the
       // cache, and each batch after faulted in fresh pages.
-      const size_t needed = to.used + from.size();
-      const int64_t samples = concatenated_samples_.load(std::memory_order_relaxed);
-      const double mean =
-          samples > 0 ? static_cast<double>(joined_bytes_[f].load(std::memory_order_relaxed)) /
-                            static_cast<double>(samples)
-                      : 0.0;
-      size_t capacity = needed;
+      const double mean = MeanJoinedBytes(f);
+      size_t capacity = end;
       if (mean <= 0.0) {
-        capacity = std::max(needed, to.bytes.size() + to.bytes.size() / 2);
+        capacity = std::max(end, to.bytes.size() + to.bytes.size() / 2);
       } else if (to.bytes.empty()) {
-        capacity = std::max(needed, static_cast<size_t>(1.25 * mean * job.size()));
+        capacity = std::max(end, static_cast<size_t>(1.25 * mean * job.size()));
       } else {
         const int still = job.size() - s - 1;  // samples join in slot order
-        capacity = needed + static_cast<size_t>(1.25 * mean * still);
+        capacity = end + static_cast<size_t>(1.25 * mean * still);
       }
       // Held by a later sample's window too, the block is not grown but left: a new one
       // takes the rows joined so far (Buffer::Grow copies them).

@@ -280,6 +280,18 @@ struct PlacedFixture : RaggedFixture {
     if (p.fails) job.status[static_cast<size_t>(s)] = Status::CorruptData("bad");
     return p.written > 0 ? out : nullptr;
   }
+  // Each sample tells its rows, then writes them, in slot order; where sample `traced`
+  // wrote its first token row.
+  static int32_t* TellAndWriteInOrder(BatchJob& job, const std::vector<Plan>& plans,
+                                      int traced) {
+    int32_t* first = nullptr;
+    for (int s = 0; s < static_cast<int>(plans.size()); ++s) {
+      Tell(job, s, plans[s]);
+      int32_t* at = Write(job, s, plans[s]);
+      if (s == traced) first = at;
+    }
+    return first;
+  }
   // The batch's tokens and views must be the kept samples' rows in slot order.
   static void ExpectRows(const Batch& batch, const std::vector<Plan>& plans, int round) {
     std::vector<int32_t> tokens;
@@ -315,12 +327,7 @@ TEST(AssembleStage, RowsToldBeforeTheyAreWrittenAreWrittenInTheBatchTensorNotCop
   f.Warm(stage);
   auto job = f.Empty(stage, 4);
   const std::vector<PlacedFixture::Plan> plans{{0, 0}, {2, 2}, {3, 3}, {1, 1}};
-  int32_t* first = nullptr;
-  for (int s = 0; s < 4; ++s) {
-    f.Tell(*job, s, plans[s]);
-    int32_t* at = f.Write(*job, s, plans[s]);
-    if (s == 1) first = at;
-  }
+  int32_t* first = f.TellAndWriteInOrder(*job, plans, 1);
   const int64_t copied_before = stage.bytes_copied();
   for (int s = 0; s < 4; ++s) EXPECT_EQ(stage.SampleDone(*job, s), s == 3);
   bool cancelled = true;
@@ -340,12 +347,7 @@ TEST(AssembleStage, FromRegionsEvenTheFirstBatchIsWrittenInPlace) {
   AssembleStage stage(f.fields, f.strings, f.batch_ops, 1, regions, f.memory);
   auto job = f.Empty(stage, 4);
   const std::vector<PlacedFixture::Plan> plans{{1, 1}, {2, 2}, {3, 3}, {2, 2}};
-  int32_t* first = nullptr;
-  for (int s = 0; s < 4; ++s) {
-    f.Tell(*job, s, plans[s]);
-    int32_t* at = f.Write(*job, s, plans[s]);
-    if (s == 0) first = at;
-  }
+  int32_t* first = f.TellAndWriteInOrder(*job, plans, 0);
   for (int s = 0; s < 4; ++s) stage.SampleDone(*job, s);
   bool cancelled = true;
   const Batch batch = stage.Finish(*job, cancelled);

@@ -49,7 +49,6 @@ struct BatchJob {
       // Whether `bytes` is the block `placement` lends windows of (the join checks
       // where it writes: BatchPlacement::MayWrite).
       bool lent = false;
-      bool adopted = false;  // BatchPlacement::Adopt was asked for it
     };
     std::mutex mu;
     std::vector<char> done;     // guarded by mu: per sample, its status and rows are final
