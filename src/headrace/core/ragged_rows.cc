@@ -76,13 +76,20 @@ Status RaggedRows::ReserveTold(std::span<const int64_t> rows) {
     RowsPlacer* placer = std::exchange(placer_, nullptr);
     placer->Place(slot_, bytes, windows);
     for (size_t f = 0; f < columns_.size(); ++f) {
-      if (windows[f].empty()) continue;
+      if (windows[f].empty()) {
+        // Lent none now: asked again at the first Append, its block reserved then.
+        if (bytes[f] == 0) continue;
+        if (pending_.empty()) pending_.assign(columns_.size(), 0);
+        pending_[f] = rows[f];
+        lender_ = placer;
+        continue;
+      }
       columns_[f].data = std::move(windows[f]);  // its rows are written in the batch tensor
     }
     windows.clear();  // no handle of a batch tensor outlives the call on this thread
   }
   for (size_t f = 0; f < columns_.size(); ++f) {
-    if (rows[f] > 0 && columns_[f].row_bytes > 0) {
+    if (rows[f] > 0 && columns_[f].row_bytes > 0 && (pending_.empty() || pending_[f] == 0)) {
       HR_RETURN_IF_ERROR(Reserve(static_cast<int>(f), rows[f]));
     }
   }
@@ -92,6 +99,18 @@ Status RaggedRows::ReserveTold(std::span<const int64_t> rows) {
 Result<uint8_t*> RaggedRows::Append(int field, int64_t rows) {
   HR_ASSIGN_OR_RETURN(const size_t need, BytesAfter("Append", field, rows));
   Column& c = columns_[static_cast<size_t>(field)];
+  if (!pending_.empty() && pending_[static_cast<size_t>(field)] > 0) {
+    // Told, lent no window then: the placer again, else the block the tell would have had.
+    const int64_t told = std::exchange(pending_[static_cast<size_t>(field)], 0);
+    if (c.used == 0 && c.data.empty()) {
+      Buffer window = lender_->Lend(slot_, static_cast<size_t>(field));
+      if (!window.empty()) {
+        c.data = std::move(window);
+      } else {
+        HR_RETURN_IF_ERROR(Reserve(field, told));
+      }
+    }
+  }
   if (need > c.data.size()) {
     // Geometric growth: a list's items append one at a time. From a RegionAllocator the
     // block grows in place, its rows not copied (Buffer::Grow).
@@ -129,6 +148,8 @@ void RaggedRows::Clear() {
     c.used = 0;
     c.lengths.clear();
   }
+  pending_.clear();
+  lender_ = nullptr;
 }
 
 }  // namespace headrace

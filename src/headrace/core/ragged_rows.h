@@ -9,8 +9,9 @@
 // there: a sample's rows that the size pass told (ReserveTold) may be given a window of
 // the batch tensor itself, at the offset the rows told for the samples before it add up
 // to (RowsPlacer, AssembleStage's), and the ops then write them in place. A sample whose
-// predecessors have not told their rows yet, or whose rows do not fit the tensor's first
-// block, gets its own block and is copied as before; so is one whose rows turn out other
+// predecessors have not told their rows yet asks again at its first Append; one that
+// still gets no window, or whose rows do not fit the tensor's first block, gets its own
+// block and is copied as before; so is one whose rows turn out other
 // than told (a window is never grown: an Append past it moves the rows to a block of
 // their own).
 //
@@ -40,6 +41,10 @@ class RowsPlacer {
   // size of field f's batch tensor where its rows will lie once the batch is joined, or
   // leaves it empty.
   virtual void Place(int slot, std::span<const size_t> bytes, std::span<Buffer> windows) = 0;
+  // For a field Place lent no window although its bytes were told: a window of exactly
+  // those bytes where they will lie, asked again when the sample first appends to it
+  // (its predecessors may have told since), or an empty Buffer.
+  virtual Buffer Lend(int slot, size_t field) = 0;
 };
 
 class RaggedRows {
@@ -100,6 +105,10 @@ class RaggedRows {
   std::shared_ptr<Allocator> memory_;
   RowsPlacer* placer_ = nullptr;
   int slot_ = 0;
+  // Told, lent no window at the tell: the placer to ask again at the first Append
+  // (RowsPlacer::Lend), and the rows told per field (0: none to ask for).
+  RowsPlacer* lender_ = nullptr;
+  std::vector<int64_t> pending_;
 };
 
 }  // namespace headrace

@@ -374,6 +374,33 @@ TEST(AssembleStage, RowsNotWhereTheyWereToldAreMovedAndNoWindowIsWrittenOver) {
   f.ExpectRows(stage.Finish(*job, cancelled), plans, 0);
 }
 
+TEST(AssembleStage, ASampleThatToldBeforeItsPredecessorIsWrittenInPlaceWhenItWritesAfter) {
+  // Samples 1 and 3 tell before their predecessors (their size passes ran while those
+  // did), and write once those have told: their rows are lent their windows then.
+  PlacedFixture f;
+  AssembleStage stage(f.fields, f.strings, f.batch_ops, 1, f.memory, f.memory);
+  f.Warm(stage);
+  auto job = f.Empty(stage, 4);
+  const std::vector<PlacedFixture::Plan> plans{{2, 2}, {3, 3}, {1, 1}, {2, 2}};
+  for (int s : {1, 0, 3, 2}) f.Tell(*job, s, plans[s]);
+  EXPECT_EQ(job->placement.windows_lent(), 4) << "samples 0 and 2, at the tell";
+  int32_t* first = nullptr;
+  for (int s = 0; s < 4; ++s) {
+    int32_t* at = f.Write(*job, s, plans[s]);
+    if (s == 0) first = at;
+  }
+  EXPECT_EQ(job->placement.windows_lent(), 8) << "the others' when they wrote";
+  const int64_t copied_before = stage.bytes_copied();
+  for (int s = 0; s < 4; ++s) stage.SampleDone(*job, s);
+  bool cancelled = true;
+  const Batch batch = stage.Finish(*job, cancelled);
+  f.ExpectRows(batch, plans, 0);
+  EXPECT_EQ(batch.Find("tokens")->data<int32_t>(), first);
+  EXPECT_EQ(stage.bytes_copied() - copied_before,
+            static_cast<int64_t>(batch.Find("tokens_lengths")->nbytes()))
+      << "only the lengths are copied";
+}
+
 TEST(AssembleStage, AnyOrderOfTellingWritingFailingAndFinishingJoinsTheKeptRowsInOrder) {
   PlacedFixture f;
   AssembleStage stage(f.fields, f.strings, f.batch_ops, 1, f.memory, f.memory);

@@ -16,6 +16,7 @@ void BatchPlacement::Start(std::vector<size_t> capacities, std::shared_ptr<Alloc
   for (size_t f = 0; f < capacities.size(); ++f) {
     fields_[f].capacity = capacities[f];
     fields_[f].lent_at.assign(static_cast<size_t>(samples), kNone);
+    fields_[f].offset.assign(static_cast<size_t>(samples), kNone);
   }
   told_.assign(static_cast<size_t>(samples) * fields_.size(), 0);
   has_told_.assign(static_cast<size_t>(samples), 0);
@@ -70,9 +71,28 @@ void BatchPlacement::Place(int slot, std::span<const size_t> bytes, std::span<Bu
   // blocks of their own, to be copied into the room kept here), are before the next.
   for (; next_ < samples_ && has_told_[static_cast<size_t>(next_)]; ++next_) {
     for (size_t f = 0; f < n_fields; ++f) {
+      fields_[f].offset[static_cast<size_t>(next_)] = fields_[f].end;
       fields_[f].end += told_[static_cast<size_t>(next_) * n_fields + f];
     }
   }
+}
+
+Buffer BatchPlacement::Lend(int slot, size_t field) {
+  MutexLock lock(mu_);
+  if (slot < 0 || slot >= samples_ || field >= fields_.size()) return Buffer();
+  Field& f = fields_[field];
+  const auto s = static_cast<size_t>(slot);
+  const size_t bytes = told_[s * fields_.size() + field];
+  const size_t at = f.offset[s];
+  // Not told, its offset not known yet, lent already, or nothing to lend from.
+  if (bytes == 0 || at == kNone || f.lent_at[s] != kNone || f.block.empty()) return Buffer();
+  // The join may have written there (the rows before turned out other than told), or it
+  // lies past the block (as the sample's successors', which are then lent none).
+  if (at < f.written || at + bytes > f.block.size()) return Buffer();
+  f.lent_at[s] = at;
+  ++windows_lent_;
+  bytes_lent_ += static_cast<int64_t>(bytes);
+  return f.block.Slice(at, bytes);
 }
 
 Buffer BatchPlacement::Adopt(size_t field) {
@@ -90,9 +110,11 @@ bool BatchPlacement::MayWrite(size_t field, int slot, size_t end) {
   for (size_t s = static_cast<size_t>(slot) + 1; s < f.lent_at.size(); ++s) {
     if (f.lent_at[s] != kNone) {
       if (end > f.lent_at[s]) return false;
-      break;  // windows are lent in slot order, at growing offsets
+      break;  // windows lie at growing offsets in slot order
     }
   }
+  // No window is lent below what the join writes from now on (Lend).
+  f.written = std::max(f.written, end);
   // Windows are lent at `end` of the rows told so far: none may be lent below what the
   // join writes.
   if (end > f.end) f.block = Buffer();

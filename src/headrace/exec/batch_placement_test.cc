@@ -53,6 +53,36 @@ TEST(BatchPlacement, ASampleThatTellsFirstGetsNoWindowButItsRoomIsKept) {
   EXPECT_EQ(w2.data(), w0.data() + 30) << "after sample 1's 20 bytes, to be copied there";
 }
 
+TEST(BatchPlacement, ASampleThatToldFirstIsLentItsWindowWhenItAsksAgainOnceThoseBeforeTold) {
+  Placed p(3);
+  EXPECT_TRUE(p.Tell(1, 20).empty());
+  EXPECT_TRUE(p.placement.Lend(1, 0).empty()) << "sample 0 has still not told";
+  const Buffer w0 = p.Tell(0, 10);
+  ASSERT_FALSE(w0.empty());
+  const Buffer w1 = p.placement.Lend(1, 0);
+  ASSERT_EQ(w1.size(), 20u);
+  EXPECT_EQ(w1.data(), w0.data() + 10) << "after sample 0's rows";
+  EXPECT_TRUE(p.placement.Lend(1, 0).empty()) << "lent once";
+  EXPECT_TRUE(p.placement.Lend(1, 1).empty()) << "field 1 lends none";
+  EXPECT_TRUE(p.placement.Lend(2, 0).empty()) << "sample 2 told nothing";
+  EXPECT_EQ(p.placement.windows_lent(), 2);
+  EXPECT_EQ(p.placement.bytes_lent(), 30);
+  const Buffer w2 = p.Tell(2, 5);
+  EXPECT_EQ(w2.data(), w0.data() + 30);
+}
+
+TEST(BatchPlacement, NoWindowIsLentLateWhereTheJoinMayHaveWritten) {
+  Placed p(3);
+  EXPECT_TRUE(p.Tell(1, 20).empty());
+  ASSERT_FALSE(p.Tell(0, 10).empty());
+  // Sample 0 wrote 15 bytes, not 10: the join copies them to [0, 15), over where sample
+  // 1's window would lie.
+  EXPECT_TRUE(p.placement.MayWrite(0, 0, 15));
+  EXPECT_TRUE(p.placement.Lend(1, 0).empty());
+  p.placement.Close();
+  EXPECT_TRUE(p.placement.Lend(1, 0).empty()) << "closed";
+}
+
 TEST(BatchPlacement, NoWindowIsLentPastTheBlockNorAfterOneThatDidNotFit) {
   Placed p(4);
   ASSERT_FALSE(p.Tell(0, 60).empty());

@@ -55,9 +55,12 @@ void ReserveRows(std::span<const std::unique_ptr<Op>> ops, SampleContext& ctx) {
   if (ctx.ragged == nullptr) return;
   thread_local std::vector<SizePass::Size> images;
   thread_local std::vector<int64_t> rows;
+  thread_local std::vector<std::vector<int64_t>> grids;
   images.assign(ctx.values.size(), {});
   rows.assign(static_cast<size_t>(ctx.ragged->fields()), 0);
-  SizePass pass{&ctx, images, rows};
+  grids.resize(rows.size());
+  for (std::vector<int64_t>& g : grids) g.clear();
+  SizePass pass{&ctx, images, rows, grids};
   for (const auto& op : ops) {
     if (!op->Predict(pass)) break;
   }

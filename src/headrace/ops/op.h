@@ -166,6 +166,10 @@ struct SizePass {
   std::span<Size> images;
   // By batch field (row index): the rows appended to it so far.
   std::span<int64_t> rows;
+  // By batch field (row index): the grids (t, h, w) appended to it so far, for the ops
+  // that count tokens from them (vision.patchify tells its image_grid_thw, text.tokenize
+  // reads them). Empty: not tracked.
+  std::span<std::vector<int64_t>> grids;
 };
 
 class Op {

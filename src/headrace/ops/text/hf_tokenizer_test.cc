@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <optional>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -695,6 +698,120 @@ TEST(TokenizeOp, ReadsTheSamplesGridsInEachLayout) {
     ASSERT_TRUE(status.ok()) << status.ToString();
     EXPECT_EQ(pads, 3) << static_cast<int>(layout);
   }
+}
+
+// The size pass (Predict): unpadded, the op tells the tokens Run appends, from the grids
+// vision.patchify told before it; Run then appends what the pass tokenized (the same ids
+// as tokenizing anew), unless the grids the sample made are not those told (it tokenizes
+// again: the grids made decide), or the pass was for another sample.
+TEST(TokenizeOp, TheSizePassTellsTheTokensRunAppends) {
+  TokenizeSpec spec;
+  spec.tokenizer = "t";
+  spec.chat_template = kChatMl;
+  spec.image_token = "<|image_pad|>";
+  spec.grid_field = "image_grid_thw";
+  spec.max_length = 64;
+  spec.pad = false;
+  std::vector<FieldSpec> fields;
+  for (const char* name : {"input_ids", "position_ids", "labels"}) {
+    fields.push_back(FieldSpec{name, DType::kI64, {}, FieldLayout::kRagged});
+    fields.push_back(FieldSpec{std::string(name) + "_lengths", DType::kI32, {},
+                               FieldLayout::kLengths});
+  }
+  fields.push_back(FieldSpec{"image_grid_thw", DType::kI64, {3}, FieldLayout::kItems});
+  const auto memory = std::shared_ptr<Allocator>(DefaultAllocator(), [](Allocator*) {});
+  const std::vector<Turn> turns = {{Role::kUser, "<image>he<image>"}, {Role::kAssistant, "hello"}};
+  const TurnsView view{turns};
+  auto op = TokenizeOp::FromTokenizer(
+      spec, TokenizerJson(), {}, 0, 2, 4, 0, -1,
+      TokenizeOp::GridInput{TokenizeOp::GridInput::Layout::kAppended, 6, 0, 2, "image_grid_thw"});
+  ASSERT_TRUE(op.ok()) << op.status().ToString();
+  SampleRecord record;
+  Sample sample;
+  sample.record = &record;
+  sample.epoch = 3;
+  sample.index = 11;
+
+  // Runs the op on a sample whose grids are `made`, after a size pass told `told` (none:
+  // no pass); the rows told and the ids appended.
+  struct Ran {
+    std::vector<int64_t> told;
+    std::vector<int64_t> ids;
+    std::vector<int64_t> labels;
+  };
+  std::vector<Turn> edited = turns;
+  const auto run = [&](const std::vector<int64_t>& made,
+                       const std::optional<std::vector<int64_t>>& told, int64_t index,
+                       const TurnsView& conversation = TurnsView{},
+                       const std::function<void()>& between = [] {}) {
+    RaggedRows ragged(fields, memory);
+    std::vector<uint8_t*> rows(7, nullptr);
+    std::vector<Value> values = {conversation.turns.empty() ? view : conversation};
+    SampleContext ctx;
+    ctx.values = values;
+    ctx.rows = rows.data();
+    ctx.ragged = &ragged;
+    sample.index = index;
+    ctx.sample = &sample;
+    Ran out;
+    if (told.has_value()) {
+      std::vector<SizePass::Size> images(1);
+      std::vector<int64_t> counted(7, 0);
+      std::vector<std::vector<int64_t>> grids(7);
+      grids[6] = *told;
+      SizePass pass{&ctx, images, counted, grids};
+      EXPECT_TRUE((*op)->Predict(pass));
+      out.told = counted;
+    }
+    between();
+    for (size_t i = 0; i + 3 <= made.size(); i += 3) {
+      std::memcpy(*ragged.Append(6, 1), made.data() + i, 3 * sizeof(int64_t));
+    }
+    sample.index = 11;  // the sample that runs
+    const Status status = (*op)->Run(ctx);
+    EXPECT_TRUE(status.ok()) << status.ToString();
+    const auto ids = ragged.bytes(0);
+    const auto labels = ragged.bytes(4);
+    out.ids.assign(reinterpret_cast<const int64_t*>(ids.data()),
+                   reinterpret_cast<const int64_t*>(ids.data()) + ids.size() / 8);
+    out.labels.assign(reinterpret_cast<const int64_t*>(labels.data()),
+                      reinterpret_cast<const int64_t*>(labels.data()) + labels.size() / 8);
+    EXPECT_EQ(ragged.rows(2), static_cast<int64_t>(out.ids.size()));
+    return out;
+  };
+  // Grids (1, 2, 4) and (1, 2, 2): 2 and 1 tokens; (1, 2, 8): 4.
+  const std::vector<int64_t> grids = {1, 2, 4, 1, 2, 2};
+  const std::vector<int64_t> larger = {1, 2, 8, 1, 2, 2};
+  const Ran fresh = run(grids, std::nullopt, 11);
+  const Ran told = run(grids, grids, 11);
+  ASSERT_FALSE(fresh.ids.empty());
+  EXPECT_EQ(told.ids, fresh.ids);
+  EXPECT_EQ(told.labels, fresh.labels);
+  const auto n = static_cast<int64_t>(fresh.ids.size());
+  EXPECT_EQ(told.told, (std::vector<int64_t>{n, 0, n, 0, n, 0, 0}));
+  EXPECT_EQ(std::count(told.ids.begin(), told.ids.end(), int64_t{kImagePad}), 3);
+  // The sample made other grids than told: tokenized with those.
+  const Ran other = run(larger, grids, 11);
+  EXPECT_EQ(std::count(other.ids.begin(), other.ids.end(), int64_t{kImagePad}), 5);
+  EXPECT_EQ(other.ids, run(larger, std::nullopt, 11).ids);
+  // A pass for another sample (index 12) is not taken for sample 11, though its
+  // conversation lies where the other's did.
+  const TurnsView reused{edited};
+  const Ran stale = run(grids, grids, 12, reused, [&] { edited[1].text = "bye bye"; });
+  const Ran bye = run(grids, std::nullopt, 11, reused);
+  EXPECT_NE(bye.ids, fresh.ids);
+  EXPECT_EQ(stale.ids, bye.ids);
+  // Padded, the op appends nothing and the pass goes on.
+  spec.pad = true;
+  auto padded = TokenizeOp::FromTokenizer(spec, TokenizerJson(), {}, 0, 1, 2, 0, -1,
+                                          TokenizeOp::GridInput{});
+  ASSERT_TRUE(padded.ok()) << padded.status().ToString();
+  std::vector<SizePass::Size> images(1);
+  std::vector<int64_t> counted(3, 0);
+  SampleContext ctx;
+  SizePass pass{&ctx, images, counted};
+  EXPECT_TRUE((*padded)->Predict(pass));
+  EXPECT_EQ(counted, (std::vector<int64_t>{0, 0, 0}));
 }
 
 TEST(ResolveImageTokens, APresetGivesTheVisionTokensAndExplicitKeysOverrideIt) {

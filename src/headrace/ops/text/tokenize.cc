@@ -518,13 +518,12 @@ Result<std::span<const int64_t>> SampleGrids(const SampleContext& ctx,
 }
 }  // namespace
 
-Status TokenizeOp::TokenizeWithGrids(const SampleContext& ctx, std::span<const Turn> turns,
-                                     int64_t* const* rows) const {
+Status TokenizeOp::TokenizeImages(std::span<const int64_t> thw, const VideoCounts& videos,
+                                  std::span<const Turn> turns, int64_t* const* rows) const {
   thread_local std::vector<int64_t> counts;
   counts.clear();
   const bool with_images = grids_.layout != GridInput::Layout::kNone;
   if (with_images) {
-    HR_ASSIGN_OR_RETURN(std::span<const int64_t> thw, SampleGrids(ctx, grids_));
     const int64_t merge = int64_t{grids_.merge_size} * grids_.merge_size;
     for (size_t i = 0; i + 3 <= thw.size(); i += 3) {
       const int64_t patches = thw[i] * thw[i + 1] * thw[i + 2];
@@ -539,6 +538,17 @@ Status TokenizeOp::TokenizeWithGrids(const SampleContext& ctx, std::span<const T
       counts.push_back(patches / merge);
     }
   }
+  const std::span<const int64_t> per_image(counts);
+  return TokenizeChat(*hf_, turns, with_images ? &per_image : nullptr, grids_.field, videos,
+                      rows[0], rows[1], rows[2]);
+}
+
+Status TokenizeOp::TokenizeWithGrids(const SampleContext& ctx, std::span<const Turn> turns,
+                                     int64_t* const* rows) const {
+  std::span<const int64_t> thw;
+  if (grids_.layout != GridInput::Layout::kNone) {
+    HR_ASSIGN_OR_RETURN(thw, SampleGrids(ctx, grids_));
+  }
   VideoCounts videos;
   if (videos_.grids.layout != GridInput::Layout::kNone) {
     HR_ASSIGN_OR_RETURN(videos.thw, SampleGrids(ctx, videos_.grids));
@@ -551,9 +561,92 @@ Status TokenizeOp::TokenizeWithGrids(const SampleContext& ctx, std::span<const T
                            bytes.size() / sizeof(float)};
     }
   }
-  const std::span<const int64_t> per_image(counts);
-  return TokenizeChat(*hf_, turns, with_images ? &per_image : nullptr, grids_.field, videos,
-                      rows[0], rows[1], rows[2]);
+  return TokenizeImages(thw, videos, turns, rows);
+}
+
+namespace {
+// What the size pass tokenized on this thread, for Run to append (TokenizeOp::Predict):
+// the sample it was (its conversation, epoch and index) and the image grids it counted
+// (Run checks them against the grids the sample made: a grid other than told is
+// tokenized again). Run takes it whether it uses it or not.
+struct Told {
+  const TokenizeOp* op = nullptr;
+  const Turn* turns = nullptr;
+  int64_t epoch = -1;
+  int64_t index = -1;
+  std::vector<int64_t> grids;
+  int64_t tokens = 0;
+  std::vector<int64_t> ids;
+  std::vector<int64_t> labels;
+};
+thread_local Told tls_told;
+}  // namespace
+
+bool TokenizeOp::Predict(SizePass& pass) const {
+  if (pad_) return true;  // the fields are fixed rows: nothing appended
+  tls_told.op = nullptr;
+  const TurnsView* conversation = pass.ctx->Get<TurnsView>(conversation_slot_);
+  if (conversation == nullptr || pass.ctx->sample == nullptr) return false;
+  if (videos_.grids.layout != GridInput::Layout::kNone) return false;  // no video size pass
+  const int64_t max_length = hf_ != nullptr ? hf_->max_length : template_.max_length;
+  thread_local std::vector<int64_t> buffer;
+  buffer.resize(static_cast<size_t>(3 * max_length));
+  int64_t* rows[3];
+  for (int r = 0; r < 3; ++r) rows[r] = buffer.data() + r * max_length;
+  Told& told = tls_told;
+  told.grids.clear();
+  Status status;
+  if (hf_ != nullptr && grids_.layout != GridInput::Layout::kNone) {
+    if (grids_.layout != GridInput::Layout::kAppended || pass.grids.empty()) return false;
+    told.grids = pass.grids[static_cast<size_t>(grids_.row)];
+    status = TokenizeImages(told.grids, VideoCounts{}, conversation->turns, rows);
+  } else if (hf_ != nullptr) {
+    int image_tokens = hf_->image_tokens;
+    if (image_slot_ >= 0) {
+      const SizePass::Size image = pass.images[static_cast<size_t>(image_slot_)];
+      if (image.width <= 0) return false;
+      const Result<int> tokens = hf_->ImageTokens(image.width, image.height);
+      if (!tokens.ok()) return false;
+      image_tokens = *tokens;
+      told.grids = {image.width, image.height};
+    }
+    status = TokenizeChat(*hf_, conversation->turns, image_tokens, rows[0], rows[1], rows[2]);
+  } else {
+    status = TokenizeConversation(*model_, template_, conversation->turns, rows[0], rows[1],
+                                  rows[2]);
+  }
+  if (!status.ok()) return false;
+  const int64_t n = std::find(rows[1], rows[1] + max_length, 0) - rows[1];
+  told.ids.assign(rows[0], rows[0] + n);
+  told.labels.assign(rows[2], rows[2] + n);
+  told.tokens = n;
+  told.turns = conversation->turns.data();
+  told.epoch = pass.ctx->sample->epoch;
+  told.index = pass.ctx->sample->index;
+  told.op = this;
+  for (const int row : {input_ids_row_, labels_row_, attention_mask_row_}) {
+    pass.rows[static_cast<size_t>(row)] += n;
+  }
+  return true;
+}
+
+bool TokenizeOp::TakeTold(const SampleContext& ctx, const Turn* turns) const {
+  Told& told = tls_told;
+  const bool same = told.op == this && told.turns == turns && ctx.sample != nullptr &&
+                    told.epoch == ctx.sample->epoch && told.index == ctx.sample->index;
+  told.op = nullptr;  // taken, used or not
+  if (!same) return false;
+  // The grids the sample made must be those the pass counted.
+  if (hf_ != nullptr && grids_.layout != GridInput::Layout::kNone) {
+    const Result<std::span<const int64_t>> thw = SampleGrids(ctx, grids_);
+    return thw.ok() && std::equal(thw->begin(), thw->end(), told.grids.begin(), told.grids.end());
+  }
+  if (hf_ != nullptr && image_slot_ >= 0) {
+    const ImageView* image = ctx.Get<ImageView>(image_slot_);
+    return image != nullptr && told.grids.size() == 2 && told.grids[0] == image->width &&
+           told.grids[1] == image->height;
+  }
+  return true;
 }
 
 Status TokenizeOp::Run(SampleContext& ctx) const {
@@ -563,43 +656,56 @@ Status TokenizeOp::Run(SampleContext& ctx) const {
     return Status::MissingField("the record has no conversation for text.tokenize");
   }
   // Padded: the kernels write the batch rows in place. Ragged: they write this thread's
-  // max_length rows (the size pass), and the tokens are appended from there.
+  // max_length rows, and the tokens are appended from there; or the size pass tokenized
+  // the sample already (Predict), and they are appended from what it kept.
   thread_local std::vector<int64_t> unpadded;
   const int64_t max_length = hf_ != nullptr ? hf_->max_length : template_.max_length;
   int64_t* rows[3];
-  if (pad_) {
-    rows[0] = reinterpret_cast<int64_t*>(ctx.rows[input_ids_row_]);
-    rows[1] = reinterpret_cast<int64_t*>(ctx.rows[attention_mask_row_]);
-    rows[2] = reinterpret_cast<int64_t*>(ctx.rows[labels_row_]);
+  int64_t n = 0;
+  const int64_t* ids = nullptr;
+  const int64_t* labels = nullptr;
+  if (!pad_ && TakeTold(ctx, conversation->turns.data())) {
+    n = tls_told.tokens;
+    ids = tls_told.ids.data();
+    labels = tls_told.labels.data();
   } else {
-    unpadded.resize(static_cast<size_t>(3 * max_length));
-    for (int r = 0; r < 3; ++r) rows[r] = unpadded.data() + r * max_length;
-  }
-  if (hf_ != nullptr && (grids_.layout != GridInput::Layout::kNone ||
-                         videos_.grids.layout != GridInput::Layout::kNone)) {
-    HR_RETURN_IF_ERROR(TokenizeWithGrids(ctx, conversation->turns, rows));
-  } else if (hf_ != nullptr) {
-    int image_tokens = hf_->image_tokens;
-    if (image_slot_ >= 0) {
-      const ImageView* image = ctx.Get<ImageView>(image_slot_);
-      if (image == nullptr) {
-        return Status::MissingField("the sample has no image to size text.tokenize's image tokens");
-      }
-      HR_ASSIGN_OR_RETURN(image_tokens, hf_->ImageTokens(image->width, image->height));
+    if (pad_) {
+      rows[0] = reinterpret_cast<int64_t*>(ctx.rows[input_ids_row_]);
+      rows[1] = reinterpret_cast<int64_t*>(ctx.rows[attention_mask_row_]);
+      rows[2] = reinterpret_cast<int64_t*>(ctx.rows[labels_row_]);
+    } else {
+      unpadded.resize(static_cast<size_t>(3 * max_length));
+      for (int r = 0; r < 3; ++r) rows[r] = unpadded.data() + r * max_length;
     }
-    HR_RETURN_IF_ERROR(TokenizeChat(*hf_, conversation->turns, image_tokens, rows[0], rows[1],
-                                    rows[2]));
-  } else {
-    HR_RETURN_IF_ERROR(TokenizeConversation(*model_, template_, conversation->turns, rows[0],
-                                            rows[1], rows[2]));
+    if (hf_ != nullptr && (grids_.layout != GridInput::Layout::kNone ||
+                           videos_.grids.layout != GridInput::Layout::kNone)) {
+      HR_RETURN_IF_ERROR(TokenizeWithGrids(ctx, conversation->turns, rows));
+    } else if (hf_ != nullptr) {
+      int image_tokens = hf_->image_tokens;
+      if (image_slot_ >= 0) {
+        const ImageView* image = ctx.Get<ImageView>(image_slot_);
+        if (image == nullptr) {
+          return Status::MissingField(
+              "the sample has no image to size text.tokenize's image tokens");
+        }
+        HR_ASSIGN_OR_RETURN(image_tokens, hf_->ImageTokens(image->width, image->height));
+      }
+      HR_RETURN_IF_ERROR(TokenizeChat(*hf_, conversation->turns, image_tokens, rows[0],
+                                      rows[1], rows[2]));
+    } else {
+      HR_RETURN_IF_ERROR(TokenizeConversation(*model_, template_, conversation->turns, rows[0],
+                                              rows[1], rows[2]));
+    }
+    if (pad_) return Status::Ok();
+    // The tokens are the mask's leading ones (the kernels fill left to right).
+    n = std::find(rows[1], rows[1] + max_length, 0) - rows[1];
+    ids = rows[0];
+    labels = rows[2];
   }
-  if (pad_) return Status::Ok();
-  // The tokens are the mask's leading ones (the kernels fill left to right).
-  const int64_t n = std::find(rows[1], rows[1] + max_length, 0) - rows[1];
-  HR_ASSIGN_OR_RETURN(uint8_t * ids, ctx.AppendRows(input_ids_row_, n));
-  std::memcpy(ids, rows[0], static_cast<size_t>(n) * sizeof(int64_t));
-  HR_ASSIGN_OR_RETURN(uint8_t * labels, ctx.AppendRows(labels_row_, n));
-  std::memcpy(labels, rows[2], static_cast<size_t>(n) * sizeof(int64_t));
+  HR_ASSIGN_OR_RETURN(uint8_t * ids_out, ctx.AppendRows(input_ids_row_, n));
+  std::memcpy(ids_out, ids, static_cast<size_t>(n) * sizeof(int64_t));
+  HR_ASSIGN_OR_RETURN(uint8_t * labels_out, ctx.AppendRows(labels_row_, n));
+  std::memcpy(labels_out, labels, static_cast<size_t>(n) * sizeof(int64_t));
   HR_ASSIGN_OR_RETURN(uint8_t * positions, ctx.AppendRows(attention_mask_row_, n));
   auto* position = reinterpret_cast<int64_t*>(positions);
   for (int64_t i = 0; i < n; ++i) position[i] = i;

@@ -322,6 +322,12 @@ class TokenizeOp : public Op {
   // max_length cuts into the image tokens; kMissingField when the sample has no such
   // value.
   Status Run(SampleContext& ctx) const override;
+  // The size pass: unpadded, the tokens of the sample (its conversation tokenized as Run
+  // will, with the image grids vision.patchify told before it), appended to the three
+  // fields. Run then appends what this pass tokenized instead of tokenizing again. False
+  // (the pass stops) with video grids, grids in a fixed or padded field, or a sample
+  // Run would fail. Padded, it appends nothing (true).
+  bool Predict(SizePass& pass) const override;
 
   // The SentencePiece model; only for an op made with `model`.
   const SentencePieceModel& model() const { return *model_; }
@@ -335,6 +341,12 @@ class TokenizeOp : public Op {
   // The grid path of Run: this sample's grids from grids_, then TokenizeChat per image.
   Status TokenizeWithGrids(const SampleContext& ctx, std::span<const Turn> turns,
                            int64_t* const* rows) const;
+  // Whether the size pass on this thread tokenized this sample (Predict) with the grids
+  // it made; Run then appends that. Clears it either way.
+  bool TakeTold(const SampleContext& ctx, const Turn* turns) const;
+  // TokenizeChat with these image grids (t, h, w per image) and videos.
+  Status TokenizeImages(std::span<const int64_t> thw, const VideoCounts& videos,
+                        std::span<const Turn> turns, int64_t* const* rows) const;
 
   std::unique_ptr<SentencePieceModel> model_;  // exactly one of model_ and hf_ is set
   ChatTemplate template_;

@@ -113,6 +113,10 @@ bool PatchifyOp::Predict(SizePass& pass) const {
   const Result<PatchGrid> grid = kernel_.Grid(image.width, image.height, 1);
   if (!grid.ok()) return false;
   pass.rows[static_cast<size_t>(pixels_row_)] += grid->patches();
+  if (!pass.grids.empty()) {
+    pass.grids[static_cast<size_t>(grid_row_)].insert(
+        pass.grids[static_cast<size_t>(grid_row_)].end(), {grid->t, grid->h, grid->w});
+  }
   return true;
 }
 
