@@ -117,6 +117,7 @@ nb::dict PackStatsToDict(const PackStats& p) {
   d["pack_window_bytes"] = p.window_bytes;
   d["pack_max_window_bytes"] = p.max_window_bytes;
   d["pack_bytes_copied"] = p.bytes_copied;
+  d["pack_planned_batches"] = p.planned_batches;
   return d;
 }
 

@@ -166,6 +166,9 @@ def test_each_segment_is_its_sample_and_every_sample_comes_once(dataset, referen
     assert sorted(seen) == sorted(reference) and len(seen) == SAMPLES
     assert stats["pack_tokens"] == tokens and stats["pack_vision_tokens"] == vision > 0
     assert stats["pack_samples"] == SAMPLES and stats["pack_window_samples"] == 0
+    # Every packed batch was planned from the sizes the samples' size pass told, its
+    # samples computed in row order (exec/pack_planner.h).
+    assert stats["pack_planned_batches"] == batches
     assert stats["pack_padding_tokens"] == stats["pack_rows"] * SEQ_LEN - tokens
     assert 0 < stats["pack_fill"] <= 1
     print(f"window {window}: {stats['pack_rows']} rows, fill {stats['pack_fill']:.3f}")

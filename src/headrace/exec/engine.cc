@@ -246,6 +246,9 @@ bool Engine::StartBatch(int64_t j) {
   auto job = std::make_shared<BatchJob>();
   job->position = order_.Position(j);
   job->sample_indices = order_.SampleIndices(job->position);
+  if (options_.compose) {
+    job->sample_indices = options_.compose(job->position, job->sample_indices, stop_.get_token());
+  }
   const auto n = static_cast<int64_t>(job->sample_indices.size());
   // Concatenated fields are sized as the samples run: admission counts the mean so far,
   // and the charge becomes the batch's real bytes once it is assembled (Ready).
@@ -259,6 +262,12 @@ bool Engine::StartBatch(int64_t j) {
     return false;
   }
   for (int s = 0; s < job->size(); ++s) IssueSample(job, s);
+  if (n == 0) {  // composed empty (a planned pack whose samples were all left out)
+    bool cancelled = false;
+    const int64_t admitted = job->bytes;
+    Batch batch = assemble_->Finish(*job, cancelled);
+    if (!cancelled) delivery_->Ready(job->position.local_index, std::move(batch), admitted, job->bytes);
+  }
   return true;
 }
 

@@ -57,10 +57,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <stop_token>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -130,6 +132,14 @@ struct EngineOptions {
   // concatenated fields are left unjoined, as its samples' rows in Batch::sample_rows
   // (exec/assemble_stage.h). Ignored when the pipeline has batch ops.
   bool keep_sample_rows = false;
+  // Which samples batch `position` computes, in which order, given the samples EpochOrder
+  // puts in it (null: those, in that order). Called on the driver thread, in batch order,
+  // before the batch is admitted: a planned batch.pack (exec/pack_planner.h), whose
+  // packed batch p holds samples of input batches up to p, in row order.
+  // `stop` is the run's: a compose that waits (reads) gives up once it is requested.
+  std::function<std::vector<int64_t>(const BatchPosition& position,
+                                     std::span<const int64_t> samples, std::stop_token stop)>
+      compose;
   EpochOrderOptions order;
   // Error budget: fail once failed / attempted > max_error_rate, with at least
   // min_samples attempted (or at the end of each epoch).

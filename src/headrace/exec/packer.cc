@@ -292,46 +292,18 @@ Status Packer::Carry(const void* input) {
   return Status::Ok();
 }
 
-// Takes rows out of the window, each its samples in row order: see the header for the
-// rule.
+int64_t PackWindowAt(const PackOptions& options, int64_t position, int64_t samples) {
+  if (options.budget || options.epoch_batches <= 0) return options.window;
+  const int64_t still = std::max<int64_t>(options.epoch_batches - 1 - position, 0);
+  return std::min(options.window, still * std::max<int64_t>(samples, 1) / 2);
+}
+
 int64_t Packer::WindowAt(int64_t position, int64_t samples) const {
-  if (options_.budget || options_.epoch_batches <= 0) return options_.window;
-  const int64_t still = std::max<int64_t>(options_.epoch_batches - 1 - position, 0);
-  return std::min(options_.window, still * std::max<int64_t>(samples, 1) / 2);
+  return PackWindowAt(options_, position, samples);
 }
 
 std::vector<std::vector<Packer::Waiting>> Packer::BuildRows(bool flush, int64_t window) {
-  std::vector<std::vector<Waiting>> rows;
-  const auto take = [&](int64_t arrival) {
-    auto node = window_.extract(arrival);
-    return std::move(node.mapped());
-  };
-  while (!window_.empty() &&
-         (flush || rows.empty() || static_cast<int64_t>(window_.size()) > window)) {
-    std::vector<Waiting> row;
-    const int64_t oldest = window_.begin()->first;
-    int64_t room = options_.seq_len - window_.begin()->second.tokens;
-    const auto [lo, hi] = by_tokens_.equal_range(window_.begin()->second.tokens);
-    for (auto it = lo; it != hi; ++it) {
-      if (it->second == oldest) {
-        by_tokens_.erase(it);
-        break;
-      }
-    }
-    row.push_back(take(oldest));
-    while (!by_tokens_.empty()) {
-      auto it = by_tokens_.upper_bound(room);
-      if (it == by_tokens_.begin()) break;
-      --it;
-      it = by_tokens_.lower_bound(it->first);  // the earliest of the longest that fit
-      room -= it->first;
-      const int64_t arrival = it->second;
-      by_tokens_.erase(it);
-      row.push_back(take(arrival));
-    }
-    rows.push_back(std::move(row));
-  }
-  return rows;
+  return TakePackRows(window_, by_tokens_, options_.seq_len, flush, window);
 }
 
 Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Waiting>>& rows,
@@ -375,6 +347,26 @@ Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Wai
     std::vector<int64_t> shape;
     size_t offset = 0;
   };
+  // A field whose samples' bytes are, in row order, exactly the input batch's tensor of
+  // it (a planned batch: its samples were computed in row order, PackPlanner) is that
+  // tensor: no copy.
+  std::vector<const Tensor*> as_input(layout_.size(), nullptr);
+  for (size_t f = 0; f < layout_.size() && !order.empty(); ++f) {
+    if (packed_[f] || (lengths_of_[f] >= 0 && packed_[static_cast<size_t>(lengths_of_[f])])) {
+      continue;
+    }
+    const Tensor* in = input.Find(layout_[f].name);
+    if (in == nullptr) continue;
+    const auto* at = reinterpret_cast<const char*>(in->buffer().data());
+    size_t total = 0;
+    bool same = true;
+    for (const Waiting* w : order) {
+      const std::string_view b = w->bytes[f];
+      if (!b.empty() && b.data() != at + total) same = false;
+      total += b.size();
+    }
+    if (same && total == in->nbytes()) as_input[f] = in;
+  }
   std::vector<Planned> planned;
   for (size_t f = 0; f < layout_.size(); ++f) {
     const FieldSpec& field = layout_[f];
@@ -393,6 +385,7 @@ Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Wai
     if (!(lengths_of_[f] >= 0 && packed_[static_cast<size_t>(lengths_of_[f])])) {
       shape.insert(shape.end(), field.sample_shape.begin(), field.sample_shape.end());
     }
+    if (as_input[f] != nullptr) shape = {0};  // no room: the input's tensor
     planned.push_back({field.name, dtype, std::move(shape)});
   }
   planned.push_back({"cu_seqlens", DType::kI32, {static_cast<int64_t>(cu.size())}});
@@ -415,6 +408,10 @@ Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Wai
   for (size_t f = 0; f < layout_.size(); ++f) {
     const FieldSpec& field = layout_[f];
     const size_t row_bytes = field.sample_bytes();
+    if (as_input[f] != nullptr) {
+      out.fields.emplace_back(field.name, *as_input[f]);
+      continue;
+    }
     const Tensor& t = tensors[f];
     char* base = reinterpret_cast<char*>(t.mutable_data<uint8_t>());
     if (packed_[f] && laid_out) {
@@ -560,6 +557,55 @@ Result<std::vector<Batch>> Packer::PushBudget(const Batch& input, int64_t positi
     if (r > 0) b.errors.clear();  // the input batch's errors go with its first
     out.push_back(std::move(b));
   }
+  return out;
+}
+
+Result<Batch> Packer::PushPlanned(const Batch& input, int64_t position,
+                                  const std::vector<std::vector<int64_t>>& rows,
+                                  int64_t skipped, std::vector<SampleError> failed) {
+  std::vector<SampleError> errors = std::move(failed);
+  stats_.failed += static_cast<int64_t>(errors.size());
+  stats_.skipped += skipped;
+  window_.clear();
+  by_tokens_.clear();
+  epoch_ = input.epoch;
+  // The batch's samples pass through the window only while laid out: not a window's bytes.
+  const int64_t max_window_bytes = stats_.max_window_bytes;
+  HR_RETURN_IF_ERROR(Admit(input, position, errors));
+  stats_.max_window_bytes = max_window_bytes;
+  std::map<int64_t, int64_t> arrival_of;  // dataset index -> arrival
+  for (const auto& [arrival, w] : window_) arrival_of.emplace(w.index, arrival);
+  std::vector<std::vector<Waiting>> laid;
+  for (const std::vector<int64_t>& row : rows) {
+    std::vector<Waiting> out;
+    int64_t used = 0;
+    for (const int64_t index : row) {
+      const auto it = arrival_of.find(index);
+      if (it == arrival_of.end()) continue;  // failed, or cut and failed here
+      auto node = window_.extract(it->second);
+      if (node.empty()) continue;
+      Waiting w = std::move(node.mapped());
+      if (!out.empty() && used + w.tokens > options_.seq_len) {
+        laid.push_back(std::move(out));  // other than told: it starts a row of its own
+        out.clear();
+        used = 0;
+      }
+      used += w.tokens;
+      out.push_back(std::move(w));
+    }
+    if (!out.empty()) laid.push_back(std::move(out));
+  }
+  // A sample of the batch that no row names (a plan that does not match it) gets rows by
+  // the rule rather than be lost.
+  by_tokens_.clear();
+  for (const auto& [arrival, w] : window_) by_tokens_.emplace(w.tokens, arrival);
+  for (auto& row : BuildRows(true, 0)) {
+    if (!row.empty()) laid.push_back(std::move(row));
+  }
+  next_batch_ = position + 1;
+  ++stats_.planned_batches;
+  Result<Batch> out = Emit(input, laid, std::move(errors));
+  CountWindowBytes();
   return out;
 }
 

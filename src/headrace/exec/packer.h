@@ -111,6 +111,9 @@ struct PackStats {
   int64_t bytes_copied = 0;   // sample bytes the packer copied (into packed batches, carried)
   int64_t memory_reused = 0;  // packed batches' buffers from the packer's pool
   int64_t memory_fresh = 0;   // newly allocated
+  // Packed batches whose rows were decided from their samples' told sizes before they
+  // ran (PackPlanner: their samples computed in row order, the patches not copied here).
+  int64_t planned_batches = 0;
   double fill() const {
     const int64_t capacity = tokens + padding_tokens;
     return capacity > 0 ? static_cast<double>(tokens) / static_cast<double>(capacity) : 0.0;
@@ -130,6 +133,50 @@ struct PackState {
   int64_t delivered = 0;
 };
 
+// The rule above, for whoever packs: takes rows out of `window` (arrival -> an entry with
+// a `tokens` member, oldest first) and `by_tokens` (tokens -> arrival) while more than
+// `keep` wait (at least one row while any waits; every waiting one with `flush`); each row
+// its entries in row order. The Packer's, and the PackPlanner's from told sizes.
+template <typename Entry>
+std::vector<std::vector<Entry>> TakePackRows(std::map<int64_t, Entry>& window,
+                                             std::multimap<int64_t, int64_t>& by_tokens,
+                                             int64_t seq_len, bool flush, int64_t keep) {
+  std::vector<std::vector<Entry>> rows;
+  const auto take = [&](int64_t arrival) {
+    auto node = window.extract(arrival);
+    return std::move(node.mapped());
+  };
+  while (!window.empty() &&
+         (flush || rows.empty() || static_cast<int64_t>(window.size()) > keep)) {
+    std::vector<Entry> row;
+    const int64_t oldest = window.begin()->first;
+    int64_t room = seq_len - window.begin()->second.tokens;
+    const auto [lo, hi] = by_tokens.equal_range(window.begin()->second.tokens);
+    for (auto it = lo; it != hi; ++it) {
+      if (it->second == oldest) {
+        by_tokens.erase(it);
+        break;
+      }
+    }
+    row.push_back(take(oldest));
+    while (!by_tokens.empty()) {
+      auto it = by_tokens.upper_bound(room);
+      if (it == by_tokens.begin()) break;
+      --it;
+      it = by_tokens.lower_bound(it->first);  // the earliest of the longest that fit
+      room -= it->first;
+      const int64_t arrival = it->second;
+      by_tokens.erase(it);
+      row.push_back(take(arrival));
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+// The window after input batch `position` of `samples` samples (the narrowing above).
+int64_t PackWindowAt(const PackOptions& options, int64_t position, int64_t samples);
+
 class Packer {
  public:
   // `layout`: the batch's fields as the plan declares them (without "index"). Fails when
@@ -146,6 +193,15 @@ class Packer {
   // one, empty when nothing waits), in order.
   Result<std::vector<Batch>> PushBudget(const Batch& input, int64_t position,
                                         bool last_in_epoch);
+  // A planned batch (PackPlanner): `input` holds the samples of `rows` (dataset indices,
+  // each row's in row order), those that did not fail, in that order; it is laid out as
+  // those rows. A sample whose tokens turn out other than told and no longer fit its
+  // row starts a row of its own. `skipped`, `failed`: the samples the plan left out as
+  // longer than seq_len (overflow: skip) and as cuts through vision tokens, counted here
+  // (the errors go with the batch). The window stays empty.
+  Result<Batch> PushPlanned(const Batch& input, int64_t position,
+                            const std::vector<std::vector<int64_t>>& rows, int64_t skipped,
+                            std::vector<SampleError> failed = {});
 
   // The state after the last Push (meaningless before the first).
   PackState state() const;
@@ -232,6 +288,16 @@ class PackingQueue {
   // Deliver nothing whose Batch::global_index (the rank-local run batch) is below this.
   void DeliverFrom(int64_t global_index) { deliver_from_ = global_index; }
 
+  // A planned batch (Packer::PushPlanned), delivered at once: the packed batch; the state
+  // becomes `after`, the planner's once it is delivered.
+  Result<Batch> PushPlanned(const Batch& input, int64_t position,
+                            const std::vector<std::vector<int64_t>>& rows, int64_t skipped,
+                            std::vector<SampleError> failed, PackState after) {
+    HR_ASSIGN_OR_RETURN(Batch out, packer_.PushPlanned(input, position, rows, skipped,
+                                                       std::move(failed)));
+    state_ = std::move(after);
+    return out;
+  }
   // Adds the input batch at `position` (Packer::Push). Whether it delivers anything:
   // false in a replay or before DeliverFrom's position (its errors were then counted
   // by the run that delivered it).

@@ -1,4 +1,5 @@
 #include "headrace/exec/packer.h"
+#include "headrace/exec/pack_planner.h"
 
 #include "headrace/core/pooling_allocator.h"
 #include "headrace/core/ragged_rows.h"
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -646,6 +648,185 @@ TEST(PackingQueue, ResumesBetweenTwoTokenBatchesOfOneInputBatch) {
         << "resumed after token batch " << i;
   }
   EXPECT_TRUE(mid_batch);
+}
+
+
+// ---- PackPlanner (exec/pack_planner.h): the same rows, decided from told sizes ----
+
+// Input batch k's samples as the engine's order gives them, and their told sizes: what a
+// planner sizes (lengths from the batches themselves, vision tokens first).
+struct Told {
+  std::map<int64_t, SampleSpec> specs;  // by dataset index
+  explicit Told(const std::vector<Batch>& epoch) {
+    for (const Batch& b : epoch) {
+      const Tensor& lengths = *b.Find("input_ids_lengths");
+      const Tensor& index = *b.Find("index");
+      const Tensor& ids = *b.Find("input_ids");
+      int64_t at = 0;
+      for (int64_t s = 0; s < b.size(); ++s) {
+        const int64_t n = lengths.data<int32_t>()[s];
+        int64_t vision = 0;
+        while (vision < n && ids.data<int64_t>()[at + vision] == kImagePad) ++vision;
+        specs[index.data<int64_t>()[s]] = {index.data<int64_t>()[s], n, vision};
+        at += n;
+      }
+    }
+  }
+  PackPlanner::Sizer Sizer(int64_t seq_len, int* calls = nullptr) const {
+    return [this, seq_len, calls](int64_t, std::span<const int64_t> indices, std::stop_token) {
+      if (calls != nullptr) ++*calls;
+      std::vector<std::optional<PackPlanner::Told>> out;
+      for (const int64_t i : indices) {
+        const SampleSpec& s = specs.at(i);
+        out.push_back(PackPlanner::Told{s.length, s.vision, std::max<int64_t>(s.vision - seq_len, 0),
+                                        "s" + std::to_string(i)});
+      }
+      return out;
+    };
+  }
+};
+
+std::vector<int64_t> IndicesOf(const Batch& b) {
+  const Tensor& index = *b.Find("index");
+  return {index.data<int64_t>(), index.data<int64_t>() + b.size()};
+}
+
+// The engine's batch of a plan: the planned samples, in row order, as computed.
+Batch Computed(const Told& told, int64_t epoch, int64_t k, const PlannedPack& plan,
+               const std::set<int64_t>& failing = {}) {
+  std::vector<SampleSpec> samples;
+  for (const auto& row : plan.rows) {
+    for (const int64_t i : row) {
+      if (failing.count(i) == 0) samples.push_back(told.specs.at(i));
+    }
+  }
+  return MakeBatch(epoch, k, samples);
+}
+
+TEST(PackPlanner, PlansTheRowsThePackerBuildsAndItsBatchesAreThePackersWithoutACopy) {
+  for (const int64_t window : {0, 5, 40}) {
+    for (const PackOverflow overflow : {PackOverflow::kTruncate, PackOverflow::kSkip}) {
+      const std::vector<Batch> epoch = Epoch(0, 9, 7, 90, 17 + static_cast<uint32_t>(window));
+      PackOptions options = Options(64, window);
+      options.overflow = overflow;
+      options.epoch_batches = 9;
+      const Told told(epoch);
+      Packer packer = *Packer::Make(Layout(), options);
+      Packer laid = *Packer::Make(Layout(), options);
+      PackPlanner planner(options, told.Sizer(options.seq_len));
+      for (int64_t k = 0; k < 9; ++k) {
+        const Batch expected = *packer.Push(epoch[k], k, k == 8);
+        const std::vector<int64_t> in = IndicesOf(epoch[k]);
+        const std::vector<int64_t> planned = planner.Plan(0, k, k, k == 8, in);
+        EXPECT_EQ(planned, IndicesOf(expected)) << "window " << window << " batch " << k;
+        std::optional<PlannedPack> plan = planner.Take(k);
+        ASSERT_TRUE(plan.has_value());
+        EXPECT_FALSE(planner.Take(k).has_value()) << "taken once";
+        const Batch computed = Computed(told, 0, k, *plan);
+        const Batch out = *laid.PushPlanned(computed, k, plan->rows, plan->skipped);
+        EXPECT_EQ(Bytes(out), Bytes(expected)) << "window " << window << " batch " << k;
+        EXPECT_EQ(out.Find("pixel_values")->data<float>(),
+                  computed.Find("pixel_values")->data<float>())
+            << "the patches are the computed batch's, not copied";
+      }
+      EXPECT_EQ(laid.stats().skipped, packer.stats().skipped);
+      EXPECT_EQ(laid.stats().truncated, packer.stats().truncated);
+      EXPECT_EQ(laid.stats().planned_batches, 9);
+      EXPECT_LT(laid.stats().bytes_copied, packer.stats().bytes_copied);
+    }
+  }
+}
+
+TEST(PackPlanner, AFailedSampleLeavesItsRoomAndOneLongerThanToldARowOfItsOwn) {
+  const std::vector<Batch> epoch = Epoch(0, 3, 8, 30, 5);
+  const PackOptions options = Options(64, 0);
+  const Told told(epoch);
+  PackPlanner planner(options, told.Sizer(options.seq_len));
+  (void)planner.Plan(0, 0, 0, false, IndicesOf(epoch[0]));
+  const PlannedPack plan = *planner.Take(0);
+  ASSERT_GE(plan.rows.front().size(), 2u);
+  const int64_t gone = plan.rows.front()[1];
+  Packer packer = *Packer::Make(Layout(), options);
+  const Batch out = *packer.PushPlanned(Computed(told, 0, 0, plan, {gone}), 0, plan.rows, 0);
+  std::vector<int64_t> expected;
+  for (const auto& row : plan.rows) {
+    for (const int64_t i : row) {
+      if (i != gone) expected.push_back(i);
+    }
+  }
+  EXPECT_EQ(CheckPacked(out, 64, -7), expected);
+  EXPECT_EQ(out.Find("samples_per_row")->data<int32_t>()[0],
+            static_cast<int32_t>(plan.rows.front().size() - 1));
+  EXPECT_EQ(out.Find("input_ids")->shape()[0], static_cast<int64_t>(plan.rows.size()));
+
+  // Its first row's samples made 60 tokens each, not as told: they cannot share a row.
+  Told longer = told;
+  for (const int64_t i : plan.rows.front()) longer.specs[i].length = 60;
+  const Batch apart = *packer.PushPlanned(Computed(longer, 0, 1, plan), 1, plan.rows, 0);
+  EXPECT_EQ(apart.Find("input_ids")->shape()[0],
+            static_cast<int64_t>(plan.rows.size() + plan.rows.front().size() - 1));
+  CheckPacked(apart, 64, -7);
+}
+
+TEST(PackPlanner, ACutThroughVisionTokensIsLeftOutAndNamedBeforeItRuns) {
+  std::vector<SampleSpec> samples = {{0, 10}, {1, 80, 70}, {2, 80, 20}, {3, 12}};
+  const std::vector<Batch> epoch = {MakeBatch(0, 0, samples)};
+  const Told told(epoch);
+  PackPlanner planner(Options(64, 0), told.Sizer(64));
+  const std::vector<int64_t> planned = planner.Plan(0, 0, 0, true, IndicesOf(epoch[0]));
+  EXPECT_EQ(std::count(planned.begin(), planned.end(), 1), 0) << "its vision tokens pass 64";
+  EXPECT_EQ(std::count(planned.begin(), planned.end(), 2), 1) << "cut after its vision tokens";
+  const PlannedPack plan = *planner.Take(0);
+  ASSERT_EQ(plan.failed.size(), 1u);
+  EXPECT_EQ(plan.failed[0].index, 1);
+  EXPECT_EQ(plan.failed[0].uri, "s1");
+  EXPECT_THAT(plan.failed[0].status.message(),
+              HasSubstr("80 tokens exceed batch.pack.seq_len 64, and the cut would drop 6 of "
+                        "its 70 vision tokens"));
+  Packer packer = *Packer::Make(Layout(), Options(64, 0));
+  const Batch out = *packer.PushPlanned(Computed(told, 0, 0, plan), 0, plan.rows, plan.skipped,
+                                        plan.failed);
+  EXPECT_EQ(out.errors.size(), 1u);
+  EXPECT_EQ(packer.stats().failed, 1);
+  EXPECT_EQ(packer.stats().truncated, 1);
+}
+
+TEST(PackPlanner, FromASavedStateOrAStartBatchItPlansWhatTheUnbrokenRunDoes) {
+  const std::vector<Batch> epoch = Epoch(2, 10, 6, 50, 23);
+  PackOptions options = Options(64, 9);
+  options.epoch_batches = 10;
+  const Told told(epoch);
+  const PackPlanner::InputBatch batch_of = [&](int64_t e, int64_t p) {
+    EXPECT_EQ(e, 2);
+    return IndicesOf(epoch[static_cast<size_t>(p)]);
+  };
+  PackPlanner unbroken(options, told.Sizer(64));
+  std::vector<PlannedPack> plans;
+  for (int64_t k = 0; k < 10; ++k) {
+    (void)unbroken.Plan(2, k, k, k == 9, IndicesOf(epoch[k]));
+    plans.push_back(*unbroken.Take(k));
+  }
+  for (int64_t at = 1; at < 10; ++at) {
+    int sized = 0;
+    PackPlanner resumed(options, told.Sizer(64, &sized));
+    ASSERT_TRUE(resumed.Restore(plans[at - 1].after, batch_of).ok());
+    EXPECT_LE(resumed.samples_sized(), static_cast<int64_t>(plans[at - 1].after.waiting.size()))
+        << "only the waiting samples are sized again";
+    PackPlanner skipped(options, told.Sizer(64));
+    skipped.Skip(2, at, batch_of);
+    for (int64_t k = at; k < 10; ++k) {
+      (void)resumed.Plan(2, k, k, k == 9, IndicesOf(epoch[k]));
+      (void)skipped.Plan(2, k, k, k == 9, IndicesOf(epoch[k]));
+      EXPECT_EQ(resumed.Take(k)->rows, plans[k].rows) << "resumed at " << at << ", batch " << k;
+      EXPECT_EQ(skipped.Take(k)->rows, plans[k].rows) << "started at " << at << ", batch " << k;
+    }
+  }
+  // A state whose waiting samples the batches no longer hold.
+  PackState wrong = plans[3].after;
+  ASSERT_FALSE(wrong.waiting.empty());
+  wrong.waiting.front() = 100000;
+  PackPlanner resumed(options, told.Sizer(64));
+  EXPECT_THAT(resumed.Restore(wrong, batch_of).message(), HasSubstr("changed since the state"));
 }
 
 }  // namespace

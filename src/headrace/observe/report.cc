@@ -218,6 +218,7 @@ std::string RunReportToJson(const RunReport& r) {
     w.Key("truncated").Int(p.truncated).Key("skipped").Int(p.skipped).Key("failed").Int(p.failed);
     w.Key("window_samples").Int(p.window_samples).Key("window_bytes").Int(p.window_bytes);
     w.Key("max_window_bytes").Int(p.max_window_bytes).Key("bytes_copied").Int(p.bytes_copied);
+    w.Key("planned_batches").Int(p.planned_batches);
     w.Key("memory").BeginObject().Key("reused").Int(p.memory_reused);
     w.Key("fresh").Int(p.memory_fresh).EndObject();
     w.EndObject();
@@ -540,9 +541,10 @@ std::string RunReportToText(const RunReport& r) {
                      : 0.0,
         static_cast<long long>(p.vision_tokens));
     add("                    %lld truncated, %lld skipped, %lld failed; window peak %.1f MiB "
-        "(outside budget)\n",
+        "(outside budget); %lld of %lld batches planned from told sizes\n",
         static_cast<long long>(p.truncated), static_cast<long long>(p.skipped),
-        static_cast<long long>(p.failed), p.max_window_bytes / 1048576.0);
+        static_cast<long long>(p.failed), p.max_window_bytes / 1048576.0,
+        static_cast<long long>(p.planned_batches), static_cast<long long>(p.batches));
   }
   out += "  stages            name    busy   starved blocked  queue  verdict\n";
   for (const auto& s : r.stages) {

@@ -51,19 +51,24 @@ ScratchArena& ScratchArena::Nested() {
   return *nested_;
 }
 
-void ReserveRows(std::span<const std::unique_ptr<Op>> ops, SampleContext& ctx) {
-  if (ctx.ragged == nullptr) return;
+void TellRows(std::span<const std::unique_ptr<Op>> ops, const SampleContext& ctx,
+              std::span<int64_t> rows) {
   thread_local std::vector<SizePass::Size> images;
-  thread_local std::vector<int64_t> rows;
   thread_local std::vector<std::vector<int64_t>> grids;
   images.assign(ctx.values.size(), {});
-  rows.assign(static_cast<size_t>(ctx.ragged->fields()), 0);
   grids.resize(rows.size());
   for (std::vector<int64_t>& g : grids) g.clear();
-  SizePass pass{&ctx, images, rows, grids};
+  SizePass pass{&ctx, images, rows, std::span(grids.data(), rows.size())};
   for (const auto& op : ops) {
     if (!op->Predict(pass)) break;
   }
+}
+
+void ReserveRows(std::span<const std::unique_ptr<Op>> ops, SampleContext& ctx) {
+  if (ctx.ragged == nullptr) return;
+  thread_local std::vector<int64_t> rows;
+  rows.assign(static_cast<size_t>(ctx.ragged->fields()), 0);
+  TellRows(ops, ctx, rows);
   (void)ctx.ragged->ReserveTold(rows);
 }
 

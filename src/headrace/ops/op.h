@@ -186,6 +186,10 @@ class Op {
   // before it told is reserved, a lower bound (the rows of later ops grow as they are
   // appended). A sample Run would fail may be told anything.
   virtual bool Predict(SizePass& /*pass*/) const { return false; }
+  // Whether Predict tells, for every sample that Run would not fail (false: the default
+  // Predict, or one that tells only some layouts). A planned batch.pack needs every op
+  // up to text.tokenize to (exec/pack_planner.h).
+  virtual bool Tells() const { return false; }
 };
 
 // The size pass over `ops` for the sample of `ctx` (its source values filled, none of the
@@ -195,6 +199,11 @@ class Op {
 // best fit, Allocator::AllocateFinal). Does nothing when ctx.ragged is null. Its failures
 // are not the sample's: an append that fails too says so.
 void ReserveRows(std::span<const std::unique_ptr<Op>> ops, SampleContext& ctx);
+// The size pass alone: the rows `ops` tell for each of `rows.size()` batch fields (added
+// to `rows`), up to the first that cannot tell; nothing reserved or written. `ctx` needs
+// its sample and values only.
+void TellRows(std::span<const std::unique_ptr<Op>> ops, const SampleContext& ctx,
+              std::span<int64_t> rows);
 
 // A per-batch step: runs once a batch is complete (skipped samples already removed),
 // before it is delivered, on the CPU thread that finished the batch's last sample. It

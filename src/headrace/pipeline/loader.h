@@ -18,6 +18,7 @@
 #include "headrace/core/clock.h"
 #include "headrace/exec/consumer_clock.h"
 #include "headrace/exec/engine.h"
+#include "headrace/exec/pack_planner.h"
 #include "headrace/formats/parquet_row_groups.h"
 #include "headrace/io/block_cache.h"
 #include "headrace/pipeline/prepared.h"
@@ -49,6 +50,10 @@ struct LoaderOptions {
   // of start_epoch / start_batch. Without it, a start_batch > 0 with a pack window
   // replays the epoch up to it (each batch packed and dropped: the cost grows with it).
   std::optional<PackState> pack_state;
+  // With batch.pack: decide the rows before the samples run, from the sizes their size
+  // pass tells (exec/pack_planner.h), where the chain can tell them (ChainTellsTokens) and
+  // batches leave in order; false: pack after they ran (the Packer's window).
+  bool plan_packing = true;
   // An elastic resume (python/headrace/loader.py, merge_state_dicts): the run is the rest
   // of one epoch, dealt to this run's ranks (EpochRemainder, exec/epoch_order.h);
   // start_epoch must be its epoch and start_batch counts within it.
@@ -155,6 +160,12 @@ class Loader {
   // batch.pack / batch.max_tokens: the packer and what it has made, whether empty packed
   // batches are delivered, and copies for other threads.
   std::optional<PackingQueue> packing_;
+  // A planned pack (LoaderOptions::plan_packing): the rows of each engine batch.
+  std::shared_ptr<PackPlanner> planner_;
+  // The errors of packed batches left undelivered as empty (deliver_empty_ false): they go
+  // with the next one delivered (WithHeldErrors).
+  std::vector<SampleError> held_errors_;
+  void WithHeldErrors(Batch& batch);
   int64_t window_charged_ = 0;  // the packer's window, charged to the engine's batch budget
   bool deliver_empty_ = false;
   std::optional<PackStats> pack_stats_;  // guarded by stats_mu_

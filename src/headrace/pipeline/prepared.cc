@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "headrace/exec/blend_order.h"
+#include "headrace/exec/pack_sizer.h"
 #include "headrace/formats/manifest.h"
 #include "headrace/io/object_storage.h"
 #include "headrace/pipeline/config.h"
@@ -235,6 +236,7 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
   // not) and starts where its saved window began, or at the epoch's first batch when a
   // start_batch must be replayed through a window.
   std::optional<PackingQueue> packing;
+  std::shared_ptr<PackPlanner> planner;
   if (pack_.has_value()) {
     PackOptions pack = *pack_;
     pack.allocator = options.allocator;
@@ -248,7 +250,42 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
     HR_ASSIGN_OR_RETURN(Packer packer, Packer::Make(inputs_->fields, pack));
     packing.emplace(std::move(packer));
     opt.deliver_empty_batches = true;
-    if (options.pack_state.has_value()) {
+    int token_field = -1;
+    for (size_t f = 0; f < inputs_->fields.size(); ++f) {
+      if (inputs_->fields[f].name == pack.token_field) token_field = static_cast<int>(f);
+    }
+    if (options.plan_packing && options.schedule == Schedule::kSequential && !pack.budget &&
+        token_field >= 0 && ChainTellsTokens(*inputs_)) {
+      // Planned: the engine computes each packed batch's samples, in row order, so that
+      // their rows are written where the packed batch holds them (exec/pack_planner.h).
+      HR_ASSIGN_OR_RETURN(EpochOrder order, EpochOrder::Make(opt.order));
+      const int64_t per_epoch = std::max<int64_t>(order.batches_per_rank_epoch(), 1);
+      PackOptions planning = pack;
+      planning.epoch_batches = order.batches_per_rank_epoch();
+      planner = std::make_shared<PackPlanner>(planning, SizeByTheSizePass(inputs_, token_field, pack));
+      opt.keep_sample_rows = false;
+      opt.compose = [planner, per_epoch](const BatchPosition& p, std::span<const int64_t> samples,
+                                         std::stop_token stop) {
+        const int64_t position = p.local_index - p.epoch * per_epoch;
+        return planner->Plan(p.epoch, position, p.local_index, position + 1 == per_epoch,
+                             samples, std::move(stop));
+      };
+      const auto shared_order = std::make_shared<const EpochOrder>(std::move(order));
+      const PackPlanner::InputBatch batch_of = [shared_order, per_epoch](int64_t epoch,
+                                                                         int64_t position) {
+        return shared_order->SampleIndices(shared_order->Position(epoch * per_epoch + position));
+      };
+      if (options.pack_state.has_value()) {
+        HR_RETURN_IF_ERROR(planner->Restore(*options.pack_state, batch_of));
+        opt.start_epoch = options.pack_state->epoch;
+        opt.start_batch = options.pack_state->next_batch;
+      } else if (options.start_epoch > 0 || options.start_batch > 0) {
+        const int64_t from = options.start_epoch * per_epoch + options.start_batch;
+        opt.start_epoch = from / per_epoch;
+        opt.start_batch = from % per_epoch;
+        planner->Skip(opt.start_epoch, opt.start_batch, batch_of);
+      }
+    } else if (options.pack_state.has_value()) {
       opt.start_epoch = options.pack_state->epoch;
       opt.start_batch = options.pack_state->from_batch;
       packing->Resume(*options.pack_state);
@@ -266,6 +303,7 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
   auto loader = std::unique_ptr<Loader>(
       new Loader(shared_from_this(), std::move(engine), options.trace, started));
   loader->packing_ = std::move(packing);
+  loader->planner_ = std::move(planner);
   loader->deliver_empty_ = options.deliver_empty_batches;
   return loader;
 }

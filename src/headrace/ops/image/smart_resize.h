@@ -146,6 +146,7 @@ class SmartResizeOp : public Op {
   Status Run(SampleContext& ctx) const override;
   // SmartResizeSize of the size before it.
   bool Predict(SizePass& pass) const override;
+  bool Tells() const override { return true; }
 
  private:
   SmartResizeSpec spec_;

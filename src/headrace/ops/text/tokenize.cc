@@ -582,6 +582,13 @@ struct Told {
 thread_local Told tls_told;
 }  // namespace
 
+std::span<const int64_t> TokenizeOp::ToldOnThisThread() {
+  if (tls_told.op == nullptr) return {};
+  return {tls_told.ids.data(), static_cast<size_t>(tls_told.tokens)};
+}
+
+void TokenizeOp::ForgetToldOnThisThread() { tls_told.op = nullptr; }
+
 bool TokenizeOp::Predict(SizePass& pass) const {
   if (pad_) return true;  // the fields are fixed rows: nothing appended
   tls_told.op = nullptr;

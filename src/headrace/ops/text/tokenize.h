@@ -328,6 +328,16 @@ class TokenizeOp : public Op {
   // (the pass stops) with video grids, grids in a fixed or padded field, or a sample
   // Run would fail. Padded, it appends nothing (true).
   bool Predict(SizePass& pass) const override;
+  // The ids the last Predict on this thread tokenized, until its Run takes them (empty
+  // when none waits); Forget drops them. For a caller of the size pass alone (a planned
+  // pack's sizer, exec/pack_sizer.h), which sees where the vision tokens lie.
+  static std::span<const int64_t> ToldOnThisThread();
+  static void ForgetToldOnThisThread();
+  bool Tells() const override {
+    return pad_ || (videos_.grids.layout == GridInput::Layout::kNone &&
+                    (hf_ == nullptr || grids_.layout == GridInput::Layout::kNone ||
+                     grids_.layout == GridInput::Layout::kAppended));
+  }
 
   // The SentencePiece model; only for an op made with `model`.
   const SentencePieceModel& model() const { return *model_; }

@@ -1,0 +1,131 @@
+#include "headrace/exec/pack_planner.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace headrace {
+
+void PackPlanner::Admit(int64_t epoch, int64_t position, std::span<const int64_t> indices,
+                        PlannedPack& plan, std::stop_token stop) {
+  const std::vector<std::optional<Told>> told = sizer_(epoch, indices, std::move(stop));
+  samples_sized_ += static_cast<int64_t>(indices.size());
+  for (size_t s = 0; s < indices.size(); ++s) {
+    // Not told: a full row (see the header).
+    const bool known = s < told.size() && told[s].has_value();
+    int64_t tokens = known ? told[s]->tokens : options_.seq_len;
+    if (tokens > options_.seq_len) {
+      if (options_.overflow == PackOverflow::kSkip) {
+        ++plan.skipped;
+        continue;
+      }
+      if (told[s]->vision_past_seq_len > 0) {
+        plan.failed.push_back(SampleError{
+            epoch, indices[s], told[s]->id,
+            Status::InvalidArgument(
+                "packing: the sample's " + std::to_string(tokens) +
+                " tokens exceed batch.pack.seq_len " + std::to_string(options_.seq_len) +
+                ", and the cut would drop " + std::to_string(told[s]->vision_past_seq_len) +
+                " of its " + std::to_string(told[s]->vision) +
+                " vision tokens (raise seq_len, or lower the images' max_pixels)")});
+        continue;
+      }
+      tokens = options_.seq_len;
+    }
+    const int64_t arrival = arrivals_++;
+    by_tokens_.emplace(tokens, arrival);
+    window_.emplace(arrival, Entry{indices[s], position, tokens});
+  }
+}
+
+PackState PackPlanner::StateAfter(int64_t epoch, int64_t next_batch) const {
+  PackState state;
+  state.epoch = epoch;
+  state.next_batch = next_batch;
+  state.from_batch = window_.empty() ? next_batch : window_.begin()->second.from_batch;
+  for (const auto& [arrival, e] : window_) state.waiting.push_back(e.index);
+  return state;
+}
+
+std::vector<int64_t> PackPlanner::Plan(int64_t epoch, int64_t position, int64_t global,
+                                       bool last_in_epoch, std::span<const int64_t> indices,
+                                       std::stop_token stop) {
+  MutexLock lock(mu_);
+  PlannedPack plan;
+  Admit(epoch, position, indices, plan, std::move(stop));
+  std::vector<int64_t> samples;
+  for (std::vector<Entry>& row :
+       TakePackRows(window_, by_tokens_, options_.seq_len, last_in_epoch,
+                    PackWindowAt(options_, position, static_cast<int64_t>(indices.size())))) {
+    std::vector<int64_t> ids;
+    for (const Entry& e : row) {
+      ids.push_back(e.index);
+      samples.push_back(e.index);
+    }
+    plan.rows.push_back(std::move(ids));
+  }
+  if (last_in_epoch) {
+    plan.after = StateAfter(epoch + 1, 0);
+  } else {
+    plan.after = StateAfter(epoch, position + 1);
+  }
+  plans_[global] = std::move(plan);
+  return samples;
+}
+
+std::optional<PlannedPack> PackPlanner::Take(int64_t global) {
+  MutexLock lock(mu_);
+  const auto it = plans_.find(global);
+  if (it == plans_.end()) return std::nullopt;
+  PlannedPack plan = std::move(it->second);
+  plans_.erase(it);
+  return plan;
+}
+
+Status PackPlanner::Restore(const PackState& state, const InputBatch& batch_of) {
+  MutexLock lock(mu_);
+  window_.clear();
+  by_tokens_.clear();
+  plans_.clear();
+  std::vector<int64_t> waiting = state.waiting;
+  std::sort(waiting.begin(), waiting.end());
+  std::vector<int64_t> found;
+  for (int64_t p = state.from_batch; p < state.next_batch; ++p) {
+    std::vector<int64_t> keep;
+    for (const int64_t index : batch_of(state.epoch, p)) {
+      if (std::binary_search(waiting.begin(), waiting.end(), index)) keep.push_back(index);
+    }
+    const size_t before = window_.size();
+    PlannedPack dropped;
+    Admit(state.epoch, p, keep, dropped);
+    if (window_.size() != before + keep.size()) {
+      return Status::InvalidArgument(
+          "packing: resume: a waiting sample of the saved window is now left out (longer than "
+          "batch.pack.seq_len): the dataset or the pipeline changed since the state was saved");
+    }
+    found.insert(found.end(), keep.begin(), keep.end());
+  }
+  std::sort(found.begin(), found.end());
+  if (found != waiting) {
+    return Status::InvalidArgument(
+        "packing: resume: the saved window's " + std::to_string(waiting.size()) +
+        " samples are not those the input batches hold (" + std::to_string(found.size()) +
+        " found): the dataset or the pipeline changed since the state was saved");
+  }
+  return Status::Ok();
+}
+
+void PackPlanner::Skip(int64_t epoch, int64_t to, const InputBatch& batch_of) {
+  for (int64_t p = 0; p < to; ++p) {
+    const std::vector<int64_t> indices = batch_of(epoch, p);
+    (void)Plan(epoch, p, -1 - p, false, indices);
+    MutexLock lock(mu_);
+    plans_.erase(-1 - p);
+  }
+}
+
+int64_t PackPlanner::samples_sized() const {
+  MutexLock lock(mu_);
+  return samples_sized_;
+}
+
+}  // namespace headrace

@@ -1,0 +1,109 @@
+// PackPlanner: batch.pack decided before the samples run, from the sizes their size pass
+// tells (exec/README.md, "Packing": planned), so that a packed batch's samples are
+// computed in row order and its patches written where the packed batch holds them.
+//
+//   planner.Plan(epoch, position, global, last, indices)   the engine's driver, in order:
+//       input batch `position` of the epoch -> the samples of packed batch `position`,
+//       in row order (EngineOptions::compose)
+//   planner.Take(global)                                    the consumer: its rows
+//
+// The rows are the Packer's rule (TakePackRows, PackWindowAt) over the told token counts:
+// the window holds sample indices only (nothing computed waits), input batch p's samples
+// join it, and the rows built then are packed batch p. A sample longer than seq_len is
+// planned as seq_len tokens (overflow: truncate; the Packer cuts it), or left out and
+// never computed: skip, or a cut that would drop vision tokens (the Packer's error). A sample whose size the pass cannot tell (bytes that do not
+// parse: it will most likely fail) is planned as a full row. Sizes are a pure function of
+// the sample's bytes, so the rows are as deterministic as the Packer's; what differs is a
+// sample that fails once computed: its row keeps the room as padding, where the Packer,
+// which packs after the samples ran, never saw it.
+//
+// Thread-safe: Plan on the driver thread, Take on the consumer's, Restore before either.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "headrace/core/sample.h"
+#include "headrace/core/status.h"
+#include "headrace/exec/packer.h"
+#include "headrace/exec/thread_annotations.h"
+
+namespace headrace {
+
+// What the plan of one packed batch is, for its consumer.
+struct PlannedPack {
+  std::vector<std::vector<int64_t>> rows;  // dataset indices, each row's in row order
+  int64_t skipped = 0;                     // samples left out as longer than seq_len
+  // Samples left out because cutting them to seq_len would drop vision tokens (the
+  // Packer's error for it, named by their record's id), never computed.
+  std::vector<SampleError> failed;
+  PackState after;                         // where the planner stands once it is delivered
+};
+
+class PackPlanner {
+ public:
+  // What the size pass told of a sample: its tokens, and the vision tokens among them,
+  // those past seq_len too (a cut to seq_len would drop them).
+  struct Told {
+    int64_t tokens = 0;
+    int64_t vision = 0;
+    int64_t vision_past_seq_len = 0;
+    std::string id;  // the record's, for an error
+  };
+  // What was told of samples `indices` of epoch `epoch`, in order (nullopt: not told).
+  // `stop`: give up waiting (the run is stopping), telling nothing.
+  using Sizer = std::function<std::vector<std::optional<Told>>(
+      int64_t epoch, std::span<const int64_t> indices, std::stop_token stop)>;
+  // An input batch's samples: position (rank-local batch in the epoch) -> indices.
+  using InputBatch = std::function<std::vector<int64_t>(int64_t epoch, int64_t position)>;
+
+  // options: seq_len, window, overflow, epoch_batches (the rank's input batches an epoch).
+  PackPlanner(PackOptions options, Sizer sizer) : options_(std::move(options)), sizer_(std::move(sizer)) {}
+
+  // Input batch `position` of `epoch` (rank-local; `global`: its rank-local run index),
+  // in order: the samples packed batch `position` holds, in row order. Its plan waits for
+  // Take(global).
+  std::vector<int64_t> Plan(int64_t epoch, int64_t position, int64_t global, bool last_in_epoch,
+                            std::span<const int64_t> indices, std::stop_token stop = {});
+  // The plan of packed batch `global` (removed), nullopt if none was made.
+  std::optional<PlannedPack> Take(int64_t global);
+
+  // Continues from `state` (saved after a packed batch was delivered): the window of
+  // state.waiting, rebuilt by sizing those samples of input batches [from_batch,
+  // next_batch), so that the next Plan is of input batch state.next_batch. Fails when the
+  // batches no longer hold the waiting samples (the dataset or the pipeline changed).
+  Status Restore(const PackState& state, const InputBatch& batch_of);
+  // Plans input batches [0, to) of `epoch` and drops them (a start at batch `to` without
+  // a saved state: the window as an unbroken run has it there).
+  void Skip(int64_t epoch, int64_t to, const InputBatch& batch_of);
+
+  int64_t samples_sized() const;
+
+ private:
+  struct Entry {
+    int64_t index = 0;
+    int64_t from_batch = 0;
+    int64_t tokens = 0;
+  };
+  // Adds sized samples to the window; those left out go to `plan` (skipped, failed).
+  void Admit(int64_t epoch, int64_t position, std::span<const int64_t> indices,
+             PlannedPack& plan, std::stop_token stop = {}) HR_REQUIRES(mu_);
+  PackState StateAfter(int64_t epoch, int64_t next_batch) const HR_REQUIRES(mu_);
+
+  const PackOptions options_;
+  const Sizer sizer_;
+  mutable Mutex mu_;
+  std::map<int64_t, Entry> window_ HR_GUARDED_BY(mu_);
+  std::multimap<int64_t, int64_t> by_tokens_ HR_GUARDED_BY(mu_);
+  int64_t arrivals_ HR_GUARDED_BY(mu_) = 0;
+  std::map<int64_t, PlannedPack> plans_ HR_GUARDED_BY(mu_);
+  int64_t samples_sized_ HR_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace headrace

@@ -1,0 +1,133 @@
+#include "headrace/exec/pack_sizer.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "headrace/ops/text/tokenize.h"
+
+namespace headrace {
+
+bool ChainTellsTokens(const EngineInputs& inputs) {
+  if (inputs.chains.size() != 1) return false;
+  for (const auto& op : inputs.chains.front().ops) {
+    if (!op->Tells()) return false;
+    if (dynamic_cast<const TokenizeOp*>(op.get()) != nullptr) return true;
+  }
+  return false;
+}
+
+namespace {
+
+// One batch's media reads, waited for together.
+struct Reads {
+  std::mutex mu;
+  std::condition_variable_any done;
+  int pending = 0;
+  std::vector<std::vector<std::optional<Result<Buffer>>>> got;  // per sample, per item
+};
+
+}  // namespace
+
+PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
+                                     int token_field, const PackOptions& pack) {
+  return [inputs = std::move(inputs), token_field, seq_len = pack.seq_len,
+          vision_ids = pack.vision_token_ids](int64_t epoch, std::span<const int64_t> indices,
+                                              std::stop_token stop) {
+    const Source& source = *inputs->source;
+    const OpChain& chain = inputs->chains.front();
+    const RecordStore& store = source.records(epoch);
+    const size_t n = indices.size();
+    std::vector<SampleRecord> scratch(n);
+    std::vector<const SampleRecord*> records(n);
+    for (size_t s = 0; s < n; ++s) records[s] = &store.Get(indices[s], scratch[s]);
+
+    auto reads = std::make_shared<Reads>();
+    reads->got.resize(n);
+    {
+      std::lock_guard lock(reads->mu);
+      for (size_t s = 0; s < n; ++s) {
+        if (records[s]->status.ok() && inputs->reads_media) {
+          reads->got[s].resize(records[s]->media.size());
+          reads->pending += static_cast<int>(records[s]->media.size());
+        }
+      }
+    }
+    for (size_t s = 0; s < n; ++s) {
+      if (!records[s]->status.ok() || !inputs->reads_media) continue;
+      Storage* routed = source.info().entries.empty() ? nullptr : source.StorageFor(indices[s]);
+      Storage& storage = routed != nullptr ? *routed : *source.storage();
+      for (size_t m = 0; m < records[s]->media.size(); ++m) {
+        const MediaRef& ref = records[s]->media[m];
+        ReadCallback done = [reads, s, m](Result<Buffer> bytes) {
+          std::lock_guard lock(reads->mu);
+          reads->got[s][m] = std::move(bytes);
+          if (--reads->pending == 0) reads->done.notify_all();
+        };
+        if (ref.offset == 0 && ref.length < 0) {
+          storage.ReadAsyncGated(ref.uri, std::move(done), [](int64_t) { return true; });
+        } else {
+          storage.ReadRangeAsyncGated(ref.uri, ref.offset, ref.length, std::move(done),
+                                      [](int64_t) { return true; });
+        }
+      }
+    }
+    std::vector<std::optional<PackPlanner::Told>> told(n);
+    {
+      // The reads' callbacks hold `reads`: a run that stops leaves them to finish alone.
+      std::unique_lock lock(reads->mu);
+      if (!reads->done.wait(lock, stop, [&] { return reads->pending == 0; })) return told;
+    }
+
+    std::vector<Value> values;
+    std::vector<int64_t> rows(inputs->fields.size());
+    for (size_t s = 0; s < n; ++s) {
+      if (!records[s]->status.ok()) continue;
+      std::vector<Buffer> media;
+      bool read = true;
+      for (std::optional<Result<Buffer>>& got : reads->got[s]) {
+        if (!got.has_value() || !got->ok()) {
+          read = false;
+          break;
+        }
+        media.push_back(**std::move(got));
+      }
+      if (!read) continue;
+      Sample sample;
+      sample.epoch = epoch;
+      sample.index = indices[s];
+      sample.record = records[s];
+      if (!source.Fill(std::move(media), sample).ok()) continue;
+      values.assign(static_cast<size_t>(chain.num_values), Value());
+      FillSourceValues(chain.source_values, sample, values);
+      SampleContext ctx;
+      ctx.sample = &sample;
+      ctx.values = values;
+      std::fill(rows.begin(), rows.end(), 0);
+      TokenizeOp::ForgetToldOnThisThread();
+      TellRows(chain.ops, ctx, rows);
+      const int64_t tokens = rows[static_cast<size_t>(token_field)];
+      if (tokens > 0) {
+        PackPlanner::Told t;
+        t.tokens = tokens;
+        t.id = records[s]->id;
+        // Where the vision tokens lie: text.tokenize's ids, as the pass tokenized them.
+        const std::span<const int64_t> ids = TokenizeOp::ToldOnThisThread();
+        for (size_t i = 0; i < ids.size(); ++i) {
+          if (std::find(vision_ids.begin(), vision_ids.end(), ids[i]) == vision_ids.end()) continue;
+          ++t.vision;
+          if (static_cast<int64_t>(i) >= seq_len) ++t.vision_past_seq_len;
+        }
+        told[s] = std::move(t);
+      }
+      TokenizeOp::ForgetToldOnThisThread();
+      reads->got[s].clear();  // the bytes go now, not with the batch
+    }
+    return told;
+  };
+}
+
+}  // namespace headrace
