@@ -39,6 +39,10 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
                                               std::stop_token stop) {
     const Source& source = *inputs->source;
     const OpChain& chain = inputs->chains.front();
+    const TokenizeOp* tokenize = nullptr;
+    for (const auto& op : chain.ops) {
+      if (tokenize == nullptr) tokenize = dynamic_cast<const TokenizeOp*>(op.get());
+    }
     const RecordStore& store = source.records(epoch);
     const size_t n = indices.size();
     std::vector<SampleRecord> scratch(n);
@@ -122,6 +126,8 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
           if (static_cast<int64_t>(i) >= seq_len) ++t.vision_past_seq_len;
         }
         told[s] = std::move(t);
+        // The sample's own size pass, on the thread that runs it, takes these tokens.
+        if (tokenize != nullptr) tokenize->HandOffTold(epoch, indices[s]);
       }
       TokenizeOp::ForgetToldOnThisThread();
       reads->got[s].clear();  // the bytes go now, not with the batch

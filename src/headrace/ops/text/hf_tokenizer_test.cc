@@ -814,6 +814,76 @@ TEST(TokenizeOp, TheSizePassTellsTheTokensRunAppends) {
   EXPECT_EQ(counted, (std::vector<int64_t>{0, 0, 0}));
 }
 
+// A size pass on one thread (a planned pack's sizer, on the engine's driver) hands its
+// tokens over to the thread that runs the sample: that thread's size pass takes them
+// (keyed by epoch and index, with the grids told) instead of tokenizing again.
+TEST(TokenizeOp, ASizePassHandsItsTokensToTheThreadThatRunsTheSample) {
+  TokenizeSpec spec;
+  spec.tokenizer = "t";
+  spec.chat_template = kChatMl;
+  spec.image_token = "<|image_pad|>";
+  spec.grid_field = "image_grid_thw";
+  spec.max_length = 64;
+  spec.pad = false;
+  auto op = TokenizeOp::FromTokenizer(
+      spec, TokenizerJson(), {}, 0, 2, 4, 0, -1,
+      TokenizeOp::GridInput{TokenizeOp::GridInput::Layout::kAppended, 6, 0, 2, "image_grid_thw"});
+  ASSERT_TRUE(op.ok()) << op.status().ToString();
+  std::vector<Turn> turns = {{Role::kUser, "<image>he"}, {Role::kAssistant, "hello"}};
+  const TurnsView view{turns};
+  SampleRecord record;
+  // Sample `index`'s size pass on this thread with grids `grids`: the tokens told.
+  const auto pass = [&](int64_t index, const std::vector<int64_t>& grids) {
+    Sample sample;
+    sample.record = &record;
+    sample.epoch = 1;
+    sample.index = index;
+    std::vector<Value> values = {view};
+    SampleContext ctx;
+    ctx.values = values;
+    ctx.sample = &sample;
+    std::vector<SizePass::Size> images(1);
+    std::vector<int64_t> counted(7, 0);
+    std::vector<std::vector<int64_t>> told_grids(7);
+    told_grids[6] = grids;
+    SizePass p{&ctx, images, counted, told_grids};
+    EXPECT_TRUE((*op)->Predict(p));
+    return std::vector<int64_t>(TokenizeOp::ToldOnThisThread().begin(),
+                                TokenizeOp::ToldOnThisThread().end());
+  };
+  const std::vector<int64_t> two = {1, 2, 4};   // 2 image tokens
+  const std::vector<int64_t> four = {1, 2, 8};  // 4
+  const std::vector<int64_t> he = pass(5, two);
+  (*op)->HandOffTold(1, 5);
+  (*op)->HandOffTold(1, 6);  // nothing told for 6 on this thread: nothing handed off
+  EXPECT_TRUE(TokenizeOp::ToldOnThisThread().empty()) << "handed off, not kept here";
+  (void)pass(7, two);
+  (*op)->HandOffTold(1, 7);
+  turns[1].text = "bye bye";  // what a fresh tokenization would now see
+  std::vector<int64_t> taken, fresh, other_grids, again;
+  std::thread runner([&] {
+    taken = pass(5, two);         // the hand-off: the tokens of "hello"
+    again = pass(5, two);         // taken once: tokenized anew
+    other_grids = pass(7, four);  // told with other grids: tokenized anew
+  });
+  runner.join();
+  fresh = pass(9, two);
+  EXPECT_EQ(taken, he);
+  EXPECT_NE(fresh, he);
+  EXPECT_EQ(again, fresh);
+  EXPECT_EQ(std::count(other_grids.begin(), other_grids.end(), int64_t{kImagePad}), 4);
+
+  // At most kHandOffs wait: the oldest go.
+  turns[1].text = "hello";
+  for (int64_t i = 0; i <= static_cast<int64_t>(TokenizeOp::kHandOffs); ++i) {
+    (void)pass(100 + i, two);
+    (*op)->HandOffTold(1, 100 + i);
+  }
+  turns[1].text = "bye bye";
+  EXPECT_EQ(pass(100, two), fresh) << "dropped: tokenized anew";
+  EXPECT_EQ(pass(101, two), he) << "kept";
+}
+
 TEST(ResolveImageTokens, APresetGivesTheVisionTokensAndExplicitKeysOverrideIt) {
   TokenizeSpec spec;
   spec.preset = VisionModel::kQwen3Vl;

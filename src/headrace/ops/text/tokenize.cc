@@ -589,6 +589,42 @@ std::span<const int64_t> TokenizeOp::ToldOnThisThread() {
 
 void TokenizeOp::ForgetToldOnThisThread() { tls_told.op = nullptr; }
 
+void TokenizeOp::HandOffTold(int64_t epoch, int64_t index) const {
+  Told& told = tls_told;
+  if (told.op != this || told.epoch != epoch || told.index != index) return;
+  told.op = nullptr;
+  std::lock_guard lock(handed_mu_);
+  const auto key = std::make_pair(epoch, index);
+  auto [it, added] = handed_.try_emplace(key);
+  it->second.grids = told.grids;
+  it->second.ids = told.ids;
+  it->second.labels = told.labels;
+  if (added) handed_order_.push_back(key);
+  // Keys whose hand-off was taken leave from the front (samples run about in order).
+  while (!handed_order_.empty() && handed_.count(handed_order_.front()) == 0) {
+    handed_order_.pop_front();
+  }
+  while (handed_.size() > kHandOffs && !handed_order_.empty()) {
+    handed_.erase(handed_order_.front());
+    handed_order_.pop_front();
+  }
+}
+
+bool TokenizeOp::TakeHandedOff(int64_t epoch, int64_t index, const std::vector<int64_t>& grids,
+                               std::vector<int64_t>& ids, std::vector<int64_t>& labels) const {
+  std::lock_guard lock(handed_mu_);
+  if (handed_.empty()) return false;
+  const auto it = handed_.find(std::make_pair(epoch, index));
+  if (it == handed_.end()) return false;
+  const bool same = it->second.grids == grids;
+  if (same) {
+    ids.swap(it->second.ids);
+    labels.swap(it->second.labels);
+  }
+  handed_.erase(it);  // its key stays in handed_order_ until its turn: erasing it then is a no-op
+  return same;
+}
+
 bool TokenizeOp::Predict(SizePass& pass) const {
   if (pad_) return true;  // the fields are fixed rows: nothing appended
   tls_told.op = nullptr;
@@ -602,34 +638,41 @@ bool TokenizeOp::Predict(SizePass& pass) const {
   for (int r = 0; r < 3; ++r) rows[r] = buffer.data() + r * max_length;
   Told& told = tls_told;
   told.grids.clear();
-  Status status;
+  int image_tokens = hf_ != nullptr ? hf_->image_tokens : 0;
   if (hf_ != nullptr && grids_.layout != GridInput::Layout::kNone) {
     if (grids_.layout != GridInput::Layout::kAppended || pass.grids.empty()) return false;
     told.grids = pass.grids[static_cast<size_t>(grids_.row)];
-    status = TokenizeImages(told.grids, VideoCounts{}, conversation->turns, rows);
-  } else if (hf_ != nullptr) {
-    int image_tokens = hf_->image_tokens;
-    if (image_slot_ >= 0) {
-      const SizePass::Size image = pass.images[static_cast<size_t>(image_slot_)];
-      if (image.width <= 0) return false;
-      const Result<int> tokens = hf_->ImageTokens(image.width, image.height);
-      if (!tokens.ok()) return false;
-      image_tokens = *tokens;
-      told.grids = {image.width, image.height};
-    }
-    status = TokenizeChat(*hf_, conversation->turns, image_tokens, rows[0], rows[1], rows[2]);
-  } else {
-    status = TokenizeConversation(*model_, template_, conversation->turns, rows[0], rows[1],
-                                  rows[2]);
+  } else if (hf_ != nullptr && image_slot_ >= 0) {
+    const SizePass::Size image = pass.images[static_cast<size_t>(image_slot_)];
+    if (image.width <= 0) return false;
+    const Result<int> tokens = hf_->ImageTokens(image.width, image.height);
+    if (!tokens.ok()) return false;
+    image_tokens = *tokens;
+    told.grids = {image.width, image.height};
   }
-  if (!status.ok()) return false;
-  const int64_t n = std::find(rows[1], rows[1] + max_length, 0) - rows[1];
-  told.ids.assign(rows[0], rows[0] + n);
-  told.labels.assign(rows[2], rows[2] + n);
+  const int64_t epoch = pass.ctx->sample->epoch;
+  const int64_t index = pass.ctx->sample->index;
+  if (!TakeHandedOff(epoch, index, told.grids, told.ids, told.labels)) {
+    // Tokenized here (no other thread's size pass handed this sample over).
+    Status status;
+    if (hf_ != nullptr && grids_.layout != GridInput::Layout::kNone) {
+      status = TokenizeImages(told.grids, VideoCounts{}, conversation->turns, rows);
+    } else if (hf_ != nullptr) {
+      status = TokenizeChat(*hf_, conversation->turns, image_tokens, rows[0], rows[1], rows[2]);
+    } else {
+      status = TokenizeConversation(*model_, template_, conversation->turns, rows[0], rows[1],
+                                    rows[2]);
+    }
+    if (!status.ok()) return false;
+    const int64_t n = std::find(rows[1], rows[1] + max_length, 0) - rows[1];
+    told.ids.assign(rows[0], rows[0] + n);
+    told.labels.assign(rows[2], rows[2] + n);
+  }
+  const auto n = static_cast<int64_t>(told.ids.size());
   told.tokens = n;
   told.turns = conversation->turns.data();
-  told.epoch = pass.ctx->sample->epoch;
-  told.index = pass.ctx->sample->index;
+  told.epoch = epoch;
+  told.index = index;
   told.op = this;
   for (const int row : {input_ids_row_, labels_row_, attention_mask_row_}) {
     pass.rows[static_cast<size_t>(row)] += n;

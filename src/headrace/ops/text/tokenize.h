@@ -13,6 +13,10 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <utility>
 #include <memory>
 #include <span>
 #include <string>
@@ -333,6 +337,12 @@ class TokenizeOp : public Op {
   // pack's sizer, exec/pack_sizer.h), which sees where the vision tokens lie.
   static std::span<const int64_t> ToldOnThisThread();
   static void ForgetToldOnThisThread();
+  // Hands what the last Predict on this thread tokenized for sample (epoch, index) over
+  // to the thread that will run the sample: its own size pass then takes it instead of
+  // tokenizing again (a planned pack sizes every sample on the engine's driver first).
+  // At most kHandOffs wait; the oldest go first (their samples tokenize again).
+  void HandOffTold(int64_t epoch, int64_t index) const;
+  static constexpr size_t kHandOffs = 4096;
   bool Tells() const override {
     return pad_ || (videos_.grids.layout == GridInput::Layout::kNone &&
                     (hf_ == nullptr || grids_.layout == GridInput::Layout::kNone ||
@@ -369,6 +379,18 @@ class TokenizeOp : public Op {
   int attention_mask_row_;
   int labels_row_;
   int conversation_slot_;
+  // HandOffTold's: (epoch, index) -> the grids counted and the tokens (ids, then labels).
+  struct HandedOff {
+    std::vector<int64_t> grids;
+    std::vector<int64_t> ids;
+    std::vector<int64_t> labels;
+  };
+  mutable std::mutex handed_mu_;
+  mutable std::map<std::pair<int64_t, int64_t>, HandedOff> handed_;
+  mutable std::deque<std::pair<int64_t, int64_t>> handed_order_;  // oldest first
+  // Takes the hand-off of sample (epoch, index) if its grids are `grids`.
+  bool TakeHandedOff(int64_t epoch, int64_t index, const std::vector<int64_t>& grids,
+                     std::vector<int64_t>& ids, std::vector<int64_t>& labels) const;
 };
 
 }  // namespace headrace
