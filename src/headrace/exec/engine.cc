@@ -288,6 +288,15 @@ void Engine::IssueSample(const std::shared_ptr<BatchJob>& job, int slot) {
   } else if (!inputs_->reads_media || record.media.empty()) {
     // Nothing to read (a text-only record: the op that needs a media field says so).
     chain_->Submit(job, slot, {}, 0);
+  } else if (std::optional<std::vector<Buffer>> media =
+                 options_.media_of ? options_.media_of(job->position.epoch,
+                                                       job->sample_indices[slot])
+                                   : std::nullopt;
+             media.has_value() && media->size() == record.media.size()) {
+    for (const Buffer& b : *media) {
+      media_handed_bytes_.fetch_add(static_cast<int64_t>(b.size()), std::memory_order_relaxed);
+    }
+    chain_->Submit(job, slot, std::move(*media), 0);
   } else {
     read_->Issue(job, slot);
   }
@@ -333,7 +342,7 @@ EngineMetrics Engine::Metrics() const {
         entry_bytes_ != nullptr ? entry_bytes_[e].load(std::memory_order_relaxed) : 0});
   }
   m.batches_delivered = d.batches_delivered;
-  m.bytes_read = read_->bytes_read();
+  m.bytes_read = read_->bytes_read() + media_handed_bytes_.load(std::memory_order_relaxed);
   m.bytes_copied = assemble_->bytes_copied();
   m.budget_peak_bytes = gauge_.peak();
   m.budget_used_bytes = gauge_.used();

@@ -140,6 +140,10 @@ struct EngineOptions {
   std::function<std::vector<int64_t>(const BatchPosition& position,
                                      std::span<const int64_t> samples, std::stop_token stop)>
       compose;
+  // A sample's media already read by whoever composed its batch (a planned pack's sizer
+  // read them to size the sample): taken instead of reading them again (nullopt: read).
+  // Called on the driver thread as each sample starts.
+  std::function<std::optional<std::vector<Buffer>>(int64_t epoch, int64_t index)> media_of;
   EpochOrderOptions order;
   // Error budget: fail once failed / attempted > max_error_rate, with at least
   // min_samples attempted (or at the end of each epoch).
@@ -287,6 +291,7 @@ class Engine {
   std::condition_variable_any drained_cv_;
   int64_t outstanding_ HR_GUARDED_BY(drain_mu_) = 0;
   std::atomic<int64_t> driver_done_ns_{-1};  // when the driver admitted its last batch
+  std::atomic<int64_t> media_handed_bytes_{0};  // media taken from EngineOptions::media_of
   std::thread driver_;
 };
 

@@ -11,8 +11,12 @@
 #include <fstream>
 #include <latch>
 #include <map>
-#include <thread>
+#include <mutex>
+#include <optional>
 #include <set>
+#include <span>
+#include <stop_token>
+#include <thread>
 
 namespace headrace {
 namespace {
@@ -688,6 +692,71 @@ TEST_P(EngineConformance, SumsTheVideoFramesAnOpDecodedAndTook) {
   ASSERT_TRUE(plain.ok()) << plain.status().ToString();
   ASSERT_EQ(Drain(**plain).size(), 2u);
   EXPECT_EQ((*plain)->Metrics().ops[0].frames_decoded, -1);
+}
+
+// EngineOptions::compose decides which samples a batch computes, in which order (a
+// planned pack's packed batches); media_of hands over media already read, which the
+// samples then run on instead of reading them.
+TEST_P(EngineConformance, ComposedBatchesRunTheirSamplesInOrderOnMediaHandedOver) {
+  auto records = Records(12);
+  EngineInputs in;
+  in.source =
+      MakeRecordSource(std::make_shared<VectorRecords>(records), MakeLocalStorage({.threads = 2}));
+  in.chain().ops.push_back(std::make_unique<FillOp>());
+  in.fields.push_back(FieldSpec{"row", DType::kI64, {4}});
+  in.reads_media = GetParam().reads_media;
+  EngineOptions opt;
+  opt.cpu_threads = GetParam().threads;
+  opt.prefetch_depth = GetParam().depth;
+  opt.order.batch_size = 4;
+  opt.order.shuffle = false;
+  opt.deliver_empty_batches = true;
+  std::vector<int64_t> composed_at;  // the driver's calls, in order
+  opt.compose = [&](const BatchPosition& p, std::span<const int64_t> samples, std::stop_token) {
+    composed_at.push_back(p.local_index);
+    std::vector<int64_t> out(samples.rbegin(), samples.rend());  // reversed
+    if (p.local_index == 1) out.clear();                      // nothing
+    if (p.local_index == 2) out.push_back(0);                 // and one of batch 0's again
+    return out;
+  };
+  std::mutex mu;
+  int64_t handed = 0;
+  opt.media_of = [&](int64_t, int64_t index) -> std::optional<std::vector<Buffer>> {
+    if (index % 2 == 0) return std::nullopt;  // read as usual
+    std::lock_guard lock(mu);
+    ++handed;
+    return std::vector<Buffer>{*Buffer::CopyOf("xyz", 3)};
+  };
+  auto engine = Engine::Start(std::move(in), opt);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  std::vector<std::vector<int64_t>> got;
+  while (true) {
+    auto next = (*engine)->Next();
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    if (!next->has_value()) break;
+    const Tensor* row = (*next)->Find("row");
+    std::vector<int64_t> indices;
+    for (int64_t s = 0; s < (*next)->size(); ++s) {
+      const int64_t* r = row->data<int64_t>() + 4 * s;
+      indices.push_back(r[0]);
+      if (!GetParam().reads_media) continue;
+      if (r[0] % 2 == 1) {
+        EXPECT_EQ(r[2], 3) << "the media handed over, not the file";
+        EXPECT_EQ(r[3], 'x');
+      } else {
+        EXPECT_EQ(r[2], r[0] + 1) << "the file, read";
+      }
+    }
+    got.push_back(indices);
+  }
+  EXPECT_EQ(got, (std::vector<std::vector<int64_t>>{{3, 2, 1, 0}, {}, {11, 10, 9, 8, 0}}));
+  EXPECT_EQ(composed_at, (std::vector<int64_t>{0, 1, 2}));
+  if (GetParam().reads_media) {
+    EXPECT_EQ(handed, 4);
+    EXPECT_EQ((*engine)->Metrics().bytes_read, 4 * 3 + (1 + 3 + 9 + 11 + 1)) << "both counted";
+  } else {
+    EXPECT_EQ(handed, 0) << "nothing to read: not asked";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, EngineConformance,

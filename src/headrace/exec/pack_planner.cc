@@ -6,8 +6,7 @@
 namespace headrace {
 
 void PackPlanner::Admit(int64_t epoch, int64_t position, std::span<const int64_t> indices,
-                        PlannedPack& plan, std::stop_token stop) {
-  const std::vector<std::optional<Told>> told = sizer_(epoch, indices, std::move(stop));
+                        const std::vector<std::optional<Told>>& told, PlannedPack& plan) {
   samples_sized_ += static_cast<int64_t>(indices.size());
   for (size_t s = 0; s < indices.size(); ++s) {
     // Not told: a full row (see the header).
@@ -49,9 +48,10 @@ PackState PackPlanner::StateAfter(int64_t epoch, int64_t next_batch) const {
 std::vector<int64_t> PackPlanner::Plan(int64_t epoch, int64_t position, int64_t global,
                                        bool last_in_epoch, std::span<const int64_t> indices,
                                        std::stop_token stop) {
+  const std::vector<std::optional<Told>> told = sizer_(epoch, indices, std::move(stop));
   MutexLock lock(mu_);
   PlannedPack plan;
-  Admit(epoch, position, indices, plan, std::move(stop));
+  Admit(epoch, position, indices, told, plan);
   std::vector<int64_t> samples;
   for (std::vector<Entry>& row :
        TakePackRows(window_, by_tokens_, options_.seq_len, last_in_epoch,
@@ -96,7 +96,7 @@ Status PackPlanner::Restore(const PackState& state, const InputBatch& batch_of) 
     }
     const size_t before = window_.size();
     PlannedPack dropped;
-    Admit(state.epoch, p, keep, dropped);
+    Admit(state.epoch, p, keep, sizer_(state.epoch, keep, {}), dropped);
     if (window_.size() != before + keep.size()) {
       return Status::InvalidArgument(
           "packing: resume: a waiting sample of the saved window is now left out (longer than "

@@ -92,8 +92,9 @@ class PackPlanner {
     int64_t tokens = 0;
   };
   // Adds sized samples to the window; those left out go to `plan` (skipped, failed).
+  // (The sizes are had before the lock is taken: a consumer's Take does not wait on reads.)
   void Admit(int64_t epoch, int64_t position, std::span<const int64_t> indices,
-             PlannedPack& plan, std::stop_token stop = {}) HR_REQUIRES(mu_);
+             const std::vector<std::optional<Told>>& told, PlannedPack& plan) HR_REQUIRES(mu_);
   PackState StateAfter(int64_t epoch, int64_t next_batch) const HR_REQUIRES(mu_);
 
   const PackOptions options_;

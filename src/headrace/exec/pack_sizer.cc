@@ -7,7 +7,6 @@
 #include <utility>
 #include <vector>
 
-#include "headrace/ops/text/tokenize.h"
 
 namespace headrace {
 
@@ -15,9 +14,45 @@ bool ChainTellsTokens(const EngineInputs& inputs) {
   if (inputs.chains.size() != 1) return false;
   for (const auto& op : inputs.chains.front().ops) {
     if (!op->Tells()) return false;
-    if (dynamic_cast<const TokenizeOp*>(op.get()) != nullptr) return true;
+    if (op->TellsTokens()) return true;
   }
   return false;
+}
+
+void ReadMedia::Put(int64_t epoch, int64_t index, std::vector<Buffer> media) {
+  int64_t n = 0;
+  for (const Buffer& b : media) n += static_cast<int64_t>(b.size());
+  if (n > max_bytes_) return;
+  std::lock_guard lock(mu_);
+  const auto key = std::make_pair(epoch, index);
+  if (media_.count(key) > 0) return;
+  media_.emplace(key, std::move(media));
+  order_.push_back(key);
+  bytes_ += n;
+  while (bytes_ > max_bytes_ && !order_.empty()) {
+    const auto oldest = media_.find(order_.front());
+    order_.pop_front();
+    if (oldest == media_.end()) continue;  // taken already
+    for (const Buffer& b : oldest->second) bytes_ -= static_cast<int64_t>(b.size());
+    media_.erase(oldest);
+  }
+}
+
+std::optional<std::vector<Buffer>> ReadMedia::Take(int64_t epoch, int64_t index) {
+  std::lock_guard lock(mu_);
+  const auto it = media_.find(std::make_pair(epoch, index));
+  if (it == media_.end()) return std::nullopt;
+  std::vector<Buffer> media = std::move(it->second);
+  media_.erase(it);
+  for (const Buffer& b : media) bytes_ -= static_cast<int64_t>(b.size());
+  // Keys taken leave the front of the order as they come to it (samples run about in order).
+  while (!order_.empty() && media_.count(order_.front()) == 0) order_.pop_front();
+  return media;
+}
+
+int64_t ReadMedia::bytes() const {
+  std::lock_guard lock(mu_);
+  return bytes_;
 }
 
 namespace {
@@ -33,15 +68,16 @@ struct Reads {
 }  // namespace
 
 PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
-                                     int token_field, const PackOptions& pack) {
-  return [inputs = std::move(inputs), token_field, seq_len = pack.seq_len,
+                                     int token_field, const PackOptions& pack,
+                                     std::shared_ptr<ReadMedia> keep) {
+  return [inputs = std::move(inputs), token_field, seq_len = pack.seq_len, keep,
           vision_ids = pack.vision_token_ids](int64_t epoch, std::span<const int64_t> indices,
                                               std::stop_token stop) {
     const Source& source = *inputs->source;
     const OpChain& chain = inputs->chains.front();
-    const TokenizeOp* tokenize = nullptr;
+    const Op* tokenize = nullptr;  // the op that tells the tokens (ChainTellsTokens)
     for (const auto& op : chain.ops) {
-      if (tokenize == nullptr) tokenize = dynamic_cast<const TokenizeOp*>(op.get());
+      if (tokenize == nullptr && op->TellsTokens()) tokenize = op.get();
     }
     const RecordStore& store = source.records(epoch);
     const size_t n = indices.size();
@@ -104,6 +140,7 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
       sample.epoch = epoch;
       sample.index = indices[s];
       sample.record = records[s];
+      if (keep != nullptr) keep->Put(epoch, indices[s], media);  // shares the bytes
       if (!source.Fill(std::move(media), sample).ok()) continue;
       values.assign(static_cast<size_t>(chain.num_values), Value());
       FillSourceValues(chain.source_values, sample, values);
@@ -111,7 +148,6 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
       ctx.sample = &sample;
       ctx.values = values;
       std::fill(rows.begin(), rows.end(), 0);
-      TokenizeOp::ForgetToldOnThisThread();
       TellRows(chain.ops, ctx, rows);
       const int64_t tokens = rows[static_cast<size_t>(token_field)];
       if (tokens > 0) {
@@ -119,7 +155,8 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
         t.tokens = tokens;
         t.id = records[s]->id;
         // Where the vision tokens lie: text.tokenize's ids, as the pass tokenized them.
-        const std::span<const int64_t> ids = TokenizeOp::ToldOnThisThread();
+        const std::span<const int64_t> ids =
+            tokenize != nullptr ? tokenize->ToldTokens() : std::span<const int64_t>();
         for (size_t i = 0; i < ids.size(); ++i) {
           if (std::find(vision_ids.begin(), vision_ids.end(), ids[i]) == vision_ids.end()) continue;
           ++t.vision;
@@ -129,7 +166,6 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
         // The sample's own size pass, on the thread that runs it, takes these tokens.
         if (tokenize != nullptr) tokenize->HandOffTold(epoch, indices[s]);
       }
-      TokenizeOp::ForgetToldOnThisThread();
       reads->got[s].clear();  // the bytes go now, not with the batch
     }
     return told;

@@ -5,7 +5,13 @@
 // thread (the engine's driver), a batch's reads issued at once and waited for together.
 #pragma once
 
+#include <deque>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "headrace/exec/engine.h"
 #include "headrace/exec/pack_planner.h"
@@ -16,10 +22,30 @@ namespace headrace {
 // text.tokenize all tell (Op::Tells), text.tokenize among them.
 bool ChainTellsTokens(const EngineInputs& inputs);
 
+// The media the sizer read, kept for the engine to run the samples on instead of reading
+// them again (EngineOptions::media_of): at most `max_bytes`, the oldest dropped first
+// (their samples are read again), and those of samples a plan leaves out too.
+class ReadMedia {
+ public:
+  explicit ReadMedia(int64_t max_bytes) : max_bytes_(max_bytes) {}
+  void Put(int64_t epoch, int64_t index, std::vector<Buffer> media);
+  std::optional<std::vector<Buffer>> Take(int64_t epoch, int64_t index);
+  int64_t bytes() const;
+
+ private:
+  mutable std::mutex mu_;
+  const int64_t max_bytes_;
+  int64_t bytes_ = 0;
+  std::map<std::pair<int64_t, int64_t>, std::vector<Buffer>> media_;
+  std::deque<std::pair<int64_t, int64_t>> order_;  // oldest first
+};
+
 // The sizer over `inputs` (kept alive by it): the rows of batch field `token_field` told
 // for each sample, and where `pack`'s vision token ids lie among them (past
-// pack.seq_len); nullopt for a sample whose record, reads or size pass fail.
+// pack.seq_len); nullopt for a sample whose record, reads or size pass fail. The media
+// it read go to `keep` (null: dropped).
 PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
-                                     int token_field, const PackOptions& pack);
+                                     int token_field, const PackOptions& pack,
+                                     std::shared_ptr<ReadMedia> keep = nullptr);
 
 }  // namespace headrace

@@ -190,6 +190,14 @@ class Op {
   // Predict, or one that tells only some layouts). A planned batch.pack needs every op
   // up to text.tokenize to (exec/pack_planner.h).
   virtual bool Tells() const { return false; }
+  // An op whose size pass tells a sequence's tokens (text.tokenize): true, and the ids
+  // its last Predict on the calling thread tokenized (empty: none waits), which
+  // HandOffTold gives to whichever thread runs sample (epoch, index) next, so that its
+  // size pass takes them rather than tokenize again (a planned pack sizes every sample on
+  // the engine's driver first: exec/pack_sizer.h).
+  virtual bool TellsTokens() const { return false; }
+  virtual std::span<const int64_t> ToldTokens() const { return {}; }
+  virtual void HandOffTold(int64_t /*epoch*/, int64_t /*index*/) const {}
 };
 
 // The size pass over `ops` for the sample of `ctx` (its source values filled, none of the

@@ -262,7 +262,12 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
       const int64_t per_epoch = std::max<int64_t>(order.batches_per_rank_epoch(), 1);
       PackOptions planning = pack;
       planning.epoch_batches = order.batches_per_rank_epoch();
-      planner = std::make_shared<PackPlanner>(planning, SizeByTheSizePass(inputs_, token_field, pack));
+      // The media the sizer reads, kept for the samples' runs (not read twice) up to the
+      // I/O budget's worth: outside it (the budget counts reads in flight), an allowance.
+      auto read = std::make_shared<ReadMedia>(io_budget_bytes_);
+      planner = std::make_shared<PackPlanner>(
+          planning, SizeByTheSizePass(inputs_, token_field, pack, read));
+      opt.media_of = [read](int64_t epoch, int64_t index) { return read->Take(epoch, index); };
       opt.keep_sample_rows = false;
       opt.compose = [planner, per_epoch](const BatchPosition& p, std::span<const int64_t> samples,
                                          std::stop_token stop) {

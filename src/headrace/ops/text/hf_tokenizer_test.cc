@@ -848,15 +848,14 @@ TEST(TokenizeOp, ASizePassHandsItsTokensToTheThreadThatRunsTheSample) {
     told_grids[6] = grids;
     SizePass p{&ctx, images, counted, told_grids};
     EXPECT_TRUE((*op)->Predict(p));
-    return std::vector<int64_t>(TokenizeOp::ToldOnThisThread().begin(),
-                                TokenizeOp::ToldOnThisThread().end());
+    return std::vector<int64_t>((*op)->ToldTokens().begin(), (*op)->ToldTokens().end());
   };
   const std::vector<int64_t> two = {1, 2, 4};   // 2 image tokens
   const std::vector<int64_t> four = {1, 2, 8};  // 4
   const std::vector<int64_t> he = pass(5, two);
   (*op)->HandOffTold(1, 5);
   (*op)->HandOffTold(1, 6);  // nothing told for 6 on this thread: nothing handed off
-  EXPECT_TRUE(TokenizeOp::ToldOnThisThread().empty()) << "handed off, not kept here";
+  EXPECT_TRUE((*op)->ToldTokens().empty()) << "handed off, not kept here";
   (void)pass(7, two);
   (*op)->HandOffTold(1, 7);
   turns[1].text = "bye bye";  // what a fresh tokenization would now see

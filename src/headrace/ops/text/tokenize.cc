@@ -582,30 +582,38 @@ struct Told {
 thread_local Told tls_told;
 }  // namespace
 
-std::span<const int64_t> TokenizeOp::ToldOnThisThread() {
-  if (tls_told.op == nullptr) return {};
+std::span<const int64_t> TokenizeOp::ToldTokens() const {
+  if (tls_told.op != this) return {};
   return {tls_told.ids.data(), static_cast<size_t>(tls_told.tokens)};
 }
-
-void TokenizeOp::ForgetToldOnThisThread() { tls_told.op = nullptr; }
 
 void TokenizeOp::HandOffTold(int64_t epoch, int64_t index) const {
   Told& told = tls_told;
   if (told.op != this || told.epoch != epoch || told.index != index) return;
   told.op = nullptr;
+  const auto bytes_of = [](const HandedOff& h) {
+    return (h.ids.size() + h.labels.size()) * sizeof(int64_t);
+  };
   std::lock_guard lock(handed_mu_);
   const auto key = std::make_pair(epoch, index);
   auto [it, added] = handed_.try_emplace(key);
+  handed_bytes_ -= bytes_of(it->second);
   it->second.grids = told.grids;
   it->second.ids = told.ids;
   it->second.labels = told.labels;
+  handed_bytes_ += bytes_of(it->second);
   if (added) handed_order_.push_back(key);
   // Keys whose hand-off was taken leave from the front (samples run about in order).
   while (!handed_order_.empty() && handed_.count(handed_order_.front()) == 0) {
     handed_order_.pop_front();
   }
-  while (handed_.size() > kHandOffs && !handed_order_.empty()) {
-    handed_.erase(handed_order_.front());
+  while ((handed_.size() > kHandOffs || handed_bytes_ > kHandOffBytes) &&
+         !handed_order_.empty()) {
+    const auto oldest = handed_.find(handed_order_.front());
+    if (oldest != handed_.end()) {
+      handed_bytes_ -= bytes_of(oldest->second);
+      handed_.erase(oldest);
+    }
     handed_order_.pop_front();
   }
 }
@@ -617,6 +625,7 @@ bool TokenizeOp::TakeHandedOff(int64_t epoch, int64_t index, const std::vector<i
   const auto it = handed_.find(std::make_pair(epoch, index));
   if (it == handed_.end()) return false;
   const bool same = it->second.grids == grids;
+  handed_bytes_ -= (it->second.ids.size() + it->second.labels.size()) * sizeof(int64_t);
   if (same) {
     ids.swap(it->second.ids);
     labels.swap(it->second.labels);
