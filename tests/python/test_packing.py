@@ -17,6 +17,7 @@ and unpacked through `headrace.Loader`:
 import hashlib
 import json
 import subprocess
+import shutil
 import sys
 from pathlib import Path
 
@@ -68,7 +69,7 @@ def dataset(tmp_path_factory):
     return root
 
 
-def pipeline(root, pack=None, cpu_threads=2, pad=False, batch_size=6):
+def pipeline(root, pack=None, cpu_threads=2, pad=False, batch_size=6, overrides=None):
     fields = [{"name": "images", "kind": "image", "max_items": 4},
               {"name": "conversation", "kind": "conversation", "key": "conversations"}]
     chain = [ops.decode(field="images"),
@@ -81,7 +82,7 @@ def pipeline(root, pack=None, cpu_threads=2, pad=False, batch_size=6):
     return headrace.Pipeline(
         source={"manifest": root / "manifest.jsonl", "root": root, "fields": fields},
         ops=chain, batch_size=batch_size, seed=3, epochs=2, cpu_threads=cpu_threads,
-        memory_budget="256MiB", pack=pack)
+        memory_budget="256MiB", pack=pack, overrides=overrides)
 
 
 def per_sample(batch):
@@ -389,6 +390,44 @@ def test_a_cut_through_vision_tokens_fails_the_sample_not_the_run(dataset, refer
     assert all("vision tokens" in e and "batch.pack.seq_len 30" in e for e in failed)
     assert stats["pack_truncated"] == sum(
         1 for i, r in reference.items() if len(r["input_ids"]) > seq_len and i not in cut)
+
+
+def test_a_sample_that_fails_once_computed_is_named_and_the_others_come_once(dataset, reference,
+                                                                           tmp_path):
+    # One image whose header is whole and whose pixels are cut off: the size pass (the
+    # header) tells its size, so the rows are planned with its samples, and their decode
+    # fails. Each is named; its room in its row is padding; every other sample comes
+    # once, equal to itself unpacked.
+    root = tmp_path / "corrupt"
+    shutil.copytree(dataset, root)
+    png = (root / "images/p2.png").read_bytes()
+    (root / "images/p2.png").write_bytes(png[:60])
+    lines = (root / "manifest.jsonl").read_text().splitlines()
+    broken = {json.loads(line)["id"] for line in lines if "images/p2.png" in line}
+    broken_at = {i for i, line in enumerate(lines) if "images/p2.png" in line}
+    assert broken
+    failed, seen, padding = set(), [], 0
+    spec = pipeline(root, {"seq_len": SEQ_LEN, "window": 8},
+                    overrides={"errors.max_error_rate": 0.5})
+    with headrace.Loader(spec) as loader:
+        for batch in loader:
+            for e in batch.errors:
+                assert "corrupt_data" in e, e
+                assert e.startswith("epoch 0, index "), e
+                failed.add(int(e.split(", ")[1].split()[1]))
+            ids = np.asarray(batch["input_ids"])
+            lengths = np.asarray(batch["input_ids_lengths"])
+            padding += ids.size - int(lengths.sum())
+            for sample_id, got in per_sample(batch).items():
+                assert np.array_equal(got["input_ids"], reference[sample_id]["input_ids"])
+                assert np.array_equal(got["patches"], reference[sample_id]["patches"])
+                seen.append(sample_id)
+            if len(seen) >= SAMPLES - len(broken):
+                break  # the first epoch
+        stats = loader.stats()
+    assert failed == broken_at
+    assert sorted(seen) == sorted(set(reference) - broken)
+    assert stats["pack_planned_batches"] > 0 and padding == stats["pack_padding_tokens"]
 
 
 def budget_pipeline(root, max_tokens=600, window=8, cpu_threads=2):
