@@ -51,6 +51,7 @@ std::vector<int64_t> PackPlanner::Plan(int64_t epoch, int64_t position, int64_t 
   const std::vector<std::optional<Told>> told = sizer_(epoch, indices, std::move(stop));
   MutexLock lock(mu_);
   PlannedPack plan;
+  plan.before = StateAfter(epoch, position);
   Admit(epoch, position, indices, told, plan);
   std::vector<int64_t> samples;
   for (std::vector<Entry>& row :

@@ -43,7 +43,8 @@ struct PlannedPack {
   // Samples left out because cutting them to seq_len would drop vision tokens (the
   // Packer's error for it, named by their record's id), never computed.
   std::vector<SampleError> failed;
-  PackState after;                         // where the planner stands once it is delivered
+  PackState before;  // where the planner stood before this input batch
+  PackState after;   // where it stands once this packed batch is delivered
 };
 
 class PackPlanner {

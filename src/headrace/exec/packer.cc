@@ -346,26 +346,37 @@ Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Wai
     DType dtype;
     std::vector<int64_t> shape;
     size_t offset = 0;
+    bool from_input = false;
   };
-  // A field whose samples' bytes are, in row order, exactly the input batch's tensor of
-  // it (a planned batch: its samples were computed in row order, PackPlanner) is that
-  // tensor: no copy.
+  // A field whose samples' bytes are, in row order, one run of the input batch's tensor
+  // of it (a planned batch: its samples were computed in row order, PackPlanner) is that
+  // run of the tensor: no copy. (Not the token fields laid out as rows, nor their
+  // lengths, remade.)
   std::vector<const Tensor*> as_input(layout_.size(), nullptr);
+  std::vector<size_t> input_offset(layout_.size(), 0);
   for (size_t f = 0; f < layout_.size() && !order.empty(); ++f) {
-    if (packed_[f] || (lengths_of_[f] >= 0 && packed_[static_cast<size_t>(lengths_of_[f])])) {
+    if ((packed_[f] && laid_out) ||
+        (lengths_of_[f] >= 0 && packed_[static_cast<size_t>(lengths_of_[f])])) {
       continue;
     }
     const Tensor* in = input.Find(layout_[f].name);
     if (in == nullptr) continue;
-    const auto* at = reinterpret_cast<const char*>(in->buffer().data());
+    const auto* base = reinterpret_cast<const char*>(in->buffer().data());
+    const char* at = nullptr;  // where the run starts: the first sample's bytes
     size_t total = 0;
     bool same = true;
     for (const Waiting* w : order) {
       const std::string_view b = w->bytes[f];
-      if (!b.empty() && b.data() != at + total) same = false;
+      if (b.empty()) continue;
+      if (at == nullptr) at = b.data();
+      if (b.data() != at + total) same = false;
       total += b.size();
     }
-    if (same && total == in->nbytes()) as_input[f] = in;
+    if (at == nullptr) at = base;
+    if (same && at >= base && static_cast<size_t>(at - base) + total <= in->nbytes()) {
+      as_input[f] = in;
+      input_offset[f] = static_cast<size_t>(at - base);
+    }
   }
   std::vector<Planned> planned;
   for (size_t f = 0; f < layout_.size(); ++f) {
@@ -385,8 +396,8 @@ Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Wai
     if (!(lengths_of_[f] >= 0 && packed_[static_cast<size_t>(lengths_of_[f])])) {
       shape.insert(shape.end(), field.sample_shape.begin(), field.sample_shape.end());
     }
-    if (as_input[f] != nullptr) shape = {0};  // no room: the input's tensor
     planned.push_back({field.name, dtype, std::move(shape)});
+    if (as_input[f] != nullptr) planned.back().from_input = true;  // no room: the input's
   }
   planned.push_back({"cu_seqlens", DType::kI32, {static_cast<int64_t>(cu.size())}});
   if (laid_out) planned.push_back({"samples_per_row", DType::kI32, {n_rows}});
@@ -395,21 +406,25 @@ Result<Batch> Packer::Emit(const Batch& input, const std::vector<std::vector<Wai
     size_t bytes = DTypeSize(p.dtype);
     for (int64_t d : p.shape) bytes *= static_cast<size_t>(d);
     p.offset = total_bytes;
+    if (p.from_input) continue;
     total_bytes += (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
   }
   HR_ASSIGN_OR_RETURN(Buffer slab, Buffer::Allocate(std::max<size_t>(total_bytes, 1), memory_));
   std::vector<Tensor> tensors;
-  for (const Planned& p : planned) {
+  for (size_t i = 0; i < planned.size(); ++i) {
+    const Planned& p = planned[i];
     size_t bytes = DTypeSize(p.dtype);
     for (int64_t d : p.shape) bytes *= static_cast<size_t>(d);
-    tensors.emplace_back(p.dtype, p.shape, slab.Slice(p.offset, bytes));
+    tensors.emplace_back(p.dtype, p.shape,
+                         p.from_input ? as_input[i]->buffer().Slice(input_offset[i], bytes)
+                                      : slab.Slice(p.offset, bytes));
   }
 
   for (size_t f = 0; f < layout_.size(); ++f) {
     const FieldSpec& field = layout_[f];
     const size_t row_bytes = field.sample_bytes();
     if (as_input[f] != nullptr) {
-      out.fields.emplace_back(field.name, *as_input[f]);
+      out.fields.emplace_back(field.name, tensors[f]);
       continue;
     }
     const Tensor& t = tensors[f];
@@ -560,10 +575,9 @@ Result<std::vector<Batch>> Packer::PushBudget(const Batch& input, int64_t positi
   return out;
 }
 
-Result<Batch> Packer::PushPlanned(const Batch& input, int64_t position,
-                                  const std::vector<std::vector<int64_t>>& rows,
-                                  int64_t skipped, std::vector<SampleError> failed) {
-  std::vector<SampleError> errors = std::move(failed);
+Result<std::vector<std::vector<Packer::Waiting>>> Packer::LayPlanned(
+    const Batch& input, int64_t position, const std::vector<std::vector<int64_t>>& rows,
+    int64_t skipped, std::vector<SampleError>& errors) {
   stats_.failed += static_cast<int64_t>(errors.size());
   stats_.skipped += skipped;
   window_.clear();
@@ -604,7 +618,34 @@ Result<Batch> Packer::PushPlanned(const Batch& input, int64_t position,
   }
   next_batch_ = position + 1;
   ++stats_.planned_batches;
+  return laid;
+}
+
+Result<Batch> Packer::PushPlanned(const Batch& input, int64_t position,
+                                  const std::vector<std::vector<int64_t>>& rows,
+                                  int64_t skipped, std::vector<SampleError> failed) {
+  std::vector<SampleError> errors = std::move(failed);
+  HR_ASSIGN_OR_RETURN(auto laid, LayPlanned(input, position, rows, skipped, errors));
   Result<Batch> out = Emit(input, laid, std::move(errors));
+  CountWindowBytes();
+  return out;
+}
+
+Result<std::vector<Batch>> Packer::PushPlannedBudget(
+    const Batch& input, int64_t position, const std::vector<std::vector<int64_t>>& rows,
+    int64_t skipped, std::vector<SampleError> failed) {
+  std::vector<SampleError> errors = std::move(failed);
+  HR_ASSIGN_OR_RETURN(auto laid, LayPlanned(input, position, rows, skipped, errors));
+  if (laid.empty()) laid.emplace_back();  // one (empty) batch holds the position
+  std::vector<Batch> out;
+  for (size_t r = 0; r < laid.size(); ++r) {
+    std::vector<std::vector<Waiting>> one;
+    one.push_back(std::move(laid[r]));
+    HR_ASSIGN_OR_RETURN(Batch b, Emit(input, one, r == 0 ? std::move(errors)
+                                                         : std::vector<SampleError>{}));
+    if (r > 0) b.errors.clear();  // the input batch's errors go with its first
+    out.push_back(std::move(b));
+  }
   CountWindowBytes();
   return out;
 }
@@ -676,6 +717,36 @@ Result<bool> PackingQueue::Push(const Batch& input, int64_t position, bool last_
   }
   if (first >= outs.size()) state_ = packer_.state();
   return delivers;
+}
+
+Status PackingQueue::PushPlanned(const Batch& input, int64_t position,
+                                 const std::vector<std::vector<int64_t>>& rows, int64_t skipped,
+                                 std::vector<SampleError> failed, const PackState& before,
+                                 const PackState& after) {
+  if (!packer_.budget()) {
+    HR_ASSIGN_OR_RETURN(Batch out,
+                        packer_.PushPlanned(input, position, rows, skipped, std::move(failed)));
+    queue_.emplace_back(std::move(out), after);
+    return Status::Ok();
+  }
+  HR_ASSIGN_OR_RETURN(std::vector<Batch> outs, packer_.PushPlannedBudget(
+                                                   input, position, rows, skipped,
+                                                   std::move(failed)));
+  size_t first = 0;
+  if (position == skip_at_) {  // a resume: these were delivered before the state
+    first = std::min(outs.size(), static_cast<size_t>(std::max<int64_t>(skip_first_, 0)));
+    skip_at_ = -1;
+  }
+  for (size_t i = first; i < outs.size(); ++i) {
+    PackState state = after;
+    if (i + 1 < outs.size()) {
+      state = before;
+      state.delivered = static_cast<int64_t>(i + 1);
+    }
+    queue_.emplace_back(std::move(outs[i]), std::move(state));
+  }
+  if (first >= outs.size()) state_ = after;
+  return Status::Ok();
 }
 
 std::optional<Batch> PackingQueue::Pop() {

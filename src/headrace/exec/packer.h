@@ -202,6 +202,12 @@ class Packer {
   Result<Batch> PushPlanned(const Batch& input, int64_t position,
                             const std::vector<std::vector<int64_t>>& rows, int64_t skipped,
                             std::vector<SampleError> failed = {});
+  // options.budget: the same, each planned row a batch (at least one, empty when no row
+  // was planned), the errors with the first; each field a run of the input's tensors.
+  Result<std::vector<Batch>> PushPlannedBudget(const Batch& input, int64_t position,
+                                               const std::vector<std::vector<int64_t>>& rows,
+                                               int64_t skipped,
+                                               std::vector<SampleError> failed = {});
 
   // The state after the last Push (meaningless before the first).
   PackState state() const;
@@ -246,6 +252,10 @@ class Packer {
   int64_t WindowAt(int64_t position, int64_t samples) const;
   Result<Batch> Emit(const Batch& input, const std::vector<std::vector<Waiting>>& rows,
                      std::vector<SampleError> errors);
+  // PushPlanned's common part: admits `input` and lays its samples out as `rows` say.
+  Result<std::vector<std::vector<Waiting>>> LayPlanned(
+      const Batch& input, int64_t position, const std::vector<std::vector<int64_t>>& rows,
+      int64_t skipped, std::vector<SampleError>& errors);
   // Push's common part: admits `input`, returns the rows it completes (none in a replay).
   Result<std::optional<std::vector<std::vector<Waiting>>>> Take(
       const Batch& input, int64_t position, bool last_in_epoch, std::vector<SampleError>& errors);
@@ -288,15 +298,19 @@ class PackingQueue {
   // Deliver nothing whose Batch::global_index (the rank-local run batch) is below this.
   void DeliverFrom(int64_t global_index) { deliver_from_ = global_index; }
 
-  // A planned batch (Packer::PushPlanned), delivered at once: the packed batch; the state
-  // becomes `after`, the planner's once it is delivered.
-  Result<Batch> PushPlanned(const Batch& input, int64_t position,
-                            const std::vector<std::vector<int64_t>>& rows, int64_t skipped,
-                            std::vector<SampleError> failed, PackState after) {
-    HR_ASSIGN_OR_RETURN(Batch out, packer_.PushPlanned(input, position, rows, skipped,
-                                                       std::move(failed)));
-    state_ = std::move(after);
-    return out;
+  // A planned batch (Packer::PushPlanned, PushPlannedBudget), queued: its packed batch,
+  // the state then `after` (the planner's once it is delivered); with batch.max_tokens
+  // its batches, each but the last with the state `before` it plus the ones delivered
+  // (those a resume delivered already, ResumePlanned, are dropped).
+  Status PushPlanned(const Batch& input, int64_t position,
+                     const std::vector<std::vector<int64_t>>& rows, int64_t skipped,
+                     std::vector<SampleError> failed, const PackState& before,
+                     const PackState& after);
+  // A planned resume: the state, and the batches of state.next_batch delivered already.
+  void ResumePlanned(const PackState& state) {
+    state_ = state;
+    skip_at_ = state.next_batch;
+    skip_first_ = state.delivered;
   }
   // Adds the input batch at `position` (Packer::Push). Whether it delivers anything:
   // false in a replay or before DeliverFrom's position (its errors were then counted

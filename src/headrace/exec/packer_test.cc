@@ -737,6 +737,35 @@ TEST(PackPlanner, PlansTheRowsThePackerBuildsAndItsBatchesAreThePackersWithoutAC
   }
 }
 
+TEST(PackPlanner, WithATokenBudgetItsBatchesAreThePackersAndRunsOfTheComputedBatch) {
+  for (const int64_t window : {0, 6}) {
+    const std::vector<Batch> epoch = Epoch(0, 6, 7, 90, 31 + static_cast<uint32_t>(window));
+    PackOptions options = Options(150, window);
+    options.budget = true;
+    const Told told(epoch);
+    Packer packer = *Packer::Make(Layout(), options);
+    Packer laid = *Packer::Make(Layout(), options);
+    PackPlanner planner(options, told.Sizer(options.seq_len));
+    for (int64_t k = 0; k < 6; ++k) {
+      const std::vector<Batch> expected = *packer.PushBudget(epoch[k], k, k == 5);
+      (void)planner.Plan(0, k, k, k == 5, IndicesOf(epoch[k]));
+      const PlannedPack plan = *planner.Take(k);
+      const Batch computed = Computed(told, 0, k, plan);
+      const std::vector<Batch> out = *laid.PushPlannedBudget(computed, k, plan.rows, plan.skipped);
+      ASSERT_EQ(out.size(), expected.size()) << "window " << window << " batch " << k;
+      const float* patches = computed.Find("pixel_values")->data<float>();
+      for (size_t b = 0; b < out.size(); ++b) {
+        EXPECT_EQ(Bytes(out[b]), Bytes(expected[b])) << "window " << window << " batch " << k;
+        if (out[b].Find("pixel_values")->numel() == 0) continue;
+        EXPECT_EQ(out[b].Find("pixel_values")->data<float>(), patches)
+            << "a run of the computed batch's patches, not a copy";
+        patches += out[b].Find("pixel_values")->numel();
+      }
+    }
+    EXPECT_EQ(laid.stats().bytes_copied, 0) << "nothing copied: every field a run";
+  }
+}
+
 TEST(PackPlanner, AFailedSampleLeavesItsRoomAndOneLongerThanToldARowOfItsOwn) {
   const std::vector<Batch> epoch = Epoch(0, 3, 8, 30, 5);
   const PackOptions options = Options(64, 0);

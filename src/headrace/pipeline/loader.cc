@@ -60,6 +60,19 @@ Result<std::optional<Batch>> Loader::NextPacked() {
   const int64_t per_epoch = engine_->order().batches_per_rank_epoch();
   while (planner_ != nullptr) {
     // Planned: the engine's batch holds the packed batch's samples, in row order.
+    if (std::optional<Batch> out = packing_->Pop(); out.has_value()) {
+      {
+        std::lock_guard lock(stats_mu_);
+        pack_state_ = packing_->state();
+      }
+      if (out->size() == 0 && !deliver_empty_) {
+        // Every sample failed (or was left out): its errors go with the next batch.
+        for (SampleError& e : out->errors) held_errors_.push_back(std::move(e));
+        continue;
+      }
+      WithHeldErrors(*out);
+      return out;
+    }
     HR_ASSIGN_OR_RETURN(std::optional<Batch> in, engine_->Next());
     if (!in.has_value()) return std::optional<Batch>();
     const int64_t position = in->global_index - in->epoch * per_epoch;
@@ -67,21 +80,12 @@ Result<std::optional<Batch>> Loader::NextPacked() {
     if (!plan.has_value()) {
       return Status::Internal("packing: no plan for batch " + std::to_string(in->global_index));
     }
-    HR_ASSIGN_OR_RETURN(Batch out, packing_->PushPlanned(*in, position, plan->rows,
-                                                          plan->skipped, std::move(plan->failed),
-                                                          plan->after));
-    {
-      std::lock_guard lock(stats_mu_);
-      pack_stats_ = packing_->stats();
-      pack_state_ = packing_->state();
-    }
-    if (out.size() == 0 && !deliver_empty_) {
-      // Every sample failed (or was left out): its errors go with the next batch.
-      for (SampleError& e : out.errors) held_errors_.push_back(std::move(e));
-      continue;
-    }
-    WithHeldErrors(out);
-    return std::optional<Batch>(std::move(out));
+    HR_RETURN_IF_ERROR(packing_->PushPlanned(*in, position, plan->rows, plan->skipped,
+                                             std::move(plan->failed), plan->before,
+                                             plan->after));
+    std::lock_guard lock(stats_mu_);
+    pack_stats_ = packing_->stats();
+    pack_state_ = packing_->state();
   }
   while (true) {
     if (std::optional<Batch> out = packing_->Pop(); out.has_value()) {

@@ -254,8 +254,8 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
     for (size_t f = 0; f < inputs_->fields.size(); ++f) {
       if (inputs_->fields[f].name == pack.token_field) token_field = static_cast<int>(f);
     }
-    if (options.plan_packing && options.schedule == Schedule::kSequential && !pack.budget &&
-        token_field >= 0 && ChainTellsTokens(*inputs_)) {
+    if (options.plan_packing && options.schedule == Schedule::kSequential && token_field >= 0 &&
+        ChainTellsTokens(*inputs_)) {
       // Planned: the engine computes each packed batch's samples, in row order, so that
       // their rows are written where the packed batch holds them (exec/pack_planner.h).
       HR_ASSIGN_OR_RETURN(EpochOrder order, EpochOrder::Make(opt.order));
@@ -282,6 +282,7 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
       };
       if (options.pack_state.has_value()) {
         HR_RETURN_IF_ERROR(planner->Restore(*options.pack_state, batch_of));
+        packing->ResumePlanned(*options.pack_state);
         opt.start_epoch = options.pack_state->epoch;
         opt.start_batch = options.pack_state->next_batch;
       } else if (options.start_epoch > 0 || options.start_batch > 0) {
