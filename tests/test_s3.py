@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from e2e_util import read_report, run_headrace, write_config
+from e2e_util import REPO, read_report, run_headrace, write_config
 
 import subprocess
 
@@ -279,3 +279,61 @@ def test_storage_keys_are_validated_and_round_trip(headrace_bin, tmp_path, sampl
     assert 'endpoint: "http://127.0.0.1:9"' in printed
     assert "part_bytes: 16777216" in printed
     assert "addressing_style: auto" in printed
+
+
+def test_packing_planned_from_s3_reads_each_object_once_and_packs_as_local_disk(
+        uploaded, moto_s3, headrace_bin, tmp_path):
+    # A VLM mix packed over S3: the planner sizes each input batch's samples from their
+    # bytes read over the protocol before they run, and the samples run on those same
+    # bytes (read once); the packed batches are those of local disk.
+    import importlib.util
+    import headrace as hr
+    # tests/python/conftest.py's fetch_vocabs (data/vocabs, fetched once, under its lock).
+    spec = importlib.util.spec_from_file_location("python_conftest",
+                                                  REPO / "tests/python/conftest.py")
+    python_conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(python_conftest)
+    python_conftest.fetch_vocabs()
+    data = tmp_path / "vlm"
+    run_headrace(headrace_bin, "make-sample", "--out", data, "--samples", 24, "--seed", 5,
+                 "--mix", "vlm")
+    headrace(headrace_bin, "upload", data, f"s3://{BUCKET}/datasets/vlm/", env=uploaded)
+    ops = hr.ops
+    template = (REPO / "tests/python/data/chat_templates/Qwen2-VL-7B-Instruct.jinja").read_text()
+    pipe = hr.Pipeline(
+        source={"manifest": data / "manifest.jsonl", "root": data,
+                "fields": [{"name": "images", "kind": "image", "max_items": 4},
+                           {"name": "conversation", "kind": "conversation",
+                            "key": "conversations"}]},
+        ops=[ops.decode(field="images"),
+             ops.smart_resize(preset="qwen2_vl", field="images", max_pixels=200704),
+             ops.vision_patchify(preset="qwen2_vl", field="images"),
+             ops.tokenize(tokenizer=str(REPO / "data/vocabs/qwen2/tokenizer.json"),
+                          chat_template=template, preset="qwen2_vl",
+                          grid_field="image_grid_thw", pad=False, max_length=16384)],
+        batch_size=4, seed=1, epochs=1, cpu_threads=2, memory_budget="512MiB",
+        pack={"seq_len": 16384, "window": 4})
+    local = tmp_path / "local.yaml"
+    local.write_text(pipe.spec().to_yaml())
+    remote = tmp_path / "s3.yaml"
+    remote.write_text(local.read_text()
+                      .replace(str(data / "manifest.jsonl"),
+                               f"s3://{BUCKET}/datasets/vlm/manifest.jsonl")
+                      .replace(f'"{data}"', f'"s3://{BUCKET}/datasets/vlm"'))
+    reports = {}
+    for name, config in (("local", local), ("s3", remote)):
+        out = tmp_path / f"{name}.json"
+        headrace(headrace_bin, "run", config, "--report", out, "--digests", "--quiet",
+                 env=uploaded, timeout=300)
+        reports[name] = read_report(out)
+    s3, disk = reports["s3"], reports["local"]
+    assert s3["samples"] == disk["samples"] == 24
+    assert s3["batch_digests"] == disk["batch_digests"]
+    assert s3["pack"]["planned_batches"] == len(s3["batch_digests"]) > 0
+    media = sum(len(json.loads(line).get("images", []))
+                for line in (data / "manifest.jsonl").read_text().splitlines())
+    # Each image read once (the sizer's reads are the samples'), plus the manifest; the
+    # tokenizer's files are local either way.
+    assert s3["storage"]["s3"]["requests"] == media + 1
+    assert s3["storage"]["s3"]["errors"] == 0
+    assert disk["storage"]["local"]["reads"] == media + 1 + s3["storage"]["local"]["reads"]

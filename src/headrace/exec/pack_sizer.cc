@@ -69,8 +69,8 @@ struct Reads {
 
 PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
                                      int token_field, const PackOptions& pack,
-                                     std::shared_ptr<ReadMedia> keep) {
-  return [inputs = std::move(inputs), token_field, seq_len = pack.seq_len, keep,
+                                     std::shared_ptr<ReadMedia> keep, int64_t max_object_bytes) {
+  return [inputs = std::move(inputs), token_field, seq_len = pack.seq_len, keep, max_object_bytes,
           vision_ids = pack.vision_token_ids](int64_t epoch, std::span<const int64_t> indices,
                                               std::stop_token stop) {
     const Source& source = *inputs->source;
@@ -100,6 +100,11 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
       if (!records[s]->status.ok() || !inputs->reads_media) continue;
       Storage* routed = source.info().entries.empty() ? nullptr : source.StorageFor(indices[s]);
       Storage& storage = routed != nullptr ? *routed : *source.storage();
+      // As the read stage's gate: nothing past what the I/O budget could ever hold, and
+      // nothing more once the run stops (the read ends with kCancelled: not told).
+      const ReadGate gate = [max_object_bytes, stop](int64_t bytes) {
+        return !stop.stop_requested() && bytes <= max_object_bytes;
+      };
       for (size_t m = 0; m < records[s]->media.size(); ++m) {
         const MediaRef& ref = records[s]->media[m];
         ReadCallback done = [reads, s, m](Result<Buffer> bytes) {
@@ -108,10 +113,9 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
           if (--reads->pending == 0) reads->done.notify_all();
         };
         if (ref.offset == 0 && ref.length < 0) {
-          storage.ReadAsyncGated(ref.uri, std::move(done), [](int64_t) { return true; });
+          storage.ReadAsyncGated(ref.uri, std::move(done), gate);
         } else {
-          storage.ReadRangeAsyncGated(ref.uri, ref.offset, ref.length, std::move(done),
-                                      [](int64_t) { return true; });
+          storage.ReadRangeAsyncGated(ref.uri, ref.offset, ref.length, std::move(done), gate);
         }
       }
     }

@@ -5,6 +5,7 @@
 // thread (the engine's driver), a batch's reads issued at once and waited for together.
 #pragma once
 
+#include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
@@ -43,9 +44,12 @@ class ReadMedia {
 // The sizer over `inputs` (kept alive by it): the rows of batch field `token_field` told
 // for each sample, and where `pack`'s vision token ids lie among them (past
 // pack.seq_len); nullopt for a sample whose record, reads or size pass fail. The media
-// it read go to `keep` (null: dropped).
+// it read go to `keep` (null: dropped). An object over `max_object_bytes` is not read
+// (the engine fails its sample as it would: it can never fit the I/O budget), nor is
+// anything once the run stops.
 PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
                                      int token_field, const PackOptions& pack,
-                                     std::shared_ptr<ReadMedia> keep = nullptr);
+                                     std::shared_ptr<ReadMedia> keep = nullptr,
+                                     int64_t max_object_bytes = INT64_MAX);
 
 }  // namespace headrace

@@ -1,7 +1,12 @@
 #include "headrace/exec/pack_sizer.h"
 
-#include <gtest/gtest.h>
+#include "headrace/core/record_store.h"
 
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 namespace headrace {
@@ -51,6 +56,61 @@ TEST(ChainTellsTokens, NotWithoutATokenizeNorAfterAnOpThatCannotTell) {
   EXPECT_FALSE(ChainTellsTokens(in));
   EngineInputs none;
   EXPECT_FALSE(ChainTellsTokens(none)) << "no chain";
+}
+
+// Tells its sample's first media item's size as the tokens of batch field 0.
+class BytesAsTokens final : public Op {
+ public:
+  std::string_view name() const override { return "test.bytes_as_tokens"; }
+  Status Run(SampleContext&) const override { return Status::Ok(); }
+  bool Predict(SizePass& pass) const override {
+    const Buffer* media = pass.ctx->sample->MediaOf(0);
+    if (media == nullptr) return false;
+    pass.rows[0] += static_cast<int64_t>(media->size());
+    return true;
+  }
+  bool Tells() const override { return true; }
+  bool TellsTokens() const override { return true; }
+};
+
+TEST(SizeByTheSizePass, TellsFromTheBytesReadKeepsThemAndReadsNothingPastTheBudget) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("pack_sizer_test." + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto records = std::make_shared<std::vector<SampleRecord>>();
+  for (const int64_t size : {10, 50, 200, -1}) {  // -1: no such file
+    SampleRecord r;
+    r.id = "s" + std::to_string(records->size());
+    const auto path = dir / r.id;
+    if (size >= 0) std::ofstream(path) << std::string(static_cast<size_t>(size), 'x');
+    r.media.push_back(MediaRef{0, path.string() + (size < 0 ? ".missing" : "")});
+    records->push_back(std::move(r));
+  }
+  auto in = std::make_shared<EngineInputs>();
+  in->source = MakeRecordSource(std::make_shared<VectorRecords>(records), MakeLocalStorage({}));
+  in->chain().ops.push_back(std::make_unique<BytesAsTokens>());
+  in->fields.push_back(FieldSpec{"tokens", DType::kI64, {}, FieldLayout::kRagged});
+  EXPECT_TRUE(ChainTellsTokens(*in));
+  PackOptions options;
+  options.seq_len = 1000;
+  auto keep = std::make_shared<ReadMedia>(1 << 20);
+  const PackPlanner::Sizer sizer = SizeByTheSizePass(in, 0, options, keep, 100);
+  const std::vector<int64_t> all = {0, 1, 2, 3};
+  const std::vector<std::optional<PackPlanner::Told>> told = sizer(0, all, {});
+  ASSERT_EQ(told.size(), 4u);
+  ASSERT_TRUE(told[0].has_value() && told[1].has_value());
+  EXPECT_EQ(told[0]->tokens, 10);
+  EXPECT_EQ(told[1]->tokens, 50);
+  EXPECT_EQ(told[1]->id, "s1");
+  EXPECT_FALSE(told[2].has_value()) << "200 bytes: past the budget, not read";
+  EXPECT_FALSE(told[3].has_value()) << "missing";
+  EXPECT_EQ(keep->bytes(), 60) << "what it read, for the samples' runs";
+  EXPECT_EQ(keep->Take(0, 1)->front().size(), 50u);
+
+  std::stop_source stopped;
+  stopped.request_stop();
+  for (const auto& t : sizer(0, all, stopped.get_token())) EXPECT_FALSE(t.has_value());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

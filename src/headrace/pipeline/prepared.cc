@@ -266,7 +266,7 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
       // I/O budget's worth: outside it (the budget counts reads in flight), an allowance.
       auto read = std::make_shared<ReadMedia>(io_budget_bytes_);
       planner = std::make_shared<PackPlanner>(
-          planning, SizeByTheSizePass(inputs_, token_field, pack, read));
+          planning, SizeByTheSizePass(inputs_, token_field, pack, read, io_budget_bytes_));
       opt.media_of = [read](int64_t epoch, int64_t index) { return read->Take(epoch, index); };
       opt.keep_sample_rows = false;
       opt.compose = [planner, per_epoch](const BatchPosition& p, std::span<const int64_t> samples,
