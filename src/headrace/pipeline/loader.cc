@@ -58,8 +58,7 @@ Result<std::optional<Batch>> Loader::Next() {
 
 Result<std::optional<Batch>> Loader::NextPacked() {
   const int64_t per_epoch = engine_->order().batches_per_rank_epoch();
-  while (planner_ != nullptr) {
-    // Planned: the engine's batch holds the packed batch's samples, in row order.
+  while (true) {
     if (std::optional<Batch> out = packing_->Pop(); out.has_value()) {
       {
         std::lock_guard lock(stats_mu_);
@@ -75,42 +74,27 @@ Result<std::optional<Batch>> Loader::NextPacked() {
     }
     HR_ASSIGN_OR_RETURN(std::optional<Batch> in, engine_->Next());
     if (!in.has_value()) return std::optional<Batch>();
-    const int64_t position = in->global_index - in->epoch * per_epoch;
-    std::optional<PlannedPack> plan = planner_->Take(in->global_index);
-    if (!plan.has_value()) {
-      return Status::Internal("packing: no plan for batch " + std::to_string(in->global_index));
-    }
-    HR_RETURN_IF_ERROR(packing_->PushPlanned(*in, position, plan->rows, plan->skipped,
-                                             std::move(plan->failed), plan->before,
-                                             plan->after));
-    std::lock_guard lock(stats_mu_);
-    pack_stats_ = packing_->stats();
-    pack_state_ = packing_->state();
-  }
-  while (true) {
-    if (std::optional<Batch> out = packing_->Pop(); out.has_value()) {
-      {
-        std::lock_guard lock(stats_mu_);
-        pack_state_ = packing_->state();
-      }
-      if (out->size() == 0 && !deliver_empty_) {
-        for (SampleError& e : out->errors) held_errors_.push_back(std::move(e));
-        continue;
-      }
-      WithHeldErrors(*out);
-      return out;
-    }
-    HR_ASSIGN_OR_RETURN(std::optional<Batch> in, engine_->Next());
-    if (!in.has_value()) return std::optional<Batch>();
     // The rank-local batch in the epoch (index_in_epoch counts all ranks' batches).
     const int64_t position = in->global_index - in->epoch * per_epoch;
-    HR_RETURN_IF_ERROR(packing_->Push(*in, position, position + 1 == per_epoch).status());
-    // The window is in the batch budget: the engine admits fewer batches while it holds
-    // more, so that the samples' rows in flight stay within the budget (on its own, a few
-    // % of the VLM bench's packed samples/s; the narrowing window did the rest: packer.h).
-    const int64_t window = packing_->stats().window_bytes;
-    engine_->ChargeHeld(window - window_charged_);
-    window_charged_ = window;
+    if (planner_ != nullptr) {
+      // Planned: the engine's batch holds the packed batch's samples, in row order.
+      std::optional<PlannedPack> plan = planner_->Take(in->global_index);
+      if (!plan.has_value()) {
+        return Status::Internal("packing: no plan for batch " + std::to_string(in->global_index));
+      }
+      HR_RETURN_IF_ERROR(packing_->PushPlanned(*in, position, plan->rows, plan->skipped,
+                                               std::move(plan->failed), plan->before,
+                                               plan->after));
+    } else {
+      HR_RETURN_IF_ERROR(packing_->Push(*in, position, position + 1 == per_epoch).status());
+      // The window is in the batch budget: the engine admits fewer batches while it holds
+      // more, so that the samples' rows in flight stay within the budget (on its own, a
+      // few % of the VLM bench's packed samples/s; the narrowing window did the rest:
+      // packer.h).
+      const int64_t window = packing_->stats().window_bytes;
+      engine_->ChargeHeld(window - window_charged_);
+      window_charged_ = window;
+    }
     std::lock_guard lock(stats_mu_);
     pack_stats_ = packing_->stats();
     pack_state_ = packing_->state();

@@ -638,9 +638,8 @@ TEST(TokenizeSpecValidate, Qwen3VideosNeedTheirTimestamps) {
   EXPECT_TRUE(TokenizeOp::Validate(spec, "text.tokenize").ok());
 }
 
-// The op reads the sample's grids where the op before wrote them (GridInput::Layout):
-// a list's items appended to the sample's ragged rows, a padded list's row, one grid.
-TEST(TokenizeOp, ReadsTheSamplesGridsInEachLayout) {
+// An unpadded ChatML op reading image grids (grid_field), max_length 64.
+TokenizeSpec GridSpec() {
   TokenizeSpec spec;
   spec.tokenizer = "t";
   spec.chat_template = kChatMl;
@@ -648,13 +647,26 @@ TEST(TokenizeOp, ReadsTheSamplesGridsInEachLayout) {
   spec.grid_field = "image_grid_thw";
   spec.max_length = 64;
   spec.pad = false;
-  // Rows 0-5: input_ids, _lengths, position_ids, _lengths, labels, _lengths; 6: the grids.
+  return spec;
+}
+
+// Rows 0-5: input_ids, _lengths, position_ids, _lengths, labels, _lengths.
+std::vector<FieldSpec> TokenFields() {
   std::vector<FieldSpec> fields;
   for (const char* name : {"input_ids", "position_ids", "labels"}) {
     fields.push_back(FieldSpec{name, DType::kI64, {}, FieldLayout::kRagged});
     fields.push_back(FieldSpec{std::string(name) + "_lengths", DType::kI32, {},
                                FieldLayout::kLengths});
   }
+  return fields;
+}
+
+// The op reads the sample's grids where the op before wrote them (GridInput::Layout):
+// a list's items appended to the sample's ragged rows, a padded list's row, one grid.
+TEST(TokenizeOp, ReadsTheSamplesGridsInEachLayout) {
+  TokenizeSpec spec = GridSpec();
+  // Rows 0-5: TokenFields(); 6: the grids.
+  std::vector<FieldSpec> fields = TokenFields();
   const auto memory = std::shared_ptr<Allocator>(DefaultAllocator(), [](Allocator*) {});
   const std::vector<Turn> turns = {{Role::kUser, "<image>he<image>"}, {Role::kAssistant, "hello"}};
   const TurnsView view{turns};
@@ -705,19 +717,8 @@ TEST(TokenizeOp, ReadsTheSamplesGridsInEachLayout) {
 // as tokenizing anew), unless the grids the sample made are not those told (it tokenizes
 // again: the grids made decide), or the pass was for another sample.
 TEST(TokenizeOp, TheSizePassTellsTheTokensRunAppends) {
-  TokenizeSpec spec;
-  spec.tokenizer = "t";
-  spec.chat_template = kChatMl;
-  spec.image_token = "<|image_pad|>";
-  spec.grid_field = "image_grid_thw";
-  spec.max_length = 64;
-  spec.pad = false;
-  std::vector<FieldSpec> fields;
-  for (const char* name : {"input_ids", "position_ids", "labels"}) {
-    fields.push_back(FieldSpec{name, DType::kI64, {}, FieldLayout::kRagged});
-    fields.push_back(FieldSpec{std::string(name) + "_lengths", DType::kI32, {},
-                               FieldLayout::kLengths});
-  }
+  TokenizeSpec spec = GridSpec();
+  std::vector<FieldSpec> fields = TokenFields();
   fields.push_back(FieldSpec{"image_grid_thw", DType::kI64, {3}, FieldLayout::kItems});
   const auto memory = std::shared_ptr<Allocator>(DefaultAllocator(), [](Allocator*) {});
   const std::vector<Turn> turns = {{Role::kUser, "<image>he<image>"}, {Role::kAssistant, "hello"}};
@@ -818,13 +819,7 @@ TEST(TokenizeOp, TheSizePassTellsTheTokensRunAppends) {
 // tokens over to the thread that runs the sample: that thread's size pass takes them
 // (keyed by epoch and index, with the grids told) instead of tokenizing again.
 TEST(TokenizeOp, ASizePassHandsItsTokensToTheThreadThatRunsTheSample) {
-  TokenizeSpec spec;
-  spec.tokenizer = "t";
-  spec.chat_template = kChatMl;
-  spec.image_token = "<|image_pad|>";
-  spec.grid_field = "image_grid_thw";
-  spec.max_length = 64;
-  spec.pad = false;
+  TokenizeSpec spec = GridSpec();
   auto op = TokenizeOp::FromTokenizer(
       spec, TokenizerJson(), {}, 0, 2, 4, 0, -1,
       TokenizeOp::GridInput{TokenizeOp::GridInput::Layout::kAppended, 6, 0, 2, "image_grid_thw"});
