@@ -71,8 +71,12 @@ def test_a_host_batch_is_not_reused_before_its_copy_completes(make_pipeline):
         got = [b["image"] for b in loader]
         for a, b in zip(got, expected[epoch]):
             assert torch.equal(a, b)
-    assert set(copier.host_ptrs[18:]) & set(copier.host_ptrs[:18]), \
-        "released host batches were never reused: the test could not see a premature reuse"
+    # The pool does reuse host batches once their copies complete (so the 18 distinct ones
+    # above were held, not merely fresh): the released ones, or, when under load the
+    # engine had taken those batches ahead and the pool had let them go, one another's.
+    later = copier.host_ptrs[18:]
+    assert set(later) & set(copier.host_ptrs[:18]) or len(set(later)) < len(later), \
+        "host batches were never reused: the test could not see a premature reuse"
     loader.close()
 
 
