@@ -262,12 +262,7 @@ bool Engine::StartBatch(int64_t j) {
     return false;
   }
   for (int s = 0; s < job->size(); ++s) IssueSample(job, s);
-  if (n == 0) {  // composed empty (a planned pack whose samples were all left out)
-    bool cancelled = false;
-    const int64_t admitted = job->bytes;
-    Batch batch = assemble_->Finish(*job, cancelled);
-    if (!cancelled) delivery_->Ready(job->position.local_index, std::move(batch), admitted, job->bytes);
-  }
+  if (n == 0) FinishBatch(*job);  // composed empty (a planned pack left them all out)
   return true;
 }
 
@@ -308,17 +303,21 @@ void Engine::FinishSample(const std::shared_ptr<BatchJob>& job, int slot, Status
   // as samples finish, the thread that joins the last (the join's mutex orders them).
   if (assemble_->joins() ? assemble_->SampleDone(*job, slot)
                          : job->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    bool cancelled = false;
-    const int64_t admitted = job->bytes;
-    Batch batch = assemble_->Finish(*job, cancelled);
-    // A cancelled batch: the run is stopping; nobody will consume it.
-    if (!cancelled) {
-      delivery_->Ready(job->position.local_index, std::move(batch), admitted, job->bytes);
-    } else if (job->bytes != admitted) {
-      delivery_->Recharge(job->bytes - admitted);
-    }
+    FinishBatch(*job);
   }
   AddOutstanding(-1);
+}
+
+void Engine::FinishBatch(BatchJob& job) {
+  bool cancelled = false;
+  const int64_t admitted = job.bytes;
+  Batch batch = assemble_->Finish(job, cancelled);
+  // A cancelled batch: the run is stopping; nobody will consume it.
+  if (!cancelled) {
+    delivery_->Ready(job.position.local_index, std::move(batch), admitted, job.bytes);
+  } else if (job.bytes != admitted) {
+    delivery_->Recharge(job.bytes - admitted);
+  }
 }
 
 void Engine::AddOutstanding(int64_t delta) {

@@ -271,6 +271,8 @@ class Engine {
   // Starts one sample: its reads, or straight to the chain.
   void IssueSample(const std::shared_ptr<BatchJob>& job, int slot);
   void FinishSample(const std::shared_ptr<BatchJob>& job, int slot, Status status);
+  // Assembles a batch whose samples are all done and hands it to the delivery.
+  void FinishBatch(BatchJob& job);
   void AddOutstanding(int64_t delta);
 
   const std::shared_ptr<const EngineInputs> inputs_;

@@ -561,12 +561,18 @@ Result<std::vector<Batch>> Packer::PushBudget(const Batch& input, int64_t positi
                                               bool last_in_epoch) {
   std::vector<SampleError> errors;
   HR_ASSIGN_OR_RETURN(auto rows, Take(input, position, last_in_epoch, errors));
+  if (!rows.has_value()) return std::vector<Batch>();
+  return EmitEach(input, std::move(*rows), std::move(errors));
+}
+
+Result<std::vector<Batch>> Packer::EmitEach(const Batch& input,
+                                            std::vector<std::vector<Waiting>> rows,
+                                            std::vector<SampleError> errors) {
   std::vector<Batch> out;
-  if (!rows.has_value()) return out;
-  if (rows->empty()) rows->emplace_back();  // one (empty) batch holds the position
-  for (size_t r = 0; r < rows->size(); ++r) {
+  if (rows.empty()) rows.emplace_back();  // one (empty) batch holds the position
+  for (size_t r = 0; r < rows.size(); ++r) {
     std::vector<std::vector<Waiting>> one;
-    one.push_back(std::move((*rows)[r]));
+    one.push_back(std::move(rows[r]));
     HR_ASSIGN_OR_RETURN(Batch b, Emit(input, one, r == 0 ? std::move(errors)
                                                          : std::vector<SampleError>{}));
     if (r > 0) b.errors.clear();  // the input batch's errors go with its first
@@ -626,9 +632,7 @@ Result<Batch> Packer::PushPlanned(const Batch& input, int64_t position,
                                   int64_t skipped, std::vector<SampleError> failed) {
   std::vector<SampleError> errors = std::move(failed);
   HR_ASSIGN_OR_RETURN(auto laid, LayPlanned(input, position, rows, skipped, errors));
-  Result<Batch> out = Emit(input, laid, std::move(errors));
-  CountWindowBytes();
-  return out;
+  return Emit(input, laid, std::move(errors));
 }
 
 Result<std::vector<Batch>> Packer::PushPlannedBudget(
@@ -636,18 +640,7 @@ Result<std::vector<Batch>> Packer::PushPlannedBudget(
     int64_t skipped, std::vector<SampleError> failed) {
   std::vector<SampleError> errors = std::move(failed);
   HR_ASSIGN_OR_RETURN(auto laid, LayPlanned(input, position, rows, skipped, errors));
-  if (laid.empty()) laid.emplace_back();  // one (empty) batch holds the position
-  std::vector<Batch> out;
-  for (size_t r = 0; r < laid.size(); ++r) {
-    std::vector<std::vector<Waiting>> one;
-    one.push_back(std::move(laid[r]));
-    HR_ASSIGN_OR_RETURN(Batch b, Emit(input, one, r == 0 ? std::move(errors)
-                                                         : std::vector<SampleError>{}));
-    if (r > 0) b.errors.clear();  // the input batch's errors go with its first
-    out.push_back(std::move(b));
-  }
-  CountWindowBytes();
-  return out;
+  return EmitEach(input, std::move(laid), std::move(errors));
 }
 
 PackState Packer::state() const {
@@ -702,21 +695,26 @@ Result<bool> PackingQueue::Push(const Batch& input, int64_t position, bool last_
   if (before.waiting.empty()) before.from_batch = position;
   HR_ASSIGN_OR_RETURN(std::vector<Batch> outs,
                       packer_.PushBudget(input, position, last_in_epoch));
+  QueueTokenBatches(std::move(outs), position, delivers, before, packer_.state());
+  return delivers;
+}
+
+void PackingQueue::QueueTokenBatches(std::vector<Batch> outs, int64_t position, bool delivers,
+                                     const PackState& before, const PackState& after) {
   size_t first = delivers ? 0 : outs.size();
   if (position == skip_at_) {  // a resume: these were delivered before the state
     first = std::min(outs.size(), static_cast<size_t>(std::max<int64_t>(skip_first_, 0)));
     skip_at_ = -1;
   }
   for (size_t i = first; i < outs.size(); ++i) {
-    PackState after = packer_.state();
+    PackState state = after;
     if (i + 1 < outs.size()) {
-      after = before;
-      after.delivered = static_cast<int64_t>(i + 1);
+      state = before;
+      state.delivered = static_cast<int64_t>(i + 1);
     }
-    queue_.emplace_back(std::move(outs[i]), std::move(after));
+    queue_.emplace_back(std::move(outs[i]), std::move(state));
   }
-  if (first >= outs.size()) state_ = packer_.state();
-  return delivers;
+  if (first >= outs.size()) state_ = after;
 }
 
 Status PackingQueue::PushPlanned(const Batch& input, int64_t position,
@@ -732,20 +730,7 @@ Status PackingQueue::PushPlanned(const Batch& input, int64_t position,
   HR_ASSIGN_OR_RETURN(std::vector<Batch> outs, packer_.PushPlannedBudget(
                                                    input, position, rows, skipped,
                                                    std::move(failed)));
-  size_t first = 0;
-  if (position == skip_at_) {  // a resume: these were delivered before the state
-    first = std::min(outs.size(), static_cast<size_t>(std::max<int64_t>(skip_first_, 0)));
-    skip_at_ = -1;
-  }
-  for (size_t i = first; i < outs.size(); ++i) {
-    PackState state = after;
-    if (i + 1 < outs.size()) {
-      state = before;
-      state.delivered = static_cast<int64_t>(i + 1);
-    }
-    queue_.emplace_back(std::move(outs[i]), std::move(state));
-  }
-  if (first >= outs.size()) state_ = after;
+  QueueTokenBatches(std::move(outs), position, /*delivers=*/true, before, after);
   return Status::Ok();
 }
 

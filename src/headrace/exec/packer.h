@@ -252,6 +252,10 @@ class Packer {
   int64_t WindowAt(int64_t position, int64_t samples) const;
   Result<Batch> Emit(const Batch& input, const std::vector<std::vector<Waiting>>& rows,
                      std::vector<SampleError> errors);
+  // Each row a batch of its own (at least one, empty when there is no row), `errors` with
+  // the first: batch.max_tokens.
+  Result<std::vector<Batch>> EmitEach(const Batch& input, std::vector<std::vector<Waiting>> rows,
+                                      std::vector<SampleError> errors);
   // PushPlanned's common part: admits `input` and lays its samples out as `rows` say.
   Result<std::vector<std::vector<Waiting>>> LayPlanned(
       const Batch& input, int64_t position, const std::vector<std::vector<int64_t>>& rows,
@@ -326,6 +330,12 @@ class PackingQueue {
   void set_epoch_batches(int64_t n) { packer_.set_epoch_batches(n); }
 
  private:
+  // An input batch's token batches (batch.max_tokens), queued if `delivers` (less those
+  // a resume delivered already), each with its state: all but the last `before` plus the
+  // ones delivered, the last `after`.
+  void QueueTokenBatches(std::vector<Batch> outs, int64_t position, bool delivers,
+                         const PackState& before, const PackState& after);
+
   Packer packer_;
   std::deque<std::pair<Batch, PackState>> queue_;  // each with the state after it
   PackState state_;
