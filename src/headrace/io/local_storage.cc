@@ -92,31 +92,48 @@ Result<int> OpenFile(const std::string& path, const ReadRules& rules) {
   return Status::IoError("cannot open " + QuoteForMessage(path) + ": " + std::strerror(err));
 }
 
-// Reads bytes [offset, offset + length) of `path` (length < 0: to its end; a range that
-// runs past the end is cut short, one that starts past it is kInvalidArgument). The size
-// limit and the gate see the bytes the read allocates: the range's, not the file's, so
-// that a member of a large shard is read like a small file.
-Result<Buffer> ReadFile(const std::string& path, const ReadRules& rules, const ReadGate& gate,
-                        int64_t offset = 0, int64_t length = -1) {
+// `path` opened (the caller closes the descriptor) with its size, if it is a regular
+// file: a directory, FIFO or device where a file should be is a wrong path, kNotFound like
+// a missing file (so that a manifest or model path naming one is a config error).
+Result<std::pair<int, int64_t>> OpenRegularFile(const std::string& path, const ReadRules& rules) {
   HR_ASSIGN_OR_RETURN(const int fd, OpenFile(path, rules));
   FdCloser closer{fd};
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     return Status::IoError("cannot stat " + QuoteForMessage(path) + ": " + std::strerror(errno));
   }
-  // A directory, FIFO or device where a file should be is a wrong path: kNotFound, like
-  // a missing file (so that a manifest or model path naming one is a config error).
   if (!S_ISREG(st.st_mode)) {
     return Status::NotFound("not a regular file (" +
                             std::string(S_ISDIR(st.st_mode) ? "a directory" : "a special file") +
                             "): " + QuoteForMessage(path));
   }
-  if (offset < 0 || offset > st.st_size) {
+  closer.fd = -1;
+  return std::pair<int, int64_t>{fd, static_cast<int64_t>(st.st_size)};
+}
+
+// The size of the regular file at `path`, under the same rules as a read of it.
+Result<int64_t> FileSize(const std::string& path, const ReadRules& rules) {
+  HR_ASSIGN_OR_RETURN(const auto opened, OpenRegularFile(path, rules));
+  FdCloser closer{opened.first};
+  return opened.second;
+}
+
+// Reads bytes [offset, offset + length) of `path` (length < 0: to its end; a range that
+// runs past the end is cut short, one that starts past it is kInvalidArgument). The size
+// limit and the gate see the bytes the read allocates: the range's, not the file's, so
+// that a member of a large shard is read like a small file.
+Result<Buffer> ReadFile(const std::string& path, const ReadRules& rules, const ReadGate& gate,
+                        int64_t offset = 0, int64_t length = -1) {
+  HR_ASSIGN_OR_RETURN(const auto opened, OpenRegularFile(path, rules));
+  const int fd = opened.first;
+  FdCloser closer{fd};
+  const int64_t file_size = opened.second;
+  if (offset < 0 || offset > file_size) {
     return Status::InvalidArgument("byte range of " + QuoteForMessage(path) + " starts at " +
                                    std::to_string(offset) + ", past its " +
-                                   std::to_string(st.st_size) + " bytes");
+                                   std::to_string(file_size) + " bytes");
   }
-  const int64_t want = length < 0 ? st.st_size - offset : std::min(length, st.st_size - offset);
+  const int64_t want = length < 0 ? file_size - offset : std::min(length, file_size - offset);
   if (rules.max_object_bytes > 0 && want > rules.max_object_bytes) {
     return Status::ResourceExhausted(QuoteForMessage(path) + (length >= 0 ? ": the range is " : " is ") +
                                      std::to_string(want) + " bytes, over the limit of " +
@@ -174,7 +191,7 @@ class LocalStorage final : public Storage {
     }
     cv_.notify_all();
     for (auto& t : threads_) t.join();
-    for (auto& r : abandoned) r.done(Status::Cancelled("storage shut down"));
+    for (auto& r : abandoned) r.Fail(Status::Cancelled("storage shut down"));
     if (rules_.root_fd >= 0) ::close(rules_.root_fd);
   }
 
@@ -202,6 +219,20 @@ class LocalStorage final : public Storage {
     done(Status::Cancelled("storage shut down"));
   }
 
+  void SizeAsync(std::string uri, SizeCallback done) override {
+    {
+      std::lock_guard lock(mu_);
+      if (!stopping_) {
+        Request request{std::move(uri), nullptr, nullptr};
+        request.size_done = std::move(done);
+        queue_.push_back(std::move(request));
+        cv_.notify_one();
+        return;
+      }
+    }
+    done(Status::Cancelled("storage shut down"));
+  }
+
   std::string_view name() const override { return "local"; }
 
   std::vector<StorageStats> Stats() const override {
@@ -220,6 +251,14 @@ class LocalStorage final : public Storage {
     ReadGate gate;
     int64_t offset = 0;
     int64_t length = -1;  // -1: to the end
+    SizeCallback size_done = nullptr;  // set: the file's size is asked, not its bytes
+    void Fail(Status status) {
+      if (size_done) {
+        size_done(std::move(status));
+      } else {
+        done(std::move(status));
+      }
+    }
   };
 
   void Loop() {
@@ -231,6 +270,12 @@ class LocalStorage final : public Storage {
         if (queue_.empty()) return;  // stopping
         request = std::move(queue_.front());
         queue_.pop_front();
+      }
+      if (request.size_done) {
+        Result<int64_t> size = root_error_.ok() ? FileSize(request.uri, rules_)
+                                                : Result<int64_t>(root_error_);
+        request.size_done(std::move(size));
+        continue;
       }
       // A read queued behind others whose reader has stopped since: not started.
       if (request.gate && !request.gate(kReadStillWanted)) {

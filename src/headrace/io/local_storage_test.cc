@@ -234,6 +234,28 @@ TEST(LocalStorage, RangedReadPreadsTheRangeAndGatesItsSize) {
   EXPECT_EQ(storage->Stats()[0].requests, 5);
 }
 
+TEST(LocalStorage, SizeIsTheFilesWithoutReadingItUnderTheSameRules) {
+  const auto path = (TestDir() / "sized.bin").string();
+  std::ofstream(path, std::ios::binary) << "0123456789abcdefghij";
+  auto storage = MakeLocalStorage({.max_object_bytes = 8});  // sizes are not reads: no limit
+  auto size = storage->Size(path);
+  ASSERT_TRUE(size.ok()) << size.status().ToString();
+  EXPECT_EQ(*size, 20);
+  EXPECT_EQ(storage->Size(path + ".none").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(storage->Size(TestDir().string()).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(storage->Stats()[0].requests, 0);  // nothing was read
+  EXPECT_EQ(storage->Stats()[0].bytes, 0);
+
+  const auto root = TestDir() / "size_root";
+  std::filesystem::create_directories(root);
+  std::ofstream(root / "real.bin", std::ios::binary) << "abc";
+  std::filesystem::remove(root / "link.bin");
+  std::filesystem::create_symlink(root / "real.bin", root / "link.bin");
+  auto strict = MakeLocalStorage({.follow_symlinks = false, .root = root.string()});
+  EXPECT_EQ(*strict->Size((root / "real.bin").string()), 3);
+  EXPECT_EQ(strict->Size((root / "link.bin").string()).status().code(), StatusCode::kPathEscape);
+}
+
 TEST(LocalStorage, RangedReadRefusesALinkBelowTheRoot) {
   const auto root = TestDir() / "range_root";
   std::filesystem::create_directories(root);

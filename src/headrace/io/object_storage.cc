@@ -179,6 +179,7 @@ class ObjectStorage final : public ObjectStore {
   void ReadAsyncGated(std::string uri, ReadCallback done, ReadGate gate) override;
   void ReadRangeAsyncGated(std::string uri, int64_t offset, int64_t length, ReadCallback done,
                            ReadGate gate) override;
+  void SizeAsync(std::string uri, SizeCallback done) override;
   Result<std::vector<ObjectInfo>> List(const std::string& pattern, int page_size) override;
   void WriteAsync(std::string uri, Buffer bytes, std::function<void(Status)> done) override;
   Status CreateBucket(const std::string& bucket_uri) override;
@@ -517,6 +518,38 @@ void ObjectStorage::ReadRangeAsyncGated(std::string uri, int64_t offset, int64_t
   });
 }
 
+// A one-byte ranged GET: its Content-Range carries the object's size (S3 and HTTP servers
+// answer HEAD too, but a GET is what every read here is: one path for signing, retries
+// and errors).
+void ObjectStorage::SizeAsync(std::string uri, SizeCallback done) {
+  auto what = std::make_shared<std::string>("GET " + QuoteForMessage(uri) + " bytes 0-0");
+  auto make = [this, uri]() -> Result<HttpRequest> {
+    HR_ASSIGN_OR_RETURN(HttpRequest req,
+                        MakeRequest("GET", uri, {}, {"Range: bytes=0-0"}, Buffer()));
+    req.range_body = true;
+    return req;
+  };
+  Execute(std::move(make), *what,
+          [this, uri, what, done = std::move(done)](Result<HttpResponse> result) {
+            if (!result.ok()) {
+              if (result.status().code() != StatusCode::kCancelled) {
+                failed_reads_.fetch_add(1, std::memory_order_relaxed);
+              }
+              return done(result.status());
+            }
+            const HttpResponse& r = *result;
+            if (r.status == 416 && r.range_total <= 0) return done(int64_t{0});  // empty
+            if (!Is2xx(r)) {
+              failed_reads_.fetch_add(1, std::memory_order_relaxed);
+              return done(ErrorOf(r, *what, uri));
+            }
+            if (r.status == 206 && r.range_total >= 0) return done(r.range_total);
+            if (r.status == 200) return done(static_cast<int64_t>(r.received));
+            failed_reads_.fetch_add(1, std::memory_order_relaxed);
+            done(Status::IoError(*what + ": the reply gives no object size (" + Describe(r) + ")"));
+          });
+}
+
 void ObjectStorage::ReadParts(const std::shared_ptr<ReadOp>& op, Buffer buffer, size_t first_len,
                               std::string etag) {
   const size_t total = buffer.size();
@@ -681,6 +714,14 @@ class RouterStorage final : public Storage {
     if (!backend.ok()) return done(backend.status());
     (*backend)->ReadRangeAsyncGated(std::move(uri), offset, length, std::move(done),
                                     std::move(gate));
+  }
+
+  void SizeAsync(std::string uri, SizeCallback done) override {
+    const UriScheme scheme = SchemeOf(uri);
+    if (scheme == UriScheme::kLocal && uri.rfind("file://", 0) == 0) uri.erase(0, 7);
+    Result<Storage*> backend = Get(scheme);
+    if (!backend.ok()) return done(backend.status());
+    (*backend)->SizeAsync(std::move(uri), std::move(done));
   }
 
   std::string_view name() const override { return "router"; }

@@ -427,6 +427,32 @@ TEST(S3Storage, RangedReadIsOneRequestOfTheRangeOnly) {
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
 }
 
+TEST(S3Storage, SizeIsOneRequestOfOneByte) {
+  auto server = *LoopbackServer::Start();
+  server->Put("/bkt/clip.mp4", Bytes(10500, 3));
+  server->Put("/bkt/empty.mp4", Buffer());
+  auto s3 = *MakeS3Storage(Spec(*server), NoEnv());
+  auto size = s3->Size("s3://bkt/clip.mp4");
+  ASSERT_TRUE(size.ok()) << size.status().ToString();
+  EXPECT_EQ(*size, 10500);
+  EXPECT_EQ(server->stats().requests, 1);
+  EXPECT_LE(s3->Stats()[0].bytes, 1);
+  auto empty = s3->Size("s3://bkt/empty.mp4");
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+  EXPECT_EQ(*empty, 0);
+  EXPECT_EQ(s3->Size("s3://bkt/none.mp4").status().code(), StatusCode::kNotFound);
+}
+
+TEST(HttpStorage, SizeOfAServerThatIgnoresRangeIsItsBodys) {
+  auto server = *LoopbackServer::Start();
+  server->Put("/data/norange.mp4", Bytes(3000, 5));
+  server->SetFault("/data/norange.mp4", LoopbackFault::kNoLength);
+  auto http = *MakeHttpStorage(Spec(*server));
+  auto size = http->Size(server->origin() + "/data/norange.mp4");
+  ASSERT_TRUE(size.ok()) << size.status().ToString();
+  EXPECT_EQ(*size, 3000);
+}
+
 TEST(HttpStorage, RangedReadSendsARangeHeader) {
   auto server = *LoopbackServer::Start();
   const Buffer object = Bytes(5000, 4);
@@ -458,6 +484,8 @@ TEST(OpenStorage, RouterForwardsRangedReads) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(Same(*r, object.Slice(10, 20)));
   EXPECT_EQ(server->stats().requests, 1);
+  EXPECT_EQ(*storage->Size("s3://bkt/s.tar"), 4000);
+  EXPECT_EQ(server->stats().requests, 2);
 }
 
 }  // namespace

@@ -12,6 +12,13 @@ Result<Buffer> Storage::Read(const std::string& uri) {
   return future.get();
 }
 
+Result<int64_t> Storage::Size(const std::string& uri) {
+  std::promise<Result<int64_t>> promise;
+  auto future = promise.get_future();
+  SizeAsync(uri, [&promise](Result<int64_t> result) { promise.set_value(std::move(result)); });
+  return future.get();
+}
+
 void Storage::ReadRangeAsyncGated(std::string uri, int64_t offset, int64_t length,
                                   ReadCallback done, ReadGate gate) {
   ReadAsyncGated(
@@ -28,6 +35,13 @@ void Storage::ReadRangeAsyncGated(std::string uri, int64_t offset, int64_t lengt
         done(bytes->Slice(static_cast<size_t>(offset), static_cast<size_t>(n)));
       },
       std::move(gate));
+}
+
+void Storage::SizeAsync(std::string uri, SizeCallback done) {
+  ReadAsync(std::move(uri), [done = std::move(done)](Result<Buffer> bytes) {
+    if (!bytes.ok()) return done(bytes.status());
+    done(static_cast<int64_t>(bytes->size()));
+  });
 }
 
 }  // namespace headrace

@@ -34,6 +34,8 @@
 namespace headrace {
 
 using ReadCallback = std::function<void(Result<Buffer>)>;
+// The size of an object in bytes, or why it cannot be known (kNotFound, kIoError, ...).
+using SizeCallback = std::function<void(Result<int64_t>)>;
 // Asked on the storage thread, before a read allocates memory for an object's bytes,
 // with the bytes it is about to hold: the object's size (local: the file's size; HTTP,
 // S3: Content-Length or Content-Range's total), or for a body of unknown length its
@@ -81,6 +83,11 @@ class Storage {
   // (local pread, HTTP Range) override it.
   virtual void ReadRangeAsyncGated(std::string uri, int64_t offset, int64_t length,
                                    ReadCallback done, ReadGate gate);
+  // The object's size, without its bytes (local: fstat; HTTP, S3: a one-byte ranged GET's
+  // Content-Range), for a reader that then reads ranges of it (video.decode `read:
+  // ranges`). `done` as ReadAsync's: once, on a storage thread or inline. The default
+  // reads the whole object and counts its bytes.
+  virtual void SizeAsync(std::string uri, SizeCallback done);
   // "local", "s3", ...
   virtual std::string_view name() const = 0;
   // One entry per backend that has been used (a router lists each backend it opened).
@@ -88,6 +95,8 @@ class Storage {
 
   // Blocking read built on ReadAsync, for small control files (manifests, models).
   Result<Buffer> Read(const std::string& uri);
+  // Blocking SizeAsync.
+  Result<int64_t> Size(const std::string& uri);
 };
 
 struct LocalStorageOptions {
