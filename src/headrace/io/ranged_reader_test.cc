@@ -1,0 +1,138 @@
+#include "headrace/io/ranged_reader.h"
+
+#include <gtest/gtest.h>
+
+#include <latch>
+#include <thread>
+#include <vector>
+
+#include "headrace/io/loopback_server.h"
+#include "headrace/io/object_storage.h"
+
+// Its own namespace: the folder's tests compile as one unity file (CMakeLists.txt).
+namespace headrace::ranged_reader_test {
+namespace {
+
+Buffer Pattern(size_t n) {
+  Buffer b = *Buffer::Allocate(n);
+  for (size_t i = 0; i < n; ++i) b.mutable_data()[i] = static_cast<uint8_t>(i * 7 + i / 251);
+  return b;
+}
+
+bool SameAs(const Buffer& got, const Buffer& object, int64_t offset) {
+  return static_cast<int64_t>(got.size()) <= static_cast<int64_t>(object.size()) - offset &&
+         std::equal(got.data(), got.data() + got.size(), object.data() + offset);
+}
+
+struct Served {
+  std::unique_ptr<LoopbackServer> server;
+  std::unique_ptr<Storage> s3;
+  Buffer object;
+};
+
+Served Serve(size_t bytes) {
+  Served s;
+  s.server = *LoopbackServer::Start();
+  s.object = Pattern(bytes);
+  s.server->Put("/bkt/clip.mp4", s.object);
+  StorageSpec spec;
+  spec.endpoint = s.server->origin();
+  spec.anonymous = true;
+  spec.retry_base_ms = 1;
+  spec.retry_max_ms = 5;
+  s.s3 = *MakeS3Storage(spec, [](const char*) -> std::optional<std::string> {
+    return std::nullopt;
+  });
+  return s;
+}
+
+TEST(RangedReader, ReadsThePrefetchedRangesOnceEachAndOnlyThem) {
+  Served s = Serve(1 << 20);
+  auto reader = *OpenRangedReader(*s.s3, "s3://bkt/clip.mp4",
+                                  {.head_bytes = 4096, .read_ahead = 8192});
+  EXPECT_EQ(reader->size(), 1 << 20);
+  // The head came with the size.
+  auto head = reader->Read(100, 200);
+  ASSERT_TRUE(head.ok()) << head.status().ToString();
+  EXPECT_EQ(head->size(), 200u);
+  EXPECT_TRUE(SameAs(*head, s.object, 100));
+  EXPECT_EQ(reader->stats().requests, 1);
+
+  // Two stretches, the first overlapping the head: only what is not held is read.
+  const MediaReader::Range plan[] = {{2048, 10000}, {500000, 30000}};
+  reader->Prefetch(plan);
+  EXPECT_EQ(reader->stats().requests, 3);
+  EXPECT_EQ(reader->stats().bytes, 4096 + (12048 - 4096) + 30000);
+  auto mid = reader->ReadExact(3000, 5000);  // spans the head and the next range: copied
+  ASSERT_TRUE(mid.ok()) << mid.status().ToString();
+  EXPECT_EQ(mid->size(), 5000u);
+  EXPECT_TRUE(SameAs(*mid, s.object, 3000));
+  auto far = reader->Read(510000, 100000);  // up to the range's end
+  ASSERT_TRUE(far.ok());
+  EXPECT_EQ(far->size(), 20000u);
+  EXPECT_TRUE(SameAs(*far, s.object, 510000));
+  EXPECT_EQ(reader->stats().unplanned, 0);
+
+  // A byte no plan covered: read then, read_ahead long, and stopped where a range starts.
+  auto before = reader->Read(495000, 10);
+  ASSERT_TRUE(before.ok());
+  EXPECT_TRUE(SameAs(*before, s.object, 495000));
+  auto stats = reader->stats();
+  EXPECT_EQ(stats.unplanned, 1);
+  EXPECT_EQ(stats.bytes, 4096 + 7952 + 30000 + 5000);
+  // At and past the end: nothing.
+  EXPECT_EQ(reader->Read(1 << 20, 10)->size(), 0u);
+  // Every range was one request to the server, besides the size.
+  EXPECT_EQ(s.server->stats().requests, 1 + stats.requests);
+}
+
+TEST(RangedReader, AnObjectShorterThanItsHeadIsReadByTheHeadAlone) {
+  Served s = Serve(1000);
+  auto reader = *OpenRangedReader(*s.s3, "s3://bkt/clip.mp4", {.head_bytes = 4096});
+  EXPECT_EQ(reader->size(), 1000);
+  auto all = reader->ReadExact(0, 5000);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ(all->size(), 1000u);
+  EXPECT_TRUE(SameAs(*all, s.object, 0));
+  EXPECT_EQ(reader->stats().requests, 1);
+}
+
+TEST(RangedReader, AMissingObjectFailsToOpenAndAFailedRangeFailsItsRead) {
+  Served s = Serve(1000);
+  auto missing = OpenRangedReader(*s.s3, "s3://bkt/none.mp4");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound) << missing.status().ToString();
+
+  auto local = MakeLocalStorage();
+  EXPECT_EQ(OpenRangedReader(*local, "/nonexistent/clip.mp4").status().code(),
+            StatusCode::kNotFound);
+  // The store fails after the reader opened: the reads after fail, named.
+  auto reader = *OpenRangedReader(*s.s3, "s3://bkt/clip.mp4", {.head_bytes = 100});
+  s.server->SetFault("/bkt/clip.mp4", LoopbackFault::kTruncate);
+  auto failed = reader->Read(500, 10);
+  EXPECT_EQ(failed.status().code(), StatusCode::kIoError) << failed.status().ToString();
+  EXPECT_NE(failed.status().message().find("clip.mp4"), std::string::npos);
+}
+
+TEST(RangedReader, ThreadsWaitingOnOneRangeAllGetItsBytes) {
+  Served s = Serve(1 << 16);
+  s.server->SetLatency(std::chrono::milliseconds(20));
+  auto reader = *OpenRangedReader(*s.s3, "s3://bkt/clip.mp4", {.head_bytes = 16});
+  const MediaReader::Range plan[] = {{1000, 40000}};
+  reader->Prefetch(plan);
+  std::latch start(4);
+  std::vector<std::thread> threads;
+  std::vector<bool> ok(4, false);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      auto got = reader->Read(1000 + t * 10000, 10000);
+      ok[t] = got.ok() && got->size() == 10000 && SameAs(*got, s.object, 1000 + t * 10000);
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) EXPECT_TRUE(ok[t]) << t;
+  EXPECT_EQ(reader->stats().requests, 2);
+}
+
+}  // namespace
+}  // namespace headrace::ranged_reader_test
