@@ -11,8 +11,13 @@ const std::string& SampleRecord::uri() const {
 }
 
 const Buffer* Sample::MediaOf(int field) const {
+  const Item* item = ItemOf(field);
+  return item != nullptr ? &item->bytes : nullptr;
+}
+
+const Sample::Item* Sample::ItemOf(int field) const {
   for (const Item& item : media) {
-    if (item.field == field) return &item.bytes;
+    if (item.field == field) return &item;
   }
   return nullptr;
 }

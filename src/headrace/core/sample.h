@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "headrace/core/buffer.h"
+#include "headrace/core/media_reader.h"
 #include "headrace/core/status.h"
 
 namespace headrace {
@@ -109,6 +111,9 @@ struct Sample {
     int field = 0;         // the source field it belongs to
     Buffer bytes;
     std::string_view uri;  // the item's own location, for messages (lives with the record)
+    // Set instead of `bytes` for an item read in ranges by its op (EngineInputs::
+    // ranged_fields): the object, read as the op asks.
+    std::shared_ptr<MediaReader> reader;
   };
 
   Sample() = default;
@@ -134,6 +139,8 @@ struct Sample {
 
   // The bytes of the first media item of source field `field`; null when there is none.
   const Buffer* MediaOf(int field) const;
+  // The first media item of source field `field`; null when there is none.
+  const Item* ItemOf(int field) const;
   // Calls f(const Buffer& bytes, std::string_view uri) for each media item of source
   // field `field`, in list order.
   template <typename F>

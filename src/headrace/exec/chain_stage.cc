@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "headrace/core/atomic_max.h"
+#include "headrace/io/ranged_reader.h"
 
 namespace headrace {
 namespace {
@@ -87,6 +88,7 @@ void ChainStage::Run(const std::shared_ptr<BatchJob>& job, int slot, std::vector
     sample.index = index;
     sample.record = job->records[slot];
     status = source_.Fill(std::move(media), sample);
+    if (status.ok() && options_.ranged) status = OpenReaders(sample);
     if (options_.trace != nullptr && !tls_trace_named) {
       tls_trace_named = true;
       options_.trace->NameThread("cpu worker");
@@ -114,6 +116,22 @@ void ChainStage::Run(const std::shared_ptr<BatchJob>& job, int slot, std::vector
   media.clear();
   if (charged > 0) release_(charged);
   done_(job, slot, std::move(status));
+}
+
+Status ChainStage::OpenReaders(Sample& sample) const {
+  const std::vector<MediaRef>& refs = sample.record->media;
+  if (refs.size() != sample.media.size()) return Status::Ok();
+  for (size_t i = 0; i < refs.size(); ++i) {
+    Sample::Item& item = sample.media[i];
+    if (item.bytes.size() != 0 || !options_.ranged(refs[i])) continue;
+    Storage* routed = source_.StorageFor(sample.index);
+    Storage& storage = routed != nullptr ? *routed : *source_.storage();
+    Result<std::shared_ptr<MediaReader>> reader =
+        OpenRangedReader(storage, refs[i].uri, {.stop = stop_});
+    if (!reader.ok()) return reader.status();
+    item.reader = *std::move(reader);
+  }
+  return Status::Ok();
 }
 
 void ChainStage::CountOp(size_t i, Clock::time_point start, Clock::time_point end,

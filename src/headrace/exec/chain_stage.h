@@ -55,6 +55,10 @@ struct ChainStageOptions {
   uint64_t seed = 0;
   int64_t scratch_retain_bytes = int64_t{32} << 20;
   TraceRecorder* trace = nullptr;  // op spans when set
+  // Whether a media item is read in ranges by its op (RangedItem, exec/engine.h): the
+  // stage opens a MediaReader for it (io/ranged_reader.h) in place of the bytes the
+  // engine did not read. Unset: none is.
+  std::function<bool(const MediaRef&)> ranged;
 };
 
 // What the CPU threads' scratch arenas held.
@@ -85,6 +89,8 @@ class ChainStage {
   ScratchMetrics Scratch() const;
 
  private:
+  // The readers of the sample's items read in ranges (ChainStageOptions::ranged).
+  Status OpenReaders(Sample& sample) const;
   void Run(const std::shared_ptr<BatchJob>& job, int slot, std::vector<Buffer> media,
            int64_t charged);
   void CountOp(size_t i, Clock::time_point start, Clock::time_point end,

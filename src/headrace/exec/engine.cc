@@ -107,6 +107,18 @@ std::pair<std::shared_ptr<ReusingAllocator>, std::shared_ptr<ReusingAllocator>> 
 
 }  // namespace
 
+bool RangedItem(const EngineInputs& inputs, const MediaRef& ref) {
+  const auto f = static_cast<size_t>(ref.field);
+  return f < inputs.ranged_fields.size() && inputs.ranged_fields[f] && ref.offset == 0 &&
+         ref.length < 0;
+}
+
+bool RangedRecord(const EngineInputs& inputs, const SampleRecord& record) {
+  if (inputs.ranged_fields.empty() || record.media.empty()) return false;
+  return std::all_of(record.media.begin(), record.media.end(),
+                     [&](const MediaRef& ref) { return RangedItem(inputs, ref); });
+}
+
 Engine::Engine(std::shared_ptr<const EngineInputs> inputs, EngineOptions options,
                EpochOrder order)
     : inputs_(std::move(inputs)),
@@ -214,7 +226,12 @@ Result<std::unique_ptr<Engine>> Engine::Start(std::shared_ptr<const EngineInputs
   e->chain_ = std::make_unique<ChainStage>(
       *in.source, in.chains,
       ChainStageOptions{options.cpu_threads, options.order.seed, options.scratch_retain_bytes,
-                        options.trace},
+                        options.trace,
+                        in.ranged_fields.empty()
+                            ? std::function<bool(const MediaRef&)>()
+                            : [inputs = e->inputs_](const MediaRef& ref) {
+                                return RangedItem(*inputs, ref);
+                              }},
       e->stop_.get_token(), [e](int64_t charged) { e->read_->Release(charged); },
       [e](const std::shared_ptr<BatchJob>& job, int slot, Status status) {
         e->FinishSample(job, slot, std::move(status));
@@ -283,6 +300,9 @@ void Engine::IssueSample(const std::shared_ptr<BatchJob>& job, int slot) {
   } else if (!inputs_->reads_media || record.media.empty()) {
     // Nothing to read (a text-only record: the op that needs a media field says so).
     chain_->Submit(job, slot, {}, 0);
+  } else if (RangedRecord(*inputs_, record)) {
+    // Its op reads the ranges it needs as it runs (ChainStage opens the readers).
+    chain_->Submit(job, slot, std::vector<Buffer>(record.media.size()), 0);
   } else if (std::optional<std::vector<Buffer>> media =
                  options_.media_of ? options_.media_of(job->position.epoch,
                                                        job->sample_indices[slot])

@@ -110,7 +110,18 @@ struct EngineInputs {
   // SampleRecord::media, whole objects or byte ranges): an op reads a media field, or
   // the source's values come with the reads (Source::values_need_reads).
   bool reads_media = true;
+  // Per source field: its items are not read before the chain runs; the chain's op gets
+  // a MediaReader (Sample::Item::reader) and reads the ranges it needs. Applies to whole
+  // objects (MediaRef offset 0, length -1) of a record whose every item is such; others
+  // are read as usual (the op then gets the bytes).
+  std::vector<bool> ranged_fields;
 };
+
+// Whether `ref` is read in ranges by its op rather than before the chain runs
+// (EngineInputs::ranged_fields: a whole object of such a field), and whether every media
+// item of `record` is.
+bool RangedItem(const EngineInputs& inputs, const MediaRef& ref);
+bool RangedRecord(const EngineInputs& inputs, const SampleRecord& record);
 
 struct EngineOptions {
   Schedule schedule = Schedule::kSequential;

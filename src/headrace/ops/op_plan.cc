@@ -144,10 +144,22 @@ Result<ValueDesc> PlanContext::Read(std::string_view name, ValueKind kind) {
     const auto field = static_cast<size_t>(value.source_field);
     if (state_.source_slots.size() <= field) state_.source_slots.resize(field + 1, -1);
     state_.source_slots[field] = v;
+    if (state_.source_reads.size() <= field) state_.source_reads.resize(field + 1, 0);
+    ++state_.source_reads[field];
   }
   op.reads.emplace_back(std::string(name), v);
   op.inputs.push_back(value.desc);
   return value.desc;
+}
+
+void PlanContext::ReadInRanges(std::string_view name) {
+  const int v = Find(name);
+  if (v < 0) return;
+  const PlanValue& value = state_.values[static_cast<size_t>(v)];
+  if (value.source_field < 0 || value.list_field >= 0) return;
+  const auto field = static_cast<size_t>(value.source_field);
+  if (state_.ranged_sources.size() <= field) state_.ranged_sources.resize(field + 1, false);
+  state_.ranged_sources[field] = true;
 }
 
 std::vector<std::string> PlanContext::ReadEvery(ValueKind kind) {

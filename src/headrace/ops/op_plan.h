@@ -224,6 +224,11 @@ struct PlanState {
   // Per source field (PlanValue::source_field): the slot of its value once an op reads
   // it, else -1 (or past the end). The engine fills only these.
   std::vector<int> source_slots;
+  // Per source field: how many reads of its value the ops declared, and whether one of
+  // them asked to read it in byte ranges (ReadInRanges). The engine hands such a field
+  // a reader instead of its bytes when that op is its only reader (pipeline/plan.cc).
+  std::vector<int> source_reads;
+  std::vector<bool> ranged_sources;
   // Per source field: a media list whose fixed batch fields are padded to max_items
   // (SourceField::pad_items) rather than concatenated.
   std::vector<bool> pad_items;
@@ -291,6 +296,11 @@ class PlanContext {
   // Reads every value of `kind` that exists here (for code ops that take what there
   // is): their names, in slot order.
   std::vector<std::string> ReadEvery(ValueKind kind);
+  // The encoded value `name`, which this op read (Read), may come as a MediaReader
+  // (EncodedBytes::reader) rather than bytes: the engine then reads it in the ranges the
+  // op asks for. Honoured for a source field of loose objects that no other op reads;
+  // otherwise the op gets the bytes, as always.
+  void ReadInRanges(std::string_view name);
   // Writes `name` (replacing what it held). Fails when the value it replaces was written
   // by an op and never read: that op's work would be thrown away.
   Status Write(std::string_view name, ValueDesc desc);

@@ -22,8 +22,8 @@ void FillSourceValues(std::span<const SourceValue> sources, const Sample& sample
     Value& value = values[static_cast<size_t>(source.slot)];
     switch (source.from) {
       case SourceValue::From::kMedia:
-        if (const Buffer* media = sample.MediaOf(source.field)) {
-          value = EncodedBytes{media->data(), media->size()};
+        if (const Sample::Item* item = sample.ItemOf(source.field)) {
+          value = EncodedBytes{item->bytes.data(), item->bytes.size(), item->reader.get()};
         }
         break;
       case SourceValue::From::kConversation:

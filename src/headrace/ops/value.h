@@ -26,6 +26,8 @@ namespace headrace {
 struct EncodedBytes {
   const uint8_t* data = nullptr;
   size_t size = 0;
+  // An object read in ranges instead (PlanContext::ReadInRanges): data is then null.
+  MediaReader* reader = nullptr;
 };
 
 // A conversation: a view of the record's turns.

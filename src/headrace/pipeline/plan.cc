@@ -779,6 +779,15 @@ Result<PipelinePlan> PlanPipeline(const PipelineSpec& spec, Storage& storage) {
     }
     chain.num_values = static_cast<int>(state.values.size());
     chain.source_values = SourceValuesOf(fields, state, &plan.reads_media);
+    // A field read in ranges (PlanContext::ReadInRanges) by the one op that reads it, in
+    // a pipeline of one chain (a blend's entries read whole).
+    if (declared.chains.size() == 1) {
+      plan.ranged_fields.assign(fields.size(), false);
+      for (size_t f = 0; f < fields.size() && f < state.ranged_sources.size(); ++f) {
+        plan.ranged_fields[f] = state.ranged_sources[f] && fields[f].max_items == 0 &&
+                                f < state.source_reads.size() && state.source_reads[f] == 1;
+      }
+    }
     HR_RETURN_IF_ERROR(AddSequences(state.sequences, plan.sequences));
     if (c == 0) {
       plan.fields = std::move(state.fields);

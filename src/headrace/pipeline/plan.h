@@ -41,6 +41,8 @@ struct PipelinePlan {
   // Per-sample strings for Batch::strings: the id, then the source's text fields.
   std::vector<EngineInputs::StringField> strings;
   bool reads_media = false;  // an op of some chain reads a media field of the source
+  // Per source field: read in byte ranges by its op (EngineInputs::ranged_fields).
+  std::vector<bool> ranged_fields;
   // The unpadded token sequences (text.tokenize {pad: false}): what packing pads.
   std::vector<TokenSequence> sequences;
 };

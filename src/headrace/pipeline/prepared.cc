@@ -159,6 +159,10 @@ Result<std::shared_ptr<const PreparedPipeline>> PreparedPipeline::Make(
   in->fields = std::move(plan.fields);
   in->batch_ops = std::move(plan.batch_ops);
   in->reads_media = plan.reads_media || source->values_need_reads();
+  // Sources whose samples come with their reads (shard members, row groups) read whole.
+  if (!source->values_need_reads() && source->row_group_cache() == nullptr) {
+    in->ranged_fields = std::move(plan.ranged_fields);
+  }
   in->strings = std::move(plan.strings);
   in->source = std::move(source);
   prepared->inputs_ = std::move(in);

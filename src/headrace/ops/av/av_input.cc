@@ -152,14 +152,71 @@ void PacketDeleter::operator()(AVPacket* packet) const { av_packet_free(&packet)
 
 PacketPtr NewPacket() { return PacketPtr(av_packet_alloc()); }
 
+namespace {
+
+// An MP4 whose edit lists FFmpeg would take too long to read (LargestEditList).
+Status CheckEditLists(const uint8_t* data, size_t size) {
+  if (const int64_t edits = LargestEditList(data, size); edits > kMaxEditListEntries) {
+    return Status::ResourceExhausted(
+        "the MP4's edit list declares " + std::to_string(edits) + " entries (at most " +
+        std::to_string(kMaxEditListEntries) +
+        " are read: FFmpeg rebuilds a track's index for each)");
+  }
+  return Status::Ok();
+}
+
+// The first top-level `moov` box of an MP4 read through `reader`, found by the box
+// headers (the header, sizes and types only: what lies between is not read), or an empty
+// buffer when there is none. Bounded by kMaxMoovBytes: the index of hours of video.
+constexpr int64_t kMaxMoovBytes = int64_t{256} << 20;
+Result<Buffer> ReadMoov(MediaReader& reader) {
+  const auto be32 = [](const uint8_t* p) {
+    return (uint64_t{p[0]} << 24) | (uint64_t{p[1]} << 16) | (uint64_t{p[2]} << 8) | p[3];
+  };
+  int64_t at = 0;
+  const int64_t end = reader.size();
+  while (end - at >= 8) {
+    // Past the head a reader reads with its size (64 KiB by default; io/ranged_reader.h):
+    // an index after the media data. Read on from the box as far as the index of minutes
+    // of video, in one request.
+    // FFmpeg then reads the last media packets' bytes just before it too (a few hundred
+    // bytes on x264 clips): 16 KiB before the box come with it.
+    if (at >= kIoBufferBytes) {
+      constexpr int64_t kBefore = 16 << 10;
+      const MediaReader::Range rest[] = {
+          {at - kBefore, kBefore + std::min<int64_t>(end - at, int64_t{1} << 20)}};
+      reader.Prefetch(rest);
+    }
+    HR_ASSIGN_OR_RETURN(Buffer header, reader.ReadExact(at, 16));
+    if (header.size() < 8) break;
+    uint64_t size = be32(header.data());
+    if (size == 1) {
+      if (header.size() < 16) break;
+      size = (be32(header.data() + 8) << 32) | be32(header.data() + 12);
+    } else if (size == 0) {
+      size = static_cast<uint64_t>(end - at);
+    }
+    if (size < 8 || size > static_cast<uint64_t>(end - at)) break;  // FFmpeg's to judge
+    if (std::memcmp(header.data() + 4, "moov", 4) == 0) {
+      if (static_cast<int64_t>(size) > kMaxMoovBytes) {
+        return Status::ResourceExhausted("the MP4's index (moov) is " + std::to_string(size) +
+                                         " bytes, over " + std::to_string(kMaxMoovBytes));
+      }
+      return reader.ReadExact(at, static_cast<int64_t>(size));
+    }
+    at += static_cast<int64_t>(size);
+  }
+  return Buffer();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Input>> Input::Open(const uint8_t* data, size_t size, Media media,
                                            int threads, int64_t frame_bytes_limit) {
   SilenceLog();
   if (size == 0) return Status::CorruptData("empty file");
   std::unique_ptr<Input> in(new Input());
   in->memory_ = Memory{data, size, 0};
-  auto* buffer = static_cast<uint8_t*>(av_malloc(kIoBufferBytes));
-  if (buffer == nullptr) return Status::ResourceExhausted("av_malloc failed");
   const auto read = [](void* opaque, uint8_t* out, int want) -> int {
     auto* m = static_cast<Memory*>(opaque);
     const size_t n = std::min(static_cast<size_t>(want), m->size - m->pos);
@@ -183,31 +240,101 @@ Result<std::unique_ptr<Input>> Input::Open(const uint8_t* data, size_t size, Med
     m->pos = static_cast<size_t>(to);
     return to;
   };
-  in->io_ = avio_alloc_context(buffer, kIoBufferBytes, 0, &in->memory_, read, nullptr, seek);
-  if (in->io_ == nullptr) {
+  const AVInputFormat* known = GuessFormat(data, size);
+  if (known != nullptr && std::strncmp(known->name, "mov", 3) == 0) {
+    HR_RETURN_IF_ERROR(CheckEditLists(data, size));
+  }
+  HR_RETURN_IF_ERROR(in->OpenIo(&in->memory_, read, seek));
+  return OpenContainer(std::move(in), known, media, threads, frame_bytes_limit);
+}
+
+Result<std::unique_ptr<Input>> Input::Open(MediaReader& reader, Media media, int threads,
+                                           int64_t frame_bytes_limit) {
+  SilenceLog();
+  if (reader.size() == 0) return Status::CorruptData("empty file");
+  std::unique_ptr<Input> in(new Input());
+  in->ranged_.reader = &reader;
+  // Reads from the block in hand, else asks the reader for the bytes from `pos` (it
+  // waits for the range read that holds them, or reads them then).
+  const auto read = [](void* opaque, uint8_t* out, int want) -> int {
+    auto* r = static_cast<Ranged*>(opaque);
+    if (r->pos >= r->reader->size()) return AVERROR_EOF;
+    if (r->pos < r->block_at || r->pos >= r->block_at + static_cast<int64_t>(r->block.size())) {
+      Result<Buffer> block = r->reader->Read(r->pos, std::max(want, kIoBufferBytes));
+      if (!block.ok()) {
+        r->error = block.status();
+        return AVERROR(EIO);
+      }
+      if (block->size() == 0) return AVERROR_EOF;
+      r->block = *std::move(block);
+      r->block_at = r->pos;
+    }
+    const int64_t skip = r->pos - r->block_at;
+    const int n = static_cast<int>(
+        std::min<int64_t>(want, static_cast<int64_t>(r->block.size()) - skip));
+    std::memcpy(out, r->block.data() + skip, static_cast<size_t>(n));
+    r->pos += n;
+    return n;
+  };
+  const auto seek = [](void* opaque, int64_t offset, int whence) -> int64_t {
+    auto* r = static_cast<Ranged*>(opaque);
+    const int64_t size = r->reader->size();
+    if (whence & AVSEEK_SIZE) return size;
+    int64_t base = 0;
+    switch (whence & ~AVSEEK_FORCE) {
+      case SEEK_SET: base = 0; break;
+      case SEEK_CUR: base = r->pos; break;
+      case SEEK_END: base = size; break;
+      default: return -1;
+    }
+    const int64_t to = base + offset;
+    if (to < 0 || to > size) return -1;
+    r->pos = to;
+    return to;
+  };
+  HR_ASSIGN_OR_RETURN(Buffer head, reader.ReadExact(0, 64));
+  const AVInputFormat* known = GuessFormat(head.data(), head.size());
+  if (known != nullptr && std::strncmp(known->name, "mov", 3) == 0) {
+    // The index, read whole before FFmpeg parses it (and checked as the bytes in memory
+    // are); FFmpeg's reads of it then come from the reader's ranges.
+    HR_ASSIGN_OR_RETURN(Buffer moov, ReadMoov(reader));
+    HR_RETURN_IF_ERROR(CheckEditLists(moov.data(), moov.size()));
+  }
+  HR_RETURN_IF_ERROR(in->OpenIo(&in->ranged_, read, seek));
+  // Every seek goes to the reader: a short seek forward would otherwise read the bytes
+  // skipped (FFmpeg reads through gaps of up to 32 KiB), which no plan asked for.
+  in->io_->direct = 1;
+  Result<std::unique_ptr<Input>> opened =
+      OpenContainer(std::move(in), known, media, threads, frame_bytes_limit);
+  return opened;
+}
+
+Status Input::OpenIo(void* opaque, int (*read)(void*, uint8_t*, int),
+                     int64_t (*seek)(void*, int64_t, int)) {
+  auto* buffer = static_cast<uint8_t*>(av_malloc(kIoBufferBytes));
+  if (buffer == nullptr) return Status::ResourceExhausted("av_malloc failed");
+  io_ = avio_alloc_context(buffer, kIoBufferBytes, 0, opaque, read, nullptr, seek);
+  if (io_ == nullptr) {
     av_free(buffer);
     return Status::ResourceExhausted("avio_alloc_context failed");
   }
-  in->format_ = avformat_alloc_context();
-  if (in->format_ == nullptr) return Status::ResourceExhausted("avformat_alloc_context failed");
-  in->format_->pb = in->io_;
-  in->format_->flags |= AVFMT_FLAG_CUSTOM_IO;
-  in->format_->max_streams = kMaxStreams;
-  const AVInputFormat* known = GuessFormat(data, size);
-  if (known != nullptr && std::strncmp(known->name, "mov", 3) == 0) {
-    if (const int64_t edits = LargestEditList(data, size); edits > kMaxEditListEntries) {
-      return Status::ResourceExhausted(
-          "the MP4's edit list declares " + std::to_string(edits) + " entries (at most " +
-          std::to_string(kMaxEditListEntries) +
-          " are read: FFmpeg rebuilds a track's index for each)");
-    }
-  }
+  format_ = avformat_alloc_context();
+  if (format_ == nullptr) return Status::ResourceExhausted("avformat_alloc_context failed");
+  format_->pb = io_;
+  format_->flags |= AVFMT_FLAG_CUSTOM_IO;
+  format_->max_streams = kMaxStreams;
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Input>> Input::OpenContainer(std::unique_ptr<Input> in,
+                                                    const AVInputFormat* known, Media media,
+                                                    int threads, int64_t frame_bytes_limit) {
   // A known container declares its codecs: FFmpeg's second look at the first packets (a
   // WAV's PCM probed against every demuxer, in case it holds MP3) is skipped too.
   if (known != nullptr) in->format_->max_probe_packets = 0;
   if (int rc = avformat_open_input(&in->format_, nullptr, known, nullptr); rc < 0) {
     in->format_ = nullptr;  // freed by avformat_open_input
-    return Error("not a media container FFmpeg reads (or one of more than " +
+    return in->ReadError("not a media container FFmpeg reads (or one of more than " +
                      std::to_string(kMaxStreams) + " streams)",
                  rc);
   }
@@ -241,7 +368,7 @@ Result<std::unique_ptr<Input>> Input::Open(const uint8_t* data, size_t size, Med
   }
   if (!described) {
     if (int rc = avformat_find_stream_info(in->format_, nullptr); rc < 0) {
-      return Error("cannot read the stream parameters", rc);
+      return in->ReadError("cannot read the stream parameters", rc);
     }
   }
   const AVCodec* decoder = nullptr;
@@ -298,7 +425,7 @@ Status Input::SeekBefore(double seconds) {
   // To the nearest tick: a time read from the index converts back to its own timestamp.
   const auto ts = start_pts_ + std::llround(seconds / time_base_);
   if (int rc = av_seek_frame(format_, stream_, ts, AVSEEK_FLAG_BACKWARD); rc < 0) {
-    return Error("seek failed", rc);
+    return ReadError("seek failed", rc);
   }
   avcodec_flush_buffers(codec_);
   draining_ = done_ = stopped_ = false;
@@ -321,8 +448,15 @@ std::optional<double> Input::IndexedKeyframeBefore(double seconds) const {
 
 Status Input::SeekToKeyframe(double key) {
   // The seek lands on this keyframe or one before it (see the header); what lies between
-  // is read, not decoded.
-  HR_RETURN_IF_ERROR(SeekBefore(key));
+  // is read, not decoded. A demuxer that takes the target as a presentation time and
+  // searches its decode-time index (MP4's) first takes off the stream's decode delay:
+  // its index starts that much before the stream's start. Adding it back lands on the
+  // keyframe itself rather than one early, whose packets up to it would all be read.
+  double delay = 0;
+  if (const AVIndexEntry* first = avformat_index_get_entry(format_->streams[stream_], 0)) {
+    delay = std::max(0.0, static_cast<double>(start_pts_ - first->timestamp) * time_base_);
+  }
+  HR_RETURN_IF_ERROR(SeekBefore(key + delay));
   drop_before_ = start_pts_ + std::llround(key / time_base_);
   return Status::Ok();
 }
@@ -381,8 +515,9 @@ Result<bool> Input::NothingLaterShowsByStop() {
 Result<bool> Input::ReadDecodable(AVPacket* packet) {
   for (;;) {
     const int rc = av_read_frame(format_, packet);
-    if (rc == AVERROR_EOF) return false;
-    if (rc < 0) return Error("reading the container failed", rc);
+    // A read through a reader that failed ends the container early: its error, not the end.
+    if (rc == AVERROR_EOF) return ranged_.error.ok() ? Result<bool>(false) : ranged_.error;
+    if (rc < 0) return ReadError("reading the container failed", rc);
     if (packet->stream_index != stream_) {
       av_packet_unref(packet);
       continue;
@@ -489,6 +624,34 @@ std::vector<Input::IndexedKeyframe> Input::IndexedKeyframes() const {
   return keys;
 }
 
+std::optional<MediaReader::Range> Input::IndexedBytes(double from, double to, int after) const {
+  AVStream* stream = format_->streams[stream_];
+  const int n = avformat_index_get_entries_count(stream);
+  if (n <= 0) return std::nullopt;
+  const auto search = [&](double seconds, int flags) {
+    const int i = av_index_search_timestamp(
+        stream, start_pts_ + static_cast<int64_t>(std::floor(seconds / time_base_ + 1e-6)),
+        flags | AVSEEK_FLAG_BACKWARD);
+    return std::max(i, 0);
+  };
+  const int first = search(from, 0);
+  const int last = std::min(n - 1, std::max(first, search(to, AVSEEK_FLAG_ANY)) + after);
+  int64_t begin = INT64_MAX, end = 0;
+  for (int i = first; i <= last; ++i) {
+    const AVIndexEntry* entry = avformat_index_get_entry(stream, i);
+    if (entry == nullptr || entry->pos < 0) continue;
+    begin = std::min(begin, entry->pos);
+    end = std::max(end, entry->pos + entry->size);
+  }
+  if (begin >= end) return std::nullopt;
+  return MediaReader::Range{begin, end - begin};
+}
+
+Status Input::ReadError(std::string_view what, int av_error) const {
+  if (!ranged_.error.ok()) return ranged_.error;
+  return Error(what, av_error);
+}
+
 Status Input::FramesRefused() const {
   if (frame_bytes_ == nullptr || frame_bytes_->refused.load() == 0) return Status::Ok();
   return Status::ResourceExhausted(
@@ -529,8 +692,9 @@ Result<bool> Input::ReadPacket(AVPacket* packet) {
   av_packet_unref(packet);
   for (;;) {
     const int rc = av_read_frame(format_, packet);
-    if (rc == AVERROR_EOF) return false;
-    if (rc < 0) return Error("reading the container failed", rc);
+    // A read through a reader that failed ends the container early: its error, not the end.
+    if (rc == AVERROR_EOF) return ranged_.error.ok() ? Result<bool>(false) : ranged_.error;
+    if (rc < 0) return ReadError("reading the container failed", rc);
     if (packet->stream_index == stream_) return true;
     av_packet_unref(packet);
   }

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "headrace/core/media_reader.h"
 #include "headrace/core/status.h"
 
 extern "C" {
@@ -27,6 +28,7 @@ struct AVCodecContext;
 struct AVPacket;
 struct AVFrame;
 struct AVIOContext;
+struct AVInputFormat;
 }
 
 namespace headrace::av {
@@ -82,6 +84,13 @@ class Input {
   // any frame is decoded; one whose bitstream then asks for more fails when it does.
   static Result<std::unique_ptr<Input>> Open(const uint8_t* data, size_t size, Media media,
                                              int threads, int64_t frame_bytes_limit = 0);
+  // The same through `reader` (it must outlive the input): an object read in ranges, as
+  // the demuxer asks for them. An MP4's index (moov) is found by its box headers and
+  // read whole first, so that the caller can plan the rest from it (IndexedBytes,
+  // MediaReader::Prefetch). A read that fails is its error (kIoError, kCancelled, ...),
+  // not kCorruptData.
+  static Result<std::unique_ptr<Input>> Open(MediaReader& reader, Media media, int threads,
+                                             int64_t frame_bytes_limit = 0);
   ~Input();
   Input(const Input&) = delete;
   Input& operator=(const Input&) = delete;
@@ -162,6 +171,13 @@ class Input {
     double shows_at = 0;
   };
   std::vector<IndexedKeyframe> IndexedKeyframes() const;
+  // Where in the file the stream's packets lie from the index entry at `from` (an index
+  // time, as IndexedKeyframeBefore gives; before the first entry: from it) through the
+  // last entry at or before `to`, and `after` entries past that one: from the first
+  // byte of those packets to the end of the last (the other streams' bytes between
+  // included). nullopt when the index has no entries. For a reader that prefetches what
+  // a decode will read (ranges read through Open(MediaReader&)).
+  std::optional<MediaReader::Range> IndexedBytes(double from, double to, int after) const;
   // After a seek: decodes the stream's next packet that is not dropped (the keyframe a
   // SeekToKeyframe restarts at) alone, draining the decoder, into `frame`: true, or false
   // when no frame comes out (the end of the stream, a packet that does not decode, or
@@ -199,12 +215,29 @@ class Input {
     size_t size = 0;
     size_t pos = 0;
   };
+  struct Ranged {  // or this: an object read in ranges
+    MediaReader* reader = nullptr;
+    int64_t pos = 0;
+    Buffer block;          // the bytes of the last read, from block_at
+    int64_t block_at = 0;
+    Status error;          // the reader's, when a read failed
+  };
+  // The AVIOContext and the format context over `opaque`.
+  Status OpenIo(void* opaque, int (*read)(void*, uint8_t*, int),
+                int64_t (*seek)(void*, int64_t, int));
+  // Opens the container (`known`: its demuxer, else probed) and the stream's decoder.
+  static Result<std::unique_ptr<Input>> OpenContainer(std::unique_ptr<Input> in,
+                                                      const AVInputFormat* known, Media media,
+                                                      int threads, int64_t frame_bytes_limit);
+  // The reader's error when a read through it failed, else Error(what, av_error).
+  Status ReadError(std::string_view what, int av_error) const;
   // kResourceExhausted naming the frames refused, or OK when none was.
   Status FramesRefused() const;
   // `status` of a failed decode, unless a frame was refused: then that.
   Status DecodeError(std::string_view what, int av_error) const;
 
   Memory memory_;
+  Ranged ranged_;
   std::shared_ptr<FrameBytes> frame_bytes_;  // also held by every counted frame
   AVIOContext* io_ = nullptr;
   AVFormatContext* format_ = nullptr;

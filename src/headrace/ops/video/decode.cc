@@ -23,6 +23,8 @@ constexpr std::pair<VideoLayout, std::string_view> kVideoLayouts[] = {
     {VideoLayout::kTCHW, "tchw"}, {VideoLayout::kTHWC, "thwc"}};
 constexpr std::pair<VideoSeek, std::string_view> kVideoSeeks[] = {
     {VideoSeek::kExact, "exact"}, {VideoSeek::kKeyframe, "keyframe"}};
+constexpr std::pair<VideoRead, std::string_view> kVideoReads[] = {
+    {VideoRead::kWhole, "whole"}, {VideoRead::kRanges, "ranges"}};
 
 std::string OutputOf(const VideoDecodeSpec& spec) {
   return spec.output.empty() ? spec.field : spec.output;
@@ -204,10 +206,45 @@ Result<Taken> TakeKeyframes(av::Input& in, const VideoDecodeSpec& spec,
   return Taken::kDone;
 }
 
+// The stretches of the file that taking the frames at `times` reads (TakeExact,
+// TakeKeyframes), from the index: for each restart, from the keyframe it restarts at to
+// a few packets past the time (the reorder window and StopAfter's margin, doubled), or
+// the keyframe's own packet. Only what the decode will ask for: a reader prefetches them
+// at once (one round trip), and serves anything else as it is asked.
+std::vector<MediaReader::Range> PlanRanges(const av::Input& in, const VideoDecodeSpec& spec,
+                                           const std::vector<double>& times, bool keyframes) {
+  std::vector<MediaReader::Range> ranges;
+  const auto add = [&](std::optional<MediaReader::Range> r) {
+    if (r.has_value()) ranges.push_back(*r);
+  };
+  if (keyframes) {
+    const std::vector<av::Input::IndexedKeyframe> keys = in.IndexedKeyframes();
+    for (const double t : times) {
+      size_t k = std::upper_bound(keys.begin(), keys.end(), t,
+                                  [](double v, const av::Input::IndexedKeyframe& key) {
+                                    return v < key.shows_at;
+                                  }) -
+                 keys.begin();
+      if (k == keys.size() || (k > 0 && t - keys[k - 1].shows_at <= keys[k].shows_at - t)) --k;
+      if (k < keys.size()) add(in.IndexedBytes(keys[k].index_time, keys[k].index_time, 1));
+    }
+    return ranges;
+  }
+  if (in.duration() <= 0 && spec.fps <= 0) return ranges;  // the first frames: read in turn
+  const double reorder = in.ReorderSeconds();
+  const int after = 2 * (std::max(in.codec()->has_b_frames, 2) + 1 + av::Input::kStopMargin);
+  for (const double t : times) {
+    const double key = in.IndexedKeyframeBefore(t - reorder).value_or(0);
+    add(in.IndexedBytes(key, t, after));
+  }
+  return ranges;
+}
+
 }  // namespace
 
 EnumTable<VideoLayout> TableOf(VideoLayout) { return kVideoLayouts; }
 EnumTable<VideoSeek> TableOf(VideoSeek) { return kVideoSeeks; }
+EnumTable<VideoRead> TableOf(VideoRead) { return kVideoReads; }
 
 Status ConvertVideoFrame(const AVFrame* frame, int width, int height, VideoLayout layout,
                          uint8_t* dst) {
@@ -277,11 +314,13 @@ Status VideoDecodeOp::Validate(const Spec& s, const std::string& p) {
   HR_RETURN_IF_ERROR(schema::KnownEnum(p + ".clip_start", s.clip_start));
   HR_RETURN_IF_ERROR(schema::KnownEnum(p + ".layout", s.layout));
   HR_RETURN_IF_ERROR(schema::KnownEnum(p + ".seek", s.seek));
+  HR_RETURN_IF_ERROR(schema::KnownEnum(p + ".read", s.read));
   return schema::NonEmpty(p + ".field", s.field, "the video value to decode");
 }
 
 Status VideoDecodeOp::Declare(const Spec& spec, PlanContext& ctx) {
   HR_RETURN_IF_ERROR(ctx.Read(spec.field, ValueKind::kEncoded).status());
+  if (spec.read == VideoRead::kRanges) ctx.ReadInRanges(spec.field);
   const int64_t t = spec.frames, h = spec.height, w = spec.width;
   FieldSpec field{OutputOf(spec), DType::kU8, {}};
   field.sample_shape = spec.layout == VideoLayout::kTCHW ? std::vector<int64_t>{t, 3, h, w}
@@ -307,9 +346,13 @@ Status VideoDecodeOp::Run(SampleContext& ctx) const {
                                 " but the pipeline decodes one (video.decode)");
   }
   const auto open = [&]() -> Result<std::unique_ptr<av::Input>> {
-    HR_ASSIGN_OR_RETURN(std::unique_ptr<av::Input> in,
-                        av::Input::Open(media->data, media->size, av::Input::Media::kVideo,
-                                        spec_.threads, decode_bytes_));
+    HR_ASSIGN_OR_RETURN(
+        std::unique_ptr<av::Input> in,
+        media->reader != nullptr
+            ? av::Input::Open(*media->reader, av::Input::Media::kVideo, spec_.threads,
+                              decode_bytes_)
+            : av::Input::Open(media->data, media->size, av::Input::Media::kVideo,
+                              spec_.threads, decode_bytes_));
     if (spec_.skip_loop_filter) in->codec()->skip_loop_filter = AVDISCARD_NONREF;
     return in;
   };
@@ -319,6 +362,10 @@ Status VideoDecodeOp::Run(SampleContext& ctx) const {
   uint8_t* row = ctx.rows[row_];
   // A video of unknown length gives its first frames: nothing to seek to.
   const bool keyframes = spec_.seek == VideoSeek::kKeyframe && in->duration() > 0;
+  if (media->reader != nullptr) {
+    const std::vector<MediaReader::Range> ranges = PlanRanges(*in, spec_, times, keyframes);
+    media->reader->Prefetch(ranges);
+  }
   ctx.frames_taken = spec_.frames;
   ctx.frames_decoded = 0;
   Result<Taken> taken = keyframes ? TakeKeyframes(*in, spec_, times, row)

@@ -33,6 +33,15 @@
 // not come out where it says, or past the end) is caught at the frame it restarts at:
 // that sample is then decoded exactly from the start of the clip, never with wrong frames.
 //
+// `read: ranges` reads a video of loose objects (a manifest's files, local or on object
+// storage) in byte ranges as it decodes, rather than whole before the chain runs: an
+// MP4's index (moov) first, found by the box headers, then, all at once, the stretches
+// of the file that the frames wanted need (from the keyframe each restarts at to a few
+// packets past its time: Input::IndexedBytes); whatever else the demuxer asks for is
+// read when it does (an MKV's cues, an index that lies). Same frames, fewer bytes: a
+// long video sampled for a short clip reads the clip's GOPs. The CPU thread waits for
+// the reads (two or three round trips a sample); see README, "Reading ranges".
+//
 // Reports per sample (SampleContext::frames_decoded / frames_taken) the frames the
 // decoder produced and the frames taken, for the run report's frames decoded per frame
 // taken.
@@ -66,6 +75,13 @@ enum class VideoSeek {
 };
 EnumTable<VideoSeek> TableOf(VideoSeek);
 
+// How the encoded video reaches the op.
+enum class VideoRead {
+  kWhole,   // "whole": the object's bytes, read before the chain runs
+  kRanges,  // "ranges": the container's index, then the byte ranges of the frames wanted
+};
+EnumTable<VideoRead> TableOf(VideoRead);
+
 struct VideoDecodeSpec {  // video.decode
   int frames = 8;              // T, frames per sample
   int width = 224;             // output size (the frames are scaled to it)
@@ -77,6 +93,7 @@ struct VideoDecodeSpec {  // video.decode
   int threads = 1;             // libavcodec threads per decoder
   VideoSeek seek = VideoSeek::kExact;  // exact or keyframe
   bool skip_loop_filter = false;       // true: no deblocking of non-reference frames
+  VideoRead read = VideoRead::kWhole;  // whole or ranges
   std::string field = "video";  // the encoded video read
   std::string output;           // the batch field written; empty: named like `field`
 };
@@ -110,6 +127,7 @@ class VideoDecodeOp : public Op {
     f("threads", s.threads);
     f("seek", s.seek);
     f("skip_loop_filter", s.skip_loop_filter);
+    f("read", s.read);
     f("field", s.field);
     f("output", s.output);
   }
