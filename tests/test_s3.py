@@ -337,3 +337,50 @@ def test_packing_planned_from_s3_reads_each_object_once_and_packs_as_local_disk(
     assert s3["storage"]["s3"]["requests"] == media + 1
     assert s3["storage"]["s3"]["errors"] == 0
     assert disk["storage"]["local"]["reads"] == media + 1 + s3["storage"]["local"]["reads"]
+
+
+def test_video_read_in_ranges_from_s3_gives_the_frames_of_whole_reads_from_a_fraction(
+        uploaded, headrace_bin, tmp_path):
+    # video.decode read: ranges over S3: for each clip the MP4 index (at the end of one
+    # file, at the start of the other: faststart), then the stretches the frames wanted
+    # need. The batches are those of whole reads, byte for byte; the bytes a fraction.
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    lines = []
+    for i, flags in enumerate([[], ["-movflags", "+faststart"], []]):
+        path = clips / f"v{i}.mp4"
+        subprocess.run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i",
+                        f"testsrc2=s=160x90:r=25:d=20,noise=alls=10:allf=t",
+                        "-c:v", "libx264", "-g", "25", "-pix_fmt", "yuv420p", *flags,
+                        "-y", str(path)], check=True)
+        lines.append(json.dumps({"id": f"v{i}", "video": f"v{i}.mp4"}))
+    (clips / "manifest.jsonl").write_text("\n".join(lines) + "\n")
+    headrace(headrace_bin, "upload", clips, f"s3://{BUCKET}/datasets/clips/", env=uploaded)
+    total = sum(p.stat().st_size for p in clips.glob("*.mp4"))
+
+    def run(seek, read):
+        config = tmp_path / f"{seek}-{read}.yaml"
+        config.write_text(
+            f"source:\n  manifest: s3://{BUCKET}/datasets/clips/manifest.jsonl\n"
+            "  fields:\n    - {name: video, kind: video, required: true}\n"
+            "seed: 3\nepochs: 2\nbatch:\n  size: 3\n"
+            "ops:\n  - video.decode: {frames: 6, width: 32, height: 24, clip_seconds: 2, "
+            f"seek: {seek}, read: {read}}}\n"
+            "execution:\n  cpu_threads: 2\n")
+        out = tmp_path / f"{seek}-{read}.json"
+        headrace(headrace_bin, "run", config, "--report", out, "--digests", "--quiet",
+                 env=uploaded)
+        return read_report(out)
+
+    for seek in ("exact", "keyframe"):
+        whole, ranged = run(seek, "whole"), run(seek, "ranges")
+        assert ranged["samples"] == whole["samples"] == 6
+        assert ranged["errors"]["total"] == 0
+        assert ranged["batch_digests"] == whole["batch_digests"], seek
+        media_bytes = ranged["storage"]["s3"]["bytes"] - (clips / "manifest.jsonl").stat().st_size
+        assert whole["storage"]["s3"]["bytes"] >= 2 * total  # two epochs, whole clips
+        # A 2 s clip of 20 s: its GOPs, the index and the first 64 KiB of each file.
+        assert media_bytes < (2 * total) // 3, (seek, media_bytes, total)
+        assert ranged["ranged_reads"]["unplanned"] == 0, ranged["ranged_reads"]
+        # The ranges, and each object's size: a one-byte GET per sample.
+        assert ranged["ranged_reads"]["bytes"] + ranged["samples"] == media_bytes

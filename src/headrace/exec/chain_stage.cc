@@ -109,6 +109,13 @@ void ChainStage::Run(const std::shared_ptr<BatchJob>& job, int slot, std::vector
       job->parsed_attributes[slot].emplace(sample.attributes.begin(), sample.attributes.end());
     }
     samples_run_.fetch_add(1, std::memory_order_relaxed);
+    for (const Sample::Item& item : sample.media) {
+      if (item.reader == nullptr) continue;
+      const MediaReader::Stats read = item.reader->stats();
+      ranged_requests_.fetch_add(read.requests, std::memory_order_relaxed);
+      ranged_bytes_.fetch_add(read.bytes, std::memory_order_relaxed);
+      ranged_unplanned_.fetch_add(read.unplanned, std::memory_order_relaxed);
+    }
     SettleScratch();
     // The encoded bytes die here (the sample holds the last handle), before the budget
     // is released.

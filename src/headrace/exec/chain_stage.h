@@ -84,6 +84,13 @@ class ChainStage {
 
   int threads() const { return pool_->size(); }
   int64_t samples_run() const { return samples_run_.load(std::memory_order_relaxed); }
+  // What the samples' MediaReaders read (ChainStageOptions::ranged), summed as each
+  // sample's chain ends.
+  MediaReader::Stats ranged_reads() const {
+    return {ranged_requests_.load(std::memory_order_relaxed),
+            ranged_bytes_.load(std::memory_order_relaxed),
+            ranged_unplanned_.load(std::memory_order_relaxed)};
+  }
   StageMetrics Metrics(double elapsed_s, double admit_blocked_s) const;
   std::vector<OpMetrics> OpsMetrics() const;
   ScratchMetrics Scratch() const;
@@ -121,6 +128,9 @@ class ChainStage {
   std::vector<std::atomic<bool>> op_decodes_frames_;
   std::unique_ptr<LatencyHistogram[]> op_latency_;  // per op, lock-free
   std::atomic<int64_t> samples_run_{0};
+  std::atomic<int64_t> ranged_requests_{0};
+  std::atomic<int64_t> ranged_bytes_{0};
+  std::atomic<int64_t> ranged_unplanned_{0};
   ScratchUsage scratch_usage_;                   // all CPU threads' arenas
   std::atomic<int64_t> scratch_sample_peak_{0};  // most one arena held after a sample
 };

@@ -361,7 +361,9 @@ EngineMetrics Engine::Metrics() const {
         entry_bytes_ != nullptr ? entry_bytes_[e].load(std::memory_order_relaxed) : 0});
   }
   m.batches_delivered = d.batches_delivered;
-  m.bytes_read = read_->bytes_read() + media_handed_bytes_.load(std::memory_order_relaxed);
+  m.ranged_reads = chain_->ranged_reads();
+  m.bytes_read = read_->bytes_read() + media_handed_bytes_.load(std::memory_order_relaxed) +
+                 m.ranged_reads.bytes;
   m.bytes_copied = assemble_->bytes_copied();
   m.budget_peak_bytes = gauge_.peak();
   m.budget_used_bytes = gauge_.used();

@@ -178,7 +178,10 @@ struct EngineMetrics {
   int64_t samples_delivered = 0;
   int64_t samples_failed = 0;
   int64_t batches_delivered = 0;
-  int64_t bytes_read = 0;
+  int64_t bytes_read = 0;           // the read stage's, and the ranges below
+  // Media read in ranges by their ops (EngineInputs::ranged_fields): requests, bytes,
+  // and the requests no plan covered (MediaReader::Stats).
+  MediaReader::Stats ranged_reads;
   int64_t bytes_copied = 0;         // sample bytes copied between stages / into batches
   int64_t budget_peak_bytes = 0;    // peak of batches in flight plus undecoded bytes
   int64_t budget_used_bytes = 0;    // the same, now

@@ -89,6 +89,7 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
   r.elapsed_s = c.elapsed_s;
   r.samples_per_s = c.elapsed_s > 0 ? c.samples / c.elapsed_s : 0;
   r.mb_per_s = m.elapsed_s > 0 ? m.bytes_read / 1e6 / m.elapsed_s : 0;
+  r.ranged_reads = m.ranged_reads;
   r.wait_time_ratio = c.wait_time_ratio();
   r.wait_time_ratio_with_cold_start =
       c.elapsed_s > 0 ? (c.wait_s + c.time_to_first_batch_s) / c.elapsed_s : 0;
@@ -224,6 +225,11 @@ std::string RunReportToJson(const RunReport& r) {
     w.EndObject();
   }
   w.Key("bytes_copied_per_sample").Double(r.bytes_copied_per_sample);
+  if (r.ranged_reads.requests > 0) {
+    w.Key("ranged_reads").BeginObject().Key("requests").Int(r.ranged_reads.requests);
+    w.Key("bytes").Int(r.ranged_reads.bytes).Key("unplanned").Int(r.ranged_reads.unplanned);
+    w.EndObject();
+  }
   w.Key("cpu_threads").Int(r.cpu_threads);
   w.Key("batch_size").Int(r.batch_size);
   w.Key("trainer_step_ms").Double(r.trainer_step_ms);
@@ -444,6 +450,11 @@ Result<RunReport> RunReportFromJson(std::string_view json_text) {
   number(doc, "batch_budget_bytes", &r.batch_budget_bytes);
   number(doc, "full_batch_bytes", &r.full_batch_bytes);
   number(doc, "bytes_copied_per_sample", &r.bytes_copied_per_sample);
+  if (simdjson::dom::element ranged; doc["ranged_reads"].get(ranged) == simdjson::SUCCESS) {
+    number(ranged, "requests", &r.ranged_reads.requests);
+    number(ranged, "bytes", &r.ranged_reads.bytes);
+    number(ranged, "unplanned", &r.ranged_reads.unplanned);
+  }
   text(doc, "source", &r.source);
   text(doc, "bottleneck", &r.bottleneck);
   text(doc, "advice", &r.advice);
@@ -529,6 +540,11 @@ std::string RunReportToText(const RunReport& r) {
       r.decode_bytes_per_thread / 1048576.0);
   add("  copies            %.1f bytes per sample beyond the batch slot\n",
       r.bytes_copied_per_sample);
+  if (r.ranged_reads.requests > 0) {
+    add("  ranged reads      %lld requests, %.1f MB, %lld not planned from the index\n",
+        static_cast<long long>(r.ranged_reads.requests), r.ranged_reads.bytes / 1e6,
+        static_cast<long long>(r.ranged_reads.unplanned));
+  }
   if (r.packed) {
     const PackStats& p = r.pack;
     add(r.pack_budget ? "  max_tokens        %lld batches of up to %lld tokens, fill %.1f%%, %lld unused "

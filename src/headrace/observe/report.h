@@ -94,6 +94,8 @@ struct RunReport {
   // sample beyond the budget (a sample needing more fails).
   int64_t decode_bytes_per_thread = 0;
   double bytes_copied_per_sample = 0;
+  // Media read in ranges by their ops (video.decode read: ranges): EngineMetrics's.
+  MediaReader::Stats ranged_reads;
   int cpu_threads = 0;
   int64_t batch_size = 0;
   double trainer_step_ms = 0;

@@ -327,6 +327,8 @@ TEST(ParsePipelineConfig, SchemaErrorsNameTheKeyAndWhatIsAllowed) {
        {"ops[0].video.decode.seek: unknown value 'fast'", "exact, keyframe"}},
       {"ops: [{video.decode: {skip_loop_filter: nonref}}]\n",
        {"ops[0].video.decode.skip_loop_filter: expected true or false"}},
+      {"ops: [{video.decode: {read: partial}}]\n",
+       {"ops[0].video.decode.read: unknown value 'partial'", "whole, ranges"}},
   };
   for (const ErrorCase& c : cases) {
     SCOPED_TRACE(c.yaml);

@@ -16,6 +16,7 @@
 #include "headrace/ops/video/decode.h"
 #include "headrace/pipeline/config.h"
 #include "headrace/pipeline/loader.h"
+#include "headrace/pipeline/plan.h"
 
 namespace headrace {
 namespace {
@@ -155,6 +156,7 @@ struct Epoch {
   std::vector<std::vector<uint8_t>> batches;
   int64_t storage_bytes = 0;
   int64_t errors = 0;
+  MediaReader::Stats ranged;  // EngineMetrics::ranged_reads
 };
 
 Epoch RunLoader(const std::string& origin, const std::string& read) {
@@ -191,6 +193,7 @@ Epoch RunLoader(const std::string& origin, const std::string& read) {
     out.errors += static_cast<int64_t>((*batch)->errors.size());
   }
   for (const StorageStats& s : (*loader)->storage_stats()) out.storage_bytes += s.bytes;
+  out.ranged = (*loader)->engine_metrics().ranged_reads;
   return out;
 }
 
@@ -215,6 +218,45 @@ TEST(RangedVideo, TheLoaderReadsRangesFromObjectStorageForTheSameBatches) {
   EXPECT_EQ(ranged.errors, 0);
   EXPECT_GE(whole.storage_bytes, total);
   EXPECT_LT(ranged.storage_bytes, total / 3) << "of " << total;
+  EXPECT_EQ(whole.ranged.requests, 0);
+  EXPECT_GT(ranged.ranged.requests, 0);
+  EXPECT_EQ(ranged.ranged.unplanned, 0);
+  // What the readers read is what the store served, besides the sizes (a byte each) and
+  // the manifest.
+  EXPECT_LE(ranged.ranged.bytes, ranged.storage_bytes);
+}
+
+}  // namespace
+}  // namespace headrace
+
+namespace headrace {
+namespace {
+
+std::vector<bool> RangedFieldsOf(const std::string& ops, const std::string& fields) {
+  auto spec = ParsePipelineConfig("source:\n  manifest: m.jsonl\n  fields: " + fields +
+                                  "\nops:\n" + ops);
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  if (!spec.ok()) return {};
+  auto storage = MakeLocalStorage();
+  auto plan = PlanPipeline(*spec, *storage);
+  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+  return plan.ok() ? plan->ranged_fields : std::vector<bool>();
+}
+
+// The engine hands a reader only to a field whose one reader asked for ranges.
+TEST(RangedVideo, AFieldIsReadInRangesOnlyWhenItsOneReaderAsks) {
+  const std::string video = "[{name: video, kind: video}]";
+  EXPECT_EQ(RangedFieldsOf("  - video.decode: {read: ranges}\n", video), std::vector<bool>{true});
+  EXPECT_EQ(RangedFieldsOf("  - video.decode: {}\n", video), std::vector<bool>{false});
+  // Another op reads the same bytes: they are read whole for both.
+  EXPECT_EQ(RangedFieldsOf("  - video.decode: {read: ranges}\n"
+                           "  - video.decode: {output: again}\n",
+                           video),
+            std::vector<bool>{false});
+  // A list's items are read whole (each item's op runs on its bytes).
+  EXPECT_EQ(RangedFieldsOf("  - video.decode: {read: ranges}\n",
+                           "[{name: video, kind: video, max_items: 2}]"),
+            std::vector<bool>{false});
 }
 
 }  // namespace

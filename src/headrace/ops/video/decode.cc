@@ -232,7 +232,7 @@ std::vector<MediaReader::Range> PlanRanges(const av::Input& in, const VideoDecod
   }
   if (in.duration() <= 0 && spec.fps <= 0) return ranges;  // the first frames: read in turn
   const double reorder = in.ReorderSeconds();
-  const int after = 2 * (std::max(in.codec()->has_b_frames, 2) + 1 + av::Input::kStopMargin);
+  const int after = std::max(in.codec()->has_b_frames, 2) + 1 + av::Input::kStopMargin;
   for (const double t : times) {
     const double key = in.IndexedKeyframeBefore(t - reorder).value_or(0);
     add(in.IndexedBytes(key, t, after));
