@@ -271,6 +271,13 @@ bench-media: build
 	$(PY) -m pip install -q -r bench/requirements-media.txt
 	$(PY) bench/video_loaders.py --json bench/video_loaders.json
 
+# video.decode read: ranges against read: whole from the loopback object server over a
+# shaped link (as root, in a network namespace of its own; else unshaped), interleaved
+# rounds (bench/video_ranges.json; numbers into bench/RESULTS.md by hand).
+.PHONY: bench-video-ranges
+bench-video-ranges: build
+	$(PY) bench/video_ranges.py --bin $(BUILD)/headrace --json bench/video_ranges.json
+
 # ocr.text vs the tesseract command line, pages/s on one thread (bench/ocr.json).
 .PHONY: bench-ocr
 bench-ocr: build

@@ -21,11 +21,13 @@ class RangedReader final : public MediaReader {
     std::promise<Result<int64_t>> size;
     auto got = size.get_future();
     storage_.SizeAsync(uri_, [&size](Result<int64_t> r) { size.set_value(std::move(r)); });
+    std::shared_ptr<Piece> head;
     {
       std::lock_guard lock(state_->mu);
       size_ = -1;  // unknown: the head is read whatever the object's length
-      IssueLocked(0, options_.head_bytes, /*unplanned=*/false);
+      head = AddLocked(0, options_.head_bytes, /*unplanned=*/false)->second;
     }
+    Start(0, head);
     HR_ASSIGN_OR_RETURN(size_, got.get());
     return Status::Ok();
   }
@@ -33,39 +35,49 @@ class RangedReader final : public MediaReader {
   int64_t size() const override { return size_; }
 
   void Prefetch(std::span<const Range> ranges) override {
-    std::lock_guard lock(state_->mu);
-    for (const Range& r : ranges) {
-      int64_t at = std::max<int64_t>(0, r.offset);
-      const int64_t end = std::min(size_, r.offset + r.length);
-      while (at < end) {
-        auto held = HolderLocked(at);
-        if (held != state_->ranges.end()) {  // covered up to where it ends
-          at = held->first + held->second->length;
-          continue;
+    std::vector<std::pair<int64_t, std::shared_ptr<Piece>>> added;
+    {
+      std::lock_guard lock(state_->mu);
+      for (const Range& r : ranges) {
+        int64_t at = std::max<int64_t>(0, r.offset);
+        const int64_t end = std::min(size_, r.offset + r.length);
+        while (at < end) {
+          auto held = HolderLocked(at);
+          if (held != state_->ranges.end()) {  // covered up to where it ends
+            at = held->first + held->second->length;
+            continue;
+          }
+          const int64_t until = std::min(end, NextStartLocked(at));
+          added.emplace_back(at, AddLocked(at, until - at, /*unplanned=*/false)->second);
+          at = until;
         }
-        const int64_t until = std::min(end, NextStartLocked(at));
-        IssueLocked(at, until - at, /*unplanned=*/false);
-        at = until;
       }
     }
+    for (const auto& [offset, piece] : added) Start(offset, piece);
   }
 
   Result<Buffer> Read(int64_t offset, int64_t length) override {
     if (offset >= size_ || length <= 0) return Buffer();
     std::shared_ptr<Piece> piece;
     int64_t start = 0;
+    bool added = false;
     {
-      std::unique_lock lock(state_->mu);
+      std::lock_guard lock(state_->mu);
       auto held = HolderLocked(offset);
       if (held == state_->ranges.end()) {
         const int64_t until =
             std::min({size_, NextStartLocked(offset),
                       offset + std::max(length, options_.read_ahead)});
-        held = IssueLocked(offset, until - offset, /*unplanned=*/true);
+        held = AddLocked(offset, until - offset, /*unplanned=*/true);
+        added = true;
       }
       start = held->first;
       piece = held->second;
+    }
+    if (added) Start(start, piece);
+    {
       // A stopped run's reads end on their own (their gate gives them up: kCancelled).
+      std::unique_lock lock(state_->mu);
       state_->cv.wait(lock, [&] { return piece->done; });
     }
     if (!piece->bytes.ok()) return piece->bytes.status();
@@ -113,16 +125,22 @@ class RangedReader final : public MediaReader {
     return it == state_->ranges.end() ? end : std::min(end, it->first);
   }
 
-  Iter IssueLocked(int64_t offset, int64_t length, bool unplanned) {
+  // Notes a range read of [offset, offset + length); Start issues it, with the lock not
+  // held: a storage may complete a read inline (one that fails before it starts).
+  Iter AddLocked(int64_t offset, int64_t length, bool unplanned) {
     auto piece = std::make_shared<Piece>();
     piece->length = length;
     auto [it, inserted] = state_->ranges.emplace(offset, piece);
     ++state_->stats.requests;
     state_->stats.bytes += length;
     if (unplanned) ++state_->stats.unplanned;
+    return it;
+  }
+
+  void Start(int64_t offset, const std::shared_ptr<Piece>& piece) {
     std::weak_ptr<State> weak = state_;
     storage_.ReadRangeAsyncGated(
-        uri_, offset, length,
+        uri_, offset, piece->length,
         [weak, piece](Result<Buffer> bytes) {
           const std::shared_ptr<State> state = weak.lock();
           if (state == nullptr) return;  // the reader is gone: nobody waits
@@ -136,7 +154,6 @@ class RangedReader final : public MediaReader {
         [stop = options_.stop](int64_t bytes) {
           return bytes != kReadStillWanted || !stop.stop_requested();
         });
-    return it;
   }
 
   Storage& storage_;

@@ -113,6 +113,31 @@ TEST(RangedReader, AMissingObjectFailsToOpenAndAFailedRangeFailsItsRead) {
   EXPECT_NE(failed.status().message().find("clip.mp4"), std::string::npos);
 }
 
+// The storage contract lets a read that fails before it starts complete on the caller's
+// thread: the reader issues its reads with its lock released.
+class FailsInline final : public Storage {
+ public:
+  void ReadAsync(std::string, ReadCallback done) override {
+    done(Status::IoError("refused at once"));
+  }
+  void ReadRangeAsyncGated(std::string, int64_t, int64_t, ReadCallback done, ReadGate) override {
+    done(Status::IoError("refused at once"));
+  }
+  void SizeAsync(std::string, SizeCallback done) override { done(int64_t{1000}); }
+  std::string_view name() const override { return "inline"; }
+};
+
+TEST(RangedReader, AReadThatFailsOnTheCallersThreadFailsItsRead) {
+  FailsInline storage;
+  auto reader = *OpenRangedReader(storage, "x://clip.mp4", {.head_bytes = 100});
+  EXPECT_EQ(reader->Read(0, 10).status().code(), StatusCode::kIoError);
+  const MediaReader::Range plan[] = {{200, 100}};
+  reader->Prefetch(plan);
+  EXPECT_EQ(reader->Read(250, 10).status().code(), StatusCode::kIoError);
+  EXPECT_EQ(reader->Read(700, 10).status().code(), StatusCode::kIoError);  // unplanned
+  EXPECT_EQ(reader->stats().requests, 3);
+}
+
 TEST(RangedReader, ThreadsWaitingOnOneRangeAllGetItsBytes) {
   Served s = Serve(1 << 16);
   s.server->SetLatency(std::chrono::milliseconds(20));
