@@ -80,8 +80,8 @@ class ParquetRowGroupCache final : public Storage {
   // other range passes through to the base storage.
   void ReadRangeAsyncGated(std::string uri, int64_t offset, int64_t length, ReadCallback done,
                            ReadGate gate) override;
-  void SizeAsync(std::string uri, SizeCallback done) override {
-    base_->SizeAsync(std::move(uri), std::move(done));
+  void SizeAsync(std::string uri, SizeCallback done, ReadGate wanted) override {
+    base_->SizeAsync(std::move(uri), std::move(done), std::move(wanted));
   }
   std::string_view name() const override { return base_->name(); }
   std::vector<StorageStats> Stats() const override { return base_->Stats(); }

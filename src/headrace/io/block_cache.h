@@ -89,8 +89,8 @@ class BlockCache final : public Storage {
   // length < 0 (to the object's end) passes through to the base storage.
   void ReadRangeAsyncGated(std::string uri, int64_t offset, int64_t length, ReadCallback done,
                            ReadGate gate) override;
-  void SizeAsync(std::string uri, SizeCallback done) override {
-    base_->SizeAsync(std::move(uri), std::move(done));
+  void SizeAsync(std::string uri, SizeCallback done, ReadGate wanted) override {
+    base_->SizeAsync(std::move(uri), std::move(done), std::move(wanted));
   }
   std::string_view name() const override { return base_->name(); }
   std::vector<StorageStats> Stats() const override { return base_->Stats(); }

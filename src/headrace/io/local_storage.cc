@@ -219,11 +219,11 @@ class LocalStorage final : public Storage {
     done(Status::Cancelled("storage shut down"));
   }
 
-  void SizeAsync(std::string uri, SizeCallback done) override {
+  void SizeAsync(std::string uri, SizeCallback done, ReadGate wanted) override {
     {
       std::lock_guard lock(mu_);
       if (!stopping_) {
-        Request request{std::move(uri), nullptr, nullptr};
+        Request request{std::move(uri), nullptr, std::move(wanted)};
         request.size_done = std::move(done);
         queue_.push_back(std::move(request));
         cv_.notify_one();
@@ -272,6 +272,10 @@ class LocalStorage final : public Storage {
         queue_.pop_front();
       }
       if (request.size_done) {
+        if (request.gate && !request.gate(kReadStillWanted)) {
+          request.size_done(Status::Cancelled("the reader gave the request up"));
+          continue;
+        }
         Result<int64_t> size = root_error_.ok() ? FileSize(request.uri, rules_)
                                                 : Result<int64_t>(root_error_);
         request.size_done(std::move(size));

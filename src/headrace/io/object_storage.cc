@@ -179,7 +179,7 @@ class ObjectStorage final : public ObjectStore {
   void ReadAsyncGated(std::string uri, ReadCallback done, ReadGate gate) override;
   void ReadRangeAsyncGated(std::string uri, int64_t offset, int64_t length, ReadCallback done,
                            ReadGate gate) override;
-  void SizeAsync(std::string uri, SizeCallback done) override;
+  void SizeAsync(std::string uri, SizeCallback done, ReadGate wanted) override;
   Result<std::vector<ObjectInfo>> List(const std::string& pattern, int page_size) override;
   void WriteAsync(std::string uri, Buffer bytes, std::function<void(Status)> done) override;
   Status CreateBucket(const std::string& bucket_uri) override;
@@ -521,12 +521,13 @@ void ObjectStorage::ReadRangeAsyncGated(std::string uri, int64_t offset, int64_t
 // A one-byte ranged GET: its Content-Range carries the object's size (S3 and HTTP servers
 // answer HEAD too, but a GET is what every read here is: one path for signing, retries
 // and errors).
-void ObjectStorage::SizeAsync(std::string uri, SizeCallback done) {
+void ObjectStorage::SizeAsync(std::string uri, SizeCallback done, ReadGate wanted) {
   auto what = std::make_shared<std::string>("GET " + QuoteForMessage(uri) + " bytes 0-0");
-  auto make = [this, uri]() -> Result<HttpRequest> {
+  auto make = [this, uri, wanted = std::move(wanted)]() -> Result<HttpRequest> {
     HR_ASSIGN_OR_RETURN(HttpRequest req,
                         MakeRequest("GET", uri, {}, {"Range: bytes=0-0"}, Buffer()));
     req.range_body = true;
+    if (wanted) req.wanted = StillWanted(wanted);
     return req;
   };
   Execute(std::move(make), *what,
@@ -716,12 +717,12 @@ class RouterStorage final : public Storage {
                                     std::move(gate));
   }
 
-  void SizeAsync(std::string uri, SizeCallback done) override {
+  void SizeAsync(std::string uri, SizeCallback done, ReadGate wanted) override {
     const UriScheme scheme = SchemeOf(uri);
     if (scheme == UriScheme::kLocal && uri.rfind("file://", 0) == 0) uri.erase(0, 7);
     Result<Storage*> backend = Get(scheme);
     if (!backend.ok()) return done(backend.status());
-    (*backend)->SizeAsync(std::move(uri), std::move(done));
+    (*backend)->SizeAsync(std::move(uri), std::move(done), std::move(wanted));
   }
 
   std::string_view name() const override { return "router"; }

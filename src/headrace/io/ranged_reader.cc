@@ -20,7 +20,8 @@ class RangedReader final : public MediaReader {
   Status Open() {
     std::promise<Result<int64_t>> size;
     auto got = size.get_future();
-    storage_.SizeAsync(uri_, [&size](Result<int64_t> r) { size.set_value(std::move(r)); });
+    storage_.SizeAsync(
+        uri_, [&size](Result<int64_t> r) { size.set_value(std::move(r)); }, Wanted());
     std::shared_ptr<Piece> head;
     {
       std::lock_guard lock(state_->mu);
@@ -151,9 +152,15 @@ class RangedReader final : public MediaReader {
           }
           state->cv.notify_all();
         },
-        [stop = options_.stop](int64_t bytes) {
-          return bytes != kReadStillWanted || !stop.stop_requested();
-        });
+        Wanted());
+  }
+
+  // The reads' gate: no size refused (they are outside the I/O budget), none wanted once
+  // the run stops.
+  ReadGate Wanted() const {
+    return [stop = options_.stop](int64_t bytes) {
+      return bytes != kReadStillWanted || !stop.stop_requested();
+    };
   }
 
   Storage& storage_;

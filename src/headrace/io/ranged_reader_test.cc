@@ -123,7 +123,7 @@ class FailsInline final : public Storage {
   void ReadRangeAsyncGated(std::string, int64_t, int64_t, ReadCallback done, ReadGate) override {
     done(Status::IoError("refused at once"));
   }
-  void SizeAsync(std::string, SizeCallback done) override { done(int64_t{1000}); }
+  void SizeAsync(std::string, SizeCallback done, ReadGate) override { done(int64_t{1000}); }
   std::string_view name() const override { return "inline"; }
 };
 
@@ -136,6 +136,23 @@ TEST(RangedReader, AReadThatFailsOnTheCallersThreadFailsItsRead) {
   EXPECT_EQ(reader->Read(250, 10).status().code(), StatusCode::kIoError);
   EXPECT_EQ(reader->Read(700, 10).status().code(), StatusCode::kIoError);  // unplanned
   EXPECT_EQ(reader->stats().requests, 3);
+}
+
+// A run that stops gives up a reader's requests in flight, the size's too: a hung store
+// does not hold the CPU thread that waits for it.
+TEST(RangedReader, AStoppedRunEndsItsRequestsOnAHungStore) {
+  Served s = Serve(1000);
+  s.server->SetFault("/bkt/clip.mp4", LoopbackFault::kHang);
+  std::stop_source stop;
+  Result<std::shared_ptr<MediaReader>> reader = Status::Internal("not run");
+  std::thread opener([&] {
+    reader = OpenRangedReader(*s.s3, "s3://bkt/clip.mp4", {.stop = stop.get_token()});
+  });
+  // Both of its requests (the size, the head) reached the server, which holds them.
+  while (s.server->stats().requests < 2) std::this_thread::yield();
+  stop.request_stop();
+  opener.join();
+  EXPECT_EQ(reader.status().code(), StatusCode::kCancelled) << reader.status().ToString();
 }
 
 TEST(RangedReader, ThreadsWaitingOnOneRangeAllGetItsBytes) {

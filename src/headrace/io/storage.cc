@@ -15,7 +15,8 @@ Result<Buffer> Storage::Read(const std::string& uri) {
 Result<int64_t> Storage::Size(const std::string& uri) {
   std::promise<Result<int64_t>> promise;
   auto future = promise.get_future();
-  SizeAsync(uri, [&promise](Result<int64_t> result) { promise.set_value(std::move(result)); });
+  SizeAsync(
+      uri, [&promise](Result<int64_t> result) { promise.set_value(std::move(result)); }, nullptr);
   return future.get();
 }
 
@@ -37,11 +38,17 @@ void Storage::ReadRangeAsyncGated(std::string uri, int64_t offset, int64_t lengt
       std::move(gate));
 }
 
-void Storage::SizeAsync(std::string uri, SizeCallback done) {
-  ReadAsync(std::move(uri), [done = std::move(done)](Result<Buffer> bytes) {
-    if (!bytes.ok()) return done(bytes.status());
-    done(static_cast<int64_t>(bytes->size()));
-  });
+void Storage::SizeAsync(std::string uri, SizeCallback done, ReadGate wanted) {
+  ReadAsyncGated(
+      std::move(uri),
+      [done = std::move(done)](Result<Buffer> bytes) {
+        if (!bytes.ok()) return done(bytes.status());
+        done(static_cast<int64_t>(bytes->size()));
+      },
+      wanted ? ReadGate([wanted](int64_t bytes) {
+        return bytes != kReadStillWanted || wanted(kReadStillWanted);
+      })
+             : ReadGate());
 }
 
 }  // namespace headrace

@@ -85,9 +85,10 @@ class Storage {
                                    ReadCallback done, ReadGate gate);
   // The object's size, without its bytes (local: fstat; HTTP, S3: a one-byte ranged GET's
   // Content-Range), for a reader that then reads ranges of it (video.decode `read:
-  // ranges`). `done` as ReadAsync's: once, on a storage thread or inline. The default
-  // reads the whole object and counts its bytes.
-  virtual void SizeAsync(std::string uri, SizeCallback done);
+  // ranges`). `done` as ReadAsync's: once, on a storage thread or inline. `wanted`, when
+  // set, is asked as a read's gate is with kReadStillWanted: false gives the request up
+  // (kCancelled). The default reads the whole object and counts its bytes.
+  virtual void SizeAsync(std::string uri, SizeCallback done, ReadGate wanted);
   // "local", "s3", ...
   virtual std::string_view name() const = 0;
   // One entry per backend that has been used (a router lists each backend it opened).
@@ -95,7 +96,7 @@ class Storage {
 
   // Blocking read built on ReadAsync, for small control files (manifests, models).
   Result<Buffer> Read(const std::string& uri);
-  // Blocking SizeAsync.
+  // Blocking SizeAsync (no `wanted`).
   Result<int64_t> Size(const std::string& uri);
 };
 
