@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "headrace/core/atomic_max.h"
-#include "headrace/io/ranged_reader.h"
 
 namespace headrace {
 namespace {
@@ -55,7 +54,7 @@ ChainStage::ChainStage(const Source& source, const std::vector<OpChain>& chains,
 ChainStage::~ChainStage() { pool_.reset(); }
 
 void ChainStage::Submit(const std::shared_ptr<BatchJob>& job, int slot, std::vector<Buffer> media,
-                        int64_t charged) {
+                        int64_t charged, std::vector<std::shared_ptr<MediaReader>> readers) {
   // Samples run in their batches' order, and in slot order within one, whatever order
   // their reads complete in: with reads of several batches in flight, a FIFO ran the
   // samples whose bytes came first, and the earliest batch (the one the consumer waits
@@ -66,8 +65,9 @@ void ChainStage::Submit(const std::shared_ptr<BatchJob>& job, int slot, std::vec
   constexpr int64_t kSlots = int64_t{1} << 24;  // more than any batch's samples
   const int64_t priority = job->position.local_index * kSlots + slot;
   const bool submitted = pool_->Submit(
-      [this, job, slot, media = std::move(media), charged]() mutable {
-        Run(job, slot, std::move(media), charged);
+      [this, job, slot, media = std::move(media), charged,
+       readers = std::move(readers)]() mutable {
+        Run(job, slot, std::move(media), charged, std::move(readers));
       },
       priority);
   if (!submitted) {
@@ -77,7 +77,7 @@ void ChainStage::Submit(const std::shared_ptr<BatchJob>& job, int slot, std::vec
 }
 
 void ChainStage::Run(const std::shared_ptr<BatchJob>& job, int slot, std::vector<Buffer> media,
-                     int64_t charged) {
+                     int64_t charged, std::vector<std::shared_ptr<MediaReader>> readers) {
   Status status;
   if (stop_.stop_requested()) {
     status = Status::Cancelled("the run was cancelled");
@@ -88,7 +88,16 @@ void ChainStage::Run(const std::shared_ptr<BatchJob>& job, int slot, std::vector
     sample.index = index;
     sample.record = job->records[slot];
     status = source_.Fill(std::move(media), sample);
-    if (status.ok() && options_.ranged) status = OpenReaders(sample);
+    if (status.ok() && !readers.empty()) {
+      if (readers.size() != sample.media.size()) {
+        status = Status::Internal("a sample read in ranges has " +
+                                  std::to_string(sample.media.size()) + " media items for " +
+                                  std::to_string(readers.size()) + " readers");
+      }
+      for (size_t i = 0; status.ok() && i < readers.size(); ++i) {
+        sample.media[i].reader = std::move(readers[i]);
+      }
+    }
     if (options_.trace != nullptr && !tls_trace_named) {
       tls_trace_named = true;
       options_.trace->NameThread("cpu worker");
@@ -123,22 +132,6 @@ void ChainStage::Run(const std::shared_ptr<BatchJob>& job, int slot, std::vector
   media.clear();
   if (charged > 0) release_(charged);
   done_(job, slot, std::move(status));
-}
-
-Status ChainStage::OpenReaders(Sample& sample) const {
-  const std::vector<MediaRef>& refs = sample.record->media;
-  if (refs.size() != sample.media.size()) return Status::Ok();
-  for (size_t i = 0; i < refs.size(); ++i) {
-    Sample::Item& item = sample.media[i];
-    if (item.bytes.size() != 0 || !options_.ranged(refs[i])) continue;
-    Storage* routed = source_.StorageFor(sample.index);
-    Storage& storage = routed != nullptr ? *routed : *source_.storage();
-    Result<std::shared_ptr<MediaReader>> reader =
-        OpenRangedReader(storage, refs[i].uri, {.stop = stop_});
-    if (!reader.ok()) return reader.status();
-    item.reader = *std::move(reader);
-  }
-  return Status::Ok();
 }
 
 void ChainStage::CountOp(size_t i, Clock::time_point start, Clock::time_point end,

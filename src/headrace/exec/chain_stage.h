@@ -55,10 +55,6 @@ struct ChainStageOptions {
   uint64_t seed = 0;
   int64_t scratch_retain_bytes = int64_t{32} << 20;
   TraceRecorder* trace = nullptr;  // op spans when set
-  // Whether a media item is read in ranges by its op (RangedItem, exec/engine.h): the
-  // stage opens a MediaReader for it (io/ranged_reader.h) in place of the bytes the
-  // engine did not read. Unset: none is.
-  std::function<bool(const MediaRef&)> ranged;
 };
 
 // What the CPU threads' scratch arenas held.
@@ -79,8 +75,10 @@ class ChainStage {
              ChainStageOptions options, std::stop_token stop, Release release, Done done);
   ~ChainStage();
 
+  // `readers`, when not empty, one per media item: the items read in ranges by their op
+  // (EngineInputs::ranged_fields), whose `media` buffers are empty.
   void Submit(const std::shared_ptr<BatchJob>& job, int slot, std::vector<Buffer> media,
-              int64_t charged);
+              int64_t charged, std::vector<std::shared_ptr<MediaReader>> readers = {});
 
   int threads() const { return pool_->size(); }
   int64_t samples_run() const { return samples_run_.load(std::memory_order_relaxed); }
@@ -96,10 +94,8 @@ class ChainStage {
   ScratchMetrics Scratch() const;
 
  private:
-  // The readers of the sample's items read in ranges (ChainStageOptions::ranged).
-  Status OpenReaders(Sample& sample) const;
   void Run(const std::shared_ptr<BatchJob>& job, int slot, std::vector<Buffer> media,
-           int64_t charged);
+           int64_t charged, std::vector<std::shared_ptr<MediaReader>> readers);
   void CountOp(size_t i, Clock::time_point start, Clock::time_point end,
                const SampleContext& ctx, int64_t index);
   // After a sample: notes what this thread's scratch grew to, then trims it.

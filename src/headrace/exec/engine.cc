@@ -1,8 +1,11 @@
 #include "headrace/exec/engine.h"
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 
 #include "headrace/core/region_allocator.h"
+#include "headrace/io/ranged_reader.h"
 
 namespace headrace {
 namespace {
@@ -226,12 +229,7 @@ Result<std::unique_ptr<Engine>> Engine::Start(std::shared_ptr<const EngineInputs
   e->chain_ = std::make_unique<ChainStage>(
       *in.source, in.chains,
       ChainStageOptions{options.cpu_threads, options.order.seed, options.scratch_retain_bytes,
-                        options.trace,
-                        in.ranged_fields.empty()
-                            ? std::function<bool(const MediaRef&)>()
-                            : [inputs = e->inputs_](const MediaRef& ref) {
-                                return RangedItem(*inputs, ref);
-                              }},
+                        options.trace},
       e->stop_.get_token(), [e](int64_t charged) { e->read_->Release(charged); },
       [e](const std::shared_ptr<BatchJob>& job, int slot, Status status) {
         e->FinishSample(job, slot, std::move(status));
@@ -301,8 +299,7 @@ void Engine::IssueSample(const std::shared_ptr<BatchJob>& job, int slot) {
     // Nothing to read (a text-only record: the op that needs a media field says so).
     chain_->Submit(job, slot, {}, 0);
   } else if (RangedRecord(*inputs_, record)) {
-    // Its op reads the ranges it needs as it runs (ChainStage opens the readers).
-    chain_->Submit(job, slot, std::vector<Buffer>(record.media.size()), 0);
+    OpenReaders(job, slot);
   } else if (std::optional<std::vector<Buffer>> media =
                  options_.media_of ? options_.media_of(job->position.epoch,
                                                        job->sample_indices[slot])
@@ -314,6 +311,45 @@ void Engine::IssueSample(const std::shared_ptr<BatchJob>& job, int slot) {
     chain_->Submit(job, slot, std::move(*media), 0);
   } else {
     read_->Issue(job, slot);
+  }
+}
+
+// Each item's reader opened on the storage's threads (its size and head, an MP4's index
+// at the end: io/ranged_reader.h), then the sample goes to the CPU pool with them: its op
+// reads the rest as it runs, and no CPU thread waits for what every sample needs first.
+void Engine::OpenReaders(const std::shared_ptr<BatchJob>& job, int slot) {
+  const SampleRecord& record = *job->records[slot];
+  struct Opening {
+    std::vector<std::shared_ptr<MediaReader>> readers;
+    std::atomic<size_t> left{0};
+    std::mutex mu;
+    Status status;  // the first item's error (guarded by mu)
+  };
+  auto opening = std::make_shared<Opening>();
+  opening->readers.resize(record.media.size());
+  opening->left.store(record.media.size());
+  Storage* routed = inputs_->source->StorageFor(job->sample_indices[slot]);
+  Storage& storage = routed != nullptr ? *routed : *inputs_->source->storage();
+  for (size_t i = 0; i < record.media.size(); ++i) {
+    OpenRangedReaderAsync(
+        storage, record.media[i].uri, {.stop = stop_.get_token()},
+        [this, job, slot, i, opening](Result<std::shared_ptr<MediaReader>> reader) {
+          if (reader.ok()) {
+            opening->readers[i] = *std::move(reader);
+          } else {
+            std::lock_guard lock(opening->mu);
+            if (opening->status.ok()) opening->status = reader.status();
+          }
+          if (opening->left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+          Status status;
+          {
+            std::lock_guard lock(opening->mu);
+            status = opening->status;
+          }
+          if (!status.ok()) return FinishSample(job, slot, std::move(status));
+          const size_t items = opening->readers.size();  // before the move below
+          chain_->Submit(job, slot, std::vector<Buffer>(items), 0, std::move(opening->readers));
+        });
   }
 }
 

@@ -284,6 +284,9 @@ class Engine {
   void ResolveRecords(BatchJob& job) const;
   // Starts one sample: its reads, or straight to the chain.
   void IssueSample(const std::shared_ptr<BatchJob>& job, int slot);
+  // A sample whose media are read in ranges (RangedRecord): opens their readers, then
+  // submits it to the chain (or finishes it with the first item's error).
+  void OpenReaders(const std::shared_ptr<BatchJob>& job, int slot);
   void FinishSample(const std::shared_ptr<BatchJob>& job, int slot, Status status);
   // Assembles a batch whose samples are all done and hands it to the delivery.
   void FinishBatch(BatchJob& job);

@@ -1,60 +1,114 @@
 #include "headrace/io/ranged_reader.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 namespace headrace {
 namespace {
 
-class RangedReader final : public MediaReader {
+// ISO BMFF (MP4, MOV) written without "faststart" has its index (moov) after the media
+// data (mdat), at the end: the top-level box headers in the head say where, and the
+// reader asks for it with the size rather than one round trip later, when the demuxer
+// would. Here rather than in the op: the reader opens before any op runs. Reads only box
+// sizes and types; nullopt when the head shows no such layout (faststart: moov is in
+// the head; not an MP4; damaged: the demuxer judges).
+std::optional<MediaReader::Range> IndexAfterMediaData(const Buffer& head, int64_t size) {
+  const auto be32 = [](const uint8_t* p) {
+    return (uint64_t{p[0]} << 24) | (uint64_t{p[1]} << 16) | (uint64_t{p[2]} << 8) | p[3];
+  };
+  const uint8_t* d = head.data();
+  const int64_t n = static_cast<int64_t>(head.size());
+  if (n < 8 || std::memcmp(d + 4, "ftyp", 4) != 0) return std::nullopt;
+  int64_t at = 0;
+  while (at + 16 <= n) {
+    uint64_t box = be32(d + at);
+    if (box == 1) box = (be32(d + at + 8) << 32) | be32(d + at + 12);
+    if (box < 8 || box > static_cast<uint64_t>(size - at)) return std::nullopt;
+    if (std::memcmp(d + at + 4, "moov", 4) == 0) return std::nullopt;  // in the head
+    if (std::memcmp(d + at + 4, "mdat", 4) == 0) {
+      const int64_t after = at + static_cast<int64_t>(box);
+      if (after >= size) return std::nullopt;
+      // FFmpeg's MP4 reader also reads the bytes just before the index when it opens
+      // (the last packets': a few hundred bytes on x264 clips): 16 KiB come with it.
+      const int64_t from = std::max(at, after - (int64_t{16} << 10));
+      return MediaReader::Range{from, size - from};
+    }
+    at += static_cast<int64_t>(box);
+  }
+  return std::nullopt;
+}
+
+class RangedReader final : public MediaReader,
+                           public std::enable_shared_from_this<RangedReader> {
  public:
   RangedReader(Storage& storage, std::string uri, const RangedReaderOptions& options)
       : storage_(storage), uri_(std::move(uri)), options_(options),
         state_(std::make_shared<State>()) {}
 
-  // Asks the size and the head together; waits for the size.
-  Status Open() {
-    std::promise<Result<int64_t>> size;
-    auto got = size.get_future();
-    storage_.SizeAsync(
-        uri_, [&size](Result<int64_t> r) { size.set_value(std::move(r)); }, Wanted());
+  // Asks the size and the head together, then what the head shows the container's
+  // index to be after (IndexAfterMediaData); `done` once they are all in: with the
+  // reader, or the size's error. A read that failed fails the Read that needs it.
+  void OpenAsync(ReaderCallback done) {
+    struct Opening {
+      std::shared_ptr<RangedReader> reader;
+      ReaderCallback done;
+      std::atomic<int> first{2};  // the size and the head, before the follow-up
+      std::atomic<int> left{2};   // every read still out (the follow-up's added)
+      Status status;              // the size's error (written before its arrival)
+      void Arrive() {
+        if (left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+        if (status.ok()) {
+          done(std::shared_ptr<MediaReader>(std::move(reader)));
+        } else {
+          done(std::move(status));
+        }
+      }
+      // The size or the head is in: once both are, the reads the head calls for.
+      void Arrived(const std::shared_ptr<Opening>& self) {
+        if (first.fetch_sub(1, std::memory_order_acq_rel) == 1 && status.ok()) {
+          for (auto& [offset, piece] : reader->FollowHead()) {
+            left.fetch_add(1, std::memory_order_relaxed);
+            reader->Start(offset, piece, [self] { self->Arrive(); });
+          }
+        }
+        Arrive();
+      }
+    };
+    auto opening = std::make_shared<Opening>();
+    opening->reader = shared_from_this();
+    opening->done = std::move(done);
     std::shared_ptr<Piece> head;
     {
       std::lock_guard lock(state_->mu);
       size_ = -1;  // unknown: the head is read whatever the object's length
       head = AddLocked(0, options_.head_bytes, /*unplanned=*/false)->second;
     }
-    Start(0, head);
-    HR_ASSIGN_OR_RETURN(size_, got.get());
-    return Status::Ok();
+    storage_.SizeAsync(
+        uri_,
+        [this, opening](Result<int64_t> size) {
+          if (!size.ok()) {
+            opening->status = size.status();
+          } else {
+            std::lock_guard lock(state_->mu);
+            size_ = *size;
+          }
+          opening->Arrived(opening);
+        },
+        Wanted());
+    Start(0, head, [opening] { opening->Arrived(opening); });
   }
 
   int64_t size() const override { return size_; }
 
   void Prefetch(std::span<const Range> ranges) override {
-    std::vector<std::pair<int64_t, std::shared_ptr<Piece>>> added;
-    {
-      std::lock_guard lock(state_->mu);
-      for (const Range& r : ranges) {
-        int64_t at = std::max<int64_t>(0, r.offset);
-        const int64_t end = std::min(size_, r.offset + r.length);
-        while (at < end) {
-          auto held = HolderLocked(at);
-          if (held != state_->ranges.end()) {  // covered up to where it ends
-            at = held->first + held->second->length;
-            continue;
-          }
-          const int64_t until = std::min(end, NextStartLocked(at));
-          added.emplace_back(at, AddLocked(at, until - at, /*unplanned=*/false)->second);
-          at = until;
-        }
-      }
-    }
-    for (const auto& [offset, piece] : added) Start(offset, piece);
+    for (const auto& [offset, piece] : AddRanges(ranges)) Start(offset, piece);
   }
 
   Result<Buffer> Read(int64_t offset, int64_t length) override {
@@ -126,6 +180,44 @@ class RangedReader final : public MediaReader {
     return it == state_->ranges.end() ? end : std::min(end, it->first);
   }
 
+  // The size and the head are in: the ranges the head says the container's index lies in
+  // past it, added.
+  std::vector<std::pair<int64_t, std::shared_ptr<Piece>>> FollowHead() {
+    std::optional<Range> index;
+    {
+      std::lock_guard lock(state_->mu);
+      const auto head = state_->ranges.find(0);
+      if (head != state_->ranges.end() && head->second->bytes.ok()) {
+        index = IndexAfterMediaData(*head->second->bytes, size_);
+      }
+    }
+    if (!index.has_value()) return {};
+    const Range ranges[] = {*index};
+    return AddRanges(ranges);
+  }
+
+  // Notes range reads of what `ranges` hold that no read holds or reads (clipped to the
+  // object), to be started.
+  std::vector<std::pair<int64_t, std::shared_ptr<Piece>>> AddRanges(std::span<const Range> ranges) {
+    std::vector<std::pair<int64_t, std::shared_ptr<Piece>>> added;
+    std::lock_guard lock(state_->mu);
+    for (const Range& r : ranges) {
+      int64_t at = std::max<int64_t>(0, r.offset);
+      const int64_t end = std::min(size_, r.offset + r.length);
+      while (at < end) {
+        auto held = HolderLocked(at);
+        if (held != state_->ranges.end()) {  // covered up to where it ends
+          at = held->first + held->second->length;
+          continue;
+        }
+        const int64_t until = std::min(end, NextStartLocked(at));
+        added.emplace_back(at, AddLocked(at, until - at, /*unplanned=*/false)->second);
+        at = until;
+      }
+    }
+    return added;
+  }
+
   // Notes a range read of [offset, offset + length); Start issues it, with the lock not
   // held: a storage may complete a read inline (one that fails before it starts).
   Iter AddLocked(int64_t offset, int64_t length, bool unplanned) {
@@ -138,19 +230,22 @@ class RangedReader final : public MediaReader {
     return it;
   }
 
-  void Start(int64_t offset, const std::shared_ptr<Piece>& piece) {
+  // `then`, if set, runs once the read is in (after its waiters are woken).
+  void Start(int64_t offset, const std::shared_ptr<Piece>& piece,
+             std::function<void()> then = nullptr) {
     std::weak_ptr<State> weak = state_;
     storage_.ReadRangeAsyncGated(
         uri_, offset, piece->length,
-        [weak, piece](Result<Buffer> bytes) {
-          const std::shared_ptr<State> state = weak.lock();
-          if (state == nullptr) return;  // the reader is gone: nobody waits
-          {
-            std::lock_guard lock(state->mu);
-            piece->bytes = std::move(bytes);
-            piece->done = true;
-          }
-          state->cv.notify_all();
+        [weak, piece, then = std::move(then)](Result<Buffer> bytes) {
+          if (const std::shared_ptr<State> state = weak.lock()) {
+            {
+              std::lock_guard lock(state->mu);
+              piece->bytes = std::move(bytes);
+              piece->done = true;
+            }
+            state->cv.notify_all();
+          }  // else the reader is gone: nobody waits
+          if (then) then();
         },
         Wanted());
   }
@@ -172,11 +267,20 @@ class RangedReader final : public MediaReader {
 
 }  // namespace
 
+void OpenRangedReaderAsync(Storage& storage, std::string uri, const RangedReaderOptions& options,
+                           ReaderCallback done) {
+  std::make_shared<RangedReader>(storage, std::move(uri), options)->OpenAsync(std::move(done));
+}
+
 Result<std::shared_ptr<MediaReader>> OpenRangedReader(Storage& storage, std::string uri,
                                                       const RangedReaderOptions& options) {
-  auto reader = std::make_shared<RangedReader>(storage, std::move(uri), options);
-  HR_RETURN_IF_ERROR(reader->Open());
-  return std::shared_ptr<MediaReader>(std::move(reader));
+  std::promise<Result<std::shared_ptr<MediaReader>>> opened;
+  auto got = opened.get_future();
+  OpenRangedReaderAsync(storage, std::move(uri), options,
+                        [&opened](Result<std::shared_ptr<MediaReader>> r) {
+                          opened.set_value(std::move(r));
+                        });
+  return got.get();
 }
 
 }  // namespace headrace

@@ -1,6 +1,8 @@
 // A MediaReader (core/media_reader.h) over a Storage: an object read in ranges.
 //
-//   OpenRangedReader ── SizeAsync + ReadRange(head) at once, waits for the size ──▶ reader
+//   OpenRangedReaderAsync ── SizeAsync + ReadRange(head) at once; then, for an MP4 whose
+//                            head shows its index after the media data, that index;
+//                            done(reader) once they are in (a storage thread)
 //   Prefetch(ranges) ── a ReadRangeAsyncGated per stretch not held or in flight
 //   Read(offset)     ── waits for the range read that holds it, else reads
 //                       [offset, offset + read_ahead) now (unplanned)
@@ -15,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stop_token>
 #include <string>
@@ -30,8 +33,17 @@ struct RangedReaderOptions {
   std::stop_token stop = {};
 };
 
-// Blocks for one round trip (the size; the head is read meanwhile). `storage` must
-// outlive the reader's reads (the engine's does).
+using ReaderCallback = std::function<void(Result<std::shared_ptr<MediaReader>>)>;
+
+// Opens a reader without blocking: its size and head at once, and an MP4's index when the
+// head shows it after the media data (the end of a file written without faststart);
+// `done` (once, on a storage thread or inline) when they are in, with the reader or the
+// size's error (kNotFound for a missing object, kCancelled once the run
+// stops). A failed head or tail fails the Read that needs it. `storage` must outlive the
+// reader's reads (the engine's does).
+void OpenRangedReaderAsync(Storage& storage, std::string uri, const RangedReaderOptions& options,
+                           ReaderCallback done);
+// The same, waiting for it (one round trip, two for an index at the end).
 Result<std::shared_ptr<MediaReader>> OpenRangedReader(Storage& storage, std::string uri,
                                                       const RangedReaderOptions& options = {});
 

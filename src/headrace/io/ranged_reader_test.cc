@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <latch>
 #include <thread>
 #include <vector>
@@ -84,6 +85,47 @@ TEST(RangedReader, ReadsThePrefetchedRangesOnceEachAndOnlyThem) {
   EXPECT_EQ(reader->Read(1 << 20, 10)->size(), 0u);
   // Every range was one request to the server, besides the size.
   EXPECT_EQ(s.server->stats().requests, 1 + stats.requests);
+}
+
+// Top-level ISO BMFF boxes: each `size` bytes, its type, the rest filled.
+Buffer Boxes(std::initializer_list<std::pair<const char*, uint32_t>> boxes) {
+  size_t total = 0;
+  for (const auto& b : boxes) total += b.second;
+  Buffer out = *Buffer::Allocate(total);
+  uint8_t* p = out.mutable_data();
+  for (const auto& [type, size] : boxes) {
+    const uint8_t header[8] = {static_cast<uint8_t>(size >> 24), static_cast<uint8_t>(size >> 16),
+                               static_cast<uint8_t>(size >> 8), static_cast<uint8_t>(size),
+                               static_cast<uint8_t>(type[0]), static_cast<uint8_t>(type[1]),
+                               static_cast<uint8_t>(type[2]), static_cast<uint8_t>(type[3])};
+    std::memcpy(p, header, 8);
+    std::memset(p + 8, 0x5A, size - 8);
+    p += size;
+  }
+  return out;
+}
+
+// An MP4 written without faststart has its index after the media data: the reader reads
+// it with the head, before anyone asks; with faststart (the index in the head), nothing.
+TEST(RangedReader, AnIndexAfterTheMediaDataIsReadWhenTheReaderOpens) {
+  auto server = *LoopbackServer::Start();
+  server->Put("/bkt/end.mp4", Boxes({{"ftyp", 32}, {"mdat", 500000}, {"moov", 30000}}));
+  server->Put("/bkt/fast.mp4", Boxes({{"ftyp", 32}, {"moov", 3000}, {"mdat", 500000}}));
+  StorageSpec spec;
+  spec.endpoint = server->origin();
+  spec.anonymous = true;
+  auto s3 = *MakeS3Storage(spec, [](const char*) -> std::optional<std::string> {
+    return std::nullopt;
+  });
+  auto end = *OpenRangedReader(*s3, "s3://bkt/end.mp4", {.head_bytes = 4096});
+  EXPECT_EQ(end->stats().requests, 2);  // the head; the index (and 16 KiB before it)
+  EXPECT_EQ(end->stats().bytes, 4096 + 30000 + (16 << 10));
+  auto moov = end->ReadExact(500032, 30000);
+  ASSERT_TRUE(moov.ok());
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(moov->data()) + 4, 4), "moov");
+  EXPECT_EQ(end->stats().requests, 2);
+  auto fast = *OpenRangedReader(*s3, "s3://bkt/fast.mp4", {.head_bytes = 4096});
+  EXPECT_EQ(fast->stats().requests, 1);
 }
 
 TEST(RangedReader, AnObjectShorterThanItsHeadIsReadByTheHeadAlone) {
