@@ -1,6 +1,7 @@
 #include "headrace/exec/chain_stage.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "headrace/core/atomic_max.h"
 
@@ -64,6 +65,13 @@ void ChainStage::Submit(const std::shared_ptr<BatchJob>& job, int slot, std::vec
   // after it ends (AssembleStage::SampleDone).
   constexpr int64_t kSlots = int64_t{1} << 24;  // more than any batch's samples
   const int64_t priority = job->position.local_index * kSlots + slot;
+  if (!readers.empty()) {
+    // Its ranged reads planned ahead of every sample's run (a task of ~1 ms: the index
+    // parsed from the bytes its readers hold), so that they travel while the threads run
+    // the samples before it, rather than while the sample's own thread waits.
+    pool_->Submit([this, job, slot, readers]() { PlanReads(job, slot, readers); },
+                  std::numeric_limits<int64_t>::min());
+  }
   const bool submitted = pool_->Submit(
       [this, job, slot, media = std::move(media), charged,
        readers = std::move(readers)]() mutable {
@@ -132,6 +140,22 @@ void ChainStage::Run(const std::shared_ptr<BatchJob>& job, int slot, std::vector
   media.clear();
   if (charged > 0) release_(charged);
   done_(job, slot, std::move(status));
+}
+
+void ChainStage::PlanReads(const std::shared_ptr<BatchJob>& job, int slot,
+                           const std::vector<std::shared_ptr<MediaReader>>& readers) {
+  if (stop_.stop_requested()) return;
+  Sample sample;
+  sample.epoch = job->position.epoch;
+  sample.index = job->sample_indices[slot];
+  sample.record = job->records[slot];
+  if (!source_.Fill(std::vector<Buffer>(readers.size()), sample).ok() ||
+      sample.media.size() != readers.size()) {
+    return;  // the run reports it
+  }
+  for (size_t i = 0; i < readers.size(); ++i) sample.media[i].reader = readers[i];
+  const size_t c = runners_.size() == 1 ? 0 : static_cast<size_t>(source_.EntryOf(sample.index));
+  runners_[c].PlanReads(sample, tls_values);
 }
 
 void ChainStage::CountOp(size_t i, Clock::time_point start, Clock::time_point end,

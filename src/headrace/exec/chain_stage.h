@@ -96,6 +96,9 @@ class ChainStage {
  private:
   void Run(const std::shared_ptr<BatchJob>& job, int slot, std::vector<Buffer> media,
            int64_t charged, std::vector<std::shared_ptr<MediaReader>> readers);
+  // The chain's Op::PlanReads for a sample whose media are `readers`, ahead of its Run.
+  void PlanReads(const std::shared_ptr<BatchJob>& job, int slot,
+                 const std::vector<std::shared_ptr<MediaReader>>& readers);
   void CountOp(size_t i, Clock::time_point start, Clock::time_point end,
                const SampleContext& ctx, int64_t index);
   // After a sample: notes what this thread's scratch grew to, then trims it.

@@ -58,6 +58,18 @@ class ChainRunner {
   size_t size() const { return ops_.size(); }
   const Op& op(size_t i) const { return *ops_[i]; }
 
+  // Each op's PlanReads for `sample` (its values in place, some media as readers), ahead
+  // of Run, with the calling thread's value slots (`values`, sized here).
+  void PlanReads(const Sample& sample, std::vector<Value>& values) const {
+    SampleContext ctx;
+    ctx.sample = &sample;
+    ctx.sample_seed = SampleSeed(seed_, sample.epoch, sample.index);
+    values.resize(static_cast<size_t>(num_values_));
+    FillSourceValues(sources_, sample, values);
+    ctx.values = values;
+    for (const std::unique_ptr<Op>& op : ops_) op->PlanReads(ctx);
+  }
+
   // Runs the chain on `sample` (its values in place: Source::Fill), writing the batch
   // rows at `rows` and the concatenated fields' rows into `ragged` (null when there are
   // none), with the calling thread's `scratch` and value slots (`values`, sized

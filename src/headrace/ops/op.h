@@ -198,6 +198,13 @@ class Op {
   virtual bool TellsTokens() const { return false; }
   virtual std::span<const int64_t> ToldTokens() const { return {}; }
   virtual void HandOffTold(int64_t /*epoch*/, int64_t /*index*/) const {}
+  // Before the sample runs, when a value it reads is an object read in ranges
+  // (EncodedBytes::reader): starts the reads Run will make (MediaReader::Prefetch), so
+  // that they travel while the CPU threads run the samples before it. Called on a CPU
+  // thread ahead of the sample (ChainRunner::PlanReads), with the source values only:
+  // no rows, no scratch. It may read what its reader already holds (the head, an MP4's
+  // index); what it does not hold it waits for, as Run would. Run must not depend on it.
+  virtual void PlanReads(const SampleContext& /*ctx*/) const {}
 };
 
 // The size pass over `ops` for the sample of `ctx` (its source values filled, none of the

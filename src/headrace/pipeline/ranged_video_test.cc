@@ -130,6 +130,33 @@ TEST(RangedVideo, TheFramesOfTheWholeBytesFromTheRangesThePlanRead) {
   EXPECT_EQ(compared, 36);
 }
 
+// PlanReads, which the engine runs ahead of the sample, asks for every stretch Run then
+// reads: Run adds no request, and takes the frames it would have.
+TEST(RangedVideo, PlanReadsAheadAsksForEveryStretchRunReads) {
+  const std::vector<uint8_t> clip = Clip(12, -1);
+  const std::string path = Write("planned.mp4", clip);
+  auto storage = MakeLocalStorage();
+  for (VideoSeek seek : {VideoSeek::kExact, VideoSeek::kKeyframe}) {
+    const VideoDecodeSpec spec{.frames = 8, .width = 24, .height = 16, .clip_seconds = 3,
+                               .seek = seek, .read = VideoRead::kRanges};
+    auto reader = *OpenRangedReader(*storage, path);
+    const int64_t opened = reader->stats().requests;
+    VideoDecodeOp op(spec, 0, 0, 0);
+    std::vector<Value> values = {EncodedBytes{nullptr, 0, reader.get()}};
+    SampleContext plan;
+    plan.sample_seed = 7;
+    plan.values = values;
+    op.PlanReads(plan);
+    const int64_t planned = reader->stats().requests;
+    EXPECT_GT(planned, opened);
+    const Decoded ranged = Decode(spec, EncodedBytes{nullptr, 0, reader.get()}, 7);
+    ASSERT_TRUE(ranged.status.ok()) << ranged.status.ToString();
+    EXPECT_EQ(reader->stats().requests, planned);
+    EXPECT_EQ(reader->stats().unplanned, 0);
+    EXPECT_EQ(ranged.row, Decode(spec, EncodedBytes{clip.data(), clip.size()}, 7).row);
+  }
+}
+
 // A clip cut short: the ranges read are the truncated file's, and the sample fails as the
 // whole bytes do (corrupt_data), never with made-up frames.
 TEST(RangedVideo, ATruncatedClipFailsAsItsWholeBytesDo) {

@@ -339,32 +339,45 @@ VideoDecodeOp::VideoDecodeOp(const VideoDecodeSpec& spec, int op_position, int s
                              int64_t decode_bytes)
     : spec_(spec), op_position_(op_position), slot_(slot), row_(row), decode_bytes_(decode_bytes) {}
 
+Result<std::unique_ptr<av::Input>> VideoDecodeOp::Open(const EncodedBytes& media) const {
+  HR_ASSIGN_OR_RETURN(
+      std::unique_ptr<av::Input> in,
+      media.reader != nullptr
+          ? av::Input::Open(*media.reader, av::Input::Media::kVideo, spec_.threads,
+                            decode_bytes_)
+          : av::Input::Open(media.data, media.size, av::Input::Media::kVideo, spec_.threads,
+                            decode_bytes_));
+  if (spec_.skip_loop_filter) in->codec()->skip_loop_filter = AVDISCARD_NONREF;
+  return in;
+}
+
+std::vector<double> VideoDecodeOp::TimesOf(const av::Input& in, const SampleContext& ctx) const {
+  return FrameTimes(spec_, in.duration(), ctx.OpRng(op_position_).Uniform());
+}
+
+void VideoDecodeOp::PlanReads(const SampleContext& ctx) const {
+  const EncodedBytes* media = ctx.Get<EncodedBytes>(slot_);
+  if (media == nullptr || media->reader == nullptr) return;
+  Result<std::unique_ptr<av::Input>> in = Open(*media);
+  if (!in.ok()) return;  // Run opens it again and names the error
+  const bool keyframes = spec_.seek == VideoSeek::kKeyframe && (*in)->duration() > 0;
+  media->reader->Prefetch(PlanRanges(**in, spec_, TimesOf(**in, ctx), keyframes));
+}
+
 Status VideoDecodeOp::Run(SampleContext& ctx) const {
   const EncodedBytes* media = ctx.Get<EncodedBytes>(slot_);
   if (media == nullptr) {
     return Status::MissingField("the record has no " + spec_.field +
                                 " but the pipeline decodes one (video.decode)");
   }
-  const auto open = [&]() -> Result<std::unique_ptr<av::Input>> {
-    HR_ASSIGN_OR_RETURN(
-        std::unique_ptr<av::Input> in,
-        media->reader != nullptr
-            ? av::Input::Open(*media->reader, av::Input::Media::kVideo, spec_.threads,
-                              decode_bytes_)
-            : av::Input::Open(media->data, media->size, av::Input::Media::kVideo,
-                              spec_.threads, decode_bytes_));
-    if (spec_.skip_loop_filter) in->codec()->skip_loop_filter = AVDISCARD_NONREF;
-    return in;
-  };
+  const auto open = [&] { return Open(*media); };
   HR_ASSIGN_OR_RETURN(std::unique_ptr<av::Input> in, open());
-  const std::vector<double> times =
-      FrameTimes(spec_, in->duration(), ctx.OpRng(op_position_).Uniform());
+  const std::vector<double> times = TimesOf(*in, ctx);
   uint8_t* row = ctx.rows[row_];
   // A video of unknown length gives its first frames: nothing to seek to.
   const bool keyframes = spec_.seek == VideoSeek::kKeyframe && in->duration() > 0;
-  if (media->reader != nullptr) {
-    const std::vector<MediaReader::Range> ranges = PlanRanges(*in, spec_, times, keyframes);
-    media->reader->Prefetch(ranges);
+  if (media->reader != nullptr) {  // PlanReads has asked for them, unless it did not run
+    media->reader->Prefetch(PlanRanges(*in, spec_, times, keyframes));
   }
   ctx.frames_taken = spec_.frames;
   ctx.frames_decoded = 0;

@@ -63,6 +63,10 @@ extern "C" {
 struct AVFrame;
 }
 
+namespace headrace::av {
+class Input;
+}
+
 namespace headrace {
 
 enum class VideoLayout { kTCHW, kTHWC };
@@ -151,8 +155,14 @@ class VideoDecodeOp : public Op {
                 int64_t decode_bytes = 0);
   std::string_view name() const override { return kName; }
   Status Run(SampleContext& ctx) const override;
+  // read: ranges: the stretches of the clip the frames need, prefetched (PlanRanges).
+  void PlanReads(const SampleContext& ctx) const override;
 
  private:
+  // The video of `media` opened: its bytes, or its reader.
+  Result<std::unique_ptr<av::Input>> Open(const EncodedBytes& media) const;
+  // The times of the sample's frames in `in`.
+  std::vector<double> TimesOf(const av::Input& in, const SampleContext& ctx) const;
   VideoDecodeSpec spec_;
   int op_position_;
   int slot_;
