@@ -205,7 +205,7 @@ TEST(RangedReader, ThreadsWaitingOnOneRangeAllGetItsBytes) {
   reader->Prefetch(plan);
   std::latch start(4);
   std::vector<std::thread> threads;
-  std::vector<bool> ok(4, false);
+  std::vector<char> ok(4, 0);  // not vector<bool>: its bits share bytes across threads
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       start.arrive_and_wait();
