@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 
 #include "headrace/core/region_allocator.h"
 #include "headrace/io/ranged_reader.h"
@@ -320,10 +319,10 @@ void Engine::IssueSample(const std::shared_ptr<BatchJob>& job, int slot) {
 void Engine::OpenReaders(const std::shared_ptr<BatchJob>& job, int slot) {
   const SampleRecord& record = *job->records[slot];
   struct Opening {
-    std::vector<std::shared_ptr<MediaReader>> readers;
+    std::vector<std::shared_ptr<MediaReader>> readers;  // each written by its item's open
     std::atomic<size_t> left{0};
-    std::mutex mu;
-    Status status;  // the first item's error (guarded by mu)
+    Mutex mu;
+    Status status HR_GUARDED_BY(mu);  // the first item's error
   };
   auto opening = std::make_shared<Opening>();
   opening->readers.resize(record.media.size());
@@ -337,13 +336,13 @@ void Engine::OpenReaders(const std::shared_ptr<BatchJob>& job, int slot) {
           if (reader.ok()) {
             opening->readers[i] = *std::move(reader);
           } else {
-            std::lock_guard lock(opening->mu);
+            MutexLock lock(opening->mu);
             if (opening->status.ok()) opening->status = reader.status();
           }
           if (opening->left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
           Status status;
           {
-            std::lock_guard lock(opening->mu);
+            MutexLock lock(opening->mu);
             status = opening->status;
           }
           if (!status.ok()) return FinishSample(job, slot, std::move(status));

@@ -13,6 +13,7 @@
 #include "headrace/io/ranged_reader.h"
 #include "headrace/io/storage.h"
 #include "headrace/ops/av/av_encode.h"
+#include "headrace/ops/op_test_util.h"
 #include "headrace/ops/video/decode.h"
 #include "headrace/pipeline/config.h"
 #include "headrace/pipeline/loader.h"
@@ -71,13 +72,7 @@ Decoded Decode(const VideoDecodeSpec& spec, EncodedBytes input, uint64_t seed) {
   out.row.assign(static_cast<size_t>(spec.frames) * 3 * spec.width * spec.height, 0xEE);
   std::vector<Value> values = {input};
   uint8_t* rows[1] = {out.row.data()};
-  ScratchArena scratch;
-  SampleContext ctx;
-  ctx.sample_seed = seed;
-  ctx.scratch = &scratch;
-  ctx.values = values;
-  ctx.rows = rows;
-  out.status = op.Run(ctx);
+  out.status = testing::RunOp(op, values, rows, seed);
   return out;
 }
 
