@@ -36,9 +36,12 @@ std::optional<MediaReader::Range> IndexAfterMediaData(const Buffer& head, int64_
       const int64_t after = at + static_cast<int64_t>(box);
       if (after >= size) return std::nullopt;
       // FFmpeg's MP4 reader also reads the bytes just before the index when it opens
-      // (the last packets': a few hundred bytes on x264 clips): 16 KiB come with it.
+      // (the last packets': a few hundred bytes on x264 clips): 16 KiB come with it. At
+      // most 1 MiB of what follows (the index of an hour of video; a longer one is read
+      // as the demuxer asks): what comes after the media data is the file's to say, and
+      // a hostile one would otherwise have the reader hold any amount at open.
       const int64_t from = std::max(at, after - (int64_t{16} << 10));
-      return MediaReader::Range{from, size - from};
+      return MediaReader::Range{from, std::min(size - from, (after - from) + (int64_t{1} << 20))};
     }
     at += static_cast<int64_t>(box);
   }

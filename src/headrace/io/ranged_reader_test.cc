@@ -126,6 +126,11 @@ TEST(RangedReader, AnIndexAfterTheMediaDataIsReadWhenTheReaderOpens) {
   EXPECT_EQ(end->stats().requests, 2);
   auto fast = *OpenRangedReader(*s3, "s3://bkt/fast.mp4", {.head_bytes = 4096});
   EXPECT_EQ(fast->stats().requests, 1);
+  // Whatever follows the media data, the reader reads at most 1 MiB of it at open.
+  server->Put("/bkt/junk.mp4", Boxes({{"ftyp", 32}, {"mdat", 100000}, {"free", 3u << 20}}));
+  auto junk = *OpenRangedReader(*s3, "s3://bkt/junk.mp4", {.head_bytes = 4096});
+  EXPECT_EQ(junk->stats().requests, 2);
+  EXPECT_EQ(junk->stats().bytes, 4096 + (16 << 10) + (1 << 20));
 }
 
 TEST(RangedReader, AnObjectShorterThanItsHeadIsReadByTheHeadAlone) {

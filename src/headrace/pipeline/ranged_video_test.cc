@@ -13,6 +13,7 @@
 #include "headrace/io/ranged_reader.h"
 #include "headrace/io/storage.h"
 #include "headrace/ops/av/av_encode.h"
+#include "headrace/ops/av/av_input.h"
 #include "headrace/ops/op_test_util.h"
 #include "headrace/ops/video/decode.h"
 #include "headrace/pipeline/config.h"
@@ -150,6 +151,18 @@ TEST(RangedVideo, PlanReadsAheadAsksForEveryStretchRunReads) {
     EXPECT_EQ(reader->stats().unplanned, 0);
     EXPECT_EQ(ranged.row, Decode(spec, EncodedBytes{clip.data(), clip.size()}, 7).row);
   }
+}
+
+// The index read in ranges is held outside the budgets: one larger than the decode
+// allowance fails the sample, naming the key, before FFmpeg parses it.
+TEST(RangedVideo, AnIndexPastTheDecodeAllowanceIsANamedError) {
+  const std::string path = Write("index.mp4", Clip(12, -1));
+  auto storage = MakeLocalStorage();
+  auto reader = *OpenRangedReader(*storage, path, {.head_bytes = 4096});
+  auto in = av::Input::Open(*reader, av::Input::Media::kVideo, 1, /*frame_bytes_limit=*/2000);
+  EXPECT_EQ(in.status().code(), StatusCode::kResourceExhausted) << in.status().ToString();
+  EXPECT_NE(in.status().message().find("memory.decode_bytes_per_thread"), std::string::npos);
+  EXPECT_NE(in.status().message().find("moov"), std::string::npos);
 }
 
 // A clip cut short: the ranges read are the truncated file's, and the sample fails as the

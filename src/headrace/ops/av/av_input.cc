@@ -167,9 +167,11 @@ Status CheckEditLists(const uint8_t* data, size_t size) {
 
 // The first top-level `moov` box of an MP4 read through `reader`, found by the box
 // headers (the header, sizes and types only: what lies between is not read), or an empty
-// buffer when there is none. Bounded by kMaxMoovBytes: the index of hours of video.
+// buffer when there is none. Held in memory outside the budgets, so bounded: by
+// kMaxMoovBytes (the index of hours of video) and by the decode allowance
+// (`limit`, memory.decode_bytes_per_thread) when there is one.
 constexpr int64_t kMaxMoovBytes = int64_t{256} << 20;
-Result<Buffer> ReadMoov(MediaReader& reader) {
+Result<Buffer> ReadMoov(MediaReader& reader, int64_t limit) {
   const auto be32 = [](const uint8_t* p) {
     return (uint64_t{p[0]} << 24) | (uint64_t{p[1]} << 16) | (uint64_t{p[2]} << 8) | p[3];
   };
@@ -198,9 +200,13 @@ Result<Buffer> ReadMoov(MediaReader& reader) {
     }
     if (size < 8 || size > static_cast<uint64_t>(end - at)) break;  // FFmpeg's to judge
     if (std::memcmp(header.data() + 4, "moov", 4) == 0) {
-      if (static_cast<int64_t>(size) > kMaxMoovBytes) {
-        return Status::ResourceExhausted("the MP4's index (moov) is " + std::to_string(size) +
-                                         " bytes, over " + std::to_string(kMaxMoovBytes));
+      const int64_t most = limit > 0 ? std::min(limit, kMaxMoovBytes) : kMaxMoovBytes;
+      if (static_cast<int64_t>(size) > most) {
+        return Status::ResourceExhausted(
+            "the MP4's index (moov) is " + std::to_string(size) + " bytes, over the " +
+            std::to_string(most) +
+            " an index read in ranges may hold (the decode allowance, "
+            "memory.decode_bytes_per_thread, up to 256 MiB)");
       }
       return reader.ReadExact(at, static_cast<int64_t>(size));
     }
@@ -297,7 +303,7 @@ Result<std::unique_ptr<Input>> Input::Open(MediaReader& reader, Media media, int
   if (known != nullptr && std::strncmp(known->name, "mov", 3) == 0) {
     // The index, read whole before FFmpeg parses it (and checked as the bytes in memory
     // are); FFmpeg's reads of it then come from the reader's ranges.
-    HR_ASSIGN_OR_RETURN(Buffer moov, ReadMoov(reader));
+    HR_ASSIGN_OR_RETURN(Buffer moov, ReadMoov(reader, frame_bytes_limit));
     HR_RETURN_IF_ERROR(CheckEditLists(moov.data(), moov.size()));
   }
   HR_RETURN_IF_ERROR(in->OpenIo(&in->ranged_, read, seek));
