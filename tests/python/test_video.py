@@ -186,3 +186,31 @@ def test_seek_keyframe_decodes_one_frame_per_frame_taken_and_the_report_says_so(
     with pytest.raises(headrace.Error, match=r"seek.*exact, keyframe"):
         headrace.Pipeline(source={"manifest": clips / "manifest.jsonl", "fields": FIELDS},
                           ops=[ops.video_decode(seek="nearest")], batch_size=2)
+
+
+def test_read_ranges_gives_the_frames_of_whole_reads_and_reports_its_reads(clips):
+    # video.decode(read="ranges") from Python: the clips' frames as whole reads give them,
+    # read through the engine's ranged readers (the run report's ranged_reads).
+    def run(read):
+        p = headrace.Pipeline(
+            source={"manifest": clips / "manifest.jsonl", "fields": FIELDS[:1]},
+            ops=[ops.video_decode(frames=4, width=80, height=60, clip_seconds=1.0, read=read)],
+            batch_size=6, seed=3, cpu_threads=2, memory_budget="64MiB", shuffle=False, epochs=2)
+        with headrace.Loader(p) as loader:  # the report of a running engine: in epoch 1
+            it = iter(loader)
+            videos = np.concatenate([np.asarray(next(it)["video"]).copy() for _ in range(4)])
+            report = loader.report()
+        return videos, report
+
+    whole, whole_report = run("whole")
+    ranged, ranged_report = run("ranges")
+    assert ranged.shape == whole.shape == (24, 4, 3, 60, 80)
+    assert np.array_equal(ranged, whole)
+    assert "ranged_reads" not in whole_report
+    # (The engine may have run ahead into the next epoch: at least the first's samples.)
+    reads = ranged_report["ranged_reads"]
+    assert reads["requests"] >= 24 and reads["unplanned"] == 0
+    assert 0 < reads["bytes"] <= ranged_report["storage"]["local"]["bytes"]
+    with pytest.raises(headrace.Error, match=r"read.*whole, ranges"):
+        headrace.Pipeline(source={"manifest": clips / "manifest.jsonl", "fields": FIELDS},
+                          ops=[ops.video_decode(read="some")], batch_size=2)

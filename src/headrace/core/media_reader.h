@@ -27,7 +27,8 @@ class MediaReader {
   };
   struct Stats {
     int64_t requests = 0;   // ranged reads issued
-    int64_t bytes = 0;      // bytes they asked for (within the object)
+    int64_t bytes = 0;      // bytes they brought, once in (a head past a short object's end
+                            // brings the object)
     int64_t unplanned = 0;  // of the requests, those a Read issued (no prefetch covered it)
   };
 

@@ -228,7 +228,6 @@ class RangedReader final : public MediaReader,
     piece->length = length;
     auto [it, inserted] = state_->ranges.emplace(offset, piece);
     ++state_->stats.requests;
-    state_->stats.bytes += length;
     if (unplanned) ++state_->stats.unplanned;
     return it;
   }
@@ -243,6 +242,7 @@ class RangedReader final : public MediaReader,
           if (const std::shared_ptr<State> state = weak.lock()) {
             {
               std::lock_guard lock(state->mu);
+              if (bytes.ok()) state->stats.bytes += static_cast<int64_t>(bytes->size());
               piece->bytes = std::move(bytes);
               piece->done = true;
             }
