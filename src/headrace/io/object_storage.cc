@@ -700,27 +700,21 @@ class RouterStorage final : public Storage {
   }
 
   void ReadAsyncGated(std::string uri, ReadCallback done, ReadGate gate) override {
-    const UriScheme scheme = SchemeOf(uri);
-    if (scheme == UriScheme::kLocal && uri.rfind("file://", 0) == 0) uri.erase(0, 7);
-    Result<Storage*> backend = Get(scheme);
+    Result<Storage*> backend = Route(uri);
     if (!backend.ok()) return done(backend.status());
     (*backend)->ReadAsyncGated(std::move(uri), std::move(done), std::move(gate));
   }
 
   void ReadRangeAsyncGated(std::string uri, int64_t offset, int64_t length, ReadCallback done,
                            ReadGate gate) override {
-    const UriScheme scheme = SchemeOf(uri);
-    if (scheme == UriScheme::kLocal && uri.rfind("file://", 0) == 0) uri.erase(0, 7);
-    Result<Storage*> backend = Get(scheme);
+    Result<Storage*> backend = Route(uri);
     if (!backend.ok()) return done(backend.status());
     (*backend)->ReadRangeAsyncGated(std::move(uri), offset, length, std::move(done),
                                     std::move(gate));
   }
 
   void SizeAsync(std::string uri, SizeCallback done, ReadGate wanted) override {
-    const UriScheme scheme = SchemeOf(uri);
-    if (scheme == UriScheme::kLocal && uri.rfind("file://", 0) == 0) uri.erase(0, 7);
-    Result<Storage*> backend = Get(scheme);
+    Result<Storage*> backend = Route(uri);
     if (!backend.ok()) return done(backend.status());
     (*backend)->SizeAsync(std::move(uri), std::move(done), std::move(wanted));
   }
@@ -743,6 +737,13 @@ class RouterStorage final : public Storage {
     Status error;
     std::unique_ptr<Storage> storage;
   };
+
+  // The backend of `uri`'s scheme (made on first use); a file:// URI loses its scheme.
+  Result<Storage*> Route(std::string& uri) {
+    const UriScheme scheme = SchemeOf(uri);
+    if (scheme == UriScheme::kLocal && uri.rfind("file://", 0) == 0) uri.erase(0, 7);
+    return Get(scheme);
+  }
 
   Result<Storage*> Get(UriScheme scheme) {
     std::lock_guard lock(mu_);

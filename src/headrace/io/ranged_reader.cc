@@ -10,6 +10,8 @@
 #include <optional>
 #include <vector>
 
+#include "headrace/core/iso_bmff.h"
+
 namespace headrace {
 namespace {
 
@@ -20,20 +22,16 @@ namespace {
 // sizes and types; nullopt when the head shows no such layout (faststart: moov is in
 // the head; not an MP4; damaged: the demuxer judges).
 std::optional<MediaReader::Range> IndexAfterMediaData(const Buffer& head, int64_t size) {
-  const auto be32 = [](const uint8_t* p) {
-    return (uint64_t{p[0]} << 24) | (uint64_t{p[1]} << 16) | (uint64_t{p[2]} << 8) | p[3];
-  };
   const uint8_t* d = head.data();
   const int64_t n = static_cast<int64_t>(head.size());
   if (n < 8 || std::memcmp(d + 4, "ftyp", 4) != 0) return std::nullopt;
   int64_t at = 0;
   while (at + 16 <= n) {
-    uint64_t box = be32(d + at);
-    if (box == 1) box = (be32(d + at + 8) << 32) | be32(d + at + 12);
-    if (box < 8 || box > static_cast<uint64_t>(size - at)) return std::nullopt;
-    if (std::memcmp(d + at + 4, "moov", 4) == 0) return std::nullopt;  // in the head
-    if (std::memcmp(d + at + 4, "mdat", 4) == 0) {
-      const int64_t after = at + static_cast<int64_t>(box);
+    const std::optional<BoxHeader> box =
+        ParseBoxHeader(d + at, static_cast<uint64_t>(n - at), static_cast<uint64_t>(size - at));
+    if (!box.has_value() || box->is("moov")) return std::nullopt;  // damaged; in the head
+    if (box->is("mdat")) {
+      const int64_t after = at + static_cast<int64_t>(box->size);
       if (after >= size) return std::nullopt;
       // FFmpeg's MP4 reader also reads the bytes just before the index when it opens
       // (the last packets': a few hundred bytes on x264 clips): 16 KiB come with it. At
@@ -43,7 +41,7 @@ std::optional<MediaReader::Range> IndexAfterMediaData(const Buffer& head, int64_
       const int64_t from = std::max(at, after - (int64_t{16} << 10));
       return MediaReader::Range{from, std::min(size - from, (after - from) + (int64_t{1} << 20))};
     }
-    at += static_cast<int64_t>(box);
+    at += static_cast<int64_t>(box->size);
   }
   return std::nullopt;
 }

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <utility>
 
+#include "headrace/core/iso_bmff.h"
+
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
@@ -108,23 +110,14 @@ int64_t LargestEditList(const uint8_t* d, size_t n) {
     int64_t most = 0;
     size_t at = begin;
     while (end - at >= 8) {
-      uint64_t size = be32(d + at);
-      size_t header = 8;
-      if (size == 1) {
-        if (end - at < 16) break;
-        size = (be32(d + at + 8) << 32) | be32(d + at + 12);
-        header = 16;
-      } else if (size == 0) {
-        size = end - at;
+      const std::optional<BoxHeader> box = ParseBoxHeader(d + at, end - at, end - at);
+      if (!box.has_value()) break;  // damaged: FFmpeg's to judge
+      if (depth < 3 && box->is(kInto[depth])) {
+        most = std::max(most, self(self, at + box->header, at + box->size, depth + 1));
+      } else if (depth == 3 && box->is("elst") && box->size >= box->header + 8u) {
+        most = std::max(most, static_cast<int64_t>(be32(d + at + box->header + 4)));
       }
-      if (size < header || size > end - at) break;  // damaged: FFmpeg's to judge
-      const uint8_t* type = d + at + 4;
-      if (depth < 3 && std::memcmp(type, kInto[depth], 4) == 0) {
-        most = std::max(most, self(self, at + header, at + size, depth + 1));
-      } else if (depth == 3 && std::memcmp(type, "elst", 4) == 0 && size >= header + 8) {
-        most = std::max(most, static_cast<int64_t>(be32(d + at + header + 4)));
-      }
-      at += size;
+      at += box->size;
     }
     return most;
   };
@@ -171,35 +164,19 @@ Status CheckEditLists(const uint8_t* data, size_t size) {
 // kMaxMoovBytes (the index of hours of video) and by the decode allowance
 // (`limit`, memory.decode_bytes_per_thread) when there is one.
 constexpr int64_t kMaxMoovBytes = int64_t{256} << 20;
+// The reader has read the head and an index after the media data already (it asks for
+// both when it opens: io/ranged_reader.h), so this walk reads nothing new but a larger
+// index's rest.
 Result<Buffer> ReadMoov(MediaReader& reader, int64_t limit) {
-  const auto be32 = [](const uint8_t* p) {
-    return (uint64_t{p[0]} << 24) | (uint64_t{p[1]} << 16) | (uint64_t{p[2]} << 8) | p[3];
-  };
   int64_t at = 0;
   const int64_t end = reader.size();
   while (end - at >= 8) {
-    // Past the head a reader reads with its size (64 KiB by default; io/ranged_reader.h):
-    // an index after the media data. Read on from the box as far as the index of minutes
-    // of video, in one request.
-    // FFmpeg then reads the last media packets' bytes just before it too (a few hundred
-    // bytes on x264 clips): 16 KiB before the box come with it.
-    if (at >= kIoBufferBytes) {
-      constexpr int64_t kBefore = 16 << 10;
-      const MediaReader::Range rest[] = {
-          {at - kBefore, kBefore + std::min<int64_t>(end - at, int64_t{1} << 20)}};
-      reader.Prefetch(rest);
-    }
     HR_ASSIGN_OR_RETURN(Buffer header, reader.ReadExact(at, 16));
-    if (header.size() < 8) break;
-    uint64_t size = be32(header.data());
-    if (size == 1) {
-      if (header.size() < 16) break;
-      size = (be32(header.data() + 8) << 32) | be32(header.data() + 12);
-    } else if (size == 0) {
-      size = static_cast<uint64_t>(end - at);
-    }
-    if (size < 8 || size > static_cast<uint64_t>(end - at)) break;  // FFmpeg's to judge
-    if (std::memcmp(header.data() + 4, "moov", 4) == 0) {
+    const std::optional<BoxHeader> box =
+        ParseBoxHeader(header.data(), header.size(), static_cast<uint64_t>(end - at));
+    if (!box.has_value()) break;  // FFmpeg's to judge
+    const uint64_t size = box->size;
+    if (box->is("moov")) {
       const int64_t most = limit > 0 ? std::min(limit, kMaxMoovBytes) : kMaxMoovBytes;
       if (static_cast<int64_t>(size) > most) {
         return Status::ResourceExhausted(
