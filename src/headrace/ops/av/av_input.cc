@@ -456,6 +456,11 @@ void Input::SkipUnreferencedBefore(double seconds) {
   skip_before_ = seconds < 0 ? kNoTime : start_pts_ + static_cast<int64_t>(seconds / time_base_);
 }
 
+void Input::SkipUnreferencedBut(std::vector<int64_t> taken) {
+  std::sort(taken.begin(), taken.end());
+  taken_pts_ = std::move(taken);
+}
+
 double Input::ReorderSeconds() const {
   const AVStream* stream = format_->streams[stream_];
   AVRational rate = stream->avg_frame_rate;
@@ -554,7 +559,8 @@ Result<bool> Input::NextFrame(AVFrame* frame) {
     // Decoded in the call (we send only once the decoder wants input), so the setting
     // applies to this packet alone; frame threads copy it when the packet is handed
     // to one.
-    codec_->skip_frame = Unshown(packet_->pts) ? AVDISCARD_NONREF : AVDISCARD_DEFAULT;
+    codec_->skip_frame =
+        Unshown(packet_->pts) || NotTaken(packet_->pts) ? AVDISCARD_NONREF : AVDISCARD_DEFAULT;
     if (packet_->pts != AV_NOPTS_VALUE) {
       sent_pts_[sent_count_++ % sent_pts_.size()] = packet_->pts;
     }
@@ -563,6 +569,7 @@ Result<bool> Input::NextFrame(AVFrame* frame) {
     // Damaged packets are skipped as FFmpeg's tools skip them; a stream with none that
     // decode ends with no frame, which the op reports.
     if (sent < 0 && sent != AVERROR_INVALIDDATA) return DecodeError("decoding failed", sent);
+    if (sent == AVERROR_INVALIDDATA) ++damaged_packets_;
     // A refused frame may also end as a damaged one the decoder skips.
     HR_RETURN_IF_ERROR(FramesRefused());
   }
@@ -657,6 +664,11 @@ bool Input::Unshown(int64_t pts) const {
     if (sent_pts_[i] > pts && sent_pts_[i] <= skip_before_) return true;
   }
   return false;
+}
+
+bool Input::NotTaken(int64_t pts) const {
+  if (taken_pts_.empty() || pts == AV_NOPTS_VALUE) return false;
+  return !std::binary_search(taken_pts_.begin(), taken_pts_.end(), pts);
 }
 
 int64_t Input::FrameTicks(const AVFrame* frame) {

@@ -132,6 +132,12 @@ class Input {
   // (nothing reads a non-reference frame); the dropped ones never come out of NextFrame.
   // Only ever raise `seconds` between seeks. Negative (the default): every frame decodes.
   void SkipUnreferencedBefore(double seconds);
+  // Frames the caller will not take, told by the ones it will: from now on, a packet
+  // whose presentation timestamp (ticks) is not in `taken` (sorted) is sent with
+  // AVDISCARD_NONREF, as above — the decoded frames stay bit-identical, the unreferenced
+  // frames not taken never come out. For a reader that knows the timestamps of the frames
+  // it takes (video.patchify, from the packets read beforehand). Empty: off.
+  void SkipUnreferencedBut(std::vector<int64_t> taken);
   // The caller takes no frame that shows after `seconds` before its next seek: once no
   // packet still to come shows at or before it, the decoder is drained instead of being
   // sent more, and NextFrame returns the frames it holds, then false (stopped() is then
@@ -160,6 +166,8 @@ class Input {
   // returned and those a seek flushed before they came out; not those dropped undecoded
   // (SkipUnreferencedBefore, the packets SeekToKeyframe drops).
   int64_t frames_decoded() const { return frame_bytes_->pictures.load(); }
+  // Packets NextFrame sent that the decoder refused as damaged (and skipped) since Open.
+  int64_t damaged_packets() const { return damaged_packets_; }
 
   // The keyframes the container's index lists (MP4's sync samples, MKV's cues), in index
   // order: the index time (what SeekToKeyframe takes) and when it shows, estimated as its
@@ -201,6 +209,8 @@ class Input {
   // Whether a frame with presentation timestamp `pts` shows only before the time of
   // SkipUnreferencedBefore: a packet sent since the last seek starts after it, by then.
   bool Unshown(int64_t pts) const;
+  // Whether SkipUnreferencedBut is on and `pts` is not among the frames taken.
+  bool NotTaken(int64_t pts) const;
   // The stream's next packet into packet_ (false at the end), less those a SeekToKeyframe
   // drops; notes restart_pts_.
   Result<bool> NextDecodablePacket();
@@ -265,6 +275,8 @@ class Input {
   int64_t skip_before_ = kNoTime;
   std::array<int64_t, 16> sent_pts_{};
   size_t sent_count_ = 0;
+  std::vector<int64_t> taken_pts_;  // SkipUnreferencedBut's, sorted (empty: off)
+  int64_t damaged_packets_ = 0;
 };
 
 }  // namespace headrace::av

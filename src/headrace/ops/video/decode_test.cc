@@ -203,34 +203,7 @@ bool FrameIs(const Decoded& d, size_t i, const std::vector<uint8_t>& frame) {
   return std::equal(frame.begin(), frame.end(), d.row.begin() + i * frame.size());
 }
 
-// `frames` frames of 64x48 at `fps`, a keyframe every `gop`, `b_frames` as VideoClip's:
-// a flat stripe on the left and a texture moving on the rest, with some noise.
-std::vector<uint8_t> MovingClip(int frames, int fps, int gop, int b_frames,
-                                std::string_view container = "mp4") {
-  av::VideoClip c;
-  c.width = 64;
-  c.height = 48;
-  c.frames = frames;
-  c.fps = fps;
-  c.gop = gop;
-  c.b_frames = b_frames;
-  c.paint = [](int frame, uint8_t* rgb) {
-    uint32_t noise = 2654435761u * static_cast<uint32_t>(frame + 1);
-    for (int y = 0; y < 48; ++y) {
-      for (int x = 0; x < 64; ++x) {
-        noise = noise * 1664525u + 1013904223u;
-        uint8_t* p = rgb + 3 * (y * 64 + x);
-        const bool flat = x < 16;
-        p[0] = static_cast<uint8_t>(flat ? 2 * frame : x * 4 + (noise >> 29));
-        p[1] = static_cast<uint8_t>(flat ? 128 : ((x + 3 * frame) * 9 ^ y * 5));
-        p[2] = static_cast<uint8_t>(flat ? 128 : (y + frame) * 7 + (noise >> 30));
-      }
-    }
-  };
-  auto bytes = av::EncodeVideo(c, container);
-  EXPECT_TRUE(bytes.ok()) << bytes.status().ToString();
-  return bytes.ok() ? *bytes : std::vector<uint8_t>();
-}
+using testing::MovingClip;
 
 // The exact decode (seeks to keyframes, B-frames skipped) over clips with and without
 // B-frames, MP4 and MKV, 1 and 2 decoder threads, and many sets of times: every frame

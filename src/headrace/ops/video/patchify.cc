@@ -59,7 +59,106 @@ Status ToRgb(const AVFrame* frame, uint8_t* dst) {
   return Status::Ok();
 }
 
+// The presentation timestamps of the stream's packets, ascending: under
+// FrameWalk::kNeeded, the frame a decode of every frame gives k-th is the k-th packet's
+// (one frame a packet; those the demuxer marks to be decoded and discarded — before an
+// edit list's start — give none). Empty when they cannot tell: a packet without a
+// timestamp, or two sharing one; or when there are more than `max_packets` (the list is
+// 8 bytes a packet: a stream of far more packets than the frames sampled from is decoded
+// every frame, counted as they come, which holds nothing per packet).
+Result<std::vector<int64_t>> ShownOrder(av::Input& in, size_t max_packets) {
+  av::PacketPtr packet = av::NewPacket();
+  if (packet == nullptr) return Status::ResourceExhausted("av_packet_alloc");
+  std::vector<int64_t> shown;
+  for (;;) {
+    HR_ASSIGN_OR_RETURN(const bool more, in.ReadPacket(packet.get()));
+    if (!more) break;
+    if ((packet->flags & AV_PKT_FLAG_DISCARD) != 0) continue;
+    if (packet->pts == AV_NOPTS_VALUE || shown.size() == max_packets) {
+      return std::vector<int64_t>{};
+    }
+    shown.push_back(packet->pts);
+  }
+  std::sort(shown.begin(), shown.end());
+  if (std::adjacent_find(shown.begin(), shown.end()) != shown.end()) return std::vector<int64_t>{};
+  return shown;
+}
+
 }  // namespace
+
+Result<FramesAtIndices> DecodeAtIndices(
+    std::unique_ptr<av::Input> in,
+    const std::function<Result<std::unique_ptr<av::Input>>()>& open,
+    std::span<const int64_t> indices, FrameWalk walk,
+    const std::function<Status(size_t first, size_t last, const AVFrame& frame)>& take) {
+  FramesAtIndices out;
+  std::vector<int64_t> shown;  // kNeeded: the packets' times, in show order
+  if (walk == FrameWalk::kNeeded && !indices.empty()) {
+    // Room for a declared frame count (the indices' range) 4 times off, and more.
+    const size_t max_packets = 4 * static_cast<size_t>(indices.back() + 1) + 4096;
+    HR_ASSIGN_OR_RETURN(shown, ShownOrder(*in, max_packets));
+    HR_ASSIGN_OR_RETURN(in, open());
+    if (shown.empty()) {
+      walk = FrameWalk::kEveryFrame;
+    } else {
+      std::vector<int64_t> taken;
+      for (const int64_t index : indices) {
+        if (index < static_cast<int64_t>(shown.size())) taken.push_back(shown[index]);
+      }
+      if (!taken.empty()) {
+        in->StopAfter(static_cast<double>(taken.back() - in->start_pts()) * in->time_base());
+      }
+      in->SkipUnreferencedBut(std::move(taken));
+    }
+  }
+  av::FramePtr frame = av::NewFrame();
+  if (frame == nullptr) return Status::ResourceExhausted("av_frame_alloc");
+  size_t next = 0;  // the next position of `indices` to fill
+  int64_t index = -1;  // the frame's
+  bool as_told = true;  // kNeeded: the frames came out as the packets said
+  while (next < indices.size()) {
+    HR_ASSIGN_OR_RETURN(const bool got, in->NextFrame(frame.get()));
+    if (!got) break;
+    if (walk == FrameWalk::kEveryFrame) {
+      ++index;
+    } else {
+      const int64_t ticks = av::Input::FrameTicks(frame.get());
+      const auto at = std::lower_bound(shown.begin(), shown.end(), ticks);
+      const int64_t rank = at - shown.begin();
+      // Out of order, at no packet's time, or past a frame to take: not as told.
+      if (at == shown.end() || *at != ticks || rank <= index || rank > indices[next]) {
+        as_told = false;
+        break;
+      }
+      index = rank;
+    }
+    if (index < indices[next]) continue;
+    size_t last = next + 1;
+    while (last < indices.size() && indices[last] == index) ++last;
+    HR_RETURN_IF_ERROR(take(next, last, *frame));
+    next = last;
+  }
+  out.decoded += in->frames_decoded();
+  if (walk == FrameWalk::kNeeded) {
+    // A damaged packet may be a frame a decode of every frame does not count; a frame
+    // the packets promised that did not come out, the same.
+    if (in->damaged_packets() > 0 ||
+        (next < indices.size() && indices[next] < static_cast<int64_t>(shown.size()))) {
+      as_told = false;
+    }
+    if (!as_told) {
+      HR_ASSIGN_OR_RETURN(in, open());
+      HR_ASSIGN_OR_RETURN(FramesAtIndices again,
+                          DecodeAtIndices(std::move(in), open, indices, FrameWalk::kEveryFrame,
+                                          take));
+      again.decoded += out.decoded;
+      again.fell_back = true;
+      return again;
+    }
+  }
+  out.filled = next;
+  return out;
+}
 
 Result<std::vector<int64_t>> SampleFrameIndices(const FrameSampling& rule, int64_t total,
                                                 double video_fps) {
@@ -285,30 +384,36 @@ Status VideoPatchifyOp::Run(SampleContext& ctx) const {
     HR_ASSIGN_OR_RETURN(temp, ctx.NextScratchBytes(bytes));
   }
 
-  av::FramePtr frame = av::NewFrame();
-  if (frame == nullptr) return Status::ResourceExhausted("av_frame_alloc");
-  int next = 0;  // the next sampled frame to fill
-  for (int64_t index = 0; next < n; ++index) {
-    HR_ASSIGN_OR_RETURN(bool got, in->NextFrame(frame.get()));
-    if (!got) break;
-    if (indices[static_cast<size_t>(next)] != index) continue;
-    if (frame->width != src_w || frame->height != src_h) {
-      return Status::CorruptData("video.patchify: frame " + std::to_string(index) + " is " +
-                                 std::to_string(frame->width) + "x" +
-                                 std::to_string(frame->height) + ", the stream " +
+  const auto open = [&] {
+    return av::Input::Open(media->data, media->size, av::Input::Media::kVideo, threads_,
+                           decode_bytes_);
+  };
+  const auto take = [&](size_t first, size_t last, const AVFrame& frame) -> Status {
+    if (frame.width != src_w || frame.height != src_h) {
+      return Status::CorruptData("video.patchify: frame " + std::to_string(indices[first]) +
+                                 " is " + std::to_string(frame.width) + "x" +
+                                 std::to_string(frame.height) + ", the stream " +
                                  std::to_string(src_w) + "x" + std::to_string(src_h));
     }
-    HR_RETURN_IF_ERROR(ToRgb(frame.get(), rgb));
-    uint8_t* dst = frames + static_cast<size_t>(next) * frame_bytes;
+    HR_RETURN_IF_ERROR(ToRgb(&frame, rgb));
+    uint8_t* dst = frames + first * frame_bytes;
     HR_RETURN_IF_ERROR(PilResizeInto(ImageView{rgb, src_w, src_h, 3, int64_t{src_w} * 3},
                                      MutableImageView{dst, size.width, size.height, 3,
                                                       int64_t{size.width} * 3},
                                      resample_, temp));
     // The same index again: Qwen3-VL's num_frames above the clip's length repeats some.
-    for (++next; next < n && indices[static_cast<size_t>(next)] == index; ++next) {
-      std::memcpy(frames + static_cast<size_t>(next) * frame_bytes, dst, frame_bytes);
+    for (size_t k = first + 1; k < last; ++k) {
+      std::memcpy(frames + k * frame_bytes, dst, frame_bytes);
     }
-  }
+    return Status::Ok();
+  };
+  ctx.frames_taken = n;
+  ctx.frames_decoded = 0;
+  Result<FramesAtIndices> walked =
+      DecodeAtIndices(std::move(in), open, indices, FrameWalk::kNeeded, take);
+  HR_RETURN_IF_ERROR(walked.status());
+  ctx.frames_decoded = walked->decoded;
+  int next = static_cast<int>(walked->filled);
   if (next == 0) return Status::CorruptData("video.patchify: no frame decodes");
   // A stream shorter than its declared count: its last sampled frame stays.
   for (; next < n; ++next) {

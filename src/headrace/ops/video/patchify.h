@@ -26,6 +26,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -42,7 +43,12 @@
 #include "headrace/ops/vision/patchify.h"
 #include "headrace/ops/vision/preset.h"
 
+struct AVFrame;
+
 namespace headrace {
+namespace av {
+class Input;
+}
 
 // How frames are picked from a clip of `total` frames at `video_fps`.
 struct FrameSampling {
@@ -70,6 +76,34 @@ Result<std::vector<int64_t>> SampleFrameIndices(const FrameSampling& rule, int64
 // the mean of its first and last.
 std::vector<double> GroupTimestamps(std::span<const int64_t> indices, double video_fps,
                                     int temporal_patch_size);
+
+// How video.patchify reaches the frames at its sampled indices (ascending, repeats
+// allowed): index k is the k-th frame a decode of every frame in order gives.
+enum class FrameWalk {
+  // Only the pictures those frames need: the packets' presentation times, read first
+  // undecoded, tell each packet's index (its rank among them); a packet of a frame not
+  // taken goes to the decoder with AVDISCARD_NONREF (dropped when nothing references it:
+  // most B-frames), and decoding stops after the last frame taken. The frames taken are
+  // bit-identical to kEveryFrame's. Falls back to kEveryFrame when the frames do not
+  // come out as the packets say (a packet without a timestamp, two sharing one, a
+  // damaged packet, a frame at a time no packet has).
+  kNeeded,
+  kEveryFrame,  // every frame decoded in order and counted, as the reference's decoders
+};
+struct FramesAtIndices {
+  size_t filled = 0;     // positions of `indices` filled, from the first (fewer: the
+                         // stream ended before the rest)
+  int64_t decoded = 0;   // pictures decoded (av::Input::frames_decoded), every pass
+  bool fell_back = false;  // kNeeded gave way to kEveryFrame
+};
+// Decodes the frames at `indices` of the video `in` (opened; `open` opens it again for
+// a second pass) and hands each to `take(first, last, frame)`: positions [first, last)
+// of `indices` are that frame's.
+Result<FramesAtIndices> DecodeAtIndices(
+    std::unique_ptr<av::Input> in,
+    const std::function<Result<std::unique_ptr<av::Input>>()>& open,
+    std::span<const int64_t> indices, FrameWalk walk,
+    const std::function<Status(size_t first, size_t last, const AVFrame& frame)>& take);
 
 struct VideoPatchifySpec {  // video.patchify
   // A model's geometry, normalisation, video pixel range and sampling rule

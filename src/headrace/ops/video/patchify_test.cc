@@ -10,7 +10,14 @@
 #include <vector>
 
 #include "headrace/core/ragged_rows.h"
+#include "headrace/ops/av/av_input.h"
 #include "headrace/ops/video/test_clips.h"
+
+extern "C" {
+#include <libavcodec/packet.h>
+#include <libavutil/frame.h>
+#include <libavutil/imgutils.h>
+}
 
 namespace headrace {
 namespace video_patchify_test {
@@ -197,6 +204,131 @@ TEST(VideoPatchifyOp, Qwen3SamplingAndTheVolumeBoundGiveItsGrid) {
   const std::vector<float> px = f.Values<float>(0);
   EXPECT_NEAR(px[64] * 255, 8 * 6, 3);  // group 0, frame k = 1 is frame 6
   EXPECT_THAT(f.Values<float>(3), ElementsAre(0.3f, 1.4f, 2.6f));  // 1.45 is 1.4499999...
+}
+
+// A frame's planes packed: what two walks compare byte for byte.
+std::vector<uint8_t> Pixels(const AVFrame& frame) {
+  const auto format = static_cast<AVPixelFormat>(frame.format);
+  std::vector<uint8_t> out(static_cast<size_t>(
+      av_image_get_buffer_size(format, frame.width, frame.height, 1)));
+  av_image_copy_to_buffer(out.data(), static_cast<int>(out.size()), frame.data, frame.linesize,
+                          format, frame.width, frame.height, 1);
+  return out;
+}
+
+struct Walked {
+  Status status;
+  FramesAtIndices result;
+  std::vector<std::vector<uint8_t>> frames;  // per position of the indices
+};
+
+Walked Walk(const std::vector<uint8_t>& clip, const std::vector<int64_t>& indices,
+            FrameWalk walk, int threads) {
+  Walked w;
+  w.frames.resize(indices.size());
+  const auto open = [&] {
+    return av::Input::Open(clip.data(), clip.size(), av::Input::Media::kVideo, threads);
+  };
+  auto in = open();
+  if (!in.ok()) {
+    w.status = in.status();
+    return w;
+  }
+  auto r = DecodeAtIndices(std::move(*in), open, indices, walk,
+                           [&](size_t first, size_t last, const AVFrame& frame) {
+                             for (size_t k = first; k < last; ++k) w.frames[k] = Pixels(frame);
+                             return Status::Ok();
+                           });
+  w.status = r.status();
+  if (r.ok()) w.result = *r;
+  return w;
+}
+
+// The walk video.patchify takes (the packets' order tells each frame's index; the
+// unreferenced frames not taken are left undecoded; it stops after the last one) gives,
+// byte for byte, the frames a decode of every frame counts to: clips with B-pyramid,
+// 2 B-frames, none, and MKV, 1 and 2 decoder threads, index sets as the presets sample
+// (spread, every k-th, repeats, the first and last frames, past the end).
+TEST(DecodeAtIndices, TheNeededWalkTakesTheFramesOfADecodeOfEveryFrame) {
+  const std::vector<std::pair<std::string, std::vector<uint8_t>>> clips = {
+      {"b-pyramid mp4", testing::MovingClip(100, 25, 25, -1)},
+      {"2 b-frames, gop 30", testing::MovingClip(120, 30, 30, 2)},
+      {"no b-frames, gop 30", testing::MovingClip(120, 30, 30, 0)},
+      {"b-pyramid mkv", testing::MovingClip(100, 25, 25, -1, "mkv")},
+  };
+  const std::vector<std::vector<int64_t>> index_sets = {
+      {0, 12, 25, 37, 50, 62, 75, 87},   // Qwen2's arange at 2 fps of 25
+      {0, 14, 28, 43, 57, 71, 85, 99},   // Qwen3's linspace
+      {0, 0, 1, 1, 2, 3, 3, 4},          // more frames than the clip: repeats
+      {5},
+      {99},
+      {3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13},
+      {40, 41, 97, 98, 99, 130, 140},     // past the end of a 100-frame clip
+  };
+  int compared = 0;
+  for (const auto& [name, clip] : clips) {
+    for (int threads : {1, 2}) {
+      for (const std::vector<int64_t>& indices : index_sets) {
+        const Walked every = Walk(clip, indices, FrameWalk::kEveryFrame, threads);
+        const Walked needed = Walk(clip, indices, FrameWalk::kNeeded, threads);
+        ASSERT_TRUE(every.status.ok()) << name << ": " << every.status.ToString();
+        ASSERT_TRUE(needed.status.ok()) << name << ": " << needed.status.ToString();
+        EXPECT_FALSE(needed.result.fell_back) << name;
+        ASSERT_EQ(needed.result.filled, every.result.filled) << name << ", " << threads;
+        for (size_t k = 0; k < every.result.filled; ++k) {
+          ASSERT_FALSE(every.frames[k].empty());
+          ASSERT_EQ(needed.frames[k], every.frames[k])
+              << name << ", threads " << threads << ": position " << k << ", frame "
+              << indices[k];
+          ++compared;
+        }
+        // Never more pictures than the decode of every frame, and fewer where some are
+        // B-frames nothing references or frames follow the last one taken.
+        EXPECT_LE(needed.result.decoded, every.result.decoded) << name;
+        if (name != "no b-frames, gop 30" && indices.back() < 90) {
+          EXPECT_LT(needed.result.decoded, every.result.decoded) << name;
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 300);
+}
+
+// A clip whose frames do not come out as its packets say falls back to decoding every
+// frame, and gives its frames: here a packet the decoder refuses (its first NAL's length
+// overwritten: past the packet's end), whose frame a decode of every frame does not
+// count, so every later frame's index is one less than its packet's rank.
+TEST(DecodeAtIndices, AStreamThatDoesNotDecodeAsItsPacketsSayFallsBackToEveryFrame) {
+  std::vector<uint8_t> clip = testing::MovingClip(100, 25, 25, -1);
+  {
+    auto in = av::Input::Open(clip.data(), clip.size(), av::Input::Media::kVideo, 1);
+    ASSERT_TRUE(in.ok()) << in.status().ToString();
+    av::PacketPtr packet = av::NewPacket();
+    for (int i = 0; i <= 40; ++i) ASSERT_TRUE(*(*in)->ReadPacket(packet.get()));
+    ASSERT_GT(packet->pos, 0);  // the MP4 sample's offset in the file
+    for (int64_t b = packet->pos; b < packet->pos + 4; ++b) clip[static_cast<size_t>(b)] = 0xFF;
+  }
+  const std::vector<int64_t> indices = {0, 12, 25, 37, 50, 62, 75, 87};
+  const Walked every = Walk(clip, indices, FrameWalk::kEveryFrame, 1);
+  const Walked needed = Walk(clip, indices, FrameWalk::kNeeded, 1);
+  ASSERT_TRUE(every.status.ok()) << every.status.ToString();
+  ASSERT_TRUE(needed.status.ok()) << needed.status.ToString();
+  EXPECT_TRUE(needed.result.fell_back);
+  ASSERT_EQ(needed.result.filled, every.result.filled);
+  ASSERT_EQ(needed.result.filled, indices.size());
+  for (size_t k = 0; k < every.result.filled; ++k) {
+    EXPECT_EQ(needed.frames[k], every.frames[k]) << "position " << k;
+  }
+}
+
+TEST(VideoPatchifyOp, ReportsFramesDecodedAndTaken) {
+  const auto op = MakeOp(Identity(VisionModel::kNone));
+  Fixture f(3 * 2 * 8 * 8);
+  f.values[0] = EncodedBytes{Clip().data(), Clip().size()};
+  ASSERT_TRUE(op->Run(f.ctx).ok());
+  EXPECT_EQ(f.ctx.frames_taken, 6);  // frames 0, 5, ..., 25
+  EXPECT_GE(f.ctx.frames_decoded, 6);
+  EXPECT_LE(f.ctx.frames_decoded, 30);
 }
 
 TEST(VideoPatchifyOp, BadBytesAreTheSamplesCorruptData) {
