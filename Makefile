@@ -16,7 +16,7 @@ PY       := .venv/bin/python
 # build of the same sources missed the cache and compiled the whole core a second time.
 export CXX ?= g++
 
-.PHONY: all setup build python run test unit e2e asan tsan tsa fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-ray-netns bench-manifest bench-tokenize bench-media bench-pointcloud bench-metrics bench-vlm bench-vlm-torchvision bench-media-torchcodec bench-mix bench-elastic clean
+.PHONY: all setup build python run test unit e2e asan tsan tsa fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-ray-netns bench-manifest bench-tokenize bench-media bench-pointcloud bench-metrics bench-vlm bench-vlm-torchvision bench-vlm-video bench-media-torchcodec bench-mix bench-elastic clean
 
 all: build
 
@@ -187,6 +187,15 @@ bench-media-torchcodec: wheel
 	$(TV_VENV)/bin/python -m pip install -q -r bench/requirements-torchvision.txt -r bench/requirements-torchcodec.txt
 	$(TV_VENV)/bin/python -m pip install -q --force-reinstall --no-deps $$(ls dist/headrace-*-cp311-*.whl)
 	$(TV_VENV)/bin/python bench/video_loaders.py --json bench/video_loaders_torchcodec.json
+
+# Qwen2-VL video: video.patchify (the source build, in .venv) against transformers'
+# Qwen2VLVideoProcessor decoding with torchcodec in a DataLoader (in .venv-tv, where
+# torchvision and torchcodec import), each run a process of its own (bench/vlm_video.json).
+.PHONY: bench-vlm-video
+bench-vlm-video: build
+	[ -x $(TV_VENV)/bin/python ] || python3 -m venv $(TV_VENV)
+	$(TV_VENV)/bin/python -m pip install -q -r bench/requirements-torchvision.txt -r bench/requirements-torchcodec.txt
+	$(PY) bench/vlm_video.py --ref-python $(TV_VENV)/bin/python --json bench/vlm_video.json
 
 # The wait for each epoch's first batch, with and without prefetch across epochs.
 bench-epochs: build
