@@ -444,6 +444,17 @@ Status Input::SeekToKeyframe(double key) {
   return Status::Ok();
 }
 
+bool Input::SkipToKeyframe(int64_t pts) {
+  if (ahead_begin_ < ahead_.size()) return false;
+  avcodec_flush_buffers(codec_);
+  draining_ = done_ = stopped_ = false;
+  restart_pts_ = kNoTime;
+  sent_count_ = 0;
+  // A keyframe before it decodes and shows before it (max(dts, pts) < pts): dropped too.
+  drop_before_ = pts;
+  return true;
+}
+
 void Input::StopAfter(double seconds) {
   // Rounded up, and a microsecond later (a frame "at" a time may come out a rounding
   // error after it): stopping late only decodes more.
@@ -510,6 +521,7 @@ Result<bool> Input::ReadDecodable(AVPacket* packet) {
       av_packet_unref(packet);
       continue;
     }
+    ++packets_read_;
     if (drop_before_ != kNoTime) {
       // Up to the keyframe of the index entry: its decode time (MP4's index) or its
       // presentation time (MKV's) is the entry's. Stopping at an earlier keyframe whose

@@ -121,6 +121,15 @@ class Input {
   // to the reorder delay after its decode time, so seeking to `key` itself lands a
   // keyframe early in an MP4 with B-frames.
   Status SeekToKeyframe(double key);
+  // Restarts decoding at the stream's keyframe packet whose presentation timestamp is
+  // `pts`, reading on from where the demuxer is (no seek): the packets before it are read
+  // and dropped undecoded, and the decoder is reset (the frames it holds are dropped).
+  // For a reader that knows the packets ahead (video.patchify: from a read of them
+  // before) and that `pts`'s packet is not read yet (packets_read). False, and nothing
+  // done, while packets read ahead wait to be sent (StopAfter's).
+  bool SkipToKeyframe(int64_t pts);
+  // The stream's packets NextFrame has read since Open (those dropped undecoded included).
+  int64_t packets_read() const { return packets_read_; }
   // How much later than its index time (a decode timestamp) a keyframe may show: the
   // decoder's reordering delay in frames (B-frames) plus one, in seconds.
   double ReorderSeconds() const;
@@ -276,6 +285,7 @@ class Input {
   std::array<int64_t, 16> sent_pts_{};
   size_t sent_count_ = 0;
   std::vector<int64_t> taken_pts_;  // SkipUnreferencedBut's, sorted (empty: off)
+  int64_t packets_read_ = 0;
   int64_t damaged_packets_ = 0;
 };
 

@@ -59,29 +59,41 @@ Status ToRgb(const AVFrame* frame, uint8_t* dst) {
   return Status::Ok();
 }
 
-// The presentation timestamps of the stream's packets, ascending: under
-// FrameWalk::kNeeded, the frame a decode of every frame gives k-th is the k-th packet's
-// (one frame a packet; those the demuxer marks to be decoded and discarded — before an
-// edit list's start — give none). Empty when they cannot tell: a packet without a
-// timestamp, or two sharing one; or when there are more than `max_packets` (the list is
-// 8 bytes a packet: a stream of far more packets than the frames sampled from is decoded
-// every frame, counted as they come, which holds nothing per packet).
-Result<std::vector<int64_t>> ShownOrder(av::Input& in, size_t max_packets) {
+// The stream's packets as a read of them tells, for FrameWalk::kNeeded: their
+// presentation timestamps in show order — the frame a decode of every frame gives k-th
+// is the k-th packet's (one frame a packet; those the demuxer marks to be decoded and
+// discarded, before an edit list's start, give none) — and the keyframes in decode
+// order, each with how many of the stream's packets come before it.
+struct PacketsRead {
+  std::vector<int64_t> shown;
+  std::vector<int64_t> key_pts;
+  std::vector<int64_t> key_at;
+};
+
+// Empty `shown` when the packets cannot tell: a packet without a timestamp, or two
+// sharing one; or more than `max_packets` (the lists hold 8 bytes a packet: a stream of
+// far more packets than the frames sampled from is decoded every frame, counted as they
+// come, which holds nothing per packet).
+Result<PacketsRead> ReadPackets(av::Input& in, size_t max_packets) {
   av::PacketPtr packet = av::NewPacket();
   if (packet == nullptr) return Status::ResourceExhausted("av_packet_alloc");
-  std::vector<int64_t> shown;
-  for (;;) {
+  PacketsRead read;
+  for (int64_t at = 0;; ++at) {
     HR_ASSIGN_OR_RETURN(const bool more, in.ReadPacket(packet.get()));
     if (!more) break;
     if ((packet->flags & AV_PKT_FLAG_DISCARD) != 0) continue;
-    if (packet->pts == AV_NOPTS_VALUE || shown.size() == max_packets) {
-      return std::vector<int64_t>{};
+    if (packet->pts == AV_NOPTS_VALUE || read.shown.size() == max_packets) return PacketsRead{};
+    read.shown.push_back(packet->pts);
+    if ((packet->flags & AV_PKT_FLAG_KEY) != 0) {
+      read.key_pts.push_back(packet->pts);
+      read.key_at.push_back(at);
     }
-    shown.push_back(packet->pts);
   }
-  std::sort(shown.begin(), shown.end());
-  if (std::adjacent_find(shown.begin(), shown.end()) != shown.end()) return std::vector<int64_t>{};
-  return shown;
+  std::sort(read.shown.begin(), read.shown.end());
+  if (std::adjacent_find(read.shown.begin(), read.shown.end()) != read.shown.end()) {
+    return PacketsRead{};
+  }
+  return read;
 }
 
 }  // namespace
@@ -92,11 +104,12 @@ Result<FramesAtIndices> DecodeAtIndices(
     std::span<const int64_t> indices, FrameWalk walk,
     const std::function<Status(size_t first, size_t last, const AVFrame& frame)>& take) {
   FramesAtIndices out;
-  std::vector<int64_t> shown;  // kNeeded: the packets' times, in show order
+  PacketsRead packets;  // kNeeded
+  const std::vector<int64_t>& shown = packets.shown;
   if (walk == FrameWalk::kNeeded && !indices.empty()) {
     // Room for a declared frame count (the indices' range) 4 times off, and more.
     const size_t max_packets = 4 * static_cast<size_t>(indices.back() + 1) + 4096;
-    HR_ASSIGN_OR_RETURN(shown, ShownOrder(*in, max_packets));
+    HR_ASSIGN_OR_RETURN(packets, ReadPackets(*in, max_packets));
     HR_ASSIGN_OR_RETURN(in, open());
     if (shown.empty()) {
       walk = FrameWalk::kEveryFrame;
@@ -116,6 +129,29 @@ Result<FramesAtIndices> DecodeAtIndices(
   size_t next = 0;  // the next position of `indices` to fill
   int64_t index = -1;  // the frame's
   bool as_told = true;  // kNeeded: the frames came out as the packets said
+  // kNeeded: the keyframe decoding restarted at (kNoTime: none since the last check).
+  int64_t restarted_at = av::Input::kNoTime;
+  size_t keys_before = 0;  // keyframes that show by the last frame to take looked at
+  // kNeeded, before each frame to take: when the last keyframe that shows by it is not
+  // read yet, decoding restarts there, the packets before it read and dropped undecoded
+  // (sampled frames further apart than the keyframes: long videos at low rates).
+  const auto skip_ahead = [&] {
+    if (walk != FrameWalk::kNeeded || next == indices.size() ||
+        indices[next] >= static_cast<int64_t>(shown.size())) {
+      return;
+    }
+    const int64_t target = shown[static_cast<size_t>(indices[next])];
+    // The targets ascend: one pass over the keyframes for all of them (a stream whose
+    // keyframes do not show in decode order only restarts less).
+    while (keys_before < packets.key_pts.size() && packets.key_pts[keys_before] <= target) {
+      ++keys_before;
+    }
+    if (keys_before == 0) return;
+    const size_t key = keys_before - 1;
+    if (packets.key_at[key] < in->packets_read()) return;
+    if (in->SkipToKeyframe(packets.key_pts[key])) restarted_at = packets.key_pts[key];
+  };
+  skip_ahead();
   while (next < indices.size()) {
     HR_ASSIGN_OR_RETURN(const bool got, in->NextFrame(frame.get()));
     if (!got) break;
@@ -125,11 +161,16 @@ Result<FramesAtIndices> DecodeAtIndices(
       const int64_t ticks = av::Input::FrameTicks(frame.get());
       const auto at = std::lower_bound(shown.begin(), shown.end(), ticks);
       const int64_t rank = at - shown.begin();
-      // Out of order, at no packet's time, or past a frame to take: not as told.
-      if (at == shown.end() || *at != ticks || rank <= index || rank > indices[next]) {
+      // Out of order, at no packet's time, or past a frame to take: not as told. After a
+      // restart, the first frame must be its keyframe's (an open GOP's leading frames,
+      // which need the frames before the keyframe, come out before it: not as told).
+      if (at == shown.end() || *at != ticks || rank <= index || rank > indices[next] ||
+          (restarted_at != av::Input::kNoTime &&
+           (ticks != restarted_at || !frame->key_frame))) {
         as_told = false;
         break;
       }
+      restarted_at = av::Input::kNoTime;
       index = rank;
     }
     if (index < indices[next]) continue;
@@ -137,6 +178,7 @@ Result<FramesAtIndices> DecodeAtIndices(
     while (last < indices.size() && indices[last] == index) ++last;
     HR_RETURN_IF_ERROR(take(next, last, *frame));
     next = last;
+    skip_ahead();
   }
   out.decoded += in->frames_decoded();
   if (walk == FrameWalk::kNeeded) {

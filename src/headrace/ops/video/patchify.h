@@ -20,8 +20,8 @@
 // Mapped over a media list (max_items) each video appends once to each ragged field, so
 // that their lengths hold one entry per item (as vision.patchify's pixel_values).
 //
-// Decoding reads the frames in order from the start (no seek): the reference indexes the
-// decoded frames, and an index is exact only counted from the first frame.
+// Decoding (DecodeAtIndices): the packets read first tell each frame's index and the
+// keyframes; then only the pictures the sampled frames need are decoded (below).
 #pragma once
 
 #include <array>
@@ -78,17 +78,24 @@ std::vector<double> GroupTimestamps(std::span<const int64_t> indices, double vid
                                     int temporal_patch_size);
 
 // How video.patchify reaches the frames at its sampled indices (ascending, repeats
-// allowed): index k is the k-th frame a decode of every frame in order gives.
+// allowed): index k is the k-th frame in show order.
 enum class FrameWalk {
-  // Only the pictures those frames need: the packets' presentation times, read first
-  // undecoded, tell each packet's index (its rank among them); a packet of a frame not
-  // taken goes to the decoder with AVDISCARD_NONREF (dropped when nothing references it:
-  // most B-frames), and decoding stops after the last frame taken. The frames taken are
-  // bit-identical to kEveryFrame's. Falls back to kEveryFrame when the frames do not
-  // come out as the packets say (a packet without a timestamp, two sharing one, a
-  // damaged packet, a frame at a time no packet has).
+  // Only the pictures those frames need. The packets are read first, undecoded: their
+  // presentation times give each packet's index (its rank among them, as torchcodec's
+  // exact mode — transformers' video decoder — indexes frames), and their keyframes.
+  // Then, before each frame to take, decoding restarts at the last keyframe that shows
+  // by it if that one is not read yet (reading on, the packets between dropped
+  // undecoded); a packet of a frame not taken goes to the decoder with AVDISCARD_NONREF
+  // (dropped when nothing references it: most B-frames); decoding stops after the last
+  // frame taken. The frames taken are bit-identical to kEveryFrame's. Falls back to
+  // kEveryFrame when the frames do not come out as the packets say: a packet without a
+  // timestamp or two sharing one, a packet the decoder refuses, a frame at a time no
+  // packet has or out of order, a frame to take that does not come out, a restart whose
+  // first frame is not its keyframe (an open GOP's leading frames).
   kNeeded,
-  kEveryFrame,  // every frame decoded in order and counted, as the reference's decoders
+  // Every frame decoded from the first, in order, counted as it comes out (PyAV's way;
+  // the same indices where every packet decodes).
+  kEveryFrame,
 };
 struct FramesAtIndices {
   size_t filled = 0;     // positions of `indices` filled, from the first (fewer: the

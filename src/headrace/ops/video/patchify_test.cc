@@ -294,17 +294,46 @@ TEST(DecodeAtIndices, TheNeededWalkTakesTheFramesOfADecodeOfEveryFrame) {
   EXPECT_GT(compared, 300);
 }
 
+// Frames further apart than the keyframes: decoding restarts at the last keyframe that
+// shows by each (read on, the packets between dropped undecoded), and the frames are
+// still those of a decode of every frame.
+TEST(DecodeAtIndices, FramesFurtherApartThanTheKeyframesRestartAtTheKeyframeBeforeEach) {
+  for (const char* container : {"mp4", "mkv"}) {
+    const std::vector<uint8_t> clip = testing::MovingClip(300, 25, 25, -1, container);
+    const std::vector<int64_t> indices = {0, 100, 160, 230, 299};  // keyframes at 0, 25, ...
+    const Walked every = Walk(clip, indices, FrameWalk::kEveryFrame, 1);
+    const Walked needed = Walk(clip, indices, FrameWalk::kNeeded, 1);
+    ASSERT_TRUE(every.status.ok()) << every.status.ToString();
+    ASSERT_TRUE(needed.status.ok()) << needed.status.ToString();
+    EXPECT_FALSE(needed.result.fell_back) << container;
+    ASSERT_EQ(needed.result.filled, indices.size()) << container;
+    ASSERT_EQ(every.result.filled, indices.size()) << container;
+    for (size_t k = 0; k < indices.size(); ++k) {
+      EXPECT_EQ(needed.frames[k], every.frames[k]) << container << ": frame " << indices[k];
+    }
+    // From 0, 100, 150, 225 and 275: at most 1 + 1 + 11 + 6 + 25 references and the frames
+    // taken, against the 300 of the clip.
+    EXPECT_GE(every.result.decoded, 299) << container;
+    EXPECT_LE(needed.result.decoded, 60) << container;
+  }
+}
+
 // A clip whose frames do not come out as its packets say falls back to decoding every
 // frame, and gives its frames: here a packet the decoder refuses (its first NAL's length
-// overwritten: past the packet's end), whose frame a decode of every frame does not
-// count, so every later frame's index is one less than its packet's rank.
+// overwritten: past the packet's end), the keyframe at 1 s, which the frames taken after
+// it need: no frame comes out at its time. (A damaged packet that no frame taken needs
+// is read and dropped like any other: the frames are indexed by their packets.)
 TEST(DecodeAtIndices, AStreamThatDoesNotDecodeAsItsPacketsSayFallsBackToEveryFrame) {
   std::vector<uint8_t> clip = testing::MovingClip(100, 25, 25, -1);
   {
     auto in = av::Input::Open(clip.data(), clip.size(), av::Input::Media::kVideo, 1);
     ASSERT_TRUE(in.ok()) << in.status().ToString();
     av::PacketPtr packet = av::NewPacket();
-    for (int i = 0; i <= 40; ++i) ASSERT_TRUE(*(*in)->ReadPacket(packet.get()));
+    int keyframes = 0;
+    while (keyframes < 2) {
+      ASSERT_TRUE(*(*in)->ReadPacket(packet.get()));
+      if (packet->flags & AV_PKT_FLAG_KEY) ++keyframes;
+    }
     ASSERT_GT(packet->pos, 0);  // the MP4 sample's offset in the file
     for (int64_t b = packet->pos; b < packet->pos + 4; ++b) clip[static_cast<size_t>(b)] = 0xFF;
   }
