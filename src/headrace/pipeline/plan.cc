@@ -77,9 +77,11 @@ namespace {
 Status CheckFieldReadOrder(const PlanState& state) {
   for (size_t reader = 0; reader < state.ops.size(); ++reader) {
     for (const auto& [name, row] : state.ops[reader].field_reads) {
+      // A copy: clang before 16 (make fuzz's) refuses a structured binding in a lambda.
+      const auto read_row = row;
       const auto writer = std::find_if(state.ops.begin(), state.ops.end(), [&](const auto& op) {
         return std::any_of(op.fields.begin(), op.fields.end(),
-                           [&](const auto& f) { return f.second == row; });
+                           [&](const auto& f) { return f.second == read_row; });
       });
       if (writer == state.ops.end() || writer->list_field < 0) continue;
       for (size_t later = reader + 1; later < state.ops.size(); ++later) {
