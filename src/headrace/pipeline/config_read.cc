@@ -5,13 +5,16 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "headrace/pipeline/config_reader.h"
 
@@ -154,19 +157,68 @@ using config_internal::Reader;
 
 namespace {
 
+// Where each document of a YAML stream starts, as yaml-cpp's parser walks it, without
+// building them. yaml-cpp 0.7's LoadAll (Debian 12's) loops forever, allocating, on some
+// malformed text (a ',' where a node starts: each pass yields another null document
+// without reading on; fixed upstream in 0.8, jbeder/yaml-cpp#1319): the config fuzz
+// target found an 11-byte file that did it. A document that starts where the one before
+// it did is that loop, and a syntax error here.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> marks;  // each document's start
+  std::vector<YAML::Mark> roots;  // and its root node's (as Node::Mark gives it)
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    marks.push_back(mark);
+    roots.push_back(mark);
+    at_root_ = true;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { Node(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { Node(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    Node(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    Node(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    Node(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void Node(const YAML::Mark& mark) {
+    if (at_root_) roots.back() = mark;
+    at_root_ = false;
+  }
+  bool at_root_ = false;
+};
+
 // The one YAML document of `text` (null when there is none). yaml-cpp's Load reads the
 // first document and drops the rest without a word; a second one is refused instead,
 // since the run would not be the one the file seems to describe. Throws
 // YAML::ParserException on a syntax error, as Load does.
 Result<YAML::Node> LoadOneDocument(const std::string& text) {
-  std::vector<YAML::Node> documents = YAML::LoadAll(text);
-  if (documents.size() > 1) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts starts;
+  while (parser.HandleNextDocument(starts)) {
+    const size_t n = starts.marks.size();
+    if (n >= 2 && starts.marks[n - 1].pos <= starts.marks[n - 2].pos) {
+      throw YAML::ParserException(starts.marks[n - 1], "no YAML node can start here");
+    }
+  }
+  if (starts.marks.size() > 1) {
     return Status::InvalidArgument(
-        "the YAML holds " + std::to_string(documents.size()) +
-        " documents (a second one at line " + std::to_string(documents[1].Mark().line + 1) +
+        "the YAML holds " + std::to_string(starts.marks.size()) +
+        " documents (a second one at line " + std::to_string(starts.roots[1].line + 1) +
         "); a config is one document: remove the '---' that starts the next one");
   }
-  return documents.empty() ? YAML::Node() : documents.front();
+  return YAML::Load(text);
 }
 
 }  // namespace
