@@ -165,6 +165,16 @@ def test_a_config_file_of_several_yaml_documents_exits_2_saying_so(tmp_path, hea
     assert f"a second one at line {lines + 2}" in proc.stderr
 
 
+def test_a_config_yaml_cpp_would_loop_on_exits_2_at_once(tmp_path, headrace_bin):
+    # Debian 12's yaml-cpp (0.7) loops forever, allocating, when it loads all documents of
+    # this text (found by the config fuzz target); the run used to be killed for memory.
+    config = tmp_path / "p.yaml"
+    config.write_bytes(b",ourc? \xe5.ha")
+    proc = run_headrace(headrace_bin, "run", config, check=False, timeout=60)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "YAML syntax error at line 1, column 1" in proc.stderr
+
+
 def test_a_config_that_is_not_a_regular_file_exits_2_naming_it(tmp_path, headrace_bin):
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
