@@ -177,6 +177,12 @@ std::vector<TarSample> GroupSamples(std::span<const TarMember> members,
       }
     }
     TarSample& s = samples.back();
+    // Keys and field names go to the shard index (JSON) and to Python as text: a name
+    // that is not UTF-8 (tar names are bytes) is the sample's error, as a malformed one.
+    if (s.status.ok() && !simdjson::validate_utf8(m.name.data(), m.name.size())) {
+      s.status = Status::BadRecord("sample at offset " + std::to_string(m.offset) +
+                                   ": a member's name is not UTF-8");
+    }
     if (s.status.ok() && (dot == base || field.empty())) {
       s.status =
           Status::BadRecord("sample '" + key + "': member '" + m.name + "' at offset " +

@@ -262,6 +262,25 @@ TEST(GroupSamples, DuplicateFieldAndMissingFieldAreNamed) {
   EXPECT_EQ(samples[4].status.code(), StatusCode::kBadRecord);  // ".json": no key
 }
 
+// Tar names are bytes; keys and fields go to the index (JSON) and to Python as text. A
+// sample with a name that is not UTF-8 is its error, and the index of the others parses
+// (found by make fuzz-smoke's tar target: the index written did not parse back).
+TEST(GroupSamples, ANameThatIsNotUtf8IsItsSamplesErrorAndTheIndexStillParses) {
+  const auto samples =
+      GroupSamples(Named({"1.jpg", "\xff\xfe.jpg", "3.jp\xc3", "4/\xc3\xa9t\xc3\xa9.jpg"}));
+  ASSERT_EQ(samples.size(), 4u);
+  EXPECT_TRUE(samples[0].status.ok());
+  EXPECT_EQ(samples[1].status.code(), StatusCode::kBadRecord);
+  EXPECT_NE(samples[1].status.message().find("not UTF-8"), std::string::npos);
+  EXPECT_EQ(samples[2].status.code(), StatusCode::kBadRecord);  // a field cut mid-character
+  EXPECT_TRUE(samples[3].status.ok()) << samples[3].status.ToString();  // UTF-8: fine
+  const Result<ShardIndex> parsed =
+      ParseShardIndex(ShardIndexToJson(MakeShardIndex("s.tar", 1 << 20, samples)));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_EQ(parsed->samples.size(), 2u);
+  EXPECT_EQ(parsed->samples[1].key, "4/\xc3\xa9t\xc3\xa9");
+}
+
 TEST(ShardIndex, JsonRoundTripKeepsSamplesAndFieldOrder) {
   const auto samples = GroupSamples(Named({"1.jpg", "1.json", "2.jpg", "2.jpg", "3.txt"}));
   const ShardIndex index = MakeShardIndex("shard-000000.tar", 10000, samples);
