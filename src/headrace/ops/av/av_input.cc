@@ -410,13 +410,18 @@ Status Input::SeekBefore(double seconds) {
   if (int rc = av_seek_frame(format_, stream_, ts, AVSEEK_FLAG_BACKWARD); rc < 0) {
     return ReadError("seek failed", rc);
   }
-  avcodec_flush_buffers(codec_);
-  draining_ = done_ = stopped_ = false;
-  drop_before_ = restart_pts_ = stop_after_ = kNoTime;
-  sent_count_ = 0;
+  ResetDecoder();
+  drop_before_ = stop_after_ = kNoTime;
   ahead_.clear();
   ahead_begin_ = 0;
   return Status::Ok();
+}
+
+void Input::ResetDecoder() {
+  avcodec_flush_buffers(codec_);
+  draining_ = done_ = stopped_ = false;
+  restart_pts_ = kNoTime;
+  sent_count_ = 0;
 }
 
 std::optional<double> Input::IndexedKeyframeBefore(double seconds) const {
@@ -446,10 +451,7 @@ Status Input::SeekToKeyframe(double key) {
 
 bool Input::SkipToKeyframe(int64_t pts) {
   if (ahead_begin_ < ahead_.size()) return false;
-  avcodec_flush_buffers(codec_);
-  draining_ = done_ = stopped_ = false;
-  restart_pts_ = kNoTime;
-  sent_count_ = 0;
+  ResetDecoder();
   // A keyframe before it decodes and shows before it (max(dts, pts) < pts): dropped too.
   drop_before_ = pts;
   return true;

@@ -218,6 +218,9 @@ class Input {
   // Whether a frame with presentation timestamp `pts` shows only before the time of
   // SkipUnreferencedBefore: a packet sent since the last seek starts after it, by then.
   bool Unshown(int64_t pts) const;
+  // The decoder flushed and what follows a restart cleared (a seek's, a keyframe skip's):
+  // nothing drained or stopped, no packet sent since.
+  void ResetDecoder();
   // Whether SkipUnreferencedBut is on and `pts` is not among the frames taken.
   bool NotTaken(int64_t pts) const;
   // The stream's next packet into packet_ (false at the end), less those a SeekToKeyframe

@@ -387,9 +387,11 @@ Status VideoPatchifyOp::Run(SampleContext& ctx) const {
     return Status::MissingField("the record has no video but the pipeline patchifies one "
                                 "(video.patchify)");
   }
-  HR_ASSIGN_OR_RETURN(std::unique_ptr<av::Input> in,
-                      av::Input::Open(media->data, media->size, av::Input::Media::kVideo,
-                                      threads_, decode_bytes_));
+  const auto open = [&] {
+    return av::Input::Open(media->data, media->size, av::Input::Media::kVideo, threads_,
+                           decode_bytes_);
+  };
+  HR_ASSIGN_OR_RETURN(std::unique_ptr<av::Input> in, open());
   // The metadata transformers' decoders report: the stream's frame count and average
   // rate (a container without a count: duration x rate).
   const AVStream* stream = in->format()->streams[in->stream_index()];
@@ -426,10 +428,6 @@ Status VideoPatchifyOp::Run(SampleContext& ctx) const {
     HR_ASSIGN_OR_RETURN(temp, ctx.NextScratchBytes(bytes));
   }
 
-  const auto open = [&] {
-    return av::Input::Open(media->data, media->size, av::Input::Media::kVideo, threads_,
-                           decode_bytes_);
-  };
   const auto take = [&](size_t first, size_t last, const AVFrame& frame) -> Status {
     if (frame.width != src_w || frame.height != src_h) {
       return Status::CorruptData("video.patchify: frame " + std::to_string(indices[first]) +
