@@ -47,11 +47,12 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
 import transformers
 import transformers.trainer as _hf_trainer
 from accelerate.utils import DistributedType
-from transformers import Trainer, TrainerCallback
+from transformers import PreTrainedModel, Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from ._headrace import ConfigError
 from .loader import Loader
+from .models import ModelInputs
 from .pipeline import Pipeline
 from .torch import TorchLoader
 
@@ -240,9 +241,11 @@ class HeadraceTrainerMixin:
     peers of a ``ParallelismConfig`` sharing a rank; on ``args.device`` when it is CUDA),
     or a ``Loader``/``TorchLoader`` made by the caller (any other layout).
     ``to_inputs``: batch -> the keyword arguments of the model's ``forward`` (e.g. rename
-    fields); default: the batch's fields that ``forward`` names (and the label names), as
-    the Trainer treats a dataset's columns, or the whole batch with
-    ``remove_unused_columns=False``. ``train_dataset`` is not used.
+    fields); default: for a transformers model ``headrace.models.ModelInputs(model)``, the
+    batch as the model takes it (a packed batch's samples kept apart, a Qwen-VL model's
+    M-RoPE positions, checked against the model at the first batch); then the fields that
+    ``forward`` names (and the label names), as the Trainer treats a dataset's columns, or
+    every field with ``remove_unused_columns=False``. ``train_dataset`` is not used.
     ``per_device_train_batch_size`` only feeds the Trainer's sample counts in its logs;
     the pipeline's ``batch_size`` is the batch.
     """
@@ -259,11 +262,25 @@ class HeadraceTrainerMixin:
 
     def get_train_dataloader(self) -> TrainerBatches:
         batches = self.headrace_batches
-        if batches.to_inputs is None and self.args.remove_unused_columns:
-            # As the Trainer does for a dataset's columns: keep the fields the model's
-            # forward takes (and the label names); a batch's "index", "id", ... go.
-            self._set_signature_columns_if_needed()
-            batches.to_inputs = _keep_fields(self._signature_columns)
+        if batches.to_inputs is None:
+            # A transformers model gets the batch as its forward takes it
+            # (headrace.models): packed rows with the position ids and no cache that keep
+            # their samples apart, a Qwen-VL model's M-RoPE positions, checked against the
+            # model at the first batch. Any other model gets the fields as they are.
+            # With remove_unused_columns, as the Trainer does for a dataset's columns,
+            # only the fields forward takes (and the label names); "index", "id" go.
+            to_model = (ModelInputs(self.model, forward_args_only=False)
+                        if isinstance(self.model, PreTrainedModel) else None)
+            if self.args.remove_unused_columns:
+                self._set_signature_columns_if_needed()
+                columns = set(self._signature_columns)
+                if to_model is not None and "use_cache" in to_model.accepted:
+                    columns.add("use_cache")
+                keep = _keep_fields(columns)
+                batches.to_inputs = (keep if to_model is None
+                                     else lambda batch: keep(to_model(batch)))
+            else:
+                batches.to_inputs = to_model
         return batches
 
     def train(self, resume_from_checkpoint: Union[str, bool, None] = None, *args: Any,

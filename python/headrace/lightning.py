@@ -42,6 +42,7 @@ import lightning.pytorch as pl
 
 from ._headrace import ConfigError
 from .loader import Loader
+from .models import ModelInputs
 from .pipeline import Pipeline
 from .torch import TorchLoader
 
@@ -74,11 +75,29 @@ def _this_ranks(state: Dict[str, Any], rank: int) -> Dict[str, Any]:
         f"{state['ranks'][0].get('world_size') if state['ranks'] else None})")
 
 
+def _model_inputs(trainer: Any) -> ToInputs:
+    """``headrace.models.ModelInputs`` for the transformers model the LightningModule
+    holds (the first found, itself or a submodule), None when it holds none: the batch
+    then reaches ``training_step`` as it is."""
+    module = getattr(trainer, "lightning_module", None) if trainer is not None else None
+    if module is None:
+        return None
+    try:
+        from transformers import PreTrainedModel
+    except ImportError:
+        return None
+    for sub in module.modules():
+        if isinstance(sub, PreTrainedModel):
+            return ModelInputs(sub)
+    return None
+
+
 class LightningBatches:
     """The train loader as Lightning drives it: ``len()``, one ``iter()`` per epoch at
-    ``trainer.current_epoch``, batches passed through ``to_inputs`` (default: as is), and
-    the loader's ``state_dict``/``load_state_dict`` (which makes Lightning's fit loop save
-    it too, and treat a mid-epoch checkpoint as resumable)."""
+    ``trainer.current_epoch``, batches passed through ``to_inputs`` (default: see
+    ``HeadraceDataModule``), and the loader's ``state_dict``/``load_state_dict`` (which
+    makes Lightning's fit loop save it too, and treat a mid-epoch checkpoint as
+    resumable)."""
 
     def __init__(self, loader: TorchLoader, datamodule: "HeadraceDataModule",
                  to_inputs: ToInputs = None):
@@ -94,6 +113,8 @@ class LightningBatches:
         if trainer is not None:
             # Keeps a loaded position when it is in this epoch (Loader.set_epoch).
             self.loader.set_epoch(trainer.current_epoch)
+        if self.to_inputs is None:
+            self.to_inputs = _model_inputs(trainer)
         for batch in self.loader:
             yield batch if self.to_inputs is None else self.to_inputs(batch)
 
@@ -111,15 +132,18 @@ class LightningBatches:
 class _ValidationBatches:
     """A validation loader: epoch 0 of its pipeline at every validation."""
 
-    def __init__(self, loader: TorchLoader, to_inputs: ToInputs = None):
+    def __init__(self, loader: TorchLoader, to_inputs: ToInputs = None, trainer: Any = None):
         self.loader = loader
         self.to_inputs = to_inputs
+        self.trainer = trainer
 
     def __len__(self) -> int:
         return len(self.loader)
 
     def __iter__(self) -> Iterator[Any]:
         self.loader.set_epoch(0)
+        if self.to_inputs is None:
+            self.to_inputs = _model_inputs(self.trainer)
         for batch in self.loader:
             yield batch if self.to_inputs is None else self.to_inputs(batch)
 
@@ -131,7 +155,11 @@ class HeadraceDataModule(pl.LightningDataModule):
     rank ``trainer.global_rank`` of ``trainer.world_size``, on the trainer's device when it
     is CUDA), or a ``Loader``/``TorchLoader`` made by the caller (another rank layout, e.g.
     tensor parallelism, where the data-parallel rank is not the global rank).
-    ``to_inputs``: batch -> what ``training_step`` receives (default: the dict of tensors).
+    ``to_inputs``: batch -> what ``training_step`` receives. Default: when the
+    LightningModule holds a transformers model, ``headrace.models.ModelInputs(model)``:
+    the keyword arguments of its ``forward`` (``self.model(**batch)``; a packed batch's
+    samples kept apart, a Qwen-VL model's M-RoPE positions, checked at the first batch);
+    otherwise the dict of tensors as it is (``to_inputs=lambda b: b`` keeps it so).
     ``state_dict()`` is ``{"train": {"ranks": [each rank's loader state]}}``;
     ``load_state_dict`` applies this rank's when the train loader is made (or at once, if
     it exists).
@@ -179,7 +207,8 @@ class HeadraceDataModule(pl.LightningDataModule):
 
     def val_dataloader(self) -> _ValidationBatches:  # type: ignore[override]
         if self._val is None:
-            self._val = _ValidationBatches(self._make_loader(self._val_source), self._to_inputs)
+            self._val = _ValidationBatches(self._make_loader(self._val_source), self._to_inputs,
+                                           self.trainer)
         return self._val
 
     def state_dict(self) -> Dict[str, Any]:
