@@ -41,8 +41,8 @@ from .loader import Loader
 from .pipeline import Pipeline
 from .torch import TorchLoader
 
-__all__ = ["MegatronBatches", "datasets_provider", "layout", "reads_data", "saved_state",
-           "saved_state_path"]
+__all__ = ["MegatronBatches", "datasets_provider", "layout", "packed_seq_params", "reads_data",
+           "saved_state", "saved_state_path"]
 
 PIPELINE_STAGES = ("first_last", "all")
 TENSOR_PARALLEL = ("all", "first")
@@ -236,3 +236,23 @@ def datasets_provider(train: Optional[Source], valid: Optional[Source] = None,
 
     provider.is_distributed = True  # Megatron: call on every rank, not only TP rank 0
     return provider
+
+
+def packed_seq_params(batch: Dict[str, Any]) -> Any:
+    """A packed batch's (``batch.pack`` or ``batch.max_tokens``) segments as Megatron-Core
+    attends over them: ``PackedSeqParams(qkv_format="thd", ...)`` from its ``cu_seqlens``
+    (every sample a segment, a packed row's padding one more), for a ``forward_step`` that
+    passes ``packed_seq_params=`` to a Megatron-Core model with the tokens flattened to one
+    sequence. Without it a Megatron model attends across the samples of a row, as a
+    transformers model did without ``headrace.models.ModelInputs``. A Qwen-VL model's
+    M-RoPE ids are ``batch["mrope_position_ids"]`` permuted to ``[3, rows, L]``
+    (``headrace.models.ModelInputs`` lays them out for transformers models)."""
+    from megatron.core.packed_seq_params import PackedSeqParams
+    if "cu_seqlens" not in batch:
+        raise ConfigError(
+            "megatron: packed_seq_params needs a packed batch (batch.pack or "
+            f"batch.max_tokens: cu_seqlens); this one has {', '.join(sorted(batch))}")
+    cu = batch["cu_seqlens"].int()
+    longest = int((cu[1:] - cu[:-1]).max()) if cu.numel() > 1 else 0
+    return PackedSeqParams(qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu,
+                           max_seqlen_q=longest, max_seqlen_kv=longest)

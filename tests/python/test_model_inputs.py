@@ -516,3 +516,27 @@ def test_packed_video_samples_give_their_logits_alone(videos, models, preset):
             assert check_batch(model, batch, inputs, reference) <= TOLERANCE
             seen += len(batch["id"])
     assert seen == 6
+
+
+def test_megatron_packed_seq_params_hold_each_sample_as_a_segment(dataset):
+    """headrace.megatron.packed_seq_params: Megatron-Core's THD parameters from a packed
+    batch, every sample a segment of its own (a row's padding another), max_seqlen the
+    longest; an unpacked batch is refused naming what it needs."""
+    import headrace.megatron
+    from megatron.core.packed_seq_params import PackedSeqParams
+    with TorchLoader(pipeline(dataset, "qwen2_vl", pack={"seq_len": SEQ_LEN, "window": 0})) \
+            as loader:
+        batch = next(iter(loader))
+    params = headrace.megatron.packed_seq_params(batch)
+    assert isinstance(params, PackedSeqParams) and params.qkv_format == "thd"
+    cu = params.cu_seqlens_q.tolist()
+    assert params.cu_seqlens_kv.tolist() == cu and cu[-1] == batch["input_ids"].numel()
+    inputs = headrace.models.ModelInputs()(batch)
+    for _, row, start, n in segments(batch, inputs):
+        at = row * SEQ_LEN + start
+        assert at in cu and at + n in cu and not any(at < c < at + n for c in cu)
+    assert params.max_seqlen_q == max(b - a for a, b in zip(cu, cu[1:]))
+    with TorchLoader(pipeline(dataset, "qwen2_vl")) as loader:
+        plain = next(iter(loader))
+    with pytest.raises(headrace.ConfigError, match="needs a packed batch"):
+        headrace.megatron.packed_seq_params(plain)
