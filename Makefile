@@ -60,7 +60,7 @@ run-ray: build
 test: build
 	@$(MAKE) --no-print-directory unit e2e asan tsan
 
-# The self-contained wheels (README.md, "Install without building"; scripts/build_wheel.sh):
+# The self-contained wheels (docs/wheels.md; scripts/build_wheel.sh):
 # dist/headrace-<v>-cp311-cp311-manylinux_2_36_x86_64.whl and ...-cp312-abi3-... (3.12
 # and later), each under 50 MiB. Build folders, the minimal FFmpeg they link and the
 # build environments are cached in .whl/.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make wheel`: the self-contained wheels in dist/ (README.md, "Install without building").
+# `make wheel`: the self-contained wheels in dist/ (docs/wheels.md).
 #
 #   dist/headrace-<v>-cp311-cp311-manylinux_<glibc>_x86_64.whl   CPython 3.11
 #   dist/headrace-<v>-cp312-abi3-manylinux_<glibc>_x86_64.whl    CPython 3.12 and later

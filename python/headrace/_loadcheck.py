@@ -103,5 +103,5 @@ def explain(error, glibc=None, files=None):
     cause = f" (the loader said: {error})" if error is not None else ""
     return (f"cannot load headrace's C++ libraries: this system has glibc {have}, and "
             f"{names}{more}; this wheel needs glibc {need} or newer{cause}. Install it on a "
-            "newer distribution (README.md, \"Install without building\") or build from "
+            "newer distribution (docs/wheels.md) or build from "
             "source with `make build`.")
