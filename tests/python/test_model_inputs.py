@@ -382,7 +382,7 @@ def test_a_trainer_step_on_packed_rows_has_the_unpadded_batchs_gradients(
     base = model_of(models, preset)
     packed_grads, packed_loss = hf_step(
         tmp_path / "packed", copy.deepcopy(base),
-        pipeline(dataset, preset, pack={"seq_len": 2048, "window": 0}, batch_size=SAMPLES))
+        pipeline(dataset, preset, pack={"seq_len": SEQ_LEN, "window": 0}, batch_size=SAMPLES))
     plain_grads, plain_loss = hf_step(
         tmp_path / "plain", copy.deepcopy(base), pipeline(dataset, preset, batch_size=SAMPLES))
     want = (sum(loss * n for _, loss, n in reference.values())
@@ -540,3 +540,24 @@ def test_megatron_packed_seq_params_hold_each_sample_as_a_segment(dataset):
         plain = next(iter(loader))
     with pytest.raises(headrace.ConfigError, match="needs a packed batch"):
         headrace.megatron.packed_seq_params(plain)
+
+
+def test_a_transformers_that_builds_no_packed_mask_is_refused_at_the_first_batch(
+        dataset, models, monkeypatch):
+    """Where the model's language model does not split 4-row position ids (transformers
+    before 5), a packed batch would train wrong: the first batch says so. Stood in for by
+    hiding the forward's source; an unpadded batch (masked rows) still passes."""
+    import inspect
+    model = model_of(models, "qwen2_vl")
+    with TorchLoader(pipeline(dataset, "qwen2_vl", pack={"seq_len": SEQ_LEN, "window": 0})) \
+            as loader:
+        packed = next(iter(loader))
+    with TorchLoader(pipeline(dataset, "qwen2_vl")) as loader:
+        plain = next(iter(loader))
+    real = inspect.getsource
+    monkeypatch.setattr(headrace.models.inspect, "getsource",
+                        lambda obj: "" if getattr(obj, "__name__", "") == "forward" else real(obj))
+    with pytest.raises(headrace.ConfigError, match=r"does not build a packed-sequence mask from "
+                                                   r"position ids.*leave batch.pack"):
+        headrace.models.ModelInputs(model)(packed)
+    headrace.models.ModelInputs(model)(plain)
