@@ -173,7 +173,20 @@ def saved_state(dataloader_save: Union[str, os.PathLike, None], iteration: int,
                 f"megatron: resume: {path}: no dataloader state for DP rank {dp_rank} at "
                 f"iteration {iteration} (saved without --dataloader-save, or by another "
                 "DP size)")
-        return torch.load(path, map_location="cpu", weights_only=False)["dataloader_state_dict"]
+        # The state is plain data (dicts, lists, numbers, strings): weights_only refuses
+        # anything else, so a checkpoint folder from elsewhere cannot run code on resume.
+        try:
+            saved = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as error:  # torch raises UnpicklingError, EOFError, RuntimeError
+            raise ConfigError(
+                f"megatron: resume: {path}: not a dataloader state of plain data "
+                f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+                "; refused without running what it holds") from None
+        if not isinstance(saved, dict) or "dataloader_state_dict" not in saved:
+            raise ConfigError(
+                f"megatron: resume: {path}: no dataloader_state_dict in it (holds "
+                f"{type(saved).__name__})")
+        return saved["dataloader_state_dict"]
     return load
 
 

@@ -181,3 +181,31 @@ def test_megatron_batches_run_on_across_epochs_and_restore_mid_epoch(make_pipeli
     restored.restore_state(state)
     assert [next(restored) for _ in range(6)] == later
     restored.close()
+
+
+class _RunsCode:
+    """Pickled, it creates a marker file when unpickled (what a hostile state file does)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_saved_state_from_elsewhere_runs_no_code(tmp_path):
+    """A state file holding a pickled object is refused naming the file; nothing in it
+    runs (torch.load weights_only). A file without the state's key is named too."""
+    import torch
+    marker = tmp_path / "ran"
+    path = Path(headrace.megatron.saved_state_path(tmp_path, 7, 0, True))
+    path.parent.mkdir(parents=True)
+    torch.save({"dataloader_state_dict": _RunsCode(marker)}, path)
+    load = headrace.megatron.saved_state(tmp_path, 7, parallel_state=FakeParallelState())
+    with pytest.raises(headrace.ConfigError, match=r"train_dataloader_dprank000.pt: not a "
+                                                   r"dataloader state of plain data"):
+        load(0)
+    assert not marker.exists()
+    torch.save({"other": 1}, path)
+    with pytest.raises(headrace.ConfigError, match="no dataloader_state_dict in it"):
+        load(0)
