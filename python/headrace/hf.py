@@ -217,14 +217,20 @@ def data_parallel_layout(accelerator: Any) -> Tuple[int, int]:
 
 def _torch_loader(train_loader: Union[Pipeline, TorchLoader, Loader, str, os.PathLike],
                   args: transformers.TrainingArguments, accelerator: Any) -> TorchLoader:
-    if isinstance(train_loader, TorchLoader):
-        return train_loader
-    if isinstance(train_loader, Loader):
-        return TorchLoader(train_loader)
+    # The Trainer's data-parallel layout, as accelerate sees it.
+    rank, world_size = data_parallel_layout(accelerator)
+    if isinstance(train_loader, (TorchLoader, Loader)):
+        loader = train_loader.loader if isinstance(train_loader, TorchLoader) else train_loader
+        if (loader.rank, loader.world_size) != (rank, world_size):
+            raise ConfigError(
+                f"train_loader: a loader for rank {loader.rank} of {loader.world_size} given "
+                f"to the Trainer's data-parallel rank {rank} of {world_size} (it would read "
+                "another rank's batches): pass the Pipeline instead, or make the loader with "
+                "headrace.hf.data_parallel_layout(trainer.accelerator)")
+        return train_loader if isinstance(train_loader, TorchLoader) else TorchLoader(loader)
     if isinstance(train_loader, (Pipeline, str, os.PathLike)):
-        # The Trainer's data-parallel layout, as accelerate sees it; the batches go to the
-        # Trainer's device (on CUDA: overlapped copies, and _prepare_inputs' .to is a no-op).
-        rank, world_size = data_parallel_layout(accelerator)
+        # The batches go to the Trainer's device (on CUDA: overlapped copies, and
+        # _prepare_inputs' .to is a no-op).
         device = args.device if args.device.type == "cuda" else None
         return TorchLoader(train_loader, device=device, rank=rank, world_size=world_size)
     raise ConfigError(
@@ -239,7 +245,8 @@ class HeadraceTrainerMixin:
     this process's data-parallel rank and size as accelerate would split a ``DataLoader``,
     ``data_parallel_layout``: the process index and count, tensor- and context-parallel
     peers of a ``ParallelismConfig`` sharing a rank; on ``args.device`` when it is CUDA),
-    or a ``Loader``/``TorchLoader`` made by the caller (any other layout).
+    or a ``Loader``/``TorchLoader`` made by the caller for that rank and size (another
+    is a ``ConfigError``: it would read another rank's batches).
     ``to_inputs``: batch -> the keyword arguments of the model's ``forward`` (e.g. rename
     fields); default: for a transformers model ``headrace.models.ModelInputs(model)``, the
     batch as the model takes it (a packed batch's samples kept apart, a Qwen-VL model's

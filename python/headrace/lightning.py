@@ -10,8 +10,8 @@ How it fits Lightning's loops:
 
 - ``train_dataloader()`` returns the loader itself (``LightningBatches``), not a
   ``DataLoader``: Lightning puts a ``DistributedSampler`` only into ``DataLoader``s
-  (``use_distributed_sampler``), so each rank reads the batches Headrace assigns it (rank
-  ``trainer.global_rank`` of ``trainer.world_size``). Each ``iter()`` (one per epoch) first
+  (``use_distributed_sampler``), so each rank reads the batches Headrace assigns it (the
+  data-parallel rank and size of ``trainer.distributed_sampler_kwargs``). Each ``iter()`` (one per epoch) first
   calls ``set_epoch(trainer.current_epoch)``: Headrace's epoch is Lightning's, also after
   ``limit_train_batches`` cut an epoch short.
 - The state saved is the loader's position after the last batch it handed out, which is
@@ -36,7 +36,7 @@ How it fits Lightning's loops:
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Iterator, List, Optional, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import lightning.pytorch as pl
 
@@ -73,6 +73,19 @@ def _this_ranks(state: Dict[str, Any], rank: int) -> Dict[str, Any]:
         f"checkpoint: no loader state for rank {rank} (it holds ranks "
         f"{[c.get('rank') for c in state['ranks']]} of world size "
         f"{state['ranks'][0].get('world_size') if state['ranks'] else None})")
+
+
+def _data_parallel_layout(trainer: Any) -> Tuple[Optional[int], Optional[int]]:
+    """This process's data-parallel rank and size as Lightning gives a ``DataLoader`` its
+    ``DistributedSampler`` (``distributed_sampler_kwargs``: the global rank and world
+    size, or the data-parallel mesh's under ``ModelParallelStrategy``); (None, None) with
+    no trainer."""
+    if trainer is None:
+        return None, None
+    kwargs = trainer.distributed_sampler_kwargs
+    if kwargs:
+        return int(kwargs["rank"]), int(kwargs["num_replicas"])
+    return trainer.global_rank, trainer.world_size
 
 
 def _model_inputs(trainer: Any) -> ToInputs:
@@ -152,9 +165,11 @@ class HeadraceDataModule(pl.LightningDataModule):
     """Train (and optionally validation) batches from Headrace pipelines.
 
     ``train``/``val``: a ``headrace.Pipeline`` or YAML path (a ``TorchLoader`` is made for
-    rank ``trainer.global_rank`` of ``trainer.world_size``, on the trainer's device when it
-    is CUDA), or a ``Loader``/``TorchLoader`` made by the caller (another rank layout, e.g.
-    tensor parallelism, where the data-parallel rank is not the global rank).
+    the data-parallel rank and size Lightning would give a ``DistributedSampler``,
+    ``trainer.distributed_sampler_kwargs``: the global rank of the world size, or the
+    data-parallel mesh's under ``ModelParallelStrategy``; on the trainer's device when it
+    is CUDA), or a ``Loader``/``TorchLoader`` made by the caller for that rank and size
+    (another is a ``ConfigError``: it would read another rank's batches).
     ``to_inputs``: batch -> what ``training_step`` receives. Default: when the
     LightningModule holds a transformers model, ``headrace.models.ModelInputs(model)``:
     the keyword arguments of its ``forward`` (``self.model(**batch)``; a packed batch's
@@ -184,14 +199,19 @@ class HeadraceDataModule(pl.LightningDataModule):
             self.val_dataloader = None  # type: ignore[assignment]
 
     def _make_loader(self, source: Source) -> TorchLoader:
-        if isinstance(source, TorchLoader):
-            return source
-        if isinstance(source, Loader):
-            return TorchLoader(source)
         trainer = self.trainer
-        rank, world_size, device = None, None, None
+        rank, world_size = _data_parallel_layout(trainer)
+        if isinstance(source, (TorchLoader, Loader)):
+            loader = source.loader if isinstance(source, TorchLoader) else source
+            if rank is not None and (loader.rank, loader.world_size) != (rank, world_size):
+                raise ConfigError(
+                    f"a loader for rank {loader.rank} of {loader.world_size} given to the "
+                    f"trainer's data-parallel rank {rank} of {world_size} (it would read "
+                    "another rank's batches): pass the Pipeline instead, or make the loader "
+                    "with trainer.distributed_sampler_kwargs' rank and num_replicas")
+            return source if isinstance(source, TorchLoader) else TorchLoader(source)
+        device = None
         if trainer is not None:
-            rank, world_size = trainer.global_rank, trainer.world_size
             root = trainer.strategy.root_device
             device = root if root.type == "cuda" else None
         return TorchLoader(source, device=device, rank=rank, world_size=world_size)

@@ -166,3 +166,25 @@ class FakeAccelerator:
 def test_the_data_parallel_rank_is_accelerates(accelerator, layout):
     import headrace.hf
     assert headrace.hf.data_parallel_layout(accelerator) == layout
+
+
+def test_a_loader_made_for_another_rank_is_refused(py_sample, tmp_path):
+    """A caller-made Loader or TorchLoader for another data-parallel layout than the
+    Trainer's would read another rank's batches: a ConfigError naming both."""
+    import torch
+    import transformers
+    from headrace.torch import TorchLoader
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[],
+                                          max_steps=1)
+    loader = headrace.Loader(example().pipeline(py_sample), rank=1, world_size=2)
+    for given in (loader, TorchLoader(loader)):
+        with pytest.raises(headrace.ConfigError, match="a loader for rank 1 of 2 given to the "
+                                                       "Trainer's data-parallel rank 0 of 1"):
+            headrace.hf.HeadraceTrainer(model=torch.nn.Linear(1, 1), args=args,
+                                        train_loader=given)
+    loader.close()
+    mine = headrace.Loader(example().pipeline(py_sample), rank=0, world_size=1)
+    trainer = headrace.hf.HeadraceTrainer(model=torch.nn.Linear(1, 1), args=args,
+                                          train_loader=mine)
+    assert trainer.headrace_loader.loader is mine
+    mine.close()

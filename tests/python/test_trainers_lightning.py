@@ -125,3 +125,20 @@ def test_a_bad_source_is_a_config_error():
     import headrace.lightning
     with pytest.raises(headrace.ConfigError, match="train: list: expected a headrace.Pipeline"):
         headrace.lightning.HeadraceDataModule(train=[1, 2])
+
+
+def test_a_loader_made_for_another_rank_is_refused(py_sample, tmp_path):
+    """A caller-made loader whose rank and world size are not the trainer's data-parallel
+    ones would read another rank's batches: a ConfigError naming both, before a step."""
+    import lightning.pytorch as pl
+    import headrace.lightning
+    module = example()
+    loader = headrace.Loader(module.pipeline(py_sample), rank=1, world_size=2)
+    data = headrace.lightning.HeadraceDataModule(train=loader)
+    trainer = pl.Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=str(tmp_path))
+    with pytest.raises(headrace.ConfigError, match="a loader for rank 1 of 2 given to the "
+                                                   "trainer's data-parallel rank 0 of 1"):
+        trainer.fit(module.TinyVLM(), datamodule=data)
+    loader.close()
