@@ -12,7 +12,8 @@ sample's forward is its forward alone (headrace.models.ModelInputs; checked agai
 model at the first batch). ``--model DIR`` trains a checkpoint you have on disk
 (``AutoModelForImageTextToText.from_pretrained``; the pipeline's tokenizer and preset must
 be that model's: the first batch says so if not); without it, a small randomly initialised
-Qwen2-VL, to try the path on a CPU without a download. Under torchrun each process reads
+Qwen2-VL, to try the path on a CPU without a download (rows of 1024 tokens and images of
+at most 64 tokens, unless set). Under torchrun each process reads
 its own data-parallel rank's batches. tests/python/test_qwen_vl_sft_example.py runs it.
 """
 import argparse
@@ -47,16 +48,25 @@ def main(argv=None) -> float:
                                        "config's source")
     parser.add_argument("--model", help="a local checkpoint folder; default: a tiny random "
                                         "Qwen2-VL")
-    parser.add_argument("--seq-len", type=int, default=4096, help="tokens per packed row")
+    parser.add_argument("--seq-len", type=int, help="tokens per packed row (default 4096; "
+                                                     "1024 for the tiny model)")
     parser.add_argument("--max-steps", type=int, default=10)
     parser.add_argument("--out", default=str(REPO / "out/qwen_vl_sft"))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="any pipeline key, as `headrace run --set`")
     args = parser.parse_args(argv)
 
-    overrides = {"batch.pack.seq_len": args.seq_len, "epochs": None}
+    overrides = {"batch.pack.seq_len": args.seq_len or (4096 if args.model else 1024),
+                 "epochs": None}
     if args.data:
         overrides["source.manifest"] = args.data
+    if not args.model:
+        # The tiny model's logits are [rows, seq_len, 151936] like a real one's: on a CPU,
+        # short rows, and images of at most 64 tokens so that a conversation fits one.
+        names = headrace.Pipeline.from_yaml(args.config).spec().op_names
+        if "image.smart_resize" in names:
+            at = names.index("image.smart_resize")
+            overrides[f"ops[{at}].image.smart_resize.max_pixels"] = 50176
     for item in args.set:
         key, _, value = item.partition("=")
         overrides[key] = value
@@ -70,11 +80,15 @@ def main(argv=None) -> float:
         bf16=torch.cuda.is_available(), disable_tqdm=True)
     trainer = headrace.hf.HeadraceTrainer(model=model, args=training, train_loader=pipeline)
     result = trainer.train()
-    stats = trainer.headrace_loader.stats()
+    waited = trainer.headrace_loader.stats()["wait_time_ratio"]
+    report = trainer.headrace_loader.loader.report()
     trainer.headrace_loader.close()
-    print(f"trained {result.global_step} steps, mean loss {result.training_loss:.3f}; "
-          f"the trainer waited {stats['wait_time_ratio']:.1%} of its time "
-          "for data")
+    pack = report.get("pack") or {}
+    failed, skipped, cut = (report["errors"]["total"], pack.get("skipped", 0),
+                            pack.get("truncated", 0))
+    print(f"trained {result.global_step} steps, mean loss {result.training_loss:.3f}; the "
+          f"trainer waited {waited:.1%} of its time for data; {failed + skipped + cut} "
+          f"samples lost ({failed} failed, {skipped} longer than a row left out, {cut} cut)")
     if not math.isfinite(result.training_loss):
         raise SystemExit("the loss is not finite")
     return result.training_loss
