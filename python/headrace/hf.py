@@ -98,9 +98,26 @@ def load_loader_state(loader: Union[TorchLoader, Loader],
             "without headrace.hf.HeadraceCallback, or by another rank count); resume from a "
             "checkpoint a HeadraceTrainer wrote, or set ignore_data_skip=True to restart the "
             "epoch from its first batch")
-    with open(path) as f:
-        state = json.load(f)
+    state = _read_state_file(path)
     loader.load_state_dict(state)
+    return state
+
+
+def _read_state_file(path: str) -> Dict[str, Any]:
+    """The JSON object in a loader state file; a file that is not one (truncated, empty,
+    another encoding, nested past reason) is a ConfigError naming it."""
+    try:
+        with open(path, "rb") as f:
+            state = json.loads(f.read().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise ConfigError(
+            f"resume: {path}: not a Headrace loader state ({type(error).__name__}: "
+            f"{str(error)[:200]}); the file is damaged or was not written by "
+            "headrace.hf.save_loader_state") from None
+    if not isinstance(state, dict):
+        raise ConfigError(
+            f"resume: {path}: not a Headrace loader state (a JSON {type(state).__name__}, "
+            "not an object)")
     return state
 
 

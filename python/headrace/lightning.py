@@ -66,13 +66,24 @@ def _gathered(state: Dict[str, Any]) -> List[Dict[str, Any]]:
 def _this_ranks(state: Dict[str, Any], rank: int) -> Dict[str, Any]:
     if "ranks" not in state:
         return state  # a loader's own state dict
-    for candidate in state["ranks"]:
-        if candidate.get("rank") == rank:
-            return candidate
+    mine = [c for c in state["ranks"] if isinstance(c, dict) and c.get("rank") == rank]
+    if mine:
+        # Tensor-parallel peers share a rank and save the same state; two that differ
+        # are not one rank's position.
+        if any(c != mine[0] for c in mine[1:]):
+            raise ConfigError(
+                f"checkpoint: {len(mine)} different loader states for rank {rank}: the "
+                "checkpoint mixes runs; resume from one that HeadraceDataModule wrote")
+        return mine[0]
     raise ConfigError(
         f"checkpoint: no loader state for rank {rank} (it holds ranks "
-        f"{[c.get('rank') for c in state['ranks']]} of world size "
-        f"{state['ranks'][0].get('world_size') if state['ranks'] else None})")
+        f"{[c.get('rank') if isinstance(c, dict) else c for c in state['ranks']]} of world "
+        f"size {_world_size_of(state['ranks'])})")
+
+
+def _world_size_of(states: List[Any]) -> Any:
+    first = states[0] if states else None
+    return first.get("world_size") if isinstance(first, dict) else None
 
 
 def _data_parallel_layout(trainer: Any) -> Tuple[Optional[int], Optional[int]]:

@@ -3,6 +3,7 @@ resumed from the Trainer's own checkpoints with exactly the batches of the unint
 import functools
 import importlib.util
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -188,3 +189,22 @@ def test_a_loader_made_for_another_rank_is_refused(py_sample, tmp_path):
                                           train_loader=mine)
     assert trainer.headrace_loader.loader is mine
     mine.close()
+
+
+def test_a_damaged_state_file_is_a_config_error_naming_it(py_sample, tmp_path):
+    """headrace_loader_rank0.json truncated, empty, nested 200,000 deep, UTF-16, invalid
+    UTF-8 or not an object: a ConfigError naming the file, not a bare decoder error."""
+    loader = headrace.Loader(example().pipeline(py_sample), rank=0, world_size=1)
+    good = json.dumps(loader.state_dict())
+    path = Path(headrace.hf.loader_state_path(tmp_path, 0))
+    cases = {"truncated": good[:len(good) // 2].encode(), "empty": b"",
+             "deep": b"[" * 200_000 + b"]" * 200_000, "utf16": good.encode("utf-16"),
+             "bad utf8": b'{"epoch": "\xff\xfe"}', "a list": b"[1, 2]"}
+    for name, data in cases.items():
+        path.write_bytes(data)
+        with pytest.raises(headrace.ConfigError, match=re.escape(str(path)) + ": not a "
+                                                       "Headrace loader state"):
+            headrace.hf.load_loader_state(loader, tmp_path)
+    path.write_text(good)
+    assert headrace.hf.load_loader_state(loader, tmp_path) == json.loads(good)
+    loader.close()

@@ -142,3 +142,18 @@ def test_a_loader_made_for_another_rank_is_refused(py_sample, tmp_path):
                                                    "trainer's data-parallel rank 0 of 1"):
         trainer.fit(module.TinyVLM(), datamodule=data)
     loader.close()
+
+
+def test_two_different_states_for_one_rank_are_refused(py_sample):
+    """A checkpoint holding two states for one rank: the same (tensor-parallel peers) is
+    that rank's; different ones are a ConfigError, not the first taken silently."""
+    import headrace.lightning
+    loader = headrace.Loader(example().pipeline(py_sample), rank=0, world_size=1)
+    data = headrace.lightning.HeadraceDataModule(train=loader)
+    batches = data.train_dataloader()
+    state = loader.state_dict()
+    batches.load_state_dict({"ranks": [state, dict(state)]})
+    other = dict(state, batch_in_epoch=state["batch_in_epoch"] + 1)
+    with pytest.raises(headrace.ConfigError, match="2 different loader states for rank 0"):
+        batches.load_state_dict({"ranks": [state, other]})
+    loader.close()
