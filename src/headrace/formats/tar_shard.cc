@@ -368,6 +368,15 @@ Result<ShardIndex> ParseShardIndex(std::string_view json, int64_t shard_bytes) {
       out.fields.push_back(std::move(f));
     }
   }
+  // A tar of no members is its end-of-archive blocks, padded to one record at most
+  // (GNU tar's 20 blocks): an index listing no sample for a larger shard would hide
+  // every member in it, never read and never counted.
+  constexpr int64_t kLargestEmptyTar = 20 * 512;
+  if (shard_bytes > kLargestEmptyTar && index.samples.empty()) {
+    return bad("lists no samples, but its shard holds " + std::to_string(shard_bytes) +
+               " bytes (a tar of no members has at most " + std::to_string(kLargestEmptyTar) +
+               ")");
+  }
   return index;
 }
 

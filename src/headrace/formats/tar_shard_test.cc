@@ -358,6 +358,18 @@ TEST(ShardIndex, IsCheckedAgainstTheShardsRealSize) {
   EXPECT_TRUE(ParseShardIndex(IndexOf(4096, {{0, 10}})).ok());
 }
 
+TEST(ShardIndex, ListingNoSamplesForAShardWithMembersIsALie) {
+  // An empty tar is 1024 bytes, or 10240 padded to GNU tar's record: no samples is true.
+  for (int64_t bytes : {1024, 10240}) {
+    EXPECT_TRUE(ParseShardIndex(IndexOf(bytes, {}), bytes).ok()) << bytes;
+  }
+  const auto parsed = ParseShardIndex(IndexOf(1 << 20, {}), 1 << 20);
+  ASSERT_EQ(parsed.status().code(), StatusCode::kBadRecord);
+  EXPECT_NE(parsed.status().message().find("lists no samples, but its shard holds 1048576"),
+            std::string::npos)
+      << parsed.status().ToString();
+}
+
 TEST(ShardIndex, AMillionEntriesForASmallShardStopAtTheFirstThatCannotFit) {
   // Every entry inside the claimed bytes, so only the shard's real size refuses them; the
   // walk stops at the entry past the shard's end.
