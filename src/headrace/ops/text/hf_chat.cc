@@ -281,13 +281,27 @@ std::string Plural(int64_t n, std::string_view word) {
 
 // The tokens of `id` in the written rows against `want`: kTokenizeError when max_length
 // cut into them.
-Status CheckNotCut(const HfChat& chat, int id, int64_t want, int64_t items,
-                   std::string_view item, std::string_view token_kind, const int64_t* ids,
-                   const int64_t* mask) {
-  if (want == 0 || id < 0) return Status::Ok();
+// The row holds exactly the `want` vision tokens (`id`, written as `token`) that the
+// sample's grids need: fewer when max_length cut into them; more when the messages' own
+// text holds the token (a user typing <|image_pad|>), which a model would take for
+// features the sample does not have (transformers raises "Image features and image
+// tokens do not match" on that batch; a model that does not check trains on garbage).
+Status CheckVisionTokens(const HfChat& chat, int id, std::string_view token, int64_t want,
+                         int64_t items, std::string_view item, std::string_view token_kind,
+                         const int64_t* ids, const int64_t* mask) {
+  if (id < 0) return Status::Ok();
   int64_t got = 0;
   for (int64_t i = 0; i < chat.max_length && mask[i] != 0; ++i) got += ids[i] == id;
-  if (got >= want) return Status::Ok();
+  if (got == want) return Status::Ok();
+  if (got > want) {
+    return Status::TokenizeError(
+        "the messages' text holds " + Plural(got - want, std::string(token_kind) + " token") +
+        " ('" + std::string(token) + "') of its own beside the " + std::to_string(want) +
+        " that its " + Plural(items, item) + (items == 1 ? " needs" : " need") +
+        ": a model would take " +
+        (got - want == 1 ? "it" : "them") + " for " + std::string(item) +
+        " features the sample does not have");
+  }
   return Status::TokenizeError(
       "max_length " + std::to_string(chat.max_length) + " cuts into the " +
       std::string(token_kind) + " tokens: the " + Plural(items, item) + " need " +
@@ -360,12 +374,12 @@ Status TokenizeChat(const HfChat& chat, std::span<const Turn> turns,
   if (per_image != nullptr) {
     int64_t want = 0;
     for (int64_t n : *per_image) want += n;
-    HR_RETURN_IF_ERROR(
-        CheckNotCut(chat, chat.image_token_id, want, count, "image", "image", ids, mask));
+    HR_RETURN_IF_ERROR(CheckVisionTokens(chat, chat.image_token_id, chat.image_token, want,
+                                         count, "image", "image", ids, mask));
   }
   if (with_videos) {
-    HR_RETURN_IF_ERROR(CheckNotCut(chat, chat.video_token_id, want_video, video_count, "video",
-                                   "video", ids, mask));
+    HR_RETURN_IF_ERROR(CheckVisionTokens(chat, chat.video_token_id, chat.video_token,
+                                         want_video, video_count, "video", "video", ids, mask));
   }
   return Status::Ok();
 }

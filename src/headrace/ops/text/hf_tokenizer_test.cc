@@ -535,6 +535,33 @@ TEST(TokenizeChat, AMaxLengthThatCutsImageTokensFailsTheSample) {
   EXPECT_TRUE(TokenizeChat(**chat, turns, small, "g", ids.data(), mask.data(), labels.data()).ok());
 }
 
+TEST(TokenizeChat, AVisionTokenTypedInTheTextFailsTheSample) {
+  auto chat = ImageChat(64);
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  std::vector<int64_t> ids(64), mask(64), labels(64);
+  // Two <|image_pad|> typed beside one image of 3 tokens: 5 in the row for 3 features.
+  const std::vector<Turn> typed = {{Role::kUser, "<image> and <|image_pad|><|image_pad|>?"},
+                                   {Role::kAssistant, "a"}};
+  const int64_t one[] = {3};
+  const Status s = TokenizeChat(**chat, typed, one, "g", ids.data(), mask.data(), labels.data());
+  EXPECT_EQ(s.code(), StatusCode::kTokenizeError);
+  EXPECT_NE(s.message().find("the messages' text holds 2 image tokens ('<|image_pad|>') of its "
+                             "own beside the 3 that its 1 image needs"),
+            std::string::npos)
+      << s.message();
+  // A text-only sample with the token typed: no image, one token.
+  const std::vector<Turn> alone = {{Role::kUser, "what is <|image_pad|>?"}};
+  const Status t = TokenizeChat(**chat, alone, std::span<const int64_t>(), "g", ids.data(),
+                                mask.data(), labels.data());
+  EXPECT_NE(t.message().find("holds 1 image token ('<|image_pad|>') of its own beside the 0 that its 0 "
+                             "images need"),
+            std::string::npos)
+      << t.message();
+  // The same words without the special token pass.
+  const std::vector<Turn> plain = {{Role::kUser, "<image> and image_pad?"}, {Role::kAssistant, "a"}};
+  EXPECT_TRUE(TokenizeChat(**chat, plain, one, "g", ids.data(), mask.data(), labels.data()).ok());
+}
+
 Result<std::unique_ptr<HfChat>> VideoChat(int max_length) {
   TokenizeSpec spec;
   spec.tokenizer = "t";
