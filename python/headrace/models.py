@@ -85,21 +85,24 @@ def _forward_args(model: Any) -> Optional[frozenset]:
 
 
 def _grid(t: torch.Tensor) -> torch.Tensor:
-    """A grid field as the model takes it: ``[items, 3]`` int64; a padded item list's
-    empty items (all zero) dropped."""
+    """A grid field as the model takes it: ``[items, 3]`` int64. A padded item list's
+    (``[samples, max_items, 3]``) empty items, all zero, are dropped; that is the one
+    form whose item count depends on the values (a device sync on a GPU batch)."""
+    padded = t.ndim == 3
     t = t.reshape(-1, 3).long()
-    if t.shape[0] and bool((t == 0).all(dim=1).any()):
+    if padded:
         t = t[(t != 0).any(dim=1)]
     return t
 
 
-def _segments(lengths: torch.Tensor):
-    """For ragged rows of ``lengths``: each token's sample and its place in it."""
+def _segments(lengths: torch.Tensor, total: int):
+    """For ragged rows of ``lengths`` (``total`` tokens, known from the field's shape, so
+    no device sync): each token's sample, its place in it, and each sample's start."""
     lengths = lengths.long()
     sample = torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device),
-                                     lengths)
+                                     lengths, output_size=total)
     starts = torch.cumsum(lengths, 0) - lengths
-    place = torch.arange(sample.numel(), device=lengths.device) - starts[sample]
+    place = torch.arange(total, device=lengths.device) - starts[sample]
     return sample, place, starts
 
 
@@ -198,21 +201,25 @@ class ModelInputs:
     def _one_row(self, batch: Mapping[str, Any], mrope: bool) -> Dict[str, Any]:
         ids = batch["input_ids"]
         lengths = batch["input_ids_lengths"]
-        sample, place, starts = _segments(lengths)
+        sample, place, starts = _segments(lengths, ids.numel())
         text = batch["position_ids"] if "position_ids" in batch else place
         out = {"input_ids": ids.long().unsqueeze(0),
                "position_ids": self._positions(text.reshape(1, -1), batch, mrope, True),
                "use_cache": False}
         if "labels" in batch:
-            labels = batch["labels"].long().clone()
-            labels[starts[lengths > 0]] = _IGNORE  # as packing: no label crosses a sample
-            out["labels"] = labels.unsqueeze(0)
+            # As packing does: each sample's first label ignored, so that no label is
+            # predicted across samples. One slot past the end takes an empty last
+            # sample's start (no boolean mask: no device sync).
+            labels = batch["labels"].long()
+            labels = torch.cat([labels, labels.new_full((1,), _IGNORE)])
+            labels[starts] = _IGNORE
+            out["labels"] = labels[:-1].unsqueeze(0)
         return out
 
     def _padded_rows(self, batch: Mapping[str, Any], mrope: bool) -> Dict[str, Any]:
         ids = batch["input_ids"]
         lengths = batch["input_ids_lengths"]
-        sample, place, _ = _segments(lengths)
+        sample, place, _ = _segments(lengths, ids.numel())
         rows, width = lengths.numel(), int(lengths.max()) if lengths.numel() else 0
 
         def spread(values: torch.Tensor, fill: int) -> torch.Tensor:
