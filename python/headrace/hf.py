@@ -54,7 +54,7 @@ from ._headrace import ConfigError
 from .loader import Loader
 from .models import ModelInputs
 from .pipeline import Pipeline
-from .torch import TorchLoader
+from .torch import TorchLoader, rank_checked
 
 __all__ = ["HeadraceCallback", "HeadraceTrainer", "HeadraceTrainerMixin", "TrainerBatches",
            "data_parallel_layout", "load_loader_state", "loader_state_path",
@@ -237,14 +237,10 @@ def _torch_loader(train_loader: Union[Pipeline, TorchLoader, Loader, str, os.Pat
     # The Trainer's data-parallel layout, as accelerate sees it.
     rank, world_size = data_parallel_layout(accelerator)
     if isinstance(train_loader, (TorchLoader, Loader)):
-        loader = train_loader.loader if isinstance(train_loader, TorchLoader) else train_loader
-        if (loader.rank, loader.world_size) != (rank, world_size):
-            raise ConfigError(
-                f"train_loader: a loader for rank {loader.rank} of {loader.world_size} given "
-                f"to the Trainer's data-parallel rank {rank} of {world_size} (it would read "
-                "another rank's batches): pass the Pipeline instead, or make the loader with "
-                "headrace.hf.data_parallel_layout(trainer.accelerator)")
-        return train_loader if isinstance(train_loader, TorchLoader) else TorchLoader(loader)
+        return rank_checked(train_loader, rank, world_size, prefix="train_loader: ",
+                            given_to="the Trainer's data-parallel",
+                            how="pass the Pipeline instead, or make the loader with "
+                                "headrace.hf.data_parallel_layout(trainer.accelerator)")
     if isinstance(train_loader, (Pipeline, str, os.PathLike)):
         # The batches go to the Trainer's device (on CUDA: overlapped copies, and
         # _prepare_inputs' .to is a no-op).

@@ -44,7 +44,7 @@ from ._headrace import ConfigError
 from .loader import Loader
 from .models import ModelInputs
 from .pipeline import Pipeline
-from .torch import TorchLoader
+from .torch import TorchLoader, rank_checked
 
 __all__ = ["HeadraceDataModule", "LightningBatches"]
 
@@ -213,14 +213,12 @@ class HeadraceDataModule(pl.LightningDataModule):
         trainer = self.trainer
         rank, world_size = _data_parallel_layout(trainer)
         if isinstance(source, (TorchLoader, Loader)):
-            loader = source.loader if isinstance(source, TorchLoader) else source
-            if rank is not None and (loader.rank, loader.world_size) != (rank, world_size):
-                raise ConfigError(
-                    f"a loader for rank {loader.rank} of {loader.world_size} given to the "
-                    f"trainer's data-parallel rank {rank} of {world_size} (it would read "
-                    "another rank's batches): pass the Pipeline instead, or make the loader "
-                    "with trainer.distributed_sampler_kwargs' rank and num_replicas")
-            return source if isinstance(source, TorchLoader) else TorchLoader(source)
+            if rank is None:  # no trainer yet: nothing to check against
+                return source if isinstance(source, TorchLoader) else TorchLoader(source)
+            return rank_checked(source, rank, world_size, prefix="",
+                                given_to="the trainer's data-parallel",
+                                how="pass the Pipeline instead, or make the loader with "
+                                    "trainer.distributed_sampler_kwargs' rank and num_replicas")
         device = None
         if trainer is not None:
             root = trainer.strategy.root_device

@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
 from ._headrace import ConfigError
 from .loader import Loader
 from .pipeline import Pipeline
-from .torch import TorchLoader
+from .torch import TorchLoader, rank_checked
 
 __all__ = ["MegatronBatches", "datasets_provider", "layout", "packed_seq_params", "reads_data",
            "saved_state", "saved_state_path"]
@@ -192,13 +192,10 @@ def saved_state(dataloader_save: Union[str, os.PathLike, None], iteration: int,
 
 def _torch_loader(source: Source, dp_rank: int, dp_size: int, device: Any) -> TorchLoader:
     if isinstance(source, (TorchLoader, Loader)):
-        loader = source.loader if isinstance(source, TorchLoader) else source
-        if (loader.rank, loader.world_size) != (dp_rank, dp_size):
-            raise ConfigError(
-                f"megatron: a loader for rank {loader.rank} of {loader.world_size} given to "
-                f"data-parallel rank {dp_rank} of {dp_size}: pass the Pipeline instead, or "
-                "make the loader with parallel_state's DP rank and size")
-        return source if isinstance(source, TorchLoader) else TorchLoader(source, device=device)
+        return rank_checked(source, dp_rank, dp_size, prefix="megatron: ",
+                            given_to="data-parallel", device=device,
+                            how="pass the Pipeline instead, or make the loader with "
+                                "parallel_state's DP rank and size")
     if isinstance(source, (Pipeline, str, os.PathLike)):
         return TorchLoader(source, device=device, rank=dp_rank, world_size=dp_size)
     raise ConfigError(

@@ -360,3 +360,19 @@ class TorchLoader:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def rank_checked(source: Union[TorchLoader, Loader], rank: int, world_size: int, *,
+                 prefix: str, given_to: str, how: str, device: Any = None) -> TorchLoader:
+    """A caller-made ``Loader`` or ``TorchLoader`` for a trainer's data-parallel ``rank``
+    of ``world_size`` (a ``Loader`` wrapped in a ``TorchLoader`` on ``device``); one made
+    for another layout would read another rank's batches: ``ConfigError`` "{prefix}a
+    loader for rank R of W given to {given_to} rank r of w (...): {how}". The trainer
+    integrations' one check (hf, lightning, megatron)."""
+    loader = source.loader if isinstance(source, TorchLoader) else source
+    if (loader.rank, loader.world_size) != (rank, world_size):
+        raise _headrace.ConfigError(
+            f"{prefix}a loader for rank {loader.rank} of {loader.world_size} given to "
+            f"{given_to} rank {rank} of {world_size} (it would read another rank's batches): "
+            f"{how}")
+    return source if isinstance(source, TorchLoader) else TorchLoader(source, device=device)
