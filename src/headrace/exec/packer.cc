@@ -51,6 +51,15 @@ Result<Packer> Packer::Make(std::vector<FieldSpec> layout, PackOptions options) 
     return Status::InvalidArgument("batch.pack.window: must be >= 0 (got " +
                                    std::to_string(options.window) + ")");
   }
+  // A per-token field of another sequence (labels, position ids: tokens_of names
+  // input_ids) is no sequence to pack by: its sequence would stay ragged beside it.
+  for (const FieldSpec& f : layout) {
+    if (f.name == options.token_field && !f.tokens_of.empty() && f.tokens_of != f.name) {
+      return Status::InvalidArgument("batch.pack.field: '" + f.name + "' is a per-token field "
+                                     "of '" + f.tokens_of + "': pack by the sequence itself, "
+                                     "field: " + f.tokens_of);
+    }
+  }
   Packer packer(std::move(layout), std::move(options));
   if (packer.token_ < 0) {
     std::string ragged;

@@ -518,6 +518,12 @@ TEST(Packer, ConfigErrors) {
   std::vector<FieldSpec> padded{FieldSpec{"input_ids", DType::kI64, {128}}};
   EXPECT_THAT(Packer::Make(padded, Options(8, 0)).status().message(),
               HasSubstr("text.tokenize {pad: false}"));
+  // labels is one of input_ids' per-token fields: packing by it left input_ids ragged.
+  PackOptions by_labels = Options(8, 0);
+  by_labels.token_field = "labels";
+  EXPECT_THAT(Packer::Make(Layout(), by_labels).status().message(),
+              HasSubstr("batch.pack.field: 'labels' is a per-token field of 'input_ids': pack "
+                        "by the sequence itself, field: input_ids"));
 }
 
 }  // namespace
