@@ -487,9 +487,15 @@ namespace {
 // aligned with non-temporal stores, which bypass the cache, so the next operator reads
 // the whole image back from DRAM: measured 15-20% slower for the 640x480 chain than
 // with rows at this offset, which get ordinary stores.
+// The padding is paid only where it costs little: a narrow image (1 pixel wide, 32
+// bytes a row for 4) or a flat one (the extra row doubles 1 row) is laid out plainly,
+// so that a decode holds at most max_pixels x 4 bytes and an eighth (SECURITY.md); a
+// 1 x 89M PNG took 2.9 GB padded.
 Result<MutableImageView> CachedScratchImage(SampleContext& ctx, int width, int height) {
   constexpr int64_t kAlign = 32, kOffset = 16;
   const int64_t stride = (int64_t{width} * 4 + kAlign - 1) / kAlign * kAlign;
+  const int64_t plain = int64_t{width} * height * 4;
+  if (stride * (height + 1) > plain + plain / 8) return ctx.NextScratchImage(width, height, 4);
   // Scratch memory is 64-byte aligned; one extra row covers the offset.
   HR_ASSIGN_OR_RETURN(MutableImageView block,
                       ctx.NextScratchImage(static_cast<int>(stride / 4), height + 1, 4));

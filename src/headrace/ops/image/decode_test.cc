@@ -483,6 +483,29 @@ TEST(DecodeOp, AppliesOrientationAndTarget) {
   EXPECT_EQ(RedCorner(t.image()), 1);
 }
 
+TEST(DecodeOp, ANarrowImageHoldsNoMoreThanItsPixels) {
+  // 1 x 20000 and 20000 x 1: rows padded to 32 bytes (or an extra row) would hold 8x
+  // (2x) the pixels' 4 bytes each; the decode holds at most an eighth more.
+  for (const auto& [w, h] : std::vector<std::pair<int, int>>{{1, 20000}, {20000, 1}}) {
+    testing::TestContext t;
+    Bytes pixels(static_cast<size_t>(w) * h * 3);
+    for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 7);
+    t.SetMedia(EncodePng(pixels, w, h, PNG_FORMAT_RGB));
+    DecodeOp op(DecodeSpec{}, DecodeTarget{}, testing::TestContext::kImageSlot);
+    const Status status = op.Run(t.ctx);
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    ASSERT_EQ(t.image().width, w);
+    ASSERT_EQ(t.image().height, h);
+    // What the arena holds for the pixels' bytes and an eighth (it rounds up its own way).
+    const size_t bytes = static_cast<size_t>(w) * h * 4;
+    ScratchArena plain;
+    plain.Get(0, bytes + bytes / 8);
+    EXPECT_LE(t.scratch.capacity(), plain.capacity()) << w << "x" << h;
+    EXPECT_EQ(PixelsOf(t.image())[4 * (static_cast<size_t>(w) * h - 1)],
+              pixels[3 * (static_cast<size_t>(w) * h - 1)]);
+  }
+}
+
 TEST(DecodeOp, ReportsErrorsAsStatus) {
   testing::TestContext t;
   DecodeOp op(DecodeSpec{}, DecodeTarget{}, testing::TestContext::kImageSlot);
