@@ -80,6 +80,72 @@ TEST(BlendOrderTest, ProportionsStayWithinTheDocumentedBound) {
   }
 }
 
+// The rule as BlendOrder states it, part by part: the largest deficit n·w_s − c_s, the
+// earliest among equals.
+std::vector<int32_t> DeficitOneByOne(const std::vector<double>& weights, int64_t length) {
+  const double sum = std::accumulate(weights.begin(), weights.end(), 0.0);
+  std::vector<int64_t> counts(weights.size(), 0);
+  std::vector<int32_t> out;
+  for (int64_t n = 1; n <= length; ++n) {
+    size_t best = 0;
+    double best_deficit = -std::numeric_limits<double>::infinity();
+    for (size_t s = 0; s < weights.size(); ++s) {
+      const double w = weights[s] / sum;
+      if (w <= 0) continue;
+      const double deficit = static_cast<double>(n) * w - static_cast<double>(counts[s]);
+      if (deficit > best_deficit) {
+        best_deficit = deficit;
+        best = s;
+      }
+    }
+    ++counts[best];
+    out.push_back(static_cast<int32_t>(best));
+  }
+  return out;
+}
+
+TEST(BlendOrderTest, ChoicesAreTheDeficitRulePartByPart) {
+  // Parts sharing weights (grouped) and distinct ones, ties between groups included.
+  Rng rng(7);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<std::pair<int64_t, double>> parts;
+    const int n = 1 + static_cast<int>(rng.Below(40));
+    const double pool[] = {1, 1, 2, 0.5, 3, 1e-3, 7};
+    for (int i = 0; i < n; ++i) parts.emplace_back(5, pool[rng.Below(trial % 2 ? 7 : 2)]);
+    const BlendOptions b = Blend(parts);
+    std::vector<double> weights;
+    for (const auto& p : parts) weights.push_back(p.second);
+    EXPECT_EQ(BlendChoices(b, 3000), DeficitOneByOne(weights, 3000)) << "trial " << trial;
+  }
+}
+
+TEST(BlendOrderTest, ManyEntriesOfOneWeightAreDrawnInTurn) {
+  // 20,000 entries of one sample each and one weight, all_exhausted: each once, in
+  // order (one by one that was 4e8 deficits, grouped it is a set step a position).
+  std::vector<std::pair<int64_t, double>> parts(20000, {1, 1.0});
+  const BlendOptions b = Blend(parts, BlendUntil::kAllExhausted);
+  const Result<int64_t> length = BlendEpochLength(b);
+  ASSERT_TRUE(length.ok()) << length.status().ToString();
+  EXPECT_EQ(*length, 20000);
+  const std::vector<int32_t> choices = BlendChoices(b, *length);
+  for (int32_t s = 0; s < 20000; ++s) ASSERT_EQ(choices[static_cast<size_t>(s)], s);
+}
+
+TEST(BlendOrderTest, AnEpochPastTheCapIsRefusedBeforeItIsWalked) {
+  // all_exhausted waits for the 1e-12 part: about 1e12 positions, past 2^36. It was
+  // walked position by position first (minutes, no first batch); now refused at once.
+  const Result<int64_t> far =
+      BlendEpochLength(Blend({{10, 1.0}, {1, 1e-12}}, BlendUntil::kAllExhausted));
+  ASSERT_EQ(far.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(far.status().message().find("more than an order can hold"), std::string::npos)
+      << far.status().ToString();
+  // first_exhausted ends with the first part: 10 positions or so.
+  const Result<int64_t> near =
+      BlendEpochLength(Blend({{10, 1.0}, {1, 1e-12}}, BlendUntil::kFirstExhausted));
+  ASSERT_TRUE(near.ok()) << near.status().ToString();
+  EXPECT_EQ(*near, 10);
+}
+
 TEST(BlendOrderTest, FirstExhaustedReadsEachSampleAtMostOnce) {
   const BlendOptions b = Blend({{300, 0.6}, {100, 0.3}, {1000, 0.1}});
   const Result<int64_t> length = BlendEpochLength(b);

@@ -220,6 +220,11 @@ static Status ValidateMix(const PipelineSpec& spec) {
     return Invalid("source.samples", "applies with source.until: samples" + Got(src.samples));
   }
   std::map<std::string, size_t> names;
+  // Each entry is validated as the pipeline's one source: one copy of the spec without
+  // the list (a copy per entry, list and all, made 5,000 entries take 52 s).
+  PipelineSpec one = spec;
+  one.source = SourceSpec{};
+  one.mix_ops.clear();
   for (size_t i = 0; i < src.mix.size(); ++i) {
     const MixEntrySpec& e = src.mix[i];
     const std::string p = "source.mix[" + std::to_string(i) + "]";
@@ -253,7 +258,6 @@ static Status ValidateMix(const PipelineSpec& spec) {
                                       "name): rename the field");
       }
     }
-    PipelineSpec one = spec;
     one.source = e.source;
     if (Status st = ValidateOneSource(one); !st.ok()) {
       std::string message = st.message();
