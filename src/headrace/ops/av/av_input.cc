@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "headrace/core/iso_bmff.h"
 
@@ -325,33 +326,54 @@ Result<std::unique_ptr<Input>> Input::OpenContainer(std::unique_ptr<Input> in,
   // Containers with a header (MP4, MKV, WAV, FLAC) already describe their streams; probing
   // them (avformat_find_stream_info decodes frames to do it) is only for those that do
   // not, and costs as much as the decode itself on short files.
+  // The size a stream declares, checked before anything decodes a frame (probing the
+  // stream below decodes one): a decoder holds a few frames of it at least.
+  constexpr int kFewestFramesHeld = 3;  // one reference, one decoding, one returned
+  const auto check_declared = [&](const AVCodecParameters* p) -> Status {
+    if (type != AVMEDIA_TYPE_VIDEO || frame_bytes_limit <= 0 || p->width <= 0 ||
+        p->height <= 0) {
+      return Status::Ok();
+    }
+    const int64_t frame = int64_t{3} * p->width * p->height / 2;  // 4:2:0, the least
+    if (frame <= frame_bytes_limit / kFewestFramesHeld) return Status::Ok();
+    return Status::ResourceExhausted(
+        "the video is " + std::to_string(p->width) + "x" + std::to_string(p->height) + ": " +
+        std::to_string(kFewestFramesHeld) + " frames of it (" +
+        std::to_string(kFewestFramesHeld * frame) +
+        " bytes, the fewest a decoder holds) pass the decode allowance of " +
+        std::to_string(frame_bytes_limit) +
+        " bytes per thread (memory.decode_bytes_per_thread; by default "
+        "memory.budget_bytes / 4)");
+  };
   bool described = false;
   for (unsigned i = 0; i < in->format_->nb_streams; ++i) {
     const AVCodecParameters* p = in->format_->streams[i]->codecpar;
     if (p->codec_type != type || p->codec_id == AV_CODEC_ID_NONE) continue;
-    // The size the container declares, checked before anything decodes a frame (probing
-    // the stream below decodes one): a decoder holds a few frames of it at least.
-    if (type == AVMEDIA_TYPE_VIDEO && frame_bytes_limit > 0 && p->width > 0 && p->height > 0) {
-      constexpr int kFewestFramesHeld = 3;  // one reference, one decoding, one returned
-      const int64_t frame = int64_t{3} * p->width * p->height / 2;  // 4:2:0, the least
-      if (frame > frame_bytes_limit / kFewestFramesHeld) {
-        return Status::ResourceExhausted(
-            "the video is " + std::to_string(p->width) + "x" + std::to_string(p->height) +
-            ": " + std::to_string(kFewestFramesHeld) + " frames of it (" +
-            std::to_string(kFewestFramesHeld * frame) +
-            " bytes, the fewest a decoder holds) pass the decode allowance of " +
-            std::to_string(frame_bytes_limit) +
-            " bytes per thread (memory.decode_bytes_per_thread; by default "
-            "memory.budget_bytes / 4)");
-      }
-    }
+    HR_RETURN_IF_ERROR(check_declared(p));
     described |= type == AVMEDIA_TYPE_VIDEO ? p->width > 0 && p->height > 0 && p->format >= 0
                                             : p->sample_rate > 0 && p->ch_layout.nb_channels > 0 &&
                                                   p->format >= 0;
   }
   if (!described) {
-    if (int rc = avformat_find_stream_info(in->format_, nullptr); rc < 0) {
-      return in->ReadError("cannot read the stream parameters", rc);
+    // Probing decodes frames at the stream's full size, before any size is declared (a
+    // raw H.264 stream's SPS): each probing decoder gets the pixel limit of the decode
+    // allowance (AVCodecContext.max_pixels), so that a 16000x16000 SPS is refused by the
+    // decoder rather than allocated (4.7 KB of it took 2.3-3.8 GB).
+    const unsigned streams = in->format_->nb_streams;
+    std::vector<AVDictionary*> options(streams, nullptr);
+    if (type == AVMEDIA_TYPE_VIDEO && frame_bytes_limit > 0) {
+      const int64_t pixels = frame_bytes_limit / kFewestFramesHeld * 2 / 3;  // 4:2:0
+      for (AVDictionary*& o : options) {
+        av_dict_set_int(&o, "max_pixels", std::max<int64_t>(pixels, 1), 0);
+      }
+    }
+    const int rc = avformat_find_stream_info(in->format_, streams ? options.data() : nullptr);
+    for (AVDictionary*& o : options) av_dict_free(&o);
+    if (rc < 0) return in->ReadError("cannot read the stream parameters", rc);
+    // What the probe found is checked as a container's declared size is.
+    for (unsigned i = 0; i < in->format_->nb_streams; ++i) {
+      const AVCodecParameters* p = in->format_->streams[i]->codecpar;
+      if (p->codec_type == type) HR_RETURN_IF_ERROR(check_declared(p));
     }
   }
   const AVCodec* decoder = nullptr;

@@ -443,6 +443,14 @@ TEST(VideoDecode, TheDecodeAllowanceBoundsTheFramesTheDecoderHolds) {
   const Decoded held = DecodeWith(spec, *clip, 1, 3 * frame + 1);
   EXPECT_EQ(held.status.code(), StatusCode::kResourceExhausted) << held.status.ToString();
   EXPECT_THAT(held.status.message(), HasSubstr("the decoder's frames (320x240)"));
+  // A raw H.264 stream declares no size: the probe that reads it from the SPS decodes
+  // under the allowance's pixel limit, and the size it finds is checked as a
+  // container's (it decoded at full size before: 2.3-3.8 GB for a 16000x16000 SPS).
+  auto raw = av::EncodeVideo(c, "h264");
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  const Decoded probed = DecodeWith(spec, *raw, 1, 2 * frame);
+  EXPECT_EQ(probed.status.code(), StatusCode::kResourceExhausted) << probed.status.ToString();
+  EXPECT_THAT(probed.status.message(), HasSubstr("the video is 320x240"));
   const Decoded unbounded = DecodeWith(spec, *clip);
   const Decoded bounded = DecodeWith(spec, *clip, 1, 64 * frame);
   ASSERT_TRUE(unbounded.status.ok()) << unbounded.status.ToString();
