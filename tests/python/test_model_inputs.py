@@ -561,3 +561,46 @@ def test_a_transformers_that_builds_no_packed_mask_is_refused_at_the_first_batch
                                                    r"position ids.*leave batch.pack"):
         headrace.models.ModelInputs(model)(packed)
     headrace.models.ModelInputs(model)(plain)
+
+
+def test_a_text_model_gets_packed_rows_kept_apart(dataset):
+    """Any transformers causal LM, not only Qwen-VL: a packed text batch through
+    ModelInputs (restarting [rows, L] positions, no mask, use_cache=False) gives each
+    sample its logits alone (a tiny LlamaForCausalLM; the config's use_cache left on)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, initializer_range=0.2,
+        use_cache=True)).eval()
+
+    def text_pipeline(pack):
+        return headrace.Pipeline(
+            source={"manifest": dataset / "manifest.jsonl", "root": dataset,
+                    "fields": [{"name": "conversation", "kind": "conversation",
+                                "key": "conversations"}]},
+            ops=[ops.tokenize(tokenizer=str(TOKENIZER), chat_template=TEMPLATE, pad=False,
+                              max_length=SEQ_LEN)],
+            batch_size=BATCH, seed=3, epochs=1, cpu_threads=2, shuffle=False,
+            memory_budget="64MiB", pack=pack)
+
+    reference = {}
+    with TorchLoader(text_pipeline(None)) as loader:
+        for batch in loader:
+            tokens = token_rows.tokens(batch, ("input_ids", "labels"))
+            for i, sid in enumerate(batch["id"]):
+                ids = torch.as_tensor(tokens["input_ids"][i], dtype=torch.long)[None]
+                labels = torch.as_tensor(tokens["labels"][i], dtype=torch.long)[None]
+                with torch.no_grad():
+                    out = model(input_ids=ids, labels=labels, use_cache=False)
+                targets = int((labels[0, 1:] != -100).sum())
+                reference[sid] = (out.logits[0], float(out.loss) if targets else 0.0, targets)
+    to_model = headrace.models.ModelInputs(model)
+    seen = 0
+    with TorchLoader(text_pipeline({"seq_len": SEQ_LEN, "window": 4})) as loader:
+        for batch in loader:
+            inputs = to_model(batch)
+            assert inputs["position_ids"].shape == inputs["input_ids"].shape
+            assert check_batch(model, batch, inputs, reference) <= TOLERANCE
+            seen += len(batch["id"])
+    assert seen == SAMPLES
