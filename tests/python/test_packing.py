@@ -374,13 +374,16 @@ def test_config_errors_name_the_key(dataset):
 def test_a_cut_through_vision_tokens_fails_the_sample_not_the_run(dataset, reference):
     # seq_len below some samples' vision tokens: those fail, named; the others pack, the
     # text-only ones longer than seq_len are truncated.
+    # Both are data lost (issue 47): counted against errors.max_error_rate, which this
+    # run raises to see them all; the truncated ones are named too (pack_truncated).
     seq_len = 30
-    failed, delivered = {}, set()
+    failed, truncated, delivered = {}, {}, set()
     pack = {"seq_len": seq_len, "window": 4}
-    with headrace.Loader(pipeline(dataset, pack)) as loader:
+    spec = pipeline(dataset, pack, overrides={"errors.max_error_rate": 1.0})
+    with headrace.Loader(spec) as loader:
         for batch in loader:
             for e in batch.errors:
-                failed[e] = True
+                (truncated if "pack_truncated" in e else failed)[e] = True
             delivered |= set(batch["id"])
         stats = loader.stats()
     cut = {i for i, r in reference.items()
@@ -388,8 +391,9 @@ def test_a_cut_through_vision_tokens_fails_the_sample_not_the_run(dataset, refer
     assert cut and len(failed) == len(cut) == stats["pack_failed"]
     assert delivered == set(reference) - cut
     assert all("vision tokens" in e and "batch.pack.seq_len 30" in e for e in failed)
-    assert stats["pack_truncated"] == sum(
+    assert stats["pack_truncated"] == len(truncated) == sum(
         1 for i, r in reference.items() if len(r["input_ids"]) > seq_len and i not in cut)
+    assert stats["samples_failed"] == len(failed) + len(truncated)
 
 
 def test_a_sample_that_fails_once_computed_is_named_and_the_others_come_once(dataset, reference,

@@ -19,6 +19,8 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kUserFunctionError: return "user_function_error";
     case StatusCode::kResourceExhausted: return "resource_exhausted";
     case StatusCode::kShardError: return "shard_error";
+    case StatusCode::kPackSkipped: return "pack_skipped";
+    case StatusCode::kPackTruncated: return "pack_truncated";
     case StatusCode::kInternal: return "internal";
   }
   return "unknown";

@@ -31,6 +31,10 @@ enum class StatusCode {
   kResourceExhausted,  // a budget (memory, errors, retries) was exceeded
   kShardError,         // a whole shard or file of the source that cannot be read (its
                        // index or footer is damaged or lies): skipped, counted once
+  kPackSkipped,        // a sample longer than batch.pack.seq_len (or batch.max_tokens) left
+                       // out by the packer (pack.overflow: skip): data lost, counted
+  kPackTruncated,      // a sample cut to batch.pack.seq_len (or batch.max_tokens) by the
+                       // packer (pack.overflow: truncate): delivered, its tail lost, counted
   kInternal,           // a bug: an invariant of the engine does not hold
 };
 
@@ -65,6 +69,10 @@ class [[nodiscard]] Status {
     return {StatusCode::kResourceExhausted, std::move(m)};
   }
   static Status ShardError(std::string m) { return {StatusCode::kShardError, std::move(m)}; }
+  static Status PackSkipped(std::string m) { return {StatusCode::kPackSkipped, std::move(m)}; }
+  static Status PackTruncated(std::string m) {
+    return {StatusCode::kPackTruncated, std::move(m)};
+  }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 
   bool ok() const { return state_ == nullptr; }

@@ -64,7 +64,8 @@ class InOrderDelivery final : public Delivery {
       ++next_;
       // An epoch's end is a verdict point too: a run without an end (or a long one) must
       // not go on for epochs with every sample failing just because min_samples is large.
-      const bool epoch_end = next_ % options_.batches_per_epoch == 0;
+      const bool epoch_end = !options_.consumer_counts_losses &&
+                             next_ % options_.batches_per_epoch == 0;
       if (Status budget = CheckBudgetsLocked(epoch_end); !budget.ok()) {
         FailLocked(budget);
         lock.unlock();
@@ -302,6 +303,26 @@ Status Delivery::CheckBudgetsLocked(bool at_end) const {
                                  "): " + message);
   }
   return Status::Ok();
+}
+
+Status Delivery::CountLost(std::span<const LostSample> lost, bool at_end) {
+  if (lost.empty() && !at_end) return Status::Ok();
+  Status budget;
+  {
+    MutexLock lock(mu_);
+    if (!failure_.ok()) return failure_;
+    budget_.CountLost(lost);
+    for (const LostSample& l : lost) {
+      if (entry_budgets_.empty()) break;
+      entry_budgets_[static_cast<size_t>(options_.entry_of(l.error.index))].CountLost(
+          std::span<const LostSample>(&l, 1));
+    }
+    budget = CheckBudgetsLocked(at_end);
+    if (budget.ok()) return budget;
+    FailLocked(budget);
+  }
+  stop_.request_stop();
+  return budget;
 }
 
 int64_t Delivery::ConsumerWaitNanosLocked() const {

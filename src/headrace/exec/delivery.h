@@ -57,6 +57,8 @@ struct DeliveryOptions {
   double max_error_rate = 0.05;
   int64_t min_samples = 100;
   int max_kept_errors = 20;
+  // EngineOptions::consumer_counts_losses: Next() leaves an epoch's end to CountLost.
+  bool consumer_counts_losses = false;
   // Errors that belong to no sample: the source's shards or files skipped whole at open
   // (formats/source.h, BadShard), each one error of its own kind. Batch
   // `source_errors_batch` carries them, first in its errors with its epoch, so they are
@@ -118,6 +120,12 @@ class Delivery {
   void Recharge(int64_t delta);
   // Stops the run with `status` as its failure, unless it failed already.
   void Fail(Status status);
+
+  // Consumer: samples it lost after their batch was delivered (a packer's, in delivery
+  // order), counted against the run's error budget and a blend entry's (ErrorBudget::
+  // CountLost); the budget's verdict then (`at_end`: an epoch's end, the verdict point
+  // with consumer_counts_losses), which stops the run as a spent budget at delivery does.
+  Status CountLost(std::span<const LostSample> lost, bool at_end);
 
   // Consumer, in order (kInvalidArgument on the other policy).
   virtual Result<std::optional<Batch>> Next();

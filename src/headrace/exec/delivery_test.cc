@@ -141,6 +141,64 @@ TEST(InOrderDelivery, SkippedShardsCountAgainstTheErrorBudget) {
       << first.status().ToString();
 }
 
+TEST(InOrderDelivery, SamplesLostAfterDeliveryCountAgainstTheBudgetAndStopTheRun) {
+  BudgetGauge gauge;
+  std::stop_source stop;
+  DeliveryOptions o = Options(3, 3);
+  o.max_error_rate = 0.1;
+  o.min_samples = 100;  // only an epoch's end decides
+  auto d = Delivery::Make(Schedule::kSequential, o, gauge, stop);
+  for (int64_t j = 0; j < 3; ++j) {
+    ASSERT_TRUE(d->Admit(1, 10));
+    d->Ready(j, MakeBatch(j, 10), 1, 1);
+  }
+  ASSERT_TRUE(d->Next().ok());
+  // A packer left one sample of batch 0 out and cut another; a plan left a third out.
+  const std::vector<LostSample> lost = {
+      {SampleError{0, 1, "a", Status::PackSkipped("too long")}, true},
+      {SampleError{0, 2, "b", Status::PackTruncated("cut")}, true},
+      {SampleError{0, 40, "c", Status::PackSkipped("too long")}, false}};
+  EXPECT_TRUE(d->CountLost(lost, /*at_end=*/false).ok()) << "under min_samples";
+  DeliveryMetrics m = d->Metrics();
+  EXPECT_EQ(m.counts.delivered, 8);
+  EXPECT_EQ(m.counts.failed, 3);
+  EXPECT_EQ(m.errors_by_kind.at("pack_skipped"), 2);
+  EXPECT_EQ(m.errors_by_kind.at("pack_truncated"), 1);
+  ASSERT_EQ(m.first_errors.size(), 3u);
+  // At the epoch's end: 3 of 31 (9.7%) passes; one more lost sample does not.
+  ASSERT_TRUE(d->Next().ok());
+  ASSERT_TRUE(d->Next().ok());
+  EXPECT_TRUE(d->CountLost({}, /*at_end=*/true).ok());
+  const std::vector<LostSample> more = {
+      {SampleError{0, 25, "d", Status::PackTruncated("cut")}, true}};
+  const Status spent = d->CountLost(more, /*at_end=*/true);
+  EXPECT_EQ(spent.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(spent.message().find("4 of 31 samples failed"), std::string::npos) << spent.ToString();
+  EXPECT_NE(spent.message().find("pack_skipped=2 pack_truncated=2"), std::string::npos);
+  EXPECT_TRUE(stop.stop_requested());
+  EXPECT_EQ(d->Next().status().code(), StatusCode::kResourceExhausted) << "the run stopped";
+}
+
+TEST(InOrderDelivery, WithTheConsumerCountingLossesAnEpochsEndIsItsVerdict) {
+  // A packer's losses of the epoch's last batch are counted after its delivery: the
+  // verdict waits for them, so that the message counts every one.
+  BudgetGauge gauge;
+  std::stop_source stop;
+  DeliveryOptions o = Options(1, 1);
+  o.max_error_rate = 0.1;
+  o.min_samples = 100;
+  o.consumer_counts_losses = true;
+  auto d = Delivery::Make(Schedule::kSequential, o, gauge, stop);
+  ASSERT_TRUE(d->Admit(1, 4));
+  d->Ready(0, MakeBatch(0, 3, 1), 1, 1);  // 1 of 4 failed: over the rate
+  ASSERT_TRUE(d->Next().ok()) << "not the delivery's verdict";
+  const std::vector<LostSample> lost = {
+      {SampleError{0, 1, "a", Status::PackSkipped("too long")}, true}};
+  const Status spent = d->CountLost(lost, /*at_end=*/true);
+  EXPECT_EQ(spent.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(spent.message().find("2 of 4 samples failed"), std::string::npos) << spent.ToString();
+}
+
 TEST(OnDemandDelivery, BatchZeroCarriesTheSkippedShardsWhoeverTakesIt) {
   BudgetGauge gauge;
   std::stop_source stop;

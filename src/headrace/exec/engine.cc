@@ -135,6 +135,7 @@ Engine::Engine(std::shared_ptr<const EngineInputs> inputs, EngineOptions options
   delivery.batches_per_epoch = order_.batches_per_rank_epoch();
   delivery.deliver_empty_batches = options_.deliver_empty_batches;
   delivery.max_error_rate = options_.max_error_rate;
+  delivery.consumer_counts_losses = options_.consumer_counts_losses;
   delivery.min_samples = options_.min_samples;
   delivery.max_kept_errors = options_.max_kept_errors;
   for (const BadShard& bad : inputs_->source->info().bad_shards) {

@@ -163,6 +163,10 @@ struct EngineOptions {
   // A blend (source.mix): each entry's own max_error_rate (nullopt: only the run's).
   std::vector<std::optional<double>> entry_max_error_rate;
   int max_kept_errors = 20;  // errors kept in full in the metrics
+  // The consumer counts samples it loses after delivery (a packer: CountLost). An epoch's
+  // end is then a verdict point of its CountLost(at_end), once the epoch's last losses are
+  // counted, rather than of the delivery before them (whose counts would lack them).
+  bool consumer_counts_losses = false;
   Allocator* allocator = DefaultAllocator();
   // Scratch memory (ops/op.h ScratchArena) each CPU thread keeps between samples; a
   // sample that needs more gets it, and it is freed when that sample ends. Outside
@@ -251,6 +255,13 @@ class Engine {
   // packer's window): charged to the batch budget like batches admitted and not yet
   // delivered, so that fewer are admitted while it holds more. Safe from any thread.
   void ChargeHeld(int64_t delta) { delivery_->Recharge(delta); }
+  // Samples the consumer lost after delivery (a packer's skips, cuts and failures), in
+  // delivery order: counted in the run's error budget and metrics like the samples that
+  // failed in the engine (Delivery::CountLost); the budget's verdict, which stops the run
+  // when spent. The in-order consumer's thread.
+  Status CountLost(std::span<const LostSample> lost, bool at_end) {
+    return delivery_->CountLost(lost, at_end);
+  }
 
   // Schedule::kOnDemand only. Queues batch `batch` (a local index, see the contract) for
   // computing; kInvalidArgument outside the run, while it is queued or not yet taken,

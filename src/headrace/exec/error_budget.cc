@@ -33,6 +33,15 @@ void ErrorBudget::CountText(int64_t delivered, std::span<const std::string> erro
   if (first_text_.empty() && !errors.empty()) first_text_ = errors.front();
 }
 
+void ErrorBudget::CountLost(std::span<const LostSample> lost) {
+  for (const LostSample& l : lost) {
+    if (l.was_delivered) --counts_.delivered;
+    ++counts_.failed;
+    ++by_kind_[std::string(StatusCodeName(l.error.status.code()))];
+    if (static_cast<int>(first_errors_.size()) < max_kept_errors_) first_errors_.push_back(l.error);
+  }
+}
+
 Status ErrorBudget::Check(bool at_end, ErrorCounts others, int rank) const {
   const int64_t failed = counts_.failed + others.failed;
   const int64_t attempted = counts_.attempted() + others.attempted();
@@ -54,6 +63,11 @@ Status ErrorBudget::Check(bool at_end, ErrorCounts others, int rank) const {
   if (!by_kind_.empty()) {
     message += "; by kind:";
     for (const auto& [kind, count] : by_kind_) message += " " + kind + "=" + std::to_string(count);
+  }
+  if (by_kind_.count("pack_skipped") > 0 || by_kind_.count("pack_truncated") > 0) {
+    message += " (pack_skipped, pack_truncated: samples longer than batch.pack.seq_len or "
+               "batch.max_tokens, left out or cut by the packer: raise it, choose the other "
+               "batch.pack.overflow, or raise errors.max_error_rate to accept the loss)";
   }
   if (!first_errors_.empty()) {
     message += "; first: " + first_errors_.front().ToString();

@@ -27,6 +27,17 @@ struct ErrorCounts {
   int64_t attempted() const { return delivered + failed; }
 };
 
+// A sample its consumer lost after its batch was delivered: a packer's skip, cut or
+// failure (exec/packer.h), its error of kind pack_skipped, pack_truncated or the failure's.
+// Data lost is counted as a failed sample, against the same errors.max_error_rate.
+struct LostSample {
+  SampleError error;
+  // Whether the delivery had counted it delivered (the packer had it: it moves from
+  // delivered to failed); false: it never ran (a planned pack left it out), so it is one
+  // more sample attempted.
+  bool was_delivered = true;
+};
+
 class ErrorBudget {
  public:
   ErrorBudget(double max_error_rate, int64_t min_samples, int max_kept_errors = 20);
@@ -37,6 +48,9 @@ class ErrorBudget {
   // The same for a consumer that has a batch's errors as text (a Ray rank): each counts,
   // the first one ever is kept for the message.
   void CountText(int64_t delivered, std::span<const std::string> errors);
+  // Samples lost after delivery (see LostSample), in delivery order: each counted failed,
+  // by kind, kept as Count keeps errors.
+  void CountLost(std::span<const LostSample> lost);
 
   const ErrorCounts& counts() const { return counts_; }
   const std::map<std::string, int64_t>& by_kind() const { return by_kind_; }

@@ -63,5 +63,31 @@ TEST(ErrorBudget, ARateJustAboveTheLimitPrintsEnoughDigitsToDiffer) {
       << s.ToString();
 }
 
+TEST(ErrorBudget, SamplesLostToPackingAreFailuresOfTheirOwnKindNamingTheKey) {
+  // 50 samples delivered to a packer that skipped 10 and cut 5 (one never ran: a planned
+  // pack left it out): 15 of 51 failed, and the message says what and which keys.
+  ErrorBudget budget(0.05, 20);
+  budget.Count(50, {});
+  std::vector<LostSample> lost;
+  for (int i = 0; i < 10; ++i) {
+    lost.push_back({SampleError{0, i, "s", Status::PackSkipped("too long")}, i > 0});
+  }
+  for (int i = 10; i < 15; ++i) {
+    lost.push_back({SampleError{0, i, "s", Status::PackTruncated("cut")}, true});
+  }
+  budget.CountLost(lost);
+  EXPECT_EQ(budget.counts().delivered, 36);
+  EXPECT_EQ(budget.counts().failed, 15);
+  EXPECT_EQ(budget.by_kind().at("pack_skipped"), 10);
+  EXPECT_EQ(budget.by_kind().at("pack_truncated"), 5);
+  const Status s = budget.Check(false);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  for (const char* part : {"15 of 51 samples failed", "errors.max_error_rate 5%",
+                           "pack_skipped=10 pack_truncated=5", "batch.pack.seq_len",
+                           "first: epoch 0, index 0, s: pack_skipped: too long"}) {
+    EXPECT_NE(s.message().find(part), std::string::npos) << part << " in " << s.ToString();
+  }
+}
+
 }  // namespace error_budget_test
 }  // namespace headrace

@@ -13,17 +13,22 @@ void PackPlanner::Admit(int64_t epoch, int64_t position, std::span<const int64_t
     const bool known = s < told.size() && told[s].has_value();
     int64_t tokens = known ? told[s]->tokens : options_.seq_len;
     if (tokens > options_.seq_len) {
+      // The Packer's errors for the same samples (exec/packer.cc, Admit).
+      const std::string too_long =
+          "packing: the sample's " + std::to_string(tokens) + " tokens exceed " +
+          (options_.budget ? "batch.max_tokens " : "batch.pack.seq_len ") +
+          std::to_string(options_.seq_len);
       if (options_.overflow == PackOverflow::kSkip) {
-        ++plan.skipped;
+        plan.skipped.push_back(SampleError{
+            epoch, indices[s], told[s]->id,
+            Status::PackSkipped(too_long + ": left out (batch.pack.overflow: skip)")});
         continue;
       }
       if (told[s]->vision_past_seq_len > 0) {
         plan.failed.push_back(SampleError{
             epoch, indices[s], told[s]->id,
             Status::InvalidArgument(
-                "packing: the sample's " + std::to_string(tokens) +
-                " tokens exceed batch.pack.seq_len " + std::to_string(options_.seq_len) +
-                ", and the cut would drop " + std::to_string(told[s]->vision_past_seq_len) +
+                too_long + ", and the cut would drop " + std::to_string(told[s]->vision_past_seq_len) +
                 " of its " + std::to_string(told[s]->vision) +
                 " vision tokens (raise seq_len, or lower the images' max_pixels)")});
         continue;

@@ -39,7 +39,9 @@ namespace headrace {
 // What the plan of one packed batch is, for its consumer.
 struct PlannedPack {
   std::vector<std::vector<int64_t>> rows;  // dataset indices, each row's in row order
-  int64_t skipped = 0;                     // samples left out as longer than seq_len
+  // Samples left out as longer than seq_len (overflow: skip), never computed: each a
+  // pack_skipped error naming it.
+  std::vector<SampleError> skipped;
   // Samples left out because cutting them to seq_len would drop vision tokens (the
   // Packer's error for it, named by their record's id), never computed.
   std::vector<SampleError> failed;

@@ -174,15 +174,28 @@ Status Packer::Admit(const Batch& input, int64_t position, std::vector<SampleErr
     }
     return "";
   };
+  const std::string seq_len_key = options_.budget ? "batch.max_tokens" : "batch.pack.seq_len";
   for (int64_t s = 0; s < input.size(); ++s) {
     if (replay && !std::binary_search(replay_waiting_.begin(), replay_waiting_.end(), index[s])) {
       continue;  // packed before the state was taken
     }
     const auto [token_bytes, length] = view(static_cast<size_t>(token_), s);
     int64_t keep = length;
+    // Data lost: an error of the packed batch, and a sample the consumer counts as lost.
+    const auto lose = [&](Status status) {
+      SampleError e{input.epoch, index[s], id_of(s), std::move(status)};
+      lost_.push_back(LostSample{e, /*was_delivered=*/true});
+      errors.push_back(std::move(e));
+    };
     if (length > options_.seq_len) {
+      const std::string too_long = "packing: the sample's " + std::to_string(length) +
+                                   " tokens exceed " + seq_len_key + " " +
+                                   std::to_string(options_.seq_len);
       if (options_.overflow == PackOverflow::kSkip) {
-        if (!replay) ++stats_.skipped;
+        if (!replay) {
+          ++stats_.skipped;
+          lose(Status::PackSkipped(too_long + ": left out (batch.pack.overflow: skip)"));
+        }
         continue;
       }
       int64_t cut_vision = 0;
@@ -198,19 +211,19 @@ Status Packer::Admit(const Batch& input, int64_t position, std::vector<SampleErr
       if (cut_vision > 0) {
         if (!replay) {
           ++stats_.failed;
-          errors.push_back(SampleError{
-              input.epoch, index[s], id_of(s),
-              Status::InvalidArgument(
-                  "packing: the sample's " + std::to_string(length) +
-                  " tokens exceed batch.pack.seq_len " + std::to_string(options_.seq_len) +
-                  ", and the cut would drop " + std::to_string(cut_vision) + " of its " +
-                  std::to_string(vision) +
-                  " vision tokens (raise seq_len, or lower the images' max_pixels)")});
+          lose(Status::InvalidArgument(
+              too_long + ", and the cut would drop " + std::to_string(cut_vision) + " of its " +
+              std::to_string(vision) +
+              " vision tokens (raise seq_len, or lower the images' max_pixels)"));
         }
         continue;
       }
       keep = options_.seq_len;
-      if (!replay) ++stats_.truncated;
+      if (!replay) {
+        ++stats_.truncated;
+        lose(Status::PackTruncated(too_long + ": cut to " + std::to_string(keep) +
+                                   " (batch.pack.overflow: truncate)"));
+      }
     }
     Waiting w;
     w.index = index[s];
@@ -592,9 +605,12 @@ Result<std::vector<Batch>> Packer::EmitEach(const Batch& input,
 
 Result<std::vector<std::vector<Packer::Waiting>>> Packer::LayPlanned(
     const Batch& input, int64_t position, const std::vector<std::vector<int64_t>>& rows,
-    int64_t skipped, std::vector<SampleError>& errors) {
-  stats_.failed += static_cast<int64_t>(errors.size());
-  stats_.skipped += skipped;
+    std::vector<SampleError>& errors) {
+  // `errors`: the samples the plan left out (skipped, then failed), never computed.
+  for (const SampleError& e : errors) {
+    ++(e.status.code() == StatusCode::kPackSkipped ? stats_.skipped : stats_.failed);
+    lost_.push_back(LostSample{e, /*was_delivered=*/false});
+  }
   window_.clear();
   by_tokens_.clear();
   epoch_ = input.epoch;
@@ -638,17 +654,20 @@ Result<std::vector<std::vector<Packer::Waiting>>> Packer::LayPlanned(
 
 Result<Batch> Packer::PushPlanned(const Batch& input, int64_t position,
                                   const std::vector<std::vector<int64_t>>& rows,
-                                  int64_t skipped, std::vector<SampleError> failed) {
-  std::vector<SampleError> errors = std::move(failed);
-  HR_ASSIGN_OR_RETURN(auto laid, LayPlanned(input, position, rows, skipped, errors));
+                                  std::vector<SampleError> skipped,
+                                  std::vector<SampleError> failed) {
+  std::vector<SampleError> errors = std::move(skipped);
+  for (SampleError& e : failed) errors.push_back(std::move(e));
+  HR_ASSIGN_OR_RETURN(auto laid, LayPlanned(input, position, rows, errors));
   return Emit(input, laid, std::move(errors));
 }
 
 Result<std::vector<Batch>> Packer::PushPlannedBudget(
     const Batch& input, int64_t position, const std::vector<std::vector<int64_t>>& rows,
-    int64_t skipped, std::vector<SampleError> failed) {
-  std::vector<SampleError> errors = std::move(failed);
-  HR_ASSIGN_OR_RETURN(auto laid, LayPlanned(input, position, rows, skipped, errors));
+    std::vector<SampleError> skipped, std::vector<SampleError> failed) {
+  std::vector<SampleError> errors = std::move(skipped);
+  for (SampleError& e : failed) errors.push_back(std::move(e));
+  HR_ASSIGN_OR_RETURN(auto laid, LayPlanned(input, position, rows, errors));
   return EmitEach(input, std::move(laid), std::move(errors));
 }
 
@@ -694,6 +713,7 @@ Result<bool> PackingQueue::Push(const Batch& input, int64_t position, bool last_
     } else {
       state_ = packer_.state();
     }
+    KeepLost(delivers);
     return delivers;
   }
   // The state while some token batches of this input batch wait: the packer's before it,
@@ -704,11 +724,17 @@ Result<bool> PackingQueue::Push(const Batch& input, int64_t position, bool last_
   if (before.waiting.empty()) before.from_batch = position;
   HR_ASSIGN_OR_RETURN(std::vector<Batch> outs,
                       packer_.PushBudget(input, position, last_in_epoch));
-  QueueTokenBatches(std::move(outs), position, delivers, before, packer_.state());
+  KeepLost(QueueTokenBatches(std::move(outs), position, delivers, before, packer_.state()));
   return delivers;
 }
 
-void PackingQueue::QueueTokenBatches(std::vector<Batch> outs, int64_t position, bool delivers,
+void PackingQueue::KeepLost(bool counted) {
+  std::vector<LostSample> lost = packer_.TakeLost();
+  if (!counted) return;
+  for (LostSample& l : lost) lost_.push_back(std::move(l));
+}
+
+bool PackingQueue::QueueTokenBatches(std::vector<Batch> outs, int64_t position, bool delivers,
                                      const PackState& before, const PackState& after) {
   size_t first = delivers ? 0 : outs.size();
   if (position == skip_at_) {  // a resume: these were delivered before the state
@@ -724,22 +750,25 @@ void PackingQueue::QueueTokenBatches(std::vector<Batch> outs, int64_t position, 
     queue_.emplace_back(std::move(outs[i]), std::move(state));
   }
   if (first >= outs.size()) state_ = after;
+  return first == 0 && !outs.empty();
 }
 
 Status PackingQueue::PushPlanned(const Batch& input, int64_t position,
-                                 const std::vector<std::vector<int64_t>>& rows, int64_t skipped,
+                                 const std::vector<std::vector<int64_t>>& rows,
+                                 std::vector<SampleError> skipped,
                                  std::vector<SampleError> failed, const PackState& before,
                                  const PackState& after) {
   if (!packer_.budget()) {
-    HR_ASSIGN_OR_RETURN(Batch out,
-                        packer_.PushPlanned(input, position, rows, skipped, std::move(failed)));
+    HR_ASSIGN_OR_RETURN(Batch out, packer_.PushPlanned(input, position, rows, std::move(skipped),
+                                                       std::move(failed)));
     queue_.emplace_back(std::move(out), after);
+    KeepLost(true);
     return Status::Ok();
   }
   HR_ASSIGN_OR_RETURN(std::vector<Batch> outs, packer_.PushPlannedBudget(
-                                                   input, position, rows, skipped,
+                                                   input, position, rows, std::move(skipped),
                                                    std::move(failed)));
-  QueueTokenBatches(std::move(outs), position, /*delivers=*/true, before, after);
+  KeepLost(QueueTokenBatches(std::move(outs), position, /*delivers=*/true, before, after));
   return Status::Ok();
 }
 

@@ -45,9 +45,12 @@
 // `<field>_lengths`), with cu_seqlens over the concatenated tokens (no row padding, so
 // the last entry is the batch's tokens). One input batch gives one or more of them
 // (PushBudget): their count per epoch follows the data.
-// A sample longer than seq_len is truncated or skipped (options.overflow), and counted.
-// A truncation that would cut vision tokens (options.vision_token_ids) fails the sample
-// with an error naming both numbers, since its patches would no longer match its tokens.
+// A sample longer than seq_len is truncated or skipped (options.overflow): data lost, so
+// each is an error of its packed batch (kinds pack_truncated, pack_skipped) naming the
+// sample, its tokens and the key, and a LostSample (TakeLost) that its consumer counts
+// against the run's error budget (Engine::CountLost; a Ray rank's budget). A truncation
+// that would cut vision tokens (options.vision_token_ids) fails the sample with an error
+// naming both numbers, since its patches would no longer match its tokens.
 #pragma once
 
 #include <cstdint>
@@ -64,6 +67,7 @@
 #include "headrace/core/buffer.h"
 #include "headrace/core/pooling_allocator.h"
 #include "headrace/core/status.h"
+#include "headrace/exec/error_budget.h"
 
 namespace headrace {
 
@@ -198,15 +202,16 @@ class Packer {
   // those rows. A sample whose tokens turn out other than told and no longer fit its
   // row starts a row of its own. `skipped`, `failed`: the samples the plan left out as
   // longer than seq_len (overflow: skip) and as cuts through vision tokens, counted here
-  // (the errors go with the batch). The window stays empty.
+  // (the errors go with the batch; lost, never computed). The window stays empty.
   Result<Batch> PushPlanned(const Batch& input, int64_t position,
-                            const std::vector<std::vector<int64_t>>& rows, int64_t skipped,
+                            const std::vector<std::vector<int64_t>>& rows,
+                            std::vector<SampleError> skipped = {},
                             std::vector<SampleError> failed = {});
   // options.budget: the same, each planned row a batch (at least one, empty when no row
   // was planned), the errors with the first; each field a run of the input's tensors.
   Result<std::vector<Batch>> PushPlannedBudget(const Batch& input, int64_t position,
                                                const std::vector<std::vector<int64_t>>& rows,
-                                               int64_t skipped,
+                                               std::vector<SampleError> skipped = {},
                                                std::vector<SampleError> failed = {});
 
   // The state after the last Push (meaningless before the first).
@@ -222,6 +227,9 @@ class Packer {
   }
 
   const PackStats& stats() const { return stats_; }
+  // The samples the pushes since the last call lost (skipped, truncated, failed here or
+  // left out by a plan), in order; their errors are also in the packed batches'.
+  std::vector<LostSample> TakeLost() { return std::exchange(lost_, {}); }
   bool budget() const { return options_.budget; }  // PushBudget, not Push
   // options.epoch_batches, once the rank's epoch is known (a Loader's engine started).
   void set_epoch_batches(int64_t n) { options_.epoch_batches = n; }
@@ -259,7 +267,7 @@ class Packer {
   // PushPlanned's common part: admits `input` and lays its samples out as `rows` say.
   Result<std::vector<std::vector<Waiting>>> LayPlanned(
       const Batch& input, int64_t position, const std::vector<std::vector<int64_t>>& rows,
-      int64_t skipped, std::vector<SampleError>& errors);
+      std::vector<SampleError>& errors);
   // Push's common part: admits `input`, returns the rows it completes (none in a replay).
   Result<std::optional<std::vector<std::vector<Waiting>>>> Take(
       const Batch& input, int64_t position, bool last_in_epoch, std::vector<SampleError>& errors);
@@ -281,6 +289,7 @@ class Packer {
   std::optional<PackState> replay_;
   std::vector<int64_t> replay_waiting_;  // sorted: the samples a replay keeps
   PackStats stats_;
+  std::vector<LostSample> lost_;  // since the last TakeLost
   std::shared_ptr<ReusingAllocator> memory_;  // the packed batches' buffers
   const void* last_input_ = nullptr;          // the input batch Admit took in last
   void CountWindowBytes();
@@ -307,9 +316,9 @@ class PackingQueue {
   // its batches, each but the last with the state `before` it plus the ones delivered
   // (those a resume delivered already, ResumePlanned, are dropped).
   Status PushPlanned(const Batch& input, int64_t position,
-                     const std::vector<std::vector<int64_t>>& rows, int64_t skipped,
-                     std::vector<SampleError> failed, const PackState& before,
-                     const PackState& after);
+                     const std::vector<std::vector<int64_t>>& rows,
+                     std::vector<SampleError> skipped, std::vector<SampleError> failed,
+                     const PackState& before, const PackState& after);
   // A planned resume: the state, and the batches of state.next_batch delivered already.
   void ResumePlanned(const PackState& state) {
     state_ = state;
@@ -327,14 +336,21 @@ class PackingQueue {
   // Where the consumer stands after the last Pop (what a state dict saves).
   const PackState& state() const { return state_; }
   const PackStats& stats() const { return packer_.stats(); }
+  // The samples the pushes since the last call lost (Packer::TakeLost), those of batches
+  // it delivers only (a replay's, or those a resume delivered before, were counted by
+  // the run that delivered them): for the consumer's error budget.
+  std::vector<LostSample> TakeLost() { return std::exchange(lost_, {}); }
   void set_epoch_batches(int64_t n) { packer_.set_epoch_batches(n); }
 
  private:
   // An input batch's token batches (batch.max_tokens), queued if `delivers` (less those
   // a resume delivered already), each with its state: all but the last `before` plus the
   // ones delivered, the last `after`.
-  void QueueTokenBatches(std::vector<Batch> outs, int64_t position, bool delivers,
+  // Returns whether the first of them (the one with the errors) is queued.
+  bool QueueTokenBatches(std::vector<Batch> outs, int64_t position, bool delivers,
                          const PackState& before, const PackState& after);
+  // The packer's lost samples of the last push: kept when `counted` (its errors delivered).
+  void KeepLost(bool counted);
 
   Packer packer_;
   std::deque<std::pair<Batch, PackState>> queue_;  // each with the state after it
@@ -342,6 +358,7 @@ class PackingQueue {
   int64_t skip_at_ = -1;  // Resume: the input batch whose first skip_first_ are skipped
   int64_t skip_first_ = 0;
   int64_t deliver_from_ = 0;
+  std::vector<LostSample> lost_;
 };
 
 }  // namespace headrace

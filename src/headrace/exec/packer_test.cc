@@ -461,6 +461,18 @@ TEST(Packer, OverflowTruncatesOrSkipsAndCounts) {
     EXPECT_EQ(std::set<int64_t>(got.begin(), got.end()), (std::set<int64_t>{1, 2, 3}));
     EXPECT_EQ(p.stats().truncated, 2);
     EXPECT_EQ(p.stats().tokens, 28);
+    // Data lost: each cut sample is an error of the batch and a lost sample, named.
+    ASSERT_EQ(out.errors.size(), 2u);
+    EXPECT_EQ(out.errors[0].index, 1);
+    EXPECT_EQ(out.errors[0].status.code(), StatusCode::kPackTruncated);
+    EXPECT_THAT(out.errors[0].status.ToString(),
+                HasSubstr("pack_truncated: packing: the sample's 30 tokens exceed "
+                          "batch.pack.seq_len 10: cut to 10"));
+    const std::vector<LostSample> lost = p.TakeLost();
+    ASSERT_EQ(lost.size(), 2u);
+    EXPECT_EQ(lost[1].error.index, 3);
+    EXPECT_TRUE(lost[1].was_delivered);
+    EXPECT_TRUE(p.TakeLost().empty()) << "taken once";
   }
   {
     PackOptions o = Options(10, 0);
@@ -469,7 +481,23 @@ TEST(Packer, OverflowTruncatesOrSkipsAndCounts) {
     Batch out = *p.Push(b, 0, true);
     EXPECT_EQ(CheckPacked(out, 10, -7), (std::vector<int64_t>{2}));
     EXPECT_EQ(p.stats().skipped, 2);
-    EXPECT_TRUE(out.errors.empty());
+    ASSERT_EQ(out.errors.size(), 2u);
+    EXPECT_EQ(out.errors[1].index, 3);
+    EXPECT_EQ(out.errors[1].status.code(), StatusCode::kPackSkipped);
+    EXPECT_THAT(out.errors[1].status.message(),
+                HasSubstr("12 tokens exceed batch.pack.seq_len 10: left out"));
+    EXPECT_EQ(p.TakeLost().size(), 2u);
+  }
+  {
+    PackOptions o = Options(10, 0);
+    o.budget = true;
+    Packer p = *Packer::Make(Layout(), o);
+    const std::vector<Batch> out = *p.PushBudget(b, 0, true);
+    ASSERT_FALSE(out.empty());
+    ASSERT_EQ(out[0].errors.size(), 2u);
+    EXPECT_THAT(out[0].errors[0].status.message(),
+                HasSubstr("30 tokens exceed batch.max_tokens 10: cut to 10"));
+    EXPECT_EQ(p.TakeLost().size(), 2u);
   }
 }
 
@@ -480,7 +508,9 @@ TEST(Packer, ACutThroughVisionTokensFailsTheSample) {
   Packer p = *Packer::Make(Layout(), Options(10, 0));
   Batch out = *p.Push(b, 0, true);
   EXPECT_EQ(CheckPacked(out, 10, -7), (std::vector<int64_t>{2, 3}));
-  ASSERT_EQ(out.errors.size(), 1u);
+  ASSERT_EQ(out.errors.size(), 2u);  // and sample 2's cut (pack_truncated)
+  EXPECT_EQ(out.errors[1].index, 2);
+  EXPECT_EQ(out.errors[1].status.code(), StatusCode::kPackTruncated);
   EXPECT_EQ(out.errors[0].index, 1);
   EXPECT_EQ(out.errors[0].epoch, 3);
   EXPECT_EQ(out.errors[0].uri, "s1");
@@ -737,6 +767,9 @@ TEST(PackPlanner, PlansTheRowsThePackerBuildsAndItsBatchesAreThePackersWithoutAC
       }
       EXPECT_EQ(laid.stats().skipped, packer.stats().skipped);
       EXPECT_EQ(laid.stats().truncated, packer.stats().truncated);
+      // The same samples lost (a planned cut goes with the batch its sample is laid out
+      // in, the packer's with its input batch: with a window, not always the same one).
+      EXPECT_EQ(laid.TakeLost().size(), packer.TakeLost().size());
       EXPECT_EQ(laid.stats().planned_batches, 9);
       EXPECT_LT(laid.stats().bytes_copied, packer.stats().bytes_copied);
     }
@@ -782,7 +815,7 @@ TEST(PackPlanner, AFailedSampleLeavesItsRoomAndOneLongerThanToldARowOfItsOwn) {
   ASSERT_GE(plan.rows.front().size(), 2u);
   const int64_t gone = plan.rows.front()[1];
   Packer packer = *Packer::Make(Layout(), options);
-  const Batch out = *packer.PushPlanned(Computed(told, 0, 0, plan, {gone}), 0, plan.rows, 0);
+  const Batch out = *packer.PushPlanned(Computed(told, 0, 0, plan, {gone}), 0, plan.rows);
   std::vector<int64_t> expected;
   for (const auto& row : plan.rows) {
     for (const int64_t i : row) {
@@ -797,7 +830,7 @@ TEST(PackPlanner, AFailedSampleLeavesItsRoomAndOneLongerThanToldARowOfItsOwn) {
   // Its first row's samples made 60 tokens each, not as told: they cannot share a row.
   Told longer = told;
   for (const int64_t i : plan.rows.front()) longer.specs[i].length = 60;
-  const Batch apart = *packer.PushPlanned(Computed(longer, 0, 1, plan), 1, plan.rows, 0);
+  const Batch apart = *packer.PushPlanned(Computed(longer, 0, 1, plan), 1, plan.rows);
   EXPECT_EQ(apart.Find("input_ids")->shape()[0],
             static_cast<int64_t>(plan.rows.size() + plan.rows.front().size() - 1));
   CheckPacked(apart, 64, -7);
@@ -821,9 +854,14 @@ TEST(PackPlanner, ACutThroughVisionTokensIsLeftOutAndNamedBeforeItRuns) {
   Packer packer = *Packer::Make(Layout(), Options(64, 0));
   const Batch out = *packer.PushPlanned(Computed(told, 0, 0, plan), 0, plan.rows, plan.skipped,
                                         plan.failed);
-  EXPECT_EQ(out.errors.size(), 1u);
+  ASSERT_EQ(out.errors.size(), 2u);  // the failure, and sample 2's cut (pack_truncated)
+  EXPECT_EQ(out.errors[1].status.code(), StatusCode::kPackTruncated);
   EXPECT_EQ(packer.stats().failed, 1);
   EXPECT_EQ(packer.stats().truncated, 1);
+  const std::vector<LostSample> lost = packer.TakeLost();
+  ASSERT_EQ(lost.size(), 2u);
+  EXPECT_FALSE(lost[0].was_delivered) << "left out by the plan: never ran";
+  EXPECT_TRUE(lost[1].was_delivered) << "cut once computed";
 }
 
 TEST(PackPlanner, FromASavedStateOrAStartBatchItPlansWhatTheUnbrokenRunDoes) {
@@ -864,5 +902,44 @@ TEST(PackPlanner, FromASavedStateOrAStartBatchItPlansWhatTheUnbrokenRunDoes) {
   EXPECT_THAT(resumed.Restore(wrong, batch_of).message(), HasSubstr("changed since the state"));
 }
 
+
+TEST(PackPlanner, ASkippedSampleIsNamedAndLostBeforeItRuns) {
+  const std::vector<Batch> epoch = {MakeBatch(0, 0, {{0, 10}, {1, 80}, {2, 12}})};
+  const Told told(epoch);
+  PackOptions options = Options(64, 0);
+  options.overflow = PackOverflow::kSkip;
+  PackPlanner planner(options, told.Sizer(64));
+  const std::vector<int64_t> planned = planner.Plan(0, 0, 0, true, IndicesOf(epoch[0]));
+  EXPECT_EQ(std::count(planned.begin(), planned.end(), 1), 0) << "never computed";
+  PlannedPack plan = *planner.Take(0);
+  ASSERT_EQ(plan.skipped.size(), 1u);
+  EXPECT_EQ(plan.skipped[0].index, 1);
+  EXPECT_EQ(plan.skipped[0].status.code(), StatusCode::kPackSkipped);
+  EXPECT_THAT(plan.skipped[0].status.message(),
+              HasSubstr("80 tokens exceed batch.pack.seq_len 64: left out"));
+  Packer packer = *Packer::Make(Layout(), options);
+  const Batch out = *packer.PushPlanned(Computed(told, 0, 0, plan), 0, plan.rows, plan.skipped);
+  ASSERT_EQ(out.errors.size(), 1u);
+  EXPECT_EQ(out.errors[0].status.code(), StatusCode::kPackSkipped);
+  EXPECT_EQ(packer.stats().skipped, 1);
+  const std::vector<LostSample> lost = packer.TakeLost();
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_FALSE(lost[0].was_delivered);
+}
+
+TEST(PackingQueue, LostSamplesAreTheDeliveredBatchesOnly) {
+  // A start past the epoch's first batch without a state replays it: what it lost there
+  // was counted by the run that delivered it.
+  const Batch first = MakeBatch(0, 0, {{0, 30}, {1, 8}});
+  const Batch second = MakeBatch(0, 1, {{2, 30}, {3, 8}});
+  PackingQueue queue(*Packer::Make(Layout(), Options(10, 0)));
+  queue.DeliverFrom(1);
+  EXPECT_FALSE(*queue.Push(first, 0, false));
+  EXPECT_TRUE(queue.TakeLost().empty());
+  EXPECT_TRUE(*queue.Push(second, 1, true));
+  const std::vector<LostSample> lost = queue.TakeLost();
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].error.index, 2);
+}
 }  // namespace
 }  // namespace headrace

@@ -82,7 +82,8 @@ Result<std::optional<Batch>> Loader::NextPacked() {
       if (!plan.has_value()) {
         return Status::Internal("packing: no plan for batch " + std::to_string(in->global_index));
       }
-      HR_RETURN_IF_ERROR(packing_->PushPlanned(*in, position, plan->rows, plan->skipped,
+      HR_RETURN_IF_ERROR(packing_->PushPlanned(*in, position, plan->rows,
+                                               std::move(plan->skipped),
                                                std::move(plan->failed), plan->before,
                                                plan->after));
     } else {
@@ -95,9 +96,15 @@ Result<std::optional<Batch>> Loader::NextPacked() {
       engine_->ChargeHeld(window - window_charged_);
       window_charged_ = window;
     }
-    std::lock_guard lock(stats_mu_);
-    pack_stats_ = packing_->stats();
-    pack_state_ = packing_->state();
+    {
+      std::lock_guard lock(stats_mu_);
+      pack_stats_ = packing_->stats();
+      pack_state_ = packing_->state();
+    }
+    // The samples the packer left out or cut are data lost: counted as failed samples,
+    // against errors.max_error_rate, in batch order, before their packed batch leaves.
+    const std::vector<LostSample> lost = packing_->TakeLost();
+    HR_RETURN_IF_ERROR(engine_->CountLost(lost, position + 1 == per_epoch));
   }
 }
 

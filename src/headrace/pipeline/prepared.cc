@@ -266,6 +266,9 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
     // The packer lays out the samples' rows itself; batches taken on demand (a Ray
     // worker's, packed by the rank) leave joined, as any other batch.
     opt.keep_sample_rows = options.schedule == Schedule::kSequential;
+    // The Loader counts what the packer loses (Engine::CountLost), the epoch's last
+    // batch's too, before an epoch's end decides.
+    opt.consumer_counts_losses = options.schedule == Schedule::kSequential;
     HR_ASSIGN_OR_RETURN(Packer packer, Packer::Make(inputs_->fields, pack));
     packing.emplace(std::move(packer));
     opt.deliver_empty_batches = true;
