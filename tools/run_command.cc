@@ -180,7 +180,10 @@ int RunCommand(const Args& args) {
     if (!batch->has_value()) break;
     for (const SampleError& e : (*batch)->errors) {
       if (logged++ < spec->errors.max_logged) {
-        std::fprintf(stderr, "headrace: skipped sample: %s\n", e.ToString().c_str());
+        // A sample cut by the packer was delivered, its tail lost; every other was skipped.
+        std::fprintf(stderr, "headrace: %s sample: %s\n",
+                     e.status.code() == StatusCode::kPackTruncated ? "truncated" : "skipped",
+                     e.ToString().c_str());
       }
     }
     if (digests) batch_digests.push_back(BatchDigest(**batch));
@@ -197,7 +200,11 @@ int RunCommand(const Args& args) {
   report.timeline = monitor.timeline();
   report.batch_digests = std::move(batch_digests);
   if (signal != 0) report.interrupted_by = SignalName(signal);
+  if (!failure.ok()) report.failure = failure.ToString();  // no advice in the report then
   if (!quiet) std::fputs(RunReportToText(report).c_str(), stdout);
+  // The report is out before the verdict on stderr, so that the failure (or the stop) is a
+  // line of its own after it, also where both streams go to one file.
+  std::fflush(stdout);
   if (!report_path.empty() && !WriteTextFile(report_path, RunReportToJson(report))) return 1;
   interrupt.SetStop(nullptr);
   metrics.reset();  // it reads the loader

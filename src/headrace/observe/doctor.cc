@@ -335,7 +335,43 @@ std::string_view LimitKindName(LimitKind kind) {
   return "consumer";
 }
 
+namespace {
+
+// Samples the packer left out or cut (data lost, counted as errors by kind): whatever
+// limits the throughput, the doctor names them and the key that decides them.
+void AddPackLoss(const RunReport& r, Diagnosis& d) {
+  const int64_t lost = r.pack.skipped + r.pack.truncated + r.pack.failed;
+  if (!r.packed || lost == 0) return;
+  const char* key = r.pack_budget ? "batch.max_tokens" : "batch.pack.seq_len";
+  d.evidence.push_back({"pack_samples_skipped", static_cast<double>(r.pack.skipped), "samples"});
+  d.evidence.push_back(
+      {"pack_samples_truncated", static_cast<double>(r.pack.truncated), "samples"});
+  d.evidence.push_back({"pack_samples_failed", static_cast<double>(r.pack.failed), "samples"});
+  d.advice.push_back(
+      {"", 0, 0,
+       StrFormat("data lost to packing: of the samples longer than %s %lld, %lld were "
+                 "skipped, %lld truncated and %lld failed (a cut through vision tokens), "
+                 "counted as errors against errors.max_error_rate (kinds pack_skipped, "
+                 "pack_truncated); raise %s to the longest samples' tokens, or lower their "
+                 "images' max_pixels",
+                 key, static_cast<long long>(r.pack_seq_len),
+                 static_cast<long long>(r.pack.skipped), static_cast<long long>(r.pack.truncated),
+                 static_cast<long long>(r.pack.failed), key)});
+}
+
+Diagnosis DiagnoseThroughput(const RunReport& r, const DoctorOptions& options);
+
+}  // namespace
+
 Diagnosis DiagnoseRun(const RunReport& r, const DoctorOptions& options) {
+  Diagnosis d = DiagnoseThroughput(r, options);
+  AddPackLoss(r, d);
+  return d;
+}
+
+namespace {
+
+Diagnosis DiagnoseThroughput(const RunReport& r, const DoctorOptions& options) {
   const StageReport* read = FindStage(r, "read");
   const StageReport* cpu = FindStage(r, "cpu");
   const StageReport* batch = FindStage(r, "batch");
@@ -394,6 +430,8 @@ Diagnosis DiagnoseRun(const RunReport& r, const DoctorOptions& options) {
   }
   return DiagnoseBuffering(r, batch, b);
 }
+
+}  // namespace
 
 Result<std::unique_ptr<DoctorRun>> DoctorRun::Start(const PipelineSpec& spec,
                                                     int64_t baseline_rss_bytes) {

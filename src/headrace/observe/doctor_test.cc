@@ -290,6 +290,28 @@ TEST(Doctor, SavedReportReadsBackToTheSameDiagnosis) {
   EXPECT_EQ(DiagnosisToJson(DiagnoseRun(*back)), DiagnosisToJson(DiagnoseRun(r)));
 }
 
+TEST(Doctor, SamplesLostToPackingAreNamedWithTheKeyWhateverTheLimit) {
+  RunReport r = WaitingRun();
+  r.wait_time_ratio = 0.01;  // nothing to change for the throughput
+  r.packed = true;
+  r.pack_seq_len = 1024;
+  r.pack.samples = 35;
+  r.pack.skipped = 10;
+  r.pack.truncated = 5;
+  const Diagnosis d = DiagnoseRun(r);
+  EXPECT_EQ(d.limit, LimitKind::kConsumer);
+  ASSERT_EQ(d.advice.size(), 1u);
+  EXPECT_THAT(d.advice[0].text,
+              HasSubstr("longer than batch.pack.seq_len 1024, 10 were skipped, 5 truncated"));
+  EXPECT_THAT(d.advice[0].text, HasSubstr("errors.max_error_rate"));
+  ASSERT_NE(EvidenceNamed(d, "pack_samples_skipped"), nullptr);
+  EXPECT_DOUBLE_EQ(EvidenceNamed(d, "pack_samples_truncated")->value, 5);
+  // A saved report gives the same diagnosis.
+  auto back = RunReportFromJson(RunReportToJson(r));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(DiagnosisToJson(DiagnoseRun(*back)), DiagnosisToJson(d));
+}
+
 TEST(Doctor, TextThatIsNotARunReportIsRefusedNamingWhatIsMissing) {
   EXPECT_FALSE(RunReportFromJson("[1, 2]").ok());
   auto partial = RunReportFromJson(R"({"samples": 1, "batches": 1})");

@@ -402,6 +402,37 @@ TEST(RunReport, AVideoOpsFramesDecodedPerFrameTakenGoInTheJsonAndTextAndReadBack
   EXPECT_DOUBLE_EQ(back->ops[1].frames_decoded_per_taken, 10.5);
 }
 
+TEST(RunReport, SamplesLostToPackingAreErrorsByKindInTheMetricsAndAFailedRunGivesNoAdvice) {
+  RunReport r = HandMadeReport();
+  r.bottleneck = "cpu";
+  r.advice = "raise execution.cpu_threads";
+  r.packed = true;
+  r.pack_seq_len = 1024;
+  r.pack.samples = 35;
+  r.pack.skipped = 10;
+  r.pack.truncated = 5;
+  r.errors_by_kind["pack_skipped"] = 10;
+  r.errors_by_kind["pack_truncated"] = 5;
+  const std::string text = "\n" + PrometheusText(r, {});
+  EXPECT_EQ(Value(text, R"(headrace_errors_total{kind="pack_skipped"})"), 10);
+  EXPECT_EQ(Value(text, R"(headrace_pack_samples_total{outcome="truncated"})"), 5);
+  EXPECT_EQ(Value(text, R"(headrace_pack_samples_total{outcome="skipped"})"), 10);
+  EXPECT_EQ(Value(text, R"(headrace_pack_samples_total{outcome="packed"})"), 35);
+  EXPECT_NE(RunReportToText(r).find(": " + r.advice), std::string::npos);
+  r.failure = "resource_exhausted: too many bad samples";
+  const std::string failed = RunReportToText(r);
+  EXPECT_EQ(failed.find(r.advice), std::string::npos) << failed;
+  EXPECT_NE(failed.find("(no advice: the run failed)\n"), std::string::npos) << failed;
+  const std::string json = RunReportToJson(r);
+  EXPECT_NE(json.find("\"advice\": \"\""), std::string::npos) << json;
+  auto back = RunReportFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->failure, r.failure);
+  EXPECT_EQ(back->errors_by_kind.at("pack_truncated"), 5);
+  EXPECT_EQ(back->pack.skipped, 10);
+  EXPECT_EQ(back->pack_seq_len, 1024);
+}
+
 TEST(RunMonitor, RecordsATimelineOfTheRunAndCallsBackEachSample) {
   auto loader = Loader::Make(SmallPipeline("monitor_timeline", 64));
   ASSERT_TRUE(loader.ok());

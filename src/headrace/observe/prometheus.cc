@@ -104,6 +104,30 @@ std::string PrometheusText(const RunReport& r, const MetricLabels& labels) {
   for (const auto& [kind, n] : r.errors_by_kind) {
     e.Sample("headrace_errors_total", static_cast<double>(n), Label("kind", kind));
   }
+  if (r.packed) {
+    // What packing did; its samples left out or cut are in headrace_errors_total too
+    // (kinds pack_skipped, pack_truncated): data lost.
+    const PackStats& p = r.pack;
+    e.Family("headrace_pack_samples_total", "counter",
+             "Samples the packer handled, by outcome (packed, truncated, skipped, failed).");
+    e.Sample("headrace_pack_samples_total", static_cast<double>(p.samples),
+             Label("outcome", "packed"));
+    e.Sample("headrace_pack_samples_total", static_cast<double>(p.truncated),
+             Label("outcome", "truncated"));
+    e.Sample("headrace_pack_samples_total", static_cast<double>(p.skipped),
+             Label("outcome", "skipped"));
+    e.Sample("headrace_pack_samples_total", static_cast<double>(p.failed),
+             Label("outcome", "failed"));
+    e.Family("headrace_pack_tokens_total", "counter",
+             "Tokens in packed rows (batch.max_tokens: batches), by kind (real, padding, vision).");
+    e.Sample("headrace_pack_tokens_total", static_cast<double>(p.tokens), Label("kind", "real"));
+    e.Sample("headrace_pack_tokens_total", static_cast<double>(p.padding_tokens),
+             Label("kind", "padding"));
+    e.Sample("headrace_pack_tokens_total", static_cast<double>(p.vision_tokens),
+             Label("kind", "vision"));
+    e.Family("headrace_pack_fill_ratio", "gauge", "Real tokens / row capacity so far.")
+        .Sample("headrace_pack_fill_ratio", p.fill());
+  }
   if (!r.entries.empty()) {
     // A blend (source.mix): each entry's share, labelled by its name.
     using Entry = EngineMetrics::Entry;

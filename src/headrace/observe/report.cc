@@ -392,7 +392,8 @@ std::string RunReportToJson(const RunReport& r) {
     w.EndObject();
   }
   w.Key("bottleneck").String(r.bottleneck);
-  w.Key("advice").String(r.advice);
+  w.Key("advice").String(r.failure.empty() ? r.advice : "");
+  if (!r.failure.empty()) w.Key("failure").String(r.failure);
   w.Key("partial").Bool(!r.interrupted_by.empty());
   if (!r.interrupted_by.empty()) w.Key("interrupted_by").String(r.interrupted_by);
   if (!r.batch_digests.empty()) {
@@ -459,8 +460,27 @@ Result<RunReport> RunReportFromJson(std::string_view json_text) {
   text(doc, "bottleneck", &r.bottleneck);
   text(doc, "advice", &r.advice);
   text(doc, "interrupted_by", &r.interrupted_by);
+  text(doc, "failure", &r.failure);
   if (simdjson::dom::element errors; doc["errors"].get(errors) == simdjson::SUCCESS) {
     number(errors, "total", &r.errors_total);
+    if (simdjson::dom::object kinds; errors["by_kind"].get(kinds) == simdjson::SUCCESS) {
+      for (auto [kind, n] : kinds) {
+        if (int64_t v = 0; n.get(v) == simdjson::SUCCESS) r.errors_by_kind[std::string(kind)] = v;
+      }
+    }
+  }
+  if (simdjson::dom::element pack; doc["pack"].get(pack) == simdjson::SUCCESS) {
+    r.packed = true;
+    r.pack_budget = pack["max_tokens"].error() == simdjson::SUCCESS;
+    number(pack, r.pack_budget ? "max_tokens" : "seq_len", &r.pack_seq_len);
+    number(pack, "rows", &r.pack.rows);
+    number(pack, "samples", &r.pack.samples);
+    number(pack, "tokens", &r.pack.tokens);
+    number(pack, "padding_tokens", &r.pack.padding_tokens);
+    number(pack, "vision_tokens", &r.pack.vision_tokens);
+    number(pack, "truncated", &r.pack.truncated);
+    number(pack, "skipped", &r.pack.skipped);
+    number(pack, "failed", &r.pack.failed);
   }
   if (simdjson::dom::element shuffle; doc["shuffle"].get(shuffle) == simdjson::SUCCESS) {
     number(shuffle, "neighbour_distance", &r.neighbour_distance);
@@ -556,7 +576,7 @@ std::string RunReportToText(const RunReport& r) {
         p.tokens > 0 ? 1000.0 * static_cast<double>(p.padding_tokens) / static_cast<double>(p.tokens)
                      : 0.0,
         static_cast<long long>(p.vision_tokens));
-    add("                    %lld truncated, %lld skipped, %lld failed; window peak %.1f MiB "
+    add("                    %lld truncated, %lld skipped, %lld failed (data lost: in errors); window peak %.1f MiB "
         "(outside budget); %lld of %lld batches planned from told sizes\n",
         static_cast<long long>(p.truncated), static_cast<long long>(p.skipped),
         static_cast<long long>(p.failed), p.max_window_bytes / 1048576.0,
@@ -644,6 +664,11 @@ std::string RunReportToText(const RunReport& r) {
     add(", %lld throttled, %lld errors, %.1f MB, %lld connections\n",
         static_cast<long long>(s.throttles), static_cast<long long>(s.errors), s.bytes / 1e6,
         static_cast<long long>(s.connections));
+  }
+  if (!r.failure.empty()) {
+    // A failed run is not a tuning result: no advice (the failure is the caller's to say).
+    out += "  bottleneck        " + r.bottleneck + " (no advice: the run failed)\n";
+    return out;
   }
   out += "  bottleneck        " + r.bottleneck + ": " + r.advice + "\n";
   return out;

@@ -136,6 +136,9 @@ struct RunReport {
   // Set by the caller ("SIGINT", "SIGTERM") when a signal stopped the run early: the
   // report is then partial, covering what ran until the stop.
   std::string interrupted_by;
+  // Set by the caller when the run failed (its Status, "resource_exhausted: too many bad
+  // samples ..."): the report then gives no advice (a failed run is not a tuning result).
+  std::string failure;
   // batch.pack (JSON "pack": {...}, only when packing): what the packer did, its seq_len.
   bool packed = false;
   int64_t pack_seq_len = 0;  // or batch.max_tokens (pack_budget)
