@@ -142,6 +142,7 @@ class Loader:
         self._active = False  # a `for` over self._epoch started and has not ended
         self._keep = False    # the next `for` continues self._epoch (resume, set_epoch)
         self._last_stats: Optional[Dict[str, float]] = None
+        self._last_report: Optional[str] = None  # the last engine's, once it stopped
         # batch.pack: the packer's saved window (load_state_dict), for the engine made at
         # its position; the engine's own once it runs.
         self._pack_state: Optional[Dict[str, Any]] = None
@@ -454,10 +455,14 @@ class Loader:
         return self.stats()["wait_time_ratio"]
 
     def report(self) -> Dict[str, Any]:
-        """The run report (as ``headrace run`` writes it) of the current engine."""
+        """The run report (as ``headrace run`` writes it) of the current engine, or, once
+        it stopped (a bounded run's last epoch ended, ``close()``, a reposition), of the
+        last one, as it stood then."""
         import json
         if self._impl is None:
-            raise _headrace.Error("report(): no engine is running (the run ended or was closed)")
+            if self._last_report is not None:
+                return json.loads(self._last_report)
+            raise _headrace.Error("report(): no engine has run yet")
         return json.loads(self._impl.report_json())
 
     def close(self) -> None:
@@ -473,6 +478,10 @@ class Loader:
         impl, self._impl = self._impl, None
         if impl is not None:
             self._last_stats = impl.consumer_stats()
+            try:
+                self._last_report = impl.report_json()  # report() after the run
+            except Exception:  # a stream whose coordinator is gone (headrace.ray)
+                self._last_report = None
             if self._metrics is not None:
                 self._metrics.attach(None)  # keeps serving this engine's final values
             impl.close()

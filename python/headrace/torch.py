@@ -45,6 +45,10 @@ from .pipeline import Pipeline
 
 Tensors = Dict[str, Any]  # field -> torch.Tensor, or a list (ids, text fields)
 
+# The keys of headrace.Loader.stats() that TorchLoader.stats() passes on: the data's
+# counts (the wait accounting is TorchLoader's own).
+_LOADER_KEYS = ("samples_failed", "errors.", "pack_", "source.")
+
 
 class HostRelease:
     """Holds host batches until the copies that read them have completed.
@@ -306,7 +310,17 @@ class TorchLoader:
         """Wait accounting of this loop so far, seconds: ``wait_s`` (the host waited for
         batches), ``h2d_s`` (the trainer's stream waited for copies), their sum over
         ``steady_s`` as ``wait_time_ratio``; ``host_batches_held``: host batches whose
-        copy has not completed yet."""
+        copy has not completed yet; and what the loader counted of the data, as
+        :meth:`headrace.Loader.stats` names it: ``samples_failed``, ``errors.<kind>``
+        (samples a packer left out or cut among them: ``errors.pack_skipped``,
+        ``errors.pack_truncated``), ``pack_*``, a blend's ``source.<name>.*``."""
+        out = self._wait_stats()
+        for key, value in self.loader.stats().items():
+            if key.startswith(_LOADER_KEYS):
+                out[key] = value
+        return out
+
+    def _wait_stats(self) -> Dict[str, Any]:
         self._count_stalls()
         clock = self._clock.stats()
         steady = 0.0
@@ -323,7 +337,7 @@ class TorchLoader:
 
     @property
     def wait_time_ratio(self) -> float:
-        return self.stats()["wait_time_ratio"]
+        return self._wait_stats()["wait_time_ratio"]
 
     def state_dict(self) -> Dict[str, Any]:
         """As :meth:`headrace.Loader.state_dict`: resuming continues after the batch this

@@ -607,7 +607,18 @@ void RegisterLoader(nb::module_& m) {
       })
       .def("deliver_from", [](PyPacker& p, int64_t j) { p.queue().DeliverFrom(j); })
       .def("state", [](PyPacker& p) { return PackStateToDict(p.queue().state()); })
-      .def("stats", [](PyPacker& p) { return PackStatsToDict(p.queue().stats()); });
+      .def("stats", [](PyPacker& p) { return PackStatsToDict(p.queue().stats()); })
+      .def("take_lost",
+           [](PyPacker& p) {
+             nb::list out;
+             for (const LostSample& l : p.queue().TakeLost()) {
+               out.append(nb::make_tuple(l.error.ToString(), l.was_delivered));
+             }
+             return out;
+           },
+           "The samples the pushes since the last call left out or cut (data lost: their "
+           "errors are in the packed batches too), as (error, was_delivered): for the "
+           "rank's error budget (exec/packer.h, PackingQueue::TakeLost)");
   nb::class_<PyLoader>(m, "_Loader")
       .def_static("make", &PyLoader::Make, nb::arg("spec"), nb::arg("rank") = 0,
                   nb::arg("world_size") = 1, nb::arg("start_epoch") = 0,
@@ -641,8 +652,13 @@ void RegisterLoader(nb::module_& m) {
              if (const auto pack = l.loader().pack_stats(); pack.has_value()) {
                d.update(PackStatsToDict(*pack));
              }
+             // The samples failed, by kind ("errors.<kind>"): data lost to packing
+             // among them (pack_skipped, pack_truncated), as the report counts them.
+             const EngineMetrics m = l.loader().engine_metrics();
+             d["samples_failed"] = m.samples_failed;
+             for (const auto& [kind, n] : m.errors_by_kind) d[("errors." + kind).c_str()] = n;
              // A blend: each entry's samples, errors and bytes ("source.<name>.samples").
-             for (const EngineMetrics::Entry& e : l.loader().engine_metrics().entries) {
+             for (const EngineMetrics::Entry& e : m.entries) {
                const std::string key = "source." + e.name + ".";
                d[(key + "samples").c_str()] = e.samples_delivered;
                d[(key + "errors").c_str()] = e.samples_failed;

@@ -315,6 +315,16 @@ class _Stream:
         ptrs = {name: v.ctypes.data for name, v in fields.items() if hasattr(v, "ctypes")}
         return fields, out["epoch"], out["index"], j, out["errors"], ptrs
 
+    def count_lost(self, lost, at_end: bool) -> None:
+        """Samples lost after delivery (a packer's: (error, was_delivered) pairs, in
+        batch order): failed, no longer delivered (exec/error_budget.h LostSample); the
+        run's budget applied again."""
+        if not lost:
+            return
+        self._budget.count(-sum(1 for _, delivered in lost if delivered),
+                           [error for error, _ in lost])
+        self._budget.check(at_end, *self._others, self.rank)
+
     def window_wait_ratio(self):
         """The wait-time ratio since the last call (autoscale), and the batches in it."""
         since, wait_before, batches_before = self._window
@@ -385,6 +395,9 @@ class _PackedStream:
             position = j - epoch * per_epoch
             if self._packer.push(fields, epoch, index, j, position, position + 1 == per_epoch):
                 self._errors += list(errors)
+                # The samples the packer left out or cut are data lost: counted in this
+                # rank's share of the run's error budget, as the local loader counts them.
+                self._stream.count_lost(self._packer.take_lost(), position + 1 == per_epoch)
 
     def pack_state(self):
         return self._packer.state()
