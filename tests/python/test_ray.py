@@ -262,6 +262,40 @@ def test_a_rank_packs_the_workers_batches_as_the_local_loader_does(cluster, py_s
     assert [digest(b) for _ in range(2) for b in resumed] == local[2:]
 
 
+def test_a_rank_counts_the_samples_its_packer_cuts_as_the_local_loader_does(cluster, py_sample):
+    """Samples longer than seq_len, cut by the rank's packer, are failed samples of the
+    run's error budget (issue 47): as many as the local loader counts, each named in its
+    batch; past errors.max_error_rate the run fails."""
+    ops = headrace.ops
+
+    def pipe(rate):
+        return headrace.Pipeline(
+            source=py_sample / "manifest.jsonl",
+            ops=[ops.tokenize(py_sample / "tokenizer.model", max_length=48, pad=False)],
+            batch_size=8, seed=1, cpu_threads=2, memory_budget="64MiB", epochs=1,
+            pack={"seq_len": 24, "window": 0}, overrides={"errors.max_error_rate": rate})
+
+    with headrace.Loader(pipe(1.0)) as local_loader:
+        want = [e for b in local_loader for e in b.errors]
+        local = local_loader.stats()
+    assert want and local["samples_failed"] == local["pack_truncated"] == len(want)
+    loader = hray.Loader(pipe(1.0), workers=2, worker_resources=WORKER)
+    try:
+        got = [e for b in loader for e in b.errors]
+        stats = loader.stats()
+    finally:
+        loader.close()
+    assert sorted(got) == sorted(want) and all("pack_truncated" in e for e in got)
+    assert stats["samples_failed"] == len(want)
+    loader = hray.Loader(pipe(0.0), workers=2, worker_resources=WORKER)
+    try:
+        with pytest.raises(headrace.Error, match="too many bad samples"):
+            for _ in loader:
+                pass
+    finally:
+        loader.close()
+
+
 @pytest.mark.parametrize("packed", [False, True])
 def test_an_elastic_resume_on_workers_is_the_local_loaders(cluster, py_sample, packed):
     """A state of 2 ranks taken mid-epoch, merged, resumes on 3 ranks that the workers
