@@ -439,9 +439,13 @@ class Loader:
     # --- measurement and lifetime ----------------------------------------------------
 
     def stats(self) -> Dict[str, float]:
-        """The consumer's wait accounting so far (seconds) and its ``wait_time_ratio``; with
+        """The consumer's wait accounting so far (seconds) and its ``wait_time_ratio``;
+        ``samples_failed`` and ``errors.<kind>`` (as the report counts them); with
         batch.pack also what packing did: ``pack_fill`` (real tokens / rows x seq_len),
-        ``pack_padding_tokens``, ``pack_vision_tokens``, ``pack_truncated``, ... ."""
+        ``pack_padding_tokens``, ``pack_vision_tokens``, ``pack_truncated``,
+        ``pack_skipped``, ... (the truncated and skipped samples are data lost: also in
+        ``errors.pack_truncated`` and ``errors.pack_skipped``, against
+        errors.max_error_rate)."""
         if self._impl is None:
             if self._last_stats is not None:
                 return dict(self._last_stats)
