@@ -83,12 +83,12 @@ def main(argv=None) -> float:
     waited = trainer.headrace_loader.stats()["wait_time_ratio"]
     report = trainer.headrace_loader.loader.report()
     trainer.headrace_loader.close()
-    pack = report.get("pack") or {}
-    failed, skipped, cut = (report["errors"]["total"], pack.get("skipped", 0),
-                            pack.get("truncated", 0))
+    # Every sample lost, by kind: failed ones, and those packing left out or cut.
+    errors = report["errors"]
+    kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(errors["by_kind"].items()))
     print(f"trained {result.global_step} steps, mean loss {result.training_loss:.3f}; the "
-          f"trainer waited {waited:.1%} of its time for data; {failed + skipped + cut} "
-          f"samples lost ({failed} failed, {skipped} longer than a row left out, {cut} cut)")
+          f"trainer waited {waited:.1%} of its time for data; {errors['total']} samples lost"
+          + (f" ({kinds})" if kinds else ""))
     if not math.isfinite(result.training_loss):
         raise SystemExit("the loss is not finite")
     return result.training_loss
