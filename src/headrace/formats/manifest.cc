@@ -240,9 +240,10 @@ Status ReadItem(simdjson::dom::element item, int64_t line, const SourceSpec& spe
 }
 
 // Fills `record` (id, media, turns, attributes) from one parsed line, or returns why it
-// is bad.
+// is bad. `keys[f]`: field f's JSON keys (ManifestKeysOf), one of which a record may hold.
 Status FillRecord(simdjson::dom::element doc, int64_t line, const SourceSpec& spec,
-                  std::span<const SourceFieldSpec> fields, const SplitPath& root,
+                  std::span<const SourceFieldSpec> fields,
+                  std::span<const std::vector<std::string>> keys, const SplitPath& root,
                   const std::string& root_text, SampleRecord& record) {
   simdjson::dom::object obj;
   if (doc.get(obj) != simdjson::SUCCESS) {
@@ -267,35 +268,53 @@ Status FillRecord(simdjson::dom::element doc, int64_t line, const SourceSpec& sp
   for (size_t fi = 0; fi < fields.size(); ++fi) {
     const SourceFieldSpec& f = fields[fi];
     const int field = static_cast<int>(fi);
+    // The field's value under whichever of its keys the record holds (absent and null
+    // alike: no value); two of them is the record's error, not a silent choice.
     simdjson::dom::element value;
-    if (obj.at_key(f.key).get(value) != simdjson::SUCCESS || value.is_null()) {
-      if (f.required) return MissingField(line, "missing field '" + f.key + "'");
+    const std::string* key = nullptr;
+    for (const std::string& k : keys[fi]) {
+      simdjson::dom::element v;
+      if (obj.at_key(k).get(v) != simdjson::SUCCESS || v.is_null()) continue;
+      if (key != nullptr) {
+        return BadRecord(line, "fields '" + *key + "' and '" + k + "' are both present; " +
+                                   "field '" + f.name + "' reads one of them (key " +
+                                   QuoteForMessage(f.key) + ")");
+      }
+      value = v;
+      key = &k;
+    }
+    if (key == nullptr) {
+      if (f.required) {
+        std::string names;
+        for (const std::string& k : keys[fi]) names += (names.empty() ? "'" : " or '") + k + "'";
+        return MissingField(line, "missing field " + names);
+      }
       continue;
     }
     if (f.kind == FieldKind::kConversation) {
-      HR_RETURN_IF_ERROR(AppendTurns(value, spec, f.key, LinePrefix(line), record.turns));
+      HR_RETURN_IF_ERROR(AppendTurns(value, spec, *key, LinePrefix(line), record.turns));
       continue;
     }
     if (f.max_items == 0) {
-      HR_RETURN_IF_ERROR(ReadItem(value, line, spec, root, root_text, field, f, f.key, record));
+      HR_RETURN_IF_ERROR(ReadItem(value, line, spec, root, root_text, field, f, *key, record));
       continue;
     }
     simdjson::dom::array items;
     if (value.get(items) != simdjson::SUCCESS) {
       // One value where a list is declared is a list of one: LLaVA-style data writes
       // "image": "a.jpg" for one image and a list for several, often in one file.
-      HR_RETURN_IF_ERROR(ReadItem(value, line, spec, root, root_text, field, f, f.key, record));
+      HR_RETURN_IF_ERROR(ReadItem(value, line, spec, root, root_text, field, f, *key, record));
       continue;
     }
     if (items.size() > static_cast<size_t>(f.max_items)) {
-      return BadRecord(line, "field '" + f.key + "' has " + std::to_string(items.size()) +
+      return BadRecord(line, "field '" + *key + "' has " + std::to_string(items.size()) +
                                  " items, more than its max_items " +
                                  std::to_string(f.max_items));
     }
     size_t i = 0;
     for (simdjson::dom::element item : items) {
       HR_RETURN_IF_ERROR(ReadItem(item, line, spec, root, root_text, field, f,
-                                  f.key + "[" + std::to_string(i++) + "]", record));
+                                  *key + "[" + std::to_string(i++) + "]", record));
     }
   }
   return Status::Ok();
@@ -368,6 +387,7 @@ bool IsBlankManifestLine(std::string_view line) {
 struct ManifestLineParser::State {
   SourceSpec spec;
   std::vector<SourceFieldSpec> fields;
+  std::vector<std::vector<std::string>> keys;  // each field's JSON keys (ManifestKeysOf)
   std::string root_text;
   SplitPath root;  // views into root_text: a State is never moved once made
 };
@@ -377,6 +397,7 @@ Result<ManifestLineParser> ManifestLineParser::Make(const std::string& manifest_
   auto state = std::make_shared<State>();
   state->spec = spec;
   state->fields = ResolvedFields(spec);
+  for (const SourceFieldSpec& f : state->fields) state->keys.push_back(ManifestKeysOf(f));
   HR_ASSIGN_OR_RETURN(state->root_text, DefaultRoot(manifest_path, spec));
   state->root = Split(state->root_text);
   return ManifestLineParser(std::move(state));
@@ -410,7 +431,8 @@ void ManifestLineParser::Parse(std::string_view line, size_t readable_after, int
         BadRecord(line_number, std::string("invalid JSON: ") + simdjson::error_message(error));
   } else {
     const State& s = *state_;
-    record.status = FillRecord(doc, line_number, s.spec, s.fields, s.root, s.root_text, record);
+    record.status = FillRecord(doc, line_number, s.spec, s.fields, s.keys, s.root, s.root_text,
+                               record);
   }
   if (!record.status.ok()) {
     // The id, when it was read, stays for messages; nothing else is usable.

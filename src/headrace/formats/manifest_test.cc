@@ -612,6 +612,43 @@ TEST(ParseManifest, DeclaredFieldErrorsAreNamedPerRecord) {
   }
 }
 
+TEST(ParseManifest, AFieldWithSeveralKeysReadsWhicheverARecordHolds) {
+  // LLaVA data as it comes: "image" for one, "images" for several, neither for text only.
+  SourceSpec spec;
+  spec.manifest = "/data/set/manifest.jsonl";
+  spec.fields = {{"images", FieldKind::kImage, "images,image", 4, false},
+                 {"conversation", FieldKind::kConversation, "conversations", 0, true}};
+  const std::string turns = R"("conversations": [{"from": "human", "value": "hi"}])";
+  const Manifest m = ParseWith(
+      spec, R"({"id": 1, "image": "a.jpg", )" + turns + "}\n" +
+                R"({"id": 2, "images": ["b.jpg", "c.jpg"], )" + turns + "}\n" +
+                R"({"id": 3, )" + turns + "}\n" +
+                R"({"id": 4, "image": null, "images": ["d.jpg"], )" + turns + "}\n" +
+                R"({"id": 5, "image": "a.jpg", "images": ["b.jpg"], )" + turns + "}\n" +
+                R"({"id": 6, "image": "a.jpg"})" + "\n");
+  ASSERT_EQ(m.records.size(), 6u);
+  for (size_t i = 0; i < 4; ++i) ASSERT_TRUE(m.records[i].status.ok()) << i;
+  ASSERT_EQ(m.records[0].media.size(), 1u);
+  EXPECT_EQ(m.records[0].media[0].uri, "/data/set/a.jpg");
+  EXPECT_EQ(m.records[0].media[0].field, 0);
+  ASSERT_EQ(m.records[1].media.size(), 2u);
+  EXPECT_EQ(m.records[1].media[1].uri, "/data/set/c.jpg");
+  EXPECT_TRUE(m.records[2].media.empty());  // text only: no items, no error
+  EXPECT_EQ(m.records[2].turns.size(), 1u);
+  ASSERT_EQ(m.records[3].media.size(), 1u);  // a null key counts as absent
+  EXPECT_EQ(m.records[4].status.code(), StatusCode::kBadRecord);
+  EXPECT_THAT(m.records[4].status.message(),
+              HasSubstr("line 5: fields 'images' and 'image' are both present; field 'images' "
+                        "reads one of them"));
+  EXPECT_EQ(m.records[5].status.code(), StatusCode::kMissingField);
+  EXPECT_THAT(m.records[5].status.message(), HasSubstr("missing field 'conversations'"));
+
+  spec.fields[0].required = true;
+  const Manifest required = ParseWith(spec, R"({"id": 3, )" + turns + "}\n");
+  EXPECT_THAT(required.records[0].status.message(),
+              HasSubstr("missing field 'images' or 'image'"));
+}
+
 TEST(ParseManifest, DefaultFieldsAreTheLlavaPair) {
   SourceSpec spec;
   const std::vector<SourceField> fields = SourceFieldsOf(spec);
