@@ -187,7 +187,15 @@ bool ManifestSeeds(const fs::path& dir) {
   };
   std::string mixed = "\xEF\xBB\xBF";
   for (std::string_view line : kMixed) mixed.append(line).append("\n");
-  return Write(dir / "good.jsonl", std::string(kGood) + "\n") && Write(dir / "mixed.jsonl", mixed);
+  // The same records as one JSON array (LLaVA's files), a missing value among them.
+  std::string array = "[\n";
+  for (std::string_view line : kMixed) {
+    if (line.empty()) continue;
+    array.append(line.ends_with('\r') ? line.substr(0, line.size() - 1) : line).append(" ,\n");
+  }
+  array.append(", ").append(kGood).append("]\n");
+  return Write(dir / "good.jsonl", std::string(kGood) + "\n") && Write(dir / "mixed.jsonl", mixed) &&
+         Write(dir / "mixed_array.json", array);
 }
 
 bool ConfigSeeds(const fs::path& dir, const fs::path& source_dir) {

@@ -25,18 +25,28 @@ std::span<const uint8_t> Span(std::string_view s) {
 
 // The manifest's lines as written, indexed by 1-based line number - 1, without the line
 // end or a leading byte-order mark (what ParseManifest parsed).
-std::vector<std::string_view> Lines(const Buffer& bytes) {
-  std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
-  std::vector<std::string_view> lines;
-  while (!text.empty()) {
-    const size_t end = text.find('\n');
-    std::string_view line = text.substr(0, end);
-    if (line.ends_with('\r')) line.remove_suffix(1);
-    lines.push_back(line);
-    text = end == std::string_view::npos ? std::string_view() : text.substr(end + 1);
+// Each record's JSON text, by record index: the manifest's non-blank lines, or its
+// array's elements (formats/manifest.h: the same walks ParseManifest makes).
+Result<std::vector<std::string_view>> RecordTexts(const Buffer& bytes, const std::string& path) {
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  std::vector<std::string_view> out;
+  const auto add = [&](std::string_view record, int64_t, size_t) {
+    if (record.ends_with('\r')) record.remove_suffix(1);
+    out.push_back(record);
+    return true;
+  };
+  if (ManifestLayoutOf(text) == ManifestLayout::kArray) {
+    HR_RETURN_IF_ERROR(ForEachManifestElement(text, path, add).status());
+  } else {
+    ForEachManifestLine(text, add);
   }
-  return lines;
+  return out;
+}
+
+// A record's place in the manifest, for messages: "line 12" or "element 11".
+std::string Where(const SampleRecord& record, ManifestLayout layout) {
+  return layout == ManifestLayout::kArray ? "element " + std::to_string(record.line - 1)
+                                          : "line " + std::to_string(record.line);
 }
 
 // The media's extension, lowercased, without a dot: "jpg" for ".../000017.JPG"; "bin"
@@ -100,7 +110,8 @@ Result<std::vector<SourceFieldSpec>> MediaFields(const std::vector<std::string>&
 // The member name of each of the record's media items: <key>.<ext>, or <key>.<n>.<ext>
 // for item n of a list field. kInvalidArgument when two items would share a name.
 Result<std::vector<std::string>> MemberNames(const std::string& key, const SampleRecord& record,
-                                             const std::vector<SourceFieldSpec>& fields) {
+                                             const std::vector<SourceFieldSpec>& fields,
+                                             ManifestLayout layout) {
   std::vector<std::string> names;
   std::vector<int> items(fields.size() + 1, 0);
   for (const MediaRef& ref : record.media) {
@@ -114,7 +125,7 @@ Result<std::vector<std::string>> MemberNames(const std::string& key, const Sampl
           return f < static_cast<int>(fields.size()) ? fields[f].name : std::string("image");
         };
         return Status::InvalidArgument(
-            "line " + std::to_string(record.line) + ": '" + field_name(record.media[other].field) +
+            Where(record, layout) + ": '" + field_name(record.media[other].field) +
             "' and '" + field_name(ref.field) + "' would both be member " + name +
             ": give one of them another file extension");
       }
@@ -191,7 +202,10 @@ Result<ShardStats> WriteShards(const ShardOptions& options) {
   HR_ASSIGN_OR_RETURN(const Buffer manifest_bytes, storage->Read(options.manifest));
   HR_ASSIGN_OR_RETURN(const Manifest manifest,
                       ParseManifest(manifest_bytes, options.manifest, spec));
-  const std::vector<std::string_view> lines = Lines(manifest_bytes);
+  HR_ASSIGN_OR_RETURN(const std::vector<std::string_view> texts,
+                      RecordTexts(manifest_bytes, options.manifest));
+  const ManifestLayout layout = ManifestLayoutOf(
+      std::string_view(reinterpret_cast<const char*>(manifest_bytes.data()), manifest_bytes.size()));
 
   ShardStats stats;
   std::vector<ShardEntry> shards;
@@ -207,21 +221,21 @@ Result<ShardStats> WriteShards(const ShardOptions& options) {
   for (size_t i = 0; i < manifest.records.size(); ++i) {
     const SampleRecord& record = manifest.records[i];
     if (!record.status.ok()) {
-      stats.skipped.push_back("line " + std::to_string(record.line) + ": " +
+      stats.skipped.push_back(Where(record, layout) + ": " +
                               record.status.ToString());
       continue;
     }
     const std::string key = SampleKey(static_cast<int64_t>(i));
     HR_ASSIGN_OR_RETURN(const std::vector<std::string> names,
-                        MemberNames(key, record, spec.fields));
+                        MemberNames(key, record, spec.fields, layout));
     std::vector<Buffer> media;
-    const std::string_view json = lines[record.line - 1];
+    const std::string_view json = texts[i];
     int64_t sample_bytes = TarMemberBytes(static_cast<int64_t>(json.size()));
     for (const MediaRef& ref : record.media) {
       auto read = storage->Read(ref.uri);
       if (!read.ok()) {
         return Status(read.status().code(),
-                      "line " + std::to_string(record.line) + ": " + read.status().message());
+                      Where(record, layout) + ": " + read.status().message());
       }
       sample_bytes += TarMemberBytes(static_cast<int64_t>(read->size()));
       media.push_back(*std::move(read));

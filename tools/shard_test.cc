@@ -182,6 +182,37 @@ TEST_F(ShardTest, BadRecordsAreSkippedTextOnlyRecordsKept) {
   EXPECT_EQ(listing.members[2].name, "000000002.json");  // the record's index, not a count
 }
 
+TEST_F(ShardTest, AJsonArrayManifestShardsItsElementsNamedByIndex) {
+  // LLaVA's files: one array, elements over several lines, a bad one among them.
+  const fs::path manifest = Data() / "array.json";
+  {
+    std::ofstream out(manifest, std::ios::binary);
+    out << "[\n  " << R"({"id":"a","image":"images/000000.jpg",)" << "\n    "
+        << R"("conversations":[{"from":"human","value":"] , ["}]})"
+        << ",\n  not json,\n  "
+        << R"({"id":"b","conversations":[{"from":"human","value":"hi"}]})"
+        << "\n]\n";
+  }
+  ShardOptions options = Options("array");
+  options.manifest = manifest.string();
+  auto stats = WriteShards(options);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->samples, 2);
+  ASSERT_EQ(stats->skipped.size(), 1u);
+  EXPECT_EQ(stats->skipped[0].rfind("element 1: ", 0), 0u) << stats->skipped[0];
+
+  const std::string tar = ReadFile(root_ / "array" / "shard-000000.tar");
+  const TarListing listing = ListTarMembers(Span(tar));
+  ASSERT_TRUE(listing.status.ok());
+  ASSERT_EQ(listing.members.size(), 3u);
+  EXPECT_EQ(listing.members[1].name, "000000000.json");
+  EXPECT_EQ(listing.members[2].name, "000000002.json");
+  // Each .json member is its element's text, as a JSONL line would be.
+  const TarMember& json = listing.members[2];
+  EXPECT_EQ(tar.substr(static_cast<size_t>(json.offset), static_cast<size_t>(json.size)),
+            R"({"id":"b","conversations":[{"from":"human","value":"hi"}]})");
+}
+
 TEST_F(ShardTest, MissingMediaFailsNamingTheLine) {
   const fs::path manifest = Data() / "missing.jsonl";
   {

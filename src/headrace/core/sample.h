@@ -88,7 +88,8 @@ struct SampleRecord {
   // Not ok when the manifest line could not be parsed or resolved; the sample then fails
   // with this status whenever an epoch reaches it, so errors keep their (epoch, index).
   Status status;
-  // 1-based line number in the manifest, for messages.
+  // 1-based line number in the manifest (a JSON-array manifest's: element index + 1), for
+  // messages.
   int64_t line = 0;
   // Where the record is, for messages, when its first media URI does not say (a sample
   // of a tar shard: "s3://b/shard-000003.tar#000017"); empty for a manifest's records.

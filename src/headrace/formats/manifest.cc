@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <utility>
 
@@ -118,12 +119,22 @@ Result<std::string> DefaultRoot(const std::string& manifest_path, const SourceSp
   return Join(Split(cwd.string() + "/" + root));
 }
 
-std::string LinePrefix(int64_t line) { return "line " + std::to_string(line) + ": "; }
+// Where a record is, for its messages: "line 12: " (JSONL, 1-based, blank lines
+// counted) or "element 11: " (an array's, 0-based as JSON indexes it).
+struct Place {
+  ManifestLayout layout = ManifestLayout::kLines;
+  int64_t number = 0;
+};
 
-Status BadRecord(int64_t line, std::string what) {
+std::string LinePrefix(Place line) {
+  return (line.layout == ManifestLayout::kArray ? "element " : "line ") +
+         std::to_string(line.number) + ": ";
+}
+
+Status BadRecord(Place line, std::string what) {
   return Status::BadRecord(LinePrefix(line) + std::move(what));
 }
-Status MissingField(int64_t line, std::string what) {
+Status MissingField(Place line, std::string what) {
   return Status::MissingField(LinePrefix(line) + std::move(what));
 }
 
@@ -199,7 +210,7 @@ const char* ExpectedJson(FieldKind kind) {
 }
 
 // One item of a media, text or scalar field: a MediaRef or an Attribute of `record`.
-Status ReadItem(simdjson::dom::element item, int64_t line, const SourceSpec& spec,
+Status ReadItem(simdjson::dom::element item, Place line, const SourceSpec& spec,
                 const SplitPath& root, const std::string& root_text, int field,
                 const SourceFieldSpec& f, const std::string& where, SampleRecord& record) {
   const auto wrong = [&] {
@@ -240,9 +251,10 @@ Status ReadItem(simdjson::dom::element item, int64_t line, const SourceSpec& spe
 }
 
 // Fills `record` (id, media, turns, attributes) from one parsed line, or returns why it
-// is bad.
-Status FillRecord(simdjson::dom::element doc, int64_t line, const SourceSpec& spec,
-                  std::span<const SourceFieldSpec> fields, const SplitPath& root,
+// is bad. `keys[f]`: field f's JSON keys (ManifestKeysOf), one of which a record may hold.
+Status FillRecord(simdjson::dom::element doc, Place line, const SourceSpec& spec,
+                  std::span<const SourceFieldSpec> fields,
+                  std::span<const std::vector<std::string>> keys, const SplitPath& root,
                   const std::string& root_text, SampleRecord& record) {
   simdjson::dom::object obj;
   if (doc.get(obj) != simdjson::SUCCESS) {
@@ -267,35 +279,53 @@ Status FillRecord(simdjson::dom::element doc, int64_t line, const SourceSpec& sp
   for (size_t fi = 0; fi < fields.size(); ++fi) {
     const SourceFieldSpec& f = fields[fi];
     const int field = static_cast<int>(fi);
+    // The field's value under whichever of its keys the record holds (absent and null
+    // alike: no value); two of them is the record's error, not a silent choice.
     simdjson::dom::element value;
-    if (obj.at_key(f.key).get(value) != simdjson::SUCCESS || value.is_null()) {
-      if (f.required) return MissingField(line, "missing field '" + f.key + "'");
+    const std::string* key = nullptr;
+    for (const std::string& k : keys[fi]) {
+      simdjson::dom::element v;
+      if (obj.at_key(k).get(v) != simdjson::SUCCESS || v.is_null()) continue;
+      if (key != nullptr) {
+        return BadRecord(line, "fields '" + *key + "' and '" + k + "' are both present; " +
+                                   "field '" + f.name + "' reads one of them (key " +
+                                   QuoteForMessage(f.key) + ")");
+      }
+      value = v;
+      key = &k;
+    }
+    if (key == nullptr) {
+      if (f.required) {
+        std::string names;
+        for (const std::string& k : keys[fi]) names += (names.empty() ? "'" : " or '") + k + "'";
+        return MissingField(line, "missing field " + names);
+      }
       continue;
     }
     if (f.kind == FieldKind::kConversation) {
-      HR_RETURN_IF_ERROR(AppendTurns(value, spec, f.key, LinePrefix(line), record.turns));
+      HR_RETURN_IF_ERROR(AppendTurns(value, spec, *key, LinePrefix(line), record.turns));
       continue;
     }
     if (f.max_items == 0) {
-      HR_RETURN_IF_ERROR(ReadItem(value, line, spec, root, root_text, field, f, f.key, record));
+      HR_RETURN_IF_ERROR(ReadItem(value, line, spec, root, root_text, field, f, *key, record));
       continue;
     }
     simdjson::dom::array items;
     if (value.get(items) != simdjson::SUCCESS) {
       // One value where a list is declared is a list of one: LLaVA-style data writes
       // "image": "a.jpg" for one image and a list for several, often in one file.
-      HR_RETURN_IF_ERROR(ReadItem(value, line, spec, root, root_text, field, f, f.key, record));
+      HR_RETURN_IF_ERROR(ReadItem(value, line, spec, root, root_text, field, f, *key, record));
       continue;
     }
     if (items.size() > static_cast<size_t>(f.max_items)) {
-      return BadRecord(line, "field '" + f.key + "' has " + std::to_string(items.size()) +
+      return BadRecord(line, "field '" + *key + "' has " + std::to_string(items.size()) +
                                  " items, more than its max_items " +
                                  std::to_string(f.max_items));
     }
     size_t i = 0;
     for (simdjson::dom::element item : items) {
       HR_RETURN_IF_ERROR(ReadItem(item, line, spec, root, root_text, field, f,
-                                  f.key + "[" + std::to_string(i++) + "]", record));
+                                  *key + "[" + std::to_string(i++) + "]", record));
     }
   }
   return Status::Ok();
@@ -367,16 +397,21 @@ bool IsBlankManifestLine(std::string_view line) {
 
 struct ManifestLineParser::State {
   SourceSpec spec;
+  ManifestLayout layout = ManifestLayout::kLines;
   std::vector<SourceFieldSpec> fields;
+  std::vector<std::vector<std::string>> keys;  // each field's JSON keys (ManifestKeysOf)
   std::string root_text;
   SplitPath root;  // views into root_text: a State is never moved once made
 };
 
 Result<ManifestLineParser> ManifestLineParser::Make(const std::string& manifest_path,
-                                                    const SourceSpec& spec) {
+                                                    const SourceSpec& spec,
+                                                    ManifestLayout layout) {
   auto state = std::make_shared<State>();
   state->spec = spec;
+  state->layout = layout;
   state->fields = ResolvedFields(spec);
+  for (const SourceFieldSpec& f : state->fields) state->keys.push_back(ManifestKeysOf(f));
   HR_ASSIGN_OR_RETURN(state->root_text, DefaultRoot(manifest_path, spec));
   state->root = Split(state->root_text);
   return ManifestLineParser(std::move(state));
@@ -384,7 +419,9 @@ Result<ManifestLineParser> ManifestLineParser::Make(const std::string& manifest_
 
 const std::string& ManifestLineParser::root() const { return state_->root_text; }
 
-void ManifestLineParser::Parse(std::string_view line, size_t readable_after, int64_t line_number,
+ManifestLayout ManifestLineParser::layout() const { return state_->layout; }
+
+void ManifestLineParser::Parse(std::string_view line, size_t readable_after, int64_t number,
                                SampleRecord& record) const {
   // One parser per thread, reused: its buffers grow to the longest line and stay.
   thread_local simdjson::dom::parser parser;
@@ -393,8 +430,14 @@ void ManifestLineParser::Parse(std::string_view line, size_t readable_after, int
     line.remove_suffix(1);
     ++readable_after;
   }
+  const State& s = *state_;
+  const Place place{s.layout, number};
   record = SampleRecord{};
-  record.line = line_number;
+  record.line = s.layout == ManifestLayout::kArray ? number + 1 : number;
+  if (line.empty()) {  // an array's missing value: `[{...},,{...}]` or a trailing comma
+    record.status = BadRecord(place, "no value between two commas of the array");
+    return;
+  }
   // simdjson may read SIMDJSON_PADDING bytes past the line (any content): the bytes
   // after it serve, except near the end of the buffer.
   const char* data = line.data();
@@ -407,10 +450,9 @@ void ManifestLineParser::Parse(std::string_view line, size_t readable_after, int
   const simdjson::error_code error = parser.parse(data, line.size(), false).get(doc);
   if (error != simdjson::SUCCESS) {
     record.status =
-        BadRecord(line_number, std::string("invalid JSON: ") + simdjson::error_message(error));
+        BadRecord(place, std::string("invalid JSON: ") + simdjson::error_message(error));
   } else {
-    const State& s = *state_;
-    record.status = FillRecord(doc, line_number, s.spec, s.fields, s.root, s.root_text, record);
+    record.status = FillRecord(doc, place, s.spec, s.fields, s.keys, s.root, s.root_text, record);
   }
   if (!record.status.ok()) {
     // The id, when it was read, stays for messages; nothing else is usable.
@@ -420,24 +462,153 @@ void ManifestLineParser::Parse(std::string_view line, size_t readable_after, int
   }
 }
 
+ManifestLayout ManifestLayoutOf(std::string_view bytes) {
+  if (bytes.starts_with("\xEF\xBB\xBF")) bytes.remove_prefix(3);
+  const size_t first = bytes.find_first_not_of(" \t\r\n");
+  return first != std::string_view::npos && bytes[first] == '[' ? ManifestLayout::kArray
+                                                                 : ManifestLayout::kLines;
+}
+
+namespace {
+
+bool IsJsonSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+const char* SkipJsonSpace(const char* p, const char* end) {
+  while (p < end && IsJsonSpace(*p)) ++p;
+  return p;
+}
+
+// The closing quote of the string whose opening quote is at `open`, or `end` when the
+// bytes end first. A quote is escaped when an odd run of backslashes precedes it; memchr
+// finds the candidates (LLaVA records are mostly string bytes).
+const char* StringEnd(const char* open, const char* end) {
+  const char* p = open + 1;
+  while (p < end) {
+    const char* quote = static_cast<const char*>(std::memchr(p, '"', end - p));
+    if (quote == nullptr) return end;
+    const char* b = quote;
+    while (b > open + 1 && b[-1] == '\\') --b;
+    if ((quote - b) % 2 == 0) return quote;
+    p = quote + 1;
+  }
+  return end;
+}
+
+}  // namespace
+
+Result<size_t> ForEachManifestElement(
+    std::string_view bytes, const std::string& manifest_path,
+    const std::function<bool(std::string_view, int64_t, size_t)>& f) {
+  // A hand scan of the top level, not simdjson: its DOM and On-Demand parsers both index
+  // the whole document at once (a padded copy and ~4 bytes of structural index per
+  // structural character: several times a multi-GB file), and iterate_many reads
+  // concatenated documents, not an array's elements. Here only strings (their escapes)
+  // and bracket depth are followed, so each element's span is found in one pass with no
+  // memory; the elements are then parsed (validated) one by one as a JSONL line is.
+  // Brackets are counted, not matched: a '}' closing a '[' inside an element leaves the
+  // span right and that element's parse fails (its bad_record); a stray closer at the
+  // top level ends the array early and the bytes after it are the load's error.
+  const char* const begin = bytes.data();
+  const char* const end = begin + bytes.size();
+  const auto where = [&](const char* p) {
+    return "manifest " + QuoteForMessage(manifest_path) + ": byte " +
+           std::to_string(p - begin) + ": ";
+  };
+  const char* p = begin;
+  if (bytes.starts_with("\xEF\xBB\xBF")) p += 3;
+  p = SkipJsonSpace(p, end);
+  if (p == end || *p != '[') {
+    return Status::InvalidArgument(where(p) + "expected the '[' of a JSON array");
+  }
+  p = SkipJsonSpace(p + 1, end);
+  const char* open = p;  // where the current element's text starts
+  int64_t index = 0;
+  int64_t depth = 0;
+  if (p == end || *p != ']') {  // else []: no elements
+    for (;;) {
+      if (p >= end) {
+        return Status::CorruptData(where(open) + "the JSON array is not closed: element " +
+                                   std::to_string(index) +
+                                   ", which starts here, runs to the end of the file "
+                                   "(truncated?)");
+      }
+      const char c = *p;
+      if (c == '"') {
+        const char* close = StringEnd(p, end);
+        if (close == end) {
+          return Status::CorruptData(where(p) + "the JSON array is not closed: a string of "
+                                     "element " + std::to_string(index) +
+                                     " runs to the end of the file (truncated?)");
+        }
+        p = close + 1;
+        continue;
+      }
+      if (c == '{' || c == '[') {
+        ++depth;
+      } else if ((c == '}' || c == ']') && depth > 0) {
+        --depth;
+      } else if (depth == 0 && (c == ',' || c == ']')) {
+        const char* last = p;
+        while (last > open && IsJsonSpace(last[-1])) --last;
+        if (!f(std::string_view(open, last - open), index, static_cast<size_t>(end - last))) {
+          return static_cast<size_t>(p - begin);
+        }
+        ++index;
+        if (c == ']') break;
+        p = SkipJsonSpace(p + 1, end);
+        open = p;
+        continue;
+      }
+      ++p;
+    }
+  }
+  const size_t close = static_cast<size_t>(p - begin);
+  if (const char* rest = SkipJsonSpace(p + 1, end); rest != end) {
+    return Status::CorruptData(where(rest) + "more after the JSON array's closing ']' (at byte " +
+                               std::to_string(close) +
+                               "): a manifest is one array, or one JSON object a line");
+  }
+  return close;
+}
+
 Result<Manifest> ParseManifest(const Buffer& jsonl_bytes, const std::string& manifest_path,
                                const SourceSpec& spec) {
-  HR_ASSIGN_OR_RETURN(const ManifestLineParser parser, ManifestLineParser::Make(manifest_path, spec));
+  const std::string_view bytes(reinterpret_cast<const char*>(jsonl_bytes.data()),
+                               jsonl_bytes.size());
+  const ManifestLayout layout = ManifestLayoutOf(bytes);
+  HR_ASSIGN_OR_RETURN(const ManifestLineParser parser,
+                      ManifestLineParser::Make(manifest_path, spec, layout));
   Manifest manifest;
   manifest.path = manifest_path;
   manifest.root = parser.root();
+  const auto parse = [&](std::string_view text, int64_t number, size_t readable_after) {
+    SampleRecord& record = manifest.records.emplace_back();
+    parser.Parse(text, readable_after, number, record);
+    if (!record.status.ok()) ++manifest.bad_lines;
+    return true;
+  };
 
-  const std::string_view bytes(reinterpret_cast<const char*>(jsonl_bytes.data()),
-                               jsonl_bytes.size());
+  if (layout == ManifestLayout::kArray) {
+    // Counted first (the scan is cheap next to parsing), so that the records are
+    // allocated once.
+    int64_t elements = 0;
+    HR_RETURN_IF_ERROR(ForEachManifestElement(bytes, manifest_path,
+                                              [&](std::string_view, int64_t, size_t) {
+                                                ++elements;
+                                                return true;
+                                              })
+                           .status());
+    manifest.records.reserve(static_cast<size_t>(elements));
+    HR_RETURN_IF_ERROR(ForEachManifestElement(bytes, manifest_path, parse).status());
+    if (manifest.records.empty()) {
+      return Status::InvalidArgument("manifest " + QuoteForMessage(manifest_path) +
+                                     " has no records (an empty JSON array)");
+    }
+    return manifest;
+  }
   // Reserving for every line (blank ones too) saves regrowing a million records.
   manifest.records.reserve(static_cast<size_t>(std::count(bytes.begin(), bytes.end(), '\n')) + 1);
-  const int64_t line_number = ForEachManifestLine(
-      bytes, [&](std::string_view line, int64_t number, size_t readable_after) {
-        SampleRecord& record = manifest.records.emplace_back();
-        parser.Parse(line, readable_after, number, record);
-        if (!record.status.ok()) ++manifest.bad_lines;
-        return true;
-      });
+  const int64_t line_number = ForEachManifestLine(bytes, parse);
   if (manifest.records.empty()) {
     return Status::InvalidArgument("manifest " + QuoteForMessage(manifest_path) +
                                    " has no records (" + std::to_string(line_number) +

@@ -12,6 +12,11 @@
 //   field ("human"/"user", "gpt"/"assistant"/"model", "system") and a string text field.
 // Other fields are ignored.
 //
+// The same records may come as one JSON array of these objects instead of lines (LLaVA's
+// own files): a file whose first byte past whitespace is '[' (ManifestLayoutOf). Its
+// elements are found in one streaming pass and parsed one by one as lines are; a bad
+// element is its record's error, named "element N".
+//
 // A bad line does not fail the load: its record keeps its index and carries the reason
 // in `status` (kBadRecord: not JSON, not an object, unknown role, a NUL in the media
 // path; kMissingField: a required field absent or of the wrong type; kPathEscape: media
@@ -20,6 +25,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -33,20 +39,37 @@
 
 namespace headrace {
 
+// How a manifest file holds its records (ManifestLayoutOf).
+enum class ManifestLayout {
+  // JSONL: one object a line; a record is named "line N" (1-based, blank lines counted).
+  kLines,
+  // One JSON array of objects, as LLaVA's own files are (llava_v1_5_mix665k.json); a
+  // record is named "element N" (0-based, as JSON indexes it).
+  kArray,
+};
+
+// kArray when the first byte after a UTF-8 byte-order mark and whitespace is '[', else
+// kLines.
+ManifestLayout ManifestLayoutOf(std::string_view bytes);
+
 struct Manifest {
   std::string path;  // the manifest as given
   // The normalized root media paths were resolved against: spec.root or the manifest's
   // folder, made absolute for local paths.
   std::string root;
-  // One per non-empty line, in file order; index = position in this vector.
+  // One per non-empty line (an array's: per element), in file order; index = position
+  // in this vector.
   std::vector<SampleRecord> records;
   // Records whose status is not ok; not counted when the records are kept as lines
   // (SourceSpec::records, formats/manifest_lines.h): those are parsed as samples reach them.
   int64_t bad_lines = 0;
 };
 
-// Parses JSONL bytes. Blank (whitespace-only) lines are skipped but still counted for
-// line numbers; CRLF endings and a leading UTF-8 byte-order mark are accepted.
+// Parses JSONL bytes, or a JSON array's (ManifestLayoutOf: one record an element, its
+// elements found by ForEachManifestElement, then each parsed as a line is). Blank
+// (whitespace-only) lines are skipped but still counted for line numbers; CRLF endings
+// and a leading UTF-8 byte-order mark are accepted. An array that is not closed, or has
+// more after it, is kCorruptData naming the byte.
 // `manifest_path` locates the default root (its folder) and appears in messages.
 // Fails (kInvalidArgument) only when no line holds a record; bad lines are kept.
 // Reads `jsonl_bytes` in place; a line within SIMDJSON_PADDING bytes of the end is
@@ -59,18 +82,23 @@ Result<Manifest> ParseManifest(const Buffer& jsonl_bytes, const std::string& man
 // thread-safe: each calling thread parses with a simdjson parser of its own.
 class ManifestLineParser {
  public:
-  // For the manifest at `manifest_path` (its folder is the default root).
+  // For the manifest at `manifest_path` (its folder is the default root), whose records
+  // are laid out as `layout` says (it names them in messages).
   static Result<ManifestLineParser> Make(const std::string& manifest_path,
-                                         const SourceSpec& spec);
+                                         const SourceSpec& spec,
+                                         ManifestLayout layout = ManifestLayout::kLines);
   // Fills `record` (reset first) from `line`, without its '\n' (a trailing '\r' is
-  // dropped), as ParseManifest does: a bad line comes back with its status set, its id
-  // kept when it was read and nothing else. `readable_after`: how many bytes past the
-  // line's end may be read (simdjson reads up to SIMDJSON_PADDING of them, whatever they
-  // hold); with fewer, the line is copied to a padded scratch first.
-  void Parse(std::string_view line, size_t readable_after, int64_t line_number,
+  // dropped), or from an array's element, as ParseManifest does: a bad line comes back
+  // with its status set, its id kept when it was read and nothing else; an empty element
+  // is bad. `number`: the line's number, or the element's index (SampleRecord::line gets
+  // the index + 1). `readable_after`: how many bytes past the line's end may be read
+  // (simdjson reads up to SIMDJSON_PADDING of them, whatever they hold); with fewer, the
+  // line is copied to a padded scratch first.
+  void Parse(std::string_view line, size_t readable_after, int64_t number,
              SampleRecord& record) const;
   // The normalized root media paths are resolved against (Manifest::root).
   const std::string& root() const;
+  ManifestLayout layout() const;
 
  private:
   struct State;
@@ -104,6 +132,20 @@ int64_t ForEachManifestLine(std::string_view bytes, F&& f) {
   }
   return line_number;
 }
+
+// Walks a manifest that is one JSON array (ManifestLayoutOf: kArray) in one pass,
+// without parsing or allocating: calls f(element, index, readable_after) for each
+// top-level element (its text with the whitespace around it trimmed; empty where a value
+// is missing, `[{...},,{...}]`; `readable_after`: the bytes from its end to the end of
+// `bytes`) until f returns false. Only strings (with their escapes) and bracket depth are
+// followed; what is inside an element is checked when the element is parsed. Returns the
+// offset of the array's closing ']' (of the byte where f stopped). kCorruptData naming
+// the byte when the array is not closed (a truncated file) or anything but whitespace
+// follows it; kInvalidArgument when `bytes` do not start with '['.
+Result<size_t> ForEachManifestElement(
+    std::string_view bytes, const std::string& manifest_path,
+    const std::function<bool(std::string_view element, int64_t index, size_t readable_after)>&
+        f);
 
 // The bytes `manifest` holds in memory, for the run report: the records array (its
 // capacity), each record's strings, turns and error, counted from the containers'

@@ -79,43 +79,81 @@ Result<std::shared_ptr<const ManifestLines>> ManifestLines::FromBuffer(
 Result<std::shared_ptr<const ManifestLines>> ManifestLines::Make(
     std::shared_ptr<const void> owner, const char* data, size_t size, bool mapped,
     const std::string& manifest_path, const SourceSpec& spec) {
-  HR_ASSIGN_OR_RETURN(ManifestLineParser parser, ManifestLineParser::Make(manifest_path, spec));
+  HR_ASSIGN_OR_RETURN(ManifestLineParser parser,
+                      ManifestLineParser::Make(manifest_path, spec,
+                                               ManifestLayoutOf(std::string_view(data, size))));
   std::shared_ptr<ManifestLines> lines(
       new ManifestLines(std::move(parser), std::move(owner), data, size, mapped));
   HR_RETURN_IF_ERROR(lines->Index(manifest_path));
   return std::shared_ptr<const ManifestLines>(std::move(lines));
 }
 
+bool ManifestLines::AddStart(uint64_t offset, int64_t slot) {
+  if ((slot & ((int64_t{1} << kBlockShift) - 1)) == 0) block_base_.push_back(offset);
+  const uint64_t relative = offset - block_base_.back();
+  if (relative > std::numeric_limits<uint32_t>::max()) return false;
+  start_.push_back(static_cast<uint32_t>(relative));
+  return true;
+}
+
+const char* ManifestLines::Start(int64_t slot) const {
+  const auto i = static_cast<size_t>(slot);
+  return data_ + block_base_[i >> kBlockShift] + start_[i];
+}
+
 Status ManifestLines::Index(const std::string& manifest_path) {
-  int64_t blank_noted = 0;  // blank lines before the last run noted
-  Status status;
-  const int64_t lines = ForEachManifestLine(
-      std::string_view(data_, size_), [&](std::string_view line, int64_t number, size_t) {
-        const auto offset = static_cast<uint64_t>(line.data() - data_);
-        if ((records_ & ((int64_t{1} << kBlockShift) - 1)) == 0) block_base_.push_back(offset);
-        const uint64_t relative = offset - block_base_.back();
-        if (relative > std::numeric_limits<uint32_t>::max()) {
-          // 1024 lines over 4 GiB: ~4 MiB a line, not a manifest's.
-          status = Status::InvalidArgument(
-              "manifest " + QuoteForMessage(manifest_path) + ": lines around line " +
-              std::to_string(number) +
-              " average over 4 MiB; keep its records parsed (source.records: parsed)");
-          return false;
-        }
-        start_.push_back(static_cast<uint32_t>(relative));
-        // Line numbers count blank lines: note each change of the count before a record.
-        if (const int64_t blank = number - 1 - records_; blank != blank_noted) {
-          blank_runs_.emplace_back(records_, blank);
-          blank_noted = blank;
-        }
-        ++records_;
-        return true;
-      });
-  HR_RETURN_IF_ERROR(status);
-  if (records_ == 0) {
-    return Status::InvalidArgument("manifest " + QuoteForMessage(manifest_path) +
-                                   " has no records (" + std::to_string(lines) +
-                                   " lines, all blank)");
+  const std::string_view bytes(data_, size_);
+  // 1024 records over 4 GiB: ~4 MiB a record, not a manifest's.
+  const auto too_long = [&](std::string_view unit, int64_t number) {
+    return Status::InvalidArgument("manifest " + QuoteForMessage(manifest_path) + ": " +
+                                   std::string(unit) + "s around " + std::string(unit) + " " +
+                                   std::to_string(number) +
+                                   " average over 4 MiB; keep its records parsed "
+                                   "(source.records: parsed)");
+  };
+  if (parser_.layout() == ManifestLayout::kArray) {
+    Status status;
+    HR_ASSIGN_OR_RETURN(const size_t close,
+                        ForEachManifestElement(bytes, manifest_path,
+                                               [&](std::string_view element, int64_t index,
+                                                   size_t) {
+                                                 if (!AddStart(element.data() - data_, index)) {
+                                                   status = too_long("element", index);
+                                                   return false;
+                                                 }
+                                                 ++records_;
+                                                 return true;
+                                               }));
+    HR_RETURN_IF_ERROR(status);
+    if (records_ == 0) {
+      return Status::InvalidArgument("manifest " + QuoteForMessage(manifest_path) +
+                                     " has no records (an empty JSON array)");
+    }
+    // Where the last element ends: Get finds each element's end from the next start.
+    if (!AddStart(close, records_)) return too_long("element", records_ - 1);
+  } else {
+    int64_t blank_noted = 0;  // blank lines before the last run noted
+    Status status;
+    const int64_t lines = ForEachManifestLine(
+        bytes, [&](std::string_view line, int64_t number, size_t) {
+          if (!AddStart(static_cast<uint64_t>(line.data() - data_), records_)) {
+            status = too_long("line", number);
+            return false;
+          }
+          // Line numbers count blank lines: note each change of the count before a record.
+          if (const int64_t blank = number - 1 - records_; blank != blank_noted) {
+            blank_runs_.emplace_back(records_, blank);
+            blank_noted = blank;
+          }
+          ++records_;
+          return true;
+        });
+    HR_RETURN_IF_ERROR(status);
+    if (records_ == 0) {
+      return Status::InvalidArgument("manifest " + QuoteForMessage(manifest_path) +
+                                     " has no records (" + std::to_string(lines) +
+                                     " lines, all blank)");
+    }
   }
   start_.shrink_to_fit();
   block_base_.shrink_to_fit();
@@ -132,9 +170,29 @@ int64_t ManifestLines::LineNumber(int64_t index) const {
 }
 
 const SampleRecord& ManifestLines::Get(int64_t index, SampleRecord& scratch) const {
-  const auto i = static_cast<size_t>(index);
-  const char* start = data_ + block_base_[i >> kBlockShift] + start_[i];
+  const char* start = Start(index);
   const char* const end = data_ + size_;
+  if (parser_.layout() == ManifestLayout::kArray) {
+    // The element ends before the next one's start (or the closing ']'): back over the
+    // whitespace, the ',' between them and the whitespace before it, as the index scan
+    // trimmed it. Only a ',' and whitespace lie between two elements' spans.
+    const bool last = index + 1 == records_;
+    const char* stop = Start(index + 1);
+    const auto back_over_space = [&] {
+      while (stop > start && (stop[-1] == ' ' || stop[-1] == '\t' || stop[-1] == '\n' ||
+                              stop[-1] == '\r')) {
+        --stop;
+      }
+    };
+    back_over_space();
+    if (!last && stop > start && stop[-1] == ',') {
+      --stop;
+      back_over_space();
+    }
+    parser_.Parse(std::string_view(start, stop - start), static_cast<size_t>(end - stop), index,
+                  scratch);
+    return scratch;
+  }
   const char* newline = static_cast<const char*>(std::memchr(start, '\n', end - start));
   const char* line_end = newline ? newline : end;
   parser_.Parse(std::string_view(start, line_end - start), static_cast<size_t>(end - line_end),

@@ -8,6 +8,9 @@
 //   pressure and read them again); a URI is read whole into this process's memory;
 // - one offset per record: 4 bytes, relative to a 64-bit base per 1024 records;
 // - the runs of blank lines, for line numbers in messages.
+// A manifest that is one JSON array (manifest.h, ManifestLayoutOf) is kept the same way:
+// 4 bytes an element, the elements found by one scan of the file
+// (ForEachManifestElement), each element's end found from the next one's start.
 // A record is parsed (simdjson: 0.67 µs for a ~270-byte LLaVA line) when the engine
 // starts the sample's batch, and lives as long as the batch. The records are the same as the
 // parsed manifest's, field for field, bad lines and their messages included; only the
@@ -68,8 +71,12 @@ class ManifestLines final : public RecordStore {
                                                            bool mapped,
                                                            const std::string& manifest_path,
                                                            const SourceSpec& spec);
-  // Finds every record's line; fails when there is none.
+  // Finds every record's line (or element); fails when there is none.
   Status Index(const std::string& manifest_path);
+  // Notes `offset` as the start of record `slot` (for an array, slot size() is where the
+  // last element ends); false when it lies 4 GiB or more past its block's base.
+  bool AddStart(uint64_t offset, int64_t slot);
+  const char* Start(int64_t slot) const;
   int64_t LineNumber(int64_t index) const;
 
   static constexpr int kBlockShift = 10;  // 1024 records per 64-bit base
@@ -81,7 +88,9 @@ class ManifestLines final : public RecordStore {
   bool mapped_ = false;
   int64_t records_ = 0;
   std::vector<uint64_t> block_base_;  // offset of record (b << kBlockShift)'s line
-  std::vector<uint32_t> start_;       // each record's line start, from its block's base
+  // Each record's line (element) start, from its block's base; for an array, one more:
+  // the offset of its closing ']'.
+  std::vector<uint32_t> start_;
   // (first record after a run of blank lines, blank lines before it in all), by record.
   std::vector<std::pair<int64_t, int64_t>> blank_runs_;
 };

@@ -192,6 +192,105 @@ TEST(ManifestLines, AManifestWithoutRecordsAndAMissingOneFailAsWhenParsed) {
   EXPECT_THAT(missing.status().message(), HasSubstr("missing.jsonl"));
 }
 
+// HostileManifest's records as one pretty-printed JSON array: elements over several
+// lines, whitespace and CRLF between them, a missing value, strings holding brackets.
+std::string HostileArray() {
+  std::string t = "\xEF\xBB\xBF\n[\n";
+  t += R"({"id": 1, "image": "a.jpg", "more": ["b.jpg", "c/d.png"], "label": 7,)"
+       "\r\n"
+       R"(  "caption": "x ] }, {", "conversations": [{"from": "human", "value": "hi"}]})"
+       " ,\r\n";
+  t += "  not json ,\n";
+  t += R"({"id": "x", "image": "../escape.jpg"}, , {"image": "no-id.jpg"},)";
+  for (int i = 0; i < 2100; ++i) {  // more than one block of 1024 offsets
+    t += R"({"id": "r)" + std::to_string(i) + R"(", "image": "img/)" + std::to_string(i) +
+         R"(.jpg", "label": )" + std::to_string(i) + "},";
+    if (i % 700 == 3) t += "\n\n\n";
+  }
+  t += R"({"id": "bad-list", "more": ["a", "b", "c", "d"]},)"
+       "\n";
+  t += R"(  {"id": "last"}  )";
+  t += "\n]";  // the ']' last: the store's last element ends near the buffer's end
+  return t;
+}
+
+TEST(ManifestLines, AJsonArrayKeptAsElementsEqualsItParsedBadElementsIncluded) {
+  const std::string text = HostileArray();
+  const std::string path = WriteFile("hostile.json", text);
+  const SourceSpec spec = SpecFor(path);
+  Result<Buffer> bytes = Buffer::CopyOf(text.data(), text.size());
+  ASSERT_TRUE(bytes.ok());
+  Result<Manifest> parsed = ParseManifest(*bytes, path, spec);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_EQ(parsed->records.size(), 2107u);
+  EXPECT_EQ(parsed->bad_lines, 5);
+  EXPECT_EQ(parsed->records[0].attributes.size(), 2u);
+  EXPECT_THAT(parsed->records[3].status.message(), HasSubstr("element 3: no value"));
+
+  auto storage = MakeLocalStorage();
+  Result<std::shared_ptr<const ManifestLines>> mapped = ManifestLines::Load(*storage, spec);
+  ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
+  Result<std::shared_ptr<const ManifestLines>> read = ManifestLines::FromBuffer(*bytes, path, spec);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  for (const auto& store : {*mapped, *read}) {
+    ASSERT_EQ(store->size(), static_cast<int64_t>(parsed->records.size()));
+    SampleRecord scratch;
+    for (int64_t i = 0; i < store->size(); ++i) {
+      SCOPED_TRACE("element " + std::to_string(i));
+      ExpectSameRecord(store->Get(i, scratch), parsed->records[static_cast<size_t>(i)]);
+    }
+    for (int64_t i : {store->size() - 1, int64_t{0}, int64_t{1500}, int64_t{3}}) {
+      ExpectSameRecord(store->Get(i, scratch), parsed->records[static_cast<size_t>(i)]);
+    }
+  }
+  SampleRecord last;
+  EXPECT_EQ((*mapped)->Get((*mapped)->size() - 1, last).id, "last");
+  EXPECT_TRUE(last.status.ok());
+}
+
+TEST(ManifestLines, AMappedJsonArrayHoldsFourBytesAnElementOfHeap) {
+  // A large-ish array (~30 MB): its index is what a JSONL manifest's is, 4 bytes a
+  // record, whatever the array's size; the bytes stay in the page cache, shared.
+  constexpr int kRecords = 100000;
+  std::string text = "[";
+  for (int i = 0; i < kRecords; ++i) {
+    if (i > 0) text += ",\n ";
+    text += kLine;
+  }
+  text += "]\n";
+  const std::string path = WriteFile("big.json", text);
+  auto storage = MakeLocalStorage();
+  SourceSpec spec;
+  spec.manifest = path;
+  spec.records = ManifestRecordsForm::kLines;
+  Result<ManifestRecords> records = LoadManifestRecords(*storage, spec);
+  ASSERT_TRUE(records.ok()) << records.status().ToString();
+  EXPECT_EQ(records->records->size(), kRecords);
+  EXPECT_EQ(records->mapped_bytes, static_cast<int64_t>(text.size()));
+  EXPECT_LT(records->heap_bytes, kRecords * 5);  // 4 B an element, 8 B per 1024, the object
+  EXPECT_GE(records->heap_bytes, kRecords * 4);
+  SampleRecord scratch;
+  const SampleRecord& r = records->records->Get(kRecords - 1, scratch);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(r.id, "a1");
+  EXPECT_EQ(r.turns.size(), 2u);
+  std::filesystem::remove(path);
+}
+
+TEST(ManifestLines, ATruncatedJsonArrayFailsTheLoadNamingWhere) {
+  const std::string text = "[" + std::string(kLine) + ",\n" + std::string(kLine).substr(0, 40);
+  auto storage = MakeLocalStorage();
+  SourceSpec spec;
+  spec.manifest = WriteFile("truncated.json", text);
+  spec.records = ManifestRecordsForm::kLines;
+  Result<std::shared_ptr<const ManifestLines>> lines = ManifestLines::Load(*storage, spec);
+  ASSERT_FALSE(lines.ok());
+  EXPECT_EQ(lines.status().code(), StatusCode::kCorruptData);
+  EXPECT_THAT(lines.status().message(), HasSubstr("truncated.json"));
+  EXPECT_THAT(lines.status().message(), HasSubstr("the JSON array is not closed"));
+  EXPECT_THAT(lines.status().message(), HasSubstr("element 1"));
+}
+
 TEST(LoadManifestRecords, RecordsFormPicksParsedOrLinesAndAutoGoesByTheManifestsSize) {
   auto storage = MakeLocalStorage();
   SourceSpec spec;

@@ -612,6 +612,157 @@ TEST(ParseManifest, DeclaredFieldErrorsAreNamedPerRecord) {
   }
 }
 
+TEST(ParseManifest, AFieldWithSeveralKeysReadsWhicheverARecordHolds) {
+  // LLaVA data as it comes: "image" for one, "images" for several, neither for text only.
+  SourceSpec spec;
+  spec.manifest = "/data/set/manifest.jsonl";
+  spec.fields = {{"images", FieldKind::kImage, "images,image", 4, false},
+                 {"conversation", FieldKind::kConversation, "conversations", 0, true}};
+  const std::string turns = R"("conversations": [{"from": "human", "value": "hi"}])";
+  const Manifest m = ParseWith(
+      spec, R"({"id": 1, "image": "a.jpg", )" + turns + "}\n" +
+                R"({"id": 2, "images": ["b.jpg", "c.jpg"], )" + turns + "}\n" +
+                R"({"id": 3, )" + turns + "}\n" +
+                R"({"id": 4, "image": null, "images": ["d.jpg"], )" + turns + "}\n" +
+                R"({"id": 5, "image": "a.jpg", "images": ["b.jpg"], )" + turns + "}\n" +
+                R"({"id": 6, "image": "a.jpg"})" + "\n");
+  ASSERT_EQ(m.records.size(), 6u);
+  for (size_t i = 0; i < 4; ++i) ASSERT_TRUE(m.records[i].status.ok()) << i;
+  ASSERT_EQ(m.records[0].media.size(), 1u);
+  EXPECT_EQ(m.records[0].media[0].uri, "/data/set/a.jpg");
+  EXPECT_EQ(m.records[0].media[0].field, 0);
+  ASSERT_EQ(m.records[1].media.size(), 2u);
+  EXPECT_EQ(m.records[1].media[1].uri, "/data/set/c.jpg");
+  EXPECT_TRUE(m.records[2].media.empty());  // text only: no items, no error
+  EXPECT_EQ(m.records[2].turns.size(), 1u);
+  ASSERT_EQ(m.records[3].media.size(), 1u);  // a null key counts as absent
+  EXPECT_EQ(m.records[4].status.code(), StatusCode::kBadRecord);
+  EXPECT_THAT(m.records[4].status.message(),
+              HasSubstr("line 5: fields 'images' and 'image' are both present; field 'images' "
+                        "reads one of them"));
+  EXPECT_EQ(m.records[5].status.code(), StatusCode::kMissingField);
+  EXPECT_THAT(m.records[5].status.message(), HasSubstr("missing field 'conversations'"));
+
+  spec.fields[0].required = true;
+  const Manifest required = ParseWith(spec, R"({"id": 3, )" + turns + "}\n");
+  EXPECT_THAT(required.records[0].status.message(),
+              HasSubstr("missing field 'images' or 'image'"));
+}
+
+// --- a manifest that is one JSON array ------------------------------------------------
+
+// `n` LLaVA-style records whose strings hold what a naive scan would take for structure
+// (brackets, commas, escaped quotes and backslashes), some of them bad.
+std::vector<std::string> TrickyRecords(int n) {
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) {
+    const std::string id = std::to_string(i);
+    switch (i % 7) {
+      case 3:
+        out.push_back(R"({"id": ")" + id + R"(", "conversations": "not a list"})");
+        break;
+      case 5:
+        out.push_back(R"({"id": ")" + id + R"(", "image": "../x.jpg", "conversations": []})");
+        break;
+      default:
+        out.push_back(R"({"id": ")" + id + R"(", "image": "i/)" + id +
+                      R"(.jpg", "conversations": [{"from": "human", "value": "<image>\n] }, {\"q\\\": [)" +
+                      id + R"("}, {"from": "gpt", "value": "\\"}]})");
+    }
+  }
+  return out;
+}
+
+std::string AsArray(const std::vector<std::string>& records, bool pretty) {
+  std::string t = pretty ? "\xEF\xBB\xBF \n[\n  " : "[";
+  for (size_t i = 0; i < records.size(); ++i) {
+    if (i > 0) t += pretty ? " ,\r\n  " : ",";
+    t += records[i];
+  }
+  return t + (pretty ? "\n]\n" : "]");
+}
+
+TEST(ParseManifest, AJsonArrayGivesTheRecordsItsElementsWouldGiveAsLines) {
+  const std::vector<std::string> records = TrickyRecords(50);
+  std::string jsonl;
+  for (const std::string& r : records) jsonl += r + "\n";
+  const Manifest lines = ParseOk(jsonl);
+  for (const bool pretty : {false, true}) {
+    SCOPED_TRACE(pretty ? "pretty" : "compact");
+    const Manifest array = ParseOk(AsArray(records, pretty));
+    ASSERT_EQ(array.records.size(), lines.records.size());
+    EXPECT_EQ(array.bad_lines, lines.bad_lines);
+    EXPECT_GT(array.bad_lines, 0);
+    for (size_t i = 0; i < records.size(); ++i) {
+      const SampleRecord& a = array.records[i];
+      const SampleRecord& l = lines.records[i];
+      EXPECT_EQ(a.id, l.id);
+      EXPECT_EQ(a.uri(), l.uri());
+      EXPECT_EQ(a.line, static_cast<int64_t>(i) + 1);
+      ASSERT_EQ(a.turns.size(), l.turns.size());
+      for (size_t t = 0; t < a.turns.size(); ++t) EXPECT_EQ(a.turns[t].text, l.turns[t].text);
+      EXPECT_EQ(a.status.code(), l.status.code());
+      if (!a.status.ok()) {
+        // The same message, named by the element's index instead of the line.
+        const std::string want =
+            "element " + std::to_string(i) + l.status.message().substr(l.status.message().find(':'));
+        EXPECT_EQ(a.status.message(), want);
+      }
+    }
+  }
+  EXPECT_EQ(lines.records[0].turns[0].text, "<image>\n] }, {\"q\\\": [0");
+  EXPECT_EQ(lines.records[0].turns[1].text, "\\");
+}
+
+TEST(ParseManifest, AMalformedElementIsItsOwnBadRecordNamedByIndex) {
+  const Manifest m = ParseOk(std::string("[") + std::string(kGood) + R"(, {"id": "x", "image": } ,)" +
+                             R"( 42, , [1, 2], {"id": "y", "conversations": []}, "text")" + "]");
+  ASSERT_EQ(m.records.size(), 7u);
+  EXPECT_EQ(m.bad_lines, 5);
+  EXPECT_TRUE(m.records[0].status.ok());
+  EXPECT_EQ(m.records[1].status.code(), StatusCode::kBadRecord);
+  EXPECT_THAT(m.records[1].status.message(), HasSubstr("element 1: invalid JSON"));
+  EXPECT_THAT(m.records[2].status.message(), HasSubstr("element 2: expected a JSON object"));
+  EXPECT_EQ(m.records[3].status.code(), StatusCode::kBadRecord);
+  EXPECT_THAT(m.records[3].status.message(), HasSubstr("element 3: no value"));
+  EXPECT_THAT(m.records[4].status.message(), HasSubstr("element 4: expected a JSON object, got an array"));
+  EXPECT_TRUE(m.records[5].status.ok());
+  EXPECT_EQ(m.records[5].id, "y");
+  EXPECT_THAT(m.records[6].status.message(), HasSubstr("element 6: expected a JSON object"));
+}
+
+TEST(ParseManifest, ATruncatedOrOverlongArrayFailsTheLoadNamingTheByte) {
+  const SourceSpec spec = Spec();
+  const auto fails = [&](const std::string& text, const std::string& what) {
+    SCOPED_TRACE(text);
+    Result<Manifest> m = ParseManifest(BytesOf(text), spec.manifest, spec);
+    ASSERT_FALSE(m.ok());
+    EXPECT_EQ(m.status().code(), StatusCode::kCorruptData);
+    EXPECT_THAT(m.status().message(), HasSubstr(what));
+  };
+  const std::string good(kGood);
+  const std::string two = "[" + good + ", " + good;
+  fails(two, "byte " + std::to_string(good.size() + 3) + ": the JSON array is not closed: element 1");
+  fails(two + ",", "element 2, which starts here, runs to the end of the file");
+  fails(two.substr(0, two.size() - 5), "a string of element 1 runs to the end of the file");
+  fails("[" + good + "] x", "byte " + std::to_string(good.size() + 3) +
+                                ": more after the JSON array's closing ']'");
+  fails("[" + good + "]\n[" + good + "]", "more after the JSON array");
+  // No element at all is the empty manifest's error.
+  Result<Manifest> empty = ParseManifest(BytesOf(" [ \n ] \n"), spec.manifest, spec);
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(empty.status().message(), HasSubstr("an empty JSON array"));
+}
+
+TEST(ManifestLayoutOf, AnArrayIsAFileWhoseFirstByteIsABracket) {
+  EXPECT_EQ(ManifestLayoutOf("[{}]"), ManifestLayout::kArray);
+  EXPECT_EQ(ManifestLayoutOf("\xEF\xBB\xBF\n\t [\n"), ManifestLayout::kArray);
+  EXPECT_EQ(ManifestLayoutOf(kGood), ManifestLayout::kLines);
+  EXPECT_EQ(ManifestLayoutOf(""), ManifestLayout::kLines);
+  EXPECT_EQ(ManifestLayoutOf("\n\n"), ManifestLayout::kLines);
+}
+
 TEST(ParseManifest, DefaultFieldsAreTheLlavaPair) {
   SourceSpec spec;
   const std::vector<SourceField> fields = SourceFieldsOf(spec);

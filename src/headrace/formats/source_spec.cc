@@ -24,6 +24,18 @@ std::vector<SourceFieldSpec> ResolvedFields(const SourceSpec& spec) {
   return out;
 }
 
+std::vector<std::string> ManifestKeysOf(const SourceFieldSpec& field) {
+  std::vector<std::string> out;
+  const std::string& key = field.key.empty() ? field.name : field.key;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = key.find(',', start);
+    out.push_back(key.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
 std::vector<SourceField> SourceFieldsOf(const SourceSpec& spec) {
   std::vector<SourceField> out;
   for (const SourceFieldSpec& f : ResolvedFields(spec)) {

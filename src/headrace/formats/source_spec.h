@@ -29,7 +29,11 @@ namespace headrace {
 struct SourceFieldSpec {
   std::string name;          // required: the value's name in the chain and the batch
   FieldKind kind = FieldKind::kImage;
-  std::string key;           // the manifest's JSON key; empty: `name`
+  // The manifest's JSON key; empty: `name`. Several, comma-separated ("images,image"):
+  // whichever of them a record holds (a record holding two is its bad_record), as a
+  // shard field's extensions are; LLaVA data writes "image" for one and "images" for a
+  // list. For Parquet the column's name.
+  std::string key;
   int max_items = 0;         // 0: one value; N > 0: a list of up to N
   bool required = false;     // a record without it is a per-sample error (kMissingField)
   // A media list's fixed-shape batch fields padded to max_items per sample ([N, ...],
@@ -153,6 +157,9 @@ std::vector<SourceField> SourceFieldsOf(const SourceSpec& spec);
 
 // A blend's field naming each sample's entry (MixEntrySpec::name): a string, in the batch.
 inline constexpr std::string_view kMixSourceField = "source";
+
+// A manifest field's JSON keys: `key` split at commas (SourceFieldSpec::key), in order.
+std::vector<std::string> ManifestKeysOf(const SourceFieldSpec& field);
 
 // The spec's fields with every default filled in (the two LLaVA fields when
 // spec.fields is empty; key = name where empty).

@@ -999,6 +999,20 @@ TEST(SourceFields, ValidationNamesTheField) {
   check({{"c", FieldKind::kConversation}, {"d", FieldKind::kConversation}},
         "source.fields[1].kind: only one field may be a conversation");
   check({{"v", FieldKind::kImage, "", 5000}}, "source.fields[0].max_items: must be in [0, 4096]");
+  check({{"v", FieldKind::kImage, "images,,image", 4}},
+        "source.fields[0].key: 'images,,image' has an empty key: a JSON key, or several "
+        "separated by commas");
+  check({{"v", FieldKind::kImage, "images,"}}, "source.fields[0].key: 'images,' has an empty key");
+  check({{"v", FieldKind::kImage, "image,images,image"}},
+        "source.fields[0].key: 'image,images,image' names 'image' twice");
+}
+
+TEST(SourceFields, AManifestFieldMayReadOneOfSeveralKeys) {
+  PipelineSpec spec;
+  spec.source.manifest = "m.jsonl";
+  spec.source.fields = {{"images", FieldKind::kImage, "images,image", 4},
+                        {"conversation", FieldKind::kConversation, "conversations"}};
+  EXPECT_TRUE(ValidatePipelineSpec(spec).ok()) << ValidatePipelineSpec(spec).ToString();
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // the key was set.
 #include "headrace/pipeline/config.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -116,6 +117,20 @@ Status ValidateSourceFields(const SourceSpec& src) {
       if (f.max_items != 0) return Invalid(p + ".max_items", "a conversation is not a list" + Got(f.max_items));
     }
     HR_RETURN_IF_ERROR(InRange(p + ".max_items", f.max_items, 0, kMaxItems));
+    if (!src.manifest.empty()) {
+      // A manifest field's keys: one JSON key, or several separated by commas.
+      const std::vector<std::string> keys = ManifestKeysOf(f);
+      for (size_t k = 0; k < keys.size(); ++k) {
+        const auto again = std::find(keys.begin(), keys.begin() + k, keys[k]);
+        if (keys[k].empty() || again != keys.begin() + k) {
+          return Invalid(p + ".key", "'" + f.key + "' " +
+                                         (keys[k].empty() ? "has an empty key"
+                                                          : "names '" + keys[k] + "' twice") +
+                                         ": a JSON key, or several separated by commas "
+                                         "(images,image: whichever a record holds)");
+        }
+      }
+    }
     if (f.pad_items && (f.max_items == 0 || !IsMediaKind(f.kind))) {
       return Invalid(p + ".pad_items",
                      "pads a media list (max_items > 0, kind image, video, audio, pointcloud "

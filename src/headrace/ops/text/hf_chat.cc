@@ -47,12 +47,19 @@ Result<std::unique_ptr<HfChat>> HfChat::Make(const TokenizeSpec& spec,
   chat->tokenizer = std::move(tokenizer).value();
   const HfTokenizer& t = *chat->tokenizer;
 
-  const std::string& source = spec.chat_template.empty() ? config.chat_template
-                                                         : spec.chat_template;
+  // The config's template, else the tokenizer_config.json's, else the preset's
+  // (ops/vision/preset.h): the model's own, as its processor would use it.
+  const VisionPreset* preset = FindVisionPreset(spec.preset);
+  const std::string source = !spec.chat_template.empty() ? spec.chat_template
+                             : !config.chat_template.empty() || preset == nullptr
+                                 ? config.chat_template
+                                 : std::string(preset->chat_template);
   if (source.empty()) {
     return Status::InvalidArgument(
-        "text.tokenize.chat_template: none given and the tokenizer config has none (set "
-        "chat_template, or tokenizer_config to a tokenizer_config.json with one)");
+        "text.tokenize.chat_template: none given and the tokenizer config has none" +
+        std::string(preset != nullptr ? ", nor does preset " + std::string(EnumName(spec.preset))
+                                      : std::string()) +
+        " (set chat_template, or tokenizer_config to a tokenizer_config.json with one)");
   }
   std::string bos = config.bos_token, eos = config.eos_token;
   if (!config.read) {

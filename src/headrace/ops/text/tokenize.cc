@@ -386,7 +386,8 @@ Result<std::unique_ptr<Op>> TokenizeOp::Make(const Spec& spec, PlanContext& ctx)
     // The config beside tokenizer.json is read unless another is named, also when the
     // template is given inline: as with transformers' apply_chat_template(chat_template=),
     // the template replaces the config's, its bos/eos/pad tokens stay. Only when the
-    // template is inline may the file be missing (HfChat::Make then takes the BOS from
+    // template is inline (or the preset brings one, which the config's replaces) may the
+    // file be missing (HfChat::Make then takes the BOS from
     // the tokenizer's post-processor, or refuses a template that needs one).
     std::string config_uri = spec.tokenizer_config;
     const bool named = !config_uri.empty();
@@ -397,10 +398,19 @@ Result<std::unique_ptr<Op>> TokenizeOp::Make(const Spec& spec, PlanContext& ctx)
                    "tokenizer_config.json";
     }
     auto bytes = ctx.ReadFile("tokenizer_config", config_uri);
-    const bool optional = !named && !spec.chat_template.empty();
+    const VisionPreset* preset = FindVisionPreset(spec.preset);
+    const bool optional =
+        !named && (!spec.chat_template.empty() ||
+                   (preset != nullptr && !preset->chat_template.empty()));
     // ReadFile reports a missing file as kInvalidArgument (other failures keep their
     // code: a denied or unreachable config still stops the plan).
     if (!bytes.ok() && !(optional && bytes.status().code() == StatusCode::kInvalidArgument)) {
+      if (!named && preset != nullptr && bytes.status().code() == StatusCode::kInvalidArgument) {
+        return Status::InvalidArgument(
+            bytes.status().message() + "; preset " + std::string(EnumName(spec.preset)) +
+            " brings no chat template (set chat_template, or tokenizer_config to the model's "
+            "tokenizer_config.json)");
+      }
       return bytes.status();
     }
     if (bytes.ok()) {

@@ -49,7 +49,8 @@ struct TokenizeSpec {  // text.tokenize
   // --- with `tokenizer:` ---
   std::string tokenizer{};         // HF tokenizer.json (local, s3://, http(s)://)
   std::string tokenizer_config{};  // "": tokenizer_config.json beside `tokenizer`
-  std::string chat_template{};     // Jinja text; "": tokenizer_config's chat_template
+  std::string chat_template{};     // Jinja text; "": tokenizer_config's chat_template,
+                                   // else the preset's (ops/vision/preset.h)
   std::string template_date{};     // "YYYY-MM-DD": the day strftime_now renders (required
                                    // by a template that calls it)
   // A model's vision tokens and geometry (ops/vision/preset.h): image_token,

@@ -48,6 +48,19 @@ struct VisionTokens {
   int32_t video_pad_id = 151656;
 };
 
+// The chat template of Qwen/Qwen2-VL-7B-Instruct (its chat_template.json), byte for byte;
+// Qwen/Qwen2.5-VL-7B-Instruct ships the same text. text.tokenize renders with it when
+// neither its chat_template key nor a tokenizer_config.json gives one.
+// tests/python/data/chat_templates/Qwen2-VL-7B-Instruct.jinja holds the same text, and
+// tests/python/test_preset_chat_template.py checks the two agree.
+inline constexpr std::string_view kQwen2VlChatTemplate = R"jinja({% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}{% if loop.first and message['role'] != 'system' %}<|im_start|>system
+You are a helpful assistant.<|im_end|>
+{% endif %}<|im_start|>{{ message['role'] }}
+{% if message['content'] is string %}{{ message['content'] }}<|im_end|>
+{% else %}{% for content in message['content'] %}{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>{% elif content['type'] == 'video' or 'video' in content %}{% set video_count.value = video_count.value + 1 %}{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}<|vision_start|><|video_pad|><|vision_end|>{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>
+{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
+{% endif %})jinja";
+
 struct VisionPreset {
   VisionModel model = VisionModel::kNone;
   int patch_size = 0;           // spatial patch side, pixels
@@ -62,6 +75,9 @@ struct VisionPreset {
   int64_t video_min_pixels = 0;
   int64_t video_max_pixels = 0;
   VisionTokens tokens;
+  // The model's chat template (Jinja), text.tokenize's when the config and the
+  // tokenizer_config.json give none; empty: the preset has none to give.
+  std::string_view chat_template{};
 
   int factor() const { return patch_size * merge_size; }  // sides are multiples of it
 };
@@ -78,6 +94,10 @@ struct VisionPreset {
 //                65536, longest_edge 16777216}, patch_size 16, temporal_patch_size 2,
 //                merge_size 2, image_mean/std 0.5; video_preprocessor_config.json: size
 //                {shortest_edge 4096, longest_edge 25165824}.
+// Chat templates: qwen2_vl and qwen2_5_vl kQwen2VlChatTemplate. qwen3_vl none: the
+// repository holds no verbatim copy of Qwen3-VL's chat_template.json (it differs from
+// Qwen2-VL's), and a transcription from memory would train a prompt the model never saw;
+// give chat_template or the model's tokenizer_config.json.
 inline constexpr std::array<float, 3> kOpenAiClipMean = {0.48145466f, 0.4578275f, 0.40821073f};
 inline constexpr std::array<float, 3> kOpenAiClipStd = {0.26862954f, 0.26130258f, 0.27577711f};
 
@@ -85,15 +105,15 @@ inline constexpr VisionPreset kVisionPresets[] = {
     {.model = VisionModel::kQwen2Vl, .patch_size = 14, .temporal_patch_size = 2,
      .merge_size = 2, .image_mean = kOpenAiClipMean, .image_std = kOpenAiClipStd,
      .image_min_pixels = 3136, .image_max_pixels = 12845056, .video_min_pixels = 3136,
-     .video_max_pixels = 12845056, .tokens = {}},
+     .video_max_pixels = 12845056, .tokens = {}, .chat_template = kQwen2VlChatTemplate},
     {.model = VisionModel::kQwen2_5Vl, .patch_size = 14, .temporal_patch_size = 2,
      .merge_size = 2, .image_mean = kOpenAiClipMean, .image_std = kOpenAiClipStd,
      .image_min_pixels = 3136, .image_max_pixels = 12845056, .video_min_pixels = 3136,
-     .video_max_pixels = 12845056, .tokens = {}},
+     .video_max_pixels = 12845056, .tokens = {}, .chat_template = kQwen2VlChatTemplate},
     {.model = VisionModel::kQwen3Vl, .patch_size = 16, .temporal_patch_size = 2,
      .merge_size = 2, .image_mean = {0.5f, 0.5f, 0.5f}, .image_std = {0.5f, 0.5f, 0.5f},
      .image_min_pixels = 65536, .image_max_pixels = 16777216, .video_min_pixels = 4096,
-     .video_max_pixels = 25165824, .tokens = {}},
+     .video_max_pixels = 25165824, .tokens = {}, .chat_template = {}},
 };
 
 // The preset's name when it gave both the patch and the merge size (neither key was
