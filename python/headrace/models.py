@@ -154,9 +154,7 @@ class ModelInputs:
             out = self._padded_rows(batch, mrope)
         else:
             out = self._as_padded(batch, mrope)
-        for pixels, grid in _VISION:
-            if pixels in batch:
-                out[pixels] = batch[pixels]
+        for _, grid in _VISION:  # the patches pass as they are, with the rest below
             if grid in batch:
                 out[grid] = _grid(batch[grid])
         # The token fields are the layout's own: a raw one (ragged, or the text

@@ -14,21 +14,16 @@ void PackPlanner::Admit(int64_t epoch, int64_t position, std::span<const int64_t
     int64_t tokens = known ? told[s]->tokens : options_.seq_len;
     if (tokens > options_.seq_len) {
       // The Packer's errors for the same samples (exec/packer.cc, Admit).
-      const std::string too_long =
-          "packing: the sample's " + std::to_string(tokens) + " tokens exceed " +
-          (options_.budget ? "batch.max_tokens " : "batch.pack.seq_len ") +
-          std::to_string(options_.seq_len);
       if (options_.overflow == PackOverflow::kSkip) {
-        plan.skipped.push_back(SampleError{
-            epoch, indices[s], told[s]->id,
-            Status::PackSkipped(too_long + ": left out (batch.pack.overflow: skip)")});
+        plan.skipped.push_back(
+            SampleError{epoch, indices[s], told[s]->id, PackLeftOut(tokens, options_)});
         continue;
       }
       if (told[s]->vision_past_seq_len > 0) {
         plan.failed.push_back(SampleError{
             epoch, indices[s], told[s]->id,
             Status::InvalidArgument(
-                too_long + ", and the cut would drop " + std::to_string(told[s]->vision_past_seq_len) +
+                PackTooLong(tokens, options_) + ", and the cut would drop " + std::to_string(told[s]->vision_past_seq_len) +
                 " of its " + std::to_string(told[s]->vision) +
                 " vision tokens (raise seq_len, or lower the images' max_pixels)")});
         continue;

@@ -42,6 +42,17 @@ int64_t TokenAt(std::string_view bytes, DType dtype, int64_t t) {
 
 }  // namespace
 
+std::string PackTooLong(int64_t tokens, const PackOptions& options) {
+  return "packing: the sample's " + std::to_string(tokens) + " tokens exceed " +
+         (options.budget ? "batch.max_tokens " : "batch.pack.seq_len ") +
+         std::to_string(options.seq_len);
+}
+
+Status PackLeftOut(int64_t tokens, const PackOptions& options) {
+  return Status::PackSkipped(PackTooLong(tokens, options) +
+                             ": left out (batch.pack.overflow: skip)");
+}
+
 Result<Packer> Packer::Make(std::vector<FieldSpec> layout, PackOptions options) {
   if (options.seq_len <= 0) {
     return Status::InvalidArgument("batch.pack.seq_len: must be > 0 (got " +
@@ -174,7 +185,6 @@ Status Packer::Admit(const Batch& input, int64_t position, std::vector<SampleErr
     }
     return "";
   };
-  const std::string seq_len_key = options_.budget ? "batch.max_tokens" : "batch.pack.seq_len";
   for (int64_t s = 0; s < input.size(); ++s) {
     if (replay && !std::binary_search(replay_waiting_.begin(), replay_waiting_.end(), index[s])) {
       continue;  // packed before the state was taken
@@ -188,13 +198,11 @@ Status Packer::Admit(const Batch& input, int64_t position, std::vector<SampleErr
       errors.push_back(std::move(e));
     };
     if (length > options_.seq_len) {
-      const std::string too_long = "packing: the sample's " + std::to_string(length) +
-                                   " tokens exceed " + seq_len_key + " " +
-                                   std::to_string(options_.seq_len);
+      const std::string too_long = PackTooLong(length, options_);
       if (options_.overflow == PackOverflow::kSkip) {
         if (!replay) {
           ++stats_.skipped;
-          lose(Status::PackSkipped(too_long + ": left out (batch.pack.overflow: skip)"));
+          lose(PackLeftOut(length, options_));
         }
         continue;
       }

@@ -93,6 +93,12 @@ struct PackOptions {
   int64_t epoch_batches = 0;
 };
 
+// The start of a too-long sample's error, the packer's and the planner's alike:
+// "packing: the sample's N tokens exceed batch.pack.seq_len M" (batch.max_tokens with a
+// budget); and the whole error of one left out (overflow: skip).
+std::string PackTooLong(int64_t tokens, const PackOptions& options);
+Status PackLeftOut(int64_t tokens, const PackOptions& options);
+
 // What the packer did so far (stats(), the report and the metrics).
 struct PackStats {
   int64_t batches = 0;
