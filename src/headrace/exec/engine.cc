@@ -56,7 +56,7 @@ Status NormalizeStart(const EpochOrder& order, EngineOptions& options) {
 //   image). Kept for a packer, rows that took the largest held about twice their bytes
 //   (1.93 GB lent in a packed 3-epoch run, 3.7 GB mapped fresh); sized, packing went
 //   from 0.92x to 0.99x the unpacked run. Rows kept for a packer (`rows_are_batches`:
-//   EngineOptions::keep_sample_rows, no batch ops) are what the joined batch tensors
+//   BatchFormer::keeps_sample_rows, no batch ops) are what the joined batch tensors
 //   would be, and live as long: they get the budget (the packed pipeline faulted 1.1 M
 //   pages with half, 0.82 M with the budget; peak RSS 2035 -> 2261 MiB).
 // - The batch tensors: up to the budget and a half cached. Rows are joined as samples
@@ -135,7 +135,7 @@ Engine::Engine(std::shared_ptr<const EngineInputs> inputs, EngineOptions options
   delivery.batches_per_epoch = order_.batches_per_rank_epoch();
   delivery.deliver_empty_batches = options_.deliver_empty_batches;
   delivery.max_error_rate = options_.max_error_rate;
-  delivery.consumer_counts_losses = options_.consumer_counts_losses;
+  delivery.consumer_counts_losses = options_.former != nullptr && options_.former->counts_losses();
   delivery.min_samples = options_.min_samples;
   delivery.max_kept_errors = options_.max_kept_errors;
   for (const BadShard& bad : inputs_->source->info().bad_shards) {
@@ -156,13 +156,13 @@ Engine::Engine(std::shared_ptr<const EngineInputs> inputs, EngineOptions options
   const size_t full_batch = AssembleStage::RowBytes(inputs_->fields) *
                             static_cast<size_t>(options_.order.batch_size);
   const bool varying = RaggedRows::Needed(inputs_->fields);
+  const bool keep_sample_rows = options_.former != nullptr && options_.former->keeps_sample_rows();
   auto [batches, segments] =
-      BatchMemory(options_, full_batch, varying,
-                  options_.keep_sample_rows && inputs_->batch_ops.empty());
+      BatchMemory(options_, full_batch, varying, keep_sample_rows && inputs_->batch_ops.empty());
   assemble_ = std::make_unique<AssembleStage>(inputs_->fields, inputs_->strings,
                                               inputs_->batch_ops, options_.order.seed,
                                               std::move(batches), std::move(segments),
-                                              options_.keep_sample_rows);
+                                              keep_sample_rows);
   read_ = std::make_unique<ReadStage>(
       inputs_->source->storage(),
       ReadStageOptions{options_.io_inflight, options_.io_budget_bytes,
@@ -261,8 +261,12 @@ bool Engine::StartBatch(int64_t j) {
   auto job = std::make_shared<BatchJob>();
   job->position = order_.Position(j);
   job->sample_indices = order_.SampleIndices(job->position);
-  if (options_.compose) {
-    job->sample_indices = options_.compose(job->position, job->sample_indices, stop_.get_token());
+  if (options_.former != nullptr) {
+    if (std::optional<std::vector<int64_t>> composed =
+            options_.former->Compose(job->position, job->sample_indices, stop_.get_token());
+        composed.has_value()) {
+      job->sample_indices = std::move(*composed);
+    }
   }
   const auto n = static_cast<int64_t>(job->sample_indices.size());
   // Concatenated fields are sized as the samples run: admission counts the mean so far,
@@ -301,9 +305,9 @@ void Engine::IssueSample(const std::shared_ptr<BatchJob>& job, int slot) {
   } else if (RangedRecord(*inputs_, record)) {
     OpenReaders(job, slot);
   } else if (std::optional<std::vector<Buffer>> media =
-                 options_.media_of ? options_.media_of(job->position.epoch,
-                                                       job->sample_indices[slot])
-                                   : std::nullopt;
+                 options_.former != nullptr
+                     ? options_.former->MediaOf(job->position.epoch, job->sample_indices[slot])
+                     : std::nullopt;
              media.has_value() && media->size() == record.media.size()) {
     for (const Buffer& b : *media) {
       media_handed_bytes_.fetch_add(static_cast<int64_t>(b.size()), std::memory_order_relaxed);

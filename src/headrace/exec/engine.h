@@ -72,6 +72,7 @@
 #include "headrace/core/histogram.h"
 #include "headrace/core/pooling_allocator.h"
 #include "headrace/exec/assemble_stage.h"
+#include "headrace/exec/batch_former.h"
 #include "headrace/exec/batch_job.h"
 #include "headrace/exec/budget_gauge.h"
 #include "headrace/exec/chain_stage.h"
@@ -139,22 +140,10 @@ struct EngineOptions {
   // ends each epoch at its last batch. Skipping would make Next() run on into the next
   // epoch, and never return at all when every batch of an unbounded run fails.
   bool deliver_empty_batches = false;
-  // For a consumer that lays the samples out itself (the packer): each batch's
-  // concatenated fields are left unjoined, as its samples' rows in Batch::sample_rows
-  // (exec/assemble_stage.h). Ignored when the pipeline has batch ops.
-  bool keep_sample_rows = false;
-  // Which samples batch `position` computes, in which order, given the samples EpochOrder
-  // puts in it (null: those, in that order). Called on the driver thread, in batch order,
-  // before the batch is admitted: a planned batch.pack (exec/pack_planner.h), whose
-  // packed batch p holds samples of input batches up to p, in row order.
-  // `stop` is the run's: a compose that waits (reads) gives up once it is requested.
-  std::function<std::vector<int64_t>(const BatchPosition& position,
-                                     std::span<const int64_t> samples, std::stop_token stop)>
-      compose;
-  // A sample's media already read by whoever composed its batch (a planned pack's sizer
-  // read them to size the sample): taken instead of reading them again (nullopt: read).
-  // Called on the driver thread as each sample starts.
-  std::function<std::optional<std::vector<Buffer>>(int64_t epoch, int64_t index)> media_of;
+  // How the run forms its batches (exec/batch_former.h): which samples each batch
+  // computes, media its composing read, whether batches leave with their samples' rows
+  // unjoined (ignored with batch ops) and whether the consumer counts losses. Null: plain.
+  std::shared_ptr<BatchFormer> former;
   EpochOrderOptions order;
   // Error budget: fail once failed / attempted > max_error_rate, with at least
   // min_samples attempted (or at the end of each epoch).
@@ -163,10 +152,6 @@ struct EngineOptions {
   // A blend (source.mix): each entry's own max_error_rate (nullopt: only the run's).
   std::vector<std::optional<double>> entry_max_error_rate;
   int max_kept_errors = 20;  // errors kept in full in the metrics
-  // The consumer counts samples it loses after delivery (a packer: CountLost). An epoch's
-  // end is then a verdict point of its CountLost(at_end), once the epoch's last losses are
-  // counted, rather than of the delivery before them (whose counts would lack them).
-  bool consumer_counts_losses = false;
   Allocator* allocator = DefaultAllocator();
   // Scratch memory (ops/op.h ScratchArena) each CPU thread keeps between samples; a
   // sample that needs more gets it, and it is freed when that sample ends. Outside
@@ -228,7 +213,7 @@ struct EngineMetrics {
   double neighbour_distance = 0;
 };
 
-class Engine {
+class Engine final : public BatchInput {
  public:
   // Validates, allocates nothing large, and starts the driver thread. The inputs are
   // shared: a prepared pipeline runs many engines over one chain and source, one after
@@ -244,22 +229,24 @@ class Engine {
 
   // The next batch in order; nullopt after the last one; an error when the run failed
   // (error budget) or was cancelled; kInvalidArgument on a Schedule::kOnDemand engine.
-  Result<std::optional<Batch>> Next() { return delivery_->Next(); }
+  Result<std::optional<Batch>> Next() override { return delivery_->Next(); }
   // Waits up to `timeout` until Next() would return without blocking (a batch is ready,
   // the run ended or failed); true if so. Lets a consumer that must stay responsive (a
   // Python loop noticing Ctrl-C) wait in slices; the time counts as consumer wait.
-  bool WaitReady(std::chrono::nanoseconds timeout) { return delivery_->WaitReady(timeout); }
+  bool WaitReady(std::chrono::nanoseconds timeout) override {
+    return delivery_->WaitReady(timeout);
+  }
   // Stops the run; Next() then returns kCancelled. Safe from any thread.
   void Cancel();
   // Bytes of delivered batches the consumer holds for the run changed by `delta` (a
   // packer's window): charged to the batch budget like batches admitted and not yet
   // delivered, so that fewer are admitted while it holds more. Safe from any thread.
-  void ChargeHeld(int64_t delta) { delivery_->Recharge(delta); }
+  void ChargeHeld(int64_t delta) override { delivery_->Recharge(delta); }
   // Samples the consumer lost after delivery (a packer's skips, cuts and failures), in
   // delivery order: counted in the run's error budget and metrics like the samples that
   // failed in the engine (Delivery::CountLost); the budget's verdict, which stops the run
   // when spent. The in-order consumer's thread.
-  Status CountLost(std::span<const LostSample> lost, bool at_end) {
+  Status CountLost(std::span<const LostSample> lost, bool at_end) override {
     return delivery_->CountLost(lost, at_end);
   }
 
@@ -278,6 +265,7 @@ class Engine {
   }
 
   const EpochOrder& order() const { return order_; }
+  int64_t batches_per_epoch() const override { return order_.batches_per_rank_epoch(); }
   // The local index of the batch Next() returns next.
   int64_t next_batch() const { return delivery_->next_batch(); }
   EngineMetrics Metrics() const;

@@ -694,9 +694,34 @@ TEST_P(EngineConformance, SumsTheVideoFramesAnOpDecodedAndTook) {
   EXPECT_EQ((*plain)->Metrics().ops[0].frames_decoded, -1);
 }
 
-// EngineOptions::compose decides which samples a batch computes, in which order (a
-// planned pack's packed batches); media_of hands over media already read, which the
-// samples then run on instead of reading them.
+// A former's Compose (exec/batch_former.h) decides which samples a batch computes, in
+// which order (a planned pack's packed batches); its MediaOf hands over media already
+// read, which the samples then run on instead of reading them.
+class ComposingFormer final : public BatchFormer {
+ public:
+  std::string_view name() const override { return "composing"; }
+  std::optional<std::vector<int64_t>> Compose(const BatchPosition& p,
+                                              std::span<const int64_t> samples,
+                                              std::stop_token) override {
+    composed_at.push_back(p.local_index);
+    std::vector<int64_t> out(samples.rbegin(), samples.rend());  // reversed
+    if (p.local_index == 1) out.clear();                      // nothing
+    if (p.local_index == 2) out.push_back(0);                 // and one of batch 0's again
+    return out;
+  }
+  std::optional<std::vector<Buffer>> MediaOf(int64_t, int64_t index) override {
+    if (index % 2 == 0) return std::nullopt;  // read as usual
+    std::lock_guard lock(mu);
+    ++handed;
+    return std::vector<Buffer>{*Buffer::CopyOf("xyz", 3)};
+  }
+  Result<std::optional<Batch>> Next(BatchInput& input) override { return input.Next(); }
+
+  std::vector<int64_t> composed_at;  // the driver's calls, in order
+  std::mutex mu;
+  int64_t handed = 0;
+};
+
 TEST_P(EngineConformance, ComposedBatchesRunTheirSamplesInOrderOnMediaHandedOver) {
   auto records = Records(12);
   EngineInputs in;
@@ -711,22 +736,10 @@ TEST_P(EngineConformance, ComposedBatchesRunTheirSamplesInOrderOnMediaHandedOver
   opt.order.batch_size = 4;
   opt.order.shuffle = false;
   opt.deliver_empty_batches = true;
-  std::vector<int64_t> composed_at;  // the driver's calls, in order
-  opt.compose = [&](const BatchPosition& p, std::span<const int64_t> samples, std::stop_token) {
-    composed_at.push_back(p.local_index);
-    std::vector<int64_t> out(samples.rbegin(), samples.rend());  // reversed
-    if (p.local_index == 1) out.clear();                      // nothing
-    if (p.local_index == 2) out.push_back(0);                 // and one of batch 0's again
-    return out;
-  };
-  std::mutex mu;
-  int64_t handed = 0;
-  opt.media_of = [&](int64_t, int64_t index) -> std::optional<std::vector<Buffer>> {
-    if (index % 2 == 0) return std::nullopt;  // read as usual
-    std::lock_guard lock(mu);
-    ++handed;
-    return std::vector<Buffer>{*Buffer::CopyOf("xyz", 3)};
-  };
+  auto former = std::make_shared<ComposingFormer>();
+  opt.former = former;
+  const std::vector<int64_t>& composed_at = former->composed_at;
+  const int64_t& handed = former->handed;
   auto engine = Engine::Start(std::move(in), opt);
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
   std::vector<std::vector<int64_t>> got;

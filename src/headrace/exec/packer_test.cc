@@ -1,4 +1,5 @@
 #include "headrace/exec/packer.h"
+#include "headrace/exec/pack_former.h"
 #include "headrace/exec/pack_planner.h"
 
 #include "headrace/core/pooling_allocator.h"
@@ -941,5 +942,92 @@ TEST(PackingQueue, LostSamplesAreTheDeliveredBatchesOnly) {
   ASSERT_EQ(lost.size(), 1u);
   EXPECT_EQ(lost[0].error.index, 2);
 }
+// The batches a former forms from, scripted; what it charged and counted.
+class ScriptedInput final : public BatchInput {
+ public:
+  ScriptedInput(std::vector<Batch> batches, int64_t per_epoch)
+      : batches_(std::move(batches)), per_epoch_(per_epoch) {}
+  Result<std::optional<Batch>> Next() override {
+    if (next_ == batches_.size()) return std::optional<Batch>();
+    return std::optional<Batch>(batches_[next_++]);
+  }
+  bool WaitReady(std::chrono::nanoseconds) override { return true; }
+  int64_t batches_per_epoch() const override { return per_epoch_; }
+  void ChargeHeld(int64_t delta) override {
+    charged += delta;
+    most_charged = std::max(most_charged, charged);
+  }
+  Status CountLost(std::span<const LostSample> lost, bool at_end) override {
+    counted.emplace_back(static_cast<int64_t>(lost.size()), at_end);
+    return Status::Ok();
+  }
+
+  int64_t charged = 0;
+  int64_t most_charged = 0;
+  std::vector<std::pair<int64_t, bool>> counted;  // per input batch: lost, at the end
+
+ private:
+  std::vector<Batch> batches_;
+  size_t next_ = 0;
+  int64_t per_epoch_;
+};
+
+std::shared_ptr<BatchFormer> PackFormerOf(const PackOptions& options, EngineOptions& engine) {
+  auto inputs = std::make_shared<EngineInputs>();
+  inputs->fields = Layout();
+  FormingRun run{.inputs = inputs, .pack = options, .engine = &engine, .plan_packing = false};
+  Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
+  EXPECT_TRUE(former.ok()) << former.status().ToString();
+  EXPECT_EQ((*former)->name(), "pack");
+  return *former;
+}
+
+TEST(PackFormer, ItsBatchesAreThePackersItsWindowChargedAndItsLossesCountedPerInputBatch) {
+  const std::vector<Batch> epoch = Epoch(0, 6, 4, 24, 11);  // some longer than 16: cut
+  PackOptions options = Options(16, 4);
+  options.epoch_batches = 6;
+  const std::vector<Batch> want = PackAll(epoch, options);
+  EngineOptions engine;
+  std::shared_ptr<BatchFormer> former = PackFormerOf(options, engine);
+  ScriptedInput input(epoch, 6);
+  std::vector<Batch> got;
+  while (true) {
+    Result<std::optional<Batch>> b = former->Next(input);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    if (!b->has_value()) break;
+    got.push_back(**b);
+  }
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < got.size(); ++k) EXPECT_EQ(Bytes(got[k]), Bytes(want[k])) << k;
+  const PackStats stats = *former->stats();
+  EXPECT_GT(stats.truncated, 0);
+  ASSERT_EQ(input.counted.size(), 6u) << "once per input batch";
+  int64_t lost = 0;
+  for (size_t k = 0; k < 6; ++k) {
+    lost += input.counted[k].first;
+    EXPECT_EQ(input.counted[k].second, k == 5) << "the epoch's last is its verdict";
+  }
+  EXPECT_EQ(lost, stats.truncated + stats.skipped);
+  EXPECT_GT(input.most_charged, 0) << "the window is charged to the batch budget";
+  EXPECT_EQ(input.charged, 0) << "and released as the epoch's end empties it";
+  EXPECT_EQ(former->state()->epoch, 1) << "the next epoch's start";
+  EXPECT_EQ(former->state()->next_batch, 0);
+  EXPECT_TRUE(former->state()->waiting.empty());
+}
+
+TEST(PackFormer, APackedBatchWithNoSampleIsHeldBackAndItsErrorsGoWithTheNext) {
+  Batch failed = MakeBatch(0, 0, {});
+  failed.errors.push_back(SampleError{0, 3, "s3", Status::InvalidArgument("bad")});
+  EngineOptions engine;  // deliver_empty_batches false: the consumer wants samples
+  std::shared_ptr<BatchFormer> former = PackFormerOf(Options(16, 0), engine);
+  ScriptedInput input({failed, MakeBatch(0, 1, {{5, 3}})}, 2);
+  Result<std::optional<Batch>> b = former->Next(input);
+  ASSERT_TRUE(b.ok() && b->has_value()) << b.status().ToString();
+  EXPECT_EQ(CheckPacked(**b, 16, -7), (std::vector<int64_t>{5}));
+  ASSERT_EQ((*b)->errors.size(), 1u);
+  EXPECT_EQ((*b)->errors[0].index, 3);
+  EXPECT_FALSE(former->Next(input)->has_value());
+}
+
 }  // namespace
 }  // namespace headrace

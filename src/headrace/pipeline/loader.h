@@ -18,7 +18,8 @@
 #include "headrace/core/clock.h"
 #include "headrace/exec/consumer_clock.h"
 #include "headrace/exec/engine.h"
-#include "headrace/exec/pack_planner.h"
+#include "headrace/exec/thread_annotations.h"
+#include "headrace/exec/batch_former.h"
 #include "headrace/formats/parquet_row_groups.h"
 #include "headrace/io/block_cache.h"
 #include "headrace/pipeline/prepared.h"
@@ -111,9 +112,7 @@ class Loader {
   int64_t total_batches() const { return engine_->order().total_batches(); }
   // With batch.max_tokens, the input batch whose token batches are being delivered
   // while some of them wait.
-  int64_t next_batch() const {
-    return engine_->next_batch() - (packing_.has_value() && packing_->size() > 0 ? 1 : 0);
-  }
+  int64_t next_batch() const { return engine_->next_batch() - former_->inputs_held(); }
   // The epoch order the engine runs (its options: shards, shuffle window, seed).
   const EpochOrder& order() const { return engine_->order(); }
   int64_t memory_budget_bytes() const { return spec().memory.budget_bytes; }
@@ -136,40 +135,26 @@ class Loader {
   ConsumerStats consumer_stats() const;
   // With batch.pack (else nullopt): what packing did so far, and where the packer stands
   // after the last batch Next() returned (for a state dict). Safe from any thread.
-  std::optional<PackStats> pack_stats() const;
-  std::optional<PackState> pack_state() const;
+  std::optional<PackStats> pack_stats() const { return former_->stats(); }
+  std::optional<PackState> pack_state() const { return former_->state(); }
   EngineMetrics engine_metrics() const { return engine_->Metrics(); }
 
  private:
   friend class PreparedPipeline;
   Loader(std::shared_ptr<const PreparedPipeline> prepared, std::unique_ptr<Engine> engine,
-         TraceRecorder* trace, Clock::time_point created);
-  // Next() with batch.pack: the engine's batches through the packer.
-  Result<std::optional<Batch>> NextPacked();
+         std::shared_ptr<BatchFormer> former, TraceRecorder* trace, Clock::time_point created);
 
   std::shared_ptr<const PreparedPipeline> prepared_;
   std::unique_ptr<Engine> engine_;
+  // How the consumer's batches are formed from the engine's (exec/batch_formers.h).
+  std::shared_ptr<BatchFormer> former_;
 
   TraceRecorder* trace_ = nullptr;
   const Clock::time_point created_;
   Clock::time_point last_return_at_;  // for the trace's step spans
   std::optional<Clock::time_point> wait_started_;  // the first WaitReady() before Next()
-  mutable std::mutex stats_mu_;  // guards clock_: consumer_stats() is safe from any thread
-  ConsumerClock clock_;
-
-  // batch.pack / batch.max_tokens: the packer and what it has made, whether empty packed
-  // batches are delivered, and copies for other threads.
-  std::optional<PackingQueue> packing_;
-  // A planned pack (LoaderOptions::plan_packing): the rows of each engine batch.
-  std::shared_ptr<PackPlanner> planner_;
-  // The errors of packed batches left undelivered as empty (deliver_empty_ false): they go
-  // with the next one delivered (WithHeldErrors).
-  std::vector<SampleError> held_errors_;
-  void WithHeldErrors(Batch& batch);
-  int64_t window_charged_ = 0;  // the packer's window, charged to the engine's batch budget
-  bool deliver_empty_ = false;
-  std::optional<PackStats> pack_stats_;  // guarded by stats_mu_
-  std::optional<PackState> pack_state_;  // guarded by stats_mu_
+  mutable Mutex stats_mu_;
+  ConsumerClock clock_ HR_GUARDED_BY(stats_mu_);  // consumer_stats() is safe from any thread
 };
 
 }  // namespace headrace

@@ -4,7 +4,7 @@
 #include <optional>
 
 #include "headrace/exec/blend_order.h"
-#include "headrace/exec/pack_sizer.h"
+#include "headrace/exec/batch_formers.h"
 #include "headrace/formats/manifest.h"
 #include "headrace/io/object_storage.h"
 #include "headrace/pipeline/config.h"
@@ -223,16 +223,10 @@ Result<EpochOrder> PreparedPipeline::RunWideOrder(const std::optional<EpochRemai
   return EpochOrder::Make(o);
 }
 
-Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& options,
-                                                      Clock::time_point started) const {
-  if (options.remainder.has_value() && options.start_epoch != options.remainder->epoch) {
-    return Status::InvalidArgument("the rest of epoch " +
-                                   std::to_string(options.remainder->epoch) +
-                                   " starts a run at that epoch, not at " +
-                                   std::to_string(options.start_epoch));
-  }
+EngineOptions PreparedPipeline::EngineOptionsFor(const LoaderOptions& options,
+                                                 EpochOrderOptions order) const {
   EngineOptions opt;
-  HR_ASSIGN_OR_RETURN(opt.order, OrderOptions(options.remainder, options.blend_start));
+  opt.order = std::move(order);
   opt.io_budget_bytes = io_budget_bytes_;
   opt.batch_budget_bytes = batch_budget_bytes_;
   opt.cpu_threads = cpu_threads_;
@@ -251,89 +245,28 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
   opt.scratch_retain_bytes = spec_.memory.scratch_bytes_per_thread;
   if (options.allocator != nullptr) opt.allocator = options.allocator;
   opt.trace = options.trace;
-  // Packing: the packer sees every batch (an epoch's last one empties its window, empty or
-  // not) and starts where its saved window began, or at the epoch's first batch when a
-  // start_batch must be replayed through a window.
-  std::optional<PackingQueue> packing;
-  std::shared_ptr<PackPlanner> planner;
-  if (pack_.has_value()) {
-    PackOptions pack = *pack_;
-    pack.allocator = options.allocator;
-    // Freed packed batches kept for the next: the batch budget (a packed batch of large
-    // patches is hundreds of MB; one the pool cannot hold faults in fresh pages: with
-    // half, 100-430 MB of the VLM bench's packed batches were fresh each pass, none now).
-    pack.pool_bytes = std::max(pack.pool_bytes, batch_budget_bytes_);
-    // The packer lays out the samples' rows itself; batches taken on demand (a Ray
-    // worker's, packed by the rank) leave joined, as any other batch.
-    opt.keep_sample_rows = options.schedule == Schedule::kSequential;
-    // The Loader counts what the packer loses (Engine::CountLost), the epoch's last
-    // batch's too, before an epoch's end decides.
-    opt.consumer_counts_losses = options.schedule == Schedule::kSequential;
-    HR_ASSIGN_OR_RETURN(Packer packer, Packer::Make(inputs_->fields, pack));
-    packing.emplace(std::move(packer));
-    opt.deliver_empty_batches = true;
-    int token_field = -1;
-    for (size_t f = 0; f < inputs_->fields.size(); ++f) {
-      if (inputs_->fields[f].name == pack.token_field) token_field = static_cast<int>(f);
-    }
-    if (options.plan_packing && options.schedule == Schedule::kSequential && token_field >= 0 &&
-        ChainTellsTokens(*inputs_)) {
-      // Planned: the engine computes each packed batch's samples, in row order, so that
-      // their rows are written where the packed batch holds them (exec/pack_planner.h).
-      HR_ASSIGN_OR_RETURN(EpochOrder order, EpochOrder::Make(opt.order));
-      const int64_t per_epoch = std::max<int64_t>(order.batches_per_rank_epoch(), 1);
-      PackOptions planning = pack;
-      planning.epoch_batches = order.batches_per_rank_epoch();
-      // The media the sizer reads, kept for the samples' runs (not read twice) up to the
-      // I/O budget's worth: outside it (the budget counts reads in flight), an allowance.
-      auto read = std::make_shared<ReadMedia>(io_budget_bytes_);
-      planner = std::make_shared<PackPlanner>(
-          planning, SizeByTheSizePass(inputs_, token_field, pack, read, io_budget_bytes_));
-      opt.media_of = [read](int64_t epoch, int64_t index) { return read->Take(epoch, index); };
-      opt.keep_sample_rows = false;
-      opt.compose = [planner, per_epoch](const BatchPosition& p, std::span<const int64_t> samples,
-                                         std::stop_token stop) {
-        const int64_t position = p.local_index - p.epoch * per_epoch;
-        return planner->Plan(p.epoch, position, p.local_index, position + 1 == per_epoch,
-                             samples, std::move(stop));
-      };
-      const auto shared_order = std::make_shared<const EpochOrder>(std::move(order));
-      const PackPlanner::InputBatch batch_of = [shared_order, per_epoch](int64_t epoch,
-                                                                         int64_t position) {
-        return shared_order->SampleIndices(shared_order->Position(epoch * per_epoch + position));
-      };
-      if (options.pack_state.has_value()) {
-        HR_RETURN_IF_ERROR(planner->Restore(*options.pack_state, batch_of));
-        packing->ResumePlanned(*options.pack_state);
-        opt.start_epoch = options.pack_state->epoch;
-        opt.start_batch = options.pack_state->next_batch;
-      } else if (options.start_epoch > 0 || options.start_batch > 0) {
-        const int64_t from = options.start_epoch * per_epoch + options.start_batch;
-        opt.start_epoch = from / per_epoch;
-        opt.start_batch = from % per_epoch;
-        planner->Skip(opt.start_epoch, opt.start_batch, batch_of);
-      }
-    } else if (options.pack_state.has_value()) {
-      opt.start_epoch = options.pack_state->epoch;
-      opt.start_batch = options.pack_state->from_batch;
-      packing->Resume(*options.pack_state);
-    } else if (pack.window > 0 && options.start_batch > 0) {
-      HR_ASSIGN_OR_RETURN(EpochOrder order, EpochOrder::Make(opt.order));
-      const int64_t per_epoch = std::max<int64_t>(order.batches_per_rank_epoch(), 1);
-      const int64_t deliver_from = options.start_epoch * per_epoch + options.start_batch;
-      packing->DeliverFrom(deliver_from);
-      opt.start_epoch = deliver_from / per_epoch;
-      opt.start_batch = 0;
-    }
+  return opt;
+}
+
+Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& options,
+                                                      Clock::time_point started) const {
+  if (options.remainder.has_value() && options.start_epoch != options.remainder->epoch) {
+    return Status::InvalidArgument("the rest of epoch " +
+                                   std::to_string(options.remainder->epoch) +
+                                   " starts a run at that epoch, not at " +
+                                   std::to_string(options.start_epoch));
   }
-  HR_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Start(inputs_, opt));
-  if (packing.has_value()) packing->set_epoch_batches(engine->order().batches_per_rank_epoch());
-  auto loader = std::unique_ptr<Loader>(
-      new Loader(shared_from_this(), std::move(engine), options.trace, started));
-  loader->packing_ = std::move(packing);
-  loader->planner_ = std::move(planner);
-  loader->deliver_empty_ = options.deliver_empty_batches;
-  return loader;
+  HR_ASSIGN_OR_RETURN(EpochOrderOptions order, OrderOptions(options.remainder, options.blend_start));
+  EngineOptions opt = EngineOptionsFor(options, std::move(order));
+  // How batches are formed (exec/batch_formers.h): the policy may move the start.
+  FormingRun forming{.inputs = inputs_, .pack = pack_, .engine = &opt,
+                     .resume = options.pack_state, .plan_packing = options.plan_packing,
+                     .allocator = options.allocator};
+  HR_ASSIGN_OR_RETURN(opt.former, MakeBatchFormer(forming));
+  std::shared_ptr<BatchFormer> former = opt.former;
+  HR_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Start(inputs_, std::move(opt)));
+  return std::unique_ptr<Loader>(new Loader(shared_from_this(), std::move(engine),
+                                            std::move(former), options.trace, started));
 }
 
 }  // namespace headrace

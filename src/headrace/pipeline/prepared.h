@@ -83,6 +83,8 @@ class PreparedPipeline : public std::enable_shared_from_this<PreparedPipeline> {
   // shuffle, seed and epochs) for rank 0 of 1, over `remainder` and after `blend_start`.
   Result<EpochOrderOptions> OrderOptions(const std::optional<EpochRemainder>& remainder,
                                          const std::vector<int64_t>& blend_start) const;
+  // The engine's options for a run of `options` over `order` (its former not yet made).
+  EngineOptions EngineOptionsFor(const LoaderOptions& options, EpochOrderOptions order) const;
 
   PipelineSpec spec_;
   std::shared_ptr<Storage> storage_;

@@ -1,0 +1,50 @@
+// The batch-forming policies a run picks from (exec/batch_former.h), and what they are
+// made from. The first policy in batch_formers.cc's list that takes the run forms it:
+//
+//   pack planned   batch.pack / batch.max_tokens, rows decided from the sizes the chain's
+//                  size pass tells before the samples run  (planned_pack_former.cc)
+//   pack           batch.pack / batch.max_tokens, packed after the samples ran, in a
+//                  window                                   (pack_former.cc)
+//   plain          every other run: the engine's batches as they are  (plain_former.cc)
+//
+// Adding a policy is its file (a class deriving BatchFormer and a Make function that
+// returns null for a run it does not take) and a line in the list: exec/README.md,
+// "Batch forming", walks through one.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "headrace/core/status.h"
+#include "headrace/exec/batch_former.h"
+#include "headrace/exec/engine.h"
+#include "headrace/exec/packer.h"
+
+namespace headrace {
+
+// A run as its former sees it before the engine starts.
+struct FormingRun {
+  // What the engine runs (the chain, the fields, the source).
+  std::shared_ptr<const EngineInputs> inputs;
+  // batch.pack / batch.max_tokens as the packer runs them; nullopt: neither.
+  std::optional<PackOptions> pack;
+  // The engine's options: the order, schedule, budgets and start the former reads; a
+  // former may move the start (a pack window restarts where its saved window began) and
+  // sets deliver_empty_batches when it follows positions.
+  EngineOptions* engine = nullptr;
+  // A former's saved state to continue from (Loader::pack_state); nullopt: from the start
+  // position.
+  std::optional<PackState> resume;
+  // Whether a pack may be planned (LoaderOptions::plan_packing).
+  bool plan_packing = true;
+  // The consumer's batch memory (LoaderOptions::allocator); null: the heap.
+  Allocator* allocator = nullptr;
+};
+
+// A policy: the former of `run`, or null when it does not take the run.
+using MakeFormer = Result<std::shared_ptr<BatchFormer>> (*)(FormingRun& run);
+
+// The former the first policy that takes `run` makes (plain takes every run).
+Result<std::shared_ptr<BatchFormer>> MakeBatchFormer(FormingRun& run);
+
+}  // namespace headrace

@@ -1,0 +1,98 @@
+#include "headrace/exec/batch_formers.h"
+
+#include <gtest/gtest.h>
+
+namespace headrace {
+namespace {
+
+// An op whose size pass tells the tokens (what a planned pack sizes by: text.tokenize).
+class TellsTokensOp final : public Op {
+ public:
+  std::string_view name() const override { return "test.tells_tokens"; }
+  Status Run(SampleContext&) const override { return Status::Ok(); }
+  bool Tells() const override { return true; }
+  bool TellsTokens() const override { return true; }
+};
+
+struct Formed {
+  std::shared_ptr<BatchFormer> former;
+  EngineOptions engine;
+};
+
+// The former MakeBatchFormer picks for a run of 3 batches of 4 an epoch, with `pack`.
+Formed Form(std::optional<PackOptions> pack, bool tells_tokens, EngineOptions engine = {},
+            std::optional<PackState> resume = std::nullopt, bool plan_packing = true) {
+  auto inputs = std::make_shared<EngineInputs>();
+  inputs->fields.push_back(FieldSpec{"input_ids", DType::kI64, {}, FieldLayout::kRagged, "",
+                                     "input_ids"});
+  inputs->fields.push_back(FieldSpec{"input_ids_lengths", DType::kI32, {}, FieldLayout::kLengths});
+  if (tells_tokens) inputs->chain().ops.push_back(std::make_unique<TellsTokensOp>());
+  engine.order.num_samples = 12;
+  engine.order.batch_size = 4;
+  engine.order.shuffle = false;
+  FormingRun run{.inputs = inputs, .pack = pack, .engine = &engine, .resume = resume,
+                 .plan_packing = plan_packing};
+  Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
+  EXPECT_TRUE(former.ok()) << former.status().ToString();
+  return {former.ok() ? *former : nullptr, engine};
+}
+
+PackOptions Pack(int64_t window) {
+  PackOptions o;
+  o.seq_len = 64;
+  o.window = window;
+  return o;
+}
+
+TEST(BatchFormers, EachRunGetsThePolicyThatTakesIt) {
+  EXPECT_EQ(Form(std::nullopt, true).former->name(), "plain");
+  EXPECT_EQ(Form(Pack(0), false).former->name(), "pack") << "the chain cannot tell tokens";
+  EXPECT_EQ(Form(Pack(0), true).former->name(), "pack planned");
+  EXPECT_EQ(Form(Pack(0), true, {}, std::nullopt, /*plan_packing=*/false).former->name(), "pack");
+  EngineOptions on_demand;
+  on_demand.schedule = Schedule::kOnDemand;
+  EXPECT_EQ(Form(Pack(0), true, on_demand).former->name(), "plain")
+      << "an on-demand engine's consumer packs (a Ray rank)";
+}
+
+TEST(BatchFormers, PlainLeavesTheEngineAsItIs) {
+  EngineOptions engine;
+  engine.start_epoch = 1;
+  engine.start_batch = 2;
+  const Formed f = Form(std::nullopt, false, engine);
+  EXPECT_FALSE(f.former->keeps_sample_rows());
+  EXPECT_FALSE(f.former->counts_losses());
+  EXPECT_FALSE(f.engine.deliver_empty_batches);
+  EXPECT_EQ(f.engine.start_epoch, 1);
+  EXPECT_EQ(f.engine.start_batch, 2);
+  EXPECT_FALSE(f.former->state().has_value());
+  EXPECT_FALSE(f.former->stats().has_value());
+}
+
+TEST(BatchFormers, APackFollowsEveryPositionAndStartsWhereItsWindowMust) {
+  EngineOptions engine;
+  engine.start_epoch = 1;
+  engine.start_batch = 2;
+  Formed f = Form(Pack(0), false, engine);
+  EXPECT_TRUE(f.former->keeps_sample_rows());
+  EXPECT_TRUE(f.former->counts_losses());
+  EXPECT_TRUE(f.engine.deliver_empty_batches) << "the packer sees every batch";
+  EXPECT_EQ(f.engine.start_batch, 2) << "window 0: each batch packs alone";
+  f = Form(Pack(4), false, engine);
+  EXPECT_EQ(f.engine.start_epoch, 1);
+  EXPECT_EQ(f.engine.start_batch, 0) << "a window replays its epoch up to the start";
+  PackState saved;
+  saved.epoch = 2;
+  saved.from_batch = 1;
+  saved.next_batch = 2;
+  f = Form(Pack(4), false, engine, saved);
+  EXPECT_EQ(f.engine.start_epoch, 2);
+  EXPECT_EQ(f.engine.start_batch, 1) << "from where the saved window began";
+
+  f = Form(Pack(4), true);
+  EXPECT_FALSE(f.former->keeps_sample_rows()) << "planned: rows laid out as they run";
+  EXPECT_TRUE(f.former->counts_losses());
+}
+
+}  // namespace
+}  // namespace headrace

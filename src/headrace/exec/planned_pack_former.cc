@@ -1,0 +1,105 @@
+// pack planned: batch.pack / batch.max_tokens decided before the samples run
+// (exec/pack_planner.h), from the sizes the chain's size pass tells (exec/pack_sizer.h):
+// the engine computes each packed batch's samples, in row order, so that their rows are
+// written where the packed batch holds them. Taken where batches leave in order and the
+// chain can tell the tokens (ChainTellsTokens), unless LoaderOptions::plan_packing is off.
+#include <algorithm>
+
+#include "headrace/exec/pack_former.h"
+#include "headrace/exec/pack_planner.h"
+#include "headrace/exec/pack_sizer.h"
+
+namespace headrace {
+namespace {
+
+class PlannedPackFormer final : public PackFormer {
+ public:
+  PlannedPackFormer(PackingQueue queue, bool deliver_empty, std::shared_ptr<PackPlanner> planner,
+                    std::shared_ptr<ReadMedia> read, int64_t per_epoch)
+      : PackFormer(std::move(queue), deliver_empty),
+        planner_(std::move(planner)),
+        read_(std::move(read)),
+        per_epoch_(per_epoch) {}
+
+  std::string_view name() const override { return "pack planned"; }
+  std::optional<std::vector<int64_t>> Compose(const BatchPosition& p,
+                                              std::span<const int64_t> samples,
+                                              std::stop_token stop) override {
+    const int64_t position = p.local_index - p.epoch * per_epoch_;
+    return planner_->Plan(p.epoch, position, p.local_index, position + 1 == per_epoch_, samples,
+                          std::move(stop));
+  }
+  std::optional<std::vector<Buffer>> MediaOf(int64_t epoch, int64_t index) override {
+    return read_->Take(epoch, index);
+  }
+  // The samples' rows are laid out where the plan put them: batches leave joined.
+  bool keeps_sample_rows() const override { return false; }
+
+ private:
+  Status Push(const Batch& in, int64_t position, bool, BatchInput&) override {
+    // The engine's batch holds the packed batch's samples, in row order.
+    std::optional<PlannedPack> plan = planner_->Take(in.global_index);
+    if (!plan.has_value()) {
+      return Status::Internal("packing: no plan for batch " + std::to_string(in.global_index));
+    }
+    return queue_.PushPlanned(in, position, plan->rows, std::move(plan->skipped),
+                              std::move(plan->failed), plan->before, plan->after);
+  }
+
+  const std::shared_ptr<PackPlanner> planner_;
+  const std::shared_ptr<ReadMedia> read_;
+  const int64_t per_epoch_;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<BatchFormer>> MakePlannedPackFormer(FormingRun& run) {
+  if (!run.pack.has_value() || !run.plan_packing ||
+      run.engine->schedule != Schedule::kSequential) {
+    return std::shared_ptr<BatchFormer>();
+  }
+  const EngineInputs& inputs = *run.inputs;
+  int token_field = -1;
+  for (size_t f = 0; f < inputs.fields.size(); ++f) {
+    if (inputs.fields[f].name == run.pack->token_field) token_field = static_cast<int>(f);
+  }
+  if (token_field < 0 || !ChainTellsTokens(inputs)) return std::shared_ptr<BatchFormer>();
+
+  EngineOptions& engine = *run.engine;
+  const PackOptions pack = PackFormer::OptionsFor(run);
+  HR_ASSIGN_OR_RETURN(Packer packer, Packer::Make(inputs.fields, pack));
+  PackingQueue queue(std::move(packer));
+  const bool deliver_empty = engine.deliver_empty_batches;
+  engine.deliver_empty_batches = true;
+
+  HR_ASSIGN_OR_RETURN(EpochOrder order, EpochOrder::Make(engine.order));
+  const int64_t per_epoch = std::max<int64_t>(order.batches_per_rank_epoch(), 1);
+  PackOptions planning = pack;
+  planning.epoch_batches = order.batches_per_rank_epoch();
+  // The media the sizer reads, kept for the samples' runs (not read twice) up to the I/O
+  // budget's worth: outside it (the budget counts reads in flight), an allowance.
+  auto read = std::make_shared<ReadMedia>(engine.io_budget_bytes);
+  auto planner = std::make_shared<PackPlanner>(
+      planning, SizeByTheSizePass(run.inputs, token_field, pack, read, engine.io_budget_bytes));
+  const auto shared_order = std::make_shared<const EpochOrder>(std::move(order));
+  const PackPlanner::InputBatch batch_of = [shared_order, per_epoch](int64_t epoch,
+                                                                     int64_t position) {
+    return shared_order->SampleIndices(shared_order->Position(epoch * per_epoch + position));
+  };
+  if (run.resume.has_value()) {
+    HR_RETURN_IF_ERROR(planner->Restore(*run.resume, batch_of));
+    queue.ResumePlanned(*run.resume);
+    engine.start_epoch = run.resume->epoch;
+    engine.start_batch = run.resume->next_batch;
+  } else if (engine.start_epoch > 0 || engine.start_batch > 0) {
+    // The window as an unbroken run has it at the start.
+    const int64_t from = engine.start_epoch * per_epoch + engine.start_batch;
+    engine.start_epoch = from / per_epoch;
+    engine.start_batch = from % per_epoch;
+    planner->Skip(engine.start_epoch, engine.start_batch, batch_of);
+  }
+  return std::shared_ptr<BatchFormer>(std::make_shared<PlannedPackFormer>(
+      std::move(queue), deliver_empty, std::move(planner), std::move(read), per_epoch));
+}
+
+}  // namespace headrace
