@@ -100,6 +100,16 @@ struct SampleRecord {
   const std::string& uri() const;
 };
 
+// A token sequence a size pass tokenized for a sample before it ran (text.tokenize's
+// Predict): the image grids it counted, and its ids and labels. A planned pack's sizer
+// (exec/pack_sizer.h) hands it to the sample's run, whose own size pass takes it instead
+// of tokenizing again (when the grids the sample made are the same).
+struct ToldSequence {
+  std::vector<int64_t> grids;
+  std::vector<int64_t> ids;
+  std::vector<int64_t> labels;
+};
+
 // One sample in flight: which record, in which epoch, and its values as its source put
 // them in place (formats/source.h, Source::Fill) once its media were read. Readers see
 // only these values: no reader looks into the record for turns, attributes or media, so
@@ -137,6 +147,9 @@ struct Sample {
     std::vector<Turn> turns;
     std::vector<Attribute> attributes;
   } parsed;
+  // What a size pass before the run tokenized for this sample (ToldSequence), for the
+  // chain's op to take; null: nothing was.
+  ToldSequence* told = nullptr;
 
   // The bytes of the first media item of source field `field`; null when there is none.
   const Buffer* MediaOf(int field) const;

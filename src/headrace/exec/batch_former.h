@@ -7,7 +7,7 @@
 //
 //   engine driver thread                       consumer thread (Loader::Next)
 //   Compose(position, samples) -> samples      Next(input) -> input.Next() ... -> batch
-//   MediaOf(epoch, index)      -> media read   Ready(), state(), stats()
+//   HandOver(epoch, index)     -> media, tokens  ready(), state(), stats()
 //
 // A former's state (what a state dict saves to resume it: PackState) and its stats are
 // read from any thread; everything else is called by the thread named above.
@@ -23,6 +23,7 @@
 
 #include "headrace/core/batch.h"
 #include "headrace/core/buffer.h"
+#include "headrace/core/sample.h"
 #include "headrace/core/status.h"
 #include "headrace/exec/epoch_order.h"
 #include "headrace/exec/error_budget.h"
@@ -63,10 +64,15 @@ class BatchFormer {
                                                       std::stop_token stop) {
     return std::nullopt;
   }
-  // A sample's media already read by Compose, taken instead of reading them again.
-  virtual std::optional<std::vector<Buffer>> MediaOf(int64_t epoch, int64_t index) {
-    return std::nullopt;
-  }
+  // What Compose had of a sample (its media read, the tokens its size pass tokenized),
+  // taken as the sample starts instead of reading or tokenizing it again; its media only
+  // when `media` (the engine reads them whole before the chain runs: not a text-only
+  // sample, nor one read in ranges).
+  struct HandedOver {
+    std::optional<std::vector<Buffer>> media;
+    std::optional<ToldSequence> told;
+  };
+  virtual HandedOver HandOver(int64_t epoch, int64_t index, bool media) { return {}; }
   // Whether the engine leaves each batch's concatenated fields unjoined, as its samples'
   // rows (Batch::sample_rows), for a former that lays the samples out itself; and whether
   // the former counts losses (CountLost), so that an epoch's end is its verdict point.

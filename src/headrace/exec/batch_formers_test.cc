@@ -10,8 +10,7 @@ class TellsTokensOp final : public Op {
  public:
   std::string_view name() const override { return "test.tells_tokens"; }
   Status Run(SampleContext&) const override { return Status::Ok(); }
-  bool Tells() const override { return true; }
-  bool TellsTokens() const override { return true; }
+  Telling Tells() const override { return Telling::kRowsAndTokens; }
 };
 
 struct Formed {

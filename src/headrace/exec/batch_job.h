@@ -39,6 +39,9 @@ struct BatchJob {
   // records on request fills `record_scratch` (sized once: `records` may point into it).
   std::vector<const SampleRecord*> records;
   std::vector<SampleRecord> record_scratch;
+  // Per sample (sized as the batch starts when the run has a former): the token sequence
+  // its former handed over (BatchFormer::HandOver), for its chain (Sample::told).
+  std::vector<std::optional<ToldSequence>> told;
   std::atomic<int> pending{0};
   // The concatenated fields joined in slot order as the samples finish.
   struct Join {

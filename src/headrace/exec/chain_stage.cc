@@ -95,6 +95,7 @@ void ChainStage::Run(const std::shared_ptr<BatchJob>& job, int slot, std::vector
     sample.epoch = job->position.epoch;
     sample.index = index;
     sample.record = job->records[slot];
+    if (!job->told.empty() && job->told[slot].has_value()) sample.told = &*job->told[slot];
     status = source_.Fill(std::move(media), sample);
     if (status.ok() && !readers.empty()) {
       if (readers.size() != sample.media.size()) {

@@ -269,6 +269,7 @@ bool Engine::StartBatch(int64_t j) {
     }
   }
   const auto n = static_cast<int64_t>(job->sample_indices.size());
+  if (options_.former != nullptr) job->told.resize(static_cast<size_t>(n));
   // Concatenated fields are sized as the samples run: admission counts the mean so far,
   // and the charge becomes the batch's real bytes once it is assembled (Ready).
   job->bytes = static_cast<int64_t>(BatchBytes(n)) + n * assemble_->ConcatenatedBytesPerSample();
@@ -299,15 +300,22 @@ void Engine::IssueSample(const std::shared_ptr<BatchJob>& job, int slot) {
   const SampleRecord& record = *job->records[slot];
   if (!record.status.ok()) {
     FinishSample(job, slot, record.status);
-  } else if (!inputs_->reads_media || record.media.empty()) {
+    return;
+  }
+  const bool nothing_to_read = !inputs_->reads_media || record.media.empty();
+  const bool ranged = !nothing_to_read && RangedRecord(*inputs_, record);
+  BatchFormer::HandedOver handed;
+  if (options_.former != nullptr) {
+    handed = options_.former->HandOver(job->position.epoch, job->sample_indices[slot],
+                                       /*media=*/!nothing_to_read && !ranged);
+    job->told[slot] = std::move(handed.told);
+  }
+  if (nothing_to_read) {
     // Nothing to read (a text-only record: the op that needs a media field says so).
     chain_->Submit(job, slot, {}, 0);
-  } else if (RangedRecord(*inputs_, record)) {
+  } else if (ranged) {
     OpenReaders(job, slot);
-  } else if (std::optional<std::vector<Buffer>> media =
-                 options_.former != nullptr
-                     ? options_.former->MediaOf(job->position.epoch, job->sample_indices[slot])
-                     : std::nullopt;
+  } else if (std::optional<std::vector<Buffer>>& media = handed.media;
              media.has_value() && media->size() == record.media.size()) {
     for (const Buffer& b : *media) {
       media_handed_bytes_.fetch_add(static_cast<int64_t>(b.size()), std::memory_order_relaxed);

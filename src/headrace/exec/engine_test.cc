@@ -695,7 +695,7 @@ TEST_P(EngineConformance, SumsTheVideoFramesAnOpDecodedAndTook) {
 }
 
 // A former's Compose (exec/batch_former.h) decides which samples a batch computes, in
-// which order (a planned pack's packed batches); its MediaOf hands over media already
+// which order (a planned pack's packed batches); its HandOver hands over media already
 // read, which the samples then run on instead of reading them.
 class ComposingFormer final : public BatchFormer {
  public:
@@ -709,11 +709,11 @@ class ComposingFormer final : public BatchFormer {
     if (p.local_index == 2) out.push_back(0);                 // and one of batch 0's again
     return out;
   }
-  std::optional<std::vector<Buffer>> MediaOf(int64_t, int64_t index) override {
-    if (index % 2 == 0) return std::nullopt;  // read as usual
+  HandedOver HandOver(int64_t, int64_t index, bool media) override {
+    if (!media || index % 2 == 0) return {};  // read as usual
     std::lock_guard lock(mu);
     ++handed;
-    return std::vector<Buffer>{*Buffer::CopyOf("xyz", 3)};
+    return {std::vector<Buffer>{*Buffer::CopyOf("xyz", 3)}, std::nullopt};
   }
   Result<std::optional<Batch>> Next(BatchInput& input) override { return input.Next(); }
 

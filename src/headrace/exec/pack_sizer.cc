@@ -13,46 +13,22 @@ namespace headrace {
 bool ChainTellsTokens(const EngineInputs& inputs) {
   if (inputs.chains.size() != 1) return false;
   for (const auto& op : inputs.chains.front().ops) {
-    if (!op->Tells()) return false;
-    if (op->TellsTokens()) return true;
+    const Telling tells = op->Tells();
+    if (tells == Telling::kNothing) return false;
+    if (tells == Telling::kRowsAndTokens) return true;
   }
   return false;
 }
 
-void ReadMedia::Put(int64_t epoch, int64_t index, std::vector<Buffer> media) {
+int64_t BytesOf(const std::vector<Buffer>& media) {
   int64_t n = 0;
   for (const Buffer& b : media) n += static_cast<int64_t>(b.size());
-  if (n > max_bytes_) return;
-  std::lock_guard lock(mu_);
-  const auto key = std::make_pair(epoch, index);
-  if (media_.count(key) > 0) return;
-  media_.emplace(key, std::move(media));
-  order_.push_back(key);
-  bytes_ += n;
-  while (bytes_ > max_bytes_ && !order_.empty()) {
-    const auto oldest = media_.find(order_.front());
-    order_.pop_front();
-    if (oldest == media_.end()) continue;  // taken already
-    for (const Buffer& b : oldest->second) bytes_ -= static_cast<int64_t>(b.size());
-    media_.erase(oldest);
-  }
+  return n;
 }
 
-std::optional<std::vector<Buffer>> ReadMedia::Take(int64_t epoch, int64_t index) {
-  std::lock_guard lock(mu_);
-  const auto it = media_.find(std::make_pair(epoch, index));
-  if (it == media_.end()) return std::nullopt;
-  std::vector<Buffer> media = std::move(it->second);
-  media_.erase(it);
-  for (const Buffer& b : media) bytes_ -= static_cast<int64_t>(b.size());
-  // Keys taken leave the front of the order as they come to it (samples run about in order).
-  while (!order_.empty() && media_.count(order_.front()) == 0) order_.pop_front();
-  return media;
-}
-
-int64_t ReadMedia::bytes() const {
-  std::lock_guard lock(mu_);
-  return bytes_;
+int64_t BytesOf(const ToldSequence& told) {
+  return static_cast<int64_t>((told.grids.size() + told.ids.size() + told.labels.size()) *
+                              sizeof(int64_t));
 }
 
 namespace {
@@ -69,16 +45,14 @@ struct Reads {
 
 PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
                                      int token_field, const PackOptions& pack,
-                                     std::shared_ptr<ReadMedia> keep, int64_t max_object_bytes) {
+                                     std::shared_ptr<ReadMedia> keep, int64_t max_object_bytes,
+                                     std::shared_ptr<ToldSequences> told_sequences) {
   return [inputs = std::move(inputs), token_field, seq_len = pack.seq_len, keep, max_object_bytes,
+          told_sequences = std::move(told_sequences),
           vision_ids = pack.vision_token_ids](int64_t epoch, std::span<const int64_t> indices,
                                               std::stop_token stop) {
     const Source& source = *inputs->source;
     const OpChain& chain = inputs->chains.front();
-    const Op* tokenize = nullptr;  // the op that tells the tokens (ChainTellsTokens)
-    for (const auto& op : chain.ops) {
-      if (tokenize == nullptr && op->TellsTokens()) tokenize = op.get();
-    }
     const RecordStore& store = source.records(epoch);
     const size_t n = indices.size();
     std::vector<SampleRecord> scratch(n);
@@ -152,15 +126,15 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
       ctx.sample = &sample;
       ctx.values = values;
       std::fill(rows.begin(), rows.end(), 0);
-      TellRows(chain.ops, ctx, rows);
+      ToldSequence sequence;
+      TellRows(chain.ops, ctx, rows, &sequence);
       const int64_t tokens = rows[static_cast<size_t>(token_field)];
       if (tokens > 0) {
         PackPlanner::Told t;
         t.tokens = tokens;
         t.id = records[s]->id;
         // Where the vision tokens lie: text.tokenize's ids, as the pass tokenized them.
-        const std::span<const int64_t> ids =
-            tokenize != nullptr ? tokenize->ToldTokens() : std::span<const int64_t>();
+        const std::vector<int64_t>& ids = sequence.ids;
         for (size_t i = 0; i < ids.size(); ++i) {
           if (std::find(vision_ids.begin(), vision_ids.end(), ids[i]) == vision_ids.end()) continue;
           ++t.vision;
@@ -168,7 +142,9 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
         }
         told[s] = std::move(t);
         // The sample's own size pass, on the thread that runs it, takes these tokens.
-        if (tokenize != nullptr) tokenize->HandOffTold(epoch, indices[s]);
+        if (told_sequences != nullptr && !sequence.ids.empty()) {
+          told_sequences->Put(epoch, indices[s], std::move(sequence));
+        }
       }
       reads->got[s].clear();  // the bytes go now, not with the batch
     }

@@ -19,37 +19,89 @@
 
 namespace headrace {
 
-// Whether a planned pack can size the samples of `inputs`: one chain, whose ops up to its
-// text.tokenize all tell (Op::Tells), text.tokenize among them.
+// Whether a planned pack can size the samples of `inputs`: one chain, whose ops up to the
+// one that tells tokens (text.tokenize unpadded: Telling::kRowsAndTokens) all tell.
 bool ChainTellsTokens(const EngineInputs& inputs);
 
-// The media the sizer read, kept for the engine to run the samples on instead of reading
-// them again (EngineOptions::media_of): at most `max_bytes`, the oldest dropped first
-// (their samples are read again), and those of samples a plan leaves out too.
-class ReadMedia {
+// What the sizer had of each sample, kept for the engine to run the sample on instead of
+// doing it again (BatchFormer::HandOver), keyed by (epoch, index), taken once: at most
+// `max_bytes` and `max_samples`, the oldest dropped first (their samples do it again),
+// and those of samples a plan leaves out too. Thread-safe.
+template <typename T>
+class SampleStore {
  public:
-  explicit ReadMedia(int64_t max_bytes) : max_bytes_(max_bytes) {}
-  void Put(int64_t epoch, int64_t index, std::vector<Buffer> media);
-  std::optional<std::vector<Buffer>> Take(int64_t epoch, int64_t index);
-  int64_t bytes() const;
+  explicit SampleStore(int64_t max_bytes, size_t max_samples = SIZE_MAX)
+      : max_bytes_(max_bytes), max_samples_(max_samples) {}
+  // Keeps `value` (of BytesOf(value) bytes) unless it alone is over the bytes, or one is
+  // kept for the sample already.
+  void Put(int64_t epoch, int64_t index, T value);
+  std::optional<T> Take(int64_t epoch, int64_t index);
+  int64_t bytes() const {
+    std::lock_guard lock(mu_);
+    return bytes_;
+  }
 
  private:
   mutable std::mutex mu_;
   const int64_t max_bytes_;
+  const size_t max_samples_;
   int64_t bytes_ = 0;
-  std::map<std::pair<int64_t, int64_t>, std::vector<Buffer>> media_;
+  std::map<std::pair<int64_t, int64_t>, T> kept_;
   std::deque<std::pair<int64_t, int64_t>> order_;  // oldest first
 };
+
+int64_t BytesOf(const std::vector<Buffer>& media);
+int64_t BytesOf(const ToldSequence& told);
+
+// The media the sizer read: at most the I/O budget's bytes (outside it: an allowance).
+using ReadMedia = SampleStore<std::vector<Buffer>>;
+// The token sequences the sizer's size pass tokenized, for the samples' own size passes
+// (text.tokenize takes one whose grids are those its sample made): at most 4096 of 64 MiB.
+using ToldSequences = SampleStore<ToldSequence>;
+inline constexpr size_t kToldSamples = 4096;
+inline constexpr int64_t kToldBytes = int64_t{64} << 20;
+
+template <typename T>
+void SampleStore<T>::Put(int64_t epoch, int64_t index, T value) {
+  const int64_t n = BytesOf(value);
+  if (n > max_bytes_) return;
+  std::lock_guard lock(mu_);
+  const auto key = std::make_pair(epoch, index);
+  if (!kept_.try_emplace(key, std::move(value)).second) return;
+  order_.push_back(key);
+  bytes_ += n;
+  while ((bytes_ > max_bytes_ || kept_.size() > max_samples_) && !order_.empty()) {
+    const auto oldest = kept_.find(order_.front());
+    order_.pop_front();
+    if (oldest == kept_.end()) continue;  // taken already
+    bytes_ -= BytesOf(oldest->second);
+    kept_.erase(oldest);
+  }
+}
+
+template <typename T>
+std::optional<T> SampleStore<T>::Take(int64_t epoch, int64_t index) {
+  std::lock_guard lock(mu_);
+  const auto it = kept_.find(std::make_pair(epoch, index));
+  if (it == kept_.end()) return std::nullopt;
+  T value = std::move(it->second);
+  kept_.erase(it);
+  bytes_ -= BytesOf(value);
+  // Keys taken leave the front of the order as they come to it (samples run about in order).
+  while (!order_.empty() && kept_.count(order_.front()) == 0) order_.pop_front();
+  return value;
+}
 
 // The sizer over `inputs` (kept alive by it): the rows of batch field `token_field` told
 // for each sample, and where `pack`'s vision token ids lie among them (past
 // pack.seq_len); nullopt for a sample whose record, reads or size pass fail. The media
-// it read go to `keep` (null: dropped). An object over `max_object_bytes` is not read
+// it read go to `keep`, the token sequences it tokenized to `told` (null: dropped). An object over `max_object_bytes` is not read
 // (the engine fails its sample as it would: it can never fit the I/O budget), nor is
 // anything once the run stops.
 PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
                                      int token_field, const PackOptions& pack,
                                      std::shared_ptr<ReadMedia> keep = nullptr,
-                                     int64_t max_object_bytes = INT64_MAX);
+                                     int64_t max_object_bytes = INT64_MAX,
+                                     std::shared_ptr<ToldSequences> told = nullptr);
 
 }  // namespace headrace

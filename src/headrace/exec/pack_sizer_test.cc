@@ -36,13 +36,35 @@ TEST(ReadMedia, KeepsWhatTheSizerReadUntilTakenOnceAndDropsTheOldestPastItsBytes
   EXPECT_EQ(media.bytes(), 20);
 }
 
+TEST(ToldSequences, KeepAtMostTheirCountAndBytesTheOldestDroppedFirst) {
+  const auto told = [](int64_t tokens) {
+    ToldSequence t;
+    t.ids.assign(static_cast<size_t>(tokens), 7);
+    t.labels.assign(static_cast<size_t>(tokens), -100);
+    return t;
+  };
+  ToldSequences kept(kToldBytes, kToldSamples);
+  for (int64_t i = 0; i <= static_cast<int64_t>(kToldSamples); ++i) kept.Put(1, 100 + i, told(4));
+  EXPECT_FALSE(kept.Take(1, 100).has_value()) << "the oldest went";
+  ASSERT_TRUE(kept.Take(1, 101).has_value()) << "kept";
+  EXPECT_FALSE(kept.Take(1, 101).has_value()) << "taken once";
+  ToldSequences small(1000);
+  small.Put(0, 1, told(40));  // 640 bytes
+  small.Put(0, 2, told(40));  // 1280: the oldest goes
+  EXPECT_EQ(small.bytes(), 640);
+  EXPECT_FALSE(small.Take(0, 1).has_value());
+  EXPECT_EQ(small.Take(0, 2)->ids.size(), 40u);
+  small.Put(0, 3, told(100));  // more than all: not kept
+  EXPECT_FALSE(small.Take(0, 3).has_value());
+}
+
 // An op whose size pass tells (or not), and is no text.tokenize.
-class Telling final : public Op {
+class TellingOp final : public Op {
  public:
-  explicit Telling(bool tells) : tells_(tells) {}
+  explicit TellingOp(bool tells) : tells_(tells) {}
   std::string_view name() const override { return "test.telling"; }
   Status Run(SampleContext&) const override { return Status::Ok(); }
-  bool Tells() const override { return tells_; }
+  Telling Tells() const override { return tells_ ? Telling::kRows : Telling::kNothing; }
 
  private:
   bool tells_;
@@ -50,9 +72,9 @@ class Telling final : public Op {
 
 TEST(ChainTellsTokens, NotWithoutATokenizeNorAfterAnOpThatCannotTell) {
   EngineInputs in;
-  in.chain().ops.push_back(std::make_unique<Telling>(true));
+  in.chain().ops.push_back(std::make_unique<TellingOp>(true));
   EXPECT_FALSE(ChainTellsTokens(in)) << "no text.tokenize";
-  in.chain().ops.push_back(std::make_unique<Telling>(false));
+  in.chain().ops.push_back(std::make_unique<TellingOp>(false));
   EXPECT_FALSE(ChainTellsTokens(in));
   EngineInputs none;
   EXPECT_FALSE(ChainTellsTokens(none)) << "no chain";
@@ -69,8 +91,7 @@ class BytesAsTokens final : public Op {
     pass.rows[0] += static_cast<int64_t>(media->size());
     return true;
   }
-  bool Tells() const override { return true; }
-  bool TellsTokens() const override { return true; }
+  Telling Tells() const override { return Telling::kRowsAndTokens; }
 };
 
 TEST(SizeByTheSizePass, TellsFromTheBytesReadKeepsThemAndReadsNothingPastTheBudget) {

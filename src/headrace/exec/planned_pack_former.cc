@@ -15,10 +15,12 @@ namespace {
 class PlannedPackFormer final : public PackFormer {
  public:
   PlannedPackFormer(PackingQueue queue, bool deliver_empty, std::shared_ptr<PackPlanner> planner,
-                    std::shared_ptr<ReadMedia> read, int64_t per_epoch)
+                    std::shared_ptr<ReadMedia> read, std::shared_ptr<ToldSequences> told,
+                    int64_t per_epoch)
       : PackFormer(std::move(queue), deliver_empty),
         planner_(std::move(planner)),
         read_(std::move(read)),
+        told_(std::move(told)),
         per_epoch_(per_epoch) {}
 
   std::string_view name() const override { return "pack planned"; }
@@ -29,8 +31,8 @@ class PlannedPackFormer final : public PackFormer {
     return planner_->Plan(p.epoch, position, p.local_index, position + 1 == per_epoch_, samples,
                           std::move(stop));
   }
-  std::optional<std::vector<Buffer>> MediaOf(int64_t epoch, int64_t index) override {
-    return read_->Take(epoch, index);
+  HandedOver HandOver(int64_t epoch, int64_t index, bool media) override {
+    return {media ? read_->Take(epoch, index) : std::nullopt, told_->Take(epoch, index)};
   }
   // The samples' rows are laid out where the plan put them: batches leave joined.
   bool keeps_sample_rows() const override { return false; }
@@ -48,6 +50,7 @@ class PlannedPackFormer final : public PackFormer {
 
   const std::shared_ptr<PackPlanner> planner_;
   const std::shared_ptr<ReadMedia> read_;
+  const std::shared_ptr<ToldSequences> told_;  // run-scoped: this run's samples' only
   const int64_t per_epoch_;
 };
 
@@ -79,8 +82,12 @@ Result<std::shared_ptr<BatchFormer>> MakePlannedPackFormer(FormingRun& run) {
   // The media the sizer reads, kept for the samples' runs (not read twice) up to the I/O
   // budget's worth: outside it (the budget counts reads in flight), an allowance.
   auto read = std::make_shared<ReadMedia>(engine.io_budget_bytes);
+  // The tokens the sizer's size pass tokenized, for the samples' own size passes: a
+  // sample is tokenized once (outside the budgets too: at most kToldBytes).
+  auto told = std::make_shared<ToldSequences>(kToldBytes, kToldSamples);
   auto planner = std::make_shared<PackPlanner>(
-      planning, SizeByTheSizePass(run.inputs, token_field, pack, read, engine.io_budget_bytes));
+      planning,
+      SizeByTheSizePass(run.inputs, token_field, pack, read, engine.io_budget_bytes, told));
   const auto shared_order = std::make_shared<const EpochOrder>(std::move(order));
   const PackPlanner::InputBatch batch_of = [shared_order, per_epoch](int64_t epoch,
                                                                      int64_t position) {
@@ -99,7 +106,8 @@ Result<std::shared_ptr<BatchFormer>> MakePlannedPackFormer(FormingRun& run) {
     planner->Skip(engine.start_epoch, engine.start_batch, batch_of);
   }
   return std::shared_ptr<BatchFormer>(std::make_shared<PlannedPackFormer>(
-      std::move(queue), deliver_empty, std::move(planner), std::move(read), per_epoch));
+      std::move(queue), deliver_empty, std::move(planner), std::move(read), std::move(told),
+      per_epoch));
 }
 
 }  // namespace headrace

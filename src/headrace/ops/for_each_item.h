@@ -61,11 +61,11 @@ class ForEachItemOp final : public Op {
   // patches are reserved as the total of its images' (ReserveRows), not grown image by
   // image; false as soon as one cannot tell.
   bool Predict(SizePass& pass) const override;
-  bool Tells() const override {
+  Telling Tells() const override {
     for (const auto& op : ops_) {
-      if (!op->Tells()) return false;
+      if (op->Tells() == Telling::kNothing) return Telling::kNothing;
     }
-    return true;
+    return Telling::kRows;
   }
 
   const std::vector<std::unique_ptr<Op>>& ops() const { return ops_; }

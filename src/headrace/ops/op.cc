@@ -52,13 +52,13 @@ ScratchArena& ScratchArena::Nested() {
 }
 
 void TellRows(std::span<const std::unique_ptr<Op>> ops, const SampleContext& ctx,
-              std::span<int64_t> rows) {
+              std::span<int64_t> rows, ToldSequence* sequence) {
   thread_local std::vector<SizePass::Size> images;
   thread_local std::vector<std::vector<int64_t>> grids;
   images.assign(ctx.values.size(), {});
   grids.resize(rows.size());
   for (std::vector<int64_t>& g : grids) g.clear();
-  SizePass pass{&ctx, images, rows, std::span(grids.data(), rows.size())};
+  SizePass pass{&ctx, images, rows, std::span(grids.data(), rows.size()), sequence};
   for (const auto& op : ops) {
     if (!op->Predict(pass)) break;
   }

@@ -170,7 +170,13 @@ struct SizePass {
   // that count tokens from them (vision.patchify tells its image_grid_thw, text.tokenize
   // reads them). Empty: not tracked.
   std::span<std::vector<int64_t>> grids;
+  // Where an op that tells a token sequence (Telling::kRowsAndTokens) leaves what it
+  // tokenized, for whoever sized the sample (a planned pack's sizer); null: nobody asks.
+  ToldSequence* sequence = nullptr;
 };
+
+// What an op's size pass tells (Op::Tells).
+enum class Telling { kNothing, kRows, kRowsAndTokens };
 
 class Op {
  public:
@@ -186,18 +192,12 @@ class Op {
   // before it told is reserved, a lower bound (the rows of later ops grow as they are
   // appended). A sample Run would fail may be told anything.
   virtual bool Predict(SizePass& /*pass*/) const { return false; }
-  // Whether Predict tells, for every sample that Run would not fail (false: the default
-  // Predict, or one that tells only some layouts). A planned batch.pack needs every op
-  // up to text.tokenize to (exec/pack_planner.h).
-  virtual bool Tells() const { return false; }
-  // An op whose size pass tells a sequence's tokens (text.tokenize): true, and the ids
-  // its last Predict on the calling thread tokenized (empty: none waits), which
-  // HandOffTold gives to whichever thread runs sample (epoch, index) next, so that its
-  // size pass takes them rather than tokenize again (a planned pack sizes every sample on
-  // the engine's driver first: exec/pack_sizer.h).
-  virtual bool TellsTokens() const { return false; }
-  virtual std::span<const int64_t> ToldTokens() const { return {}; }
-  virtual void HandOffTold(int64_t /*epoch*/, int64_t /*index*/) const {}
+  // Whether Predict tells, for every sample that Run would not fail: nothing (the
+  // default Predict, or one that tells only some layouts), its rows, or its rows and the
+  // token sequence it appends (text.tokenize, into SizePass::sequence). A planned
+  // batch.pack needs every op up to the one that tells tokens to tell
+  // (exec/pack_planner.h).
+  virtual Telling Tells() const { return Telling::kNothing; }
   // Before the sample runs, when a value it reads is an object read in ranges
   // (EncodedBytes::reader): starts the reads Run will make (MediaReader::Prefetch), so
   // that they travel while the CPU threads run the samples before it. Called on a CPU
@@ -217,8 +217,9 @@ void ReserveRows(std::span<const std::unique_ptr<Op>> ops, SampleContext& ctx);
 // The size pass alone: the rows `ops` tell for each of `rows.size()` batch fields (added
 // to `rows`), up to the first that cannot tell; nothing reserved or written. `ctx` needs
 // its sample and values only.
+// With `sequence`, the token sequence an op tells (SizePass::sequence) goes there.
 void TellRows(std::span<const std::unique_ptr<Op>> ops, const SampleContext& ctx,
-              std::span<int64_t> rows);
+              std::span<int64_t> rows, ToldSequence* sequence = nullptr);
 
 // A per-batch step: runs once a batch is complete (skipped samples already removed),
 // before it is delivered, on the CPU thread that finished the batch's last sample. It

@@ -131,7 +131,7 @@ class DecodeOp : public Op {
   Status Run(SampleContext& ctx) const override;
   // The image's size from its header (PlanDecode: orientation and DCT scale included).
   bool Predict(SizePass& pass) const override;
-  bool Tells() const override { return true; }
+  Telling Tells() const override { return Telling::kRows; }
   // The size the ops after it need (from ResizeOp::Hint through the planner).
   const DecodeTarget& target() const { return target_; }
 

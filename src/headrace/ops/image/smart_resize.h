@@ -146,7 +146,7 @@ class SmartResizeOp : public Op {
   Status Run(SampleContext& ctx) const override;
   // SmartResizeSize of the size before it.
   bool Predict(SizePass& pass) const override;
-  bool Tells() const override { return true; }
+  Telling Tells() const override { return Telling::kRows; }
 
  private:
   SmartResizeSpec spec_;

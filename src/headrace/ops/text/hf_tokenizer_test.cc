@@ -842,24 +842,29 @@ TEST(TokenizeOp, TheSizePassTellsTheTokensRunAppends) {
   EXPECT_EQ(counted, (std::vector<int64_t>{0, 0, 0}));
 }
 
-// A size pass on one thread (a planned pack's sizer, on the engine's driver) hands its
-// tokens over to the thread that runs the sample: that thread's size pass takes them
-// (keyed by epoch and index, with the grids told) instead of tokenizing again.
+// A size pass on one thread (a planned pack's sizer, on the engine's driver) tells its
+// tokens (SizePass::sequence); the sample's run, on another thread, is handed them
+// (Sample::told) and its size pass takes them, with the grids told, instead of
+// tokenizing again: once.
 TEST(TokenizeOp, ASizePassHandsItsTokensToTheThreadThatRunsTheSample) {
   TokenizeSpec spec = GridSpec();
   auto op = TokenizeOp::FromTokenizer(
       spec, TokenizerJson(), {}, 0, 2, 4, 0, -1,
       TokenizeOp::GridInput{TokenizeOp::GridInput::Layout::kAppended, 6, 0, 2, "image_grid_thw"});
   ASSERT_TRUE(op.ok()) << op.status().ToString();
+  EXPECT_EQ((*op)->Tells(), Telling::kRowsAndTokens);
   std::vector<Turn> turns = {{Role::kUser, "<image>he"}, {Role::kAssistant, "hello"}};
   const TurnsView view{turns};
   SampleRecord record;
-  // Sample `index`'s size pass on this thread with grids `grids`: the tokens told.
-  const auto pass = [&](int64_t index, const std::vector<int64_t>& grids) {
+  // Sample `index`'s size pass on this thread with grids `grids`, handed `handed`: the
+  // tokens it told, and the sequence it left for whoever sized it.
+  const auto pass = [&](int64_t index, const std::vector<int64_t>& grids,
+                        ToldSequence* handed = nullptr) {
     Sample sample;
     sample.record = &record;
     sample.epoch = 1;
     sample.index = index;
+    sample.told = handed;
     std::vector<Value> values = {view};
     SampleContext ctx;
     ctx.values = values;
@@ -868,41 +873,31 @@ TEST(TokenizeOp, ASizePassHandsItsTokensToTheThreadThatRunsTheSample) {
     std::vector<int64_t> counted(7, 0);
     std::vector<std::vector<int64_t>> told_grids(7);
     told_grids[6] = grids;
-    SizePass p{&ctx, images, counted, told_grids};
+    ToldSequence told;
+    SizePass p{&ctx, images, counted, told_grids, &told};
     EXPECT_TRUE((*op)->Predict(p));
-    return std::vector<int64_t>((*op)->ToldTokens().begin(), (*op)->ToldTokens().end());
+    EXPECT_EQ(counted[0], static_cast<int64_t>(told.ids.size()));
+    return told;
   };
   const std::vector<int64_t> two = {1, 2, 4};   // 2 image tokens
   const std::vector<int64_t> four = {1, 2, 8};  // 4
-  const std::vector<int64_t> he = pass(5, two);
-  (*op)->HandOffTold(1, 5);
-  (*op)->HandOffTold(1, 6);  // nothing told for 6 on this thread: nothing handed off
-  EXPECT_TRUE((*op)->ToldTokens().empty()) << "handed off, not kept here";
-  (void)pass(7, two);
-  (*op)->HandOffTold(1, 7);
+  ToldSequence five = pass(5, two);
+  const std::vector<int64_t> he = five.ids;
+  EXPECT_EQ(five.grids, two);
+  ToldSequence seven = pass(7, two);
   turns[1].text = "bye bye";  // what a fresh tokenization would now see
   std::vector<int64_t> taken, fresh, other_grids, again;
   std::thread runner([&] {
-    taken = pass(5, two);         // the hand-off: the tokens of "hello"
-    again = pass(5, two);         // taken once: tokenized anew
-    other_grids = pass(7, four);  // told with other grids: tokenized anew
+    taken = pass(5, two, &five).ids;          // the hand-off: the tokens of "hello"
+    again = pass(5, two, &five).ids;          // taken once: tokenized anew
+    other_grids = pass(7, four, &seven).ids;  // told with other grids: tokenized anew
   });
   runner.join();
-  fresh = pass(9, two);
+  fresh = pass(9, two).ids;
   EXPECT_EQ(taken, he);
   EXPECT_NE(fresh, he);
   EXPECT_EQ(again, fresh);
   EXPECT_EQ(std::count(other_grids.begin(), other_grids.end(), int64_t{kImagePad}), 4);
-
-  // At most kHandOffs wait: the oldest go.
-  turns[1].text = "hello";
-  for (int64_t i = 0; i <= static_cast<int64_t>(TokenizeOp::kHandOffs); ++i) {
-    (void)pass(100 + i, two);
-    (*op)->HandOffTold(1, 100 + i);
-  }
-  turns[1].text = "bye bye";
-  EXPECT_EQ(pass(100, two), fresh) << "dropped: tokenized anew";
-  EXPECT_EQ(pass(101, two), he) << "kept";
 }
 
 TEST(ResolveImageTokens, APresetGivesTheVisionTokensAndExplicitKeysOverrideIt) {

@@ -592,58 +592,6 @@ struct Told {
 thread_local Told tls_told;
 }  // namespace
 
-std::span<const int64_t> TokenizeOp::ToldTokens() const {
-  if (tls_told.op != this) return {};
-  return {tls_told.ids.data(), static_cast<size_t>(tls_told.tokens)};
-}
-
-void TokenizeOp::HandOffTold(int64_t epoch, int64_t index) const {
-  Told& told = tls_told;
-  if (told.op != this || told.epoch != epoch || told.index != index) return;
-  told.op = nullptr;
-  const auto bytes_of = [](const HandedOff& h) {
-    return (h.ids.size() + h.labels.size()) * sizeof(int64_t);
-  };
-  std::lock_guard lock(handed_mu_);
-  const auto key = std::make_pair(epoch, index);
-  auto [it, added] = handed_.try_emplace(key);
-  handed_bytes_ -= bytes_of(it->second);
-  it->second.grids = told.grids;
-  it->second.ids = told.ids;
-  it->second.labels = told.labels;
-  handed_bytes_ += bytes_of(it->second);
-  if (added) handed_order_.push_back(key);
-  // Keys whose hand-off was taken leave from the front (samples run about in order).
-  while (!handed_order_.empty() && handed_.count(handed_order_.front()) == 0) {
-    handed_order_.pop_front();
-  }
-  while ((handed_.size() > kHandOffs || handed_bytes_ > kHandOffBytes) &&
-         !handed_order_.empty()) {
-    const auto oldest = handed_.find(handed_order_.front());
-    if (oldest != handed_.end()) {
-      handed_bytes_ -= bytes_of(oldest->second);
-      handed_.erase(oldest);
-    }
-    handed_order_.pop_front();
-  }
-}
-
-bool TokenizeOp::TakeHandedOff(int64_t epoch, int64_t index, const std::vector<int64_t>& grids,
-                               std::vector<int64_t>& ids, std::vector<int64_t>& labels) const {
-  std::lock_guard lock(handed_mu_);
-  if (handed_.empty()) return false;
-  const auto it = handed_.find(std::make_pair(epoch, index));
-  if (it == handed_.end()) return false;
-  const bool same = it->second.grids == grids;
-  handed_bytes_ -= (it->second.ids.size() + it->second.labels.size()) * sizeof(int64_t);
-  if (same) {
-    ids.swap(it->second.ids);
-    labels.swap(it->second.labels);
-  }
-  handed_.erase(it);  // its key stays in handed_order_ until its turn: erasing it then is a no-op
-  return same;
-}
-
 bool TokenizeOp::Predict(SizePass& pass) const {
   if (pad_) return true;  // the fields are fixed rows: nothing appended
   tls_told.op = nullptr;
@@ -671,8 +619,15 @@ bool TokenizeOp::Predict(SizePass& pass) const {
   }
   const int64_t epoch = pass.ctx->sample->epoch;
   const int64_t index = pass.ctx->sample->index;
-  if (!TakeHandedOff(epoch, index, told.grids, told.ids, told.labels)) {
-    // Tokenized here (no other thread's size pass handed this sample over).
+  if (ToldSequence* before = pass.ctx->sample->told;
+      before != nullptr && !before->ids.empty() && before->grids == told.grids) {
+    // What the size pass before the run tokenized (a planned pack's sizer), taken once.
+    told.ids.swap(before->ids);
+    told.labels.swap(before->labels);
+    before->ids.clear();
+    before->labels.clear();
+  } else {
+    // Tokenized here.
     Status status;
     if (hf_ != nullptr && grids_.layout != GridInput::Layout::kNone) {
       status = TokenizeImages(told.grids, VideoCounts{}, conversation->turns, rows);
@@ -695,6 +650,11 @@ bool TokenizeOp::Predict(SizePass& pass) const {
   told.op = this;
   for (const int row : {input_ids_row_, labels_row_, attention_mask_row_}) {
     pass.rows[static_cast<size_t>(row)] += n;
+  }
+  if (pass.sequence != nullptr) {
+    pass.sequence->grids = told.grids;
+    pass.sequence->ids = told.ids;
+    pass.sequence->labels = told.labels;
   }
   return true;
 }

@@ -333,21 +333,14 @@ class TokenizeOp : public Op {
   // (the pass stops) with video grids, grids in a fixed or padded field, or a sample
   // Run would fail. Padded, it appends nothing (true).
   bool Predict(SizePass& pass) const override;
-  // Op's: the ids the last Predict on this thread tokenized, until its Run takes them;
-  // handed over to the thread that runs the sample (its size pass then takes them
-  // instead of tokenizing again). At most kHandOffs wait, of kHandOffBytes of tokens in
-  // all; the oldest go first (their samples tokenize again): those a plan leaves out
-  // never run to take theirs, and a run's last ones stay (the op lives as long as its
-  // prepared pipeline).
-  bool TellsTokens() const override { return !pad_; }
-  std::span<const int64_t> ToldTokens() const override;
-  void HandOffTold(int64_t epoch, int64_t index) const override;
-  static constexpr size_t kHandOffs = 4096;
-  static constexpr size_t kHandOffBytes = size_t{64} << 20;
-  bool Tells() const override {
-    return pad_ || (videos_.grids.layout == GridInput::Layout::kNone &&
-                    (hf_ == nullptr || grids_.layout == GridInput::Layout::kNone ||
-                     grids_.layout == GridInput::Layout::kAppended));
+  // Padded, its rows (none appended); unpadded, its rows and tokens (SizePass::sequence),
+  // except with video grids or grids not appended by an earlier op.
+  Telling Tells() const override {
+    if (pad_) return Telling::kRows;
+    const bool tells = videos_.grids.layout == GridInput::Layout::kNone &&
+                       (hf_ == nullptr || grids_.layout == GridInput::Layout::kNone ||
+                        grids_.layout == GridInput::Layout::kAppended);
+    return tells ? Telling::kRowsAndTokens : Telling::kNothing;
   }
 
   // The SentencePiece model; only for an op made with `model`.
@@ -380,19 +373,6 @@ class TokenizeOp : public Op {
   int attention_mask_row_;
   int labels_row_;
   int conversation_slot_;
-  // HandOffTold's: (epoch, index) -> the grids counted and the tokens (ids, then labels).
-  struct HandedOff {
-    std::vector<int64_t> grids;
-    std::vector<int64_t> ids;
-    std::vector<int64_t> labels;
-  };
-  mutable std::mutex handed_mu_;
-  mutable std::map<std::pair<int64_t, int64_t>, HandedOff> handed_;
-  mutable std::deque<std::pair<int64_t, int64_t>> handed_order_;  // oldest first
-  mutable size_t handed_bytes_ = 0;  // the ids and labels waiting
-  // Takes the hand-off of sample (epoch, index) if its grids are `grids`.
-  bool TakeHandedOff(int64_t epoch, int64_t index, const std::vector<int64_t>& grids,
-                     std::vector<int64_t>& ids, std::vector<int64_t>& labels) const;
 };
 
 }  // namespace headrace

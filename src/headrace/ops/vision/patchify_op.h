@@ -88,7 +88,7 @@ class PatchifyOp : public Op {
   Status Run(SampleContext& ctx) const override;
   // The grid's patches of the size before it, appended to `output`.
   bool Predict(SizePass& pass) const override;
-  bool Tells() const override { return true; }
+  Telling Tells() const override { return Telling::kRows; }
 
  private:
   PatchifyKernel kernel_;
