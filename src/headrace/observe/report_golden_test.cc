@@ -166,6 +166,13 @@ TEST(RunReportGolden, PrometheusIsByteIdentical) {
   ExpectGolden("rich.prom", PrometheusText(RichReport(), {{"node", "n\"1"}, {"rank", "0"}}));
 }
 
+// An empty report: every family that is always announced, with no samples.
+TEST(RunReportGolden, AnEmptyReportsFormsAreByteIdentical) {
+  ExpectGolden("empty.json", RunReportToJson(RunReport{}));
+  ExpectGolden("empty.txt", RunReportToText(RunReport{}));
+  ExpectGolden("empty.prom", PrometheusText(RunReport{}, {}));
+}
+
 // What JSON-in keeps, shown by writing the report read back out again.
 TEST(RunReportGolden, JsonInReadsBackWhatItKeeps) {
   auto back = RunReportFromJson(RunReportToJson(RichReport()));
