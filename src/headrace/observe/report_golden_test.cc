@@ -13,7 +13,7 @@
 #include "headrace/observe/report.h"
 
 namespace headrace {
-namespace {
+namespace report_golden_test {
 
 std::string Golden(const std::string& name) {
   std::ifstream in(std::string(HR_OBSERVE_TESTDATA) + "/" + name);
@@ -214,5 +214,5 @@ TEST(RunReportGolden, BudgetPackingAndAFailedRunChangeOnlyTheirLines) {
       RunReportToText(r));
 }
 
-}  // namespace
+}  // namespace report_golden_test
 }  // namespace headrace

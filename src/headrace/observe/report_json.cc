@@ -190,41 +190,33 @@ class JsonIn {
   void Need(std::string_view key) {
     if (missing_.empty()) missing_ = path_ + std::string(key);
   }
-  // A number (integers convert) or a string; false when the key is not there.
+  // A number (integers convert), a string, a map of counts or a list of strings; false
+  // when the key is not there.
   template <typename T>
-    requires std::is_arithmetic_v<T>
   static bool Read(simdjson::simdjson_result<simdjson::dom::element> e, T& out) {
-    double v = 0;
-    if (e.get(v) != simdjson::SUCCESS) return false;
-    out = static_cast<T>(v);
-    return true;
-  }
-  static bool Read(simdjson::simdjson_result<simdjson::dom::element> e, std::string& out) {
-    std::string_view v;
-    if (e.get(v) != simdjson::SUCCESS) return false;
-    out = std::string(v);
-    return true;
-  }
-  static bool Read(simdjson::simdjson_result<simdjson::dom::element> e,
-                   std::map<std::string, int64_t>& out) {
-    simdjson::dom::object object;
-    if (e.get(object) != simdjson::SUCCESS) return false;
-    for (auto [key, n] : object) {
-      if (int64_t v = 0; n.get(v) == simdjson::SUCCESS) out[std::string(key)] = v;
+    if constexpr (std::is_arithmetic_v<T>) {
+      double v = 0;
+      if (e.get(v) != simdjson::SUCCESS) return false;
+      out = static_cast<T>(v);
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      std::string_view v;
+      if (e.get(v) != simdjson::SUCCESS) return false;
+      out = std::string(v);
+    } else if constexpr (std::is_same_v<T, std::map<std::string, int64_t>>) {
+      simdjson::dom::object object;
+      if (e.get(object) != simdjson::SUCCESS) return false;
+      for (auto [key, n] : object) {
+        if (int64_t v = 0; n.get(v) == simdjson::SUCCESS) out[std::string(key)] = v;
+      }
+    } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+      simdjson::dom::array array;
+      if (e.get(array) != simdjson::SUCCESS) return false;
+      for (simdjson::dom::element s : array) {
+        if (std::string_view v; s.get(v) == simdjson::SUCCESS) out.emplace_back(v);
+      }
+    } else {  // written as quantiles, which cannot be turned back into buckets
+      static_assert(std::is_same_v<T, HistogramSnapshot>, "a report field of a new type");
     }
-    return true;
-  }
-  static bool Read(simdjson::simdjson_result<simdjson::dom::element> e,
-                   std::vector<std::string>& out) {
-    simdjson::dom::array array;
-    if (e.get(array) != simdjson::SUCCESS) return false;
-    for (simdjson::dom::element s : array) {
-      if (std::string_view v; s.get(v) == simdjson::SUCCESS) out.emplace_back(v);
-    }
-    return true;
-  }
-  // Written only: the latency histograms' summaries cannot be turned back into buckets.
-  static bool Read(simdjson::simdjson_result<simdjson::dom::element>, HistogramSnapshot&) {
     return true;
   }
 
