@@ -75,7 +75,8 @@ inline constexpr FamilyInfo kFamilies[] = {
      "Seconds per unit of a stage's concurrency spent busy, starved (no input) or blocked "
      "(output full)."},
     {"headrace_stage_utilization", "gauge", "Busy share of a stage over the run so far."},
-    {"headrace_stage_concurrency", "gauge", "Reads in flight allowed, CPU threads, prefetch depth."},
+    {"headrace_stage_concurrency", "gauge",
+     "Reads in flight allowed, CPU threads, prefetch depth."},
     {"headrace_stage_queue_fill", "gauge", "Mean occupancy of a stage's output queue, 0..1."},
     {"headrace_op_seconds_total", "counter", "Seconds each operator ran, over threads."},
     // Only when an op decodes video frames (video.decode).
