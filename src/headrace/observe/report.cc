@@ -1,14 +1,11 @@
 #include "headrace/observe/report.h"
 
 #include <algorithm>
-#include <simdjson.h>
-
 #include <cstdio>
-#include <type_traits>
 
-#include "headrace/core/json_writer.h"
 #include "headrace/core/rng.h"
 #include "headrace/core/strings.h"
+#include "headrace/observe/report_schema.h"
 
 namespace headrace {
 namespace {
@@ -22,15 +19,6 @@ constexpr double kBoundUtilization = 0.75;
 std::string Verdict(const StageMetrics& s, double utilization) {
   if (utilization >= kBoundUtilization) return s.kind == "io" ? "io-bound" : "cpu-bound";
   return s.blocked_s >= s.starved_s ? "blocked" : "starved";
-}
-
-// {"count": n, "mean": .., "p50": .., "p90": .., "p99": ..} in units of seconds × scale.
-void LatencyJson(JsonWriter& w, const HistogramSnapshot& h, double scale) {
-  w.Key("count").Int(h.count);
-  w.Key("mean").Double(h.Mean() * scale);
-  w.Key("p50").Double(h.Quantile(0.5) * scale);
-  w.Key("p90").Double(h.Quantile(0.9) * scale);
-  w.Key("p99").Double(h.Quantile(0.99) * scale);
 }
 
 void Diagnose(RunReport& r, const Loader& loader) {
@@ -76,6 +64,23 @@ void Diagnose(RunReport& r, const Loader& loader) {
       "prefetch.depth (now " +
       std::to_string(loader.spec().prefetch.depth) +
       ") or memory.budget_bytes so more batches are computed ahead";
+}
+
+// The text line of each cache in report_schema.h's Caches().
+void CacheLine(const BlockCacheStats& c, auto& add) {
+  add("  block cache       %lld blocks of %.1f MiB read, %lld hits, %lld waits, %lld "
+      "evicted, %lld dropped after use; peak %.1f of %.1f MiB\n",
+      static_cast<long long>(c.block_reads), c.block_bytes / 1048576.0,
+      static_cast<long long>(c.block_hits), static_cast<long long>(c.block_waits),
+      static_cast<long long>(c.evictions), static_cast<long long>(c.drops),
+      c.peak_bytes / 1048576.0, c.capacity_bytes / 1048576.0);
+}
+void CacheLine(const RowGroupCacheStats& c, auto& add) {
+  add("  row-group cache   %lld row groups read, %lld decoded (%lld re-read), %lld "
+      "evicted; peak %.1f of %.1f MiB\n",
+      static_cast<long long>(c.fetches), static_cast<long long>(c.decodes),
+      static_cast<long long>(c.refetches), static_cast<long long>(c.evictions),
+      c.peak_bytes / 1048576.0, c.capacity_bytes / 1048576.0);
 }
 
 }  // namespace
@@ -178,356 +183,6 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
   return r;
 }
 
-std::string RunReportToJson(const RunReport& r) {
-  JsonWriter w;
-  w.BeginObject();
-  w.Key("samples").Int(r.samples);
-  w.Key("batches").Int(r.batches);
-  w.Key("elapsed_s").Double(r.elapsed_s);
-  w.Key("samples_per_s").Double(r.samples_per_s);
-  w.Key("mb_per_s").Double(r.mb_per_s);
-  w.Key("wait_time_ratio").Double(r.wait_time_ratio);
-  w.Key("wait_time_ratio_with_cold_start").Double(r.wait_time_ratio_with_cold_start);
-  w.Key("time_to_first_batch_s").Double(r.time_to_first_batch_s);
-  w.Key("consumer_wait_s").Double(r.consumer_wait_s);
-  w.Key("consumer_busy_s").Double(r.consumer_busy_s);
-  w.Key("peak_rss_bytes").Int(r.peak_rss_bytes);
-  w.Key("baseline_rss_bytes").Int(r.baseline_rss_bytes);
-  w.Key("memory_budget_bytes").Int(r.memory_budget_bytes);
-  w.Key("budget_peak_bytes").Int(r.budget_peak_bytes);
-  w.Key("io_budget_bytes").Int(r.io_budget_bytes);
-  w.Key("batch_budget_bytes").Int(r.batch_budget_bytes);
-  w.Key("full_batch_bytes").Int(r.full_batch_bytes);
-  w.Key("batch_memory").BeginObject().Key("reused").Int(r.batch_memory_reused);
-  w.Key("fresh").Int(r.batch_memory_fresh).EndObject();
-  w.Key("memory").BeginObject();
-  w.Key("manifest_bytes").Int(r.manifest_bytes);
-  w.Key("manifest_mapped_bytes").Int(r.manifest_mapped_bytes);
-  w.Key("scratch_bytes").Int(r.scratch_bytes);
-  w.Key("scratch_peak_bytes").Int(r.scratch_peak_bytes);
-  w.Key("scratch_sample_peak_bytes").Int(r.scratch_sample_peak_bytes);
-  w.Key("scratch_bytes_per_thread").Int(r.scratch_bytes_per_thread);
-  w.Key("decode_bytes_per_thread").Int(r.decode_bytes_per_thread);
-  w.EndObject();
-  if (r.packed) {
-    const PackStats& p = r.pack;
-    w.Key("pack").BeginObject();
-    w.Key(r.pack_budget ? "max_tokens" : "seq_len").Int(r.pack_seq_len);
-    w.Key("rows").Int(p.rows).Key("samples").Int(p.samples);
-    w.Key("tokens").Int(p.tokens).Key("padding_tokens").Int(p.padding_tokens);
-    w.Key("fill").Double(p.fill()).Key("vision_tokens").Int(p.vision_tokens);
-    w.Key("truncated").Int(p.truncated).Key("skipped").Int(p.skipped).Key("failed").Int(p.failed);
-    w.Key("window_samples").Int(p.window_samples).Key("window_bytes").Int(p.window_bytes);
-    w.Key("max_window_bytes").Int(p.max_window_bytes).Key("bytes_copied").Int(p.bytes_copied);
-    w.Key("planned_batches").Int(p.planned_batches);
-    w.Key("memory").BeginObject().Key("reused").Int(p.memory_reused);
-    w.Key("fresh").Int(p.memory_fresh).EndObject();
-    w.EndObject();
-  }
-  w.Key("bytes_copied_per_sample").Double(r.bytes_copied_per_sample);
-  if (r.ranged_reads.requests > 0) {
-    w.Key("ranged_reads").BeginObject().Key("requests").Int(r.ranged_reads.requests);
-    w.Key("bytes").Int(r.ranged_reads.bytes).Key("unplanned").Int(r.ranged_reads.unplanned);
-    w.EndObject();
-  }
-  w.Key("cpu_threads").Int(r.cpu_threads);
-  w.Key("batch_size").Int(r.batch_size);
-  w.Key("trainer_step_ms").Double(r.trainer_step_ms);
-  w.Key("shuffle").BeginObject();
-  w.Key("neighbour_distance").Double(r.neighbour_distance);
-  w.Key("uniform_neighbour_distance").Double(r.uniform_neighbour_distance);
-  w.Key("quality").Double(r.shuffle_quality).EndObject();
-  if (!r.entries.empty()) {
-    w.Key("sources").BeginArray();
-    for (const EngineMetrics::Entry& e : r.entries) {
-      w.BeginObject().Key("name").String(e.name);
-      w.Key("samples").Int(e.samples_delivered).Key("errors").Int(e.samples_failed);
-      w.Key("bytes_read").Int(e.bytes_read).EndObject();
-    }
-    w.EndArray();
-  }
-  w.Key("errors").BeginObject();
-  w.Key("total").Int(r.errors_total);
-  w.Key("by_kind").BeginObject();
-  for (const auto& [kind, n] : r.errors_by_kind) w.Key(kind).Int(n);
-  w.EndObject();
-  w.Key("first").BeginArray();
-  for (const SampleError& e : r.first_errors) {
-    w.BeginObject();
-    w.Key("epoch").Int(e.epoch).Key("index").Int(e.index).Key("uri").String(e.uri);
-    w.Key("kind").String(StatusCodeName(e.status.code()));
-    w.Key("reason").String(e.status.message());
-    w.EndObject();
-  }
-  w.EndArray();
-  w.EndObject();
-  w.Key("stages").BeginArray();
-  for (const StageReport& s : r.stages) {
-    w.BeginObject();
-    w.Key("name").String(s.metrics.name);
-    w.Key("kind").String(s.metrics.kind);
-    w.Key("concurrency").Int(s.metrics.concurrency);
-    w.Key("items").Int(s.metrics.items);
-    w.Key("busy_s").Double(s.metrics.busy_s);
-    w.Key("starved_s").Double(s.metrics.starved_s);
-    w.Key("blocked_s").Double(s.metrics.blocked_s);
-    w.Key("utilization").Double(s.utilization);
-    if (s.metrics.queue_fill >= 0) w.Key("queue_fill").Double(s.metrics.queue_fill);
-    if (s.metrics.mean_latency_ms >= 0) w.Key("mean_latency_ms").Double(s.metrics.mean_latency_ms);
-    w.Key("verdict").String(s.verdict);
-    w.EndObject();
-  }
-  w.EndArray();
-  w.Key("ops").BeginArray();
-  for (const OpReport& op : r.ops) {
-    w.BeginObject();
-    w.Key("name").String(op.name);
-    if (!op.entry.empty()) w.Key("entry").String(op.entry);
-    w.Key("busy_s").Double(op.busy_s);
-    w.Key("ms_per_sample").Double(op.ms_per_sample);
-    w.Key("latency_ms").BeginObject();
-    LatencyJson(w, op.latency, 1e3);
-    w.EndObject();
-    if (op.gil_wait_ms_per_sample >= 0) {
-      w.Key("gil_wait_ms_per_sample").Double(op.gil_wait_ms_per_sample);
-    }
-    if (op.frames_decoded >= 0) {
-      w.Key("frames_decoded").Int(op.frames_decoded).Key("frames_taken").Int(op.frames_taken);
-      if (op.frames_decoded_per_taken >= 0) {
-        w.Key("frames_decoded_per_taken").Double(op.frames_decoded_per_taken);
-      }
-    }
-    w.EndObject();
-  }
-  w.EndArray();
-  // Quantiles from the histograms (core/histogram.h: exact to a bucket's width).
-  w.Key("latency_ms").BeginObject();
-  w.Key("read").BeginObject();
-  LatencyJson(w, r.read_latency, 1e3);
-  w.EndObject();
-  w.Key("next").BeginObject();
-  LatencyJson(w, r.next_wait, 1e3);
-  w.EndObject();
-  w.EndObject();
-  if (!r.timeline.empty()) {
-    // Columns, not one object per point: a long run's timeline stays small.
-    w.Key("timeline").BeginObject();
-    w.Key("stages").BeginArray();
-    for (const StageReport& s : r.stages) w.String(s.metrics.name);
-    w.EndArray();
-    w.Key("t_s").BeginArray();
-    for (const TimelinePoint& p : r.timeline) w.Double(p.t_s);
-    w.EndArray();
-    w.Key("samples_per_s").BeginArray();
-    for (const TimelinePoint& p : r.timeline) w.Double(p.samples_per_s);
-    w.EndArray();
-    w.Key("wait_ratio").BeginArray();
-    for (const TimelinePoint& p : r.timeline) w.Double(p.wait_ratio);
-    w.EndArray();
-    w.Key("budget_used").BeginArray();
-    for (const TimelinePoint& p : r.timeline) w.Double(p.budget_used);
-    w.EndArray();
-    w.Key("utilization").BeginArray();  // one array per stage
-    for (size_t i = 0; i < r.stages.size(); ++i) {
-      w.BeginArray();
-      for (const TimelinePoint& p : r.timeline) {
-        w.Double(i < p.utilization.size() ? p.utilization[i] : 0.0);
-      }
-      w.EndArray();
-    }
-    w.EndArray();
-    w.EndObject();
-  }
-  // Keyed by backend: {"local": {...}, "s3": {"endpoint": ..., "requests": ...}}.
-  w.Key("storage").BeginObject();
-  for (const StorageStats& s : r.storage) {
-    w.Key(s.backend).BeginObject();
-    if (s.backend == "local") {
-      w.Key("reads").Int(s.requests);
-    } else {
-      w.Key("endpoint").String(s.endpoint);
-      w.Key("requests").Int(s.requests);
-      w.Key("retries").Int(s.retries);
-      w.Key("retries_by_reason").BeginObject();
-      for (const auto& [reason, n] : s.retries_by_reason) w.Key(reason).Int(n);
-      w.EndObject();
-      w.Key("throttles").Int(s.throttles);
-      w.Key("connections").Int(s.connections);
-      w.Key("bytes_copied").Int(s.bytes_copied);
-    }
-    w.Key("bytes").Int(s.bytes);
-    w.Key("errors").Int(s.errors);
-    w.EndObject();
-  }
-  w.EndObject();
-  w.Key("source").String(r.source);
-  if (r.has_block_cache) {
-    const BlockCacheStats& c = r.block_cache;
-    w.Key("block_cache").BeginObject();
-    w.Key("block_bytes").Int(c.block_bytes);
-    w.Key("capacity_bytes").Int(c.capacity_bytes);
-    w.Key("block_reads").Int(c.block_reads);
-    w.Key("block_hits").Int(c.block_hits);
-    w.Key("block_waits").Int(c.block_waits);
-    w.Key("evictions").Int(c.evictions);
-    w.Key("drops").Int(c.drops);
-    w.Key("bytes_held").Int(c.bytes_held);
-    w.Key("peak_bytes").Int(c.peak_bytes);
-    w.Key("bytes_copied").Int(c.bytes_copied);
-    w.EndObject();
-  }
-  if (r.has_row_group_cache) {
-    const RowGroupCacheStats& c = r.row_group_cache;
-    w.Key("row_group_cache").BeginObject();
-    w.Key("capacity_bytes").Int(c.capacity_bytes);
-    w.Key("fetches").Int(c.fetches);
-    w.Key("fetch_waits").Int(c.fetch_waits);
-    w.Key("fetch_hits").Int(c.fetch_hits);
-    w.Key("decodes").Int(c.decodes);
-    w.Key("decode_waits").Int(c.decode_waits);
-    w.Key("refetches").Int(c.refetches);
-    w.Key("evictions").Int(c.evictions);
-    w.Key("bytes_held").Int(c.bytes_held);
-    w.Key("peak_bytes").Int(c.peak_bytes);
-    w.EndObject();
-  }
-  w.Key("bottleneck").String(r.bottleneck);
-  w.Key("advice").String(r.failure.empty() ? r.advice : "");
-  if (!r.failure.empty()) w.Key("failure").String(r.failure);
-  w.Key("partial").Bool(!r.interrupted_by.empty());
-  if (!r.interrupted_by.empty()) w.Key("interrupted_by").String(r.interrupted_by);
-  if (!r.batch_digests.empty()) {
-    w.Key("batch_digests").BeginArray();
-    for (const auto& d : r.batch_digests) w.String(d);
-    w.EndArray();
-  }
-  w.EndObject();
-  return w.str() + "\n";
-}
-
-Result<RunReport> RunReportFromJson(std::string_view json_text) {
-  simdjson::dom::parser parser;
-  simdjson::dom::element doc;
-  if (parser.parse(json_text.data(), json_text.size()).get(doc) != simdjson::SUCCESS ||
-      !doc.is_object()) {
-    return Status::InvalidArgument("not a JSON object");
-  }
-  // A number (integers convert) or a string under `key`; a key written by every report
-  // is required, the others (added later, or only for some stages) are optional.
-  const auto number = [](simdjson::dom::element e, std::string_view key, auto* out) {
-    double v = 0;
-    if (e[key].get(v) != simdjson::SUCCESS) return false;
-    *out = static_cast<std::remove_pointer_t<decltype(out)>>(v);
-    return true;
-  };
-  const auto text = [](simdjson::dom::element e, std::string_view key, std::string* out) {
-    std::string_view v;
-    if (e[key].get(v) != simdjson::SUCCESS) return false;
-    *out = std::string(v);
-    return true;
-  };
-  RunReport r;
-  std::string missing;
-  const auto need = [&](bool found, std::string_view key) {
-    if (!found && missing.empty()) missing = std::string(key);
-  };
-  need(number(doc, "samples", &r.samples), "samples");
-  need(number(doc, "batches", &r.batches), "batches");
-  need(number(doc, "elapsed_s", &r.elapsed_s), "elapsed_s");
-  need(number(doc, "samples_per_s", &r.samples_per_s), "samples_per_s");
-  need(number(doc, "wait_time_ratio", &r.wait_time_ratio), "wait_time_ratio");
-  need(number(doc, "cpu_threads", &r.cpu_threads), "cpu_threads");
-  need(number(doc, "batch_size", &r.batch_size), "batch_size");
-  need(number(doc, "trainer_step_ms", &r.trainer_step_ms), "trainer_step_ms");
-  need(number(doc, "memory_budget_bytes", &r.memory_budget_bytes), "memory_budget_bytes");
-  need(number(doc, "budget_peak_bytes", &r.budget_peak_bytes), "budget_peak_bytes");
-  number(doc, "mb_per_s", &r.mb_per_s);
-  number(doc, "wait_time_ratio_with_cold_start", &r.wait_time_ratio_with_cold_start);
-  number(doc, "time_to_first_batch_s", &r.time_to_first_batch_s);
-  number(doc, "consumer_wait_s", &r.consumer_wait_s);
-  number(doc, "consumer_busy_s", &r.consumer_busy_s);
-  number(doc, "peak_rss_bytes", &r.peak_rss_bytes);
-  number(doc, "io_budget_bytes", &r.io_budget_bytes);
-  number(doc, "batch_budget_bytes", &r.batch_budget_bytes);
-  number(doc, "full_batch_bytes", &r.full_batch_bytes);
-  number(doc, "bytes_copied_per_sample", &r.bytes_copied_per_sample);
-  if (simdjson::dom::element ranged; doc["ranged_reads"].get(ranged) == simdjson::SUCCESS) {
-    number(ranged, "requests", &r.ranged_reads.requests);
-    number(ranged, "bytes", &r.ranged_reads.bytes);
-    number(ranged, "unplanned", &r.ranged_reads.unplanned);
-  }
-  text(doc, "source", &r.source);
-  text(doc, "bottleneck", &r.bottleneck);
-  text(doc, "advice", &r.advice);
-  text(doc, "interrupted_by", &r.interrupted_by);
-  text(doc, "failure", &r.failure);
-  if (simdjson::dom::element errors; doc["errors"].get(errors) == simdjson::SUCCESS) {
-    number(errors, "total", &r.errors_total);
-    if (simdjson::dom::object kinds; errors["by_kind"].get(kinds) == simdjson::SUCCESS) {
-      for (auto [kind, n] : kinds) {
-        if (int64_t v = 0; n.get(v) == simdjson::SUCCESS) r.errors_by_kind[std::string(kind)] = v;
-      }
-    }
-  }
-  if (simdjson::dom::element pack; doc["pack"].get(pack) == simdjson::SUCCESS) {
-    r.packed = true;
-    r.pack_budget = pack["max_tokens"].error() == simdjson::SUCCESS;
-    number(pack, r.pack_budget ? "max_tokens" : "seq_len", &r.pack_seq_len);
-    number(pack, "rows", &r.pack.rows);
-    number(pack, "samples", &r.pack.samples);
-    number(pack, "tokens", &r.pack.tokens);
-    number(pack, "padding_tokens", &r.pack.padding_tokens);
-    number(pack, "vision_tokens", &r.pack.vision_tokens);
-    number(pack, "truncated", &r.pack.truncated);
-    number(pack, "skipped", &r.pack.skipped);
-    number(pack, "failed", &r.pack.failed);
-  }
-  if (simdjson::dom::element shuffle; doc["shuffle"].get(shuffle) == simdjson::SUCCESS) {
-    number(shuffle, "neighbour_distance", &r.neighbour_distance);
-    number(shuffle, "uniform_neighbour_distance", &r.uniform_neighbour_distance);
-    number(shuffle, "quality", &r.shuffle_quality);
-  }
-  simdjson::dom::array stages;
-  need(doc["stages"].get(stages) == simdjson::SUCCESS, "stages");
-  if (missing.empty()) {
-    for (simdjson::dom::element e : stages) {
-      StageReport s;
-      need(text(e, "name", &s.metrics.name), "stages[].name");
-      text(e, "kind", &s.metrics.kind);
-      text(e, "verdict", &s.verdict);
-      need(number(e, "concurrency", &s.metrics.concurrency), "stages[].concurrency");
-      need(number(e, "items", &s.metrics.items), "stages[].items");
-      need(number(e, "busy_s", &s.metrics.busy_s), "stages[].busy_s");
-      number(e, "starved_s", &s.metrics.starved_s);
-      number(e, "blocked_s", &s.metrics.blocked_s);
-      number(e, "utilization", &s.utilization);
-      number(e, "queue_fill", &s.metrics.queue_fill);
-      number(e, "mean_latency_ms", &s.metrics.mean_latency_ms);
-      r.stages.push_back(std::move(s));
-    }
-  }
-  simdjson::dom::array ops;
-  if (doc["ops"].get(ops) == simdjson::SUCCESS) {
-    for (simdjson::dom::element e : ops) {
-      OpReport op;
-      text(e, "name", &op.name);
-      text(e, "entry", &op.entry);
-      number(e, "busy_s", &op.busy_s);
-      number(e, "ms_per_sample", &op.ms_per_sample);
-      number(e, "gil_wait_ms_per_sample", &op.gil_wait_ms_per_sample);
-      number(e, "frames_decoded", &op.frames_decoded);
-      number(e, "frames_taken", &op.frames_taken);
-      number(e, "frames_decoded_per_taken", &op.frames_decoded_per_taken);
-      r.ops.push_back(std::move(op));
-    }
-  }
-  if (!missing.empty()) {
-    return Status::InvalidArgument("not a run report (`headrace run --report`): no '" + missing +
-                                   "'");
-  }
-  return r;
-}
-
 std::string RunReportToText(const RunReport& r) {
   std::string out;
   char line[256];
@@ -625,24 +280,9 @@ std::string RunReportToText(const RunReport& r) {
         static_cast<long long>(e.samples_delivered), static_cast<long long>(e.samples_failed),
         static_cast<double>(e.bytes_read) / 1e6);
   }
-  if (r.has_block_cache) {
-    const BlockCacheStats& c = r.block_cache;
-    add("  block cache       %lld blocks of %.1f MiB read, %lld hits, %lld waits, %lld "
-        "evicted, %lld dropped after use; peak %.1f of %.1f MiB\n",
-        static_cast<long long>(c.block_reads), c.block_bytes / 1048576.0,
-        static_cast<long long>(c.block_hits), static_cast<long long>(c.block_waits),
-        static_cast<long long>(c.evictions), static_cast<long long>(c.drops),
-        c.peak_bytes / 1048576.0,
-        c.capacity_bytes / 1048576.0);
-  }
-  if (r.has_row_group_cache) {
-    const RowGroupCacheStats& c = r.row_group_cache;
-    add("  row-group cache   %lld row groups read, %lld decoded (%lld re-read), %lld "
-        "evicted; peak %.1f of %.1f MiB\n",
-        static_cast<long long>(c.fetches), static_cast<long long>(c.decodes),
-        static_cast<long long>(c.refetches), static_cast<long long>(c.evictions),
-        c.peak_bytes / 1048576.0, c.capacity_bytes / 1048576.0);
-  }
+  report_internal::Caches(r, [&](std::string_view, bool has, const auto& stats) {
+    if (has) CacheLine(stats, add);
+  });
   for (size_t i = 0; i < r.storage.size(); ++i) {
     const StorageStats& s = r.storage[i];
     out += i == 0 ? "  storage           " : "                    ";

@@ -151,9 +151,11 @@ struct RunReport {
 RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes);
 
 std::string RunReportToJson(const RunReport& report);
-// Reads back what RunReportToJson wrote (a saved `headrace run --report`): the numbers,
-// stages, ops and verdicts; storage, caches and errors' details are not read.
-// kInvalidArgument naming what is missing when the text is not such a report.
+// Reads back what RunReportToJson wrote (a saved `headrace run --report`, of this version
+// or an older one): every field but the latency histograms (written as quantiles), the
+// timeline, the first errors and the pack's planned batches. kInvalidArgument
+// naming what is missing when the text is not such a report. Both walk the report's
+// schema (report_schema.h), as PrometheusText does.
 Result<RunReport> RunReportFromJson(std::string_view json_text);
 std::string RunReportToText(const RunReport& report);
 
