@@ -23,6 +23,7 @@
 
 #include "headrace/core/clock.h"
 #include "headrace/exec/engine.h"
+#include "headrace/exec/run_budget.h"
 #include "headrace/formats/source.h"
 #include "headrace/pipeline/spec.h"
 
@@ -30,6 +31,11 @@ namespace headrace {
 
 class Loader;
 struct LoaderOptions;
+
+// A run's error budgets as `spec` sets them: errors.* and each source.mix entry's
+// max_error_rate (exec/run_budget.h). The engine's delivery counts them; a Ray rank builds
+// its RunBudget from them (python/headrace/ray).
+RunBudgetOptions RunBudgetOptionsOf(const PipelineSpec& spec);
 
 class PreparedPipeline : public std::enable_shared_from_this<PreparedPipeline> {
  public:
