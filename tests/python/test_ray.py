@@ -502,6 +502,21 @@ def test_a_bad_shard_of_a_blend_entry_counts_as_the_local_loader_counts_it(clust
     assert stats["samples_failed"] == want["samples_failed"]
 
 
+def test_more_ranks_than_an_epochs_batches_is_the_local_loaders_config_error(cluster, pipeline):
+    """A rank's share of an epoch is the engine's rule (exec/epoch_order.h RankShareOf), its
+    error too: 7 ranks of an epoch of 6 batches fail as the local loader's do."""
+    with pytest.raises(headrace.ConfigError) as local:
+        list(headrace.Loader(pipeline, rank=0, world_size=7))
+    loader = hray.Loader(pipeline, rank=0, world_size=7, workers=1, worker_resources=WORKER)
+    try:
+        with pytest.raises(headrace.ConfigError) as got:
+            list(loader)
+    finally:
+        loader.close()
+    assert "fewer than world_size 7" in str(local.value)
+    assert str(got.value) == str(local.value)
+
+
 def test_a_worker_killed_mid_epoch_loses_and_duplicates_nothing(cluster, pipeline):
     loader = hray.Loader(pipeline, workers=2, worker_resources=WORKER, prefetch=4)
     try:
