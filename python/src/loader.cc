@@ -165,6 +165,12 @@ nb::dict PackStatsToDict(const PackStats& p) {
   return d;
 }
 
+// A run's batch count for Python: None for a run without an end.
+std::optional<int64_t> OptionalBatches(int64_t total) {
+  if (total == EpochOrder::kUnboundedBatches) return std::nullopt;
+  return total;
+}
+
 class PyLoader {
  public:
   // Prepares `spec` and runs it (a one-off; a Python Loader keeps a _Prepared instead).
@@ -596,6 +602,17 @@ void RegisterLoader(nb::module_& m) {
            nb::arg("got"), nb::arg("samples"))
       .def_prop_ro("started", &ConsumerClock::started)
       .def("stats", [](const ConsumerClock& c) { return StatsToDict(c.stats()); });
+  m.def("_rank_share",
+        [](int64_t batches_per_epoch, int64_t batch_size, int world_size,
+           std::optional<int64_t> epochs) {
+          const RankShare share =
+              ValueOrThrow(RankShareOf(batches_per_epoch, batch_size, world_size, epochs));
+          return nb::make_tuple(share.batches_per_epoch, OptionalBatches(share.total_batches));
+        },
+        nb::arg("batches_per_epoch"), nb::arg("batch_size"), nb::arg("world_size"),
+        nb::arg("epochs").none(),
+        "(each rank's batches of an epoch, of the run or None without an end) of a run whose "
+        "epochs have `batches_per_epoch` batches over `world_size` ranks (RankShareOf)");
   m.def("_run_batch_index",
         [](int64_t local_index, int64_t batches_per_epoch, int world_size, int rank) {
           return RunWideIndex(PositionOf(local_index, batches_per_epoch, world_size, rank),
@@ -634,16 +651,25 @@ void RegisterLoader(nb::module_& m) {
            nb::arg("blend_start").none() = nb::none(),
            "A blend: each entry's picks in the first `positions` positions of the epoch's "
            "order (of its rest, with `remainder`); [] for another source")
-      .def("run_wide_batches_per_epoch",
-           [](const PyPrepared& p, const nb::object& remainder, const nb::object& blend_start) {
+      .def("rank_share",
+           [](const PyPrepared& p, int world_size, const nb::object& remainder,
+              const nb::object& blend_start) {
              const std::optional<EpochRemainder> rest = OptionalRemainder(remainder);
              const std::vector<int64_t> start = BlendStartFromObject(blend_start);
-             nb::gil_scoped_release nogil;
-             return ValueOrThrow(p.prepared->RunWideOrder(rest, start)).batches_per_epoch();
+             std::optional<Result<EpochOrder>> order;
+             {
+               nb::gil_scoped_release nogil;
+               order.emplace(p.prepared->RankOrder(world_size, rest, start));
+             }
+             const EpochOrder o = ValueOrThrow(std::move(*order));
+             return nb::make_tuple(o.batches_per_epoch(), o.batches_per_rank_epoch(),
+                                   OptionalBatches(o.total_batches()));
            },
-           nb::arg("remainder").none() = nb::none(), nb::arg("blend_start").none() = nb::none(),
-           "The batches of one epoch over all ranks (of the rest of an epoch, with "
-           "`remainder`): what a Ray rank deals among the ranks")
+           nb::arg("world_size"), nb::arg("remainder").none() = nb::none(),
+           nb::arg("blend_start").none() = nb::none(),
+           "(batches of an epoch over all ranks, each rank's share of an epoch, of the run "
+           "or None without an end) for `world_size` ranks (of the rest of an epoch, with "
+           "`remainder`), checked as a local run's is (PreparedPipeline::RankOrder)")
       .def("packer",
            [](const PyPrepared& p) -> std::unique_ptr<PyPacker> {
              if (!p.prepared->pack().has_value()) return nullptr;
@@ -689,11 +715,7 @@ void RegisterLoader(nb::module_& m) {
       .def("close", &PyLoader::Close)
       .def_prop_ro("next_batch", [](const PyLoader& l) { return l.loader().next_batch(); })
       .def_prop_ro("total_batches",
-                   [](const PyLoader& l) -> std::optional<int64_t> {
-                     const int64_t total = l.loader().total_batches();
-                     if (total == EpochOrder::kUnboundedBatches) return std::nullopt;
-                     return total;
-                   })
+                   [](const PyLoader& l) { return OptionalBatches(l.loader().total_batches()); })
       .def_prop_ro("batches_per_epoch",
                    [](const PyLoader& l) { return l.loader().batches_per_epoch(); })
       .def_prop_ro("num_samples",

@@ -172,19 +172,17 @@ class _Stream:
         # run-wide index, apart from the full epochs' batches.
         rest = loader._remainder if loader._in_remainder() else None
         self._rest = None if rest is None else (dict(rest), loader._blend_start)
+        # This rank's share of an epoch and of the run: the engine's rule (exec/epoch_order.h
+        # RankShareOf), over the run-wide count of batches the workers compute; for a rest,
+        # the order the local loader's ranks would follow, checked as theirs is.
         if rest is None:
             self._global_per_epoch = info["batches_per_epoch"]
+            self.batches_per_epoch, self.total_batches = _headrace._rank_share(
+                self._global_per_epoch, loader._spec.batch_size, self.world_size,
+                loader._spec.epochs)
         else:
-            self._global_per_epoch = loader._prepared_pipeline().run_wide_batches_per_epoch(
-                *self._rest)
-        self.batches_per_epoch = self._global_per_epoch // self.world_size
-        if self.batches_per_epoch == 0:
-            what = "an epoch has" if rest is None else f"the rest of epoch {rest['epoch']} has"
-            raise _headrace.ConfigError(
-                f"{what} {self._global_per_epoch} batches, fewer than world_size "
-                f"{self.world_size}: lower batch.size or use fewer ranks")
-        epochs = loader._spec.epochs if rest is None else rest["epoch"] + 1
-        self.total_batches = None if epochs is None else epochs * self.batches_per_epoch
+            self._global_per_epoch, self.batches_per_epoch, self.total_batches = \
+                loader._prepared_pipeline().rank_share(self.world_size, *self._rest)
         self.next_batch = start_epoch * self.batches_per_epoch + start_batch
         self._requested = self.next_batch  # the next rank-local batch to request
         self._pending: collections.deque = collections.deque()  # [j, k, worker, ref]

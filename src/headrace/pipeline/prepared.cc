@@ -223,6 +223,14 @@ Result<EpochOrder> PreparedPipeline::RunWideOrder(const std::optional<EpochRemai
   return EpochOrder::Make(o);
 }
 
+Result<EpochOrder> PreparedPipeline::RankOrder(int world_size,
+                                               const std::optional<EpochRemainder>& remainder,
+                                               const std::vector<int64_t>& blend_start) const {
+  HR_ASSIGN_OR_RETURN(EpochOrderOptions o, OrderOptions(remainder, blend_start));
+  o.world_size = world_size;
+  return EpochOrder::Make(o);
+}
+
 RunBudgetOptions RunBudgetOptionsOf(const PipelineSpec& spec) {
   RunBudgetOptions budget;
   budget.max_error_rate = spec.errors.max_error_rate;
