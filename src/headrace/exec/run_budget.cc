@@ -47,7 +47,7 @@ BatchTally RunBudget::Tally(const Batch& batch, const EntryOf& entry_of, size_t 
 
 void RunBudget::Count(const Batch& batch, const EntryOf& entry_of) {
   run_.Count(batch.size(), batch.errors);
-  if (entries_.empty()) return;
+  if (entries_.empty() || !entry_of) return;
   const BatchTally tally = Tally(batch, entry_of, entries_.size());
   std::vector<std::vector<SampleError>> errors(entries_.size());
   for (size_t i = 0; i < batch.errors.size(); ++i) {

@@ -76,7 +76,8 @@ class RunBudget {
   // `entries` by `entry_of` (no entry tallies when `entries` is 0 or `entry_of` null).
   static BatchTally Tally(const Batch& batch, const EntryOf& entry_of, size_t entries);
 
-  // A batch delivered here (its errors whole: kept for the report).
+  // A batch delivered here (its errors whole: kept for the report); its entries' counts
+  // only with `entry_of`.
   void Count(const Batch& batch, const EntryOf& entry_of);
   // A batch tallied where it was computed, consumed here with its errors as text (in the
   // tally's order; the first one an entry or the run has is kept for the message).
@@ -93,7 +94,6 @@ class RunBudget {
   Status Check(bool at_end, ErrorCounts others = {}, int rank = -1) const;
 
   const ErrorBudget& run() const { return run_; }
-  size_t entries() const { return entries_.size(); }
   // A blend's entries' counts, in order; empty otherwise.
   std::vector<EntryCounts> entry_counts() const;
 

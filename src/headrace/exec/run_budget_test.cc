@@ -154,7 +154,7 @@ TEST(RunBudget, WithoutABlendOnlyTheRunsBudgetCounts) {
   const BatchTally tally = RunBudget::Tally(batch, nullptr, 0);
   EXPECT_TRUE(tally.entry_delivered.empty());
   ASSERT_TRUE(budget.Count(tally, Texts(batch)).ok());
-  EXPECT_EQ(budget.entries(), 0u);
+  EXPECT_TRUE(budget.entry_counts().empty());
   const Status s = budget.Check(false);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.message().rfind("too many bad samples: 1 of 4", 0), 0u) << s.ToString();
