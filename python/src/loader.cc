@@ -8,7 +8,6 @@
 // for an operator that is waiting for the GIL.
 #include "headrace/pipeline/loader.h"
 
-#include <array>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
@@ -27,7 +26,7 @@
 
 #include "common.h"
 #include "headrace/exec/consumer_clock.h"
-#include "headrace/exec/error_budget.h"
+#include "headrace/exec/run_budget.h"
 #include "headrace/observe/metrics_server.h"
 #include "headrace/observe/prometheus.h"
 #include "headrace/observe/doctor.h"
@@ -102,6 +101,51 @@ std::optional<EpochRemainder> OptionalRemainder(const nb::object& object) {
   return RemainderFromDict(object);
 }
 
+// A blend entry's counts under the keys stats() has for them (the local loader's and a Ray
+// rank's alike).
+void SetEntryStats(nb::dict& d, const std::string& name, int64_t samples, int64_t errors) {
+  const std::string key = "source." + name + ".";
+  d[(key + "samples").c_str()] = samples;
+  d[(key + "errors").c_str()] = errors;
+}
+
+// A batch's tally (exec/run_budget.h) as a Ray worker sends it to the rank that consumes
+// the batch: (delivered, [rows per entry], [(kind, entry) per error]), and back.
+nb::tuple TallyToPython(const BatchTally& tally) {
+  nb::list entries;
+  for (int64_t n : tally.entry_delivered) entries.append(n);
+  nb::list errors;
+  for (const BatchTally::Error& e : tally.errors) errors.append(nb::make_tuple(e.kind, e.entry));
+  return nb::make_tuple(tally.delivered, entries, errors);
+}
+
+BatchTally TallyFromPython(const nb::handle& object) {
+  try {
+    const nb::tuple t = nb::cast<nb::tuple>(object);
+    BatchTally tally;
+    tally.delivered = nb::cast<int64_t>(t[0]);
+    for (nb::handle n : t[1]) tally.entry_delivered.push_back(nb::cast<int64_t>(n));
+    for (nb::handle e : t[2]) {
+      const nb::tuple error = nb::cast<nb::tuple>(e);
+      tally.errors.push_back(
+          BatchTally::Error{nb::cast<std::string>(error[0]), nb::cast<int>(error[1])});
+    }
+    return tally;
+  } catch (const std::exception&) {
+    throw StatusError(Status::InvalidArgument(
+        "a batch's tally: expected (delivered, [rows per entry], [(kind, entry)]), got " +
+        nb::cast<std::string>(nb::repr(object))));
+  }
+}
+
+// Which blend entry a dataset index of `prepared`'s source is in; null unless a blend.
+EntryOf EntryOfSource(std::shared_ptr<const PreparedPipeline> prepared) {
+  if (prepared->source().info().entries.empty()) return nullptr;
+  return [prepared = std::move(prepared)](int64_t index) {
+    return prepared->source().EntryOf(index);
+  };
+}
+
 nb::dict PackStatsToDict(const PackStats& p) {
   nb::dict d;
   d["pack_rows"] = p.rows;
@@ -119,6 +163,12 @@ nb::dict PackStatsToDict(const PackStats& p) {
   d["pack_bytes_copied"] = p.bytes_copied;
   d["pack_planned_batches"] = p.planned_batches;
   return d;
+}
+
+// A run's batch count for Python: None for a run without an end.
+std::optional<int64_t> OptionalBatches(int64_t total) {
+  if (total == EpochOrder::kUnboundedBatches) return std::nullopt;
+  return total;
 }
 
 class PyLoader {
@@ -212,10 +262,10 @@ class PyLoader {
 
   // Schedule::kOnDemand: waits for submitted batch `batch` (without the GIL, noticing
   // signals between slices as Next() does) and returns BatchToPython's tuple; with
-  // `entries`, (that tuple, {entry name: (samples delivered, samples failed)} of the batch,
-  // empty unless a blend): a Ray rank's per-source counts, as the rank sees only the
-  // batches it is sent.
-  nb::object Take(int64_t batch, bool entries) {
+  // `tally`, (that tuple, the batch's tally: TallyToPython of RunBudget::Tally): what the
+  // batch adds to the error budgets of the Ray rank that consumes it, each row and error
+  // given its blend entry here, where the batch is whole.
+  nb::object Take(int64_t batch, bool tally) {
     // A handle of its own: Close() from another thread must not free the loader under a
     // waiting Take (it cancels it instead).
     std::shared_ptr<Loader> held = loader_;
@@ -236,24 +286,12 @@ class PyLoader {
       taken.emplace(l.Take(batch));
     }
     Batch out = ValueOrThrow(std::move(*taken));
-    const Source& source = l.prepared().source();
-    if (!entries) return BatchToPython(out);
-    nb::dict by_entry;
-    // Not a blend: no entries to count (EntryOf is 0 for every index, and there is no
-    // entry 0 to count it in).
-    if (source.info().entries.empty()) return nb::make_tuple(BatchToPython(out), by_entry);
-    // [delivered, failed] per entry, from the rows' dataset indices and the errors'.
-    std::vector<std::array<int64_t, 2>> counts(source.info().entries.size(), {0, 0});
-    if (const Tensor* index = out.Find("index"); index != nullptr) {
-      for (int64_t r = 0; r < index->shape().front(); ++r) {
-        ++counts[static_cast<size_t>(source.EntryOf(index->data<int64_t>()[r]))][0];
-      }
-    }
-    for (const SampleError& e : out.errors) ++counts[static_cast<size_t>(source.EntryOf(e.index))][1];
-    for (size_t i = 0; i < counts.size(); ++i) {
-      by_entry[source.info().entries[i].c_str()] = nb::make_tuple(counts[i][0], counts[i][1]);
-    }
-    return nb::make_tuple(BatchToPython(out), by_entry);
+    if (!tally) return BatchToPython(out);
+    const std::shared_ptr<const PreparedPipeline> prepared = l.prepared().shared_from_this();
+    return nb::make_tuple(
+        BatchToPython(out),
+        TallyToPython(RunBudget::Tally(out, EntryOfSource(prepared),
+                                       prepared->source().info().entries.size())));
   }
 
   // Stops the run from any thread: pending Take() calls return kCancelled.
@@ -296,8 +334,10 @@ struct PyPrepared {
 // GIL, and returned as BatchToPython's tuple.
 class PyPacker {
  public:
-  PyPacker(std::vector<FieldSpec> layout, Packer packer)
-      : layout_(std::move(layout)), queue_(std::move(packer)) {}
+  // `entry_of`: the blend entry of a sample's index (null unless a blend), for the lost
+  // samples' budgets.
+  PyPacker(std::vector<FieldSpec> layout, Packer packer, EntryOf entry_of)
+      : layout_(std::move(layout)), queue_(std::move(packer)), entry_of_(std::move(entry_of)) {}
 
   // Adds the input batch (PackingQueue::Push): whether it delivers anything.
   bool Push(const nb::dict& fields, int64_t epoch, int64_t index_in_epoch,
@@ -319,6 +359,7 @@ class PyPacker {
   }
 
   PackingQueue& queue() { return queue_; }
+  const EntryOf& entry_of() const { return entry_of_; }
 
  private:
   // The numpy batch as the packer's input: its fields copied, its strings.
@@ -370,6 +411,7 @@ class PyPacker {
 
   std::vector<FieldSpec> layout_;
   PackingQueue queue_;
+  EntryOf entry_of_;
 };
 
 // The metrics endpoint of a Python loader (`Loader(metrics_port=...)`): it outlives the
@@ -508,17 +550,34 @@ void RegisterLoader(nb::module_& m) {
     return std::make_pair(host, port);
   }, nb::arg("text"), nb::arg("default_host"));
   // The engine's rules, for the Ray rank and the PyTorch adapter, so that Python does not
-  // restate them: the run's error budget (exec/error_budget.h), the consumer's wait
-  // accounting (exec/consumer_clock.h) and the run-wide batch index (exec/epoch_order.h).
-  nb::class_<ErrorBudget>(m, "_ErrorBudget")
-      .def(nb::init<double, int64_t>(), nb::arg("max_error_rate"), nb::arg("min_samples"))
-      .def("count",
-           [](ErrorBudget& b, int64_t delivered, const std::vector<std::string>& errors) {
-             b.CountText(delivered, errors);
+  // restate them: the run's and a blend's entries' error budgets (exec/run_budget.h), the
+  // consumer's wait accounting (exec/consumer_clock.h) and the run-wide batch index
+  // (exec/epoch_order.h).
+  nb::class_<RunBudget>(m, "_RunBudget")
+      .def("__init__",
+           [](RunBudget* b, const PipelineSpec& spec) {
+             new (b) RunBudget(RunBudgetOptionsOf(spec));
            },
-           nb::arg("delivered"), nb::arg("errors"))
+           nb::arg("spec"), "The error budgets `spec` sets (errors.*, source.mix[i].max_error_rate)")
+      .def("count",
+           [](RunBudget& b, const nb::handle& tally, const std::vector<std::string>& errors) {
+             if (Status counted = b.Count(TallyFromPython(tally), errors); !counted.ok()) {
+               throw StatusError(counted);
+             }
+           },
+           nb::arg("tally"), nb::arg("errors"),
+           "A batch consumed here: its tally (a worker's take(k, tally=True)) and its errors")
+      .def("count_lost",
+           [](RunBudget& b, PyPacker& packer) {
+             const std::vector<LostSample> lost = packer.queue().TakeLost();
+             b.CountLost(lost, packer.entry_of());
+             return lost.size();
+           },
+           nb::arg("packer"),
+           "The samples `packer`'s pushes since the last call left out or cut (data lost: "
+           "exec/packer.h, PackingQueue::TakeLost), counted; how many")
       .def("check",
-           [](const ErrorBudget& b, bool at_end, int64_t others_delivered, int64_t others_failed,
+           [](const RunBudget& b, bool at_end, int64_t others_delivered, int64_t others_failed,
               int rank) {
              const Status status =
                  b.Check(at_end, ErrorCounts{others_delivered, others_failed}, rank);
@@ -526,14 +585,34 @@ void RegisterLoader(nb::module_& m) {
            },
            nb::arg("at_end"), nb::arg("others_delivered") = 0, nb::arg("others_failed") = 0,
            nb::arg("rank") = -1)
-      .def_prop_ro("delivered", [](const ErrorBudget& b) { return b.counts().delivered; })
-      .def_prop_ro("failed", [](const ErrorBudget& b) { return b.counts().failed; });
+      .def_prop_ro("delivered", [](const RunBudget& b) { return b.run().counts().delivered; })
+      .def_prop_ro("failed", [](const RunBudget& b) { return b.run().counts().failed; })
+      .def("entry_stats",
+           [](const RunBudget& b) {
+             nb::dict d;
+             for (const EntryCounts& e : b.entry_counts()) {
+               SetEntryStats(d, e.name, e.counts.delivered, e.counts.failed);
+             }
+             return d;
+           },
+           "A blend: each entry's samples and errors so far, under stats()'s keys");
   nb::class_<ConsumerClock>(m, "_ConsumerClock")
       .def(nb::init<double>(), nb::arg("created_s"))
       .def("returned", &ConsumerClock::Returned, nb::arg("call_s"), nb::arg("now_s"),
            nb::arg("got"), nb::arg("samples"))
       .def_prop_ro("started", &ConsumerClock::started)
       .def("stats", [](const ConsumerClock& c) { return StatsToDict(c.stats()); });
+  m.def("_rank_share",
+        [](int64_t batches_per_epoch, int64_t batch_size, int world_size,
+           std::optional<int64_t> epochs) {
+          const RankShare share =
+              ValueOrThrow(RankShareOf(batches_per_epoch, batch_size, world_size, epochs));
+          return nb::make_tuple(share.batches_per_epoch, OptionalBatches(share.total_batches));
+        },
+        nb::arg("batches_per_epoch"), nb::arg("batch_size"), nb::arg("world_size"),
+        nb::arg("epochs").none(),
+        "(each rank's batches of an epoch, of the run or None without an end) of a run whose "
+        "epochs have `batches_per_epoch` batches over `world_size` ranks (RankShareOf)");
   m.def("_run_batch_index",
         [](int64_t local_index, int64_t batches_per_epoch, int world_size, int rank) {
           return RunWideIndex(PositionOf(local_index, batches_per_epoch, world_size, rank),
@@ -572,22 +651,32 @@ void RegisterLoader(nb::module_& m) {
            nb::arg("blend_start").none() = nb::none(),
            "A blend: each entry's picks in the first `positions` positions of the epoch's "
            "order (of its rest, with `remainder`); [] for another source")
-      .def("run_wide_batches_per_epoch",
-           [](const PyPrepared& p, const nb::object& remainder, const nb::object& blend_start) {
+      .def("rank_share",
+           [](const PyPrepared& p, int world_size, const nb::object& remainder,
+              const nb::object& blend_start) {
              const std::optional<EpochRemainder> rest = OptionalRemainder(remainder);
              const std::vector<int64_t> start = BlendStartFromObject(blend_start);
-             nb::gil_scoped_release nogil;
-             return ValueOrThrow(p.prepared->RunWideOrder(rest, start)).batches_per_epoch();
+             std::optional<Result<EpochOrder>> order;
+             {
+               nb::gil_scoped_release nogil;
+               order.emplace(p.prepared->RankOrder(world_size, rest, start));
+             }
+             const EpochOrder o = ValueOrThrow(std::move(*order));
+             return nb::make_tuple(o.batches_per_epoch(), o.batches_per_rank_epoch(),
+                                   OptionalBatches(o.total_batches()));
            },
-           nb::arg("remainder").none() = nb::none(), nb::arg("blend_start").none() = nb::none(),
-           "The batches of one epoch over all ranks (of the rest of an epoch, with "
-           "`remainder`): what a Ray rank deals among the ranks")
+           nb::arg("world_size"), nb::arg("remainder").none() = nb::none(),
+           nb::arg("blend_start").none() = nb::none(),
+           "(batches of an epoch over all ranks, each rank's share of an epoch, of the run "
+           "or None without an end) for `world_size` ranks (of the rest of an epoch, with "
+           "`remainder`), checked as a local run's is (PreparedPipeline::RankOrder)")
       .def("packer",
            [](const PyPrepared& p) -> std::unique_ptr<PyPacker> {
              if (!p.prepared->pack().has_value()) return nullptr;
              return std::make_unique<PyPacker>(
                  p.prepared->fields(),
-                 ValueOrThrow(Packer::Make(p.prepared->fields(), *p.prepared->pack())));
+                 ValueOrThrow(Packer::Make(p.prepared->fields(), *p.prepared->pack())),
+                 EntryOfSource(p.prepared));
            },
            "With batch.pack or batch.max_tokens: a new packer of this pipeline (for batches "
            "that arrive as numpy arrays, in order); None without");
@@ -607,18 +696,7 @@ void RegisterLoader(nb::module_& m) {
       })
       .def("deliver_from", [](PyPacker& p, int64_t j) { p.queue().DeliverFrom(j); })
       .def("state", [](PyPacker& p) { return PackStateToDict(p.queue().state()); })
-      .def("stats", [](PyPacker& p) { return PackStatsToDict(p.queue().stats()); })
-      .def("take_lost",
-           [](PyPacker& p) {
-             nb::list out;
-             for (const LostSample& l : p.queue().TakeLost()) {
-               out.append(nb::make_tuple(l.error.ToString(), l.was_delivered));
-             }
-             return out;
-           },
-           "The samples the pushes since the last call left out or cut (data lost: their "
-           "errors are in the packed batches too), as (error, was_delivered): for the "
-           "rank's error budget (exec/packer.h, PackingQueue::TakeLost)");
+      .def("stats", [](PyPacker& p) { return PackStatsToDict(p.queue().stats()); });
   nb::class_<PyLoader>(m, "_Loader")
       .def_static("make", &PyLoader::Make, nb::arg("spec"), nb::arg("rank") = 0,
                   nb::arg("world_size") = 1, nb::arg("start_epoch") = 0,
@@ -626,7 +704,7 @@ void RegisterLoader(nb::module_& m) {
                   nb::arg("on_demand") = false)
       .def("next", &PyLoader::Next)
       .def("submit", &PyLoader::Submit, nb::arg("batch"))
-      .def("take", &PyLoader::Take, nb::arg("batch"), nb::arg("entries") = false)
+      .def("take", &PyLoader::Take, nb::arg("batch"), nb::arg("tally") = false)
       .def("cancel", &PyLoader::Cancel)
       .def_prop_ro("manifest_bytes",
                    [](const PyLoader& l) { return l.loader().manifest_bytes(); })
@@ -637,11 +715,7 @@ void RegisterLoader(nb::module_& m) {
       .def("close", &PyLoader::Close)
       .def_prop_ro("next_batch", [](const PyLoader& l) { return l.loader().next_batch(); })
       .def_prop_ro("total_batches",
-                   [](const PyLoader& l) -> std::optional<int64_t> {
-                     const int64_t total = l.loader().total_batches();
-                     if (total == EpochOrder::kUnboundedBatches) return std::nullopt;
-                     return total;
-                   })
+                   [](const PyLoader& l) { return OptionalBatches(l.loader().total_batches()); })
       .def_prop_ro("batches_per_epoch",
                    [](const PyLoader& l) { return l.loader().batches_per_epoch(); })
       .def_prop_ro("num_samples",
@@ -659,10 +733,8 @@ void RegisterLoader(nb::module_& m) {
              for (const auto& [kind, n] : m.errors_by_kind) d[("errors." + kind).c_str()] = n;
              // A blend: each entry's samples, errors and bytes ("source.<name>.samples").
              for (const EngineMetrics::Entry& e : m.entries) {
-               const std::string key = "source." + e.name + ".";
-               d[(key + "samples").c_str()] = e.samples_delivered;
-               d[(key + "errors").c_str()] = e.samples_failed;
-               d[(key + "bytes_read").c_str()] = e.bytes_read;
+               SetEntryStats(d, e.name, e.samples_delivered, e.samples_failed);
+               d[("source." + e.name + ".bytes_read").c_str()] = e.bytes_read;
              }
              return d;
            })

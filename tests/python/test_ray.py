@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +21,8 @@ import headrace.ray as hray
 
 CPU_NODES = 2
 WORKER = {"CPU": 1, "headrace_cpu": 1}
+REPO = Path(__file__).resolve().parents[2]
+BIN = os.environ.get("HEADRACE_BIN", str(REPO / "build" / "headrace"))
 
 
 def free_port():
@@ -422,6 +425,96 @@ def test_a_blend_from_workers_is_the_local_loaders_and_resumes_with_new_weights(
             loader.close()
     assert got == want and sources == {"a", "b"}
     assert got_rest == want_rest and all(got_rest)
+
+
+def blend_of(entries, **kw):
+    """A blend of `entries` ({name: source keys}, equal weights, all_exhausted) through the
+    small pipeline's ops (the first manifest entry's tokenizer), one epoch, unshuffled."""
+    ops = headrace.ops
+    tokenizer = next(Path(s["manifest"]).parent for s in entries.values() if "manifest" in s)
+    return headrace.Pipeline(
+        source={"mix": [{"name": name, "weight": 1, **keys} for name, keys in entries.items()],
+                "until": "all_exhausted"},
+        ops=[ops.decode(), ops.resize(shorter_side=64), ops.center_crop(56), ops.normalize(),
+             ops.tokenize(tokenizer / "tokenizer.model", max_length=48)],
+        batch_size=8, seed=1, cpu_threads=2, memory_budget="64MiB", epochs=1, **kw)
+
+
+def test_a_blend_entrys_own_max_error_rate_stops_the_run_as_locally(cluster, py_sample,
+                                                                    tmp_path):
+    """source.mix[i].max_error_rate (README: an entry's own rate stops the run when its
+    samples fail more often) applies on Ray too: the run stops where, and with the error,
+    the local loader's does (issue B1: a Ray rank applied only the run's rate)."""
+    import shutil
+
+    data = tmp_path / "b"
+    shutil.copytree(py_sample, data)
+    for i in range(0, 48, 5):  # 10 of b's 48 images corrupt: 21%, above b's own 10%
+        (data / "images" / f"{i:06d}.jpg").write_bytes(b"not a jpeg")
+    blend = blend_of({"a": {"manifest": str(py_sample / "manifest.jsonl")},
+                      "b": {"manifest": str(data / "manifest.jsonl"), "max_error_rate": 0.1}},
+                     overrides={"errors.max_error_rate": 1.0, "errors.min_samples": 8})
+    with pytest.raises(headrace.Error, match=r"source\.mix\[1\] \(b\): too many bad") as local:
+        for _ in headrace.Loader(blend):
+            pass
+    loader = hray.Loader(blend, workers=2, worker_resources=WORKER)
+    try:
+        with pytest.raises(headrace.Error) as got:
+            for _ in loader:
+                pass
+    finally:
+        loader.close()
+    assert type(got.value) is type(local.value)
+    assert str(got.value) == str(local.value)
+
+
+def test_a_bad_shard_of_a_blend_entry_counts_as_the_local_loader_counts_it(cluster, py_sample,
+                                                                         tmp_path):
+    """A shard of entry b skipped at open is one shard_error of the run and no entry's
+    failed sample, on Ray as locally (issue B2: a Ray rank counted it against the entry of
+    the sample whose index is the shard's place in b's list, entry a)."""
+    subprocess.run([BIN, "make-sample", "--out", str(tmp_path / "b"), "--samples", "24",
+                    "--seed", "2", "--size", "96x72", "--shards", "--shard-size", "60000"],
+                   check=True, capture_output=True)
+    shards = sorted((tmp_path / "b" / "shards").glob("shard-*.tar"))
+    assert len(shards) >= 2, shards
+    index = shards[1].with_name(shards[1].name + ".idx.json")
+    index.write_bytes(index.read_bytes()[:len(index.read_bytes()) // 2])  # not JSON
+    blend = blend_of(
+        {"a": {"manifest": str(py_sample / "manifest.jsonl")},
+         "b": {"shards": f"{tmp_path}/b/shards/shard-{{000000..{len(shards) - 1:06d}}}.tar"}},
+        overrides={"errors.max_error_rate": 0.5})
+    with headrace.Loader(blend) as local_loader:
+        for _ in local_loader:
+            pass
+        want = local_loader.stats()
+    loader = hray.Loader(blend, workers=2, worker_resources=WORKER)
+    try:
+        for _ in loader:
+            pass
+        stats = loader.stats()
+    finally:
+        loader.close()
+    assert want["samples_failed"] == 1 and want["errors.shard_error"] == 1, want
+    for name in ("a", "b"):
+        assert stats[f"source.{name}.samples"] == want[f"source.{name}.samples"] > 0, (name, stats)
+        assert stats[f"source.{name}.errors"] == want[f"source.{name}.errors"], (name, stats)
+    assert stats["samples_failed"] == want["samples_failed"]
+
+
+def test_more_ranks_than_an_epochs_batches_is_the_local_loaders_config_error(cluster, pipeline):
+    """A rank's share of an epoch is the engine's rule (exec/epoch_order.h RankShareOf), its
+    error too: 7 ranks of an epoch of 6 batches fail as the local loader's do."""
+    with pytest.raises(headrace.ConfigError) as local:
+        list(headrace.Loader(pipeline, rank=0, world_size=7))
+    loader = hray.Loader(pipeline, rank=0, world_size=7, workers=1, worker_resources=WORKER)
+    try:
+        with pytest.raises(headrace.ConfigError) as got:
+            list(loader)
+    finally:
+        loader.close()
+    assert "fewer than world_size 7" in str(local.value)
+    assert str(got.value) == str(local.value)
 
 
 def test_a_worker_killed_mid_epoch_loses_and_duplicates_nothing(cluster, pipeline):

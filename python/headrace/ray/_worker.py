@@ -128,7 +128,7 @@ class Worker:
         if rest is not None:
             k = -1 - k
         impl.submit(k)
-        (fields, epoch, index, _, errors, _), sources = impl.take(k, entries=True)
+        (fields, epoch, index, _, errors, _), tally = impl.take(k, tally=True)
         out = {}
         nbytes = 0
         for name, value in fields.items():
@@ -143,7 +143,7 @@ class Worker:
             self._bytes += nbytes
             self._busy_s += time.perf_counter() - start
         return {"fields": out, "epoch": epoch, "index": index, "errors": list(errors),
-                "sources": sources,
+                "tally": tally,
                 "worker": self.worker_id, "node_id": self.node_id, "bytes": nbytes}
 
     def stats(self) -> Dict[str, Any]:

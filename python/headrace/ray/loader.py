@@ -172,19 +172,17 @@ class _Stream:
         # run-wide index, apart from the full epochs' batches.
         rest = loader._remainder if loader._in_remainder() else None
         self._rest = None if rest is None else (dict(rest), loader._blend_start)
+        # This rank's share of an epoch and of the run: the engine's rule (exec/epoch_order.h
+        # RankShareOf), over the run-wide count of batches the workers compute; for a rest,
+        # the order the local loader's ranks would follow, checked as theirs is.
         if rest is None:
             self._global_per_epoch = info["batches_per_epoch"]
+            self.batches_per_epoch, self.total_batches = _headrace._rank_share(
+                self._global_per_epoch, loader._spec.batch_size, self.world_size,
+                loader._spec.epochs)
         else:
-            self._global_per_epoch = loader._prepared_pipeline().run_wide_batches_per_epoch(
-                *self._rest)
-        self.batches_per_epoch = self._global_per_epoch // self.world_size
-        if self.batches_per_epoch == 0:
-            what = "an epoch has" if rest is None else f"the rest of epoch {rest['epoch']} has"
-            raise _headrace.ConfigError(
-                f"{what} {self._global_per_epoch} batches, fewer than world_size "
-                f"{self.world_size}: lower batch.size or use fewer ranks")
-        epochs = loader._spec.epochs if rest is None else rest["epoch"] + 1
-        self.total_batches = None if epochs is None else epochs * self.batches_per_epoch
+            self._global_per_epoch, self.batches_per_epoch, self.total_batches = \
+                loader._prepared_pipeline().rank_share(self.world_size, *self._rest)
         self.next_batch = start_epoch * self.batches_per_epoch + start_batch
         self._requested = self.next_batch  # the next rank-local batch to request
         self._pending: collections.deque = collections.deque()  # [j, k, worker, ref]
@@ -192,16 +190,14 @@ class _Stream:
         self._store_bytes = _node_store_bytes(ray)  # caps the default window
         self._batch_bytes = 0  # the largest batch seen
         self._finished: List = []  # (worker, k) received since the last done()
-        # Consumer accounting and the run's error budget: the C++ rules, through the
-        # bindings (exec/consumer_clock.h, exec/error_budget.h).
+        # Consumer accounting and the error budgets (the run's, a blend's entries'): the C++
+        # rules, through the bindings (exec/consumer_clock.h, exec/run_budget.h).
         self._clock = _headrace._ConsumerClock(time.perf_counter())
-        spec = loader._spec
-        self._budget = _headrace._ErrorBudget(spec.max_error_rate, spec.min_samples)
+        self._budget = _headrace._RunBudget(loader._spec)
         self._bytes = 0
         self._reassigned = 0
         self._others = (0, 0)  # (delivered, failed) the other ranks consumed: coordinator
         self._by_worker: Dict[int, int] = collections.Counter()
-        self._sources: Dict[str, List[int]] = {}  # a blend: entry -> [delivered, failed]
         self._window = (time.perf_counter(), 0.0, 0)  # autoscale: (since, wait_s, batches)
 
     def _k(self, j: int) -> int:
@@ -292,7 +288,9 @@ class _Stream:
         fields = out["fields"]
         n = len(fields["index"])
         self._batch_bytes = max(self._batch_bytes, out["bytes"])  # before the refill
-        self._budget.count(n, out["errors"])
+        # The batch's rows and errors, each given its blend entry by the worker (the
+        # batch's tally), counted once into the run's budget and its entries'.
+        self._budget.count(out["tally"], out["errors"])
         # Fire and forget: calls from one caller run in order on the actor.
         self._coord.done.remote(self.rank, self._finished, epoch, batch,
                                 (self._budget.delivered, self._budget.failed))
@@ -300,30 +298,24 @@ class _Stream:
         self._fill()  # keep the window full while the consumer works on this batch
         self._bytes += out["bytes"]
         self._by_worker[out["worker"]] += 1
-        for name, (delivered, failed) in out["sources"].items():  # a blend's entries
-            counts = self._sources.setdefault(name, [0, 0])
-            counts[0] += delivered
-            counts[1] += failed
-        # The run's error budget, applied where the batches are consumed, whichever worker
-        # computed them: this rank's samples (exact, in batch order) plus what the other
-        # ranks consumed, as the coordinator last told (a batch or so behind). Every rank
-        # stops once the run's rate is over the limit, also one without errors of its own;
-        # a rank whose own share is bad stops only when the run's is.
+        # The error budgets, applied where the batches are consumed, whichever worker
+        # computed them. The run's: this rank's samples (exact, in batch order) plus what the
+        # other ranks consumed, as the coordinator last told (a batch or so behind). Every
+        # rank stops once the run's rate is over the limit, also one without errors of its
+        # own; a rank whose own share is bad stops only when the run's is. A blend entry's
+        # own rate: over this rank's batches, as each local rank applies it.
         self._budget.check((j + 1) % self.batches_per_epoch == 0, *self._others, self.rank)
         self._clock.returned(call, time.perf_counter(), True, n)
         self._loader._maybe_autoscale(self)
         ptrs = {name: v.ctypes.data for name, v in fields.items() if hasattr(v, "ctypes")}
         return fields, out["epoch"], out["index"], j, out["errors"], ptrs
 
-    def count_lost(self, lost, at_end: bool) -> None:
-        """Samples lost after delivery (a packer's: (error, was_delivered) pairs, in
-        batch order): failed, no longer delivered (exec/error_budget.h LostSample); the
-        run's budget applied again."""
-        if not lost:
-            return
-        self._budget.count(-sum(1 for _, delivered in lost if delivered),
-                           [error for error, _ in lost])
-        self._budget.check(at_end, *self._others, self.rank)
+    def count_lost(self, packer, at_end: bool) -> None:
+        """The samples ``packer`` lost since the last call (left out or cut, in batch
+        order), counted in the budgets (exec/run_budget.h CountLost); the budgets applied
+        again when there were any."""
+        if self._budget.count_lost(packer):
+            self._budget.check(at_end, *self._others, self.rank)
 
     def window_wait_ratio(self):
         """The wait-time ratio since the last call (autoscale), and the batches in it."""
@@ -345,9 +337,7 @@ class _Stream:
         s["batches_by_worker"] = dict(self._by_worker)
         # A blend: each entry's samples and errors in this rank's batches (the local
         # loader's keys; its source.<name>.bytes_read is the workers' and not here).
-        for name, (delivered, failed) in self._sources.items():
-            s[f"source.{name}.samples"] = delivered
-            s[f"source.{name}.errors"] = failed
+        s.update(self._budget.entry_stats())
         return s
 
     def report_json(self) -> str:
@@ -397,7 +387,7 @@ class _PackedStream:
                 self._errors += list(errors)
                 # The samples the packer left out or cut are data lost: counted in this
                 # rank's share of the run's error budget, as the local loader counts them.
-                self._stream.count_lost(self._packer.take_lost(), position + 1 == per_epoch)
+                self._stream.count_lost(self._packer, position + 1 == per_epoch)
 
     def pack_state(self):
         return self._packer.state()

@@ -53,7 +53,7 @@ class InOrderDelivery final : public Delivery {
       ConsumerWaitLocked(lock, [this]() HR_LOCKED_LAMBDA { return ReadyLocked(); }, std::nullopt);
       if (!failure_.ok()) return failure_;
       if (next_ >= options_.total_batches) {
-        Status budget = CheckBudgetsLocked(/*at_end=*/true);
+        Status budget = budget_.Check(/*at_end=*/true);
         if (!budget.ok()) {
           failure_ = budget;
           return failure_;
@@ -66,7 +66,7 @@ class InOrderDelivery final : public Delivery {
       // not go on for epochs with every sample failing just because min_samples is large.
       const bool epoch_end = !options_.consumer_counts_losses &&
                              next_ % options_.batches_per_epoch == 0;
-      if (Status budget = CheckBudgetsLocked(epoch_end); !budget.ok()) {
+      if (Status budget = budget_.Check(epoch_end); !budget.ok()) {
         FailLocked(budget);
         lock.unlock();
         stop_.request_stop();
@@ -243,67 +243,40 @@ Batch Delivery::DeliverLocked(int64_t batch) {
   }
   // Errors are counted here, in batch order, so that whether and where the error
   // budget stops a run does not depend on which thread finished first.
-  budget_.Count(out.size(), out.errors);
-  // One pass over the batch's dataset indices: the shuffle-quality distances and, for a
-  // blend, each entry's delivered samples.
-  const size_t entries = entry_budgets_.size();
-  std::vector<int64_t> delivered(entries, 0);
+  budget_.Count(out, options_.entry_of);
+  // How shuffled the batch is: the distances in dataset order between neighbours.
   if (const Tensor* index = out.Find("index"); index != nullptr) {
     const int64_t* rows = index->data<int64_t>();
-    for (int64_t r = 0; r < index->numel(); ++r) {
-      if (r > 0) {
-        neighbour_distance_sum_ += static_cast<double>(
-            rows[r] > rows[r - 1] ? rows[r] - rows[r - 1] : rows[r - 1] - rows[r]);
-        ++neighbour_pairs_;
-      }
-      if (entries > 0) ++delivered[static_cast<size_t>(options_.entry_of(rows[r]))];
+    for (int64_t r = 1; r < index->numel(); ++r) {
+      neighbour_distance_sum_ += static_cast<double>(
+          rows[r] > rows[r - 1] ? rows[r] - rows[r - 1] : rows[r - 1] - rows[r]);
+      ++neighbour_pairs_;
     }
-  }
-  if (entries > 0) {
-    std::vector<std::vector<SampleError>> errors(entries);
-    for (const SampleError& e : out.errors) {
-      // A shard skipped at open is the source's error, not a sample's (its "index" is
-      // the shard's place in the source's list).
-      if (e.status.code() == StatusCode::kShardError) continue;
-      errors[static_cast<size_t>(options_.entry_of(e.index))].push_back(e);
-    }
-    for (size_t s = 0; s < entries; ++s) entry_budgets_[s].Count(delivered[s], errors[s]);
   }
   return out;
 }
+
+namespace {
+
+RunBudgetOptions BudgetOptionsOf(const DeliveryOptions& options) {
+  RunBudgetOptions budget;
+  budget.max_error_rate = options.max_error_rate;
+  budget.min_samples = options.min_samples;
+  budget.max_kept_errors = options.max_kept_errors;
+  if (options.entry_of) {
+    budget.entries = options.entries;
+    budget.entry_max_error_rate = options.entry_max_error_rate;
+  }
+  return budget;
+}
+
+}  // namespace
 
 Delivery::Delivery(DeliveryOptions options, BudgetGauge& gauge, std::stop_source& stop)
     : options_(std::move(options)),
       gauge_(gauge),
       stop_(stop),
-      budget_(options_.max_error_rate, options_.min_samples, options_.max_kept_errors) {
-  if (!options_.entry_of) return;
-  MutexLock lock(mu_);
-  for (size_t s = 0; s < options_.entries.size(); ++s) {
-    const std::optional<double> rate =
-        s < options_.entry_max_error_rate.size() ? options_.entry_max_error_rate[s] : std::nullopt;
-    // Without a rate of its own an entry is only counted: a rate of 1 never stops a run.
-    entry_budgets_.emplace_back(rate.value_or(1.0), options_.min_samples, 1);
-  }
-}
-
-Status Delivery::CheckBudgetsLocked(bool at_end) const {
-  HR_RETURN_IF_ERROR(budget_.Check(at_end));
-  for (size_t s = 0; s < entry_budgets_.size(); ++s) {
-    Status st = entry_budgets_[s].Check(at_end);
-    if (st.ok()) continue;
-    // The entry's budget speaks of the run's key: name the entry's.
-    std::string message = st.message();
-    const std::string key = "source.mix[" + std::to_string(s) + "].max_error_rate";
-    for (size_t at = message.find("errors.max_error_rate"); at != std::string::npos;
-         at = message.find("errors.max_error_rate", at + key.size())) {
-      message.replace(at, std::string("errors.max_error_rate").size(), key);
-    }
-    return Status(st.code(), "source.mix[" + std::to_string(s) + "] (" + options_.entries[s] +
-                                 "): " + message);
-  }
-  return Status::Ok();
-}
+      budget_(BudgetOptionsOf(options_)) {}
 
 Status Delivery::CountLost(std::span<const LostSample> lost, bool at_end) {
   if (lost.empty() && !at_end) return Status::Ok();
@@ -311,13 +284,8 @@ Status Delivery::CountLost(std::span<const LostSample> lost, bool at_end) {
   {
     MutexLock lock(mu_);
     if (!failure_.ok()) return failure_;
-    budget_.CountLost(lost);
-    for (const LostSample& l : lost) {
-      if (entry_budgets_.empty()) break;
-      entry_budgets_[static_cast<size_t>(options_.entry_of(l.error.index))].CountLost(
-          std::span<const LostSample>(&l, 1));
-    }
-    budget = CheckBudgetsLocked(at_end);
+    budget_.CountLost(lost, options_.entry_of);
+    budget = budget_.Check(at_end);
     if (budget.ok()) return budget;
     FailLocked(budget);
   }
@@ -347,19 +315,17 @@ DeliveryMetrics Delivery::Metrics() const {
   MutexLock lock(mu_);
   DeliveryMetrics m;
   m.samples_attempted = samples_attempted_;
-  m.counts = budget_.counts();
+  m.counts = budget_.run().counts();
   m.batches_delivered = batches_delivered_;
   m.batches_ready = static_cast<int64_t>(ready_.size());
   m.admit_blocked_s = wait_.admit_blocked_ns * 1e-9;
   m.queue_fill = wait_.calls > 0 ? std::min(1.0, wait_.fill_sum / wait_.calls) : 0.0;
   m.next_wait = next_wait_.Snapshot();
-  m.errors_by_kind = budget_.by_kind();
-  m.first_errors = budget_.first_errors();
+  m.errors_by_kind = budget_.run().by_kind();
+  m.first_errors = budget_.run().first_errors();
   m.neighbour_distance_sum = neighbour_distance_sum_;
   m.neighbour_pairs = neighbour_pairs_;
-  for (size_t s = 0; s < entry_budgets_.size(); ++s) {
-    m.entries.push_back(EntryCounts{options_.entries[s], entry_budgets_[s].counts()});
-  }
+  m.entries = budget_.entry_counts();
   return m;
 }
 

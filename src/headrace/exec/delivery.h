@@ -3,11 +3,11 @@
 //
 //   InOrderDelivery  (Schedule::kSequential): every batch of the run from start_batch
 //                    on; Next() hands them to one consumer in order, counting their errors
-//                    against the run's error budget (exec/error_budget.h).
+//                    against the run's error budget and a blend entry's (exec/run_budget.h).
 //   OnDemandDelivery (Schedule::kOnDemand, a Ray worker): only the batches Submit()
 //                    names, in submission order; Take(k) collects batch k from any thread.
 //                    The budget is not applied: the errors travel in the batch and its
-//                    consumer owns the run's budget.
+//                    consumer owns the run's budget (a Ray rank: RunBudget::Tally).
 //
 // Admission (both): at most `prefetch_depth` batches admitted and not yet delivered, and
 // their buffers within `batch_budget_bytes` (or nothing else admitted: progress). A
@@ -34,6 +34,7 @@
 #include "headrace/core/histogram.h"
 #include "headrace/exec/budget_gauge.h"
 #include "headrace/exec/error_budget.h"
+#include "headrace/exec/run_budget.h"
 #include "headrace/exec/stage.h"
 #include "headrace/exec/thread_annotations.h"
 
@@ -69,16 +70,10 @@ struct DeliveryOptions {
   // A blend (source.mix): each sample's entry (Source::EntryOf) and the entries' names,
   // and the max_error_rate an entry has of its own (nullopt: only the run's applies).
   // Each entry's samples and errors are then counted apart, in batch order, and an
-  // entry past its own rate stops the run as the run's rate does.
-  std::function<int(int64_t index)> entry_of;
+  // entry past its own rate stops the run as the run's rate does (exec/run_budget.h).
+  EntryOf entry_of;
   std::vector<std::string> entries;
   std::vector<std::optional<double>> entry_max_error_rate;
-};
-
-// One blend entry's samples so far: delivered and failed.
-struct EntryCounts {
-  std::string name;
-  ErrorCounts counts;
 };
 
 // The delivery's counts, for the engine's metrics.
@@ -122,7 +117,7 @@ class Delivery {
   void Fail(Status status);
 
   // Consumer: samples it lost after their batch was delivered (a packer's, in delivery
-  // order), counted against the run's error budget and a blend entry's (ErrorBudget::
+  // order), counted against the run's error budget and a blend entry's (RunBudget::
   // CountLost); the budget's verdict then (`at_end`: an epoch's end, the verdict point
   // with consumer_counts_losses), which stops the run as a spent budget at delivery does.
   Status CountLost(std::span<const LostSample> lost, bool at_end);
@@ -140,8 +135,6 @@ class Delivery {
 
  protected:
   Delivery(DeliveryOptions options, BudgetGauge& gauge, std::stop_source& stop);
-  // The run's error budget and each blend entry's own: the first that is spent.
-  Status CheckBudgetsLocked(bool at_end) const HR_REQUIRES(mu_);
   // Takes ready batch `batch` out of the window and counts it (errors into the budget).
   Batch DeliverLocked(int64_t batch) HR_REQUIRES(mu_);
   void FailLocked(Status status) HR_REQUIRES(mu_);
@@ -166,8 +159,8 @@ class Delivery {
     int64_t bytes;  // charged to the batch budget until delivered
   };
   std::map<int64_t, ReadyBatch> ready_ HR_GUARDED_BY(mu_);  // the reorder window
-  ErrorBudget budget_ HR_GUARDED_BY(mu_);  // counts errors as batches are delivered
-  std::vector<ErrorBudget> entry_budgets_ HR_GUARDED_BY(mu_);  // a blend's, per entry
+  // The run's error budget and a blend's entries': counts errors as batches are delivered.
+  RunBudget budget_ HR_GUARDED_BY(mu_);
   double neighbour_distance_sum_ HR_GUARDED_BY(mu_) = 0;
   int64_t neighbour_pairs_ HR_GUARDED_BY(mu_) = 0;
   int64_t samples_attempted_ HR_GUARDED_BY(mu_) = 0;

@@ -12,6 +12,19 @@ constexpr uint64_t kOrderStream = 0x6f72646572ULL;  // "order"
 constexpr uint64_t kShardStream = 0x7368617264ULL;  // "shard": the shard order
 constexpr uint64_t kWindowStream = 0x77696e646fULL;  // "windo": one window's shuffle
 
+// The rank share's rule (RankShareOf): every rank the same floor(batches / ranks).
+int64_t PerRank(int64_t batches_per_epoch, int world_size) {
+  return batches_per_epoch / world_size;
+}
+
+// A rank's whole run: `per_rank` × epochs, saturating (a run longer than int64 batches is,
+// for every purpose, unbounded).
+int64_t TotalBatches(int64_t per_rank, std::optional<int64_t> epochs) {
+  if (!epochs || per_rank == 0) return EpochOrder::kUnboundedBatches;
+  if (*epochs > EpochOrder::kUnboundedBatches / per_rank) return EpochOrder::kUnboundedBatches;
+  return per_rank * *epochs;
+}
+
 template <typename T>
 void Shuffle(std::vector<T>& v, size_t begin, Rng& rng) {
   for (size_t i = v.size() - 1; i > begin; --i) {
@@ -21,12 +34,27 @@ void Shuffle(std::vector<T>& v, size_t begin, Rng& rng) {
 }
 }  // namespace
 
+Result<RankShare> RankShareOf(int64_t batches_per_epoch, int64_t batch_size, int world_size,
+                              std::optional<int64_t> epochs) {
+  if (world_size < 1) {
+    return Status::InvalidArgument("world_size must be >= 1, got " + std::to_string(world_size));
+  }
+  const int64_t per_rank = PerRank(batches_per_epoch, world_size);
+  if (per_rank == 0) {
+    return Status::InvalidArgument("an epoch has " + std::to_string(batches_per_epoch) +
+                                   " batches of " + std::to_string(batch_size) +
+                                   ", fewer than world_size " + std::to_string(world_size) +
+                                   ": lower batch.size or use fewer ranks");
+  }
+  return RankShare{per_rank, TotalBatches(per_rank, epochs)};
+}
+
 EpochOrder::EpochOrder(const EpochOrderOptions& options, int64_t epoch_samples)
     : options_(options), epoch_samples_(epoch_samples) {
   const int64_t n = epoch_samples;
   const int64_t b = options.batch_size;
   batches_per_epoch_ = options.drop_last ? n / b : (n + b - 1) / b;
-  batches_per_rank_epoch_ = batches_per_epoch_ / options.world_size;
+  batches_per_rank_epoch_ = PerRank(batches_per_epoch_, options.world_size);
 }
 
 EpochOrder::EpochOrder(const EpochOrder& other)
@@ -111,25 +139,19 @@ Result<EpochOrder> EpochOrder::Make(const EpochOrderOptions& options) {
                                    std::to_string(*options.epochs));
   }
   EpochOrder order(adjusted, epoch_samples);
-  if (order.batches_per_rank_epoch_ == 0) {
-    return Status::InvalidArgument("an epoch has " + std::to_string(order.batches_per_epoch_) +
-                                   " batches of " + std::to_string(options.batch_size) +
-                                   ", fewer than world_size " + std::to_string(options.world_size) +
-                                   ": lower batch.size or use fewer ranks");
-  }
+  HR_RETURN_IF_ERROR(RankShareOf(order.batches_per_epoch_, options.batch_size,
+                                 options.world_size, adjusted.epochs)
+                         .status());
   return order;
 }
 
 int64_t EpochOrder::total_batches() const {
-  if (!options_.epochs) return kUnboundedBatches;
-  // Saturates: a run longer than int64 batches is, for every purpose, unbounded.
-  if (*options_.epochs > kUnboundedBatches / batches_per_rank_epoch_) return kUnboundedBatches;
-  return batches_per_rank_epoch_ * *options_.epochs;
+  return TotalBatches(batches_per_rank_epoch_, options_.epochs);
 }
 
 BatchPosition PositionOf(int64_t local_index, int64_t batches_per_epoch, int world_size,
                          int rank) {
-  const int64_t per_rank = batches_per_epoch / world_size;
+  const int64_t per_rank = PerRank(batches_per_epoch, world_size);
   BatchPosition p;
   p.local_index = local_index;
   p.epoch = local_index / per_rank;

@@ -85,6 +85,21 @@ inline int64_t RunWideIndex(const BatchPosition& position, int64_t batches_per_e
   return position.epoch * batches_per_epoch + position.index_in_epoch;
 }
 
+// A rank's share of a run whose epochs have `batches_per_epoch` batches over all ranks:
+// floor(that / world_size) batches an epoch for every rank (an epoch's last batches, fewer
+// than the ranks, are left out, so that every rank steps as often), and that many times
+// the run's epochs for the whole run. What EpochOrder deals, and what a Ray rank, which
+// knows only the run-wide count its workers compute, deals itself (python/headrace/ray).
+struct RankShare {
+  int64_t batches_per_epoch = 0;  // this rank's, an epoch
+  int64_t total_batches = 0;      // this rank's whole run; EpochOrder::kUnboundedBatches
+                                  // when the run has no end (or a longer one than int64)
+};
+// kInvalidArgument when the share of an epoch is no batch: "an epoch has N batches of
+// `batch_size`, fewer than world_size W: lower batch.size or use fewer ranks".
+Result<RankShare> RankShareOf(int64_t batches_per_epoch, int64_t batch_size, int world_size,
+                              std::optional<int64_t> epochs);
+
 class EpochOrder {
  public:
   static Result<EpochOrder> Make(const EpochOrderOptions& options);

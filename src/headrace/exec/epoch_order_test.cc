@@ -135,5 +135,43 @@ TEST(EpochOrder, TheKeptPermutationTakesFourBytesASampleAndGivesTheSameOrder) {
   }
 }
 
+// The rule a Ray rank applies to its workers' run-wide count: the one EpochOrder deals by.
+TEST(RankShare, EveryRankGetsTheSameFloorOfAnEpochAndTheRunsEpochsOfIt) {
+  Result<RankShare> share = RankShareOf(7, 8, 3, 2);
+  ASSERT_TRUE(share.ok()) << share.status().ToString();
+  EXPECT_EQ(share->batches_per_epoch, 2);  // the epoch's 7th batch is left out
+  EXPECT_EQ(share->total_batches, 4);
+  EpochOrderOptions o;
+  o.num_samples = 50;  // 7 batches of 8
+  o.batch_size = 8;
+  o.epochs = 2;
+  o.world_size = 3;
+  Result<EpochOrder> order = EpochOrder::Make(o);
+  ASSERT_TRUE(order.ok());
+  EXPECT_EQ(order->batches_per_epoch(), 7);
+  EXPECT_EQ(order->batches_per_rank_epoch(), share->batches_per_epoch);
+  EXPECT_EQ(order->total_batches(), share->total_batches);
+}
+
+TEST(RankShare, ARunWithoutAnEndOrLongerThanInt64BatchesIsUnbounded) {
+  EXPECT_EQ(RankShareOf(7, 8, 3, std::nullopt)->total_batches, EpochOrder::kUnboundedBatches);
+  EXPECT_EQ(RankShareOf(7, 8, 1, EpochOrder::kUnboundedBatches / 2)->total_batches,
+            EpochOrder::kUnboundedBatches);
+}
+
+TEST(RankShare, FewerBatchesThanRanksIsAConfigErrorNamingBoth) {
+  const Result<RankShare> none = RankShareOf(2, 8, 3, 1);
+  ASSERT_EQ(none.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(none.status().message(),
+            "an epoch has 2 batches of 8, fewer than world_size 3: lower batch.size or use "
+            "fewer ranks");
+  EpochOrderOptions o;
+  o.num_samples = 16;
+  o.batch_size = 8;
+  o.world_size = 3;
+  EXPECT_EQ(EpochOrder::Make(o).status().message(), none.status().message());
+  EXPECT_EQ(RankShareOf(2, 8, 0, 1).status().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace headrace

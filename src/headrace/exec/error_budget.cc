@@ -21,16 +21,19 @@ ErrorBudget::ErrorBudget(double max_error_rate, int64_t min_samples, int max_kep
 void ErrorBudget::Count(int64_t delivered, std::span<const SampleError> errors) {
   counts_.delivered += delivered;
   counts_.failed += static_cast<int64_t>(errors.size());
+  if (first_text_.empty() && !errors.empty()) first_text_ = errors.front().ToString();
   for (const SampleError& e : errors) {
     ++by_kind_[std::string(StatusCodeName(e.status.code()))];
     if (static_cast<int>(first_errors_.size()) < max_kept_errors_) first_errors_.push_back(e);
   }
 }
 
-void ErrorBudget::CountText(int64_t delivered, std::span<const std::string> errors) {
+void ErrorBudget::CountText(int64_t delivered, std::span<const std::string> errors,
+                            std::span<const std::string> kinds) {
   counts_.delivered += delivered;
   counts_.failed += static_cast<int64_t>(errors.size());
   if (first_text_.empty() && !errors.empty()) first_text_ = errors.front();
+  for (const std::string& kind : kinds) ++by_kind_[kind];
 }
 
 void ErrorBudget::CountLost(std::span<const LostSample> lost) {
@@ -38,6 +41,7 @@ void ErrorBudget::CountLost(std::span<const LostSample> lost) {
     if (l.was_delivered) --counts_.delivered;
     ++counts_.failed;
     ++by_kind_[std::string(StatusCodeName(l.error.status.code()))];
+    if (first_text_.empty()) first_text_ = l.error.ToString();
     if (static_cast<int>(first_errors_.size()) < max_kept_errors_) first_errors_.push_back(l.error);
   }
 }
@@ -69,9 +73,7 @@ Status ErrorBudget::Check(bool at_end, ErrorCounts others, int rank) const {
                "batch.max_tokens, left out or cut by the packer: raise it, choose the other "
                "batch.pack.overflow, or raise errors.max_error_rate to accept the loss)";
   }
-  if (!first_errors_.empty()) {
-    message += "; first: " + first_errors_.front().ToString();
-  } else if (!first_text_.empty()) {
+  if (!first_text_.empty()) {
     message += "; first: " + first_text_;
   } else if (counts_.failed == 0) {
     message += "; first: (on another rank)";

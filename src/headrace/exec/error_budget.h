@@ -2,7 +2,9 @@
 // errors.min_samples, or at an epoch's end). One rule for every consumer: the engine
 // applies it to the batches it delivers in order; a Ray rank (python/headrace/ray)
 // applies it through the bindings to the batches it consumes, merged with what the
-// other ranks consumed (the coordinator's journal), so the budget is the run's.
+// other ranks consumed (the coordinator's journal), so the budget is the run's. A blend
+// entry's own rate is one more ErrorBudget: RunBudget (exec/run_budget.h) holds the run's
+// and the entries' and counts each batch into them once.
 //
 // Counts are taken at delivery, in batch order, so whether and where a run stops never
 // depends on which thread finished first. Not thread-safe: its owner guards it.
@@ -46,8 +48,9 @@ class ErrorBudget {
   // max_kept_errors, and counted by kind).
   void Count(int64_t delivered, std::span<const SampleError> errors);
   // The same for a consumer that has a batch's errors as text (a Ray rank): each counts,
-  // the first one ever is kept for the message.
-  void CountText(int64_t delivered, std::span<const std::string> errors);
+  // by its kind in `kinds` (the same order; empty: not by kind).
+  void CountText(int64_t delivered, std::span<const std::string> errors,
+                 std::span<const std::string> kinds = {});
   // Samples lost after delivery (see LostSample), in delivery order: each counted failed,
   // by kind, kept as Count keeps errors.
   void CountLost(std::span<const LostSample> lost);
@@ -70,7 +73,7 @@ class ErrorBudget {
   ErrorCounts counts_;
   std::map<std::string, int64_t> by_kind_;
   std::vector<SampleError> first_errors_;
-  std::string first_text_;  // CountText's first error
+  std::string first_text_;  // the first error ever counted, for the message
 };
 
 }  // namespace headrace

@@ -223,6 +223,26 @@ Result<EpochOrder> PreparedPipeline::RunWideOrder(const std::optional<EpochRemai
   return EpochOrder::Make(o);
 }
 
+Result<EpochOrder> PreparedPipeline::RankOrder(int world_size,
+                                               const std::optional<EpochRemainder>& remainder,
+                                               const std::vector<int64_t>& blend_start) const {
+  HR_ASSIGN_OR_RETURN(EpochOrderOptions o, OrderOptions(remainder, blend_start));
+  o.world_size = world_size;
+  return EpochOrder::Make(o);
+}
+
+RunBudgetOptions RunBudgetOptionsOf(const PipelineSpec& spec) {
+  RunBudgetOptions budget;
+  budget.max_error_rate = spec.errors.max_error_rate;
+  budget.min_samples = spec.errors.min_samples;
+  budget.max_kept_errors = spec.errors.max_logged;
+  for (const MixEntrySpec& e : spec.source.mix) {
+    budget.entries.push_back(e.name);
+    budget.entry_max_error_rate.push_back(e.max_error_rate);
+  }
+  return budget;
+}
+
 EngineOptions PreparedPipeline::EngineOptionsFor(const LoaderOptions& options,
                                                  EpochOrderOptions order) const {
   EngineOptions opt;
@@ -238,10 +258,11 @@ EngineOptions PreparedPipeline::EngineOptionsFor(const LoaderOptions& options,
   opt.start_batch = options.start_batch;
   opt.deliver_empty_batches = options.deliver_empty_batches;
   opt.schedule = options.schedule;
-  opt.max_error_rate = spec_.errors.max_error_rate;
-  for (const MixEntrySpec& e : spec_.source.mix) opt.entry_max_error_rate.push_back(e.max_error_rate);
-  opt.min_samples = spec_.errors.min_samples;
-  opt.max_kept_errors = spec_.errors.max_logged;
+  RunBudgetOptions budget = RunBudgetOptionsOf(spec_);
+  opt.max_error_rate = budget.max_error_rate;
+  opt.entry_max_error_rate = std::move(budget.entry_max_error_rate);
+  opt.min_samples = budget.min_samples;
+  opt.max_kept_errors = budget.max_kept_errors;
   opt.scratch_retain_bytes = spec_.memory.scratch_bytes_per_thread;
   if (options.allocator != nullptr) opt.allocator = options.allocator;
   opt.trace = options.trace;

@@ -23,6 +23,7 @@
 
 #include "headrace/core/clock.h"
 #include "headrace/exec/engine.h"
+#include "headrace/exec/run_budget.h"
 #include "headrace/formats/source.h"
 #include "headrace/pipeline/spec.h"
 
@@ -30,6 +31,11 @@ namespace headrace {
 
 class Loader;
 struct LoaderOptions;
+
+// A run's error budgets as `spec` sets them: errors.* and each source.mix entry's
+// max_error_rate (exec/run_budget.h). The engine's delivery counts them; a Ray rank builds
+// its RunBudget from them (python/headrace/ray).
+RunBudgetOptions RunBudgetOptionsOf(const PipelineSpec& spec);
 
 class PreparedPipeline : public std::enable_shared_from_this<PreparedPipeline> {
  public:
@@ -55,10 +61,16 @@ class PreparedPipeline : public std::enable_shared_from_this<PreparedPipeline> {
 
   // The run-wide order one rank of one would follow (rank 0 of world size 1, unbounded
   // epochs): that of the rest of an epoch for `remainder`, after the picks `blend_start`
-  // made before it. Its batches_per_epoch() is what a Ray rank cuts into its share and
-  // its workers compute (python/headrace/ray).
+  // made before it. Its batches_per_epoch() is what its Ray workers compute
+  // (python/headrace/ray).
   Result<EpochOrder> RunWideOrder(const std::optional<EpochRemainder>& remainder,
                                   const std::vector<int64_t>& blend_start) const;
+  // The order of the first of `world_size` ranks over the run's epochs (or the rest of an
+  // epoch, for `remainder`), checked as a local run's is: its batches_per_epoch() over all
+  // ranks, and every rank's share (batches_per_rank_epoch(), total_batches(): RankShareOf).
+  // What a Ray rank resuming the rest of an epoch deals itself.
+  Result<EpochOrder> RankOrder(int world_size, const std::optional<EpochRemainder>& remainder,
+                               const std::vector<int64_t>& blend_start) const;
 
   const PipelineSpec& spec() const { return spec_; }
   const Source& source() const { return *inputs_->source; }
