@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+
+#include "headrace/core/record_store.h"
+
 namespace headrace {
 namespace {
 
@@ -91,6 +95,75 @@ TEST(BatchFormers, APackFollowsEveryPositionAndStartsWhereItsWindowMust) {
   f = Form(Pack(4), true);
   EXPECT_FALSE(f.former->keeps_sample_rows()) << "planned: rows laid out as they run";
   EXPECT_TRUE(f.former->counts_losses());
+}
+
+// Sample i's "tokens": 3 + i % 5 of them, tokenized (counted) unless its run was handed
+// what an earlier size pass tokenized (Sample::told), as text.tokenize does.
+class CountingTokenizer final : public Op {
+ public:
+  std::string_view name() const override { return "test.counting_tokenizer"; }
+  Telling Tells() const override { return Telling::kRowsAndTokens; }
+  bool Predict(SizePass& pass) const override {
+    const Sample& sample = *pass.ctx->sample;
+    ToldSequence tokens;
+    if (sample.told != nullptr && !sample.told->ids.empty()) {
+      tokens.ids.swap(sample.told->ids);
+      taken.fetch_add(1);
+    } else {
+      tokens.ids.assign(static_cast<size_t>(3 + sample.index % 5), sample.index);
+      tokenized.fetch_add(1);
+    }
+    pass.rows[0] += static_cast<int64_t>(tokens.ids.size());
+    if (pass.sequence != nullptr) *pass.sequence = tokens;
+    return true;
+  }
+  Status Run(SampleContext& ctx) const override {
+    const int64_t n = 3 + ctx.sample->index % 5;
+    HR_ASSIGN_OR_RETURN(uint8_t* to, ctx.AppendRows(0, n));
+    std::fill_n(reinterpret_cast<int64_t*>(to), n, ctx.sample->index);
+    return Status::Ok();
+  }
+  mutable std::atomic<int64_t> tokenized{0};
+  mutable std::atomic<int64_t> taken{0};
+};
+
+TEST(BatchFormers, APlannedPackTokenizesEachSampleOnceItsRunTakingWhatTheSizerTold) {
+  auto records = std::make_shared<std::vector<SampleRecord>>();
+  for (int i = 0; i < 24; ++i) records->push_back(SampleRecord{.id = std::to_string(i)});
+  auto inputs = std::make_shared<EngineInputs>();
+  inputs->source = MakeRecordSource(std::make_shared<VectorRecords>(records), MakeLocalStorage({}));
+  auto op = std::make_unique<CountingTokenizer>();
+  const CountingTokenizer& counting = *op;
+  inputs->chain().ops.push_back(std::move(op));
+  inputs->fields.push_back(FieldSpec{"input_ids", DType::kI64, {}, FieldLayout::kRagged, "",
+                                     "input_ids"});
+  inputs->fields.push_back(FieldSpec{"input_ids_lengths", DType::kI32, {}, FieldLayout::kLengths});
+  inputs->reads_media = false;
+  EngineOptions engine;
+  engine.cpu_threads = 2;
+  engine.order.num_samples = 24;
+  engine.order.batch_size = 4;
+  engine.order.seed = 3;
+  PackOptions pack;
+  pack.seq_len = 16;
+  pack.window = 4;
+  FormingRun run{.inputs = inputs, .pack = pack, .engine = &engine};
+  Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
+  ASSERT_TRUE(former.ok()) << former.status().ToString();
+  ASSERT_EQ((*former)->name(), "pack planned");
+  engine.former = *former;
+  auto started = Engine::Start(inputs, engine);
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  int64_t samples = 0;
+  while (true) {
+    Result<std::optional<Batch>> b = (*former)->Next(**started);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    if (!b->has_value()) break;
+    samples += (*b)->size();
+  }
+  EXPECT_EQ(samples, 24);
+  EXPECT_EQ(counting.tokenized.load(), 24) << "each sample tokenized once: by the sizer";
+  EXPECT_EQ(counting.taken.load(), 24) << "and its run took what the sizer told";
 }
 
 }  // namespace

@@ -37,13 +37,7 @@ ChainStage::ChainStage(const Source& source, const std::vector<OpChain>& chains,
       release_(std::move(release)),
       done_(std::move(done)),
       pool_(std::make_unique<ThreadPool>(options.threads)),
-      op_ns_(OpsOf(chains)),
-      op_gil_wait_ns_(OpsOf(chains)),
-      op_takes_gil_(OpsOf(chains)),
-      op_frames_decoded_(OpsOf(chains)),
-      op_frames_taken_(OpsOf(chains)),
-      op_decodes_frames_(OpsOf(chains)),
-      op_latency_(std::make_unique<LatencyHistogram[]>(OpsOf(chains))) {
+      ops_(std::make_unique<OpCounters[]>(OpsOf(chains))) {
   size_t first = 0;
   for (const OpChain& c : chains_) {
     runners_.emplace_back(c, options.seed);
@@ -162,16 +156,17 @@ void ChainStage::PlanReads(const std::shared_ptr<BatchJob>& job, int slot,
 void ChainStage::CountOp(size_t i, Clock::time_point start, Clock::time_point end,
                          const SampleContext& ctx, int64_t index) {
   const int64_t op_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
-  op_ns_[i].fetch_add(op_ns, std::memory_order_relaxed);
-  op_latency_[i].Record(op_ns);
+  OpCounters& op = ops_[i];
+  op.ns.fetch_add(op_ns, std::memory_order_relaxed);
+  op.latency.Record(op_ns);
   if (ctx.gil_wait_ns >= 0) {
-    op_gil_wait_ns_[i].fetch_add(ctx.gil_wait_ns, std::memory_order_relaxed);
-    op_takes_gil_[i].store(true, std::memory_order_relaxed);
+    op.gil_wait_ns.fetch_add(ctx.gil_wait_ns, std::memory_order_relaxed);
+    op.takes_gil.store(true, std::memory_order_relaxed);
   }
   if (ctx.frames_decoded >= 0) {
-    op_frames_decoded_[i].fetch_add(ctx.frames_decoded, std::memory_order_relaxed);
-    op_frames_taken_[i].fetch_add(ctx.frames_taken, std::memory_order_relaxed);
-    op_decodes_frames_[i].store(true, std::memory_order_relaxed);
+    op.frames_decoded.fetch_add(ctx.frames_decoded, std::memory_order_relaxed);
+    op.frames_taken.fetch_add(ctx.frames_taken, std::memory_order_relaxed);
+    op.decodes_frames.store(true, std::memory_order_relaxed);
   }
   if (options_.trace != nullptr) {
     options_.trace->Span(OpAt(i).name(), "cpu", start, end, index);
@@ -204,13 +199,13 @@ std::vector<OpMetrics> ChainStage::OpsMetrics() const {
   std::vector<OpMetrics> out;
   for (size_t c = 0; c < chains_.size(); ++c) {
     for (size_t k = 0; k < chains_[c].ops.size(); ++k) {
-      const size_t i = first_op_[c] + k;
-      const bool frames = op_decodes_frames_[i].load();
+      const OpCounters& op = ops_[first_op_[c] + k];
+      const bool frames = op.decodes_frames.load();
       out.push_back(OpMetrics{std::string(chains_[c].ops[k]->name()), chains_[c].entry,
-                              samples_run(), op_ns_[i].load() * 1e-9, op_latency_[i].Snapshot(),
-                              op_takes_gil_[i].load() ? op_gil_wait_ns_[i].load() * 1e-9 : -1,
-                              frames ? op_frames_decoded_[i].load() : -1,
-                              frames ? op_frames_taken_[i].load() : 0});
+                              samples_run(), op.ns.load() * 1e-9, op.latency.Snapshot(),
+                              op.takes_gil.load() ? op.gil_wait_ns.load() * 1e-9 : -1,
+                              frames ? op.frames_decoded.load() : -1,
+                              frames ? op.frames_taken.load() : 0});
     }
   }
   return out;

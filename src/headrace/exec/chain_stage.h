@@ -117,15 +117,19 @@ class ChainStage {
   const Release release_;
   const Done done_;
   std::unique_ptr<ThreadPool> pool_;
-  std::vector<std::atomic<int64_t>> op_ns_;  // per op, summed over threads
-  // Per op: GIL waits it reported (SampleContext::gil_wait_ns), and whether it ever did.
-  std::vector<std::atomic<int64_t>> op_gil_wait_ns_;
-  std::vector<std::atomic<bool>> op_takes_gil_;
-  // Per op: frames decoded and taken it reported, and whether it ever did.
-  std::vector<std::atomic<int64_t>> op_frames_decoded_;
-  std::vector<std::atomic<int64_t>> op_frames_taken_;
-  std::vector<std::atomic<bool>> op_decodes_frames_;
-  std::unique_ptr<LatencyHistogram[]> op_latency_;  // per op, lock-free
+  // What each op did, summed over threads (CountOp), lock-free.
+  struct OpCounters {
+    std::atomic<int64_t> ns{0};
+    LatencyHistogram latency;
+    // GIL waits it reported (SampleContext::gil_wait_ns), and whether it ever did.
+    std::atomic<int64_t> gil_wait_ns{0};
+    std::atomic<bool> takes_gil{false};
+    // Frames decoded and taken it reported, and whether it ever did.
+    std::atomic<int64_t> frames_decoded{0};
+    std::atomic<int64_t> frames_taken{0};
+    std::atomic<bool> decodes_frames{false};
+  };
+  std::unique_ptr<OpCounters[]> ops_;  // per op, every chain's one chain after another
   std::atomic<int64_t> samples_run_{0};
   std::atomic<int64_t> ranged_requests_{0};
   std::atomic<int64_t> ranged_bytes_{0};
