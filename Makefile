@@ -60,10 +60,10 @@ run-ray: build
 test: build
 	@$(MAKE) --no-print-directory unit e2e asan tsan
 
-# Batches byte for byte before and after a change (scripts/compare_digests.py): every
-# example pipeline, packed, max_tokens and blended, run by BEFORE's binary (built in a
-# worktree under .gl/, its ccache shared) and by this tree's; exits 1 if any differ.
-# `make check-digests BEFORE=main` (~5 minutes, after a build of BEFORE's CLI).
+# Batches byte for byte before and after a change (bench/digests.py): every example
+# pipeline, every source kind, packed, max_tokens and blended, run by BEFORE's binary
+# (built in a worktree under .gl/, its ccache shared) and by this tree's; exits 1 if any
+# differ. `make check-digests BEFORE=main` (after a build of BEFORE's CLI).
 BEFORE ?= HEAD
 .PHONY: check-digests
 check-digests: build
@@ -71,7 +71,9 @@ check-digests: build
 	git worktree add --detach .gl/digests-before $(BEFORE)
 	ln -s $(abspath .venv) .gl/digests-before/.venv
 	cd .gl/digests-before && CCACHE_BASEDIR=$(abspath .) cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null && CCACHE_BASEDIR=$(abspath .) cmake --build build -j $(JOBS) --target headrace
-	$(PY) scripts/compare_digests.py .gl/digests-before/build/headrace $(BUILD)/headrace --work .gl/digests-data
+	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
+	test -f data/multimodal/manifest.jsonl || $(BUILD)/headrace make-sample --out data/multimodal --samples 48 --modalities all --shards
+	$(PY) bench/digests.py --old .gl/digests-before/build/headrace --new $(BUILD)/headrace
 	git worktree remove --force .gl/digests-before
 
 # The self-contained wheels (docs/wheels.md; scripts/build_wheel.sh):
