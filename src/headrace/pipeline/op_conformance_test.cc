@@ -265,6 +265,11 @@ struct Output {
   Status status;
   std::vector<Bytes> rows;
   std::vector<Bytes> written;
+  // With RunSample's `size_pass`: whether the op's Predict told, what it told (rows per
+  // batch field, image sizes per value slot), and what its Run then appended and wrote.
+  bool told = false;
+  std::vector<int64_t> told_rows, appended_rows;
+  std::vector<SizePass::Size> told_images, written_images;
 
   bool operator==(const Output& o) const {
     return status.code() == o.status.code() && rows == o.rows && written == o.written;
@@ -287,7 +292,8 @@ Bytes ValueBytes(const Value& v) {
 // executor does). `inputs` replace the good inputs of sample `index` where set (absent:
 // the value is missing). Checks the guards and that no input changed.
 Output RunSample(const Planned& planned, ScratchArena& scratch, int index, uint64_t seed,
-                 const std::vector<std::optional<Input>>* inputs = nullptr) {
+                 const std::vector<std::optional<Input>>* inputs = nullptr,
+                 bool size_pass = false) {
   const PlanOpRecord& record = planned.record();
   std::vector<std::optional<Input>> own;
   if (inputs == nullptr) {
@@ -319,6 +325,19 @@ Output RunSample(const Planned& planned, ScratchArena& scratch, int index, uint6
   ctx.rows = rows.rows();
   ctx.ragged = RaggedRows::Needed(planned.state.fields) ? &ragged : nullptr;
   Output out;
+  if (size_pass) {
+    // The sizes an earlier op would have told of the images it made: the inputs'.
+    out.told_images.resize(values.size());
+    for (size_t v = 0; v < values.size(); ++v) {
+      if (const auto* image = std::get_if<ImageView>(&values[v])) {
+        out.told_images[v] = {image->width, image->height};
+      }
+    }
+    out.told_rows.assign(planned.state.fields.size(), 0);
+    std::vector<std::vector<int64_t>> grids(planned.state.fields.size());
+    SizePass pass{&ctx, out.told_images, out.told_rows, grids};
+    out.told = planned.ops[0]->Predict(pass);
+  }
   out.status = planned.ops[0]->Run(ctx);
   EXPECT_TRUE(rows.GuardsIntact()) << planned.ops[0]->name() << ": wrote outside its row";
   for (size_t i = 0; i < record.reads.size(); ++i) {
@@ -339,6 +358,19 @@ Output RunSample(const Planned& planned, ScratchArena& scratch, int index, uint6
     }
     for (const auto& [name, slot] : record.writes) {
       out.written.push_back(ValueBytes(values[static_cast<size_t>(slot)]));
+    }
+    out.appended_rows.assign(planned.state.fields.size(), 0);
+    for (size_t f = 0; f < planned.state.fields.size(); ++f) {
+      const FieldSpec& field = planned.state.fields[f];
+      if (field.layout != FieldLayout::kRagged || field.sample_bytes() == 0) continue;
+      out.appended_rows[f] = static_cast<int64_t>(ragged.bytes(static_cast<int>(f)).size() /
+                                                  field.sample_bytes());
+    }
+    out.written_images.resize(values.size());
+    for (size_t v = 0; v < values.size(); ++v) {
+      if (const auto* image = std::get_if<ImageView>(&values[v])) {
+        out.written_images[v] = {image->width, image->height};
+      }
     }
   }
   return out;
@@ -379,6 +411,35 @@ TYPED_TEST(OpConformance, DeclaresWhatItReadsAndItsExampleRuns) {
   ScratchArena scratch;
   const Output out = RunSample(*planned, scratch, 0, 1);
   EXPECT_TRUE(out.status.ok()) << out.status.ToString();
+}
+
+// An op whose size pass tells (Op::Tells) tells exactly what its Run appends to each
+// ragged batch field and the sizes of the images it writes: the rows a planned pack and
+// ReserveRows count on (exec/pack_planner.h, ops/op.h SizePass).
+TYPED_TEST(OpConformance, ItsSizePassTellsWhatItsRunAppends) {
+  const auto planned = PlanAlone<TypeParam>();
+  ASSERT_NE(planned, nullptr);
+  if (planned->ops[0]->Tells() == Telling::kNothing) return;  // no promise to check
+  ScratchArena scratch;
+  int told = 0;
+  for (int index = 0; index < 6; ++index) {
+    const Output out = RunSample(*planned, scratch, index, 1, nullptr, /*size_pass=*/true);
+    if (!out.status.ok() || !out.told) continue;
+    ++told;
+    for (size_t f = 0; f < out.told_rows.size(); ++f) {
+      if (planned->state.fields[f].layout != FieldLayout::kRagged) continue;
+      EXPECT_EQ(out.told_rows[f], out.appended_rows[f])
+          << "sample " << index << ", field " << planned->state.fields[f].name;
+    }
+    for (const auto& [name, slot] : planned->record().writes) {
+      const SizePass::Size made = out.written_images[static_cast<size_t>(slot)];
+      if (made.width == 0) continue;  // not an image
+      const SizePass::Size said = out.told_images[static_cast<size_t>(slot)];
+      EXPECT_EQ(said.width, made.width) << "sample " << index << ", value " << name;
+      EXPECT_EQ(said.height, made.height) << "sample " << index << ", value " << name;
+    }
+  }
+  EXPECT_GT(told, 0) << "an op that says it tells told none of its example samples";
 }
 
 TYPED_TEST(OpConformance, IsDeterministicPerSampleKey) {
