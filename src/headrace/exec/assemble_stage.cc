@@ -57,7 +57,10 @@ Status AssembleStage::AllocateRows(BatchJob& job) const {
   job.status.resize(n);
   if (concatenates_) job.ragged.assign(static_cast<size_t>(n), RaggedRows(fields_, segments_));
   if (joins()) {
-    job.join.done.assign(static_cast<size_t>(n), 0);
+    {
+      MutexLock lock(job.join.mu);  // before any sample runs: uncontended
+      job.join.done.assign(static_cast<size_t>(n), 0);
+    }
     job.join.fields.resize(fields_.size());
     LendWindows(job);
   }
@@ -128,7 +131,7 @@ Batch AssembleStage::Finish(BatchJob& job, bool& cancelled) {
   batch.index_in_epoch = job.position.index_in_epoch;
   if (joins()) {
     // Samples not joined yet (a caller that finished them without SampleDone): now.
-    std::lock_guard lock(job.join.mu);
+    MutexLock lock(job.join.mu);
     for (; job.join.next < n; ++job.join.next) JoinAndFree(job, job.join.next);
   }
   job.placement.Close();  // the joined tensors are the batch's alone (they settle)
@@ -216,7 +219,7 @@ Batch AssembleStage::Finish(BatchJob& job, bool& cancelled) {
 bool AssembleStage::SampleDone(BatchJob& job, int slot) {
   BatchJob::Join& join = job.join;
   const int n = job.size();
-  std::unique_lock lock(join.mu);
+  MutexLock lock(join.mu);
   join.done[static_cast<size_t>(slot)] = 1;
   if (join.joining) return false;
   join.joining = true;

@@ -9,7 +9,6 @@
 #pragma once
 
 #include <atomic>
-#include <mutex>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "headrace/core/tensor.h"
 #include "headrace/exec/batch_placement.h"
 #include "headrace/exec/epoch_order.h"
+#include "headrace/exec/thread_annotations.h"
 
 namespace headrace {
 
@@ -53,10 +53,10 @@ struct BatchJob {
       // where it writes: BatchPlacement::MayWrite).
       bool lent = false;
     };
-    std::mutex mu;
-    std::vector<char> done;     // guarded by mu: per sample, its status and rows are final
-    int next = 0;               // guarded by mu: the samples before it are joined
-    bool joining = false;       // guarded by mu: a thread is joining
+    Mutex mu;
+    std::vector<char> done HR_GUARDED_BY(mu);  // per sample: its status and rows are final
+    int next HR_GUARDED_BY(mu) = 0;            // the samples before it are joined
+    bool joining HR_GUARDED_BY(mu) = false;    // a thread is joining
     std::vector<Field> fields;  // per batch field: the joining thread's (one at a time)
     Status status;              // the joining thread's: the first failure to join
     int64_t copied = 0;         // the joining thread's: bytes copied (not found in place)

@@ -263,7 +263,7 @@ std::vector<int64_t> EpochOrder::BlendPicks(int64_t epoch, int64_t positions) co
 }
 
 std::vector<int64_t> EpochOrder::SampleIndices(const BatchPosition& position) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const bool narrow = Narrow(options_);
   if (cached_epoch_ != position.epoch) {
     if (narrow) {

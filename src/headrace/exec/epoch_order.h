@@ -26,12 +26,12 @@
 
 #include <cstdint>
 #include <limits>
-#include <mutex>
 #include <optional>
 #include <vector>
 
 #include "headrace/core/status.h"
 #include "headrace/exec/blend_order.h"
+#include "headrace/exec/thread_annotations.h"
 
 namespace headrace {
 
@@ -138,11 +138,11 @@ class EpochOrder {
   int64_t batches_per_epoch_ = 0;
   int64_t batches_per_rank_epoch_ = 0;
   // The last epoch's permutation, kept because consecutive batches share it.
-  mutable std::mutex mu_;
-  mutable int64_t cached_epoch_ = -1;    // guarded by mu_
+  mutable Mutex mu_;
+  mutable int64_t cached_epoch_ HR_GUARDED_BY(mu_) = -1;
   // As 32-bit indices when every index fits (the same order, half the memory).
-  mutable std::vector<int64_t> cached_;     // guarded by mu_
-  mutable std::vector<uint32_t> cached32_;  // guarded by mu_
+  mutable std::vector<int64_t> cached_ HR_GUARDED_BY(mu_);
+  mutable std::vector<uint32_t> cached32_ HR_GUARDED_BY(mu_);
 };
 
 }  // namespace headrace

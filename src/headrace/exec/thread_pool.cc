@@ -26,7 +26,7 @@ ThreadPool::ThreadPool(int threads) {
 
 ThreadPool::~ThreadPool() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
@@ -36,7 +36,7 @@ ThreadPool::~ThreadPool() {
 bool ThreadPool::Submit(Task task, int64_t priority) {
   // Notify while holding the lock: once the task is queued it may run and let the
   // pool's owner destroy the pool, so Submit must not touch the pool after unlocking.
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (stopping_) return false;
   queue_.push_back(Queued{priority, submitted_++, std::move(task)});
   std::push_heap(queue_.begin(), queue_.end(), RunsLater{});
@@ -45,10 +45,10 @@ bool ThreadPool::Submit(Task task, int64_t priority) {
 }
 
 void ThreadPool::WorkerLoop() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   while (true) {
     const auto wait_start = Clock::now();
-    cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    cv_.wait(lock, [this]() HR_LOCKED_LAMBDA { return stopping_ || !queue_.empty(); });
     idle_ns_ += NanosSince(wait_start);
     if (queue_.empty()) return;  // stopping, and everything queued has run
     std::pop_heap(queue_.begin(), queue_.end(), RunsLater{});
@@ -65,12 +65,12 @@ void ThreadPool::WorkerLoop() {
 }
 
 double ThreadPool::busy_seconds() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return busy_ns_ * 1e-9;
 }
 
 double ThreadPool::idle_seconds() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return idle_ns_ * 1e-9;
 }
 

@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "headrace/exec/thread_annotations.h"
+
 namespace headrace {
 
 class ThreadPool {
@@ -52,13 +54,13 @@ class ThreadPool {
     }
   };
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<Queued> queue_;  // guarded by mu_: a heap (RunsLater)
-  uint64_t submitted_ = 0;     // guarded by mu_
-  bool stopping_ = false;   // guarded by mu_
-  int64_t busy_ns_ = 0;     // guarded by mu_
-  int64_t idle_ns_ = 0;     // guarded by mu_
+  mutable Mutex mu_;
+  std::condition_variable_any cv_;
+  std::vector<Queued> queue_ HR_GUARDED_BY(mu_);  // a heap (RunsLater)
+  uint64_t submitted_ HR_GUARDED_BY(mu_) = 0;
+  bool stopping_ HR_GUARDED_BY(mu_) = false;
+  int64_t busy_ns_ HR_GUARDED_BY(mu_) = 0;
+  int64_t idle_ns_ HR_GUARDED_BY(mu_) = 0;
   std::vector<std::thread> threads_;
 };
 

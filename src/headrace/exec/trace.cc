@@ -16,7 +16,7 @@ int TraceRecorder::ThreadRow() {
 }
 
 void TraceRecorder::Add(Event e, std::optional<std::string_view> copied_name) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (events_.size() >= max_events_) {
     ++dropped_;
     return;
@@ -49,12 +49,12 @@ void TraceRecorder::NameThread(const std::string& name) {
 }
 
 size_t TraceRecorder::dropped() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return dropped_;
 }
 
 std::string TraceRecorder::ToJson() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   JsonWriter w(/*pretty=*/false);
   w.BeginObject().Key("traceEvents").BeginArray();
   for (const Event& e : events_) {

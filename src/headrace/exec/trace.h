@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "headrace/core/clock.h"
+#include "headrace/exec/thread_annotations.h"
 
 namespace headrace {
 
@@ -58,11 +58,11 @@ class TraceRecorder {
 
   const Clock::time_point origin_;
   const size_t max_events_;
-  mutable std::mutex mu_;
-  std::vector<Event> events_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::vector<Event> events_ HR_GUARDED_BY(mu_);
   // The spans' names, each kept once: nodes do not move, so events point into them.
-  std::unordered_set<std::string> names_;  // guarded by mu_
-  size_t dropped_ = 0;         // guarded by mu_
+  std::unordered_set<std::string> names_ HR_GUARDED_BY(mu_);
+  size_t dropped_ HR_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace headrace
