@@ -84,6 +84,7 @@ void RegisterErrors(nb::module_& m);
 void RegisterSpec(nb::module_& m);
 void RegisterBatch(nb::module_& m);
 void RegisterLoader(nb::module_& m);
+void RegisterFormers(nb::module_& m);
 void RegisterUserOps(nb::module_& m);
 void RegisterBatchOps(nb::module_& m);
 void RegisterPinned(nb::module_& m);

@@ -25,6 +25,7 @@
 #include <stdexcept>
 
 #include "common.h"
+#include "run_state.h"
 #include "headrace/exec/consumer_clock.h"
 #include "headrace/exec/run_budget.h"
 #include "headrace/observe/metrics_server.h"
@@ -38,6 +39,8 @@ namespace {
 // How often a waiting Next() looks for signals (Ctrl-C): well under the ~100 ms a
 // person notices, and rare enough to cost nothing.
 constexpr std::chrono::milliseconds kSignalPoll{20};
+
+}  // namespace
 
 // A packer's state as a state dict holds it, and back (LoaderOptions::pack_state).
 nb::dict PackStateToDict(const PackState& s) {
@@ -70,6 +73,7 @@ PackState PackStateFromDict(const nb::handle& state_object) {
   }
 }
 
+namespace {
 // {"epoch", "consumed", "pending": [indices]}: the rest of an epoch (EpochRemainder).
 EpochRemainder RemainderFromDict(const nb::object& object) {
   try {
@@ -86,6 +90,8 @@ EpochRemainder RemainderFromDict(const nb::object& object) {
   }
 }
 
+}  // namespace
+
 // A blend's picks before the rest of an epoch (a list of ints; None: none).
 std::vector<int64_t> BlendStartFromObject(const nb::object& object) {
   std::vector<int64_t> start;
@@ -101,6 +107,7 @@ std::optional<EpochRemainder> OptionalRemainder(const nb::object& object) {
   return RemainderFromDict(object);
 }
 
+namespace {
 // A blend entry's counts under the keys stats() has for them (the local loader's and a Ray
 // rank's alike).
 void SetEntryStats(nb::dict& d, const std::string& name, int64_t samples, int64_t errors) {
@@ -110,12 +117,19 @@ void SetEntryStats(nb::dict& d, const std::string& name, int64_t samples, int64_
 }
 
 // A batch's tally (exec/run_budget.h) as a Ray worker sends it to the rank that consumes
-// the batch: (delivered, [rows per entry], [(kind, entry) per error]), and back.
-nb::tuple TallyToPython(const BatchTally& tally) {
+// the batch: (delivered, [rows per entry], [(kind, entry, epoch, index, uri, message) per
+// error]), and back. The budgets read an error's kind and entry; a rank that packs the
+// batch rebuilds the error (SampleErrorsFromTally) from the rest of `batch`'s.
+nb::tuple TallyToPython(const BatchTally& tally, const Batch& batch) {
   nb::list entries;
   for (int64_t n : tally.entry_delivered) entries.append(n);
   nb::list errors;
-  for (const BatchTally::Error& e : tally.errors) errors.append(nb::make_tuple(e.kind, e.entry));
+  for (size_t i = 0; i < tally.errors.size(); ++i) {
+    const BatchTally::Error& t = tally.errors[i];
+    const SampleError& e = batch.errors[i];
+    errors.append(
+        nb::make_tuple(t.kind, t.entry, e.epoch, e.index, e.uri, e.status.message()));
+  }
   return nb::make_tuple(tally.delivered, entries, errors);
 }
 
@@ -137,6 +151,8 @@ BatchTally TallyFromPython(const nb::handle& object) {
         nb::cast<std::string>(nb::repr(object))));
   }
 }
+
+}  // namespace
 
 // Which blend entry a dataset index of `prepared`'s source is in; null unless a blend.
 EntryOf EntryOfSource(std::shared_ptr<const PreparedPipeline> prepared) {
@@ -164,6 +180,8 @@ nb::dict PackStatsToDict(const PackStats& p) {
   d["pack_planned_batches"] = p.planned_batches;
   return d;
 }
+
+namespace {
 
 // A run's batch count for Python: None for a run without an end.
 std::optional<int64_t> OptionalBatches(int64_t total) {
@@ -291,7 +309,8 @@ class PyLoader {
     return nb::make_tuple(
         BatchToPython(out),
         TallyToPython(RunBudget::Tally(out, EntryOfSource(prepared),
-                                       prepared->source().info().entries.size())));
+                                       prepared->source().info().entries.size()),
+                      out));
   }
 
   // Stops the run from any thread: pending Take() calls return kCancelled.
@@ -322,96 +341,6 @@ class PyLoader {
  private:
   PyLoader() = default;
   std::shared_ptr<Loader> loader_;
-};
-
-struct PyPrepared {
-  std::shared_ptr<const PreparedPipeline> prepared;
-};
-
-// batch.pack for a consumer that receives its batches as numpy arrays, in order: a Ray
-// rank (headrace.ray). The same Packer the local Loader runs; each input batch is copied
-// in once (its fields, by the pipeline's layout, and its strings), packed without the
-// GIL, and returned as BatchToPython's tuple.
-class PyPacker {
- public:
-  // `entry_of`: the blend entry of a sample's index (null unless a blend), for the lost
-  // samples' budgets.
-  PyPacker(std::vector<FieldSpec> layout, Packer packer, EntryOf entry_of)
-      : layout_(std::move(layout)), queue_(std::move(packer)), entry_of_(std::move(entry_of)) {}
-
-  // Adds the input batch (PackingQueue::Push): whether it delivers anything.
-  bool Push(const nb::dict& fields, int64_t epoch, int64_t index_in_epoch,
-            int64_t global_index, int64_t position, bool last_in_epoch) {
-    Batch in = Input(fields, epoch, index_in_epoch, global_index);
-    std::optional<Result<bool>> delivers;
-    {
-      nb::gil_scoped_release nogil;
-      delivers.emplace(queue_.Push(in, position, last_in_epoch));
-    }
-    return ValueOrThrow(std::move(*delivers));
-  }
-
-  // The next packed batch as BatchToPython's tuple, or None until the next push.
-  nb::object Pop() {
-    std::optional<Batch> out = queue_.Pop();
-    if (!out.has_value()) return nb::none();
-    return BatchToPython(*out);
-  }
-
-  PackingQueue& queue() { return queue_; }
-  const EntryOf& entry_of() const { return entry_of_; }
-
- private:
-  // The numpy batch as the packer's input: its fields copied, its strings.
-  Batch Input(const nb::dict& fields, int64_t epoch, int64_t index_in_epoch,
-              int64_t global_index) const {
-    Batch in;
-    in.epoch = epoch;
-    in.index_in_epoch = index_in_epoch;
-    in.global_index = global_index;
-    const nb::object ascontiguous = Numpy().attr("ascontiguousarray");
-    std::vector<FieldSpec> with_index = layout_;
-    with_index.push_back(FieldSpec{"index", DType::kI64, {}});
-    for (const FieldSpec& field : with_index) {
-      if (!fields.contains(field.name.c_str())) {
-        throw StatusError(Status::InvalidArgument("packing: the batch has no field '" +
-                                                  field.name + "'"));
-      }
-      auto array = nb::cast<nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>>(
-          ascontiguous(fields[field.name.c_str()]));
-      std::vector<int64_t> shape;
-      for (size_t d = 0; d < array.ndim(); ++d) shape.push_back(static_cast<int64_t>(array.shape(d)));
-      Tensor t = ValueOrThrow(Tensor::Allocate(field.dtype, shape));
-      if (array.nbytes() != t.nbytes()) {
-        throw StatusError(Status::InvalidArgument("packing: field '" + field.name +
-                                                  "' has another dtype than the pipeline's"));
-      }
-      if (t.nbytes() > 0) std::memcpy(t.mutable_data<uint8_t>(), array.data(), t.nbytes());
-      in.fields.emplace_back(field.name, std::move(t));
-    }
-    for (auto [key, value] : fields) {
-      if (!nb::isinstance<nb::list>(value)) continue;
-      Batch::Strings column{nb::cast<std::string>(key), false, {}};
-      for (nb::handle row : value) {
-        if (row.is_none()) {
-          column.rows.emplace_back();
-        } else if (nb::isinstance<nb::list>(row)) {
-          column.list = true;
-          std::vector<std::string> items;
-          for (nb::handle item : row) items.push_back(nb::cast<std::string>(item));
-          column.rows.push_back(std::move(items));
-        } else {
-          column.rows.push_back({nb::cast<std::string>(row)});
-        }
-      }
-      in.strings.push_back(std::move(column));
-    }
-    return in;
-  }
-
-  std::vector<FieldSpec> layout_;
-  PackingQueue queue_;
-  EntryOf entry_of_;
 };
 
 // The metrics endpoint of a Python loader (`Loader(metrics_port=...)`): it outlives the
@@ -567,15 +496,6 @@ void RegisterLoader(nb::module_& m) {
            },
            nb::arg("tally"), nb::arg("errors"),
            "A batch consumed here: its tally (a worker's take(k, tally=True)) and its errors")
-      .def("count_lost",
-           [](RunBudget& b, PyPacker& packer) {
-             const std::vector<LostSample> lost = packer.queue().TakeLost();
-             b.CountLost(lost, packer.entry_of());
-             return lost.size();
-           },
-           nb::arg("packer"),
-           "The samples `packer`'s pushes since the last call left out or cut (data lost: "
-           "exec/packer.h, PackingQueue::TakeLost), counted; how many")
       .def("check",
            [](const RunBudget& b, bool at_end, int64_t others_delivered, int64_t others_failed,
               int rank) {
@@ -669,34 +589,7 @@ void RegisterLoader(nb::module_& m) {
            nb::arg("blend_start").none() = nb::none(),
            "(batches of an epoch over all ranks, each rank's share of an epoch, of the run "
            "or None without an end) for `world_size` ranks (of the rest of an epoch, with "
-           "`remainder`), checked as a local run's is (PreparedPipeline::RankOrder)")
-      .def("packer",
-           [](const PyPrepared& p) -> std::unique_ptr<PyPacker> {
-             if (!p.prepared->pack().has_value()) return nullptr;
-             return std::make_unique<PyPacker>(
-                 p.prepared->fields(),
-                 ValueOrThrow(Packer::Make(p.prepared->fields(), *p.prepared->pack())),
-                 EntryOfSource(p.prepared));
-           },
-           "With batch.pack or batch.max_tokens: a new packer of this pipeline (for batches "
-           "that arrive as numpy arrays, in order); None without");
-  nb::class_<PyPacker>(m, "_Packer")
-      .def("push", &PyPacker::Push, nb::arg("fields"), nb::arg("epoch"),
-           nb::arg("index_in_epoch"), nb::arg("global_index"), nb::arg("position"),
-           nb::arg("last_in_epoch"))
-      .def("pop", &PyPacker::Pop)
-      .def(
-          "set_epoch_batches", [](PyPacker& p, int64_t n) { p.queue().set_epoch_batches(n); },
-          nb::arg("n"),
-          "This rank's input batches per epoch: the window narrows over an epoch's last "
-          "ones, as the local Loader's does (exec/packer.h)")
-      .def("__len__", [](PyPacker& p) { return p.queue().size(); })
-      .def("resume", [](PyPacker& p, const nb::object& state) {
-        p.queue().Resume(PackStateFromDict(state));
-      })
-      .def("deliver_from", [](PyPacker& p, int64_t j) { p.queue().DeliverFrom(j); })
-      .def("state", [](PyPacker& p) { return PackStateToDict(p.queue().state()); })
-      .def("stats", [](PyPacker& p) { return PackStatsToDict(p.queue().stats()); });
+           "`remainder`), checked as a local run's is (PreparedPipeline::RankOrder)");
   nb::class_<PyLoader>(m, "_Loader")
       .def_static("make", &PyLoader::Make, nb::arg("spec"), nb::arg("rank") = 0,
                   nb::arg("world_size") = 1, nb::arg("start_epoch") = 0,

@@ -11,6 +11,7 @@ NB_MODULE(_headrace, m) {
   hp::RegisterUserOps(m);
   hp::RegisterBatchOps(m);
   hp::RegisterLoader(m);
+  hp::RegisterFormers(m);
   hp::RegisterPinned(m);
   hp::RegisterTools(m);
   hp::RegisterText(m);

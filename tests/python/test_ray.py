@@ -763,6 +763,35 @@ def test_a_workers_sample_errors_reach_the_ranks_report_as_locally(cluster, py_s
     assert [len(e) for _, e, _ in got] == [1, 0, 1, 0, 0, 0]
 
 
+def test_a_workers_sample_errors_reach_the_ranks_packed_batches_as_locally(cluster, py_sample,
+                                                                           tmp_path):
+    """With batch.pack the rank's former carries a worker's sample errors (each sent whole
+    in the batch's tally) into the packed batches: the same text, in the same batches, as
+    the local loader's."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(py_sample, data)
+    (data / "images" / "000005.jpg").write_bytes(b"not a jpeg")  # corrupt
+    (data / "images" / "000017.jpg").unlink()                     # missing
+    ops = headrace.ops
+    broken = headrace.Pipeline(
+        source=data / "manifest.jsonl", batch_size=8, seed=1, epochs=1, shuffle=False,
+        ops=[ops.decode(), ops.resize(shorter_side=64), ops.center_crop(56), ops.normalize(),
+             ops.tokenize(data / "tokenizer.model", max_length=48, pad=False)],
+        pack={"seq_len": 64, "window": 6}, overrides={"errors.max_error_rate": 0.5})
+    local = [(b.index, b.errors, np.asarray(b["index"]).tolist())
+             for b in headrace.Loader(broken)]
+    loader = hray.Loader(broken, workers=2, worker_resources=WORKER)
+    try:
+        got = [(b.index, b.errors, np.asarray(b["index"]).tolist()) for b in loader]
+        stats = loader.stats()
+    finally:
+        loader.close()
+    assert got == local
+    assert sum(len(e) for _, e, _ in got) == 2 and stats["samples_failed"] == 2
+
+
 def test_the_error_budget_is_the_runs_not_each_ranks(cluster, py_sample, tmp_path):
     """Rank 1's first batch holds 4 corrupt images (50%), the run 4 of 48 (8%); the limit
     is 20%. Locally, rank 1 alone would stop. On Ray the budget is the run's: rank 1 goes

@@ -254,6 +254,13 @@ class _Stream:
                 self._reassigned += 1
 
     def next(self):
+        got = self.next_input()
+        return None if got is None else got[0]
+
+    def next_input(self):
+        """The next batch as (``next()``'s tuple, its tally, the other ranks' (delivered,
+        failed) as the coordinator last told), or None after the last: what a former's
+        input pulls (python/src/former.cc), the errors whole in the tally."""
         if self.total_batches is not None and self.next_batch >= self.total_batches:
             return None
         call = time.perf_counter()
@@ -308,14 +315,8 @@ class _Stream:
         self._clock.returned(call, time.perf_counter(), True, n)
         self._loader._maybe_autoscale(self)
         ptrs = {name: v.ctypes.data for name, v in fields.items() if hasattr(v, "ctypes")}
-        return fields, out["epoch"], out["index"], j, out["errors"], ptrs
-
-    def count_lost(self, packer, at_end: bool) -> None:
-        """The samples ``packer`` lost since the last call (left out or cut, in batch
-        order), counted in the budgets (exec/run_budget.h CountLost); the budgets applied
-        again when there were any."""
-        if self._budget.count_lost(packer):
-            self._budget.check(at_end, *self._others, self.rank)
+        return ((fields, out["epoch"], out["index"], j, out["errors"], ptrs), out["tally"],
+                self._others)
 
     def window_wait_ratio(self):
         """The wait-time ratio since the last call (autoscale), and the batches in it."""
@@ -353,48 +354,45 @@ class _Stream:
 
 
 class _PackedStream:
-    """A rank's stream packed in order (batch.pack, batch.max_tokens) by the engine's
-    packer (exec/packer.h PackingQueue, through the bindings): the same ``next()`` tuple,
-    with the packed batch's fields; each input batch's errors go with its first packed
-    batch."""
+    """A rank's stream formed (batch.pack, batch.max_tokens) by the former a local
+    :class:`headrace.Loader` with the same options holds (exec/pack_former.h, through
+    python/src/former.cc): the former pulls the stream's batches, packs them, counts the
+    samples it loses in this rank's error budgets and holds the errors of batches with no
+    samples; here only ``next()`` is called. The same ``next()`` tuple, with the packed
+    batch's fields."""
 
-    def __init__(self, stream: _Stream, packer):
-        self._stream = stream
-        self._packer = packer
-        self._errors: List[str] = []  # of the last input batch, until a batch carries them
+    def __init__(self, loader: "Loader", epoch: int, batch: int):
+        rest = loader._remainder if loader._in_remainder() else None
+        prepared = loader._prepared_pipeline()
+        pack = loader._pack_state
+        if pack is not None and (pack.get("epoch"), pack.get("next_batch")) != (epoch, batch):
+            pack = None  # another position: the former replays its epoch up to `batch`
+        self._former = _headrace._Former.make(
+            prepared, loader.rank, loader.world_size, epoch, batch, pack_state=pack,
+            remainder=rest, blend_start=loader._blend_start if rest else None)
+        # It starts where the saved window began, or at the epoch's first batch to replay
+        # up to `batch`.
+        self._stream = _Stream(loader, *self._former.start)
+        self._input = _headrace._PulledInput(
+            self._stream.next_input, self._stream._budget, self._stream.rank,
+            self._stream.batches_per_epoch, prepared)
 
     def __getattr__(self, name):  # batches_per_epoch, total_batches, close, ...
         return getattr(self._stream, name)
 
     @property
     def next_batch(self) -> int:
-        return self._stream.next_batch - (1 if len(self._packer) else 0)
+        return self._stream.next_batch - self._former.inputs_held
 
     def next(self):
-        per_epoch = self._stream.batches_per_epoch
-        while True:
-            packed = self._packer.pop()
-            if packed is not None:
-                fields, epoch, index, j, errors, ptrs = packed
-                errors, self._errors = self._errors + list(errors), []
-                return fields, epoch, index, j, errors, ptrs
-            item = self._stream.next()
-            if item is None:
-                return None
-            fields, epoch, index, j, errors, _ = item
-            position = j - epoch * per_epoch
-            if self._packer.push(fields, epoch, index, j, position, position + 1 == per_epoch):
-                self._errors += list(errors)
-                # The samples the packer left out or cut are data lost: counted in this
-                # rank's share of the run's error budget, as the local loader counts them.
-                self._stream.count_lost(self._packer, position + 1 == per_epoch)
+        return self._former.next(self._input)
 
     def pack_state(self):
-        return self._packer.state()
+        return self._former.state()
 
     def consumer_stats(self):
         stats = self._stream.consumer_stats()
-        stats.update(self._packer.stats())
+        stats.update(self._former.stats())
         return stats
 
 
@@ -589,20 +587,8 @@ class Loader(_LocalLoader):
         if not self._spec.regroups:
             return _Stream(self, epoch, batch)
         # batch.pack: the workers compute the batches of samples as unpacked; this rank
-        # packs them in order with the engine's packer (exec/packer.h), so the rows are the
-        # local loader's. It starts where the saved window began, or at the epoch's first
-        # batch to replay up to `batch`.
-        packer = self._prepared_pipeline().packer()
-        state = self._pack_state
-        if state is not None and (state.get("epoch"), state.get("next_batch")) == (epoch, batch):
-            packer.resume(state)
-            start = state["from_batch"]
-        else:
-            start = 0 if self._spec.pack_window > 0 else batch
-        stream = _Stream(self, epoch, start)
-        packer.set_epoch_batches(stream.batches_per_epoch)
-        packer.deliver_from(epoch * stream.batches_per_epoch + batch)
-        return _PackedStream(stream, packer)
+        # packs them in order with the local loader's former, so the rows are its.
+        return _PackedStream(self, epoch, batch)
 
     def _release_orphans(self, coord, keys: List[int]) -> None:
         """Drops the requests no stream consumed under ``keys``, telling the coordinator

@@ -303,7 +303,7 @@ class Packer {
   Status Carry(const void* input);
 };
 
-// The packer as a consumer drives it (Loader::Next, a Ray rank through the bindings):
+// The packer as a consumer drives it (PackFormer: a local run's, a Ray rank's):
 // input batches in, in order; packed batches out, in order, each with the state to save
 // once it is delivered. It keeps what a resume skips: the replay of the saved window
 // (Packer::Restore), the token batches of one input batch delivered before the state was

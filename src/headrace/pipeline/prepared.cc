@@ -269,8 +269,7 @@ EngineOptions PreparedPipeline::EngineOptionsFor(const LoaderOptions& options,
   return opt;
 }
 
-Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& options,
-                                                      Clock::time_point started) const {
+Result<PreparedPipeline::Forming> PreparedPipeline::Form(const LoaderOptions& options) const {
   if (options.remainder.has_value() && options.start_epoch != options.remainder->epoch) {
     return Status::InvalidArgument("the rest of epoch " +
                                    std::to_string(options.remainder->epoch) +
@@ -278,14 +277,22 @@ Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& optio
                                    std::to_string(options.start_epoch));
   }
   HR_ASSIGN_OR_RETURN(EpochOrderOptions order, OrderOptions(options.remainder, options.blend_start));
-  EngineOptions opt = EngineOptionsFor(options, std::move(order));
-  // How batches are formed (exec/batch_formers.h): the policy may move the start.
-  FormingRun forming{.inputs = inputs_, .pack = pack_, .engine = &opt,
+  Forming out{.engine = EngineOptionsFor(options, std::move(order))};
+  // The policy may move the start.
+  FormingRun forming{.inputs = inputs_, .pack = pack_, .engine = &out.engine,
                      .resume = options.pack_state, .plan_packing = options.plan_packing,
                      .allocator = options.allocator};
-  HR_ASSIGN_OR_RETURN(opt.former, MakeBatchFormer(forming));
-  std::shared_ptr<BatchFormer> former = opt.former;
-  HR_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Start(inputs_, std::move(opt)));
+  HR_ASSIGN_OR_RETURN(out.former, MakeBatchFormer(forming));
+  return out;
+}
+
+Result<std::unique_ptr<Loader>> PreparedPipeline::Run(const LoaderOptions& options,
+                                                      Clock::time_point started) const {
+  HR_ASSIGN_OR_RETURN(Forming forming, Form(options));
+  std::shared_ptr<BatchFormer> former = forming.former;
+  forming.engine.former = former;
+  HR_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                      Engine::Start(inputs_, std::move(forming.engine)));
   return std::unique_ptr<Loader>(new Loader(shared_from_this(), std::move(engine),
                                             std::move(former), options.trace, started));
 }

@@ -51,6 +51,16 @@ class PreparedPipeline : public std::enable_shared_from_this<PreparedPipeline> {
   Result<std::unique_ptr<Loader>> Run(const LoaderOptions& options,
                                       Clock::time_point started = Clock::now()) const;
 
+  // How a run of `options` forms its batches (exec/batch_formers.h), and the engine's
+  // options with the start as its former moved it (engine.former not set): what Run starts
+  // the engine with. A Ray rank forms the batches its workers computed with the same
+  // former, fed from Python (python/src/former.cc).
+  struct Forming {
+    std::shared_ptr<BatchFormer> former;
+    EngineOptions engine;
+  };
+  Result<Forming> Form(const LoaderOptions& options) const;
+
   // A blend (source.mix): each entry's picks in the first `positions` positions of
   // `epoch`'s order (of its rest, for a run that is `remainder`; with the picks
   // `blend_start` made before it) — what a state dict saves so that a resume with other

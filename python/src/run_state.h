@@ -1,0 +1,40 @@
+// A run's options, state and stats between Python and the engine, defined in loader.cc and
+// shared with former.cc: the bindings that start runs and those that form batches.
+//
+// Threading: every function here is called with the GIL held.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "common.h"
+#include "headrace/exec/epoch_order.h"
+#include "headrace/exec/packer.h"
+#include "headrace/exec/run_budget.h"
+#include "headrace/pipeline/prepared.h"
+
+namespace headrace::python {
+
+// A pipeline prepared once (pipeline/prepared.h): Python's `_Prepared`.
+struct PyPrepared {
+  std::shared_ptr<const PreparedPipeline> prepared;
+};
+
+// A former's state as a state dict holds it ({epoch, from_batch, next_batch, delivered,
+// waiting}), and back (LoaderOptions::pack_state); a malformed one raises ConfigError.
+nb::dict PackStateToDict(const PackState& s);
+PackState PackStateFromDict(const nb::handle& state_object);
+// A former's stats under stats()'s keys ("pack_rows", ...).
+nb::dict PackStatsToDict(const PackStats& p);
+
+// The rest of an epoch ({epoch, consumed, pending}), or nullopt for None.
+std::optional<EpochRemainder> OptionalRemainder(const nb::object& object);
+// A blend's picks before the rest of an epoch (a list of ints; None: none).
+std::vector<int64_t> BlendStartFromObject(const nb::object& object);
+
+// Which blend entry a dataset index of `prepared`'s source is in; null unless a blend.
+EntryOf EntryOfSource(std::shared_ptr<const PreparedPipeline> prepared);
+
+}  // namespace headrace::python
