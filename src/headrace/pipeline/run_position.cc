@@ -129,8 +129,12 @@ Status CheckLoaderState(const LoaderState& s, const std::optional<StateBounds>& 
                         "]: one input batch gives at most one batch.max_tokens batch a sample)");
     }
     HR_RETURN_IF_ERROR(CheckIndices("pack.waiting", p.waiting, num_samples));
-    const int64_t window_most =
-        (p.next_batch - p.from_batch + 1) * s.batch_size;  // the input batches it took from
+    // The input batches it took from hold (next - from + 1) x batch_size samples (past
+    // kMaxEpochPositions no window in memory can reach it).
+    const int64_t batches = p.next_batch - p.from_batch + 1;
+    const int64_t window_most = batches <= kMaxEpochPositions / s.batch_size
+                                    ? batches * s.batch_size
+                                    : kMaxEpochPositions;
     if (static_cast<int64_t>(p.waiting.size()) > window_most) {
       return Refuse("pack.waiting", Str(static_cast<int64_t>(p.waiting.size())) +
                                         " samples, more than input batches " +

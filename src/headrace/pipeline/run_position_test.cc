@@ -89,6 +89,13 @@ TEST(CheckLoaderState, RefusesALyingPackWindow) {
   s.pack->delivered = int64_t{1} << 40;
   EXPECT_THAT(Refusal(s), HasSubstr("pack.delivered: 1099511627776 (allowed: [0, batch_size 4]"));
   s.pack->delivered = 0;
+  s.batches_per_epoch = int64_t{1} << 62;  // a window size past int64 is no overflow
+  s.batch_size = int64_t{1} << 30;
+  s.pack->next_batch = int64_t{1} << 61;
+  s.pack->from_batch = 0;
+  EXPECT_TRUE(CheckLoaderState(s, std::nullopt).ok());
+  s = At(0);
+  s.pack = PackState{.epoch = 1, .from_batch = 3, .next_batch = 3, .waiting = {1}};
   s.pack->next_batch = 2;
   EXPECT_THAT(Refusal(s), HasSubstr("from_batch 3, next_batch 2"));
 }
