@@ -363,7 +363,10 @@ class Loader:
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Resume where ``state`` was taken: the next ``for`` continues its epoch at the
         next batch. Refused, naming what differs, when it comes from another pipeline,
-        seed, rank or world size, or from an older headrace."""
+        seed, rank or world size, or from an older headrace; and, naming the key and what
+        is allowed, when it claims what it cannot be (a position outside the epoch, a
+        batches_per_epoch that is not this pipeline's, a pack window or pending samples
+        that repeat a sample, a value of the wrong type: pipeline/run_position.h)."""
         if not isinstance(state, dict) or "version" not in state:
             raise _headrace.ConfigError(
                 f"state dict: not a headrace Loader state (version {_STATE_VERSION} expected)")
