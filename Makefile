@@ -7,7 +7,7 @@ CMAKE_FLAGS ?=
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 10
-FUZZ_TARGETS := decode manifest config tokenize hf_tokenize chat_template tar parquet pointcloud video audio
+FUZZ_TARGETS := decode manifest config tokenize hf_tokenize chat_template tar parquet pointcloud video audio state
 
 PY       := .venv/bin/python
 

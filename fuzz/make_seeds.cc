@@ -1,5 +1,5 @@
 // hr_fuzz_seeds OUT_DIR: writes the seed corpus of every fuzz target, one folder each
-// (OUT_DIR/decode, manifest, config, tokenize, hf_tokenize, chat_template, tar, parquet,
+// (OUT_DIR/decode, manifest, config, tokenize, hf_tokenize, chat_template, tar, parquet, state,
 // pointcloud, video, audio), generated rather than
 // checked in: tiny images in every form the decoder handles, manifest lines good and
 // bad, the example config and the canonical YAML of a spec with every op,
@@ -520,6 +520,43 @@ bool AudioSeeds(const fs::path& dir) {
   return ok;
 }
 
+// Loader states (state_fuzz.cc's encoding: a byte below 0x80 is that value, 0x80 the
+// next 8 bytes): bounds of 80 samples, 20 batches an epoch and no blend, then honest
+// ranks (a plain one, two packed ones at batch 3, one in the rest of an epoch) and
+// issue 50's lies (world_size 0, batch_in_epoch 2^62, a pack window of one sample 8
+// times, pack.delivered 2^40).
+bool StateSeeds(const fs::path& dir) {
+  auto big = [](Bytes& b, int64_t v) {
+    b.push_back(0x80);
+    for (int i = 0; i < 8; ++i) b.push_back(static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i)));
+  };
+  const Bytes bounds = {80, 80, 20, 0, 0};
+  // rank, world, batch, epoch, batch_in_epoch, flags(1: per epoch, 2: pack, 4: rest), ...
+  const Bytes plain = {0, 2, 4, 1, 3, 1, 10};
+  const Bytes packed0 = {0, 2, 4, 1, 3, 3, 10, 1, 2, 3, 0, 2, 7, 9};
+  const Bytes packed1 = {1, 2, 4, 1, 3, 3, 10, 1, 2, 3, 0, 1, 11};
+  const Bytes rest = {0, 1, 4, 1, 2, 4, 1, 20, 3, 5, 6, 7};
+  Bytes lies = bounds;
+  lies.insert(lies.end(), {0, 0, 4, 1, 3, 0});  // world_size 0
+  lies.insert(lies.end(), {0, 2, 4, 1});
+  big(lies, int64_t{1} << 62);
+  lies.push_back(0);
+  lies.insert(lies.end(), {1, 2, 4, 1, 3, 3, 10, 1, 2, 3, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0});
+  Bytes delivered = bounds;
+  delivered.insert(delivered.end(), {0, 1, 4, 1, 3, 3, 10, 1, 2, 3});
+  big(delivered, int64_t{1} << 40);
+  delivered.push_back(0);
+  auto cat = [&](std::initializer_list<const Bytes*> parts) {
+    Bytes b;
+    for (const Bytes* p : parts) b.insert(b.end(), p->begin(), p->end());
+    return b;
+  };
+  return Write(dir / "plain", cat({&bounds, &plain})) &&
+         Write(dir / "packed", cat({&bounds, &packed0, &packed1})) &&
+         Write(dir / "rest", cat({&bounds, &rest})) && Write(dir / "lies", lies) &&
+         Write(dir / "delivered", delivered);
+}
+
 }  // namespace
 }  // namespace headrace::fuzz
 
@@ -532,7 +569,7 @@ int main(int argc, char** argv) {
   const fs::path out = argv[1];
   for (const char* target :
        {"decode", "manifest", "config", "tokenize", "hf_tokenize", "chat_template", "tar",
-        "parquet", "pointcloud", "video", "audio"}) {
+        "parquet", "pointcloud", "video", "audio", "state"}) {
     fs::create_directories(out / target);
   }
   const bool ok = DecodeSeeds(out / "decode") && ManifestSeeds(out / "manifest") &&
@@ -540,6 +577,7 @@ int main(int argc, char** argv) {
                   TokenizeSeeds(out / "tokenize") && HfTokenizeSeeds(out / "hf_tokenize") &&
                   ChatTemplateSeeds(out / "chat_template") && TarSeeds(out / "tar") &&
                   ParquetSeeds(out / "parquet") && PointCloudSeeds(out / "pointcloud") &&
-                  VideoSeeds(out / "video") && AudioSeeds(out / "audio");
+                  VideoSeeds(out / "video") && AudioSeeds(out / "audio") &&
+                  StateSeeds(out / "state");
   return ok ? 0 : 1;
 }

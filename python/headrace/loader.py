@@ -252,10 +252,11 @@ class Loader:
         impl = self._make_engine(self._epoch, self._batch)
         if not rest:  # the rest of an epoch has batches of its own
             if self._per_epoch is not None and impl.batches_per_epoch != self._per_epoch:
+                mine = impl.batches_per_epoch  # a closed engine answers nothing
                 impl.close()
                 raise _headrace.ConfigError(
                     f"state dict: batches_per_epoch: saved {self._per_epoch}, this loader "
-                    f"{impl.batches_per_epoch} (the dataset changed)")
+                    f"{mine} (the dataset changed)")
             self._per_epoch = impl.batches_per_epoch
         self._impl, self._impl_rest = impl, rest
         if self._metrics is not None:
@@ -346,7 +347,8 @@ class Loader:
         if not self._spec.is_mix:
             return None
         rest = self._remainder if self._in_remainder() else None
-        positions = self._batch * self.world_size * self._spec.batch_size
+        positions = _headrace._positions_consumed(self._batch, self.world_size,
+                                                  self._spec.batch_size)
         return list(self._prepared_pipeline().blend_picks(
             self._epoch, positions, remainder=rest,
             blend_start=self._blend_start if rest else None))
@@ -361,7 +363,10 @@ class Loader:
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Resume where ``state`` was taken: the next ``for`` continues its epoch at the
         next batch. Refused, naming what differs, when it comes from another pipeline,
-        seed, rank or world size, or from an older headrace."""
+        seed, rank or world size, or from an older headrace; and, naming the key and what
+        is allowed, when it claims what it cannot be (a position outside the epoch, a
+        batches_per_epoch that is not this pipeline's, a pack window or pending samples
+        that repeat a sample, a value of the wrong type: pipeline/run_position.h)."""
         if not isinstance(state, dict) or "version" not in state:
             raise _headrace.ConfigError(
                 f"state dict: not a headrace Loader state (version {_STATE_VERSION} expected)")
@@ -397,15 +402,12 @@ class Loader:
             self._load_global(state if state.get("kind") == "global"
                               else _merge([state], lockstep=True), weights_changed)
             return
-        epoch, batch = state.get("epoch"), state.get("batch_in_epoch")
+        # What the state claims (types, sizes, its position inside the epoch, the pack
+        # window, the rest of an epoch, a blend's picks) against this pipeline
+        # (pipeline/run_position.h).
+        self._prepared_pipeline().check_state(state)
+        epoch, batch = state["epoch"], state["batch_in_epoch"]
         per_epoch = state.get("batches_per_epoch")
-        for key, value in (("epoch", epoch), ("batch_in_epoch", batch)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise _headrace.ConfigError(
-                    f"state dict: {key} must be an int >= 0 (got {value!r})")
-        if per_epoch is not None and (not isinstance(per_epoch, int) or batch > per_epoch):
-            raise _headrace.ConfigError(
-                f"state dict: batch_in_epoch {batch} is past batches_per_epoch {per_epoch!r}")
         self._check_epoch(epoch, "state dict")
         self._stop_engine()
         self._epoch, self._batch, self._per_epoch = epoch, batch, per_epoch
@@ -418,6 +420,10 @@ class Loader:
         """A global state (merge_state_dicts): the rest of its epoch, dealt to this
         loader's ranks and batch size; a blend whose weights changed continues each entry
         at its picks."""
+        if weights_changed:  # its order was another's: checked on its own
+            _headrace._check_state(state)
+        else:
+            self._prepared_pipeline().check_state(state)
         epoch = state["epoch"]
         self._check_epoch(epoch, "state dict")
         rest = state.get("remainder")
@@ -565,13 +571,14 @@ def _merge(states: List[Dict[str, Any]], lockstep: bool) -> Dict[str, Any]:
         if s.get("kind") == "global":
             raise _headrace.ConfigError(
                 f"merge_state_dicts: states[{i}] is global already: load it as it is")
-    first = min(states, key=lambda s: s.get("rank", 0))
-    world = first["world_size"]
-    ranks = sorted(s.get("rank") for s in states)
-    if not lockstep and ranks != list(range(world)):
-        raise _headrace.ConfigError(
-            f"merge_state_dicts: ranks {ranks} of world_size {world}: the state of every rank "
-            f"0..{world - 1} is needed, once each")
+    for i, s in enumerate(states):  # what each claims, named by its key (C++)
+        try:
+            _headrace._check_state(s)
+        except _headrace.ConfigError as e:
+            if lockstep:  # one state, loaded with another world or batch size
+                raise
+            raise _headrace.ConfigError(f"merge_state_dicts: states[{i}]: {e}") from None
+    first = min(states, key=lambda s: s["rank"])
     for s in states:
         for key in _SAME_IN_EVERY_RANK:
             if s.get(key) != first.get(key):
@@ -580,52 +587,20 @@ def _merge(states: List[Dict[str, Any]], lockstep: bool) -> Dict[str, Any]:
                 raise _headrace.ConfigError(
                     f"merge_state_dicts: {key}: rank {s.get('rank')} has {s.get(key)!r}, rank "
                     f"{first.get('rank')} {first.get(key)!r} ({what})")
-    epoch, batch, size = first["epoch"], first["batch_in_epoch"], first["batch_size"]
-    windows: List[int] = []
-    for s in sorted(states, key=lambda s: s.get("rank", 0)):
-        pack = s.get("pack")
-        if not pack:
-            continue
-        if pack.get("delivered"):
-            raise _headrace.ConfigError(
-                f"merge_state_dicts: rank {s.get('rank')}: pack.delivered is "
-                f"{pack['delivered']}: the state was taken between two batch.max_tokens batches "
-                "of one input batch, whose samples another world size cannot split; take it "
-                "after the input batch's last one")
-        if (pack.get("epoch"), pack.get("next_batch")) != (epoch, batch):
-            raise _headrace.ConfigError(
-                f"merge_state_dicts: rank {s.get('rank')}: pack is at epoch {pack.get('epoch')} "
-                f"batch {pack.get('next_batch')}, the loader at epoch {epoch} batch {batch}")
-        windows.extend(int(i) for i in pack.get("waiting", []))
-    if lockstep and windows:
-        raise _headrace.ConfigError(
-            f"state dict: world_size {world} -> another needs every rank's state (batch.pack "
-            "keeps samples in each rank's window): load headrace.merge_state_dicts([...]) of "
-            "all ranks")
+    # Where the ranks leave the run: the rank set, the pack windows and the positions
+    # consumed (pipeline/run_position.h, MergeLoaderStates).
+    epoch, remainder, world = _headrace._merge_states(list(states), lockstep)
     merged = {k: first.get(k) for k in ("version", "fingerprint", "fingerprint_elastic",
                                         "mix_weights",
                                         "manifest", "seed", "batch_size", "shuffle",
                                         "drop_last", "ops", "batch_ops", "blend_picks")}
     merged.update({"kind": "global", "rank": None, "world_size": None,
                    "saved_world_size": world, "blend_start": first.get("blend_start")})
-    per = first.get("batches_per_epoch")
-    if per is not None and batch >= per and not windows:
+    if remainder is None:
         # Every rank finished its share: the rest of the epoch is the tail no round of
         # ranks took; the resume starts the next epoch.
-        merged.update({"epoch": epoch + 1, "remainder": None, "blend_start": None,
+        merged.update({"epoch": epoch, "remainder": None, "blend_start": None,
                        "blend_picks": None})
         return merged
-    positions = batch * world * size
-    old = first.get("remainder")
-    if old is not None:
-        pending = list(old["pending"])
-        if positions <= len(pending):
-            pending, consumed = pending[positions:], old["consumed"]
-        else:
-            pending, consumed = [], old["consumed"] + positions - len(pending)
-    else:
-        pending, consumed = [], positions
-    merged.update({"epoch": epoch,
-                   "remainder": {"epoch": epoch, "consumed": consumed,
-                                 "pending": windows + pending}})
+    merged.update({"epoch": epoch, "remainder": remainder})
     return merged

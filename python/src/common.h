@@ -12,6 +12,10 @@
 #include "headrace/core/buffer.h"
 #include "headrace/core/status.h"
 
+namespace headrace {
+class PreparedPipeline;
+}  // namespace headrace
+
 namespace headrace::python {
 
 namespace nb = nanobind;
@@ -90,5 +94,10 @@ void RegisterBatchOps(nb::module_& m);
 void RegisterPinned(nb::module_& m);
 void RegisterTools(nb::module_& m);
 void RegisterText(nb::module_& m);
+void RegisterRunPosition(nb::module_& m);
+
+// Checks a Loader state dict (`state`) against `prepared`'s sizes (run_position.cc,
+// pipeline/run_position.h): headrace.ConfigError naming the key. For _Prepared.check_state.
+void CheckStateFor(const PreparedPipeline& prepared, const nb::handle& state);
 
 }  // namespace headrace::python

@@ -559,6 +559,10 @@ void RegisterLoader(nb::module_& m) {
            nb::arg("pack_state").none() = nb::none(), nb::arg("remainder").none() = nb::none(),
            nb::arg("blend_start").none() = nb::none())
       .def_prop_ro("source", [](const PyPrepared& p) { return p.prepared->source().info().description; })
+      .def("check_state",
+           [](const PyPrepared& p, const nb::handle& state) { CheckStateFor(*p.prepared, state); },
+           nb::arg("state").none(),
+           "Checks what a Loader state dict claims against this pipeline (run_position.cc)")
       .def("blend_picks",
            [](const PyPrepared& p, int64_t epoch, int64_t positions, const nb::object& remainder,
               const nb::object& blend_start) {

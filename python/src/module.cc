@@ -15,4 +15,5 @@ NB_MODULE(_headrace, m) {
   hp::RegisterPinned(m);
   hp::RegisterTools(m);
   hp::RegisterText(m);
+  hp::RegisterRunPosition(m);
 }

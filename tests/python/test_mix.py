@@ -198,3 +198,22 @@ def test_a_resume_with_new_weights_continues_every_entry_where_it_was(data):
                             state_dict=second.state_dict())
     second.close()
     assert head + [s for b in again for s in zip(b["source"], b["id"])] == after
+
+
+def test_blend_picks_past_the_epoch_are_refused(data):
+    # Before (issue 50): picks of 2^62 were taken as where each entry continues.
+    loader = headrace.Loader(pipeline(data, mix(data, "first_exhausted")))
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    loader.close()
+    lying = dict(state, blend_picks=[2 ** 62, 0, 0])
+    with pytest.raises(headrace.ConfigError, match=r"state dict: blend_picks: entry 0's picks "
+                                                   r"4611686018427387904 \(allowed: >= 0"):
+        headrace.Loader(pipeline(data, mix(data, "first_exhausted")), state_dict=lying)
+    with pytest.raises(headrace.ConfigError, match=r"state dict: blend_picks: entry 0's picks"):
+        headrace.Loader(pipeline(data, mix(data, "first_exhausted", (0.1, 0.2, 0.7))),
+                        state_dict=lying)  # new weights: the picks are where entries go on
+    with pytest.raises(headrace.ConfigError, match=r"blend_picks: 2 counts for a blend of 3"):
+        headrace.Loader(pipeline(data, mix(data, "first_exhausted")),
+                        state_dict=dict(state, blend_picks=[4, 4]))

@@ -39,7 +39,7 @@ namespace headrace {
 // a blend's weights): `pending` first (samples an earlier run had taken into its
 // packers' windows but not delivered), then the epoch's order from position `consumed`
 // on. The run is then that epoch alone, cut into batches and dealt to the ranks as any
-// epoch; the next epochs are a new run's (python/headrace/loader.py, merge_state_dicts).
+// epoch; the next epochs are a new run's (pipeline/run_position.h, MergeLoaderStates).
 struct EpochRemainder {
   int64_t epoch = 0;
   int64_t consumed = 0;
