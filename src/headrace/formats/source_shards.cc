@@ -8,9 +8,9 @@
 namespace headrace {
 namespace {
 
-class TarShardSource final : public RecordSource {
+class ShardSource final : public RecordSource {
  public:
-  TarShardSource(const SourceSpec& spec, std::shared_ptr<BlockCache> cache,
+  ShardSource(const SourceSpec& spec, std::shared_ptr<BlockCache> cache,
                  std::shared_ptr<const RecordStore> records, ShardFieldMap map)
       : RecordSource(spec, cache, {std::move(records)}),
         cache_(std::move(cache)),
@@ -37,7 +37,7 @@ struct SampleBlocks {
   int64_t blocks = 0;
 };
 
-SampleBlocks SampleBlocksOf(const ShardRecords& records, const ShardSource& shards) {
+SampleBlocks SampleBlocksOf(const ShardRecords& records, const ShardSet& shards) {
   SampleBlocks out;
   out.starts.resize(shards.shards.size());
   for (size_t i = 0; i < shards.shards.size(); ++i) {
@@ -79,7 +79,7 @@ Result<int64_t> SampleBlockCacheBytes(const SourceSpec& src, const SourceOptions
 
 }  // namespace
 
-Result<int64_t> BlockCacheBytes(const SourceSpec& src, bool shuffle, const ShardSource& shards) {
+Result<int64_t> BlockCacheBytes(const SourceSpec& src, bool shuffle, const ShardSet& shards) {
   const int64_t block = src.block_bytes;
   // A shard's blocks hold exactly its bytes: the last block is cut at its size.
   int64_t largest = 0;
@@ -117,7 +117,7 @@ Result<std::shared_ptr<const Source>> OpenShardSource(const SourceSpec& spec,
                                                       std::shared_ptr<Storage> storage) {
   // The records compact (~70 bytes a sample, not ~400), each built when its batch starts.
   auto compact = std::make_shared<ShardRecords>();
-  HR_ASSIGN_OR_RETURN(ShardSource shards, LoadShardSource(*storage, spec, compact.get()));
+  HR_ASSIGN_OR_RETURN(ShardSet shards, LoadShardSet(*storage, spec, compact.get()));
   if (options.fail_on_bad_shard && !shards.bad_shards.empty()) {
     const Status& first = shards.bad_shards.front().status;
     return Status::CorruptData("source.shards: " + first.message() +
@@ -142,9 +142,9 @@ Result<std::shared_ptr<const Source>> OpenShardSource(const SourceSpec& spec,
       cache->SetObjectSize(shards.shards[i], shards.shard_bytes[i]);
     }
   }
-  const int64_t heap_bytes = static_cast<int64_t>(ShardSourceMemoryBytes(shards)) +
+  const int64_t heap_bytes = static_cast<int64_t>(ShardSetMemoryBytes(shards)) +
                              compact->Memory().heap_bytes + layout_bytes;
-  auto source = std::make_shared<TarShardSource>(spec, std::move(cache), std::move(compact),
+  auto source = std::make_shared<ShardSource>(spec, std::move(cache), std::move(compact),
                                                  std::move(shards.map));
   SourceInfo& info = source->mutable_info();
   info.description = "shards " + spec.shards + " (" + std::to_string(shards.shards.size()) +

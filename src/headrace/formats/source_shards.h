@@ -1,9 +1,9 @@
 // The tar shard source (source.shards): WebDataset shards read through a block cache,
 // the records compact (shard_records.h), a sample's text members parsed when it runs
-// (PrepareShardSample, shard_source.h).
+// (PrepareShardSample, shard_set.h).
 #pragma once
 
-#include "headrace/formats/shard_source.h"
+#include "headrace/formats/shard_set.h"
 #include "headrace/formats/source.h"
 
 namespace headrace {
@@ -15,6 +15,6 @@ Result<std::shared_ptr<const Source>> OpenShardSource(const SourceSpec& spec,
 // The block cache's bytes: source.cache_bytes, checked to hold a shuffle window of the
 // largest shard (kInvalidArgument naming the keys), or when 0, automatic: (window + 1) ×
 // the largest shard (four blocks unshuffled), at most every shard's bytes.
-Result<int64_t> BlockCacheBytes(const SourceSpec& spec, bool shuffle, const ShardSource& shards);
+Result<int64_t> BlockCacheBytes(const SourceSpec& spec, bool shuffle, const ShardSet& shards);
 
 }  // namespace headrace

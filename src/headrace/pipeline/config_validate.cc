@@ -9,7 +9,7 @@
 #include <map>
 #include <string>
 
-#include "headrace/formats/shard_source.h"
+#include "headrace/formats/shard_set.h"
 #include "headrace/io/uri.h"
 #include "headrace/ops/schema.h"
 #include "headrace/pipeline/config_schema.h"
