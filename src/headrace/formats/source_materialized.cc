@@ -1,6 +1,8 @@
 #include "headrace/formats/source_materialized.h"
 
 #include "headrace/formats/shard_set.h"  // RecordsHeapBytes
+#include "headrace/formats/source_kinds.h"
+#include "headrace/ops/schema.h"
 
 namespace headrace {
 namespace {
@@ -119,6 +121,14 @@ Result<std::shared_ptr<const Source>> OpenMaterializedSource(const SourceSpec& s
                                    ": a run of it needs a bounded epochs");
   }
   return std::shared_ptr<const Source>(std::move(source));
+}
+
+Status CheckMaterializedKeys(const SourceSpec& spec, const SourceKeyContext& /*context*/) {
+  if (!spec.fields.empty()) {
+    return schema::Invalid("source.fields", "source.materialized declares its own fields (its "
+                                            "materialized.json): leave source.fields empty");
+  }
+  return Status::Ok();
 }
 
 }  // namespace headrace

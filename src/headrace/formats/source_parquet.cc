@@ -5,6 +5,8 @@
 
 #include "headrace/formats/parquet_records.h"
 #include "headrace/formats/parquet_row_groups.h"
+#include "headrace/formats/source_kinds.h"
+#include "headrace/ops/schema.h"
 
 namespace headrace {
 namespace {
@@ -101,6 +103,12 @@ Result<std::shared_ptr<const Source>> OpenParquetSource(const SourceSpec& spec,
   source->mutable_info() = std::move(info);
   source->mutable_order() = std::move(order);
   return std::shared_ptr<const Source>(std::move(source));
+}
+
+Status CheckParquetKeys(const SourceSpec& spec, const SourceKeyContext& /*context*/) {
+  HR_RETURN_IF_ERROR(
+      schema::InRange<int64_t>("source.shuffle_window", spec.shuffle_window, 1, 1'000'000));
+  return schema::AtLeast<int64_t>("source.cache_bytes", spec.cache_bytes, 0);
 }
 
 }  // namespace headrace

@@ -7,6 +7,8 @@
 
 namespace headrace {
 
+struct SourceKeyContext;
+
 Result<std::shared_ptr<const Source>> OpenParquetSource(const SourceSpec& spec,
                                                         const SourceOptions& options,
                                                         std::shared_ptr<Storage> storage);
@@ -17,5 +19,9 @@ Result<std::shared_ptr<const Source>> OpenParquetSource(const SourceSpec& spec,
 // group's and at most half of the memory budget.
 int64_t RowGroupCacheBytes(const SourceSpec& spec, const SourceOptions& options,
                            const ParquetFileSet& source);
+
+// The Parquet keys' rules (source_kinds.h): source.shuffle_window (row groups) and
+// source.cache_bytes.
+Status CheckParquetKeys(const SourceSpec& spec, const SourceKeyContext& context);
 
 }  // namespace headrace

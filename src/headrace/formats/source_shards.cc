@@ -3,7 +3,9 @@
 #include <algorithm>
 
 #include "headrace/formats/shard_records.h"
+#include "headrace/formats/source_kinds.h"
 #include "headrace/io/block_cache.h"
+#include "headrace/ops/schema.h"
 
 namespace headrace {
 namespace {
@@ -164,6 +166,41 @@ Result<std::shared_ptr<const Source>> OpenShardSource(const SourceSpec& spec,
   source->mutable_order() =
       global ? OrderShape{} : OrderShape{std::move(shards.shard_samples), spec.shuffle_window};
   return std::shared_ptr<const Source>(std::move(source));
+}
+
+using schema::AtLeast;
+using schema::Got;
+using schema::InRange;
+using schema::Invalid;
+
+Status CheckShardKeys(const SourceSpec& src, const SourceKeyContext& context) {
+  HR_RETURN_IF_ERROR(CheckSourceFields(src));  // before its keys are read as extensions
+  if (Result<ShardFieldMap> fields = ShardFieldsOf(src); !fields.ok()) {
+    return fields.status();
+  }
+  HR_RETURN_IF_ERROR(InRange<int64_t>("source.shuffle_window", src.shuffle_window, 1, 1'000'000));
+  HR_RETURN_IF_ERROR(
+      InRange<int64_t>("source.block_bytes", src.block_bytes, 4096, int64_t{1} << 30));
+  HR_RETURN_IF_ERROR(AtLeast<int64_t>("source.cache_bytes", src.cache_bytes, 0));
+  // A global order's blocks are its samples (source_shards.cc checks they fit), not
+  // source.block_bytes.
+  if (src.cache_bytes > 0 && src.cache_bytes < src.block_bytes &&
+      src.shuffle_scope == ShuffleScope::kWindow) {
+    return Invalid("source.cache_bytes", "must hold at least one block (source.block_bytes " +
+                                             std::to_string(src.block_bytes) + ")" +
+                                             Got(src.cache_bytes));
+  }
+  const int64_t io = context.io_budget_bytes;
+  if (src.cache_bytes > 0 && src.cache_bytes + io >= context.memory_budget_bytes) {
+    return Invalid("source.cache_bytes",
+                   "the block cache (source.cache_bytes " + std::to_string(src.cache_bytes) +
+                       ") plus execution.io_budget_bytes (" + std::to_string(io) +
+                       ") leaves nothing of memory.budget_bytes (" +
+                       std::to_string(context.memory_budget_bytes) +
+                       ") for batches: raise memory.budget_bytes or lower source.cache_bytes "
+                       "(and source.shuffle_window)");
+  }
+  return Status::Ok();
 }
 
 }  // namespace headrace

@@ -8,6 +8,8 @@
 
 namespace headrace {
 
+struct SourceKeyContext;
+
 Result<std::shared_ptr<const Source>> OpenShardSource(const SourceSpec& spec,
                                                       const SourceOptions& options,
                                                       std::shared_ptr<Storage> storage);
@@ -16,5 +18,10 @@ Result<std::shared_ptr<const Source>> OpenShardSource(const SourceSpec& spec,
 // largest shard (kInvalidArgument naming the keys), or when 0, automatic: (window + 1) ×
 // the largest shard (four blocks unshuffled), at most every shard's bytes.
 Result<int64_t> BlockCacheBytes(const SourceSpec& spec, bool shuffle, const ShardSet& shards);
+
+// The shard keys' rules (source_kinds.h): source.fields first (their keys are read as
+// extensions), the field map, source.shuffle_window, block_bytes, and cache_bytes: at
+// least a block, and leaving memory.budget_bytes room for batches beside the I/O budget.
+Status CheckShardKeys(const SourceSpec& spec, const SourceKeyContext& context);
 
 }  // namespace headrace
