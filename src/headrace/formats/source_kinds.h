@@ -41,6 +41,10 @@ struct SourceKind {
   // The rules of its keys, run by config validation once the kind is known to be the one
   // set; messages name the key first ("source.shuffle_window: ...").
   Status (*check_keys)(const SourceSpec& spec, const SourceKeyContext& context);
+  // The rule for its own keys in a spec of another kind (SourceSpec holds every kind's
+  // keys): kInvalidArgument naming one that is set, as it applies to this kind only;
+  // null when it has no such key.
+  Status (*check_keys_unused)(const SourceSpec& spec);
   // The folder its local media must be beneath (storage.follow_symlinks off): an
   // absolute path, or "" for none. Null: the kind reads no loose media by path (shards,
   // row groups and materializations name byte ranges of the files they list).

@@ -37,4 +37,11 @@ Status CheckManifestKeys(const SourceSpec& spec, const SourceKeyContext& /*conte
                           "the JSONL manifest path (or set " + names + ")");
 }
 
+Status CheckManifestKeysUnused(const SourceSpec& spec) {
+  if (spec.records == ManifestRecordsForm::kAuto) return Status::Ok();
+  return schema::Invalid("source.records",
+                         "applies to a JSONL manifest (source.manifest) only; shards, Parquet "
+                         "and materializations keep their own index");
+}
+
 }  // namespace headrace

@@ -16,4 +16,7 @@ Result<std::shared_ptr<const Source>> OpenManifestSource(const SourceSpec& spec,
 // of a spec that sets no key, so its message names the other kinds' keys.
 Status CheckManifestKeys(const SourceSpec& spec, const SourceKeyContext& context);
 
+// source.records in a spec of another kind: it applies to a manifest only.
+Status CheckManifestKeysUnused(const SourceSpec& spec);
+
 }  // namespace headrace

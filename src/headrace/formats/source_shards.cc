@@ -203,4 +203,11 @@ Status CheckShardKeys(const SourceSpec& src, const SourceKeyContext& context) {
   return Status::Ok();
 }
 
+Status CheckShardKeysUnused(const SourceSpec& spec) {
+  if (spec.shuffle_scope == ShuffleScope::kWindow) return Status::Ok();
+  return Invalid("source.shuffle_scope",
+                 "applies to tar shards (source.shards) only; a manifest's shuffle is global "
+                 "already, Parquet's groups are its row groups");
+}
+
 }  // namespace headrace

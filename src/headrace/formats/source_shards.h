@@ -24,4 +24,7 @@ Result<int64_t> BlockCacheBytes(const SourceSpec& spec, bool shuffle, const Shar
 // least a block, and leaving memory.budget_bytes room for batches beside the I/O budget.
 Status CheckShardKeys(const SourceSpec& spec, const SourceKeyContext& context);
 
+// source.shuffle_scope in a spec of another kind: it applies to tar shards only.
+Status CheckShardKeysUnused(const SourceSpec& spec);
+
 }  // namespace headrace

@@ -126,15 +126,11 @@ static Status ValidateOneSource(const PipelineSpec& spec) {
                               OpKey(0, spec.ops[0]) + ")");
   }
   HR_RETURN_IF_ERROR(kind.check_keys(src, KeyContextOf(spec)));
-  // Keys of one kind that the flat SourceSpec holds for every kind.
-  if (src.shuffle_scope != ShuffleScope::kWindow && src.shards.empty()) {
-    return Invalid("source.shuffle_scope",
-                   "applies to tar shards (source.shards) only; a manifest's shuffle is "
-                   "global already, Parquet's groups are its row groups");
-  }
-  if (src.records != ManifestRecordsForm::kAuto && src.manifest.empty()) {
-    return Invalid("source.records", "applies to a JSONL manifest (source.manifest) only; "
-                                     "shards, Parquet and materializations keep their own index");
+  // The other kinds' own keys, which the flat SourceSpec holds too, left unset.
+  for (const SourceKind& other : SourceKinds()) {
+    if (&other != &kind && other.check_keys_unused != nullptr) {
+      HR_RETURN_IF_ERROR(other.check_keys_unused(src));
+    }
   }
   HR_RETURN_IF_ERROR(NonEmpty("source.id_field", src.id_field, "a JSON key"));
   HR_RETURN_IF_ERROR(NonEmpty("source.image_field", src.image_field, "a JSON key"));
