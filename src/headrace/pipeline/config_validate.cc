@@ -4,10 +4,9 @@
 // the key was set.
 #include "headrace/pipeline/config.h"
 
-#include <algorithm>
 #include <cstdint>
-#include <map>
 #include <string>
+#include <vector>
 
 #include "headrace/formats/source_kinds.h"
 #include "headrace/io/uri.h"
