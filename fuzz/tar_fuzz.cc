@@ -72,7 +72,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     HR_FUZZ_CHECK(reparsed.ok() && ShardIndexToJson(*reparsed) == again,
                   "accepted index does not round-trip");
   }
-  // Checked against a shard of the index's own size (shard_source.cc reads it that way):
+  // Checked against a shard of the index's own size (shard_set.cc reads it that way):
   // accepted only when every field fits where a tar puts data, so never more fields than
   // the shard has blocks.
   const Result<ShardIndex> fitted = ParseShardIndex(text, static_cast<int64_t>(size));

@@ -167,10 +167,10 @@ Engine::Engine(std::shared_ptr<const EngineInputs> inputs, EngineOptions options
       inputs_->source->storage(),
       ReadStageOptions{options_.io_inflight, options_.io_budget_bytes,
                        static_cast<int>(options_.order.batch_size), options_.trace,
-                       // A Parquet row group is fetched whole into the row-group cache,
-                       // whose own limits bound it (source.cache_bytes): it may pass the
-                       // I/O budget alone.
-                       /*fail_past_budget=*/inputs_->source->row_group_cache() == nullptr,
+                       // A read bounded by the source's cache (a Parquet row group) may
+                       // pass the I/O budget alone (formats/source.h, ReadPolicy).
+                       /*fail_past_budget=*/inputs_->source->read_policy() ==
+                           ReadPolicy::kHeldToIoBudget,
                        // A blend's entries read through their own storage (caches).
                        inputs_->source->info().entries.empty()
                            ? std::function<Storage*(int64_t)>()

@@ -475,7 +475,7 @@ bool StaysInside(std::string_view path) {
 // What materialized.json declares, checked against itself before anything is read or
 // allocated by it: folders inside the materialization, and counts that add up (every
 // dataset index is written or skipped in each set: the writer delivers every sample).
-// The counts are checked against the shards' own indexes in LoadMaterializedSource.
+// The counts are checked against the shards' own indexes in LoadMaterializedIndex.
 Status CheckDeclared(const MaterializedInfo& info, const std::string& info_uri) {
   const auto bad = [&](const std::string& field, const std::string& why) {
     return Status::InvalidArgument("source.materialized: " + info_uri + ": " + field + " " + why);
@@ -535,8 +535,8 @@ Status CheckDeclared(const MaterializedInfo& info, const std::string& info_uri) 
 
 }  // namespace
 
-Result<MaterializedSource> LoadMaterializedSource(Storage& storage, const std::string& uri) {
-  MaterializedSource source;
+Result<MaterializedIndex> LoadMaterializedIndex(Storage& storage, const std::string& uri) {
+  MaterializedIndex source;
   source.uri = uri;
   const std::string info_uri = JoinUri(uri, kMaterializedFile);
   auto text = ReadText(storage, info_uri);

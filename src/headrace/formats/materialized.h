@@ -120,7 +120,7 @@ Result<NpyRows> NpyRowsOf(std::span<const uint8_t> npy, const FieldSpec& field);
 std::string JoinUri(std::string_view base, std::string_view path);
 
 // The source read back: materialized.json and every set's shard sidecars.
-struct MaterializedSource {
+struct MaterializedIndex {
   std::string uri;
   MaterializedInfo info;
   // Per set (info.sets' order), dataset_samples records at their dataset index: the
@@ -135,7 +135,7 @@ struct MaterializedSource {
 // up (per set: its shards' samples, written + skipped = dataset_samples; the order's
 // shard_samples = dataset_samples) or that a shard's index does not hold. Nothing is
 // allocated per declared sample before those checks.
-Result<MaterializedSource> LoadMaterializedSource(Storage& storage, const std::string& uri);
+Result<MaterializedIndex> LoadMaterializedIndex(Storage& storage, const std::string& uri);
 
 // The materialized source's Fill after FillFromRecord: parses the .json member (the last media item) into the
 // sample's string attributes (field = the string's position in info.strings).

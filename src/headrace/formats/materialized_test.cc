@@ -152,11 +152,11 @@ void WriteMaterialization(const fs::path& dir) {
   WriteText(dir / "materialized.json", MaterializedInfoToJson(info));
 }
 
-TEST(LoadMaterializedSource, PlacesRecordsAtTheirIndexAndSkippedOnesFailAsBefore) {
+TEST(LoadMaterializedIndex, PlacesRecordsAtTheirIndexAndSkippedOnesFailAsBefore) {
   const fs::path dir = TempDir("load");
   WriteMaterialization(dir);
   auto storage = MakeLocalStorage();
-  auto source = LoadMaterializedSource(*storage, dir.string());
+  auto source = LoadMaterializedIndex(*storage, dir.string());
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   ASSERT_EQ(source->records.size(), 1u);
   const std::vector<SampleRecord>& records = source->records[0];
@@ -202,7 +202,7 @@ void EditInfo(const fs::path& dir, Edit edit) {
 // A configuration error (exit 2) naming the field, `what` in its message.
 void ExpectRefused(const fs::path& dir, const std::string& field, const std::string& what) {
   auto storage = MakeLocalStorage();
-  auto source = LoadMaterializedSource(*storage, dir.string());
+  auto source = LoadMaterializedIndex(*storage, dir.string());
   ASSERT_FALSE(source.ok()) << field;
   EXPECT_EQ(source.status().code(), StatusCode::kInvalidArgument) << source.status().ToString();
   EXPECT_NE(source.status().message().find(field + " "), std::string::npos)
@@ -211,7 +211,7 @@ void ExpectRefused(const fs::path& dir, const std::string& field, const std::str
       << source.status().ToString();
 }
 
-TEST(LoadMaterializedSource, CountsTheFilesDoNotHoldAreRefusedBeforeAllocatingThem) {
+TEST(LoadMaterializedIndex, CountsTheFilesDoNotHoldAreRefusedBeforeAllocatingThem) {
   // Believed, each ended in std::bad_alloc: one record per declared sample per set.
   for (const int64_t lie : {int64_t{1} << 31, int64_t{1'000'000'000'000}}) {
     const fs::path dir = TempDir("lie-" + std::to_string(lie));
@@ -238,7 +238,7 @@ TEST(LoadMaterializedSource, CountsTheFilesDoNotHoldAreRefusedBeforeAllocatingTh
   ExpectRefused(dir, "sets[0].shards[0].samples", "past dataset_samples");
 }
 
-TEST(LoadMaterializedSource, ASetFolderOutsideTheMaterializationIsRefused) {
+TEST(LoadMaterializedIndex, ASetFolderOutsideTheMaterializationIsRefused) {
   // A complete materialization at root, and another at root/inner whose set folder is
   // root's: followed, "../epoch-0" read root's shards.
   const fs::path root = TempDir("outside");
@@ -258,10 +258,10 @@ TEST(LoadMaterializedSource, ASetFolderOutsideTheMaterializationIsRefused) {
   ExpectRefused(inner, "sets[0].shards[0].shard", "is not a file name");
 }
 
-TEST(LoadMaterializedSource, AFolderWithoutMaterializedJsonIsNotFoundNamingIt) {
+TEST(LoadMaterializedIndex, AFolderWithoutMaterializedJsonIsNotFoundNamingIt) {
   const fs::path dir = TempDir("empty");
   auto storage = MakeLocalStorage();
-  auto source = LoadMaterializedSource(*storage, dir.string());
+  auto source = LoadMaterializedIndex(*storage, dir.string());
   EXPECT_EQ(source.status().code(), StatusCode::kNotFound);
   EXPECT_NE(source.status().message().find(dir.string() + " holds no materialized.json"),
             std::string::npos);

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "headrace/formats/shard_source.h"
+#include "headrace/formats/shard_set.h"
 
 namespace headrace {
 
@@ -17,7 +17,7 @@ const SampleRecord& ParquetRecords::Get(int64_t index, SampleRecord& scratch) co
 }
 
 RecordStoreMemory ParquetRecords::Memory() const {
-  return {static_cast<int64_t>(sizeof(*this) + ParquetSourceMemoryBytes(*source_)), 0};
+  return {static_cast<int64_t>(sizeof(*this) + ParquetFileSetMemoryBytes(*source_)), 0};
 }
 
 }  // namespace headrace

@@ -14,14 +14,14 @@
 #include <utility>
 
 #include "headrace/core/record_store.h"
-#include "headrace/formats/parquet_source.h"
+#include "headrace/formats/parquet_file_set.h"
 
 namespace headrace {
 
 class ParquetRecords final : public RecordStore {
  public:
-  // `source` loaded compact (LoadParquetSource(..., compact = true)).
-  explicit ParquetRecords(std::shared_ptr<const ParquetSource> source)
+  // `source` loaded compact (LoadParquetFileSet(..., compact = true)).
+  explicit ParquetRecords(std::shared_ptr<const ParquetFileSet> source)
       : source_(std::move(source)) {}
 
   int64_t size() const override { return source_->num_rows; }
@@ -29,7 +29,7 @@ class ParquetRecords final : public RecordStore {
   RecordStoreMemory Memory() const override;
 
  private:
-  std::shared_ptr<const ParquetSource> source_;
+  std::shared_ptr<const ParquetFileSet> source_;
 };
 
 }  // namespace headrace

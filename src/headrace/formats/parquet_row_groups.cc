@@ -8,7 +8,7 @@
 namespace headrace {
 
 ParquetRowGroupCache::ParquetRowGroupCache(std::shared_ptr<Storage> base,
-                                           std::shared_ptr<const ParquetSource> source,
+                                           std::shared_ptr<const ParquetFileSet> source,
                                            SourceSpec spec, int64_t capacity_bytes)
     : base_(std::move(base)),
       source_(std::move(source)),
@@ -16,7 +16,7 @@ ParquetRowGroupCache::ParquetRowGroupCache(std::shared_ptr<Storage> base,
       capacity_(std::max<int64_t>(capacity_bytes, 1)) {
   for (const ParquetFieldColumn& c : source_->columns) column_names_.push_back(c.column);
   for (size_t g = 0; g < source_->groups.size(); ++g) {
-    const ParquetSource::Group& group = source_->groups[g];
+    const ParquetFileSet::Group& group = source_->groups[g];
     const ParquetRowGroup& rg = source_->layouts[group.file].row_groups[group.row_group];
     range_to_group_.emplace(std::make_pair(source_->files[group.file], rg.offset), g);
   }
@@ -155,7 +155,7 @@ void ParquetRowGroupCache::EraseLocked(size_t group) {
 
 Result<std::shared_ptr<const ParquetRowGroupData>> ParquetRowGroupCache::Decode(
     size_t group, const Buffer& bytes) {
-  const ParquetSource::Group& g = source_->groups[group];
+  const ParquetFileSet::Group& g = source_->groups[group];
   ParquetDecodeOptions options;
   options.max_uncompressed_bytes = capacity_;
   Result<ParquetRowGroupData> data = DecodeParquetRowGroup(
@@ -174,7 +174,7 @@ Result<std::shared_ptr<const ParquetRowGroupData>> ParquetRowGroupCache::Decode(
 }
 
 Result<Buffer> ParquetRowGroupCache::Refetch(size_t group) {
-  const ParquetSource::Group& g = source_->groups[group];
+  const ParquetFileSet::Group& g = source_->groups[group];
   const ParquetRowGroup& rg = source_->layouts[g.file].row_groups[g.row_group];
   std::mutex mu;
   std::condition_variable cv;
@@ -197,7 +197,7 @@ Status ParquetRowGroupCache::Prepare(Sample& sample) {
   const size_t group = source_->GroupOf(sample.index);
   const int64_t row = sample.index - source_->groups[group].first_record;
   // The group's bytes as this sample's read delivered them (none when it was decoded):
-  // the record's first media item (parquet_source.h), which is no source field's, so it
+  // the record's first media item (parquet_file_set.h), which is no source field's, so it
   // leaves the sample's items here.
   Buffer own;
   if (!sample.media.empty() && sample.media.front().field == kRowGroupField) {

@@ -1,7 +1,7 @@
 // ParquetRowGroupCache: each Parquet row group read once and decoded once, however many
 // of its samples are in flight, within a byte bound that is part of memory.budget_bytes.
 //
-//   engine read of a record's row-group MediaRef (parquet_source.h)
+//   engine read of a record's row-group MediaRef (parquet_file_set.h)
 //      ──▶ ReadRangeAsyncGated(file, group offset, length): this cache, as the Storage
 //            absent    ─▶ gate(length) (the sample's I/O budget charge), one ranged read
 //                         of the group from the base storage; the group is Fetching
@@ -46,7 +46,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "headrace/formats/parquet_source.h"
+#include "headrace/formats/parquet_file_set.h"
 #include "headrace/io/storage.h"
 
 namespace headrace {
@@ -66,7 +66,7 @@ struct RowGroupCacheStats {
 
 class ParquetRowGroupCache final : public Storage {
  public:
-  ParquetRowGroupCache(std::shared_ptr<Storage> base, std::shared_ptr<const ParquetSource> source,
+  ParquetRowGroupCache(std::shared_ptr<Storage> base, std::shared_ptr<const ParquetFileSet> source,
                        SourceSpec spec, int64_t capacity_bytes);
   ~ParquetRowGroupCache() override;
 
@@ -125,7 +125,7 @@ class ParquetRowGroupCache final : public Storage {
   Result<Buffer> Refetch(size_t group);
 
   const std::shared_ptr<Storage> base_;
-  const std::shared_ptr<const ParquetSource> source_;
+  const std::shared_ptr<const ParquetFileSet> source_;
   const SourceSpec spec_;
   const int64_t capacity_;
   std::vector<std::string> column_names_;

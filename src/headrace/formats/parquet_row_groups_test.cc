@@ -54,15 +54,15 @@ class HeldStorage final : public Storage {
 
 struct Fixture {
   std::shared_ptr<MemoryStorage> storage = std::make_shared<MemoryStorage>();
-  std::shared_ptr<const ParquetSource> source;
+  std::shared_ptr<const ParquetFileSet> source;
   SourceSpec spec;
 
   explicit Fixture(int rows = 40, int per_group = 16) {
     storage->files["/d/a.parquet"] = WriteParquet(MakeRows(rows), per_group);
     spec.parquet = "/d/a.parquet";
-    Result<ParquetSource> loaded = LoadParquetSource(*storage, spec);
+    Result<ParquetFileSet> loaded = LoadParquetFileSet(*storage, spec);
     EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
-    source = std::make_shared<const ParquetSource>(*std::move(loaded));
+    source = std::make_shared<const ParquetFileSet>(*std::move(loaded));
   }
 };
 
@@ -82,7 +82,7 @@ Result<Buffer> ReadRecord(Storage& cache, const SampleRecord& record, int64_t* g
   return *std::move(got);
 }
 
-Status PrepareRecord(ParquetRowGroupCache& cache, const ParquetSource& source, int64_t index,
+Status PrepareRecord(ParquetRowGroupCache& cache, const ParquetFileSet& source, int64_t index,
                      Buffer bytes, Sample& sample) {
   sample.index = index;
   sample.record = &source.records[static_cast<size_t>(index)];

@@ -1,6 +1,13 @@
 #include "headrace/formats/source.h"
 
+#include "headrace/formats/source_kinds.h"
+
 namespace headrace {
+
+Source::Source(SourceSpec spec, std::shared_ptr<Storage> storage)
+    : spec_(std::move(spec)),
+      storage_(std::move(storage)),
+      read_policy_(SourceKindOf(spec_).read_policy) {}
 
 Status Source::Fill(std::vector<Buffer> media, Sample& sample) const {
   FillFromRecord(std::move(media), sample);

@@ -1,6 +1,6 @@
 // Source: one dataset format, opened once, immutable and thread-safe afterwards.
 //
-//   OpenSource(spec, options, storage)            (all_sources.cc: the kinds, in one list)
+//   OpenSource(spec, options, storage)            (source_kinds.h: the kinds, in one table)
 //     └─ a kind's Open: reads the index (a manifest, shard sidecars, Parquet footers,
 //        materialized.json), resolves the fields, sizes its cache; fails before any
 //        work, naming the key
@@ -18,8 +18,8 @@
 // from any thread. A Source outlives every engine that runs over it (they share it).
 //
 // A new format: a `source_<kind>.{h,cc}` pair with a class deriving from Source (or
-// RecordSource) and its Open, and two lines in all_sources.cc (formats/README.md has a
-// worked example). The source conformance battery (source_conformance_test.cc) then
+// RecordSource), its Open and its keys' rules, and one entry in the table of kinds
+// (source_kinds.{h,cc}; formats/README.md has a worked example). The source conformance battery (source_conformance_test.cc) then
 // checks it against the manifest form of the same data.
 #pragma once
 
@@ -76,6 +76,19 @@ struct SourceInfo {
   std::vector<std::string> entries;
 };
 
+// How a source's media reads meet the run's I/O budget (execution.io_budget_bytes, which
+// the read stage holds: exec/read_stage.h). A kind's policy is in the table of kinds
+// (source_kinds.h).
+enum class ReadPolicy {
+  // Every read is held to the budget: one that needs more than the whole budget fails
+  // its sample (a manifest's file, a shard's member or block, a materialized row).
+  kHeldToIoBudget,
+  // A read may pass the budget alone: it is fetched whole into the source's own cache,
+  // whose limit (source.cache_bytes, part of memory.budget_bytes) bounds it instead (a
+  // Parquet row group). Such reads are never split into ranges.
+  kBoundedByCache,
+};
+
 // What opening a source may depend on beyond its SourceSpec (the pipeline's keys).
 struct SourceOptions {
   bool shuffle = true;
@@ -121,10 +134,14 @@ class Source {
   // field (a shard's conversation member, a Parquet row group).
   bool values_need_reads() const { return values_need_reads_; }
   const SourceInfo& info() const { return info_; }
+  // How its reads meet the I/O budget: its kind's (source_kinds.h); a blend's is the
+  // loosest of its entries' (one read stage serves them all).
+  ReadPolicy read_policy() const { return read_policy_; }
   // A source whose samples are finished batch rows (a materialization): their layout,
   // which replaces the pipeline's chain; null for every other source.
   virtual const MaterializedInfo* materialized() const { return nullptr; }
-  // The source's caches, for the run report; null when it has none.
+  // The source's caches, for the run report; null when it has none. (What a cache means
+  // for the run is read_policy(), not whether there is one.)
   virtual const BlockCache* block_cache() const { return nullptr; }
   // A blend: the entry (index into info().entries) that dataset index `index` belongs
   // to, and the storage its reads go through; 0 and null (storage()) for any other.
@@ -133,14 +150,15 @@ class Source {
   virtual const ParquetRowGroupCache* row_group_cache() const { return nullptr; }
 
  protected:
-  Source(SourceSpec spec, std::shared_ptr<Storage> storage)
-      : spec_(std::move(spec)), storage_(std::move(storage)) {}
+  // The read policy is the kind's that `spec` names (SourceKindOf).
+  Source(SourceSpec spec, std::shared_ptr<Storage> storage);
 
   SourceSpec spec_;
   std::shared_ptr<Storage> storage_;
   OrderShape order_;
   SourceInfo info_;
   bool values_need_reads_ = false;
+  ReadPolicy read_policy_ = ReadPolicy::kHeldToIoBudget;
 };
 
 // The default Fill: media items from the record's MediaRefs (field, uri) with `media`'s
@@ -171,8 +189,8 @@ std::shared_ptr<RecordSource> MakeRecordSource(std::shared_ptr<const RecordStore
                                                std::shared_ptr<Storage> storage,
                                                SourceSpec spec = {});
 
-// Opens the source `spec` names (exactly one of manifest, shards, parquet, materialized;
-// all_sources.cc). `storage` is the base storage (local, s3://, http(s)://).
+// Opens the source `spec` names (SourceKindOf: a blend, or exactly one of the single
+// kinds' keys; source_kinds.h). `storage` is the base storage (local, s3://, http(s)://).
 Result<std::shared_ptr<const Source>> OpenSource(const SourceSpec& spec,
                                                  const SourceOptions& options,
                                                  std::shared_ptr<Storage> storage);

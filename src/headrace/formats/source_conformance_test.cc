@@ -1,7 +1,9 @@
 // The source conformance battery: every source kind, given the same data, yields the same
 // samples as the manifest (the same media bytes in each field, the same turns), declares
 // its order shape, and names its bad records by where they are. A new kind is added to
-// Kinds() below.
+// Kinds() below. (A materialization holds finished batch rows, not the manifest's
+// samples: the run battery's equivalent is tests/test_materialize.py, batches
+// byte-identical to the pipeline's.)
 #include "headrace/formats/source.h"
 
 #include <gtest/gtest.h>
@@ -97,6 +99,50 @@ SourceSpec ParquetForm() {
   return spec;
 }
 
+// A blend entry named `name` over `source`, weight 1.
+MixEntrySpec Entry(std::string name, SourceSpec source = {}) {
+  MixEntrySpec e;
+  e.name = std::move(name);
+  e.source = std::move(source);
+  return e;
+}
+
+// A blend of two entries over the same data: a manifest of the first four samples, tar
+// shards of the rest (the damaged one among them). Its index i is the manifest's i.
+SourceSpec MixForm() {
+  const fs::path dir = Dir() / "mix";
+  fs::create_directories(dir);
+  constexpr int kFirst = 4;  // entry 0's samples; entry 1 holds the rest
+  std::ofstream manifest(dir / "a.jsonl");
+  for (int i = 0; i < kFirst; ++i) {
+    const std::string name = "img" + std::to_string(i) + ".jpg";
+    std::ofstream(dir / name, std::ios::binary) << *Rows()[i].image;
+    manifest << R"({"id": "id-)" << i << R"(", "image": ")" << name
+             << R"(", "conversations": )" << Rows()[i].conversations << "}\n";
+  }
+  auto writer = TarWriter::Open((dir / "b.tar").string());
+  EXPECT_TRUE(writer.ok());
+  for (int i = kFirst; i < kSamples; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    if (i != kBad) {
+      EXPECT_TRUE((*writer)->Add(key + ".jpg", Bytes(*Rows()[i].image)).ok());
+    }
+    const std::string json = R"({"conversations": )" + Rows()[i].conversations + "}";
+    EXPECT_TRUE((*writer)->Add(key + ".json", Bytes(json)).ok());
+  }
+  EXPECT_TRUE((*writer)->Close().ok());
+  SourceSpec a;
+  a.manifest = (dir / "a.jsonl").string();
+  a.fields = Fields("image");
+  SourceSpec b;
+  b.shards = (dir / "b.tar").string();
+  b.fields = Fields("jpg");
+  b.fields[1].key = "json";
+  SourceSpec spec;
+  spec.mix = {Entry("a", a), Entry("b", b)};
+  return spec;
+}
+
 struct Kind {
   std::string name;
   std::function<SourceSpec()> spec;
@@ -109,6 +155,8 @@ std::vector<Kind> Kinds() {
       {"manifest_lines", [] { return ManifestForm(ManifestRecordsForm::kLines); }, {}},
       {"shards", ShardForm, {4, 3}},
       {"parquet", ParquetForm, {3, 3, 1}},
+      // Its order is the blend's (order().blend), not groups of its own.
+      {"mix", MixForm, {}},
   };
 }
 

@@ -1,14 +1,16 @@
 #include "headrace/formats/source_materialized.h"
 
-#include "headrace/formats/shard_source.h"  // RecordsHeapBytes
+#include "headrace/formats/shard_set.h"  // RecordsHeapBytes
+#include "headrace/formats/source_kinds.h"
+#include "headrace/ops/schema.h"
 
 namespace headrace {
 namespace {
 
-class MaterializedSetSource final : public Source {
+class MaterializedSource final : public Source {
  public:
-  MaterializedSetSource(const SourceSpec& spec, std::shared_ptr<Storage> storage,
-                        MaterializedSource index, std::optional<int64_t> epochs)
+  MaterializedSource(const SourceSpec& spec, std::shared_ptr<Storage> storage,
+                        MaterializedIndex index, std::optional<int64_t> epochs)
       : Source(spec, std::move(storage)),
         uri_(std::move(index.uri)),
         info_json_(std::move(index.info)) {
@@ -99,14 +101,14 @@ class MaterializedSetSource final : public Source {
 Result<std::shared_ptr<const Source>> OpenMaterializedSource(const SourceSpec& spec,
                                                              const SourceOptions& options,
                                                              std::shared_ptr<Storage> storage) {
-  HR_ASSIGN_OR_RETURN(MaterializedSource index,
-                      LoadMaterializedSource(*storage, spec.materialized));
+  HR_ASSIGN_OR_RETURN(MaterializedIndex index,
+                      LoadMaterializedIndex(*storage, spec.materialized));
   if (index.records.empty()) {
     return Status::InvalidArgument("source.materialized: " + spec.materialized + " holds no set");
   }
   const uint64_t seed = index.info.seed;
   const bool per_epoch = index.info.per_epoch();
-  auto source = std::make_shared<MaterializedSetSource>(spec, std::move(storage),
+  auto source = std::make_shared<MaterializedSource>(spec, std::move(storage),
                                                         std::move(index), options.epochs);
   if (per_epoch && options.seed != seed) {
     return Status::InvalidArgument("seed: " + source->Why() + " with seed " +
@@ -119,6 +121,14 @@ Result<std::shared_ptr<const Source>> OpenMaterializedSource(const SourceSpec& s
                                    ": a run of it needs a bounded epochs");
   }
   return std::shared_ptr<const Source>(std::move(source));
+}
+
+Status CheckMaterializedKeys(const SourceSpec& spec, const SourceKeyContext& /*context*/) {
+  if (!spec.fields.empty()) {
+    return schema::Invalid("source.fields", "source.materialized declares its own fields (its "
+                                            "materialized.json): leave source.fields empty");
+  }
+  return Status::Ok();
 }
 
 }  // namespace headrace

@@ -2,6 +2,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <optional>
+
+#include "headrace/formats/source_kinds.h"
+#include "headrace/ops/schema.h"
 
 namespace headrace {
 
@@ -58,6 +63,11 @@ class MixSource final : public Source {
     }
     total_ = first;
     source_field_ = static_cast<int>(SourceFieldsOf(entries_.front()->spec()).size());
+    // One read stage serves every entry: a read may pass the I/O budget when any
+    // entry's may (a Parquet entry's row group).
+    for (const auto& e : entries_) {
+      if (e->read_policy() == ReadPolicy::kBoundedByCache) read_policy_ = ReadPolicy::kBoundedByCache;
+    }
   }
 
   const RecordStore& records(int64_t /*epoch*/) const override { return records_; }
@@ -214,6 +224,93 @@ Result<std::shared_ptr<const Source>> OpenMixSource(const SourceSpec& spec,
   mix->mutable_order().blend = std::move(blend);
   mix->set_values_need_reads(needs_reads);
   return std::shared_ptr<const Source>(std::move(mix));
+}
+
+using schema::AtLeast;
+using schema::Got;
+using schema::Invalid;
+using schema::NonEmpty;
+using schema::Probability;
+
+Status CheckMixKeys(const SourceSpec& src, const SourceKeyContext& context) {
+  bool beside = !src.fields.empty();
+  for (const SourceKind& kind : SourceKinds()) beside = beside || (!kind.blend && kind.selected(src));
+  if (beside) {
+    return Invalid("source.mix", "is a source of its own: give manifest, shards, parquet and "
+                                 "fields inside each entry, not beside the list");
+  }
+  if (src.until == BlendUntil::kSamples) {
+    HR_RETURN_IF_ERROR(AtLeast<int64_t>("source.samples", src.samples, 1));
+  } else if (src.samples != 0) {
+    return Invalid("source.samples", "applies with source.until: samples" + Got(src.samples));
+  }
+  std::map<std::string, size_t> names;
+  for (size_t i = 0; i < src.mix.size(); ++i) {
+    const MixEntrySpec& e = src.mix[i];
+    const std::string p = "source.mix[" + std::to_string(i) + "]";
+    HR_RETURN_IF_ERROR(NonEmpty(p + ".name", e.name, "the entry's name (its samples' `source`)"));
+    if (const auto [it, fresh] = names.emplace(e.name, i); !fresh) {
+      return Invalid(p + ".name", "'" + e.name + "' is also source.mix[" +
+                                      std::to_string(it->second) +
+                                      "].name: entry names must be unique");
+    }
+    if (!(e.weight > 0 && e.weight < 1e300)) {
+      return Invalid(p + ".weight", "must be a number > 0" + Got(e.weight));
+    }
+    if (!(e.repeat > 0 && e.repeat < 1e9)) {
+      return Invalid(p + ".repeat", "must be a number > 0" + Got(e.repeat));
+    }
+    if (src.until != BlendUntil::kEpochized && e.repeat != 1) {
+      return Invalid(p + ".repeat", "applies with source.until: epochized (weights are then "
+                                    "the reads each entry gets)" + Got(e.repeat));
+    }
+    if (e.max_error_rate) {
+      HR_RETURN_IF_ERROR(Probability(p + ".max_error_rate", *e.max_error_rate));
+    }
+    for (const SourceKind& kind : SourceKinds()) {
+      if (!kind.not_a_blend_entry.empty() && kind.selected(e.source)) {
+        return Invalid(p + "." + std::string(kind.key), kind.not_a_blend_entry);
+      }
+    }
+    for (const SourceFieldSpec& f : e.source.fields) {
+      if (f.name == kMixSourceField) {
+        return Invalid(p + ".fields", "'source' is the mix's own field (each sample's entry "
+                                      "name): rename the field");
+      }
+    }
+    if (!context.check_entry) continue;
+    if (Status st = context.check_entry(e.source); !st.ok()) {
+      std::string message = st.message();
+      if (message.rfind("source.", 0) == 0) message = p + message.substr(6);
+      return Status(st.code(), message);
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::string> MixMediaRoot(const SourceSpec& src) {
+  std::optional<std::string> common;
+  for (const MixEntrySpec& e : src.mix) {
+    const SourceKind& kind = SourceKindOf(e.source);
+    if (kind.media_root == nullptr) continue;
+    HR_ASSIGN_OR_RETURN(std::string root, kind.media_root(e.source));
+    if (root.empty() || root.front() != '/') return std::string();
+    if (!common) {
+      common = root;
+      continue;
+    }
+    size_t n = 0;
+    while (n < common->size() && n < root.size() && (*common)[n] == root[n]) ++n;
+    // Back to a whole folder name ("/data/ab" and "/data/abc" share "/data").
+    const auto boundary = [n](const std::string& p) { return n == p.size() || p[n] == '/'; };
+    const bool whole = boundary(*common) && boundary(root);
+    common->resize(n);
+    if (!whole) {
+      const size_t slash = common->rfind('/');
+      common->resize(slash == std::string::npos ? 0 : std::max<size_t>(slash, 1));
+    }
+  }
+  return common.value_or(std::string());
 }
 
 }  // namespace headrace

@@ -25,8 +25,21 @@
 
 namespace headrace {
 
+struct SourceKeyContext;
+
 Result<std::shared_ptr<const Source>> OpenMixSource(const SourceSpec& spec,
                                                     const SourceOptions& options,
                                                     std::shared_ptr<Storage> storage);
+
+// The blend's key rules (source_kinds.h): no single kind's key or fields beside the list,
+// source.samples with until: samples only, each entry named (uniquely), weighted, of a
+// kind that may be an entry, without a field named `source`, and its own keys valid
+// (context.check_entry; its messages then name "source.mix[i].<key>"). source.until is
+// config validation's (its names are the config schema's).
+Status CheckMixKeys(const SourceSpec& spec, const SourceKeyContext& context);
+
+// The folder local media must be beneath: the deepest folder above each entry's media
+// root (source_kinds.h), "" when some entry's root is not local or no entry has one.
+Result<std::string> MixMediaRoot(const SourceSpec& spec);
 
 }  // namespace headrace

@@ -5,13 +5,15 @@
 
 #include "headrace/formats/parquet_records.h"
 #include "headrace/formats/parquet_row_groups.h"
+#include "headrace/formats/source_kinds.h"
+#include "headrace/ops/schema.h"
 
 namespace headrace {
 namespace {
 
-class ParquetFileSource final : public RecordSource {
+class ParquetSource final : public RecordSource {
  public:
-  ParquetFileSource(const SourceSpec& spec, std::shared_ptr<ParquetRowGroupCache> cache,
+  ParquetSource(const SourceSpec& spec, std::shared_ptr<ParquetRowGroupCache> cache,
                     std::shared_ptr<const RecordStore> records)
       : RecordSource(spec, cache, {std::move(records)}), cache_(std::move(cache)) {
     set_values_need_reads(true);  // a row's cells come with its row group's read
@@ -30,12 +32,12 @@ class ParquetFileSource final : public RecordSource {
 }  // namespace
 
 int64_t RowGroupCacheBytes(const SourceSpec& src, const SourceOptions& options,
-                           const ParquetSource& source) {
+                           const ParquetFileSet& source) {
   int64_t largest = 0;  // what one group holds at most: its bytes, then its cells
   int64_t total = 0;
   int64_t fewest_rows = std::numeric_limits<int64_t>::max();
   for (size_t g = 0; g < source.groups.size(); ++g) {
-    const ParquetSource::Group& group = source.groups[g];
+    const ParquetFileSet::Group& group = source.groups[g];
     const ParquetRowGroup& rg = source.layouts[group.file].row_groups[group.row_group];
     // A decoded cell costs its bytes plus its slot (ParquetValue).
     const int64_t held =
@@ -70,8 +72,8 @@ Result<std::shared_ptr<const Source>> OpenParquetSource(const SourceSpec& spec,
   // is checked against that before anything is sized by it.
   const int64_t max_group_bytes =
       spec.cache_bytes > 0 ? spec.cache_bytes : options.memory_budget_bytes / 2;
-  HR_ASSIGN_OR_RETURN(ParquetSource parquet,
-                      LoadParquetSource(*storage, spec, /*compact=*/true, max_group_bytes));
+  HR_ASSIGN_OR_RETURN(ParquetFileSet parquet,
+                      LoadParquetFileSet(*storage, spec, /*compact=*/true, max_group_bytes));
   if (options.fail_on_bad_shard && !parquet.bad_files.empty()) {
     const Status& first = parquet.bad_files.front().status;
     return Status::CorruptData("source.parquet: " + first.message() +
@@ -90,17 +92,23 @@ Result<std::shared_ptr<const Source>> OpenParquetSource(const SourceSpec& spec,
   info.path = spec.parquet;
   info.bad_records = parquet.bad_records;
   info.bad_shards = parquet.bad_files;
-  info.heap_bytes = static_cast<int64_t>(ParquetSourceMemoryBytes(parquet));
+  info.heap_bytes = static_cast<int64_t>(ParquetFileSetMemoryBytes(parquet));
   info.cache_bytes = cache_bytes;
   OrderShape order{parquet.group_rows, spec.shuffle_window};
-  auto loaded = std::make_shared<const ParquetSource>(std::move(parquet));
+  auto loaded = std::make_shared<const ParquetFileSet>(std::move(parquet));
   auto records = std::make_shared<ParquetRecords>(loaded);
   auto cache = std::make_shared<ParquetRowGroupCache>(std::move(storage), std::move(loaded),
                                                       spec, cache_bytes);
-  auto source = std::make_shared<ParquetFileSource>(resolved, std::move(cache), std::move(records));
+  auto source = std::make_shared<ParquetSource>(resolved, std::move(cache), std::move(records));
   source->mutable_info() = std::move(info);
   source->mutable_order() = std::move(order);
   return std::shared_ptr<const Source>(std::move(source));
+}
+
+Status CheckParquetKeys(const SourceSpec& spec, const SourceKeyContext& /*context*/) {
+  HR_RETURN_IF_ERROR(
+      schema::InRange<int64_t>("source.shuffle_window", spec.shuffle_window, 1, 1'000'000));
+  return schema::AtLeast<int64_t>("source.cache_bytes", spec.cache_bytes, 0);
 }
 
 }  // namespace headrace

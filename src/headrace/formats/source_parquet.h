@@ -2,10 +2,12 @@
 // decoded once through a cache (parquet_row_groups.h) that is part of the memory budget.
 #pragma once
 
-#include "headrace/formats/parquet_source.h"
+#include "headrace/formats/parquet_file_set.h"
 #include "headrace/formats/source.h"
 
 namespace headrace {
+
+struct SourceKeyContext;
 
 Result<std::shared_ptr<const Source>> OpenParquetSource(const SourceSpec& spec,
                                                         const SourceOptions& options,
@@ -16,6 +18,10 @@ Result<std::shared_ptr<const Source>> OpenParquetSource(const SourceSpec& spec,
 // when shuffled) × the largest group (its bytes or its decoded cells), at most every
 // group's and at most half of the memory budget.
 int64_t RowGroupCacheBytes(const SourceSpec& spec, const SourceOptions& options,
-                           const ParquetSource& source);
+                           const ParquetFileSet& source);
+
+// The Parquet keys' rules (source_kinds.h): source.shuffle_window (row groups) and
+// source.cache_bytes.
+Status CheckParquetKeys(const SourceSpec& spec, const SourceKeyContext& context);
 
 }  // namespace headrace

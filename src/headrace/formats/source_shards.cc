@@ -3,14 +3,16 @@
 #include <algorithm>
 
 #include "headrace/formats/shard_records.h"
+#include "headrace/formats/source_kinds.h"
 #include "headrace/io/block_cache.h"
+#include "headrace/ops/schema.h"
 
 namespace headrace {
 namespace {
 
-class TarShardSource final : public RecordSource {
+class ShardSource final : public RecordSource {
  public:
-  TarShardSource(const SourceSpec& spec, std::shared_ptr<BlockCache> cache,
+  ShardSource(const SourceSpec& spec, std::shared_ptr<BlockCache> cache,
                  std::shared_ptr<const RecordStore> records, ShardFieldMap map)
       : RecordSource(spec, cache, {std::move(records)}),
         cache_(std::move(cache)),
@@ -37,7 +39,7 @@ struct SampleBlocks {
   int64_t blocks = 0;
 };
 
-SampleBlocks SampleBlocksOf(const ShardRecords& records, const ShardSource& shards) {
+SampleBlocks SampleBlocksOf(const ShardRecords& records, const ShardSet& shards) {
   SampleBlocks out;
   out.starts.resize(shards.shards.size());
   for (size_t i = 0; i < shards.shards.size(); ++i) {
@@ -79,7 +81,7 @@ Result<int64_t> SampleBlockCacheBytes(const SourceSpec& src, const SourceOptions
 
 }  // namespace
 
-Result<int64_t> BlockCacheBytes(const SourceSpec& src, bool shuffle, const ShardSource& shards) {
+Result<int64_t> BlockCacheBytes(const SourceSpec& src, bool shuffle, const ShardSet& shards) {
   const int64_t block = src.block_bytes;
   // A shard's blocks hold exactly its bytes: the last block is cut at its size.
   int64_t largest = 0;
@@ -117,7 +119,7 @@ Result<std::shared_ptr<const Source>> OpenShardSource(const SourceSpec& spec,
                                                       std::shared_ptr<Storage> storage) {
   // The records compact (~70 bytes a sample, not ~400), each built when its batch starts.
   auto compact = std::make_shared<ShardRecords>();
-  HR_ASSIGN_OR_RETURN(ShardSource shards, LoadShardSource(*storage, spec, compact.get()));
+  HR_ASSIGN_OR_RETURN(ShardSet shards, LoadShardSet(*storage, spec, compact.get()));
   if (options.fail_on_bad_shard && !shards.bad_shards.empty()) {
     const Status& first = shards.bad_shards.front().status;
     return Status::CorruptData("source.shards: " + first.message() +
@@ -142,9 +144,9 @@ Result<std::shared_ptr<const Source>> OpenShardSource(const SourceSpec& spec,
       cache->SetObjectSize(shards.shards[i], shards.shard_bytes[i]);
     }
   }
-  const int64_t heap_bytes = static_cast<int64_t>(ShardSourceMemoryBytes(shards)) +
+  const int64_t heap_bytes = static_cast<int64_t>(ShardSetMemoryBytes(shards)) +
                              compact->Memory().heap_bytes + layout_bytes;
-  auto source = std::make_shared<TarShardSource>(spec, std::move(cache), std::move(compact),
+  auto source = std::make_shared<ShardSource>(spec, std::move(cache), std::move(compact),
                                                  std::move(shards.map));
   SourceInfo& info = source->mutable_info();
   info.description = "shards " + spec.shards + " (" + std::to_string(shards.shards.size()) +
@@ -164,6 +166,48 @@ Result<std::shared_ptr<const Source>> OpenShardSource(const SourceSpec& spec,
   source->mutable_order() =
       global ? OrderShape{} : OrderShape{std::move(shards.shard_samples), spec.shuffle_window};
   return std::shared_ptr<const Source>(std::move(source));
+}
+
+using schema::AtLeast;
+using schema::Got;
+using schema::InRange;
+using schema::Invalid;
+
+Status CheckShardKeys(const SourceSpec& src, const SourceKeyContext& context) {
+  HR_RETURN_IF_ERROR(CheckSourceFields(src));  // before its keys are read as extensions
+  if (Result<ShardFieldMap> fields = ShardFieldsOf(src); !fields.ok()) {
+    return fields.status();
+  }
+  HR_RETURN_IF_ERROR(InRange<int64_t>("source.shuffle_window", src.shuffle_window, 1, 1'000'000));
+  HR_RETURN_IF_ERROR(
+      InRange<int64_t>("source.block_bytes", src.block_bytes, 4096, int64_t{1} << 30));
+  HR_RETURN_IF_ERROR(AtLeast<int64_t>("source.cache_bytes", src.cache_bytes, 0));
+  // A global order's blocks are its samples (source_shards.cc checks they fit), not
+  // source.block_bytes.
+  if (src.cache_bytes > 0 && src.cache_bytes < src.block_bytes &&
+      src.shuffle_scope == ShuffleScope::kWindow) {
+    return Invalid("source.cache_bytes", "must hold at least one block (source.block_bytes " +
+                                             std::to_string(src.block_bytes) + ")" +
+                                             Got(src.cache_bytes));
+  }
+  const int64_t io = context.io_budget_bytes;
+  if (src.cache_bytes > 0 && src.cache_bytes + io >= context.memory_budget_bytes) {
+    return Invalid("source.cache_bytes",
+                   "the block cache (source.cache_bytes " + std::to_string(src.cache_bytes) +
+                       ") plus execution.io_budget_bytes (" + std::to_string(io) +
+                       ") leaves nothing of memory.budget_bytes (" +
+                       std::to_string(context.memory_budget_bytes) +
+                       ") for batches: raise memory.budget_bytes or lower source.cache_bytes "
+                       "(and source.shuffle_window)");
+  }
+  return Status::Ok();
+}
+
+Status CheckShardKeysUnused(const SourceSpec& spec) {
+  if (spec.shuffle_scope == ShuffleScope::kWindow) return Status::Ok();
+  return Invalid("source.shuffle_scope",
+                 "applies to tar shards (source.shards) only; a manifest's shuffle is global "
+                 "already, Parquet's groups are its row groups");
 }
 
 }  // namespace headrace

@@ -96,19 +96,19 @@ struct SourceSpec {
 
   // WebDataset tar shards instead of a manifest (exactly one of the two is set): a local
   // path or a storage URI with brace ranges ("s3://b/train/shard-{000000..000999}.tar")
-  // and, for local paths, globs. See formats/shard_source.h.
+  // and, for local paths, globs. See formats/shard_set.h.
   std::string shards;
-  // Parquet files instead of a manifest (formats/parquet_source.h): a local path or a
+  // Parquet files instead of a manifest (formats/parquet_file_set.h): a local path or a
   // storage URI with brace ranges and, for local paths, globs, as `shards`. Row groups are
   // the groups of the shuffle (shuffle_window); `fields` maps columns (a field's key is
-  // its column) or, when empty, the defaults of parquet_source.h; cache_bytes sizes the
+  // its column) or, when empty, the defaults of parquet_file_set.h; cache_bytes sizes the
   // decoded row-group cache.
   std::string parquet;
   // A materialization instead of a manifest (formats/materialized.h): the folder or URI
   // `headrace materialize --to` wrote. Its samples are preprocessed already, so the
   // pipeline's ops must be empty; seed, shuffle, batch and epochs still apply.
   std::string materialized;
-  // Which tar members feed which field (ParseShardFields in formats/shard_source.h): the
+  // Which tar members feed which field (ParseShardFields in formats/shard_set.h): the
   // shorthand of `fields` for shards, exclusive with it (giving both is a configuration
   // error). The default gives the manifest's two fields (SourceFieldsOf); more, e.g.
   // "text?=txt", are read with the sample but not collated into the batch (declare them

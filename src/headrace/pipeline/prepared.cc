@@ -5,7 +5,7 @@
 
 #include "headrace/exec/blend_order.h"
 #include "headrace/exec/batch_formers.h"
-#include "headrace/formats/manifest.h"
+#include "headrace/formats/source_kinds.h"
 #include "headrace/io/object_storage.h"
 #include "headrace/pipeline/config.h"
 #include "headrace/pipeline/loader.h"
@@ -15,37 +15,13 @@
 namespace headrace {
 namespace {
 
-// The folder local media must be beneath: a manifest's root; for a blend, the deepest
-// folder above each manifest entry's root ("" when some entry's root is not local or
-// there is no manifest entry); "" for other sources.
+// The folder local media must be beneath: the kind's media root (formats/source_kinds.h:
+// a manifest's root; a blend's, the deepest folder above its entries'); "" for a kind
+// that reads no loose media by path.
 Result<std::string> LocalMediaRoot(const SourceSpec& src) {
-  if (src.mix.empty()) {
-    if (!src.shards.empty() || !src.parquet.empty() || !src.materialized.empty()) {
-      return std::string();
-    }
-    return ManifestRoot(src);
-  }
-  std::optional<std::string> common;
-  for (const MixEntrySpec& e : src.mix) {
-    if (!e.source.shards.empty() || !e.source.parquet.empty()) continue;
-    HR_ASSIGN_OR_RETURN(std::string root, ManifestRoot(e.source));
-    if (root.empty() || root.front() != '/') return std::string();
-    if (!common) {
-      common = root;
-      continue;
-    }
-    size_t n = 0;
-    while (n < common->size() && n < root.size() && (*common)[n] == root[n]) ++n;
-    // Back to a whole folder name ("/data/ab" and "/data/abc" share "/data").
-    const auto boundary = [n](const std::string& p) { return n == p.size() || p[n] == '/'; };
-    const bool whole = boundary(*common) && boundary(root);
-    common->resize(n);
-    if (!whole) {
-      const size_t slash = common->rfind('/');
-      common->resize(slash == std::string::npos ? 0 : std::max<size_t>(slash, 1));
-    }
-  }
-  return common.value_or(std::string());
+  const SourceKind& kind = SourceKindOf(src);
+  if (kind.media_root == nullptr) return std::string();
+  return kind.media_root(src);
 }
 
 // The storage a spec reads through when the caller gives none: local paths, s3:// and
@@ -74,7 +50,7 @@ Status BudgetTooSmall(const PipelineSpec& spec, const Source& source, int64_t io
   const std::string budget = std::to_string(spec.memory.budget_bytes);
   const std::string cache = std::to_string(source.info().cache_bytes);
   const std::string io = std::to_string(io_budget);
-  if (source.row_group_cache() != nullptr) {
+  if (source.read_policy() == ReadPolicy::kBoundedByCache) {  // a Parquet row-group cache
     return Status::InvalidArgument(
         "memory.budget_bytes (" + budget + ") cannot hold the Parquet row-group cache (" + cache +
         " bytes: source.cache_bytes) plus execution.io_budget_bytes (" + io +
@@ -174,8 +150,9 @@ Result<std::shared_ptr<const PreparedPipeline>> PreparedPipeline::Make(
   in->fields = std::move(plan.fields);
   in->batch_ops = std::move(plan.batch_ops);
   in->reads_media = plan.reads_media || source->values_need_reads();
-  // Sources whose samples come with their reads (shard members, row groups) read whole.
-  if (!source->values_need_reads() && source->row_group_cache() == nullptr) {
+  // Sources whose samples come with their reads (shard members, row groups), and reads
+  // bounded by a cache rather than the budget, read whole.
+  if (!source->values_need_reads() && source->read_policy() == ReadPolicy::kHeldToIoBudget) {
     in->ranged_fields = std::move(plan.ranged_fields);
   }
   in->strings = std::move(plan.strings);

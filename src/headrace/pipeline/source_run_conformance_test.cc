@@ -88,6 +88,23 @@ SourceSpec GlobalShards() {
   return spec;
 }
 
+// A blend entry named `name` over `source`, weight 1.
+MixEntrySpec Entry(std::string name, SourceSpec source = {}) {
+  MixEntrySpec e;
+  e.name = std::move(name);
+  e.source = std::move(source);
+  return e;
+}
+
+// A blend of one entry, the shards above: unshuffled, its one part reads its samples in
+// order (exec/blend_order.h), so its batches are the manifest's; shuffled, the part's
+// own seeded order. Its batches carry each sample's entry name too (`source`).
+SourceSpec MixOfShards() {
+  SourceSpec spec;
+  spec.mix = {Entry("shards", Shards())};
+  return spec;
+}
+
 struct Kind {
   std::string name;
   std::function<SourceSpec()> source;
@@ -98,15 +115,18 @@ std::vector<Kind> Kinds() {
   return {{"manifest", Manifest},
           {"shards", Shards},
           {"shards_global", GlobalShards},
-          {"parquet", Parquet, false}};
+          {"parquet", Parquet, false},
+          {"mix", MixOfShards}};
 }
 
 PipelineSpec Spec(const Kind& kind, bool shuffle) {
   PipelineSpec spec = test::IndexPipeline(Dir("unused-manifest"), 1);
   spec.source = kind.source();
-  spec.source.fields = {SourceFieldSpec{"score", FieldKind::kFloat, "score", 0, true}};
+  // A blend's entries carry their own keys.
+  SourceSpec& one = spec.source.mix.empty() ? spec.source : spec.source.mix.front().source;
+  one.fields = {SourceFieldSpec{"score", FieldKind::kFloat, "score", 0, true}};
   spec.shuffle = shuffle;
-  spec.source.shuffle_window = 2;
+  one.shuffle_window = 2;
   spec.batch.size = 2;
   spec.epochs = 2;
   spec.errors.max_error_rate = 0.5;

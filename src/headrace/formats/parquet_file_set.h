@@ -82,7 +82,7 @@ inline constexpr int kRowGroupField = -1;
 // A column read from each row group at run time, and the field it feeds.
 struct ParquetFieldColumn {
   std::string column;
-  int field = 0;  // index into ParquetSource::fields
+  int field = 0;  // index into ParquetFileSet::fields
   FieldKind kind = FieldKind::kImage;
   ParquetColumnKind column_kind = ParquetColumnKind::kBytes;  // of its items, for a list
   bool list = false;   // a list column, feeding a list field
@@ -90,7 +90,7 @@ struct ParquetFieldColumn {
   bool required = false;
 };
 
-struct ParquetSource {
+struct ParquetFileSet {
   std::vector<std::string> files;      // URIs, in dataset order
   std::vector<ParquetLayout> layouts;  // per file
   // The resolved fields (defaults filled in, key = column): what the planner sees.
@@ -125,7 +125,7 @@ struct ParquetSource {
   // Files skipped whole (no row groups, no rows; source.h): a footer that does not parse
   // or does not fit the file (lengths, page offsets, row counts that add up to more than
   // the column chunks hold), a row group whose declared rows could never be decoded
-  // within the cache (LoadParquetSource's max_group_bytes), a path column that does not
+  // within the cache (LoadParquetFileSet's max_group_bytes), a path column that does not
   // decode.
   std::vector<BadShard> bad_files;
   // Load-time reads: footers (tail reads, size probes included) and row groups read for
@@ -148,14 +148,14 @@ Result<std::vector<SourceFieldSpec>> ResolveParquetFields(const SourceSpec& spec
 // records (`records` stays empty). `max_group_bytes` > 0: the most a decoded row group
 // may hold (the row-group cache's bound); a file with a row group whose declared rows'
 // cells alone exceed it is skipped (bad_files) before anything is sized by them.
-Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec,
+Result<ParquetFileSet> LoadParquetFileSet(Storage& storage, const SourceSpec& spec,
                                         bool compact = false, int64_t max_group_bytes = 0);
 
 // The record of row `index` as the loader makes it before its path media: id and
 // location "<file>#row N", line N + 1, and the row group's range as its first media
 // item when the source decodes columns from it. `with_paths`: then the row's path media
 // kept compact (path_items), as a good row's record has them after.
-void MakeParquetRecord(const ParquetSource& source, int64_t index, SampleRecord& record,
+void MakeParquetRecord(const ParquetFileSet& source, int64_t index, SampleRecord& record,
                        bool with_paths = false);
 
 // A file's layout from its tail: its size (a gated read refused at the size), then one
@@ -168,7 +168,7 @@ Result<ParquetLayout> ReadParquetFooter(Storage& storage, const std::string& uri
 // `sample`: media cells into its media items, text and scalars into its attributes, a
 // conversation into its turns (owned by sample.parsed). Per-sample errors as above, naming the
 // record's location.
-Status FillSampleFromRowGroup(const ParquetSource& source, const SourceSpec& spec,
+Status FillSampleFromRowGroup(const ParquetFileSet& source, const SourceSpec& spec,
                               const ParquetRowGroupData& data, int64_t row, Sample& sample);
 
 // Parses a conversation cell: a JSON array of turns, or an object holding one under
@@ -176,6 +176,6 @@ Status FillSampleFromRowGroup(const ParquetSource& source, const SourceSpec& spe
 Result<std::vector<Turn>> ParseConversationCell(std::string_view json, const SourceSpec& spec);
 
 // The bytes the source's records hold, for the run report (as ManifestMemoryBytes).
-size_t ParquetSourceMemoryBytes(const ParquetSource& source);
+size_t ParquetFileSetMemoryBytes(const ParquetFileSet& source);
 
 }  // namespace headrace

@@ -1,4 +1,4 @@
-#include "headrace/formats/shard_source.h"
+#include "headrace/formats/shard_set.h"
 
 #include <glob.h>
 #include <simdjson.h>
@@ -354,7 +354,7 @@ Status FillShardRecord(const std::string& shard_uri, const TarSample& s, const S
 }  // namespace
 
 void AppendShardRecords(const std::string& shard_uri, std::span<const TarSample> samples,
-                        const ShardFieldMap& map, ShardSource& out) {
+                        const ShardFieldMap& map, ShardSet& out) {
   for (const TarSample& s : samples) {
     SampleRecord& record = out.records.emplace_back();
     record.id = s.key;
@@ -452,7 +452,7 @@ Result<std::vector<TarSample>> IndexedSamples(const Buffer& bytes, int64_t shard
 // (out.bad_shards); a missing one fails the load (a pattern naming shards that are not
 // there is a configuration error).
 Status LoadShards(Storage& storage, const std::vector<std::string>& shards,
-                  const ShardFieldMap& map, ShardSource& out, ShardRecords* compact) {
+                  const ShardFieldMap& map, ShardSet& out, ShardRecords* compact) {
   const size_t n = shards.size();
   // At most 256 reads in flight: an object store's connections, not a million.
   constexpr size_t kWindow = 256;
@@ -548,10 +548,10 @@ Status LoadShards(Storage& storage, const std::vector<std::string>& shards,
 
 }  // namespace
 
-Result<ShardSource> LoadShardSource(Storage& storage, const SourceSpec& spec,
+Result<ShardSet> LoadShardSet(Storage& storage, const SourceSpec& spec,
                                     ShardRecords* compact) {
   HR_ASSIGN_OR_RETURN(const ShardFieldMap map, ShardFieldsOf(spec));
-  ShardSource out;
+  ShardSet out;
   out.map = map;
   HR_ASSIGN_OR_RETURN(out.shards, ExpandShardPattern(spec.shards));
   out.fields = map.fields;
@@ -673,8 +673,8 @@ size_t RecordsHeapBytes(const std::vector<SampleRecord>& records) {
   return bytes;
 }
 
-size_t ShardSourceMemoryBytes(const ShardSource& source) {
-  size_t bytes = sizeof(ShardSource) + source.records.capacity() * sizeof(SampleRecord);
+size_t ShardSetMemoryBytes(const ShardSet& source) {
+  size_t bytes = sizeof(ShardSet) + source.records.capacity() * sizeof(SampleRecord);
   for (const std::string& s : source.shards) bytes += s.capacity() + 1;
   return bytes + RecordsHeapBytes(source.records);
 }

@@ -27,7 +27,7 @@
 // Errors. Load-time (the run does not start): a pattern with a bad brace range, a glob
 // under s3:// or http(s):// (no listing there: use a brace range), a pattern that matches
 // nothing, a shard whose tar does not exist (kNotFound naming it), every shard
-// unreadable. A shard skipped whole (ShardSource::bad_shards, no records; source.h
+// unreadable. A shard skipped whole (ShardSet::bad_shards, no records; source.h
 // BadShard): an index that does not parse, of another format or version, larger than its
 // shard can need (MaxShardIndexBytes: refused before it is read), or that does not fit
 // the tar (ParseShardIndex with the tar's size: its `bytes`, its fields' blocks and
@@ -98,7 +98,7 @@ Result<ShardFieldMap> ShardFieldsOf(const SourceSpec& spec);
 // of the groups' sizes before any name is made).
 Result<std::vector<std::string>> ExpandShardPattern(std::string_view pattern);
 
-struct ShardSource {
+struct ShardSet {
   std::vector<std::string> shards;    // URIs, in dataset order
   std::vector<int64_t> shard_samples;  // records per shard (bad ones included)
   std::vector<int64_t> shard_bytes;    // each tar's size
@@ -123,12 +123,12 @@ std::vector<Result<Buffer>> ReadConcurrently(
 // Loads spec.shards (see the header comment). Index reads run concurrently. With
 // `compact`, each shard's records go there as soon as they are made (formats/
 // shard_records.h: ~70 bytes a sample instead of ~400) and `records` stays empty.
-Result<ShardSource> LoadShardSource(Storage& storage, const SourceSpec& spec,
+Result<ShardSet> LoadShardSet(Storage& storage, const SourceSpec& spec,
                                     ShardRecords* compact = nullptr);
 
-// The records of one shard from its members' grouping, for LoadShardSource and tests.
+// The records of one shard from its members' grouping, for LoadShardSet and tests.
 void AppendShardRecords(const std::string& shard_uri, std::span<const TarSample> samples,
-                        const ShardFieldMap& map, ShardSource& out);
+                        const ShardFieldMap& map, ShardSet& out);
 
 // Parses a conversation member (a JSON object with spec.conversations_field, as in a
 // manifest line) into turns.
@@ -144,7 +144,7 @@ Result<std::vector<Turn>> ParseConversationJson(std::span<const uint8_t> json,
 Status PrepareShardSample(Sample& sample, const SourceSpec& spec, const ShardFieldMap& map);
 
 // The bytes the source's records hold, for the run report (as ManifestMemoryBytes).
-size_t ShardSourceMemoryBytes(const ShardSource& source);
+size_t ShardSetMemoryBytes(const ShardSet& source);
 
 // What `records` hold on the heap beyond the vector itself (ids, locations, media refs
 // and their URIs, error messages), estimated from the containers' capacities; shared by

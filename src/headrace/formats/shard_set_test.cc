@@ -1,4 +1,4 @@
-#include "headrace/formats/shard_source.h"
+#include "headrace/formats/shard_set.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -14,7 +14,7 @@
 #include "headrace/formats/record_test_util.h"
 #include "headrace/formats/source.h"
 
-namespace headrace::shard_source_test {
+namespace headrace::shard_set_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 fs::path TempDir() {
   const char* env = std::getenv("HEADRACE_TEST_TMP");
   const fs::path dir = fs::path(env != nullptr ? env : "/tmp") /
-                       ("shard_source_test_" + std::to_string(::getpid()));
+                       ("shard_set_test_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   return dir;
 }
@@ -161,7 +161,7 @@ TEST(ParseShardFields, DefaultsAndCustomFields) {
   }
 }
 
-TEST(LoadShardSource, RecordsFollowShardAndSampleOrderWithMemberRanges) {
+TEST(LoadShardSet, RecordsFollowShardAndSampleOrderWithMemberRanges) {
   const std::string a = WriteShard("order-000.tar", {{"k0.jpg", "JPEG0"},
                                                      {"k0.json", kConversation},
                                                      {"k1.json", kConversation},
@@ -174,7 +174,7 @@ TEST(LoadShardSource, RecordsFollowShardAndSampleOrderWithMemberRanges) {
   spec.shards = (TempDir() / "order-{000..001}.tar").string();
   spec.shard_fields += " text?=txt";
   auto storage = MakeLocalStorage();
-  auto source = LoadShardSource(*storage, spec);
+  auto source = LoadShardSet(*storage, spec);
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   EXPECT_EQ(source->shards, (std::vector<std::string>{a, b}));
   EXPECT_EQ(source->shard_samples, (std::vector<int64_t>{2, 1}));
@@ -252,7 +252,7 @@ std::vector<std::string> Items(const SampleRecord& record, int field) {
   return out;
 }
 
-TEST(LoadShardSource, ListMembersAreTheItemsInTheirNumbersOrder) {
+TEST(LoadShardSet, ListMembersAreTheItemsInTheirNumbersOrder) {
   WriteShard("list-000.tar", {{"a.10.jpg", "A10"},  // 10 after 2: numbers, not text
                               {"a.2.png", "A2"},
                               {"a.0.jpg", "A0"},
@@ -270,7 +270,7 @@ TEST(LoadShardSource, ListMembersAreTheItemsInTheirNumbersOrder) {
                               {"e.1.jpg", "E1"}},
              /*index=*/false);
   auto storage = MakeLocalStorage();
-  auto source = LoadShardSource(*storage, ListShardSpec("list-000.tar"));
+  auto source = LoadShardSet(*storage, ListShardSpec("list-000.tar"));
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   ASSERT_EQ(source->records.size(), 5u);
   const SampleRecord& a = source->records[0];
@@ -295,7 +295,7 @@ TEST(LoadShardSource, ListMembersAreTheItemsInTheirNumbersOrder) {
   // A required list with no items names the pattern.
   SourceSpec spec = ListShardSpec("list-000.tar");
   spec.fields[0].required = true;
-  source = LoadShardSource(*storage, spec);
+  source = LoadShardSet(*storage, spec);
   ASSERT_TRUE(source.ok());
   EXPECT_EQ(source->records[1].status.code(), StatusCode::kMissingField);
   EXPECT_NE(source->records[1].status.message().find(".N.jpg/.N.png"), std::string::npos)
@@ -313,7 +313,7 @@ TEST(PrepareShardSample, TextAndScalarMembersBecomeTheSamplesAttributes) {
              /*index=*/false);
   auto storage = MakeLocalStorage();
   const SourceSpec spec = ListShardSpec("values-000.tar");
-  auto source = LoadShardSource(*storage, spec);
+  auto source = LoadShardSet(*storage, spec);
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   ASSERT_EQ(source->records.size(), 3u);
   const auto prepare = [&](size_t i, Sample& sample) {
@@ -344,7 +344,7 @@ TEST(PrepareShardSample, TextAndScalarMembersBecomeTheSamplesAttributes) {
   EXPECT_EQ(prepare(2, c).code(), StatusCode::kBadRecord);
 }
 
-TEST(LoadShardSource, BadSamplesAreNamedPerSampleAndNothingElseIsLost) {
+TEST(LoadShardSet, BadSamplesAreNamedPerSampleAndNothingElseIsLost) {
   WriteShard("bad-000.tar", {{"a.jpg", "A"},
                              {"a.json", kConversation},
                              {"lonely.jpg", "no partner"},  // no .json: a required field
@@ -360,7 +360,7 @@ TEST(LoadShardSource, BadSamplesAreNamedPerSampleAndNothingElseIsLost) {
   SourceSpec spec;
   spec.shards = (TempDir() / "bad-000.tar").string();
   auto storage = MakeLocalStorage();
-  auto source = LoadShardSource(*storage, spec);
+  auto source = LoadShardSet(*storage, spec);
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   ASSERT_EQ(source->records.size(), 6u);
   std::vector<StatusCode> codes;
@@ -376,7 +376,7 @@ TEST(LoadShardSource, BadSamplesAreNamedPerSampleAndNothingElseIsLost) {
   EXPECT_TRUE(source->records[1].media.empty());
 }
 
-TEST(LoadShardSource, ATruncatedTarKeepsTheSamplesBeforeTheDamage) {
+TEST(LoadShardSet, ATruncatedTarKeepsTheSamplesBeforeTheDamage) {
   const std::string path = WriteShard("trunc-000.tar", {{"a.jpg", std::string(3000, 'a')},
                                                         {"a.json", kConversation},
                                                         {"b.jpg", std::string(3000, 'b')},
@@ -387,7 +387,7 @@ TEST(LoadShardSource, ATruncatedTarKeepsTheSamplesBeforeTheDamage) {
   SourceSpec spec;
   spec.shards = path;
   auto storage = MakeLocalStorage();
-  auto source = LoadShardSource(*storage, spec);
+  auto source = LoadShardSet(*storage, spec);
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   // a and b are whole; c, whose member is cut, is the bad one (b was, before issue 26).
   ASSERT_EQ(source->records.size(), 3u);
@@ -399,12 +399,12 @@ TEST(LoadShardSource, ATruncatedTarKeepsTheSamplesBeforeTheDamage) {
       << source->records[2].status.ToString();
 }
 
-TEST(LoadShardSource, AMissingShardIsALoadErrorNamingIt) {
+TEST(LoadShardSet, AMissingShardIsALoadErrorNamingIt) {
   WriteShard("miss-000.tar", {{"a.jpg", "A"}, {"a.json", kConversation}});
   SourceSpec spec;
   spec.shards = (TempDir() / "miss-{000..001}.tar").string();
   auto storage = MakeLocalStorage();
-  auto source = LoadShardSource(*storage, spec);
+  auto source = LoadShardSet(*storage, spec);
   ASSERT_FALSE(source.ok());
   EXPECT_EQ(source.status().code(), StatusCode::kNotFound);
   EXPECT_NE(source.status().message().find("miss-001.tar"), std::string::npos)
@@ -426,7 +426,7 @@ std::vector<std::pair<std::string, std::string>> Pairs(const std::string& prefix
   return members;
 }
 
-TEST(LoadShardSource, AShardWhoseIndexCannotBeTrustedIsSkippedWholeAndNamed) {
+TEST(LoadShardSet, AShardWhoseIndexCannotBeTrustedIsSkippedWholeAndNamed) {
   // Shards 0 and 5 are good; 1-4 have an index that is not JSON, of an unknown version,
   // of a negative size, of a size smaller than the shard.
   std::vector<std::string> paths;
@@ -447,7 +447,7 @@ TEST(LoadShardSource, AShardWhoseIndexCannotBeTrustedIsSkippedWholeAndNamed) {
   SourceSpec spec;
   spec.shards = (TempDir() / "skip-{0..5}.tar").string();
   auto storage = MakeLocalStorage();
-  auto source = LoadShardSource(*storage, spec);
+  auto source = LoadShardSet(*storage, spec);
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   EXPECT_EQ(source->shard_samples, (std::vector<int64_t>{3, 0, 0, 0, 0, 3}));
   ASSERT_EQ(source->records.size(), 6u);
@@ -467,13 +467,13 @@ TEST(LoadShardSource, AShardWhoseIndexCannotBeTrustedIsSkippedWholeAndNamed) {
       << source->bad_shards[3].status.ToString();
   // Every shard unreadable: nothing to run, and the message says why.
   spec.shards = (TempDir() / "skip-{1..2}.tar").string();
-  auto none = LoadShardSource(*storage, spec);
+  auto none = LoadShardSet(*storage, spec);
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("2 unreadable"), std::string::npos)
       << none.status().ToString();
 }
 
-TEST(LoadShardSource, AnIndexLargerThanItsShardCanNeedIsNotRead) {
+TEST(LoadShardSet, AnIndexLargerThanItsShardCanNeedIsNotRead) {
   const std::string path = WriteShard("liar.tar", Pairs("x", 2));
   // A million samples inside a claimed terabyte: 40 MB of index for a 6 KB shard.
   std::string lying = "{\"format\":\"headrace.shard_index\",\"version\":1,\"shard\":\"liar.tar\","
@@ -488,7 +488,7 @@ TEST(LoadShardSource, AnIndexLargerThanItsShardCanNeedIsNotRead) {
   SourceSpec spec;
   spec.shards = "{" + path + "," + WriteShard("honest.tar", Pairs("h", 1)) + "}";
   auto storage = MakeLocalStorage();
-  auto source = LoadShardSource(*storage, spec);
+  auto source = LoadShardSet(*storage, spec);
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   EXPECT_EQ(source->shard_samples, (std::vector<int64_t>{0, 1}));
   ASSERT_EQ(source->bad_shards.size(), 1u);
@@ -498,7 +498,7 @@ TEST(LoadShardSource, AnIndexLargerThanItsShardCanNeedIsNotRead) {
       << source->bad_shards[0].status.ToString();
 }
 
-TEST(LoadShardSource, DamageInAMembersHeaderFailsOnlyTheSampleItBelongsTo) {
+TEST(LoadShardSet, DamageInAMembersHeaderFailsOnlyTheSampleItBelongsTo) {
   const std::string path = WriteShard("hdr.tar", Pairs("s", 3), /*index=*/false);
   std::string bytes = ReadText(path);
   const TarListing listing = ListTarMembers(Bytes(bytes));
@@ -509,7 +509,7 @@ TEST(LoadShardSource, DamageInAMembersHeaderFailsOnlyTheSampleItBelongsTo) {
   SourceSpec spec;
   spec.shards = path;
   auto storage = MakeLocalStorage();
-  auto source = LoadShardSource(*storage, spec);
+  auto source = LoadShardSet(*storage, spec);
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   // s0 is complete and stays good; s1 is where the damage is; s2 is past it, lost.
   ASSERT_EQ(source->records.size(), 2u);
@@ -521,14 +521,14 @@ TEST(LoadShardSource, DamageInAMembersHeaderFailsOnlyTheSampleItBelongsTo) {
   EXPECT_EQ(source->bad_samples, 1);
 }
 
-TEST(LoadShardSource, BytesThatAreNotATarAreABadShard) {
+TEST(LoadShardSet, BytesThatAreNotATarAreABadShard) {
   const fs::path path = TempDir() / "nottar-1.tar";
   std::ofstream(path, std::ios::binary | std::ios::trunc) << std::string(3000, 'z');
   WriteShard("nottar-0.tar", Pairs("n", 2), /*index=*/false);
   SourceSpec spec;
   spec.shards = (TempDir() / "nottar-{0..1}.tar").string();
   auto storage = MakeLocalStorage();
-  auto source = LoadShardSource(*storage, spec);
+  auto source = LoadShardSet(*storage, spec);
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   EXPECT_EQ(source->shard_samples, (std::vector<int64_t>{2, 0}));
   ASSERT_EQ(source->bad_shards.size(), 1u);
@@ -572,10 +572,10 @@ TEST(ShardRecords, CompactRecordsAreTheSourcesRecordsFieldForField) {
              /*index=*/true);
   SourceSpec spec = ListShardSpec("compact-{000..002}.tar");
   auto storage = MakeLocalStorage();
-  Result<ShardSource> full = LoadShardSource(*storage, spec);
+  Result<ShardSet> full = LoadShardSet(*storage, spec);
   ASSERT_TRUE(full.ok()) << full.status().ToString();
   ShardRecords compact;
-  Result<ShardSource> lean = LoadShardSource(*storage, spec, &compact);
+  Result<ShardSet> lean = LoadShardSet(*storage, spec, &compact);
   ASSERT_TRUE(lean.ok()) << lean.status().ToString();
   EXPECT_TRUE(lean->records.empty());
   EXPECT_EQ(lean->shard_samples, full->shard_samples);
@@ -593,4 +593,4 @@ TEST(ShardRecords, CompactRecordsAreTheSourcesRecordsFieldForField) {
 }
 
 }  // namespace
-}  // namespace headrace::shard_source_test
+}  // namespace headrace::shard_set_test

@@ -1,4 +1,4 @@
-#include "headrace/formats/parquet_source.h"
+#include "headrace/formats/parquet_file_set.h"
 
 #include <simdjson.h>
 
@@ -13,7 +13,7 @@
 
 #include "headrace/core/strings.h"
 #include "headrace/formats/manifest.h"
-#include "headrace/formats/shard_source.h"
+#include "headrace/formats/shard_set.h"
 
 namespace headrace {
 namespace {
@@ -183,9 +183,9 @@ Status AppendAttribute(const ParquetFieldColumn& col, const ParquetValue& cell, 
 
 }  // namespace
 
-void MakeParquetRecord(const ParquetSource& source, int64_t index, SampleRecord& record,
+void MakeParquetRecord(const ParquetFileSet& source, int64_t index, SampleRecord& record,
                        bool with_paths) {
-  const ParquetSource::Group& group = source.groups[source.GroupOf(index)];
+  const ParquetFileSet::Group& group = source.groups[source.GroupOf(index)];
   const auto file = static_cast<size_t>(group.file);
   const std::string& uri = source.files[file];
   const ParquetRowGroup& rg =
@@ -201,20 +201,20 @@ void MakeParquetRecord(const ParquetSource& source, int64_t index, SampleRecord&
   const auto row_index = static_cast<size_t>(index);
   const uint64_t first = row_index == 0 ? 0 : source.path_item_end[row_index - 1];
   for (uint64_t k = first; k < source.path_item_end[row_index]; ++k) {
-    const ParquetSource::PathItem& item = source.path_items[k];
+    const ParquetFileSet::PathItem& item = source.path_items[k];
     const uint64_t begin = k == 0 ? 0 : source.path_items[k - 1].uri_end;
     record.media.push_back(
         MediaRef{item.field, source.path_uris.substr(begin, item.uri_end - begin)});
   }
 }
 
-size_t ParquetSource::GroupOf(int64_t index) const {
+size_t ParquetFileSet::GroupOf(int64_t index) const {
   const auto it = std::upper_bound(groups.begin(), groups.end(), index,
                                    [](int64_t i, const Group& g) { return i < g.first_record; });
   return static_cast<size_t>(it - groups.begin()) - 1;
 }
 
-int64_t ParquetSource::LargestRowGroupBytes() const {
+int64_t ParquetFileSet::LargestRowGroupBytes() const {
   int64_t largest = 0;
   for (const Group& g : groups) {
     largest = std::max(largest, layouts[g.file].row_groups[g.row_group].length);
@@ -222,7 +222,7 @@ int64_t ParquetSource::LargestRowGroupBytes() const {
   return largest;
 }
 
-int64_t ParquetSource::LargestRowGroupUncompressedBytes() const {
+int64_t ParquetFileSet::LargestRowGroupUncompressedBytes() const {
   int64_t largest = 0;
   for (const Group& g : groups) {
     largest = std::max(largest, layouts[g.file].row_groups[g.row_group].uncompressed_bytes);
@@ -334,9 +334,9 @@ Result<ParquetLayout> ReadParquetFooter(Storage& storage, const std::string& uri
   return Status::CorruptData("the footer needed more tail bytes twice");
 }
 
-Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec,
+Result<ParquetFileSet> LoadParquetFileSet(Storage& storage, const SourceSpec& spec,
                                         bool compact, int64_t max_group_bytes) {
-  ParquetSource out;
+  ParquetFileSet out;
   {
     Result<std::vector<std::string>> files = ExpandShardPattern(spec.parquet);
     if (!files.ok()) {
@@ -509,7 +509,7 @@ Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec
     for (size_t g = 0; g < layout.row_groups.size(); ++g) {
       const ParquetRowGroup& rg = layout.row_groups[g];
       out.groups.push_back(
-          ParquetSource::Group{static_cast<int>(i), static_cast<int>(g), out.num_rows});
+          ParquetFileSet::Group{static_cast<int>(i), static_cast<int>(g), out.num_rows});
       out.group_rows.push_back(rg.rows);
       if (compact && paths.empty()) {  // every row regular: made when needed
         out.num_rows += rg.rows;
@@ -532,7 +532,7 @@ Result<ParquetSource> LoadParquetSource(Storage& storage, const SourceSpec& spec
             for (size_t m = out.columns.empty() ? 0 : 1; m < record.media.size(); ++m) {
               out.path_uris += record.media[m].uri;
               out.path_items.push_back(
-                  ParquetSource::PathItem{record.media[m].field, out.path_uris.size()});
+                  ParquetFileSet::PathItem{record.media[m].field, out.path_uris.size()});
             }
           } else {
             out.irregular.emplace_back(out.num_rows - 1, std::move(record));
@@ -576,7 +576,7 @@ Result<std::vector<Turn>> ParseConversationCell(std::string_view json, const Sou
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(json.data()), json.size()), spec);
 }
 
-Status FillSampleFromRowGroup(const ParquetSource& source, const SourceSpec& spec,
+Status FillSampleFromRowGroup(const ParquetFileSet& source, const SourceSpec& spec,
                               const ParquetRowGroupData& data, int64_t row, Sample& sample) {
   if (row < 0 || row >= data.rows || data.columns.size() != source.columns.size()) {
     return Status::Internal("row " + std::to_string(row) + " is not in row group " +
@@ -626,13 +626,13 @@ Status FillSampleFromRowGroup(const ParquetSource& source, const SourceSpec& spe
   return Status::Ok();
 }
 
-size_t ParquetSourceMemoryBytes(const ParquetSource& source) {
-  size_t bytes = sizeof(ParquetSource) + source.records.capacity() * sizeof(SampleRecord) +
-                 source.groups.capacity() * (sizeof(ParquetSource::Group) + sizeof(int64_t));
+size_t ParquetFileSetMemoryBytes(const ParquetFileSet& source) {
+  size_t bytes = sizeof(ParquetFileSet) + source.records.capacity() * sizeof(SampleRecord) +
+                 source.groups.capacity() * (sizeof(ParquetFileSet::Group) + sizeof(int64_t));
   for (const std::string& s : source.files) bytes += s.capacity() + 1;
   bytes += source.irregular.capacity() * sizeof(source.irregular[0]) +
            source.path_uris.capacity() +
-           source.path_items.capacity() * sizeof(ParquetSource::PathItem) +
+           source.path_items.capacity() * sizeof(ParquetFileSet::PathItem) +
            source.path_item_end.capacity() * sizeof(uint64_t);
   for (const auto& [_, record] : source.irregular) bytes += RecordHeapBytes(record);
   return bytes + RecordsHeapBytes(source.records);

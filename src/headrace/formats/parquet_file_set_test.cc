@@ -1,4 +1,4 @@
-#include "headrace/formats/parquet_source.h"
+#include "headrace/formats/parquet_file_set.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -27,10 +27,10 @@ void AddTwoFiles(MemoryStorage& storage) {
   storage.files["/d/part-1.parquet"] = WriteParquet(MakeRows(20, 40), 16);
 }
 
-TEST(ParquetSource, RecordsComeFromFootersAloneInFileThenRowOrder) {
+TEST(ParquetFileSet, RecordsComeFromFootersAloneInFileThenRowOrder) {
   MemoryStorage storage;
   AddTwoFiles(storage);
-  Result<ParquetSource> source = LoadParquetSource(storage, ParquetSpec("/d/part-{0..1}.parquet"));
+  Result<ParquetFileSet> source = LoadParquetFileSet(storage, ParquetSpec("/d/part-{0..1}.parquet"));
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   ASSERT_EQ(source->records.size(), 60u);
   EXPECT_EQ(source->group_rows, (std::vector<int64_t>{16, 16, 8, 16, 4}));
@@ -52,10 +52,10 @@ TEST(ParquetSource, RecordsComeFromFootersAloneInFileThenRowOrder) {
   EXPECT_EQ(storage.requests(), 4);
 }
 
-TEST(ParquetSource, DefaultFieldsMapColumnsByNameImageAndConversationFirst) {
+TEST(ParquetFileSet, DefaultFieldsMapColumnsByNameImageAndConversationFirst) {
   MemoryStorage storage;
   AddTwoFiles(storage);
-  Result<ParquetSource> source = LoadParquetSource(storage, ParquetSpec("/d/part-0.parquet"));
+  Result<ParquetFileSet> source = LoadParquetFileSet(storage, ParquetSpec("/d/part-0.parquet"));
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   std::vector<std::pair<std::string, FieldKind>> got;
   for (const SourceFieldSpec& f : source->fields) got.emplace_back(f.name, f.kind);
@@ -71,48 +71,48 @@ TEST(ParquetSource, DefaultFieldsMapColumnsByNameImageAndConversationFirst) {
   EXPECT_EQ(source->columns[0].column, "image");
 }
 
-TEST(ParquetSource, AMissingColumnIsAConfigErrorNamingItAndTheColumnsThere) {
+TEST(ParquetFileSet, AMissingColumnIsAConfigErrorNamingItAndTheColumnsThere) {
   MemoryStorage storage;
   AddTwoFiles(storage);
   SourceSpec spec = ParquetSpec("/d/part-0.parquet");
   spec.fields = {SourceFieldSpec{"image", FieldKind::kImage, "jpg", 0, false}};
-  Result<ParquetSource> source = LoadParquetSource(storage, spec);
+  Result<ParquetFileSet> source = LoadParquetFileSet(storage, spec);
   ASSERT_FALSE(source.ok());
   EXPECT_EQ(source.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(source.status().message(), HasSubstr("no column 'jpg'"));
   EXPECT_THAT(source.status().message(), HasSubstr("image (bytes), conversations (string)"));
 }
 
-TEST(ParquetSource, AColumnOfTheWrongKindIsAConfigError) {
+TEST(ParquetFileSet, AColumnOfTheWrongKindIsAConfigError) {
   MemoryStorage storage;
   AddTwoFiles(storage);
   SourceSpec spec = ParquetSpec("/d/part-0.parquet");
   spec.fields = {SourceFieldSpec{"n", FieldKind::kInt, "caption", 0, false}};
-  Result<ParquetSource> source = LoadParquetSource(storage, spec);
+  Result<ParquetFileSet> source = LoadParquetFileSet(storage, spec);
   ASSERT_FALSE(source.ok());
   EXPECT_EQ(source.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(source.status().message(), HasSubstr("kind int cannot take"));
 }
 
-TEST(ParquetSource, AFileThatDoesNotExistIsNotFoundNamingIt) {
+TEST(ParquetFileSet, AFileThatDoesNotExistIsNotFoundNamingIt) {
   MemoryStorage storage;
   AddTwoFiles(storage);
-  Result<ParquetSource> source = LoadParquetSource(storage, ParquetSpec("/d/part-{0..2}.parquet"));
+  Result<ParquetFileSet> source = LoadParquetFileSet(storage, ParquetSpec("/d/part-{0..2}.parquet"));
   ASSERT_FALSE(source.ok());
   EXPECT_EQ(source.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(source.status().message(), HasSubstr("/d/part-2.parquet"));
 }
 
-TEST(ParquetSource, BytesThatAreNotParquetFailTheLoad) {
+TEST(ParquetFileSet, BytesThatAreNotParquetFailTheLoad) {
   MemoryStorage storage;
   storage.files["/d/x.parquet"] = *Buffer::CopyOf("not parquet at all", 18);
-  Result<ParquetSource> source = LoadParquetSource(storage, ParquetSpec("/d/x.parquet"));
+  Result<ParquetFileSet> source = LoadParquetFileSet(storage, ParquetSpec("/d/x.parquet"));
   ASSERT_FALSE(source.ok());
   EXPECT_EQ(source.status().code(), StatusCode::kUnsupportedFormat);
   EXPECT_THAT(source.status().message(), HasSubstr("/d/x.parquet"));
 }
 
-TEST(ParquetSource, AFileWhoseFooterDoesNotFitItIsSkippedWholeAndNamed) {
+TEST(ParquetFileSet, AFileWhoseFooterDoesNotFitItIsSkippedWholeAndNamed) {
   MemoryStorage storage;
   const Buffer good = WriteParquet(MakeRows(40), 16);
   storage.files["/d/f-0.parquet"] = good;
@@ -130,8 +130,8 @@ TEST(ParquetSource, AFileWhoseFooterDoesNotFitItIsSkippedWholeAndNamed) {
   Buffer rows40 = FooterPatcher::SetI64(WriteParquet(MakeRows(8), 100), {4, 3}, int64_t{1} << 40);
   storage.files["/d/f-4.parquet"] = FooterPatcher::SetI64(rows40, {3}, int64_t{1} << 40);
   storage.files["/d/f-5.parquet"] = WriteParquet(MakeRows(20, 40), 16);
-  Result<ParquetSource> source =
-      LoadParquetSource(storage, ParquetSpec("/d/f-{0..5}.parquet"), /*compact=*/true);
+  Result<ParquetFileSet> source =
+      LoadParquetFileSet(storage, ParquetSpec("/d/f-{0..5}.parquet"), /*compact=*/true);
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   EXPECT_EQ(source->num_rows, 60);
   EXPECT_EQ(source->group_rows, (std::vector<int64_t>{16, 16, 8, 16, 4}));
@@ -151,7 +151,7 @@ TEST(ParquetSource, AFileWhoseFooterDoesNotFitItIsSkippedWholeAndNamed) {
   EXPECT_EQ(record.location, "/d/f-5.parquet#row 0");
 }
 
-TEST(ParquetSource, RowsNoCacheCouldDecodeSkipTheFileBeforeAnythingIsSizedByThem) {
+TEST(ParquetFileSet, RowsNoCacheCouldDecodeSkipTheFileBeforeAnythingIsSizedByThem) {
   // A footer that lies consistently: every column chunk holds as many values as the row
   // group declares rows, so only the rows' cost gives it away.
   MemoryStorage storage;
@@ -160,7 +160,7 @@ TEST(ParquetSource, RowsNoCacheCouldDecodeSkipTheFileBeforeAnythingIsSizedByThem
     Buffer lying = FooterPatcher::SetI64(WriteParquet(MakeRows(8), 100), {4, 1, 3, 5}, rows);
     lying = FooterPatcher::SetI64(lying, {4, 3}, rows);
     storage.files["/d/g-1.parquet"] = FooterPatcher::SetI64(lying, {3}, rows);
-    Result<ParquetSource> source = LoadParquetSource(storage, ParquetSpec("/d/g-{0..1}.parquet"),
+    Result<ParquetFileSet> source = LoadParquetFileSet(storage, ParquetSpec("/d/g-{0..1}.parquet"),
                                                      /*compact=*/true, int64_t{64} << 20);
     ASSERT_TRUE(source.ok()) << source.status().ToString();
     EXPECT_EQ(source->num_rows, 8);
@@ -171,17 +171,17 @@ TEST(ParquetSource, RowsNoCacheCouldDecodeSkipTheFileBeforeAnythingIsSizedByThem
   }
 }
 
-TEST(ParquetSource, PatternErrorsNameTheParquetKey) {
+TEST(ParquetFileSet, PatternErrorsNameTheParquetKey) {
   MemoryStorage storage;
-  Result<ParquetSource> source = LoadParquetSource(storage, ParquetSpec("s3://b/*.parquet"));
+  Result<ParquetFileSet> source = LoadParquetFileSet(storage, ParquetSpec("s3://b/*.parquet"));
   ASSERT_FALSE(source.ok());
   EXPECT_THAT(source.status().message(), HasSubstr("source.parquet"));
 }
 
-TEST(ParquetSource, FillSamplePutsARowsCellsIntoTheSample) {
+TEST(ParquetFileSet, FillSamplePutsARowsCellsIntoTheSample) {
   MemoryStorage storage;
   AddTwoFiles(storage);
-  Result<ParquetSource> source = LoadParquetSource(storage, ParquetSpec("/d/part-0.parquet"));
+  Result<ParquetFileSet> source = LoadParquetFileSet(storage, ParquetSpec("/d/part-0.parquet"));
   ASSERT_TRUE(source.ok());
   std::vector<std::string> columns;
   for (const ParquetFieldColumn& c : source->columns) columns.push_back(c.column);
@@ -209,14 +209,14 @@ TEST(ParquetSource, FillSamplePutsARowsCellsIntoTheSample) {
   EXPECT_EQ(std::get<double>(sample.attributes[2].value), 9.5);
 }
 
-TEST(ParquetSource, ANullCellOfARequiredFieldIsThatSamplesError) {
+TEST(ParquetFileSet, ANullCellOfARequiredFieldIsThatSamplesError) {
   std::vector<parquet_test::Row> rows = MakeRows(4);
   rows[2].image.reset();
   MemoryStorage storage;
   storage.files["/d/n.parquet"] = WriteParquet(rows, 4);
   SourceSpec spec = ParquetSpec("/d/n.parquet");
   spec.fields = {SourceFieldSpec{"image", FieldKind::kImage, "", 0, true}};
-  Result<ParquetSource> source = LoadParquetSource(storage, spec);
+  Result<ParquetFileSet> source = LoadParquetFileSet(storage, spec);
   ASSERT_TRUE(source.ok());
   const ParquetRowGroup& rg = source->layouts[0].row_groups[0];
   Result<ParquetRowGroupData> data = DecodeParquetRowGroup(
@@ -234,7 +234,7 @@ TEST(ParquetSource, ANullCellOfARequiredFieldIsThatSamplesError) {
   EXPECT_THAT(status.message(), HasSubstr("column 'image' is null"));
 }
 
-TEST(ParquetSource, ConversationCellsAreAnArrayOrAnObject) {
+TEST(ParquetFileSet, ConversationCellsAreAnArrayOrAnObject) {
   SourceSpec spec;
   Result<std::vector<Turn>> array =
       ParseConversationCell(R"( [{"from": "human", "value": "hi"}])", spec);
@@ -338,7 +338,7 @@ std::vector<Items> ViewsOfRows(int n) {
 }
 
 // Decodes row `row`'s group of `source` (file `uri` in `storage`) and fills a sample.
-Status FillRow(MemoryStorage& storage, const ParquetSource& source, const SourceSpec& spec,
+Status FillRow(MemoryStorage& storage, const ParquetFileSet& source, const SourceSpec& spec,
                int64_t row, Sample& sample) {
   const size_t g = source.GroupOf(row);
   const ParquetLayout& layout = source.layouts[source.groups[g].file];
@@ -375,11 +375,11 @@ SourceSpec ListSpec() {
   return spec;
 }
 
-TEST(ParquetSource, ListColumnsGiveTheirItemsInListOrder) {
+TEST(ParquetFileSet, ListColumnsGiveTheirItemsInListOrder) {
   MemoryStorage storage;
   storage.files["/d/lists.parquet"] = WriteListTable(ViewsOfRows(10));
   const SourceSpec spec = ListSpec();
-  Result<ParquetSource> source = LoadParquetSource(storage, spec);
+  Result<ParquetFileSet> source = LoadParquetFileSet(storage, spec);
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   EXPECT_TRUE(source->layouts[0].FindColumn("hf")->list);
   EXPECT_EQ(source->layouts[0].FindColumn("hf")->kind, ParquetColumnKind::kBytesWithPath);
@@ -415,7 +415,7 @@ TEST(ParquetSource, ListColumnsGiveTheirItemsInListOrder) {
   }
 }
 
-TEST(ParquetSource, ABadListCellIsThatSamplesNamedError) {
+TEST(ParquetFileSet, ABadListCellIsThatSamplesNamedError) {
   std::vector<Items> views = ViewsOfRows(8);
   views[1] = std::nullopt;                                          // null list: empty
   views[2] = std::vector<std::optional<std::string>>{"a", "b", "c", "d"};  // over max_items 3
@@ -423,7 +423,7 @@ TEST(ParquetSource, ABadListCellIsThatSamplesNamedError) {
   MemoryStorage storage;
   storage.files["/d/lists.parquet"] = WriteListTable(views);
   SourceSpec spec = ListSpec();
-  Result<ParquetSource> source = LoadParquetSource(storage, spec);
+  Result<ParquetFileSet> source = LoadParquetFileSet(storage, spec);
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   Sample null_list, over, null_item, fine;
   ASSERT_TRUE(FillRow(storage, *source, spec, 1, null_list).ok());
@@ -438,7 +438,7 @@ TEST(ParquetSource, ABadListCellIsThatSamplesNamedError) {
   EXPECT_EQ(MediaItems(fine, 0).size(), 2u);
   // Required: a null or empty list is the sample's error.
   spec.fields[0].required = true;
-  source = LoadParquetSource(storage, spec);
+  source = LoadParquetFileSet(storage, spec);
   ASSERT_TRUE(source.ok());
   Sample empty;
   status = FillRow(storage, *source, spec, 1, empty);
@@ -448,12 +448,12 @@ TEST(ParquetSource, ABadListCellIsThatSamplesNamedError) {
   EXPECT_THAT(status.message(), HasSubstr("column 'views' is an empty list"));
 }
 
-TEST(ParquetSource, APathListBecomesTheRecordsMediaRefsAtLoad) {
+TEST(ParquetFileSet, APathListBecomesTheRecordsMediaRefsAtLoad) {
   MemoryStorage storage;
   storage.files["/d/lists.parquet"] = WriteListTable(ViewsOfRows(6));
   SourceSpec spec = ParquetSpec("/d/lists.parquet");
   spec.fields = {SourceFieldSpec{"frames", FieldKind::kImage, "paths", 2, false}};
-  Result<ParquetSource> source = LoadParquetSource(storage, spec);
+  Result<ParquetFileSet> source = LoadParquetFileSet(storage, spec);
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   EXPECT_TRUE(source->columns.empty());  // nothing left for run time
   const SampleRecord& r5 = source->records[5];
@@ -465,7 +465,7 @@ TEST(ParquetSource, APathListBecomesTheRecordsMediaRefsAtLoad) {
   EXPECT_TRUE(source->records[3].media.empty());
   // One item too many is that record's error, named by its row.
   spec.fields[0].max_items = 1;
-  source = LoadParquetSource(storage, spec);
+  source = LoadParquetFileSet(storage, spec);
   ASSERT_TRUE(source.ok());
   EXPECT_EQ(source->bad_records, 2);  // rows 2 and 5
   EXPECT_EQ(source->records[2].status.code(), StatusCode::kBadRecord);
@@ -473,30 +473,30 @@ TEST(ParquetSource, APathListBecomesTheRecordsMediaRefsAtLoad) {
   EXPECT_THAT(source->records[2].status.message(), HasSubstr("more than its max_items 1"));
 }
 
-TEST(ParquetSource, ListColumnsAndListFieldsMustMatch) {
+TEST(ParquetFileSet, ListColumnsAndListFieldsMustMatch) {
   MemoryStorage storage;
   storage.files["/d/lists.parquet"] = WriteListTable(ViewsOfRows(3));
   // Defaults read no list column.
-  Result<ParquetSource> defaults = LoadParquetSource(storage, ParquetSpec("/d/lists.parquet"));
+  Result<ParquetFileSet> defaults = LoadParquetFileSet(storage, ParquetSpec("/d/lists.parquet"));
   ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
   ASSERT_EQ(defaults->columns.size(), 1u);
   EXPECT_EQ(defaults->columns[0].column, "image");
   SourceSpec spec = ParquetSpec("/d/lists.parquet");
   spec.fields = {SourceFieldSpec{"views", FieldKind::kImage, "", 0, false}};
-  Result<ParquetSource> source = LoadParquetSource(storage, spec);
+  Result<ParquetFileSet> source = LoadParquetFileSet(storage, spec);
   EXPECT_EQ(source.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(source.status().message(), HasSubstr("a list: declare the field a list"));
   spec.fields = {SourceFieldSpec{"image", FieldKind::kImage, "", 2, false}};
-  source = LoadParquetSource(storage, spec);
+  source = LoadParquetFileSet(storage, spec);
   EXPECT_EQ(source.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(source.status().message(), HasSubstr("not a list, which a list field"));
   spec.fields = {SourceFieldSpec{"boxes", FieldKind::kText, "", 3, false}};
-  source = LoadParquetSource(storage, spec);
+  source = LoadParquetFileSet(storage, spec);
   EXPECT_THAT(source.status().message(), HasSubstr("kind text cannot take"));
 }
 
 // Every record of `compact` as `full` holds it.
-void ExpectSameRecords(const ParquetSource& full, std::shared_ptr<const ParquetSource> lean) {
+void ExpectSameRecords(const ParquetFileSet& full, std::shared_ptr<const ParquetFileSet> lean) {
   ASSERT_TRUE(lean->records.empty());
   ASSERT_EQ(lean->num_rows, static_cast<int64_t>(full.records.size()));
   EXPECT_EQ(lean->bad_records, full.bad_records);
@@ -514,35 +514,35 @@ TEST(ParquetRecords, CompactRecordsAreTheLoadedOnesAndRegularRowsCostNothing) {
   MemoryStorage storage;
   AddTwoFiles(storage);
   const SourceSpec spec = ParquetSpec("/d/part-{0..1}.parquet");
-  Result<ParquetSource> full = LoadParquetSource(storage, spec);
-  Result<ParquetSource> lean = LoadParquetSource(storage, spec, /*compact=*/true);
+  Result<ParquetFileSet> full = LoadParquetFileSet(storage, spec);
+  Result<ParquetFileSet> lean = LoadParquetFileSet(storage, spec, /*compact=*/true);
   ASSERT_TRUE(full.ok() && lean.ok());
   EXPECT_TRUE(lean->irregular.empty());
-  auto shared = std::make_shared<const ParquetSource>(*std::move(lean));
+  auto shared = std::make_shared<const ParquetFileSet>(*std::move(lean));
   ExpectSameRecords(*full, shared);
   // The regular rows hold nothing: the compact source is smaller by the records.
-  EXPECT_LT(ParquetSourceMemoryBytes(*shared) + 60 * 100, ParquetSourceMemoryBytes(*full));
+  EXPECT_LT(ParquetFileSetMemoryBytes(*shared) + 60 * 100, ParquetFileSetMemoryBytes(*full));
 
   // Path lists are data: those rows, and the bad ones, are kept as they are.
   storage.files["/d/lists.parquet"] = WriteListTable(ViewsOfRows(6));
   SourceSpec paths = ParquetSpec("/d/lists.parquet");
   paths.fields = {SourceFieldSpec{"frames", FieldKind::kImage, "paths", 1, false}};
-  full = LoadParquetSource(storage, paths);
-  lean = LoadParquetSource(storage, paths, /*compact=*/true);
+  full = LoadParquetFileSet(storage, paths);
+  lean = LoadParquetFileSet(storage, paths, /*compact=*/true);
   ASSERT_TRUE(full.ok() && lean.ok());
   EXPECT_EQ(full->bad_records, 2);
   EXPECT_EQ(lean->irregular.size(), 2u);  // the bad rows; the good ones' paths compact
   EXPECT_EQ(lean->path_item_end.size(), 6u);
-  auto with_paths = std::make_shared<const ParquetSource>(*std::move(lean));
+  auto with_paths = std::make_shared<const ParquetFileSet>(*std::move(lean));
   ExpectSameRecords(*full, with_paths);
-  EXPECT_LT(ParquetSourceMemoryBytes(*with_paths), ParquetSourceMemoryBytes(*full));
+  EXPECT_LT(ParquetFileSetMemoryBytes(*with_paths), ParquetFileSetMemoryBytes(*full));
   // One item a row: each good row's path, resolved, in the compact arena.
   paths.fields[0].max_items = 2;
-  full = LoadParquetSource(storage, paths);
-  lean = LoadParquetSource(storage, paths, /*compact=*/true);
+  full = LoadParquetFileSet(storage, paths);
+  lean = LoadParquetFileSet(storage, paths, /*compact=*/true);
   ASSERT_TRUE(full.ok() && lean.ok());
   EXPECT_TRUE(lean->irregular.empty());
-  ExpectSameRecords(*full, std::make_shared<const ParquetSource>(*std::move(lean)));
+  ExpectSameRecords(*full, std::make_shared<const ParquetFileSet>(*std::move(lean)));
 }
 
 }  // namespace
