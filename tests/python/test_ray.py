@@ -736,8 +736,9 @@ def test_a_state_taken_with_two_workers_resumes_with_one_identically(cluster, pi
     assert [digest(b) for _ in range(2) for b in local] == full[4:]
 
 
-def test_a_workers_sample_errors_reach_the_ranks_report_as_locally(cluster, py_sample,
-                                                                      tmp_path):
+def _broken_pipeline(py_sample, tmp_path, pad=True, pack=None):
+    """The sample with one corrupt image (5) and one missing (17), decoded and tokenized;
+    half the samples may fail."""
     import shutil
 
     data = tmp_path / "data"
@@ -745,19 +746,33 @@ def test_a_workers_sample_errors_reach_the_ranks_report_as_locally(cluster, py_s
     (data / "images" / "000005.jpg").write_bytes(b"not a jpeg")  # corrupt
     (data / "images" / "000017.jpg").unlink()                     # missing
     ops = headrace.ops
-    broken = headrace.Pipeline(
+    return headrace.Pipeline(
         source=data / "manifest.jsonl", batch_size=8, seed=1, epochs=1, shuffle=False,
         ops=[ops.decode(), ops.resize(shorter_side=64), ops.center_crop(56), ops.normalize(),
-             ops.tokenize(data / "tokenizer.model", max_length=48)],
-        overrides={"errors.max_error_rate": 0.5})
+             ops.tokenize(data / "tokenizer.model", max_length=48, pad=pad)],
+        pack=pack, overrides={"errors.max_error_rate": 0.5})
+
+
+def _local_and_ray(pipeline):
+    """Each batch's (index, errors, sample indices) from headrace.Loader and from
+    headrace.ray.Loader, and the Ray loader's stats."""
     local = [(b.index, b.errors, np.asarray(b["index"]).tolist())
-             for b in headrace.Loader(broken)]
-    loader = hray.Loader(broken, workers=2, worker_resources=WORKER)
+             for b in headrace.Loader(pipeline)]
+    loader = hray.Loader(pipeline, workers=2, worker_resources=WORKER)
     try:
         got = [(b.index, b.errors, np.asarray(b["index"]).tolist()) for b in loader]
         stats = loader.stats()
     finally:
         loader.close()
+    return local, got, stats
+
+
+def test_a_workers_sample_errors_reach_the_ranks_report_as_locally(cluster, py_sample,
+                                                                  tmp_path):
+    """With batch.pack the rank's former carries a worker's sample errors (each sent whole
+    in the batch's tally) into the packed batches: the same text, in the same batches, as
+    the local loader's."""
+    local, got, stats = _local_and_ray(_broken_pipeline(py_sample, tmp_path))
     assert got == local
     assert stats["samples_failed"] == 2 and stats["samples"] == 46
     assert [len(e) for _, e, _ in got] == [1, 0, 1, 0, 0, 0]
@@ -768,26 +783,8 @@ def test_a_workers_sample_errors_reach_the_ranks_packed_batches_as_locally(clust
     """With batch.pack the rank's former carries a worker's sample errors (each sent whole
     in the batch's tally) into the packed batches: the same text, in the same batches, as
     the local loader's."""
-    import shutil
-
-    data = tmp_path / "data"
-    shutil.copytree(py_sample, data)
-    (data / "images" / "000005.jpg").write_bytes(b"not a jpeg")  # corrupt
-    (data / "images" / "000017.jpg").unlink()                     # missing
-    ops = headrace.ops
-    broken = headrace.Pipeline(
-        source=data / "manifest.jsonl", batch_size=8, seed=1, epochs=1, shuffle=False,
-        ops=[ops.decode(), ops.resize(shorter_side=64), ops.center_crop(56), ops.normalize(),
-             ops.tokenize(data / "tokenizer.model", max_length=48, pad=False)],
-        pack={"seq_len": 64, "window": 6}, overrides={"errors.max_error_rate": 0.5})
-    local = [(b.index, b.errors, np.asarray(b["index"]).tolist())
-             for b in headrace.Loader(broken)]
-    loader = hray.Loader(broken, workers=2, worker_resources=WORKER)
-    try:
-        got = [(b.index, b.errors, np.asarray(b["index"]).tolist()) for b in loader]
-        stats = loader.stats()
-    finally:
-        loader.close()
+    local, got, stats = _local_and_ray(_broken_pipeline(
+        py_sample, tmp_path, pad=False, pack={"seq_len": 64, "window": 6}))
     assert got == local
     assert sum(len(e) for _, e, _ in got) == 2 and stats["samples_failed"] == 2
 
