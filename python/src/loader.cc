@@ -55,58 +55,6 @@ nb::dict PackStateToDict(const PackState& s) {
   return d;
 }
 
-PackState PackStateFromDict(const nb::handle& state_object) {
-  try {
-    const nb::dict state = nb::cast<nb::dict>(state_object);
-    PackState s;
-    s.epoch = nb::cast<int64_t>(state["epoch"]);
-    s.from_batch = nb::cast<int64_t>(state["from_batch"]);
-    s.next_batch = nb::cast<int64_t>(state["next_batch"]);
-    if (state.contains("delivered")) s.delivered = nb::cast<int64_t>(state["delivered"]);
-    for (nb::handle i : state["waiting"]) s.waiting.push_back(nb::cast<int64_t>(i));
-    if (s.from_batch < 0 || s.next_batch < s.from_batch) throw std::invalid_argument("order");
-    return s;
-  } catch (const std::exception&) {
-    throw StatusError(Status::InvalidArgument(
-        "state dict: pack: expected {epoch, from_batch, next_batch, waiting: [indices]} with "
-        "0 <= from_batch <= next_batch, got " + nb::cast<std::string>(nb::repr(state_object))));
-  }
-}
-
-namespace {
-// {"epoch", "consumed", "pending": [indices]}: the rest of an epoch (EpochRemainder).
-EpochRemainder RemainderFromDict(const nb::object& object) {
-  try {
-    nb::dict d = nb::cast<nb::dict>(object);
-    EpochRemainder r;
-    r.epoch = nb::cast<int64_t>(d["epoch"]);
-    r.consumed = nb::cast<int64_t>(d["consumed"]);
-    for (nb::handle i : d["pending"]) r.pending.push_back(nb::cast<int64_t>(i));
-    return r;
-  } catch (const std::exception&) {
-    throw StatusError(Status::InvalidArgument(
-        "state dict: remainder: expected {epoch, consumed, pending: [indices]}, got " +
-        nb::cast<std::string>(nb::repr(object))));
-  }
-}
-
-}  // namespace
-
-// A blend's picks before the rest of an epoch (a list of ints; None: none).
-std::vector<int64_t> BlendStartFromObject(const nb::object& object) {
-  std::vector<int64_t> start;
-  if (!object.is_none()) {
-    for (nb::handle v : object) start.push_back(nb::cast<int64_t>(v));
-  }
-  return start;
-}
-
-// The rest of an epoch, or nullopt for None.
-std::optional<EpochRemainder> OptionalRemainder(const nb::object& object) {
-  if (object.is_none()) return std::nullopt;
-  return RemainderFromDict(object);
-}
-
 namespace {
 // A blend entry's counts under the keys stats() has for them (the local loader's and a Ray
 // rank's alike).

@@ -11,6 +11,7 @@
 
 #include "common.h"
 #include "headrace/pipeline/prepared.h"
+#include "run_state.h"
 
 namespace headrace::python {
 namespace {
@@ -66,23 +67,31 @@ nb::object Required(const nb::dict& d, const std::string& where, const char* key
   return nb::borrow(d[key]);
 }
 
+// The int, or list of ints, under d[key], which must be there (`where` prefixes the key).
+int64_t RequiredInt(const nb::dict& d, const std::string& where, const char* key) {
+  return IntOf(Required(d, where, key), where + key);
+}
+std::vector<int64_t> RequiredInts(const nb::dict& d, const std::string& where, const char* key) {
+  return IntsOf(Required(d, where, key), where + key);
+}
+
 PackState PackOf(const nb::handle& value) {
   const nb::dict d = DictOf(value, "pack", "{epoch, from_batch, next_batch, delivered, waiting}");
   PackState p;
-  p.epoch = IntOf(Required(d, "pack.", "epoch"), "pack.epoch");
-  p.from_batch = IntOf(Required(d, "pack.", "from_batch"), "pack.from_batch");
-  p.next_batch = IntOf(Required(d, "pack.", "next_batch"), "pack.next_batch");
+  p.epoch = RequiredInt(d, "pack.", "epoch");
+  p.from_batch = RequiredInt(d, "pack.", "from_batch");
+  p.next_batch = RequiredInt(d, "pack.", "next_batch");
   if (d.contains("delivered")) p.delivered = IntOf(d["delivered"], "pack.delivered");
-  p.waiting = IntsOf(Required(d, "pack.", "waiting"), "pack.waiting");
+  p.waiting = RequiredInts(d, "pack.", "waiting");
   return p;
 }
 
 EpochRemainder RemainderOf(const nb::handle& value) {
   const nb::dict d = DictOf(value, "remainder", "{epoch, consumed, pending} or None");
   EpochRemainder r;
-  r.epoch = IntOf(Required(d, "remainder.", "epoch"), "remainder.epoch");
-  r.consumed = IntOf(Required(d, "remainder.", "consumed"), "remainder.consumed");
-  r.pending = IntsOf(Required(d, "remainder.", "pending"), "remainder.pending");
+  r.epoch = RequiredInt(d, "remainder.", "epoch");
+  r.consumed = RequiredInt(d, "remainder.", "consumed");
+  r.pending = RequiredInts(d, "remainder.", "pending");
   return r;
 }
 
@@ -91,12 +100,12 @@ EpochRemainder RemainderOf(const nb::handle& value) {
 LoaderState LoaderStateOf(const nb::handle& value, bool global) {
   const nb::dict d = DictOf(value, "state", "a dict (a Loader's state_dict())");
   LoaderState s;
-  s.batch_size = IntOf(Required(d, "", "batch_size"), "batch_size");
-  s.epoch = IntOf(Required(d, "", "epoch"), "epoch");
+  s.batch_size = RequiredInt(d, "", "batch_size");
+  s.epoch = RequiredInt(d, "", "epoch");
   if (!global) {
-    s.rank = IntOf(Required(d, "", "rank"), "rank");
-    s.world_size = IntOf(Required(d, "", "world_size"), "world_size");
-    s.batch_in_epoch = IntOf(Required(d, "", "batch_in_epoch"), "batch_in_epoch");
+    s.rank = RequiredInt(d, "", "rank");
+    s.world_size = RequiredInt(d, "", "world_size");
+    s.batch_in_epoch = RequiredInt(d, "", "batch_in_epoch");
     const nb::object per = Get(d, "batches_per_epoch");
     if (!per.is_none()) s.batches_per_epoch = IntOf(per, "batches_per_epoch");
     const nb::object pack = Get(d, "pack");
@@ -133,6 +142,27 @@ bool IsGlobal(const nb::handle& state) {
 }
 
 }  // namespace
+
+// The readers run_state.h declares for the bindings that start runs (loader.cc, former.cc):
+// the same rules as a state dict's check, each wrong value named by its key.
+PackState PackStateFromDict(const nb::handle& state_object) {
+  PackState p = PackOf(state_object);
+  if (p.from_batch < 0 || p.next_batch < p.from_batch) {
+    Refuse("pack", "{epoch, from_batch, next_batch, waiting} with 0 <= from_batch <= next_batch",
+           state_object);
+  }
+  return p;
+}
+
+std::optional<EpochRemainder> OptionalRemainder(const nb::object& object) {
+  if (object.is_none()) return std::nullopt;
+  return RemainderOf(object);
+}
+
+std::vector<int64_t> BlendStartFromObject(const nb::object& object) {
+  if (object.is_none()) return {};
+  return IntsOf(object, "blend_start");
+}
 
 void CheckStateFor(const PreparedPipeline& prepared, const nb::handle& state) {
   const LoaderState s = LoaderStateOf(state, IsGlobal(state));

@@ -1,5 +1,6 @@
-// A run's options, state and stats between Python and the engine, defined in loader.cc and
-// shared with former.cc: the bindings that start runs and those that form batches.
+// A run's options, state and stats between Python and the engine, defined in loader.cc
+// (the state dict's readers in run_position.cc) and shared with former.cc: the bindings
+// that start runs and those that form batches.
 //
 // Threading: every function here is called with the GIL held.
 #pragma once
