@@ -16,7 +16,7 @@ PY       := .venv/bin/python
 # build of the same sources missed the cache and compiled the whole core a second time.
 export CXX ?= g++
 
-.PHONY: all setup build python run test unit e2e asan tsan tsa fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-ray-netns bench-manifest bench-tokenize bench-media bench-pointcloud bench-metrics bench-vlm bench-vlm-torchvision bench-vlm-video bench-media-torchcodec bench-mix bench-elastic clean
+.PHONY: all setup build python run test unit e2e asan tsan tsa fuzz fuzz-smoke bench bench-python bench-io bench-shards bench-epochs run-ray bench-ray bench-ray-netns bench-manifest bench-tokenize bench-media bench-pointcloud bench-metrics bench-balance bench-vlm bench-vlm-torchvision bench-vlm-video bench-media-torchcodec bench-mix bench-elastic clean
 
 all: build
 
@@ -178,6 +178,22 @@ VLM_SAMPLES ?= 256
 BENCH_VLM_ARGS ?=
 $(VLM_DATA)/manifest.jsonl:
 	$(BUILD)/headrace make-sample --out $(VLM_DATA) --samples $(VLM_SAMPLES) --mix vlm
+
+# Balanced steps (issue 49): each world size's step imbalance as the order deals the
+# steps and as batch.balance deals them, from the plan (no process per rank), for three
+# costs; then one rank's samples/s with balancing on and off (bench/RESULTS.md).
+BALANCE_SAMPLES ?= 4096
+BALANCE_DATA    := data/vlm-balance
+$(BALANCE_DATA)/manifest.jsonl:
+	$(BUILD)/headrace make-sample --out $(BALANCE_DATA) --samples $(BALANCE_SAMPLES) --mix vlm
+bench-balance: build
+	$(PY) scripts/fetch_vocabs.py
+	@$(MAKE) --no-print-directory $(BALANCE_DATA)/manifest.jsonl
+	for cost in tokens qwen2_vl qwen3_vl; do \
+	  $(BUILD)/headrace bench balance examples/qwen2_vl.yaml --epochs 16 --cost $$cost \
+	    --set source.manifest=$(BALANCE_DATA)/manifest.jsonl \
+	    --report bench/balance_$$cost.json || exit 1; done
+	$(PY) bench/balance_rank.py --data $(BALANCE_DATA)
 
 bench-vlm: build
 	$(PY) scripts/fetch_vocabs.py

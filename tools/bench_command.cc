@@ -279,13 +279,17 @@ void WriteOps(JsonWriter& w, const OpsBench& b) {
 
 int BenchCommand(const Args& args) {
   if (!args.empty() && args[0] == "io") return BenchIoCommand(Args(args.begin() + 1, args.end()));
+  if (!args.empty() && args[0] == "balance") {
+    return BenchBalanceCommand(Args(args.begin() + 1, args.end()));
+  }
   if (!args.empty() && args[0] == "serve") {
     return BenchServeCommand(Args(args.begin() + 1, args.end()));
   }
   if (args.empty() || (args[0] != "ops" && args[0] != "engine")) {
     std::fprintf(stderr,
                  "usage: headrace bench ops|engine CONFIG [--samples N] [--report PATH] "
-                 "[--set key=value ...] [--seconds S]\n       headrace bench io [...]\n");
+                 "[--set key=value ...] [--seconds S]\n       headrace bench io [...]\n"
+                 "       headrace bench balance CONFIG [...]\n");
     return 2;
   }
   const std::string what = args[0];

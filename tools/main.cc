@@ -34,6 +34,9 @@ commands:
       engine overhead against the operators' cost (rate after planning, runs of at least S
       seconds at the ideal rate, default 2; and CPU per sample), and the fed-trainer
       wait-time ratio
+  bench balance CONFIG [--ranks 8,64,256] [--epochs 4] [--cost NAME] [--report PATH]
+      each data-parallel step's slowest rank over the mean, as the order deals the steps
+      and as batch.balance deals them, from the samples' sizes (nothing decoded)
   bench io [--latency-ms 20] [--inflight 1,8,32,128] [--report bench/io.json]
            [--config CONFIG --samples N]
       object-storage reads against a local server with injected latency; end to end

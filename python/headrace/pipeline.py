@@ -55,7 +55,9 @@ class Pipeline:
     epoch per ``for``, as many as the loop asks for). ``pack`` is ``batch.pack``
     (``{"seq_len": 4096, "window": 64}``: several samples per row, with ``cu_seqlens``);
     ``max_tokens`` is ``batch.max_tokens`` (unpadded batches of at most that many tokens;
-    ``pack={"window": W}`` sets its look-ahead).
+    ``pack={"window": W}`` sets its look-ahead). ``balance`` is ``batch.balance``
+    (``"tokens"``, ``"qwen2_vl"``, ... or ``{"cost": "qwen3_vl", "llm_layers": 48}``): each
+    data-parallel step's samples dealt over the ranks by what they cost the step.
     """
 
     def __init__(self, source: Union[str, os.PathLike, Mapping[str, Any]],
@@ -64,6 +66,7 @@ class Pipeline:
                  cpu_threads: int = 0, prefetch: int = 4,
                  memory_budget: Union[None, int, str] = None,
                  pack: Optional[Mapping[str, Any]] = None, max_tokens: Optional[int] = None,
+                 balance: Union[None, str, Mapping[str, Any]] = None,
                  overrides: Overrides = None):
         if isinstance(source, Mapping):
             source_config = {k: str(v) if isinstance(v, os.PathLike) else v
@@ -89,6 +92,9 @@ class Pipeline:
             config["batch"]["pack"] = dict(pack)
         if max_tokens is not None:  # batch.max_tokens: batches by a token budget
             config["batch"]["max_tokens"] = int(max_tokens)
+        if balance is not None:  # batch.balance: a cost name, or {cost, model dimensions}
+            config["batch"]["balance"] = ({"cost": balance} if isinstance(balance, str)
+                                          else dict(balance))
         self._user_ops: List[tuple] = []  # (position, MapOp)
         self._batch_ops: List[_ops.BatchMapOp] = []
         position = 0

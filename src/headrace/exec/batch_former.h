@@ -49,6 +49,17 @@ class BatchInput {
   virtual Status CountLost(std::span<const LostSample> lost, bool at_end) = 0;
 };
 
+// What a balancing former (batch.balance) saw of the steps it dealt: sums over them of
+// the costliest rank's cost as the order dealt each step and as balanced, and of the
+// ranks' mean; 1 - mean / max is the share of the step the ranks wait at its barrier.
+struct BalanceSeen {
+  int64_t steps = 0;
+  int64_t untold = 0;  // samples whose size the size pass could not tell (costed the mean)
+  double max_before = 0;
+  double max_after = 0;
+  double mean = 0;
+};
+
 class BatchFormer {
  public:
   virtual ~BatchFormer() = default;
@@ -91,6 +102,8 @@ class BatchFormer {
   // far; nullopt for a former with no state of its own. Safe from any thread.
   virtual std::optional<PackState> state() const { return std::nullopt; }
   virtual std::optional<PackStats> stats() const { return std::nullopt; }
+  // A balancing former's view of the steps it dealt; nullopt for the others.
+  virtual std::optional<BalanceSeen> balance() const { return std::nullopt; }
 };
 
 }  // namespace headrace

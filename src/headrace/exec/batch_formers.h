@@ -1,6 +1,8 @@
 // The batch-forming policies a run picks from (exec/batch_former.h), and what they are
 // made from. The first policy in batch_formers.cc's list that takes the run forms it:
 //
+//   balanced       batch.balance: each step's samples dealt over the ranks by cost, then
+//                  formed by the policy the rest of the list picks (balanced_former.cc)
 //   pack planned   batch.pack / batch.max_tokens, rows decided from the sizes the chain's
 //                  size pass tells before the samples run  (planned_pack_former.cc)
 //   pack           batch.pack / batch.max_tokens, packed after the samples ran, in a
@@ -12,15 +14,25 @@
 // "Batch forming", walks through one.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "headrace/core/status.h"
 #include "headrace/exec/batch_former.h"
 #include "headrace/exec/engine.h"
 #include "headrace/exec/packer.h"
+#include "headrace/exec/step_cost.h"
 
 namespace headrace {
+
+// batch.balance as a run deals it (balanced_former.cc).
+struct BalanceOptions {
+  StepCostOptions cost;
+  std::string token_field = "input_ids";  // whose rows the size pass tells are the tokens
+};
 
 // A run as its former sees it before the engine starts.
 struct FormingRun {
@@ -39,6 +51,12 @@ struct FormingRun {
   bool plan_packing = true;
   // The consumer's batch memory (LoaderOptions::allocator); null: the heap.
   Allocator* allocator = nullptr;
+  // batch.balance; nullopt: the order's deal.
+  std::optional<BalanceOptions> balance;
+  // The samples the engine's batch `position` holds before its former composes it: set
+  // by a policy that deals them otherwise than the order (balanced) for the policies it
+  // wraps (a planned pack replays its window by them); null: the order's.
+  std::function<std::vector<int64_t>(const BatchPosition&)> samples_of;
 };
 
 // A policy: the former of `run`, or null when it does not take the run.
@@ -46,5 +64,8 @@ using MakeFormer = Result<std::shared_ptr<BatchFormer>> (*)(FormingRun& run);
 
 // The former the first policy that takes `run` makes (plain takes every run).
 Result<std::shared_ptr<BatchFormer>> MakeBatchFormer(FormingRun& run);
+// ... of the policies after `policy` in the list: what a policy that wraps another forms
+// its batches with.
+Result<std::shared_ptr<BatchFormer>> MakeFormerAfter(MakeFormer policy, FormingRun& run);
 
 }  // namespace headrace

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <numeric>
 
 #include "headrace/core/record_store.h"
 
@@ -164,6 +166,147 @@ TEST(BatchFormers, APlannedPackTokenizesEachSampleOnceItsRunTakingWhatTheSizerTo
   EXPECT_EQ(samples, 24);
   EXPECT_EQ(counting.tokenized.load(), 24) << "each sample tokenized once: by the sizer";
   EXPECT_EQ(counting.taken.load(), 24) << "and its run took what the sizer told";
+}
+
+// Sample i's tokens: 160 for every 8th sample, 4 + i % 3 for the others: the order's deal
+// leaves some steps with two long samples on one rank.
+class SkewedTokenizer final : public Op {
+ public:
+  static int64_t TokensOf(int64_t index) { return index % 8 == 0 ? 160 : 4 + index % 3; }
+  std::string_view name() const override { return "test.skewed_tokenizer"; }
+  Telling Tells() const override { return Telling::kRowsAndTokens; }
+  bool Predict(SizePass& pass) const override {
+    const int64_t n = TokensOf(pass.ctx->sample->index);
+    pass.rows[0] += n;
+    if (pass.sequence != nullptr) pass.sequence->ids.assign(static_cast<size_t>(n), 1);
+    return true;
+  }
+  Status Run(SampleContext& ctx) const override {
+    const int64_t n = TokensOf(ctx.sample->index);
+    HR_ASSIGN_OR_RETURN(uint8_t* to, ctx.AppendRows(0, n));
+    std::fill_n(reinterpret_cast<int64_t*>(to), n, ctx.sample->index);
+    return Status::Ok();
+  }
+};
+
+std::shared_ptr<EngineInputs> SkewedInputs(int samples) {
+  auto records = std::make_shared<std::vector<SampleRecord>>();
+  for (int i = 0; i < samples; ++i) records->push_back(SampleRecord{.id = std::to_string(i)});
+  auto inputs = std::make_shared<EngineInputs>();
+  inputs->source = MakeRecordSource(std::make_shared<VectorRecords>(records), MakeLocalStorage({}));
+  inputs->chain().ops.push_back(std::make_unique<SkewedTokenizer>());
+  inputs->fields.push_back(FieldSpec{"input_ids", DType::kI64, {}, FieldLayout::kRagged, "",
+                                     "input_ids"});
+  inputs->fields.push_back(FieldSpec{"input_ids_lengths", DType::kI32, {}, FieldLayout::kLengths});
+  inputs->reads_media = false;
+  return inputs;
+}
+
+EngineOptions SkewedRun(int rank) {
+  EngineOptions engine;
+  engine.cpu_threads = 2;
+  engine.order.num_samples = 64;
+  engine.order.batch_size = 4;
+  engine.order.seed = 5;
+  engine.order.rank = rank;
+  engine.order.world_size = 2;
+  return engine;
+}
+
+TEST(BatchFormers, ABalancedRunDealsEachStepsSamplesOverTheRanksByCost) {
+  const std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
+  std::vector<std::vector<std::vector<int64_t>>> shares(2);  // by rank, by step
+  std::optional<BalanceSeen> seen;
+  for (int rank = 0; rank < 2; ++rank) {
+    EngineOptions engine = SkewedRun(rank);
+    FormingRun run{.inputs = inputs, .engine = &engine};
+    run.balance = BalanceOptions{};  // cost: tokens
+    Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
+    ASSERT_TRUE(former.ok()) << former.status().ToString();
+    EXPECT_EQ((*former)->name(), "balanced plain");
+    Result<EpochOrder> order = EpochOrder::Make(engine.order);
+    ASSERT_TRUE(order.ok());
+    for (int64_t j = 0; j < order->batches_per_rank_epoch(); ++j) {
+      const BatchPosition p = order->Position(j);
+      std::optional<std::vector<int64_t>> share =
+          (*former)->Compose(p, order->SampleIndices(p), {});
+      ASSERT_TRUE(share.has_value());
+      shares[rank].push_back(*share);
+    }
+    seen = (*former)->balance();
+  }
+  Result<EpochOrder> order = EpochOrder::Make(SkewedRun(0).order);
+  ASSERT_TRUE(order.ok());
+  double before = 0, after = 0;
+  for (size_t step = 0; step < shares[0].size(); ++step) {
+    std::vector<int64_t> dealt = shares[0][step], ordered;
+    dealt.insert(dealt.end(), shares[1][step].begin(), shares[1][step].end());
+    int64_t tokens[2] = {0, 0}, ordered_tokens[2] = {0, 0};
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(shares[r][step].size(), 4u) << "each rank keeps its batch size";
+      for (int64_t s : shares[r][step]) tokens[r] += SkewedTokenizer::TokensOf(s);
+      const std::vector<int64_t> batch =
+          order->SampleIndices({.epoch = 0, .index_in_epoch = int64_t(step) * 2 + r});
+      for (int64_t s : batch) ordered_tokens[r] += SkewedTokenizer::TokensOf(s);
+      ordered.insert(ordered.end(), batch.begin(), batch.end());
+    }
+    std::sort(dealt.begin(), dealt.end());
+    std::sort(ordered.begin(), ordered.end());
+    EXPECT_EQ(dealt, ordered) << "step " << step << ": its own samples, each once";
+    before += std::max(ordered_tokens[0], ordered_tokens[1]);
+    after += std::max(tokens[0], tokens[1]);
+    EXPECT_LE(std::max(tokens[0], tokens[1]), std::max(ordered_tokens[0], ordered_tokens[1]));
+  }
+  EXPECT_LT(after, before) << "some step was uneven as ordered";
+  ASSERT_TRUE(seen.has_value());
+  EXPECT_EQ(seen->steps, 8);
+  EXPECT_EQ(seen->untold, 0);
+  EXPECT_DOUBLE_EQ(seen->max_before, before);
+  EXPECT_DOUBLE_EQ(seen->max_after, after);
+}
+
+TEST(BatchFormers, ABalancedPlannedPackRunsTheDealtSamples) {
+  const std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
+  std::vector<int64_t> delivered;
+  for (int rank = 0; rank < 2; ++rank) {
+    EngineOptions engine = SkewedRun(rank);
+    FormingRun run{.inputs = inputs, .pack = Pack(4), .engine = &engine};
+    run.pack->seq_len = 256;
+    run.balance = BalanceOptions{};
+    Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
+    ASSERT_TRUE(former.ok()) << former.status().ToString();
+    ASSERT_EQ((*former)->name(), "balanced pack planned");
+    engine.former = *former;
+    auto started = Engine::Start(inputs, engine);
+    ASSERT_TRUE(started.ok()) << started.status().ToString();
+    while (true) {
+      Result<std::optional<Batch>> b = (*former)->Next(**started);
+      ASSERT_TRUE(b.ok()) << b.status().ToString();
+      if (!b->has_value()) break;
+      const Tensor* index = (*b)->Find("index");
+      ASSERT_NE(index, nullptr);
+      const int64_t* at = index->data<int64_t>();
+      delivered.insert(delivered.end(), at, at + (*b)->size());
+    }
+  }
+  std::sort(delivered.begin(), delivered.end());
+  std::vector<int64_t> all(64);
+  std::iota(all.begin(), all.end(), 0);
+  EXPECT_EQ(delivered, all) << "the two ranks' packed batches hold every sample once";
+}
+
+TEST(BatchFormers, BalanceNeedsAChainThatTellsTokensAndAnInOrderEngine) {
+  EngineOptions engine = SkewedRun(0);
+  FormingRun run{.inputs = std::make_shared<EngineInputs>(), .engine = &engine};
+  run.balance = BalanceOptions{};
+  Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
+  ASSERT_FALSE(former.ok());
+  EXPECT_NE(former.status().message().find("batch.balance"), std::string::npos);
+  engine.schedule = Schedule::kOnDemand;
+  run.inputs = SkewedInputs(8);
+  former = MakeBatchFormer(run);
+  ASSERT_FALSE(former.ok());
+  EXPECT_NE(former.status().message().find("Ray"), std::string::npos);
 }
 
 }  // namespace

@@ -127,11 +127,13 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
       ctx.values = values;
       std::fill(rows.begin(), rows.end(), 0);
       ToldSequence sequence;
-      TellRows(chain.ops, ctx, rows, &sequence);
+      std::vector<int64_t> patches;
+      TellRows(chain.ops, ctx, rows, &sequence, &patches);
       const int64_t tokens = rows[static_cast<size_t>(token_field)];
       if (tokens > 0) {
         PackPlanner::Told t;
         t.tokens = tokens;
+        t.patches = std::move(patches);
         t.id = records[s]->id;
         // Where the vision tokens lie: text.tokenize's ids, as the pass tokenized them.
         const std::vector<int64_t>& ids = sequence.ids;

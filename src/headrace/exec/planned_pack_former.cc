@@ -89,9 +89,11 @@ Result<std::shared_ptr<BatchFormer>> MakePlannedPackFormer(FormingRun& run) {
       planning,
       SizeByTheSizePass(run.inputs, token_field, pack, read, engine.io_budget_bytes, told));
   const auto shared_order = std::make_shared<const EpochOrder>(std::move(order));
-  const PackPlanner::InputBatch batch_of = [shared_order, per_epoch](int64_t epoch,
-                                                                     int64_t position) {
-    return shared_order->SampleIndices(shared_order->Position(epoch * per_epoch + position));
+  const PackPlanner::InputBatch batch_of = [shared_order, per_epoch,
+                                             samples_of = run.samples_of](int64_t epoch,
+                                                                          int64_t position) {
+    const BatchPosition p = shared_order->Position(epoch * per_epoch + position);
+    return samples_of ? samples_of(p) : shared_order->SampleIndices(p);
   };
   if (run.resume.has_value()) {
     HR_RETURN_IF_ERROR(planner->Restore(*run.resume, batch_of));

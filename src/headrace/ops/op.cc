@@ -52,7 +52,7 @@ ScratchArena& ScratchArena::Nested() {
 }
 
 void TellRows(std::span<const std::unique_ptr<Op>> ops, const SampleContext& ctx,
-              std::span<int64_t> rows, ToldSequence* sequence) {
+              std::span<int64_t> rows, ToldSequence* sequence, std::vector<int64_t>* patches) {
   thread_local std::vector<SizePass::Size> images;
   thread_local std::vector<std::vector<int64_t>> grids;
   images.assign(ctx.values.size(), {});
@@ -61,6 +61,10 @@ void TellRows(std::span<const std::unique_ptr<Op>> ops, const SampleContext& ctx
   SizePass pass{&ctx, images, rows, std::span(grids.data(), rows.size()), sequence};
   for (const auto& op : ops) {
     if (!op->Predict(pass)) break;
+  }
+  if (patches == nullptr) return;
+  for (const std::vector<int64_t>& g : grids) {
+    for (size_t i = 0; i + 2 < g.size(); i += 3) patches->push_back(g[i] * g[i + 1] * g[i + 2]);
   }
 }
 

@@ -217,9 +217,11 @@ void ReserveRows(std::span<const std::unique_ptr<Op>> ops, SampleContext& ctx);
 // The size pass alone: the rows `ops` tell for each of `rows.size()` batch fields (added
 // to `rows`), up to the first that cannot tell; nothing reserved or written. `ctx` needs
 // its sample and values only.
-// With `sequence`, the token sequence an op tells (SizePass::sequence) goes there.
+// With `sequence`, the token sequence an op tells (SizePass::sequence) goes there; with
+// `patches`, each image's and video's patches (t x h x w of every grid told) are appended.
 void TellRows(std::span<const std::unique_ptr<Op>> ops, const SampleContext& ctx,
-              std::span<int64_t> rows, ToldSequence* sequence = nullptr);
+              std::span<int64_t> rows, ToldSequence* sequence = nullptr,
+              std::vector<int64_t>* patches = nullptr);
 
 // A per-batch step: runs once a batch is complete (skipped samples already removed),
 // before it is delivered, on the CPU thread that finished the batch's last sample. It

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "headrace/core/status.h"
+#include "headrace/exec/step_cost.h"
 #include "headrace/pipeline/spec.h"
 
 namespace headrace {
@@ -58,6 +59,10 @@ Result<PipelineSpec> ParsePipelineConfig(std::string_view yaml_text,
 // needs, batch field names are unique). For specs built in C++ or Python too;
 // LoadPipelineConfig and ParsePipelineConfig call it.
 Status ValidatePipelineSpec(const PipelineSpec& spec);
+
+// batch.balance's cost as a run computes it (exec/step_cost.h); kInvalidArgument naming
+// the key for a cost that is none, or dimensions it cannot take.
+Result<StepCostOptions> StepCostOptionsOf(const BalanceSpec& balance);
 
 // One op's entry as a config writes it (`name` and its params, a YAML map or null),
 // parsed alone: kInvalidArgument as the config's, keys named `name.key`

@@ -104,11 +104,23 @@ void Fields(SpecOf<PackSpec> auto& s, auto&& f) {
   f("field", s.field);
   f("pad_id", s.pad_id);
 }
+void Fields(SpecOf<BalanceSpec> auto& s, auto&& f) {
+  f("cost", s.cost);
+  f("llm_params", s.llm_params);
+  f("llm_layers", s.llm_layers);
+  f("llm_hidden", s.llm_hidden);
+  f("vision_params", s.vision_params);
+  f("vision_layers", s.vision_layers);
+  f("vision_hidden", s.vision_hidden);
+  f("vision_window", s.vision_window);
+  f("vision_full_layers", s.vision_full_layers);
+}
 void Fields(SpecOf<BatchSpec> auto& s, auto&& f) {
   f("size", s.size);
   f("drop_last", s.drop_last);
   f("pack", s.pack);
   f("max_tokens", s.max_tokens);
+  f("balance", s.balance);
 }
 void Fields(SpecOf<ExecutionSpec> auto& s, auto&& f) {
   f("cpu_threads", s.cpu_threads);

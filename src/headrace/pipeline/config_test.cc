@@ -1056,3 +1056,42 @@ TEST(ConfigMaterialized, MaterializedIsASourceWithoutOpsOrFields) {
 
 }  // namespace
 }  // namespace headrace
+
+namespace headrace {
+namespace {
+
+TEST(ConfigBalance, ACostNameAndTheModelsDimensionsParseAndReachTheRun) {
+  Result<PipelineSpec> spec = ParsePipelineConfig(
+      "source: {manifest: m.jsonl}\n"
+      "batch: {size: 4, balance: {cost: qwen3_vl, llm_layers: 48}}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_TRUE(spec->batch.balance.enabled());
+  Result<StepCostOptions> cost = StepCostOptionsOf(spec->batch.balance);
+  ASSERT_TRUE(cost.ok()) << cost.status().ToString();
+  EXPECT_EQ(cost->kind, CostKind::kFlops);
+  EXPECT_EQ(cost->model.llm_layers, 48);
+  EXPECT_EQ(cost->model.llm_hidden, 4096) << "the preset's, where none is given";
+  EXPECT_FALSE(ParsePipelineConfig("source: {manifest: m.jsonl}\n")->batch.balance.enabled());
+}
+
+TEST(ConfigBalance, AnUnknownCostOrAFlopsCostWithoutDimensionsIsRefusedNamingTheKey) {
+  Result<PipelineSpec> unknown = ParsePipelineConfig(
+      "source: {manifest: m.jsonl}\nbatch: {balance: {cost: qwen4}}\n");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("batch.balance.cost"), std::string::npos)
+      << unknown.status().message();
+  EXPECT_NE(unknown.status().message().find("tokens, flops, qwen2_vl"), std::string::npos);
+  Result<PipelineSpec> flops = ParsePipelineConfig(
+      "source: {manifest: m.jsonl}\nbatch: {balance: {cost: flops, llm_params: 1.0e9}}\n");
+  ASSERT_FALSE(flops.ok());
+  EXPECT_NE(flops.status().message().find("llm_layers"), std::string::npos)
+      << flops.status().message();
+  Result<PipelineSpec> key = ParsePipelineConfig(
+      "source: {manifest: m.jsonl}\nbatch: {balance: {cots: tokens}}\n");
+  ASSERT_FALSE(key.ok());
+  EXPECT_NE(key.status().message().find("batch.balance.cots"), std::string::npos)
+      << key.status().message();
+}
+
+}  // namespace
+}  // namespace headrace

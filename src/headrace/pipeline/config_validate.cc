@@ -86,6 +86,23 @@ Status ValidatePack(const PipelineSpec& spec) {
                   "the unpadded token field to pack (text.tokenize {pad: false}'s input_ids)");
 }
 
+Result<StepCostOptions> StepCostOptionsOf(const BalanceSpec& balance) {
+  const ModelDims given{.llm_params = balance.llm_params,
+                        .llm_layers = balance.llm_layers,
+                        .llm_hidden = balance.llm_hidden,
+                        .vision_params = balance.vision_params,
+                        .vision_layers = balance.vision_layers,
+                        .vision_hidden = balance.vision_hidden,
+                        .vision_window = balance.vision_window,
+                        .vision_full_layers = balance.vision_full_layers};
+  Result<StepCostOptions> options = StepCostOptionsFor(balance.cost, given);
+  if (!options.ok()) return Invalid("batch.balance.cost", options.status().message());
+  if (Result<StepCost> cost = StepCost::Make(*options); !cost.ok()) {
+    return Invalid("batch.balance", cost.status().message());
+  }
+  return options;
+}
+
 // What a kind's key rules see of the rest of the spec (formats/source_kinds.h).
 static SourceKeyContext KeyContextOf(const PipelineSpec& spec) {
   SourceKeyContext context;
@@ -174,6 +191,9 @@ Status ValidatePipelineSpec(const PipelineSpec& spec) {
   if (spec.epochs) HR_RETURN_IF_ERROR(InRange<int64_t>("epochs", *spec.epochs, 1, kMaxEpochs));
   HR_RETURN_IF_ERROR(InRange<int64_t>("batch.size", spec.batch.size, 1, kMaxBatchSize));
   HR_RETURN_IF_ERROR(ValidatePack(spec));
+  if (spec.batch.balance.enabled()) {
+    HR_RETURN_IF_ERROR(StepCostOptionsOf(spec.batch.balance).status());
+  }
   // Each op's own rules (its Validate) and the chain's declarations: what every op reads
   // exists with the kind it needs, batch field names are unique.
   HR_RETURN_IF_ERROR(CheckOpChain(spec));

@@ -259,6 +259,10 @@ Result<PreparedPipeline::Forming> PreparedPipeline::Form(const LoaderOptions& op
   FormingRun forming{.inputs = inputs_, .pack = pack_, .engine = &out.engine,
                      .resume = options.pack_state, .plan_packing = options.plan_packing,
                      .allocator = options.allocator};
+  if (spec_.batch.balance.enabled()) {
+    HR_ASSIGN_OR_RETURN(StepCostOptions cost, StepCostOptionsOf(spec_.batch.balance));
+    forming.balance = BalanceOptions{.cost = cost, .token_field = spec_.batch.pack.field};
+  }
   HR_ASSIGN_OR_RETURN(out.former, MakeBatchFormer(forming));
   return out;
 }

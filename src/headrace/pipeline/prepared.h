@@ -86,6 +86,8 @@ class PreparedPipeline : public std::enable_shared_from_this<PreparedPipeline> {
   const Source& source() const { return *inputs_->source; }
   // The batch fields the chain writes, in order (the engine adds "index").
   const std::vector<FieldSpec>& fields() const { return inputs_->fields; }
+  // The source and the planned chain, as the engine runs them.
+  const std::shared_ptr<const EngineInputs>& inputs() const { return inputs_; }
   // The base storage the source reads through (before its own cache).
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   int cpu_threads() const { return cpu_threads_; }

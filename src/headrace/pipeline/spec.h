@@ -75,6 +75,25 @@ struct PackSpec {
   bool enabled() const { return seq_len > 0; }
 };
 
+// batch.balance: each data-parallel step's samples dealt over the ranks by what they cost
+// the step, so that no rank waits at the step's barrier for a costlier one
+// (exec/step_cost.h, exec/step_deal.h, docs/balanced_steps.md). `cost`: empty (off),
+// "tokens", "flops" (the model dimensions below, all given), or a model preset
+// ("qwen2_vl", "qwen2_5_vl", "qwen3_vl": its 7B/8B model) whose dimensions those given
+// here (> 0) replace.
+struct BalanceSpec {
+  std::string cost;
+  double llm_params = 0;
+  int64_t llm_layers = 0;
+  int64_t llm_hidden = 0;
+  double vision_params = 0;
+  int64_t vision_layers = 0;
+  int64_t vision_hidden = 0;
+  int64_t vision_window = 0;
+  int64_t vision_full_layers = 0;
+  bool enabled() const { return !cost.empty(); }
+};
+
 struct BatchSpec {
   int64_t size = 32;
   bool drop_last = false;  // drop an epoch's final partial batch
@@ -83,6 +102,7 @@ struct BatchSpec {
   // vision: input_ids holds both), unpadded, from the samples `size` at a time read
   // (exec/packer.h, options.budget; pack.window, pack.overflow and pack.field apply).
   int64_t max_tokens = 0;
+  BalanceSpec balance{};
   // Whether the packer regroups the samples (batch.pack or batch.max_tokens).
   bool regroups() const { return pack.enabled() || max_tokens > 0; }
   // batch.pack or batch.max_tokens as the packer takes them (the sequence's pads and

@@ -1,0 +1,170 @@
+// balanced: batch.balance. Each data-parallel step's samples (every rank's batch of the
+// step, as the epoch's order deals them) are dealt over the ranks by cost
+// (exec/step_deal.h, exec/step_cost.h) before the former the rest of the list picks for
+// the run (plain, pack, pack planned) forms this rank's share: balancing composes with
+// them. Every rank sizes the whole step by the chain's size pass (exec/pack_sizer.h:
+// headers read, nothing decoded) and computes the same deal: a pure function of (seed,
+// epoch, step, sizes, world size), so that any thread count, process or resume deals
+// alike. A sample whose size cannot be told costs the mean of those told in its step.
+//
+// What it costs: each rank reads the headers of the whole step (world_size x its own).
+// docs/balanced_steps.md has the size index that takes this off the run.
+#include <climits>
+#include <string>
+
+#include "headrace/exec/batch_formers.h"
+#include "headrace/exec/pack_sizer.h"
+#include "headrace/exec/step_deal.h"
+#include "headrace/exec/thread_annotations.h"
+
+namespace headrace {
+
+Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run);
+
+namespace {
+
+// Deals the steps of one rank's run.
+class StepDealer {
+ public:
+  StepDealer(std::shared_ptr<const EpochOrder> order, PackPlanner::Sizer sizer, StepCost cost)
+      : order_(std::move(order)), sizer_(std::move(sizer)), cost_(std::move(cost)) {}
+
+  // This rank's samples of the step that holds `position` (`stop`: the run's; a deal
+  // given up keeps the order's). Updates `seen` with the step's costs.
+  std::vector<int64_t> SamplesOf(const BatchPosition& position, std::stop_token stop,
+                                 BalanceSeen* seen) const {
+    const EpochOrderOptions& o = order_->options();
+    const int world = o.world_size;
+    const int64_t step = position.index_in_epoch / world;
+    std::vector<std::vector<int64_t>> batches(world);
+    std::vector<int64_t> samples;
+    for (int r = 0; r < world; ++r) {
+      BatchPosition p = position;
+      p.index_in_epoch = step * world + r;
+      batches[r] = order_->SampleIndices(p);
+      samples.insert(samples.end(), batches[r].begin(), batches[r].end());
+    }
+    const int rank = o.rank;  // the step's batch `rank` is this rank's (PositionOf)
+    if (world == 1) return batches[rank];
+    const std::vector<std::optional<PackPlanner::Told>> told =
+        sizer_(position.epoch, samples, stop);
+    if (stop.stop_requested()) return batches[rank];
+    std::vector<double> costs(samples.size(), -1);
+    double told_sum = 0;
+    int64_t told_count = 0;
+    for (size_t s = 0; s < samples.size(); ++s) {
+      if (!told[s].has_value()) continue;
+      costs[s] = cost_.Of(SampleSize{told[s]->tokens, told[s]->patches});
+      told_sum += costs[s];
+      ++told_count;
+    }
+    const double estimate = told_count > 0 ? told_sum / double(told_count) : 1.0;
+    for (double& c : costs) {
+      if (c < 0) c = estimate;
+    }
+    DealtStep dealt = DealStep(batches, costs);
+    if (seen != nullptr) {
+      seen->steps += 1;
+      seen->untold += static_cast<int64_t>(samples.size()) - told_count;
+      seen->max_before += dealt.before;
+      seen->max_after += dealt.after;
+      seen->mean += dealt.mean;
+    }
+    return std::move(dealt.ranks[rank]);
+  }
+
+ private:
+  const std::shared_ptr<const EpochOrder> order_;
+  const PackPlanner::Sizer sizer_;
+  const StepCost cost_;
+};
+
+class BalancedFormer final : public BatchFormer {
+ public:
+  BalancedFormer(std::shared_ptr<const StepDealer> dealer, std::shared_ptr<BatchFormer> inner)
+      : dealer_(std::move(dealer)),
+        inner_(std::move(inner)),
+        name_("balanced " + std::string(inner_->name())) {}
+
+  std::string_view name() const override { return name_; }
+  std::optional<std::vector<int64_t>> Compose(const BatchPosition& position,
+                                              std::span<const int64_t>,
+                                              std::stop_token stop) override {
+    BalanceSeen step;
+    std::vector<int64_t> share = dealer_->SamplesOf(position, stop, &step);
+    {
+      MutexLock lock(mu_);
+      seen_.steps += step.steps;
+      seen_.untold += step.untold;
+      seen_.max_before += step.max_before;
+      seen_.max_after += step.max_after;
+      seen_.mean += step.mean;
+    }
+    std::optional<std::vector<int64_t>> formed = inner_->Compose(position, share, stop);
+    return formed.has_value() ? std::move(formed) : std::move(share);
+  }
+  HandedOver HandOver(int64_t epoch, int64_t index, bool media) override {
+    return inner_->HandOver(epoch, index, media);
+  }
+  bool keeps_sample_rows() const override { return inner_->keeps_sample_rows(); }
+  bool counts_losses() const override { return inner_->counts_losses(); }
+  Result<std::optional<Batch>> Next(BatchInput& input) override { return inner_->Next(input); }
+  bool ready() const override { return inner_->ready(); }
+  int64_t inputs_held() const override { return inner_->inputs_held(); }
+  std::optional<PackState> state() const override { return inner_->state(); }
+  std::optional<PackStats> stats() const override { return inner_->stats(); }
+  std::optional<BalanceSeen> balance() const override {
+    MutexLock lock(mu_);
+    return seen_;
+  }
+
+ private:
+  const std::shared_ptr<const StepDealer> dealer_;
+  const std::shared_ptr<BatchFormer> inner_;
+  const std::string name_;
+  mutable Mutex mu_;
+  BalanceSeen seen_ HR_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run) {
+  if (!run.balance.has_value()) return std::shared_ptr<BatchFormer>();
+  const EngineInputs& inputs = *run.inputs;
+  int token_field = -1;
+  for (size_t f = 0; f < inputs.fields.size(); ++f) {
+    if (inputs.fields[f].name == run.balance->token_field) token_field = static_cast<int>(f);
+  }
+  if (token_field < 0 || !ChainTellsTokens(inputs)) {
+    return Status::InvalidArgument(
+        "batch.balance: the cost is told by the size pass of a chain that tokenizes "
+        "(text.tokenize, unpadded) into batch field '" + run.balance->token_field +
+        "'; this run's chain does not");
+  }
+  if (run.engine->schedule != Schedule::kSequential) {
+    return Status::InvalidArgument(
+        "batch.balance: deals each rank's steps where the rank's batches are computed in "
+        "order (a local Loader); a Ray run's workers compute batches for any rank");
+  }
+  HR_ASSIGN_OR_RETURN(StepCost cost, StepCost::Make(run.balance->cost));
+  HR_ASSIGN_OR_RETURN(EpochOrder order, EpochOrder::Make(run.engine->order));
+  // Sizes only: nothing kept for the samples' runs (the inner former's sizer, if any,
+  // reads its own share again), vision tokens not located (no seq_len applies here).
+  PackOptions sizing;
+  sizing.seq_len = INT64_MAX;
+  auto dealer = std::make_shared<const StepDealer>(
+      std::make_shared<const EpochOrder>(std::move(order)),
+      SizeByTheSizePass(run.inputs, token_field, sizing, nullptr,
+                        run.engine->io_budget_bytes),
+      std::move(cost));
+  // The formers below see the dealt samples wherever they ask for a batch's samples.
+  run.samples_of = [dealer](const BatchPosition& position) {
+    return dealer->SamplesOf(position, {}, nullptr);
+  };
+  HR_ASSIGN_OR_RETURN(std::shared_ptr<BatchFormer> inner,
+                      MakeFormerAfter(&MakeBalancedFormer, run));
+  return std::shared_ptr<BatchFormer>(
+      std::make_shared<BalancedFormer>(std::move(dealer), std::move(inner)));
+}
+
+}  // namespace headrace

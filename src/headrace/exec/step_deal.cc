@@ -1,0 +1,102 @@
+#include "headrace/exec/step_deal.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <numeric>
+#include <utility>
+
+namespace headrace {
+namespace {
+
+double MaxOf(const std::vector<double>& loads) {
+  return loads.empty() ? 0 : *std::max_element(loads.begin(), loads.end());
+}
+
+}  // namespace
+
+DealtStep DealStep(std::span<const std::vector<int64_t>> batches, std::span<const double> costs) {
+  const size_t world = batches.size();
+  DealtStep dealt;
+  dealt.ranks.resize(world);
+  std::vector<size_t> room(world);
+  std::vector<double> loads(world, 0);
+  std::vector<int64_t> sample;  // by step position
+  sample.reserve(costs.size());
+  for (size_t r = 0; r < world; ++r) {
+    room[r] = batches[r].size();
+    for (int64_t s : batches[r]) {
+      loads[r] += costs[sample.size()];
+      sample.push_back(s);
+    }
+  }
+  assert(sample.size() == costs.size());
+  const size_t n = sample.size();
+  dealt.before = MaxOf(loads);
+  dealt.mean = world == 0 ? 0 : std::accumulate(loads.begin(), loads.end(), 0.0) / double(world);
+
+  // Costliest first (equal costs in step order), dealt in rounds: each round gives one
+  // sample to every rank with room, the round's costliest to the least loaded (ties to
+  // the lower rank), so that a rank's count is met as its cost is.
+  std::vector<size_t> by_cost(n);
+  std::iota(by_cost.begin(), by_cost.end(), size_t{0});
+  std::stable_sort(by_cost.begin(), by_cost.end(),
+                   [&](size_t a, size_t b) { return costs[a] > costs[b]; });
+  std::fill(loads.begin(), loads.end(), 0.0);
+  std::vector<std::vector<size_t>> held(world);  // step positions
+  std::vector<size_t> open;
+  for (size_t next = 0; next < n;) {
+    open.clear();
+    for (size_t r = 0; r < world; ++r) {
+      if (held[r].size() < room[r]) open.push_back(r);
+    }
+    std::stable_sort(open.begin(), open.end(),
+                     [&](size_t a, size_t b) { return loads[a] < loads[b]; });
+    for (size_t r : open) {
+      if (next == n) break;
+      const size_t pos = by_cost[next++];
+      held[r].push_back(pos);
+      loads[r] += costs[pos];
+    }
+  }
+
+  // Then the costliest rank swaps, with whichever rank evens them most, the pair of
+  // samples whose difference d is nearest half their gap (0 < d < gap lowers it), while
+  // one does: at most 2 x world swaps.
+  for (size_t round = 0; round < 2 * world; ++round) {
+    const size_t hi = std::max_element(loads.begin(), loads.end()) - loads.begin();
+    double best = 0;  // how much lower the pair's costlier side gets
+    size_t best_lo = hi, best_a = 0, best_b = 0;
+    for (size_t lo = 0; lo < world; ++lo) {
+      const double gap = loads[hi] - loads[lo];
+      if (lo == hi || gap <= best) continue;
+      for (size_t a = 0; a < held[hi].size(); ++a) {
+        for (size_t b = 0; b < held[lo].size(); ++b) {
+          const double d = costs[held[hi][a]] - costs[held[lo][b]];
+          if (d <= 0 || d >= gap) continue;
+          const double lowered = loads[hi] - std::max(loads[hi] - d, loads[lo] + d);
+          if (lowered > best) {
+            best = lowered;
+            best_lo = lo;
+            best_a = a;
+            best_b = b;
+          }
+        }
+      }
+    }
+    if (best_lo == hi) break;
+    const double d = costs[held[hi][best_a]] - costs[held[best_lo][best_b]];
+    std::swap(held[hi][best_a], held[best_lo][best_b]);
+    loads[hi] -= d;
+    loads[best_lo] += d;
+  }
+
+  for (size_t r = 0; r < world; ++r) {
+    std::sort(held[r].begin(), held[r].end());
+    for (size_t pos : held[r]) dealt.ranks[r].push_back(sample[pos]);
+  }
+  dealt.after = MaxOf(loads);
+  return dealt;
+}
+
+}  // namespace headrace

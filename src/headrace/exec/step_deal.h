@@ -1,0 +1,33 @@
+// DealStep: one data-parallel step's samples dealt over the ranks by cost (batch.balance:
+// docs/balanced_steps.md), so that the rank whose samples cost most (the one every other
+// rank waits for at the step's barrier) costs as little over the mean as a fast
+// deterministic heuristic gets.
+//
+// The step is every rank's batch as the epoch's order deals them (rank r's is batch r
+// of the step). Each rank keeps its batch's sample count. The samples are dealt
+// costliest first in rounds, each round one to every rank with room, its costliest to the
+// least loaded rank (ties to the lower rank, equal costs in step order); then the
+// costliest rank swaps a pair of samples with whichever rank evens the two most, while a
+// swap lowers it (at most 2 x W swaps). Within a rank the samples keep the step's order. A
+// pure function of the step's samples and costs: every rank computes the same deal and
+// keeps its share. O(n log n + W^2 x B^2) for n = W x B samples.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace headrace {
+
+struct DealtStep {
+  std::vector<std::vector<int64_t>> ranks;  // each rank's samples, in step order
+  double before = 0;  // the costliest rank's cost as the order dealt the step
+  double after = 0;   // ... and as dealt here
+  double mean = 0;    // the ranks' mean cost
+};
+
+// `batches`: each rank's samples as the order deals them; `costs`: each sample's cost,
+// in the order of the batches' samples, rank 0's first. costs.size() must be the total.
+DealtStep DealStep(std::span<const std::vector<int64_t>> batches, std::span<const double> costs);
+
+}  // namespace headrace
