@@ -137,38 +137,27 @@ int BenchBalanceCommand(const Args& args) {
   PackOptions sizing;
   sizing.seq_len = INT64_MAX;
   const PackPlanner::Sizer sizer = SizeByTheSizePass(inputs, token_field, sizing);
-  std::vector<double> costs(static_cast<size_t>(n), -1);
+  std::vector<double> costs(static_cast<size_t>(n));
   std::atomic<int64_t> next{0}, untold{0};
-  constexpr int64_t kChunk = 256;
+  constexpr int64_t kChunk = 256;  // a sample not told costs the mean of its chunk's
   const auto sized_from = std::chrono::steady_clock::now();
   {
     std::vector<std::jthread> threads;
     for (int t = 0; t < AvailableCores(); ++t) {
       threads.emplace_back([&] {
         std::vector<int64_t> indices;
+        std::vector<double> chunk;
         for (int64_t at; (at = next.fetch_add(kChunk)) < n;) {
           indices.clear();
           for (int64_t i = at; i < std::min(at + kChunk, n); ++i) indices.push_back(i);
-          const auto told = sizer(0, indices, {});
-          for (size_t k = 0; k < indices.size(); ++k) {
-            if (!told[k].has_value()) {
-              untold.fetch_add(1);
-              continue;
-            }
-            costs[indices[k]] = cost->Of(SampleSize{told[k]->tokens, told[k]->patches});
-          }
+          untold.fetch_add(CostsOfTold(sizer(0, indices, {}), *cost, chunk));
+          std::copy(chunk.begin(), chunk.end(), costs.begin() + at);
         }
       });
     }
   }
   const double size_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - sized_from).count();
-  double told_sum = 0;
-  for (double c : costs) told_sum += c >= 0 ? c : 0;
-  const double estimate = n > untold ? told_sum / double(n - untold) : 1.0;
-  for (double& c : costs) {
-    if (c < 0) c = estimate;
-  }
 
   std::vector<Dealt> results;
   for (int world : worlds) {

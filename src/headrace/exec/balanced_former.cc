@@ -49,23 +49,12 @@ class StepDealer {
     const std::vector<std::optional<PackPlanner::Told>> told =
         sizer_(position.epoch, samples, stop);
     if (stop.stop_requested()) return batches[rank];
-    std::vector<double> costs(samples.size(), -1);
-    double told_sum = 0;
-    int64_t told_count = 0;
-    for (size_t s = 0; s < samples.size(); ++s) {
-      if (!told[s].has_value()) continue;
-      costs[s] = cost_.Of(SampleSize{told[s]->tokens, told[s]->patches});
-      told_sum += costs[s];
-      ++told_count;
-    }
-    const double estimate = told_count > 0 ? told_sum / double(told_count) : 1.0;
-    for (double& c : costs) {
-      if (c < 0) c = estimate;
-    }
+    std::vector<double> costs;
+    const int64_t untold = CostsOfTold(told, cost_, costs);
     DealtStep dealt = DealStep(batches, costs);
     if (seen != nullptr) {
       seen->steps += 1;
-      seen->untold += static_cast<int64_t>(samples.size()) - told_count;
+      seen->untold += untold;
       seen->max_before += dealt.before;
       seen->max_after += dealt.after;
       seen->mean += dealt.mean;

@@ -99,4 +99,22 @@ DealtStep DealStep(std::span<const std::vector<int64_t>> batches, std::span<cons
   return dealt;
 }
 
+int64_t CostsOfTold(std::span<const std::optional<PackPlanner::Told>> told, const StepCost& cost,
+                    std::vector<double>& costs) {
+  costs.assign(told.size(), -1);
+  double told_sum = 0;
+  int64_t told_count = 0;
+  for (size_t s = 0; s < told.size(); ++s) {
+    if (!told[s].has_value()) continue;
+    costs[s] = cost.Of(SampleSize{told[s]->tokens, told[s]->patches});
+    told_sum += costs[s];
+    ++told_count;
+  }
+  const double estimate = told_count > 0 ? told_sum / double(told_count) : 1.0;
+  for (double& c : costs) {
+    if (c < 0) c = estimate;
+  }
+  return static_cast<int64_t>(told.size()) - told_count;
+}
+
 }  // namespace headrace
