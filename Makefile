@@ -181,7 +181,8 @@ $(VLM_DATA)/manifest.jsonl:
 
 # Balanced steps (issue 49): each world size's step imbalance as the order deals the
 # steps and as batch.balance deals them, from the plan (no process per rank), for three
-# costs; then one rank's samples/s with balancing on and off (bench/RESULTS.md).
+# costs; the size index's build; then one rank's samples/s with balancing off, on, and on
+# with the index (bench/RESULTS.md).
 BALANCE_SAMPLES ?= 4096
 BALANCE_DATA    := data/vlm-balance
 $(BALANCE_DATA)/manifest.jsonl:
@@ -193,7 +194,10 @@ bench-balance: build
 	  $(BUILD)/headrace bench balance examples/qwen2_vl.yaml --epochs 16 --cost $$cost \
 	    --set source.manifest=$(BALANCE_DATA)/manifest.jsonl \
 	    --report bench/balance_$$cost.json || exit 1; done
-	$(PY) bench/balance_rank.py --data $(BALANCE_DATA)
+	$(BUILD)/headrace index sizes examples/qwen2_vl.yaml \
+	  --set source.manifest=$(BALANCE_DATA)/manifest.jsonl --out $(BALANCE_DATA)/sizes.idx
+	$(PY) bench/balance_rank.py --data $(BALANCE_DATA) --index $(BALANCE_DATA)/sizes.idx \
+	  --batches 48
 
 bench-vlm: build
 	$(PY) scripts/fetch_vocabs.py

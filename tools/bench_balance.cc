@@ -4,19 +4,17 @@
 // size pass (exec/pack_sizer.h, nothing decoded; its rate is reported: what a size index
 // build would take), then each world size's steps dealt both ways. No process per rank.
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "commands.h"
 #include "headrace/core/json_writer.h"
 #include "headrace/exec/epoch_order.h"
-#include "headrace/exec/pack_sizer.h"
+#include "headrace/exec/size_index.h"
 #include "headrace/exec/step_cost.h"
 #include "headrace/exec/step_deal.h"
 #include "headrace/exec/thread_pool.h"
@@ -121,43 +119,21 @@ int BenchBalanceCommand(const Args& args) {
     return 2;
   }
   const std::shared_ptr<const EngineInputs>& inputs = (*prepared)->inputs();
-  int token_field = -1;
-  for (size_t f = 0; f < inputs->fields.size(); ++f) {
-    if (inputs->fields[f].name == spec->batch.pack.field) token_field = static_cast<int>(f);
-  }
-  if (token_field < 0 || !ChainTellsTokens(*inputs)) {
-    std::fprintf(stderr, "headrace bench balance: %s: the chain does not tell the tokens of "
-                         "'%s' before it runs (text.tokenize, unpadded)\n",
-                 config_path.c_str(), spec->batch.pack.field.c_str());
-    return 2;
-  }
 
-  // Every sample's size, on every core: chunks of 256 taken in turn.
+  // Every sample's size, on every core (what `headrace index sizes` builds).
   const int64_t n = (*prepared)->source().size();
-  PackOptions sizing;
-  sizing.seq_len = INT64_MAX;
-  const PackPlanner::Sizer sizer = SizeByTheSizePass(inputs, token_field, sizing);
-  std::vector<double> costs(static_cast<size_t>(n));
-  std::atomic<int64_t> next{0}, untold{0};
-  constexpr int64_t kChunk = 256;  // a sample not told costs the mean of its chunk's
   const auto sized_from = std::chrono::steady_clock::now();
-  {
-    std::vector<std::jthread> threads;
-    for (int t = 0; t < AvailableCores(); ++t) {
-      threads.emplace_back([&] {
-        std::vector<int64_t> indices;
-        std::vector<double> chunk;
-        for (int64_t at; (at = next.fetch_add(kChunk)) < n;) {
-          indices.clear();
-          for (int64_t i = at; i < std::min(at + kChunk, n); ++i) indices.push_back(i);
-          untold.fetch_add(CostsOfTold(sizer(0, indices, {}), *cost, chunk));
-          std::copy(chunk.begin(), chunk.end(), costs.begin() + at);
-        }
-      });
-    }
+  Result<std::vector<std::optional<SampleSize>>> sizes =
+      SizeEverySample(inputs, spec->batch.pack.field, AvailableCores());
+  if (!sizes.ok()) {
+    std::fprintf(stderr, "headrace bench balance: %s: %s\n", config_path.c_str(),
+                 sizes.status().message().c_str());
+    return 2;
   }
   const double size_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - sized_from).count();
+  std::vector<double> costs;
+  const int64_t untold = CostsOf(*sizes, *cost, costs);  // one not told: the dataset's mean
 
   std::vector<Dealt> results;
   for (int world : worlds) {
@@ -192,7 +168,7 @@ int BenchBalanceCommand(const Args& args) {
 
   std::printf("headrace bench balance %s: %lld samples (%lld not sized: costed the mean), "
               "batch %lld a rank, cost %s\n",
-              config_path.c_str(), static_cast<long long>(n), static_cast<long long>(untold.load()),
+              config_path.c_str(), static_cast<long long>(n), static_cast<long long>(untold),
               static_cast<long long>(spec->batch.size), balance.cost.c_str());
   std::printf("sized in %.2f s on %d threads: %.0f samples/s (nothing decoded)\n", size_seconds,
               AvailableCores(), size_seconds > 0 ? double(n) / size_seconds : 0.0);
@@ -209,7 +185,7 @@ int BenchBalanceCommand(const Args& args) {
     w.BeginObject();
     w.Key("config").String(config_path);
     w.Key("samples").Int(n);
-    w.Key("untold").Int(untold.load());
+    w.Key("untold").Int(untold);
     w.Key("batch_size").Int(spec->batch.size);
     w.Key("cost").String(balance.cost);
     w.Key("size_seconds").Double(size_seconds);

@@ -27,7 +27,8 @@ int ShardCommand(const Args& args);       // headrace shard MANIFEST --out DIR .
 int PlanCommand(const Args& args);        // headrace plan [PLAN.yaml] [--NAME VALUE ...]
 int ReportCommand(const Args& args);      // headrace report REPORT.json --plot OUT
 int MaterializeCommand(const Args& args);  // headrace materialize CONFIG --to URI ...
-int DoctorCommand(const Args& args);      // headrace doctor CONFIG | --from-report PATH
+int DoctorCommand(const Args& args);
+int IndexCommand(const Args& args);       // headrace index sizes CONFIG [--out PATH]      // headrace doctor CONFIG | --from-report PATH
 
 // Small argument helpers shared by the subcommands.
 struct ArgReader {

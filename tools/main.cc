@@ -34,6 +34,9 @@ commands:
       engine overhead against the operators' cost (rate after planning, runs of at least S
       seconds at the ideal rate, default 2; and CPU per sample), and the fed-trainer
       wait-time ratio
+  index sizes CONFIG [--out PATH] [--set key=value ...]
+      every sample's sizes by the chain's size pass (nothing decoded), for
+      batch.balance.index: a balanced run then deals its steps without sizing a sample
   bench balance CONFIG [--ranks 8,64,256] [--epochs 4] [--cost NAME] [--report PATH]
       each data-parallel step's slowest rank over the mean, as the order deals the steps
       and as batch.balance deals them, from the samples' sizes (nothing decoded)
@@ -80,12 +83,13 @@ int main(int argc, char** argv) {
   if (command == "ls") return headrace::tools::ListCommand(args);
   if (command == "shard") return headrace::tools::ShardCommand(args);
   if (command == "plan") return headrace::tools::PlanCommand(args);
+  if (command == "index") return headrace::tools::IndexCommand(args);
   if (command == "report") return headrace::tools::ReportCommand(args);
   if (command == "materialize") return headrace::tools::MaterializeCommand(args);
   if (command == "doctor") return headrace::tools::DoctorCommand(args);
   std::fprintf(stderr,
                "headrace: unknown command '%s' (allowed: make-sample, run, bench, upload, ls, "
-               "shard, plan, report, materialize, doctor)\n%s",
+               "shard, plan, report, materialize, doctor, index)\n%s",
                command.c_str(), kUsage);
   return 2;
 }

@@ -451,7 +451,10 @@ class Loader:
         ``pack_padding_tokens``, ``pack_vision_tokens``, ``pack_truncated``,
         ``pack_skipped``, ... (the truncated and skipped samples are data lost: also in
         ``errors.pack_truncated`` and ``errors.pack_skipped``, against
-        errors.max_error_rate)."""
+        errors.max_error_rate); with batch.balance the steps dealt by cost so far:
+        ``balance.steps``, ``balance.slowest_rank_cost``, ``balance.mean_rank_cost`` and
+        ``balance.slowest_rank_cost_order`` (the slowest rank as the order would have
+        dealt the steps), ``balance.untold`` (samples costed the mean)."""
         if self._impl is None:
             if self._last_stats is not None:
                 return dict(self._last_stats)

@@ -571,6 +571,14 @@ void RegisterLoader(nb::module_& m) {
              if (const auto pack = l.loader().pack_stats(); pack.has_value()) {
                d.update(PackStatsToDict(*pack));
              }
+             // batch.balance: the steps dealt and the ranks' costs ("balance.<key>").
+             if (const auto b = l.loader().balance_stats(); b.has_value()) {
+               d["balance.steps"] = b->steps;
+               d["balance.untold"] = b->untold;
+               d["balance.slowest_rank_cost_order"] = b->max_before;
+               d["balance.slowest_rank_cost"] = b->max_after;
+               d["balance.mean_rank_cost"] = b->mean;
+             }
              // The samples failed, by kind ("errors.<kind>"): data lost to packing
              // among them (pack_skipped, pack_truncated), as the report counts them.
              const EngineMetrics m = l.loader().engine_metrics();

@@ -2,7 +2,13 @@
 they cost, so that no rank's step costs much more than the mean. Two ranks' loaders over
 the shared sample dataset (cost: tokens): each step holds the same samples as the order's
 deal, every rank its batch size, the costliest rank's tokens never above the order's and
-lower over the epoch; a state dict resumes a balanced run where it was."""
+lower over the epoch; a state dict resumes a balanced run where it was; a size index
+(`headrace index sizes`) deals the same steps, and one built for another pipeline, or cut
+short, is refused saying what to run."""
+import os
+import subprocess
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -10,27 +16,34 @@ import headrace
 from headrace import ConfigError
 
 EPOCHS = 2
+REPO = Path(__file__).resolve().parents[2]
+BIN = os.environ.get("HEADRACE_BIN", str(REPO / "build" / "headrace"))
 
 
-def pipeline(root, balance=None):
+def pipeline(root, balance=None, max_length=64):
     ops = headrace.ops
     return headrace.Pipeline(
         root / "manifest.jsonl",
-        ops=[ops.tokenize(root / "tokenizer.model", pad=False, max_length=64)],
+        ops=[ops.tokenize(root / "tokenizer.model", pad=False, max_length=max_length)],
         batch_size=4, epochs=EPOCHS, seed=3, cpu_threads=1, balance=balance)
 
 
-def run(root, balance, rank):
-    """Rank `rank` of 2's batches: (indices, tokens) each."""
+def run(root, balance, rank, seen=None):
+    """Rank `rank` of 2's batches: (indices, tokens) each; `seen` gets the loader's stats
+    and the report's "balance" section as the run ended."""
     with headrace.Loader(pipeline(root, balance), rank=rank, world_size=2) as loader:
-        return [[(np.asarray(b["index"]).tolist(), int(np.asarray(b["input_ids"]).size))
-                 for b in loader] for _ in range(EPOCHS)]
+        out = [[(np.asarray(b["index"]).tolist(), int(np.asarray(b["input_ids"]).size))
+                for b in loader] for _ in range(EPOCHS)]
+        if seen is not None:
+            seen.update(stats=loader.stats(), report=loader.report().get("balance"))
+        return out
 
 
 def test_each_step_holds_the_orders_samples_dealt_so_that_the_costliest_rank_costs_less(
         py_sample):
     ordered = [run(py_sample, None, r) for r in range(2)]
-    dealt = [run(py_sample, "tokens", r) for r in range(2)]
+    seen = [{} for _ in range(2)]
+    dealt = [run(py_sample, "tokens", r, seen[r]) for r in range(2)]
     before = after = 0
     for epoch in range(EPOCHS):
         assert len(dealt[0][epoch]) == len(ordered[0][epoch]) == 6
@@ -43,6 +56,16 @@ def test_each_step_holds_the_orders_samples_dealt_so_that_the_costliest_rank_cos
             before += max(t for _, t in was)
             after += max(t for _, t in ranks)
     assert after < before
+    # Each rank's stats and report: the steps it dealt (each the whole step's costs, the
+    # same on both ranks), the slowest rank's tokens summed as balanced and as ordered.
+    for rank in range(2):
+        report, stats = seen[rank]["report"], seen[rank]["stats"]
+        assert report["steps"] == stats["balance.steps"] == 6 * EPOCHS
+        assert report["slowest_rank_cost"] == stats["balance.slowest_rank_cost"] == after
+        assert report["slowest_rank_cost_order"] == before
+        assert report["idle_ratio"] < report["idle_ratio_order"]
+        assert report["untold"] == 0
+    assert run(py_sample, None, 0, seen[0]) and seen[0]["report"] is None
 
 
 def test_a_balanced_run_resumes_from_its_state_dict(py_sample):
@@ -63,3 +86,33 @@ def test_a_balanced_run_resumes_from_its_state_dict(py_sample):
 def test_a_cost_that_is_none_is_refused_naming_the_key(py_sample):
     with pytest.raises(ConfigError, match=r"batch\.balance\.cost.*tokens, flops, qwen2_vl"):
         headrace.Loader(pipeline(py_sample, "qwen9"))
+
+
+def build_index(root, tmp_path, **kw):
+    """`headrace index sizes` over pipeline(root)'s config; returns the index's path."""
+    config = tmp_path / "balance.yaml"
+    config.write_text(pipeline(root, "tokens", **kw).to_yaml())
+    out = tmp_path / "sizes.idx"
+    proc = subprocess.run([BIN, "index", "sizes", str(config), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "48 samples (0 not told" in proc.stdout
+    return out
+
+
+def test_with_a_size_index_the_ranks_get_the_same_batches(py_sample, tmp_path):
+    index = build_index(py_sample, tmp_path)
+    balance = {"cost": "tokens", "index": str(index)}
+    assert [run(py_sample, balance, r) for r in range(2)] == \
+        [run(py_sample, "tokens", r) for r in range(2)]
+
+
+def test_an_index_of_another_pipeline_or_cut_short_is_refused_saying_what_to_run(
+        py_sample, tmp_path):
+    index = build_index(py_sample, tmp_path, max_length=32)  # other sizes
+    with pytest.raises(ConfigError, match=r"batch\.balance\.index: .*another pipeline.*"
+                                          r"headrace index sizes CONFIG --out"):
+        next(iter(headrace.Loader(pipeline(py_sample, {"cost": "tokens", "index": str(index)}))))
+    index.write_bytes(index.read_bytes()[:-5])
+    with pytest.raises(ConfigError, match=r"batch\.balance\.index: .*not a whole size index"):
+        next(iter(headrace.Loader(pipeline(py_sample, {"cost": "tokens", "index": str(index)}))))

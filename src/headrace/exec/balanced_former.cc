@@ -7,13 +7,16 @@
 // epoch, step, sizes, world size), so that any thread count, process or resume deals
 // alike. A sample whose size cannot be told costs the mean of those told in its step.
 //
-// What it costs: each rank reads the headers of the whole step (world_size x its own).
-// docs/balanced_steps.md has the size index that takes this off the run.
+// What it costs: without a size index each rank reads the media of the whole step
+// (world_size x its own) and runs their size pass; with one (batch.balance.index,
+// exec/size_index.h) it reads each sample's entry, O(1).
+#include <algorithm>
 #include <climits>
 #include <string>
 
 #include "headrace/exec/batch_formers.h"
 #include "headrace/exec/pack_sizer.h"
+#include "headrace/exec/size_index.h"
 #include "headrace/exec/step_deal.h"
 #include "headrace/exec/thread_annotations.h"
 
@@ -26,8 +29,13 @@ namespace {
 // Deals the steps of one rank's run.
 class StepDealer {
  public:
-  StepDealer(std::shared_ptr<const EpochOrder> order, PackPlanner::Sizer sizer, StepCost cost)
-      : order_(std::move(order)), sizer_(std::move(sizer)), cost_(std::move(cost)) {}
+  // Sizes from `index` when there is one, else by `sizer`.
+  StepDealer(std::shared_ptr<const EpochOrder> order, std::shared_ptr<const SizeIndex> index,
+             PackPlanner::Sizer sizer, StepCost cost)
+      : order_(std::move(order)),
+        index_(std::move(index)),
+        sizer_(std::move(sizer)),
+        cost_(std::move(cost)) {}
 
   // This rank's samples of the step that holds `position` (`stop`: the run's; a deal
   // given up keeps the order's). Updates `seen` with the step's costs.
@@ -46,11 +54,16 @@ class StepDealer {
     }
     const int rank = o.rank;  // the step's batch `rank` is this rank's (PositionOf)
     if (world == 1) return batches[rank];
-    const std::vector<std::optional<PackPlanner::Told>> told =
-        sizer_(position.epoch, samples, stop);
-    if (stop.stop_requested()) return batches[rank];
+    std::vector<std::optional<SampleSize>> sizes;
+    sizes.reserve(samples.size());
+    if (index_ != nullptr) {
+      for (int64_t s : samples) sizes.push_back(index_->At(s));
+    } else {
+      for (const auto& told : sizer_(position.epoch, samples, stop)) sizes.push_back(SizeOf(told));
+      if (stop.stop_requested()) return batches[rank];
+    }
     std::vector<double> costs;
-    const int64_t untold = CostsOfTold(told, cost_, costs);
+    const int64_t untold = CostsOf(sizes, cost_, costs);
     DealtStep dealt = DealStep(batches, costs);
     if (seen != nullptr) {
       seen->steps += 1;
@@ -64,6 +77,7 @@ class StepDealer {
 
  private:
   const std::shared_ptr<const EpochOrder> order_;
+  const std::shared_ptr<const SizeIndex> index_;
   const PackPlanner::Sizer sizer_;
   const StepCost cost_;
 };
@@ -117,19 +131,24 @@ class BalancedFormer final : public BatchFormer {
 
 }  // namespace
 
+Status CheckBalanceable(const EngineInputs& inputs, const BalanceOptions& balance) {
+  const bool field = std::any_of(inputs.fields.begin(), inputs.fields.end(),
+                                 [&](const FieldSpec& f) { return f.name == balance.token_field; });
+  if (!field || !ChainTellsTokens(inputs)) {
+    return Status::InvalidArgument(
+        "batch.balance: the cost is told by the size pass of a chain that tokenizes "
+        "(text.tokenize, unpadded) into batch field '" + balance.token_field +
+        "' (batch.pack.field); this pipeline's chain does not");
+  }
+  return Status::Ok();
+}
+
 Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run) {
   if (!run.balance.has_value()) return std::shared_ptr<BatchFormer>();
   const EngineInputs& inputs = *run.inputs;
-  int token_field = -1;
-  for (size_t f = 0; f < inputs.fields.size(); ++f) {
-    if (inputs.fields[f].name == run.balance->token_field) token_field = static_cast<int>(f);
-  }
-  if (token_field < 0 || !ChainTellsTokens(inputs)) {
-    return Status::InvalidArgument(
-        "batch.balance: the cost is told by the size pass of a chain that tokenizes "
-        "(text.tokenize, unpadded) into batch field '" + run.balance->token_field +
-        "'; this run's chain does not");
-  }
+  HR_RETURN_IF_ERROR(CheckBalanceable(inputs, *run.balance));
+  int token_field = 0;
+  while (inputs.fields[token_field].name != run.balance->token_field) ++token_field;
   if (run.engine->schedule != Schedule::kSequential) {
     return Status::InvalidArgument(
         "batch.balance: deals each rank's steps where the rank's batches are computed in "
@@ -142,7 +161,7 @@ Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run) {
   PackOptions sizing;
   sizing.seq_len = INT64_MAX;
   auto dealer = std::make_shared<const StepDealer>(
-      std::make_shared<const EpochOrder>(std::move(order)),
+      std::make_shared<const EpochOrder>(std::move(order)), run.balance->index,
       SizeByTheSizePass(run.inputs, token_field, sizing, nullptr,
                         run.engine->io_budget_bytes),
       std::move(cost));

@@ -24,6 +24,7 @@
 #include "headrace/exec/batch_former.h"
 #include "headrace/exec/engine.h"
 #include "headrace/exec/packer.h"
+#include "headrace/exec/size_index.h"
 #include "headrace/exec/step_cost.h"
 
 namespace headrace {
@@ -32,7 +33,15 @@ namespace headrace {
 struct BalanceOptions {
   StepCostOptions cost;
   std::string token_field = "input_ids";  // whose rows the size pass tells are the tokens
+  // Every sample's sizes, built ahead (batch.balance.index, checked against the run's
+  // pipeline); null: each step sized by the size pass as it is dealt.
+  std::shared_ptr<const SizeIndex> index;
 };
+
+// Whether runs over `inputs` can be balanced: their chain tells each sample's tokens
+// before it runs (ChainTellsTokens) into `balance.token_field`. kInvalidArgument naming
+// batch.balance otherwise.
+Status CheckBalanceable(const EngineInputs& inputs, const BalanceOptions& balance);
 
 // A run as its former sees it before the engine starts.
 struct FormingRun {

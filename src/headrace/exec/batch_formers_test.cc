@@ -176,6 +176,7 @@ class SkewedTokenizer final : public Op {
   std::string_view name() const override { return "test.skewed_tokenizer"; }
   Telling Tells() const override { return Telling::kRowsAndTokens; }
   bool Predict(SizePass& pass) const override {
+    predicted.fetch_add(1);
     const int64_t n = TokensOf(pass.ctx->sample->index);
     pass.rows[0] += n;
     if (pass.sequence != nullptr) pass.sequence->ids.assign(static_cast<size_t>(n), 1);
@@ -187,6 +188,7 @@ class SkewedTokenizer final : public Op {
     std::fill_n(reinterpret_cast<int64_t*>(to), n, ctx.sample->index);
     return Status::Ok();
   }
+  mutable std::atomic<int64_t> predicted{0};  // size passes run
 };
 
 std::shared_ptr<EngineInputs> SkewedInputs(int samples) {
@@ -263,6 +265,40 @@ TEST(BatchFormers, ABalancedRunDealsEachStepsSamplesOverTheRanksByCost) {
   EXPECT_EQ(seen->untold, 0);
   EXPECT_DOUBLE_EQ(seen->max_before, before);
   EXPECT_DOUBLE_EQ(seen->max_after, after);
+}
+
+// Rank `rank`'s shares of an epoch's steps as MakeBatchFormer's former deals them.
+std::vector<std::vector<int64_t>> Shares(const std::shared_ptr<EngineInputs>& inputs, int rank,
+                                         const BalanceOptions& balance) {
+  EngineOptions engine = SkewedRun(rank);
+  FormingRun run{.inputs = inputs, .engine = &engine};
+  run.balance = balance;
+  Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
+  EXPECT_TRUE(former.ok()) << former.status().ToString();
+  Result<EpochOrder> order = EpochOrder::Make(engine.order);
+  std::vector<std::vector<int64_t>> shares;
+  for (int64_t j = 0; j < order->batches_per_rank_epoch(); ++j) {
+    const BatchPosition p = order->Position(j);
+    shares.push_back(*(*former)->Compose(p, order->SampleIndices(p), {}));
+  }
+  return shares;
+}
+
+TEST(BatchFormers, WithASizeIndexTheDealIsTheSameAndNoSampleIsSized) {
+  const std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
+  const auto& op = static_cast<const SkewedTokenizer&>(*inputs->chain().ops.front());
+  Result<std::vector<std::optional<SampleSize>>> sizes = SizeEverySample(inputs, "input_ids", 2);
+  ASSERT_TRUE(sizes.ok()) << sizes.status().ToString();
+  ASSERT_EQ(sizes->size(), 64u);
+  EXPECT_EQ((*sizes)[8]->tokens, 160);
+  BalanceOptions indexed;
+  indexed.index = std::make_shared<const SizeIndex>(SizeIndex::Of("f", *sizes));
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::vector<std::vector<int64_t>> sized = Shares(inputs, rank, BalanceOptions{});
+    const int64_t before = op.predicted.load();
+    EXPECT_EQ(Shares(inputs, rank, indexed), sized) << "rank " << rank;
+    EXPECT_EQ(op.predicted.load(), before) << "the index told every size";
+  }
 }
 
 TEST(BatchFormers, ABalancedPlannedPackRunsTheDealtSamples) {

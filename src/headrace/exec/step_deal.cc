@@ -99,14 +99,14 @@ DealtStep DealStep(std::span<const std::vector<int64_t>> batches, std::span<cons
   return dealt;
 }
 
-int64_t CostsOfTold(std::span<const std::optional<PackPlanner::Told>> told, const StepCost& cost,
-                    std::vector<double>& costs) {
-  costs.assign(told.size(), -1);
+int64_t CostsOf(std::span<const std::optional<SampleSize>> sizes, const StepCost& cost,
+                std::vector<double>& costs) {
+  costs.assign(sizes.size(), -1);
   double told_sum = 0;
   int64_t told_count = 0;
-  for (size_t s = 0; s < told.size(); ++s) {
-    if (!told[s].has_value()) continue;
-    costs[s] = cost.Of(SampleSize{told[s]->tokens, told[s]->patches});
+  for (size_t s = 0; s < sizes.size(); ++s) {
+    if (!sizes[s].has_value()) continue;
+    costs[s] = cost.Of(*sizes[s]);
     told_sum += costs[s];
     ++told_count;
   }
@@ -114,7 +114,7 @@ int64_t CostsOfTold(std::span<const std::optional<PackPlanner::Told>> told, cons
   for (double& c : costs) {
     if (c < 0) c = estimate;
   }
-  return static_cast<int64_t>(told.size()) - told_count;
+  return static_cast<int64_t>(sizes.size()) - told_count;
 }
 
 }  // namespace headrace

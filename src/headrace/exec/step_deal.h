@@ -18,7 +18,6 @@
 #include <span>
 #include <vector>
 
-#include "headrace/exec/pack_planner.h"
 #include "headrace/exec/step_cost.h"
 
 namespace headrace {
@@ -34,10 +33,9 @@ struct DealtStep {
 // in the order of the batches' samples, rank 0's first. costs.size() must be the total.
 DealtStep DealStep(std::span<const std::vector<int64_t>> batches, std::span<const double> costs);
 
-// The costs of samples as their size pass told them (`told`; nullopt: not told), by
-// `cost`: one not told costs the mean of those told (1 when none is). Returns how many
-// were not told.
-int64_t CostsOfTold(std::span<const std::optional<PackPlanner::Told>> told, const StepCost& cost,
-                    std::vector<double>& costs);
+// The costs of samples of `sizes` (nullopt: not told), by `cost`: one not told costs the
+// mean of those told (1 when none is). Returns how many were not told.
+int64_t CostsOf(std::span<const std::optional<SampleSize>> sizes, const StepCost& cost,
+                std::vector<double>& costs);
 
 }  // namespace headrace

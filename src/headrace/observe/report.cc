@@ -104,6 +104,10 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
   r.peak_rss_bytes = PeakRssBytes();
   r.baseline_rss_bytes = baseline_rss_bytes;
   r.memory_budget_bytes = loader.memory_budget_bytes();
+  if (const std::optional<BalanceSeen> balance = loader.balance_stats(); balance.has_value()) {
+    r.balanced = true;
+    r.balance = *balance;
+  }
   if (const std::optional<PackStats> pack = loader.pack_stats(); pack.has_value()) {
     r.packed = true;
     r.pack = *pack;
@@ -236,6 +240,15 @@ std::string RunReportToText(const RunReport& r) {
         static_cast<long long>(p.truncated), static_cast<long long>(p.skipped),
         static_cast<long long>(p.failed), p.max_window_bytes / 1048576.0,
         static_cast<long long>(p.planned_batches), static_cast<long long>(p.batches));
+  }
+  if (r.balanced) {
+    const BalanceSeen& b = r.balance;
+    add("  balance           %lld steps dealt by cost: slowest rank %.3f x the mean (the "
+        "order's deal: %.3f), GPU time idle at the step barrier %.1f%% (order: %.1f%%); "
+        "%lld samples costed the mean (size not told)\n",
+        static_cast<long long>(b.steps), b.mean > 0 ? b.max_after / b.mean : 0.0,
+        b.mean > 0 ? b.max_before / b.mean : 0.0, 100 * IdleShare(b.mean, b.max_after),
+        100 * IdleShare(b.mean, b.max_before), static_cast<long long>(b.untold));
   }
   out += "  stages            name    busy   starved blocked  queue  verdict\n";
   for (const auto& s : r.stages) {

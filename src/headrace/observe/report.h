@@ -144,7 +144,17 @@ struct RunReport {
   int64_t pack_seq_len = 0;  // or batch.max_tokens (pack_budget)
   bool pack_budget = false;
   PackStats pack;
+  // batch.balance (JSON "balance": {...}, only when balancing): the steps this rank dealt,
+  // each rank's cost as the order deals the step and as balanced.
+  bool balanced = false;
+  BalanceSeen balance;
 };
+
+// The share of a data-parallel step the ranks wait at its barrier for the slowest:
+// 1 - mean / slowest (0 when nothing was dealt).
+inline double IdleShare(double mean, double slowest) {
+  return slowest > 0 ? 1 - mean / slowest : 0;
+}
 
 // Builds the report of a loader after (or during) its run. `baseline_rss_bytes` is the
 // process's RSS before the pipeline started.

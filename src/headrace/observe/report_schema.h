@@ -32,7 +32,8 @@ concept ReportOf = std::is_same_v<std::remove_const_t<T>, U>;
 enum class Family {
   kNone = -1,  // not exported
   kSamplesTotal, kBatchesTotal, kErrorsTotal, kPackSamplesTotal, kPackTokensTotal,
-  kPackFillRatio, kSourceSamplesTotal, kSourceErrorsTotal, kSourceReadBytesTotal,
+  kPackFillRatio, kBalanceStepsTotal, kBalanceRankCostTotal, kBalanceIdleRatio,
+  kSourceSamplesTotal, kSourceErrorsTotal, kSourceReadBytesTotal,
   kElapsedSeconds, kWaitTimeRatio, kConsumerWaitSecondsTotal, kTimeToFirstBatchSeconds,
   kStageItemsTotal, kStageSecondsTotal, kStageUtilization, kStageConcurrency, kStageQueueFill,
   kOpSecondsTotal, kOpFramesDecodedTotal, kOpFramesTakenTotal, kOpLatencySeconds,
@@ -60,6 +61,14 @@ inline constexpr FamilyInfo kFamilies[] = {
     {"headrace_pack_tokens_total", "counter",
      "Tokens in packed rows (batch.max_tokens: batches), by kind (real, padding, vision).", false},
     {"headrace_pack_fill_ratio", "gauge", "Real tokens / row capacity so far.", false},
+    // batch.balance: the data-parallel steps this rank dealt by cost.
+    {"headrace_balance_steps_total", "counter", "Steps dealt over the ranks by cost.", false},
+    {"headrace_balance_rank_cost_total", "counter",
+     "Step cost summed over the steps dealt, by rank (slowest_order: the slowest as the "
+     "order deals the step, slowest: as balanced, mean).", false},
+    {"headrace_balance_idle_ratio", "gauge",
+     "Share of a step the ranks wait at its barrier for the slowest, 1 - mean / slowest, "
+     "by deal (order, balanced).", false},
     // A blend (source.mix): each entry's share, labelled by its name.
     {"headrace_source_samples_total", "counter", "Samples delivered, per blend entry.", false},
     {"headrace_source_errors_total", "counter", "Samples skipped, per blend entry.", false},
@@ -276,6 +285,20 @@ void PackFields(ReportOf<RunReport> auto& r, auto& f) {
   });
 }
 
+// batch.balance: the steps dealt by cost and the ranks' costs in them.
+void BalanceFields(ReportOf<RunReport> auto& r, auto& f) {
+  auto& b = r.balance;
+  f.Field("steps", b.steps, kBalanceStepsTotal);
+  f.Field("untold", b.untold);
+  f.Field("slowest_rank_cost_order", b.max_before,
+          Metric(kBalanceRankCostTotal, "rank", "slowest_order"));
+  f.Field("slowest_rank_cost", b.max_after, Metric(kBalanceRankCostTotal, "rank", "slowest"));
+  f.Field("mean_rank_cost", b.mean, Metric(kBalanceRankCostTotal, "rank", "mean"));
+  f.Field("idle_ratio_order", IdleShare(b.mean, b.max_before),
+          Metric(kBalanceIdleRatio, "deal", "order"));
+  f.Field("idle_ratio", IdleShare(b.mean, b.max_after), Metric(kBalanceIdleRatio, "deal", "balanced"));
+}
+
 void Fields(ReportOf<RunReport> auto& r, auto& f) {
   f.Field("samples", r.samples, kRequired, kSamplesTotal);
   f.Field("batches", r.batches, kRequired, kBatchesTotal);
@@ -308,6 +331,7 @@ void Fields(ReportOf<RunReport> auto& r, auto& f) {
     f.Field("decode_bytes_per_thread", r.decode_bytes_per_thread);
   });
   f.Section("pack", r.packed, [&] { PackFields(r, f); });
+  f.Section("balance", r.balanced, [&] { BalanceFields(r, f); });
   f.Field("bytes_copied_per_sample", r.bytes_copied_per_sample);
   f.Section("ranged_reads", r.ranged_reads.requests > 0, [&] {
     f.Field("requests", r.ranged_reads.requests);

@@ -137,6 +137,8 @@ class Loader {
   // after the last batch Next() returned (for a state dict). Safe from any thread.
   std::optional<PackStats> pack_stats() const { return former_->stats(); }
   std::optional<PackState> pack_state() const { return former_->state(); }
+  // With batch.balance (else nullopt): what the deal of the steps so far did.
+  std::optional<BalanceSeen> balance_stats() const { return former_->balance(); }
   EngineMetrics engine_metrics() const { return engine_->Metrics(); }
 
  private:

@@ -5,6 +5,7 @@
 
 #include "headrace/exec/blend_order.h"
 #include "headrace/exec/batch_formers.h"
+#include "headrace/exec/size_index.h"
 #include "headrace/formats/source_kinds.h"
 #include "headrace/io/object_storage.h"
 #include "headrace/pipeline/config.h"
@@ -79,6 +80,31 @@ Result<PackOptions> PackOptionsOf(const BatchSpec& batch, const PipelinePlan& pl
   }
   HR_RETURN_IF_ERROR(Packer::Make(plan.fields, o).status());
   return o;
+}
+
+// batch.balance as `spec`'s runs deal: its cost, and its size index read and checked
+// against the pipeline; refused before any work when the chain cannot tell tokens.
+Result<BalanceOptions> BalanceOptionsOf(const PipelineSpec& spec, const EngineInputs& inputs) {
+  HR_ASSIGN_OR_RETURN(StepCostOptions cost, StepCostOptionsOf(spec.batch.balance));
+  BalanceOptions balance{.cost = cost, .token_field = spec.batch.pack.field};
+  HR_RETURN_IF_ERROR(CheckBalanceable(inputs, balance));
+  const std::string& path = spec.batch.balance.index;
+  if (path.empty()) return balance;
+  const std::string rebuild = "; build it with `headrace index sizes CONFIG --out " + path + "`";
+  Result<SizeIndex> index = SizeIndex::Read(path);
+  if (!index.ok()) {
+    return Status::InvalidArgument("batch.balance.index: " + index.status().message() + rebuild);
+  }
+  const std::string fingerprint = SizeFingerprint(spec);
+  if (index->fingerprint() != fingerprint || index->size() != inputs.source->size()) {
+    return Status::InvalidArgument(
+        "batch.balance.index: " + path + " was built for another pipeline or dataset (" +
+        std::to_string(index->size()) + " samples, fingerprint " + index->fingerprint() +
+        "; this one: " + std::to_string(inputs.source->size()) + " samples, " + fingerprint +
+        ")" + rebuild);
+  }
+  balance.index = std::make_shared<const SizeIndex>(*std::move(index));
+  return balance;
 }
 
 }  // namespace
@@ -158,6 +184,9 @@ Result<std::shared_ptr<const PreparedPipeline>> PreparedPipeline::Make(
   in->strings = std::move(plan.strings);
   in->source = std::move(source);
   prepared->inputs_ = std::move(in);
+  if (spec.batch.balance.enabled()) {
+    HR_ASSIGN_OR_RETURN(prepared->balance_, BalanceOptionsOf(spec, *prepared->inputs_));
+  }
   return std::shared_ptr<const PreparedPipeline>(std::move(prepared));
 }
 
@@ -259,10 +288,7 @@ Result<PreparedPipeline::Forming> PreparedPipeline::Form(const LoaderOptions& op
   FormingRun forming{.inputs = inputs_, .pack = pack_, .engine = &out.engine,
                      .resume = options.pack_state, .plan_packing = options.plan_packing,
                      .allocator = options.allocator};
-  if (spec_.batch.balance.enabled()) {
-    HR_ASSIGN_OR_RETURN(StepCostOptions cost, StepCostOptionsOf(spec_.batch.balance));
-    forming.balance = BalanceOptions{.cost = cost, .token_field = spec_.batch.pack.field};
-  }
+  forming.balance = balance_;
   HR_ASSIGN_OR_RETURN(out.former, MakeBatchFormer(forming));
   return out;
 }

@@ -19,9 +19,11 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "headrace/core/clock.h"
+#include "headrace/exec/batch_formers.h"
 #include "headrace/exec/engine.h"
 #include "headrace/exec/run_budget.h"
 #include "headrace/formats/source.h"
@@ -36,6 +38,11 @@ struct LoaderOptions;
 // max_error_rate (exec/run_budget.h). The engine's delivery counts them; a Ray rank builds
 // its RunBudget from them (python/headrace/ray).
 RunBudgetOptions RunBudgetOptionsOf(const PipelineSpec& spec);
+
+// What changes a sample's sizes in `spec` (its source, its ops, the token field, the
+// contents of the local tokenizer files its ops name): a size index built for another
+// fingerprint is not used (exec/size_index.h).
+std::string SizeFingerprint(const PipelineSpec& spec);
 
 class PreparedPipeline : public std::enable_shared_from_this<PreparedPipeline> {
  public:
@@ -118,6 +125,7 @@ class PreparedPipeline : public std::enable_shared_from_this<PreparedPipeline> {
   int64_t io_budget_bytes_ = 0;
   int64_t batch_budget_bytes_ = 0;
   std::optional<PackOptions> pack_;
+  std::optional<BalanceOptions> balance_;  // batch.balance, its index read and checked
   std::vector<TokenSequence> sequences_;
 };
 

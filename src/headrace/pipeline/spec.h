@@ -80,9 +80,12 @@ struct PackSpec {
 // (exec/step_cost.h, exec/step_deal.h, docs/balanced_steps.md). `cost`: empty (off),
 // "tokens", "flops" (the model dimensions below, all given), or a model preset
 // ("qwen2_vl", "qwen2_5_vl", "qwen3_vl": its 7B/8B model) whose dimensions those given
-// here (> 0) replace.
+// here (> 0) replace. `index`: a size index (`headrace index sizes CONFIG`,
+// exec/size_index.h) the steps are dealt by, built for this pipeline (else the run is
+// refused, saying what to run); "": each step sized by the size pass as it is dealt.
 struct BalanceSpec {
   std::string cost;
+  std::string index;
   double llm_params = 0;
   int64_t llm_layers = 0;
   int64_t llm_hidden = 0;

@@ -1,0 +1,159 @@
+#include "headrace/exec/size_index.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "headrace/exec/batch_formers.h"
+#include "headrace/exec/pack_sizer.h"
+
+namespace headrace {
+namespace {
+
+constexpr char kMagic[8] = {'H', 'R', 'S', 'I', 'Z', 'E', 'S', '1'};
+
+template <typename T>
+void Put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+template <typename T>
+void PutAll(std::string& out, const std::vector<T>& values) {
+  out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+}
+
+// Reads the file's bytes in order, failing once they run out.
+struct Reader {
+  std::string_view bytes;
+  size_t at = 0;
+  bool Take(void* to, size_t n) {
+    if (bytes.size() - at < n) return false;
+    std::memcpy(to, bytes.data() + at, n);
+    at += n;
+    return true;
+  }
+  template <typename T>
+  bool TakeAll(std::vector<T>& values, uint64_t n) {
+    if ((bytes.size() - at) / sizeof(T) < n) return false;  // before allocating n
+    values.resize(n);
+    return Take(values.data(), n * sizeof(T));
+  }
+};
+
+}  // namespace
+
+SizeIndex SizeIndex::Of(std::string fingerprint,
+                        std::span<const std::optional<SampleSize>> sizes) {
+  SizeIndex index;
+  index.fingerprint_ = std::move(fingerprint);
+  index.tokens_.reserve(sizes.size());
+  index.first_patch_.reserve(sizes.size() + 1);
+  index.first_patch_.push_back(0);
+  for (const std::optional<SampleSize>& s : sizes) {
+    index.tokens_.push_back(s.has_value() ? s->tokens : -1);
+    if (s.has_value()) index.patches_.insert(index.patches_.end(), s->patches.begin(), s->patches.end());
+    index.first_patch_.push_back(index.patches_.size());
+  }
+  return index;
+}
+
+std::optional<SampleSize> SizeIndex::At(int64_t index) const {
+  if (index < 0 || index >= size() || tokens_[index] < 0) return std::nullopt;
+  return SampleSize{tokens_[index], std::vector<int64_t>(patches_.begin() + first_patch_[index],
+                                                         patches_.begin() + first_patch_[index + 1])};
+}
+
+Status SizeIndex::Write(const std::string& path) const {
+  std::string out(kMagic, sizeof(kMagic));
+  Put(out, static_cast<uint32_t>(fingerprint_.size()));
+  out += fingerprint_;
+  Put(out, static_cast<uint64_t>(tokens_.size()));
+  Put(out, static_cast<uint64_t>(patches_.size()));
+  PutAll(out, tokens_);
+  PutAll(out, first_patch_);
+  PutAll(out, patches_);
+  // Written aside and renamed: a reader never sees half an index.
+  const std::string part = path + ".part";
+  {
+    std::ofstream file(part, std::ios::binary | std::ios::trunc);
+    file.write(out.data(), static_cast<std::streamsize>(out.size()));
+    if (!file.good()) return Status::IoError(part + ": cannot write the size index");
+  }
+  if (std::rename(part.c_str(), path.c_str()) != 0) {
+    return Status::IoError(path + ": cannot write the size index: " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+Result<SizeIndex> SizeIndex::Read(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file.is_open()) return Status::NotFound(path + ": no size index there");
+  const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const auto corrupt = [&](const char* what) {
+    return Status::CorruptData(path + ": not a whole size index (" + what + ")");
+  };
+  Reader r{bytes};
+  char magic[sizeof(kMagic)];
+  if (!r.Take(magic, sizeof(magic)) || std::memcmp(magic, kMagic, sizeof(kMagic)) != 0) {
+    return corrupt("no HRSIZES1 header");
+  }
+  SizeIndex index;
+  uint32_t fingerprint_bytes = 0;
+  uint64_t n = 0, p = 0;
+  if (!r.Take(&fingerprint_bytes, sizeof(fingerprint_bytes)) || fingerprint_bytes > 4096) {
+    return corrupt("fingerprint");
+  }
+  index.fingerprint_.resize(fingerprint_bytes);
+  if (!r.Take(index.fingerprint_.data(), fingerprint_bytes) || !r.Take(&n, sizeof(n)) ||
+      !r.Take(&p, sizeof(p))) {
+    return corrupt("header cut short");
+  }
+  if (!r.TakeAll(index.tokens_, n) || n == UINT64_MAX || !r.TakeAll(index.first_patch_, n + 1) ||
+      !r.TakeAll(index.patches_, p)) {
+    return corrupt("cut short");
+  }
+  if (r.at != bytes.size()) return corrupt("bytes past its end");
+  if (index.first_patch_.front() != 0 || index.first_patch_.back() != p ||
+      !std::is_sorted(index.first_patch_.begin(), index.first_patch_.end())) {
+    return corrupt("patch offsets out of order");
+  }
+  return index;
+}
+
+std::optional<SampleSize> SizeOf(const std::optional<PackPlanner::Told>& told) {
+  if (!told.has_value()) return std::nullopt;
+  return SampleSize{told->tokens, told->patches};
+}
+
+Result<std::vector<std::optional<SampleSize>>> SizeEverySample(
+    std::shared_ptr<const EngineInputs> inputs, const std::string& token_field, int threads) {
+  BalanceOptions balance;
+  balance.token_field = token_field;
+  HR_RETURN_IF_ERROR(CheckBalanceable(*inputs, balance));
+  int field = 0;
+  while (inputs->fields[field].name != token_field) ++field;
+  const int64_t n = inputs->source->size();
+  PackOptions sizing;
+  sizing.seq_len = INT64_MAX;  // sizes only: no row to locate vision tokens in
+  const PackPlanner::Sizer sizer = SizeByTheSizePass(std::move(inputs), field, sizing);
+  std::vector<std::optional<SampleSize>> sizes(static_cast<size_t>(std::max<int64_t>(n, 0)));
+  std::atomic<int64_t> next{0};
+  constexpr int64_t kChunk = 256;  // a chunk's media reads are issued together
+  std::vector<std::jthread> pool;
+  for (int t = 0; t < std::max(threads, 1); ++t) {
+    pool.emplace_back([&] {
+      std::vector<int64_t> indices;
+      for (int64_t at; (at = next.fetch_add(kChunk)) < n;) {
+        indices.clear();
+        for (int64_t i = at; i < std::min(at + kChunk, n); ++i) indices.push_back(i);
+        const std::vector<std::optional<PackPlanner::Told>> told = sizer(0, indices, {});
+        for (size_t k = 0; k < indices.size(); ++k) sizes[indices[k]] = SizeOf(told[k]);
+      }
+    });
+  }
+  pool.clear();  // joins
+  return sizes;
+}
+
+}  // namespace headrace

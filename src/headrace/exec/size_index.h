@@ -1,0 +1,57 @@
+// SizeIndex: every sample's sizes (its tokens, each image's and video's patches), built
+// once per dataset and pipeline (`headrace index sizes CONFIG`) so that a balanced run
+// (batch.balance.index) deals its steps without sizing a sample: O(1) a sample to read.
+//
+// The file, little-endian:
+//   "HRSIZES1"  u32 fingerprint length, the fingerprint (what changes sizes: the
+//   pipeline's, pipeline/prepared.h SizeFingerprint), u64 samples n, u64 patches p,
+//   i64 tokens[n] (-1: not told when built), u64 first patch[n + 1], i64 patches[p].
+// 16 bytes a sample plus 8 an image: linear in the dataset.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "headrace/core/status.h"
+#include "headrace/exec/pack_planner.h"
+#include "headrace/exec/step_cost.h"
+
+namespace headrace {
+
+class SizeIndex {
+ public:
+  // Every sample's sizes, by dataset index (nullopt: not told).
+  static SizeIndex Of(std::string fingerprint, std::span<const std::optional<SampleSize>> sizes);
+  // kNotFound when `path` does not exist; kCorruptData for a file that is not an index or
+  // is cut short (each naming the path).
+  static Result<SizeIndex> Read(const std::string& path);
+  Status Write(const std::string& path) const;
+
+  const std::string& fingerprint() const { return fingerprint_; }
+  int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
+  // Sample `index`'s sizes; nullopt when not told, or out of range.
+  std::optional<SampleSize> At(int64_t index) const;
+
+ private:
+  std::string fingerprint_;
+  std::vector<int64_t> tokens_;
+  std::vector<uint64_t> first_patch_;  // size() + 1
+  std::vector<int64_t> patches_;
+};
+
+// A sample's sizes as its size pass told them (exec/pack_sizer.h); nullopt: not told.
+std::optional<SampleSize> SizeOf(const std::optional<PackPlanner::Told>& told);
+
+struct EngineInputs;
+// Every sample of `inputs`' source sized by its chain's size pass (exec/pack_sizer.h,
+// nothing decoded), the tokens those of batch field `token_field`, in chunks taken in turn
+// by `threads` threads. kInvalidArgument when the chain cannot tell them before it runs
+// (CheckBalanceable, exec/batch_formers.h).
+Result<std::vector<std::optional<SampleSize>>> SizeEverySample(
+    std::shared_ptr<const EngineInputs> inputs, const std::string& token_field, int threads);
+
+}  // namespace headrace

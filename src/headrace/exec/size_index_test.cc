@@ -1,0 +1,57 @@
+#include "headrace/exec/size_index.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+namespace headrace {
+namespace {
+
+std::string TempPath(const char* name) {
+  return (std::filesystem::temp_directory_path() /
+          (std::string(name) + "_" + std::to_string(::getpid())))
+      .string();
+}
+
+TEST(SizeIndex, WritesAndReadsEverySamplesSizes) {
+  const std::vector<std::optional<SampleSize>> sizes = {
+      SampleSize{.tokens = 120, .patches = {64, 256}}, std::nullopt, SampleSize{.tokens = 7}};
+  const std::string path = TempPath("sizes");
+  ASSERT_TRUE(SizeIndex::Of("abc123", sizes).Write(path).ok());
+  Result<SizeIndex> index = SizeIndex::Read(path);
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  EXPECT_EQ(index->fingerprint(), "abc123");
+  ASSERT_EQ(index->size(), 3);
+  EXPECT_EQ(index->At(0)->tokens, 120);
+  EXPECT_EQ(index->At(0)->patches, (std::vector<int64_t>{64, 256}));
+  EXPECT_FALSE(index->At(1).has_value()) << "not told when built";
+  EXPECT_EQ(index->At(2)->tokens, 7);
+  EXPECT_TRUE(index->At(2)->patches.empty());
+  EXPECT_FALSE(index->At(3).has_value());
+  EXPECT_FALSE(index->At(-1).has_value());
+  std::filesystem::remove(path);
+}
+
+TEST(SizeIndex, AMissingCutOrForeignFileIsRefusedNamingIt) {
+  const std::string path = TempPath("sizes_cut");
+  EXPECT_EQ(SizeIndex::Read(path).status().code(), StatusCode::kNotFound);
+  const std::vector<std::optional<SampleSize>> sizes(100, SampleSize{.tokens = 5, .patches = {4}});
+  ASSERT_TRUE(SizeIndex::Of("f", sizes).Write(path).ok());
+  const auto full = std::filesystem::file_size(path);
+  for (auto keep : {full - 1, full / 2, uintmax_t{12}, uintmax_t{3}}) {
+    std::filesystem::resize_file(path, keep);
+    Result<SizeIndex> index = SizeIndex::Read(path);
+    ASSERT_FALSE(index.ok()) << keep << " bytes";
+    EXPECT_EQ(index.status().code(), StatusCode::kCorruptData);
+    EXPECT_NE(index.status().message().find(path), std::string::npos);
+  }
+  std::ofstream(path, std::ios::trunc) << "{\"not\": \"an index\"}";
+  EXPECT_EQ(SizeIndex::Read(path).status().code(), StatusCode::kCorruptData);
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace headrace

@@ -1,0 +1,114 @@
+// headrace index sizes CONFIG [--out PATH]: every sample's sizes (tokens, each image's and
+// video's patches) by the chain's size pass on every core, nothing decoded, written as a
+// size index (exec/size_index.h) that batch.balance.index deals the steps by. Prints the
+// build rate and the index's read cost per sample.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "headrace/exec/size_index.h"
+#include "headrace/exec/thread_pool.h"
+#include "headrace/pipeline/config.h"
+#include "headrace/pipeline/prepared.h"
+
+namespace headrace::tools {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: headrace index sizes CONFIG [--out PATH] [--set key=value ...]\n"
+    "  --out PATH   where the index goes (default: the config's batch.balance.index)\n";
+
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+int IndexCommand(const Args& args) {
+  if (args.empty() || args[0] != "sizes") {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  std::string config_path, out, value;
+  std::vector<std::string> overrides;
+  ArgReader r{args, 1};
+  while (!r.done()) {
+    const std::string flag = r.peek();
+    if (flag == "--out") {
+      if (!r.Value(flag, &out)) return 2;
+    } else if (flag == "--set") {
+      if (!r.Value(flag, &value)) return 2;
+      overrides.push_back(value);
+    } else if (config_path.empty() && flag[0] != '-') {
+      config_path = flag, ++r.i;
+    } else {
+      std::fprintf(stderr, "headrace index sizes: unknown argument '%s'\n%s", flag.c_str(), kUsage);
+      return 2;
+    }
+  }
+  if (config_path.empty()) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  Result<PipelineSpec> spec = LoadPipelineConfig(config_path, overrides);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "headrace index sizes: %s: %s\n", config_path.c_str(),
+                 spec.status().ToString().c_str());
+    return 2;
+  }
+  if (out.empty()) out = spec->batch.balance.index;
+  if (out.empty()) {
+    std::fprintf(stderr, "headrace index sizes: give --out PATH or set batch.balance.index\n");
+    return 2;
+  }
+  if (!CheckWritable("headrace index sizes", "--out", out)) return 2;
+  // The pipeline as the index will be checked against, without reading an index.
+  const std::string fingerprint = SizeFingerprint(*spec);
+  spec->batch.balance = {};
+  Result<std::shared_ptr<const PreparedPipeline>> prepared = PreparedPipeline::Make(*spec);
+  if (!prepared.ok()) {
+    std::fprintf(stderr, "headrace index sizes: %s\n", prepared.status().ToString().c_str());
+    return 2;
+  }
+  const int64_t n = (*prepared)->source().size();
+  const auto built_from = std::chrono::steady_clock::now();
+  Result<std::vector<std::optional<SampleSize>>> sizes =
+      SizeEverySample((*prepared)->inputs(), spec->batch.pack.field, AvailableCores());
+  if (!sizes.ok()) {
+    std::fprintf(stderr, "headrace index sizes: %s: %s\n", config_path.c_str(),
+                 sizes.status().message().c_str());
+    return 2;
+  }
+  const double build_seconds = SecondsSince(built_from);
+  int64_t untold = 0;
+  for (const auto& s : *sizes) untold += s.has_value() ? 0 : 1;
+  if (Status st = SizeIndex::Of(fingerprint, *sizes).Write(out); !st.ok()) {
+    std::fprintf(stderr, "headrace index sizes: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  // What a run pays: reading the index, then an entry a sample.
+  const auto read_from = std::chrono::steady_clock::now();
+  Result<SizeIndex> index = SizeIndex::Read(out);
+  if (!index.ok()) {
+    std::fprintf(stderr, "headrace index sizes: %s\n", index.status().ToString().c_str());
+    return 1;
+  }
+  const double load_seconds = SecondsSince(read_from);
+  const auto entries_from = std::chrono::steady_clock::now();
+  int64_t tokens = 0;
+  for (int64_t i = 0; i < n; ++i) tokens += index->At(i).value_or(SampleSize{}).tokens;
+  const double entry_seconds = SecondsSince(entries_from);
+  std::printf("headrace index sizes: %lld samples (%lld not told: a balanced run costs them "
+              "its step's mean), %lld tokens, fingerprint %s -> %s\n",
+              static_cast<long long>(n), static_cast<long long>(untold),
+              static_cast<long long>(tokens), fingerprint.c_str(), out.c_str());
+  std::printf("built in %.2f s on %d threads: %.0f samples/s; read back in %.3f s, then "
+              "%.0f ns an entry\n",
+              build_seconds, AvailableCores(), build_seconds > 0 ? double(n) / build_seconds : 0.0,
+              load_seconds, n > 0 ? 1e9 * entry_seconds / double(n) : 0.0);
+  return untold == n && n > 0 ? 1 : 0;
+}
+
+}  // namespace headrace::tools
