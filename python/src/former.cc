@@ -46,15 +46,6 @@
 namespace headrace::python {
 namespace {
 
-// The status code named `kind` (StatusCodeName); kInternal for a name it does not know.
-StatusCode CodeNamed(std::string_view kind) {
-  for (int c = static_cast<int>(StatusCode::kCancelled);
-       c <= static_cast<int>(StatusCode::kInternal); ++c) {
-    if (StatusCodeName(static_cast<StatusCode>(c)) == kind) return static_cast<StatusCode>(c);
-  }
-  return StatusCode::kInternal;
-}
-
 // The batch's errors from a worker's tally (loader.cc TallyToPython: (kind, entry, epoch,
 // index, uri, message) per error), as the worker's engine had them: their text is the
 // worker's, byte for byte.
@@ -64,7 +55,7 @@ std::vector<SampleError> SampleErrorsFromTally(const nb::handle& tally) {
     const nb::tuple e = nb::cast<nb::tuple>(item);
     errors.push_back(SampleError{nb::cast<int64_t>(e[2]), nb::cast<int64_t>(e[3]),
                                  nb::cast<std::string>(e[4]),
-                                 Status(CodeNamed(nb::cast<std::string>(e[0])),
+                                 Status(StatusCodeNamed(nb::cast<std::string>(e[0])).value_or(StatusCode::kInternal),
                                         nb::cast<std::string>(e[5]))});
   }
   return errors;

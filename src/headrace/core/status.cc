@@ -26,6 +26,13 @@ std::string_view StatusCodeName(StatusCode code) {
   return "unknown";
 }
 
+std::optional<StatusCode> StatusCodeNamed(std::string_view name) {
+  for (int c = 0; c <= static_cast<int>(StatusCode::kInternal); ++c) {
+    if (StatusCodeName(static_cast<StatusCode>(c)) == name) return static_cast<StatusCode>(c);
+  }
+  return std::nullopt;
+}
+
 Status::Status(StatusCode code, std::string message) {
   if (code != StatusCode::kOk) {
     state_ = std::make_shared<const State>(State{code, std::move(message)});

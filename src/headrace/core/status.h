@@ -40,6 +40,8 @@ enum class StatusCode {
 
 // snake_case name of a code, used as the error kind in reports ("corrupt_data").
 std::string_view StatusCodeName(StatusCode code);
+// The code StatusCodeName names `name`; nullopt for a name it gives no code.
+std::optional<StatusCode> StatusCodeNamed(std::string_view name);
 
 class [[nodiscard]] Status {
  public:

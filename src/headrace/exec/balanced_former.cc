@@ -10,7 +10,6 @@
 // What it costs: without a size index each rank reads the media of the whole step
 // (world_size x its own) and runs their size pass; with one (batch.balance.index,
 // exec/size_index.h) it reads each sample's entry, O(1).
-#include <algorithm>
 #include <climits>
 #include <string>
 
@@ -26,6 +25,27 @@ Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run);
 
 namespace {
 
+// The steps a rank dealt, summed as they are dealt (BatchFormer::balance). Thread-safe.
+class StepsSeen {
+ public:
+  void Add(const DealtStep& dealt, int64_t untold) {
+    MutexLock lock(mu_);
+    seen_.steps += 1;
+    seen_.untold += untold;
+    seen_.max_before += dealt.before;
+    seen_.max_after += dealt.after;
+    seen_.mean += dealt.mean;
+  }
+  BalanceSeen get() const {
+    MutexLock lock(mu_);
+    return seen_;
+  }
+
+ private:
+  mutable Mutex mu_;
+  BalanceSeen seen_ HR_GUARDED_BY(mu_);
+};
+
 // Deals the steps of one rank's run.
 class StepDealer {
  public:
@@ -38,9 +58,9 @@ class StepDealer {
         cost_(std::move(cost)) {}
 
   // This rank's samples of the step that holds `position` (`stop`: the run's; a deal
-  // given up keeps the order's). Updates `seen` with the step's costs.
+  // given up keeps the order's). Adds the step to `seen` (null: not counted).
   std::vector<int64_t> SamplesOf(const BatchPosition& position, std::stop_token stop,
-                                 BalanceSeen* seen) const {
+                                 StepsSeen* seen) const {
     const EpochOrderOptions& o = order_->options();
     const int world = o.world_size;
     const int64_t step = position.index_in_epoch / world;
@@ -65,13 +85,7 @@ class StepDealer {
     std::vector<double> costs;
     const int64_t untold = CostsOf(sizes, cost_, costs);
     DealtStep dealt = DealStep(batches, costs);
-    if (seen != nullptr) {
-      seen->steps += 1;
-      seen->untold += untold;
-      seen->max_before += dealt.before;
-      seen->max_after += dealt.after;
-      seen->mean += dealt.mean;
-    }
+    if (seen != nullptr) seen->Add(dealt, untold);
     return std::move(dealt.ranks[rank]);
   }
 
@@ -93,16 +107,7 @@ class BalancedFormer final : public BatchFormer {
   std::optional<std::vector<int64_t>> Compose(const BatchPosition& position,
                                               std::span<const int64_t>,
                                               std::stop_token stop) override {
-    BalanceSeen step;
-    std::vector<int64_t> share = dealer_->SamplesOf(position, stop, &step);
-    {
-      MutexLock lock(mu_);
-      seen_.steps += step.steps;
-      seen_.untold += step.untold;
-      seen_.max_before += step.max_before;
-      seen_.max_after += step.max_after;
-      seen_.mean += step.mean;
-    }
+    std::vector<int64_t> share = dealer_->SamplesOf(position, stop, &seen_);
     std::optional<std::vector<int64_t>> formed = inner_->Compose(position, share, stop);
     return formed.has_value() ? std::move(formed) : std::move(share);
   }
@@ -116,39 +121,32 @@ class BalancedFormer final : public BatchFormer {
   int64_t inputs_held() const override { return inner_->inputs_held(); }
   std::optional<PackState> state() const override { return inner_->state(); }
   std::optional<PackStats> stats() const override { return inner_->stats(); }
-  std::optional<BalanceSeen> balance() const override {
-    MutexLock lock(mu_);
-    return seen_;
-  }
+  std::optional<BalanceSeen> balance() const override { return seen_.get(); }
 
  private:
   const std::shared_ptr<const StepDealer> dealer_;
   const std::shared_ptr<BatchFormer> inner_;
   const std::string name_;
-  mutable Mutex mu_;
-  BalanceSeen seen_ HR_GUARDED_BY(mu_);
+  StepsSeen seen_;
 };
 
 }  // namespace
 
-Status CheckBalanceable(const EngineInputs& inputs, const BalanceOptions& balance) {
-  const bool field = std::any_of(inputs.fields.begin(), inputs.fields.end(),
-                                 [&](const FieldSpec& f) { return f.name == balance.token_field; });
-  if (!field || !ChainTellsTokens(inputs)) {
+Result<int> BalanceTokenField(const EngineInputs& inputs, const std::string& token_field) {
+  const std::optional<int> field = TellingTokenField(inputs, token_field);
+  if (!field.has_value()) {
     return Status::InvalidArgument(
         "batch.balance: the cost is told by the size pass of a chain that tokenizes "
-        "(text.tokenize, unpadded) into batch field '" + balance.token_field +
+        "(text.tokenize, unpadded) into batch field '" + token_field +
         "' (batch.pack.field); this pipeline's chain does not");
   }
-  return Status::Ok();
+  return *field;
 }
 
 Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run) {
   if (!run.balance.has_value()) return std::shared_ptr<BatchFormer>();
   const EngineInputs& inputs = *run.inputs;
-  HR_RETURN_IF_ERROR(CheckBalanceable(inputs, *run.balance));
-  int token_field = 0;
-  while (inputs.fields[token_field].name != run.balance->token_field) ++token_field;
+  HR_ASSIGN_OR_RETURN(const int token_field, BalanceTokenField(inputs, run.balance->token_field));
   if (run.engine->schedule != Schedule::kSequential) {
     return Status::InvalidArgument(
         "batch.balance: deals each rank's steps where the rank's batches are computed in "

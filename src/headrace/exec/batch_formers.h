@@ -38,10 +38,10 @@ struct BalanceOptions {
   std::shared_ptr<const SizeIndex> index;
 };
 
-// Whether runs over `inputs` can be balanced: their chain tells each sample's tokens
-// before it runs (ChainTellsTokens) into `balance.token_field`. kInvalidArgument naming
-// batch.balance otherwise.
-Status CheckBalanceable(const EngineInputs& inputs, const BalanceOptions& balance);
+// The batch field a balanced run over `inputs` costs samples by: `token_field`, whose
+// tokens the chain tells before it runs (TellingTokenField). kInvalidArgument naming
+// batch.balance when it does not.
+Result<int> BalanceTokenField(const EngineInputs& inputs, const std::string& token_field);
 
 // A run as its former sees it before the engine starts.
 struct FormingRun {

@@ -20,6 +20,15 @@ bool ChainTellsTokens(const EngineInputs& inputs) {
   return false;
 }
 
+std::optional<int> TellingTokenField(const EngineInputs& inputs, std::string_view name) {
+  for (size_t f = 0; f < inputs.fields.size(); ++f) {
+    if (inputs.fields[f].name == name) {
+      return ChainTellsTokens(inputs) ? std::optional<int>(static_cast<int>(f)) : std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
 int64_t BytesOf(const std::vector<Buffer>& media) {
   int64_t n = 0;
   for (const Buffer& b : media) n += static_cast<int64_t>(b.size());

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -22,6 +23,9 @@ namespace headrace {
 // Whether a planned pack can size the samples of `inputs`: one chain, whose ops up to the
 // one that tells tokens (text.tokenize unpadded: Telling::kRowsAndTokens) all tell.
 bool ChainTellsTokens(const EngineInputs& inputs);
+// The index of batch field `name` when the chain tells its tokens before it runs
+// (ChainTellsTokens); nullopt otherwise.
+std::optional<int> TellingTokenField(const EngineInputs& inputs, std::string_view name);
 
 // What the sizer had of each sample, kept for the engine to run the sample on instead of
 // doing it again (BatchFormer::HandOver), keyed by (epoch, index), taken once: at most

@@ -62,11 +62,8 @@ Result<std::shared_ptr<BatchFormer>> MakePlannedPackFormer(FormingRun& run) {
     return std::shared_ptr<BatchFormer>();
   }
   const EngineInputs& inputs = *run.inputs;
-  int token_field = -1;
-  for (size_t f = 0; f < inputs.fields.size(); ++f) {
-    if (inputs.fields[f].name == run.pack->token_field) token_field = static_cast<int>(f);
-  }
-  if (token_field < 0 || !ChainTellsTokens(inputs)) return std::shared_ptr<BatchFormer>();
+  const std::optional<int> token_field = TellingTokenField(inputs, run.pack->token_field);
+  if (!token_field.has_value()) return std::shared_ptr<BatchFormer>();
 
   EngineOptions& engine = *run.engine;
   const PackOptions pack = PackFormer::OptionsFor(run);
@@ -87,7 +84,7 @@ Result<std::shared_ptr<BatchFormer>> MakePlannedPackFormer(FormingRun& run) {
   auto told = std::make_shared<ToldSequences>(kToldBytes, kToldSamples);
   auto planner = std::make_shared<PackPlanner>(
       planning,
-      SizeByTheSizePass(run.inputs, token_field, pack, read, engine.io_budget_bytes, told));
+      SizeByTheSizePass(run.inputs, *token_field, pack, read, engine.io_budget_bytes, told));
   const auto shared_order = std::make_shared<const EpochOrder>(std::move(order));
   const PackPlanner::InputBatch batch_of = [shared_order, per_epoch,
                                              samples_of = run.samples_of](int64_t epoch,

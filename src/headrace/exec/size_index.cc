@@ -128,11 +128,7 @@ std::optional<SampleSize> SizeOf(const std::optional<PackPlanner::Told>& told) {
 
 Result<std::vector<std::optional<SampleSize>>> SizeEverySample(
     std::shared_ptr<const EngineInputs> inputs, const std::string& token_field, int threads) {
-  BalanceOptions balance;
-  balance.token_field = token_field;
-  HR_RETURN_IF_ERROR(CheckBalanceable(*inputs, balance));
-  int field = 0;
-  while (inputs->fields[field].name != token_field) ++field;
+  HR_ASSIGN_OR_RETURN(const int field, BalanceTokenField(*inputs, token_field));
   const int64_t n = inputs->source->size();
   PackOptions sizing;
   sizing.seq_len = INT64_MAX;  // sizes only: no row to locate vision tokens in

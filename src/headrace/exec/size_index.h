@@ -50,7 +50,7 @@ struct EngineInputs;
 // Every sample of `inputs`' source sized by its chain's size pass (exec/pack_sizer.h,
 // nothing decoded), the tokens those of batch field `token_field`, in chunks taken in turn
 // by `threads` threads. kInvalidArgument when the chain cannot tell them before it runs
-// (CheckBalanceable, exec/batch_formers.h).
+// (BalanceTokenField, exec/batch_formers.h).
 Result<std::vector<std::optional<SampleSize>>> SizeEverySample(
     std::shared_ptr<const EngineInputs> inputs, const std::string& token_field, int threads);
 

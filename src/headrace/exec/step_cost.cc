@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <tuple>
+#include <type_traits>
 
 namespace headrace {
 namespace {
@@ -69,7 +71,11 @@ std::optional<ModelDims> ModelPreset(std::string_view name) {
 }
 
 std::span<const std::string_view> ModelPresetNames() {
-  static const std::array<std::string_view, 3> names = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"};
+  static const auto names = [] {
+    std::array<std::string_view, std::tuple_size_v<std::decay_t<decltype(Presets())>>> out;
+    for (size_t i = 0; i < out.size(); ++i) out[i] = Presets()[i].name;
+    return out;
+  }();
   return names;
 }
 

@@ -25,13 +25,6 @@ std::string_view NpyDescr(DType dtype) {
   return "|u1";
 }
 
-std::optional<StatusCode> StatusCodeNamed(std::string_view name) {
-  for (int c = 0; c <= static_cast<int>(StatusCode::kInternal); ++c) {
-    if (StatusCodeName(static_cast<StatusCode>(c)) == name) return static_cast<StatusCode>(c);
-  }
-  return std::nullopt;
-}
-
 Result<std::vector<int64_t>> IntArray(simdjson::dom::element element) {
   simdjson::dom::array array;
   if (element.get(array) != simdjson::SUCCESS) return Status::BadRecord("not an array");
