@@ -182,7 +182,7 @@ $(VLM_DATA)/manifest.jsonl:
 # Balanced steps (issue 49): each world size's step imbalance as the order deals the
 # steps and as batch.balance deals them, from the plan (no process per rank), for three
 # costs; the size index's build; then one rank's samples/s with balancing off, on, and on
-# with the index (bench/RESULTS.md).
+# with the index; and the cost model against a small Qwen2-VL's CPU time (bench/RESULTS.md).
 BALANCE_SAMPLES ?= 4096
 BALANCE_DATA    := data/vlm-balance
 $(BALANCE_DATA)/manifest.jsonl:
@@ -198,6 +198,7 @@ bench-balance: build
 	  --set source.manifest=$(BALANCE_DATA)/manifest.jsonl --out $(BALANCE_DATA)/sizes.idx
 	$(PY) bench/balance_rank.py --data $(BALANCE_DATA) --index $(BALANCE_DATA)/sizes.idx \
 	  --batches 48
+	$(PY) bench/balance_cost_check.py --samples 32 --repeats 2
 
 bench-vlm: build
 	$(PY) scripts/fetch_vocabs.py

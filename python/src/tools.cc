@@ -1,11 +1,15 @@
-// Tools from Python: the sample dataset generator of `headrace make-sample`, and the
-// memory closed Loaders keep for the next (release_memory, kept_memory).
+// Tools from Python: the sample dataset generator of `headrace make-sample`, the
+// memory closed Loaders keep for the next (release_memory, kept_memory), and a sample's
+// step cost as batch.balance counts it (_step_cost, exec/step_cost.h).
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <optional>
 
 #include "common.h"
 #include "headrace/core/region_allocator.h"
+#include "headrace/exec/step_cost.h"
 #include "make_sample/make_sample.h"
 #include "make_sample/make_sample_speech.h"
 
@@ -81,6 +85,30 @@ void RegisterTools(nb::module_& m) {
       "returns its bytes. A ragged pipeline's batch and sample memory (at most one\n"
       "memory.budget_bytes) outlives its Loader, so that the next one (a Loader per epoch, a\n"
       "validation loader) starts on pages the kernel need not fault in and zero again.");
+  m.def(
+      "_step_cost",
+      [](const std::string& cost, int64_t tokens, const std::vector<int64_t>& patches,
+         const std::map<std::string, double>& dims) {
+        ModelDims given;
+        for (const auto& [key, value] : dims) {
+          if (key == "llm_params") given.llm_params = value;
+          else if (key == "llm_layers") given.llm_layers = static_cast<int64_t>(value);
+          else if (key == "llm_hidden") given.llm_hidden = static_cast<int64_t>(value);
+          else if (key == "vision_params") given.vision_params = value;
+          else if (key == "vision_layers") given.vision_layers = static_cast<int64_t>(value);
+          else if (key == "vision_hidden") given.vision_hidden = static_cast<int64_t>(value);
+          else if (key == "vision_window") given.vision_window = static_cast<int64_t>(value);
+          else if (key == "vision_full_layers") given.vision_full_layers = static_cast<int64_t>(value);
+          else throw StatusError(Status::InvalidArgument("_step_cost: unknown dimension '" + key + "'"));
+        }
+        const StepCostOptions options = ValueOrThrow(StepCostOptionsFor(cost, given));
+        return ValueOrThrow(StepCost::Make(options)).Of(SampleSize{tokens, patches});
+      },
+      nb::arg("cost"), nb::arg("tokens"), nb::arg("patches") = std::vector<int64_t>{},
+      nb::arg("dims") = std::map<std::string, double>{},
+      "A sample's step cost as batch.balance counts it (exec/step_cost.h): `cost` a\n"
+      "batch.balance.cost name, `patches` each image's, `dims` the model dimensions\n"
+      "(batch.balance's keys) given or overriding the preset's.");
   m.def(
       "kept_memory", [] { return static_cast<int64_t>(KeptRegionBytes()); },
       "The bytes closed Loaders keep mapped for the next (release_memory() unmaps them).");

@@ -24,6 +24,10 @@ struct Preset {
   ModelDims dims;
 };
 
+// The output head's vocabulary: every token passes through it (hidden x vocab), where the
+// input embedding is a lookup. Qwen2-VL, Qwen2.5-VL and Qwen3-VL share it.
+constexpr double kVocab = 151936;
+
 // From each model's config.json (text_config / vision_config):
 //   Qwen2-VL-7B    LLM hidden 3584, 28 layers, kv 4 x 128, intermediate 18944;
 //                  ViT embed 1280, depth 32, MLP 2 x 1280 x 5120
@@ -35,14 +39,14 @@ struct Preset {
 const std::array<Preset, 3>& Presets() {
   static const std::array<Preset, 3> presets = {{
       {"qwen2_vl",
-       {.llm_params = 28 * DecoderLayerParams(3584, 512, 18944),
+       {.llm_params = 28 * DecoderLayerParams(3584, 512, 18944) + kVocab * 3584,
         .llm_layers = 28,
         .llm_hidden = 3584,
         .vision_params = 32 * VisionBlockParams(1280, 5120, 2),
         .vision_layers = 32,
         .vision_hidden = 1280}},
       {"qwen2_5_vl",
-       {.llm_params = 28 * DecoderLayerParams(3584, 512, 18944),
+       {.llm_params = 28 * DecoderLayerParams(3584, 512, 18944) + kVocab * 3584,
         .llm_layers = 28,
         .llm_hidden = 3584,
         .vision_params = 32 * VisionBlockParams(1280, 3420, 3),
@@ -51,7 +55,7 @@ const std::array<Preset, 3>& Presets() {
         .vision_window = 64,
         .vision_full_layers = 4}},
       {"qwen3_vl",
-       {.llm_params = 36 * DecoderLayerParams(4096, 1024, 12288),
+       {.llm_params = 36 * DecoderLayerParams(4096, 1024, 12288) + kVocab * 4096,
         .llm_layers = 36,
         .llm_hidden = 4096,
         .vision_params = 27 * VisionBlockParams(1152, 4304, 2),

@@ -12,7 +12,8 @@
 //              p = its patches (bidirectional), or p x window for a windowed layer
 //              (Qwen2.5-VL: full attention in 4 of 32 layers, windows of 64 patches else)
 // The presets are each family's 7B/8B model, their parameter counts worked out from the
-// configs' dimensions (non-embedding; see step_cost.cc); any dimension can be given instead.
+// configs' dimensions (the layers and the output head, not the input embedding: a
+// lookup; see step_cost.cc); any dimension can be given instead.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +34,8 @@ struct SampleSize {
 
 // A model's dimensions, as the cost counts them.
 struct ModelDims {
-  double llm_params = 0;  // non-embedding parameters of the language model
+  double llm_params = 0;  // the language model's parameters a token is multiplied by:
+                          // its layers' and the output head's (not the input embedding)
   int64_t llm_layers = 0;
   int64_t llm_hidden = 0;  // attention width (heads x head dim)
   double vision_params = 0;

@@ -18,10 +18,11 @@ TEST(StepCost, TokensCostTheirCount) {
   EXPECT_DOUBLE_EQ(cost.Of({.tokens = 300, .patches = {1024}}), 300);
 }
 
-TEST(StepCost, PresetsCountTheModelsNonEmbeddingParameters) {
-  // Qwen2-7B's and Qwen3-8B's published non-embedding counts: 6.5B and 6.95B.
-  EXPECT_NEAR(ModelPreset("qwen2_vl")->llm_params, 6.53e9, 0.05e9);
-  EXPECT_NEAR(ModelPreset("qwen3_vl")->llm_params, 6.95e9, 0.05e9);
+TEST(StepCost, PresetsCountTheModelsLayersAndOutputHead) {
+  // Qwen2-7B's and Qwen3-8B's published non-embedding counts, 6.5B and 6.95B, plus their
+  // output heads (151,936 x 3,584 and x 4,096): 7.07B and 7.57B.
+  EXPECT_NEAR(ModelPreset("qwen2_vl")->llm_params, 7.07e9, 0.05e9);
+  EXPECT_NEAR(ModelPreset("qwen3_vl")->llm_params, 7.57e9, 0.05e9);
   EXPECT_NEAR(ModelPreset("qwen2_vl")->vision_params, 0.63e9, 0.05e9);
   EXPECT_FALSE(ModelPreset("llama").has_value());
 }
