@@ -4,6 +4,7 @@
 // size pass (exec/pack_sizer.h, nothing decoded; its rate is reported: what a size index
 // build would take), then each world size's steps dealt both ways. No process per rank.
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +27,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: headrace bench balance CONFIG [--ranks 8,64,256] [--epochs 4] [--cost NAME]\n"
+    "       (batch.balance.every_rank from the config or --set applies to the deal)\n"
     "                              [--report PATH] [--set key=value ...]\n";
 
 std::vector<int> ParseRanks(const std::string& text) {
@@ -46,6 +48,8 @@ struct Dealt {
   int64_t steps = 0;
   double before = 0, after = 0, mean = 0;  // summed over the steps
   double deal_seconds = 0;
+  int64_t short_ranks = 0;  // with batch.balance.every_rank: (rank, kind) pairs left without
+  int64_t order_short = 0;  // ... as the order deals the steps
 };
 
 }  // namespace
@@ -105,6 +109,11 @@ int BenchBalanceCommand(const Args& args) {
   BalanceSpec balance = spec->batch.balance;
   if (!cost_name.empty()) balance.cost = cost_name;
   if (balance.cost.empty()) balance.cost = "tokens";
+  Result<uint32_t> every_rank = EveryRankOf(balance);
+  if (!every_rank.ok()) {
+    std::fprintf(stderr, "headrace bench balance: %s\n", every_rank.status().ToString().c_str());
+    return 2;
+  }
   Result<StepCostOptions> cost_options = StepCostOptionsOf(balance);
   Result<StepCost> cost = cost_options.ok() ? StepCost::Make(*cost_options)
                                             : Result<StepCost>(cost_options.status());
@@ -147,15 +156,24 @@ int BenchBalanceCommand(const Args& args) {
     const auto from = std::chrono::steady_clock::now();
     std::vector<std::vector<int64_t>> batches(static_cast<size_t>(world));
     std::vector<double> step_costs;
+    std::vector<uint32_t> step_modalities;
     for (int64_t epoch = 0; epoch < epochs; ++epoch) {
       for (int64_t step = 0; step < order->batches_per_rank_epoch(); ++step) {
         step_costs.clear();
+        step_modalities.clear();
         for (int rank = 0; rank < world; ++rank) {
           batches[rank] = order->SampleIndices(
               BatchPosition{.epoch = epoch, .index_in_epoch = step * world + rank});
-          for (int64_t s : batches[rank]) step_costs.push_back(costs[s]);
+          uint32_t held = 0;
+          for (int64_t s : batches[rank]) {
+            step_costs.push_back(costs[s]);
+            step_modalities.push_back((*sizes)[s].has_value() ? (*sizes)[s]->modalities : 0);
+            held |= step_modalities.back();
+          }
+          d.order_short += std::popcount(*every_rank & ~held);
         }
-        const DealtStep dealt = DealStep(batches, step_costs);
+        const DealtStep dealt = DealStep(batches, step_costs, step_modalities, *every_rank);
+        d.short_ranks += dealt.short_ranks;
         d.before += dealt.before;
         d.after += dealt.after;
         d.mean += dealt.mean;
@@ -179,6 +197,11 @@ int BenchBalanceCommand(const Args& args) {
                 static_cast<long long>(d.steps), d.before / d.mean, d.after / d.mean,
                 100 * (1 - d.mean / d.before), 100 * (1 - d.mean / d.after),
                 d.steps > 0 ? 1e6 * d.deal_seconds / double(d.steps) : 0.0);
+    if (*every_rank != 0) {
+      std::printf("%8s a rank's step without a required kind: %lld (the order's deal: %lld) "
+                  "of %lld\n", "", static_cast<long long>(d.short_ranks),
+                  static_cast<long long>(d.order_short), static_cast<long long>(d.steps * d.world));
+    }
   }
   if (!report_path.empty()) {
     JsonWriter w;
@@ -198,6 +221,7 @@ int BenchBalanceCommand(const Args& args) {
       w.Key("max_over_mean_order").Double(d.before / d.mean);
       w.Key("max_over_mean_dealt").Double(d.after / d.mean);
       w.Key("deal_seconds").Double(d.deal_seconds);
+      w.Key("short_ranks").Int(d.short_ranks);
       w.EndObject();
     }
     w.EndArray();

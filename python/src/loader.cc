@@ -578,6 +578,7 @@ void RegisterLoader(nb::module_& m) {
                d["balance.slowest_rank_cost_order"] = b->max_before;
                d["balance.slowest_rank_cost"] = b->max_after;
                d["balance.mean_rank_cost"] = b->mean;
+               d["balance.short_ranks"] = b->short_ranks;
              }
              // The samples failed, by kind ("errors.<kind>"): data lost to packing
              // among them (pack_skipped, pack_truncated), as the report counts them.

@@ -65,6 +65,7 @@ def test_each_step_holds_the_orders_samples_dealt_so_that_the_costliest_rank_cos
         assert report["slowest_rank_cost_order"] == before
         assert report["idle_ratio"] < report["idle_ratio_order"]
         assert report["untold"] == 0
+        assert report["short_ranks"] == stats["balance.short_ranks"] == 0  # none required
     assert run(py_sample, None, 0, seen[0]) and seen[0]["report"] is None
 
 

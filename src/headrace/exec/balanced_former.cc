@@ -35,6 +35,7 @@ class StepsSeen {
     seen_.max_before += dealt.before;
     seen_.max_after += dealt.after;
     seen_.mean += dealt.mean;
+    seen_.short_ranks += dealt.short_ranks;
   }
   BalanceSeen get() const {
     MutexLock lock(mu_);
@@ -51,11 +52,12 @@ class StepDealer {
  public:
   // Sizes from `index` when there is one, else by `sizer`.
   StepDealer(std::shared_ptr<const EpochOrder> order, std::shared_ptr<const SizeIndex> index,
-             PackPlanner::Sizer sizer, StepCost cost)
+             PackPlanner::Sizer sizer, StepCost cost, uint32_t every_rank)
       : order_(std::move(order)),
         index_(std::move(index)),
         sizer_(std::move(sizer)),
-        cost_(std::move(cost)) {}
+        cost_(std::move(cost)),
+        every_rank_(every_rank) {}
 
   // This rank's samples of the step that holds `position` (`stop`: the run's; a deal
   // given up keeps the order's). Adds the step to `seen` (null: not counted).
@@ -84,7 +86,11 @@ class StepDealer {
     }
     std::vector<double> costs;
     const int64_t untold = CostsOf(sizes, cost_, costs);
-    DealtStep dealt = DealStep(batches, costs);
+    std::vector<uint32_t> modalities;
+    if (every_rank_ != 0) {
+      for (const auto& s : sizes) modalities.push_back(s.has_value() ? s->modalities : 0);
+    }
+    DealtStep dealt = DealStep(batches, costs, modalities, every_rank_);
     if (seen != nullptr) seen->Add(dealt, untold);
     return std::move(dealt.ranks[rank]);
   }
@@ -94,6 +100,7 @@ class StepDealer {
   const std::shared_ptr<const SizeIndex> index_;
   const PackPlanner::Sizer sizer_;
   const StepCost cost_;
+  const uint32_t every_rank_;
 };
 
 class BalancedFormer final : public BatchFormer {
@@ -162,7 +169,7 @@ Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run) {
       std::make_shared<const EpochOrder>(std::move(order)), run.balance->index,
       SizeByTheSizePass(run.inputs, token_field, sizing, nullptr,
                         run.engine->io_budget_bytes),
-      std::move(cost));
+      std::move(cost), run.balance->every_rank);
   // The formers below see the dealt samples wherever they ask for a batch's samples.
   run.samples_of = [dealer](const BatchPosition& position) {
     return dealer->SamplesOf(position, {}, nullptr);

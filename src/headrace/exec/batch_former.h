@@ -58,6 +58,8 @@ struct BalanceSeen {
   double max_before = 0;
   double max_after = 0;
   double mean = 0;
+  // Ranks' steps left without a sample of a kind batch.balance.every_rank requires.
+  int64_t short_ranks = 0;
 };
 
 class BatchFormer {

@@ -36,6 +36,9 @@ struct BalanceOptions {
   // Every sample's sizes, built ahead (batch.balance.index, checked against the run's
   // pipeline); null: each step sized by the size pass as it is dealt.
   std::shared_ptr<const SizeIndex> index;
+  // The kinds of media every rank's share of a step holds when the step holds one per
+  // rank (ModalityBit, step_cost.h; batch.balance.every_rank); 0: none.
+  uint32_t every_rank = 0;
 };
 
 // The batch field a balanced run over `inputs` costs samples by: `token_field`, whose

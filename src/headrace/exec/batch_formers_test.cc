@@ -301,6 +301,49 @@ TEST(BatchFormers, WithASizeIndexTheDealIsTheSameAndNoSampleIsSized) {
   }
 }
 
+TEST(BatchFormers, AModalitySafeRankHoldsAnImageInEveryStepThatHasOnePerRank) {
+  // Samples 0-15 hold an image (a media item of the source's image field); read from
+  // their records: the sizer needs no bytes to know it.
+  auto records = std::make_shared<std::vector<SampleRecord>>();
+  for (int i = 0; i < 64; ++i) {
+    SampleRecord r{.id = std::to_string(i)};
+    if (i < 16) r.media.push_back(MediaRef{.field = 0, .uri = "image.jpg"});
+    records->push_back(std::move(r));
+  }
+  std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
+  inputs->source = MakeRecordSource(std::make_shared<VectorRecords>(records), MakeLocalStorage({}));
+  BalanceOptions safe;
+  safe.every_rank = ModalityBit(FieldKind::kImage);
+  Result<EpochOrder> order = EpochOrder::Make(SkewedRun(0).order);
+  ASSERT_TRUE(order.ok());
+  const std::vector<std::vector<int64_t>> shares[2] = {Shares(inputs, 0, safe),
+                                                       Shares(inputs, 1, safe)};
+  const std::vector<std::vector<int64_t>> by_cost[2] = {Shares(inputs, 0, BalanceOptions{}),
+                                                        Shares(inputs, 1, BalanceOptions{})};
+  int64_t steps_with_two = 0, left_without = 0;  // ... and a rank without one, by cost alone
+  for (size_t step = 0; step < shares[0].size(); ++step) {
+    int64_t images = 0;
+    for (int r = 0; r < 2; ++r) {
+      for (int64_t s : order->SampleIndices({.epoch = 0, .index_in_epoch = int64_t(step) * 2 + r})) {
+        images += s < 16;
+      }
+    }
+    if (images < 2) continue;
+    ++steps_with_two;
+    for (int r = 0; r < 2; ++r) {
+      left_without += std::none_of(by_cost[r][step].begin(), by_cost[r][step].end(),
+                                   [](int64_t s) { return s < 16; });
+    }
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_TRUE(std::any_of(shares[r][step].begin(), shares[r][step].end(),
+                              [](int64_t s) { return s < 16; }))
+          << "rank " << r << ", step " << step << " (" << images << " images)";
+    }
+  }
+  EXPECT_GT(steps_with_two, 0);
+  EXPECT_GT(left_without, 0) << "the deal by cost alone would leave a rank without an image";
+}
+
 TEST(BatchFormers, ABalancedPlannedPackRunsTheDealtSamples) {
   const std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
   std::vector<int64_t> delivered;

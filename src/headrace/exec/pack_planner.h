@@ -59,6 +59,7 @@ class PackPlanner {
     int64_t vision_past_seq_len = 0;
     std::string id;  // the record's, for an error
     std::vector<int64_t> patches;  // each image's and video's (t x h x w of its grid)
+    uint32_t modalities = 0;       // 1 << FieldKind of each kind of media it holds
   };
   // What was told of samples `indices` of epoch `epoch`, in order (nullopt: not told).
   // `stop`: give up waiting (the run is stopping), telling nothing.

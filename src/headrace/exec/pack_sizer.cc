@@ -56,8 +56,11 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
                                      int token_field, const PackOptions& pack,
                                      std::shared_ptr<ReadMedia> keep, int64_t max_object_bytes,
                                      std::shared_ptr<ToldSequences> told_sequences) {
-  return [inputs = std::move(inputs), token_field, seq_len = pack.seq_len, keep, max_object_bytes,
-          told_sequences = std::move(told_sequences),
+  // The kind of each source field, by MediaRef::field: what modalities a sample holds.
+  std::vector<SourceField> fields;
+  if (inputs->source != nullptr) fields = SourceFieldsOf(inputs->source->spec());
+  return [inputs = std::move(inputs), token_field, fields = std::move(fields),
+          seq_len = pack.seq_len, keep, max_object_bytes, told_sequences = std::move(told_sequences),
           vision_ids = pack.vision_token_ids](int64_t epoch, std::span<const int64_t> indices,
                                               std::stop_token stop) {
     const Source& source = *inputs->source;
@@ -143,6 +146,11 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
         PackPlanner::Told t;
         t.tokens = tokens;
         t.patches = std::move(patches);
+        for (const MediaRef& ref : records[s]->media) {
+          if (ref.field >= 0 && ref.field < static_cast<int>(fields.size())) {
+            t.modalities |= uint32_t{1} << static_cast<int>(fields[ref.field].kind);
+          }
+        }
         t.id = records[s]->id;
         // Where the vision tokens lie: text.tokenize's ids, as the pass tokenized them.
         const std::vector<int64_t>& ids = sequence.ids;

@@ -12,7 +12,7 @@
 namespace headrace {
 namespace {
 
-constexpr char kMagic[8] = {'H', 'R', 'S', 'I', 'Z', 'E', 'S', '1'};
+constexpr char kMagic[8] = {'H', 'R', 'S', 'I', 'Z', 'E', 'S', '2'};
 
 template <typename T>
 void Put(std::string& out, T value) {
@@ -48,10 +48,12 @@ SizeIndex SizeIndex::Of(std::string fingerprint,
   SizeIndex index;
   index.fingerprint_ = std::move(fingerprint);
   index.tokens_.reserve(sizes.size());
+  index.modalities_.reserve(sizes.size());
   index.first_patch_.reserve(sizes.size() + 1);
   index.first_patch_.push_back(0);
   for (const std::optional<SampleSize>& s : sizes) {
     index.tokens_.push_back(s.has_value() ? s->tokens : -1);
+    index.modalities_.push_back(s.has_value() ? s->modalities : 0);
     if (s.has_value()) index.patches_.insert(index.patches_.end(), s->patches.begin(), s->patches.end());
     index.first_patch_.push_back(index.patches_.size());
   }
@@ -60,8 +62,10 @@ SizeIndex SizeIndex::Of(std::string fingerprint,
 
 std::optional<SampleSize> SizeIndex::At(int64_t index) const {
   if (index < 0 || index >= size() || tokens_[index] < 0) return std::nullopt;
-  return SampleSize{tokens_[index], std::vector<int64_t>(patches_.begin() + first_patch_[index],
-                                                         patches_.begin() + first_patch_[index + 1])};
+  return SampleSize{tokens_[index],
+                    std::vector<int64_t>(patches_.begin() + first_patch_[index],
+                                         patches_.begin() + first_patch_[index + 1]),
+                    modalities_[index]};
 }
 
 Status SizeIndex::Write(const std::string& path) const {
@@ -71,6 +75,7 @@ Status SizeIndex::Write(const std::string& path) const {
   Put(out, static_cast<uint64_t>(tokens_.size()));
   Put(out, static_cast<uint64_t>(patches_.size()));
   PutAll(out, tokens_);
+  PutAll(out, modalities_);
   PutAll(out, first_patch_);
   PutAll(out, patches_);
   // Written aside and renamed: a reader never sees half an index.
@@ -96,7 +101,7 @@ Result<SizeIndex> SizeIndex::Read(const std::string& path) {
   Reader r{bytes};
   char magic[sizeof(kMagic)];
   if (!r.Take(magic, sizeof(magic)) || std::memcmp(magic, kMagic, sizeof(kMagic)) != 0) {
-    return corrupt("no HRSIZES1 header");
+    return corrupt("no HRSIZES2 header");
   }
   SizeIndex index;
   uint32_t fingerprint_bytes = 0;
@@ -109,7 +114,8 @@ Result<SizeIndex> SizeIndex::Read(const std::string& path) {
       !r.Take(&p, sizeof(p))) {
     return corrupt("header cut short");
   }
-  if (!r.TakeAll(index.tokens_, n) || n == UINT64_MAX || !r.TakeAll(index.first_patch_, n + 1) ||
+  if (!r.TakeAll(index.tokens_, n) || !r.TakeAll(index.modalities_, n) || n == UINT64_MAX ||
+      !r.TakeAll(index.first_patch_, n + 1) ||
       !r.TakeAll(index.patches_, p)) {
     return corrupt("cut short");
   }
@@ -123,7 +129,7 @@ Result<SizeIndex> SizeIndex::Read(const std::string& path) {
 
 std::optional<SampleSize> SizeOf(const std::optional<PackPlanner::Told>& told) {
   if (!told.has_value()) return std::nullopt;
-  return SampleSize{told->tokens, told->patches};
+  return SampleSize{told->tokens, told->patches, told->modalities};
 }
 
 Result<std::vector<std::optional<SampleSize>>> SizeEverySample(

@@ -3,10 +3,11 @@
 // (batch.balance.index) deals its steps without sizing a sample: O(1) a sample to read.
 //
 // The file, little-endian:
-//   "HRSIZES1"  u32 fingerprint length, the fingerprint (what changes sizes: the
+//   "HRSIZES2"  u32 fingerprint length, the fingerprint (what changes sizes: the
 //   pipeline's, pipeline/prepared.h SizeFingerprint), u64 samples n, u64 patches p,
-//   i64 tokens[n] (-1: not told when built), u64 first patch[n + 1], i64 patches[p].
-// 16 bytes a sample plus 8 an image: linear in the dataset.
+//   i64 tokens[n] (-1: not told when built), u32 modalities[n], u64 first patch[n + 1],
+//   i64 patches[p].
+// 20 bytes a sample plus 8 an image: linear in the dataset.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +40,7 @@ class SizeIndex {
  private:
   std::string fingerprint_;
   std::vector<int64_t> tokens_;
+  std::vector<uint32_t> modalities_;
   std::vector<uint64_t> first_patch_;  // size() + 1
   std::vector<int64_t> patches_;
 };

@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "headrace/core/sample.h"
 #include "headrace/core/status.h"
 
 namespace headrace {
@@ -30,7 +31,11 @@ namespace headrace {
 struct SampleSize {
   int64_t tokens = 0;            // the model's sequence: text and vision tokens
   std::vector<int64_t> patches;  // per image or video: the vision tower's patches (t*h*w)
+  uint32_t modalities = 0;       // ModalityBit of each kind of media the sample holds
 };
+
+// The bit of a media kind in SampleSize::modalities.
+constexpr uint32_t ModalityBit(FieldKind kind) { return uint32_t{1} << static_cast<int>(kind); }
 
 // A model's dimensions, as the cost counts them.
 struct ModelDims {

@@ -13,9 +13,65 @@ double MaxOf(const std::vector<double>& loads) {
   return loads.empty() ? 0 : *std::max_element(loads.begin(), loads.end());
 }
 
+// How many samples of `rank` hold `bit`.
+int64_t Holding(const std::vector<size_t>& rank, std::span<const uint32_t> modalities,
+                uint32_t bit) {
+  return std::count_if(rank.begin(), rank.end(), [&](size_t p) { return (modalities[p] & bit) != 0; });
+}
+
+// The modality-safe pass (DealStep): for each kind `every_rank` requires, each rank holding
+// none swaps with a rank holding two or more. Returns the (rank, kind) pairs left short.
+int64_t GiveEveryRankItsKinds(std::span<const double> costs, std::span<const uint32_t> modalities,
+                              uint32_t every_rank, std::vector<std::vector<size_t>>& held,
+                              std::vector<double>& loads) {
+  const size_t world = held.size();
+  // Whether `rank` may give up the sample at `p` without losing its last of a required kind.
+  const auto can_give = [&](size_t rank, size_t p) {
+    for (uint32_t bits = modalities[p] & every_rank; bits != 0; bits &= bits - 1) {
+      if (Holding(held[rank], modalities, bits & -bits) < 2) return false;
+    }
+    return true;
+  };
+  int64_t short_ranks = 0;
+  for (uint32_t bits = every_rank; bits != 0; bits &= bits - 1) {
+    const uint32_t bit = bits & -bits;
+    for (size_t r = 0; r < world; ++r) {
+      if (Holding(held[r], modalities, bit) > 0) continue;
+      // The swap nearest in cost: a sample of the kind from a donor that keeps one, for
+      // one of r's that r can spare. Ties to the lower donor, then step order.
+      double best = -1;
+      size_t donor = world, give = 0, take = 0;
+      for (size_t d = 0; d < world; ++d) {
+        if (d == r || Holding(held[d], modalities, bit) < 2) continue;
+        for (size_t a = 0; a < held[d].size(); ++a) {
+          if ((modalities[held[d][a]] & bit) == 0 || !can_give(d, held[d][a])) continue;
+          for (size_t b = 0; b < held[r].size(); ++b) {
+            if (!can_give(r, held[r][b])) continue;
+            const double gap = std::abs(costs[held[d][a]] - costs[held[r][b]]);
+            if (best < 0 || gap < best) {
+              best = gap;
+              donor = d, give = a, take = b;
+            }
+          }
+        }
+      }
+      if (donor == world) {
+        ++short_ranks;
+        continue;
+      }
+      const double d = costs[held[donor][give]] - costs[held[r][take]];
+      std::swap(held[donor][give], held[r][take]);
+      loads[donor] -= d;
+      loads[r] += d;
+    }
+  }
+  return short_ranks;
+}
+
 }  // namespace
 
-DealtStep DealStep(std::span<const std::vector<int64_t>> batches, std::span<const double> costs) {
+DealtStep DealStep(std::span<const std::vector<int64_t>> batches, std::span<const double> costs,
+                   std::span<const uint32_t> modalities, uint32_t every_rank) {
   const size_t world = batches.size();
   DealtStep dealt;
   dealt.ranks.resize(world);
@@ -89,6 +145,10 @@ DealtStep DealStep(std::span<const std::vector<int64_t>> batches, std::span<cons
     std::swap(held[hi][best_a], held[best_lo][best_b]);
     loads[hi] -= d;
     loads[best_lo] += d;
+  }
+
+  if (every_rank != 0 && modalities.size() == n) {
+    dealt.short_ranks = GiveEveryRankItsKinds(costs, modalities, every_rank, held, loads);
   }
 
   for (size_t r = 0; r < world; ++r) {

@@ -8,7 +8,11 @@
 // costliest first in rounds, each round one to every rank with room, its costliest to the
 // least loaded rank (ties to the lower rank, equal costs in step order); then the
 // costliest rank swaps a pair of samples with whichever rank evens the two most, while a
-// swap lowers it (at most 2 x W swaps). Within a rank the samples keep the step's order. A
+// swap lowers it (at most 2 x W swaps). Modality-safe (`every_rank`): then each rank
+// without a sample of a required kind takes one from a rank holding two or more (its
+// sample nearest in cost to the one it gives back, which leaves neither without another
+// required kind), whenever the step holds one per rank; else the rank is counted short
+// (a ZeRO-3/FSDP trainer adds a dummy). Within a rank the samples keep the step's order. A
 // pure function of the step's samples and costs: every rank computes the same deal and
 // keeps its share. O(n log n + W^2 x B^2) for n = W x B samples.
 #pragma once
@@ -27,11 +31,17 @@ struct DealtStep {
   double before = 0;  // the costliest rank's cost as the order dealt the step
   double after = 0;   // ... and as dealt here
   double mean = 0;    // the ranks' mean cost
+  // Ranks left without a sample of a kind `every_rank` requires (one per rank and kind):
+  // the step holds fewer such samples than ranks.
+  int64_t short_ranks = 0;
 };
 
 // `batches`: each rank's samples as the order deals them; `costs`: each sample's cost,
 // in the order of the batches' samples, rank 0's first. costs.size() must be the total.
-DealtStep DealStep(std::span<const std::vector<int64_t>> batches, std::span<const double> costs);
+// `modalities`: each sample's ModalityBit set (step_cost.h), in the same order (empty:
+// none known); `every_rank`: the bits each rank's share must hold.
+DealtStep DealStep(std::span<const std::vector<int64_t>> batches, std::span<const double> costs,
+                   std::span<const uint32_t> modalities = {}, uint32_t every_rank = 0);
 
 // The costs of samples of `sizes` (nullopt: not told), by `cost`: one not told costs the
 // mean of those told (1 when none is). Returns how many were not told.

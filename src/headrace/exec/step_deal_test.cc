@@ -95,5 +95,54 @@ TEST(StepDeal, OneRankAndEqualCostsKeepTheOrdersDeal) {
       << "equal costs go round the ranks in step order";
 }
 
+constexpr uint32_t kImage = 1, kVideo = 2;
+
+int64_t Holding(const std::vector<int64_t>& rank, const std::vector<uint32_t>& modalities,
+                uint32_t bit) {
+  return std::count_if(rank.begin(), rank.end(), [&](int64_t s) { return modalities[s] & bit; });
+}
+
+TEST(StepDeal, EveryRankGetsAnImageWheneverTheStepHoldsOnePerRank) {
+  // 4 ranks of 3: the images (samples 0-4, cheap) all in the first ranks as ordered, the
+  // costly text-only samples after them; one sample holds an image and a video.
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> text(10, 50);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<double> costs(12);
+    std::vector<uint32_t> modalities(12, 0);
+    for (int s = 0; s < 12; ++s) costs[s] = s < 5 ? 1 + s * 0.1 : text(rng);
+    for (int s = 0; s < 5; ++s) modalities[s] = kImage;
+    modalities[11] = kVideo;
+    modalities[2] |= kVideo;
+    const DealtStep dealt = DealStep(Batches(4, 3), costs, modalities, kImage);
+    EXPECT_EQ(dealt.short_ranks, 0);
+    std::vector<int64_t> all;
+    for (const auto& rank : dealt.ranks) {
+      EXPECT_EQ(rank.size(), 3u);
+      EXPECT_GE(Holding(rank, modalities, kImage), 1) << "trial " << trial;
+      all.insert(all.end(), rank.begin(), rank.end());
+    }
+    std::sort(all.begin(), all.end());
+    EXPECT_EQ(all, Batches(1, 12).front());
+    // Images and videos both: the two videos go to two ranks, the other two are short.
+    const DealtStep both = DealStep(Batches(4, 3), costs, modalities, kImage | kVideo);
+    EXPECT_EQ(both.short_ranks, 2);
+    for (const auto& rank : both.ranks) EXPECT_GE(Holding(rank, modalities, kImage), 1);
+    int64_t with_video = 0;
+    for (const auto& rank : both.ranks) with_video += Holding(rank, modalities, kVideo) > 0;
+    EXPECT_EQ(with_video, 2);
+  }
+}
+
+TEST(StepDeal, AStepWithFewerImagesThanRanksCountsTheRanksShort) {
+  const std::vector<uint32_t> modalities = {kImage, kImage, 0, 0, 0, 0, 0, 0};
+  const DealtStep dealt =
+      DealStep(Batches(4, 2), std::vector<double>(8, 1.0), modalities, kImage);
+  EXPECT_EQ(dealt.short_ranks, 2);
+  int64_t with_image = 0;
+  for (const auto& rank : dealt.ranks) with_image += Holding(rank, modalities, kImage) > 0;
+  EXPECT_EQ(with_image, 2) << "the two images on two ranks";
+}
+
 }  // namespace
 }  // namespace headrace

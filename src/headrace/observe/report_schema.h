@@ -297,6 +297,7 @@ void BalanceFields(ReportOf<RunReport> auto& r, auto& f) {
   f.Field("idle_ratio_order", IdleShare(b.mean, b.max_before),
           Metric(kBalanceIdleRatio, "deal", "order"));
   f.Field("idle_ratio", IdleShare(b.mean, b.max_after), Metric(kBalanceIdleRatio, "deal", "balanced"));
+  f.Field("short_ranks", b.short_ranks);
 }
 
 void Fields(ReportOf<RunReport> auto& r, auto& f) {

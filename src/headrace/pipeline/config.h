@@ -63,6 +63,9 @@ Status ValidatePipelineSpec(const PipelineSpec& spec);
 // batch.balance's cost as a run computes it (exec/step_cost.h); kInvalidArgument naming
 // the key for a cost that is none, or dimensions it cannot take.
 Result<StepCostOptions> StepCostOptionsOf(const BalanceSpec& balance);
+// batch.balance.every_rank as ModalityBit's (exec/step_cost.h); kInvalidArgument naming the
+// key for a name that is not a kind of media.
+Result<uint32_t> EveryRankOf(const BalanceSpec& balance);
 
 // One op's entry as a config writes it (`name` and its params, a YAML map or null),
 // parsed alone: kInvalidArgument as the config's, keys named `name.key`

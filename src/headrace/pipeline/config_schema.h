@@ -107,6 +107,7 @@ void Fields(SpecOf<PackSpec> auto& s, auto&& f) {
 void Fields(SpecOf<BalanceSpec> auto& s, auto&& f) {
   f("cost", s.cost);
   f("index", s.index);
+  f("every_rank", s.every_rank);
   f("llm_params", s.llm_params);
   f("llm_layers", s.llm_layers);
   f("llm_hidden", s.llm_hidden);

@@ -1093,5 +1093,25 @@ TEST(ConfigBalance, AnUnknownCostOrAFlopsCostWithoutDimensionsIsRefusedNamingThe
       << key.status().message();
 }
 
+TEST(ConfigBalance, EveryRankNamesKindsOfMediaAndNeedsACost) {
+  Result<PipelineSpec> spec = ParsePipelineConfig(
+      "source: {manifest: m.jsonl}\nbatch: {balance: {cost: tokens, every_rank: 'image, video'}}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  Result<uint32_t> bits = EveryRankOf(spec->batch.balance);
+  ASSERT_TRUE(bits.ok());
+  EXPECT_EQ(*bits, ModalityBit(FieldKind::kImage) | ModalityBit(FieldKind::kVideo));
+  Result<PipelineSpec> text = ParsePipelineConfig(
+      "source: {manifest: m.jsonl}\nbatch: {balance: {cost: tokens, every_rank: text}}\n");
+  ASSERT_FALSE(text.ok());
+  EXPECT_NE(text.status().message().find("batch.balance.every_rank: 'text' is not a kind of media"),
+            std::string::npos)
+      << text.status().message();
+  Result<PipelineSpec> no_cost = ParsePipelineConfig(
+      "source: {manifest: m.jsonl}\nbatch: {balance: {every_rank: image}}\n");
+  ASSERT_FALSE(no_cost.ok());
+  EXPECT_NE(no_cost.status().message().find("batch.balance.cost"), std::string::npos)
+      << no_cost.status().message();
+}
+
 }  // namespace
 }  // namespace headrace

@@ -4,7 +4,9 @@
 // the key was set.
 #include "headrace/pipeline/config.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,7 @@ using schema::Invalid;
 using schema::KnownEnum;
 using schema::NonEmpty;
 using schema::Probability;
+using schema::Quote;
 
 // Upper bounds. Beyond them a value is a typo or an attack, not a configuration: each
 // would make the run fail later, and less clearly (a thread that cannot start, sizes
@@ -101,6 +104,29 @@ Result<StepCostOptions> StepCostOptionsOf(const BalanceSpec& balance) {
     return Invalid("batch.balance", cost.status().message());
   }
   return options;
+}
+
+Result<uint32_t> EveryRankOf(const BalanceSpec& balance) {
+  constexpr FieldKind kMedia[] = {FieldKind::kImage, FieldKind::kVideo, FieldKind::kAudio,
+                                  FieldKind::kPointCloud};
+  uint32_t bits = 0;
+  std::string_view rest = balance.every_rank;
+  while (!rest.empty()) {
+    const size_t comma = std::min(rest.find(','), rest.size());
+    std::string_view name = rest.substr(0, comma);
+    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+    while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+    rest = rest.substr(std::min(comma + 1, rest.size()));
+    const auto* kind = std::find_if(std::begin(kMedia), std::end(kMedia),
+                                    [&](FieldKind k) { return EnumName(k) == name; });
+    if (kind == std::end(kMedia)) {
+      return Invalid("batch.balance.every_rank",
+                     Quote(name) + " is not a kind of media (allowed: image, video, audio, "
+                                   "pointcloud, comma-separated)");
+    }
+    bits |= ModalityBit(*kind);
+  }
+  return bits;
 }
 
 // What a kind's key rules see of the rest of the spec (formats/source_kinds.h).
@@ -193,6 +219,9 @@ Status ValidatePipelineSpec(const PipelineSpec& spec) {
   HR_RETURN_IF_ERROR(ValidatePack(spec));
   if (spec.batch.balance.enabled()) {
     HR_RETURN_IF_ERROR(StepCostOptionsOf(spec.batch.balance).status());
+    HR_RETURN_IF_ERROR(EveryRankOf(spec.batch.balance).status());
+  } else if (!spec.batch.balance.every_rank.empty() || !spec.batch.balance.index.empty()) {
+    return Invalid("batch.balance", "every_rank and index apply with a cost (batch.balance.cost)");
   }
   // Each op's own rules (its Validate) and the chain's declarations: what every op reads
   // exists with the kind it needs, batch field names are unique.

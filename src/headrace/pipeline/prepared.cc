@@ -87,6 +87,7 @@ Result<PackOptions> PackOptionsOf(const BatchSpec& batch, const PipelinePlan& pl
 Result<BalanceOptions> BalanceOptionsOf(const PipelineSpec& spec, const EngineInputs& inputs) {
   HR_ASSIGN_OR_RETURN(StepCostOptions cost, StepCostOptionsOf(spec.batch.balance));
   BalanceOptions balance{.cost = cost, .token_field = spec.batch.pack.field};
+  HR_ASSIGN_OR_RETURN(balance.every_rank, EveryRankOf(spec.batch.balance));
   HR_RETURN_IF_ERROR(BalanceTokenField(inputs, balance.token_field).status());
   const std::string& path = spec.batch.balance.index;
   if (path.empty()) return balance;

@@ -83,9 +83,13 @@ struct PackSpec {
 // here (> 0) replace. `index`: a size index (`headrace index sizes CONFIG`,
 // exec/size_index.h) the steps are dealt by, built for this pipeline (else the run is
 // refused, saying what to run); "": each step sized by the size pass as it is dealt.
+// `every_rank`: kinds of media ("image", "video", "audio", "pointcloud"; several: "image,
+// video") every rank's share of a step holds whenever the step holds one per rank (a
+// ZeRO-3/FSDP vision tower's collectives need every rank to run it).
 struct BalanceSpec {
   std::string cost;
   std::string index;
+  std::string every_rank;
   double llm_params = 0;
   int64_t llm_layers = 0;
   int64_t llm_hidden = 0;
