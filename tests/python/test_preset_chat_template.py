@@ -1,16 +1,19 @@
 """text.tokenize's preset brings its model's chat template (issue 47).
 
 `preset: qwen2_vl` (and qwen2_5_vl: the same text) renders with Qwen2-VL-7B-Instruct's
-chat template when neither `chat_template:` nor a tokenizer_config.json gives one; the
+chat template, `preset: qwen3_vl` with Qwen3-VL-8B-Instruct's, when neither
+`chat_template:` nor a tokenizer_config.json gives one; the
 template lives in the C++ preset table (ops/vision/preset.h), and the Python builder
 reaches it through the op's config like any key. Asserted on Qwen2's real tokenizer.json,
 alone in a folder (no tokenizer_config.json beside it):
   - preset only: each sample's input_ids equal transformers' apply_chat_template with
     the model's own template (tests/python/data/chat_templates/), images included;
   - `chat_template:` wins over the preset's, and so does a tokenizer_config.json's;
-  - qwen3_vl carries none (no verbatim copy of its template in the repository): without
-    one the op's error names the preset and what to set.
+  - the Qwen3-VL template file is the one Qwen ships (its size and SHA-256);
+  - with no preset, no `chat_template:` and no tokenizer_config.json, the op's error
+    names what to set.
 """
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -114,12 +117,24 @@ def reference_ids(root, record, template):
     return tokenizer(rendered)["input_ids"]
 
 
+def test_the_qwen3_vl_template_is_the_one_qwen_ships():
+    # Qwen/Qwen3-VL-8B-Instruct-GGUF's tokenizer.chat_template: 5292 bytes.
+    data = (TEMPLATES / "Qwen3-VL-8B-Instruct.jinja").read_bytes()
+    assert len(data) == 5292
+    assert hashlib.sha256(data).hexdigest() == (
+        "3636d0f0bd6bef02654cdffdc447b79cb2cef8ab02cc75267345946291a489e4")
+
+
 @pytest.mark.parametrize("preset,model", [("qwen2_vl", "Qwen2-VL-7B-Instruct"),
-                                          ("qwen2_5_vl", "Qwen2.5-VL-7B-Instruct")])
+                                          ("qwen2_5_vl", "Qwen2.5-VL-7B-Instruct"),
+                                          ("qwen3_vl", "Qwen3-VL-8B-Instruct")])
 def test_a_preset_alone_renders_with_its_models_chat_template(dataset, preset, model):
     root, records = dataset
     template = (TEMPLATES / f"{model}.jinja").read_text()
-    got = input_ids_of(pipeline(root, root / "vocab" / "tokenizer.json", preset=preset))
+    # The chain's images are cut by qwen2_vl's patchify: the tokenizer's sizes follow it.
+    sizes = {"patch_size": 14} if preset == "qwen3_vl" else {}
+    got = input_ids_of(pipeline(root, root / "vocab" / "tokenizer.json", preset=preset,
+                                **sizes))
     assert sorted(got) == sorted(records)
     for sid, record in records.items():
         assert got[sid] == reference_ids(root, record, template), sid
@@ -145,23 +160,22 @@ def test_chat_template_and_a_tokenizer_config_win_over_the_presets(dataset, tmp_
                                      .read_text())
 
 
-def test_a_preset_without_a_template_names_what_to_set(dataset, tmp_path):
+def test_no_template_anywhere_names_what_to_set(dataset, tmp_path):
     root, _ = dataset
 
     def run(tokenizer):
-        with headrace.Loader(pipeline(root, tokenizer, preset="qwen3_vl",
-                                      patch_size=14)) as loader:
+        tokens = {"image_token": "<|image_pad|>", "image_start": "<|vision_start|>",
+                  "image_end": "<|vision_end|>"}
+        with headrace.Loader(pipeline(root, tokenizer, **tokens)) as loader:
             next(iter(loader))
 
-    with pytest.raises(headrace.ConfigError,
-                       match=r"no such file: .*tokenizer_config.json'; preset qwen3_vl brings "
-                             r"no chat template \(set chat_template, or tokenizer_config to "
-                             r"the model's"):
+    # No preset, no chat_template, no tokenizer_config.json beside the tokenizer.
+    with pytest.raises(headrace.ConfigError, match=r"no such file: .*tokenizer_config.json"):
         run(root / "vocab" / "tokenizer.json")
     # A tokenizer_config.json without a template.
     (tmp_path / "tokenizer.json").symlink_to(VOCAB)
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
     with pytest.raises(headrace.ConfigError,
                        match=r"text.tokenize.chat_template: none given and the tokenizer config "
-                             r"has none, nor does preset qwen3_vl \(set chat_template"):
+                             r"has none \(set chat_template"):
         run(tmp_path / "tokenizer.json")

@@ -61,6 +61,134 @@ You are a helpful assistant.<|im_end|>
 {% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
 {% endif %})jinja";
 
+// The chat template of Qwen/Qwen3-VL-8B-Instruct, byte for byte (5292 bytes, SHA-256
+// 3636d0f0bd6bef02654cdffdc447b79cb2cef8ab02cc75267345946291a489e4: the text Qwen ships in
+// Qwen/Qwen3-VL-8B-Instruct-GGUF's tokenizer.chat_template). Unlike Qwen2-VL's it writes no
+// default system turn, and it renders tools and tool turns.
+// tests/python/data/chat_templates/Qwen3-VL-8B-Instruct.jinja holds the same text, and
+// tests/python/test_preset_chat_template.py checks the two agree and the digest.
+inline constexpr std::string_view kQwen3VlChatTemplate = R"jinja({%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0].role == 'system' %}
+        {%- if messages[0].content is string %}
+            {{- messages[0].content }}
+        {%- else %}
+            {%- for content in messages[0].content %}
+                {%- if 'text' in content %}
+                    {{- content.text }}
+                {%- endif %}
+            {%- endfor %}
+        {%- endif %}
+        {{- '\n\n' }}
+    {%- endif %}
+    {{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- else %}
+    {%- if messages[0].role == 'system' %}
+        {{- '<|im_start|>system\n' }}
+        {%- if messages[0].content is string %}
+            {{- messages[0].content }}
+        {%- else %}
+            {%- for content in messages[0].content %}
+                {%- if 'text' in content %}
+                    {{- content.text }}
+                {%- endif %}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- set image_count = namespace(value=0) %}
+{%- set video_count = namespace(value=0) %}
+{%- for message in messages %}
+    {%- if message.role == "user" %}
+        {{- '<|im_start|>' + message.role + '\n' }}
+        {%- if message.content is string %}
+            {{- message.content }}
+        {%- else %}
+            {%- for content in message.content %}
+                {%- if content.type == 'image' or 'image' in content or 'image_url' in content %}
+                    {%- set image_count.value = image_count.value + 1 %}
+                    {%- if add_vision_id %}Picture {{ image_count.value }}: {% endif -%}
+                    <|vision_start|><|image_pad|><|vision_end|>
+                {%- elif content.type == 'video' or 'video' in content %}
+                    {%- set video_count.value = video_count.value + 1 %}
+                    {%- if add_vision_id %}Video {{ video_count.value }}: {% endif -%}
+                    <|vision_start|><|video_pad|><|vision_end|>
+                {%- elif 'text' in content %}
+                    {{- content.text }}
+                {%- endif %}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "assistant" %}
+        {{- '<|im_start|>' + message.role + '\n' }}
+        {%- if message.content is string %}
+            {{- message.content }}
+        {%- else %}
+            {%- for content_item in message.content %}
+                {%- if 'text' in content_item %}
+                    {{- content_item.text }}
+                {%- endif %}
+            {%- endfor %}
+        {%- endif %}
+        {%- if message.tool_calls %}
+            {%- for tool_call in message.tool_calls %}
+                {%- if (loop.first and message.content) or (not loop.first) %}
+                    {{- '\n' }}
+                {%- endif %}
+                {%- if tool_call.function %}
+                    {%- set tool_call = tool_call.function %}
+                {%- endif %}
+                {{- '<tool_call>\n{"name": "' }}
+                {{- tool_call.name }}
+                {{- '", "arguments": ' }}
+                {%- if tool_call.arguments is string %}
+                    {{- tool_call.arguments }}
+                {%- else %}
+                    {{- tool_call.arguments | tojson }}
+                {%- endif %}
+                {{- '}\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {%- if message.content is string %}
+            {{- message.content }}
+        {%- else %}
+            {%- for content in message.content %}
+                {%- if content.type == 'image' or 'image' in content or 'image_url' in content %}
+                    {%- set image_count.value = image_count.value + 1 %}
+                    {%- if add_vision_id %}Picture {{ image_count.value }}: {% endif -%}
+                    <|vision_start|><|image_pad|><|vision_end|>
+                {%- elif content.type == 'video' or 'video' in content %}
+                    {%- set video_count.value = video_count.value + 1 %}
+                    {%- if add_vision_id %}Video {{ video_count.value }}: {% endif -%}
+                    <|vision_start|><|video_pad|><|vision_end|>
+                {%- elif 'text' in content %}
+                    {{- content.text }}
+                {%- endif %}
+            {%- endfor %}
+        {%- endif %}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}
+)jinja";
+
 struct VisionPreset {
   VisionModel model = VisionModel::kNone;
   int patch_size = 0;           // spatial patch side, pixels
@@ -94,10 +222,8 @@ struct VisionPreset {
 //                65536, longest_edge 16777216}, patch_size 16, temporal_patch_size 2,
 //                merge_size 2, image_mean/std 0.5; video_preprocessor_config.json: size
 //                {shortest_edge 4096, longest_edge 25165824}.
-// Chat templates: qwen2_vl and qwen2_5_vl kQwen2VlChatTemplate. qwen3_vl none: the
-// repository holds no verbatim copy of Qwen3-VL's chat_template.json (it differs from
-// Qwen2-VL's), and a transcription from memory would train a prompt the model never saw;
-// give chat_template or the model's tokenizer_config.json.
+// Chat templates: qwen2_vl and qwen2_5_vl kQwen2VlChatTemplate, qwen3_vl
+// kQwen3VlChatTemplate.
 inline constexpr std::array<float, 3> kOpenAiClipMean = {0.48145466f, 0.4578275f, 0.40821073f};
 inline constexpr std::array<float, 3> kOpenAiClipStd = {0.26862954f, 0.26130258f, 0.27577711f};
 
@@ -113,7 +239,7 @@ inline constexpr VisionPreset kVisionPresets[] = {
     {.model = VisionModel::kQwen3Vl, .patch_size = 16, .temporal_patch_size = 2,
      .merge_size = 2, .image_mean = {0.5f, 0.5f, 0.5f}, .image_std = {0.5f, 0.5f, 0.5f},
      .image_min_pixels = 65536, .image_max_pixels = 16777216, .video_min_pixels = 4096,
-     .video_max_pixels = 25165824, .tokens = {}, .chat_template = {}},
+     .video_max_pixels = 25165824, .tokens = {}, .chat_template = kQwen3VlChatTemplate},
 };
 
 // The preset's name when it gave both the patch and the merge size (neither key was
