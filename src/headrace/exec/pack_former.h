@@ -25,7 +25,11 @@ class PackFormer : public BatchFormer {
   bool keeps_sample_rows() const override { return true; }
   bool counts_losses() const override { return true; }
   Result<std::optional<Batch>> Next(BatchInput& input) final;
-  bool ready() const final { return queue_.size() > 0; }
+  // Whether Next returns without waiting for input: an empty packed batch does not count
+  // unless it is delivered (Next skips it and pulls the next input batch).
+  bool ready() const final {
+    return deliver_empty_ ? queue_.size() > 0 : queue_.HoldsSamples();
+  }
   int64_t inputs_held() const final { return queue_.size() > 0 ? 1 : 0; }
   std::optional<PackState> state() const final;
   std::optional<PackStats> stats() const final;

@@ -53,6 +53,7 @@
 // naming both numbers, since its patches would no longer match its tokens.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -339,6 +340,11 @@ class PackingQueue {
   std::optional<Batch> Pop();
   // Packed batches waiting for Pop.
   size_t size() const { return queue_.size(); }
+  // Whether one of them holds a sample (a batch whose every sample failed holds none).
+  bool HoldsSamples() const {
+    return std::any_of(queue_.begin(), queue_.end(),
+                       [](const auto& queued) { return queued.first.size() > 0; });
+  }
   // Where the consumer stands after the last Pop (what a state dict saves).
   const PackState& state() const { return state_; }
   const PackStats& stats() const { return packer_.stats(); }

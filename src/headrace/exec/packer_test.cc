@@ -942,6 +942,22 @@ TEST(PackingQueue, LostSamplesAreTheDeliveredBatchesOnly) {
   ASSERT_EQ(lost.size(), 1u);
   EXPECT_EQ(lost[0].error.index, 2);
 }
+// What PackFormer::ready() asks (Loader::WaitReady): a queued packed batch whose every
+// sample failed holds none, and the consumer's Next skips it and waits for input.
+TEST(PackingQueue, HoldsSamplesOnlyWithABatchThatHasOne) {
+  Batch failed = MakeBatch(0, 0, {});
+  failed.errors.push_back(SampleError{0, 3, "s3", Status::InvalidArgument("bad")});
+  PackingQueue queue(*Packer::Make(Layout(), Options(16, 0)));
+  EXPECT_TRUE(*queue.Push(failed, 0, false));
+  EXPECT_EQ(queue.size(), 1u);
+  EXPECT_FALSE(queue.HoldsSamples());
+  EXPECT_TRUE(*queue.Push(MakeBatch(0, 1, {{5, 3}}), 1, true));
+  EXPECT_EQ(queue.size(), 2u);
+  EXPECT_TRUE(queue.HoldsSamples());
+  EXPECT_EQ(queue.Pop()->size(), 0u);
+  EXPECT_TRUE(queue.HoldsSamples());
+}
+
 // The batches a former forms from, scripted; what it charged and counted.
 class ScriptedInput final : public BatchInput {
  public:

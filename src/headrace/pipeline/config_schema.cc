@@ -6,6 +6,7 @@
 #include <limits>
 #include <utility>
 
+#include "headrace/core/field_kind_names.h"
 #include "headrace/core/strings.h"
 #include "headrace/pipeline/config.h"
 
@@ -19,13 +20,6 @@ constexpr std::pair<AddressingStyle, std::string_view> kAddressingStyles[] = {
     {AddressingStyle::kAuto, "auto"},
     {AddressingStyle::kPath, "path"},
     {AddressingStyle::kVirtual, "virtual"}};
-constexpr std::pair<FieldKind, std::string_view> kFieldKinds[] = {
-    {FieldKind::kImage, "image"},   {FieldKind::kVideo, "video"},
-    {FieldKind::kAudio, "audio"},   {FieldKind::kPointCloud, "pointcloud"},
-    {FieldKind::kBytes, "bytes"},   {FieldKind::kText, "text"},
-    {FieldKind::kConversation, "conversation"},
-    {FieldKind::kInt, "int"},       {FieldKind::kFloat, "float"},
-    {FieldKind::kString, "string"}};
 constexpr std::pair<ManifestRecordsForm, std::string_view> kRecordsForms[] = {
     {ManifestRecordsForm::kAuto, "auto"},
     {ManifestRecordsForm::kParsed, "parsed"},
@@ -51,7 +45,7 @@ EnumTable<PackOverflow> TableOf(PackOverflow) { return kPackOverflows; }
 EnumTable<ErrorPolicy> TableOf(ErrorPolicy) { return kPolicies; }
 EnumTable<BadShardPolicy> TableOf(BadShardPolicy) { return kBadShardPolicies; }
 EnumTable<AddressingStyle> TableOf(AddressingStyle) { return kAddressingStyles; }
-EnumTable<FieldKind> TableOf(FieldKind) { return kFieldKinds; }
+EnumTable<FieldKind> TableOf(FieldKind) { return kFieldKindNames; }
 EnumTable<ManifestRecordsForm> TableOf(ManifestRecordsForm) { return kRecordsForms; }
 
 namespace config_internal {

@@ -169,9 +169,12 @@ TEST(Mix, ConfigErrorsNameTheEntryAndKey) {
   EXPECT_NE(error(head + "    - {name: x, manifest: " + dir.string() + "/missing.jsonl}\n")
                 .find("source.mix[0] (x)"), std::string::npos);
   // Fields that differ: one batch layout for every entry.
-  EXPECT_NE(error(head + "    - {name: x, manifest: " + a + "}\n    - {name: y, manifest: " + b +
-                  ", fields: [{name: caption, kind: text}]}\n")
-                .find("share one batch layout"), std::string::npos);
+  const std::string layouts = error(head + "    - {name: x, manifest: " + a +
+                                    "}\n    - {name: y, manifest: " + b +
+                                    ", fields: [{name: caption, kind: text}]}\n");
+  EXPECT_NE(layouts.find("share one batch layout"), std::string::npos);
+  // Each side's kinds by name, as the config spells them.
+  EXPECT_NE(layouts.find("its fields (caption:text) differ"), std::string::npos) << layouts;
   // A valid mix passes the source's checks (this one then lacks ops).
   EXPECT_EQ(error(head + "    - {name: x, manifest: " + a + "}\n    - {name: y, manifest: " + b +
                   ", weight: 3}\n  until: all_exhausted\n").find("source"), std::string::npos);
