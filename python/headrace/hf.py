@@ -52,7 +52,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 
 from ._headrace import ConfigError
 from .loader import Loader
-from .models import ModelInputs
+from .models import ModelInputs, vision_dummy_loss
 from .pipeline import Pipeline
 from .torch import TorchLoader, rank_checked
 
@@ -296,12 +296,29 @@ class HeadraceTrainerMixin:
                 columns = set(self._signature_columns)
                 if to_model is not None and "use_cache" in to_model.accepted:
                     columns.add("use_cache")
+                columns.add("dummy_kinds")  # compute_loss takes it out
                 keep = _keep_fields(columns)
                 batches.to_inputs = (keep if to_model is None
                                      else lambda batch: keep(to_model(batch)))
             else:
                 batches.to_inputs = to_model
         return batches
+
+    def compute_loss(self, model: Any, inputs: Dict[str, Any], *args: Any, **kwargs: Any):
+        """The Trainer's loss, plus (batch.balance.every_rank) zero times the vision tower
+        on a dummy image when the batch runs no vision tower: every rank then enters the
+        tower's collectives each step under FSDP/ZeRO-3 (headrace.models.vision_dummy_loss)."""
+        flags = inputs.pop("dummy_kinds", None)
+        result = super().compute_loss(model, inputs, *args, **kwargs)
+        if flags is None:
+            return result
+        dummy = vision_dummy_loss(self.accelerator.unwrap_model(model),
+                                  {**inputs, "dummy_kinds": flags})
+        if dummy is None:
+            return result
+        if isinstance(result, tuple):
+            return (result[0] + dummy.to(result[0].dtype),) + tuple(result[1:])
+        return result + dummy.to(result.dtype)
 
     def train(self, resume_from_checkpoint: Union[str, bool, None] = None, *args: Any,
               **kwargs: Any):

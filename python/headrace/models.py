@@ -56,12 +56,14 @@ import torch
 
 from ._headrace import ConfigError
 
-__all__ = ["ModelInputs", "QWEN_VL_FAMILIES", "model_inputs"]
+__all__ = ["ModelInputs", "QWEN_VL_FAMILIES", "model_inputs", "vision_dummy_loss", "DUMMY_KINDS"]
 
 # config.model_type of the models whose positions are M-RoPE (vision.rope_index presets).
 QWEN_VL_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 
 _VISION = (("pixel_values", "image_grid_thw"), ("pixel_values_videos", "video_grid_thw"))
+# The kinds a batch's `dummy_kinds` field flags, in its order (batch.balance.every_rank).
+DUMMY_KINDS = ("image", "video", "audio", "pointcloud")
 _IGNORE = -100
 _TOKEN_FIELDS = ("input_ids", "labels", "position_ids", "attention_mask", "mrope_position_ids")
 
@@ -154,13 +156,19 @@ class ModelInputs:
             out = self._padded_rows(batch, mrope)
         else:
             out = self._as_padded(batch, mrope)
-        for _, grid in _VISION:  # the patches pass as they are, with the rest below
+        empty = set()
+        for pixels, grid in _VISION:  # the patches pass as they are, with the rest below
             if grid in batch:
                 out[grid] = _grid(batch[grid])
+                if out[grid].shape[0] == 0:
+                    # No image (video) in the whole batch: the model must not be given an
+                    # empty one (its vision tower fails on no grid at all).
+                    empty.update((pixels, grid))
         # The token fields are the layout's own: a raw one (ragged, or the text
         # positions of packed rows) never reaches the model beside it.
         laid = _TOKEN_FIELDS if ids is not None else ()
         out = {**{k: v for k, v in batch.items() if k not in out and k not in laid}, **out}
+        out = {k: v for k, v in out.items() if k not in empty}
         if self.forward_args is None:
             return out
         return {k: v for k, v in out.items() if k in self.forward_args}
@@ -382,3 +390,49 @@ def model_inputs(batch: Mapping[str, Any], model: Any = None) -> Dict[str, Any]:
     """``ModelInputs(model)(batch)``: one batch's forward arguments, checked against the
     model. In a loop, make one ``ModelInputs`` (it checks the first batch only)."""
     return ModelInputs(model)(batch)
+
+
+def _tensors(value: Any):
+    """The tensors in a module's output (a tensor, a tuple or list, a ModelOutput)."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            yield from _tensors(v)
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _tensors(v)
+
+
+def vision_dummy_loss(model: Any, batch: Mapping[str, Any]) -> Optional[torch.Tensor]:
+    """Zero times the vision tower's output on one dummy image, for a batch whose forward
+    runs no vision tower: add it to the loss so that every rank runs the tower's
+    collectives each step under FSDP or ZeRO-3 (a rank that skips them while the others
+    enter them hangs the job). None when nothing is to add: the batch carries no
+    ``dummy_kinds`` (``batch.balance.every_rank``) or flags neither image nor video, or it
+    holds patches for the tower anyway, or the model is not a Qwen-VL model.
+
+    The dummy is one merge unit of zero patches (grid ``[1, merge, merge]``) in the tower's
+    dtype and device: its output is finite, so the gradients it adds are exactly zero and
+    the loss is unchanged. ``HeadraceTrainer`` adds it by default (docs/balanced_steps.md)."""
+    flags = batch.get("dummy_kinds")
+    if flags is None or _family(model) not in QWEN_VL_FAMILIES:
+        return None
+    flags = [int(v) for v in flags.tolist()]
+    if not (flags[DUMMY_KINDS.index("image")] or flags[DUMMY_KINDS.index("video")]):
+        return None
+    for pixels, _ in _VISION:
+        if pixels in batch and batch[pixels].numel() > 0:
+            return None
+    visual = getattr(getattr(model, "model", model), "visual", None)
+    if visual is None:
+        return None
+    vision = model.config.vision_config
+    merge = vision.spatial_merge_size
+    channels = getattr(vision, "in_channels", None) or getattr(vision, "in_chans", 3)
+    width = channels * vision.temporal_patch_size * vision.patch_size ** 2
+    weight = next(visual.parameters())
+    pixels = torch.zeros(merge * merge, width, dtype=weight.dtype, device=weight.device)
+    grid = torch.tensor([[1, merge, merge]], dtype=torch.int64, device=weight.device)
+    out = visual(pixels, grid_thw=grid)
+    return sum(t.float().sum() for t in _tensors(out)) * 0.0

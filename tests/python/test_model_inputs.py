@@ -125,7 +125,7 @@ def dataset(tmp_path_factory):
 
 
 def pipeline(root, preset, pack=None, max_tokens=None, pad=False, rope_preset=None,
-             rope=True, batch_size=BATCH):
+             rope=True, batch_size=BATCH, balance=None):
     fields = [{"name": "images", "kind": "image", "max_items": 4},
               {"name": "conversation", "kind": "conversation", "key": "conversations"}]
     chain = [ops.decode(field="images"),
@@ -139,7 +139,7 @@ def pipeline(root, preset, pack=None, max_tokens=None, pad=False, rope_preset=No
     return headrace.Pipeline(
         source={"manifest": root / "manifest.jsonl", "root": root, "fields": fields},
         ops=chain, batch_size=batch_size, seed=3, epochs=1, cpu_threads=2, shuffle=False,
-        memory_budget="256MiB", pack=pack, max_tokens=max_tokens)
+        memory_budget="256MiB", pack=pack, max_tokens=max_tokens, balance=balance)
 
 
 def samples_of(batch):
@@ -604,3 +604,86 @@ def test_a_text_model_gets_packed_rows_kept_apart(dataset):
             assert check_batch(model, batch, inputs, reference) <= TOLERANCE
             seen += len(batch["id"])
     assert seen == SAMPLES
+
+
+# --- modality-safe steps: batch.balance.every_rank's dummy_kinds (issue 49) -----------
+
+def test_a_ranks_batch_flags_the_kinds_it_lacks(dataset):
+    """Two ranks of a balanced run with every_rank image, one sample a batch (1 in 5 is
+    text-only): each batch's dummy_kinds flags image exactly when it holds no image, and
+    nothing else (video, audio, point clouds were not asked for). One rank alone gets no
+    flag: it has no peer to wait for it."""
+    safe = {"cost": "tokens", "every_rank": "image"}
+    flagged = held = 0
+    for rank in range(2):
+        spec = pipeline(dataset, "qwen2_vl", batch_size=1, balance=safe)
+        with headrace.Loader(spec, rank=rank, world_size=2) as loader:
+            for batch in loader:
+                flags = np.asarray(batch["dummy_kinds"]).tolist()
+                images = int(np.asarray(batch["images_count"]).sum())
+                assert flags == [int(images == 0), 0, 0, 0], (rank, batch["id"], images)
+                flagged += images == 0
+                held += images > 0
+    assert flagged > 0 and held > 0
+    with headrace.Loader(pipeline(dataset, "qwen2_vl", batch_size=1, balance=safe)) as loader:
+        assert all(np.asarray(b["dummy_kinds"]).tolist() == [0, 0, 0, 0] for b in loader)
+
+
+def _text_only_batch(dataset, preset):
+    """The first batch of one sample that holds no image, as a TorchLoader gives it, with
+    the image flag a balanced rank would set."""
+    with TorchLoader(pipeline(dataset, preset, batch_size=1)) as loader:
+        batch = next(b for b in loader if int(b["images_count"].sum()) == 0)
+    return {**batch, "dummy_kinds": torch.tensor([1, 0, 0, 0], dtype=torch.uint8)}
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_a_batch_without_images_runs_the_vision_tower_on_a_dummy(dataset, models, preset):
+    """headrace.models.vision_dummy_loss: with it every vision tower parameter takes part
+    in the step (a gradient, of zeros) and the loss is unchanged; without it they take no
+    part (what hangs FSDP/ZeRO-3 when another rank's step runs the tower). A batch with
+    images, or no flag, adds nothing."""
+    import copy
+    model = copy.deepcopy(model_of(models, preset)).train()
+    batch = _text_only_batch(dataset, preset)
+    inputs = headrace.models.ModelInputs(model)(batch)
+    visual = model.model.visual
+    plain = model(**inputs).loss
+    plain.backward()
+    assert all(p.grad is None for p in visual.parameters())
+    model.zero_grad(set_to_none=True)
+    dummy = headrace.models.vision_dummy_loss(model, batch)
+    assert dummy is not None and float(dummy) == 0.0
+    loss = model(**inputs).loss + dummy
+    assert float(loss) == pytest.approx(float(plain), rel=1e-6)
+    loss.backward()
+    grads = [p.grad for p in visual.parameters()]
+    assert len(grads) > 5 and all(g is not None and not g.abs().any() for g in grads)
+    assert headrace.models.vision_dummy_loss(model, {**batch, "dummy_kinds": torch.zeros(4)}) is None
+    with TorchLoader(pipeline(dataset, preset, batch_size=1)) as loader:
+        with_image = next(b for b in loader if int(b["images_count"].sum()) > 0)
+    with_image["dummy_kinds"] = torch.tensor([1, 0, 0, 0], dtype=torch.uint8)
+    assert headrace.models.vision_dummy_loss(model, with_image) is None
+
+
+def test_the_trainers_loss_adds_the_dummy_when_the_batch_flags_it(tmp_path, dataset, models):
+    """HeadraceTrainer.compute_loss takes dummy_kinds out of the inputs and adds the
+    dummy: the vision tower's parameters get (zero) gradients on a text-only batch."""
+    import copy
+    import transformers
+    import headrace.hf
+    model = copy.deepcopy(model_of(models, "qwen2_vl")).train()
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[],
+                                          max_steps=1, save_strategy="no", disable_tqdm=True)
+    trainer = headrace.hf.HeadraceTrainer(model=model, args=args,
+                                          train_loader=pipeline(dataset, "qwen2_vl"))
+    try:
+        batch = _text_only_batch(dataset, "qwen2_vl")
+        to_inputs = trainer.get_train_dataloader().to_inputs
+        inputs = to_inputs(batch)
+        assert "dummy_kinds" in inputs, "the column filter keeps it for compute_loss"
+        trainer.compute_loss(model, inputs).backward()
+        assert "dummy_kinds" not in inputs
+        assert all(p.grad is not None for p in model.model.visual.parameters())
+    finally:
+        trainer.headrace_loader.close()

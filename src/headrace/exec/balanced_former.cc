@@ -10,8 +10,12 @@
 // What it costs: without a size index each rank reads the media of the whole step
 // (world_size x its own) and runs their size pass; with one (batch.balance.index,
 // exec/size_index.h) it reads each sample's entry, O(1).
+#include <algorithm>
 #include <climits>
+#include <span>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "headrace/exec/batch_formers.h"
 #include "headrace/exec/pack_sizer.h"
@@ -47,6 +51,34 @@ class StepsSeen {
   BalanceSeen seen_ HR_GUARDED_BY(mu_);
 };
 
+// With batch.balance.every_rank: the kinds of media (ModalityBit) of the samples a rank
+// was dealt and has not delivered yet, by dataset index; what a delivered batch's
+// `dummy_kinds` field is computed from. Thread-safe (dealt by the run, taken by the
+// consumer).
+class SampleKinds {
+ public:
+  void Add(int64_t index, uint32_t kinds) {
+    MutexLock lock(mu_);
+    kinds_[index] = kinds;
+  }
+  // The kinds `indices` hold together; they are forgotten.
+  uint32_t Take(std::span<const int64_t> indices) {
+    MutexLock lock(mu_);
+    uint32_t held = 0;
+    for (int64_t i : indices) {
+      if (auto it = kinds_.find(i); it != kinds_.end()) {
+        held |= it->second;
+        kinds_.erase(it);
+      }
+    }
+    return held;
+  }
+
+ private:
+  Mutex mu_;
+  std::unordered_map<int64_t, uint32_t> kinds_ HR_GUARDED_BY(mu_);
+};
+
 // Deals the steps of one rank's run.
 class StepDealer {
  public:
@@ -60,9 +92,11 @@ class StepDealer {
         every_rank_(every_rank) {}
 
   // This rank's samples of the step that holds `position` (`stop`: the run's; a deal
-  // given up keeps the order's). Adds the step to `seen` (null: not counted).
+  // given up keeps the order's). Adds the step to `seen` (null: not counted), and with
+  // every_rank the kinds of media each sample of the share holds to `kinds` (null: not
+  // told).
   std::vector<int64_t> SamplesOf(const BatchPosition& position, std::stop_token stop,
-                                 StepsSeen* seen) const {
+                                 StepsSeen* seen, SampleKinds* kinds = nullptr) const {
     const EpochOrderOptions& o = order_->options();
     const int world = o.world_size;
     const int64_t step = position.index_in_epoch / world;
@@ -92,6 +126,11 @@ class StepDealer {
     }
     DealtStep dealt = DealStep(batches, costs, modalities, every_rank_);
     if (seen != nullptr) seen->Add(dealt, untold);
+    if (kinds != nullptr && every_rank_ != 0) {
+      std::unordered_map<int64_t, uint32_t> of;
+      for (size_t i = 0; i < samples.size(); ++i) of.emplace(samples[i], modalities[i]);
+      for (int64_t s : dealt.ranks[rank]) kinds->Add(s, of[s]);
+    }
     return std::move(dealt.ranks[rank]);
   }
 
@@ -105,16 +144,21 @@ class StepDealer {
 
 class BalancedFormer final : public BatchFormer {
  public:
-  BalancedFormer(std::shared_ptr<const StepDealer> dealer, std::shared_ptr<BatchFormer> inner)
+  // `every_rank`: the kinds the `dummy_kinds` field may flag (0: no field); `peers`:
+  // whether the run has other ranks (one alone has no peer to wait for it: no flag).
+  BalancedFormer(std::shared_ptr<const StepDealer> dealer, std::shared_ptr<BatchFormer> inner,
+                 uint32_t every_rank, bool peers)
       : dealer_(std::move(dealer)),
         inner_(std::move(inner)),
-        name_("balanced " + std::string(inner_->name())) {}
+        name_("balanced " + std::string(inner_->name())),
+        every_rank_(every_rank),
+        flagged_(peers ? every_rank : 0) {}
 
   std::string_view name() const override { return name_; }
   std::optional<std::vector<int64_t>> Compose(const BatchPosition& position,
                                               std::span<const int64_t>,
                                               std::stop_token stop) override {
-    std::vector<int64_t> share = dealer_->SamplesOf(position, stop, &seen_);
+    std::vector<int64_t> share = dealer_->SamplesOf(position, stop, &seen_, &kinds_);
     std::optional<std::vector<int64_t>> formed = inner_->Compose(position, share, stop);
     return formed.has_value() ? std::move(formed) : std::move(share);
   }
@@ -123,7 +167,11 @@ class BalancedFormer final : public BatchFormer {
   }
   bool keeps_sample_rows() const override { return inner_->keeps_sample_rows(); }
   bool counts_losses() const override { return inner_->counts_losses(); }
-  Result<std::optional<Batch>> Next(BatchInput& input) override { return inner_->Next(input); }
+  Result<std::optional<Batch>> Next(BatchInput& input) override {
+    HR_ASSIGN_OR_RETURN(std::optional<Batch> batch, inner_->Next(input));
+    if (batch.has_value() && every_rank_ != 0) AddDummyKinds(*batch);
+    return batch;
+  }
   bool ready() const override { return inner_->ready(); }
   int64_t inputs_held() const override { return inner_->inputs_held(); }
   std::optional<PackState> state() const override { return inner_->state(); }
@@ -131,10 +179,35 @@ class BalancedFormer final : public BatchFormer {
   std::optional<BalanceSeen> balance() const override { return seen_.get(); }
 
  private:
+  // The batch field `dummy_kinds` (uint8 [4]: image, video, audio, pointcloud, as
+  // kBalanceKinds): 1 where every_rank lists the kind, the run has other ranks and the
+  // batch holds no sample of it, so that a trainer whose model shards the kind's encoder (FSDP, ZeRO-3) runs it on
+  // a dummy input rather than leave its collectives to the other ranks (docs/balanced_steps.md).
+  // A sample whose kinds were not told counts as holding none: a dummy too many costs
+  // little, one too few hangs the job.
+  void AddDummyKinds(Batch& batch) {
+    const Tensor* index = batch.Find("index");
+    const uint32_t held =
+        index == nullptr ? 0
+                         : kinds_.Take({index->data<int64_t>(),
+                                        static_cast<size_t>(index->numel())});
+    constexpr int64_t kKinds = std::size(kBalanceKinds);
+    Result<Tensor> field = Tensor::Allocate(DType::kU8, {kKinds});
+    if (!field.ok()) return;
+    for (int64_t k = 0; k < kKinds; ++k) {
+      const uint32_t bit = ModalityBit(kBalanceKinds[k]);
+      field->mutable_data<uint8_t>()[k] = (flagged_ & bit) != 0 && (held & bit) == 0;
+    }
+    batch.fields.emplace_back("dummy_kinds", *std::move(field));
+  }
+
   const std::shared_ptr<const StepDealer> dealer_;
   const std::shared_ptr<BatchFormer> inner_;
   const std::string name_;
+  const uint32_t every_rank_;
+  const uint32_t flagged_;
   StepsSeen seen_;
+  SampleKinds kinds_;
 };
 
 }  // namespace
@@ -177,7 +250,9 @@ Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run) {
   HR_ASSIGN_OR_RETURN(std::shared_ptr<BatchFormer> inner,
                       MakeFormerAfter(&MakeBalancedFormer, run));
   return std::shared_ptr<BatchFormer>(
-      std::make_shared<BalancedFormer>(std::move(dealer), std::move(inner)));
+      std::make_shared<BalancedFormer>(
+          std::move(dealer), std::move(inner), run.balance->every_rank,
+          run.engine->order.world_size > 1));
 }
 
 }  // namespace headrace

@@ -344,6 +344,66 @@ TEST(BatchFormers, AModalitySafeRankHoldsAnImageInEveryStepThatHasOnePerRank) {
   EXPECT_GT(left_without, 0) << "the deal by cost alone would leave a rank without an image";
 }
 
+// One batch a time, as the run hands them to a former.
+class OneBatchInput final : public BatchInput {
+ public:
+  std::optional<Batch> batch;
+  Result<std::optional<Batch>> Next() override { return std::exchange(batch, std::nullopt); }
+  bool WaitReady(std::chrono::nanoseconds) override { return batch.has_value(); }
+  int64_t batches_per_epoch() const override { return 8; }
+  void ChargeHeld(int64_t) override {}
+  Status CountLost(std::span<const LostSample>, bool) override { return Status::Ok(); }
+};
+
+TEST(BatchFormers, AModalitySafeBatchSaysWhichKindsItLacks) {
+  // Samples 0-2 hold an image: most steps cannot give each rank one.
+  auto records = std::make_shared<std::vector<SampleRecord>>();
+  for (int i = 0; i < 64; ++i) {
+    SampleRecord r{.id = std::to_string(i)};
+    if (i < 3) r.media.push_back(MediaRef{.field = 0, .uri = "image.jpg"});
+    records->push_back(std::move(r));
+  }
+  std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
+  inputs->source = MakeRecordSource(std::make_shared<VectorRecords>(records), MakeLocalStorage({}));
+  int64_t lacking = 0, holding = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    EngineOptions engine = SkewedRun(rank);
+    FormingRun run{.inputs = inputs, .engine = &engine};
+    run.balance = BalanceOptions{};
+    run.balance->every_rank = ModalityBit(FieldKind::kImage) | ModalityBit(FieldKind::kAudio);
+    Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
+    ASSERT_TRUE(former.ok()) << former.status().ToString();
+    Result<EpochOrder> order = EpochOrder::Make(engine.order);
+    ASSERT_TRUE(order.ok());
+    OneBatchInput input;
+    for (int64_t j = 0; j < order->batches_per_rank_epoch(); ++j) {
+      const BatchPosition p = order->Position(j);
+      const std::vector<int64_t> share = *(*former)->Compose(p, order->SampleIndices(p), {});
+      // The run's batch of those samples (its `index` field), then the former's Next.
+      Batch b;
+      b.index_in_epoch = p.index_in_epoch;
+      Result<Tensor> index = Tensor::Allocate(DType::kI64, {int64_t(share.size())});
+      ASSERT_TRUE(index.ok());
+      std::copy(share.begin(), share.end(), index->mutable_data<int64_t>());
+      b.fields.emplace_back("index", *index);
+      input.batch = std::move(b);
+      Result<std::optional<Batch>> out = (*former)->Next(input);
+      ASSERT_TRUE(out.ok() && out->has_value());
+      const Tensor* dummy = (*out)->Find("dummy_kinds");
+      ASSERT_NE(dummy, nullptr);
+      ASSERT_EQ(dummy->shape(), (std::vector<int64_t>{4})) << "image, video, audio, pointcloud";
+      const bool image = std::any_of(share.begin(), share.end(), [](int64_t s) { return s < 3; });
+      const uint8_t* flags = dummy->data<uint8_t>();
+      EXPECT_EQ(flags[0], image ? 0 : 1) << "rank " << rank << ", batch " << j;
+      EXPECT_EQ(flags[2], 1) << "no sample holds audio";
+      EXPECT_EQ(flags[1] + flags[3], 0) << "video and point clouds were not asked for";
+      (image ? holding : lacking) += 1;
+    }
+  }
+  EXPECT_GT(lacking, 0);
+  EXPECT_GT(holding, 0);
+}
+
 TEST(BatchFormers, ABalancedPlannedPackRunsTheDealtSamples) {
   const std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
   std::vector<int64_t> delivered;

@@ -36,6 +36,10 @@ struct SampleSize {
 
 // The bit of a media kind in SampleSize::modalities.
 constexpr uint32_t ModalityBit(FieldKind kind) { return uint32_t{1} << static_cast<int>(kind); }
+// The kinds of media batch.balance.every_rank may list, in the order the `dummy_kinds`
+// batch field gives them.
+inline constexpr FieldKind kBalanceKinds[] = {FieldKind::kImage, FieldKind::kVideo,
+                                              FieldKind::kAudio, FieldKind::kPointCloud};
 
 // A model's dimensions, as the cost counts them.
 struct ModelDims {

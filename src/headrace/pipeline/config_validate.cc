@@ -107,8 +107,6 @@ Result<StepCostOptions> StepCostOptionsOf(const BalanceSpec& balance) {
 }
 
 Result<uint32_t> EveryRankOf(const BalanceSpec& balance) {
-  constexpr FieldKind kMedia[] = {FieldKind::kImage, FieldKind::kVideo, FieldKind::kAudio,
-                                  FieldKind::kPointCloud};
   uint32_t bits = 0;
   std::string_view rest = balance.every_rank;
   while (!rest.empty()) {
@@ -117,9 +115,9 @@ Result<uint32_t> EveryRankOf(const BalanceSpec& balance) {
     while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
     while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
     rest = rest.substr(std::min(comma + 1, rest.size()));
-    const auto* kind = std::find_if(std::begin(kMedia), std::end(kMedia),
+    const auto* kind = std::find_if(std::begin(kBalanceKinds), std::end(kBalanceKinds),
                                     [&](FieldKind k) { return EnumName(k) == name; });
-    if (kind == std::end(kMedia)) {
+    if (kind == std::end(kBalanceKinds)) {
       return Invalid("batch.balance.every_rank",
                      Quote(name) + " is not a kind of media (allowed: image, video, audio, "
                                    "pointcloud, comma-separated)");
