@@ -7,6 +7,7 @@
 #include "headrace/core/json_writer.h"
 #include "headrace/core/strings.h"
 #include "headrace/exec/thread_pool.h"
+#include "headrace/observe/doctor_findings.h"
 
 namespace headrace {
 namespace {
@@ -337,28 +338,6 @@ std::string_view LimitKindName(LimitKind kind) {
 
 namespace {
 
-// Samples the packer left out or cut (data lost, counted as errors by kind): whatever
-// limits the throughput, the doctor names them and the key that decides them.
-void AddPackLoss(const RunReport& r, Diagnosis& d) {
-  const int64_t lost = r.pack.skipped + r.pack.truncated + r.pack.failed;
-  if (!r.packed || lost == 0) return;
-  const char* key = r.pack_budget ? "batch.max_tokens" : "batch.pack.seq_len";
-  d.evidence.push_back({"pack_samples_skipped", static_cast<double>(r.pack.skipped), "samples"});
-  d.evidence.push_back(
-      {"pack_samples_truncated", static_cast<double>(r.pack.truncated), "samples"});
-  d.evidence.push_back({"pack_samples_failed", static_cast<double>(r.pack.failed), "samples"});
-  d.advice.push_back(
-      {"", 0, 0,
-       StrFormat("data lost to packing: of the samples longer than %s %lld, %lld were "
-                 "skipped, %lld truncated and %lld failed (a cut through vision tokens), "
-                 "counted as errors against errors.max_error_rate (kinds pack_skipped, "
-                 "pack_truncated); raise %s to the longest samples' tokens, or lower their "
-                 "images' max_pixels",
-                 key, static_cast<long long>(r.pack_seq_len),
-                 static_cast<long long>(r.pack.skipped), static_cast<long long>(r.pack.truncated),
-                 static_cast<long long>(r.pack.failed), key)});
-}
-
 Diagnosis DiagnoseThroughput(const RunReport& r, const DoctorOptions& options);
 
 }  // namespace
@@ -366,6 +345,7 @@ Diagnosis DiagnoseThroughput(const RunReport& r, const DoctorOptions& options);
 Diagnosis DiagnoseRun(const RunReport& r, const DoctorOptions& options) {
   Diagnosis d = DiagnoseThroughput(r, options);
   AddPackLoss(r, d);
+  AddImbalance(r, d);
   return d;
 }
 

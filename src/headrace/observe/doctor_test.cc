@@ -312,6 +312,38 @@ TEST(Doctor, SamplesLostToPackingAreNamedWithTheKeyWhateverTheLimit) {
   EXPECT_EQ(DiagnosisToJson(DiagnoseRun(*back)), DiagnosisToJson(d));
 }
 
+TEST(Doctor, UnevenStepsAreNamedWhenTheyIdleMoreThanTheDataWait) {
+  RunReport r = WaitingRun();
+  r.wait_time_ratio = 0.01;
+  r.balanced = true;
+  r.balance.steps = 10;
+  r.balance.mean = 100;
+  r.balance.max_before = 150;  // 33% idle as ordered
+  r.balance.max_after = 125;   // 20% as dealt
+  r.balance.short_ranks = 2;
+  const Diagnosis d = DiagnoseRun(r);
+  EXPECT_EQ(d.limit, LimitKind::kConsumer);
+  ASSERT_NE(EvidenceNamed(d, "balance_idle_ratio"), nullptr);
+  EXPECT_DOUBLE_EQ(EvidenceNamed(d, "balance_idle_ratio")->value, 0.2);
+  EXPECT_NEAR(EvidenceNamed(d, "balance_idle_ratio_ordered")->value, 1.0 / 3, 1e-12);
+  EXPECT_DOUBLE_EQ(EvidenceNamed(d, "balance_short_ranks")->value, 2);
+  ASSERT_EQ(d.advice.size(), 1u);
+  EXPECT_THAT(d.advice[0].text, HasSubstr("idles 20.0% of a step at the barrier"));
+  EXPECT_THAT(d.advice[0].text, HasSubstr("33.3% as the order dealt the steps, over 10 steps"));
+  EXPECT_THAT(d.advice[0].text, HasSubstr("more than the 1.0% the trainer waits for data"));
+  auto back = RunReportFromJson(RunReportToJson(r));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(DiagnosisToJson(DiagnoseRun(*back)), DiagnosisToJson(d));
+  // Even steps, or a data wait larger than the idle: facts, no advice about the steps.
+  r.balance.max_after = 101;
+  EXPECT_TRUE(DiagnoseRun(r).advice.empty());
+  r.balance.max_after = 125;
+  r.wait_time_ratio = 0.3;
+  for (const Advice& a : DiagnoseRun(r).advice) EXPECT_THAT(a.text, ::testing::Not(HasSubstr("uneven")));
+  r.balanced = false;
+  EXPECT_EQ(EvidenceNamed(DiagnoseRun(r), "balance_idle_ratio"), nullptr);
+}
+
 TEST(Doctor, TextThatIsNotARunReportIsRefusedNamingWhatIsMissing) {
   EXPECT_FALSE(RunReportFromJson("[1, 2]").ok());
   auto partial = RunReportFromJson(R"({"samples": 1, "batches": 1})");
