@@ -53,30 +53,48 @@ class StepsSeen {
 
 // With batch.balance.every_rank: the kinds of media (ModalityBit) of the samples a rank
 // was dealt and has not delivered yet, by dataset index; what a delivered batch's
-// `dummy_kinds` field is computed from. Thread-safe (dealt by the run, taken by the
-// consumer).
+// `dummy_kinds` field is computed from. Each is stamped with the batch it was dealt in,
+// and those dealt kKeptBatches batches before the one delivered are forgotten (a sample
+// that failed, or that packing left out, is never delivered): the map holds the samples
+// of the batches in flight and a packing window's. Thread-safe (dealt by the run, taken
+// by the consumer).
 class SampleKinds {
  public:
-  void Add(int64_t index, uint32_t kinds) {
+  // Batches a dealt sample's kinds are kept for: past any prefetch depth and packing
+  // window; one forgotten too early counts as holding no kind (a dummy too many).
+  static constexpr int64_t kKeptBatches = 64;
+
+  // Samples dealt for the next batch.
+  void Add(std::span<const int64_t> indices, std::span<const uint32_t> kinds) {
     MutexLock lock(mu_);
-    kinds_[index] = kinds;
+    for (size_t i = 0; i < indices.size(); ++i) kinds_[indices[i]] = {kinds[i], dealt_};
+    ++dealt_;
   }
-  // The kinds `indices` hold together; they are forgotten.
+  // The kinds the next delivered batch's samples `indices` hold together.
   uint32_t Take(std::span<const int64_t> indices) {
     MutexLock lock(mu_);
     uint32_t held = 0;
     for (int64_t i : indices) {
       if (auto it = kinds_.find(i); it != kinds_.end()) {
-        held |= it->second;
+        held |= it->second.kinds;
         kinds_.erase(it);
       }
+    }
+    if (++taken_ % kKeptBatches == 0) {
+      std::erase_if(kinds_, [&](const auto& e) { return e.second.dealt + kKeptBatches < taken_; });
     }
     return held;
   }
 
  private:
+  struct Dealt {
+    uint32_t kinds = 0;
+    int64_t dealt = 0;  // the batch it was dealt in (the count of Adds before)
+  };
   Mutex mu_;
-  std::unordered_map<int64_t, uint32_t> kinds_ HR_GUARDED_BY(mu_);
+  std::unordered_map<int64_t, Dealt> kinds_ HR_GUARDED_BY(mu_);
+  int64_t dealt_ HR_GUARDED_BY(mu_) = 0;
+  int64_t taken_ HR_GUARDED_BY(mu_) = 0;
 };
 
 // Deals the steps of one rank's run.
@@ -129,7 +147,9 @@ class StepDealer {
     if (kinds != nullptr && every_rank_ != 0) {
       std::unordered_map<int64_t, uint32_t> of;
       for (size_t i = 0; i < samples.size(); ++i) of.emplace(samples[i], modalities[i]);
-      for (int64_t s : dealt.ranks[rank]) kinds->Add(s, of[s]);
+      std::vector<uint32_t> share;
+      for (int64_t s : dealt.ranks[rank]) share.push_back(of[s]);
+      kinds->Add(dealt.ranks[rank], share);
     }
     return std::move(dealt.ranks[rank]);
   }
@@ -169,7 +189,7 @@ class BalancedFormer final : public BatchFormer {
   bool counts_losses() const override { return inner_->counts_losses(); }
   Result<std::optional<Batch>> Next(BatchInput& input) override {
     HR_ASSIGN_OR_RETURN(std::optional<Batch> batch, inner_->Next(input));
-    if (batch.has_value() && every_rank_ != 0) AddDummyKinds(*batch);
+    if (batch.has_value() && every_rank_ != 0) HR_RETURN_IF_ERROR(AddDummyKinds(*batch));
     return batch;
   }
   bool ready() const override { return inner_->ready(); }
@@ -181,24 +201,24 @@ class BalancedFormer final : public BatchFormer {
  private:
   // The batch field `dummy_kinds` (uint8 [4]: image, video, audio, pointcloud, as
   // kBalanceKinds): 1 where every_rank lists the kind, the run has other ranks and the
-  // batch holds no sample of it, so that a trainer whose model shards the kind's encoder (FSDP, ZeRO-3) runs it on
-  // a dummy input rather than leave its collectives to the other ranks (docs/balanced_steps.md).
-  // A sample whose kinds were not told counts as holding none: a dummy too many costs
-  // little, one too few hangs the job.
-  void AddDummyKinds(Batch& batch) {
+  // batch holds no sample of it, so that a trainer whose model shards the kind's encoder
+  // (FSDP, ZeRO-3) runs it on a dummy input rather than leave its collectives to the
+  // other ranks (docs/balanced_steps.md). A sample whose kinds were not told counts as
+  // holding none: a dummy too many costs little, one too few hangs the job.
+  Status AddDummyKinds(Batch& batch) {
     const Tensor* index = batch.Find("index");
     const uint32_t held =
         index == nullptr ? 0
                          : kinds_.Take({index->data<int64_t>(),
                                         static_cast<size_t>(index->numel())});
     constexpr int64_t kKinds = std::size(kBalanceKinds);
-    Result<Tensor> field = Tensor::Allocate(DType::kU8, {kKinds});
-    if (!field.ok()) return;
+    HR_ASSIGN_OR_RETURN(Tensor field, Tensor::Allocate(DType::kU8, {kKinds}));
     for (int64_t k = 0; k < kKinds; ++k) {
       const uint32_t bit = ModalityBit(kBalanceKinds[k]);
-      field->mutable_data<uint8_t>()[k] = (flagged_ & bit) != 0 && (held & bit) == 0;
+      field.mutable_data<uint8_t>()[k] = (flagged_ & bit) != 0 && (held & bit) == 0;
     }
-    batch.fields.emplace_back("dummy_kinds", *std::move(field));
+    batch.fields.emplace_back("dummy_kinds", std::move(field));
+    return Status::Ok();
   }
 
   const std::shared_ptr<const StepDealer> dealer_;
