@@ -347,3 +347,44 @@ def test_a_blend_epoch_too_long_to_hold_exits_2_at_once(tmp_path, headrace_bin, 
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert re.search(r"source\.(samples|mix)", proc.stderr), proc.stderr[-2000:]
     assert "more than" in proc.stderr
+
+
+def test_an_image_wider_than_smart_resize_takes_is_refused_from_its_header(tmp_path, headrace_bin):
+    """A 1 x 80,000,000 PNG (under image.decode's max_pixels) before image.smart_resize:
+    refused from its header as smart_resize would refuse it (pixel_limit), before a pixel
+    is decoded. The file is a header and nothing else, so a decode would have failed as
+    corrupt_data instead: without the smart_resize after it, that is what happens."""
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images/wide.png").write_bytes(png_header(1, 80_000_000))
+    (tmp_path / "images/ok.png").write_bytes(png_bytes(56, 56))
+    (tmp_path / "manifest.jsonl").write_text(
+        json.dumps({"id": "wide", "image": "images/wide.png"}) + "\n" +
+        json.dumps({"id": "ok", "image": "images/ok.png"}) + "\n")
+
+    def run(ops):
+        config = tmp_path / "p.yaml"
+        config.write_text(f"""
+source: {{manifest: {tmp_path / 'manifest.jsonl'}, fields: [{{name: image, kind: image}}]}}
+epochs: 1
+shuffle: false
+batch: {{size: 2}}
+ops:
+{ops}
+errors: {{max_error_rate: 0.5}}
+trainer: {{step_ms: 0}}
+""")
+        report = tmp_path / "r.json"
+        proc = run_headrace(headrace_bin, "run", config, "--report", report)
+        return read_report(report), proc.stdout + proc.stderr
+
+    report, out = run("  - image.decode: {}\n"
+                      "  - image.smart_resize: {preset: qwen2_vl}\n"
+                      "  - vision.patchify: {preset: qwen2_vl}\n")
+    assert report["samples"] == 1
+    assert report["errors"]["by_kind"] == {"pixel_limit": 1}, out
+    assert "image 1x80000000: aspect ratio 8e+07 is above max_aspect_ratio 200 " \
+           "(image.smart_resize; refused from the header)" in out, out
+    report, out = run("  - image.decode: {}\n"
+                      "  - image.resize: {width: 8, height: 8}\n"
+                      "  - image.normalize: {}\n")
+    assert report["errors"]["by_kind"] == {"corrupt_data": 1}, out

@@ -102,6 +102,10 @@ struct SizeHint {
   int min_shorter_side = 0;
   int min_width = 0;
   int min_height = 0;
+  // The widest image a later op takes (its longer side / its shorter side; 0: any), so
+  // that the producer may refuse a wider one from its header before decoding it
+  // (image.smart_resize's max_aspect_ratio). Not a size: any() leaves it out.
+  double max_aspect_ratio = 0;
 
   bool any() const { return min_shorter_side > 0 || min_width > 0 || min_height > 0; }
 };

@@ -322,6 +322,24 @@ TEST(PlanOps, TwoChainsOverTwoFields) {
   EXPECT_EQ(state.source_slots, (std::vector<int>{0, 1}));
 }
 
+// image.smart_resize asks image.decode for full-resolution pixels and gives it its
+// max_aspect_ratio, which the decode applies to the header.
+TEST(PlanOps, SmartResizesAspectRatioReachesTheDecode) {
+  PlanState state;
+  state.values.push_back(PlanValue{"image", ValueDesc{ValueKind::kEncoded, {}, ""},
+                                   "the source field 'image'", -1, 0, false});
+  const std::vector<OpSpec> ops = {DecodeSpec{},
+                                   SmartResizeSpec{.preset = VisionModel::kQwen2Vl,
+                                                   .max_aspect_ratio = 150},
+                                   PatchifySpec{.preset = VisionModel::kQwen2Vl}};
+  std::vector<std::unique_ptr<Op>> built;
+  const Status planned = internal::PlanOps(ops, state, &built);
+  ASSERT_TRUE(planned.ok()) << planned.ToString();
+  const DecodeTarget& target = dynamic_cast<const DecodeOp&>(*built[0]).target();
+  EXPECT_EQ(target.max_aspect_ratio, 150);
+  EXPECT_FALSE(target.any()) << "full resolution: no DCT scaling";
+}
+
 // audio.decode learns the window audio.crop or audio.melspectrogram reads, when that is
 // all the later ops read of the audio: it then decodes about that window only.
 TEST(PlanOps, AnAudioWindowReadAloneReachesTheDecode) {

@@ -412,6 +412,17 @@ Result<DecodePlan> PlanDecode(const uint8_t* data, size_t size, const DecodeSpec
                               Dims(h.width, h.height) + " = " + std::to_string(pixels) +
                               " pixels, above max_pixels " + std::to_string(spec.max_pixels));
   }
+  // The same rule and words as image.smart_resize's (SmartResizeSize), from the header:
+  // a 1 x 89M image would otherwise be decoded (hundreds of MB) only to be refused.
+  const double ratio = static_cast<double>(std::max(h.width, h.height)) /
+                       std::max(1, std::min(h.width, h.height));
+  if (target.max_aspect_ratio > 0 && ratio > target.max_aspect_ratio) {
+    return Status::PixelLimit("image " + std::to_string(h.width) + "x" +
+                              std::to_string(h.height) + ": aspect ratio " +
+                              schema::FormatDouble(ratio) + " is above max_aspect_ratio " +
+                              schema::FormatDouble(target.max_aspect_ratio) +
+                              " (image.smart_resize; refused from the header)");
+  }
   plan.scale_denom = ChooseScaleDenom(h, target);
   plan.fast_upsample = target.any();
   plan.decoded_width = (h.width + plan.scale_denom - 1) / plan.scale_denom;
@@ -517,7 +528,8 @@ Status DecodeOp::Declare(const Spec& spec, PlanContext& ctx) {
 
 Result<std::unique_ptr<Op>> DecodeOp::Make(const Spec& spec, PlanContext& ctx) {
   const SizeHint hint = ctx.hint(spec.field);
-  const DecodeTarget target{hint.min_shorter_side, hint.min_width, hint.min_height};
+  const DecodeTarget target{hint.min_shorter_side, hint.min_width, hint.min_height,
+                            hint.max_aspect_ratio};
   return std::unique_ptr<Op>(std::make_unique<DecodeOp>(spec, target, ctx.slot(spec.field)));
 }
 

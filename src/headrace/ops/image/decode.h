@@ -67,6 +67,9 @@ struct DecodeTarget {
   int min_shorter_side = 0;
   int min_width = 0;
   int min_height = 0;
+  // SizeHint::max_aspect_ratio: an image whose header is wider is refused (kPixelLimit)
+  // before any pixel is decoded, as the image.smart_resize after would refuse it. 0: none.
+  double max_aspect_ratio = 0;
 
   bool any() const { return min_shorter_side > 0 || min_width > 0 || min_height > 0; }
 };

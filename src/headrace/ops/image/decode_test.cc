@@ -506,6 +506,28 @@ TEST(DecodeOp, ANarrowImageHoldsNoMoreThanItsPixels) {
   }
 }
 
+// image.smart_resize's max_aspect_ratio, passed back by the planner: a wider image is
+// refused from its header, with smart_resize's rule (above, not at, the ratio).
+TEST(DecodeOp, AnImageWiderThanTheLaterResizeTakesIsRefusedFromItsHeader) {
+  for (const auto& [w, h, refused] :
+       std::vector<std::tuple<int, int, bool>>{{1, 201, true}, {603, 3, true}, {1, 200, false}}) {
+    testing::TestContext t;
+    t.SetMedia(EncodePng(Bytes(static_cast<size_t>(w) * h * 3, 9), w, h, PNG_FORMAT_RGB));
+    DecodeOp op(DecodeSpec{}, DecodeTarget{.max_aspect_ratio = 200},
+                testing::TestContext::kImageSlot);
+    const Status status = op.Run(t.ctx);
+    EXPECT_EQ(!status.ok(), refused) << w << "x" << h << ": " << status.ToString();
+    if (refused) {
+      EXPECT_EQ(status.code(), StatusCode::kPixelLimit);
+      EXPECT_NE(status.message().find("is above max_aspect_ratio 200 (image.smart_resize; "
+                                      "refused from the header)"),
+                std::string::npos)
+          << status.message();
+      EXPECT_EQ(t.scratch.capacity(), 0u) << "nothing decoded";
+    }
+  }
+}
+
 TEST(DecodeOp, ReportsErrorsAsStatus) {
   testing::TestContext t;
   DecodeOp op(DecodeSpec{}, DecodeTarget{}, testing::TestContext::kImageSlot);

@@ -105,9 +105,9 @@ Status PilResizeInto(ImageView src, MutableImageView dst, ResampleFilter filter,
 Result<Image> PilResize(ImageView src, int width, int height, ResampleFilter filter);
 
 // The operator: resizes the image value `field` into the next scratch slot (two slots:
-// the horizontal pass and the result; none when the size already fits). It declares no
-// Hint, so the planner asks image.decode for full-resolution pixels (no DCT scaling), as
-// the reference resizes from them.
+// the horizontal pass and the result; none when the size already fits). Its Hint asks
+// image.decode for full-resolution pixels (no DCT scaling: the reference resizes from
+// them) and passes max_aspect_ratio, which the decode applies to the header.
 class SmartResizeOp : public Op {
  public:
   static constexpr std::string_view kName = "image.smart_resize";
@@ -133,6 +133,9 @@ class SmartResizeOp : public Op {
   // patch and merge sizes on it (ValueDesc::geometry) for vision.patchify to check.
   static Status Declare(const Spec& spec, PlanContext& ctx);
   static Result<std::unique_ptr<Op>> Make(const Spec& spec, PlanContext& ctx);
+  static void Hint(const Spec& spec, ValueHints& hints) {
+    hints.Set(spec.field, SizeHint{.max_aspect_ratio = spec.max_aspect_ratio});
+  }
   static Spec ExampleSpec() {
     // Small enough for the battery's 40x30 images to be scaled up, with a factor that
     // divides neither side.
