@@ -193,16 +193,9 @@ class PyFormer {
                                         int64_t start_epoch, int64_t start_batch,
                                         const nb::object& pack_state, const nb::object& remainder,
                                         const nb::object& blend_start) {
-    LoaderOptions options;
-    if (!pack_state.is_none()) options.pack_state = PackStateFromDict(pack_state);
-    options.remainder = OptionalRemainder(remainder);
-    options.blend_start = BlendStartFromObject(blend_start);
-    options.rank = rank;
-    options.world_size = world_size;
-    options.start_epoch = start_epoch;
-    options.start_batch = start_batch;
-    options.deliver_empty_batches = true;  // the Python loader ends epochs by position
-    options.plan_packing = false;          // the workers ran the samples
+    LoaderOptions options = LocalRunOptions(rank, world_size, start_epoch, start_batch,
+                                            pack_state, remainder, blend_start);
+    options.plan_packing = false;  // the workers ran the samples
     std::optional<Result<PreparedPipeline::Forming>> formed;
     {
       nb::gil_scoped_release nogil;

@@ -163,16 +163,9 @@ class PyLoader {
                                        const nb::object& pack_state,
                                        const nb::object& remainder = nb::none(),
                                        const nb::object& blend_start = nb::none()) {
-    LoaderOptions options;
-    if (!pack_state.is_none()) options.pack_state = PackStateFromDict(pack_state);
-    options.remainder = OptionalRemainder(remainder);
-    options.blend_start = BlendStartFromObject(blend_start);
+    LoaderOptions options = LocalRunOptions(rank, world_size, start_epoch, start_batch,
+                                            pack_state, remainder, blend_start);
     if (on_demand) options.schedule = Schedule::kOnDemand;
-    options.rank = rank;
-    options.world_size = world_size;
-    options.start_epoch = start_epoch;
-    options.start_batch = start_batch;
-    options.deliver_empty_batches = true;  // the Python loader ends epochs by position
     if (pinned) options.allocator = PinnedAllocator();
     if (world_size < 1 || rank < 0 || rank >= world_size) {
       throw StatusError(Status::InvalidArgument(

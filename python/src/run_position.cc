@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common.h"
+#include "headrace/pipeline/loader.h"
 #include "headrace/pipeline/prepared.h"
 #include "run_state.h"
 
@@ -162,6 +163,21 @@ std::optional<EpochRemainder> OptionalRemainder(const nb::object& object) {
 std::vector<int64_t> BlendStartFromObject(const nb::object& object) {
   if (object.is_none()) return {};
   return IntsOf(object, "blend_start");
+}
+
+LoaderOptions LocalRunOptions(int rank, int world_size, int64_t start_epoch,
+                              int64_t start_batch, const nb::object& pack_state,
+                              const nb::object& remainder, const nb::object& blend_start) {
+  LoaderOptions options;
+  if (!pack_state.is_none()) options.pack_state = PackStateFromDict(pack_state);
+  options.remainder = OptionalRemainder(remainder);
+  options.blend_start = BlendStartFromObject(blend_start);
+  options.rank = rank;
+  options.world_size = world_size;
+  options.start_epoch = start_epoch;
+  options.start_batch = start_batch;
+  options.deliver_empty_batches = true;
+  return options;
 }
 
 void CheckStateFor(const PreparedPipeline& prepared, const nb::handle& state) {

@@ -35,6 +35,15 @@ std::optional<EpochRemainder> OptionalRemainder(const nb::object& object);
 // A blend's picks before the rest of an epoch (a list of ints; None: none).
 std::vector<int64_t> BlendStartFromObject(const nb::object& object);
 
+// A local run's options for `rank` of `world_size` from (start_epoch, start_batch),
+// continuing `pack_state` over the rest of an epoch (`remainder`, `blend_start`; each
+// None for none), each read as above: what the bindings that start runs (loader.cc) and
+// those that form batches (former.cc) share. Batches with no sample are delivered (the
+// Python loader ends epochs by position).
+LoaderOptions LocalRunOptions(int rank, int world_size, int64_t start_epoch,
+                              int64_t start_batch, const nb::object& pack_state,
+                              const nb::object& remainder, const nb::object& blend_start);
+
 // Which blend entry a dataset index of `prepared`'s source is in; null unless a blend.
 EntryOf EntryOfSource(std::shared_ptr<const PreparedPipeline> prepared);
 
