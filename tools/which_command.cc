@@ -275,11 +275,9 @@ int WhichCommand(const Args& args) {
     return Fail(std::string("give --step N with --rank R, or --sample ID (one of them)\n") +
                 kUsage);
   }
-  if (!by_sample && !given.contains("--rank")) {
-    return Fail("--step needs --rank R (allowed: 0 to the world size - 1)");
-  }
-  if (!by_sample && !given.contains("--step")) {
-    return Fail("--rank needs --step N (allowed: 0 to the epoch's steps - 1)");
+  if (!by_sample && given.contains("--step") != given.contains("--rank")) {
+    return Fail(given.contains("--step") ? "--step needs --rank R (allowed: 0 to world size - 1)"
+                                         : "--rank needs --step N (allowed: 0 to steps - 1)");
   }
   // Each integer flag given, parsed; nullopt after printing which is wrong.
   const auto number = [&](const char* flag, int64_t low, int64_t high) {
