@@ -27,8 +27,9 @@ int ShardCommand(const Args& args);       // headrace shard MANIFEST --out DIR .
 int PlanCommand(const Args& args);        // headrace plan [PLAN.yaml] [--NAME VALUE ...]
 int ReportCommand(const Args& args);      // headrace report REPORT.json --plot OUT
 int MaterializeCommand(const Args& args);  // headrace materialize CONFIG --to URI ...
-int DoctorCommand(const Args& args);
-int IndexCommand(const Args& args);       // headrace index sizes CONFIG [--out PATH]      // headrace doctor CONFIG | --from-report PATH
+int DoctorCommand(const Args& args);      // headrace doctor CONFIG | --from-report PATH
+int IndexCommand(const Args& args);       // headrace index sizes CONFIG [--out PATH]
+int WhichCommand(const Args& args);       // headrace which CONFIG --step N --rank R | --sample ID
 
 // Small argument helpers shared by the subcommands.
 struct ArgReader {

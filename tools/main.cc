@@ -37,6 +37,11 @@ commands:
   index sizes CONFIG [--out PATH] [--set key=value ...]
       every sample's sizes by the chain's size pass (nothing decoded), for
       batch.balance.index: a balanced run then deals its steps without sizing a sample
+  which CONFIG --step N --rank R | --sample ID [--epoch E] [--world-size W] [--json]
+              [--set key=value ...]
+      from the plan alone (nothing decoded): the samples of rank R's batch of data-parallel
+      step N (index, id, media), or where sample ID lands (step, rank, position); with
+      batch.balance as the deal gives them; with batch.pack the input batch's samples
   bench balance CONFIG [--ranks 8,64,256] [--epochs 4] [--cost NAME] [--report PATH]
       each data-parallel step's slowest rank over the mean, as the order deals the steps
       and as batch.balance deals them, from the samples' sizes (nothing decoded)
@@ -87,9 +92,10 @@ int main(int argc, char** argv) {
   if (command == "report") return headrace::tools::ReportCommand(args);
   if (command == "materialize") return headrace::tools::MaterializeCommand(args);
   if (command == "doctor") return headrace::tools::DoctorCommand(args);
+  if (command == "which") return headrace::tools::WhichCommand(args);
   std::fprintf(stderr,
                "headrace: unknown command '%s' (allowed: make-sample, run, bench, upload, ls, "
-               "shard, plan, report, materialize, doctor, index)\n%s",
+               "shard, plan, report, materialize, doctor, index, which)\n%s",
                command.c_str(), kUsage);
   return 2;
 }
