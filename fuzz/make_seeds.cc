@@ -557,6 +557,39 @@ bool StateSeeds(const fs::path& dir) {
          Write(dir / "delivered", delivered);
 }
 
+// Blends (blend_fuzz.cc's encoding, ValueReader: a byte below 0x80 is that value, 0x80
+// the next 8 bytes; weights in eighths): two parts 0.6/0.3 first_exhausted, three parts
+// all_exhausted, epochized with a repeat of 2, samples 50, a continuation; and issue
+// 50's: weights 1 and 1e-12 all_exhausted (walked toward 2^36 before), samples 2^36 - 1.
+bool BlendSeeds(const fs::path& dir) {
+  auto big = [](Bytes& b, int64_t v) {
+    b.push_back(0x80);
+    for (int i = 0; i < 8; ++i) b.push_back(static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i)));
+  };
+  auto dbl = [&](Bytes& b, double v) {
+    int64_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    big(b, bits);
+  };
+  // parts-1, then per part: size, weight, repeat; until, samples, continuation?, shuffle,
+  // seed, epoch.
+  const Bytes first = {1, 40, 48, 8, 20, 24, 8, 0, 0, 0, 1, 7, 0};
+  const Bytes all = {2, 30, 8, 8, 50, 16, 8, 5, 24, 8, 1, 0, 0, 1, 9, 2};
+  const Bytes epochized = {1, 10, 8, 16, 20, 8, 8, 3, 0, 0, 1, 3, 1};
+  const Bytes samples = {1, 10, 8, 8, 20, 8, 8, 2, 50, 0, 0, 0, 0};
+  const Bytes resumed = {1, 40, 48, 8, 20, 24, 8, 0, 0, 1, 5, 3, 1, 4, 0};
+  Bytes tiny = {1, 100, 8, 8, 100};
+  dbl(tiny, 1e-12);
+  tiny.insert(tiny.end(), {8, 1, 0, 0, 0, 0, 0});
+  Bytes huge = {0, 100, 8, 8, 2};
+  big(huge, (int64_t{1} << 36) - 1);
+  huge.insert(huge.end(), {0, 0, 0, 0});
+  return Write(dir / "first_exhausted", first) && Write(dir / "all_exhausted", all) &&
+         Write(dir / "epochized", epochized) && Write(dir / "samples", samples) &&
+         Write(dir / "resumed", resumed) && Write(dir / "tiny_weight", tiny) &&
+         Write(dir / "huge_samples", huge);
+}
+
 }  // namespace
 }  // namespace headrace::fuzz
 
@@ -569,7 +602,7 @@ int main(int argc, char** argv) {
   const fs::path out = argv[1];
   for (const char* target :
        {"decode", "manifest", "config", "tokenize", "hf_tokenize", "chat_template", "tar",
-        "parquet", "pointcloud", "video", "audio", "state"}) {
+        "parquet", "pointcloud", "video", "audio", "state", "blend"}) {
     fs::create_directories(out / target);
   }
   const bool ok = DecodeSeeds(out / "decode") && ManifestSeeds(out / "manifest") &&
@@ -578,6 +611,6 @@ int main(int argc, char** argv) {
                   ChatTemplateSeeds(out / "chat_template") && TarSeeds(out / "tar") &&
                   ParquetSeeds(out / "parquet") && PointCloudSeeds(out / "pointcloud") &&
                   VideoSeeds(out / "video") && AudioSeeds(out / "audio") &&
-                  StateSeeds(out / "state");
+                  StateSeeds(out / "state") && BlendSeeds(out / "blend");
   return ok ? 0 : 1;
 }

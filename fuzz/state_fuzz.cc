@@ -2,9 +2,8 @@
 // from a checkpoint anyone may edit: CheckLoaderState with and without a pipeline's
 // bounds, and MergeLoaderStates of up to 4 rank states, on states read from the bytes.
 //
-// Values are read one at a time: a byte below 0x80 is that small value, 0x80..0xFE the
-// next 8 bytes as an int64 (little-endian), 0xFF its negation - 1 (so that every int64,
-// 0, the limits and small sizes are all reachable). Properties checked besides "no
+// Values are read one at a time by fuzz_util.h's ValueReader (small values, and every
+// int64 through an escape byte). Properties checked besides "no
 // crash, no UB (signed overflow included), no leak":
 //   - every refusal is kInvalidArgument and names the state ("state dict: ..." or
 //     "merge_state_dicts: ...");
@@ -25,34 +24,7 @@
 namespace headrace::fuzz {
 namespace {
 
-class Reader {
- public:
-  Reader(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  bool empty() const { return pos_ >= size_; }
-  int64_t Next() {
-    if (pos_ >= size_) return 0;
-    const uint8_t tag = data_[pos_++];
-    if (tag < 0x80) return tag;
-    uint64_t bits = 0;
-    for (int i = 0; i < 8 && pos_ < size_; ++i) bits |= uint64_t{data_[pos_++]} << (8 * i);
-    int64_t v;
-    std::memcpy(&v, &bits, sizeof v);
-    return tag == 0xFF ? -(v & 0x7FFFFFFFFFFFFFFF) - 1 : v;
-  }
-  std::vector<int64_t> List() {
-    const int64_t n = Next() % 16;
-    std::vector<int64_t> out;
-    for (int64_t i = 0; i < n; ++i) out.push_back(Next());
-    return out;
-  }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t pos_ = 0;
-};
-
-LoaderState ReadState(Reader& r) {
+LoaderState ReadState(ValueReader& r) {
   LoaderState s;
   s.rank = r.Next();
   s.world_size = r.Next();
@@ -87,7 +59,7 @@ void CheckRefusal(const Status& st, const char* prefix) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace headrace;
   using namespace headrace::fuzz;
-  Reader r(data, size);
+  ValueReader r(data, size);
   StateBounds bounds;
   bounds.num_samples = r.Next();
   bounds.epoch_samples = r.Next();

@@ -1,5 +1,6 @@
 #include "headrace/exec/blend_order.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -104,7 +105,8 @@ class Deficit {
 
 }  // namespace
 
-Result<int64_t> BlendEpochLength(const BlendOptions& blend) {
+Result<int64_t> BlendEpochLength(const BlendOptions& blend, int64_t limit) {
+  limit = std::clamp<int64_t>(limit, 1, kMaxBlendLength);
   if (blend.parts.empty()) {
     return Status::InvalidArgument("source.mix must list at least one source");
   }
@@ -151,22 +153,26 @@ Result<int64_t> BlendEpochLength(const BlendOptions& blend) {
       // Walks the sequence until it ends: the counts it needs are those of step 1 (the
       // block shuffle keeps each block's counts, and the end is a block's count test
       // made position by position before it), so the length is the seed's invariant.
-      // Part s gives its left_s-th pick near position left_s / w_s (|c_s(n) − n·w_s| <
-      // 1): an epoch that ends past the cap is refused before it is walked (weights 1 and
-      // 1e-12 walked toward 2^36 positions first).
+      // The deficits of the K parts sum to 1 at every position, so the largest, the one
+      // picked, is at least 1/K: part s makes its k-th pick at a position n with
+      // (n + 1)·w_s − (k − 1) >= 1/K, n >= (k − 1 + 1/K) / w_s − 1. An epoch that cannot
+      // end before `limit` is answered without a walk (weights 1 and 1e-12 walked toward
+      // 2^36 positions first), and the walk stops at `limit`.
       const std::vector<double> weights = EffectiveWeights(blend);
       const double sum = std::accumulate(weights.begin(), weights.end(), 0.0);
+      const double share = 1.0 / static_cast<double>(blend.parts.size());
       double first_end = std::numeric_limits<double>::infinity(), last_end = 0;
       for (size_t s = 0; s < blend.parts.size(); ++s) {
         const double left = static_cast<double>(blend.parts[s].size - StartOf(blend, s));
         if (left <= 0) continue;
-        const double end = left / (weights[s] / sum);
-        first_end = std::min(first_end, end);
-        last_end = std::max(last_end, end);
+        const double w = weights[s] / sum;
+        // Its (left + 1)-th pick ends first_exhausted, its left-th all_exhausted.
+        first_end = std::min(first_end, (left + share) / w - 1);
+        last_end = std::max(last_end, (left - 1 + share) / w - 1);
       }
       const double end = blend.until == BlendUntil::kFirstExhausted ? first_end : last_end;
-      if (std::isfinite(end) && end >= static_cast<double>(kMaxBlendLength)) {
-        length = kMaxBlendLength;  // refused below
+      if (std::isfinite(end) && end >= static_cast<double>(limit)) {
+        length = limit;
         break;
       }
       Deficit deficit(weights);
@@ -177,7 +183,7 @@ Result<int64_t> BlendEpochLength(const BlendOptions& blend) {
       }
       if (blend.until == BlendUntil::kAllExhausted && exhausted == parts) break;
       while (true) {
-        if (length >= kMaxBlendLength) break;
+        if (length >= limit) break;
         const auto s = static_cast<size_t>(deficit.Next());
         const int64_t c = deficit.counts()[s] + StartOf(blend, s);
         if (blend.until == BlendUntil::kFirstExhausted) {
@@ -197,7 +203,7 @@ Result<int64_t> BlendEpochLength(const BlendOptions& blend) {
                                    std::to_string(kMaxBlendLength) +
                                    "): raise the small parts' weights or set source.until");
   }
-  return length;
+  return std::min(length, limit);
 }
 
 std::vector<int32_t> BlendChoices(const BlendOptions& blend, int64_t length) {

@@ -49,8 +49,13 @@ inline constexpr int64_t kBlendBlock = 64;
 
 // Checks `blend` (at least one part, sizes >= 1, weights finite and > 0, ...) and
 // returns the positions of one epoch; kInvalidArgument naming the source.mix key
-// otherwise.
-Result<int64_t> BlendEpochLength(const BlendOptions& blend);
+// otherwise, and for an epoch of 2^36 positions or more. An epoch of `limit` positions or
+// more returns `limit` ("at least"): an exhausted epoch's length is walked position by
+// position, so a caller that can hold at most limit - 1 positions (the memory budget)
+// waits for no longer a walk; one whose bound from the weights reaches `limit` is not
+// walked at all.
+Result<int64_t> BlendEpochLength(const BlendOptions& blend,
+                                 int64_t limit = int64_t{1} << 36);
 
 // The part (its position in blend.parts) that each of an epoch's positions draws from,
 // before the block shuffle (step 1 without shuffle). `length` positions.

@@ -146,6 +146,26 @@ TEST(BlendOrderTest, AnEpochPastTheCapIsRefusedBeforeItIsWalked) {
   EXPECT_EQ(*near, 10);
 }
 
+TEST(BlendOrderTest, ALimitStopsTheWalkAndALongEpochIsNotWalked) {
+  // all_exhausted waits for the 1e-7 part's 1000 samples: about 1e10 positions, under the
+  // 2^36 cap. Asked with a limit (a run's memory budget), the answer is "at least the
+  // limit", from the weights: it was walked position by position (minutes) before.
+  const BlendOptions far = Blend({{1000, 1.0}, {1000, 1e-7}}, BlendUntil::kAllExhausted);
+  const Result<int64_t> limited = BlendEpochLength(far, 1000);
+  ASSERT_TRUE(limited.ok()) << limited.status().ToString();
+  EXPECT_EQ(*limited, 1000);
+  // An epoch that ends before the limit is its length; one that reaches it, the limit.
+  const BlendOptions b = Blend({{300, 0.6}, {100, 0.3}, {1000, 0.1}});
+  const Result<int64_t> whole = BlendEpochLength(b);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(*BlendEpochLength(b, *whole + 1), *whole);
+  EXPECT_EQ(*BlendEpochLength(b, *whole), *whole);
+  EXPECT_EQ(*BlendEpochLength(b, *whole - 1), *whole - 1);
+  BlendOptions many = Blend({{10, 1.0}}, BlendUntil::kSamples);
+  many.samples = 5000;
+  EXPECT_EQ(*BlendEpochLength(many, 100), 100);
+}
+
 TEST(BlendOrderTest, FirstExhaustedReadsEachSampleAtMostOnce) {
   const BlendOptions b = Blend({{300, 0.6}, {100, 0.3}, {1000, 0.1}});
   const Result<int64_t> length = BlendEpochLength(b);

@@ -134,15 +134,17 @@ Result<std::shared_ptr<const PreparedPipeline>> PreparedPipeline::Make(
   // choices beside it while it is made. An epoch whose order would not fit the memory
   // budget is refused here (until: samples 1e9 took 7.7 GB; 6.9e10 aborted).
   if (const std::optional<BlendOptions>& blend = source->order().blend; blend.has_value()) {
-    HR_ASSIGN_OR_RETURN(const int64_t positions, BlendEpochLength(*blend));
     constexpr int64_t kOrderBytesPerPosition = 8;
-    if (positions > spec.memory.budget_bytes / kOrderBytesPerPosition) {
+    const int64_t most = spec.memory.budget_bytes / kOrderBytesPerPosition;
+    // Walked no further than the budget holds (a long exhausted epoch took minutes).
+    HR_ASSIGN_OR_RETURN(const int64_t positions, BlendEpochLength(*blend, most + 1));
+    if (positions > most) {
       const char* key = blend->until == BlendUntil::kSamples    ? "source.samples"
                         : blend->until == BlendUntil::kEpochized ? "source.mix[*].repeat"
                                                                  : "source.mix[*].weight";
       return Status::InvalidArgument(
           std::string(key) + ": an epoch of " + std::to_string(positions) +
-          " positions, whose order is held in memory (" +
+          " positions or more, whose order is held in memory (" +
           std::to_string(kOrderBytesPerPosition) + " bytes a position while it is made), "
           "needs more than memory.budget_bytes " + std::to_string(spec.memory.budget_bytes) +
           ": shorten the epoch or raise the budget");
