@@ -9,9 +9,13 @@
 # build is Debian's own source package (the same 5.1 release and patches as the FFmpeg
 # that `make build` links) with only what the operators call: the decoders, demuxers and
 # parsers of the containers and codecs below, swscale and swresample, and what
-# `headrace make-sample --modalities video,audio` encodes (libx264 into MP4, PCM into
+# `headrace make-sample --modalities video,audio` encodes (H.264 into MP4, PCM into
 # WAV). Assembly stays on (nasm): the decoders and swscale run at Debian's speed.
 # Only the wheel uses it; `make build` keeps Debian's FFmpeg.
+# No GPL part (no --enable-gpl): FFmpeg is then LGPL-2.1-or-later, and the wheel can be
+# shipped under Apache-2.0 (docs/wheels.md, "Licence"). H.264 is encoded by OpenH264
+# (BSD-2-Clause, Debian's libopenh264) rather than x264 (GPL); scripts/wheel_fixup.py
+# checks libavcodec says "LGPL".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +31,7 @@ DECODERS+=,pcm_s16le,pcm_s16be,pcm_s24le,pcm_s32le,pcm_f32le,pcm_f64le,pcm_u8
 DECODERS+=,pcm_alaw,pcm_mulaw
 DEMUXERS=mov,matroska,wav,flac,ogg,mp3,aac
 PARSERS=h264,hevc,mpeg4video,vp8,vp9,aac,aac_latm,mpegaudio,flac,opus,vorbis
-ENCODERS=libx264,pcm_s16le
+ENCODERS=libopenh264,pcm_s16le
 MUXERS=mp4,mov,wav
 
 FLAGS=(
@@ -35,7 +39,7 @@ FLAGS=(
   --disable-programs --disable-doc --disable-network --disable-autodetect
   --disable-everything --disable-avdevice --disable-avfilter --disable-postproc
   --enable-avcodec --enable-avformat --enable-swscale --enable-swresample
-  --enable-pthreads --enable-zlib --enable-gpl --enable-libx264
+  --enable-pthreads --enable-zlib --enable-libopenh264
   --enable-decoder="$DECODERS" --enable-demuxer="$DEMUXERS" --enable-parser="$PARSERS"
   --enable-encoder="$ENCODERS" --enable-muxer="$MUXERS" --enable-protocol=file
   --extra-cflags=-O3
@@ -46,7 +50,7 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "${FLAGS[*]}" ]; then
 fi
 
 missing=()
-for p in nasm libx264-dev zlib1g-dev dpkg-dev; do
+for p in nasm libopenh264-dev zlib1g-dev dpkg-dev; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then

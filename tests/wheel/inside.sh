@@ -23,6 +23,22 @@ export PATH=/opt/venv/bin:$PATH
 say "installed: $(pip list --format=freeze 2>/dev/null | grep -iE '^(headrace|numpy|pyarrow|torch)=' | tr '\n' ' ')"
 command -v headrace
 
+# The licences travel with it (scripts/wheel_fixup.py): Apache-2.0 in the metadata, the
+# project's LICENSE and a notice and copyright file for every vendored library.
+python - <<'PY'
+import importlib.metadata as md, pathlib
+dist = md.distribution("headrace")
+assert dist.metadata["License-Expression"] == "Apache-2.0", dist.metadata["License-Expression"]
+licences = pathlib.Path(dist.locate_file(f"headrace-{dist.version}.dist-info/licenses"))
+notices = (licences / "THIRD_PARTY_NOTICES.md").read_text()
+libs = sorted(p.name for p in (licences.parents[1] / "headrace.libs").iterdir())
+missing = [name for name in libs if f"headrace.libs/{name} |" not in notices]
+assert not missing, missing
+assert not any("x264" in name for name in libs), libs
+assert "Apache License" in (licences / "LICENSE").read_text()[:200]
+print(f"test-wheel [inside]: Apache-2.0; {len(libs)} vendored libraries, each in the notices")
+PY
+
 # Every ELF file of the package resolves each library inside the wheel or pyarrow.
 python - <<'PY'
 import pathlib, subprocess, headrace

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include "headrace/ops/av/av_input.h"
 
@@ -66,6 +68,11 @@ Result<AVStream*> Begin(Output& out, const std::string& path, const std::string&
     return Error("no container for " + path, rc);
   }
   *encoder = avcodec_find_encoder_by_name(codec.c_str());
+  // The wheel's FFmpeg is built without GPL parts (scripts/build_ffmpeg.sh): H.264 is
+  // encoded there by OpenH264 (BSD), which has no B-frames.
+  if (*encoder == nullptr && codec == "libx264") {
+    *encoder = avcodec_find_encoder_by_name("libopenh264");
+  }
   if (*encoder == nullptr) return Status::InvalidArgument("no FFmpeg encoder " + codec);
   AVStream* stream = avformat_new_stream(out.format, nullptr);
   out.codec = avcodec_alloc_context3(*encoder);
@@ -107,8 +114,9 @@ Status WriteVideo(const std::string& path, const VideoClip& clip) {
   out.codec->framerate = AVRational{clip.fps, 1};
   out.codec->pix_fmt = AV_PIX_FMT_YUV420P;
   out.codec->gop_size = clip.gop;
-  out.codec->max_b_frames = clip.b_frames;
-  if (clip.codec == "libx264") av_opt_set(out.codec->priv_data, "preset", "veryfast", 0);
+  const std::string_view name = encoder->name;
+  out.codec->max_b_frames = name == "libopenh264" ? 0 : clip.b_frames;
+  if (name == "libx264") av_opt_set(out.codec->priv_data, "preset", "veryfast", 0);
   HR_RETURN_IF_ERROR(Open(out, stream, encoder, path, clip.codec));
 
   out.sws = sws_getContext(clip.width, clip.height, AV_PIX_FMT_RGB24, clip.width, clip.height,

@@ -20,7 +20,8 @@ struct VideoClip {
   int gop = 12;                    // frames between keyframes
   int b_frames = 0;                // B-frames in a row at most; -1: the encoder's default
                                    // (libx264: 3, some of them references: B-pyramid)
-  std::string codec = "libx264";   // any FFmpeg encoder of video ("mpeg4", "libx264")
+  std::string codec = "libx264";   // any FFmpeg encoder of video ("mpeg4", "libx264"; where
+                                   // FFmpeg lacks libx264, the wheel's, libopenh264)
   // Paints frame `index` as RGB24 (width * height * 3 bytes, rows packed).
   std::function<void(int index, uint8_t* rgb)> paint;
 };
