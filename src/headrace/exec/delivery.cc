@@ -258,14 +258,12 @@ Batch Delivery::DeliverLocked(int64_t batch) {
 
 namespace {
 
+// The budget the run counts by: a blend's entries only where samples tell their entry.
 RunBudgetOptions BudgetOptionsOf(const DeliveryOptions& options) {
-  RunBudgetOptions budget;
-  budget.max_error_rate = options.max_error_rate;
-  budget.min_samples = options.min_samples;
-  budget.max_kept_errors = options.max_kept_errors;
-  if (options.entry_of) {
-    budget.entries = options.entries;
-    budget.entry_max_error_rate = options.entry_max_error_rate;
+  RunBudgetOptions budget = options.budget;
+  if (!options.entry_of) {
+    budget.entries.clear();
+    budget.entry_max_error_rate.clear();
   }
   return budget;
 }

@@ -55,9 +55,8 @@ struct DeliveryOptions {
   int64_t total_batches = 0;   // EpochOrder::total_batches()
   int64_t batches_per_epoch = 1;  // this rank's
   bool deliver_empty_batches = false;
-  double max_error_rate = 0.05;
-  int64_t min_samples = 100;
-  int max_kept_errors = 20;
+  // The error budget (exec/run_budget.h); its blend entries apply with entry_of.
+  RunBudgetOptions budget;
   // EngineOptions::consumer_counts_losses: Next() leaves an epoch's end to CountLost.
   bool consumer_counts_losses = false;
   // Errors that belong to no sample: the source's shards or files skipped whole at open
@@ -67,13 +66,10 @@ struct DeliveryOptions {
   // start batch), batch 0 on demand (taken once in the whole run, whichever worker).
   std::vector<SampleError> source_errors;
   int64_t source_errors_batch = 0;
-  // A blend (source.mix): each sample's entry (Source::EntryOf) and the entries' names,
-  // and the max_error_rate an entry has of its own (nullopt: only the run's applies).
-  // Each entry's samples and errors are then counted apart, in batch order, and an
-  // entry past its own rate stops the run as the run's rate does (exec/run_budget.h).
+  // A blend (source.mix): each sample's entry (Source::EntryOf). Each entry's samples
+  // and errors are then counted apart (budget.entries, entry_max_error_rate), in batch
+  // order, and an entry past its own rate stops the run as the run's rate does.
   EntryOf entry_of;
-  std::vector<std::string> entries;
-  std::vector<std::optional<double>> entry_max_error_rate;
 };
 
 // The delivery's counts, for the engine's metrics.

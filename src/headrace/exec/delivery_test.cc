@@ -24,8 +24,8 @@ DeliveryOptions Options(int64_t total, int depth = 2) {
   o.prefetch_depth = depth;
   o.total_batches = total;
   o.batches_per_epoch = total;
-  o.max_error_rate = 0.25;
-  o.min_samples = 1;
+  o.budget.max_error_rate = 0.25;
+  o.budget.min_samples = 1;
   return o;
 }
 
@@ -93,7 +93,7 @@ TEST(InOrderDelivery, TheSourcesSkippedShardsAreCountedOnceWithTheFirstBatch) {
   o.batches_per_epoch = 2;
   o.start_batch = 1;  // a resumed run: its first batch carries them
   o.source_errors_batch = 1;
-  o.max_error_rate = 0.5;
+  o.budget.max_error_rate = 0.5;
   o.source_errors = {SampleError{0, 3, "/d/s-3.tar", Status::ShardError("shard 3 skipped")},
                      SampleError{0, 7, "/d/s-7.tar", Status::ShardError("shard 7 skipped")}};
   auto d = Delivery::Make(Schedule::kSequential, o, gauge, stop);
@@ -127,7 +127,7 @@ TEST(InOrderDelivery, SkippedShardsCountAgainstTheErrorBudget) {
   BudgetGauge gauge;
   std::stop_source stop;
   DeliveryOptions o = Options(2, 2);
-  o.max_error_rate = 0.1;
+  o.budget.max_error_rate = 0.1;
   o.source_errors = {SampleError{0, 0, "/d/s-0.tar", Status::ShardError("shard 0 skipped")}};
   auto d = Delivery::Make(Schedule::kSequential, o, gauge, stop);
   ASSERT_TRUE(d->Admit(1, 4));
@@ -145,8 +145,8 @@ TEST(InOrderDelivery, SamplesLostAfterDeliveryCountAgainstTheBudgetAndStopTheRun
   BudgetGauge gauge;
   std::stop_source stop;
   DeliveryOptions o = Options(3, 3);
-  o.max_error_rate = 0.1;
-  o.min_samples = 100;  // only an epoch's end decides
+  o.budget.max_error_rate = 0.1;
+  o.budget.min_samples = 100;  // only an epoch's end decides
   auto d = Delivery::Make(Schedule::kSequential, o, gauge, stop);
   for (int64_t j = 0; j < 3; ++j) {
     ASSERT_TRUE(d->Admit(1, 10));
@@ -185,8 +185,8 @@ TEST(InOrderDelivery, WithTheConsumerCountingLossesAnEpochsEndIsItsVerdict) {
   BudgetGauge gauge;
   std::stop_source stop;
   DeliveryOptions o = Options(1, 1);
-  o.max_error_rate = 0.1;
-  o.min_samples = 100;
+  o.budget.max_error_rate = 0.1;
+  o.budget.min_samples = 100;
   o.consumer_counts_losses = true;
   auto d = Delivery::Make(Schedule::kSequential, o, gauge, stop);
   ASSERT_TRUE(d->Admit(1, 4));

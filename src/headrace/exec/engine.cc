@@ -134,10 +134,8 @@ Engine::Engine(std::shared_ptr<const EngineInputs> inputs, EngineOptions options
   delivery.total_batches = order_.total_batches();
   delivery.batches_per_epoch = order_.batches_per_rank_epoch();
   delivery.deliver_empty_batches = options_.deliver_empty_batches;
-  delivery.max_error_rate = options_.max_error_rate;
+  delivery.budget = options_.budget;
   delivery.consumer_counts_losses = options_.former != nullptr && options_.former->counts_losses();
-  delivery.min_samples = options_.min_samples;
-  delivery.max_kept_errors = options_.max_kept_errors;
   for (const BadShard& bad : inputs_->source->info().bad_shards) {
     delivery.source_errors.push_back(SampleError{0, bad.shard, bad.uri, bad.status});
   }
@@ -148,8 +146,7 @@ Engine::Engine(std::shared_ptr<const EngineInputs> inputs, EngineOptions options
     delivery.entry_of = [source = inputs_->source.get()](int64_t index) {
       return source->EntryOf(index);
     };
-    delivery.entries = entries;
-    delivery.entry_max_error_rate = options_.entry_max_error_rate;
+    delivery.budget.entries = entries;
     entry_bytes_ = std::make_unique<std::atomic<int64_t>[]>(entries.size());
   }
   delivery_ = Delivery::Make(options_.schedule, delivery, gauge_, stop_);

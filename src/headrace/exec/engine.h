@@ -145,13 +145,10 @@ struct EngineOptions {
   // unjoined (ignored with batch ops) and whether the consumer counts losses. Null: plain.
   std::shared_ptr<BatchFormer> former;
   EpochOrderOptions order;
-  // Error budget: fail once failed / attempted > max_error_rate, with at least
-  // min_samples attempted (or at the end of each epoch).
-  double max_error_rate = 0.05;
-  int64_t min_samples = 100;
-  // A blend (source.mix): each entry's own max_error_rate (nullopt: only the run's).
-  std::vector<std::optional<double>> entry_max_error_rate;
-  int max_kept_errors = 20;  // errors kept in full in the metrics
+  // The error budget (exec/run_budget.h): fail once failed / attempted > max_error_rate,
+  // with at least min_samples attempted (or at the end of each epoch), and a blend
+  // entry past its own rate; the entries' names are the source's (the engine sets them).
+  RunBudgetOptions budget;
   Allocator* allocator = DefaultAllocator();
   // Scratch memory (ops/op.h ScratchArena) each CPU thread keeps between samples; a
   // sample that needs more gets it, and it is freed when that sample ends. Outside

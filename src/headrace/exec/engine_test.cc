@@ -193,8 +193,8 @@ class EngineConformance : public testing::TestWithParam<Config> {
     opt.order.batch_size = batch_size;
     opt.order.epochs = epochs;
     opt.order.seed = 7;
-    opt.max_error_rate = max_error_rate;
-    opt.min_samples = 1;
+    opt.budget.max_error_rate = max_error_rate;
+    opt.budget.min_samples = 1;
     opt.scratch_retain_bytes = scratch_retain_bytes_;
     return Engine::Start(std::move(in), opt);
   }
@@ -315,8 +315,8 @@ TEST_P(EngineConformance, ReadsEveryMediaItemOfASampleWholeOrAsARange) {
   opt.io_budget_bytes = 8;  // the largest sample (7 + 1 bytes): few samples are read at once
   opt.order.batch_size = 3;
   opt.order.shuffle = false;
-  opt.max_error_rate = 1.0;
-  opt.min_samples = 1;
+  opt.budget.max_error_rate = 1.0;
+  opt.budget.min_samples = 1;
   auto engine = Engine::Start(std::move(in), opt);
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
   std::set<int64_t> seen;
@@ -833,7 +833,7 @@ EngineMetrics RunWithIoBudget(int64_t n, std::function<int64_t(int64_t)> size_of
   opt.order.batch_size = 4;
   opt.order.shuffle = false;
   opt.io_budget_bytes = io_budget;
-  opt.max_error_rate = 1.0;
+  opt.budget.max_error_rate = 1.0;
   opt.batch_budget_bytes = static_cast<int64_t>(sizeof(int64_t) * 5 * 4) * opt.prefetch_depth;
   *memory_budget = opt.io_budget_bytes + opt.batch_budget_bytes;
   auto engine = Engine::Start(std::move(in), opt);
@@ -919,8 +919,8 @@ RaggedRun RunRagged(int threads) {
   opt.io_inflight = 4;
   opt.order.batch_size = 8;
   opt.order.seed = 3;
-  opt.max_error_rate = 1.0;
-  opt.min_samples = 1;
+  opt.budget.max_error_rate = 1.0;
+  opt.budget.min_samples = 1;
   RaggedRun out;
   auto engine = Engine::Start(std::move(in), opt);
   EXPECT_TRUE(engine.ok()) << engine.status().ToString();
@@ -1086,7 +1086,7 @@ TEST(EngineEpochRecords, EachEpochReadsItsOwnRecordsAndTooFewEpochsAreRefused) {
     opt.order.batch_size = 4;
     opt.order.shuffle = false;
     opt.order.epochs = epochs;
-    opt.max_error_rate = 1.0;
+    opt.budget.max_error_rate = 1.0;
     return Engine::Start(std::move(in), opt);
   };
   auto engine = start(2);

@@ -268,10 +268,7 @@ EngineOptions PreparedPipeline::EngineOptionsFor(const LoaderOptions& options,
   opt.deliver_empty_batches = options.deliver_empty_batches;
   opt.schedule = options.schedule;
   RunBudgetOptions budget = RunBudgetOptionsOf(spec_);
-  opt.max_error_rate = budget.max_error_rate;
-  opt.entry_max_error_rate = std::move(budget.entry_max_error_rate);
-  opt.min_samples = budget.min_samples;
-  opt.max_kept_errors = budget.max_kept_errors;
+  opt.budget = std::move(budget);
   opt.scratch_retain_bytes = spec_.memory.scratch_bytes_per_thread;
   if (options.allocator != nullptr) opt.allocator = options.allocator;
   opt.trace = options.trace;
