@@ -80,8 +80,8 @@ class SampleKinds {
         kinds_.erase(it);
       }
     }
-    if (++taken_ % kKeptBatches == 0) {
-      std::erase_if(kinds_, [&](const auto& e) { return e.second.dealt + kKeptBatches < taken_; });
+    if (const int64_t taken = ++taken_; taken % kKeptBatches == 0) {
+      std::erase_if(kinds_, [taken](const auto& e) { return e.second.dealt + kKeptBatches < taken; });
     }
     return held;
   }
