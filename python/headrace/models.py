@@ -418,12 +418,13 @@ def vision_dummy_loss(model: Any, batch: Mapping[str, Any]) -> Optional[torch.Te
     flags = batch.get("dummy_kinds")
     if flags is None or _family(model) not in QWEN_VL_FAMILIES:
         return None
-    flags = [int(v) for v in flags.tolist()]
-    if not (flags[DUMMY_KINDS.index("image")] or flags[DUMMY_KINDS.index("video")]):
-        return None
+    # Shapes first: reading the flags of a batch on the GPU waits for the device.
     for pixels, _ in _VISION:
         if pixels in batch and batch[pixels].numel() > 0:
             return None
+    flags = [int(v) for v in flags.tolist()]
+    if not (flags[DUMMY_KINDS.index("image")] or flags[DUMMY_KINDS.index("video")]):
+        return None
     visual = getattr(getattr(model, "model", model), "visual", None)
     if visual is None:
         return None
