@@ -79,6 +79,7 @@ Result<std::vector<int64_t>> SamplesOfBatch(const PreparedPipeline& prepared, in
 // What the output says of every listing: the epoch, the world and how the steps are dealt.
 struct Plan {
   const PreparedPipeline* prepared = nullptr;
+  const EpochOrder* order = nullptr;  // the ranks' share of the epoch, undealt
   int64_t epoch = 0;
   int world = 1;
   int64_t steps = 0;  // an epoch's, each rank's batches
@@ -185,9 +186,7 @@ int FindSample(const Plan& plan, const std::string& id, bool as_json) {
                 " records; a manifest record's id is its source.id_field, a shard "
                 "sample's its key)");
   }
-  Result<EpochOrder> order = prepared.RankOrder(plan.world, std::nullopt, {});
-  if (!order.ok()) return Fail(order.status().ToString());
-  const int64_t per_rank = order->batches_per_rank_epoch();
+  const EpochOrder& order = *plan.order;
   struct Landing {
     int64_t index, step, rank, position, batch_samples;
   };
@@ -195,20 +194,26 @@ int FindSample(const Plan& plan, const std::string& id, bool as_json) {
   const auto wanted = [&](int64_t s) {
     return std::find(indices.begin(), indices.end(), s) != indices.end();
   };
-  for (int64_t step = 0; step < per_rank; ++step) {
+  for (int64_t step = 0; step < plan.steps; ++step) {
+    std::vector<std::vector<int64_t>> ordered(plan.world);
     bool holds = false;
-    for (int r = 0; r < plan.world && !holds; ++r) {
-      const std::vector<int64_t> batch = order->SampleIndices(PositionOf(
-          plan.epoch * per_rank + step, order->batches_per_epoch(), plan.world, r));
-      holds = std::any_of(batch.begin(), batch.end(), wanted);
+    for (int r = 0; r < plan.world; ++r) {
+      ordered[r] = order.SampleIndices(PositionOf(plan.epoch * plan.steps + step,
+                                                  order.batches_per_epoch(), plan.world, r));
+      holds = holds || std::any_of(ordered[r].begin(), ordered[r].end(), wanted);
     }
     for (int r = 0; holds && r < plan.world; ++r) {
-      Result<std::vector<int64_t>> share =
-          SamplesOfBatch(prepared, plan.epoch, step, r, plan.world);
-      if (!share.ok()) return Fail(share.status().ToString());
-      for (size_t k = 0; k < share->size(); ++k) {
-        if (wanted((*share)[k])) {
-          lands.push_back({(*share)[k], step, r, int64_t(k), int64_t(share->size())});
+      // Only a deal needs the run's former; the order's batches are those above.
+      std::vector<int64_t> share = std::move(ordered[r]);
+      if (plan.dealt) {
+        Result<std::vector<int64_t>> dealt =
+            SamplesOfBatch(prepared, plan.epoch, step, r, plan.world);
+        if (!dealt.ok()) return Fail(dealt.status().ToString());
+        share = *std::move(dealt);
+      }
+      for (size_t k = 0; k < share.size(); ++k) {
+        if (wanted(share[k])) {
+          lands.push_back({share[k], step, r, int64_t(k), int64_t(share.size())});
         }
       }
     }
@@ -316,6 +321,7 @@ int WhichCommand(const Args& args) {
   Result<EpochOrder> order = (*prepared)->RankOrder(int(*world), std::nullopt, {});
   if (!order.ok()) return Fail(order.status().ToString());
   const Plan plan{.prepared = prepared->get(),
+                  .order = &*order,
                   .epoch = *epoch,
                   .world = int(*world),
                   .steps = order->batches_per_rank_epoch(),
