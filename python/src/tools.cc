@@ -6,10 +6,14 @@
 #include <nanobind/stl/vector.h>
 
 #include <optional>
+#include <string_view>
+#include <type_traits>
 
 #include "common.h"
 #include "headrace/core/region_allocator.h"
 #include "headrace/exec/step_cost.h"
+#include "headrace/pipeline/config.h"
+#include "headrace/pipeline/config_schema.h"
 #include "make_sample/make_sample.h"
 #include "make_sample/make_sample_speech.h"
 
@@ -89,19 +93,23 @@ void RegisterTools(nb::module_& m) {
       "_step_cost",
       [](const std::string& cost, int64_t tokens, const std::vector<int64_t>& patches,
          const std::map<std::string, double>& dims) {
-        ModelDims given;
+        // The dimensions by batch.balance's own keys (the config schema), read as a
+        // config's are (pipeline/config.h, StepCostOptionsOf).
+        BalanceSpec balance;
+        balance.cost = cost;
         for (const auto& [key, value] : dims) {
-          if (key == "llm_params") given.llm_params = value;
-          else if (key == "llm_layers") given.llm_layers = static_cast<int64_t>(value);
-          else if (key == "llm_hidden") given.llm_hidden = static_cast<int64_t>(value);
-          else if (key == "vision_params") given.vision_params = value;
-          else if (key == "vision_layers") given.vision_layers = static_cast<int64_t>(value);
-          else if (key == "vision_hidden") given.vision_hidden = static_cast<int64_t>(value);
-          else if (key == "vision_window") given.vision_window = static_cast<int64_t>(value);
-          else if (key == "vision_full_layers") given.vision_full_layers = static_cast<int64_t>(value);
-          else throw StatusError(Status::InvalidArgument("_step_cost: unknown dimension '" + key + "'"));
+          bool known = false;
+          config_internal::Fields(balance, [&](std::string_view name, auto& field) {
+            using T = std::decay_t<decltype(field)>;
+            if constexpr (std::is_arithmetic_v<T>) {
+              if (name == key) field = static_cast<T>(value), known = true;
+            }
+          });
+          if (!known) {
+            throw StatusError(Status::InvalidArgument("_step_cost: unknown dimension '" + key + "'"));
+          }
         }
-        const StepCostOptions options = ValueOrThrow(StepCostOptionsFor(cost, given));
+        const StepCostOptions options = ValueOrThrow(StepCostOptionsOf(balance));
         return ValueOrThrow(StepCost::Make(options)).Of(SampleSize{tokens, patches});
       },
       nb::arg("cost"), nb::arg("tokens"), nb::arg("patches") = std::vector<int64_t>{},
