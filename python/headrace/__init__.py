@@ -14,6 +14,8 @@
 
 See python/README.md.
 """
+import os as _os
+
 from . import _cli
 
 # The wheel ships Tesseract's English model and make-sample's font: ocr.text reads
@@ -30,6 +32,11 @@ except ImportError as _error:
     if _why is None:
         raise
     raise ImportError(_why, name=__name__ + "._headrace") from _error
+
+# HEADRACE_CRASH_TRACE=1: a fatal signal in any thread writes that thread's native stack
+# to stderr before faulthandler's Python stacks (src/headrace/observe/crash_trace.h).
+if _os.environ.get("HEADRACE_CRASH_TRACE"):
+    _headrace._install_crash_trace()
 
 from . import ops
 from ._headrace import (CancelledError, ConfigError, Error, Tensor, kept_memory, make_sample,

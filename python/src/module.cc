@@ -1,6 +1,7 @@
 // The extension module `headrace._headrace`: each area registers itself from its own
 // file. Python users import `headrace`, the thin layer over this module.
 #include "common.h"
+#include "headrace/observe/crash_trace.h"
 
 NB_MODULE(_headrace, m) {
   namespace hp = headrace::python;
@@ -16,4 +17,6 @@ NB_MODULE(_headrace, m) {
   hp::RegisterTools(m);
   hp::RegisterText(m);
   hp::RegisterRunPosition(m);
+  // HEADRACE_CRASH_TRACE: the native stack on a fatal signal (observe/crash_trace.h).
+  m.def("_install_crash_trace", &headrace::InstallCrashTrace);
 }

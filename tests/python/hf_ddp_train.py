@@ -7,7 +7,9 @@ for that rank, to OUT/rank{R}.json.
 
 The ranks are spawned, not forked: a rank forked after the parent had imported torch and
 transformers died once in CI with SIGSEGV (a fork copies no threads, but the state of
-the libraries that had started some); faulthandler prints a crashed rank's stack.
+the libraries that had started some); faulthandler prints a crashed rank's Python stacks,
+and Headrace's crash trace, installed after it so that it runs first, the native stack of
+the thread that faulted (src/headrace/observe/crash_trace.h).
 """
 import faulthandler
 import importlib.util
@@ -31,6 +33,7 @@ WORLD = 2
 
 def rank_main(rank: int, port: int, data: Path, out: Path) -> None:
     faulthandler.enable()
+    headrace._headrace._install_crash_trace()
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD),
                       LOCAL_WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     # Per rank: 24 samples, 3 batches an epoch, one per step; checkpoint-2 is mid-epoch 0.

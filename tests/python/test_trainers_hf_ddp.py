@@ -15,7 +15,8 @@ def test_under_ddp_each_rank_trains_on_headraces_split_and_resumes_its_own(py_sa
         [sys.executable, str(REPO / "tests" / "python" / "hf_ddp_train.py"), str(py_sample),
          str(tmp_path)],
         capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    # A crashed rank's native and Python stacks fit in the message.
+    assert proc.returncode == 0, proc.stderr[-16000:]
     runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     for rank, run in enumerate(runs):
         # The batches a plain headrace.Loader gives this rank: accelerate split nothing again.

@@ -13,7 +13,8 @@ def test_under_ddp_each_rank_fits_on_headraces_split_and_resumes_exactly(py_samp
     proc = subprocess.run(
         [sys.executable, str(REPO / "tests" / "python" / "lightning_ddp_fit.py"), str(py_sample),
          str(tmp_path)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    # A crashed rank's native and Python stacks fit in the message.
+    assert proc.returncode == 0, proc.stderr[-16000:]
     runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     for run in runs:
         # The batches a plain headrace.Loader gives this rank: no DistributedSampler.
