@@ -29,6 +29,7 @@ struct Reader {
   size_t at = 0;
   bool Take(void* to, size_t n) {
     if (bytes.size() - at < n) return false;
+    if (n == 0) return true;  // `to` may be an empty vector's null data()
     std::memcpy(to, bytes.data() + at, n);
     at += n;
     return true;

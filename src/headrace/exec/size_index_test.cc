@@ -35,6 +35,24 @@ TEST(SizeIndex, WritesAndReadsEverySamplesSizes) {
   std::filesystem::remove(path);
 }
 
+TEST(SizeIndex, AnIndexWithoutPatchesOrSamplesReadsBack) {
+  // Text-only samples: no patch at all (an empty array read into an empty vector, whose
+  // data() is null: UBSan's "null pointer passed" before Reader::Take skipped n == 0).
+  const std::string path = TempPath("sizes_text");
+  const std::vector<std::optional<SampleSize>> text = {SampleSize{.tokens = 5},
+                                                       SampleSize{.tokens = 9}};
+  ASSERT_TRUE(SizeIndex::Of("t", text).Write(path).ok());
+  Result<SizeIndex> index = SizeIndex::Read(path);
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  EXPECT_EQ(index->At(1)->tokens, 9);
+  EXPECT_TRUE(index->At(1)->patches.empty());
+  ASSERT_TRUE(SizeIndex::Of("none", std::vector<std::optional<SampleSize>>{}).Write(path).ok());
+  index = SizeIndex::Read(path);
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  EXPECT_EQ(index->size(), 0);
+  std::filesystem::remove(path);
+}
+
 TEST(SizeIndex, AMissingCutOrForeignFileIsRefusedNamingIt) {
   const std::string path = TempPath("sizes_cut");
   EXPECT_EQ(SizeIndex::Read(path).status().code(), StatusCode::kNotFound);
