@@ -126,6 +126,21 @@ def add_licences(root):
         "H.264 is encoded by OpenH264 (BSD-2-Clause).\n\n"
         "| file in the wheel | Debian package | terms |\n|---|---|---|\n" +
         "\n".join(rows) + "\n")
+    list_licence_files(dist_info)
+
+
+def list_licence_files(dist_info):
+    """METADATA's License-File lines (PEP 639: paths under the licenses folder) for every
+    file there, in place of the LICENSE line alone that the build wrote."""
+    files = sorted(p.relative_to(dist_info / "licenses").as_posix()
+                   for p in (dist_info / "licenses").rglob("*") if p.is_file())
+    metadata = dist_info / "METADATA"
+    head, sep, body = metadata.read_text().partition("\n\n")
+    lines = [line for line in head.splitlines() if not line.startswith("License-File:")]
+    at = next((i + 1 for i, line in enumerate(lines)
+               if line.startswith("License-Expression:")), len(lines))
+    lines[at:at] = [f"License-File: {f}" for f in files]
+    metadata.write_text("\n".join(lines) + "\n" + (sep + body if sep else ""))
 
 
 def report(wheel):

@@ -36,6 +36,10 @@ missing = [name for name in libs if f"headrace.libs/{name} |" not in notices]
 assert not missing, missing
 assert not any("x264" in name for name in libs), libs
 assert "Apache License" in (licences / "LICENSE").read_text()[:200]
+# PEP 639: METADATA lists every file of the licenses folder, as a path inside it.
+listed = sorted(dist.metadata.get_all("License-File"))
+held = sorted(p.relative_to(licences).as_posix() for p in licences.rglob("*") if p.is_file())
+assert listed == held, (listed, held)
 print(f"test-wheel [inside]: Apache-2.0; {len(libs)} vendored libraries, each in the notices")
 PY
 
