@@ -13,8 +13,9 @@ import pytest
 from e2e_util import read_report, run_headrace, write_config
 
 
-def png_bytes(width=4, height=4, corrupt_crc=False):
-    raw = b"".join(b"\x00" + bytes([200, 30, 30] * width) for _ in range(height))
+def png_bytes(width=4, height=4, corrupt_crc=False, pixel=(200, 30, 30)):
+    """An RGB PNG of one colour (black: a few KB however large, zeros compress)."""
+    raw = b"".join(b"\x00" + bytes(list(pixel) * width) for _ in range(height))
 
     def chunk(kind, data):
         crc = zlib.crc32(kind + data)
@@ -388,3 +389,55 @@ trainer: {{step_ms: 0}}
                       "  - image.resize: {width: 8, height: 8}\n"
                       "  - image.normalize: {}\n")
     assert report["errors"]["by_kind"] == {"corrupt_data": 1}, out
+
+
+def test_a_batchs_patches_are_held_to_what_a_batch_may_hold(tmp_path, headrace_bin):
+    """Ragged batches against the budget: each 1000x1000 image is 24 MB of float32 patches
+    (5184 x 1176 x 4 bytes) from a 3 KB file. A sample whose patches alone are more than a
+    batch may hold (the batch budget less the fixed fields) fails from its headers, before
+    decoding; one whose patches would take its batch past that fails at its join, in slot
+    order, so a smaller sample after it still fits; the batches delivered stay within."""
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images/big.png").write_bytes(png_bytes(1000, 1000, pixel=(0, 0, 0)))
+    records = [("twelve", 12), ("eight", 8), ("two", 2), ("one", 1)]
+    (tmp_path / "manifest.jsonl").write_text("".join(
+        json.dumps({"id": name, "images": ["images/big.png"] * n}) + "\n"
+        for name, n in records))
+    config = tmp_path / "p.yaml"
+    config.write_text(f"""
+source: {{manifest: {tmp_path / 'manifest.jsonl'},
+          fields: [{{name: images, kind: image, max_items: 16}}]}}
+epochs: 1
+shuffle: false
+batch: {{size: 4}}
+memory: {{budget_bytes: 256MiB}}
+ops:
+  - image.decode: {{field: images}}
+  - image.smart_resize: {{field: images, preset: qwen2_vl}}
+  - vision.patchify: {{field: images, preset: qwen2_vl}}
+errors: {{max_error_rate: 0.9}}
+trainer: {{step_ms: 0}}
+""")
+    report_path = tmp_path / "r.json"
+    proc = run_headrace(headrace_bin, "run", config, "--report", report_path)
+    out = proc.stdout + proc.stderr
+    report = read_report(report_path)
+    image = 5184 * 1176 * 4
+    assert report["samples"] == 2, out  # "eight" and "one"
+    assert report["errors"]["by_kind"] == {"resource_exhausted": 2}, out
+    reasons = {e["index"]: e["reason"] for e in report["errors"]["first"]}
+    # The batch budget less the fixed fields of a batch (its "index" and lengths: bytes).
+    may_hold = int(re.search(r"more than a batch may hold \((\d+) bytes", reasons[0])[1])
+    assert report["batch_budget_bytes"] - 4096 < may_hold <= report["batch_budget_bytes"]
+    assert 8 * image + image <= may_hold < 8 * image + 2 * image, may_hold
+    # Each sample's rows: its patches and its grid rows (24 bytes an image).
+    told = re.search(r"the sample's rows told before decoding take (\d+) bytes, more than a "
+                     r"batch may hold", reasons[0])
+    assert told and int(told[1]) == 12 * (image + 24), reasons[0]
+    joined = re.search(r"epoch 0, index 2, [^\n]*: resource_exhausted: the sample's rows "
+                       r"\((\d+) bytes\) and those of the samples before it in its batch "
+                       r"\((\d+) bytes\) are more than a batch may hold", out)
+    assert joined and (int(joined[1]), int(joined[2])) == (2 * (image + 24), 8 * (image + 24))
+    # Nothing of the twelve images was decoded: the image chain ran for the other three.
+    (chain,) = [op for op in report["ops"] if "image.decode" in op["name"]]
+    assert chain["latency_ms"]["count"] == 3, chain

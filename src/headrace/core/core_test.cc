@@ -178,6 +178,29 @@ TEST(RaggedRows, AppendsGrowKeepingEarlierRowsAndCountEntries) {
   EXPECT_GT(rows.held_bytes(), 0u) << "cleared, its memory kept";
 }
 
+TEST(RaggedRows, RowsPastMaxBytesFailWhenToldAndWhenAppended) {
+  auto memory = std::shared_ptr<Allocator>(DefaultAllocator(), [](Allocator*) {});
+  RaggedRows rows(std::vector<FieldSpec>{FieldSpec{"a", DType::kI32, {2}, FieldLayout::kRagged},
+                                         FieldSpec{"b", DType::kU8, {}, FieldLayout::kRagged}},
+                  memory);
+  rows.set_max_bytes(100);  // 8 bytes a row of a, 1 of b
+  EXPECT_TRUE(rows.CheckTold(std::vector<int64_t>{10, 20}).ok()) << "100 bytes: at the limit";
+  const Status told = rows.CheckTold(std::vector<int64_t>{10, 21});
+  EXPECT_EQ(told.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(told.message().find("told before decoding take 101 bytes, more than a batch may "
+                                "hold (100 bytes"),
+            std::string::npos)
+      << told.message();
+  ASSERT_TRUE(rows.Append(0, 10).ok());
+  ASSERT_TRUE(rows.Append(1, 15).ok());
+  ASSERT_TRUE(rows.Append(1, 5).ok()) << "100 bytes over both fields";
+  const Result<uint8_t*> past = rows.Append(1, 1);
+  ASSERT_FALSE(past.ok());
+  EXPECT_EQ(past.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(past.status().message().find("would take 101 bytes"), std::string::npos);
+  EXPECT_EQ(rows.rows(1), 20) << "nothing appended by the failed call";
+}
+
 TEST(RaggedRows, ReservedRowsAreOneBlockOfTheirSizeThatTheAppendsFillWithoutMovingIt) {
   testing::FitCountingAllocator counting;
   auto memory = std::shared_ptr<Allocator>(&counting, [](Allocator*) {});

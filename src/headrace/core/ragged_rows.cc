@@ -45,6 +45,15 @@ Result<size_t> RaggedRows::BytesAfter(const char* what, int field, int64_t rows)
   return c.used + static_cast<size_t>(rows) * c.row_bytes;
 }
 
+Status RaggedRows::CheckMax(size_t bytes, const char* when) const {
+  if (max_bytes_ == 0 || bytes <= max_bytes_) return Status::Ok();
+  return Status::ResourceExhausted(
+      "the sample's rows " + std::string(when) + " " + std::to_string(bytes) +
+      " bytes, more than a batch may hold (" + std::to_string(max_bytes_) +
+      " bytes: the batch budget less a full batch's fixed fields); raise "
+      "memory.budget_bytes, or lower the pixels or items a sample may have");
+}
+
 Status RaggedRows::Reserve(int field, int64_t rows) {
   HR_ASSIGN_OR_RETURN(const size_t need, BytesAfter("Reserve", field, rows));
   Column& c = columns_[static_cast<size_t>(field)];
@@ -55,6 +64,19 @@ Status RaggedRows::Reserve(int field, int64_t rows) {
     HR_ASSIGN_OR_RETURN(c.data, Buffer::Grow(std::move(c.data), c.used, need, memory_));
   }
   return Status::Ok();
+}
+
+Status RaggedRows::CheckTold(std::span<const int64_t> rows) const {
+  if (max_bytes_ == 0) return Status::Ok();
+  size_t told = 0;
+  for (size_t f = 0; f < columns_.size() && f < rows.size(); ++f) {
+    const Column& c = columns_[f];
+    if (c.row_bytes == 0 || rows[f] <= 0) continue;
+    HR_ASSIGN_OR_RETURN(const size_t after,
+                        BytesAfter("CheckTold", static_cast<int>(f), rows[f]));
+    told += after;
+  }
+  return CheckMax(told, "told before decoding take");
 }
 
 Status RaggedRows::ReserveTold(std::span<const int64_t> rows) {
@@ -99,6 +121,13 @@ Status RaggedRows::ReserveTold(std::span<const int64_t> rows) {
 Result<uint8_t*> RaggedRows::Append(int field, int64_t rows) {
   HR_ASSIGN_OR_RETURN(const size_t need, BytesAfter("Append", field, rows));
   Column& c = columns_[static_cast<size_t>(field)];
+  if (max_bytes_ != 0) {
+    size_t after = need;
+    for (const Column& other : columns_) {
+      if (&other != &c) after += other.used;
+    }
+    HR_RETURN_IF_ERROR(CheckMax(after, "would take"));
+  }
   if (!pending_.empty() && pending_[static_cast<size_t>(field)] > 0) {
     // Told, lent no window then: the placer again, else the block the tell would have had.
     const int64_t told = std::exchange(pending_[static_cast<size_t>(field)], 0);

@@ -58,9 +58,15 @@ class RaggedRows {
   // Whether any of `fields` is concatenated (a batch of them needs RaggedRows).
   static bool Needed(const std::vector<FieldSpec>& fields);
 
+  // The most bytes this sample's rows may take over all its fields (0: no limit; the
+  // engine's: what a batch may hold, AssembleStage). Told rows past it fail CheckTold,
+  // before the sample's ops decode anything (ReserveRows); rows appended past it fail
+  // Append.
+  void set_max_bytes(size_t max_bytes) { max_bytes_ = max_bytes; }
+
   // Appends `rows` rows (>= 0) to field `field` as one new entry: where to write them,
   // rows * row_bytes bytes, valid until the next Append to the same field.
-  // kResourceExhausted when the memory cannot be had.
+  // kResourceExhausted when the memory cannot be had, or past max_bytes.
   Result<uint8_t*> Append(int field, int64_t rows);
   // Room for `rows` more rows of field `field`, so that Appends of that many in all
   // neither grow nor move its block: the size pass's (Op::Predict), which knows a
@@ -72,6 +78,8 @@ class RaggedRows {
   // once before the sample's ops run: each field's rows go into the window the placer
   // gives them (Place), else are reserved as by Reserve.
   Status ReserveTold(std::span<const int64_t> rows);
+  // kResourceExhausted when rows told as for ReserveTold take more than max_bytes in all.
+  Status CheckTold(std::span<const int64_t> rows) const;
   // The placer asked by ReserveTold for sample `slot`'s windows (null: none). `placer`
   // outlives this sample's ReserveTold.
   void Place(RowsPlacer* placer, int slot) {
@@ -94,6 +102,8 @@ class RaggedRows {
   // The bytes field `field` holds once `rows` more are appended; errors for a field that
   // is not concatenated and for rows that do not fit, naming `what` was called.
   Result<size_t> BytesAfter(const char* what, int field, int64_t rows) const;
+  // kResourceExhausted when the rows would take `bytes` in all, past max_bytes_.
+  Status CheckMax(size_t bytes, const char* when) const;
 
   struct Column {
     size_t row_bytes = 0;
@@ -103,6 +113,7 @@ class RaggedRows {
   };
   std::vector<Column> columns_;
   std::shared_ptr<Allocator> memory_;
+  size_t max_bytes_ = 0;
   RowsPlacer* placer_ = nullptr;
   int slot_ = 0;
   // Told, lent no window at the tell: the placer to ask again at the first Append

@@ -55,7 +55,10 @@ Status AssembleStage::AllocateRows(BatchJob& job) const {
   }
   job.slots.resize(n);
   job.status.resize(n);
-  if (concatenates_) job.ragged.assign(static_cast<size_t>(n), RaggedRows(fields_, segments_));
+  if (concatenates_) {
+    job.ragged.assign(static_cast<size_t>(n), RaggedRows(fields_, segments_));
+    for (RaggedRows& r : job.ragged) r.set_max_bytes(max_concatenated_bytes_);
+  }
   if (joins()) {
     {
       MutexLock lock(job.join.mu);  // before any sample runs: uncontended
@@ -235,8 +238,34 @@ bool AssembleStage::SampleDone(BatchJob& job, int slot) {
 }
 
 void AssembleStage::JoinAndFree(BatchJob& job, int s) {
-  if (job.status[s].ok() && job.join.status.ok()) job.join.status = Join(job, s);
+  if (job.status[s].ok() && job.join.status.ok()) {
+    if (Status fits = FitsBatch(job, s); !fits.ok()) {
+      job.status[s] = std::move(fits);  // the sample's thread is done with it
+    } else {
+      job.join.status = Join(job, s);
+    }
+  }
   job.ragged[s] = RaggedRows();  // its rows freed for the next samples
+}
+
+Status AssembleStage::FitsBatch(const BatchJob& job, int s) const {
+  if (max_concatenated_bytes_ == 0) return Status::Ok();
+  const RaggedRows& r = job.ragged[s];
+  size_t joined = 0;
+  size_t adds = 0;
+  for (size_t f = 0; f < fields_.size(); ++f) {
+    const FieldLayout layout = fields_[f].layout;
+    if (layout != FieldLayout::kRagged && layout != FieldLayout::kItems) continue;
+    joined += job.join.fields[f].used;
+    adds += r.bytes(static_cast<int>(f)).size();
+  }
+  if (joined + adds <= max_concatenated_bytes_) return Status::Ok();
+  return Status::ResourceExhausted(
+      "the sample's rows (" + std::to_string(adds) + " bytes) and those of the samples " +
+      "before it in its batch (" + std::to_string(joined) + " bytes) are more than a " +
+      "batch may hold (" + std::to_string(max_concatenated_bytes_) +
+      " bytes: the batch budget less a full batch's fixed fields); raise " +
+      "memory.budget_bytes, lower batch.size, or form batches by batch.max_tokens");
 }
 
 Status AssembleStage::Join(BatchJob& job, int s) {

@@ -66,6 +66,12 @@ class AssembleStage {
   // known once it is assembled: BatchJob::bytes).
   size_t BatchBytes(int64_t samples) const { return row_bytes_ * static_cast<size_t>(samples); }
   Status AllocateRows(BatchJob& job) const;
+  // What a batch's concatenated fields may hold (0: no limit; set before the run
+  // starts): the batch budget less a full batch's fixed fields. A sample whose rows
+  // alone take more fails in its size pass, before decoding (RaggedRows::max_bytes);
+  // one whose rows would take the batch's joined rows past it fails at its join, in
+  // slot order, so that which samples fail depends on the data and not on timing.
+  void set_max_concatenated_bytes(size_t max_bytes) { max_concatenated_bytes_ = max_bytes; }
   // Whether samples' rows are joined as they finish (SampleDone), rather than counted
   // down by BatchJob::pending.
   bool joins() const { return concatenates_ && !keep_sample_rows_; }
@@ -80,6 +86,11 @@ class AssembleStage {
   // Bytes of concatenated fields per sample so far (a mean over the assembled batches):
   // what admission adds to a batch's fixed bytes.
   int64_t ConcatenatedBytesPerSample() const;
+  // Whether that mean is known: no field is concatenated, or a batch holding samples
+  // was assembled.
+  bool KnowsConcatenatedBytes() const {
+    return !concatenates_ || concatenated_samples_.load(std::memory_order_relaxed) > 0;
+  }
 
   int64_t bytes_copied() const { return bytes_copied_.load(std::memory_order_relaxed); }
   double busy_s() const { return busy_ns_.load(std::memory_order_relaxed) * 1e-9; }
@@ -94,6 +105,9 @@ class AssembleStage {
   // Sample `s`'s rows appended to each concatenated field's joined bytes (nothing copied
   // for rows written in place).
   Status Join(BatchJob& job, int s);
+  // kResourceExhausted when sample `s`'s rows would take the batch's joined rows past
+  // max_concatenated_bytes_.
+  Status FitsBatch(const BatchJob& job, int s) const;
   // The first blocks of `job`'s ragged and item tensors, and the windows of them its
   // samples' rows take before they run (BatchPlacement).
   void LendWindows(BatchJob& job) const;
@@ -118,6 +132,7 @@ class AssembleStage {
   const bool concatenates_;  // some field is concatenated
   const bool regions_;       // memory_ is a RegionAllocator (pages given back: Settle)
   const bool keep_sample_rows_;
+  size_t max_concatenated_bytes_ = 0;
   std::vector<std::atomic<int64_t>> batch_op_ns_;
   std::unique_ptr<LatencyHistogram[]> batch_op_latency_;
   std::atomic<int64_t> busy_ns_{0};

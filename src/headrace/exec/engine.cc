@@ -221,6 +221,9 @@ Result<std::unique_ptr<Engine>> Engine::Start(std::shared_ptr<const EngineInputs
                                    std::to_string(options.batch_budget_bytes) +
                                    " bytes: raise memory.budget_bytes or lower batch.size");
   }
+  // What a batch's concatenated rows may take (a sample's alone, and its batch's joined).
+  engine->assemble_->set_max_concatenated_bytes(
+      static_cast<size_t>(std::max<int64_t>(1, options.batch_budget_bytes - full_batch)));
   Engine* e = engine.get();
   const EngineInputs& in = *e->inputs_;
   e->chain_ = std::make_unique<ChainStage>(
@@ -268,8 +271,16 @@ bool Engine::StartBatch(int64_t j) {
   const auto n = static_cast<int64_t>(job->sample_indices.size());
   if (options_.former != nullptr) job->told.resize(static_cast<size_t>(n));
   // Concatenated fields are sized as the samples run: admission counts the mean so far,
-  // and the charge becomes the batch's real bytes once it is assembled (Ready).
+  // and the charge becomes the batch's real bytes once it is assembled (Ready). Before a
+  // batch was assembled there is no mean: a batch is charged the whole budget, so that
+  // it is admitted alone (8 samples of 600 MB of patches each, in prefetch_depth
+  // batches admitted at once as batches of no concatenated bytes, took 4.8 GB against
+  // 1 GiB). The first batch then overlaps no other; its samples keep the threads busy
+  // until its tail.
   job->bytes = static_cast<int64_t>(BatchBytes(n)) + n * assemble_->ConcatenatedBytesPerSample();
+  if (!assemble_->KnowsConcatenatedBytes()) {
+    job->bytes = std::max(job->bytes, options_.batch_budget_bytes);
+  }
   if (!delivery_->Admit(job->bytes, n)) return false;
   AddOutstanding(n);
   ResolveRecords(*job);

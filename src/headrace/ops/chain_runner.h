@@ -89,7 +89,9 @@ class ChainRunner {
     values.resize(static_cast<size_t>(num_values_));
     FillSourceValues(sources_, sample, values);
     ctx.values = values;
-    ReserveRows(ops_, ctx);  // the size pass
+    // The size pass: a sample whose told rows are more than a batch may hold fails here,
+    // before anything is decoded.
+    HR_RETURN_IF_ERROR(ReserveRows(ops_, ctx));
     for (size_t i = 0; i < ops_.size(); ++i) {
       const auto start = Clock::now();
       ctx.gil_wait_ns = -1;

@@ -68,12 +68,14 @@ void TellRows(std::span<const std::unique_ptr<Op>> ops, const SampleContext& ctx
   }
 }
 
-void ReserveRows(std::span<const std::unique_ptr<Op>> ops, SampleContext& ctx) {
-  if (ctx.ragged == nullptr) return;
+Status ReserveRows(std::span<const std::unique_ptr<Op>> ops, SampleContext& ctx) {
+  if (ctx.ragged == nullptr) return Status::Ok();
   thread_local std::vector<int64_t> rows;
   rows.assign(static_cast<size_t>(ctx.ragged->fields()), 0);
   TellRows(ops, ctx, rows);
-  (void)ctx.ragged->ReserveTold(rows);
+  HR_RETURN_IF_ERROR(ctx.ragged->CheckTold(rows));
+  (void)ctx.ragged->ReserveTold(rows);  // not the sample's failure: an Append says so
+  return Status::Ok();
 }
 
 template <typename F>

@@ -211,9 +211,11 @@ class Op {
 // ops run yet): each op's Predict in turn up to the first that cannot tell, then the rows
 // told for each concatenated field reserved in one block (RaggedRows::ReserveTold: a
 // window of the batch tensor where the assemble stage lends one, else a block taken by
-// best fit, Allocator::AllocateFinal). Does nothing when ctx.ragged is null. Its failures
-// are not the sample's: an append that fails too says so.
-void ReserveRows(std::span<const std::unique_ptr<Op>> ops, SampleContext& ctx);
+// best fit, Allocator::AllocateFinal). Does nothing when ctx.ragged is null. Fails the
+// sample (kResourceExhausted) when its told rows take more than a batch may hold
+// (RaggedRows::CheckTold); the reserve's own failures are not the sample's: an append
+// that fails too says so.
+Status ReserveRows(std::span<const std::unique_ptr<Op>> ops, SampleContext& ctx);
 // The size pass alone: the rows `ops` tell for each of `rows.size()` batch fields (added
 // to `rows`), up to the first that cannot tell; nothing reserved or written. `ctx` needs
 // its sample and values only.
