@@ -94,6 +94,15 @@ wheel:
 test-wheel:
 	tests/wheel/run.sh
 
+# The sdist (tests/test_sdist.py checks what it holds in `make test`): `make sdist` writes
+# it to dist/; `make test-sdist` builds a wheel from it alone and runs it (~10 minutes).
+.PHONY: sdist test-sdist
+sdist: setup
+	$(PY) -c "from scikit_build_core.build import build_sdist; print('dist/' + build_sdist('dist'))"
+
+test-sdist: setup
+	PY=$(abspath $(PY)) JOBS=$(JOBS) scripts/test_sdist.sh
+
 # What `make test-gpu` needs on a GPU machine that has only Python 3.12 and torch (no
 # network, nothing built): the abi3 wheel and Arrow's two libraries, in dist/gpu/
 # (tests/gpu/bundle.sh; under 64 MiB, what that machine receives at once).
