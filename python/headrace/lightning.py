@@ -112,8 +112,23 @@ def _model_inputs(trainer: Any) -> ToInputs:
         return None
     for sub in module.modules():
         if isinstance(sub, PreTrainedModel):
-            return ModelInputs(sub)
+            return _KeepingDummyKinds(ModelInputs(sub))
     return None
+
+
+class _KeepingDummyKinds:
+    """ModelInputs, and the batch's ``dummy_kinds`` beside the forward arguments when it
+    has one (``batch.balance.every_rank``): for ``headrace.models.forward_with_dummy`` in
+    ``training_step``, which takes it out before the forward."""
+
+    def __init__(self, to_model: ModelInputs):
+        self.to_model = to_model
+
+    def __call__(self, batch: Dict[str, Any]) -> Dict[str, Any]:
+        out = self.to_model(batch)
+        if "dummy_kinds" in batch:
+            out["dummy_kinds"] = batch["dummy_kinds"]
+        return out
 
 
 class LightningBatches:
@@ -185,7 +200,10 @@ class HeadraceDataModule(pl.LightningDataModule):
     LightningModule holds a transformers model, ``headrace.models.ModelInputs(model)``:
     the keyword arguments of its ``forward`` (``self.model(**batch)``; a packed batch's
     samples kept apart, a Qwen-VL model's M-RoPE positions, checked at the first batch);
-    otherwise the dict of tensors as it is (``to_inputs=lambda b: b`` keeps it so).
+    otherwise the dict of tensors as it is (``to_inputs=lambda b: b`` keeps it so). Under
+    ``batch.balance.every_rank`` the default keeps the batch's ``dummy_kinds`` too: call
+    ``headrace.models.forward_with_dummy(self.model, batch)`` in ``training_step`` (it
+    takes the flags out and adds the vision tower's dummy, docs/balanced_steps.md).
     ``state_dict()`` is ``{"train": {"ranks": [each rank's loader state]}}``;
     ``load_state_dict`` applies this rank's when the train loader is made (or at once, if
     it exists).

@@ -56,7 +56,8 @@ import torch
 
 from ._headrace import ConfigError
 
-__all__ = ["ModelInputs", "QWEN_VL_FAMILIES", "model_inputs", "vision_dummy_loss", "DUMMY_KINDS"]
+__all__ = ["ModelInputs", "QWEN_VL_FAMILIES", "model_inputs", "vision_dummy_loss",
+           "forward_with_dummy", "DUMMY_KINDS"]
 
 # config.model_type of the models whose positions are M-RoPE (vision.rope_index presets).
 QWEN_VL_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
@@ -437,3 +438,22 @@ def vision_dummy_loss(model: Any, batch: Mapping[str, Any]) -> Optional[torch.Te
     grid = torch.tensor([[1, merge, merge]], dtype=torch.int64, device=weight.device)
     out = visual(pixels, grid_thw=grid)
     return sum(t.float().sum() for t in _tensors(out)) * 0.0
+
+
+def forward_with_dummy(model: Any, batch: Mapping[str, Any]) -> Any:
+    """``model(**batch)`` with ``dummy_kinds`` taken out of the arguments, its loss plus
+    ``vision_dummy_loss(model, batch)`` when that adds something: a training step's
+    forward that keeps every rank in the vision tower's collectives (FSDP, ZeRO-3). What
+    a LightningModule's ``training_step`` calls on ``HeadraceDataModule``'s batches, which
+    keep ``dummy_kinds`` under ``batch.balance.every_rank``
+    (``return headrace.models.forward_with_dummy(self.model, batch).loss``); a batch
+    without it is a plain forward."""
+    inputs = dict(batch)
+    flags = inputs.pop("dummy_kinds", None)
+    out = model(**inputs)
+    if flags is None:
+        return out
+    dummy = vision_dummy_loss(model, {**inputs, "dummy_kinds": flags})
+    if dummy is not None and getattr(out, "loss", None) is not None:
+        out.loss = out.loss + dummy.to(out.loss.dtype)
+    return out

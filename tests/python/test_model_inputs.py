@@ -26,6 +26,7 @@ its own M-RoPE (get_rope_index). Asserted, per preset:
     M-RoPE ids, another image token, another patch size, another rope preset.
 """
 import json
+import math
 import shutil
 import subprocess
 from pathlib import Path
@@ -687,3 +688,53 @@ def test_the_trainers_loss_adds_the_dummy_when_the_batch_flags_it(tmp_path, data
         assert all(p.grad is not None for p in model.model.visual.parameters())
     finally:
         trainer.headrace_loader.close()
+
+
+def test_forward_with_dummy_runs_the_tower_on_a_flagged_batch(dataset, models):
+    """headrace.models.forward_with_dummy: dummy_kinds out of the forward's arguments, the
+    dummy added: the loss is the plain forward's, every tower parameter gets a (zero)
+    gradient. The Lightning default keeps dummy_kinds beside the forward's arguments."""
+    import copy
+    import headrace.lightning
+    model = copy.deepcopy(model_of(models, "qwen2_vl")).train()
+    batch = _text_only_batch(dataset, "qwen2_vl")
+    inputs = headrace.lightning._KeepingDummyKinds(headrace.models.ModelInputs(model))(batch)
+    assert inputs["dummy_kinds"].tolist() == [1, 0, 0, 0]
+    plain = float(model(**{k: v for k, v in inputs.items() if k != "dummy_kinds"}).loss)
+    out = headrace.models.forward_with_dummy(model, inputs)
+    assert float(out.loss) == pytest.approx(plain, rel=1e-6)
+    out.loss.backward()
+    grads = [p.grad for p in model.model.visual.parameters()]
+    assert len(grads) > 5 and all(g is not None and not g.abs().any() for g in grads)
+    assert "dummy_kinds" in inputs, "the caller's batch is left as it was"
+
+
+def test_a_lightning_step_under_every_rank_gets_dummy_kinds(dataset, models):
+    """HeadraceDataModule on a pipeline with batch.balance.every_rank: training_step gets
+    the forward's arguments and dummy_kinds (zeros for one rank), and forward_with_dummy
+    runs on it."""
+    import copy
+    import lightning.pytorch as pl
+    import headrace.lightning
+    losses = []
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = copy.deepcopy(model_of(models, "qwen2_vl")).train()
+
+        def training_step(self, batch, batch_idx):
+            assert batch["dummy_kinds"].tolist() == [0, 0, 0, 0]
+            out = headrace.models.forward_with_dummy(self.model, batch)
+            losses.append(float(out.loss))
+            return out.loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.0)
+
+    spec = pipeline(dataset, "qwen2_vl", batch_size=2,
+                    balance={"cost": "tokens", "every_rank": "image"})
+    trainer = pl.Trainer(max_steps=2, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Module(), datamodule=headrace.lightning.HeadraceDataModule(train=spec))
+    assert len(losses) == 2 and all(math.isfinite(v) for v in losses), losses
