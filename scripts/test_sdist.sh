@@ -2,8 +2,9 @@
 # `make test-sdist`: the sdist builds and runs. Builds it with the build backend's PEP 517
 # hook (as `python -m build --sdist` does), then a wheel from the unpacked sdist alone (no
 # file of this tree: a fresh folder, its own build-py/), with .venv's build requirements
-# (scikit-build-core, nanobind, pyarrow's headers), and runs that wheel's package: a
-# sample dataset made and loaded through the Python Loader. ~10 minutes on 2 cores (the
+# (scikit-build-core, nanobind, pyarrow's headers), installs it in a fresh environment
+# (its dependencies from PyPI) and runs it there: a sample dataset made and loaded
+# through the Python Loader. ~10 minutes on 2 cores (the
 # C++ core compiles again: ccache keys on the folder's depth). Not in `make test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,18 +17,19 @@ sdist=$(ls "$work"/headrace-*.tar.gz)
 echo "test-sdist: $(basename "$sdist"), $(du -h "$sdist" | cut -f1)"
 tar -C "$work" -xzf "$sdist"
 src=$(ls -d "$work"/headrace-*/)
+# ccache on relative paths: a rerun (another temporary folder, the same depth) hits it.
+export CCACHE_BASEDIR=$src
 (cd "$src" && nice -n 19 "$PY" -m pip wheel -q --no-build-isolation --no-deps -w "$work/wheel" \
   -C build.tool-args=-j"${JOBS:-2}" .)
 wheel=$(ls "$work"/wheel/headrace-*.whl)
 echo "test-sdist: built $(basename "$wheel")"
-mkdir "$work/site"
-(cd "$work/site" && "$PY" -m zipfile -e "$wheel" .)
-# The package from the wheel, ahead of the one installed in .venv (which it must not use).
-cd "$work" && PYTHONPATH="$work/site" "$PY" - <<'PY'
+# Installed as a user installs it: a fresh environment, numpy and pyarrow from PyPI.
+"$PY" -m venv "$work/venv"
+"$work/venv/bin/pip" install -q "$wheel"
+cd "$work" && "$work/venv/bin/python" - <<'PY'
 import pathlib, sys
 import headrace
-site = pathlib.Path(sys.path[0]).resolve()
-assert pathlib.Path(headrace.__file__).resolve().is_relative_to(site), headrace.__file__
+assert pathlib.Path(headrace.__file__).is_relative_to(sys.prefix), headrace.__file__
 headrace.make_sample("data", samples=16, seed=1, threads=2)
 ops = headrace.ops
 pipeline = headrace.Pipeline(source="data/manifest.jsonl", batch_size=4, seed=1,
