@@ -52,7 +52,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 
 from ._headrace import ConfigError
 from .loader import Loader
-from .models import ModelInputs, vision_dummy_loss
+from .models import ModelInputs, plus_vision_dummy
 from .pipeline import Pipeline
 from .torch import TorchLoader, rank_checked
 
@@ -312,13 +312,10 @@ class HeadraceTrainerMixin:
         result = super().compute_loss(model, inputs, *args, **kwargs)
         if flags is None:
             return result
-        dummy = vision_dummy_loss(self.accelerator.unwrap_model(model),
-                                  {**inputs, "dummy_kinds": flags})
-        if dummy is None:
-            return result
+        unwrapped = self.accelerator.unwrap_model(model)
         if isinstance(result, tuple):
-            return (result[0] + dummy.to(result[0].dtype),) + tuple(result[1:])
-        return result + dummy.to(result.dtype)
+            return (plus_vision_dummy(result[0], unwrapped, inputs, flags),) + tuple(result[1:])
+        return plus_vision_dummy(result, unwrapped, inputs, flags)
 
     def train(self, resume_from_checkpoint: Union[str, bool, None] = None, *args: Any,
               **kwargs: Any):

@@ -57,7 +57,7 @@ import torch
 from ._headrace import ConfigError
 
 __all__ = ["ModelInputs", "QWEN_VL_FAMILIES", "model_inputs", "vision_dummy_loss",
-           "forward_with_dummy", "DUMMY_KINDS"]
+           "forward_with_dummy", "plus_vision_dummy", "DUMMY_KINDS"]
 
 # config.model_type of the models whose positions are M-RoPE (vision.rope_index presets).
 QWEN_VL_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
@@ -451,9 +451,17 @@ def forward_with_dummy(model: Any, batch: Mapping[str, Any]) -> Any:
     inputs = dict(batch)
     flags = inputs.pop("dummy_kinds", None)
     out = model(**inputs)
-    if flags is None:
-        return out
-    dummy = vision_dummy_loss(model, {**inputs, "dummy_kinds": flags})
-    if dummy is not None and getattr(out, "loss", None) is not None:
-        out.loss = out.loss + dummy.to(out.loss.dtype)
+    if getattr(out, "loss", None) is not None:
+        out.loss = plus_vision_dummy(out.loss, model, inputs, flags)
     return out
+
+
+def plus_vision_dummy(loss: torch.Tensor, model: Any, inputs: Mapping[str, Any],
+                      flags: Any) -> torch.Tensor:
+    """``loss`` plus ``vision_dummy_loss`` of the batch ``inputs`` (the forward's arguments)
+    with its ``dummy_kinds`` ``flags`` (None: none), in the loss's dtype; ``loss`` itself
+    when that adds nothing. ``forward_with_dummy`` and ``HeadraceTrainer.compute_loss``."""
+    if flags is None:
+        return loss
+    dummy = vision_dummy_loss(model, {**inputs, "dummy_kinds": flags})
+    return loss if dummy is None else loss + dummy.to(loss.dtype)

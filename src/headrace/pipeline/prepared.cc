@@ -267,8 +267,7 @@ EngineOptions PreparedPipeline::EngineOptionsFor(const LoaderOptions& options,
   opt.start_batch = options.start_batch;
   opt.deliver_empty_batches = options.deliver_empty_batches;
   opt.schedule = options.schedule;
-  RunBudgetOptions budget = RunBudgetOptionsOf(spec_);
-  opt.budget = std::move(budget);
+  opt.budget = RunBudgetOptionsOf(spec_);
   opt.scratch_retain_bytes = spec_.memory.scratch_bytes_per_thread;
   if (options.allocator != nullptr) opt.allocator = options.allocator;
   opt.trace = options.trace;
