@@ -25,7 +25,7 @@
 namespace headrace::tools {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kBenchBalanceUsage =
     "usage: headrace bench balance CONFIG [--ranks 8,64,256] [--epochs 4] [--cost NAME]\n"
     "       (batch.balance.every_rank from the config or --set applies to the deal)\n"
     "                              [--report PATH] [--set key=value ...]\n";
@@ -88,12 +88,12 @@ int BenchBalanceCommand(const Args& args) {
       config_path = flag, ++r.i;
     } else {
       std::fprintf(stderr, "headrace bench balance: unknown argument '%s'\n%s", flag.c_str(),
-                   kUsage);
+                   kBenchBalanceUsage);
       return 2;
     }
   }
   if (config_path.empty()) {
-    std::fputs(kUsage, stderr);
+    std::fputs(kBenchBalanceUsage, stderr);
     return 2;
   }
   if (!report_path.empty() && !CheckWritable("headrace bench balance", "--report", report_path)) {

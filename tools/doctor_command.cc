@@ -16,7 +16,7 @@
 namespace headrace::tools {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kDoctorUsage =
     "usage: headrace doctor CONFIG [--seconds S (20)] [--set key=value ...] [--json]\n"
     "                       [--report PATH] [--storage-mb-s X]\n"
     "       headrace doctor --from-report PATH [--json] [--storage-mb-s X]\n";
@@ -73,7 +73,7 @@ int DoctorCommand(const Args& args) {
   while (!r.done()) {
     const std::string flag = r.peek();
     if (flag == "--help" || flag == "-h") {
-      std::fputs(kUsage, stdout);
+      std::fputs(kDoctorUsage, stdout);
       return 0;
     }
     if (flag == "--seconds" || flag == "--storage-mb-s") {
@@ -105,7 +105,7 @@ int DoctorCommand(const Args& args) {
   }
   if (config_path.empty() == from_report.empty()) {
     std::fprintf(stderr, "headrace doctor: give CONFIG or --from-report PATH, not %s\n%s",
-                 config_path.empty() ? "neither" : "both", kUsage);
+                 config_path.empty() ? "neither" : "both", kDoctorUsage);
     return 2;
   }
   if (!from_report.empty() && (!report_path.empty() || !overrides.empty())) {

@@ -16,7 +16,7 @@
 namespace headrace::tools {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kIndexUsage =
     "usage: headrace index sizes CONFIG [--out PATH] [--set key=value ...]\n"
     "  --out PATH   where the index goes (default: the config's batch.balance.index)\n";
 
@@ -28,7 +28,7 @@ double SecondsSince(std::chrono::steady_clock::time_point t) {
 
 int IndexCommand(const Args& args) {
   if (args.empty() || args[0] != "sizes") {
-    std::fputs(kUsage, stderr);
+    std::fputs(kIndexUsage, stderr);
     return 2;
   }
   std::string config_path, out, value;
@@ -44,12 +44,12 @@ int IndexCommand(const Args& args) {
     } else if (config_path.empty() && flag[0] != '-') {
       config_path = flag, ++r.i;
     } else {
-      std::fprintf(stderr, "headrace index sizes: unknown argument '%s'\n%s", flag.c_str(), kUsage);
+      std::fprintf(stderr, "headrace index sizes: unknown argument '%s'\n%s", flag.c_str(), kIndexUsage);
       return 2;
     }
   }
   if (config_path.empty()) {
-    std::fputs(kUsage, stderr);
+    std::fputs(kIndexUsage, stderr);
     return 2;
   }
   Result<PipelineSpec> spec = LoadPipelineConfig(config_path, overrides);

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "headrace/core/json_writer.h"
+#include "headrace/core/strings.h"
 #include "headrace/formats/tar_shard.h"
 #include "headrace/pipeline/config.h"
 #include "headrace/pipeline/loader.h"
@@ -15,10 +16,6 @@ namespace headrace {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::span<const uint8_t> Span(std::string_view s) {
-  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
 
 // The shards of one set being written: a shard is closed (and indexed) before the
 // sample that would take it past the target.
@@ -43,7 +40,7 @@ class SetWriter {
       ids_ = JsonWriter(false);
       ids_.BeginArray();
     }
-    for (const auto& [name, data] : members) HR_RETURN_IF_ERROR(writer_->Add(name, Span(data)));
+    for (const auto& [name, data] : members) HR_RETURN_IF_ERROR(writer_->Add(name, AsBytes(data)));
     ids_.String(id);
     open_bytes_ += bytes;
     ++set_.shards.back().samples;

@@ -17,7 +17,7 @@
 namespace headrace::tools {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kMaterializeUsage =
     "usage: headrace materialize CONFIG --to URI [--set key=value ...] [--epochs LIST|all] "
     "[--shard-size BYTES] [--quiet]\n";
 
@@ -89,7 +89,7 @@ int MaterializeCommand(const Args& args) {
     }
   }
   if (config_path.empty() || to.empty()) {
-    std::fputs(kUsage, stderr);
+    std::fputs(kMaterializeUsage, stderr);
     return 2;
   }
   MaterializeOptions options;

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "headrace/core/json_writer.h"
+#include "headrace/core/strings.h"
 #include "headrace/formats/manifest.h"
 #include "headrace/formats/tar_shard.h"
 #include "headrace/io/storage.h"
@@ -18,10 +19,6 @@ namespace headrace {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::span<const uint8_t> Span(std::string_view s) {
-  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
 
 // The manifest's lines as written, indexed by 1-based line number - 1, without the line
 // end or a leading byte-order mark (what ParseManifest parsed).
@@ -168,7 +165,7 @@ std::string SampleKey(int64_t index) {
 
 Status IndexShard(const std::string& dir, const std::string& name, int64_t samples_written) {
   HR_ASSIGN_OR_RETURN(const std::string bytes, ReadFile(fs::path(dir) / name));
-  const TarListing listing = ListTarMembers(Span(bytes));
+  const TarListing listing = ListTarMembers(AsBytes(bytes));
   if (!listing.status.ok()) {
     return Status::Internal(name + " does not read back: " + listing.status.ToString());
   }
@@ -254,7 +251,7 @@ Result<ShardStats> WriteShards(const ShardOptions& options) {
       HR_RETURN_IF_ERROR(
           writer->Add(names[m], std::span<const uint8_t>(media[m].data(), media[m].size())));
     }
-    HR_RETURN_IF_ERROR(writer->Add(key + ".json", Span(json)));
+    HR_RETURN_IF_ERROR(writer->Add(key + ".json", AsBytes(json)));
     open_bytes += sample_bytes;
     ++shards.back().samples;
     ++stats.samples;

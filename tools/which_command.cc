@@ -23,7 +23,7 @@
 namespace headrace::tools {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kWhichUsage =
     "usage: headrace which CONFIG --step N --rank R [--epoch E] [--world-size W] [--json]\n"
     "       headrace which CONFIG --sample ID [--epoch E] [--world-size W] [--json]\n"
     "                            [--set key=value ...]\n"
@@ -257,7 +257,7 @@ int WhichCommand(const Args& args) {
   while (!r.done()) {
     const std::string flag = r.peek();
     if (flag == "--help" || flag == "-h") {
-      std::fputs(kUsage, stdout);
+      std::fputs(kWhichUsage, stdout);
       return 0;
     } else if (flag == "--set") {
       if (!r.Value(flag, &value)) return 2;
@@ -270,15 +270,15 @@ int WhichCommand(const Args& args) {
     } else if (config_path.empty() && !flag.empty() && flag[0] != '-') {
       config_path = flag, ++r.i;
     } else {
-      std::fprintf(stderr, "headrace which: unknown argument '%s'\n%s", flag.c_str(), kUsage);
+      std::fprintf(stderr, "headrace which: unknown argument '%s'\n%s", flag.c_str(), kWhichUsage);
       return 2;
     }
   }
   const bool by_sample = given.contains("--sample");
-  if (config_path.empty()) return Fail(std::string("give a CONFIG\n") + kUsage);
+  if (config_path.empty()) return Fail(std::string("give a CONFIG\n") + kWhichUsage);
   if (by_sample == (given.contains("--step") || given.contains("--rank"))) {
     return Fail(std::string("give --step N with --rank R, or --sample ID (one of them)\n") +
-                kUsage);
+                kWhichUsage);
   }
   if (!by_sample && given.contains("--step") != given.contains("--rank")) {
     return Fail(given.contains("--step") ? "--step needs --rank R (allowed: 0 to world size - 1)"

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <cstdio>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -35,6 +37,11 @@ inline bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
 // from untrusted input cannot flood a log; NUL and other control bytes are shown as
 // "\xHH". Use it wherever a message quotes a URI, a path or a manifest value.
 std::string QuoteForMessage(std::string_view s, size_t max_bytes = 200);
+
+// A string's bytes as the span byte writers take.
+inline std::span<const uint8_t> AsBytes(std::string_view s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
 
 // printf into a string, for the text of reports and messages (at most 511 characters).
 template <typename... Args>

@@ -220,7 +220,7 @@ size_t HeaderCallback(char* buffer, size_t size, size_t nitems, void* user) {
 size_t WriteCallback(char* ptr, size_t size, size_t nmemb, void* user) {
   return static_cast<Transfer*>(user)->OnBody(ptr, size * nmemb);
 }
-size_t ReadCallback(char* out, size_t size, size_t nitems, void* user) {
+size_t UploadCallback(char* out, size_t size, size_t nitems, void* user) {
   return static_cast<Transfer*>(user)->OnUpload(out, size * nitems);
 }
 
@@ -415,7 +415,7 @@ void CurlLoop::Impl::StartTransfer(std::unique_ptr<Pending> p) {
     curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
   } else if (t->request.method == "PUT") {
     curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
-    curl_easy_setopt(e, CURLOPT_READFUNCTION, ReadCallback);
+    curl_easy_setopt(e, CURLOPT_READFUNCTION, UploadCallback);
     curl_easy_setopt(e, CURLOPT_READDATA, t.get());
     curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(t->request.body.size()));
   } else if (t->request.method != "GET") {

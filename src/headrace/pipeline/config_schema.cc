@@ -50,13 +50,6 @@ EnumTable<ManifestRecordsForm> TableOf(ManifestRecordsForm) { return kRecordsFor
 
 namespace config_internal {
 
-std::string Quote(std::string_view s) { return "'" + std::string(s) + "'"; }
-
-std::string FormatDouble(double v) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
-}
 std::string FormatFloat(float v) {
   char buf[64];
   const auto r = std::to_chars(buf, buf + sizeof buf, v);

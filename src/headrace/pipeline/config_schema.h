@@ -212,8 +212,8 @@ struct IsStdArray<std::array<T, N>> : std::true_type {};
 
 // --- small text helpers ----------------------------------------------------------------
 
-std::string Quote(std::string_view s);
-std::string FormatDouble(double v);
+using schema::Quote;         // 'text'
+using schema::FormatDouble;  // the shortest text that reads back as v
 std::string FormatFloat(float v);
 // A list index as a key ("0".."999999999").
 bool IsIndex(std::string_view s);

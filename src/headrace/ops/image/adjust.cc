@@ -8,10 +8,6 @@
 namespace headrace {
 namespace {
 
-inline uint8_t ClampTrunc(float v) {
-  return static_cast<uint8_t>(std::clamp(v, 0.0f, 255.0f));
-}
-
 // Calls f.template operator()<C>() with the image's channel count as a constant, so that
 // the per-pixel loops have a fixed stride.
 template <typename F>

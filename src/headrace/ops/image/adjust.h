@@ -17,6 +17,7 @@
 // 0.299, 0.587, 0.114).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -24,6 +25,10 @@
 #include "headrace/ops/image/image.h"
 
 namespace headrace {
+
+// A blend's value as a byte: clamped to [0, 255] in float, then truncated (the rounding
+// above).
+inline uint8_t ClampTrunc(float v) { return static_cast<uint8_t>(std::clamp(v, 0.0f, 255.0f)); }
 
 // BT.601 luma of one pixel, rounded: PIL's convert("L").
 inline uint8_t Gray601(uint8_t r, uint8_t g, uint8_t b) {

@@ -23,8 +23,6 @@ constexpr std::string_view kKindNames[kRandAugmentKinds] = {
     "Rotate",     "Brightness", "Color",     "Contrast",   "Sharpness",
     "Posterize",  "Solarize",   "AutoContrast", "Equalize"};
 
-inline uint8_t ClampTrunc(float v) { return static_cast<uint8_t>(std::clamp(v, 0.0f, 255.0f)); }
-
 // Per-channel tables of a function of the value (the channel count of `src` decides how
 // many apply); X is copied.
 template <typename F>

@@ -14,7 +14,7 @@
 namespace headrace {
 namespace {
 
-std::atomic<uint64_t> next_instance{1};
+std::atomic<uint64_t> next_template_instance{1};
 
 constexpr const char* kRoleNames[] = {"system", "user", "assistant"};
 
@@ -259,7 +259,7 @@ Result<std::unique_ptr<JinjaChatTemplate>> JinjaChatTemplate::Parse(std::string 
     return Status::InvalidArgument(key + ": the chat template does not parse: " + e.what());
   }
   std::unique_ptr<JinjaChatTemplate> parsed(new JinjaChatTemplate(
-      std::move(source), std::move(bos_token), std::move(eos_token), limits, next_instance++));
+      std::move(source), std::move(bos_token), std::move(eos_token), limits, next_template_instance++));
   parsed->has_generation_ = HasGenerationBlock(parsed->source_);
   parsed->date_ = std::move(date);
   // The probe: one user and one assistant turn, the shape every chat template accepts

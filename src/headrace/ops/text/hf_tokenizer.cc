@@ -347,7 +347,7 @@ struct HfTokenizer::Impl {
 
 namespace {
 
-std::atomic<uint64_t> next_instance{1};
+std::atomic<uint64_t> next_tokenizer_instance{1};
 
 using simdjson::dom::element;
 
@@ -617,7 +617,7 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view json
     return fail(Status::InvalidArgument("not a JSON object (is it a tokenizer.json?)"));
   }
   auto t = std::make_unique<Impl>();
-  t->instance = next_instance.fetch_add(1);
+  t->instance = next_tokenizer_instance.fetch_add(1);
   element model;
   if (root["model"].get(model) != simdjson::SUCCESS) {
     return fail(Status::InvalidArgument("no 'model'"));
