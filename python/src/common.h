@@ -4,6 +4,7 @@
 // Threading: every function here is called with the GIL held unless it says otherwise.
 #pragma once
 
+#include <chrono>
 #include <nanobind/nanobind.h>
 
 #include <stdexcept>
@@ -17,6 +18,10 @@ class PreparedPipeline;
 }  // namespace headrace
 
 namespace headrace::python {
+
+// How often a call waiting without the GIL (a batch, a doctor run) looks for signals
+// (Ctrl-C): well under the ~100 ms a person notices, and rare enough to cost nothing.
+inline constexpr std::chrono::milliseconds kSignalPoll{20};
 
 namespace nb = nanobind;
 
@@ -88,6 +93,8 @@ void RegisterErrors(nb::module_& m);
 void RegisterSpec(nb::module_& m);
 void RegisterBatch(nb::module_& m);
 void RegisterLoader(nb::module_& m);
+void RegisterRunRules(nb::module_& m);
+void RegisterDoctor(nb::module_& m);
 void RegisterFormers(nb::module_& m);
 void RegisterUserOps(nb::module_& m);
 void RegisterBatchOps(nb::module_& m);

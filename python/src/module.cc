@@ -12,6 +12,8 @@ NB_MODULE(_headrace, m) {
   hp::RegisterUserOps(m);
   hp::RegisterBatchOps(m);
   hp::RegisterLoader(m);
+  hp::RegisterRunRules(m);
+  hp::RegisterDoctor(m);
   hp::RegisterFormers(m);
   hp::RegisterPinned(m);
   hp::RegisterTools(m);

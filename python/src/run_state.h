@@ -1,6 +1,6 @@
 // A run's options, state and stats between Python and the engine, defined in loader.cc
-// (the state dict's readers in run_position.cc) and shared with former.cc: the bindings
-// that start runs and those that form batches.
+// (the state dict's readers in run_position.cc, the rules' figures in run_rules.cc) and
+// shared with former.cc: the bindings that start runs and those that form batches.
 //
 // Threading: every function here is called with the GIL held.
 #pragma once
@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "common.h"
+#include "headrace/exec/consumer_clock.h"
 #include "headrace/exec/epoch_order.h"
 #include "headrace/exec/packer.h"
 #include "headrace/exec/run_budget.h"
@@ -43,6 +45,16 @@ std::vector<int64_t> BlendStartFromObject(const nb::object& object);
 LoaderOptions LocalRunOptions(int rank, int world_size, int64_t start_epoch,
                               int64_t start_batch, const nb::object& pack_state,
                               const nb::object& remainder, const nb::object& blend_start);
+
+// The conversions of the run's rules' figures (run_rules.cc): a blend entry's samples and
+// errors under stats()'s keys ("source.<name>.samples"); a batch's tally as a Ray worker
+// sends it to the rank that consumes the batch (RunBudget::Tally: (delivered, [rows per
+// entry], [(kind, entry, epoch, index, uri, message) per error])); a run's batch count
+// (None for a run without an end); the consumer's wait accounting.
+void SetEntryStats(nb::dict& d, const std::string& name, int64_t samples, int64_t errors);
+nb::tuple TallyToPython(const BatchTally& tally, const Batch& batch);
+std::optional<int64_t> OptionalBatches(int64_t total);
+nb::dict StatsToDict(const ConsumerStats& s);
 
 // Which blend entry a dataset index of `prepared`'s source is in; null unless a blend.
 EntryOf EntryOfSource(std::shared_ptr<const PreparedPipeline> prepared);
