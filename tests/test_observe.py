@@ -43,6 +43,7 @@ def test_the_metrics_endpoint_is_scraped_while_the_run_goes_on(tmp_path, headrac
         assert later > first
         assert scrape_value(url, "headrace_stage_items_total") > 0
         assert scrape_value(url, "headrace_read_latency_seconds_count") > 0
+        assert scrape_value(url, "headrace_malloc_heap_bytes") > 0  # state="system" first
         _, err = proc.communicate(timeout=300)
     finally:
         proc.kill()
@@ -57,6 +58,16 @@ def test_the_metrics_endpoint_is_scraped_while_the_run_goes_on(tmp_path, headrac
     assert all(len(timeline[k]) == n for k in ("samples_per_s", "wait_ratio", "budget_used"))
     assert all(len(u) == n for u in timeline["utilization"])
     assert sum(timeline["samples_per_s"]) > 0
+    # Memory over the run: RSS and glibc malloc's heap, taken from the system and in use
+    # (the gap is free memory malloc keeps: fragmentation shows as a gap that grows).
+    for k in ("rss_bytes", "heap_system_bytes", "heap_in_use_bytes"):
+        assert len(timeline[k]) == n, k
+    assert all(rss > 0 for rss in timeline["rss_bytes"])
+    assert all(0 < used <= held for used, held in
+               zip(timeline["heap_in_use_bytes"], timeline["heap_system_bytes"]))
+    memory = r["memory"]
+    assert 0 < memory["heap_in_use_bytes"] <= memory["heap_system_bytes"]
+    assert memory["rss_bytes"] > 0
     assert r["latency_ms"]["read"]["count"] >= 384
 
 

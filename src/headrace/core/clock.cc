@@ -1,5 +1,8 @@
 #include "headrace/core/clock.h"
 
+#include <dlfcn.h>
+
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,7 +26,35 @@ int64_t ReadProcStatusKb(const char* key) {
   return kb;
 }
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitizerAllocator = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitizerAllocator = true;
+#else
+constexpr bool kSanitizerAllocator = false;
+#endif
+#else
+constexpr bool kSanitizerAllocator = false;
+#endif
+
+// glibc's struct mallinfo2 (malloc.h, glibc 2.33+), declared here because the function
+// is looked up at run time: ten size_t fields in this order.
+struct MallInfo2 {
+  size_t arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks, fordblks,
+      keepcost;
+};
+using MallInfo2Fn = MallInfo2 (*)();
+
 }  // namespace
+
+MallocHeap MallocHeapBytes() {
+  if constexpr (kSanitizerAllocator) return {};
+  static const auto mallinfo2 = reinterpret_cast<MallInfo2Fn>(dlsym(RTLD_DEFAULT, "mallinfo2"));
+  if (mallinfo2 == nullptr) return {};
+  const MallInfo2 m = mallinfo2();
+  return {static_cast<int64_t>(m.arena + m.hblkhd), static_cast<int64_t>(m.uordblks + m.hblkhd)};
+}
 
 int64_t CurrentRssBytes() { return ReadProcStatusKb("VmRSS") * 1024; }
 int64_t PeakRssBytes() { return ReadProcStatusKb("VmHWM") * 1024; }

@@ -457,6 +457,13 @@ TEST(RunMonitor, RecordsATimelineOfTheRunAndCallsBackEachSample) {
   EXPECT_GT(timeline[0].t_s, 0);
   EXPECT_EQ(timeline[0].utilization.size(), 2u);  // cpu, batch: no media reads
   EXPECT_GT(timeline[0].samples_per_s, 0);
+  EXPECT_GT(timeline[0].rss_bytes, 0);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  EXPECT_EQ(timeline[0].heap_system_bytes, -1);  // not glibc's allocator
+#else
+  EXPECT_GT(timeline[0].heap_in_use_bytes, 0);
+  EXPECT_GE(timeline[0].heap_system_bytes, timeline[0].heap_in_use_bytes);
+#endif
 }
 
 TEST(RunMonitor, StepsAndMergesPointsByTheirLengths) {

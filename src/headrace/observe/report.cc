@@ -102,6 +102,8 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
   r.consumer_wait_s = c.wait_s;
   r.consumer_busy_s = c.busy_s;
   r.peak_rss_bytes = PeakRssBytes();
+  r.rss_bytes = CurrentRssBytes();
+  r.heap = MallocHeapBytes();
   r.baseline_rss_bytes = baseline_rss_bytes;
   r.memory_budget_bytes = loader.memory_budget_bytes();
   if (const std::optional<BalanceSeen> balance = loader.balance_stats(); balance.has_value()) {
@@ -208,6 +210,12 @@ std::string RunReportToText(const RunReport& r) {
       "budget\n",
       r.peak_rss_bytes / 1048576.0, r.baseline_rss_bytes / 1048576.0,
       r.budget_peak_bytes / 1048576.0, r.memory_budget_bytes / 1048576.0);
+  if (r.heap.system_bytes >= 0) {
+    add("  malloc heap       %.1f MiB from the system, %.1f MiB of it in use (RSS %.1f MiB at "
+        "the end)\n",
+        r.heap.system_bytes / 1048576.0, r.heap.in_use_bytes / 1048576.0,
+        r.rss_bytes / 1048576.0);
+  }
   if (r.manifest_mapped_bytes > 0) {
     add("  manifest lines    %.1f MiB mapped (page cache, shared), %.1f MiB of offsets\n",
         r.manifest_mapped_bytes / 1048576.0, r.manifest_bytes / 1048576.0);

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "headrace/core/clock.h"
 #include "headrace/core/histogram.h"
 #include "headrace/exec/engine.h"
 #include "headrace/pipeline/loader.h"
@@ -57,6 +58,10 @@ struct TimelinePoint {
   double wait_ratio = 0;     // the consumer's wait / its loop time during the interval
   std::vector<double> utilization;  // per stage, RunReport::stages' order: busy share
   double budget_used = 0;    // batches in flight + undecoded bytes / memory budget, at t_s
+  // At t_s: the process's RSS and what glibc's malloc holds (-1: not known; core/clock.h).
+  double rss_bytes = 0;
+  double heap_system_bytes = -1;
+  double heap_in_use_bytes = -1;
 };
 
 struct RunReport {
@@ -93,6 +98,9 @@ struct RunReport {
   // memory.decode_bytes_per_thread, resolved: what each thread's decoder may hold for one
   // sample beyond the budget (a sample needing more fails).
   int64_t decode_bytes_per_thread = 0;
+  // When the report was made: RSS, and glibc malloc's figures (-1 each where unknown).
+  int64_t rss_bytes = 0;
+  MallocHeap heap;
   double bytes_copied_per_sample = 0;
   // Media read in ranges by their ops (video.decode read: ranges): EngineMetrics's.
   MediaReader::Stats ranged_reads;

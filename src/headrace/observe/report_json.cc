@@ -1,6 +1,7 @@
 // The report's JSON, out and in: two walks of the schema (report_schema.h).
 #include <simdjson.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <type_traits>
@@ -99,15 +100,26 @@ class JsonOut {
     w_.BeginObject().Key("stages").BeginArray();
     for (const StageReport& s : t.stages) w_.String(s.metrics.name);
     w_.EndArray();
-    const std::pair<const char*, double TimelinePoint::*> series[] = {
-        {"t_s", &TimelinePoint::t_s},
-        {"samples_per_s", &TimelinePoint::samples_per_s},
-        {"wait_ratio", &TimelinePoint::wait_ratio},
-        {"budget_used", &TimelinePoint::budget_used}};
-    for (const auto& [key, value] : series) {
+    const auto column = [&](const char* key, double TimelinePoint::*value) {
       w_.Key(key).BeginArray();
       for (const TimelinePoint& p : t.points) w_.Double(p.*value);
       w_.EndArray();
+    };
+    column("t_s", &TimelinePoint::t_s);
+    column("samples_per_s", &TimelinePoint::samples_per_s);
+    column("wait_ratio", &TimelinePoint::wait_ratio);
+    column("budget_used", &TimelinePoint::budget_used);
+    // The memory columns where the points have the readings: not a sanitizer build's
+    // heap, nor the points of a report from before they were sampled.
+    const auto any = [&](auto known) {
+      return std::any_of(t.points.begin(), t.points.end(), known);
+    };
+    if (any([](const TimelinePoint& p) { return p.rss_bytes > 0; })) {
+      column("rss_bytes", &TimelinePoint::rss_bytes);
+    }
+    if (any([](const TimelinePoint& p) { return p.heap_system_bytes >= 0; })) {
+      column("heap_system_bytes", &TimelinePoint::heap_system_bytes);
+      column("heap_in_use_bytes", &TimelinePoint::heap_in_use_bytes);
     }
     w_.Key("utilization").BeginArray();  // one array per stage
     for (size_t i = 0; i < t.stages.size(); ++i) {

@@ -38,7 +38,7 @@ enum class Family {
   kStageItemsTotal, kStageSecondsTotal, kStageUtilization, kStageConcurrency, kStageQueueFill,
   kOpSecondsTotal, kOpFramesDecodedTotal, kOpFramesTakenTotal, kOpLatencySeconds,
   kReadLatencySeconds, kNextWaitSeconds, kReadsInFlight, kBatchesReady, kMemoryBudgetBytes,
-  kMemoryInFlightBytes, kMemoryInFlightPeakBytes, kScratchBytes, kRssPeakBytes,
+  kMemoryInFlightBytes, kMemoryInFlightPeakBytes, kScratchBytes, kRssPeakBytes, kMallocHeapBytes,
   kStorageRequestsTotal, kStorageBytesTotal, kStorageRetriesTotal, kStorageErrorsTotal,
 };
 using enum Family;
@@ -108,6 +108,8 @@ inline constexpr FamilyInfo kFamilies[] = {
     {"headrace_memory_in_flight_peak_bytes", "gauge", "Peak of the in-flight bytes."},
     {"headrace_scratch_bytes", "gauge", "CPU threads' scratch held now."},
     {"headrace_rss_peak_bytes", "gauge", "Peak resident memory of the process."},
+    {"headrace_malloc_heap_bytes", "gauge",
+     "glibc malloc's memory: taken from the system, and in allocated chunks (state).", false},
     {"headrace_storage_requests_total", "counter", "Storage requests (local: files read)."},
     {"headrace_storage_bytes_total", "counter", "Bytes read from storage."},
     {"headrace_storage_retries_total", "counter", "Storage retries, by reason."},
@@ -330,6 +332,12 @@ void Fields(ReportOf<RunReport> auto& r, auto& f) {
     f.Field("scratch_sample_peak_bytes", r.scratch_sample_peak_bytes);
     f.Field("scratch_bytes_per_thread", r.scratch_bytes_per_thread);
     f.Field("decode_bytes_per_thread", r.decode_bytes_per_thread);
+    // Now, when the report was made: RSS, and what malloc holds of it (core/clock.h).
+    f.Field("rss_bytes", r.rss_bytes, When{r.rss_bytes > 0});
+    f.Field("heap_system_bytes", r.heap.system_bytes, When{r.heap.system_bytes >= 0},
+            Metric(kMallocHeapBytes, "state", "system"));
+    f.Field("heap_in_use_bytes", r.heap.in_use_bytes, When{r.heap.in_use_bytes >= 0},
+            Metric(kMallocHeapBytes, "state", "in_use"));
   });
   f.Section("pack", r.packed, [&] { PackFields(r, f); });
   f.Section("balance", r.balanced, [&] { BalanceFields(r, f); });

@@ -26,6 +26,9 @@ TimelinePoint TimelineStep(const RunReport& before, const RunReport& after) {
                       ? static_cast<double>(after.budget_used_bytes) /
                             static_cast<double>(after.memory_budget_bytes)
                       : 0.0;
+  p.rss_bytes = static_cast<double>(after.rss_bytes);
+  p.heap_system_bytes = static_cast<double>(after.heap.system_bytes);
+  p.heap_in_use_bytes = static_cast<double>(after.heap.in_use_bytes);
   return p;
 }
 
@@ -39,6 +42,10 @@ TimelinePoint MergePoints(const TimelinePoint& a, const TimelinePoint& b) {
   m.samples_per_s = mean(a.samples_per_s, b.samples_per_s);
   m.wait_ratio = mean(a.wait_ratio, b.wait_ratio);
   m.budget_used = std::max(a.budget_used, b.budget_used);
+  // Memory at the later point: how it stands, as a point of its own would say.
+  m.rss_bytes = b.rss_bytes;
+  m.heap_system_bytes = b.heap_system_bytes;
+  m.heap_in_use_bytes = b.heap_in_use_bytes;
   m.utilization.resize(std::max(a.utilization.size(), b.utilization.size()));
   for (size_t i = 0; i < m.utilization.size(); ++i) {
     m.utilization[i] = mean(i < a.utilization.size() ? a.utilization[i] : 0.0,
