@@ -64,6 +64,27 @@ struct PacketDeleter {
 using PacketPtr = std::unique_ptr<AVPacket, PacketDeleter>;
 PacketPtr NewPacket();
 
+// An AVCodecContext that frees itself.
+struct CodecDeleter {
+  void operator()(AVCodecContext* codec) const;
+};
+using CodecPtr = std::unique_ptr<AVCodecContext, CodecDeleter>;
+
+// An AVFormatContext that frees itself: closed as an input once avformat_open_input has
+// opened it, else (only allocated) freed. Its AVIOContext, when the caller set one
+// (AVFMT_FLAG_CUSTOM_IO), is the caller's to free, after this.
+struct FormatDeleter {
+  void operator()(AVFormatContext* format) const;
+};
+using FormatPtr = std::unique_ptr<AVFormatContext, FormatDeleter>;
+
+// An AVIOContext that frees itself and its buffer (AVIOContext::buffer: the one given to
+// avio_alloc_context, or the one FFmpeg replaced it with).
+struct IoDeleter {
+  void operator()(AVIOContext* io) const;
+};
+using IoPtr = std::unique_ptr<AVIOContext, IoDeleter>;
+
 // Containers with more streams than this are refused (AVFormatContext::max_streams):
 // each stream costs the demuxer memory of its own, and no sample needs more.
 inline constexpr int kMaxStreams = 64;
@@ -91,12 +112,11 @@ class Input {
   // not kCorruptData.
   static Result<std::unique_ptr<Input>> Open(MediaReader& reader, Media media, int threads,
                                              int64_t frame_bytes_limit = 0);
-  ~Input();
   Input(const Input&) = delete;
   Input& operator=(const Input&) = delete;
 
-  AVFormatContext* format() const { return format_; }
-  AVCodecContext* codec() const { return codec_; }
+  AVFormatContext* format() const { return format_.get(); }
+  AVCodecContext* codec() const { return codec_.get(); }
   int stream_index() const { return stream_; }
   // The stream's time base as a double (seconds per tick) and its first timestamp.
   double time_base() const { return time_base_; }
@@ -258,13 +278,17 @@ class Input {
   // `status` of a failed decode, unless a frame was refused: then that.
   Status DecodeError(std::string_view what, int av_error) const;
 
+  // Members are destroyed in reverse order: the FFmpeg handles before what they point
+  // into (memory_ or ranged_ is the AVIOContext's opaque, &frame_bytes_ the codec's),
+  // and the packet and the codec before the format context, which is freed before the
+  // AVIOContext it reads through.
   Memory memory_;
   Ranged ranged_;
   std::shared_ptr<FrameBytes> frame_bytes_;  // also held by every counted frame
-  AVIOContext* io_ = nullptr;
-  AVFormatContext* format_ = nullptr;
-  AVCodecContext* codec_ = nullptr;
-  AVPacket* packet_ = nullptr;
+  IoPtr io_;
+  FormatPtr format_;
+  CodecPtr codec_;
+  PacketPtr packet_;
   int stream_ = -1;
   double time_base_ = 0;
   int64_t start_pts_ = 0;
