@@ -451,7 +451,7 @@ Status Input::SeekBefore(double seconds) {
 
 void Input::ResetDecoder() {
   avcodec_flush_buffers(codec());
-  draining_ = done_ = stopped_ = false;
+  state_ = State::kDecoding;
   restart_pts_ = kNoTime;
   sent_count_ = 0;
 }
@@ -575,21 +575,21 @@ Result<bool> Input::ReadDecodable(AVPacket* packet) {
 
 Result<bool> Input::NextFrame(AVFrame* frame) {
   av_frame_unref(frame);
-  while (!done_) {
+  while (state_ != State::kDone && state_ != State::kStopped) {
     const int got = avcodec_receive_frame(codec(), frame);
     if (got == 0) return true;
     if (got == AVERROR_EOF) {
-      done_ = true;
+      state_ = Drained(state_);
       break;
     }
     if (got != AVERROR(EAGAIN)) return DecodeError("decoding failed", got);
-    if (draining_) {  // the decoder wants input, but there is none left
-      done_ = true;
+    if (state_ != State::kDecoding) {  // the decoder wants input, but there is none left
+      state_ = Drained(state_);
       break;
     }
     HR_ASSIGN_OR_RETURN(const bool more, NextDecodablePacket());
     if (!more) {
-      draining_ = true;
+      state_ = State::kDraining;
       avcodec_send_packet(codec(), nullptr);
       continue;
     }
@@ -597,7 +597,7 @@ Result<bool> Input::NextFrame(AVFrame* frame) {
       HR_ASSIGN_OR_RETURN(const bool stop, NothingLaterShowsByStop());
       if (stop) {  // every frame the caller takes is sent: out with what the decoder holds
         av_packet_unref(packet_.get());
-        draining_ = stopped_ = true;
+        state_ = State::kStopping;
         avcodec_send_packet(codec(), nullptr);
         continue;
       }
@@ -625,9 +625,9 @@ Result<bool> Input::NextFrame(AVFrame* frame) {
 
 Result<bool> Input::DecodeFirstFrame(AVFrame* frame) {
   av_frame_unref(frame);
-  if (done_) return false;
+  if (state_ == State::kDone || state_ == State::kStopped) return false;
   HR_ASSIGN_OR_RETURN(const bool more, NextDecodablePacket());
-  done_ = true;  // the decoder is drained below: a seek resets it
+  state_ = Drained(state_);  // the decoder is drained below: a seek resets it
   if (!more) return false;
   codec_->skip_frame = AVDISCARD_DEFAULT;
   const int sent = avcodec_send_packet(codec(), packet_.get());

@@ -178,7 +178,7 @@ class Input {
   // time: d + 1 of them, as the decoder outputs a frame only d frames late. Negative
   // (the default): off.
   void StopAfter(double seconds);
-  bool stopped() const { return stopped_; }
+  bool stopped() const { return state_ == State::kStopping || state_ == State::kStopped; }
   static constexpr int kStopMargin = 2;
   // The next decoded frame of the stream into `frame` (unreferenced first): true, or
   // false at the end of the stream (after draining the decoder).
@@ -278,6 +278,20 @@ class Input {
   // `status` of a failed decode, unless a frame was refused: then that.
   Status DecodeError(std::string_view what, int av_error) const;
 
+  // The decode since the last seek (ResetDecoder: kDecoding), as NextFrame and
+  // DecodeFirstFrame move it.
+  enum class State {
+    kDecoding,  // packets are sent as the decoder asks for them
+    kDraining,  // the stream's end was sent: the decoder gives out the frames it holds
+    kStopping,  // as kDraining, the end sent at StopAfter's time instead (stopped())
+    kDone,      // drained (or DecodeFirstFrame's frame out): no frame until a seek
+    kStopped,   // kDone reached from kStopping (stopped() still)
+  };
+  // What `state` becomes once the decoder is drained: kDone, or kStopped after a stop.
+  static State Drained(State state) {
+    return state == State::kStopping ? State::kStopped : State::kDone;
+  }
+
   // Members are destroyed in reverse order: the FFmpeg handles before what they point
   // into (memory_ or ranged_ is the AVIOContext's opaque, &frame_bytes_ the codec's),
   // and the packet and the codec before the format context, which is freed before the
@@ -293,18 +307,16 @@ class Input {
   double time_base_ = 0;
   int64_t start_pts_ = 0;
   double duration_ = 0;
-  bool draining_ = false;
-  bool done_ = false;
+  State state_ = State::kDecoding;
   // SeekToKeyframe: the stream's packets are dropped until a keyframe whose decode or
   // presentation timestamp (ticks) reaches this; kNoTime: none are.
   int64_t drop_before_ = kNoTime;
   int64_t restart_pts_ = kNoTime;
   // StopAfter: its time in ticks (kNoTime: off); the packets read ahead, not yet sent
-  // (owned; at most the reorder window plus the margin); whether the decoder was drained.
+  // (owned; at most the reorder window plus the margin).
   int64_t stop_after_ = kNoTime;
   std::vector<PacketPtr> ahead_;
   size_t ahead_begin_ = 0;
-  bool stopped_ = false;
   // SkipUnreferencedBefore: its time in ticks (kNoTime: off), and the presentation
   // timestamps of the last packets sent since the last seek (a ring), the later frames
   // that show a skipped one's time is over.
