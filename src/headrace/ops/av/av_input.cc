@@ -146,6 +146,23 @@ void PacketDeleter::operator()(AVPacket* packet) const { av_packet_free(&packet)
 
 PacketPtr NewPacket() { return PacketPtr(av_packet_alloc()); }
 
+void CodecDeleter::operator()(AVCodecContext* codec) const { avcodec_free_context(&codec); }
+
+void FormatDeleter::operator()(AVFormatContext* format) const {
+  // avformat_close_input is documented for an opened input (avformat_open_input sets
+  // iformat); avformat_free_context for one only allocated.
+  if (format->iformat != nullptr) {
+    avformat_close_input(&format);
+  } else {
+    avformat_free_context(format);
+  }
+}
+
+void IoDeleter::operator()(AVIOContext* io) const {
+  av_freep(&io->buffer);
+  avio_context_free(&io);
+}
+
 namespace {
 
 // An MP4 whose edit lists FFmpeg would take too long to read (LargestEditList).
@@ -297,14 +314,14 @@ Status Input::OpenIo(void* opaque, int (*read)(void*, uint8_t*, int),
                      int64_t (*seek)(void*, int64_t, int)) {
   auto* buffer = static_cast<uint8_t*>(av_malloc(kIoBufferBytes));
   if (buffer == nullptr) return Status::ResourceExhausted("av_malloc failed");
-  io_ = avio_alloc_context(buffer, kIoBufferBytes, 0, opaque, read, nullptr, seek);
+  io_.reset(avio_alloc_context(buffer, kIoBufferBytes, 0, opaque, read, nullptr, seek));
   if (io_ == nullptr) {
     av_free(buffer);
     return Status::ResourceExhausted("avio_alloc_context failed");
   }
-  format_ = avformat_alloc_context();
+  format_.reset(avformat_alloc_context());
   if (format_ == nullptr) return Status::ResourceExhausted("avformat_alloc_context failed");
-  format_->pb = io_;
+  format_->pb = io_.get();
   format_->flags |= AVFMT_FLAG_CUSTOM_IO;
   format_->max_streams = kMaxStreams;
   return Status::Ok();
@@ -316,11 +333,14 @@ Result<std::unique_ptr<Input>> Input::OpenContainer(std::unique_ptr<Input> in,
   // A known container declares its codecs: FFmpeg's second look at the first packets (a
   // WAV's PCM probed against every demuxer, in case it holds MP3) is skipped too.
   if (known != nullptr) in->format_->max_probe_packets = 0;
-  if (int rc = avformat_open_input(&in->format_, nullptr, known, nullptr); rc < 0) {
-    in->format_ = nullptr;  // freed by avformat_open_input
+  // avformat_open_input frees the context when it fails (and sets the pointer null).
+  AVFormatContext* format = in->format_.release();
+  const int opened = avformat_open_input(&format, nullptr, known, nullptr);
+  in->format_.reset(format);
+  if (opened < 0) {
     return in->ReadError("not a media container FFmpeg reads (or one of more than " +
                      std::to_string(kMaxStreams) + " streams)",
-                 rc);
+                 opened);
   }
   const AVMediaType type = media == Media::kVideo ? AVMEDIA_TYPE_VIDEO : AVMEDIA_TYPE_AUDIO;
   // Containers with a header (MP4, MKV, WAV, FLAC) already describe their streams; probing
@@ -367,7 +387,7 @@ Result<std::unique_ptr<Input>> Input::OpenContainer(std::unique_ptr<Input> in,
         av_dict_set_int(&o, "max_pixels", std::max<int64_t>(pixels, 1), 0);
       }
     }
-    const int rc = avformat_find_stream_info(in->format_, streams ? options.data() : nullptr);
+    const int rc = avformat_find_stream_info(in->format(), streams ? options.data() : nullptr);
     for (AVDictionary*& o : options) av_dict_free(&o);
     if (rc < 0) return in->ReadError("cannot read the stream parameters", rc);
     // What the probe found is checked as a container's declared size is.
@@ -377,16 +397,16 @@ Result<std::unique_ptr<Input>> Input::OpenContainer(std::unique_ptr<Input> in,
     }
   }
   const AVCodec* decoder = nullptr;
-  in->stream_ = av_find_best_stream(in->format_, type, -1, -1, &decoder, 0);
+  in->stream_ = av_find_best_stream(in->format(), type, -1, -1, &decoder, 0);
   if (in->stream_ < 0) {
     return Error(media == Media::kVideo ? "no video stream FFmpeg decodes"
                                         : "no audio stream FFmpeg decodes",
                  in->stream_);
   }
   const AVStream* stream = in->format_->streams[in->stream_];
-  in->codec_ = avcodec_alloc_context3(decoder);
+  in->codec_.reset(avcodec_alloc_context3(decoder));
   if (in->codec_ == nullptr) return Status::ResourceExhausted("avcodec_alloc_context3 failed");
-  if (int rc = avcodec_parameters_to_context(in->codec_, stream->codecpar); rc < 0) {
+  if (int rc = avcodec_parameters_to_context(in->codec(), stream->codecpar); rc < 0) {
     return Error("bad codec parameters", rc);
   }
   in->codec_->thread_count = std::max(1, threads);
@@ -401,10 +421,10 @@ Result<std::unique_ptr<Input>> Input::OpenContainer(std::unique_ptr<Input> in,
   for (unsigned i = 0; i < in->format_->nb_streams; ++i) {
     if (static_cast<int>(i) != in->stream_) in->format_->streams[i]->discard = AVDISCARD_ALL;
   }
-  if (int rc = avcodec_open2(in->codec_, decoder, nullptr); rc < 0) {
+  if (int rc = avcodec_open2(in->codec(), decoder, nullptr); rc < 0) {
     return Error(std::string("cannot open the ") + decoder->name + " decoder", rc);
   }
-  in->packet_ = av_packet_alloc();
+  in->packet_ = NewPacket();
   if (in->packet_ == nullptr) return Status::ResourceExhausted("av_packet_alloc failed");
   in->time_base_ = av_q2d(stream->time_base);
   in->start_pts_ = stream->start_time == AV_NOPTS_VALUE ? 0 : stream->start_time;
@@ -416,20 +436,10 @@ Result<std::unique_ptr<Input>> Input::OpenContainer(std::unique_ptr<Input> in,
   return in;
 }
 
-Input::~Input() {
-  av_packet_free(&packet_);
-  avcodec_free_context(&codec_);
-  if (format_ != nullptr) avformat_close_input(&format_);
-  if (io_ != nullptr) {
-    av_freep(&io_->buffer);
-    avio_context_free(&io_);
-  }
-}
-
 Status Input::SeekBefore(double seconds) {
   // To the nearest tick: a time read from the index converts back to its own timestamp.
   const auto ts = start_pts_ + std::llround(seconds / time_base_);
-  if (int rc = av_seek_frame(format_, stream_, ts, AVSEEK_FLAG_BACKWARD); rc < 0) {
+  if (int rc = av_seek_frame(format(), stream_, ts, AVSEEK_FLAG_BACKWARD); rc < 0) {
     return ReadError("seek failed", rc);
   }
   ResetDecoder();
@@ -440,8 +450,8 @@ Status Input::SeekBefore(double seconds) {
 }
 
 void Input::ResetDecoder() {
-  avcodec_flush_buffers(codec_);
-  draining_ = done_ = stopped_ = false;
+  avcodec_flush_buffers(codec());
+  state_ = State::kDecoding;
   restart_pts_ = kNoTime;
   sent_count_ = 0;
 }
@@ -506,14 +516,14 @@ double Input::ReorderSeconds() const {
 
 Result<bool> Input::NextDecodablePacket() {
   if (ahead_begin_ < ahead_.size()) {
-    av_packet_move_ref(packet_, ahead_[ahead_begin_].get());
+    av_packet_move_ref(packet_.get(), ahead_[ahead_begin_].get());
     if (++ahead_begin_ == ahead_.size()) {
       ahead_.clear();
       ahead_begin_ = 0;
     }
     return true;
   }
-  return ReadDecodable(packet_);
+  return ReadDecodable(packet_.get());
 }
 
 Result<bool> Input::NothingLaterShowsByStop() {
@@ -537,7 +547,7 @@ Result<bool> Input::NothingLaterShowsByStop() {
 
 Result<bool> Input::ReadDecodable(AVPacket* packet) {
   for (;;) {
-    const int rc = av_read_frame(format_, packet);
+    const int rc = av_read_frame(format(), packet);
     // A read through a reader that failed ends the container early: its error, not the end.
     if (rc == AVERROR_EOF) return ranged_.error.ok() ? Result<bool>(false) : ranged_.error;
     if (rc < 0) return ReadError("reading the container failed", rc);
@@ -565,30 +575,30 @@ Result<bool> Input::ReadDecodable(AVPacket* packet) {
 
 Result<bool> Input::NextFrame(AVFrame* frame) {
   av_frame_unref(frame);
-  while (!done_) {
-    const int got = avcodec_receive_frame(codec_, frame);
+  while (state_ != State::kDone && state_ != State::kStopped) {
+    const int got = avcodec_receive_frame(codec(), frame);
     if (got == 0) return true;
     if (got == AVERROR_EOF) {
-      done_ = true;
+      state_ = Drained(state_);
       break;
     }
     if (got != AVERROR(EAGAIN)) return DecodeError("decoding failed", got);
-    if (draining_) {  // the decoder wants input, but there is none left
-      done_ = true;
+    if (state_ != State::kDecoding) {  // the decoder wants input, but there is none left
+      state_ = Drained(state_);
       break;
     }
     HR_ASSIGN_OR_RETURN(const bool more, NextDecodablePacket());
     if (!more) {
-      draining_ = true;
-      avcodec_send_packet(codec_, nullptr);
+      state_ = State::kDraining;
+      avcodec_send_packet(codec(), nullptr);
       continue;
     }
     if (stop_after_ != kNoTime && packet_->pts != AV_NOPTS_VALUE && packet_->pts > stop_after_) {
       HR_ASSIGN_OR_RETURN(const bool stop, NothingLaterShowsByStop());
       if (stop) {  // every frame the caller takes is sent: out with what the decoder holds
-        av_packet_unref(packet_);
-        draining_ = stopped_ = true;
-        avcodec_send_packet(codec_, nullptr);
+        av_packet_unref(packet_.get());
+        state_ = State::kStopping;
+        avcodec_send_packet(codec(), nullptr);
         continue;
       }
     }
@@ -600,8 +610,8 @@ Result<bool> Input::NextFrame(AVFrame* frame) {
     if (packet_->pts != AV_NOPTS_VALUE) {
       sent_pts_[sent_count_++ % sent_pts_.size()] = packet_->pts;
     }
-    const int sent = avcodec_send_packet(codec_, packet_);
-    av_packet_unref(packet_);
+    const int sent = avcodec_send_packet(codec(), packet_.get());
+    av_packet_unref(packet_.get());
     // Damaged packets are skipped as FFmpeg's tools skip them; a stream with none that
     // decode ends with no frame, which the op reports.
     if (sent < 0 && sent != AVERROR_INVALIDDATA) return DecodeError("decoding failed", sent);
@@ -615,17 +625,17 @@ Result<bool> Input::NextFrame(AVFrame* frame) {
 
 Result<bool> Input::DecodeFirstFrame(AVFrame* frame) {
   av_frame_unref(frame);
-  if (done_) return false;
+  if (state_ == State::kDone || state_ == State::kStopped) return false;
   HR_ASSIGN_OR_RETURN(const bool more, NextDecodablePacket());
-  done_ = true;  // the decoder is drained below: a seek resets it
+  state_ = Drained(state_);  // the decoder is drained below: a seek resets it
   if (!more) return false;
   codec_->skip_frame = AVDISCARD_DEFAULT;
-  const int sent = avcodec_send_packet(codec_, packet_);
-  av_packet_unref(packet_);
+  const int sent = avcodec_send_packet(codec(), packet_.get());
+  av_packet_unref(packet_.get());
   if (sent < 0 && sent != AVERROR_INVALIDDATA) return DecodeError("decoding failed", sent);
-  avcodec_send_packet(codec_, nullptr);
+  avcodec_send_packet(codec(), nullptr);
   for (;;) {
-    const int got = avcodec_receive_frame(codec_, frame);
+    const int got = avcodec_receive_frame(codec(), frame);
     if (got == 0) return true;
     HR_RETURN_IF_ERROR(FramesRefused());
     if (got == AVERROR_EOF || got == AVERROR(EAGAIN)) return false;
@@ -722,7 +732,7 @@ double Input::FrameTime(const AVFrame* frame) const {
 Result<bool> Input::ReadPacket(AVPacket* packet) {
   av_packet_unref(packet);
   for (;;) {
-    const int rc = av_read_frame(format_, packet);
+    const int rc = av_read_frame(format(), packet);
     // A read through a reader that failed ends the container early: its error, not the end.
     if (rc == AVERROR_EOF) return ranged_.error.ok() ? Result<bool>(false) : ranged_.error;
     if (rc < 0) return ReadError("reading the container failed", rc);
@@ -732,7 +742,7 @@ Result<bool> Input::ReadPacket(AVPacket* packet) {
 }
 
 Status Input::SendPacket(const AVPacket* packet) {
-  const int sent = avcodec_send_packet(codec_, packet);
+  const int sent = avcodec_send_packet(codec(), packet);
   if (sent < 0 && sent != AVERROR_INVALIDDATA && sent != AVERROR_EOF) {
     return DecodeError("decoding failed", sent);
   }
@@ -741,7 +751,7 @@ Status Input::SendPacket(const AVPacket* packet) {
 
 Result<bool> Input::ReceiveFrame(AVFrame* frame) {
   av_frame_unref(frame);
-  const int got = avcodec_receive_frame(codec_, frame);
+  const int got = avcodec_receive_frame(codec(), frame);
   if (got == 0) return true;
   if (got == AVERROR(EAGAIN) || got == AVERROR_EOF) {
     HR_RETURN_IF_ERROR(FramesRefused());

@@ -64,6 +64,27 @@ struct PacketDeleter {
 using PacketPtr = std::unique_ptr<AVPacket, PacketDeleter>;
 PacketPtr NewPacket();
 
+// An AVCodecContext that frees itself.
+struct CodecDeleter {
+  void operator()(AVCodecContext* codec) const;
+};
+using CodecPtr = std::unique_ptr<AVCodecContext, CodecDeleter>;
+
+// An AVFormatContext that frees itself: closed as an input once avformat_open_input has
+// opened it, else (only allocated) freed. Its AVIOContext, when the caller set one
+// (AVFMT_FLAG_CUSTOM_IO), is the caller's to free, after this.
+struct FormatDeleter {
+  void operator()(AVFormatContext* format) const;
+};
+using FormatPtr = std::unique_ptr<AVFormatContext, FormatDeleter>;
+
+// An AVIOContext that frees itself and its buffer (AVIOContext::buffer: the one given to
+// avio_alloc_context, or the one FFmpeg replaced it with).
+struct IoDeleter {
+  void operator()(AVIOContext* io) const;
+};
+using IoPtr = std::unique_ptr<AVIOContext, IoDeleter>;
+
 // Containers with more streams than this are refused (AVFormatContext::max_streams):
 // each stream costs the demuxer memory of its own, and no sample needs more.
 inline constexpr int kMaxStreams = 64;
@@ -91,12 +112,11 @@ class Input {
   // not kCorruptData.
   static Result<std::unique_ptr<Input>> Open(MediaReader& reader, Media media, int threads,
                                              int64_t frame_bytes_limit = 0);
-  ~Input();
   Input(const Input&) = delete;
   Input& operator=(const Input&) = delete;
 
-  AVFormatContext* format() const { return format_; }
-  AVCodecContext* codec() const { return codec_; }
+  AVFormatContext* format() const { return format_.get(); }
+  AVCodecContext* codec() const { return codec_.get(); }
   int stream_index() const { return stream_; }
   // The stream's time base as a double (seconds per tick) and its first timestamp.
   double time_base() const { return time_base_; }
@@ -158,7 +178,7 @@ class Input {
   // time: d + 1 of them, as the decoder outputs a frame only d frames late. Negative
   // (the default): off.
   void StopAfter(double seconds);
-  bool stopped() const { return stopped_; }
+  bool stopped() const { return state_ == State::kStopping || state_ == State::kStopped; }
   static constexpr int kStopMargin = 2;
   // The next decoded frame of the stream into `frame` (unreferenced first): true, or
   // false at the end of the stream (after draining the decoder).
@@ -258,29 +278,45 @@ class Input {
   // `status` of a failed decode, unless a frame was refused: then that.
   Status DecodeError(std::string_view what, int av_error) const;
 
+  // The decode since the last seek (ResetDecoder: kDecoding), as NextFrame and
+  // DecodeFirstFrame move it.
+  enum class State {
+    kDecoding,  // packets are sent as the decoder asks for them
+    kDraining,  // the stream's end was sent: the decoder gives out the frames it holds
+    kStopping,  // as kDraining, the end sent at StopAfter's time instead (stopped())
+    kDone,      // drained (or DecodeFirstFrame's frame out): no frame until a seek
+    kStopped,   // kDone reached from kStopping (stopped() still)
+  };
+  // What `state` becomes once the decoder is drained: kDone, or kStopped after a stop.
+  static State Drained(State state) {
+    return state == State::kStopping ? State::kStopped : State::kDone;
+  }
+
+  // Members are destroyed in reverse order: the FFmpeg handles before what they point
+  // into (memory_ or ranged_ is the AVIOContext's opaque, &frame_bytes_ the codec's),
+  // and the packet and the codec before the format context, which is freed before the
+  // AVIOContext it reads through.
   Memory memory_;
   Ranged ranged_;
   std::shared_ptr<FrameBytes> frame_bytes_;  // also held by every counted frame
-  AVIOContext* io_ = nullptr;
-  AVFormatContext* format_ = nullptr;
-  AVCodecContext* codec_ = nullptr;
-  AVPacket* packet_ = nullptr;
+  IoPtr io_;
+  FormatPtr format_;
+  CodecPtr codec_;
+  PacketPtr packet_;
   int stream_ = -1;
   double time_base_ = 0;
   int64_t start_pts_ = 0;
   double duration_ = 0;
-  bool draining_ = false;
-  bool done_ = false;
+  State state_ = State::kDecoding;
   // SeekToKeyframe: the stream's packets are dropped until a keyframe whose decode or
   // presentation timestamp (ticks) reaches this; kNoTime: none are.
   int64_t drop_before_ = kNoTime;
   int64_t restart_pts_ = kNoTime;
   // StopAfter: its time in ticks (kNoTime: off); the packets read ahead, not yet sent
-  // (owned; at most the reorder window plus the margin); whether the decoder was drained.
+  // (owned; at most the reorder window plus the margin).
   int64_t stop_after_ = kNoTime;
   std::vector<PacketPtr> ahead_;
   size_t ahead_begin_ = 0;
-  bool stopped_ = false;
   // SkipUnreferencedBefore: its time in ticks (kNoTime: off), and the presentation
   // timestamps of the last packets sent since the last seek (a ring), the later frames
   // that show a skipped one's time is over.

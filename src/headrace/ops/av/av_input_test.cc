@@ -10,7 +10,10 @@
 #include "headrace/ops/av/av_encode.h"
 
 extern "C" {
+#include <libavformat/avformat.h>
+#include <libavformat/avio.h>
 #include <libavutil/frame.h>
+#include <libavutil/mem.h>
 }
 
 namespace headrace::av {
@@ -136,6 +139,21 @@ TEST(AvInput, SeekToKeyframeRestartsAtThatKeyframe) {
   ASSERT_TRUE(in->SeekToKeyframe(*std::next(keys.begin())).ok());
   ASSERT_TRUE(*in->NextFrame(f.get()));
   EXPECT_EQ(FrameIndex(*in, f.get()), 15);
+}
+
+// A format context that avformat_open_input never opened is freed, not closed as an
+// input, and leaves its AVIOContext (custom I/O) to the IoPtr, which frees its buffer
+// too: nothing leaks (the ASan build's leak check) or is freed twice.
+TEST(AvHandles, FreeAFormatContextNeverOpenedAndItsIo) {
+  constexpr int kBytes = 4096;
+  auto* buffer = static_cast<uint8_t*>(av_malloc(kBytes));
+  ASSERT_NE(buffer, nullptr);
+  IoPtr io(avio_alloc_context(buffer, kBytes, 0, nullptr, nullptr, nullptr, nullptr));
+  ASSERT_NE(io, nullptr);
+  FormatPtr format(avformat_alloc_context());  // freed first: declared last
+  ASSERT_NE(format, nullptr);
+  format->pb = io.get();
+  format->flags |= AVFMT_FLAG_CUSTOM_IO;
 }
 
 }  // namespace
