@@ -99,10 +99,12 @@ class PyLoader {
                                        int64_t start_batch, bool pinned, bool on_demand,
                                        const nb::object& pack_state,
                                        const nb::object& remainder = nb::none(),
-                                       const nb::object& blend_start = nb::none()) {
+                                       const nb::object& blend_start = nb::none(),
+                                       int balance_ranks = 0) {
     LoaderOptions options = LocalRunOptions(rank, world_size, start_epoch, start_batch,
                                             pack_state, remainder, blend_start);
     if (on_demand) options.schedule = Schedule::kOnDemand;
+    options.balance_ranks = balance_ranks;
     if (pinned) options.allocator = PinnedAllocator();
     if (world_size < 1 || rank < 0 || rank >= world_size) {
       throw StatusError(Status::InvalidArgument(
@@ -298,14 +300,32 @@ void RegisterLoader(nb::module_& m) {
       .def("run",
            [](const PyPrepared& p, int rank, int world_size, int64_t start_epoch,
               int64_t start_batch, bool pinned, bool on_demand, const nb::object& pack_state,
-              const nb::object& remainder, const nb::object& blend_start) {
+              const nb::object& remainder, const nb::object& blend_start, int balance_ranks) {
              return PyLoader::Run(p.prepared, rank, world_size, start_epoch, start_batch,
-                                  pinned, on_demand, pack_state, remainder, blend_start);
+                                  pinned, on_demand, pack_state, remainder, blend_start,
+                                  balance_ranks);
            },
            nb::arg("rank") = 0, nb::arg("world_size") = 1, nb::arg("start_epoch") = 0,
            nb::arg("start_batch") = 0, nb::arg("pinned") = false, nb::arg("on_demand") = false,
            nb::arg("pack_state").none() = nb::none(), nb::arg("remainder").none() = nb::none(),
-           nb::arg("blend_start").none() = nb::none())
+           nb::arg("blend_start").none() = nb::none(), nb::arg("balance_ranks") = 0,
+           "A run; on demand (a Ray worker), batch.balance deals each step over "
+           "`balance_ranks` trainer ranks")
+      .def("check_on_demand",
+           [](const PyPrepared& p, int balance_ranks) {
+             LoaderOptions options;
+             options.schedule = Schedule::kOnDemand;
+             options.balance_ranks = balance_ranks;
+             std::optional<Result<PreparedPipeline::Forming>> formed;
+             {
+               nb::gil_scoped_release nogil;
+               formed.emplace(p.prepared->Form(options));
+             }
+             ThrowIfError(formed->status());
+           },
+           nb::arg("balance_ranks"),
+           "Raises what a Ray worker's on-demand run of this pipeline would refuse, for "
+           "trainers of `balance_ranks` ranks")
       .def_prop_ro("source", [](const PyPrepared& p) { return p.prepared->source().info().description; })
       .def("check_state",
            [](const PyPrepared& p, const nb::handle& state) { CheckStateFor(*p.prepared, state); },

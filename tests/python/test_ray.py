@@ -205,6 +205,37 @@ def test_a_ranks_batches_are_byte_identical_to_the_local_loaders(cluster, pipeli
     assert stats["bytes_moved"] > 0 and stats["reassignments"] == 0
 
 
+def test_balanced_steps_from_workers_are_each_ranks_local_steps(cluster, py_sample):
+    """batch.balance (issue 49) on Ray: the worker that computes rank r's batch of a step
+    deals the step over the trainers' ranks by cost, as rank r's own local run deals it;
+    what only a rank's own run can add (every_rank's flags) is refused before any worker
+    starts, naming the key."""
+    ops = headrace.ops
+
+    def balanced(balance):
+        return headrace.Pipeline(
+            source=py_sample / "manifest.jsonl",
+            ops=[ops.tokenize(py_sample / "tokenizer.model", max_length=64, pad=False)],
+            batch_size=4, seed=3, cpu_threads=2, memory_budget="64MiB", epochs=2,
+            balance=balance)
+
+    dealt = balanced("tokens")
+    for rank in range(2):
+        loader = hray.Loader(dealt, rank=rank, world_size=2, workers=2,
+                             worker_resources=WORKER)
+        try:
+            got = [digest(b) for _ in range(2) for b in loader]
+        finally:
+            loader.close()
+        assert len(got) == 12
+        assert got == local_run(dealt, rank=rank, world_size=2), f"rank {rank}"
+    assert local_run(dealt, rank=0, world_size=2) != local_run(balanced(None), rank=0,
+                                                               world_size=2)
+    with pytest.raises(headrace.ConfigError, match="batch.balance.every_rank: not on Ray"):
+        hray.Loader(balanced({"cost": "tokens", "every_rank": "image"}), rank=0,
+                    world_size=2, workers=1, worker_resources=WORKER)
+
+
 def test_ragged_batches_from_workers_are_the_local_loaders(cluster, py_sample):
     """Unpadded tokens (input_ids [?] with input_ids_lengths) through Ray's object store:
     every batch's shapes and bytes as the local loader makes them."""

@@ -58,7 +58,7 @@ def node_fits(node: Dict[str, Any], resources: Dict[str, float]) -> bool:
 class Coordinator:
     def __init__(self, name: str, pipeline, workers: int, placement: str,
                  worker_resources: Dict[str, float], cwd: str, journal: str, metrics=None,
-                 lease_s: float = DEFAULT_LEASE_S):
+                 lease_s: float = DEFAULT_LEASE_S, world_size: int = 1):
         import ray
         self._ray = ray
         self.name = name
@@ -68,6 +68,7 @@ class Coordinator:
         self._cwd = cwd
         self._journal_path = journal
         self._metrics = metrics  # (host, base port, world size) or None: worker endpoints
+        self._world_size = world_size  # the trainers' ranks (batch.balance deals over them)
         self._target = workers
         self._next_id = 0
         self._workers: Dict[int, Dict[str, Any]] = {}  # id -> {handle, node_id, state, ...}
@@ -195,7 +196,7 @@ class Coordinator:
             wid = self._next_id
             self._next_id += 1
             handle = self._ray.remote(Worker).options(**options).remote(
-                wid, self._pipeline, self._cwd, cpus, self._metrics)
+                wid, self._pipeline, self._cwd, cpus, self._metrics, self._world_size)
             self._workers[wid] = {"handle": handle, "info_ref": handle.info.remote(),
                                   "node_id": node, "state": "starting", "assigned": 0,
                                   "pid": None, "metrics_url": None}

@@ -24,7 +24,8 @@ class Worker:
     """Computes run-wide batches by index (rank 0 of world size 1: batch k of the run is
     epoch k // batches_per_epoch, batch k % batches_per_epoch over all ranks)."""
 
-    def __init__(self, worker_id: int, pipeline, cwd: str, cpu_threads: int, metrics=None):
+    def __init__(self, worker_id: int, pipeline, cwd: str, cpu_threads: int, metrics=None,
+                 world_size: int = 1):
         import ray
         # Relative paths in the pipeline (manifest, tokenizer) name the driver's folder; on
         # a node that has it (the same machine, a shared filesystem) they resolve there.
@@ -40,7 +41,11 @@ class Worker:
         # One engine for the worker's life, on demand (rank 0 of 1: batch k is the run-wide
         # index), over the pipeline prepared once.
         self._prepared = _headrace._Prepared.make(pipeline.spec())
-        self._impl = self._prepared.run(0, 1, 0, 0, pinned=False, on_demand=True)
+        # batch.balance deals each step over the trainers' ranks, as each rank's local run
+        # would (exec/balanced_former.cc): the worker is told how many there are.
+        self._world_size = int(world_size)
+        self._impl = self._prepared.run(0, 1, 0, 0, pinned=False, on_demand=True,
+                                        balance_ranks=self._world_size)
         # An elastic resume's epoch (the rest of an epoch dealt to another rank count) has
         # batches of its own: an engine for that rest, made when a rank first asks, kept
         # while the ranks read it (its batch k is numbered -1 - run-wide index).
@@ -118,7 +123,8 @@ class Worker:
                 remainder, blend_start = rest
                 self._rest_impl = self._prepared.run(
                     0, 1, remainder["epoch"], 0, pinned=False, on_demand=True,
-                    remainder=remainder, blend_start=blend_start)
+                    remainder=remainder, blend_start=blend_start,
+                    balance_ranks=self._world_size)
                 self._rest_key = key
             return self._rest_impl
 

@@ -478,6 +478,9 @@ class Loader(_LocalLoader):
         self._run_info: Optional[Dict[str, Any]] = None
         super().__init__(pipeline, rank=rank, world_size=world_size,
                          metrics_port=metrics_port, metrics_labels=metrics_labels)
+        # What a worker's run would refuse (batch.balance's parts that need the rank's own
+        # run), refused here, before a worker starts.
+        self._prepared_pipeline().check_on_demand(self.world_size)
         # The workers' endpoints: same host, ports after the ranks' (ray/_metrics.py).
         self._worker_metrics = None
         if metrics_port is not None:
@@ -510,7 +513,7 @@ class Loader(_LocalLoader):
             scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
         ).remote(self.name, self.pipeline, self._ray_options["workers"],
                  self._ray_options["placement"], self._ray_options["worker_resources"],
-                 os.getcwd(), journal, self._worker_metrics, self._lease_s)
+                 os.getcwd(), journal, self._worker_metrics, self._lease_s, self.world_size)
         ray.get(self._coordinator.attach.remote(self.rank))
         self._heartbeat = _Heartbeat(self._coordinator, self.rank, self._lease_s)
         self._run_info = ray.get(self._coordinator.info.remote())

@@ -100,10 +100,13 @@ class SampleKinds {
 // Deals the steps of one rank's run.
 class StepDealer {
  public:
-  // Sizes from `index` when there is one, else by `sizer`.
-  StepDealer(std::shared_ptr<const EpochOrder> order, std::shared_ptr<const SizeIndex> index,
-             PackPlanner::Sizer sizer, StepCost cost, uint32_t every_rank)
+  // Deals each step of `order` over `world` ranks; sizes from `index` when there is one,
+  // else by `sizer`.
+  StepDealer(std::shared_ptr<const EpochOrder> order, int world,
+             std::shared_ptr<const SizeIndex> index, PackPlanner::Sizer sizer, StepCost cost,
+             uint32_t every_rank)
       : order_(std::move(order)),
+        world_(world),
         index_(std::move(index)),
         sizer_(std::move(sizer)),
         cost_(std::move(cost)),
@@ -115,8 +118,10 @@ class StepDealer {
   // told).
   std::vector<int64_t> SamplesOf(const BatchPosition& position, std::stop_token stop,
                                  StepsSeen* seen, SampleKinds* kinds = nullptr) const {
-    const EpochOrderOptions& o = order_->options();
-    const int world = o.world_size;
+    // The epoch's batch b is rank b mod world's share of step b div world: the order's
+    // round-robin deal (PositionOf), whether the order is this rank's of `world` (a local
+    // run) or every rank's (an on-demand run computing any rank's batches).
+    const int world = world_;
     const int64_t step = position.index_in_epoch / world;
     std::vector<std::vector<int64_t>> batches(world);
     std::vector<int64_t> samples;
@@ -126,7 +131,7 @@ class StepDealer {
       batches[r] = order_->SampleIndices(p);
       samples.insert(samples.end(), batches[r].begin(), batches[r].end());
     }
-    const int rank = o.rank;  // the step's batch `rank` is this rank's (PositionOf)
+    const auto rank = static_cast<int>(position.index_in_epoch % world);
     if (world == 1) return batches[rank];
     std::vector<std::optional<SampleSize>> sizes;
     sizes.reserve(samples.size());
@@ -156,6 +161,7 @@ class StepDealer {
 
  private:
   const std::shared_ptr<const EpochOrder> order_;
+  const int world_;
   const std::shared_ptr<const SizeIndex> index_;
   const PackPlanner::Sizer sizer_;
   const StepCost cost_;
@@ -247,10 +253,32 @@ Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run) {
   if (!run.balance.has_value()) return std::shared_ptr<BatchFormer>();
   const EngineInputs& inputs = *run.inputs;
   HR_ASSIGN_OR_RETURN(const int token_field, BalanceTokenField(inputs, run.balance->token_field));
+  int world = run.engine->order.world_size;
   if (run.engine->schedule != Schedule::kSequential) {
-    return Status::InvalidArgument(
-        "batch.balance: deals each rank's steps where the rank's batches are computed in "
-        "order (a local Loader); a Ray run's workers compute batches for any rank");
+    // A Ray worker: any rank's batches, each rank's share of its step dealt here as the
+    // rank's local run would deal it. What a local rank adds after the deal (the
+    // dummy_kinds flags of its batches; the rows a pack forms from its share) the worker
+    // cannot: its batches leave to the rank unformed.
+    if (run.balance->ranks < 1) {
+      return Status::InvalidArgument(
+          "batch.balance: a Ray worker's on-demand run deals each step over the trainers' "
+          "ranks: it needs their number (headrace.ray.Loader gives its workers its world "
+          "size)");
+    }
+    if (run.balance->every_rank != 0) {
+      return Status::InvalidArgument(
+          "batch.balance.every_rank: not on Ray workers yet (a rank's batches come from "
+          "workers that do not flag the kinds it lacks); leave every_rank out there, or "
+          "run the local headrace.Loader on each rank");
+    }
+    if (run.pack.has_value()) {
+      return Status::InvalidArgument(
+          "batch.balance with batch.pack or batch.max_tokens: not on Ray workers yet (a "
+          "rank packs the batches its workers send, and the deal would be packed "
+          "otherwise than the local Loader packs it); run the local headrace.Loader on "
+          "each rank, or leave batch.balance out there");
+    }
+    world = run.balance->ranks;
   }
   HR_ASSIGN_OR_RETURN(StepCost cost, StepCost::Make(run.balance->cost));
   HR_ASSIGN_OR_RETURN(EpochOrder order, EpochOrder::Make(run.engine->order));
@@ -259,7 +287,7 @@ Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run) {
   PackOptions sizing;
   sizing.seq_len = INT64_MAX;
   auto dealer = std::make_shared<const StepDealer>(
-      std::make_shared<const EpochOrder>(std::move(order)), run.balance->index,
+      std::make_shared<const EpochOrder>(std::move(order)), world, run.balance->index,
       SizeByTheSizePass(run.inputs, token_field, sizing, nullptr,
                         run.engine->io_budget_bytes),
       std::move(cost), run.balance->every_rank);
@@ -271,8 +299,7 @@ Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run) {
                       MakeFormerAfter(&MakeBalancedFormer, run));
   return std::shared_ptr<BatchFormer>(
       std::make_shared<BalancedFormer>(
-          std::move(dealer), std::move(inner), run.balance->every_rank,
-          run.engine->order.world_size > 1));
+          std::move(dealer), std::move(inner), run.balance->every_rank, world > 1));
 }
 
 }  // namespace headrace

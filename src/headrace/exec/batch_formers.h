@@ -39,6 +39,11 @@ struct BalanceOptions {
   // The kinds of media every rank's share of a step holds when the step holds one per
   // rank (ModalityBit, step_cost.h; batch.balance.every_rank); 0: none.
   uint32_t every_rank = 0;
+  // The ranks each step is dealt over where the run's order does not say it: a Ray
+  // worker's on-demand run (rank 0 of 1, computing any rank's batches: its epoch batch b
+  // is rank b mod `ranks`'s share of step b div `ranks`) deals over the trainers' world
+  // size. 0: the order's world size (a local run).
+  int ranks = 0;
 };
 
 // The batch field a balanced run over `inputs` costs samples by: `token_field`, whose

@@ -448,5 +448,41 @@ TEST(BatchFormers, BalanceNeedsAChainThatTellsTokensAndAnInOrderEngine) {
   EXPECT_NE(former.status().message().find("Ray"), std::string::npos);
 }
 
+TEST(BatchFormers, AnOnDemandRunDealsEachBatchAsItsRanksOwnRunDoes) {
+  // A Ray worker: rank 0 of 1, computing any rank's batch; its epoch batch b is rank
+  // b mod 2's share of step b div 2, and it must hold what that rank's run deals it.
+  const std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
+  const std::vector<std::vector<int64_t>> ranks[2] = {Shares(inputs, 0, BalanceOptions{}),
+                                                      Shares(inputs, 1, BalanceOptions{})};
+  EngineOptions engine = SkewedRun(0);
+  engine.order.world_size = 1;
+  engine.schedule = Schedule::kOnDemand;
+  FormingRun run{.inputs = inputs, .engine = &engine};
+  run.balance = BalanceOptions{};
+  run.balance->ranks = 2;
+  Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
+  ASSERT_TRUE(former.ok()) << former.status().ToString();
+  Result<EpochOrder> order = EpochOrder::Make(engine.order);
+  ASSERT_TRUE(order.ok());
+  ASSERT_EQ(order->batches_per_epoch(), 16);
+  // Out of order, as the ranks' requests come.
+  for (const int64_t b : {5, 0, 15, 1, 8, 9, 2, 3, 4, 6, 7, 10, 11, 12, 13, 14}) {
+    const BatchPosition p{.epoch = 0, .index_in_epoch = b};
+    std::optional<std::vector<int64_t>> share = (*former)->Compose(p, order->SampleIndices(p), {});
+    ASSERT_TRUE(share.has_value());
+    EXPECT_EQ(*share, ranks[b % 2][static_cast<size_t>(b / 2)]) << "batch " << b;
+  }
+  // What only the rank's own run can add is refused on a worker, naming the key.
+  run.balance->every_rank = ModalityBit(FieldKind::kImage);
+  former = MakeBatchFormer(run);
+  ASSERT_FALSE(former.ok());
+  EXPECT_NE(former.status().message().find("batch.balance.every_rank"), std::string::npos);
+  run.balance->every_rank = 0;
+  run.pack = Pack(0);
+  former = MakeBatchFormer(run);
+  ASSERT_FALSE(former.ok());
+  EXPECT_NE(former.status().message().find("batch.pack"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace headrace

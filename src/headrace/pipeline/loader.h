@@ -62,6 +62,9 @@ struct LoaderOptions {
   // A blend resumed with other weights: the picks each entry had made in the epoch
   // (EpochOrder::BlendPicks); the rest of the epoch continues each entry there.
   std::vector<int64_t> blend_start;
+  // batch.balance on an on-demand run (a Ray worker): the trainers' world size, which
+  // each step is dealt over (BalanceOptions::ranks). 0 elsewhere.
+  int balance_ranks = 0;
 };
 
 // execution.io_inflight as the engine runs it: the configured value, or for 0

@@ -288,6 +288,7 @@ Result<PreparedPipeline::Forming> PreparedPipeline::Form(const LoaderOptions& op
                      .resume = options.pack_state, .plan_packing = options.plan_packing,
                      .allocator = options.allocator};
   forming.balance = balance_;
+  if (forming.balance.has_value()) forming.balance->ranks = options.balance_ranks;
   HR_ASSIGN_OR_RETURN(out.former, MakeBatchFormer(forming));
   return out;
 }
