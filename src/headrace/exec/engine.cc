@@ -243,7 +243,7 @@ Engine::~Engine() {
   if (driver_.joinable()) driver_.join();
   {
     MutexLock lock(drain_mu_);
-    drained_cv_.wait(lock, [this]() HR_LOCKED_LAMBDA { return outstanding_ == 0; });
+    drained_cv_.wait(lock, [this] { return outstanding_.load(std::memory_order_acquire) == 0; });
   }
   chain_.reset();  // joins the CPU pool
 }
@@ -397,9 +397,20 @@ void Engine::FinishBatch(BatchJob& job) {
 }
 
 void Engine::AddOutstanding(int64_t delta) {
+  // Every sample finishes here, on the pool's threads: a change that leaves samples
+  // outstanding takes no lock. Only the driver adds, and it has stopped before the
+  // destructor waits, so the count cannot leave zero while the destructor looks.
+  int64_t seen = outstanding_.load(std::memory_order_relaxed);
+  while (seen + delta != 0) {
+    if (outstanding_.compare_exchange_weak(seen, seen + delta, std::memory_order_acq_rel,
+                                           std::memory_order_relaxed)) {
+      return;
+    }
+  }
   MutexLock lock(drain_mu_);
-  outstanding_ += delta;
-  if (outstanding_ == 0) drained_cv_.notify_all();
+  if (outstanding_.fetch_add(delta, std::memory_order_acq_rel) + delta == 0) {
+    drained_cv_.notify_all();
+  }
 }
 
 EngineMetrics Engine::Metrics() const {

@@ -301,10 +301,13 @@ class Engine final : public BatchInput {
   std::unique_ptr<ReadStage> read_;
   std::unique_ptr<ChainStage> chain_;
   // Samples admitted and not yet finished: the destructor waits until none is, since
-  // every read callback and task refers to this engine.
+  // every read callback and task refers to this engine. Changed without a lock, except
+  // to zero: that change is made under drain_mu_, so that the destructor, which waits
+  // under it, cannot see zero and free the engine while the thread that made it still
+  // has the lock and the condition variable to touch (AddOutstanding).
   Mutex drain_mu_;
   std::condition_variable_any drained_cv_;
-  int64_t outstanding_ HR_GUARDED_BY(drain_mu_) = 0;
+  std::atomic<int64_t> outstanding_{0};
   std::atomic<int64_t> driver_done_ns_{-1};  // when the driver admitted its last batch
   std::atomic<int64_t> media_handed_bytes_{0};  // media taken from EngineOptions::media_of
   std::thread driver_;
