@@ -207,9 +207,10 @@ def test_a_ranks_batches_are_byte_identical_to_the_local_loaders(cluster, pipeli
 
 def test_balanced_steps_from_workers_are_each_ranks_local_steps(cluster, py_sample):
     """batch.balance (issue 49) on Ray: the worker that computes rank r's batch of a step
-    deals the step over the trainers' ranks by cost, as rank r's own local run deals it;
-    what only a rank's own run can add (every_rank's flags) is refused before any worker
-    starts, naming the key."""
+    deals the step over the trainers' ranks by cost, as rank r's own local run deals it,
+    and with every_rank flags it (dummy_kinds) as that run does; balancing with packing,
+    which a rank does to its workers' batches itself, is refused before any worker
+    starts, naming the keys."""
     ops = headrace.ops
 
     def balanced(balance):
@@ -220,20 +221,30 @@ def test_balanced_steps_from_workers_are_each_ranks_local_steps(cluster, py_samp
             balance=balance)
 
     dealt = balanced("tokens")
-    for rank in range(2):
-        loader = hray.Loader(dealt, rank=rank, world_size=2, workers=2,
-                             worker_resources=WORKER)
-        try:
-            got = [digest(b) for _ in range(2) for b in loader]
-        finally:
-            loader.close()
-        assert len(got) == 12
-        assert got == local_run(dealt, rank=rank, world_size=2), f"rank {rank}"
+    safe = balanced({"cost": "tokens", "every_rank": "image"})
+    for spec in (dealt, safe):
+        for rank in range(2):
+            loader = hray.Loader(spec, rank=rank, world_size=2, workers=2,
+                                 worker_resources=WORKER)
+            got, fields = [], set()
+            try:
+                for _ in range(2):
+                    for b in loader:
+                        got.append(digest(b))
+                        fields |= set(b)
+            finally:
+                loader.close()
+            assert ("dummy_kinds" in fields) == (spec is safe)
+            assert len(got) == 12
+            assert got == local_run(spec, rank=rank, world_size=2), f"rank {rank}"
     assert local_run(dealt, rank=0, world_size=2) != local_run(balanced(None), rank=0,
                                                                world_size=2)
-    with pytest.raises(headrace.ConfigError, match="batch.balance.every_rank: not on Ray"):
-        hray.Loader(balanced({"cost": "tokens", "every_rank": "image"}), rank=0,
-                    world_size=2, workers=1, worker_resources=WORKER)
+    packed = headrace.Pipeline(
+        source=py_sample / "manifest.jsonl",
+        ops=[ops.tokenize(py_sample / "tokenizer.model", max_length=64, pad=False)],
+        batch_size=4, seed=3, cpu_threads=2, epochs=2, balance="tokens", pack={"seq_len": 256})
+    with pytest.raises(headrace.ConfigError, match="batch.balance with batch.pack"):
+        hray.Loader(packed, rank=0, world_size=2, workers=1, worker_resources=WORKER)
 
 
 def test_ragged_batches_from_workers_are_the_local_loaders(cluster, py_sample):

@@ -198,6 +198,10 @@ class BalancedFormer final : public BatchFormer {
     if (batch.has_value() && every_rank_ != 0) HR_RETURN_IF_ERROR(AddDummyKinds(*batch));
     return batch;
   }
+  // A Ray worker's batch: the flags its rank's own run would add in Next().
+  Status FinishTaken(Batch& batch) override {
+    return every_rank_ != 0 ? AddDummyKinds(batch) : Status::Ok();
+  }
   bool ready() const override { return inner_->ready(); }
   int64_t inputs_held() const override { return inner_->inputs_held(); }
   std::optional<PackState> state() const override { return inner_->state(); }
@@ -256,20 +260,14 @@ Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run) {
   int world = run.engine->order.world_size;
   if (run.engine->schedule != Schedule::kSequential) {
     // A Ray worker: any rank's batches, each rank's share of its step dealt here as the
-    // rank's local run would deal it. What a local rank adds after the deal (the
-    // dummy_kinds flags of its batches; the rows a pack forms from its share) the worker
-    // cannot: its batches leave to the rank unformed.
+    // rank's local run would deal it, and flagged (every_rank's dummy_kinds) as it leaves
+    // (FinishTaken). The rows a pack would form from the share the worker cannot: its
+    // batches leave to the rank unpacked.
     if (run.balance->ranks < 1) {
       return Status::InvalidArgument(
           "batch.balance: a Ray worker's on-demand run deals each step over the trainers' "
           "ranks: it needs their number (headrace.ray.Loader gives its workers its world "
           "size)");
-    }
-    if (run.balance->every_rank != 0) {
-      return Status::InvalidArgument(
-          "batch.balance.every_rank: not on Ray workers yet (a rank's batches come from "
-          "workers that do not flag the kinds it lacks); leave every_rank out there, or "
-          "run the local headrace.Loader on each rank");
     }
     if (run.pack.has_value()) {
       return Status::InvalidArgument(

@@ -8,6 +8,8 @@
 //   engine driver thread                       consumer thread (Loader::Next)
 //   Compose(position, samples) -> samples      Next(input) -> input.Next() ... -> batch
 //   HandOver(epoch, index)     -> media, tokens  ready(), state(), stats()
+//                                              or, on demand (Loader::Take), any thread:
+//                                              FinishTaken(batch)
 //
 // A former's state (what a state dict saves to resume it: PackState) and its stats are
 // read from any thread; everything else is called by the thread named above.
@@ -106,6 +108,10 @@ class BatchFormer {
   virtual std::optional<PackStats> stats() const { return std::nullopt; }
   // A balancing former's view of the steps it dealt; nullopt for the others.
   virtual std::optional<BalanceSeen> balance() const { return std::nullopt; }
+
+  // ---- An on-demand run's side (a Ray worker: Engine::Take), whose batches no Next()
+  // forms: what the former adds to batch `batch` before it leaves. Any thread.
+  virtual Status FinishTaken(Batch& batch) { return Status::Ok(); }
 };
 
 }  // namespace headrace

@@ -89,7 +89,11 @@ class Loader {
   bool WaitReady(std::chrono::nanoseconds timeout);
   // Schedule::kOnDemand: see Engine::Submit / Take / WaitTakeable.
   Status Submit(int64_t batch) { return engine_->Submit(batch); }
-  Result<Batch> Take(int64_t batch) { return engine_->Take(batch); }
+  Result<Batch> Take(int64_t batch) {
+    HR_ASSIGN_OR_RETURN(Batch taken, engine_->Take(batch));
+    HR_RETURN_IF_ERROR(former_->FinishTaken(taken));
+    return taken;
+  }
   bool WaitTakeable(int64_t batch, std::chrono::nanoseconds timeout) {
     return engine_->WaitTakeable(batch, timeout);
   }
