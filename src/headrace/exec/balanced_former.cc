@@ -287,7 +287,7 @@ Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run) {
   auto dealer = std::make_shared<const StepDealer>(
       std::make_shared<const EpochOrder>(std::move(order)), world, run.balance->index,
       SizeByTheSizePass(run.inputs, token_field, sizing, nullptr,
-                        run.engine->io_budget_bytes),
+                        run.engine->io_budget_bytes, nullptr, run.engine->io_inflight),
       std::move(cost), run.balance->every_rank);
   // The formers below see the dealt samples wherever they ask for a batch's samples.
   run.samples_of = [dealer](const BatchPosition& position) {

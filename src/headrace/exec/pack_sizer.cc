@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <utility>
 #include <vector>
-
 
 namespace headrace {
 
@@ -42,12 +42,16 @@ int64_t BytesOf(const ToldSequence& told) {
 
 namespace {
 
-// One batch's media reads, waited for together.
+// A sizer call's media reads: at most `max_inflight` at once; a sample whose items are
+// all read is `ready`, to be sized by the calling thread. Shared with the reads'
+// callbacks, which a run that stops leaves to finish alone.
 struct Reads {
   std::mutex mu;
-  std::condition_variable_any done;
-  int pending = 0;
+  std::condition_variable_any changed;
+  int inflight = 0;
+  std::vector<int> left;                                        // per sample: items unread
   std::vector<std::vector<std::optional<Result<Buffer>>>> got;  // per sample, per item
+  std::deque<size_t> ready;
 };
 
 }  // namespace
@@ -55,14 +59,16 @@ struct Reads {
 PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
                                      int token_field, const PackOptions& pack,
                                      std::shared_ptr<ReadMedia> keep, int64_t max_object_bytes,
-                                     std::shared_ptr<ToldSequences> told_sequences) {
+                                     std::shared_ptr<ToldSequences> told_sequences,
+                                     int max_inflight) {
   // The kind of each source field, by MediaRef::field: what modalities a sample holds.
   std::vector<SourceField> fields;
   if (inputs->source != nullptr) fields = SourceFieldsOf(inputs->source->spec());
+  max_inflight = std::max(1, max_inflight);
   return [inputs = std::move(inputs), token_field, fields = std::move(fields),
           seq_len = pack.seq_len, keep, max_object_bytes, told_sequences = std::move(told_sequences),
-          vision_ids = pack.vision_token_ids](int64_t epoch, std::span<const int64_t> indices,
-                                              std::stop_token stop) {
+          vision_ids = pack.vision_token_ids, max_inflight](
+             int64_t epoch, std::span<const int64_t> indices, std::stop_token stop) {
     const Source& source = *inputs->source;
     const OpChain& chain = inputs->chains.front();
     const RecordStore& store = source.records(epoch);
@@ -71,67 +77,60 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
     std::vector<const SampleRecord*> records(n);
     for (size_t s = 0; s < n; ++s) records[s] = &store.Get(indices[s], scratch[s]);
 
+    // The items to read, in sample order; a sample with none is ready at once.
     auto reads = std::make_shared<Reads>();
+    reads->left.assign(n, 0);
     reads->got.resize(n);
-    {
-      std::lock_guard lock(reads->mu);
-      for (size_t s = 0; s < n; ++s) {
-        if (records[s]->status.ok() && inputs->reads_media) {
-          reads->got[s].resize(records[s]->media.size());
-          reads->pending += static_cast<int>(records[s]->media.size());
-        }
-      }
-    }
-    for (size_t s = 0; s < n; ++s) {
-      if (!records[s]->status.ok() || !inputs->reads_media) continue;
-      Storage* routed = source.info().entries.empty() ? nullptr : source.StorageFor(indices[s]);
-      Storage& storage = routed != nullptr ? *routed : *source.storage();
-      // As the read stage's gate: nothing past what the I/O budget could ever hold, and
-      // nothing more once the run stops (the read ends with kCancelled: not told).
-      const ReadGate gate = [max_object_bytes, stop](int64_t bytes) {
-        return !stop.stop_requested() && bytes <= max_object_bytes;
-      };
-      for (size_t m = 0; m < records[s]->media.size(); ++m) {
-        const MediaRef& ref = records[s]->media[m];
-        ReadCallback done = [reads, s, m](Result<Buffer> bytes) {
-          std::lock_guard lock(reads->mu);
-          reads->got[s][m] = std::move(bytes);
-          if (--reads->pending == 0) reads->done.notify_all();
-        };
-        if (ref.offset == 0 && ref.length < 0) {
-          storage.ReadAsyncGated(ref.uri, std::move(done), gate);
-        } else {
-          storage.ReadRangeAsyncGated(ref.uri, ref.offset, ref.length, std::move(done), gate);
-        }
-      }
-    }
-    std::vector<std::optional<PackPlanner::Told>> told(n);
-    {
-      // The reads' callbacks hold `reads`: a run that stops leaves them to finish alone.
-      std::unique_lock lock(reads->mu);
-      if (!reads->done.wait(lock, stop, [&] { return reads->pending == 0; })) return told;
-    }
-
-    std::vector<Value> values;
-    std::vector<int64_t> rows(inputs->fields.size());
+    std::vector<std::pair<size_t, size_t>> items;  // (sample, item)
+    size_t to_size = 0;
     for (size_t s = 0; s < n; ++s) {
       if (!records[s]->status.ok()) continue;
-      std::vector<Buffer> media;
-      bool read = true;
-      for (std::optional<Result<Buffer>>& got : reads->got[s]) {
-        if (!got.has_value() || !got->ok()) {
-          read = false;
-          break;
-        }
-        media.push_back(**std::move(got));
+      ++to_size;
+      const size_t m = inputs->reads_media ? records[s]->media.size() : 0;
+      if (m == 0) reads->ready.push_back(s);
+      reads->left[s] = static_cast<int>(m);
+      reads->got[s].resize(m);
+      for (size_t i = 0; i < m; ++i) items.emplace_back(s, i);
+    }
+    // As the read stage's gate: nothing past what the I/O budget could ever hold, and
+    // nothing more once the run stops (the read ends with kCancelled: not told).
+    const ReadGate gate = [max_object_bytes, stop](int64_t bytes) {
+      return !stop.stop_requested() && bytes <= max_object_bytes;
+    };
+    const auto issue = [&](size_t s, size_t m) {
+      Storage* routed = source.info().entries.empty() ? nullptr : source.StorageFor(indices[s]);
+      Storage& storage = routed != nullptr ? *routed : *source.storage();
+      const MediaRef& ref = records[s]->media[m];
+      ReadCallback done = [reads, s, m](Result<Buffer> bytes) {
+        std::lock_guard lock(reads->mu);
+        reads->got[s][m] = std::move(bytes);
+        --reads->inflight;
+        if (--reads->left[s] == 0) reads->ready.push_back(s);
+        reads->changed.notify_all();
+      };
+      if (ref.offset == 0 && ref.length < 0) {
+        storage.ReadAsyncGated(ref.uri, std::move(done), gate);
+      } else {
+        storage.ReadRangeAsyncGated(ref.uri, ref.offset, ref.length, std::move(done), gate);
       }
-      if (!read) continue;
+    };
+
+    std::vector<std::optional<PackPlanner::Told>> told(n);
+    std::vector<Value> values;
+    std::vector<int64_t> rows(inputs->fields.size());
+    // Sizes sample s from its bytes read (nullopt stays where a read or the pass fails).
+    const auto size = [&](size_t s, std::vector<std::optional<Result<Buffer>>> got) {
+      std::vector<Buffer> media;
+      for (std::optional<Result<Buffer>>& item : got) {
+        if (!item.has_value() || !item->ok()) return;
+        media.push_back(**std::move(item));
+      }
       Sample sample;
       sample.epoch = epoch;
       sample.index = indices[s];
       sample.record = records[s];
       if (keep != nullptr) keep->Put(epoch, indices[s], media);  // shares the bytes
-      if (!source.Fill(std::move(media), sample).ok()) continue;
+      if (!source.Fill(std::move(media), sample).ok()) return;
       values.assign(static_cast<size_t>(chain.num_values), Value());
       FillSourceValues(chain.source_values, sample, values);
       SampleContext ctx;
@@ -142,30 +141,55 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
       std::vector<int64_t> patches;
       TellRows(chain.ops, ctx, rows, &sequence, &patches);
       const int64_t tokens = rows[static_cast<size_t>(token_field)];
-      if (tokens > 0) {
-        PackPlanner::Told t;
-        t.tokens = tokens;
-        t.patches = std::move(patches);
-        for (const MediaRef& ref : records[s]->media) {
-          if (ref.field >= 0 && ref.field < static_cast<int>(fields.size())) {
-            t.modalities |= uint32_t{1} << static_cast<int>(fields[ref.field].kind);
-          }
-        }
-        t.id = records[s]->id;
-        // Where the vision tokens lie: text.tokenize's ids, as the pass tokenized them.
-        const std::vector<int64_t>& ids = sequence.ids;
-        for (size_t i = 0; i < ids.size(); ++i) {
-          if (std::find(vision_ids.begin(), vision_ids.end(), ids[i]) == vision_ids.end()) continue;
-          ++t.vision;
-          if (static_cast<int64_t>(i) >= seq_len) ++t.vision_past_seq_len;
-        }
-        told[s] = std::move(t);
-        // The sample's own size pass, on the thread that runs it, takes these tokens.
-        if (told_sequences != nullptr && !sequence.ids.empty()) {
-          told_sequences->Put(epoch, indices[s], std::move(sequence));
+      if (tokens <= 0) return;
+      PackPlanner::Told t;
+      t.tokens = tokens;
+      t.patches = std::move(patches);
+      for (const MediaRef& ref : records[s]->media) {
+        if (ref.field >= 0 && ref.field < static_cast<int>(fields.size())) {
+          t.modalities |= uint32_t{1} << static_cast<int>(fields[ref.field].kind);
         }
       }
-      reads->got[s].clear();  // the bytes go now, not with the batch
+      t.id = records[s]->id;
+      // Where the vision tokens lie: text.tokenize's ids, as the pass tokenized them.
+      const std::vector<int64_t>& ids = sequence.ids;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (std::find(vision_ids.begin(), vision_ids.end(), ids[i]) == vision_ids.end()) continue;
+        ++t.vision;
+        if (static_cast<int64_t>(i) >= seq_len) ++t.vision_past_seq_len;
+      }
+      told[s] = std::move(t);
+      // The sample's own size pass, on the thread that runs it, takes these tokens.
+      if (told_sequences != nullptr && !sequence.ids.empty()) {
+        told_sequences->Put(epoch, indices[s], std::move(sequence));
+      }
+    };
+
+    // Reads go out as the window has room; each sample is sized once its items are in
+    // and its bytes dropped then (unless kept): what the sizer holds at once is the
+    // window's reads and the samples read but not yet sized.
+    size_t next = 0, sized = 0;
+    while (sized < to_size) {
+      while (next < items.size()) {
+        {
+          std::lock_guard lock(reads->mu);
+          if (reads->inflight >= max_inflight) break;
+          ++reads->inflight;
+        }
+        issue(items[next].first, items[next].second);  // its callback may run here
+        ++next;
+      }
+      std::vector<std::pair<size_t, std::vector<std::optional<Result<Buffer>>>>> ready;
+      {
+        std::unique_lock lock(reads->mu);
+        if (!reads->changed.wait(lock, stop, [&] { return !reads->ready.empty(); })) {
+          return std::vector<std::optional<PackPlanner::Told>>(n);  // stopped: none told
+        }
+        for (const size_t s : reads->ready) ready.emplace_back(s, std::move(reads->got[s]));
+        reads->ready.clear();
+      }
+      for (auto& [s, got] : ready) size(s, std::move(got));
+      sized += ready.size();
     }
     return told;
   };

@@ -96,16 +96,24 @@ std::optional<T> SampleStore<T>::Take(int64_t epoch, int64_t index) {
   return value;
 }
 
+// The sizer's reads in flight where the caller has no io_inflight of its own (the index
+// build's cores, tests): the engine's automatic floor (kMinAutoIoInflight).
+inline constexpr int kSizerInflight = 32;
+
 // The sizer over `inputs` (kept alive by it): the rows of batch field `token_field` told
 // for each sample, and where `pack`'s vision token ids lie among them (past
 // pack.seq_len); nullopt for a sample whose record, reads or size pass fail. The media
-// it read go to `keep`, the token sequences it tokenized to `told` (null: dropped). An object over `max_object_bytes` is not read
-// (the engine fails its sample as it would: it can never fit the I/O budget), nor is
-// anything once the run stops.
+// it read go to `keep`, the token sequences it tokenized to `told` (null: dropped). An
+// object over `max_object_bytes` is not read (the engine fails its sample as it would: it
+// can never fit the I/O budget), nor is anything once the run stops. At most
+// `max_inflight` reads are in flight at once (the run's execution.io_inflight), and a
+// sample's bytes are dropped once it is sized (unless kept): a call over a whole
+// data-parallel step holds the window's media, not the step's.
 PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
                                      int token_field, const PackOptions& pack,
                                      std::shared_ptr<ReadMedia> keep = nullptr,
                                      int64_t max_object_bytes = INT64_MAX,
-                                     std::shared_ptr<ToldSequences> told = nullptr);
+                                     std::shared_ptr<ToldSequences> told = nullptr,
+                                     int max_inflight = kSizerInflight);
 
 }  // namespace headrace

@@ -5,9 +5,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <numeric>
 #include <string>
+#include <thread>
 
 namespace headrace {
 namespace {
@@ -132,6 +137,81 @@ TEST(SizeByTheSizePass, TellsFromTheBytesReadKeepsThemAndReadsNothingPastTheBudg
   stopped.request_stop();
   for (const auto& t : sizer(0, all, stopped.get_token())) EXPECT_FALSE(t.has_value());
   std::filesystem::remove_all(dir);
+}
+
+// A storage whose reads complete, on a thread of its own, a round at a time: once
+// `round` reads wait (or all the rest of `total`), all of them. It records the most that
+// were in flight at once.
+class RoundsStorage final : public Storage {
+ public:
+  RoundsStorage(int round, int total) : round_(round), total_(total) {
+    thread_ = std::jthread([this](std::stop_token stop) {
+      std::unique_lock lock(mu_);
+      while (true) {
+        if (!cv_.wait(lock, stop, [&] {
+              return !pending_.empty() &&
+                     static_cast<int>(pending_.size()) >= std::min(round_, total_ - completed_);
+            })) {
+          return;
+        }
+        std::vector<ReadCallback> now = std::move(pending_);
+        pending_.clear();
+        completed_ += static_cast<int>(now.size());
+        lock.unlock();
+        for (ReadCallback& done : now) done(Bytes(8, 'x'));
+        lock.lock();
+      }
+    });
+  }
+  void ReadAsync(std::string, ReadCallback done) override {
+    std::lock_guard lock(mu_);
+    pending_.push_back(std::move(done));
+    max_inflight_ = std::max(max_inflight_, static_cast<int>(pending_.size()));
+    cv_.notify_all();
+  }
+  std::string_view name() const override { return "rounds"; }
+  int max_inflight() {
+    std::lock_guard lock(mu_);
+    return max_inflight_;
+  }
+
+ private:
+  const int round_;
+  const int total_;
+  std::mutex mu_;
+  std::condition_variable_any cv_;
+  std::vector<ReadCallback> pending_;
+  int completed_ = 0;
+  int max_inflight_ = 0;
+  std::jthread thread_;  // last: stopped and joined first
+};
+
+TEST(SizeByTheSizePass, ReadsAWindowOfIoInflightAtOnceAndSizesEverySample) {
+  auto records = std::make_shared<std::vector<SampleRecord>>();
+  for (int i = 0; i < 11; ++i) {
+    SampleRecord r;
+    r.id = "s" + std::to_string(i);
+    r.media.push_back(MediaRef{0, "object" + std::to_string(i)});
+    records->push_back(std::move(r));
+  }
+  auto storage = std::make_shared<RoundsStorage>(3, 11);
+  auto in = std::make_shared<EngineInputs>();
+  in->source = MakeRecordSource(std::make_shared<VectorRecords>(records), storage);
+  in->chain().ops.push_back(std::make_unique<BytesAsTokens>());
+  in->fields.push_back(FieldSpec{"tokens", DType::kI64, {}, FieldLayout::kRagged});
+  PackOptions options;
+  options.seq_len = 1000;
+  const PackPlanner::Sizer sizer =
+      SizeByTheSizePass(in, 0, options, nullptr, INT64_MAX, nullptr, /*max_inflight=*/3);
+  std::vector<int64_t> all(11);
+  std::iota(all.begin(), all.end(), 0);
+  const std::vector<std::optional<PackPlanner::Told>> told = sizer(0, all, {});
+  ASSERT_EQ(told.size(), 11u);
+  for (const auto& t : told) {
+    ASSERT_TRUE(t.has_value());
+    EXPECT_EQ(t->tokens, 8);
+  }
+  EXPECT_EQ(storage->max_inflight(), 3) << "a window of 3 reads, never the whole call's 11";
 }
 
 }  // namespace

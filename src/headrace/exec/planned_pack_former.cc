@@ -84,7 +84,8 @@ Result<std::shared_ptr<BatchFormer>> MakePlannedPackFormer(FormingRun& run) {
   auto told = std::make_shared<ToldSequences>(kToldBytes, kToldSamples);
   auto planner = std::make_shared<PackPlanner>(
       planning,
-      SizeByTheSizePass(run.inputs, *token_field, pack, read, engine.io_budget_bytes, told));
+      SizeByTheSizePass(run.inputs, *token_field, pack, read, engine.io_budget_bytes, told,
+                        engine.io_inflight));
   const auto shared_order = std::make_shared<const EpochOrder>(std::move(order));
   const PackPlanner::InputBatch batch_of = [shared_order, per_epoch,
                                              samples_of = run.samples_of](int64_t epoch,

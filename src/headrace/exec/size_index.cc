@@ -139,10 +139,11 @@ Result<std::vector<std::optional<SampleSize>>> SizeEverySample(
   const int64_t n = inputs->source->size();
   PackOptions sizing;
   sizing.seq_len = INT64_MAX;  // sizes only: no row to locate vision tokens in
-  const PackPlanner::Sizer sizer = SizeByTheSizePass(std::move(inputs), field, sizing);
+  constexpr int64_t kChunk = 256;  // a chunk's media reads are all in flight together
+  const PackPlanner::Sizer sizer = SizeByTheSizePass(std::move(inputs), field, sizing, nullptr,
+                                                     INT64_MAX, nullptr, kChunk);
   std::vector<std::optional<SampleSize>> sizes(static_cast<size_t>(std::max<int64_t>(n, 0)));
   std::atomic<int64_t> next{0};
-  constexpr int64_t kChunk = 256;  // a chunk's media reads are issued together
   std::vector<std::jthread> pool;
   for (int t = 0; t < std::max(threads, 1); ++t) {
     pool.emplace_back([&] {
