@@ -182,7 +182,12 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
       std::vector<std::pair<size_t, std::vector<std::optional<Result<Buffer>>>>> ready;
       {
         std::unique_lock lock(reads->mu);
-        if (!reads->changed.wait(lock, stop, [&] { return !reads->ready.empty(); })) {
+        // A sample ready to size, or room for more reads (a sample with more items than
+        // the window is ready only after reads of its own that wait for room).
+        if (!reads->changed.wait(lock, stop, [&] {
+              return !reads->ready.empty() ||
+                     (next < items.size() && reads->inflight < max_inflight);
+            })) {
           return std::vector<std::optional<PackPlanner::Told>>(n);  // stopped: none told
         }
         for (const size_t s : reads->ready) ready.emplace_back(s, std::move(reads->got[s]));

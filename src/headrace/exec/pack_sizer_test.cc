@@ -214,5 +214,27 @@ TEST(SizeByTheSizePass, ReadsAWindowOfIoInflightAtOnceAndSizesEverySample) {
   EXPECT_EQ(storage->max_inflight(), 3) << "a window of 3 reads, never the whole call's 11";
 }
 
+TEST(SizeByTheSizePass, ASampleWithMoreItemsThanTheWindowIsSized) {
+  // 7 items of one sample through a window of 2: its reads go out as earlier ones return.
+  auto records = std::make_shared<std::vector<SampleRecord>>(1);
+  for (int m = 0; m < 7; ++m) {
+    (*records)[0].media.push_back(MediaRef{0, "object" + std::to_string(m)});
+  }
+  auto storage = std::make_shared<RoundsStorage>(2, 7);
+  auto in = std::make_shared<EngineInputs>();
+  in->source = MakeRecordSource(std::make_shared<VectorRecords>(records), storage);
+  in->chain().ops.push_back(std::make_unique<BytesAsTokens>());
+  in->fields.push_back(FieldSpec{"tokens", DType::kI64, {}, FieldLayout::kRagged});
+  PackOptions options;
+  options.seq_len = 1000;
+  const PackPlanner::Sizer sizer =
+      SizeByTheSizePass(in, 0, options, nullptr, INT64_MAX, nullptr, /*max_inflight=*/2);
+  const std::vector<int64_t> one = {0};
+  const std::vector<std::optional<PackPlanner::Told>> told = sizer(0, one, {});
+  ASSERT_TRUE(told[0].has_value());
+  EXPECT_EQ(told[0]->tokens, 8) << "BytesAsTokens counts the first item's bytes";
+  EXPECT_EQ(storage->max_inflight(), 2);
+}
+
 }  // namespace
 }  // namespace headrace
