@@ -301,17 +301,24 @@ TEST(BatchFormers, WithASizeIndexTheDealIsTheSameAndNoSampleIsSized) {
   }
 }
 
-TEST(BatchFormers, AModalitySafeRankHoldsAnImageInEveryStepThatHasOnePerRank) {
-  // Samples 0-15 hold an image (a media item of the source's image field); read from
-  // their records: the sizer needs no bytes to know it.
+// SkewedInputs(64) over records whose samples below `with_image` hold an image (a media
+// item of the source's image field): the sizer reads the kinds from the records alone.
+std::shared_ptr<EngineInputs> ImagesBelow(int with_image) {
   auto records = std::make_shared<std::vector<SampleRecord>>();
   for (int i = 0; i < 64; ++i) {
     SampleRecord r{.id = std::to_string(i)};
-    if (i < 16) r.media.push_back(MediaRef{.field = 0, .uri = "image.jpg"});
+    if (i < with_image) r.media.push_back(MediaRef{.field = 0, .uri = "image.jpg"});
     records->push_back(std::move(r));
   }
   std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
   inputs->source = MakeRecordSource(std::make_shared<VectorRecords>(records), MakeLocalStorage({}));
+  return inputs;
+}
+
+TEST(BatchFormers, AModalitySafeRankHoldsAnImageInEveryStepThatHasOnePerRank) {
+  // Samples 0-15 hold an image (a media item of the source's image field); read from
+  // their records: the sizer needs no bytes to know it.
+  std::shared_ptr<EngineInputs> inputs = ImagesBelow(16);
   BalanceOptions safe;
   safe.every_rank = ModalityBit(FieldKind::kImage);
   Result<EpochOrder> order = EpochOrder::Make(SkewedRun(0).order);
@@ -359,14 +366,7 @@ TEST(BatchFormers, AnOnDemandModalitySafeBatchIsDealtAndFlaggedAsItsRanksOwn) {
   // Samples 0-15 hold an image. A worker's batch b (any order) holds rank b mod 2's
   // modality-safe share of its step, and leaves (FinishTaken) flagged as that rank's
   // Next() flags it: image where the share holds none.
-  auto records = std::make_shared<std::vector<SampleRecord>>();
-  for (int i = 0; i < 64; ++i) {
-    SampleRecord r{.id = std::to_string(i)};
-    if (i < 16) r.media.push_back(MediaRef{.field = 0, .uri = "image.jpg"});
-    records->push_back(std::move(r));
-  }
-  std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
-  inputs->source = MakeRecordSource(std::make_shared<VectorRecords>(records), MakeLocalStorage({}));
+  std::shared_ptr<EngineInputs> inputs = ImagesBelow(16);
   BalanceOptions safe;
   safe.every_rank = ModalityBit(FieldKind::kImage);
   const std::vector<std::vector<int64_t>> ranks[2] = {Shares(inputs, 0, safe),
@@ -406,14 +406,7 @@ TEST(BatchFormers, AnOnDemandModalitySafeBatchIsDealtAndFlaggedAsItsRanksOwn) {
 
 TEST(BatchFormers, AModalitySafeBatchSaysWhichKindsItLacks) {
   // Samples 0-2 hold an image: most steps cannot give each rank one.
-  auto records = std::make_shared<std::vector<SampleRecord>>();
-  for (int i = 0; i < 64; ++i) {
-    SampleRecord r{.id = std::to_string(i)};
-    if (i < 3) r.media.push_back(MediaRef{.field = 0, .uri = "image.jpg"});
-    records->push_back(std::move(r));
-  }
-  std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
-  inputs->source = MakeRecordSource(std::make_shared<VectorRecords>(records), MakeLocalStorage({}));
+  std::shared_ptr<EngineInputs> inputs = ImagesBelow(3);
   int64_t lacking = 0, holding = 0;
   for (int rank = 0; rank < 2; ++rank) {
     EngineOptions engine = SkewedRun(rank);

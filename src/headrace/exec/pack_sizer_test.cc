@@ -186,6 +186,18 @@ class RoundsStorage final : public Storage {
   std::jthread thread_;  // last: stopped and joined first
 };
 
+// The sizer of BytesAsTokens over `records` read from `storage`, `max_inflight` at once.
+PackPlanner::Sizer WindowedSizer(std::shared_ptr<std::vector<SampleRecord>> records,
+                                 std::shared_ptr<Storage> storage, int max_inflight) {
+  auto in = std::make_shared<EngineInputs>();
+  in->source = MakeRecordSource(std::make_shared<VectorRecords>(records), std::move(storage));
+  in->chain().ops.push_back(std::make_unique<BytesAsTokens>());
+  in->fields.push_back(FieldSpec{"tokens", DType::kI64, {}, FieldLayout::kRagged});
+  PackOptions options;
+  options.seq_len = 1000;
+  return SizeByTheSizePass(in, 0, options, nullptr, INT64_MAX, nullptr, max_inflight);
+}
+
 TEST(SizeByTheSizePass, ReadsAWindowOfIoInflightAtOnceAndSizesEverySample) {
   auto records = std::make_shared<std::vector<SampleRecord>>();
   for (int i = 0; i < 11; ++i) {
@@ -195,14 +207,7 @@ TEST(SizeByTheSizePass, ReadsAWindowOfIoInflightAtOnceAndSizesEverySample) {
     records->push_back(std::move(r));
   }
   auto storage = std::make_shared<RoundsStorage>(3, 11);
-  auto in = std::make_shared<EngineInputs>();
-  in->source = MakeRecordSource(std::make_shared<VectorRecords>(records), storage);
-  in->chain().ops.push_back(std::make_unique<BytesAsTokens>());
-  in->fields.push_back(FieldSpec{"tokens", DType::kI64, {}, FieldLayout::kRagged});
-  PackOptions options;
-  options.seq_len = 1000;
-  const PackPlanner::Sizer sizer =
-      SizeByTheSizePass(in, 0, options, nullptr, INT64_MAX, nullptr, /*max_inflight=*/3);
+  const PackPlanner::Sizer sizer = WindowedSizer(records, storage, /*max_inflight=*/3);
   std::vector<int64_t> all(11);
   std::iota(all.begin(), all.end(), 0);
   const std::vector<std::optional<PackPlanner::Told>> told = sizer(0, all, {});
@@ -221,14 +226,7 @@ TEST(SizeByTheSizePass, ASampleWithMoreItemsThanTheWindowIsSized) {
     (*records)[0].media.push_back(MediaRef{0, "object" + std::to_string(m)});
   }
   auto storage = std::make_shared<RoundsStorage>(2, 7);
-  auto in = std::make_shared<EngineInputs>();
-  in->source = MakeRecordSource(std::make_shared<VectorRecords>(records), storage);
-  in->chain().ops.push_back(std::make_unique<BytesAsTokens>());
-  in->fields.push_back(FieldSpec{"tokens", DType::kI64, {}, FieldLayout::kRagged});
-  PackOptions options;
-  options.seq_len = 1000;
-  const PackPlanner::Sizer sizer =
-      SizeByTheSizePass(in, 0, options, nullptr, INT64_MAX, nullptr, /*max_inflight=*/2);
+  const PackPlanner::Sizer sizer = WindowedSizer(records, storage, /*max_inflight=*/2);
   const std::vector<int64_t> one = {0};
   const std::vector<std::optional<PackPlanner::Told>> told = sizer(0, one, {});
   ASSERT_TRUE(told[0].has_value());
