@@ -103,6 +103,15 @@ sdist: setup
 test-sdist: setup
 	PY=$(abspath $(PY)) JOBS=$(JOBS) scripts/test_sdist.sh
 
+# The trainer extras ([hf], [lightning], [megatron]) at both ends of their ranges in
+# pyproject.toml: a fresh environment for each under .gl/extras/, with the package `make
+# build` installed into .venv copied in (nothing compiles there), and the extra's tests; a
+# table of versions and counts, exit 1 on any failed or skipped test
+# (scripts/test_extras.sh). Not in `make test`: ~12 minutes.
+.PHONY: test-extras
+test-extras: build
+	scripts/test_extras.sh
+
 # What `make test-gpu` needs on a GPU machine that has only Python 3.12 and torch (no
 # network, nothing built): the abi3 wheel and Arrow's two libraries, in dist/gpu/
 # (tests/gpu/bundle.sh; under 64 MiB, what that machine receives at once).

@@ -66,7 +66,11 @@ _VISION = (("pixel_values", "image_grid_thw"), ("pixel_values_videos", "video_gr
 # The kinds a batch's `dummy_kinds` field flags, in its order (batch.balance.every_rank).
 DUMMY_KINDS = ("image", "video", "audio", "pointcloud")
 _IGNORE = -100
-_TOKEN_FIELDS = ("input_ids", "labels", "position_ids", "attention_mask", "mrope_position_ids")
+# rope_deltas too (vision.rope_index's, one a sample): the Qwen-VL forwards of transformers
+# < 5.8 name a rope_deltas argument (one a row, for generation) and ignore it; a packed
+# batch's would not have the rows' shape.
+_TOKEN_FIELDS = ("input_ids", "labels", "position_ids", "attention_mask", "mrope_position_ids",
+                 "rope_deltas")
 
 
 def _family(model: Any) -> Optional[str]:
