@@ -32,6 +32,7 @@
 #include "headrace/observe/report.h"
 
 namespace headrace::python {
+
 // A packer's state as a state dict holds it, and back (LoaderOptions::pack_state).
 nb::dict PackStateToDict(const PackState& s) {
   nb::dict d;

@@ -87,7 +87,8 @@ class Loader {
   // Waits up to `timeout` until Next() would not block; true if so. A consumer that must
   // notice interrupts calls this in slices before Next(); the time counts as its wait.
   bool WaitReady(std::chrono::nanoseconds timeout);
-  // Schedule::kOnDemand: see Engine::Submit / Take / WaitTakeable.
+  // Schedule::kOnDemand: see Engine::Submit / Take / WaitTakeable. A taken batch gets
+  // what its former adds to a batch no Next() forms (BatchFormer::FinishTaken).
   Status Submit(int64_t batch) { return engine_->Submit(batch); }
   Result<Batch> Take(int64_t batch) {
     HR_ASSIGN_OR_RETURN(Batch taken, engine_->Take(batch));
