@@ -152,6 +152,15 @@ class PulledInput final : public BatchInput {
       if (t.nbytes() > 0) std::memcpy(t.mutable_data<uint8_t>(), array.data(), t.nbytes());
       in.fields.emplace_back(field.name, std::move(t));
     }
+    // A balanced worker's samples' kinds (batch.balance.every_rank), for the former.
+    if (const nb::str kinds(kSampleKindsField.data(), kSampleKindsField.size());
+        fields.contains(kinds)) {
+      auto array = nb::cast<nb::ndarray<nb::ro, int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(
+          ascontiguous(fields[kinds]));
+      Tensor t = ValueOrThrow(Tensor::Allocate(DType::kI32, {static_cast<int64_t>(array.shape(0))}));
+      if (t.nbytes() > 0) std::memcpy(t.mutable_data<uint8_t>(), array.data(), t.nbytes());
+      in.fields.emplace_back(std::string(kSampleKindsField), std::move(t));
+    }
     for (auto [key, value] : fields) {
       if (!nb::isinstance<nb::list>(value)) continue;
       Batch::Strings column{nb::cast<std::string>(key), false, {}};

@@ -208,21 +208,23 @@ def test_a_ranks_batches_are_byte_identical_to_the_local_loaders(cluster, pipeli
 def test_balanced_steps_from_workers_are_each_ranks_local_steps(cluster, py_sample):
     """batch.balance (issue 49) on Ray: the worker that computes rank r's batch of a step
     deals the step over the trainers' ranks by cost, as rank r's own local run deals it,
-    and with every_rank flags it (dummy_kinds) as that run does; balancing with packing,
-    which a rank does to its workers' batches itself, is refused before any worker
-    starts, naming the keys."""
+    and with every_rank flags it (dummy_kinds) as that run does. With batch.pack the
+    workers' batches are the dealt shares and the rank packs them: its packed batches,
+    dummy_kinds included, are the local run's too."""
     ops = headrace.ops
 
-    def balanced(balance):
+    def balanced(balance, **grouping):
         return headrace.Pipeline(
             source=py_sample / "manifest.jsonl",
             ops=[ops.tokenize(py_sample / "tokenizer.model", max_length=64, pad=False)],
             batch_size=4, seed=3, cpu_threads=2, memory_budget="64MiB", epochs=2,
-            balance=balance)
+            balance=balance, **grouping)
 
     dealt = balanced("tokens")
     safe = balanced({"cost": "tokens", "every_rank": "image"})
-    for spec in (dealt, safe):
+    packed = balanced("tokens", pack={"seq_len": 96, "window": 2})
+    packed_safe = balanced({"cost": "tokens", "every_rank": "image"}, pack={"seq_len": 96})
+    for spec in (dealt, safe, packed, packed_safe):
         for rank in range(2):
             loader = hray.Loader(spec, rank=rank, world_size=2, workers=2,
                                  worker_resources=WORKER)
@@ -234,17 +236,15 @@ def test_balanced_steps_from_workers_are_each_ranks_local_steps(cluster, py_samp
                         fields |= set(b)
             finally:
                 loader.close()
-            assert ("dummy_kinds" in fields) == (spec is safe)
-            assert len(got) == 12
+            assert ("dummy_kinds" in fields) == (spec in (safe, packed_safe))
+            assert "sample_kinds" not in fields, "the workers' kinds stay inside the rank"
+            if spec in (dealt, safe):
+                assert len(got) == 12
             assert got == local_run(spec, rank=rank, world_size=2), f"rank {rank}"
-    assert local_run(dealt, rank=0, world_size=2) != local_run(balanced(None), rank=0,
-                                                               world_size=2)
-    packed = headrace.Pipeline(
-        source=py_sample / "manifest.jsonl",
-        ops=[ops.tokenize(py_sample / "tokenizer.model", max_length=64, pad=False)],
-        batch_size=4, seed=3, cpu_threads=2, epochs=2, balance="tokens", pack={"seq_len": 256})
-    with pytest.raises(headrace.ConfigError, match="batch.balance with batch.pack"):
-        hray.Loader(packed, rank=0, world_size=2, workers=1, worker_resources=WORKER)
+    for spec, unbalanced in ((dealt, balanced(None)),
+                             (packed, balanced(None, pack={"seq_len": 96, "window": 2}))):
+        assert local_run(spec, rank=0, world_size=2) != local_run(unbalanced, rank=0,
+                                                                  world_size=2)
 
 
 def test_ragged_batches_from_workers_are_the_local_loaders(cluster, py_sample):

@@ -10,7 +10,15 @@
 // What it costs: without a size index each rank reads the media of the whole step
 // (world_size x its own) and runs their size pass; with one (batch.balance.index,
 // exec/size_index.h) it reads each sample's entry, O(1).
+//
+// On Ray (an on-demand run, BalanceOptions::ranks) a worker deals the share of whichever
+// rank's batch it computes. With batch.pack or max_tokens the rank forms its packed
+// batches from its workers' batches with this same former (Compose never called there):
+// under every_rank each worker batch carries its samples' kinds (kSampleKindsField),
+// which the rank's former takes out of its input, so that its `dummy_kinds` are those of
+// the local run's.
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <span>
 #include <string>
@@ -70,19 +78,26 @@ class SampleKinds {
     for (size_t i = 0; i < indices.size(); ++i) kinds_[indices[i]] = {kinds[i], dealt_};
     ++dealt_;
   }
-  // The kinds the next delivered batch's samples `indices` hold together.
-  uint32_t Take(std::span<const int64_t> indices) {
+  // The kinds of each of the next delivered batch's samples `indices` (0: not dealt
+  // here, or forgotten).
+  std::vector<uint32_t> TakeEach(std::span<const int64_t> indices) {
     MutexLock lock(mu_);
-    uint32_t held = 0;
-    for (int64_t i : indices) {
-      if (auto it = kinds_.find(i); it != kinds_.end()) {
-        held |= it->second.kinds;
+    std::vector<uint32_t> each(indices.size(), 0);
+    for (size_t k = 0; k < indices.size(); ++k) {
+      if (auto it = kinds_.find(indices[k]); it != kinds_.end()) {
+        each[k] = it->second.kinds;
         kinds_.erase(it);
       }
     }
     if (const int64_t taken = ++taken_; taken % kKeptBatches == 0) {
       std::erase_if(kinds_, [taken](const auto& e) { return e.second.dealt + kKeptBatches < taken; });
     }
+    return each;
+  }
+  // The kinds the next delivered batch's samples `indices` hold together.
+  uint32_t Take(std::span<const int64_t> indices) {
+    uint32_t held = 0;
+    for (uint32_t kinds : TakeEach(indices)) held |= kinds;
     return held;
   }
 
@@ -168,17 +183,60 @@ class StepDealer {
   const uint32_t every_rank_;
 };
 
+// A rank's input batches that an on-demand run dealt and computed (a Ray worker's), as
+// `input` hands them: each batch's kSampleKindsField taken out into `kinds`, as the
+// rank's own Compose would have told them.
+class KindsFromInput final : public BatchInput {
+ public:
+  KindsFromInput(BatchInput& input, SampleKinds& kinds) : input_(input), kinds_(kinds) {}
+
+  Result<std::optional<Batch>> Next() override {
+    HR_ASSIGN_OR_RETURN(std::optional<Batch> batch, input_.Next());
+    if (batch.has_value()) HR_RETURN_IF_ERROR(TakeKinds(*batch));
+    return batch;
+  }
+  bool WaitReady(std::chrono::nanoseconds timeout) override { return input_.WaitReady(timeout); }
+  int64_t batches_per_epoch() const override { return input_.batches_per_epoch(); }
+  void ChargeHeld(int64_t delta) override { input_.ChargeHeld(delta); }
+  Status CountLost(std::span<const LostSample> lost, bool at_end) override {
+    return input_.CountLost(lost, at_end);
+  }
+
+ private:
+  Status TakeKinds(Batch& batch) {
+    const Tensor* kinds = batch.Find(kSampleKindsField);
+    if (kinds == nullptr) return Status::Ok();  // a batch this run computed itself
+    const Tensor* index = batch.Find("index");
+    if (index == nullptr || kinds->dtype() != DType::kI32 || kinds->numel() != index->numel()) {
+      return Status::InvalidArgument(
+          "batch.balance.every_rank: an input batch's '" + std::string(kSampleKindsField) +
+          "' is not one int32 per sample of its 'index'");
+    }
+    const int32_t* bits = kinds->data<int32_t>();
+    const std::vector<uint32_t> each(bits, bits + kinds->numel());
+    kinds_.Add({index->data<int64_t>(), static_cast<size_t>(index->numel())}, each);
+    std::erase_if(batch.fields, [](const auto& f) { return f.first == kSampleKindsField; });
+    return Status::Ok();
+  }
+
+  BatchInput& input_;
+  SampleKinds& kinds_;
+};
+
 class BalancedFormer final : public BatchFormer {
  public:
   // `every_rank`: the kinds the `dummy_kinds` field may flag (0: no field); `peers`:
-  // whether the run has other ranks (one alone has no peer to wait for it: no flag).
+  // whether the run has other ranks (one alone has no peer to wait for it: no flag);
+  // `consumer_forms`: an on-demand run whose batches their consumer forms further (a Ray
+  // rank packs them): they leave with their samples' kinds, not flagged.
   BalancedFormer(std::shared_ptr<const StepDealer> dealer, std::shared_ptr<BatchFormer> inner,
-                 uint32_t every_rank, bool peers)
+                 uint32_t every_rank, bool peers, bool consumer_forms)
       : dealer_(std::move(dealer)),
         inner_(std::move(inner)),
         name_("balanced " + std::string(inner_->name())),
         every_rank_(every_rank),
-        flagged_(peers ? every_rank : 0) {}
+        flagged_(peers ? every_rank : 0),
+        consumer_forms_(consumer_forms) {}
 
   std::string_view name() const override { return name_; }
   std::optional<std::vector<int64_t>> Compose(const BatchPosition& position,
@@ -194,13 +252,17 @@ class BalancedFormer final : public BatchFormer {
   bool keeps_sample_rows() const override { return inner_->keeps_sample_rows(); }
   bool counts_losses() const override { return inner_->counts_losses(); }
   Result<std::optional<Batch>> Next(BatchInput& input) override {
-    HR_ASSIGN_OR_RETURN(std::optional<Batch> batch, inner_->Next(input));
-    if (batch.has_value() && every_rank_ != 0) HR_RETURN_IF_ERROR(AddDummyKinds(*batch));
+    if (every_rank_ == 0) return inner_->Next(input);
+    KindsFromInput told(input, kinds_);  // input batches a Ray rank's workers dealt
+    HR_ASSIGN_OR_RETURN(std::optional<Batch> batch, inner_->Next(told));
+    if (batch.has_value()) HR_RETURN_IF_ERROR(AddDummyKinds(*batch));
     return batch;
   }
-  // A Ray worker's batch: the flags its rank's own run would add in Next().
+  // A Ray worker's batch: the flags its rank's own run would add in Next(), or, where
+  // the rank forms its batches from it, its samples' kinds for the rank's Next().
   Status FinishTaken(Batch& batch) override {
-    return every_rank_ != 0 ? AddDummyKinds(batch) : Status::Ok();
+    if (every_rank_ == 0) return Status::Ok();
+    return consumer_forms_ ? AddSampleKinds(batch) : AddDummyKinds(batch);
   }
   bool ready() const override { return inner_->ready(); }
   int64_t inputs_held() const override { return inner_->inputs_held(); }
@@ -230,12 +292,25 @@ class BalancedFormer final : public BatchFormer {
     batch.fields.emplace_back("dummy_kinds", std::move(field));
     return Status::Ok();
   }
+  // The field kSampleKindsField: each sample's kinds as this run dealt them.
+  Status AddSampleKinds(Batch& batch) {
+    const Tensor* index = batch.Find("index");
+    if (index == nullptr) return Status::Internal("balanced: a taken batch without 'index'");
+    const std::vector<uint32_t> each =
+        kinds_.TakeEach({index->data<int64_t>(), static_cast<size_t>(index->numel())});
+    HR_ASSIGN_OR_RETURN(Tensor field,
+                        Tensor::Allocate(DType::kI32, {static_cast<int64_t>(each.size())}));
+    std::copy(each.begin(), each.end(), field.mutable_data<int32_t>());
+    batch.fields.emplace_back(std::string(kSampleKindsField), std::move(field));
+    return Status::Ok();
+  }
 
   const std::shared_ptr<const StepDealer> dealer_;
   const std::shared_ptr<BatchFormer> inner_;
   const std::string name_;
   const uint32_t every_rank_;
   const uint32_t flagged_;
+  const bool consumer_forms_;
   StepsSeen seen_;
   SampleKinds kinds_;
 };
@@ -258,23 +333,18 @@ Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run) {
   const EngineInputs& inputs = *run.inputs;
   HR_ASSIGN_OR_RETURN(const int token_field, BalanceTokenField(inputs, run.balance->token_field));
   int world = run.engine->order.world_size;
-  if (run.engine->schedule != Schedule::kSequential) {
+  const bool on_demand = run.engine->schedule != Schedule::kSequential;
+  if (on_demand) {
     // A Ray worker: any rank's batches, each rank's share of its step dealt here as the
     // rank's local run would deal it, and flagged (every_rank's dummy_kinds) as it leaves
-    // (FinishTaken). The rows a pack would form from the share the worker cannot: its
-    // batches leave to the rank unpacked.
+    // (FinishTaken). With batch.pack or max_tokens the share leaves unpacked (the pack
+    // formers take no on-demand run) and the rank packs it, as the local run packs its
+    // own dealt shares.
     if (run.balance->ranks < 1) {
       return Status::InvalidArgument(
           "batch.balance: a Ray worker's on-demand run deals each step over the trainers' "
           "ranks: it needs their number (headrace.ray.Loader gives its workers its world "
           "size)");
-    }
-    if (run.pack.has_value()) {
-      return Status::InvalidArgument(
-          "batch.balance with batch.pack or batch.max_tokens: not on Ray workers yet (a "
-          "rank packs the batches its workers send, and the deal would be packed "
-          "otherwise than the local Loader packs it); run the local headrace.Loader on "
-          "each rank, or leave batch.balance out there");
     }
     world = run.balance->ranks;
   }
@@ -295,9 +365,9 @@ Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run) {
   };
   HR_ASSIGN_OR_RETURN(std::shared_ptr<BatchFormer> inner,
                       MakeFormerAfter(&MakeBalancedFormer, run));
-  return std::shared_ptr<BatchFormer>(
-      std::make_shared<BalancedFormer>(
-          std::move(dealer), std::move(inner), run.balance->every_rank, world > 1));
+  return std::shared_ptr<BatchFormer>(std::make_shared<BalancedFormer>(
+      std::move(dealer), std::move(inner), run.balance->every_rank, world > 1,
+      /*consumer_forms=*/on_demand && run.pack.has_value()));
 }
 
 }  // namespace headrace

@@ -114,4 +114,11 @@ class BatchFormer {
   virtual Status FinishTaken(Batch& batch) { return Status::Ok(); }
 };
 
+// The field of an on-demand batch that its consumer forms further (a Ray rank packs its
+// workers' batches): each sample's kinds of media (int32 [B], ModalityBit bits), which a
+// balancing former with batch.balance.every_rank adds as the batch leaves the worker and
+// takes out of its input at the rank, where no Compose dealt the samples
+// (exec/balanced_former.cc). Never in a batch a user receives.
+inline constexpr std::string_view kSampleKindsField = "sample_kinds";
+
 }  // namespace headrace

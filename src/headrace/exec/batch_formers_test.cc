@@ -514,11 +514,92 @@ TEST(BatchFormers, AnOnDemandRunDealsEachBatchAsItsRanksOwnRunDoes) {
     ASSERT_TRUE(share.has_value());
     EXPECT_EQ(*share, ranks[b % 2][static_cast<size_t>(b / 2)]) << "batch " << b;
   }
-  // The rows a rank packs from its share a worker cannot form: refused, naming the key.
+  // With batch.pack the worker deals alike and leaves the rows to the rank: its batches
+  // are the shares, unpacked.
   run.pack = Pack(0);
   former = MakeBatchFormer(run);
-  ASSERT_FALSE(former.ok());
-  EXPECT_NE(former.status().message().find("batch.pack"), std::string::npos);
+  ASSERT_TRUE(former.ok()) << former.status().ToString();
+  EXPECT_EQ((*former)->name(), "balanced plain");
+  for (const int64_t b : {3, 0, 1}) {
+    const BatchPosition p{.epoch = 0, .index_in_epoch = b};
+    EXPECT_EQ(*(*former)->Compose(p, order->SampleIndices(p), {}),
+              ranks[b % 2][static_cast<size_t>(b / 2)])
+        << "batch " << b;
+  }
+}
+
+// A batch of samples `indices` (its `index` field), with `kinds` as kSampleKindsField if
+// given.
+Batch IndexedBatch(const std::vector<int64_t>& indices, const std::vector<int32_t>& kinds = {}) {
+  Batch batch;
+  Tensor index = *Tensor::Allocate(DType::kI64, {int64_t(indices.size())});
+  std::copy(indices.begin(), indices.end(), index.mutable_data<int64_t>());
+  batch.fields.emplace_back("index", std::move(index));
+  if (!kinds.empty()) {
+    Tensor field = *Tensor::Allocate(DType::kI32, {int64_t(kinds.size())});
+    std::copy(kinds.begin(), kinds.end(), field.mutable_data<int32_t>());
+    batch.fields.emplace_back(std::string(kSampleKindsField), std::move(field));
+  }
+  return batch;
+}
+
+TEST(BatchFormers, AModalitySafeRankFormingItsWorkersBatchesFlagsThemAsItsOwnRun) {
+  // A Ray rank that packs its workers' batches deals nothing itself: each worker batch
+  // leaves with its samples' kinds (kSampleKindsField), and the rank's former flags its
+  // batches from them, as the rank's own run flags the shares it dealt.
+  std::shared_ptr<EngineInputs> inputs = ImagesBelow(16);
+  BalanceOptions safe;
+  safe.every_rank = ModalityBit(FieldKind::kImage);
+  EngineOptions worker = SkewedRun(0);
+  worker.order.world_size = 1;
+  worker.schedule = Schedule::kOnDemand;
+  FormingRun on_demand{.inputs = inputs, .pack = Pack(0), .engine = &worker};
+  on_demand.balance = safe;
+  on_demand.balance->ranks = 2;
+  Result<std::shared_ptr<BatchFormer>> computes = MakeBatchFormer(on_demand);
+  ASSERT_TRUE(computes.ok()) << computes.status().ToString();
+  Result<EpochOrder> every = EpochOrder::Make(worker.order);
+  ASSERT_TRUE(every.ok());
+
+  // Rank 1's run (plain here: the kinds' path is the former's, whatever it wraps).
+  EngineOptions engine = SkewedRun(1);
+  FormingRun run{.inputs = inputs, .engine = &engine};
+  run.balance = safe;
+  Result<std::shared_ptr<BatchFormer>> rank = MakeBatchFormer(run);
+  ASSERT_TRUE(rank.ok()) << rank.status().ToString();
+  OneBatchInput input;
+  int64_t lacking = 0, holding = 0;
+  for (int64_t step = 0; step < 8; ++step) {
+    const BatchPosition p{.epoch = 0, .index_in_epoch = step * 2 + 1};
+    const std::vector<int64_t> share = *(*computes)->Compose(p, every->SampleIndices(p), {});
+    Batch computed = IndexedBatch(share);
+    ASSERT_TRUE((*computes)->FinishTaken(computed).ok());
+    EXPECT_EQ(computed.Find("dummy_kinds"), nullptr) << "the rank flags its own batches";
+    const Tensor* kinds = computed.Find(kSampleKindsField);
+    ASSERT_NE(kinds, nullptr);
+    ASSERT_EQ(kinds->numel(), int64_t(share.size()));
+    for (size_t i = 0; i < share.size(); ++i) {
+      EXPECT_EQ(uint32_t(kinds->data<int32_t>()[i]),
+              share[i] < 16 ? ModalityBit(FieldKind::kImage) : 0u);
+    }
+    input.batch = std::move(computed);
+    Result<std::optional<Batch>> out = (*rank)->Next(input);
+    ASSERT_TRUE(out.ok() && out->has_value()) << out.status().ToString();
+    EXPECT_EQ((*out)->Find(kSampleKindsField), nullptr) << "taken out at the rank";
+    const Tensor* dummy = (*out)->Find("dummy_kinds");
+    ASSERT_NE(dummy, nullptr);
+    const bool image = std::any_of(share.begin(), share.end(), [](int64_t s) { return s < 16; });
+    EXPECT_EQ(dummy->data<uint8_t>()[0], image ? 0 : 1) << "step " << step;
+    (image ? holding : lacking) += 1;
+  }
+  EXPECT_GT(lacking + holding, 0);
+  EXPECT_GT(holding, 0);
+
+  // A worker's field that does not match its batch is refused, not guessed at.
+  input.batch = IndexedBatch({1, 2, 3}, {0, 1});
+  Result<std::optional<Batch>> bad = (*rank)->Next(input);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(kSampleKindsField), std::string::npos);
 }
 
 }  // namespace
