@@ -64,27 +64,23 @@ int IndexCommand(const Args& args) {
     return 2;
   }
   if (!CheckWritable("headrace index sizes", "--out", out)) return 2;
-  // The pipeline as the index will be checked against, without reading an index.
-  const std::string fingerprint = SizeFingerprint(*spec);
-  spec->batch.balance = {};
-  Result<std::shared_ptr<const PreparedPipeline>> prepared = PreparedPipeline::Make(*spec);
-  if (!prepared.ok()) {
-    std::fprintf(stderr, "headrace index sizes: %s\n", prepared.status().ToString().c_str());
+  Result<SizeIndexing> indexing = PrepareSizeIndexing(*std::move(spec));
+  if (!indexing.ok()) {
+    std::fprintf(stderr, "headrace index sizes: %s\n", indexing.status().ToString().c_str());
     return 2;
   }
-  const int64_t n = (*prepared)->source().size();
+  const int64_t n = indexing->samples;
+  const std::string& fingerprint = indexing->fingerprint;
   const auto built_from = std::chrono::steady_clock::now();
-  Result<std::vector<std::optional<SampleSize>>> sizes =
-      SizeEverySample((*prepared)->inputs(), spec->batch.pack.field, AvailableCores());
-  if (!sizes.ok()) {
+  Result<SizeIndex> built = indexing->Build(AvailableCores());
+  if (!built.ok()) {
     std::fprintf(stderr, "headrace index sizes: %s: %s\n", config_path.c_str(),
-                 sizes.status().message().c_str());
+                 built.status().message().c_str());
     return 2;
   }
   const double build_seconds = SecondsSince(built_from);
-  int64_t untold = 0;
-  for (const auto& s : *sizes) untold += s.has_value() ? 0 : 1;
-  if (Status st = SizeIndex::Of(fingerprint, *sizes).Write(out); !st.ok()) {
+  const int64_t untold = built->untold();
+  if (Status st = built->Write(out); !st.ok()) {
     std::fprintf(stderr, "headrace index sizes: %s\n", st.ToString().c_str());
     return 1;
   }

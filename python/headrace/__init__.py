@@ -45,8 +45,9 @@ from .batch import Batch
 from .doctor import doctor
 from .loader import Loader, default_rank_and_world_size, merge_state_dicts
 from .pipeline import Pipeline
+from .size_index import build_size_index
 
 __all__ = ["Batch", "CancelledError", "ConfigError", "Error", "Loader", "Pipeline", "Tensor",
-           "default_rank_and_world_size", "merge_state_dicts", "doctor", "kept_memory", "make_sample",
+           "build_size_index", "default_rank_and_world_size", "merge_state_dicts", "doctor", "kept_memory", "make_sample",
            "ops", "release_memory"]
 __version__ = "0.1.0"

@@ -102,6 +102,7 @@ void RegisterPinned(nb::module_& m);
 void RegisterTools(nb::module_& m);
 void RegisterText(nb::module_& m);
 void RegisterRunPosition(nb::module_& m);
+void RegisterSizeIndex(nb::module_& m);
 
 // Checks a Loader state dict (`state`) against `prepared`'s sizes (run_position.cc,
 // pipeline/run_position.h): headrace.ConfigError naming the key. For _Prepared.check_state.

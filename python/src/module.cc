@@ -19,6 +19,7 @@ NB_MODULE(_headrace, m) {
   hp::RegisterTools(m);
   hp::RegisterText(m);
   hp::RegisterRunPosition(m);
+  hp::RegisterSizeIndex(m);
   // HEADRACE_CRASH_TRACE: the native stack on a fatal signal (observe/crash_trace.h).
   m.def("_install_crash_trace", &headrace::InstallCrashTrace);
 }

@@ -108,6 +108,21 @@ def test_with_a_size_index_the_ranks_get_the_same_batches(py_sample, tmp_path):
         [run(py_sample, "tokens", r) for r in range(2)]
 
 
+def test_python_builds_the_index_the_cli_builds_byte_for_byte(py_sample, tmp_path):
+    cli = build_index(py_sample, tmp_path)
+    out = tmp_path / "python.idx"
+    summary = headrace.build_size_index(pipeline(py_sample, "tokens"), out, threads=2)
+    assert (summary["samples"], summary["untold"]) == (48, 0)
+    assert out.read_bytes() == cli.read_bytes()
+    # Where the config says, by default; nowhere said is refused before any work.
+    into = tmp_path / "default.idx"
+    assert headrace.build_size_index(
+        pipeline(py_sample, {"cost": "tokens", "index": str(into)}))["path"] == str(into)
+    assert into.read_bytes() == cli.read_bytes()
+    with pytest.raises(ConfigError, match=r"out=PATH or set batch\.balance\.index"):
+        headrace.build_size_index(pipeline(py_sample, "tokens"))
+
+
 def test_an_index_of_another_pipeline_or_cut_short_is_refused_saying_what_to_run(
         py_sample, tmp_path):
     index = build_index(py_sample, tmp_path, max_length=32)  # other sizes

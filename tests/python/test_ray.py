@@ -247,6 +247,36 @@ def test_balanced_steps_from_workers_are_each_ranks_local_steps(cluster, py_samp
                                                                   world_size=2)
 
 
+def test_a_size_index_built_by_ray_tasks_is_the_one_built_locally(cluster, py_sample,
+                                                                   tmp_path):
+    """headrace.ray.build_size_index (issue 49): Ray tasks on the CPU nodes size a range
+    of samples each, the driver joins their parts: the same bytes as the local build
+    (and so as `headrace index sizes`), and a balanced run dealt from it deals as one
+    that sizes each step."""
+    ops = headrace.ops
+
+    def balanced(balance):
+        return headrace.Pipeline(
+            source=py_sample / "manifest.jsonl",
+            ops=[ops.tokenize(py_sample / "tokenizer.model", max_length=64, pad=False)],
+            batch_size=4, seed=3, cpu_threads=2, epochs=2, balance=balance)
+
+    path = tmp_path / "ray.idx"
+    indexed = balanced({"cost": "tokens", "index": str(path)})
+    summary = hray.build_size_index(indexed, samples_per_task=10,
+                                    task_resources={"headrace_cpu": 1})
+    assert summary["path"] == str(path)
+    assert (summary["samples"], summary["untold"], summary["tasks"]) == (48, 0, 5)
+    local = headrace.build_size_index(indexed, tmp_path / "local.idx", threads=2)
+    assert local["fingerprint"] == summary["fingerprint"]
+    assert path.read_bytes() == (tmp_path / "local.idx").read_bytes()
+    for rank in range(2):
+        assert local_run(indexed, rank=rank, world_size=2) == \
+            local_run(balanced("tokens"), rank=rank, world_size=2)
+    with pytest.raises(headrace.ConfigError, match="samples_per_task"):
+        hray.build_size_index(indexed, samples_per_task=0)
+
+
 def test_ragged_batches_from_workers_are_the_local_loaders(cluster, py_sample):
     """Unpadded tokens (input_ids [?] with input_ids_lengths) through Ray's object store:
     every batch's shapes and bytes as the local loader makes them."""

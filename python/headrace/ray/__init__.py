@@ -9,12 +9,14 @@ batches; each trainer rank pulls its own straight from them, by reference.
             ...
     loader.scale(8)                   # while training runs
     loader.stats()["wait_time_ratio"], loader.stats()["workers"]
+    headrace.ray.build_size_index(pipeline)   # batch.balance.index, sized on the cluster
 
 See README.md in this folder.
 """
 from .loader import Loader
+from .size_index import build_size_index
 
-__all__ = ["Loader", "TorchLoader"]
+__all__ = ["Loader", "TorchLoader", "build_size_index"]
 
 
 def __getattr__(name):

@@ -69,7 +69,7 @@ std::optional<SampleSize> SizeIndex::At(int64_t index) const {
                     modalities_[index]};
 }
 
-Status SizeIndex::Write(const std::string& path) const {
+std::string SizeIndex::Serialize() const {
   std::string out(kMagic, sizeof(kMagic));
   Put(out, static_cast<uint32_t>(fingerprint_.size()));
   out += fingerprint_;
@@ -79,6 +79,40 @@ Status SizeIndex::Write(const std::string& path) const {
   PutAll(out, modalities_);
   PutAll(out, first_patch_);
   PutAll(out, patches_);
+  return out;
+}
+
+Result<SizeIndex> SizeIndex::Join(std::span<const SizeIndex> parts) {
+  SizeIndex joined;
+  if (parts.empty()) {
+    joined.first_patch_.push_back(0);
+    return joined;
+  }
+  joined.fingerprint_ = parts.front().fingerprint_;
+  joined.first_patch_.push_back(0);
+  for (const SizeIndex& part : parts) {
+    if (part.fingerprint_ != joined.fingerprint_) {
+      return Status::InvalidArgument("size index parts of two pipelines (fingerprints " +
+                                     joined.fingerprint_ + " and " + part.fingerprint_ + ")");
+    }
+    const uint64_t base = joined.patches_.size();
+    joined.tokens_.insert(joined.tokens_.end(), part.tokens_.begin(), part.tokens_.end());
+    joined.modalities_.insert(joined.modalities_.end(), part.modalities_.begin(),
+                              part.modalities_.end());
+    for (size_t i = 1; i < part.first_patch_.size(); ++i) {
+      joined.first_patch_.push_back(base + part.first_patch_[i]);
+    }
+    joined.patches_.insert(joined.patches_.end(), part.patches_.begin(), part.patches_.end());
+  }
+  return joined;
+}
+
+int64_t SizeIndex::untold() const {
+  return std::count_if(tokens_.begin(), tokens_.end(), [](int64_t t) { return t < 0; });
+}
+
+Status SizeIndex::Write(const std::string& path) const {
+  const std::string out = Serialize();
   // Written aside and renamed: a reader never sees half an index.
   const std::string part = path + ".part";
   {
@@ -96,8 +130,12 @@ Result<SizeIndex> SizeIndex::Read(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   if (!file.is_open()) return Status::NotFound(path + ": no size index there");
   const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  return Parse(bytes, path);
+}
+
+Result<SizeIndex> SizeIndex::Parse(std::string_view bytes, const std::string& name) {
   const auto corrupt = [&](const char* what) {
-    return Status::CorruptData(path + ": not a whole size index (" + what + ")");
+    return Status::CorruptData(name + ": not a whole size index (" + what + ")");
   };
   Reader r{bytes};
   char magic[sizeof(kMagic)];
@@ -134,9 +172,17 @@ std::optional<SampleSize> SizeOf(const std::optional<PackPlanner::Told>& told) {
 }
 
 Result<std::vector<std::optional<SampleSize>>> SizeEverySample(
-    std::shared_ptr<const EngineInputs> inputs, const std::string& token_field, int threads) {
+    std::shared_ptr<const EngineInputs> inputs, const std::string& token_field, int threads,
+    int64_t begin, int64_t end) {
   HR_ASSIGN_OR_RETURN(const int field, BalanceTokenField(*inputs, token_field));
-  const int64_t n = inputs->source->size();
+  const int64_t samples = inputs->source->size();
+  if (end < 0) end = samples;
+  if (begin < 0 || begin > end || end > samples) {
+    return Status::InvalidArgument("size index: samples [" + std::to_string(begin) + ", " +
+                                   std::to_string(end) + ") are not inside the source's " +
+                                   std::to_string(samples));
+  }
+  const int64_t n = end - begin;
   PackOptions sizing;
   sizing.seq_len = INT64_MAX;  // sizes only: no row to locate vision tokens in
   constexpr int64_t kChunk = 256;  // a chunk's media reads are all in flight together
@@ -150,9 +196,9 @@ Result<std::vector<std::optional<SampleSize>>> SizeEverySample(
       std::vector<int64_t> indices;
       for (int64_t at; (at = next.fetch_add(kChunk)) < n;) {
         indices.clear();
-        for (int64_t i = at; i < std::min(at + kChunk, n); ++i) indices.push_back(i);
+        for (int64_t i = at; i < std::min(at + kChunk, n); ++i) indices.push_back(begin + i);
         const std::vector<std::optional<PackPlanner::Told>> told = sizer(0, indices, {});
-        for (size_t k = 0; k < indices.size(); ++k) sizes[indices[k]] = SizeOf(told[k]);
+        for (size_t k = 0; k < indices.size(); ++k) sizes[indices[k] - begin] = SizeOf(told[k]);
       }
     });
   }

@@ -15,6 +15,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "headrace/core/status.h"
@@ -31,11 +32,20 @@ class SizeIndex {
   // is cut short (each naming the path).
   static Result<SizeIndex> Read(const std::string& path);
   Status Write(const std::string& path) const;
+  // The file's bytes, and back (kCorruptData naming `name`): how an index built in parts
+  // (a range of samples each, on Ray workers) travels to the process that joins them.
+  std::string Serialize() const;
+  static Result<SizeIndex> Parse(std::string_view bytes, const std::string& name);
+  // The indexes of consecutive ranges of samples, in order, as one; kInvalidArgument when
+  // their fingerprints differ.
+  static Result<SizeIndex> Join(std::span<const SizeIndex> parts);
 
   const std::string& fingerprint() const { return fingerprint_; }
   int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
   // Sample `index`'s sizes; nullopt when not told, or out of range.
   std::optional<SampleSize> At(int64_t index) const;
+  // Samples whose sizes were not told when it was built.
+  int64_t untold() const;
 
  private:
   std::string fingerprint_;
@@ -49,11 +59,13 @@ class SizeIndex {
 std::optional<SampleSize> SizeOf(const std::optional<PackPlanner::Told>& told);
 
 struct EngineInputs;
-// Every sample of `inputs`' source sized by its chain's size pass (exec/pack_sizer.h,
-// nothing decoded), the tokens those of batch field `token_field`, in chunks taken in turn
-// by `threads` threads. kInvalidArgument when the chain cannot tell them before it runs
-// (BalanceTokenField, exec/batch_formers.h).
+// Samples [begin, end) of `inputs`' source (end < 0: to its last) sized by its chain's
+// size pass (exec/pack_sizer.h, nothing decoded), the tokens those of batch field
+// `token_field`, in chunks taken in turn by `threads` threads; element i is sample
+// begin + i. kInvalidArgument when the chain cannot tell them before it runs
+// (BalanceTokenField, exec/batch_formers.h), or for a range outside the source.
 Result<std::vector<std::optional<SampleSize>>> SizeEverySample(
-    std::shared_ptr<const EngineInputs> inputs, const std::string& token_field, int threads);
+    std::shared_ptr<const EngineInputs> inputs, const std::string& token_field, int threads,
+    int64_t begin = 0, int64_t end = -1);
 
 }  // namespace headrace

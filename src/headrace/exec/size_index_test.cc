@@ -71,5 +71,40 @@ TEST(SizeIndex, AMissingCutOrForeignFileIsRefusedNamingIt) {
   std::filesystem::remove(path);
 }
 
+TEST(SizeIndex, RangesBuiltApartJoinIntoTheWholeIndexByteForByte) {
+  // What headrace.ray.build_size_index does: each worker sizes a range of samples, its
+  // part travels as bytes, the driver joins the parts in order.
+  std::vector<std::optional<SampleSize>> sizes;
+  for (int i = 0; i < 10; ++i) {
+    if (i == 4) {
+      sizes.push_back(std::nullopt);
+      continue;
+    }
+    std::vector<int64_t> patches(static_cast<size_t>(i % 3), 16 * (i + 1));
+    sizes.push_back(SampleSize{.tokens = 10 + i, .patches = patches, .modalities = uint32_t(i % 2)});
+  }
+  const SizeIndex whole = SizeIndex::Of("fp", sizes);
+  EXPECT_EQ(whole.untold(), 1);
+  std::vector<SizeIndex> parts;
+  for (const auto [begin, end] : {std::pair{0, 3}, std::pair{3, 3}, std::pair{3, 7}, std::pair{7, 10}}) {
+    const std::string bytes =
+        SizeIndex::Of("fp", std::span(sizes).subspan(begin, end - begin)).Serialize();
+    Result<SizeIndex> part = SizeIndex::Parse(bytes, "part");
+    ASSERT_TRUE(part.ok()) << part.status().ToString();
+    parts.push_back(*std::move(part));
+  }
+  Result<SizeIndex> joined = SizeIndex::Join(parts);
+  ASSERT_TRUE(joined.ok()) << joined.status().ToString();
+  EXPECT_EQ(joined->Serialize(), whole.Serialize());
+  EXPECT_EQ(joined->At(5)->patches, (std::vector<int64_t>{96, 96}));
+
+  parts.push_back(SizeIndex::Of("another", sizes));
+  Result<SizeIndex> mixed = SizeIndex::Join(parts);
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_NE(mixed.status().message().find("another"), std::string::npos);
+  EXPECT_EQ(SizeIndex::Parse(whole.Serialize().substr(0, 40), "cut").status().code(),
+            StatusCode::kCorruptData);
+}
+
 }  // namespace
 }  // namespace headrace

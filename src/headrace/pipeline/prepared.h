@@ -26,6 +26,7 @@
 #include "headrace/exec/batch_formers.h"
 #include "headrace/exec/engine.h"
 #include "headrace/exec/run_budget.h"
+#include "headrace/exec/size_index.h"
 #include "headrace/formats/source.h"
 #include "headrace/pipeline/spec.h"
 
@@ -33,6 +34,7 @@ namespace headrace {
 
 class Loader;
 struct LoaderOptions;
+class PreparedPipeline;
 
 // A run's error budgets as `spec` sets them: errors.* and each source.mix entry's
 // max_error_rate (exec/run_budget.h). The engine's delivery counts them; a Ray rank builds
@@ -43,6 +45,19 @@ RunBudgetOptions RunBudgetOptionsOf(const PipelineSpec& spec);
 // contents of the local tokenizer files its ops name): a size index built for another
 // fingerprint is not used (exec/size_index.h).
 std::string SizeFingerprint(const PipelineSpec& spec);
+
+// What `headrace index sizes` and headrace.build_size_index build from
+// (pipeline/size_indexing.cc): `spec`'s pipeline prepared without batch.balance (its index
+// may not exist yet) and the fingerprint its index is checked against.
+struct SizeIndexing {
+  std::shared_ptr<const PreparedPipeline> prepared;
+  std::string fingerprint;
+  int64_t samples = 0;  // the source's
+  // The index of samples [begin, end) (end < 0: to the last) sized on `threads` threads;
+  // consecutive ranges join (SizeIndex::Join) into the whole index, byte for byte.
+  Result<SizeIndex> Build(int threads, int64_t begin = 0, int64_t end = -1) const;
+};
+Result<SizeIndexing> PrepareSizeIndexing(PipelineSpec spec, std::shared_ptr<Storage> storage = nullptr);
 
 class PreparedPipeline : public std::enable_shared_from_this<PreparedPipeline> {
  public:
