@@ -42,23 +42,43 @@ int64_t BytesOf(const ToldSequence& told) {
 
 namespace {
 
-// A sizer call's media reads: at most `max_inflight` at once; a sample whose items are
-// all read is `ready`, to be sized by the calling thread. Shared with the reads'
-// callbacks, which a run that stops leaves to finish alone.
+// A sizer call's media reads: at most `max_inflight` at once, and at most `budget` bytes
+// admitted by their gates and not yet sized, as the read stage holds its reads to the I/O
+// budget (exec/read_stage.h): a sample's first read that would take the charge past it
+// is refused at its gate, before its bytes exist, parked, and issued again once it fits
+// (or nothing else is charged); the reads after a sample's first are admitted even past
+// it, since the bytes the sample holds are released only once all its items are in. A
+// storage that ignores the gate is charged on completion. A sample whose items are all
+// read is `ready`, to be sized by the calling thread. Shared with the reads' callbacks,
+// which a run that stops leaves to finish alone.
 struct Reads {
+  explicit Reads(int64_t budget) : budget(budget) {}
+
   std::mutex mu;
   std::condition_variable_any changed;
   int inflight = 0;
   std::vector<int> left;                                        // per sample: items unread
   std::vector<std::vector<std::optional<Result<Buffer>>>> got;  // per sample, per item
   std::deque<size_t> ready;
+
+  const int64_t budget;
+  int64_t charged = 0;                // bytes admitted of samples not yet sized
+  std::vector<int64_t> charge;        // per sample: its share of `charged`
+  std::vector<int64_t> item_charge;   // per item
+  std::vector<int64_t> refused;       // per item: the size its gate refused (0: none)
+  std::deque<std::pair<size_t, int64_t>> parked;  // (item, size): refused, to issue again
+
+  // Under mu: whether the gate of item `k` of sample `s` admits `bytes` more.
+  bool Admits(size_t s, int64_t bytes) const {
+    return charge[s] > 0 || charged == 0 || charged + bytes <= budget;
+  }
 };
 
 }  // namespace
 
 PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
                                      int token_field, const PackOptions& pack,
-                                     std::shared_ptr<ReadMedia> keep, int64_t max_object_bytes,
+                                     std::shared_ptr<ReadMedia> keep, int64_t io_budget_bytes,
                                      std::shared_ptr<ToldSequences> told_sequences,
                                      int max_inflight) {
   // The kind of each source field, by MediaRef::field: what modalities a sample holds.
@@ -66,7 +86,7 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
   if (inputs->source != nullptr) fields = SourceFieldsOf(inputs->source->spec());
   max_inflight = std::max(1, max_inflight);
   return [inputs = std::move(inputs), token_field, fields = std::move(fields),
-          seq_len = pack.seq_len, keep, max_object_bytes, told_sequences = std::move(told_sequences),
+          seq_len = pack.seq_len, keep, io_budget_bytes, told_sequences = std::move(told_sequences),
           vision_ids = pack.vision_token_ids, max_inflight](
              int64_t epoch, std::span<const int64_t> indices, std::stop_token stop) {
     const Source& source = *inputs->source;
@@ -78,9 +98,10 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
     for (size_t s = 0; s < n; ++s) records[s] = &store.Get(indices[s], scratch[s]);
 
     // The items to read, in sample order; a sample with none is ready at once.
-    auto reads = std::make_shared<Reads>();
+    auto reads = std::make_shared<Reads>(io_budget_bytes);
     reads->left.assign(n, 0);
     reads->got.resize(n);
+    reads->charge.assign(n, 0);
     std::vector<std::pair<size_t, size_t>> items;  // (sample, item)
     size_t to_size = 0;
     for (size_t s = 0; s < n; ++s) {
@@ -92,20 +113,47 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
       reads->got[s].resize(m);
       for (size_t i = 0; i < m; ++i) items.emplace_back(s, i);
     }
-    // As the read stage's gate: nothing past what the I/O budget could ever hold, and
-    // nothing more once the run stops (the read ends with kCancelled: not told).
-    const ReadGate gate = [max_object_bytes, stop](int64_t bytes) {
-      return !stop.stop_requested() && bytes <= max_object_bytes;
-    };
-    const auto issue = [&](size_t s, size_t m) {
+    reads->item_charge.assign(items.size(), 0);
+    reads->refused.assign(items.size(), 0);
+    const auto issue = [&](size_t k) {
+      const auto [s, m] = items[k];
       Storage* routed = source.info().entries.empty() ? nullptr : source.StorageFor(indices[s]);
       Storage& storage = routed != nullptr ? *routed : *source.storage();
       const MediaRef& ref = records[s]->media[m];
-      ReadCallback done = [reads, s, m](Result<Buffer> bytes) {
+      // As the read stage's gate: nothing past what the I/O budget could ever hold, the
+      // charge held to it (Reads), nothing more once the run stops (the read ends with
+      // kCancelled: not told).
+      ReadGate gate = [reads, s, k, budget = io_budget_bytes, stop](int64_t bytes) {
+        if (stop.stop_requested()) return false;
+        if (bytes == kReadStillWanted) return true;
+        if (bytes > budget) return false;
         std::lock_guard lock(reads->mu);
-        reads->got[s][m] = std::move(bytes);
+        const int64_t more = bytes - reads->item_charge[k];  // a body that grows asks again
+        if (more <= 0) return true;
+        if (!reads->Admits(s, more)) {
+          reads->refused[k] = bytes;
+          return false;
+        }
+        reads->item_charge[k] += more;
+        reads->charge[s] += more;
+        reads->charged += more;
+        return true;
+      };
+      ReadCallback done = [reads, s, m, k](Result<Buffer> bytes) {
+        std::lock_guard lock(reads->mu);
         --reads->inflight;
-        if (--reads->left[s] == 0) reads->ready.push_back(s);
+        if (const int64_t size = std::exchange(reads->refused[k], 0); size > 0) {
+          reads->parked.emplace_back(k, size);
+        } else {
+          if (bytes.ok() && reads->item_charge[k] == 0) {  // a storage that ignores the gate
+            const auto size = static_cast<int64_t>(bytes->size());
+            reads->item_charge[k] = size;
+            reads->charge[s] += size;
+            reads->charged += size;
+          }
+          reads->got[s][m] = std::move(bytes);
+          if (--reads->left[s] == 0) reads->ready.push_back(s);
+        }
         reads->changed.notify_all();
       };
       if (ref.offset == 0 && ref.length < 0) {
@@ -165,28 +213,50 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
       }
     };
 
-    // Reads go out as the window has room; each sample is sized once its items are in
-    // and its bytes dropped then (unless kept): what the sizer holds at once is the
-    // window's reads and the samples read but not yet sized.
+    // Reads go out as the window and the charge have room; each sample is sized once its
+    // items are in and its bytes dropped then (unless kept): what the sizer holds at once
+    // is the window's reads and the samples read but not yet sized, within the budget.
     size_t next = 0, sized = 0;
+    // Under reads->mu: the item to issue now, if any (taken when `take`). First the items
+    // of a sample that holds bytes already (it cannot be sized, nor release them, without
+    // them), then parked reads in order as they fit, then new ones while there is room.
+    const auto pick = [&](bool take) -> std::optional<size_t> {
+      if (reads->inflight >= max_inflight) return std::nullopt;
+      if (next < items.size() && reads->charge[items[next].first] > 0) {
+        return take ? next++ : next;
+      }
+      for (auto it = reads->parked.begin(); it != reads->parked.end(); ++it) {
+        const auto [k, size] = *it;
+        if (reads->charge[items[k].first] == 0 &&
+            (it != reads->parked.begin() || !reads->Admits(items[k].first, size))) {
+          continue;  // behind the first, only a sample's later item goes ahead
+        }
+        if (take) reads->parked.erase(it);
+        return k;
+      }
+      if (reads->parked.empty() && next < items.size() && reads->charged < reads->budget) {
+        return take ? next++ : next;
+      }
+      return std::nullopt;
+    };
     while (sized < to_size) {
-      while (next < items.size()) {
+      while (true) {
+        std::optional<size_t> k;
         {
           std::lock_guard lock(reads->mu);
-          if (reads->inflight >= max_inflight) break;
+          k = pick(/*take=*/true);
+          if (!k.has_value()) break;
           ++reads->inflight;
         }
-        issue(items[next].first, items[next].second);  // its callback may run here
-        ++next;
+        issue(*k);  // its callback may run here
       }
       std::vector<std::pair<size_t, std::vector<std::optional<Result<Buffer>>>>> ready;
       {
         std::unique_lock lock(reads->mu);
-        // A sample ready to size, or room for more reads (a sample with more items than
-        // the window is ready only after reads of its own that wait for room).
+        // A sample ready to size, or a read to issue (a sample with more items than the
+        // window is ready only after reads of its own that wait for room).
         if (!reads->changed.wait(lock, stop, [&] {
-              return !reads->ready.empty() ||
-                     (next < items.size() && reads->inflight < max_inflight);
+              return !reads->ready.empty() || pick(/*take=*/false).has_value();
             })) {
           return std::vector<std::optional<PackPlanner::Told>>(n);  // stopped: none told
         }
@@ -195,6 +265,8 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
       }
       for (auto& [s, got] : ready) size(s, std::move(got));
       sized += ready.size();
+      std::lock_guard lock(reads->mu);
+      for (const auto& [s, got] : ready) reads->charged -= std::exchange(reads->charge[s], 0);
     }
     return told;
   };

@@ -104,15 +104,16 @@ inline constexpr int kSizerInflight = 32;
 // for each sample, and where `pack`'s vision token ids lie among them (past
 // pack.seq_len); nullopt for a sample whose record, reads or size pass fail. The media
 // it read go to `keep`, the token sequences it tokenized to `told` (null: dropped). An
-// object over `max_object_bytes` is not read (the engine fails its sample as it would: it
+// object over `io_budget_bytes` is not read (the engine fails its sample as it would: it
 // can never fit the I/O budget), nor is anything once the run stops. At most
-// `max_inflight` reads are in flight at once (the run's execution.io_inflight), and a
-// sample's bytes are dropped once it is sized (unless kept): a call over a whole
-// data-parallel step holds the window's media, not the step's.
+// `max_inflight` reads are in flight at once (the run's execution.io_inflight), holding
+// at most `io_budget_bytes` (or one sample's media alone) as the read stage holds its
+// reads, and a sample's bytes are dropped once it is sized (unless kept): a call over a
+// whole data-parallel step holds the window's media, not the step's.
 PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
                                      int token_field, const PackOptions& pack,
                                      std::shared_ptr<ReadMedia> keep = nullptr,
-                                     int64_t max_object_bytes = INT64_MAX,
+                                     int64_t io_budget_bytes = INT64_MAX,
                                      std::shared_ptr<ToldSequences> told = nullptr,
                                      int max_inflight = kSizerInflight);
 
