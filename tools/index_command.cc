@@ -18,7 +18,8 @@ namespace {
 
 constexpr const char* kIndexUsage =
     "usage: headrace index sizes CONFIG [--out PATH] [--set key=value ...]\n"
-    "  --out PATH   where the index goes (default: the config's batch.balance.index)\n";
+    "  --out PATH   where the index goes (default: the config's batch.balance.index or\n"
+    "               batch.pack.index)\n";
 
 double SecondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -59,8 +60,10 @@ int IndexCommand(const Args& args) {
     return 2;
   }
   if (out.empty()) out = spec->batch.balance.index;
+  if (out.empty()) out = spec->batch.pack.index;
   if (out.empty()) {
-    std::fprintf(stderr, "headrace index sizes: give --out PATH or set batch.balance.index\n");
+    std::fprintf(stderr, "headrace index sizes: give --out PATH or set batch.balance.index "
+                         "(or batch.pack.index)\n");
     return 2;
   }
   if (!CheckWritable("headrace index sizes", "--out", out)) return 2;

@@ -2,7 +2,9 @@
 patches and its kinds of media, built once per dataset and pipeline by the chain's size
 pass (headers read, nothing decoded), so that a balanced run (``batch.balance.index``)
 deals each step from the index, O(1) a sample, instead of sizing the whole step on every
-rank. The file is keyed by the pipeline's fingerprint; a run refuses an index of another.
+rank, and a planned pack (``batch.pack.index``) plans its rows from it instead of sizing
+each sample on its driver thread. The file is keyed by the pipeline's fingerprint; a run
+refuses an index of another.
 
     headrace.build_size_index(pipeline)             # on this machine's cores
     headrace.ray.build_size_index(pipeline)         # on a Ray cluster's CPUs
@@ -25,11 +27,13 @@ def as_pipeline(pipeline: Union[Pipeline, str, os.PathLike]) -> Pipeline:
 
 
 def index_path(pipeline: Pipeline, out: Union[str, os.PathLike, None]) -> str:
-    """Where the index goes: ``out``, else the pipeline's batch.balance.index."""
-    path = os.fspath(out) if out is not None else pipeline.spec().balance_index
+    """Where the index goes: ``out``, else the pipeline's batch.balance.index (or
+    batch.pack.index)."""
+    path = os.fspath(out) if out is not None else pipeline.spec().size_index
     if not path:
         raise _headrace.ConfigError(
-            "build_size_index: give out=PATH or set batch.balance.index in the pipeline")
+            "build_size_index: give out=PATH or set batch.balance.index (or batch.pack.index) "
+            "in the pipeline")
     parent = Path(path).resolve().parent
     if not parent.is_dir():
         raise _headrace.ConfigError(f"build_size_index: out: no folder {parent}")
@@ -41,7 +45,7 @@ def build_size_index(pipeline: Union[Pipeline, str, os.PathLike],
                      threads: Optional[int] = None) -> Dict[str, Any]:
     """Sizes every sample of ``pipeline`` (a Pipeline or a YAML config) on ``threads``
     threads (default: this process's cores) and writes the index to ``out`` (default: the
-    pipeline's batch.balance.index). Returns {path, samples, untold, fingerprint}:
+    pipeline's batch.balance.index or batch.pack.index). Returns {path, samples, untold, fingerprint}:
     ``untold`` samples' sizes could not be told (a balanced run costs them its step's
     mean)."""
     pipeline = as_pipeline(pipeline)

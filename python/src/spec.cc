@@ -162,7 +162,10 @@ void RegisterSpec(nb::module_& m) {
       .def_prop_ro("shards", [](const PipelineSpec& s) { return s.source.shards; })
       .def_prop_ro("parquet", [](const PipelineSpec& s) { return s.source.parquet; })
       .def_prop_ro("seed", [](const PipelineSpec& s) { return s.seed; })
-      .def_prop_ro("balance_index", [](const PipelineSpec& s) { return s.batch.balance.index; })
+      .def_prop_ro("size_index",
+                   [](const PipelineSpec& s) {
+                     return s.batch.balance.index.empty() ? s.batch.pack.index : s.batch.balance.index;
+                   })
       .def_prop_ro("epochs", [](const PipelineSpec& s) { return s.epochs; })
       .def_prop_ro("shuffle", [](const PipelineSpec& s) { return s.shuffle; })
       .def_prop_ro("batch_size", [](const PipelineSpec& s) { return s.batch.size; })

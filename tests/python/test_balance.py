@@ -123,6 +123,35 @@ def test_python_builds_the_index_the_cli_builds_byte_for_byte(py_sample, tmp_pat
         headrace.build_size_index(pipeline(py_sample, "tokens"))
 
 
+def test_a_planned_pack_plans_by_the_index_as_it_would_by_sizing(py_sample, tmp_path):
+    """batch.pack.index: a planned pack's rows from the size index (its driver sizes only
+    the samples longer than seq_len), the batches those of the run that sizes each
+    sample; an index of another pipeline is refused under the key given."""
+    index = build_index(py_sample, tmp_path)
+
+    def packed(**pack):
+        ops = headrace.ops
+        return headrace.Pipeline(
+            py_sample / "manifest.jsonl",
+            ops=[ops.tokenize(py_sample / "tokenizer.model", pad=False, max_length=64)],
+            batch_size=4, epochs=EPOCHS, seed=3, cpu_threads=1,
+            pack={"seq_len": 40, "window": 4, **pack},
+            overrides={"errors.max_error_rate": 1})  # the cuts count, and the run goes on
+
+    def digests(spec):
+        with headrace.Loader(spec, rank=1, world_size=2) as loader:
+            return [[(np.asarray(b["index"]).tolist(), np.asarray(b["input_ids"]).tobytes(),
+                      np.asarray(b["cu_seqlens"]).tolist()) for b in loader]
+                    for _ in range(EPOCHS)]
+
+    sized = digests(packed())
+    assert any(len(indices) > 1 for epoch in sized for indices, _, _ in epoch), "rows share"
+    assert digests(packed(index=str(index))) == sized
+    other = build_index(py_sample, tmp_path, max_length=32)
+    with pytest.raises(ConfigError, match=r"batch\.pack\.index: .*another pipeline"):
+        next(iter(headrace.Loader(packed(index=str(other)))))
+
+
 def test_an_index_of_another_pipeline_or_cut_short_is_refused_saying_what_to_run(
         py_sample, tmp_path):
     index = build_index(py_sample, tmp_path, max_length=32)  # other sizes

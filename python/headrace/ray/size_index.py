@@ -35,7 +35,7 @@ def build_size_index(pipeline: Union[Pipeline, str, os.PathLike],
     """Sizes every sample of ``pipeline`` in Ray tasks of ``samples_per_task`` samples,
     each with ``task_cpus`` CPUs (and ``task_resources``, e.g. ``{"headrace_cpu": 1}`` to
     keep them on CPU nodes), and writes the index to ``out`` (default: the pipeline's
-    batch.balance.index). Attaches to the cluster at ``address`` unless this process
+    batch.balance.index or batch.pack.index). Attaches to the cluster at ``address`` unless this process
     already is. Returns {path, samples, untold, fingerprint, tasks}."""
     if samples_per_task < 1 or task_cpus < 1:
         raise _headrace.ConfigError(

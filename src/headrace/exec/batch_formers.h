@@ -68,6 +68,10 @@ struct FormingRun {
   bool plan_packing = true;
   // The consumer's batch memory (LoaderOptions::allocator); null: the heap.
   Allocator* allocator = nullptr;
+  // Every sample's sizes, built ahead and checked against the run's pipeline
+  // (batch.pack.index or batch.balance.index): a planned pack plans by them; null: each
+  // sample sized by the size pass as it comes.
+  std::shared_ptr<const SizeIndex> sizes;
   // batch.balance; nullopt: the order's deal.
   std::optional<BalanceOptions> balance;
   // The samples the engine's batch `position` holds before its former composes it: set

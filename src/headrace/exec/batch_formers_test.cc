@@ -476,6 +476,58 @@ TEST(BatchFormers, ABalancedPlannedPackRunsTheDealtSamples) {
   EXPECT_EQ(delivered, all) << "the two ranks' packed batches hold every sample once";
 }
 
+// Rank 0's packed batches (seq_len 64, window 4) of SkewedInputs(64) as a planned pack
+// forms them, each as its `index` and `input_ids` values; `sizes`: the run's size index.
+std::vector<std::vector<int64_t>> PlannedPackRun(const std::shared_ptr<EngineInputs>& inputs,
+                                                 std::shared_ptr<const SizeIndex> sizes) {
+  EngineOptions engine = SkewedRun(0);
+  engine.budget.max_error_rate = 1;  // the long samples are cut: counted, not failing the run
+  FormingRun run{.inputs = inputs, .pack = Pack(4), .engine = &engine, .sizes = std::move(sizes)};
+  Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
+  EXPECT_TRUE(former.ok()) << former.status().ToString();
+  EXPECT_EQ((*former)->name(), "pack planned");
+  engine.former = *former;
+  auto started = Engine::Start(inputs, engine);
+  EXPECT_TRUE(started.ok()) << started.status().ToString();
+  std::vector<std::vector<int64_t>> out;
+  while (true) {
+    Result<std::optional<Batch>> b = (*former)->Next(**started);
+    EXPECT_TRUE(b.ok()) << b.status().ToString();
+    if (!b.ok() || !b->has_value()) break;
+    std::vector<int64_t> values;
+    for (const char* name : {"index", "input_ids"}) {
+      const Tensor* t = (*b)->Find(name);
+      EXPECT_NE(t, nullptr) << name;
+      values.insert(values.end(), t->data<int64_t>(), t->data<int64_t>() + t->numel());
+      values.push_back(-1);
+    }
+    out.push_back(std::move(values));
+  }
+  return out;
+}
+
+TEST(BatchFormers, APlannedPackPlansBySizeIndexAsItWouldBySizing) {
+  // batch.pack.index: the samples that fit a row (64 tokens) are planned by their
+  // entries, not sized on the driver; the 160-token ones (every 8th) by the size pass, as
+  // their cut is checked against where their vision tokens lie. The batches are the same.
+  const std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
+  const auto& op = static_cast<const SkewedTokenizer&>(*inputs->chain().ops.front());
+  Result<std::vector<std::optional<SampleSize>>> sizes = SizeEverySample(inputs, "input_ids", 2);
+  ASSERT_TRUE(sizes.ok()) << sizes.status().ToString();
+  const auto index = std::make_shared<const SizeIndex>(SizeIndex::Of("f", *sizes));
+  int64_t before = op.predicted.load();
+  const std::vector<std::vector<int64_t>> sized = PlannedPackRun(inputs, nullptr);
+  const int64_t sizing = op.predicted.load() - before;
+  before = op.predicted.load();
+  const std::vector<std::vector<int64_t>> indexed = PlannedPackRun(inputs, index);
+  const int64_t reading = op.predicted.load() - before;
+  ASSERT_FALSE(sized.empty());
+  EXPECT_EQ(indexed, sized);
+  // Rank 0's 32 samples: each run's own size pass, plus the driver's: 32 sizing, 4 (the
+  // long ones) reading the index.
+  EXPECT_EQ(sizing - reading, 32 - 4) << "sizing " << sizing << ", reading " << reading;
+}
+
 TEST(BatchFormers, BalanceNeedsAChainThatTellsTokensAndAnInOrderEngine) {
   EngineOptions engine = SkewedRun(0);
   FormingRun run{.inputs = std::make_shared<EngineInputs>(), .engine = &engine};

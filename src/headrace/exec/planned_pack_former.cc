@@ -8,6 +8,7 @@
 #include "headrace/exec/pack_former.h"
 #include "headrace/exec/pack_planner.h"
 #include "headrace/exec/pack_sizer.h"
+#include "headrace/exec/size_index.h"
 
 namespace headrace {
 namespace {
@@ -82,10 +83,12 @@ Result<std::shared_ptr<BatchFormer>> MakePlannedPackFormer(FormingRun& run) {
   // The tokens the sizer's size pass tokenized, for the samples' own size passes: a
   // sample is tokenized once (outside the budgets too: at most kToldBytes).
   auto told = std::make_shared<ToldSequences>(kToldBytes, kToldSamples);
-  auto planner = std::make_shared<PackPlanner>(
-      planning,
-      SizeByTheSizePass(run.inputs, *token_field, pack, read, engine.io_budget_bytes, told,
-                        engine.io_inflight));
+  PackPlanner::Sizer sizer = SizeByTheSizePass(run.inputs, *token_field, pack, read,
+                                               engine.io_budget_bytes, told, engine.io_inflight);
+  // With a size index, the samples that fit a row are planned by their entries: the
+  // driver reads nothing ahead of the run and tokenizes nothing (each sample's run does).
+  if (run.sizes != nullptr) sizer = SizeByTheIndex(run.sizes, pack.seq_len, std::move(sizer));
+  auto planner = std::make_shared<PackPlanner>(planning, std::move(sizer));
   const auto shared_order = std::make_shared<const EpochOrder>(std::move(order));
   const PackPlanner::InputBatch batch_of = [shared_order, per_epoch,
                                              samples_of = run.samples_of](int64_t epoch,

@@ -171,6 +171,32 @@ std::optional<SampleSize> SizeOf(const std::optional<PackPlanner::Told>& told) {
   return SampleSize{told->tokens, told->patches, told->modalities};
 }
 
+PackPlanner::Sizer SizeByTheIndex(std::shared_ptr<const SizeIndex> index, int64_t seq_len,
+                                  PackPlanner::Sizer exact) {
+  return [index = std::move(index), seq_len, exact = std::move(exact)](
+             int64_t epoch, std::span<const int64_t> indices, std::stop_token stop) {
+    std::vector<std::optional<PackPlanner::Told>> told(indices.size());
+    std::vector<int64_t> unsure;  // sized by the size pass
+    std::vector<size_t> at;       // ... their places in `told`
+    for (size_t k = 0; k < indices.size(); ++k) {
+      std::optional<SampleSize> size = index->At(indices[k]);
+      if (!size.has_value() || size->tokens > seq_len) {
+        unsure.push_back(indices[k]);
+        at.push_back(k);
+        continue;
+      }
+      told[k] = PackPlanner::Told{.tokens = size->tokens,
+                                  .patches = std::move(size->patches),
+                                  .modalities = size->modalities};
+    }
+    if (!unsure.empty()) {
+      std::vector<std::optional<PackPlanner::Told>> sized = exact(epoch, unsure, std::move(stop));
+      for (size_t u = 0; u < at.size(); ++u) told[at[u]] = std::move(sized[u]);
+    }
+    return told;
+  };
+}
+
 Result<std::vector<std::optional<SampleSize>>> SizeEverySample(
     std::shared_ptr<const EngineInputs> inputs, const std::string& token_field, int threads,
     int64_t begin, int64_t end) {

@@ -58,6 +58,15 @@ class SizeIndex {
 // A sample's sizes as its size pass told them (exec/pack_sizer.h); nullopt: not told.
 std::optional<SampleSize> SizeOf(const std::optional<PackPlanner::Told>& told);
 
+// A planned pack's sizer that reads `index` (batch.pack.index): a sample whose entry fits
+// `seq_len` is told from it, O(1), nothing read; one longer (whose cut the planner checks
+// against where its vision tokens lie, and whose error names its record) or without an
+// entry is sized by `exact` (the size pass), as a run without the index sizes it. A
+// sample whose bytes changed since the index was built runs as it is: the packer gives
+// it a row of its own where it no longer fits the one planned (Packer::LayPlanned).
+PackPlanner::Sizer SizeByTheIndex(std::shared_ptr<const SizeIndex> index, int64_t seq_len,
+                                  PackPlanner::Sizer exact);
+
 struct EngineInputs;
 // Samples [begin, end) of `inputs`' source (end < 0: to its last) sized by its chain's
 // size pass (exec/pack_sizer.h, nothing decoded), the tokens those of batch field

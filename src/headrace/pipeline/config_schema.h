@@ -103,6 +103,7 @@ void Fields(SpecOf<PackSpec> auto& s, auto&& f) {
   f("overflow", s.overflow);
   f("field", s.field);
   f("pad_id", s.pad_id);
+  f("index", s.index);
 }
 void Fields(SpecOf<BalanceSpec> auto& s, auto&& f) {
   f("cost", s.cost);

@@ -1093,6 +1093,26 @@ TEST(ConfigBalance, AnUnknownCostOrAFlopsCostWithoutDimensionsIsRefusedNamingThe
       << key.status().message();
 }
 
+TEST(ConfigBalance, APackIndexNeedsPackingAndIsTheBalancesFileWhereBothAreGiven) {
+  Result<PipelineSpec> spec = ParsePipelineConfig(
+      "source: {manifest: m.jsonl}\n"
+      "batch: {pack: {seq_len: 512, index: s.idx}, balance: {cost: tokens, index: s.idx}}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->batch.pack.index, "s.idx");
+  Result<PipelineSpec> unpacked = ParsePipelineConfig(
+      "source: {manifest: m.jsonl}\nbatch: {pack: {index: s.idx}}\n");
+  ASSERT_FALSE(unpacked.ok());
+  EXPECT_NE(unpacked.status().message().find("batch.pack.index: applies with batch.pack.seq_len"),
+            std::string::npos)
+      << unpacked.status().message();
+  Result<PipelineSpec> two = ParsePipelineConfig(
+      "source: {manifest: m.jsonl}\n"
+      "batch: {max_tokens: 512, pack: {index: a.idx}, balance: {cost: tokens, index: b.idx}}\n");
+  ASSERT_FALSE(two.ok());
+  EXPECT_NE(two.status().message().find("batch.pack.index: names another file"), std::string::npos)
+      << two.status().message();
+}
+
 TEST(ConfigBalance, EveryRankNamesKindsOfMediaAndNeedsACost) {
   Result<PipelineSpec> spec = ParsePipelineConfig(
       "source: {manifest: m.jsonl}\nbatch: {balance: {cost: tokens, every_rank: 'image, video'}}\n");

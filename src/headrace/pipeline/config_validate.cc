@@ -79,11 +79,17 @@ Status ValidatePack(const PipelineSpec& spec) {
                                        "budget; pack: rows of seq_len tokens)");
   }
   if (!spec.batch.regroups()) {
-    if (pack.window != 0) {
-      return Invalid("batch.pack.window",
+    if (pack.window != 0 || !pack.index.empty()) {
+      return Invalid(pack.window != 0 ? "batch.pack.window" : "batch.pack.index",
                      "applies with batch.pack.seq_len > 0 (packing) or batch.max_tokens > 0");
     }
     return Status::Ok();
+  }
+  const std::string& balanced = spec.batch.balance.index;
+  if (!pack.index.empty() && !balanced.empty() && pack.index != balanced) {
+    return Invalid("batch.pack.index",
+                   "names another file than batch.balance.index: one size index serves "
+                   "both (give one of them, or the same path)");
   }
   return NonEmpty("batch.pack.field", pack.field,
                   "the unpadded token field to pack (text.tokenize {pad: false}'s input_ids)");

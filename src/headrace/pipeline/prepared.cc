@@ -82,29 +82,39 @@ Result<PackOptions> PackOptionsOf(const BatchSpec& batch, const PipelinePlan& pl
   return o;
 }
 
-// batch.balance as `spec`'s runs deal: its cost, and its size index read and checked
-// against the pipeline; refused before any work when the chain cannot tell tokens.
-Result<BalanceOptions> BalanceOptionsOf(const PipelineSpec& spec, const EngineInputs& inputs) {
-  HR_ASSIGN_OR_RETURN(StepCostOptions cost, StepCostOptionsOf(spec.batch.balance));
-  BalanceOptions balance{.cost = cost, .token_field = spec.batch.pack.field};
-  HR_ASSIGN_OR_RETURN(balance.every_rank, EveryRankOf(spec.batch.balance));
-  HR_RETURN_IF_ERROR(BalanceTokenField(inputs, balance.token_field).status());
-  const std::string& path = spec.batch.balance.index;
-  if (path.empty()) return balance;
+// The size index `spec` names (batch.balance.index or batch.pack.index: one file, checked
+// equal by validation), read and checked against the pipeline; null when none is named.
+// Refused before any work, saying what to run, when it is missing, cut short or built for
+// another pipeline or dataset.
+Result<std::shared_ptr<const SizeIndex>> SizeIndexOf(const PipelineSpec& spec,
+                                                     const EngineInputs& inputs) {
+  const bool balanced = !spec.batch.balance.index.empty();
+  const std::string& path = balanced ? spec.batch.balance.index : spec.batch.pack.index;
+  if (path.empty()) return std::shared_ptr<const SizeIndex>();
+  const std::string key = balanced ? "batch.balance.index: " : "batch.pack.index: ";
   const std::string rebuild = "; build it with `headrace index sizes CONFIG --out " + path + "`";
   Result<SizeIndex> index = SizeIndex::Read(path);
-  if (!index.ok()) {
-    return Status::InvalidArgument("batch.balance.index: " + index.status().message() + rebuild);
-  }
+  if (!index.ok()) return Status::InvalidArgument(key + index.status().message() + rebuild);
   const std::string fingerprint = SizeFingerprint(spec);
   if (index->fingerprint() != fingerprint || index->size() != inputs.source->size()) {
     return Status::InvalidArgument(
-        "batch.balance.index: " + path + " was built for another pipeline or dataset (" +
+        key + path + " was built for another pipeline or dataset (" +
         std::to_string(index->size()) + " samples, fingerprint " + index->fingerprint() +
         "; this one: " + std::to_string(inputs.source->size()) + " samples, " + fingerprint +
         ")" + rebuild);
   }
-  balance.index = std::make_shared<const SizeIndex>(*std::move(index));
+  return std::make_shared<const SizeIndex>(*std::move(index));
+}
+
+// batch.balance as `spec`'s runs deal: its cost and the size index (`sizes`, null: none);
+// refused before any work when the chain cannot tell tokens.
+Result<BalanceOptions> BalanceOptionsOf(const PipelineSpec& spec, const EngineInputs& inputs,
+                                        std::shared_ptr<const SizeIndex> sizes) {
+  HR_ASSIGN_OR_RETURN(StepCostOptions cost, StepCostOptionsOf(spec.batch.balance));
+  BalanceOptions balance{.cost = cost, .token_field = spec.batch.pack.field};
+  HR_ASSIGN_OR_RETURN(balance.every_rank, EveryRankOf(spec.batch.balance));
+  HR_RETURN_IF_ERROR(BalanceTokenField(inputs, balance.token_field).status());
+  balance.index = std::move(sizes);
   return balance;
 }
 
@@ -187,8 +197,10 @@ Result<std::shared_ptr<const PreparedPipeline>> PreparedPipeline::Make(
   in->strings = std::move(plan.strings);
   in->source = std::move(source);
   prepared->inputs_ = std::move(in);
+  HR_ASSIGN_OR_RETURN(prepared->sizes_, SizeIndexOf(spec, *prepared->inputs_));
   if (spec.batch.balance.enabled()) {
-    HR_ASSIGN_OR_RETURN(prepared->balance_, BalanceOptionsOf(spec, *prepared->inputs_));
+    HR_ASSIGN_OR_RETURN(prepared->balance_,
+                        BalanceOptionsOf(spec, *prepared->inputs_, prepared->sizes_));
   }
   return std::shared_ptr<const PreparedPipeline>(std::move(prepared));
 }
@@ -286,7 +298,7 @@ Result<PreparedPipeline::Forming> PreparedPipeline::Form(const LoaderOptions& op
   // The policy may move the start.
   FormingRun forming{.inputs = inputs_, .pack = pack_, .engine = &out.engine,
                      .resume = options.pack_state, .plan_packing = options.plan_packing,
-                     .allocator = options.allocator};
+                     .allocator = options.allocator, .sizes = sizes_};
   forming.balance = balance_;
   if (forming.balance.has_value()) forming.balance->ranks = options.balance_ranks;
   HR_ASSIGN_OR_RETURN(out.former, MakeBatchFormer(forming));

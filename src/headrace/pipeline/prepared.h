@@ -141,6 +141,7 @@ class PreparedPipeline : public std::enable_shared_from_this<PreparedPipeline> {
   int64_t batch_budget_bytes_ = 0;
   std::optional<PackOptions> pack_;
   std::optional<BalanceOptions> balance_;  // batch.balance, its index read and checked
+  std::shared_ptr<const SizeIndex> sizes_;  // batch.balance.index or batch.pack.index
   std::vector<TokenSequence> sequences_;
 };
 

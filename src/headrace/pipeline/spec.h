@@ -72,6 +72,10 @@ struct PackSpec {
   PackOverflow overflow = PackOverflow::kTruncate;  // a sample longer than seq_len
   std::string field = "input_ids";  // the token sequence (text.tokenize {pad: false})
   int64_t pad_id = -1;  // what a row's padding holds; -1: the tokenizer's pad id
+  // A size index (`headrace index sizes CONFIG`, exec/size_index.h) a planned pack plans
+  // its rows by instead of sizing each sample as it comes; the same file as
+  // batch.balance.index where both are given. "": sized as they come.
+  std::string index;
   bool enabled() const { return seq_len > 0; }
 };
 
