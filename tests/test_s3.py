@@ -2,6 +2,7 @@
 with signature checks on. `headrace upload` puts the sample dataset into a bucket,
 `headrace ls` lists it page by page, and pipelines read it over the real protocol."""
 import json
+import re
 
 import pytest
 
@@ -281,11 +282,10 @@ def test_storage_keys_are_validated_and_round_trip(headrace_bin, tmp_path, sampl
     assert "addressing_style: auto" in printed
 
 
-def test_packing_planned_from_s3_reads_each_object_once_and_packs_as_local_disk(
-        uploaded, moto_s3, headrace_bin, tmp_path):
-    # A VLM mix packed over S3: the planner sizes each input batch's samples from their
-    # bytes read over the protocol before they run, and the samples run on those same
-    # bytes (read once); the packed batches are those of local disk.
+def vlm_configs(uploaded, headrace_bin, tmp_path, **batch):
+    """make-sample's VLM mix (24 samples) on local disk and uploaded, and a Qwen2-VL
+    pipeline over each (`batch`: the Pipeline's batch keywords): (data, local config, S3
+    config)."""
     import importlib.util
     import headrace as hr
     # tests/python/conftest.py's fetch_vocabs (data/vocabs, fetched once, under its lock).
@@ -311,8 +311,7 @@ def test_packing_planned_from_s3_reads_each_object_once_and_packs_as_local_disk(
              ops.tokenize(tokenizer=str(REPO / "data/vocabs/qwen2/tokenizer.json"),
                           chat_template=template, preset="qwen2_vl",
                           grid_field="image_grid_thw", pad=False, max_length=16384)],
-        batch_size=4, seed=1, epochs=1, cpu_threads=2, memory_budget="512MiB",
-        pack={"seq_len": 16384, "window": 4})
+        seed=1, epochs=1, cpu_threads=2, memory_budget="512MiB", **batch)
     local = tmp_path / "local.yaml"
     local.write_text(pipe.spec().to_yaml())
     remote = tmp_path / "s3.yaml"
@@ -320,6 +319,16 @@ def test_packing_planned_from_s3_reads_each_object_once_and_packs_as_local_disk(
                       .replace(str(data / "manifest.jsonl"),
                                f"s3://{BUCKET}/datasets/vlm/manifest.jsonl")
                       .replace(f'"{data}"', f'"s3://{BUCKET}/datasets/vlm"'))
+    return data, local, remote
+
+
+def test_packing_planned_from_s3_reads_each_object_once_and_packs_as_local_disk(
+        uploaded, moto_s3, headrace_bin, tmp_path):
+    # A VLM mix packed over S3: the planner sizes each input batch's samples from their
+    # bytes read over the protocol before they run, and the samples run on those same
+    # bytes (read once); the packed batches are those of local disk.
+    data, local, remote = vlm_configs(uploaded, headrace_bin, tmp_path, batch_size=4,
+                                      pack={"seq_len": 16384, "window": 4})
     reports = {}
     for name, config in (("local", local), ("s3", remote)):
         out = tmp_path / f"{name}.json"
@@ -337,6 +346,30 @@ def test_packing_planned_from_s3_reads_each_object_once_and_packs_as_local_disk(
     assert s3["storage"]["s3"]["requests"] == media + 1
     assert s3["storage"]["s3"]["errors"] == 0
     assert disk["storage"]["local"]["reads"] == media + 1 + s3["storage"]["local"]["reads"]
+
+
+def test_a_size_index_from_s3_reads_the_images_headers_and_is_the_whole_reads_index(
+        uploaded, moto_s3, headrace_bin, tmp_path):
+    """`headrace index sizes` over S3 (issue 49): each image's first 16 KiB by a ranged
+    GET (its header), not the object: the index is byte for byte the one built from
+    whole reads (and its sizes those from local disk), for a fraction of the bytes."""
+    data, local, remote = vlm_configs(uploaded, headrace_bin, tmp_path, batch_size=4)
+    read = {}
+    for name, config, extra in (("local", local, ()), ("s3", remote, ()),
+                                ("s3-whole", remote, ("--header-bytes", "0"))):
+        proc = headrace(headrace_bin, "index", "sizes", config, "--out", tmp_path / name,
+                        *extra, env=uploaded, timeout=300)
+        assert "24 samples (0 not told" in proc.stdout, proc.stdout
+        read[name] = float(re.search(r"([0-9.]+) MB of media read", proc.stdout).group(1))
+    def sizes(name):  # the index past its fingerprint (which names the source's location)
+        data = (tmp_path / name).read_bytes()
+        return data[12 + int.from_bytes(data[8:12], "little"):]
+
+    assert (tmp_path / "s3").read_bytes() == (tmp_path / "s3-whole").read_bytes()
+    assert sizes("s3") == sizes("local")
+    images = sum(p.stat().st_size for p in data.rglob("*") if p.suffix in (".jpg", ".png", ".webp"))
+    assert read["s3-whole"] * 1e6 >= images
+    assert read["s3"] < read["s3-whole"] / 2, read
 
 
 def test_video_read_in_ranges_from_s3_gives_the_frames_of_whole_reads_from_a_fraction(

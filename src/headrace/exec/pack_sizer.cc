@@ -80,14 +80,15 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
                                      int token_field, const PackOptions& pack,
                                      std::shared_ptr<ReadMedia> keep, int64_t io_budget_bytes,
                                      std::shared_ptr<ToldSequences> told_sequences,
-                                     int max_inflight) {
+                                     int max_inflight, int64_t image_header_bytes) {
   // The kind of each source field, by MediaRef::field: what modalities a sample holds.
   std::vector<SourceField> fields;
   if (inputs->source != nullptr) fields = SourceFieldsOf(inputs->source->spec());
   max_inflight = std::max(1, max_inflight);
+  if (keep != nullptr) image_header_bytes = 0;  // a sample's run takes whole media only
   return [inputs = std::move(inputs), token_field, fields = std::move(fields),
           seq_len = pack.seq_len, keep, io_budget_bytes, told_sequences = std::move(told_sequences),
-          vision_ids = pack.vision_token_ids, max_inflight](
+          vision_ids = pack.vision_token_ids, max_inflight, image_header_bytes](
              int64_t epoch, std::span<const int64_t> indices, std::stop_token stop) {
     const Source& source = *inputs->source;
     const OpChain& chain = inputs->chains.front();
@@ -156,7 +157,14 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
         }
         reads->changed.notify_all();
       };
-      if (ref.offset == 0 && ref.length < 0) {
+      const bool header = image_header_bytes > 0 && ref.field >= 0 &&
+                          ref.field < static_cast<int>(fields.size()) &&
+                          fields[ref.field].kind == FieldKind::kImage;
+      if (header) {  // a range past the object's end is cut short
+        const int64_t length =
+            ref.length < 0 ? image_header_bytes : std::min(ref.length, image_header_bytes);
+        storage.ReadRangeAsyncGated(ref.uri, ref.offset, length, std::move(done), std::move(gate));
+      } else if (ref.offset == 0 && ref.length < 0) {
         storage.ReadAsyncGated(ref.uri, std::move(done), gate);
       } else {
         storage.ReadRangeAsyncGated(ref.uri, ref.offset, ref.length, std::move(done), gate);

@@ -109,12 +109,17 @@ inline constexpr int kSizerInflight = 32;
 // `max_inflight` reads are in flight at once (the run's execution.io_inflight), holding
 // at most `io_budget_bytes` (or one sample's media alone) as the read stage holds its
 // reads, and a sample's bytes are dropped once it is sized (unless kept): a call over a
-// whole data-parallel step holds the window's media, not the step's.
+// whole data-parallel step holds the window's media, not the step's. Where
+// `image_header_bytes` > 0 (and nothing is kept), an image's first that many bytes are
+// read, not the whole object: its size pass reads the header only (image.decode's
+// PlanDecode). A sample whose size they cannot tell (a header past them) is not told:
+// the caller sizes it again from whole reads (SizeEverySample).
 PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
                                      int token_field, const PackOptions& pack,
                                      std::shared_ptr<ReadMedia> keep = nullptr,
                                      int64_t io_budget_bytes = INT64_MAX,
                                      std::shared_ptr<ToldSequences> told = nullptr,
-                                     int max_inflight = kSizerInflight);
+                                     int max_inflight = kSizerInflight,
+                                     int64_t image_header_bytes = 0);
 
 }  // namespace headrace

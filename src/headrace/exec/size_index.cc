@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <numeric>
 #include <thread>
 
 #include "headrace/exec/batch_formers.h"
@@ -199,7 +200,7 @@ PackPlanner::Sizer SizeByTheIndex(std::shared_ptr<const SizeIndex> index, int64_
 
 Result<std::vector<std::optional<SampleSize>>> SizeEverySample(
     std::shared_ptr<const EngineInputs> inputs, const std::string& token_field, int threads,
-    int64_t begin, int64_t end) {
+    int64_t begin, int64_t end, int64_t image_header_bytes) {
   HR_ASSIGN_OR_RETURN(const int field, BalanceTokenField(*inputs, token_field));
   const int64_t samples = inputs->source->size();
   if (end < 0) end = samples;
@@ -208,27 +209,44 @@ Result<std::vector<std::optional<SampleSize>>> SizeEverySample(
                                    std::to_string(end) + ") are not inside the source's " +
                                    std::to_string(samples));
   }
-  const int64_t n = end - begin;
   PackOptions sizing;
   sizing.seq_len = INT64_MAX;  // sizes only: no row to locate vision tokens in
   constexpr int64_t kChunk = 256;  // a chunk's media reads are all in flight together
-  const PackPlanner::Sizer sizer = SizeByTheSizePass(std::move(inputs), field, sizing, nullptr,
-                                                     INT64_MAX, nullptr, kChunk);
-  std::vector<std::optional<SampleSize>> sizes(static_cast<size_t>(std::max<int64_t>(n, 0)));
-  std::atomic<int64_t> next{0};
-  std::vector<std::jthread> pool;
-  for (int t = 0; t < std::max(threads, 1); ++t) {
-    pool.emplace_back([&] {
-      std::vector<int64_t> indices;
-      for (int64_t at; (at = next.fetch_add(kChunk)) < n;) {
-        indices.clear();
-        for (int64_t i = at; i < std::min(at + kChunk, n); ++i) indices.push_back(begin + i);
-        const std::vector<std::optional<PackPlanner::Told>> told = sizer(0, indices, {});
-        for (size_t k = 0; k < indices.size(); ++k) sizes[indices[k] - begin] = SizeOf(told[k]);
-      }
-    });
+  std::vector<std::optional<SampleSize>> sizes(static_cast<size_t>(end - begin));
+  // Sizes samples `indices` by `sizer` in chunks taken in turn by the threads.
+  const auto size_all = [&](const PackPlanner::Sizer& sizer, const std::vector<int64_t>& indices) {
+    const auto n = static_cast<int64_t>(indices.size());
+    std::atomic<int64_t> next{0};
+    std::vector<std::jthread> pool;
+    for (int t = 0; t < std::max(threads, 1); ++t) {
+      pool.emplace_back([&] {
+        for (int64_t at; (at = next.fetch_add(kChunk)) < n;) {
+          const std::span<const int64_t> chunk(indices.data() + at,
+                                               static_cast<size_t>(std::min(kChunk, n - at)));
+          const std::vector<std::optional<PackPlanner::Told>> told = sizer(0, chunk, {});
+          for (size_t k = 0; k < chunk.size(); ++k) sizes[chunk[k] - begin] = SizeOf(told[k]);
+        }
+      });
+    }
+    pool.clear();  // joins
+  };
+  std::vector<int64_t> all(static_cast<size_t>(end - begin));
+  std::iota(all.begin(), all.end(), begin);
+  size_all(SizeByTheSizePass(inputs, field, sizing, nullptr, INT64_MAX, nullptr, kChunk,
+                             image_header_bytes),
+           all);
+  if (image_header_bytes > 0) {
+    // Those whose headers the first bytes did not hold (or that cannot be sized at all),
+    // from whole reads.
+    std::vector<int64_t> again;
+    for (int64_t i : all) {
+      if (!sizes[i - begin].has_value()) again.push_back(i);
+    }
+    if (!again.empty()) {
+      size_all(SizeByTheSizePass(inputs, field, sizing, nullptr, INT64_MAX, nullptr, kChunk),
+               again);
+    }
   }
-  pool.clear();  // joins
   return sizes;
 }
 

@@ -68,13 +68,20 @@ PackPlanner::Sizer SizeByTheIndex(std::shared_ptr<const SizeIndex> index, int64_
                                   PackPlanner::Sizer exact);
 
 struct EngineInputs;
+// The bytes of an image the index build reads first, for its header: a PNG's or WebP's
+// is in its first 40 bytes, a JPEG's frame header follows its APP segments (well under
+// 16 KiB unless an EXIF thumbnail precedes it: such an image is read again whole).
+inline constexpr int64_t kIndexHeaderBytes = int64_t{16} << 10;
+
 // Samples [begin, end) of `inputs`' source (end < 0: to its last) sized by its chain's
 // size pass (exec/pack_sizer.h, nothing decoded), the tokens those of batch field
 // `token_field`, in chunks taken in turn by `threads` threads; element i is sample
-// begin + i. kInvalidArgument when the chain cannot tell them before it runs
-// (BalanceTokenField, exec/batch_formers.h), or for a range outside the source.
+// begin + i. Each image's first `image_header_bytes` are read (0: whole objects), then
+// the samples they could not size from whole reads: the sizes are those of whole reads,
+// for a fraction of the bytes. kInvalidArgument when the chain cannot tell them before
+// it runs (BalanceTokenField, exec/batch_formers.h), or for a range outside the source.
 Result<std::vector<std::optional<SampleSize>>> SizeEverySample(
     std::shared_ptr<const EngineInputs> inputs, const std::string& token_field, int threads,
-    int64_t begin = 0, int64_t end = -1);
+    int64_t begin = 0, int64_t end = -1, int64_t image_header_bytes = kIndexHeaderBytes);
 
 }  // namespace headrace

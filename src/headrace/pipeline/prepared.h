@@ -53,9 +53,11 @@ struct SizeIndexing {
   std::shared_ptr<const PreparedPipeline> prepared;
   std::string fingerprint;
   int64_t samples = 0;  // the source's
-  // The index of samples [begin, end) (end < 0: to the last) sized on `threads` threads;
+  // The index of samples [begin, end) (end < 0: to the last) sized on `threads` threads,
+  // each image's first `header_bytes` read first (0: whole objects; SizeEverySample);
   // consecutive ranges join (SizeIndex::Join) into the whole index, byte for byte.
-  Result<SizeIndex> Build(int threads, int64_t begin = 0, int64_t end = -1) const;
+  Result<SizeIndex> Build(int threads, int64_t begin = 0, int64_t end = -1,
+                          int64_t header_bytes = kIndexHeaderBytes) const;
 };
 Result<SizeIndexing> PrepareSizeIndexing(PipelineSpec spec, std::shared_ptr<Storage> storage = nullptr);
 

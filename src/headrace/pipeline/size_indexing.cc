@@ -18,10 +18,11 @@ Result<SizeIndexing> PrepareSizeIndexing(PipelineSpec spec, std::shared_ptr<Stor
   return indexing;
 }
 
-Result<SizeIndex> SizeIndexing::Build(int threads, int64_t begin, int64_t end) const {
+Result<SizeIndex> SizeIndexing::Build(int threads, int64_t begin, int64_t end,
+                                      int64_t header_bytes) const {
   HR_ASSIGN_OR_RETURN(std::vector<std::optional<SampleSize>> sizes,
                       SizeEverySample(prepared->inputs(), prepared->spec().batch.pack.field,
-                                      threads, begin, end));
+                                      threads, begin, end, header_bytes));
   return SizeIndex::Of(fingerprint, sizes);
 }
 
