@@ -405,6 +405,8 @@ void RegisterLoader(nb::module_& m) {
              // among them (pack_skipped, pack_truncated), as the report counts them.
              const EngineMetrics m = l.loader().engine_metrics();
              d["samples_failed"] = m.samples_failed;
+             // A size index: samples whose tokens differed from their entries.
+             if (m.stale_entries.checked) d["size_index.stale"] = m.stale_entries.count;
              for (const auto& [kind, n] : m.errors_by_kind) d[("errors." + kind).c_str()] = n;
              // A blend: each entry's samples, errors and bytes ("source.<name>.samples").
              for (const EngineMetrics::Entry& e : m.entries) {

@@ -5,7 +5,9 @@ deal, every rank its batch size, the costliest rank's tokens never above the ord
 lower over the epoch; a state dict resumes a balanced run where it was; a size index
 (`headrace index sizes`) deals the same steps, and one built for another pipeline, or cut
 short, is refused saying what to run."""
+import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -150,6 +152,44 @@ def test_a_planned_pack_plans_by_the_index_as_it_would_by_sizing(py_sample, tmp_
     other = build_index(py_sample, tmp_path, max_length=32)
     with pytest.raises(ConfigError, match=r"batch\.pack\.index: .*another pipeline"):
         next(iter(headrace.Loader(packed(index=str(other)))))
+
+
+def test_a_sample_changed_since_its_index_was_built_is_delivered_as_it_is_and_counted(
+        py_sample, tmp_path):
+    """A size index plans the run; a sample whose data changed since (its text here) is
+    delivered with its real tokens, counted in stats() and named in the report."""
+    root = tmp_path / "data"
+    shutil.copytree(py_sample, root)
+    index = build_index(root, tmp_path)
+    manifest = root / "manifest.jsonl"
+    lines = manifest.read_text().splitlines()
+    record = json.loads(lines[5])
+    record["conversations"][1]["value"] = "No."
+    lines[5] = json.dumps(record)
+    manifest.write_text("\n".join(lines) + "\n")
+
+    def tokens_of_5(balance):
+        """Sample 5's tokens as delivered, and the stats and report of the rank that had it."""
+        for rank in range(2):
+            with headrace.Loader(pipeline(root, balance), rank=rank, world_size=2) as loader:
+                found = None
+                for b in (b for _ in range(EPOCHS) for b in loader):
+                    at = np.asarray(b["index"]).tolist()
+                    if 5 in at:
+                        ids = np.asarray(b["input_ids"])
+                        lengths = np.asarray(b["input_ids_lengths"]).tolist()
+                        start = sum(lengths[:at.index(5)])
+                        found = ids[start:start + lengths[at.index(5)]].tobytes()
+                if found is not None:
+                    return found, loader.stats(), loader.report()
+        raise AssertionError("no rank delivered sample 5")
+
+    real, stats, report = tokens_of_5({"cost": "tokens", "index": str(index)})
+    assert real == tokens_of_5("tokens")[0], "the batch holds the sample's real tokens"
+    assert stats["size_index.stale"] >= 1  # each time it ran on this rank
+    assert report["size_index"]["stale"] == stats["size_index.stale"]
+    assert "index 5," in report["size_index"]["first_stale"]
+    assert "size_index.stale" not in tokens_of_5("tokens")[1]
 
 
 def test_an_index_of_another_pipeline_or_cut_short_is_refused_saying_what_to_run(

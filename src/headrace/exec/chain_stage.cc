@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
+#include <string>
 
 #include "headrace/core/atomic_max.h"
+#include "headrace/exec/size_index.h"
 
 namespace headrace {
 namespace {
@@ -116,6 +119,10 @@ void ChainStage::Run(const std::shared_ptr<BatchJob>& job, int slot, std::vector
                                  CountOp(first + i, start, end, ctx, index);
                                });
     }
+    if (status.ok() && options_.sizes != nullptr && options_.sizes_token_field >= 0 &&
+        !job->ragged.empty()) {
+      CheckEntry(sample, job->ragged[slot].rows(options_.sizes_token_field));
+    }
     if (status.ok() && !job->parsed_attributes.empty() &&
         sample.attributes.data() != sample.record->attributes.data()) {
       job->parsed_attributes[slot].emplace(sample.attributes.begin(), sample.attributes.end());
@@ -135,6 +142,24 @@ void ChainStage::Run(const std::shared_ptr<BatchJob>& job, int slot, std::vector
   media.clear();
   if (charged > 0) release_(charged);
   done_(job, slot, std::move(status));
+}
+
+void ChainStage::CheckEntry(const Sample& sample, int64_t tokens) {
+  const std::optional<SampleSize> entry = options_.sizes->At(sample.index);
+  if (!entry.has_value() || entry->tokens == tokens) return;
+  if (stale_.fetch_add(1, std::memory_order_relaxed) > 0) return;
+  const std::string uri =
+      sample.record != nullptr && !sample.record->media.empty() ? sample.record->media[0].uri
+                                                                : "<no uri>";
+  MutexLock lock(stale_mu_);
+  first_stale_ = "epoch " + std::to_string(sample.epoch) + ", index " +
+                 std::to_string(sample.index) + ", " + uri + ": " + std::to_string(tokens) +
+                 " tokens, its entry " + std::to_string(entry->tokens);
+}
+
+StaleEntries ChainStage::stale_entries() const {
+  MutexLock lock(stale_mu_);
+  return {options_.sizes != nullptr, stale_.load(std::memory_order_relaxed), first_stale_};
 }
 
 void ChainStage::PlanReads(const std::shared_ptr<BatchJob>& job, int slot,

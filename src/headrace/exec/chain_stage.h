@@ -19,12 +19,14 @@
 #include <functional>
 #include <memory>
 #include <stop_token>
+#include <string>
 #include <vector>
 
 #include "headrace/core/buffer.h"
 #include "headrace/core/histogram.h"
 #include "headrace/exec/batch_job.h"
 #include "headrace/exec/stage.h"
+#include "headrace/exec/thread_annotations.h"
 #include "headrace/exec/thread_pool.h"
 #include "headrace/exec/trace.h"
 #include "headrace/formats/source.h"
@@ -50,11 +52,26 @@ struct OpMetrics {
   int64_t frames_taken = 0;
 };
 
+class SizeIndex;
+
 struct ChainStageOptions {
   int threads = 1;
   uint64_t seed = 0;
   int64_t scratch_retain_bytes = int64_t{32} << 20;
   TraceRecorder* trace = nullptr;  // op spans when set
+  // The run's size index (exec/size_index.h) and the batch field whose rows are its
+  // tokens: each sample's tokens, once its chain ran, are compared with its entry
+  // (StaleEntries). Null: none.
+  std::shared_ptr<const SizeIndex> sizes;
+  int sizes_token_field = -1;
+};
+
+// The samples whose tokens differed from their size index entry (the data changed since
+// the index was built: it still plans the run, and the batch holds the real tokens).
+struct StaleEntries {
+  bool checked = false;  // whether the run has a size index to check against
+  int64_t count = 0;
+  std::string first;  // "epoch E, index I, URI: N tokens, its entry M" of the first seen
 };
 
 // What the CPU threads' scratch arenas held.
@@ -92,10 +109,13 @@ class ChainStage {
   StageMetrics Metrics(double elapsed_s, double admit_blocked_s) const;
   std::vector<OpMetrics> OpsMetrics() const;
   ScratchMetrics Scratch() const;
+  StaleEntries stale_entries() const;
 
  private:
   void Run(const std::shared_ptr<BatchJob>& job, int slot, std::vector<Buffer> media,
            int64_t charged, std::vector<std::shared_ptr<MediaReader>> readers);
+  // Counts sample `sample` (its chain ran) whose `tokens` differ from its size index entry.
+  void CheckEntry(const Sample& sample, int64_t tokens);
   // The chain's Op::PlanReads for a sample whose media are `readers`, ahead of its Run.
   void PlanReads(const std::shared_ptr<BatchJob>& job, int slot,
                  const std::vector<std::shared_ptr<MediaReader>>& readers);
@@ -134,6 +154,9 @@ class ChainStage {
   std::atomic<int64_t> ranged_requests_{0};
   std::atomic<int64_t> ranged_bytes_{0};
   std::atomic<int64_t> ranged_unplanned_{0};
+  std::atomic<int64_t> stale_{0};
+  mutable Mutex stale_mu_;
+  std::string first_stale_ HR_GUARDED_BY(stale_mu_);
   ScratchUsage scratch_usage_;                   // all CPU threads' arenas
   std::atomic<int64_t> scratch_sample_peak_{0};  // most one arena held after a sample
 };

@@ -229,7 +229,7 @@ Result<std::unique_ptr<Engine>> Engine::Start(std::shared_ptr<const EngineInputs
   e->chain_ = std::make_unique<ChainStage>(
       *in.source, in.chains,
       ChainStageOptions{options.cpu_threads, options.order.seed, options.scratch_retain_bytes,
-                        options.trace},
+                        options.trace, options.sizes, options.sizes_token_field},
       e->stop_.get_token(), [e](int64_t charged) { e->read_->Release(charged); },
       [e](const std::shared_ptr<BatchJob>& job, int slot, Status status) {
         e->FinishSample(job, slot, std::move(status));
@@ -429,6 +429,7 @@ EngineMetrics Engine::Metrics() const {
   }
   m.batches_delivered = d.batches_delivered;
   m.ranged_reads = chain_->ranged_reads();
+  m.stale_entries = chain_->stale_entries();
   m.bytes_read = read_->bytes_read() + media_handed_bytes_.load(std::memory_order_relaxed) +
                  m.ranged_reads.bytes;
   m.bytes_copied = assemble_->bytes_copied();

@@ -156,6 +156,11 @@ struct EngineOptions {
   int64_t scratch_retain_bytes = int64_t{32} << 20;
   // Records reads and operator spans when set; must outlive the engine.
   TraceRecorder* trace = nullptr;
+  // The run's size index (batch.balance.index, batch.pack.index) and the batch field its
+  // tokens are: each sample's tokens are checked against its entry as it runs
+  // (EngineMetrics::stale_entries). Null: none.
+  std::shared_ptr<const SizeIndex> sizes;
+  int sizes_token_field = -1;
 };
 
 struct EngineMetrics {
@@ -168,6 +173,8 @@ struct EngineMetrics {
   // Media read in ranges by their ops (EngineInputs::ranged_fields): requests, bytes,
   // and the requests no plan covered (MediaReader::Stats).
   MediaReader::Stats ranged_reads;
+  // With a size index: the samples whose tokens differed from their entries.
+  StaleEntries stale_entries;
   int64_t bytes_copied = 0;         // sample bytes copied between stages / into batches
   int64_t budget_peak_bytes = 0;    // peak of batches in flight plus undecoded bytes
   int64_t budget_used_bytes = 0;    // the same, now

@@ -95,6 +95,7 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
   r.samples_per_s = c.elapsed_s > 0 ? c.samples / c.elapsed_s : 0;
   r.mb_per_s = m.elapsed_s > 0 ? m.bytes_read / 1e6 / m.elapsed_s : 0;
   r.ranged_reads = m.ranged_reads;
+  r.stale_entries = m.stale_entries;
   r.wait_time_ratio = c.wait_time_ratio();
   r.wait_time_ratio_with_cold_start =
       c.elapsed_s > 0 ? (c.wait_s + c.time_to_first_batch_s) / c.elapsed_s : 0;
@@ -231,6 +232,11 @@ std::string RunReportToText(const RunReport& r) {
     add("  ranged reads      %lld requests, %.1f MB, %lld not planned from the index\n",
         static_cast<long long>(r.ranged_reads.requests), r.ranged_reads.bytes / 1e6,
         static_cast<long long>(r.ranged_reads.unplanned));
+  }
+  if (r.stale_entries.count > 0) {
+    add("  size index        %lld samples' tokens differ from their entries (first: %s): the "
+        "data changed since it was built; rebuild it (headrace index sizes)\n",
+        static_cast<long long>(r.stale_entries.count), r.stale_entries.first.c_str());
   }
   if (r.packed) {
     const PackStats& p = r.pack;

@@ -104,6 +104,8 @@ struct RunReport {
   double bytes_copied_per_sample = 0;
   // Media read in ranges by their ops (video.decode read: ranges): EngineMetrics's.
   MediaReader::Stats ranged_reads;
+  // With a size index: the samples whose tokens differed from their entries (EngineMetrics's).
+  StaleEntries stale_entries;
   int cpu_threads = 0;
   int64_t batch_size = 0;
   double trainer_step_ms = 0;

@@ -342,6 +342,10 @@ void Fields(ReportOf<RunReport> auto& r, auto& f) {
   f.Section("pack", r.packed, [&] { PackFields(r, f); });
   f.Section("balance", r.balanced, [&] { BalanceFields(r, f); });
   f.Field("bytes_copied_per_sample", r.bytes_copied_per_sample);
+  f.Section("size_index", r.stale_entries.checked, [&] {
+    f.Field("stale", r.stale_entries.count);
+    f.Field("first_stale", r.stale_entries.first);
+  });
   f.Section("ranged_reads", r.ranged_reads.requests > 0, [&] {
     f.Field("requests", r.ranged_reads.requests);
     f.Field("bytes", r.ranged_reads.bytes);

@@ -295,6 +295,14 @@ Result<PreparedPipeline::Forming> PreparedPipeline::Form(const LoaderOptions& op
   }
   HR_ASSIGN_OR_RETURN(EpochOrderOptions order, OrderOptions(options.remainder, options.blend_start));
   Forming out{.engine = EngineOptionsFor(options, std::move(order))};
+  if (sizes_ != nullptr) {
+    // Each sample's tokens checked against its entry as it runs.
+    const std::vector<FieldSpec>& fields = inputs_->fields;
+    for (size_t f = 0; f < fields.size(); ++f) {
+      if (fields[f].name == spec_.batch.pack.field) out.engine.sizes_token_field = static_cast<int>(f);
+    }
+    out.engine.sizes = sizes_;
+  }
   // The policy may move the start.
   FormingRun forming{.inputs = inputs_, .pack = pack_, .engine = &out.engine,
                      .resume = options.pack_state, .plan_packing = options.plan_packing,
