@@ -528,6 +528,37 @@ TEST(BatchFormers, APlannedPackPlansBySizeIndexAsItWouldBySizing) {
   EXPECT_EQ(sizing - reading, 32 - 4) << "sizing " << sizing << ", reading " << reading;
 }
 
+TEST(BatchFormers, ASampleWhoseTokensDifferFromItsIndexEntryIsCountedAndNamed) {
+  // An index whose entries for samples 8 and 9 say one token more than they make (their
+  // data changed since it was built): the engine counts each as it runs, naming the first.
+  const std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
+  Result<std::vector<std::optional<SampleSize>>> sizes = SizeEverySample(inputs, "input_ids", 2);
+  ASSERT_TRUE(sizes.ok()) << sizes.status().ToString();
+  (*sizes)[8]->tokens += 1;
+  (*sizes)[9]->tokens += 1;
+  EngineOptions engine = SkewedRun(0);
+  engine.order.world_size = 1;
+  engine.cpu_threads = 2;
+  engine.sizes = std::make_shared<const SizeIndex>(SizeIndex::Of("f", *sizes));
+  engine.sizes_token_field = 0;
+  auto started = Engine::Start(inputs, engine);
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  int64_t samples = 0;
+  while (true) {
+    Result<std::optional<Batch>> b = (*started)->Next();
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    if (!b->has_value()) break;
+    samples += (*b)->size();
+  }
+  EXPECT_EQ(samples, 64);
+  const StaleEntries stale = (*started)->Metrics().stale_entries;
+  EXPECT_TRUE(stale.checked);
+  EXPECT_EQ(stale.count, 2);
+  EXPECT_TRUE(stale.first == "epoch 0, index 8, <no uri>: 160 tokens, its entry 161" ||
+              stale.first == "epoch 0, index 9, <no uri>: 4 tokens, its entry 5")
+      << stale.first << " (the first seen of the two, whichever thread ran it)";
+}
+
 TEST(BatchFormers, BalanceNeedsAChainThatTellsTokensAndAnInOrderEngine) {
   EngineOptions engine = SkewedRun(0);
   FormingRun run{.inputs = std::make_shared<EngineInputs>(), .engine = &engine};
