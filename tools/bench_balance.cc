@@ -3,11 +3,17 @@
 // at several world sizes, computed from the plan: every sample sized once by the chain's
 // size pass (exec/pack_sizer.h, nothing decoded; its rate is reported: what a size index
 // build would take), then each world size's steps dealt both ways. No process per rank.
+// With batch.pack (or max_tokens), each rank's packed batches too: its shares, as each way
+// deals them, planned into rows by the packer's rule (exec/pack_planner.h, over the told
+// sizes; its window carries samples into later steps), each packed batch costing its
+// samples' costs (attention stays within a sample's segment). A sample longer than a row
+// is planned cut, at its whole cost.
 #include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,6 +53,9 @@ struct Dealt {
   int world = 0;
   int64_t steps = 0;
   double before = 0, after = 0, mean = 0;  // summed over the steps
+  // With batch.pack: each step's costliest rank's packed batch and the ranks' mean, as the
+  // order deals the steps and as balanced, summed over the steps.
+  double packed_before = 0, packed_mean_before = 0, packed_after = 0, packed_mean = 0;
   double deal_seconds = 0;
   int64_t short_ranks = 0;  // with batch.balance.every_rank: (rank, kind) pairs left without
   int64_t order_short = 0;  // ... as the order deals the steps
@@ -144,6 +153,31 @@ int BenchBalanceCommand(const Args& args) {
   std::vector<double> costs;
   const int64_t untold = CostsOf(*sizes, *cost, costs);  // one not told: the dataset's mean
 
+  // Each rank's packer over its shares (batch.pack), as a rank's planned pack plans them.
+  const std::optional<PackOptions> pack =
+      spec->batch.regroups() ? std::optional<PackOptions>(spec->batch.pack_options()) : std::nullopt;
+  const PackPlanner::Sizer told = [&sizes](int64_t, std::span<const int64_t> indices,
+                                           std::stop_token) {
+    std::vector<std::optional<PackPlanner::Told>> out;
+    for (int64_t s : indices) {
+      const std::optional<SampleSize>& size = (*sizes)[static_cast<size_t>(s)];
+      if (!size.has_value()) {
+        out.emplace_back();
+        continue;
+      }
+      out.push_back(PackPlanner::Told{.tokens = size->tokens, .patches = size->patches});
+    }
+    return out;
+  };
+  // The cost of the packed batch rank `planner` forms from input batch `step` `share`.
+  const auto packed_cost = [&](PackPlanner& planner, int64_t epoch, int64_t step, int64_t global,
+                               bool last, const std::vector<int64_t>& share) {
+    double c = 0;
+    for (int64_t s : planner.Plan(epoch, step, global, last, share)) c += costs[s];
+    planner.Take(global);
+    return c;
+  };
+
   std::vector<Dealt> results;
   for (int world : worlds) {
     Result<EpochOrder> order = (*prepared)->RankOrder(world, std::nullopt, {});
@@ -157,6 +191,15 @@ int BenchBalanceCommand(const Args& args) {
     std::vector<std::vector<int64_t>> batches(static_cast<size_t>(world));
     std::vector<double> step_costs;
     std::vector<uint32_t> step_modalities;
+    std::vector<std::unique_ptr<PackPlanner>> ordered, balanced;  // per rank, with pack
+    if (pack.has_value()) {
+      PackOptions planning = *pack;
+      planning.epoch_batches = order->batches_per_rank_epoch();
+      for (int rank = 0; rank < world; ++rank) {
+        ordered.push_back(std::make_unique<PackPlanner>(planning, told));
+        balanced.push_back(std::make_unique<PackPlanner>(planning, told));
+      }
+    }
     for (int64_t epoch = 0; epoch < epochs; ++epoch) {
       for (int64_t step = 0; step < order->batches_per_rank_epoch(); ++step) {
         step_costs.clear();
@@ -173,6 +216,24 @@ int BenchBalanceCommand(const Args& args) {
           d.order_short += std::popcount(*every_rank & ~held);
         }
         const DealtStep dealt = DealStep(batches, step_costs, step_modalities, *every_rank);
+        if (pack.has_value()) {
+          const int64_t global = epoch * order->batches_per_rank_epoch() + step;
+          const bool last = step + 1 == order->batches_per_rank_epoch();
+          double max_o = 0, max_b = 0, sum_o = 0, sum_b = 0;
+          for (int rank = 0; rank < world; ++rank) {
+            const double o = packed_cost(*ordered[rank], epoch, step, global, last, batches[rank]);
+            const double b =
+                packed_cost(*balanced[rank], epoch, step, global, last, dealt.ranks[rank]);
+            max_o = std::max(max_o, o);
+            max_b = std::max(max_b, b);
+            sum_o += o;
+            sum_b += b;
+          }
+          d.packed_before += max_o;
+          d.packed_mean_before += sum_o / world;
+          d.packed_after += max_b;
+          d.packed_mean += sum_b / world;
+        }
         d.short_ranks += dealt.short_ranks;
         d.before += dealt.before;
         d.after += dealt.after;
@@ -197,6 +258,14 @@ int BenchBalanceCommand(const Args& args) {
                 static_cast<long long>(d.steps), d.before / d.mean, d.after / d.mean,
                 100 * (1 - d.mean / d.before), 100 * (1 - d.mean / d.after),
                 d.steps > 0 ? 1e6 * d.deal_seconds / double(d.steps) : 0.0);
+    if (pack.has_value() && d.packed_mean > 0) {
+      std::printf("%8s packed (rows of %lld tokens): max/mean order %.3f, dealt %.3f; idle "
+                  "%.1f%% -> %.1f%%\n",
+                  "", static_cast<long long>(pack->seq_len),
+                  d.packed_before / d.packed_mean_before, d.packed_after / d.packed_mean,
+                  100 * (1 - d.packed_mean_before / d.packed_before),
+                  100 * (1 - d.packed_mean / d.packed_after));
+    }
     if (*every_rank != 0) {
       std::printf("%8s a rank's step without a required kind: %lld (the order's deal: %lld) "
                   "of %lld\n", "", static_cast<long long>(d.short_ranks),
@@ -222,6 +291,10 @@ int BenchBalanceCommand(const Args& args) {
       w.Key("max_over_mean_dealt").Double(d.after / d.mean);
       w.Key("deal_seconds").Double(d.deal_seconds);
       w.Key("short_ranks").Int(d.short_ranks);
+      if (pack.has_value() && d.packed_mean > 0) {
+        w.Key("packed_max_over_mean_order").Double(d.packed_before / d.packed_mean_before);
+        w.Key("packed_max_over_mean_dealt").Double(d.packed_after / d.packed_mean);
+      }
       w.EndObject();
     }
     w.EndArray();
