@@ -140,11 +140,15 @@ TEST(SizeByTheSizePass, TellsFromTheBytesReadKeepsThemAndReadsNothingPastTheBudg
 }
 
 // A storage whose reads complete, on a thread of its own, a round at a time: once
-// `round` reads wait (or all the rest of `total`), all of them. It records the most that
-// were in flight at once.
+// `round` reads wait (or all the rest of `total`), all of them. Each object holds 8 bytes,
+// or with `size_in_name` the number its name ends with ("object40": 40), and each read's
+// gate is asked for that size before it waits (as the local, S3 and HTTP backends ask): a
+// refused read ends kCancelled at once and is not counted. It records the most reads,
+// and the most bytes, that waited at once.
 class RoundsStorage final : public Storage {
  public:
-  RoundsStorage(int round, int total) : round_(round), total_(total) {
+  RoundsStorage(int round, int total, bool size_in_name = false)
+      : round_(round), total_(total), size_in_name_(size_in_name) {
     thread_ = std::jthread([this](std::stop_token stop) {
       std::unique_lock lock(mu_);
       while (true) {
@@ -154,19 +158,31 @@ class RoundsStorage final : public Storage {
             })) {
           return;
         }
-        std::vector<ReadCallback> now = std::move(pending_);
+        auto now = std::move(pending_);
         pending_.clear();
         completed_ += static_cast<int>(now.size());
+        pending_bytes_ = 0;
         lock.unlock();
-        for (ReadCallback& done : now) done(Bytes(8, 'x'));
+        for (auto& [size, done] : now) done(Bytes(static_cast<size_t>(size), 'x'));
         lock.lock();
       }
     });
   }
-  void ReadAsync(std::string, ReadCallback done) override {
+  void ReadAsync(std::string uri, ReadCallback done) override {
+    ReadAsyncGated(std::move(uri), std::move(done), nullptr);
+  }
+  void ReadAsyncGated(std::string uri, ReadCallback done, ReadGate gate) override {
+    const int64_t size =
+        size_in_name_ ? std::stoll(uri.substr(uri.find_first_of("0123456789"))) : 8;
+    if (gate != nullptr && !gate(size)) {
+      done(Status::Cancelled("refused by the gate"));
+      return;
+    }
     std::lock_guard lock(mu_);
-    pending_.push_back(std::move(done));
+    pending_.emplace_back(size, std::move(done));
+    pending_bytes_ += size;
     max_inflight_ = std::max(max_inflight_, static_cast<int>(pending_.size()));
+    max_pending_bytes_ = std::max(max_pending_bytes_, pending_bytes_);
     cv_.notify_all();
   }
   std::string_view name() const override { return "rounds"; }
@@ -174,15 +190,22 @@ class RoundsStorage final : public Storage {
     std::lock_guard lock(mu_);
     return max_inflight_;
   }
+  int64_t max_pending_bytes() {
+    std::lock_guard lock(mu_);
+    return max_pending_bytes_;
+  }
 
  private:
   const int round_;
   const int total_;
+  const bool size_in_name_;
   std::mutex mu_;
   std::condition_variable_any cv_;
-  std::vector<ReadCallback> pending_;
+  std::vector<std::pair<int64_t, ReadCallback>> pending_;
   int completed_ = 0;
   int max_inflight_ = 0;
+  int64_t pending_bytes_ = 0;
+  int64_t max_pending_bytes_ = 0;
   std::jthread thread_;  // last: stopped and joined first
 };
 
@@ -234,65 +257,6 @@ TEST(SizeByTheSizePass, ASampleWithMoreItemsThanTheWindowIsSized) {
   EXPECT_EQ(storage->max_inflight(), 2);
 }
 
-// RoundsStorage's rounds over objects whose size their name ends with ("object40": 40
-// bytes), asking each read's gate with that size before it waits (as the local, S3 and
-// HTTP backends do): a refused read ends kCancelled at once and is not counted. It
-// records the most bytes that were admitted and not yet completed at once.
-class GatedRoundsStorage final : public Storage {
- public:
-  GatedRoundsStorage(int round, int total) : round_(round), total_(total) {
-    thread_ = std::jthread([this](std::stop_token stop) {
-      std::unique_lock lock(mu_);
-      while (true) {
-        if (!cv_.wait(lock, stop, [&] {
-              return !pending_.empty() &&
-                     static_cast<int>(pending_.size()) >= std::min(round_, total_ - completed_);
-            })) {
-          return;
-        }
-        auto now = std::move(pending_);
-        pending_.clear();
-        completed_ += static_cast<int>(now.size());
-        pending_bytes_ = 0;
-        lock.unlock();
-        for (auto& [size, done] : now) done(Bytes(static_cast<size_t>(size), 'x'));
-        lock.lock();
-      }
-    });
-  }
-  void ReadAsync(std::string uri, ReadCallback done) override {
-    ReadAsyncGated(std::move(uri), std::move(done), nullptr);
-  }
-  void ReadAsyncGated(std::string uri, ReadCallback done, ReadGate gate) override {
-    const int64_t size = std::stoll(uri.substr(uri.find_first_of("0123456789")));
-    if (gate != nullptr && !gate(size)) {
-      done(Status::Cancelled("refused by the gate"));
-      return;
-    }
-    std::lock_guard lock(mu_);
-    pending_.emplace_back(size, std::move(done));
-    pending_bytes_ += size;
-    max_pending_bytes_ = std::max(max_pending_bytes_, pending_bytes_);
-    cv_.notify_all();
-  }
-  std::string_view name() const override { return "gated rounds"; }
-  int64_t max_pending_bytes() {
-    std::lock_guard lock(mu_);
-    return max_pending_bytes_;
-  }
-
- private:
-  const int round_;
-  const int total_;
-  std::mutex mu_;
-  std::condition_variable_any cv_;
-  std::vector<std::pair<int64_t, ReadCallback>> pending_;
-  int completed_ = 0;
-  int64_t pending_bytes_ = 0;
-  int64_t max_pending_bytes_ = 0;
-  std::jthread thread_;  // last: stopped and joined first
-};
-
 TEST(SizeByTheSizePass, HoldsItsReadsToTheIoBudgetAsTheReadStageDoes) {
   // 7 objects of 40 bytes, a budget of 100 and a window of 8: two reads' bytes at once;
   // the third's gate refuses it, and it is read again once the two are sized.
@@ -302,7 +266,7 @@ TEST(SizeByTheSizePass, HoldsItsReadsToTheIoBudgetAsTheReadStageDoes) {
     r.media.push_back(MediaRef{0, "object40"});
     records->push_back(std::move(r));
   }
-  auto storage = std::make_shared<GatedRoundsStorage>(2, 7);
+  auto storage = std::make_shared<RoundsStorage>(2, 7, /*size_in_name=*/true);
   auto in = std::make_shared<EngineInputs>();
   in->source = MakeRecordSource(std::make_shared<VectorRecords>(records), storage);
   in->chain().ops.push_back(std::make_unique<BytesAsTokens>());
@@ -323,7 +287,7 @@ TEST(SizeByTheSizePass, HoldsItsReadsToTheIoBudgetAsTheReadStageDoes) {
   // for the budget, the others follow it (its bytes are released only once it is sized).
   auto three = std::make_shared<std::vector<SampleRecord>>(1);
   for (int m = 0; m < 3; ++m) (*three)[0].media.push_back(MediaRef{0, "object40"});
-  auto alone = std::make_shared<GatedRoundsStorage>(3, 3);
+  auto alone = std::make_shared<RoundsStorage>(3, 3, /*size_in_name=*/true);
   in->source = MakeRecordSource(std::make_shared<VectorRecords>(three), alone);
   const PackPlanner::Sizer one =
       SizeByTheSizePass(in, 0, options, nullptr, /*io_budget_bytes=*/100, nullptr, 8);
