@@ -2,7 +2,16 @@
 // count as the chain's size pass tells it (ops/op.h TellRows: image.decode from the
 // header, smart_resize, patchify's grid, text.tokenize's tokens), from its record and
 // its media read whole through the source's storage. Nothing is decoded. On the caller's
-// thread (the engine's driver), a batch's reads issued at once and waited for together.
+// thread (the engine's driver), a batch's reads issued in a window and waited for.
+//
+// Design decision: the sizer holds its reads as the read stage holds its own (at most
+// io_inflight, at most the I/O budget's bytes, a read past it refused at its gate and
+// issued again), in a window of its own rather than through the engine's ReadStage. It
+// runs inside Compose, on the driver thread that also issues the samples' reads, and
+// what it read stays kept for the samples' runs (ReadMedia) until they take it: charged
+// to the read stage's budget, a window of kept media would leave the driver waiting for
+// bytes that only the samples it has not yet composed could release. Its bytes are an
+// allowance beside the budget (SECURITY.md).
 #pragma once
 
 #include <cstdint>
