@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <vector>
 
@@ -11,16 +12,30 @@ namespace headrace {
 
 namespace {
 
+// The bytes every RegionAllocator of the process has mapped (lent, cached or kept):
+// RegionBytesMapped().
+std::atomic<int64_t> g_mapped{0};
+
 void* Map(size_t size) {
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return p == MAP_FAILED ? nullptr : p;
+  if (p == MAP_FAILED) return nullptr;
+  g_mapped.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed);
+  return p;
 }
 
 // `region` (mapped `from` bytes) grown to `to` bytes with its pages (moved if it must,
 // never copied). Null on failure, `region` unchanged.
 void* Remap(void* region, size_t from, size_t to) {
   void* p = ::mremap(region, from, to, MREMAP_MAYMOVE);
-  return p == MAP_FAILED ? nullptr : p;
+  if (p == MAP_FAILED) return nullptr;
+  g_mapped.fetch_add(static_cast<int64_t>(to) - static_cast<int64_t>(from),
+                     std::memory_order_relaxed);
+  return p;
+}
+
+void Unmap(void* region, size_t size) {
+  ::munmap(region, size);
+  g_mapped.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
 }
 
 using Cached = RegionAllocator::Cached;
@@ -91,7 +106,7 @@ RegionAllocator::~RegionAllocator() {
   } else {
     unmap.assign(free_.begin(), free_.end());
   }
-  for (const Cached& c : unmap) ::munmap(c.region, c.size);
+  for (const Cached& c : unmap) Unmap(c.region, c.size);
 }
 
 size_t RegionAllocator::PagesOf(size_t bytes) {
@@ -155,7 +170,7 @@ void* RegionAllocator::Take(size_t bytes, size_t alignment, Fit fit) {
     region = Remap(taken.region, taken.size, size);
     written = taken.written;
     if (region == nullptr) {
-      ::munmap(taken.region, taken.size);
+      Unmap(taken.region, taken.size);
       region = Map(size);
       written = 0;
     }
@@ -214,7 +229,7 @@ size_t RegionAllocator::Settle(void* ptr, size_t bytes, size_t used) {
     }
     bytes = std::min(bytes, lent.size);
   }
-  if (tail.region != nullptr) ::munmap(tail.region, tail.size);
+  if (tail.region != nullptr) Unmap(tail.region, tail.size);
   return bytes;
 }
 
@@ -249,7 +264,7 @@ void RegionAllocator::Free(void* ptr, size_t /*bytes*/) {
       cached_bytes_ += freed.size;
     }
   }
-  for (const Cached& c : unmap) ::munmap(c.region, c.size);
+  for (const Cached& c : unmap) Unmap(c.region, c.size);
 }
 
 size_t RegionAllocator::cached_bytes() const {
@@ -291,9 +306,11 @@ size_t ReleaseKeptRegions() {
       kept = KeptRegions::Kind{};
     }
   }
-  for (const Cached& c : regions) ::munmap(c.region, c.size);
+  for (const Cached& c : regions) Unmap(c.region, c.size);
   return bytes;
 }
+
+int64_t RegionBytesMapped() { return g_mapped.load(std::memory_order_relaxed); }
 
 size_t KeptRegionBytes() {
   KeptRegions& all = Kept();

@@ -146,5 +146,10 @@ std::shared_ptr<ReusingAllocator> MakeVaryingPool(
 // returns their bytes. KeptRegionBytes(): their bytes now.
 size_t ReleaseKeptRegions();
 size_t KeptRegionBytes();
+// The bytes the process's RegionAllocators have mapped now: lent out (batches and samples'
+// rows in flight), cached and kept. Mapped, not all resident: a region's pages count in
+// RSS once written. What RSS holds beyond malloc's heap is mostly these (the run report's
+// memory.regions_mapped_bytes).
+int64_t RegionBytesMapped();
 
 }  // namespace headrace

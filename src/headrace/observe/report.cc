@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "headrace/core/region_allocator.h"
 #include "headrace/core/rng.h"
 #include "headrace/core/strings.h"
 #include "headrace/observe/report_schema.h"
@@ -105,6 +106,7 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
   r.peak_rss_bytes = PeakRssBytes();
   r.rss_bytes = CurrentRssBytes();
   r.heap = MallocHeapBytes();
+  r.regions_mapped_bytes = RegionBytesMapped();
   r.baseline_rss_bytes = baseline_rss_bytes;
   r.memory_budget_bytes = loader.memory_budget_bytes();
   if (const std::optional<BalanceSeen> balance = loader.balance_stats(); balance.has_value()) {
@@ -216,6 +218,11 @@ std::string RunReportToText(const RunReport& r) {
         "the end)\n",
         r.heap.system_bytes / 1048576.0, r.heap.in_use_bytes / 1048576.0,
         r.rss_bytes / 1048576.0);
+  }
+  if (r.regions_mapped_bytes > 0) {
+    add("  pools             %.1f MiB of regions mapped (batches and samples' rows, outside "
+        "malloc's heap)\n",
+        r.regions_mapped_bytes / 1048576.0);
   }
   if (r.manifest_mapped_bytes > 0) {
     add("  manifest lines    %.1f MiB mapped (page cache, shared), %.1f MiB of offsets\n",

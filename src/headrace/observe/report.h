@@ -62,6 +62,7 @@ struct TimelinePoint {
   double rss_bytes = 0;
   double heap_system_bytes = -1;
   double heap_in_use_bytes = -1;
+  double regions_mapped_bytes = 0;  // core/region_allocator.h RegionBytesMapped
 };
 
 struct RunReport {
@@ -101,6 +102,9 @@ struct RunReport {
   // When the report was made: RSS, and glibc malloc's figures (-1 each where unknown).
   int64_t rss_bytes = 0;
   MallocHeap heap;
+  // ... and the bytes the batch and row pools have mapped (RegionBytesMapped): most of
+  // what RSS holds beyond malloc's heap.
+  int64_t regions_mapped_bytes = 0;
   double bytes_copied_per_sample = 0;
   // Media read in ranges by their ops (video.decode read: ranges): EngineMetrics's.
   MediaReader::Stats ranged_reads;

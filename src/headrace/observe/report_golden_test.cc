@@ -83,6 +83,7 @@ RunReport RichReport() {
   r.decode_bytes_per_thread = 268435456;
   r.bytes_copied_per_sample = 123.5;
   r.ranged_reads = MediaReader::Stats{40, 5000000, 3};
+  r.regions_mapped_bytes = 536870912;
   r.stale_entries = StaleEntries{true, 2, "epoch 0, index 12, /data/a/000012.jpg: 180 tokens, its entry 160"};
   r.cpu_threads = 6;
   r.batch_size = 16;

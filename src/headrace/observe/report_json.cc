@@ -121,6 +121,9 @@ class JsonOut {
       column("heap_system_bytes", &TimelinePoint::heap_system_bytes);
       column("heap_in_use_bytes", &TimelinePoint::heap_in_use_bytes);
     }
+    if (any([](const TimelinePoint& p) { return p.regions_mapped_bytes > 0; })) {
+      column("regions_mapped_bytes", &TimelinePoint::regions_mapped_bytes);
+    }
     w_.Key("utilization").BeginArray();  // one array per stage
     for (size_t i = 0; i < t.stages.size(); ++i) {
       w_.BeginArray();

@@ -338,6 +338,7 @@ void Fields(ReportOf<RunReport> auto& r, auto& f) {
             Metric(kMallocHeapBytes, "state", "system"));
     f.Field("heap_in_use_bytes", r.heap.in_use_bytes, When{r.heap.in_use_bytes >= 0},
             Metric(kMallocHeapBytes, "state", "in_use"));
+    f.Field("regions_mapped_bytes", r.regions_mapped_bytes, When{r.regions_mapped_bytes > 0});
   });
   f.Section("pack", r.packed, [&] { PackFields(r, f); });
   f.Section("balance", r.balanced, [&] { BalanceFields(r, f); });

@@ -29,6 +29,7 @@ TimelinePoint TimelineStep(const RunReport& before, const RunReport& after) {
   p.rss_bytes = static_cast<double>(after.rss_bytes);
   p.heap_system_bytes = static_cast<double>(after.heap.system_bytes);
   p.heap_in_use_bytes = static_cast<double>(after.heap.in_use_bytes);
+  p.regions_mapped_bytes = static_cast<double>(after.regions_mapped_bytes);
   return p;
 }
 
@@ -46,6 +47,7 @@ TimelinePoint MergePoints(const TimelinePoint& a, const TimelinePoint& b) {
   m.rss_bytes = b.rss_bytes;
   m.heap_system_bytes = b.heap_system_bytes;
   m.heap_in_use_bytes = b.heap_in_use_bytes;
+  m.regions_mapped_bytes = b.regions_mapped_bytes;
   m.utilization.resize(std::max(a.utilization.size(), b.utilization.size()));
   for (size_t i = 0; i < m.utilization.size(); ++i) {
     m.utilization[i] = mean(i < a.utilization.size() ? a.utilization[i] : 0.0,
