@@ -145,8 +145,8 @@ void ChainStage::Run(const std::shared_ptr<BatchJob>& job, int slot, std::vector
 }
 
 void ChainStage::CheckEntry(const Sample& sample, int64_t tokens) {
-  const std::optional<SampleSize> entry = options_.sizes->At(sample.index);
-  if (!entry.has_value() || entry->tokens == tokens) return;
+  const std::optional<int64_t> entry = options_.sizes->TokensAt(sample.index);
+  if (!entry.has_value() || *entry == tokens) return;
   if (stale_.fetch_add(1, std::memory_order_relaxed) > 0) return;
   const std::string uri =
       sample.record != nullptr && !sample.record->media.empty() ? sample.record->media[0].uri
@@ -154,7 +154,7 @@ void ChainStage::CheckEntry(const Sample& sample, int64_t tokens) {
   MutexLock lock(stale_mu_);
   first_stale_ = "epoch " + std::to_string(sample.epoch) + ", index " +
                  std::to_string(sample.index) + ", " + uri + ": " + std::to_string(tokens) +
-                 " tokens, its entry " + std::to_string(entry->tokens);
+                 " tokens, its entry " + std::to_string(*entry);
 }
 
 StaleEntries ChainStage::stale_entries() const {

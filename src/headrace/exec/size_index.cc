@@ -108,6 +108,11 @@ Result<SizeIndex> SizeIndex::Join(std::span<const SizeIndex> parts) {
   return joined;
 }
 
+std::optional<int64_t> SizeIndex::TokensAt(int64_t index) const {
+  if (index < 0 || index >= size() || tokens_[index] < 0) return std::nullopt;
+  return tokens_[index];
+}
+
 int64_t SizeIndex::untold() const {
   return std::count_if(tokens_.begin(), tokens_.end(), [](int64_t t) { return t < 0; });
 }

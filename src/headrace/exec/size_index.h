@@ -44,6 +44,8 @@ class SizeIndex {
   int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
   // Sample `index`'s sizes; nullopt when not told, or out of range.
   std::optional<SampleSize> At(int64_t index) const;
+  // ... its tokens alone (no copy of its patches: a check per sample as it runs).
+  std::optional<int64_t> TokensAt(int64_t index) const;
   // Samples whose sizes were not told when it was built.
   int64_t untold() const;
 
