@@ -28,6 +28,9 @@ TEST(SizeIndex, WritesAndReadsEverySamplesSizes) {
   EXPECT_EQ(index->At(0)->tokens, 120);
   EXPECT_EQ(index->At(0)->patches, (std::vector<int64_t>{64, 256}));
   EXPECT_FALSE(index->At(1).has_value()) << "not told when built";
+  EXPECT_EQ(index->TokensAt(0), 120);
+  EXPECT_FALSE(index->TokensAt(1).has_value());
+  EXPECT_FALSE(index->TokensAt(3).has_value());
   EXPECT_EQ(index->At(2)->tokens, 7);
   EXPECT_TRUE(index->At(2)->patches.empty());
   EXPECT_FALSE(index->At(3).has_value());
