@@ -165,7 +165,10 @@ int BenchBalanceCommand(const Args& args) {
         out.emplace_back();
         continue;
       }
-      out.push_back(PackPlanner::Told{.tokens = size->tokens, .patches = size->patches});
+      PackPlanner::Told t;
+      t.tokens = size->tokens;
+      t.patches = size->patches;
+      out.push_back(std::move(t));
     }
     return out;
   };

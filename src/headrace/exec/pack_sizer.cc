@@ -117,7 +117,7 @@ PackPlanner::Sizer SizeByTheSizePass(std::shared_ptr<const EngineInputs> inputs,
     reads->item_charge.assign(items.size(), 0);
     reads->refused.assign(items.size(), 0);
     const auto issue = [&](size_t k) {
-      const auto [s, m] = items[k];
+      const size_t s = items[k].first, m = items[k].second;  // captured: not a binding
       Storage* routed = source.info().entries.empty() ? nullptr : source.StorageFor(indices[s]);
       Storage& storage = routed != nullptr ? *routed : *source.storage();
       const MediaRef& ref = records[s]->media[m];

@@ -191,9 +191,11 @@ PackPlanner::Sizer SizeByTheIndex(std::shared_ptr<const SizeIndex> index, int64_
         at.push_back(k);
         continue;
       }
-      told[k] = PackPlanner::Told{.tokens = size->tokens,
-                                  .patches = std::move(size->patches),
-                                  .modalities = size->modalities};
+      PackPlanner::Told t;
+      t.tokens = size->tokens;
+      t.patches = std::move(size->patches);
+      t.modalities = size->modalities;
+      told[k] = std::move(t);
     }
     if (!unsure.empty()) {
       std::vector<std::optional<PackPlanner::Told>> sized = exact(epoch, unsure, std::move(stop));
