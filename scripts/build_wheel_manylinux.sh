@@ -16,12 +16,22 @@
 # vendored C++ libraries use the system's libstdc++.so.6 as they were built to.
 #
 # Why not the alternatives (issue 51):
-# - building inside a bullseye chroot: its GCC 10 does not compile our C++20, and
-#   bullseye has no newer GCC;
+# - building inside a bullseye chroot with its own compiler: GCC 10 lacks C++20 parts the
+#   code uses (`using enum` and std::bit_cast came in GCC 11; not tried), and bullseye
+#   packages no newer GCC;
 # - zig cc -target x86_64-linux-gnu.2.28: zig's C++ is libc++, while pyarrow's libarrow,
 #   whose std::shared_ptr and std::string cross our calls, is built on libstdc++.
 # So glibc 2.31 (bullseye's, the oldest Debian that deb.debian.org still serves) is the
-# floor of this recipe; 2.28 would take a RHEL 8 / manylinux_2_28 root, not reachable here.
+# floor of this recipe; 2.28 would take Debian 10's or a RHEL 8 / manylinux_2_28 root,
+# neither reachable from here. (What holds the wheel above 2.28, by `objdump -T`: exp, log
+# and pow of GLIBC_2.29, which anything compiled against glibc 2.29+ headers calls,
+# Debian 11's own libraries among them; and pthread_cond_clockwait of GLIBC_2.30 in our
+# two binaries, which GCC 12's <condition_variable> calls.)
+#
+# The compilers are wrappers (.whl/toolchain-bullseye/): Debian's GCC also needs -B and -L
+# into the sysroot, or it links this machine's glibc (below). The static libstdc++.a is
+# GCC 12's, built on glibc 2.36: the two symbols it needs that 2.31 lacks are defined in
+# scripts/glibc_shims.c.
 #
 # Libraries bullseye lacks or has too old, built here from Debian 12's source packages
 # into the sysroot's /opt/hr (shared unless said): simdjson 3.0.1 (bullseye's 0.7),
@@ -182,6 +192,17 @@ for pkg in "${SOURCES[@]}"; do
 done
 
 SYSROOT=$SYSROOT TOOLCHAIN_ID=$TOOLCHAIN_ID scripts/build_ffmpeg.sh
+
+# What is built here must be the only copy of its name in the sysroot: a Debian 11 one
+# (its -dev package, or a package that depends on it) comes first on some link lines, as
+# libsimdjson 0.7's did once: the binaries then called 0.7 with 3.0's structures, and
+# every JSON parse failed.
+for lib in libsimdjson libsentencepiece libyuv libopenh264 libavcodec libavformat libavutil \
+           libswscale libswresample; do
+  if compgen -G "$SYSROOT/usr/lib/x86_64-linux-gnu/$lib[.-]*" >/dev/null; then
+    die "the sysroot has Debian 11's $lib besides $HR's: remove its package (or $SYSROOT)"
+  fi
+done
 
 # --- The wheels --------------------------------------------------------------------------
 # auditwheel finds the libraries to vendor through LD_LIBRARY_PATH: the sysroot's, never
