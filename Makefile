@@ -100,8 +100,9 @@ wheel-manylinux:
 # release, on the same kind of machine as CI, as `make wheel test-wheel` (.ci/run runs
 # `make test` only and is not changed).
 # With a wheel for glibc 2.31 or older in dist/ (`make wheel-manylinux`), it also runs in
-# a Debian 11 root (glibc 2.31; tests/wheel/run.sh bullseye, ~1.5 minutes; the first
-# time ~2 more for its debootstrap and ~7 for the CPython 3.11 it builds for that root).
+# a Debian 11 root (glibc 2.31; tests/wheel/run.sh bullseye, ~1.5-3 minutes; the first
+# time ~2 more for its debootstrap and ~7 each for the CPython 3.11 and 3.13 it builds
+# for that root).
 test-wheel:
 	tests/wheel/run.sh
 	@if ls dist/headrace-*-cp311-cp311-manylinux_2_[23][0-9]_x86_64.whl 2>/dev/null | \

@@ -2,7 +2,7 @@
 # Runs inside tests/wheel/run.sh's root file system (Debian 12 or 11 minbase + python3,
 # python3-venv): installs the wheel into a fresh venv and runs what a user would. The venv
 # is python3's, or that of the interpreter named in /work/python311 (Debian 11's root,
-# whose python3 is 3.9).
+# whose python3 is 3.9); /work/python312 names the abi3 wheel's (3.12 or later).
 set -euo pipefail
 cd /work
 say() { echo "test-wheel [inside]: $*"; }

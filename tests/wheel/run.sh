@@ -11,8 +11,8 @@
 # `tests/wheel/run.sh bullseye`: the same in Debian 11 (glibc 2.31), for the wheels of
 # `make wheel-manylinux` (manylinux_2_31). Its python3 is 3.9, so the cp311 wheel runs on
 # a CPython 3.11 built against Debian 11 (tests/wheel/python_bullseye.sh) and copied in;
-# python3 stays, for the libraries (OpenSSL 1.1, libffi, ...) that CPython uses. No
-# CPython 3.12 is built for it: the abi3 wheel is checked in Debian 12 only.
+# python3 stays, for the libraries (OpenSSL 1.1, libffi, ...) that CPython uses. The abi3
+# wheel runs there on a CPython 3.13 built the same way (Debian packages no 3.12 source).
 #
 # Cached in .whl/ (git-ignored): the root file system as a tarball (made once, ~2 min),
 # and pip's download cache. Each run unpacks a fresh tree, so nothing of a previous run
@@ -36,8 +36,8 @@ abi3=(dist/headrace-*-cp312-abi3-manylinux_*_x86_64.whl)
 if [ "$SUITE" = bullseye ]; then
   glibc=$(basename "${wheels[0]}" | sed -E 's/.*manylinux_2_([0-9]+)_x86_64.whl/\1/')
   ((glibc <= 31)) || die "${wheels[0]} needs glibc 2.$glibc, Debian 11 has 2.31: run \`make wheel-manylinux\`"
-  python311=$(tests/wheel/python_bullseye.sh)
-  abi3=()
+  python311=$(tests/wheel/python_bullseye.sh 3.11)
+  ((${#abi3[@]} == 0)) || python313=$(tests/wheel/python_bullseye.sh 3.13)
 fi
 
 if [ ! -f "$TARBALL" ] || [ "$(cat "$TARBALL.include" 2>/dev/null)" != "$INCLUDE" ]; then
@@ -87,7 +87,11 @@ torch=(${TORCH_WHEEL:-/opt/wheels/torch-*+cpu-cp311-cp311-*.whl})
 # libm besides its own libpython; its stdlib's modules use libraries python3 brought).
 py312=${PY312:-$(PYENV_VERSION=$(pyenv versions --bare 2>/dev/null | grep '^3\.12\.' | tail -1) \
                  pyenv which python3.12 2>/dev/null || true)}
-if ((${#abi3[@]} == 1)) && [ -n "$py312" ]; then
+if [ "$SUITE" = bullseye ] && ((${#abi3[@]} == 1)); then
+  tar -C "$CHROOT" -xf "$python313"
+  cp "${abi3[0]}" "$CHROOT/work/wheels/"
+  echo /opt/python3.13/bin/python3.13 > "$CHROOT/work/python312"  # (the abi3 wheel's: 3.12+)
+elif [ "$SUITE" = bookworm ] && ((${#abi3[@]} == 1)) && [ -n "$py312" ]; then
   prefix=$(dirname "$(dirname "$(readlink -f "$py312")")")
   mkdir -p "$CHROOT$prefix"
   tar -C "$prefix" --exclude='test' --exclude='__pycache__' -cf - . | tar -C "$CHROOT$prefix" -xf -
