@@ -86,9 +86,9 @@ wheel:
 
 # The same wheels for glibc 2.31 (manylinux_2_31: Debian 11+, Ubuntu 20.04+, RHEL 9+),
 # compiled against a Debian 11 sysroot (scripts/build_wheel_manylinux.sh; root). They
-# replace `make wheel`'s in dist/. From nothing ~25 minutes on 2 cores (measured in
-# parts: the Debian 11 root ~3, the libraries built for it ~9, FFmpeg most of that, the
-# two wheels ~11), then ~1.
+# replace `make wheel`'s in dist/. From nothing ~25 minutes on 2 shared cores (measured
+# in parts, not in one run: the Debian 11 root 2, the libraries built for it ~9, FFmpeg
+# 7 of them, the two wheels 11 with ccache partly warm), then 1.5 with nothing changed.
 wheel-manylinux:
 	JOBS=$(JOBS) scripts/build_wheel_manylinux.sh
 
