@@ -16,12 +16,25 @@
 # shipped under Apache-2.0 (docs/wheels.md, "Licence"). H.264 is encoded by OpenH264
 # (BSD-2-Clause, Debian's libopenh264) rather than x264 (GPL); scripts/wheel_fixup.py
 # checks libavcodec says "LGPL".
+#
+# SYSROOT=/path (scripts/build_wheel_manylinux.sh): built by CC (its compiler for that
+# root) against that root's glibc and libraries (its zlib, its OpenH264 in /opt/hr) and
+# installed into its /opt/hr, beside the other libraries built there; the build folder is
+# .whl/ffmpeg-<root's name>. TOOLCHAIN_ID, when it changes, rebuilds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-CACHE=$PWD/.whl/ffmpeg
-PREFIX=$CACHE/prefix
-STAMP=$PREFIX/.configure-flags
+SYSROOT=${SYSROOT:-}
+if [ -n "$SYSROOT" ]; then
+  CACHE=$PWD/.whl/ffmpeg-$(basename "$SYSROOT")
+  PREFIX=/opt/hr
+  DESTDIR=$SYSROOT
+else
+  CACHE=$PWD/.whl/ffmpeg
+  PREFIX=$CACHE/prefix
+  DESTDIR=
+fi
+STAMP=$DESTDIR$PREFIX/.configure-flags
 
 # Containers and codecs a training set of video and audio uses (ops/av, ops/video,
 # ops/audio). Anything else fails its sample as an unknown format, as it would with a
@@ -44,13 +57,18 @@ FLAGS=(
   --enable-encoder="$ENCODERS" --enable-muxer="$MUXERS" --enable-protocol=file
   --extra-cflags=-O3
 )
+if [ -n "$SYSROOT" ]; then
+  FLAGS+=(--cc="${CC:?CC: the compiler for $SYSROOT}" --sysroot="$SYSROOT")
+fi
 
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "${FLAGS[*]}" ]; then
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "${FLAGS[*]}${TOOLCHAIN_ID:+ $TOOLCHAIN_ID}" ]; then
   exit 0
 fi
 
 missing=()
-for p in nasm libopenh264-dev zlib1g-dev dpkg-dev; do
+host_packages=(nasm dpkg-dev)
+[ -n "$SYSROOT" ] || host_packages+=(libopenh264-dev zlib1g-dev)
+for p in "${host_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
@@ -61,6 +79,11 @@ fi
 
 # Debian's source package through a private apt state (the machine's sources list has
 # no deb-src lines and is left as it is).
+# (A sysroot build shares the host build's source package when there is one.)
+if [ -n "$SYSROOT" ] && [ ! -e "$CACHE/src" ] && [ -d "$PWD/.whl/ffmpeg/src" ]; then
+  mkdir -p "$CACHE"
+  ln -s ../ffmpeg/src "$CACHE/src"
+fi
 mkdir -p "$CACHE/apt/lists/partial" "$CACHE/src"
 cat > "$CACHE/apt/sources.list" <<'EOF'
 deb-src http://deb.debian.org/debian bookworm main
@@ -77,11 +100,17 @@ if [ -z "$SRC" ]; then
 fi
 
 echo "build_ffmpeg: building $(basename "$SRC") into $PREFIX"
-rm -rf "$CACHE/build" "$PREFIX"
+rm -rf "$CACHE/build"
+if [ -n "$SYSROOT" ]; then  # /opt/hr holds other libraries too
+  rm -rf "$DESTDIR$PREFIX"/lib/libav* "$DESTDIR$PREFIX"/lib/libsw* \
+    "$DESTDIR$PREFIX"/include/libav* "$DESTDIR$PREFIX"/include/libsw*
+else
+  rm -rf "$PREFIX"
+fi
 mkdir -p "$CACHE/build"
 cd "$CACHE/build"
 nice -n 19 "$SRC/configure" "${FLAGS[@]}" > configure.log 2>&1 || { tail -30 configure.log; exit 1; }
 grep -q '^HAVE_X86ASM=yes' ffbuild/config.mak || { echo "build_ffmpeg: assembly is off (nasm?)" >&2; exit 1; }
 nice -n 19 make -j "${JOBS:-2}" > make.log 2>&1 || { tail -30 make.log; exit 1; }
-make install > install.log 2>&1
-echo "${FLAGS[*]}" > "$STAMP"
+make install DESTDIR="$DESTDIR" > install.log 2>&1
+echo "${FLAGS[*]}${TOOLCHAIN_ID:+ $TOOLCHAIN_ID}" > "$STAMP"

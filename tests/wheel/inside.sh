@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Runs inside tests/wheel/run.sh's root file system (Debian 12 minbase + python3,
-# python3-venv): installs the wheel into a fresh venv and runs what a user would.
+# Runs inside tests/wheel/run.sh's root file system (Debian 12 or 11 minbase + python3,
+# python3-venv): installs the wheel into a fresh venv and runs what a user would. The venv
+# is python3's, or that of the interpreter named in /work/python311 (Debian 11's root,
+# whose python3 is 3.9); /work/python312 names the abi3 wheel's (3.12 or later).
 set -euo pipefail
 cd /work
 say() { echo "test-wheel [inside]: $*"; }
@@ -9,12 +11,14 @@ say() { echo "test-wheel [inside]: $*"; }
 # essential packages, bring them; the wheel vendors its own PCRE2 all the same).
 for lib in libavcodec.so.59 libtesseract.so.5 liblept.so.5 libturbojpeg.so.0 libwebp.so.7 \
            libsentencepiece.so.0 libcurl.so.4 libarchive.so.13 libyaml-cpp.so.0.7 \
-           libsimdjson.so.14 libx264.so.164; do
+           libsimdjson.so.14 libx264.so.164 libtesseract.so.4 libwebp.so.6 libyaml-cpp.so.0.6 \
+           libopenh264.so.7; do
   if ldconfig -p | grep -q "$lib"; then say "the root file system has $lib"; exit 1; fi
 done
-say "$(. /etc/os-release; echo "$PRETTY_NAME"), $(python3 --version), $(ldd --version | head -1)"
+python=$(cat python311 2>/dev/null || echo python3)
+say "$(. /etc/os-release; echo "$PRETTY_NAME"), $($python --version), $(ldd --version | head -1)"
 
-python3 -m venv /opt/venv
+"$python" -m venv /opt/venv
 /opt/venv/bin/pip install -q --disable-pip-version-check wheels/headrace-*-cp311-*.whl
 if ls wheels/torch-*.whl >/dev/null 2>&1; then
   /opt/venv/bin/pip install -q --disable-pip-version-check wheels/torch-*.whl
@@ -68,6 +72,12 @@ PY
 mkdir -p out
 headrace run examples/vqa.yaml --quiet --report out/vqa.json --set trainer.step_ms=0
 check out/vqa.json 400
+if [ -f data/vocabs/qwen2/tokenizer.json ]; then  # (run.sh copies it in where it has one)
+  headrace run examples/qwen2_vl.yaml --quiet --report out/qwen2_vl.json --set trainer.step_ms=0
+  check out/qwen2_vl.json 200
+else
+  say "no data/vocabs/qwen2/tokenizer.json (scripts/fetch_vocabs.py): the VLM example is skipped"
+fi
 for example in video audio ocr; do
   headrace run "examples/$example.yaml" --quiet --report "out/$example.json"
   check "out/$example.json" 48

@@ -8,6 +8,12 @@
 # CPython 3.12 at hand (PY312, or pyenv's), the abi3 wheel is checked the same way in a
 # second environment of that Python copied in (no torch there: numpy + DLPack).
 #
+# `tests/wheel/run.sh bullseye`: the same in Debian 11 (glibc 2.31), for the wheels of
+# `make wheel-manylinux` (manylinux_2_31). Its python3 is 3.9, so the cp311 wheel runs on
+# a CPython 3.11 built against Debian 11 (tests/wheel/python_bullseye.sh) and copied in;
+# python3 stays, for the libraries (OpenSSL 1.1, libffi, ...) that CPython uses. The abi3
+# wheel runs there on a CPython 3.13 built the same way (Debian packages no 3.12 source).
+#
 # Cached in .whl/ (git-ignored): the root file system as a tarball (made once, ~2 min),
 # and pip's download cache. Each run unpacks a fresh tree, so nothing of a previous run
 # is seen. Needs root (debootstrap, chroot, mount), as CI has.
@@ -15,17 +21,24 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 CACHE=$ROOT/.whl
-SUITE=bookworm
+SUITE=${1:-bookworm}
 INCLUDE=python3,python3-venv
 TARBALL=$CACHE/rootfs-$SUITE-minbase.tar
-CHROOT=$CACHE/chroot
+CHROOT=$CACHE/chroot-$SUITE
 
 die() { echo "test-wheel: $*" >&2; exit 1; }
+case $SUITE in bookworm|bullseye) ;; *) die "SUITE is bookworm or bullseye, not $SUITE" ;; esac
 [ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot and mount)"
 shopt -s nullglob
 wheels=(dist/headrace-*-cp311-cp311-manylinux_*_x86_64.whl)
 abi3=(dist/headrace-*-cp312-abi3-manylinux_*_x86_64.whl)
 ((${#wheels[@]} == 1)) || die "expected one cp311 wheel in dist/, found ${#wheels[@]}: run \`make wheel\`"
+if [ "$SUITE" = bullseye ]; then
+  glibc=$(basename "${wheels[0]}" | sed -E 's/.*manylinux_2_([0-9]+)_x86_64.whl/\1/')
+  ((glibc <= 31)) || die "${wheels[0]} needs glibc 2.$glibc, Debian 11 has 2.31: run \`make wheel-manylinux\`"
+  python311=$(tests/wheel/python_bullseye.sh 3.11)
+  ((${#abi3[@]} == 0)) || python313=$(tests/wheel/python_bullseye.sh 3.13)
+fi
 
 if [ ! -f "$TARBALL" ] || [ "$(cat "$TARBALL.include" 2>/dev/null)" != "$INCLUDE" ]; then
   command -v debootstrap >/dev/null || {
@@ -48,7 +61,17 @@ tar -C "$CHROOT" -xf "$TARBALL"
 mkdir -p "$CHROOT/work/wheels" "$CHROOT/root/.cache/pip"
 cp -r examples "$CHROOT/work/"
 cp tests/wheel/inside.sh tests/wheel/loader_check.py "$CHROOT/work/"
+# Qwen2's tokenizer (scripts/fetch_vocabs.py writes it), where it has been fetched: the
+# VLM example (examples/qwen2_vl.yaml) runs too.
+if [ -f data/vocabs/qwen2/tokenizer.json ]; then
+  mkdir -p "$CHROOT/work/data/vocabs/qwen2"
+  cp data/vocabs/qwen2/tokenizer.json "$CHROOT/work/data/vocabs/qwen2/"
+fi
 cp "${wheels[0]}" "$CHROOT/work/wheels/"
+if [ "$SUITE" = bullseye ]; then
+  tar -C "$CHROOT" -xf "$python311"
+  echo /opt/python3.11/bin/python3.11 > "$CHROOT/work/python311"
+fi
 # pip reaches PyPI from inside as it does here: the host's resolver and CA bundle (where
 # this machine's TLS passes a proxy with a CA of its own; minbase has no CA bundle).
 cp /etc/resolv.conf "$CHROOT/etc/resolv.conf"
@@ -64,14 +87,18 @@ torch=(${TORCH_WHEEL:-/opt/wheels/torch-*+cpu-cp311-cp311-*.whl})
 # libm besides its own libpython; its stdlib's modules use libraries python3 brought).
 py312=${PY312:-$(PYENV_VERSION=$(pyenv versions --bare 2>/dev/null | grep '^3\.12\.' | tail -1) \
                  pyenv which python3.12 2>/dev/null || true)}
-if ((${#abi3[@]} == 1)) && [ -n "$py312" ]; then
+if [ "$SUITE" = bullseye ] && ((${#abi3[@]} == 1)); then
+  tar -C "$CHROOT" -xf "$python313"
+  cp "${abi3[0]}" "$CHROOT/work/wheels/"
+  echo /opt/python3.13/bin/python3.13 > "$CHROOT/work/python312"  # (the abi3 wheel's: 3.12+)
+elif [ "$SUITE" = bookworm ] && ((${#abi3[@]} == 1)) && [ -n "$py312" ]; then
   prefix=$(dirname "$(dirname "$(readlink -f "$py312")")")
   mkdir -p "$CHROOT$prefix"
   tar -C "$prefix" --exclude='test' --exclude='__pycache__' -cf - . | tar -C "$CHROOT$prefix" -xf -
   cp "${abi3[0]}" "$CHROOT/work/wheels/"
   echo "$prefix/bin/python3.12" > "$CHROOT/work/python312"
 else
-  echo "test-wheel: no abi3 wheel or no CPython 3.12 here: only the cp311 wheel is checked"
+  echo "test-wheel: no abi3 wheel or no CPython 3.12 for $SUITE: only the cp311 wheel is checked"
 fi
 
 echo "test-wheel: entering $CHROOT"

@@ -17,6 +17,12 @@
 #include "headrace/core/strings.h"
 #include "headrace/io/storage.h"
 
+// glibc before 2.32 (2.31: the manylinux wheel's, scripts/build_wheel_manylinux.sh) names
+// no SYS_openat2; the kernel's headers number it all the same.
+#ifndef SYS_openat2
+#define SYS_openat2 __NR_openat2
+#endif
+
 namespace headrace {
 namespace {
 

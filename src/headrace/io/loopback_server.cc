@@ -7,6 +7,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -28,6 +29,15 @@
 
 namespace headrace {
 namespace {
+
+// epoll_pwait2 (Linux 5.11) through syscall(2): glibc wraps it only from 2.35, and the
+// manylinux wheel is linked against 2.31 (scripts/build_wheel_manylinux.sh), whose
+// kernel headers (5.10) do not number it either; 441 is its number on every architecture.
+#ifdef SYS_epoll_pwait2
+constexpr long kEpollPwait2 = SYS_epoll_pwait2;
+#else
+constexpr long kEpollPwait2 = 441;
+#endif
 
 struct Fd {
   int fd = -1;
@@ -342,7 +352,8 @@ void LoopbackServer::Impl::Run() {
     }
     timespec ts{static_cast<time_t>(wait.count() / 1000000),
                 static_cast<long>(wait.count() % 1000000) * 1000};
-    int n = ::epoll_pwait2(epoll_fd.fd, events, 256, &ts, nullptr);
+    int n = static_cast<int>(
+        ::syscall(kEpollPwait2, epoll_fd.fd, events, 256, &ts, nullptr, size_t{0}));
     if (n < 0 && errno == ENOSYS) {
       n = ::epoll_wait(epoll_fd.fd, events, 256, static_cast<int>((wait.count() + 999) / 1000));
     }

@@ -108,10 +108,19 @@ std::mutex& InitMutex() {
 }  // namespace
 }  // namespace headrace
 
+// Tesseract's log function (tprintf.h, exported but not among the installed headers):
+// in its namespace since Tesseract 5, outside it in 4 (Debian 11's, which the manylinux
+// wheel links: scripts/build_wheel_manylinux.sh).
+#if TESSERACT_MAJOR_VERSION >= 5
 namespace tesseract {
-// Tesseract's log function (tprintf.h, exported but not among the installed headers).
 void tprintf(const char* format, ...);
 }  // namespace tesseract
+#else
+void tprintf(const char* format, ...);
+namespace tesseract {
+using ::tprintf;
+}  // namespace tesseract
+#endif
 
 namespace headrace {
 namespace {
