@@ -49,10 +49,10 @@ def build_size_index(pipeline: Union[Pipeline, str, os.PathLike],
     ray = _ray()
     task = ray.remote(_size_range).options(num_cpus=task_cpus,
                                            resources=dict(task_resources or {}))
-    ranges = [(b, min(b + samples_per_task, n)) for b in range(0, n, samples_per_task)]
+    # An empty source is one empty range: its index still names the fingerprint.
+    ranges = [(b, min(b + samples_per_task, n)) for b in range(0, n, samples_per_task)] or [(0, 0)]
     parts = ray.get([task.remote(pipeline, os.getcwd(), b, e, task_cpus) for b, e in ranges])
-    summary = _headrace._write_size_index(parts, path) if parts else \
-        _headrace._write_size_index([indexing.build(1)], path)
+    summary = _headrace._write_size_index(parts, path)
     if summary["fingerprint"] != indexing.fingerprint:
         os.remove(path)
         raise _headrace.ConfigError(

@@ -5,6 +5,7 @@
 
 #include "headrace/exec/blend_order.h"
 #include "headrace/exec/batch_formers.h"
+#include "headrace/exec/pack_sizer.h"
 #include "headrace/exec/size_index.h"
 #include "headrace/formats/source_kinds.h"
 #include "headrace/io/object_storage.h"
@@ -296,11 +297,10 @@ Result<PreparedPipeline::Forming> PreparedPipeline::Form(const LoaderOptions& op
   HR_ASSIGN_OR_RETURN(EpochOrderOptions order, OrderOptions(options.remainder, options.blend_start));
   Forming out{.engine = EngineOptionsFor(options, std::move(order))};
   if (sizes_ != nullptr) {
-    // Each sample's tokens checked against its entry as it runs.
-    const std::vector<FieldSpec>& fields = inputs_->fields;
-    for (size_t f = 0; f < fields.size(); ++f) {
-      if (fields[f].name == spec_.batch.pack.field) out.engine.sizes_token_field = static_cast<int>(f);
-    }
+    // Each sample's tokens checked against its entry as it runs (the chain tells them:
+    // the index was read for it).
+    out.engine.sizes_token_field =
+        TellingTokenField(*inputs_, spec_.batch.pack.field).value_or(-1);
     out.engine.sizes = sizes_;
   }
   // The policy may move the start.
