@@ -32,8 +32,30 @@ void PackPlanner::Admit(int64_t epoch, int64_t position, std::span<const int64_t
     }
     const int64_t arrival = arrivals_++;
     by_tokens_.emplace(tokens, arrival);
-    window_.emplace(arrival, Entry{indices[s], position, tokens});
+    window_.emplace(arrival, Entry{indices[s], position, tokens,
+                                   row_deal_.has_value() && known ? told[s] : std::nullopt});
   }
+}
+
+void PackPlanner::KeepDealt(std::vector<std::vector<Entry>>& rows, PlannedPack& plan) const {
+  std::vector<std::vector<int64_t>> indices;
+  std::vector<std::vector<std::optional<Told>>> told;
+  for (const std::vector<Entry>& row : rows) {
+    indices.emplace_back();
+    told.emplace_back();
+    for (const Entry& e : row) {
+      indices.back().push_back(e.index);
+      told.back().push_back(e.told);
+    }
+  }
+  std::vector<std::vector<Entry>> kept;
+  for (const size_t r : row_deal_->deal(indices, told)) kept.push_back(std::move(rows.at(r)));
+  rows = std::move(kept);
+  const auto elsewhere = [this](const SampleError& e) {
+    return e.index % row_deal_->world != row_deal_->rank;
+  };
+  std::erase_if(plan.skipped, elsewhere);
+  std::erase_if(plan.failed, elsewhere);
 }
 
 PackState PackPlanner::StateAfter(int64_t epoch, int64_t next_batch) const {
@@ -42,6 +64,7 @@ PackState PackPlanner::StateAfter(int64_t epoch, int64_t next_batch) const {
   state.next_batch = next_batch;
   state.from_batch = window_.empty() ? next_batch : window_.begin()->second.from_batch;
   for (const auto& [arrival, e] : window_) state.waiting.push_back(e.index);
+  state.shared = row_deal_.has_value();
   return state;
 }
 
@@ -53,10 +76,13 @@ std::vector<int64_t> PackPlanner::Plan(int64_t epoch, int64_t position, int64_t 
   PlannedPack plan;
   plan.before = StateAfter(epoch, position);
   Admit(epoch, position, indices, told, plan);
+  const int64_t world = row_deal_.has_value() ? row_deal_->world : 1;
+  std::vector<std::vector<Entry>> rows =
+      TakePackRows(window_, by_tokens_, options_.seq_len, last_in_epoch,
+                   PackWindowAt(options_, position, static_cast<int64_t>(indices.size())), world);
+  if (row_deal_.has_value()) KeepDealt(rows, plan);
   std::vector<int64_t> samples;
-  for (std::vector<Entry>& row :
-       TakePackRows(window_, by_tokens_, options_.seq_len, last_in_epoch,
-                    PackWindowAt(options_, position, static_cast<int64_t>(indices.size())))) {
+  for (std::vector<Entry>& row : rows) {
     std::vector<int64_t> ids;
     for (const Entry& e : row) {
       ids.push_back(e.index);

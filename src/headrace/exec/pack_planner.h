@@ -68,8 +68,31 @@ class PackPlanner {
   // An input batch's samples: position (rank-local batch in the epoch) -> indices.
   using InputBatch = std::function<std::vector<int64_t>(int64_t epoch, int64_t position)>;
 
+  // batch.balance with a packing window (balanced_former.cc): the planner of rank `rank`
+  // of `world` plans each data-parallel step's rows over every rank's samples of the
+  // step (Plan's input batch is the whole step, rank 0's share first; its window every
+  // rank's: options.window is per rank, so world x that), in whole multiples of `world`
+  // rows (TakePackRows), and keeps the rows `deal` gives this rank: every rank plans the
+  // same rows (a pure function of the step's samples and sizes) and the deal gives each
+  // row to one rank, so that every sample is delivered once. A sample left out (skipped,
+  // failed) is named by the rank `index mod world`. Why rows and not samples are dealt:
+  // a rank packing its own dealt samples carries what its rows cannot hold into its
+  // later steps, which undoes a deal of samples (docs/balanced_steps.md).
+  struct RowDeal {
+    int world = 1;
+    int rank = 0;
+    // The step's rows (dataset indices) and what was told of each row's samples, row by
+    // row -> the rows this rank keeps, ascending (about rows / world of them).
+    std::function<std::vector<size_t>(std::span<const std::vector<int64_t>> rows,
+                                      std::span<const std::vector<std::optional<Told>>> told)>
+        deal;
+  };
+
   // options: seq_len, window, overflow, epoch_batches (the rank's input batches an epoch).
-  PackPlanner(PackOptions options, Sizer sizer) : options_(std::move(options)), sizer_(std::move(sizer)) {}
+  PackPlanner(PackOptions options, Sizer sizer, std::optional<RowDeal> row_deal = std::nullopt)
+      : options_(Widened(std::move(options), row_deal)),
+        sizer_(std::move(sizer)),
+        row_deal_(std::move(row_deal)) {}
 
   // Input batch `position` of `epoch` (rank-local; `global`: its rank-local run index),
   // in order: the samples packed batch `position` holds, in row order. Its plan waits for
@@ -95,6 +118,7 @@ class PackPlanner {
     int64_t index = 0;
     int64_t from_batch = 0;
     int64_t tokens = 0;
+    std::optional<Told> told;  // with a RowDeal: what its deal costs the sample by
   };
   // Adds sized samples to the window; those left out go to `plan` (skipped, failed).
   // (The sizes are had before the lock is taken: a consumer's Take does not wait on reads.)
@@ -102,8 +126,17 @@ class PackPlanner {
              const std::vector<std::optional<Told>>& told, PlannedPack& plan) HR_REQUIRES(mu_);
   PackState StateAfter(int64_t epoch, int64_t next_batch) const HR_REQUIRES(mu_);
 
+  // `options` with a RowDeal's window: every rank's.
+  static PackOptions Widened(PackOptions options, const std::optional<RowDeal>& row_deal) {
+    if (row_deal.has_value()) options.window *= row_deal->world;
+    return options;
+  }
+  // With a RowDeal: the rows of `rows` this rank keeps, and the left-out samples it names.
+  void KeepDealt(std::vector<std::vector<Entry>>& rows, PlannedPack& plan) const;
+
   const PackOptions options_;
   const Sizer sizer_;
+  const std::optional<RowDeal> row_deal_;
   mutable Mutex mu_;
   std::map<int64_t, Entry> window_ HR_GUARDED_BY(mu_);
   std::multimap<int64_t, int64_t> by_tokens_ HR_GUARDED_BY(mu_);

@@ -142,23 +142,39 @@ struct PackState {
   // batch.max_tokens: the batches input batch `next_batch` gives that were delivered
   // already (the state is then the one before that input batch).
   int64_t delivered = 0;
+  // The window is a data-parallel step's, the same in every rank's state (batch.balance
+  // with a packing window: PackPlanner's RowDeal plans each step's rows over every rank's
+  // samples): a merge of the ranks' states keeps one copy.
+  bool shared = false;
 };
 
 // The rule above, for whoever packs: takes rows out of `window` (arrival -> an entry with
 // a `tokens` member, oldest first) and `by_tokens` (tokens -> arrival) while more than
 // `keep` wait (at least one row while any waits; every waiting one with `flush`); each row
-// its entries in row order. The Packer's, and the PackPlanner's from told sizes.
+// its entries in row order. The Packer's, and the PackPlanner's from told sizes. With
+// `multiple` > 1 (a step's rows dealt over that many ranks: PackPlanner's RowDeal) rows
+// come in whole multiples of it while samples wait: at least `multiple`. Where the
+// window empties first (the samples fill fewer rows: an epoch's end, or short samples
+// in long rows) the taken samples are spread over the next multiple of rows instead
+// (SpreadOverRows), so that no rank is left without a row; only with fewer samples than
+// that do the rows fall short of a multiple.
+template <typename Entry>
+std::vector<std::vector<Entry>> SpreadOverRows(std::vector<std::vector<Entry>> rows,
+                                               size_t count, int64_t seq_len);
+
 template <typename Entry>
 std::vector<std::vector<Entry>> TakePackRows(std::map<int64_t, Entry>& window,
                                              std::multimap<int64_t, int64_t>& by_tokens,
-                                             int64_t seq_len, bool flush, int64_t keep) {
+                                             int64_t seq_len, bool flush, int64_t keep,
+                                             int64_t multiple = 1) {
   std::vector<std::vector<Entry>> rows;
   const auto take = [&](int64_t arrival) {
     auto node = window.extract(arrival);
     return std::move(node.mapped());
   };
   while (!window.empty() &&
-         (flush || rows.empty() || static_cast<int64_t>(window.size()) > keep)) {
+         (flush || rows.empty() || static_cast<int64_t>(rows.size()) % multiple != 0 ||
+          static_cast<int64_t>(window.size()) > keep)) {
     std::vector<Entry> row;
     const int64_t oldest = window.begin()->first;
     int64_t room = seq_len - window.begin()->second.tokens;
@@ -182,7 +198,40 @@ std::vector<std::vector<Entry>> TakePackRows(std::map<int64_t, Entry>& window,
     }
     rows.push_back(std::move(row));
   }
+  const auto m = static_cast<size_t>(std::max<int64_t>(multiple, 1));
+  if (window.empty() && rows.size() % m != 0) {
+    rows = SpreadOverRows(std::move(rows), (rows.size() / m + 1) * m, seq_len);
+  }
   return rows;
+}
+
+// `rows`' entries spread over `count` rows (more than rows.size()), longest first, each
+// to the row holding the fewest tokens (the lowest among equals); `rows` as they are
+// when they hold fewer than `count` entries, or when one would not fit (a row past
+// seq_len).
+template <typename Entry>
+std::vector<std::vector<Entry>> SpreadOverRows(std::vector<std::vector<Entry>> rows,
+                                               size_t count, int64_t seq_len) {
+  std::vector<Entry*> entries;
+  for (std::vector<Entry>& row : rows) {
+    for (Entry& e : row) entries.push_back(&e);
+  }
+  if (entries.size() < count) return rows;
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const Entry* a, const Entry* b) { return a->tokens > b->tokens; });
+  std::vector<int64_t> held(count, 0);
+  std::vector<std::vector<Entry*>> to(count);
+  for (Entry* e : entries) {
+    const size_t r = static_cast<size_t>(std::min_element(held.begin(), held.end()) - held.begin());
+    if (held[r] + e->tokens > seq_len) return rows;
+    held[r] += e->tokens;
+    to[r].push_back(e);
+  }
+  std::vector<std::vector<Entry>> spread(count);
+  for (size_t r = 0; r < count; ++r) {
+    for (Entry* e : to[r]) spread[r].push_back(std::move(*e));
+  }
+  return spread;
 }
 
 // The window after input batch `position` of `samples` samples (the narrowing above).

@@ -740,6 +740,45 @@ Batch Computed(const Told& told, int64_t epoch, int64_t k, const PlannedPack& pl
   return MakeBatch(epoch, k, samples);
 }
 
+struct TokensEntry {
+  int64_t id = 0;
+  int64_t tokens = 0;
+};
+
+// TakePackRows over samples of `tokens` (ids 0, 1, ...), with `keep` and `multiple`.
+std::vector<std::vector<int64_t>> RowsOf(const std::vector<int64_t>& tokens, int64_t seq_len,
+                                         int64_t keep, int64_t multiple, size_t* left = nullptr) {
+  std::map<int64_t, TokensEntry> window;
+  std::multimap<int64_t, int64_t> by_tokens;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    window[static_cast<int64_t>(i)] = {static_cast<int64_t>(i), tokens[i]};
+    by_tokens.emplace(tokens[i], static_cast<int64_t>(i));
+  }
+  std::vector<std::vector<int64_t>> rows;
+  for (const auto& row : TakePackRows(window, by_tokens, seq_len, false, keep, multiple)) {
+    rows.emplace_back();
+    for (const TokensEntry& e : row) rows.back().push_back(e.id);
+  }
+  if (left != nullptr) *left = window.size();
+  return rows;
+}
+
+TEST(TakePackRows, RowsForRanksComeInMultiplesOfTheirCountAndNoneIsLeftEmpty) {
+  // One rank: what fits one row is one row.
+  EXPECT_EQ(RowsOf({10, 20, 30, 5}, 100, 0, 1), (std::vector<std::vector<int64_t>>{{0, 2, 1, 3}}));
+  // Three ranks: the same samples spread over three rows, longest first to the emptiest.
+  EXPECT_EQ(RowsOf({10, 20, 30, 5}, 100, 0, 3),
+            (std::vector<std::vector<int64_t>>{{2}, {1}, {0, 3}}));
+  // Fewer samples than ranks: as they fit (an epoch's end; the deal gives some rank none).
+  EXPECT_EQ(RowsOf({10, 20}, 100, 0, 3), (std::vector<std::vector<int64_t>>{{0, 1}}));
+  // A window kept: rows while more than `keep` wait, then on to a whole multiple.
+  size_t left = 0;
+  const std::vector<std::vector<int64_t>> rows =
+      RowsOf({60, 60, 60, 60, 60, 60, 60, 60}, 100, 5, 2, &left);
+  EXPECT_EQ(rows.size(), 4u) << "3 rows leave 5 waiting; a 4th makes the multiple";
+  EXPECT_EQ(left, 4u);
+}
+
 TEST(PackPlanner, PlansTheRowsThePackerBuildsAndItsBatchesAreThePackersWithoutACopy) {
   for (const int64_t window : {0, 5, 40}) {
     for (const PackOverflow overflow : {PackOverflow::kTruncate, PackOverflow::kSkip}) {

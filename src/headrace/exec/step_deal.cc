@@ -70,6 +70,16 @@ int64_t GiveEveryRankItsKinds(std::span<const double> costs, std::span<const uin
 
 }  // namespace
 
+DealtStep DealRows(std::span<const double> row_costs, std::span<const uint32_t> row_modalities,
+                   int world, uint32_t every_rank) {
+  const size_t n = row_costs.size();
+  std::vector<std::vector<int64_t>> blocks(static_cast<size_t>(world));
+  for (size_t r = 0; r < n; ++r) {
+    blocks[r * static_cast<size_t>(world) / n].push_back(static_cast<int64_t>(r));
+  }
+  return DealStep(blocks, row_costs, row_modalities, every_rank);
+}
+
 DealtStep DealStep(std::span<const std::vector<int64_t>> batches, std::span<const double> costs,
                    std::span<const uint32_t> modalities, uint32_t every_rank) {
   const size_t world = batches.size();

@@ -43,6 +43,17 @@ struct DealtStep {
 DealtStep DealStep(std::span<const std::vector<int64_t>> batches, std::span<const double> costs,
                    std::span<const uint32_t> modalities = {}, uint32_t every_rank = 0);
 
+// A step's packed rows, planned over every rank's samples of the step (batch.balance
+// with a packing window: PackPlanner::RowDeal), dealt over `world` ranks as DealStep deals
+// samples: `row_costs` each row's (its samples' costs summed: attention stays within a
+// sample's segment, and a row's padding costs every rank alike, each holding as many
+// rows), `row_modalities` each row's samples' kinds together. Each rank gets as many
+// rows as the plan's contiguous blocks of rows x world / n give it (`before` is those
+// blocks' costliest), so that counts differ only where the rows are not a multiple of
+// `world`. The ranks' entries are row numbers, ascending.
+DealtStep DealRows(std::span<const double> row_costs, std::span<const uint32_t> row_modalities,
+                   int world, uint32_t every_rank = 0);
+
 // The costs of samples of `sizes` (nullopt: not told), by `cost`: one not told costs the
 // mean of those told (1 when none is). Returns how many were not told.
 int64_t CostsOf(std::span<const std::optional<SampleSize>> sizes, const StepCost& cost,
