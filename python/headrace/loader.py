@@ -555,7 +555,8 @@ def merge_state_dicts(states: List[Dict[str, Any]]) -> Dict[str, Any]:
 
     The rest is the epoch's order after the position every rank reached (batch_in_epoch x
     world_size x batch_size samples), after the samples that packers held in their
-    windows (batch.pack: taken from the epoch's order, not yet delivered). Over the whole
+    windows (batch.pack: taken from the epoch's order, not yet delivered; a window every
+    rank shares, batch.balance with a packing window, once). Over the whole
     epoch every sample is delivered once, except, as in every epoch, the last batches that
     do not make a full round of the new ranks. A blend's state also carries each entry's
     picks, so that a resume with new weights continues every entry where it was."""

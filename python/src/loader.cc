@@ -43,6 +43,7 @@ nb::dict PackStateToDict(const PackState& s) {
   nb::list waiting;
   for (int64_t i : s.waiting) waiting.append(i);
   d["waiting"] = waiting;
+  if (s.shared) d["shared"] = true;  // absent: a rank's own window (states of older runs)
   return d;
 }
 

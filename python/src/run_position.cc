@@ -77,13 +77,20 @@ std::vector<int64_t> RequiredInts(const nb::dict& d, const std::string& where, c
 }
 
 PackState PackOf(const nb::handle& value) {
-  const nb::dict d = DictOf(value, "pack", "{epoch, from_batch, next_batch, delivered, waiting}");
+  const nb::dict d =
+      DictOf(value, "pack", "{epoch, from_batch, next_batch, delivered, waiting, shared}");
   PackState p;
   p.epoch = RequiredInt(d, "pack.", "epoch");
   p.from_batch = RequiredInt(d, "pack.", "from_batch");
   p.next_batch = RequiredInt(d, "pack.", "next_batch");
   if (d.contains("delivered")) p.delivered = IntOf(d["delivered"], "pack.delivered");
   p.waiting = RequiredInts(d, "pack.", "waiting");
+  if (d.contains("shared")) {
+    if (!nb::isinstance<nb::bool_>(d["shared"])) {
+      Refuse("pack.shared", "true or false (whether every rank's state holds the window)", d["shared"]);
+    }
+    p.shared = nb::cast<bool>(d["shared"]);
+  }
   return p;
 }
 

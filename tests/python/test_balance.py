@@ -201,3 +201,71 @@ def test_an_index_of_another_pipeline_or_cut_short_is_refused_saying_what_to_run
     index.write_bytes(index.read_bytes()[:-5])
     with pytest.raises(ConfigError, match=r"batch\.balance\.index: .*not a whole size index"):
         next(iter(headrace.Loader(pipeline(py_sample, {"cost": "tokens", "index": str(index)}))))
+
+
+def packed_balance(root, world_rows=None):
+    ops = headrace.ops
+    return headrace.Pipeline(
+        root / "manifest.jsonl",
+        ops=[ops.tokenize(root / "tokenizer.model", pad=False, max_length=64)],
+        batch_size=4, epochs=EPOCHS, seed=3, cpu_threads=1, balance="tokens",
+        pack={"seq_len": 96, "window": 4})
+
+
+def test_a_balanced_pack_with_a_window_deals_each_steps_rows_and_resumes_elastically(
+        py_sample):
+    """With a packing window a rank's packer would carry what its rows cannot hold into its
+    later steps and undo a deal of samples: each step's rows are planned over both ranks'
+    samples (one window, held alike in both ranks' states) and the rows dealt by cost.
+    Every sample is delivered once an epoch; both ranks hold as many rows each step; a
+    rank resumes from its state; the two states merge (the window once) into a state a
+    world of one finishes the epoch from, each sample once."""
+    loaders = [headrace.Loader(packed_balance(py_sample), rank=r, world_size=2) for r in range(2)]
+    its = [iter(loader) for loader in loaders]
+    taken, states, rest = [[], []], [], [[], []]
+    for r in range(2):
+        taken[r] = [digest(next(its[r])) for _ in range(2)]
+        states.append(loaders[r].state_dict())
+        rest[r] = drain(its[r])  # the rest of epoch 0
+    for loader in loaders:
+        loader.close()
+    assert states[0]["pack"]["shared"] is True
+    assert states[0]["pack"]["waiting"] == states[1]["pack"]["waiting"]
+    assert states[0]["pack"]["waiting"], "the window holds samples at step 2"
+    epoch0 = [taken[r] + rest[r] for r in range(2)]
+    assert len(epoch0[0]) == len(epoch0[1]) == 6
+    every = sorted(i for r in range(2) for indices, _ in epoch0[r] for i in indices)
+    assert every == list(range(48)), "each sample once over the two ranks' rows"
+    rows = [[n for _, n in epoch0[r]] for r in range(2)]
+    assert rows[0][:-1] == rows[1][:-1], "as many rows each step (but the epoch's last)"
+    # A rank resumed from its state: the rest of the unbroken run.
+    with headrace.Loader(packed_balance(py_sample), rank=1, world_size=2,
+                         state_dict=states[1]) as resumed:
+        assert drain(iter(resumed)) == rest[1]
+    # Elastic: the ranks' states merged (their window once), finished by one rank.
+    merged = headrace.merge_state_dicts(states)
+    with headrace.Loader(packed_balance(py_sample), rank=0, world_size=1) as alone:
+        alone.load_state_dict(merged)
+        finished = [i for indices, _ in drain(iter(alone)) for i in indices]
+    before = [i for r in range(2) for indices, _ in taken[r] for i in indices]
+    assert sorted(before + finished) == list(range(48))
+    # States that disagree about the window are refused.
+    states[1]["pack"]["waiting"] = states[1]["pack"]["waiting"][1:]
+    with pytest.raises(ConfigError, match=r"shared pack window differs"):
+        headrace.merge_state_dicts(states)
+
+
+def digest(batch):
+    """A packed batch's samples and rows."""
+    return np.asarray(batch["index"]).tolist(), np.asarray(batch["input_ids"]).shape[0]
+
+
+def drain(it):
+    """The digests of the rest of a loader's epoch (next() until it ends: iter() on a
+    loader starts its next epoch)."""
+    out = []
+    while True:
+        try:
+            out.append(digest(next(it)))
+        except StopIteration:
+            return out

@@ -127,27 +127,42 @@ class StepDealer {
         cost_(std::move(cost)),
         every_rank_(every_rank) {}
 
+  // Every rank's batch of the step that holds `position`, as the order deals them.
+  std::vector<std::vector<int64_t>> BatchesOf(const BatchPosition& position) const {
+    // The epoch's batch b is rank b mod world's share of step b div world: the order's
+    // round-robin deal (PositionOf), whether the order is this rank's of `world` (a local
+    // run) or every rank's (an on-demand run computing any rank's batches).
+    const int64_t step = position.index_in_epoch / world_;
+    std::vector<std::vector<int64_t>> batches(world_);
+    for (int r = 0; r < world_; ++r) {
+      BatchPosition p = position;
+      p.index_in_epoch = step * world_ + r;
+      batches[r] = order_->SampleIndices(p);
+    }
+    return batches;
+  }
+  // ... their samples, rank 0's first: what a step's rows are planned from (RowsOf).
+  std::vector<int64_t> StepOf(const BatchPosition& position) const {
+    std::vector<int64_t> samples;
+    for (const std::vector<int64_t>& batch : BatchesOf(position)) {
+      samples.insert(samples.end(), batch.begin(), batch.end());
+    }
+    return samples;
+  }
+
   // This rank's samples of the step that holds `position` (`stop`: the run's; a deal
   // given up keeps the order's). Adds the step to `seen` (null: not counted), and with
   // every_rank the kinds of media each sample of the share holds to `kinds` (null: not
   // told).
   std::vector<int64_t> SamplesOf(const BatchPosition& position, std::stop_token stop,
                                  StepsSeen* seen, SampleKinds* kinds = nullptr) const {
-    // The epoch's batch b is rank b mod world's share of step b div world: the order's
-    // round-robin deal (PositionOf), whether the order is this rank's of `world` (a local
-    // run) or every rank's (an on-demand run computing any rank's batches).
-    const int world = world_;
-    const int64_t step = position.index_in_epoch / world;
-    std::vector<std::vector<int64_t>> batches(world);
+    std::vector<std::vector<int64_t>> batches = BatchesOf(position);
     std::vector<int64_t> samples;
-    for (int r = 0; r < world; ++r) {
-      BatchPosition p = position;
-      p.index_in_epoch = step * world + r;
-      batches[r] = order_->SampleIndices(p);
-      samples.insert(samples.end(), batches[r].begin(), batches[r].end());
+    for (const std::vector<int64_t>& batch : batches) {
+      samples.insert(samples.end(), batch.begin(), batch.end());
     }
-    const auto rank = static_cast<int>(position.index_in_epoch % world);
-    if (world == 1) return batches[rank];
+    const auto rank = static_cast<int>(position.index_in_epoch % world_);
+    if (world_ == 1) return batches[rank];
     std::vector<std::optional<SampleSize>> sizes;
     sizes.reserve(samples.size());
     if (index_ != nullptr) {
@@ -172,6 +187,44 @@ class StepDealer {
       kinds->Add(dealt.ranks[rank], share);
     }
     return std::move(dealt.ranks[rank]);
+  }
+
+  // The rows rank `rank` keeps of a step's `rows`, planned over every rank's samples of
+  // the step (PackPlanner::RowDeal; `told`: each row's samples' sizes), as DealRows deals
+  // them (exec/step_deal.h). Adds the step to `seen`, and the kinds of the kept rows'
+  // samples to `kinds` (with every_rank).
+  std::vector<size_t> RowsOf(int rank, std::span<const std::vector<int64_t>> rows,
+                             std::span<const std::vector<std::optional<PackPlanner::Told>>> told,
+                             StepsSeen& seen, SampleKinds& kinds) const {
+    std::vector<std::optional<SampleSize>> sizes;
+    for (const auto& row : told) {
+      for (const auto& t : row) sizes.push_back(SizeOf(t));
+    }
+    std::vector<double> sample_costs;
+    const int64_t untold = CostsOf(sizes, cost_, sample_costs);
+    std::vector<double> costs(rows.size(), 0.0);
+    std::vector<uint32_t> modalities(rows.size(), 0);
+    for (size_t r = 0, k = 0; r < rows.size(); ++r) {
+      for (size_t s = 0; s < rows[r].size(); ++s, ++k) {
+        costs[r] += sample_costs[k];
+        if (sizes[k].has_value()) modalities[r] |= sizes[k]->modalities;
+      }
+    }
+    const DealtStep dealt = DealRows(costs, modalities, world_, every_rank_);
+    seen.Add(dealt, untold);
+    std::vector<size_t> kept(dealt.ranks[rank].begin(), dealt.ranks[rank].end());
+    if (every_rank_ != 0) {
+      std::vector<int64_t> samples;
+      std::vector<uint32_t> each;
+      for (const size_t r : kept) {
+        for (size_t s = 0; s < rows[r].size(); ++s) {
+          samples.push_back(rows[r][s]);
+          each.push_back(told[r][s].has_value() ? told[r][s]->modalities : 0);
+        }
+      }
+      kinds.Add(samples, each);
+    }
+    return kept;
   }
 
  private:
@@ -229,20 +282,27 @@ class BalancedFormer final : public BatchFormer {
   // whether the run has other ranks (one alone has no peer to wait for it: no flag);
   // `consumer_forms`: an on-demand run whose batches their consumer forms further (a Ray
   // rank packs them): they leave with their samples' kinds, not flagged.
+  // `rows`: the inner former (a planned pack) deals each step's rows (FormingRun::
+  // row_deal, adding to `seen` and `kinds`): it composes from the whole step.
   BalancedFormer(std::shared_ptr<const StepDealer> dealer, std::shared_ptr<BatchFormer> inner,
-                 uint32_t every_rank, bool peers, bool consumer_forms)
+                 uint32_t every_rank, bool peers, bool consumer_forms, bool rows,
+                 std::shared_ptr<StepsSeen> seen, std::shared_ptr<SampleKinds> kinds)
       : dealer_(std::move(dealer)),
         inner_(std::move(inner)),
-        name_("balanced " + std::string(inner_->name())),
+        name_("balanced " + std::string(rows ? "rows, " : "") + std::string(inner_->name())),
         every_rank_(every_rank),
         flagged_(peers ? every_rank : 0),
-        consumer_forms_(consumer_forms) {}
+        consumer_forms_(consumer_forms),
+        rows_(rows),
+        seen_(std::move(seen)),
+        kinds_(std::move(kinds)) {}
 
   std::string_view name() const override { return name_; }
   std::optional<std::vector<int64_t>> Compose(const BatchPosition& position,
                                               std::span<const int64_t>,
                                               std::stop_token stop) override {
-    std::vector<int64_t> share = dealer_->SamplesOf(position, stop, &seen_, &kinds_);
+    std::vector<int64_t> share =
+        rows_ ? dealer_->StepOf(position) : dealer_->SamplesOf(position, stop, seen_.get(), kinds_.get());
     std::optional<std::vector<int64_t>> formed = inner_->Compose(position, share, stop);
     return formed.has_value() ? std::move(formed) : std::move(share);
   }
@@ -253,7 +313,7 @@ class BalancedFormer final : public BatchFormer {
   bool counts_losses() const override { return inner_->counts_losses(); }
   Result<std::optional<Batch>> Next(BatchInput& input) override {
     if (every_rank_ == 0) return inner_->Next(input);
-    KindsFromInput told(input, kinds_);  // input batches a Ray rank's workers dealt
+    KindsFromInput told(input, *kinds_);  // input batches a Ray rank's workers dealt
     HR_ASSIGN_OR_RETURN(std::optional<Batch> batch, inner_->Next(told));
     if (batch.has_value()) HR_RETURN_IF_ERROR(AddDummyKinds(*batch));
     return batch;
@@ -268,7 +328,7 @@ class BalancedFormer final : public BatchFormer {
   int64_t inputs_held() const override { return inner_->inputs_held(); }
   std::optional<PackState> state() const override { return inner_->state(); }
   std::optional<PackStats> stats() const override { return inner_->stats(); }
-  std::optional<BalanceSeen> balance() const override { return seen_.get(); }
+  std::optional<BalanceSeen> balance() const override { return seen_->get(); }
 
  private:
   // The batch field `dummy_kinds` (uint8 [4]: image, video, audio, pointcloud, as
@@ -281,7 +341,7 @@ class BalancedFormer final : public BatchFormer {
     const Tensor* index = batch.Find("index");
     const uint32_t held =
         index == nullptr ? 0
-                         : kinds_.Take({index->data<int64_t>(),
+                         : kinds_->Take({index->data<int64_t>(),
                                         static_cast<size_t>(index->numel())});
     constexpr int64_t kKinds = std::size(kBalanceKinds);
     HR_ASSIGN_OR_RETURN(Tensor field, Tensor::Allocate(DType::kU8, {kKinds}));
@@ -297,7 +357,7 @@ class BalancedFormer final : public BatchFormer {
     const Tensor* index = batch.Find("index");
     if (index == nullptr) return Status::Internal("balanced: a taken batch without 'index'");
     const std::vector<uint32_t> each =
-        kinds_.TakeEach({index->data<int64_t>(), static_cast<size_t>(index->numel())});
+        kinds_->TakeEach({index->data<int64_t>(), static_cast<size_t>(index->numel())});
     HR_ASSIGN_OR_RETURN(Tensor field,
                         Tensor::Allocate(DType::kI32, {static_cast<int64_t>(each.size())}));
     std::copy(each.begin(), each.end(), field.mutable_data<int32_t>());
@@ -311,8 +371,9 @@ class BalancedFormer final : public BatchFormer {
   const uint32_t every_rank_;
   const uint32_t flagged_;
   const bool consumer_forms_;
-  StepsSeen seen_;
-  SampleKinds kinds_;
+  const bool rows_;
+  const std::shared_ptr<StepsSeen> seen_;
+  const std::shared_ptr<SampleKinds> kinds_;
 };
 
 }  // namespace
@@ -359,15 +420,44 @@ Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run) {
       SizeByTheSizePass(run.inputs, token_field, sizing, nullptr,
                         run.engine->io_budget_bytes, nullptr, run.engine->io_inflight),
       std::move(cost), run.balance->every_rank);
-  // The formers below see the dealt samples wherever they ask for a batch's samples.
-  run.samples_of = [dealer](const BatchPosition& position) {
-    return dealer->SamplesOf(position, {}, nullptr);
-  };
+  auto seen = std::make_shared<StepsSeen>();
+  auto kinds = std::make_shared<SampleKinds>();
+  // With batch.pack and a window, each step's rows are planned over every rank's samples
+  // and the rows dealt (PackPlanner::RowDeal): a rank packing its own dealt samples
+  // would carry what its rows cannot hold into its later steps and undo the deal.
+  const bool rows = world > 1 && run.pack.has_value() && !run.pack->budget && run.pack->window > 0;
+  if (rows && (on_demand || !run.plan_packing)) {
+    return Status::InvalidArgument(
+        "batch.pack.window: " + std::to_string(run.pack->window) +
+        " with batch.balance deals each step's packed rows over the ranks, planned before "
+        "the samples run; a Ray loader's workers compute samples, not rows (and a run "
+        "with plan_packing off plans none): set batch.pack.window: 0 (each rank's share "
+        "packed alone: its steps stay balanced), or run the loader in the trainer's "
+        "processes (headrace.Loader)");
+  }
+  if (rows) {
+    // The planned pack plans the whole step, and replays its window from whole steps.
+    run.samples_of = [dealer](const BatchPosition& position) { return dealer->StepOf(position); };
+    if (run.sizes == nullptr) run.sizes = run.balance->index;
+    run.row_deal = PackPlanner::RowDeal{
+        world, run.engine->order.rank,
+        [dealer, seen, kinds, rank = run.engine->order.rank](
+            std::span<const std::vector<int64_t>> step_rows,
+            std::span<const std::vector<std::optional<PackPlanner::Told>>> told) {
+          return dealer->RowsOf(rank, step_rows, told, *seen, *kinds);
+        }};
+  } else {
+    // The formers below see the dealt samples wherever they ask for a batch's samples.
+    run.samples_of = [dealer](const BatchPosition& position) {
+      return dealer->SamplesOf(position, {}, nullptr);
+    };
+  }
   HR_ASSIGN_OR_RETURN(std::shared_ptr<BatchFormer> inner,
                       MakeFormerAfter(&MakeBalancedFormer, run));
   return std::shared_ptr<BatchFormer>(std::make_shared<BalancedFormer>(
       std::move(dealer), std::move(inner), run.balance->every_rank, world > 1,
-      /*consumer_forms=*/on_demand && run.pack.has_value()));
+      /*consumer_forms=*/on_demand && run.pack.has_value(), rows, std::move(seen),
+      std::move(kinds)));
 }
 
 }  // namespace headrace

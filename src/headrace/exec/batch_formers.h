@@ -78,6 +78,11 @@ struct FormingRun {
   // by a policy that deals them otherwise than the order (balanced) for the policies it
   // wraps (a planned pack replays its window by them); null: the order's.
   std::function<std::vector<int64_t>(const BatchPosition&)> samples_of;
+  // Set by a policy that deals each step's packed rows over the ranks (balanced, with a
+  // packing window): a planned pack plans the step's rows over every rank's samples
+  // (samples_of and Compose give the whole step) and keeps the rows this deals its rank
+  // (PackPlanner::RowDeal); nullopt: a rank plans its own samples' rows.
+  std::optional<PackPlanner::RowDeal> row_deal;
 };
 
 // A policy: the former of `run`, or null when it does not take the run.

@@ -451,7 +451,7 @@ TEST(BatchFormers, ABalancedPlannedPackRunsTheDealtSamples) {
   std::vector<int64_t> delivered;
   for (int rank = 0; rank < 2; ++rank) {
     EngineOptions engine = SkewedRun(rank);
-    FormingRun run{.inputs = inputs, .pack = Pack(4), .engine = &engine};
+    FormingRun run{.inputs = inputs, .pack = Pack(0), .engine = &engine};
     run.pack->seq_len = 256;
     run.balance = BalanceOptions{};
     Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
@@ -474,6 +474,118 @@ TEST(BatchFormers, ABalancedPlannedPackRunsTheDealtSamples) {
   std::vector<int64_t> all(64);
   std::iota(all.begin(), all.end(), 0);
   EXPECT_EQ(delivered, all) << "the two ranks' packed batches hold every sample once";
+}
+
+// A rank's packed batches of an epoch: each batch's samples (`index`), rows, tokens and
+// pack state.
+struct RankBatches {
+  std::vector<std::vector<int64_t>> samples;
+  std::vector<int64_t> rows;
+  std::vector<int64_t> tokens;
+  std::vector<PackState> states;
+  std::string name;
+};
+
+// Rank `rank` of 2 over SkewedInputs: a planned pack of 256-token rows, window 4, with
+// `balance` (nullopt: none), from `resume` (nullopt: the start).
+RankBatches PackedRank(const std::shared_ptr<EngineInputs>& inputs, int rank,
+                       std::optional<BalanceOptions> balance,
+                       std::optional<PackState> resume = std::nullopt) {
+  EngineOptions engine = SkewedRun(rank);
+  FormingRun run{.inputs = inputs, .pack = Pack(4), .engine = &engine, .resume = resume};
+  run.pack->seq_len = 256;
+  run.balance = std::move(balance);
+  Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
+  EXPECT_TRUE(former.ok()) << former.status().ToString();
+  RankBatches out;
+  if (!former.ok()) return out;
+  out.name = std::string((*former)->name());
+  engine.former = *former;
+  auto started = Engine::Start(inputs, engine);
+  EXPECT_TRUE(started.ok()) << started.status().ToString();
+  while (started.ok()) {
+    Result<std::optional<Batch>> b = (*former)->Next(**started);
+    EXPECT_TRUE(b.ok()) << b.status().ToString();
+    if (!b.ok() || !b->has_value()) break;
+    const Tensor* index = (*b)->Find("index");
+    const Tensor* lengths = (*b)->Find("input_ids_lengths");
+    const Tensor* per_row = (*b)->Find("samples_per_row");
+    EXPECT_TRUE(index != nullptr && lengths != nullptr && per_row != nullptr);
+    if (index == nullptr || lengths == nullptr || per_row == nullptr) break;
+    out.samples.emplace_back(index->data<int64_t>(), index->data<int64_t>() + index->numel());
+    out.rows.push_back(per_row->numel());
+    const int32_t* n = lengths->data<int32_t>();
+    out.tokens.push_back(std::accumulate(n, n + lengths->numel(), int64_t{0}));
+    out.states.push_back(*(*former)->state());
+  }
+  return out;
+}
+
+TEST(BatchFormers, ABalancedPackWithAWindowDealsEachStepsRowsOverTheRanks) {
+  // With a packing window each rank's packer would carry what its rows cannot hold into
+  // its later steps and undo a deal of samples: the step's rows are planned over both
+  // ranks' samples (one window, the same on both) and the rows are dealt by cost.
+  const std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
+  RankBatches dealt[2], alone[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    dealt[rank] = PackedRank(inputs, rank, BalanceOptions{});
+    alone[rank] = PackedRank(inputs, rank, std::nullopt);
+  }
+  EXPECT_EQ(dealt[0].name, "balanced rows, pack planned");
+  EXPECT_EQ(alone[0].name, "pack planned");
+  ASSERT_EQ(dealt[0].samples.size(), 8u) << "one packed batch a step";
+  ASSERT_EQ(dealt[1].samples.size(), 8u);
+  std::vector<int64_t> every;
+  int64_t slowest_dealt = 0, slowest_alone = 0;
+  for (size_t step = 0; step < 8; ++step) {
+    for (int r = 0; r < 2; ++r) {
+      every.insert(every.end(), dealt[r].samples[step].begin(), dealt[r].samples[step].end());
+    }
+    if (step + 1 < 8) {
+      EXPECT_EQ(dealt[0].rows[step], dealt[1].rows[step]) << "step " << step << ": as many rows";
+    }
+    EXPECT_GE(dealt[0].rows[step], 1);
+    const PackState& a = dealt[0].states[step];
+    const PackState& b = dealt[1].states[step];
+    EXPECT_TRUE(a.shared);
+    EXPECT_EQ(a.waiting, b.waiting) << "step " << step << ": one window, the same on both ranks";
+    EXPECT_EQ(std::tie(a.epoch, a.from_batch, a.next_batch),
+              std::tie(b.epoch, b.from_batch, b.next_batch));
+    slowest_dealt += std::max(dealt[0].tokens[step], dealt[1].tokens[step]);
+    slowest_alone += std::max(alone[0].tokens[step], alone[1].tokens[step]);
+  }
+  EXPECT_FALSE(alone[0].states.back().shared);
+  std::sort(every.begin(), every.end());
+  std::vector<int64_t> all(64);
+  std::iota(all.begin(), all.end(), 0);
+  EXPECT_EQ(every, all) << "the ranks' rows hold every sample of the epoch once";
+  // The 160-token samples land where the rows are dealt, not on whichever rank the
+  // order gave them to.
+  EXPECT_LT(slowest_dealt, slowest_alone);
+
+  // A rank resumed from its state after step 2 continues as the unbroken run.
+  for (int rank = 0; rank < 2; ++rank) {
+    const RankBatches resumed = PackedRank(inputs, rank, BalanceOptions{}, dealt[rank].states[2]);
+    ASSERT_EQ(resumed.samples.size(), 5u) << "rank " << rank;
+    for (size_t k = 0; k < 5; ++k) {
+      EXPECT_EQ(resumed.samples[k], dealt[rank].samples[k + 3]) << "rank " << rank << ", step " << k + 3;
+    }
+  }
+}
+
+TEST(BatchFormers, ABalancedPackWithAWindowNeedsItsRowsPlanned) {
+  // A Ray rank packs what its workers computed (no plan): it cannot deal rows.
+  const std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
+  EngineOptions engine = SkewedRun(0);
+  FormingRun run{.inputs = inputs, .pack = Pack(4), .engine = &engine, .plan_packing = false};
+  run.balance = BalanceOptions{};
+  Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
+  ASSERT_FALSE(former.ok());
+  EXPECT_NE(former.status().message().find("batch.pack.window: 4"), std::string::npos)
+      << former.status().ToString();
+  run.pack->window = 0;
+  run.row_deal.reset();
+  EXPECT_TRUE(MakeBatchFormer(run).ok()) << "each rank's share packed alone";
 }
 
 // Rank 0's packed batches (seq_len 64, window 4) of SkewedInputs(64) as a planned pack

@@ -83,12 +83,17 @@ Result<std::shared_ptr<BatchFormer>> MakePlannedPackFormer(FormingRun& run) {
   // The tokens the sizer's size pass tokenized, for the samples' own size passes: a
   // sample is tokenized once (outside the budgets too: at most kToldBytes).
   auto told = std::make_shared<ToldSequences>(kToldBytes, kToldSamples);
-  PackPlanner::Sizer sizer = SizeByTheSizePass(run.inputs, *token_field, pack, read,
-                                               engine.io_budget_bytes, told, engine.io_inflight);
+  // Rows dealt over the ranks: the driver sizes every rank's samples of each step, most
+  // of which other ranks run: nothing is kept for the runs (this rank's own samples are
+  // read again by their runs; a size index spares the reads).
+  const bool dealt = run.row_deal.has_value();
+  PackPlanner::Sizer sizer =
+      SizeByTheSizePass(run.inputs, *token_field, pack, dealt ? nullptr : read,
+                        engine.io_budget_bytes, dealt ? nullptr : told, engine.io_inflight);
   // With a size index, the samples that fit a row are planned by their entries: the
   // driver reads nothing ahead of the run and tokenizes nothing (each sample's run does).
   if (run.sizes != nullptr) sizer = SizeByTheIndex(run.sizes, pack.seq_len, std::move(sizer));
-  auto planner = std::make_shared<PackPlanner>(planning, std::move(sizer));
+  auto planner = std::make_shared<PackPlanner>(planning, std::move(sizer), run.row_deal);
   const auto shared_order = std::make_shared<const EpochOrder>(std::move(order));
   const PackPlanner::InputBatch batch_of = [shared_order, per_epoch,
                                              samples_of = run.samples_of](int64_t epoch,

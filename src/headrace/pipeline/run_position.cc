@@ -129,9 +129,10 @@ Status CheckLoaderState(const LoaderState& s, const std::optional<StateBounds>& 
                         "]: one input batch gives at most one batch.max_tokens batch a sample)");
     }
     HR_RETURN_IF_ERROR(CheckIndices("pack.waiting", p.waiting, num_samples));
-    // The input batches it took from hold (next - from + 1) x batch_size samples (past
-    // kMaxEpochPositions no window in memory can reach it).
-    const int64_t batches = p.next_batch - p.from_batch + 1;
+    // The input batches it took from hold (next - from + 1) x batch_size samples, every
+    // rank's where the window is shared (past kMaxEpochPositions no window in memory can
+    // reach it).
+    const int64_t batches = (p.next_batch - p.from_batch + 1) * (p.shared ? s.world_size : 1);
     const int64_t window_most = batches <= kMaxEpochPositions / s.batch_size
                                     ? batches * s.batch_size
                                     : kMaxEpochPositions;
@@ -243,9 +244,28 @@ Result<GlobalPosition> MergeLoaderStates(const std::vector<LoaderState>& states,
   const int64_t epoch = first.epoch, batch = first.batch_in_epoch;
   std::vector<int64_t> windows;
   std::unordered_set<int64_t> in_windows;
+  // A shared window (the step's rows dealt over the ranks) is every rank's: the same in
+  // each state, merged once.
+  const PackState* shared = nullptr;
   for (const LoaderState* s : by_rank) {
     if (!s->pack) continue;
     const PackState& p = *s->pack;
+    if (p.shared != (first.pack && first.pack->shared)) {
+      return Status::InvalidArgument(
+          "merge_state_dicts: rank " + Str(s->rank) + ": pack.shared differs from rank " +
+          Str(first.rank) + "'s (states of one run)");
+    }
+    if (p.shared && shared != nullptr) {
+      if (p.waiting != shared->waiting || p.epoch != shared->epoch ||
+          p.from_batch != shared->from_batch || p.next_batch != shared->next_batch) {
+        return Status::InvalidArgument(
+            "merge_state_dicts: rank " + Str(s->rank) + ": its shared pack window differs "
+            "from rank " + Str(first.rank) + "'s (every rank holds the same one: states of "
+            "one step, of one run)");
+      }
+      continue;
+    }
+    if (p.shared) shared = &p;
     if (p.delivered != 0) {
       return Status::InvalidArgument(
           "merge_state_dicts: rank " + Str(s->rank) + ": pack.delivered is " +
@@ -268,7 +288,7 @@ Result<GlobalPosition> MergeLoaderStates(const std::vector<LoaderState>& states,
       windows.push_back(i);
     }
   }
-  if (lockstep && !windows.empty()) {
+  if (lockstep && !windows.empty() && shared == nullptr) {
     return Status::InvalidArgument(
         "state dict: world_size " + Str(world) + " -> another needs every rank's state "
         "(batch.pack keeps samples in each rank's window): load "

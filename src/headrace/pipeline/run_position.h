@@ -92,7 +92,9 @@ struct GlobalPosition {
 // at one step (world_size, batch_size, epoch, batch_in_epoch, batches_per_epoch,
 // remainder, blend_start the same), of ranks 0..W-1 once each unless `lockstep`; a pack
 // window at the loader's position and with no batch.max_tokens batch half delivered; the
-// windows disjoint. The rest: the windows' samples, then the epoch's order from the
+// windows disjoint, or all shared and the same (PackState::shared: then one copy, and one
+// state's window is the whole run's, so that `lockstep` may carry it). The rest: the
+// windows' samples, then the epoch's order from the
 // positions every rank reached (after an earlier remainder's pending samples).
 Result<GlobalPosition> MergeLoaderStates(const std::vector<LoaderState>& states, bool lockstep);
 
