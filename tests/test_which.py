@@ -34,7 +34,9 @@ def configs(sample_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("which")
     return {"ordered": write_config(out / "ordered.yaml", sample_dir),
             "dealt": write_config(out / "dealt.yaml", sample_dir, ", balance: {cost: tokens}"),
-            "packed": write_config(out / "packed.yaml", sample_dir, ", pack: {seq_len: 256}")}
+            "packed": write_config(out / "packed.yaml", sample_dir, ", pack: {seq_len: 256}"),
+            "rows": write_config(out / "rows.yaml", sample_dir,
+                                 ", pack: {seq_len: 96, window: 4}, balance: {cost: tokens}")}
 
 
 def delivered(config):
@@ -94,6 +96,34 @@ def test_a_sample_lands_where_the_loader_delivers_it(headrace_bin, sample_dir, c
                 assert got["id"] == ids[index] and got["deal"] == deal
                 assert got["lands"] == [{"index": index, "step": step, "rank": rank,
                                          "position": position, "batch_samples": len(indices)}]
+
+
+def test_with_rows_dealt_a_listing_is_the_ranks_packed_batch_and_a_sample_lands_there(
+        headrace_bin, sample_dir, configs):
+    """batch.balance with a packing window deals each step's rows (planned over both
+    ranks' samples): `which` lists the packed batch's samples in row order, and a sample
+    lands at the step and rank whose packed batch holds it, a later step than the
+    order's for some."""
+    batches = delivered(configs["rows"])
+    ids = manifest_ids(sample_dir)
+    epoch = 1
+    for rank in range(WORLD):
+        for step in range(STEPS):
+            got = which(headrace_bin, configs["rows"], "--step", step, "--rank", rank,
+                        "--epoch", epoch)
+            assert got["packed"] is True and "rows' samples" in got["note"]
+            assert [s["index"] for s in got["samples"]] == batches[rank][epoch][step]
+    ordered = delivered(configs["ordered"])
+    order_step = {i: step for r in range(WORLD) for step, b in enumerate(ordered[r][epoch])
+                  for i in b}
+    assert any(step > order_step[i] for r in range(WORLD)
+               for step, b in enumerate(batches[r][epoch]) for i in b), "a window carries"
+    for rank, step in ((0, 0), (1, STEPS - 1)):
+        for position, index in enumerate(batches[rank][epoch][step]):
+            got = which(headrace_bin, configs["rows"], "--sample", ids[index], "--epoch", epoch)
+            assert got["lands"] == [{"index": index, "step": step, "rank": rank,
+                                     "position": position,
+                                     "batch_samples": len(batches[rank][epoch][step])}]
 
 
 def test_the_table_says_how_the_step_is_dealt_and_that_packing_lists_the_input_batch(

@@ -33,7 +33,8 @@ constexpr const char* kWhichUsage =
     "  --epoch E          the epoch (default 0); --world-size W: ranks (default 1)\n"
     "With batch.balance the step's samples are listed as the balanced deal gives them to\n"
     "the ranks; with batch.pack or batch.max_tokens, as the input batch holds them (a\n"
-    "packing window > 0 may carry a sample into a later packed batch).\n";
+    "packing window > 0 may carry a sample into a later packed batch); with both and a\n"
+    "packing window, the rank's packed batch (each step's rows are dealt).\n";
 
 using std::to_string;
 
@@ -58,22 +59,31 @@ std::optional<int64_t> ParseInt(const std::string& text, int64_t low, int64_t hi
   return v;
 }
 
-// The samples rank `rank` of `world` computes for its batch `step` of `epoch`: the
-// order's, composed by the former a run of that rank makes, as Engine::StartBatch does
-// (batch.balance deals them). Packing is not planned: a planned pack's Compose gives the
-// packed batch's rows, and this lists the input batch's samples.
-Result<std::vector<int64_t>> SamplesOfBatch(const PreparedPipeline& prepared, int64_t epoch,
-                                            int64_t step, int rank, int world) {
+// The samples rank `rank` of `world` computes for its batches of steps [from, to) of
+// `epoch`: the order's, composed by the former a run of that rank makes, as
+// Engine::StartBatch does (batch.balance deals them). Packing is not planned (a planned
+// pack's Compose gives the packed batch's rows; this lists the input batch's samples),
+// but where `rows` (batch.balance with a packing window: the step's rows are dealt,
+// balanced_former.cc) the packed batch's: its rows' samples in row order, the epoch
+// planned from its first step.
+Result<std::vector<std::vector<int64_t>>> SamplesOfBatches(const PreparedPipeline& prepared,
+                                                           int64_t epoch, int64_t from,
+                                                           int64_t to, int rank, int world,
+                                                           bool rows) {
   LoaderOptions options;
   options.rank = rank;
   options.world_size = world;
-  options.plan_packing = false;
+  options.plan_packing = rows;
   HR_ASSIGN_OR_RETURN(PreparedPipeline::Forming forming, prepared.Form(options));
   HR_ASSIGN_OR_RETURN(EpochOrder order, EpochOrder::Make(forming.engine.order));
-  const BatchPosition position = order.Position(epoch * order.batches_per_rank_epoch() + step);
-  std::vector<int64_t> samples = order.SampleIndices(position);
-  std::optional<std::vector<int64_t>> composed = forming.former->Compose(position, samples, {});
-  return composed.has_value() ? *std::move(composed) : std::move(samples);
+  std::vector<std::vector<int64_t>> out;
+  for (int64_t step = rows ? 0 : from; step < to; ++step) {
+    const BatchPosition position = order.Position(epoch * order.batches_per_rank_epoch() + step);
+    std::vector<int64_t> samples = order.SampleIndices(position);
+    std::optional<std::vector<int64_t>> composed = forming.former->Compose(position, samples, {});
+    if (step >= from) out.push_back(composed.has_value() ? *std::move(composed) : std::move(samples));
+  }
+  return out;
 }
 
 // What the output says of every listing: the epoch, the world and how the steps are dealt.
@@ -85,6 +95,7 @@ struct Plan {
   int64_t steps = 0;  // an epoch's, each rank's batches
   bool dealt = false;  // batch.balance over more than one rank
   bool packed = false;
+  bool rows = false;  // ... with batch.pack and a window: the step's rows dealt
   std::vector<SourceFieldSpec> fields;  // the source's, as its media refs number them
 
   void Describe(JsonWriter& json) const {
@@ -97,13 +108,19 @@ struct Plan {
     json.Key("packed").Bool(packed);
     if (packed) json.Key("note").String(PackNote());
   }
+  Result<std::vector<std::vector<int64_t>>> Batches(int64_t from, int64_t to, int rank) const {
+    return SamplesOfBatches(*prepared, epoch, from, to, rank, world, rows);
+  }
   std::string DealText() const {
     return dealt ? "dealt by batch.balance (cost " + prepared->spec().batch.balance.cost + ")"
                  : "as the epoch's order deals them";
   }
-  static std::string PackNote() {
-    return "batch.pack / batch.max_tokens: the input batch's samples; a packing window > 0 "
-           "may carry a sample into a later packed batch";
+  std::string PackNote() const {
+    return rows ? "batch.balance with batch.pack and a window: the packed batch's rows' "
+                  "samples, in row order (each step's rows are planned over every rank's "
+                  "samples and dealt; a sample may land in a later step)"
+                : "batch.pack / batch.max_tokens: the input batch's samples; a packing window "
+                  "> 0 may carry a sample into a later packed batch";
   }
   // A mix's entry that `index` belongs to; empty for any other source.
   std::string EntryOf(int64_t index) const {
@@ -151,9 +168,9 @@ int ListStep(const Plan& plan, int64_t step, int rank, bool as_json) {
                 to_string(plan.world) + " (allowed: 0.." + to_string(plan.steps - 1) +
                 ")");
   }
-  Result<std::vector<int64_t>> samples =
-      SamplesOfBatch(*plan.prepared, plan.epoch, step, rank, plan.world);
-  if (!samples.ok()) return Fail(samples.status().ToString());
+  Result<std::vector<std::vector<int64_t>>> batches = plan.Batches(step, step + 1, rank);
+  if (!batches.ok()) return Fail(batches.status().ToString());
+  const std::vector<int64_t>* samples = &batches->front();
   JsonWriter json;
   json.BeginObject();
   plan.Describe(json);
@@ -165,13 +182,14 @@ int ListStep(const Plan& plan, int64_t step, int rank, bool as_json) {
                "epoch " + to_string(plan.epoch) + ", step " + to_string(step) + " of " +
                    to_string(plan.steps) + ", rank " + to_string(rank) + " of " +
                    to_string(plan.world) + ": " + to_string(samples->size()) + " samples, " +
-                   plan.DealText() + "\n" + (plan.packed ? Plan::PackNote() + "\n" : "") +
+                   plan.DealText() + "\n" + (plan.packed ? plan.PackNote() + "\n" : "") +
                    "     index  id  media\n" + table,
                as_json);
 }
 
 // Where sample `id` lands. The order puts it in a step; a deal moves samples only
-// between the ranks of their step (balanced_former.cc), so only that step is dealt.
+// between the ranks of their step (balanced_former.cc), so only that step is dealt; rows
+// dealt (a packing window) may carry it to a later step.
 int FindSample(const Plan& plan, const std::string& id, bool as_json) {
   const PreparedPipeline& prepared = *plan.prepared;
   const RecordStore& records = prepared.source().records(plan.epoch);
@@ -194,6 +212,12 @@ int FindSample(const Plan& plan, const std::string& id, bool as_json) {
   const auto wanted = [&](int64_t s) {
     return std::find(indices.begin(), indices.end(), s) != indices.end();
   };
+  const auto land = [&](const std::vector<int64_t>& share, int64_t step, int r) {
+    for (size_t k = 0; k < share.size(); ++k) {
+      if (wanted(share[k])) lands.push_back({share[k], step, r, int64_t(k), int64_t(share.size())});
+    }
+  };
+  int64_t last = -1;  // the order's last step that holds it
   for (int64_t step = 0; step < plan.steps; ++step) {
     std::vector<std::vector<int64_t>> ordered(plan.world);
     bool holds = false;
@@ -202,20 +226,28 @@ int FindSample(const Plan& plan, const std::string& id, bool as_json) {
                                                   order.batches_per_epoch(), plan.world, r));
       holds = holds || std::any_of(ordered[r].begin(), ordered[r].end(), wanted);
     }
-    for (int r = 0; holds && r < plan.world; ++r) {
+    if (holds) last = step;
+    for (int r = 0; holds && !plan.rows && r < plan.world; ++r) {
       // Only a deal needs the run's former; the order's batches are those above.
-      std::vector<int64_t> share = std::move(ordered[r]);
-      if (plan.dealt) {
-        Result<std::vector<int64_t>> dealt =
-            SamplesOfBatch(prepared, plan.epoch, step, r, plan.world);
-        if (!dealt.ok()) return Fail(dealt.status().ToString());
-        share = *std::move(dealt);
+      if (!plan.dealt) {
+        land(ordered[r], step, r);
+        continue;
       }
-      for (size_t k = 0; k < share.size(); ++k) {
-        if (wanted(share[k])) {
-          lands.push_back({share[k], step, r, int64_t(k), int64_t(share.size())});
-        }
-      }
+      Result<std::vector<std::vector<int64_t>>> dealt = plan.Batches(step, step + 1, r);
+      if (!dealt.ok()) return Fail(dealt.status().ToString());
+      land(dealt->front(), step, r);
+    }
+  }
+  if (plan.rows && last >= 0) {
+    // Rows dealt: a sample waits in the shared window for at most about `window` steps
+    // (each step's rows start with the oldest waiting samples), so every rank's packed
+    // batches from the epoch's start to that many steps past the order's are searched.
+    const int64_t to =
+        std::min(plan.steps, last + prepared.spec().batch.pack.window + 2);
+    for (int r = 0; r < plan.world; ++r) {
+      Result<std::vector<std::vector<int64_t>>> rows = plan.Batches(0, to, r);
+      if (!rows.ok()) return Fail(rows.status().ToString());
+      for (int64_t step = 0; step < to; ++step) land((*rows)[step], step, r);
     }
   }
   if (lands.empty()) {
@@ -242,7 +274,7 @@ int FindSample(const Plan& plan, const std::string& id, bool as_json) {
              to_string(l.batch_samples) + "\n";
   }
   json.EndArray().EndObject();
-  return Print(json, table + (plan.packed ? Plan::PackNote() + "\n" : ""), as_json);
+  return Print(json, table + (plan.packed ? plan.PackNote() + "\n" : ""), as_json);
 }
 
 }  // namespace
@@ -327,6 +359,8 @@ int WhichCommand(const Args& args) {
                   .steps = order->batches_per_rank_epoch(),
                   .dealt = spec->batch.balance.enabled() && *world > 1,
                   .packed = spec->batch.regroups(),
+                  .rows = spec->batch.balance.enabled() && *world > 1 &&
+                          spec->batch.pack.enabled() && spec->batch.pack.window > 0,
                   .fields = ResolvedFields((*prepared)->source().spec())};
   return by_sample ? FindSample(plan, given["--sample"], as_json)
                    : ListStep(plan, *step, int(*rank), as_json);
