@@ -7,7 +7,9 @@
 // deals them, planned into rows by the packer's rule (exec/pack_planner.h, over the told
 // sizes; its window carries samples into later steps), each packed batch costing its
 // samples' costs (attention stays within a sample's segment). A sample longer than a row
-// is planned cut, at its whole cost.
+// is planned cut, at its whole cost. With a packing window the balanced side is the one a
+// balanced run forms: each step's rows planned over every rank's samples, the rows dealt
+// (exec/step_deal.h DealRows).
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -56,6 +58,9 @@ struct Dealt {
   // With batch.pack: each step's costliest rank's packed batch and the ranks' mean, as the
   // order deals the steps and as balanced, summed over the steps.
   double packed_before = 0, packed_mean_before = 0, packed_after = 0, packed_mean = 0;
+  // ... the rows and their tokens over every rank (a row's fill: tokens / seq_len).
+  int64_t rows_order = 0, rows_dealt = 0, tokens_order = 0, tokens_dealt = 0;
+  bool rows = false;  // the balanced side's rows dealt (a packing window)
   double deal_seconds = 0;
   int64_t short_ranks = 0;  // with batch.balance.every_rank: (rank, kind) pairs left without
   int64_t order_short = 0;  // ... as the order deals the steps
@@ -172,12 +177,22 @@ int BenchBalanceCommand(const Args& args) {
     }
     return out;
   };
-  // The cost of the packed batch rank `planner` forms from input batch `step` `share`.
+  // A planned sample's tokens in its row (one longer than seq_len planned cut).
+  const auto row_tokens = [&](int64_t s) {
+    const std::optional<SampleSize>& size = (*sizes)[static_cast<size_t>(s)];
+    return size.has_value() ? std::min(size->tokens, pack->seq_len) : pack->seq_len;
+  };
+  // The cost of the packed batch rank `planner` forms from input batch `step` `share`;
+  // its rows and their tokens added to `rows` and `tokens`.
   const auto packed_cost = [&](PackPlanner& planner, int64_t epoch, int64_t step, int64_t global,
-                               bool last, const std::vector<int64_t>& share) {
+                               bool last, const std::vector<int64_t>& share, int64_t& rows,
+                               int64_t& tokens) {
     double c = 0;
-    for (int64_t s : planner.Plan(epoch, step, global, last, share)) c += costs[s];
-    planner.Take(global);
+    for (int64_t s : planner.Plan(epoch, step, global, last, share)) {
+      c += costs[s];
+      tokens += row_tokens(s);
+    }
+    rows += static_cast<int64_t>(planner.Take(global)->rows.size());
     return c;
   };
 
@@ -195,12 +210,44 @@ int BenchBalanceCommand(const Args& args) {
     std::vector<double> step_costs;
     std::vector<uint32_t> step_modalities;
     std::vector<std::unique_ptr<PackPlanner>> ordered, balanced;  // per rank, with pack
+    // With a window the balanced run plans each step's rows over every rank's samples and
+    // deals the rows (PackPlanner::RowDeal, as balanced_former.cc): one planner, whose
+    // deal adds every rank's rows' costs here.
+    const bool rows = pack.has_value() && !pack->budget && pack->window > 0 && world > 1;
+    d.rows = rows;
+    std::unique_ptr<PackPlanner> step_rows;
+    double rows_max = 0, rows_sum = 0;  // the step's, as its rows were dealt
     if (pack.has_value()) {
       PackOptions planning = *pack;
       planning.epoch_batches = order->batches_per_rank_epoch();
       for (int rank = 0; rank < world; ++rank) {
         ordered.push_back(std::make_unique<PackPlanner>(planning, told));
-        balanced.push_back(std::make_unique<PackPlanner>(planning, told));
+        if (!rows) balanced.push_back(std::make_unique<PackPlanner>(planning, told));
+      }
+      if (rows) {
+        PackPlanner::RowDeal deal{.world = world, .rank = 0};
+        deal.deal = [&](std::span<const std::vector<int64_t>> planned,
+                        std::span<const std::vector<std::optional<PackPlanner::Told>>>) {
+          std::vector<double> row_costs;
+          std::vector<uint32_t> row_kinds;
+          for (const std::vector<int64_t>& row : planned) {
+            row_costs.push_back(0);
+            row_kinds.push_back(0);
+            for (int64_t s : row) {
+              row_costs.back() += costs[s];
+              if ((*sizes)[s].has_value()) row_kinds.back() |= (*sizes)[s]->modalities;
+            }
+          }
+          for (const std::vector<int64_t>& row : planned) {
+            for (int64_t s : row) d.tokens_dealt += row_tokens(s);
+          }
+          d.rows_dealt += static_cast<int64_t>(planned.size());
+          const DealtStep dealt = DealRows(row_costs, row_kinds, world, *every_rank);
+          rows_max = dealt.after;
+          rows_sum = dealt.mean * world;
+          return std::vector<size_t>(dealt.ranks[0].begin(), dealt.ranks[0].end());
+        };
+        step_rows = std::make_unique<PackPlanner>(planning, told, std::move(deal));
       }
     }
     for (int64_t epoch = 0; epoch < epochs; ++epoch) {
@@ -224,13 +271,25 @@ int BenchBalanceCommand(const Args& args) {
           const bool last = step + 1 == order->batches_per_rank_epoch();
           double max_o = 0, max_b = 0, sum_o = 0, sum_b = 0;
           for (int rank = 0; rank < world; ++rank) {
-            const double o = packed_cost(*ordered[rank], epoch, step, global, last, batches[rank]);
-            const double b =
-                packed_cost(*balanced[rank], epoch, step, global, last, dealt.ranks[rank]);
+            const double o = packed_cost(*ordered[rank], epoch, step, global, last,
+                                         batches[rank], d.rows_order, d.tokens_order);
             max_o = std::max(max_o, o);
-            max_b = std::max(max_b, b);
             sum_o += o;
+            if (rows) continue;
+            const double b = packed_cost(*balanced[rank], epoch, step, global, last,
+                                         dealt.ranks[rank], d.rows_dealt, d.tokens_dealt);
+            max_b = std::max(max_b, b);
             sum_b += b;
+          }
+          if (rows) {
+            std::vector<int64_t> whole;
+            for (const std::vector<int64_t>& batch : batches) {
+              whole.insert(whole.end(), batch.begin(), batch.end());
+            }
+            (void)step_rows->Plan(epoch, step, global, last, whole);
+            step_rows->Take(global);
+            max_b = rows_max;
+            sum_b = rows_sum;
           }
           d.packed_before += max_o;
           d.packed_mean_before += sum_o / world;
@@ -262,12 +321,18 @@ int BenchBalanceCommand(const Args& args) {
                 100 * (1 - d.mean / d.before), 100 * (1 - d.mean / d.after),
                 d.steps > 0 ? 1e6 * d.deal_seconds / double(d.steps) : 0.0);
     if (pack.has_value() && d.packed_mean > 0) {
-      std::printf("%8s packed (rows of %lld tokens): max/mean order %.3f, dealt %.3f; idle "
-                  "%.1f%% -> %.1f%%\n",
-                  "", static_cast<long long>(pack->seq_len),
+      const auto fill = [&](int64_t tokens, int64_t rows) {
+        return rows > 0 ? 100.0 * double(tokens) / double(rows * pack->seq_len) : 0.0;
+      };
+      std::printf("%8s packed (rows of %lld tokens%s): max/mean order %.3f, dealt %.3f; idle "
+                  "%.1f%% -> %.1f%%; rows a rank a step %.2f -> %.2f, fill %.1f%% -> %.1f%%\n",
+                  "", static_cast<long long>(pack->seq_len), d.rows ? ", rows dealt" : "",
                   d.packed_before / d.packed_mean_before, d.packed_after / d.packed_mean,
                   100 * (1 - d.packed_mean_before / d.packed_before),
-                  100 * (1 - d.packed_mean / d.packed_after));
+                  100 * (1 - d.packed_mean / d.packed_after),
+                  double(d.rows_order) / double(d.steps * d.world),
+                  double(d.rows_dealt) / double(d.steps * d.world),
+                  fill(d.tokens_order, d.rows_order), fill(d.tokens_dealt, d.rows_dealt));
     }
     if (*every_rank != 0) {
       std::printf("%8s a rank's step without a required kind: %lld (the order's deal: %lld) "
@@ -297,6 +362,10 @@ int BenchBalanceCommand(const Args& args) {
       if (pack.has_value() && d.packed_mean > 0) {
         w.Key("packed_max_over_mean_order").Double(d.packed_before / d.packed_mean_before);
         w.Key("packed_max_over_mean_dealt").Double(d.packed_after / d.packed_mean);
+        w.Key("packed_rows_order").Int(d.rows_order);
+        w.Key("packed_rows_dealt").Int(d.rows_dealt);
+        w.Key("packed_tokens_order").Int(d.tokens_order);
+        w.Key("packed_tokens_dealt").Int(d.tokens_dealt);
       }
       w.EndObject();
     }
