@@ -58,3 +58,14 @@ def fetch_vocabs() -> Path:
             subprocess.run([sys.executable, str(REPO / "scripts" / "fetch_vocabs.py"),
                             "--out", str(VOCABS)], check=True)
     return VOCABS
+
+
+def rest_of_epoch(it, each=lambda batch: batch):
+    """each(batch) of the rest of the epoch a ``next(it)`` started, by next() until it
+    ends (a ``for`` over a loader, or iter() on it, would start its next epoch)."""
+    out = []
+    while True:
+        try:
+            out.append(each(next(it)))
+        except StopIteration:
+            return out

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import headrace
+from conftest import rest_of_epoch
 from headrace import ConfigError
 
 EPOCHS = 2
@@ -226,7 +227,7 @@ def test_a_balanced_pack_with_a_window_deals_each_steps_rows_and_resumes_elastic
     for r in range(2):
         taken[r] = [digest(next(its[r])) for _ in range(2)]
         states.append(loaders[r].state_dict())
-        rest[r] = drain(its[r])  # the rest of epoch 0
+        rest[r] = rest_of_epoch(its[r], digest)  # the rest of epoch 0
     for loader in loaders:
         loader.close()
     assert states[0]["pack"]["shared"] is True
@@ -241,12 +242,12 @@ def test_a_balanced_pack_with_a_window_deals_each_steps_rows_and_resumes_elastic
     # A rank resumed from its state: the rest of the unbroken run.
     with headrace.Loader(packed_balance(py_sample), rank=1, world_size=2,
                          state_dict=states[1]) as resumed:
-        assert drain(iter(resumed)) == rest[1]
+        assert rest_of_epoch(iter(resumed), digest) == rest[1]
     # Elastic: the ranks' states merged (their window once), finished by one rank.
     merged = headrace.merge_state_dicts(states)
     with headrace.Loader(packed_balance(py_sample), rank=0, world_size=1) as alone:
         alone.load_state_dict(merged)
-        finished = [i for indices, _ in drain(iter(alone)) for i in indices]
+        finished = [i for indices, _ in rest_of_epoch(iter(alone), digest) for i in indices]
     before = [i for r in range(2) for indices, _ in taken[r] for i in indices]
     assert sorted(before + finished) == list(range(48))
     # States that disagree about the window are refused.
@@ -259,13 +260,3 @@ def digest(batch):
     """A packed batch's samples and rows."""
     return np.asarray(batch["index"]).tolist(), np.asarray(batch["input_ids"]).shape[0]
 
-
-def drain(it):
-    """The digests of the rest of a loader's epoch (next() until it ends: iter() on a
-    loader starts its next epoch)."""
-    out = []
-    while True:
-        try:
-            out.append(digest(next(it)))
-        except StopIteration:
-            return out

@@ -18,6 +18,7 @@ from ray.cluster_utils import Cluster
 
 import headrace
 import headrace.ray as hray
+from conftest import rest_of_epoch
 
 CPU_NODES = 2
 WORKER = {"CPU": 1, "headrace_cpu": 1}
@@ -61,16 +62,6 @@ def digest(batch):
         h.update(name.encode())
         h.update(repr(value).encode() if isinstance(value, list) else np.asarray(value).tobytes())
     return (batch.epoch, batch.index, batch.global_index, h.hexdigest())
-
-
-def rest_of_epoch(it):
-    """The rest of the epoch a ``next(it)`` started (a new ``for`` would be the next epoch)."""
-    out = []
-    while True:
-        try:
-            out.append(digest(next(it)))
-        except StopIteration:
-            return out
 
 
 def local_run(pipeline, rank=0, world_size=1, epochs=2):
@@ -607,7 +598,7 @@ def test_a_worker_killed_mid_epoch_loses_and_duplicates_nothing(cluster, pipelin
         victim = live_workers(loader)[0]["worker"]
         handles = ray.get(loader._coordinator.worker_handles.remote())
         ray.kill(handles[victim])
-        got += rest_of_epoch(it)
+        got += rest_of_epoch(it, digest)
         got += [digest(b) for b in loader]  # epoch 1
         stats = loader.stats()
     finally:
@@ -656,7 +647,7 @@ def test_scale_up_and_down_mid_epoch_keeps_the_sequence(cluster, pipeline):
         wait_for(lambda: len(live_workers(loader)) == 3, "three live workers")
         got += [digest(next(it)) for _ in range(2)]
         loader.scale(1)
-        got += rest_of_epoch(it)
+        got += rest_of_epoch(it, digest)
         got += [digest(b) for b in loader]
         wait_for(lambda: len(loader.pool_stats()["workers"]) == 1, "the pool back at one")
         used = {int(w) for w in loader.stats()["batches_by_worker"]}
@@ -689,7 +680,7 @@ def test_a_killed_coordinator_restarts_and_the_sequence_goes_on(cluster, pipelin
         got = [digest(next(it)) for _ in range(3)]
         before = ray.get(loader._coordinator.pid.remote())
         ray.kill(loader._coordinator, no_restart=False)
-        got += rest_of_epoch(it)
+        got += rest_of_epoch(it, digest)
         assert ray.get(loader._coordinator.pid.remote()) != before  # a new process
         got += [digest(b) for b in loader]
         pool = loader.pool_stats()  # as the run ended
@@ -788,7 +779,7 @@ def test_a_rank_idle_past_the_lease_and_a_coordinator_restart_keep_the_pool(clus
         got += [digest(next(it))]
         # The new incarnation gives the ranks a lease of its own, renewed the same way.
         wait_for(lambda: up_s() > 1.5 * lease_s, "more than the lease since the restart")
-        got += rest_of_epoch(it)
+        got += rest_of_epoch(it, digest)
         got += [digest(b) for b in loader]
         pool = loader.pool_stats()
     finally:
@@ -912,7 +903,7 @@ def test_the_error_budget_is_the_runs_not_each_ranks(cluster, py_sample, tmp_pat
         assert got == [(1, 4), (3, 0), (5, 0)]
         # Read before the run's end, when the last rank to finish stops the pool.
         wait_for(lambda: consumed(first, 1) == [20, 4], "rank 1's count at the coordinator")
-        assert rest_of_epoch(it) == []
+        assert rest_of_epoch(it, digest) == []
     finally:
         second.close()
         first.close()
@@ -941,7 +932,7 @@ def test_a_worker_keeps_the_manifest_as_lines_and_says_what_it_holds(cluster, ma
         got = [digest(next(it))]
         handles = ray.get(loader._coordinator.worker_handles.remote())
         info = ray.get(next(iter(handles.values())).info.remote())
-        got += rest_of_epoch(it)
+        got += rest_of_epoch(it, digest)
     finally:
         loader.close()
     assert got == local_run(make_pipeline(epochs=1), epochs=1)  # parsed locally: same batches
@@ -972,7 +963,7 @@ def test_the_default_window_is_capped_to_a_quarter_of_the_ranks_object_store(clu
         for _ in range(3):
             next(it)
             held.append(len(loader._impl._pending))
-        rest_of_epoch(it)
+        rest_of_epoch(it, digest)
     finally:
         loader.close()
     here = ray.get_runtime_context().get_node_id()
