@@ -483,17 +483,21 @@ struct RankBatches {
   std::vector<int64_t> rows;
   std::vector<int64_t> tokens;
   std::vector<PackState> states;
+  std::vector<int> lacks_image;  // dummy_kinds[0], where the batch has the field
+  std::vector<std::vector<std::vector<int64_t>>> row_samples;  // each batch's rows' samples
   std::string name;
 };
 
-// Rank `rank` of 2 over SkewedInputs: a planned pack of 256-token rows, window 4, with
-// `balance` (nullopt: none), from `resume` (nullopt: the start).
+// Rank `rank` of 2 over SkewedInputs: a planned pack of `seq_len`-token rows, window 4,
+// with `balance` (nullopt: none), from `resume` (nullopt: the start). Samples cut to a
+// row count against no error budget.
 RankBatches PackedRank(const std::shared_ptr<EngineInputs>& inputs, int rank,
                        std::optional<BalanceOptions> balance,
-                       std::optional<PackState> resume = std::nullopt) {
+                       std::optional<PackState> resume = std::nullopt, int64_t seq_len = 256) {
   EngineOptions engine = SkewedRun(rank);
+  engine.budget.max_error_rate = 1;
   FormingRun run{.inputs = inputs, .pack = Pack(4), .engine = &engine, .resume = resume};
-  run.pack->seq_len = 256;
+  run.pack->seq_len = seq_len;
   run.balance = std::move(balance);
   Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
   EXPECT_TRUE(former.ok()) << former.status().ToString();
@@ -514,9 +518,19 @@ RankBatches PackedRank(const std::shared_ptr<EngineInputs>& inputs, int rank,
     if (index == nullptr || lengths == nullptr || per_row == nullptr) break;
     out.samples.emplace_back(index->data<int64_t>(), index->data<int64_t>() + index->numel());
     out.rows.push_back(per_row->numel());
+    out.row_samples.emplace_back();
+    for (int64_t r = 0, at = 0; r < per_row->numel(); ++r) {
+      const int32_t k = per_row->data<int32_t>()[r];
+      out.row_samples.back().emplace_back(out.samples.back().begin() + at,
+                                          out.samples.back().begin() + at + k);
+      at += k;
+    }
     const int32_t* n = lengths->data<int32_t>();
     out.tokens.push_back(std::accumulate(n, n + lengths->numel(), int64_t{0}));
     out.states.push_back(*(*former)->state());
+    if (const Tensor* dummy = (*b)->Find("dummy_kinds"); dummy != nullptr) {
+      out.lacks_image.push_back(dummy->data<uint8_t>()[0]);
+    }
   }
   return out;
 }
@@ -571,6 +585,41 @@ TEST(BatchFormers, ABalancedPackWithAWindowDealsEachStepsRowsOverTheRanks) {
       EXPECT_EQ(resumed.samples[k], dealt[rank].samples[k + 3]) << "rank " << rank << ", step " << k + 3;
     }
   }
+}
+
+TEST(BatchFormers, ABalancedPackWithAWindowDealsRowsWithAnImageToEveryRankItCan) {
+  // Samples 0-7 hold an image. The rows are dealt with every_rank: image: each rank's
+  // packed batch holds an image whenever two of the step's rows do, and its dummy_kinds
+  // says when it holds none. (That the deal by cost alone may leave a rank without one:
+  // StepDeal.RowsDealtWithEveryRankGiveEachRankARowOfTheKind.)
+  std::shared_ptr<EngineInputs> inputs = ImagesBelow(8);
+  BalanceOptions safe;
+  safe.every_rank = ModalityBit(FieldKind::kImage);
+  // Rows of 12 tokens: up to 4 a rank a step.
+  const RankBatches dealt[2] = {PackedRank(inputs, 0, safe, std::nullopt, 12),
+                                PackedRank(inputs, 1, safe, std::nullopt, 12)};
+  const auto images = [](const std::vector<int64_t>& samples) {
+    return std::any_of(samples.begin(), samples.end(), [](int64_t s) { return s < 8; });
+  };
+  int64_t safe_steps = 0, lacking = 0;
+  ASSERT_EQ(dealt[0].samples.size(), 8u);
+  for (size_t step = 0; step < 8; ++step) {
+    int64_t image_rows = 0;
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(dealt[r].lacks_image.size(), 8u) << "every batch says";
+      const bool holds = images(dealt[r].samples[step]);
+      EXPECT_EQ(dealt[r].lacks_image[step], holds ? 0 : 1) << "rank " << r << ", step " << step;
+      lacking += !holds;
+      for (const auto& row : dealt[r].row_samples[step]) image_rows += images(row);
+    }
+    if (image_rows < 2) continue;
+    ++safe_steps;
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_TRUE(images(dealt[r].samples[step])) << "rank " << r << ", step " << step;
+    }
+  }
+  EXPECT_GT(safe_steps, 0);
+  EXPECT_GT(lacking, 0) << "some step has fewer image rows than ranks: flagged";
 }
 
 TEST(BatchFormers, ABalancedPackWithAWindowNeedsItsRowsPlanned) {

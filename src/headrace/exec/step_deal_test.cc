@@ -134,6 +134,29 @@ TEST(StepDeal, EveryRankGetsAnImageWheneverTheStepHoldsOnePerRank) {
   }
 }
 
+TEST(StepDeal, RowsDealtWithEveryRankGiveEachRankARowOfTheKind) {
+  // Six rows over two ranks, three each; rows 0 (10) and 3 (3) hold an image. By cost:
+  // 10 and 3 and 2 to rank 0, 9 and 8 and 1 to rank 1 (15 and 18): both images on rank 0.
+  const std::vector<double> costs = {10, 9, 8, 3, 2, 1};
+  const uint32_t image = ModalityBit(FieldKind::kImage);
+  const std::vector<uint32_t> kinds = {image, 0, 0, image, 0, 0};
+  const DealtStep by_cost = DealRows(costs, kinds, 2);
+  EXPECT_EQ(by_cost.ranks, (std::vector<std::vector<int64_t>>{{0, 3, 4}, {1, 2, 5}}));
+  EXPECT_DOUBLE_EQ(by_cost.before, 27);  // the plan's blocks: rows 0-2 and 3-5
+  const DealtStep safe = DealRows(costs, kinds, 2, image);
+  for (const std::vector<int64_t>& rank : safe.ranks) {
+    EXPECT_EQ(rank.size(), 3u);
+    EXPECT_TRUE(std::is_sorted(rank.begin(), rank.end()));
+    EXPECT_EQ(std::count_if(rank.begin(), rank.end(), [](int64_t r) { return r == 0 || r == 3; }), 1);
+  }
+  EXPECT_EQ(safe.short_ranks, 0);
+  // Rows not a multiple of the ranks (an epoch's end): one rank a row fewer.
+  const std::vector<double> three = {5, 4, 3};
+  const DealtStep odd = DealRows(three, {}, 2);
+  EXPECT_EQ(odd.ranks[0].size() + odd.ranks[1].size(), 3u);
+  EXPECT_LE(std::max(odd.ranks[0].size(), odd.ranks[1].size()), 2u);
+}
+
 TEST(StepDeal, AStepWithFewerImagesThanRanksCountsTheRanksShort) {
   const std::vector<uint32_t> modalities = {kImage, kImage, 0, 0, 0, 0, 0, 0};
   const DealtStep dealt =
