@@ -220,7 +220,8 @@ def test_a_balanced_pack_with_a_window_deals_each_steps_rows_and_resumes_elastic
     samples (one window, held alike in both ranks' states) and the rows dealt by cost.
     Every sample is delivered once an epoch; both ranks hold as many rows each step; a
     rank resumes from its state; the two states merge (the window once) into a state a
-    world of one finishes the epoch from, each sample once."""
+    world of one finishes the epoch from, each sample once, and a world of three too
+    (its rows dealt again)."""
     loaders = [headrace.Loader(packed_balance(py_sample), rank=r, world_size=2) for r in range(2)]
     its = [iter(loader) for loader in loaders]
     taken, states, rest = [[], []], [], [[], []]
@@ -250,6 +251,16 @@ def test_a_balanced_pack_with_a_window_deals_each_steps_rows_and_resumes_elastic
         finished = [i for indices, _ in rest_of_epoch(iter(alone), digest) for i in indices]
     before = [i for r in range(2) for indices, _ in taken[r] for i in indices]
     assert sorted(before + finished) == list(range(48))
+    # ... and by three ranks, whose rows are dealt again: each sample at most once, all
+    # but the tail no round of three ranks' batches fills; as many rows a step.
+    thirds = []
+    for rank in range(3):
+        with headrace.Loader(packed_balance(py_sample), rank=rank, world_size=3) as loader:
+            loader.load_state_dict(merged)
+            thirds.append(rest_of_epoch(iter(loader), digest))
+    assert [n for _, n in thirds[0]] == [n for _, n in thirds[1]] == [n for _, n in thirds[2]]
+    resumed = before + [i for rank in thirds for indices, _ in rank for i in indices]
+    assert len(resumed) == len(set(resumed)) and 48 - len(resumed) < 3 * 4
     # States that disagree about the window are refused.
     states[1]["pack"]["waiting"] = states[1]["pack"]["waiting"][1:]
     with pytest.raises(ConfigError, match=r"shared pack window differs"):
