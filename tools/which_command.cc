@@ -81,7 +81,8 @@ Result<std::vector<std::vector<int64_t>>> SamplesOfBatches(const PreparedPipelin
     const BatchPosition position = order.Position(epoch * order.batches_per_rank_epoch() + step);
     std::vector<int64_t> samples = order.SampleIndices(position);
     std::optional<std::vector<int64_t>> composed = forming.former->Compose(position, samples, {});
-    if (step >= from) out.push_back(composed.has_value() ? *std::move(composed) : std::move(samples));
+    if (step < from) continue;
+    out.push_back(composed.has_value() ? *std::move(composed) : std::move(samples));
   }
   return out;
 }

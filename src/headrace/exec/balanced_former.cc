@@ -7,6 +7,12 @@
 // epoch, step, sizes, world size), so that any thread count, process or resume deals
 // alike. A sample whose size cannot be told costs the mean of those told in its step.
 //
+// With batch.pack and a window a rank's packer would carry what its rows cannot hold into
+// its later steps and undo a deal of samples: the rows are dealt instead. The planned pack
+// this wraps plans each step's rows over every rank's samples (its window every rank's,
+// the same plan on every rank) and keeps the rows DealRows gives this rank
+// (FormingRun::row_deal, PackPlanner::RowDeal; docs/balanced_steps.md, "The deal").
+//
 // What it costs: without a size index each rank reads the media of the whole step
 // (world_size x its own) and runs their size pass; with one (batch.balance.index,
 // exec/size_index.h) it reads each sample's entry, O(1).
@@ -143,11 +149,7 @@ class StepDealer {
   }
   // ... their samples, rank 0's first: what a step's rows are planned from (RowsOf).
   std::vector<int64_t> StepOf(const BatchPosition& position) const {
-    std::vector<int64_t> samples;
-    for (const std::vector<int64_t>& batch : BatchesOf(position)) {
-      samples.insert(samples.end(), batch.begin(), batch.end());
-    }
-    return samples;
+    return Joined(BatchesOf(position));
   }
 
   // This rank's samples of the step that holds `position` (`stop`: the run's; a deal
@@ -157,10 +159,7 @@ class StepDealer {
   std::vector<int64_t> SamplesOf(const BatchPosition& position, std::stop_token stop,
                                  StepsSeen* seen, SampleKinds* kinds = nullptr) const {
     std::vector<std::vector<int64_t>> batches = BatchesOf(position);
-    std::vector<int64_t> samples;
-    for (const std::vector<int64_t>& batch : batches) {
-      samples.insert(samples.end(), batch.begin(), batch.end());
-    }
+    const std::vector<int64_t> samples = Joined(batches);
     const auto rank = static_cast<int>(position.index_in_epoch % world_);
     if (world_ == 1) return batches[rank];
     std::vector<std::optional<SampleSize>> sizes;
@@ -228,6 +227,14 @@ class StepDealer {
   }
 
  private:
+  static std::vector<int64_t> Joined(const std::vector<std::vector<int64_t>>& batches) {
+    std::vector<int64_t> samples;
+    for (const std::vector<int64_t>& batch : batches) {
+      samples.insert(samples.end(), batch.begin(), batch.end());
+    }
+    return samples;
+  }
+
   const std::shared_ptr<const EpochOrder> order_;
   const int world_;
   const std::shared_ptr<const SizeIndex> index_;
@@ -301,8 +308,9 @@ class BalancedFormer final : public BatchFormer {
   std::optional<std::vector<int64_t>> Compose(const BatchPosition& position,
                                               std::span<const int64_t>,
                                               std::stop_token stop) override {
-    std::vector<int64_t> share =
-        rows_ ? dealer_->StepOf(position) : dealer_->SamplesOf(position, stop, seen_.get(), kinds_.get());
+    std::vector<int64_t> share = rows_ ? dealer_->StepOf(position)
+                                       : dealer_->SamplesOf(position, stop, seen_.get(),
+                                                            kinds_.get());
     std::optional<std::vector<int64_t>> formed = inner_->Compose(position, share, stop);
     return formed.has_value() ? std::move(formed) : std::move(share);
   }

@@ -582,7 +582,8 @@ TEST(BatchFormers, ABalancedPackWithAWindowDealsEachStepsRowsOverTheRanks) {
     const RankBatches resumed = PackedRank(inputs, rank, BalanceOptions{}, dealt[rank].states[2]);
     ASSERT_EQ(resumed.samples.size(), 5u) << "rank " << rank;
     for (size_t k = 0; k < 5; ++k) {
-      EXPECT_EQ(resumed.samples[k], dealt[rank].samples[k + 3]) << "rank " << rank << ", step " << k + 3;
+      EXPECT_EQ(resumed.samples[k], dealt[rank].samples[k + 3])
+          << "rank " << rank << ", step " << k + 3;
     }
   }
 }

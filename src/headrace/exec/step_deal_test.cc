@@ -147,7 +147,8 @@ TEST(StepDeal, RowsDealtWithEveryRankGiveEachRankARowOfTheKind) {
   for (const std::vector<int64_t>& rank : safe.ranks) {
     EXPECT_EQ(rank.size(), 3u);
     EXPECT_TRUE(std::is_sorted(rank.begin(), rank.end()));
-    EXPECT_EQ(std::count_if(rank.begin(), rank.end(), [](int64_t r) { return r == 0 || r == 3; }), 1);
+    const auto image_rows = [](int64_t r) { return r == 0 || r == 3; };
+    EXPECT_EQ(std::count_if(rank.begin(), rank.end(), image_rows), 1);
   }
   EXPECT_EQ(safe.short_ranks, 0);
   // Rows not a multiple of the ranks (an epoch's end): one rank a row fewer.
