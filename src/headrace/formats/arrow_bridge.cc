@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <link.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -31,14 +32,19 @@ constexpr std::string_view kBridgeSuffix = ".so";
 constexpr const char* kArrowProbe = "_ZNK5arrow6Status8ToStringB5cxx11Ev";
 
 // The folder of the binary this code is linked into: the extension module, the CLI, a
-// test. dladdr, because the extension is not the process's executable.
+// test. dladdr, because the extension is not the process's executable; for the
+// executable itself, /proc/self/exe: the loader names it by argv[0], which the `headrace`
+// console script sets to its own path (python/headrace/_cli.py), not the program's.
 std::optional<fs::path> OwnFolder() {
   Dl_info info{};
-  if (dladdr(reinterpret_cast<const void*>(&OwnFolder), &info) == 0 || info.dli_fname == nullptr) {
+  link_map* map = nullptr;
+  if (dladdr1(reinterpret_cast<const void*>(&OwnFolder), &info, reinterpret_cast<void**>(&map),
+              RTLD_DL_LINKMAP) == 0) {
     return std::nullopt;
   }
+  const bool executable = map == nullptr || map->l_name == nullptr || map->l_name[0] == '\0';
   std::error_code ec;
-  const fs::path self = fs::canonical(info.dli_fname, ec);
+  const fs::path self = fs::canonical(executable ? "/proc/self/exe" : map->l_name, ec);
   if (ec) return std::nullopt;
   return self.parent_path();
 }
