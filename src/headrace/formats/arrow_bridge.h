@@ -57,8 +57,7 @@ ArrowBridgeSearch DefaultArrowBridgeSearch();
 Result<const HrArrowBridge*> LoadArrowBridgeFrom(const ArrowBridgeSearch& search);
 
 // The pyarrow versions this build has bridges for, "15.0, 16.0, ..., 26.0" (from the
-// bridge folder's file names), for messages; "none" without any. this build has bridges for, "15.0 to 26.0" (from the
-// bridge folder's file names), for messages and `headrace doctor`; "none" without any.
+// bridge folder's file names), for messages; "none" without any.
 std::string ArrowBridgeVersions();
 
 }  // namespace headrace

@@ -610,7 +610,8 @@ Failure AppendChunk(int32_t kind, const arrow::Array& array, Cells& out) {
       if (Failure f = AppendViews(*bytes, *out.media_bytes)) return f;
       if (Failure f = AppendViews(*path, *out.media_path)) return f;
       const size_t expected = before + static_cast<size_t>(strukt.length());
-      if (out.media_bytes->is_null.size() != expected || out.media_path->is_null.size() != expected) {
+      if (out.media_bytes->is_null.size() != expected ||
+          out.media_path->is_null.size() != expected) {
         return Corrupt("struct children of different lengths");
       }
       for (int64_t i = 0; i < strukt.length(); ++i) out.is_null.push_back(strukt.IsNull(i) ? 1 : 0);
