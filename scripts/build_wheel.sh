@@ -12,7 +12,7 @@
 # libcurl, OpenSSL, libarchive, PCRE2, FFmpeg, x264, ...) is copied into headrace.libs/
 # under a hashed name, so it never clashes with a user's own copy. Arrow and Parquet are
 # the user's pyarrow, not vendored: each wheel carries an Arrow bridge per supported
-# pyarrow release (headrace/arrow/headrace_arrow_NNNN.so, ~130 KB each), compiled against
+# pyarrow release (headrace/arrow/headrace_arrow_NNNN.so, ~110 KB each), compiled against
 # that release's headers and libraries, taken from its own manylinux_2_28 wheel on PyPI
 # (ARROW_BRIDGE_PYARROWS below; src/headrace/formats/arrow_bridge/README.md).
 #
