@@ -198,8 +198,4 @@ Result<const HrArrowBridge*> LoadArrowBridge() {
   return loaded;
 }
 
-std::string ArrowBridgeVersions() {
-  return Describe(Bridges(DefaultArrowBridgeSearch().bridge_folders).second);
-}
-
 }  // namespace headrace

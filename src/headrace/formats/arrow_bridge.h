@@ -56,8 +56,4 @@ ArrowBridgeSearch DefaultArrowBridgeSearch();
 // engine's one is LoadArrowBridge). What it loads stays loaded.
 Result<const HrArrowBridge*> LoadArrowBridgeFrom(const ArrowBridgeSearch& search);
 
-// The pyarrow versions this build has bridges for, "15.0, 16.0, ..., 26.0" (from the
-// bridge folder's file names), for messages; "none" without any.
-std::string ArrowBridgeVersions();
-
 }  // namespace headrace

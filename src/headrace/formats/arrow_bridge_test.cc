@@ -130,11 +130,5 @@ TEST(ArrowBridge, ABridgeThatDoesNotLoadIsAnErrorNamingIt) {
       << bridge.status().message();
 }
 
-TEST(ArrowBridge, ListsTheVersionsItHasBridgesFor) {
-  const std::string build = std::to_string(kBuildArrow / 100) + "." +
-                            std::to_string(kBuildArrow % 100);
-  EXPECT_NE(ArrowBridgeVersions().find(build), std::string::npos) << ArrowBridgeVersions();
-}
-
 }  // namespace
 }  // namespace headrace::arrow_bridge_test
