@@ -1,6 +1,5 @@
 #include "headrace/formats/arrow_bridge.h"
 
-#include <dirent.h>
 #include <dlfcn.h>
 #include <link.h>
 
