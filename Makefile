@@ -77,9 +77,10 @@ check-digests: build
 	git worktree remove --force .gl/digests-before
 
 # The self-contained wheels (docs/wheels.md; scripts/build_wheel.sh):
-# dist/headrace-<v>-cp311-cp311-manylinux_2_36_x86_64.whl and ...-cp312-abi3-... (3.12
-# and later), each under 50 MiB. Build folders, the minimal FFmpeg they link and the
-# build environments are cached in .whl/.
+# dist/headrace-<v>-cp310-cp310-manylinux_2_36_x86_64.whl, ...-cp311-cp311-... and
+# ...-cp312-abi3-... (3.12 and later), each under 50 MiB, each with an Arrow bridge per
+# pyarrow release 15 to 26. Build folders, the minimal FFmpeg they link, the build
+# environments and the pyarrow wheels the bridges compile against are cached in .whl/.
 .PHONY: wheel wheel-manylinux test-wheel gpu-bundle
 wheel:
 	JOBS=$(JOBS) scripts/build_wheel.sh
@@ -88,7 +89,8 @@ wheel:
 # compiled against a Debian 11 sysroot (scripts/build_wheel_manylinux.sh; root). They
 # replace `make wheel`'s in dist/. From nothing ~25 minutes on 2 shared cores (measured
 # in parts, not in one run: the Debian 11 root 2, the libraries built for it ~9, FFmpeg
-# 7 of them, the two wheels 11 with ccache partly warm), then 1.5 with nothing changed.
+# 7 of them, the two wheels 11 with ccache partly warm), then 1.5 with nothing changed
+# (measured before the cp310 wheel and the Arrow bridges were added).
 wheel-manylinux:
 	JOBS=$(JOBS) scripts/build_wheel_manylinux.sh
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make wheel-manylinux`: the wheels of `make wheel`, built for glibc 2.31 instead of this
 # machine's 2.36, so that they install on Debian 11+, Ubuntu 20.04+, RHEL/Rocky/Alma 9,
-# Amazon Linux 2023 (docs/wheels.md). Same tags, cp311 and cp312-abi3, and the same
+# Amazon Linux 2023 (docs/wheels.md). Same tags, cp310, cp311 and cp312-abi3 (the
+# cp310 one and the Arrow bridges not built this way yet: no sysroot was at hand), and the same
 # `auditwheel repair`, with --plat manylinux_2_31_x86_64 (PLAT= picks another).
 #
 # How: this machine's g++ 12 compiles and links against a Debian 11 (bullseye, glibc
@@ -20,7 +21,8 @@
 #   code uses (`using enum` and std::bit_cast came in GCC 11; not tried), and bullseye
 #   packages no newer GCC;
 # - zig cc -target x86_64-linux-gnu.2.28: zig's C++ is libc++, while pyarrow's libarrow,
-#   whose std::shared_ptr and std::string cross our calls, is built on libstdc++.
+#   whose std::shared_ptr and std::string cross the Arrow bridges' calls, is built on
+#   libstdc++ (the bridges are modules too, linked with the same static libstdc++).
 # So glibc 2.31 (bullseye's, the oldest Debian that deb.debian.org still serves) is the
 # floor of this recipe; 2.28 would take Debian 10's or a RHEL 8 / manylinux_2_28 root,
 # neither reachable from here. (What holds the wheel above 2.28, by `objdump -T`: exp, log

@@ -3,11 +3,12 @@
 # [megatron]) at both ends of their ranges. For each extra and end, a fresh environment in
 # .gl/extras/EXTRA-END/ with
 #   - torch as requirements-dev.txt pins it (the CPU wheel pip finds in /opt/wheels),
-#     numpy, pyarrow (26.0.1, the wheel the extension links), pytest and the tests' pillow;
+#     numpy, pyarrow (26.0.1, the one the source build's Arrow bridge is compiled for),
+#     pytest and the tests' pillow;
 #   - the extra's packages at that end: lower, each `>=` bound as `==` (the oldest release
 #     the range admits); upper, the range as written (pip takes the newest release in it);
 #   - headrace without compiling: this checkout's python/headrace with the extension and
-#     the CLI that `make build` installed into .venv (it finds libarrow in pyarrow beside it);
+#     the CLI that `make build` installed into .venv (it finds pyarrow beside it);
 # then the tests that exercise the extra, one pytest process at a time. Prints a table
 # (extra, end, versions, passed, failed, skipped); exits 1 if an environment could not be
 # made or any test failed or was skipped (a test skipped for a missing package has not

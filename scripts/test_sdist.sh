@@ -38,5 +38,20 @@ pipeline = headrace.Pipeline(source="data/manifest.jsonl", batch_size=4, seed=1,
 with headrace.Loader(pipeline) as loader:
     batches = list(loader)
 assert len(batches) == 4 and all(len(b["index"]) == 4 for b in batches), batches
-print(f"test-sdist: {len(batches)} batches from the sdist's wheel ({headrace.__file__})")
+# The same samples from Parquet: read through the Arrow bridge the sdist's build made for
+# its pyarrow (src/headrace/formats/arrow_bridge/), beside the pyarrow pip installed.
+import json
+import pyarrow as pa, pyarrow.parquet as pq
+rows = [json.loads(line) for line in open("data/manifest.jsonl")]
+pq.write_table(pa.table({
+    "id": [r["id"] for r in rows],
+    "image": pa.array([open(f"data/{r['image']}", "rb").read() for r in rows], pa.binary()),
+    "conversations": [json.dumps(r["conversations"]) for r in rows]}), "data/all.parquet")
+parquet = headrace.Pipeline(source={"parquet": "data/all.parquet"}, batch_size=4, seed=1,
+                            ops=[ops.decode(), ops.resize(shorter_side=32),
+                                 ops.center_crop(32), ops.normalize()])
+with headrace.Loader(parquet) as loader:
+    assert sum(len(b["index"]) for b in loader) == 16
+print(f"test-sdist: {len(batches)} batches from the sdist's wheel ({headrace.__file__}), "
+      f"and the same samples from Parquet beside pyarrow {pa.__version__}")
 PY

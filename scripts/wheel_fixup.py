@@ -1,11 +1,12 @@
 """After `auditwheel repair` (scripts/build_wheel.sh): what auditwheel cannot know.
 
-1. Arrow is the user's pyarrow, not vendored (--exclude libarrow/libparquet): the
-   extension finds it through its RPATH `$ORIGIN/../pyarrow` (CMakeLists.txt), the CLI
-   through `$ORIGIN/../../pyarrow`. auditwheel keeps only RPATH entries that resolve
-   inside the unpacked wheel; 6.8 keeps these (site-packages/pyarrow is "inside" the
-   wheel's root, though the wheel has no such folder), but nothing promises it, and
-   without them the installed package fails to load. Checked here, restored if dropped.
+1. Arrow is the user's pyarrow, not vendored: the extension and the CLI link no Arrow, and
+   the wheel's Arrow bridges (headrace/arrow/headrace_arrow_NNNN.so, one per supported
+   pyarrow release; src/headrace/formats/arrow_bridge/README.md) each link that release's
+   libarrow.so.NNNN / libparquet.so.NNNN by soname (auditwheel --exclude leaves them
+   out), which the engine opens by path in the installed pyarrow before the bridge.
+   Checked here: a binary that links libarrow, or a bridge whose libraries are not its
+   own release's, fails the build.
 2. An abi3-tagged wheel holds a stable-ABI module (_headrace.abi3.so).
 3. The size budget: the wheel must stay under 50 MiB (the GPU machine receives at most
    64 MiB per call, the wheel included). Fails past it, and prints what takes the space.
@@ -38,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 DATA_FILES = ("eng.traineddata", "DejaVuSans.ttf")
 
 BUDGET = 50 * 1024 * 1024
-PYARROW = {"headrace/_headrace": "$ORIGIN/../pyarrow", "headrace/bin/headrace": "$ORIGIN/../../pyarrow"}
+ENGINE = ("headrace/_headrace", "headrace/bin/headrace")
 
 
 def patchelf(*args):
@@ -51,17 +52,24 @@ def fix(wheel):
         subprocess.run([sys.executable, "-m", "wheel", "unpack", "-d", tmp, str(wheel)],
                        check=True, capture_output=True)
         root = next(Path(tmp).iterdir())
-        for prefix, entry in PYARROW.items():
+        for prefix in ENGINE:
             files = [p for p in root.glob(prefix + "*") if p.is_file()]
             if not files:
                 sys.exit(f"wheel_fixup: {wheel.name} has no {prefix}*")
             for f in files:
-                rpath = [e for e in patchelf("--print-rpath", str(f)).split(":") if e]
-                if entry not in rpath:
-                    patchelf("--set-rpath", ":".join([*rpath, entry]), str(f))
                 needed = patchelf("--print-needed", str(f)).split()
-                if not any(n.startswith("libarrow.so") for n in needed):
-                    sys.exit(f"wheel_fixup: {f.name} does not link libarrow: nothing to fix?")
+                if any(n.startswith(("libarrow", "libparquet")) for n in needed):
+                    sys.exit(f"wheel_fixup: {f.name} links Arrow ({needed}): the engine must "
+                             "reach it through a bridge only")
+        bridges = sorted(root.glob("headrace/arrow/headrace_arrow_*.so"))
+        if not bridges:
+            sys.exit(f"wheel_fixup: {wheel.name} has no Arrow bridge (headrace/arrow/)")
+        for f in bridges:
+            so_version = f.name[len("headrace_arrow_"):-len(".so")]
+            needed = patchelf("--print-needed", str(f)).split()
+            arrow = sorted(n for n in needed if n.startswith(("libarrow", "libparquet")))
+            if arrow != [f"libarrow.so.{so_version}", f"libparquet.so.{so_version}"]:
+                sys.exit(f"wheel_fixup: {f.name} links {arrow}, not its release's libraries")
         add_licences(root)
         # A wheel tagged abi3 must hold a stable-ABI module (python/CMakeLists.txt), or it
         # would install on 3.13 and fail to import there.

@@ -1,6 +1,7 @@
 """Parquet as a source, end to end: tables written with pyarrow from `make-sample`'s
 dataset, read by the real binary from local disk and from moto's S3 server."""
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -400,3 +401,20 @@ def test_damaged_parquet_files_are_skipped_whole_counted_once_and_named(dataset,
     proc, _ = run(headrace_bin, fail, tmp_path / "f.json", check=False)
     assert proc.returncode == 1, proc.stderr
     assert "part-00002.parquet" in proc.stderr and "on_bad_shard" in proc.stderr, proc.stderr
+
+
+def test_without_pyarrow_only_a_parquet_source_fails_and_it_says_what_to_install(
+        dataset, tables, headrace_bin, tmp_path):
+    # The engine links no Arrow: it loads pyarrow's libarrow through a bridge when a
+    # Parquet footer is first read (src/headrace/formats/arrow_bridge.h).
+    env = {**os.environ, "HEADRACE_PYARROW_DIR": str(tmp_path / "no-pyarrow-here")}
+    manifest = write_config(tmp_path / "m.yaml", dataset)
+    _, m = run(headrace_bin, manifest, tmp_path / "m.json", env=env)
+    assert m["samples"] == SAMPLES and m["errors"]["total"] == 0
+    parquet = parquet_config(tmp_path / "p.yaml", dataset, pattern(tables))
+    proc = run_headrace(headrace_bin, "run", parquet, check=False, env=env)
+    assert proc.returncode != 0
+    assert "source.parquet: Parquet needs pyarrow's Arrow C++ library: no pyarrow found" \
+        in proc.stderr, proc.stderr
+    assert str(tmp_path / "no-pyarrow-here") in proc.stderr
+    assert "pip install 'pyarrow>=" in proc.stderr

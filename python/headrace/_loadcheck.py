@@ -68,9 +68,11 @@ def running_glibc():
 
 
 def package_libraries():
-    """The ELF files the package loads: the extension, the CLI and headrace.libs/."""
+    """The ELF files the package loads: the extension, the CLI, the Arrow bridges and
+    headrace.libs/."""
     files = [p for p in _PACKAGE.glob("_headrace*.so")]
     files += [p for p in (_PACKAGE / "bin").glob("*") if p.is_file()]
+    files += sorted((_PACKAGE / "arrow").glob("headrace_arrow_*.so"))
     libs = _PACKAGE.parent / "headrace.libs"
     if libs.is_dir():
         files += sorted(p for p in libs.iterdir() if ".so" in p.name)

@@ -88,6 +88,7 @@ except ImportError as e:
 
 def test_bundled_data_is_found_and_the_users_setting_wins(tmp_path, monkeypatch):
     monkeypatch.setattr(_cli, "_HERE", tmp_path)
+    monkeypatch.setattr(_cli, "pyarrow_folder", lambda: None)  # the next test's part
     assert _cli.bundled_environment() == {}  # a source install ships neither
     (tmp_path / "share" / "tessdata").mkdir(parents=True)
     (tmp_path / "share" / "fonts").mkdir()
@@ -101,3 +102,15 @@ def test_bundled_data_is_found_and_the_users_setting_wins(tmp_path, monkeypatch)
     _cli.use_bundled_environment()
     assert environ == {"TESSDATA_PREFIX": "/mine",
                        "HEADRACE_FONT": str(tmp_path / "share" / "fonts" / "DejaVuSans.ttf")}
+
+
+def test_the_pyarrow_python_would_import_is_the_one_the_engine_is_pointed_at(monkeypatch):
+    # The C++ side reads Parquet through this pyarrow's libarrow (its Arrow bridge): the
+    # folder is importlib's, found without importing pyarrow.
+    import pyarrow
+    folder = str(Path(pyarrow.__file__).resolve().parent)
+    assert _cli.pyarrow_folder() == folder
+    assert _cli.bundled_environment()["HEADRACE_PYARROW_DIR"] == folder
+    monkeypatch.setattr(sys, "path", [])  # nothing to find it in
+    monkeypatch.delitem(sys.modules, "pyarrow")
+    assert _cli.pyarrow_folder() is None

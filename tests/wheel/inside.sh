@@ -87,10 +87,45 @@ set +e; headrace run examples/no-such.yaml --quiet 2>/dev/null; rc=$?; set -e
 [ "$rc" = 2 ] || { say "a missing config exited $rc, not 2"; exit 1; }
 
 python loader_check.py
+
+# Parquet through whichever pyarrow is installed (the engine's Arrow bridge for its
+# release, src/headrace/formats/arrow_bridge/README.md): the newest and the oldest of the
+# range the wheels have bridges for (scripts/build_wheel.sh, ARROW_BRIDGE_PYARROWS), and
+# none at all, where everything but a Parquet source works and that says what to install.
+OLDEST_PYARROW=15.0.2
+NEWEST_PYARROW=26.0.1
+pip_q() { "$1" -m pip install -q --disable-pip-version-check "${@:2}"; }
+pip_q python "pyarrow==$NEWEST_PYARROW"
+python parquet_check.py "$NEWEST_PYARROW"
+pip uninstall -q -y pyarrow
+headrace run examples/vqa.yaml --quiet --report out/no-pyarrow.json --set trainer.step_ms=0
+check out/no-pyarrow.json 400
+set +e
+err=$(headrace run examples/vqa.yaml --quiet --set source.manifest= \
+        --set "source.parquet=out/parquet-$NEWEST_PYARROW/part-{00000..00001}.parquet" 2>&1)
+rc=$?
+set -e
+[ "$rc" != 0 ] && grep -q "no pyarrow found" <<< "$err" && grep -q "pip install 'pyarrow>=15'" <<< "$err" || {
+  say "a Parquet source without pyarrow: exit $rc, $err"; exit 1; }
+say "without pyarrow: the manifest pipeline runs, a Parquet source says: ${err##*: }"
+pip_q python "pyarrow==$OLDEST_PYARROW"
+python parquet_check.py "$OLDEST_PYARROW"
+
 if [ -f python312 ]; then
   py=$(cat python312)
   "$py" -m venv /opt/venv312
-  /opt/venv312/bin/pip install -q --disable-pip-version-check wheels/headrace-*-abi3-*.whl
+  pip_q /opt/venv312/bin/python wheels/headrace-*-abi3-*.whl
   /opt/venv312/bin/python loader_check.py
+  PATH=/opt/venv312/bin:$PATH /opt/venv312/bin/python parquet_check.py \
+    "$(/opt/venv312/bin/python -c 'import pyarrow; print(pyarrow.__version__)')"
+fi
+if [ -f python310 ]; then  # the cp310 wheel: pyarrow 26 has no 3.10 wheel, 25 is the newest
+  py=$(cat python310)
+  "$py" -m venv /opt/venv310
+  pip_q /opt/venv310/bin/python wheels/headrace-*-cp310-*.whl "pyarrow==$OLDEST_PYARROW"
+  PATH=/opt/venv310/bin:$PATH /opt/venv310/bin/python loader_check.py
+  PATH=/opt/venv310/bin:$PATH /opt/venv310/bin/python parquet_check.py "$OLDEST_PYARROW"
+  pip_q /opt/venv310/bin/python pyarrow==25.0.1
+  PATH=/opt/venv310/bin:$PATH /opt/venv310/bin/python parquet_check.py 25.0.1
 fi
 say "all passed"

@@ -6,7 +6,10 @@
 # come from PyPI) and torch, and tests/wheel/inside.sh runs the command line (make-sample,
 # the VQA, video, audio and OCR examples) and the Python Loader into torch. With a
 # CPython 3.12 at hand (PY312, or pyenv's), the abi3 wheel is checked the same way in a
-# second environment of that Python copied in (no torch there: numpy + DLPack).
+# second environment of that Python copied in (no torch there: numpy + DLPack); with a
+# CPython 3.10 (PY310, or pyenv's), the cp310 wheel too. Parquet is read beside the oldest
+# and the newest pyarrow the wheels have Arrow bridges for, and without pyarrow
+# (tests/wheel/parquet_check.py).
 #
 # `tests/wheel/run.sh bullseye`: the same in Debian 11 (glibc 2.31), for the wheels of
 # `make wheel-manylinux` (manylinux_2_31). Its python3 is 3.9, so the cp311 wheel runs on
@@ -60,7 +63,7 @@ mkdir -p "$CHROOT" "$CACHE/pip-cache"
 tar -C "$CHROOT" -xf "$TARBALL"
 mkdir -p "$CHROOT/work/wheels" "$CHROOT/root/.cache/pip"
 cp -r examples "$CHROOT/work/"
-cp tests/wheel/inside.sh tests/wheel/loader_check.py "$CHROOT/work/"
+cp tests/wheel/inside.sh tests/wheel/loader_check.py tests/wheel/parquet_check.py "$CHROOT/work/"
 # Qwen2's tokenizer (scripts/fetch_vocabs.py writes it), where it has been fetched: the
 # VLM example (examples/qwen2_vl.yaml) runs too.
 if [ -f data/vocabs/qwen2/tokenizer.json ]; then
@@ -99,6 +102,21 @@ elif [ "$SUITE" = bookworm ] && ((${#abi3[@]} == 1)) && [ -n "$py312" ]; then
   echo "$prefix/bin/python3.12" > "$CHROOT/work/python312"
 else
   echo "test-wheel: no abi3 wheel or no CPython 3.12 for $SUITE: only the cp311 wheel is checked"
+fi
+
+# The cp310 wheel, on pyenv's CPython 3.10 (Debian 12 has 3.11 only); Debian 11's root
+# has no 3.10 of its own built (tests/wheel/python_bullseye.sh builds 3.11 and 3.13).
+cp310=(dist/headrace-*-cp310-cp310-manylinux_*_x86_64.whl)
+py310=${PY310:-$(PYENV_VERSION=$(pyenv versions --bare 2>/dev/null | grep '^3\.10\.' | tail -1) \
+                 pyenv which python3.10 2>/dev/null || true)}
+if [ "$SUITE" = bookworm ] && ((${#cp310[@]} == 1)) && [ -n "$py310" ]; then
+  prefix=$(dirname "$(dirname "$(readlink -f "$py310")")")
+  mkdir -p "$CHROOT$prefix"
+  tar -C "$prefix" --exclude='test' --exclude='__pycache__' -cf - . | tar -C "$CHROOT$prefix" -xf -
+  cp "${cp310[0]}" "$CHROOT/work/wheels/"
+  echo "$prefix/bin/python3.10" > "$CHROOT/work/python310"
+else
+  echo "test-wheel: no cp310 wheel or no CPython 3.10 for $SUITE: the cp310 wheel is not checked"
 fi
 
 echo "test-wheel: entering $CHROOT"

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "headrace/core/strings.h"
+#include "headrace/formats/arrow_bridge.h"
 #include "headrace/formats/manifest.h"
 #include "headrace/formats/shard_set.h"
 
@@ -336,6 +337,11 @@ Result<ParquetLayout> ReadParquetFooter(Storage& storage, const std::string& uri
 
 Result<ParquetFileSet> LoadParquetFileSet(Storage& storage, const SourceSpec& spec,
                                         bool compact, int64_t max_group_bytes) {
+  // Without a pyarrow whose Arrow has a bridge no footer can be read: said once, here,
+  // rather than as every file's failure.
+  if (Result<const HrArrowBridge*> bridge = LoadArrowBridge(); !bridge.ok()) {
+    return bridge.status().WithContext("source.parquet");
+  }
   ParquetFileSet out;
   {
     Result<std::vector<std::string>> files = ExpandShardPattern(spec.parquet);

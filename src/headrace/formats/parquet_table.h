@@ -4,9 +4,10 @@
 // ReadParquetLayout what the file holds and where each row group's bytes lie, then
 // fetches one row group with one ranged read and hands those bytes to
 // DecodeParquetRowGroup. Nothing here opens a file or a connection. Parsing and decoding
-// are Apache Arrow's Parquet reader (the C++ library of the pyarrow wheel, see the
-// top-level CMakeLists.txt); this file turns its types into Headrace's: Status codes
-// instead of arrow::Status and ParquetException, headrace::Buffer for bytes.
+// are Apache Arrow's Parquet reader, that of the pyarrow installed beside Headrace, reached
+// through an Arrow bridge (formats/arrow_bridge.h; loaded by the first footer read, whose
+// error says what is missing when no pyarrow fits); this file turns what the bridge gives
+// into Headrace's types: Status codes, headrace::Buffer for bytes.
 //
 //   tail bytes ──> ReadParquetLayout ──> need more tail bytes? read them, call again
 //                        │
@@ -73,7 +74,7 @@ struct ParquetRowGroup {
   int64_t uncompressed_bytes = 0;
 };
 
-struct ParquetFooter;  // the parsed footer, opaque (Arrow's FileMetaData)
+struct ParquetFooter;  // the parsed footer, opaque (held by the bridge that parsed it)
 
 struct ParquetLayout {
   int64_t file_size = 0;
