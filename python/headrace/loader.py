@@ -141,6 +141,10 @@ class Loader:
         self._per_epoch: Optional[int] = None  # this rank's batches per epoch, once known
         self._active = False  # a `for` over self._epoch started and has not ended
         self._keep = False    # the next `for` continues self._epoch (resume, set_epoch)
+        # No batch was taken since the last iter(): another iter() is the same `for`. (CPython
+        # 3.13.5's generator expressions call iter() twice on their outermost iterable;
+        # 3.13.0's once: without this the second skipped to the next epoch.)
+        self._fresh = False
         self._last_stats: Optional[Dict[str, float]] = None
         self._last_report: Optional[str] = None  # the last engine's, once it stopped
         # batch.pack: the packer's saved window (load_state_dict), for the engine made at
@@ -164,11 +168,11 @@ class Loader:
 
     def __iter__(self) -> "Loader":
         """Starts the next epoch (or continues the one a state dict or ``set_epoch`` set)."""
-        if self._active and not self._keep:  # the last `for` left its epoch early
-            self._epoch, self._batch = self._epoch + 1, 0
+        if self._active and not self._keep and not self._fresh:
+            self._epoch, self._batch = self._epoch + 1, 0  # the last `for` left its epoch early
         self._keep = False
         self._check_epoch(self._epoch, "epoch")
-        self._active = True
+        self._active = self._fresh = True
         return self
 
     def __next__(self) -> Batch:
@@ -187,6 +191,7 @@ class Loader:
             # A batch whose samples all failed comes empty (its errors are counted in the
             # report): it holds the position, and the loop goes on to the next one.
             if len(fields["index"]) > 0:
+                self._fresh = False
                 return Batch(fields, epoch, index, global_index, errors, ptrs)
 
     def end_epoch(self) -> None:

@@ -65,6 +65,19 @@ def test_break_leaves_the_epoch_and_the_next_for_starts_the_next(make_pipeline):
     assert epoch_orders(loader, 1) == [full[2]]
 
 
+def test_iter_again_before_a_batch_is_the_same_epoch(make_pipeline):
+    # CPython 3.13.5's generator expressions call iter() twice on their outermost iterable
+    # (3.13.0's once): the second, before any batch was taken, is the same `for`.
+    loader = headrace.Loader(make_pipeline())
+    full = epoch_orders(headrace.Loader(make_pipeline()), 2)
+    it = iter(iter(loader))
+    assert [(b.epoch, i) for b in it for i in indices(b)] == [(0, i) for i in full[0][1]]
+    assert sum(1 for b in iter(loader) if b.epoch == 1) == PER_EPOCH
+    # After a batch, iter() is a new `for`: the next epoch (test_break_... above).
+    next(iter(loader))
+    assert next(iter(loader)).epoch == 3
+
+
 def test_set_epoch_jumps_and_keeps_a_resumed_position(make_pipeline):
     full = epoch_orders(headrace.Loader(make_pipeline()), 5)
     loader = headrace.Loader(make_pipeline())
