@@ -90,16 +90,22 @@ torch=(${TORCH_WHEEL:-/opt/wheels/torch-*+cpu-cp311-cp311-*.whl})
 # libm besides its own libpython; its stdlib's modules use libraries python3 brought).
 py312=${PY312:-$(PYENV_VERSION=$(pyenv versions --bare 2>/dev/null | grep '^3\.12\.' | tail -1) \
                  pyenv which python3.12 2>/dev/null || true)}
+# copy_python PYTHON WHEEL NAME: the CPython of PYTHON (its whole prefix) into the root,
+# WHEEL beside the others, and the interpreter's path in /work/NAME for inside.sh.
+copy_python() {
+  local prefix
+  prefix=$(dirname "$(dirname "$(readlink -f "$1")")")
+  mkdir -p "$CHROOT$prefix"
+  tar -C "$prefix" --exclude='test' --exclude='__pycache__' -cf - . | tar -C "$CHROOT$prefix" -xf -
+  cp "$2" "$CHROOT/work/wheels/"
+  echo "$prefix/bin/$(basename "$(readlink -f "$1")")" > "$CHROOT/work/$3"
+}
 if [ "$SUITE" = bullseye ] && ((${#abi3[@]} == 1)); then
   tar -C "$CHROOT" -xf "$python313"
   cp "${abi3[0]}" "$CHROOT/work/wheels/"
   echo /opt/python3.13/bin/python3.13 > "$CHROOT/work/python312"  # (the abi3 wheel's: 3.12+)
 elif [ "$SUITE" = bookworm ] && ((${#abi3[@]} == 1)) && [ -n "$py312" ]; then
-  prefix=$(dirname "$(dirname "$(readlink -f "$py312")")")
-  mkdir -p "$CHROOT$prefix"
-  tar -C "$prefix" --exclude='test' --exclude='__pycache__' -cf - . | tar -C "$CHROOT$prefix" -xf -
-  cp "${abi3[0]}" "$CHROOT/work/wheels/"
-  echo "$prefix/bin/python3.12" > "$CHROOT/work/python312"
+  copy_python "$py312" "${abi3[0]}" python312
 else
   echo "test-wheel: no abi3 wheel or no CPython 3.12 for $SUITE: only the cp311 wheel is checked"
 fi
@@ -110,11 +116,7 @@ cp310=(dist/headrace-*-cp310-cp310-manylinux_*_x86_64.whl)
 py310=${PY310:-$(PYENV_VERSION=$(pyenv versions --bare 2>/dev/null | grep '^3\.10\.' | tail -1) \
                  pyenv which python3.10 2>/dev/null || true)}
 if [ "$SUITE" = bookworm ] && ((${#cp310[@]} == 1)) && [ -n "$py310" ]; then
-  prefix=$(dirname "$(dirname "$(readlink -f "$py310")")")
-  mkdir -p "$CHROOT$prefix"
-  tar -C "$prefix" --exclude='test' --exclude='__pycache__' -cf - . | tar -C "$CHROOT$prefix" -xf -
-  cp "${cp310[0]}" "$CHROOT/work/wheels/"
-  echo "$prefix/bin/python3.10" > "$CHROOT/work/python310"
+  copy_python "$py310" "${cp310[0]}" python310
 else
   echo "test-wheel: no cp310 wheel or no CPython 3.10 for $SUITE: the cp310 wheel is not checked"
 fi
