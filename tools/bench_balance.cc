@@ -22,6 +22,7 @@
 
 #include "commands.h"
 #include "headrace/core/json_writer.h"
+#include "headrace/exec/batch_formers.h"
 #include "headrace/exec/epoch_order.h"
 #include "headrace/exec/size_index.h"
 #include "headrace/exec/step_cost.h"
@@ -213,7 +214,7 @@ int BenchBalanceCommand(const Args& args) {
     // With a window the balanced run plans each step's rows over every rank's samples and
     // deals the rows (PackPlanner::RowDeal, as balanced_former.cc): one planner, whose
     // deal adds every rank's rows' costs here.
-    const bool rows = pack.has_value() && !pack->budget && pack->window > 0 && world > 1;
+    const bool rows = BalanceDealsRows(pack, world);
     d.rows = rows;
     std::unique_ptr<PackPlanner> step_rows;
     double rows_max = 0, rows_sum = 0;  // the step's, as its rows were dealt

@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "headrace/core/json_writer.h"
+#include "headrace/exec/batch_formers.h"
 #include "headrace/exec/epoch_order.h"
 #include "headrace/formats/source_spec.h"
 #include "headrace/pipeline/config.h"
@@ -360,8 +361,11 @@ int WhichCommand(const Args& args) {
                   .steps = order->batches_per_rank_epoch(),
                   .dealt = spec->batch.balance.enabled() && *world > 1,
                   .packed = spec->batch.regroups(),
-                  .rows = spec->batch.balance.enabled() && *world > 1 &&
-                          spec->batch.pack.enabled() && spec->batch.pack.window > 0,
+                  .rows = spec->batch.balance.enabled() &&
+                          BalanceDealsRows(spec->batch.regroups()
+                                               ? std::optional(spec->batch.pack_options())
+                                               : std::nullopt,
+                                           int(*world)),
                   .fields = ResolvedFields((*prepared)->source().spec())};
   return by_sample ? FindSample(plan, given["--sample"], as_json)
                    : ListStep(plan, *step, int(*rank), as_json);

@@ -397,6 +397,10 @@ Result<int> BalanceTokenField(const EngineInputs& inputs, const std::string& tok
   return *field;
 }
 
+bool BalanceDealsRows(const std::optional<PackOptions>& pack, int world) {
+  return world > 1 && pack.has_value() && !pack->budget && pack->window > 0;
+}
+
 Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run) {
   if (!run.balance.has_value()) return std::shared_ptr<BatchFormer>();
   const EngineInputs& inputs = *run.inputs;
@@ -431,9 +435,8 @@ Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run) {
   auto seen = std::make_shared<StepsSeen>();
   auto kinds = std::make_shared<SampleKinds>();
   // With batch.pack and a window, each step's rows are planned over every rank's samples
-  // and the rows dealt (PackPlanner::RowDeal): a rank packing its own dealt samples
-  // would carry what its rows cannot hold into its later steps and undo the deal.
-  const bool rows = world > 1 && run.pack.has_value() && !run.pack->budget && run.pack->window > 0;
+  // and the rows dealt (PackPlanner::RowDeal).
+  const bool rows = BalanceDealsRows(run.pack, world);
   if (rows && (on_demand || !run.plan_packing)) {
     return Status::InvalidArgument(
         "batch.pack.window: " + std::to_string(run.pack->window) +

@@ -51,6 +51,11 @@ struct BalanceOptions {
 // batch.balance when it does not.
 Result<int> BalanceTokenField(const EngineInputs& inputs, const std::string& token_field);
 
+// Whether batch.balance over `world` ranks deals each step's packed rows rather than its
+// samples: batch.pack (not max_tokens) with a window, whose rows a rank packing its own
+// dealt samples would carry into later steps (balanced_former.cc, PackPlanner::RowDeal).
+bool BalanceDealsRows(const std::optional<PackOptions>& pack, int world);
+
 // A run as its former sees it before the engine starts.
 struct FormingRun {
   // What the engine runs (the chain, the fields, the source).

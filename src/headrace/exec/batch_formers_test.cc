@@ -446,40 +446,11 @@ TEST(BatchFormers, AModalitySafeBatchSaysWhichKindsItLacks) {
   EXPECT_GT(holding, 0);
 }
 
-TEST(BatchFormers, ABalancedPlannedPackRunsTheDealtSamples) {
-  const std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
-  std::vector<int64_t> delivered;
-  for (int rank = 0; rank < 2; ++rank) {
-    EngineOptions engine = SkewedRun(rank);
-    FormingRun run{.inputs = inputs, .pack = Pack(0), .engine = &engine};
-    run.pack->seq_len = 256;
-    run.balance = BalanceOptions{};
-    Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
-    ASSERT_TRUE(former.ok()) << former.status().ToString();
-    ASSERT_EQ((*former)->name(), "balanced pack planned");
-    engine.former = *former;
-    auto started = Engine::Start(inputs, engine);
-    ASSERT_TRUE(started.ok()) << started.status().ToString();
-    while (true) {
-      Result<std::optional<Batch>> b = (*former)->Next(**started);
-      ASSERT_TRUE(b.ok()) << b.status().ToString();
-      if (!b->has_value()) break;
-      const Tensor* index = (*b)->Find("index");
-      ASSERT_NE(index, nullptr);
-      const int64_t* at = index->data<int64_t>();
-      delivered.insert(delivered.end(), at, at + (*b)->size());
-    }
-  }
-  std::sort(delivered.begin(), delivered.end());
-  std::vector<int64_t> all(64);
-  std::iota(all.begin(), all.end(), 0);
-  EXPECT_EQ(delivered, all) << "the two ranks' packed batches hold every sample once";
-}
-
 // A rank's packed batches of an epoch: each batch's samples (`index`), rows, tokens and
 // pack state.
 struct RankBatches {
   std::vector<std::vector<int64_t>> samples;
+  std::vector<std::vector<int64_t>> values;  // each batch's `index`, -1, `input_ids`, -1
   std::vector<int64_t> rows;
   std::vector<int64_t> tokens;
   std::vector<PackState> states;
@@ -488,17 +459,27 @@ struct RankBatches {
   std::string name;
 };
 
-// Rank `rank` of 2 over SkewedInputs: a planned pack of `seq_len`-token rows, window 4,
-// with `balance` (nullopt: none), from `resume` (nullopt: the start). Samples cut to a
-// row count against no error budget.
+// How PackedRank runs: a planned pack of `seq_len`-token rows and `window`, with
+// `balance` (nullopt: none), from `resume` (nullopt: the start), planned by `sizes`
+// (null: the size pass).
+struct PackedRun {
+  std::optional<BalanceOptions> balance;
+  std::optional<PackState> resume;
+  int64_t seq_len = 256;
+  int64_t window = 4;
+  std::shared_ptr<const SizeIndex> sizes;
+};
+
+// Rank `rank` of 2 over SkewedInputs as `how` runs it. Samples cut to a row count
+// against no error budget.
 RankBatches PackedRank(const std::shared_ptr<EngineInputs>& inputs, int rank,
-                       std::optional<BalanceOptions> balance,
-                       std::optional<PackState> resume = std::nullopt, int64_t seq_len = 256) {
+                       const PackedRun& how) {
   EngineOptions engine = SkewedRun(rank);
   engine.budget.max_error_rate = 1;
-  FormingRun run{.inputs = inputs, .pack = Pack(4), .engine = &engine, .resume = resume};
-  run.pack->seq_len = seq_len;
-  run.balance = std::move(balance);
+  FormingRun run{.inputs = inputs, .pack = Pack(how.window), .engine = &engine,
+                 .resume = how.resume, .sizes = how.sizes};
+  run.pack->seq_len = how.seq_len;
+  run.balance = how.balance;
   Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
   EXPECT_TRUE(former.ok()) << former.status().ToString();
   RankBatches out;
@@ -517,6 +498,12 @@ RankBatches PackedRank(const std::shared_ptr<EngineInputs>& inputs, int rank,
     EXPECT_TRUE(index != nullptr && lengths != nullptr && per_row != nullptr);
     if (index == nullptr || lengths == nullptr || per_row == nullptr) break;
     out.samples.emplace_back(index->data<int64_t>(), index->data<int64_t>() + index->numel());
+    out.values.emplace_back();
+    for (const Tensor* t : {index, (*b)->Find("input_ids")}) {
+      out.values.back().insert(out.values.back().end(), t->data<int64_t>(),
+                               t->data<int64_t>() + t->numel());
+      out.values.back().push_back(-1);
+    }
     out.rows.push_back(per_row->numel());
     out.row_samples.emplace_back();
     for (int64_t r = 0, at = 0; r < per_row->numel(); ++r) {
@@ -535,6 +522,22 @@ RankBatches PackedRank(const std::shared_ptr<EngineInputs>& inputs, int rank,
   return out;
 }
 
+TEST(BatchFormers, ABalancedPlannedPackRunsTheDealtSamples) {
+  const std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
+  std::vector<int64_t> delivered;
+  for (int rank = 0; rank < 2; ++rank) {
+    const RankBatches b = PackedRank(inputs, rank, {.balance = BalanceOptions{}, .window = 0});
+    ASSERT_EQ(b.name, "balanced pack planned");
+    for (const std::vector<int64_t>& samples : b.samples) {
+      delivered.insert(delivered.end(), samples.begin(), samples.end());
+    }
+  }
+  std::sort(delivered.begin(), delivered.end());
+  std::vector<int64_t> all(64);
+  std::iota(all.begin(), all.end(), 0);
+  EXPECT_EQ(delivered, all) << "the two ranks' packed batches hold every sample once";
+}
+
 TEST(BatchFormers, ABalancedPackWithAWindowDealsEachStepsRowsOverTheRanks) {
   // With a packing window each rank's packer would carry what its rows cannot hold into
   // its later steps and undo a deal of samples: the step's rows are planned over both
@@ -542,8 +545,8 @@ TEST(BatchFormers, ABalancedPackWithAWindowDealsEachStepsRowsOverTheRanks) {
   const std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
   RankBatches dealt[2], alone[2];
   for (int rank = 0; rank < 2; ++rank) {
-    dealt[rank] = PackedRank(inputs, rank, BalanceOptions{});
-    alone[rank] = PackedRank(inputs, rank, std::nullopt);
+    dealt[rank] = PackedRank(inputs, rank, {.balance = BalanceOptions{}});
+    alone[rank] = PackedRank(inputs, rank, {});
   }
   EXPECT_EQ(dealt[0].name, "balanced rows, pack planned");
   EXPECT_EQ(alone[0].name, "pack planned");
@@ -579,7 +582,8 @@ TEST(BatchFormers, ABalancedPackWithAWindowDealsEachStepsRowsOverTheRanks) {
 
   // A rank resumed from its state after step 2 continues as the unbroken run.
   for (int rank = 0; rank < 2; ++rank) {
-    const RankBatches resumed = PackedRank(inputs, rank, BalanceOptions{}, dealt[rank].states[2]);
+    const RankBatches resumed =
+        PackedRank(inputs, rank, {.balance = BalanceOptions{}, .resume = dealt[rank].states[2]});
     ASSERT_EQ(resumed.samples.size(), 5u) << "rank " << rank;
     for (size_t k = 0; k < 5; ++k) {
       EXPECT_EQ(resumed.samples[k], dealt[rank].samples[k + 3])
@@ -597,8 +601,8 @@ TEST(BatchFormers, ABalancedPackWithAWindowDealsRowsWithAnImageToEveryRankItCan)
   BalanceOptions safe;
   safe.every_rank = ModalityBit(FieldKind::kImage);
   // Rows of 12 tokens: up to 4 a rank a step.
-  const RankBatches dealt[2] = {PackedRank(inputs, 0, safe, std::nullopt, 12),
-                                PackedRank(inputs, 1, safe, std::nullopt, 12)};
+  const RankBatches dealt[2] = {PackedRank(inputs, 0, {.balance = safe, .seq_len = 12}),
+                                PackedRank(inputs, 1, {.balance = safe, .seq_len = 12})};
   const auto images = [](const std::vector<int64_t>& samples) {
     return std::any_of(samples.begin(), samples.end(), [](int64_t s) { return s < 8; });
   };
@@ -642,30 +646,9 @@ TEST(BatchFormers, ABalancedPackWithAWindowNeedsItsRowsPlanned) {
 // forms them, each as its `index` and `input_ids` values; `sizes`: the run's size index.
 std::vector<std::vector<int64_t>> PlannedPackRun(const std::shared_ptr<EngineInputs>& inputs,
                                                  std::shared_ptr<const SizeIndex> sizes) {
-  EngineOptions engine = SkewedRun(0);
-  engine.budget.max_error_rate = 1;  // the long samples are cut: counted, not failing the run
-  FormingRun run{.inputs = inputs, .pack = Pack(4), .engine = &engine, .sizes = std::move(sizes)};
-  Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
-  EXPECT_TRUE(former.ok()) << former.status().ToString();
-  EXPECT_EQ((*former)->name(), "pack planned");
-  engine.former = *former;
-  auto started = Engine::Start(inputs, engine);
-  EXPECT_TRUE(started.ok()) << started.status().ToString();
-  std::vector<std::vector<int64_t>> out;
-  while (true) {
-    Result<std::optional<Batch>> b = (*former)->Next(**started);
-    EXPECT_TRUE(b.ok()) << b.status().ToString();
-    if (!b.ok() || !b->has_value()) break;
-    std::vector<int64_t> values;
-    for (const char* name : {"index", "input_ids"}) {
-      const Tensor* t = (*b)->Find(name);
-      EXPECT_NE(t, nullptr) << name;
-      values.insert(values.end(), t->data<int64_t>(), t->data<int64_t>() + t->numel());
-      values.push_back(-1);
-    }
-    out.push_back(std::move(values));
-  }
-  return out;
+  RankBatches b = PackedRank(inputs, 0, {.seq_len = 64, .sizes = std::move(sizes)});
+  EXPECT_EQ(b.name, "pack planned");
+  return std::move(b.values);
 }
 
 TEST(BatchFormers, APlannedPackPlansBySizeIndexAsItWouldBySizing) {
