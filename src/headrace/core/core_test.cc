@@ -155,6 +155,30 @@ TEST(Batch, SampleOffsetsSplitConcatenatedFieldsBySample) {
   EXPECT_FALSE(SampleOffsets(batch, {"nope", DType::kU8, {}}).ok());
 }
 
+TEST(RaggedRows, ToldRowsAreHeldAtTheGateOnceBeforeTheyAreReserved) {
+  struct Counting final : RowsGate {
+    void Hold(size_t bytes) override {
+      ++calls;
+      held += bytes;
+    }
+    int calls = 0;
+    size_t held = 0;
+  } gate;
+  std::vector<FieldSpec> fields = {
+      FieldSpec{"ids", DType::kI64, {}, FieldLayout::kRagged},
+      FieldSpec{"ids_lengths", DType::kI32, {}, FieldLayout::kLengths},
+      FieldSpec{"patches", DType::kF32, {6}, FieldLayout::kRagged},
+      FieldSpec{"patches_lengths", DType::kI32, {}, FieldLayout::kLengths}};
+  RaggedRows rows(fields, std::shared_ptr<Allocator>(DefaultAllocator(), [](Allocator*) {}));
+  rows.set_gate(&gate);
+  const std::vector<int64_t> told = {10, 0, 3, 0};
+  ASSERT_TRUE(rows.ReserveTold(told).ok());
+  EXPECT_EQ(gate.calls, 1);
+  EXPECT_EQ(gate.held, 10 * 8 + 3 * 6 * 4u);
+  ASSERT_TRUE(rows.ReserveTold(told).ok());  // told once: the gate is not asked again
+  EXPECT_EQ(gate.calls, 1);
+}
+
 TEST(RaggedRows, AppendsGrowKeepingEarlierRowsAndCountEntries) {
   auto memory = std::shared_ptr<Allocator>(DefaultAllocator(), [](Allocator*) {});
   RaggedRows rows(std::vector<FieldSpec>{FieldSpec{"fixed", DType::kI64, {}},

@@ -84,6 +84,15 @@ Status RaggedRows::ReserveTold(std::span<const int64_t> rows) {
     return Status::Internal("RaggedRows::ReserveTold: " + std::to_string(rows.size()) +
                             " fields told, the batch has " + std::to_string(columns_.size()));
   }
+  if (RowsGate* gate = std::exchange(gate_, nullptr); gate != nullptr) {
+    size_t told = 0;
+    for (size_t f = 0; f < columns_.size(); ++f) {
+      if (columns_[f].row_bytes == 0 || rows[f] <= 0) continue;
+      HR_ASSIGN_OR_RETURN(const size_t after, BytesAfter("ReserveTold", static_cast<int>(f), rows[f]));
+      told += after - columns_[f].used;
+    }
+    gate->Hold(told);
+  }
   if (placer_ != nullptr) {
     thread_local std::vector<size_t> bytes;
     thread_local std::vector<Buffer> windows;

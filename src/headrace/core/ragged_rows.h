@@ -47,6 +47,16 @@ class RowsPlacer {
   virtual Buffer Lend(int slot, size_t field) = 0;
 };
 
+// What holds a sample's told rows to a memory budget (the engine's: exec/rows_gate.h).
+class RowsGate {
+ public:
+  virtual ~RowsGate() = default;
+  // The sample's rows will take `bytes` bytes in all, as its size pass told them before
+  // its ops decode anything: returns once they may be held (perhaps after a wait for
+  // memory).
+  virtual void Hold(size_t bytes) = 0;
+};
+
 class RaggedRows {
  public:
   RaggedRows() = default;
@@ -75,8 +85,9 @@ class RaggedRows {
   // had.
   Status Reserve(int field, int64_t rows);
   // The size pass's rows for every field (rows[f]: told for field f, 0 for none), told
-  // once before the sample's ops run: each field's rows go into the window the placer
-  // gives them (Place), else are reserved as by Reserve.
+  // once before the sample's ops run: held at the gate (set_gate), then each field's
+  // rows go into the window the placer gives them (Place), else are reserved as by
+  // Reserve.
   Status ReserveTold(std::span<const int64_t> rows);
   // kResourceExhausted when rows told as for ReserveTold take more than max_bytes in all.
   Status CheckTold(std::span<const int64_t> rows) const;
@@ -86,6 +97,9 @@ class RaggedRows {
     placer_ = placer;
     slot_ = slot;
   }
+  // The gate ReserveTold holds the told rows at, before it reserves them (null: none).
+  // `gate` outlives this sample's ReserveTold.
+  void set_gate(RowsGate* gate) { gate_ = gate; }
   // The number of batch fields (columns, concatenated or not).
   int fields() const { return static_cast<int>(columns_.size()); }
 
@@ -116,6 +130,7 @@ class RaggedRows {
   size_t max_bytes_ = 0;
   RowsPlacer* placer_ = nullptr;
   int slot_ = 0;
+  RowsGate* gate_ = nullptr;
   // Told, lent no window at the tell: the placer to ask again at the first Append
   // (RowsPlacer::Lend), and the rows told per field (0: none to ask for).
   RowsPlacer* lender_ = nullptr;

@@ -20,6 +20,7 @@
 #include "headrace/core/tensor.h"
 #include "headrace/exec/batch_placement.h"
 #include "headrace/exec/epoch_order.h"
+#include "headrace/exec/rows_gate.h"
 #include "headrace/exec/thread_annotations.h"
 
 namespace headrace {
@@ -65,8 +66,10 @@ struct BatchJob {
   // their rows are written in place (AssembleStage::AllocateRows).
   BatchPlacement placement;
   // The batch's buffers, charged to the batch budget: at admission, its fixed rows plus
-  // an estimate of its concatenated ones; once assembled, what it holds.
+  // an estimate of its concatenated ones (and, as its samples tell their rows, what
+  // passes that estimate: rows_gate); once assembled, what it holds.
   int64_t bytes = 0;
+  BatchRowsGate rows_gate;
 
   int size() const { return static_cast<int>(sample_indices.size()); }
 };

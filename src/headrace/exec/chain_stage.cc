@@ -23,6 +23,9 @@ thread_local bool tls_trace_named = false;
 }  // namespace
 
 namespace {
+// A sample's priority in the pool: its batch's local index times this, plus its slot.
+constexpr int64_t kSlots = int64_t{1} << 24;  // more than any batch's samples
+
 size_t OpsOf(const std::vector<OpChain>& chains) {
   size_t n = 0;
   for (const OpChain& c : chains) n += c.ops.size();
@@ -60,7 +63,6 @@ void ChainStage::Submit(const std::shared_ptr<BatchJob>& job, int slot, std::vec
   // bench/vlm_processor.py came after 0.46 s, its last sample started after 20 of the
   // next batches'. Slot order lets the assemble stage join each sample's rows soon
   // after it ends (AssembleStage::SampleDone).
-  constexpr int64_t kSlots = int64_t{1} << 24;  // more than any batch's samples
   const int64_t priority = job->position.local_index * kSlots + slot;
   if (!readers.empty()) {
     // Its ranged reads planned ahead of every sample's run (a task of ~1 ms: the index
@@ -78,7 +80,16 @@ void ChainStage::Submit(const std::shared_ptr<BatchJob>& job, int slot, std::vec
   if (!submitted) {
     if (charged > 0) release_(charged);
     done_(job, slot, Status::Cancelled("the run was cancelled"));
+  } else if (on_queued_) {
+    on_queued_();
   }
+}
+
+std::optional<int64_t> ChainStage::FirstQueuedBatch() const {
+  const std::optional<int64_t> priority = pool_->FirstQueued();
+  if (!priority.has_value()) return std::nullopt;
+  if (*priority < 0) return std::numeric_limits<int64_t>::min();  // a read plan
+  return *priority / kSlots;
 }
 
 void ChainStage::Run(const std::shared_ptr<BatchJob>& job, int slot, std::vector<Buffer> media,

@@ -79,6 +79,14 @@ class InOrderDelivery final : public Delivery {
     }
   }
 
+  // The consumer takes batches in order: the oldest in production is needed first only
+  // when no older batch is ready (that one's memory goes when the consumer takes it).
+  std::optional<int64_t> NeededFirstLocked() const override HR_REQUIRES(mu_) {
+    if (producing_.empty()) return std::nullopt;
+    const int64_t oldest = *producing_.begin();
+    if (!ready_.empty() && ready_.begin()->first < oldest) return std::nullopt;
+    return oldest;
+  }
   int64_t next_batch() const override {
     MutexLock lock(mu_);
     return next_;
@@ -164,6 +172,11 @@ class OnDemandDelivery final : public Delivery {
 
 }  // namespace
 
+std::optional<int64_t> Delivery::NeededFirstLocked() const {
+  if (producing_.empty()) return std::nullopt;
+  return *producing_.begin();
+}
+
 std::unique_ptr<Delivery> Delivery::Make(Schedule schedule, DeliveryOptions options,
                                          BudgetGauge& gauge, std::stop_source& stop) {
   if (schedule == Schedule::kOnDemand) {
@@ -172,7 +185,7 @@ std::unique_ptr<Delivery> Delivery::Make(Schedule schedule, DeliveryOptions opti
   return std::make_unique<InOrderDelivery>(options, gauge, stop);
 }
 
-bool Delivery::Admit(int64_t bytes, int64_t samples) {
+bool Delivery::Admit(int64_t batch, int64_t bytes, int64_t samples) {
   MutexLock lock(mu_);
   const auto wait_start = Clock::now();
   const int64_t consumer_wait_before = ConsumerWaitNanosLocked();
@@ -189,6 +202,7 @@ bool Delivery::Admit(int64_t bytes, int64_t samples) {
   batch_bytes_ += bytes;
   gauge_.AddBatches(bytes);
   samples_attempted_ += samples;
+  producing_.insert(batch);
   return true;
 }
 
@@ -196,7 +210,46 @@ void Delivery::Ready(int64_t batch, Batch done, int64_t admitted, int64_t bytes)
   MutexLock lock(mu_);
   RechargeLocked(bytes - admitted);
   ready_.emplace(batch, ReadyBatch{std::move(done), bytes});
+  producing_.erase(batch);
+  rows_cv_.notify_all();  // the oldest batch in production may be another
   consumer_cv_.notify_all();
+}
+
+void Delivery::Dropped(int64_t batch, int64_t delta) {
+  MutexLock lock(mu_);
+  RechargeLocked(delta);
+  producing_.erase(batch);
+  rows_cv_.notify_all();
+}
+
+bool Delivery::HoldRows(int64_t batch, int64_t bytes) {
+  if (bytes <= 0) return true;
+  MutexLock lock(mu_);
+  // `others`: the threads waiting here besides this one.
+  const auto may_hold = [&](int others) HR_LOCKED_LAMBDA {
+    if (batch_bytes_ + bytes <= options_.batch_budget_bytes) return true;
+    const std::optional<int64_t> needed = NeededFirstLocked();
+    if (!needed.has_value()) return false;  // the consumer frees memory as it takes one
+    if (*needed == batch) return true;
+    // Every thread waits here: the needed batch's sample queued for a thread gets this
+    // one once its sample has run.
+    if (others + 1 < options_.cpu_threads || !first_queued_) return false;
+    const std::optional<int64_t> first = first_queued_();
+    return first.has_value() && *first <= *needed;
+  };
+  if (!may_hold(rows_waiting_.load())) {
+    const auto start = Clock::now();
+    ++rows_waits_;
+    rows_waiting_.fetch_add(1);
+    rows_cv_.wait(lock, stop_.get_token(),
+                  [&]() HR_LOCKED_LAMBDA { return may_hold(rows_waiting_.load() - 1); });
+    rows_waiting_.fetch_sub(1);
+    rows_wait_ns_ += NanosSince(start);
+  }
+  if (stop_.stop_requested()) return false;
+  batch_bytes_ += bytes;
+  gauge_.AddBatches(bytes);
+  return true;
 }
 
 void Delivery::Recharge(int64_t delta) {
@@ -204,12 +257,23 @@ void Delivery::Recharge(int64_t delta) {
   RechargeLocked(delta);
 }
 
+void Delivery::Queued() {
+  // A thread that counted itself waiting did so under mu_ before it looked at the queue;
+  // the sample was queued before this load: either that thread saw it, or this sees it.
+  if (rows_waiting_.load() == 0) return;
+  MutexLock lock(mu_);
+  rows_cv_.notify_all();
+}
+
 void Delivery::RechargeLocked(int64_t delta) {
   if (delta == 0) return;
   batch_bytes_ += delta;
   gauge_.AddBatches(delta);
-  // Less charged: a batch waiting for room may fit now.
-  if (delta < 0) driver_cv_.notify_all();
+  // Less charged: a batch, or a sample's rows, waiting for room may fit now.
+  if (delta < 0) {
+    driver_cv_.notify_all();
+    rows_cv_.notify_all();
+  }
 }
 
 void Delivery::Fail(Status status) {
@@ -223,6 +287,7 @@ void Delivery::Fail(Status status) {
 void Delivery::FailLocked(Status status) {
   if (failure_.ok()) failure_ = std::move(status);
   driver_cv_.notify_all();
+  rows_cv_.notify_all();
   consumer_cv_.notify_all();
 }
 
@@ -234,6 +299,7 @@ Batch Delivery::DeliverLocked(int64_t batch) {
   ready_.erase(it);
   --admitted_ahead_;
   driver_cv_.notify_all();
+  rows_cv_.notify_all();
   if (batch == options_.source_errors_batch && !options_.source_errors.empty()) {
     std::vector<SampleError> errors = options_.source_errors;
     for (SampleError& e : errors) e.epoch = out.epoch;
@@ -324,6 +390,9 @@ DeliveryMetrics Delivery::Metrics() const {
   m.neighbour_distance_sum = neighbour_distance_sum_;
   m.neighbour_pairs = neighbour_pairs_;
   m.entries = budget_.entry_counts();
+  m.rows_waits = rows_waits_;
+  m.rows_wait_s = rows_wait_ns_ * 1e-9;
+  m.rows_waiting = rows_waiting_.load();
   return m;
 }
 

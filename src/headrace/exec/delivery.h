@@ -14,11 +14,23 @@
 // delivered batch leaves the window. The first fatal error (Fail) stops the run: the
 // driver's waits return, the consumer's calls return it.
 //
-// Threads: the driver calls NextToStart/Admit; the chain's threads call Ready; the
-// consumer calls the rest (Submit/Take from any thread). Waits return when the run stops.
+// A batch is admitted with an estimate of its concatenated rows (the mean so far); a
+// sample whose size pass tells more rows than that estimate leaves for it waits for them
+// to fit the batch budget (HoldRows), before it decodes anything, on its pool thread.
+// So that the run always progresses, a sample of the batch the consumer needs first
+// never waits (in order: the oldest in production, unless an older one is ready and
+// the consumer's taking it frees memory; on demand: the oldest in production), and when
+// every pool thread waits while a sample of that batch is queued for one, one of the
+// waits ends (its sample goes on past the budget, then its thread takes the queued
+// one).
+//
+// Threads: the driver calls NextToStart/Admit; the chain's threads call Ready, Dropped
+// and HoldRows; the consumer calls the rest (Submit/Take from any thread). Waits return
+// when the run stops.
 #pragma once
 
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -50,6 +62,7 @@ enum class Schedule {
 
 struct DeliveryOptions {
   int prefetch_depth = 4;
+  int cpu_threads = 1;  // the pool's threads, which call HoldRows
   int64_t batch_budget_bytes = 1 << 30;
   int64_t start_batch = 0;     // counted from the start of the run
   int64_t total_batches = 0;   // EpochOrder::total_batches()
@@ -88,6 +101,11 @@ struct DeliveryMetrics {
   // neighbours in a batch (|index[r + 1] - index[r]|), summed, and the pairs counted.
   double neighbour_distance_sum = 0;
   int64_t neighbour_pairs = 0;
+  // Samples whose told rows waited for room in the batch budget (HoldRows), and how long;
+  // the threads waiting so now.
+  int64_t rows_waits = 0;
+  double rows_wait_s = 0;
+  int rows_waiting = 0;
 };
 
 class Delivery {
@@ -99,12 +117,29 @@ class Delivery {
   // Driver: the next batch to start, waiting (on demand) for one to be submitted;
   // nullopt when there is none (the run's end, or it stopped).
   virtual std::optional<int64_t> NextToStart() = 0;
-  // Driver: waits until a batch of `bytes` (`samples` samples) fits the window; false when
-  // the run stopped instead.
-  bool Admit(int64_t bytes, int64_t samples);
+  // Driver: waits until batch `batch` of `bytes` (`samples` samples) fits the window;
+  // false when the run stopped instead. The batch is in production until Ready or
+  // Dropped.
+  bool Admit(int64_t batch, int64_t bytes, int64_t samples);
   // A finished batch (any thread), admitted as `admitted` bytes and holding `bytes`,
   // which it is charged from now until delivered.
   void Ready(int64_t batch, Batch done, int64_t admitted, int64_t bytes);
+  // A batch that will never be delivered (its run is stopping), its charge changed by
+  // `delta` bytes.
+  void Dropped(int64_t batch, int64_t delta);
+  // A sample of batch `batch` in production (a pool thread, before the sample decodes
+  // anything) will hold `bytes` more than its batch was admitted with: waits until they
+  // fit the batch budget, unless the batch is the oldest in production or the queued
+  // sample the others wait for needs this thread, then charges them to the batch. False
+  // (nothing charged) when the run stopped instead.
+  bool HoldRows(int64_t batch, int64_t bytes);
+  // The batch of the sample queued first for a pool thread (nullopt: none), for
+  // HoldRows; set before the run starts.
+  void set_first_queued(std::function<std::optional<int64_t>()> first_queued) {
+    first_queued_ = std::move(first_queued);
+  }
+  // A sample was queued for a pool thread (the pool's caller, after queueing it).
+  void Queued();
   // The charge of an admitted batch that will never be delivered (cancelled), or of
   // delivered bytes the consumer holds for the run (Engine::ChargeHeld), changed by
   // `delta` bytes.
@@ -135,6 +170,10 @@ class Delivery {
   Batch DeliverLocked(int64_t batch) HR_REQUIRES(mu_);
   void FailLocked(Status status) HR_REQUIRES(mu_);
   void RechargeLocked(int64_t delta) HR_REQUIRES(mu_);
+  // The batch in production whose samples never wait for memory (HoldRows), the one the
+  // consumer needs first: the oldest in production (on demand: the consumer may take
+  // any); nullopt when none is needed before the consumer frees memory.
+  virtual std::optional<int64_t> NeededFirstLocked() const HR_REQUIRES(mu_);
   // The consumer's waits (inside Next/WaitReady: the consumer's wait time).
   template <typename Pred>
   bool ConsumerWaitLocked(MutexLock& lock, Pred ready,
@@ -147,6 +186,12 @@ class Delivery {
   mutable Mutex mu_;
   std::condition_variable_any driver_cv_;    // the window changed, or stop
   std::condition_variable_any consumer_cv_;  // a batch became ready, or stop / failure
+  std::condition_variable_any rows_cv_;      // less charged, the oldest batch changed, or stop
+  std::set<int64_t> producing_ HR_GUARDED_BY(mu_);  // admitted, not yet Ready or Dropped
+  std::atomic<int> rows_waiting_{0};  // threads inside HoldRows' wait (changed under mu_)
+  std::function<std::optional<int64_t>()> first_queued_;
+  int64_t rows_waits_ HR_GUARDED_BY(mu_) = 0;
+  int64_t rows_wait_ns_ HR_GUARDED_BY(mu_) = 0;
   Status failure_ HR_GUARDED_BY(mu_);        // the first fatal error
   int64_t admitted_ahead_ HR_GUARDED_BY(mu_) = 0;  // admitted, not delivered
   int64_t batch_bytes_ HR_GUARDED_BY(mu_) = 0;     // buffers of admitted batches

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 
 namespace headrace {
@@ -35,7 +36,7 @@ TEST(InOrderDelivery, BatchesReadyInAnyOrderAreDeliveredInOrderThenTheEnd) {
   auto d = Delivery::Make(Schedule::kSequential, Options(3, 3), gauge, stop);
   for (int64_t j = 0; j < 3; ++j) {
     ASSERT_EQ(d->NextToStart(), j);
-    ASSERT_TRUE(d->Admit(100, 4));
+    ASSERT_TRUE(d->Admit(j, 100, 4));
   }
   EXPECT_EQ(d->NextToStart(), std::nullopt);
   EXPECT_EQ(gauge.used(), 300);
@@ -58,10 +59,10 @@ TEST(InOrderDelivery, AdmissionPastTheDepthWaitsAndAFailureReleasesIt) {
   BudgetGauge gauge;
   std::stop_source stop;
   auto d = Delivery::Make(Schedule::kSequential, Options(10, 2), gauge, stop);
-  ASSERT_TRUE(d->Admit(1, 1));
-  ASSERT_TRUE(d->Admit(1, 1));
+  ASSERT_TRUE(d->Admit(0, 1, 1));
+  ASSERT_TRUE(d->Admit(1, 1, 1));
   bool admitted = true;
-  std::thread driver([&] { admitted = d->Admit(1, 1); });  // a third: the window is full
+  std::thread driver([&] { admitted = d->Admit(2, 1, 1); });  // a third: the window is full
   d->Fail(Status::Internal("stop"));
   driver.join();
   EXPECT_FALSE(admitted);  // it waited, and the failure ended the wait
@@ -69,11 +70,97 @@ TEST(InOrderDelivery, AdmissionPastTheDepthWaitsAndAFailureReleasesIt) {
   EXPECT_EQ(d->Next().status().code(), StatusCode::kInternal);
 }
 
+// Spins (no sleep) until `ready`: a thread observed to have reached a wait.
+template <typename Pred>
+void Until(Pred ready) {
+  while (!ready()) std::this_thread::yield();
+}
+
+TEST(InOrderDelivery, RowsPastTheBudgetWaitUnlessTheirBatchIsTheOldestOrTheOldestNeedsTheirThread) {
+  BudgetGauge gauge;
+  std::stop_source stop;
+  DeliveryOptions o = Options(3, 3);
+  o.batch_budget_bytes = 1000;
+  o.cpu_threads = 1;
+  auto d = Delivery::Make(Schedule::kSequential, o, gauge, stop);
+  std::atomic<int64_t> queued{-1};  // the batch of the sample queued first (-1: none)
+  d->set_first_queued([&]() -> std::optional<int64_t> {
+    const int64_t q = queued.load();
+    return q < 0 ? std::nullopt : std::optional<int64_t>(q);
+  });
+  for (int64_t j = 0; j < 3; ++j) {
+    ASSERT_EQ(d->NextToStart(), j);
+    ASSERT_TRUE(d->Admit(j, 300, 4));
+  }
+  EXPECT_TRUE(d->HoldRows(1, 50));  // fits: charged at once
+  EXPECT_EQ(gauge.used(), 950);
+  EXPECT_TRUE(d->HoldRows(0, 500));  // past the budget, but batch 0 is the oldest
+  EXPECT_EQ(gauge.used(), 1450);
+  EXPECT_EQ(d->Metrics().rows_waits, 0);
+
+  std::atomic<bool> held{false};
+  std::thread pool_thread([&] { held = d->HoldRows(1, 200); });
+  Until([&] { return d->Metrics().rows_waits == 1; });  // over the budget, not the oldest
+  queued = 2;  // a later batch's sample queued: it would wait too
+  d->Queued();
+  EXPECT_FALSE(held.load());
+  queued = 0;  // the oldest batch's sample waits for the pool's only thread
+  d->Queued();
+  pool_thread.join();
+  EXPECT_TRUE(held.load());
+  EXPECT_EQ(gauge.used(), 1650);
+  queued = -1;
+
+  held = false;
+  std::thread second([&] { held = d->HoldRows(2, 900); });
+  Until([&] { return d->Metrics().rows_waits == 2; });
+  d->Ready(0, MakeBatch(0, 4), 800, 800);
+  d->Ready(1, MakeBatch(1, 4), 550, 550);
+  // Batch 2 is the oldest in production, but the consumer takes 0 and 1 first: their
+  // memory goes then, and batch 2's rows wait for it.
+  ASSERT_TRUE(d->Next().ok());
+  EXPECT_EQ(gauge.used(), 850);
+  EXPECT_FALSE(held.load());
+  ASSERT_TRUE(d->Next().ok());  // 300 charged: 900 more do not fit, but 2 is needed now
+  second.join();
+  EXPECT_TRUE(held.load());
+  EXPECT_EQ(gauge.used(), 1200);
+  EXPECT_GT(d->Metrics().rows_wait_s, 0.0);
+}
+
+TEST(InOrderDelivery, RowsWaitingForTheBudgetGoOnWhenTheConsumerTakesABatchAndStopWithTheRun) {
+  BudgetGauge gauge;
+  std::stop_source stop;
+  DeliveryOptions o = Options(3, 3);
+  o.batch_budget_bytes = 1000;
+  o.cpu_threads = 4;
+  auto d = Delivery::Make(Schedule::kSequential, o, gauge, stop);
+  for (int64_t j = 0; j < 3; ++j) {
+    ASSERT_EQ(d->NextToStart(), j);
+    ASSERT_TRUE(d->Admit(j, 300, 4));
+  }
+  d->Ready(0, MakeBatch(0, 4), 300, 600);  // assembled past its estimate: 1200 charged
+  bool held = false;
+  std::thread first([&] { held = d->HoldRows(2, 300); });
+  Until([&] { return d->Metrics().rows_waits == 1; });
+  ASSERT_TRUE(d->Next().ok());  // batch 0 delivered: 600 charged, 300 more fit
+  first.join();
+  EXPECT_TRUE(held);
+  EXPECT_EQ(gauge.used(), 900);
+  bool stopped_held = true;
+  std::thread second([&] { stopped_held = d->HoldRows(2, 500); });
+  Until([&] { return d->Metrics().rows_waits == 2; });
+  d->Fail(Status::Cancelled("the run was cancelled"));
+  second.join();
+  EXPECT_FALSE(stopped_held);  // the wait ended with the run, nothing charged
+  EXPECT_EQ(gauge.used(), 900);
+}
+
 TEST(InOrderDelivery, TheErrorBudgetStopsTheRunAtTheBatchThatPassesIt) {
   BudgetGauge gauge;
   std::stop_source stop;
   auto d = Delivery::Make(Schedule::kSequential, Options(3, 3), gauge, stop);
-  for (int64_t j = 0; j < 3; ++j) ASSERT_TRUE(d->Admit(1, 4));
+  for (int64_t j = 0; j < 3; ++j) ASSERT_TRUE(d->Admit(j, 1, 4));
   d->Ready(0, MakeBatch(0, 4), 1, 1);
   d->Ready(1, MakeBatch(1, 2, 2), 1, 1);  // 2 of 8 failed: 25%, at the limit
   d->Ready(2, MakeBatch(2, 2, 2), 1, 1);  // 4 of 12: over it
@@ -99,7 +186,7 @@ TEST(InOrderDelivery, TheSourcesSkippedShardsAreCountedOnceWithTheFirstBatch) {
   auto d = Delivery::Make(Schedule::kSequential, o, gauge, stop);
   for (int64_t j = 1; j < 4; ++j) {
     ASSERT_EQ(d->NextToStart(), j);
-    ASSERT_TRUE(d->Admit(1, 4));
+    ASSERT_TRUE(d->Admit(j, 1, 4));
     Batch b = MakeBatch(j, 4, j == 1 ? 1 : 0);
     b.epoch = j / 2;
     d->Ready(j, std::move(b), 1, 1);
@@ -130,7 +217,7 @@ TEST(InOrderDelivery, SkippedShardsCountAgainstTheErrorBudget) {
   o.budget.max_error_rate = 0.1;
   o.source_errors = {SampleError{0, 0, "/d/s-0.tar", Status::ShardError("shard 0 skipped")}};
   auto d = Delivery::Make(Schedule::kSequential, o, gauge, stop);
-  ASSERT_TRUE(d->Admit(1, 4));
+  ASSERT_TRUE(d->Admit(0, 1, 4));
   d->Ready(0, MakeBatch(0, 4), 1, 1);  // 1 of 5 failed: 20%
   const auto first = d->Next();
   ASSERT_FALSE(first.ok());
@@ -149,7 +236,7 @@ TEST(InOrderDelivery, SamplesLostAfterDeliveryCountAgainstTheBudgetAndStopTheRun
   o.budget.min_samples = 100;  // only an epoch's end decides
   auto d = Delivery::Make(Schedule::kSequential, o, gauge, stop);
   for (int64_t j = 0; j < 3; ++j) {
-    ASSERT_TRUE(d->Admit(1, 10));
+    ASSERT_TRUE(d->Admit(j, 1, 10));
     d->Ready(j, MakeBatch(j, 10), 1, 1);
   }
   ASSERT_TRUE(d->Next().ok());
@@ -189,7 +276,7 @@ TEST(InOrderDelivery, WithTheConsumerCountingLossesAnEpochsEndIsItsVerdict) {
   o.budget.min_samples = 100;
   o.consumer_counts_losses = true;
   auto d = Delivery::Make(Schedule::kSequential, o, gauge, stop);
-  ASSERT_TRUE(d->Admit(1, 4));
+  ASSERT_TRUE(d->Admit(0, 1, 4));
   d->Ready(0, MakeBatch(0, 3, 1), 1, 1);  // 1 of 4 failed: over the rate
   ASSERT_TRUE(d->Next().ok()) << "not the delivery's verdict";
   const std::vector<LostSample> lost = {
@@ -208,7 +295,7 @@ TEST(OnDemandDelivery, BatchZeroCarriesTheSkippedShardsWhoeverTakesIt) {
   for (const int64_t j : {2, 0}) {
     ASSERT_TRUE(d->Submit(j).ok());
     ASSERT_EQ(d->NextToStart(), j);
-    ASSERT_TRUE(d->Admit(1, 4));
+    ASSERT_TRUE(d->Admit(j, 1, 4));
     d->Ready(j, MakeBatch(j, 4), 1, 1);
   }
   const auto two = d->Take(2);
@@ -231,8 +318,8 @@ TEST(OnDemandDelivery, OnlySubmittedBatchesStartAndEachIsTakenOnce) {
   ASSERT_TRUE(d->Submit(3).ok());
   EXPECT_EQ(d->NextToStart(), 7);
   EXPECT_EQ(d->NextToStart(), 3);
-  ASSERT_TRUE(d->Admit(1, 1));
-  ASSERT_TRUE(d->Admit(1, 1));
+  ASSERT_TRUE(d->Admit(7, 1, 1));
+  ASSERT_TRUE(d->Admit(3, 1, 1));
   d->Ready(3, MakeBatch(3, 1), 1, 1);
   d->Ready(7, MakeBatch(7, 1), 1, 1);
   EXPECT_EQ(d->Take(3)->global_index, 3);

@@ -129,6 +129,7 @@ Engine::Engine(std::shared_ptr<const EngineInputs> inputs, EngineOptions options
       start_time_(Clock::now()) {
   DeliveryOptions delivery;
   delivery.prefetch_depth = options_.prefetch_depth;
+  delivery.cpu_threads = options_.cpu_threads;
   delivery.batch_budget_bytes = options_.batch_budget_bytes;
   delivery.start_batch = options_.start_batch;
   delivery.total_batches = order_.total_batches();
@@ -234,6 +235,9 @@ Result<std::unique_ptr<Engine>> Engine::Start(std::shared_ptr<const EngineInputs
       [e](const std::shared_ptr<BatchJob>& job, int slot, Status status) {
         e->FinishSample(job, slot, std::move(status));
       });
+  // A sample waiting for room for its rows lets the oldest batch's queued sample run.
+  e->chain_->set_on_queued([e] { e->delivery_->Queued(); });
+  e->delivery_->set_first_queued([e] { return e->chain_->FirstQueuedBatch(); });
   e->driver_ = std::thread([e] { e->DriverLoop(); });
   return engine;
 }
@@ -271,7 +275,9 @@ bool Engine::StartBatch(int64_t j) {
   const auto n = static_cast<int64_t>(job->sample_indices.size());
   if (options_.former != nullptr) job->told.resize(static_cast<size_t>(n));
   // Concatenated fields are sized as the samples run: admission counts the mean so far,
-  // and the charge becomes the batch's real bytes once it is assembled (Ready). Before a
+  // each sample's told rows past it are charged as its size pass tells them (a sample
+  // waits for them to fit: rows_gate, Delivery::HoldRows), and the charge becomes the
+  // batch's real bytes once it is assembled (Ready). Before a
   // batch was assembled there is no mean: a batch is charged the whole budget, so that
   // it is admitted alone (8 samples of 600 MB of patches each, in prefetch_depth
   // batches admitted at once as batches of no concatenated bytes, took 4.8 GB against
@@ -281,7 +287,7 @@ bool Engine::StartBatch(int64_t j) {
   if (!assemble_->KnowsConcatenatedBytes()) {
     job->bytes = std::max(job->bytes, options_.batch_budget_bytes);
   }
-  if (!delivery_->Admit(job->bytes, n)) return false;
+  if (!delivery_->Admit(job->position.local_index, job->bytes, n)) return false;
   AddOutstanding(n);
   ResolveRecords(*job);
   if (Status allocated = assemble_->AllocateRows(*job); !allocated.ok()) {
@@ -289,6 +295,10 @@ bool Engine::StartBatch(int64_t j) {
     AddOutstanding(-n);
     return false;
   }
+  // Each sample's told rows held to the budget past the batch's estimate of them.
+  job->rows_gate.Start(delivery_.get(), job->position.local_index,
+                       job->bytes - static_cast<int64_t>(BatchBytes(n)));
+  for (RaggedRows& rows : job->ragged) rows.set_gate(&job->rows_gate);
   for (int s = 0; s < job->size(); ++s) IssueSample(job, s);
   if (n == 0) FinishBatch(*job);  // composed empty (a planned pack left them all out)
   return true;
@@ -386,13 +396,13 @@ void Engine::FinishSample(const std::shared_ptr<BatchJob>& job, int slot, Status
 
 void Engine::FinishBatch(BatchJob& job) {
   bool cancelled = false;
-  const int64_t admitted = job.bytes;
+  const int64_t admitted = job.bytes + job.rows_gate.charged();
   Batch batch = assemble_->Finish(job, cancelled);
   // A cancelled batch: the run is stopping; nobody will consume it.
   if (!cancelled) {
     delivery_->Ready(job.position.local_index, std::move(batch), admitted, job.bytes);
-  } else if (job.bytes != admitted) {
-    delivery_->Recharge(job.bytes - admitted);
+  } else {
+    delivery_->Dropped(job.position.local_index, job.bytes - admitted);
   }
 }
 
@@ -446,6 +456,9 @@ EngineMetrics Engine::Metrics() const {
                        options_.order.batch_size * assemble_->ConcatenatedBytesPerSample();
   m.batch_memory_reused = assemble_->memory_reused();
   m.batch_memory_fresh = assemble_->memory_fresh();
+  m.rows_waits = d.rows_waits;
+  m.rows_wait_s = d.rows_wait_s;
+  m.rows_waiting = d.rows_waiting;
   const ScratchMetrics scratch = chain_->Scratch();
   m.scratch_bytes = scratch.bytes;
   m.scratch_peak_bytes = scratch.peak_bytes;

@@ -191,6 +191,11 @@ struct EngineMetrics {
   // fields: buffers of 1 MiB or more).
   int64_t batch_memory_reused = 0;
   int64_t batch_memory_fresh = 0;
+  // Samples whose told rows waited for room in the batch budget (Delivery::HoldRows),
+  // and the seconds they waited; the CPU threads waiting so now.
+  int64_t rows_waits = 0;
+  double rows_wait_s = 0;
+  int rows_waiting = 0;
   // Scratch memory of the CPU threads (intermediate images); each thread trims its
   // own to EngineOptions::scratch_retain_bytes after every sample:
   int64_t scratch_bytes = 0;              // held by all threads now

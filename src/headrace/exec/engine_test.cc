@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <latch>
@@ -17,6 +19,8 @@
 #include <span>
 #include <stop_token>
 #include <thread>
+
+#include "headrace/core/atomic_max.h"
 
 namespace headrace {
 namespace {
@@ -967,6 +971,87 @@ TEST(EngineRagged, ConcatenatedFieldsAreTheSameWhateverTheThreadCountAndAreCharg
   EXPECT_GT(one.metrics.budget_peak_bytes, fixed_batch);
   EXPECT_EQ(one.metrics.budget_used_bytes, 0);
   EXPECT_EQ(three.metrics.budget_used_bytes, 0);
+}
+
+// Appends, and tells before it runs, 8 rows of 8 bytes for samples 0-31 and 25,600
+// (200 KiB) for the rest; counts the rows' bytes alive (appended, and not of a batch the
+// consumer took or waits for) and their peak.
+class TellingRowsOp final : public Op {
+ public:
+  static int64_t BytesOf(int64_t index) { return 8 * (index < 32 ? 8 : 25600); }
+  std::string_view name() const override { return "test.telling_rows"; }
+  Telling Tells() const override { return Telling::kRows; }
+  bool Predict(SizePass& pass) const override {
+    pass.rows[1] += BytesOf(pass.ctx->sample->index) / 8;
+    return true;
+  }
+  Status Run(SampleContext& ctx) const override {
+    const int64_t n = BytesOf(ctx.sample->index) / 8;
+    *reinterpret_cast<int64_t*>(ctx.rows[0]) = ctx.sample->index;
+    HR_ASSIGN_OR_RETURN(uint8_t * out, ctx.AppendRows(1, n));
+    std::fill_n(reinterpret_cast<int64_t*>(out), n, ctx.sample->index);
+    StoreMax(peak, alive.fetch_add(n * 8) + n * 8);
+    return Status::Ok();
+  }
+  static inline std::atomic<int64_t> alive{0};
+  static inline std::atomic<int64_t> peak{0};
+};
+
+TEST(EngineRagged, ToldRowsPastTheBatchBudgetWaitForItBeyondTheBatchTheConsumerNeeds) {
+  // Before 2026-12-07 a batch was admitted by the mean rows a sample so far, and its
+  // samples' rows were held as they came: after eight batches of small samples, the
+  // four admitted next ran at once, 4 x 800 KiB of rows against a 1 MiB batch budget.
+  TellingRowsOp::alive = 0;
+  TellingRowsOp::peak = 0;
+  auto records = std::make_shared<std::vector<SampleRecord>>(64);
+  for (size_t i = 0; i < records->size(); ++i) (*records)[i].id = std::to_string(i);
+  EngineInputs in;
+  in.chain().ops.push_back(std::make_unique<TellingRowsOp>());
+  in.fields = {FieldSpec{"fixed", DType::kI64, {}},
+               FieldSpec{"ragged", DType::kI64, {}, FieldLayout::kRagged},
+               FieldSpec{"ragged_lengths", DType::kI32, {}, FieldLayout::kLengths}};
+  in.reads_media = false;
+  in.source = MakeRecordSource(std::make_shared<VectorRecords>(records), nullptr);
+  EngineOptions opt;
+  opt.cpu_threads = 2;
+  opt.prefetch_depth = 4;
+  opt.order.batch_size = 4;
+  opt.order.shuffle = false;  // batch k holds samples 4k to 4k + 3: the small ones first
+  opt.batch_budget_bytes = 1 << 20;
+  auto engine = Engine::Start(std::move(in), opt);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  for (int64_t k = 0;; ++k) {
+    // The consumer waits for batch k only once the engine went as far ahead of it as it
+    // could: every batch admitted is ready, or a sample's rows wait for the budget.
+    if (k > 0 && k < 16) {
+      EngineMetrics m;
+      do {
+        std::this_thread::yield();
+        m = (*engine)->Metrics();
+      } while (!(m.batches_ready >= 1 &&
+                 (m.rows_waiting > 0 ||
+                  m.batches_ready == m.samples_attempted / 4 - m.batches_delivered)));
+    }
+    // Batch k's rows are the consumer's from now (the batch it waits for may go past the
+    // budget: it must be made for the run to go on).
+    for (int64_t i = 4 * k; i < 4 * k + 4 && i < 64; ++i) {
+      TellingRowsOp::alive.fetch_sub(TellingRowsOp::BytesOf(i));
+    }
+    auto next = (*engine)->Next();
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    if (!next->has_value()) {
+      EXPECT_EQ(k, 16);
+      break;
+    }
+    EXPECT_TRUE((*next)->errors.empty());
+    EXPECT_EQ((*next)->Find("fixed")->data<int64_t>()[0], 4 * k);
+  }
+  const EngineMetrics m = (*engine)->Metrics();
+  EXPECT_GT(m.rows_waits, 0);
+  // The rows of the batches past the one the consumer waits for: within the budget, and
+  // past it those of the batch it needs next (its samples never wait, so that it is
+  // made): 1.0-1.2 MiB measured, 2.4-3.2 MiB before.
+  EXPECT_LE(TellingRowsOp::peak.load(), (1 << 20) + 4 * 204800);
 }
 
 TEST(EpochOrder, RanksGetDisjointEqualShares) {

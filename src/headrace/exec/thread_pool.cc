@@ -44,6 +44,12 @@ bool ThreadPool::Submit(Task task, int64_t priority) {
   return true;
 }
 
+std::optional<int64_t> ThreadPool::FirstQueued() const {
+  MutexLock lock(mu_);
+  if (queue_.empty()) return std::nullopt;
+  return queue_.front().priority;  // the heap's top
+}
+
 void ThreadPool::WorkerLoop() {
   MutexLock lock(mu_);
   while (true) {

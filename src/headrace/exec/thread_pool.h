@@ -3,7 +3,9 @@
 // task has the default).
 //
 // The pool owns its threads; operators never do. Tasks run start to finish on one
-// thread and must not block on other tasks of the same pool. Each worker accounts the
+// thread and must not block on other tasks of the same pool (a sample that waits for
+// memory, Delivery::HoldRows, stops waiting when every thread waits and the task queued
+// first must run for the others to go on). Each worker accounts the
 // time it spends running tasks (busy) and waiting for one (idle), which the executor
 // reports as the CPU stage's busy and starved time.
 //
@@ -15,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -35,6 +38,8 @@ class ThreadPool {
   bool Submit(Task task, int64_t priority = 0);
 
   int size() const { return static_cast<int>(threads_.size()); }
+  // The priority of the task that runs next (nullopt: none is queued).
+  std::optional<int64_t> FirstQueued() const;
   // Seconds all workers together spent running tasks / waiting for tasks.
   double busy_seconds() const;
   double idle_seconds() const;

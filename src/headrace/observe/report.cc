@@ -129,6 +129,8 @@ RunReport BuildRunReport(const Loader& loader, int64_t baseline_rss_bytes) {
   r.full_batch_bytes = m.full_batch_bytes;
   r.batch_memory_reused = m.batch_memory_reused;
   r.batch_memory_fresh = m.batch_memory_fresh;
+  r.rows_waits = m.rows_waits;
+  r.rows_wait_s = m.rows_wait_s;
   r.manifest_bytes = loader.manifest_bytes();
   r.manifest_mapped_bytes = loader.manifest_mapped_bytes();
   r.scratch_bytes = m.scratch_bytes;

@@ -89,6 +89,8 @@ struct RunReport {
   // the pool's regions, buffers of 1 MiB or more; smaller ones are the heap's).
   int64_t batch_memory_reused = 0;
   int64_t batch_memory_fresh = 0;
+  int64_t rows_waits = 0;  // samples whose told rows waited for the batch budget
+  double rows_wait_s = 0;
   // Memory outside memory.budget_bytes (JSON "memory": {...}):
   int64_t manifest_bytes = 0;  // the source's index in the heap, held all run
   int64_t manifest_mapped_bytes = 0;  // a manifest kept as lines, mapped: shared page cache

@@ -74,6 +74,8 @@ RunReport RichReport() {
   r.full_batch_bytes = 50331648;
   r.batch_memory_reused = 70;
   r.batch_memory_fresh = 5;
+  r.rows_waits = 2;
+  r.rows_wait_s = 0.25;
   r.manifest_bytes = 2097152;
   r.manifest_mapped_bytes = 8388608;
   r.scratch_bytes = 3145728;

@@ -323,6 +323,8 @@ void Fields(ReportOf<RunReport> auto& r, auto& f) {
   f.Section("batch_memory", true, [&] {
     f.Field("reused", r.batch_memory_reused);
     f.Field("fresh", r.batch_memory_fresh);
+    f.Field("rows_waits", r.rows_waits);
+    f.Field("rows_wait_s", r.rows_wait_s);
   });
   f.Section("memory", true, [&] {  // outside memory.budget_bytes
     f.Field("manifest_bytes", r.manifest_bytes);
