@@ -391,6 +391,26 @@ trainer: {{step_ms: 0}}
     assert report["errors"]["by_kind"] == {"corrupt_data": 1}, out
 
 
+def patch_pipeline(tmp_path, records, max_items, tail):
+    """`records` as the manifest, and a pipeline of Qwen2-VL's patches from their images,
+    unshuffled, batches of 4, a budget of 256 MiB, then `tail` (YAML lines)."""
+    (tmp_path / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    config = tmp_path / "p.yaml"
+    config.write_text(f"""
+source: {{manifest: {tmp_path / 'manifest.jsonl'},
+          fields: [{{name: images, kind: image, max_items: {max_items}}}]}}
+epochs: 1
+shuffle: false
+batch: {{size: 4}}
+memory: {{budget_bytes: 256MiB}}
+ops:
+  - image.decode: {{field: images}}
+  - image.smart_resize: {{field: images, preset: qwen2_vl}}
+  - vision.patchify: {{field: images, preset: qwen2_vl}}
+""" + tail)
+    return config
+
+
 def test_a_batchs_patches_are_held_to_what_a_batch_may_hold(tmp_path, headrace_bin):
     """Ragged batches against the budget: each 1000x1000 image is 24 MB of float32 patches
     (5184 x 1176 x 4 bytes) from a 3 KB file. A sample whose patches alone are more than a
@@ -400,24 +420,10 @@ def test_a_batchs_patches_are_held_to_what_a_batch_may_hold(tmp_path, headrace_b
     (tmp_path / "images").mkdir()
     (tmp_path / "images/big.png").write_bytes(png_bytes(1000, 1000, pixel=(0, 0, 0)))
     records = [("twelve", 12), ("eight", 8), ("two", 2), ("one", 1)]
-    (tmp_path / "manifest.jsonl").write_text("".join(
-        json.dumps({"id": name, "images": ["images/big.png"] * n}) + "\n"
-        for name, n in records))
-    config = tmp_path / "p.yaml"
-    config.write_text(f"""
-source: {{manifest: {tmp_path / 'manifest.jsonl'},
-          fields: [{{name: images, kind: image, max_items: 16}}]}}
-epochs: 1
-shuffle: false
-batch: {{size: 4}}
-memory: {{budget_bytes: 256MiB}}
-ops:
-  - image.decode: {{field: images}}
-  - image.smart_resize: {{field: images, preset: qwen2_vl}}
-  - vision.patchify: {{field: images, preset: qwen2_vl}}
-errors: {{max_error_rate: 0.9}}
-trainer: {{step_ms: 0}}
-""")
+    config = patch_pipeline(tmp_path, [{"id": name, "images": ["images/big.png"] * n}
+                                       for name, n in records],
+                            max_items=16, tail="errors: {max_error_rate: 0.9}\n"
+                                               "trainer: {step_ms: 0}\n")
     report_path = tmp_path / "r.json"
     proc = run_headrace(headrace_bin, "run", config, "--report", report_path)
     out = proc.stdout + proc.stderr
@@ -454,21 +460,7 @@ def test_a_burst_of_large_samples_waits_for_the_batch_budget(tmp_path, headrace_
     (tmp_path / "images/big.png").write_bytes(png_bytes(1000, 1000, pixel=(0, 0, 0)))
     records = [{"id": f"s{i}", "images": ["images/small.png"]} for i in range(32)]
     records += [{"id": f"b{i}", "images": ["images/big.png"] * 2} for i in range(16)]
-    (tmp_path / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    config = tmp_path / "p.yaml"
-    config.write_text(f"""
-source: {{manifest: {tmp_path / 'manifest.jsonl'},
-          fields: [{{name: images, kind: image, max_items: 4}}]}}
-epochs: 1
-shuffle: false
-batch: {{size: 4}}
-memory: {{budget_bytes: 256MiB}}
-ops:
-  - image.decode: {{field: images}}
-  - image.smart_resize: {{field: images, preset: qwen2_vl}}
-  - vision.patchify: {{field: images, preset: qwen2_vl}}
-trainer: {{step_ms: 200}}
-""")
+    config = patch_pipeline(tmp_path, records, max_items=4, tail="trainer: {step_ms: 200}\n")
     report_path = tmp_path / "r.json"
     proc = run_headrace(headrace_bin, "run", config, "--report", report_path)
     report = read_report(report_path)

@@ -76,22 +76,30 @@ void Until(Pred ready) {
   while (!ready()) std::this_thread::yield();
 }
 
+// A delivery of a 1000-byte batch budget and `cpu_threads` threads, batches 0-2 admitted
+// at 300 bytes each.
+std::unique_ptr<Delivery> ThreeBatchesOf300(BudgetGauge& gauge, std::stop_source& stop,
+                                            int cpu_threads) {
+  DeliveryOptions o = Options(3, 3);
+  o.batch_budget_bytes = 1000;
+  o.cpu_threads = cpu_threads;
+  auto d = Delivery::Make(Schedule::kSequential, o, gauge, stop);
+  for (int64_t j = 0; j < 3; ++j) {
+    EXPECT_EQ(d->NextToStart(), j);
+    EXPECT_TRUE(d->Admit(j, 300, 4));
+  }
+  return d;
+}
+
 TEST(InOrderDelivery, RowsPastTheBudgetWaitUnlessTheirBatchIsTheOldestOrTheOldestNeedsTheirThread) {
   BudgetGauge gauge;
   std::stop_source stop;
-  DeliveryOptions o = Options(3, 3);
-  o.batch_budget_bytes = 1000;
-  o.cpu_threads = 1;
-  auto d = Delivery::Make(Schedule::kSequential, o, gauge, stop);
+  auto d = ThreeBatchesOf300(gauge, stop, /*cpu_threads=*/1);
   std::atomic<int64_t> queued{-1};  // the batch of the sample queued first (-1: none)
   d->set_first_queued([&]() -> std::optional<int64_t> {
     const int64_t q = queued.load();
     return q < 0 ? std::nullopt : std::optional<int64_t>(q);
   });
-  for (int64_t j = 0; j < 3; ++j) {
-    ASSERT_EQ(d->NextToStart(), j);
-    ASSERT_TRUE(d->Admit(j, 300, 4));
-  }
   EXPECT_TRUE(d->HoldRows(1, 50));  // fits: charged at once
   EXPECT_EQ(gauge.used(), 950);
   EXPECT_TRUE(d->HoldRows(0, 500));  // past the budget, but batch 0 is the oldest
@@ -131,14 +139,7 @@ TEST(InOrderDelivery, RowsPastTheBudgetWaitUnlessTheirBatchIsTheOldestOrTheOldes
 TEST(InOrderDelivery, RowsWaitingForTheBudgetGoOnWhenTheConsumerTakesABatchAndStopWithTheRun) {
   BudgetGauge gauge;
   std::stop_source stop;
-  DeliveryOptions o = Options(3, 3);
-  o.batch_budget_bytes = 1000;
-  o.cpu_threads = 4;
-  auto d = Delivery::Make(Schedule::kSequential, o, gauge, stop);
-  for (int64_t j = 0; j < 3; ++j) {
-    ASSERT_EQ(d->NextToStart(), j);
-    ASSERT_TRUE(d->Admit(j, 300, 4));
-  }
+  auto d = ThreeBatchesOf300(gauge, stop, /*cpu_threads=*/4);
   d->Ready(0, MakeBatch(0, 4), 300, 600);  // assembled past its estimate: 1200 charged
   bool held = false;
   std::thread first([&] { held = d->HoldRows(2, 300); });
