@@ -129,6 +129,9 @@ void ChainStage::Run(const std::shared_ptr<BatchJob>& job, int slot, std::vector
                                    const SampleContext& ctx) {
                                  CountOp(first + i, start, end, ctx, index);
                                });
+      // A sample that failed before its size pass never asked its batch's gate, which
+      // its rows (kept by a packer) may outlive.
+      if (ragged != nullptr) ragged->set_gate(nullptr);
     }
     if (status.ok() && options_.sizes != nullptr && options_.sizes_token_field >= 0 &&
         !job->ragged.empty()) {
