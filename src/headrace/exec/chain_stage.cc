@@ -80,8 +80,6 @@ void ChainStage::Submit(const std::shared_ptr<BatchJob>& job, int slot, std::vec
   if (!submitted) {
     if (charged > 0) release_(charged);
     done_(job, slot, Status::Cancelled("the run was cancelled"));
-  } else if (on_queued_) {
-    on_queued_();
   }
 }
 

@@ -102,9 +102,12 @@ class ChainStage {
   // waits for a thread; a queued task that is not a sample's run (its read plan) counts
   // as the oldest batch's.
   std::optional<int64_t> FirstQueuedBatch() const;
-  // Called after each sample is queued for a thread (a sample waiting for memory may
-  // have to let it run: Delivery::HoldRows). Set before the first Submit.
-  void set_on_queued(std::function<void()> on_queued) { on_queued_ = std::move(on_queued); }
+  // Called after each task is queued for a thread, under the pool's lock (ThreadPool::
+  // set_on_queued): a sample waiting for memory may have to let it run
+  // (Delivery::HoldRows). Set before the first Submit.
+  void set_on_queued(std::function<void()> on_queued) {
+    pool_->set_on_queued(std::move(on_queued));
+  }
   int64_t samples_run() const { return samples_run_.load(std::memory_order_relaxed); }
   // What the samples' MediaReaders read (ChainStageOptions::ranged), summed as each
   // sample's chain ends.
@@ -139,7 +142,6 @@ class ChainStage {
   // Per chain, the index of its first op in the per-op counters below, which list every
   // chain's ops one chain after another.
   std::vector<size_t> first_op_;
-  std::function<void()> on_queued_;
   const ChainStageOptions options_;
   const std::stop_token stop_;
   const Release release_;

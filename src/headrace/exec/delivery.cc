@@ -258,8 +258,10 @@ void Delivery::Recharge(int64_t delta) {
 }
 
 void Delivery::Queued() {
-  // A thread that counted itself waiting did so under mu_ before it looked at the queue;
-  // the sample was queued before this load: either that thread saw it, or this sees it.
+  // A thread that counts itself waiting does so under mu_, where it looks at the queue
+  // (first_queued_) before it waits; the task was queued before this load: either that
+  // thread saw it, or this sees the thread counted and notifies it once it waits (the
+  // lock is free only then).
   if (rows_waiting_.load() == 0) return;
   MutexLock lock(mu_);
   rows_cv_.notify_all();

@@ -134,11 +134,13 @@ class Delivery {
   // (nothing charged) when the run stopped instead.
   bool HoldRows(int64_t batch, int64_t bytes);
   // The batch of the sample queued first for a pool thread (nullopt: none), for
-  // HoldRows; set before the run starts.
+  // HoldRows, which reads it under the delivery's lock; set before the run starts. It
+  // must not take a lock that is held while Queued is called.
   void set_first_queued(std::function<std::optional<int64_t>()> first_queued) {
     first_queued_ = std::move(first_queued);
   }
-  // A sample was queued for a pool thread (the pool's caller, after queueing it).
+  // A task was queued for a pool thread (the pool, under its lock, after queueing it:
+  // ThreadPool::set_on_queued).
   void Queued();
   // The charge of an admitted batch that will never be delivered (cancelled), or of
   // delivered bytes the consumer holds for the run (Engine::ChargeHeld), changed by

@@ -40,14 +40,16 @@ bool ThreadPool::Submit(Task task, int64_t priority) {
   if (stopping_) return false;
   queue_.push_back(Queued{priority, submitted_++, std::move(task)});
   std::push_heap(queue_.begin(), queue_.end(), RunsLater{});
+  first_queued_.store(queue_.front().priority);
   cv_.notify_one();
+  if (on_queued_) on_queued_();
   return true;
 }
 
 std::optional<int64_t> ThreadPool::FirstQueued() const {
-  MutexLock lock(mu_);
-  if (queue_.empty()) return std::nullopt;
-  return queue_.front().priority;  // the heap's top
+  const int64_t first = first_queued_.load();
+  if (first == kNoneQueued) return std::nullopt;
+  return first;
 }
 
 void ThreadPool::WorkerLoop() {
@@ -60,6 +62,7 @@ void ThreadPool::WorkerLoop() {
     std::pop_heap(queue_.begin(), queue_.end(), RunsLater{});
     Task task = std::move(queue_.back().task);
     queue_.pop_back();
+    first_queued_.store(queue_.empty() ? kNoneQueued : queue_.front().priority);
     lock.unlock();
     const auto run_start = Clock::now();
     task();

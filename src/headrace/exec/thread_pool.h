@@ -13,6 +13,7 @@
 // already queued, and joins them.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -38,8 +39,14 @@ class ThreadPool {
   bool Submit(Task task, int64_t priority = 0);
 
   int size() const { return static_cast<int>(threads_.size()); }
-  // The priority of the task that runs next (nullopt: none is queued).
+  // The priority of the task that runs next (nullopt: none is queued), read without the
+  // pool's lock (as of the last Submit or the last task taken).
   std::optional<int64_t> FirstQueued() const;
+  // Called after each task is queued, under the pool's lock (so before any worker can
+  // run it and let the pool's owner go): quick, and it must not call into the pool. Who
+  // waits for a task to be queued locks its own mutex in it, and reads FirstQueued under
+  // that mutex. Set before the first Submit.
+  void set_on_queued(std::function<void()> on_queued) { on_queued_ = std::move(on_queued); }
   // Seconds all workers together spent running tasks / waiting for tasks.
   double busy_seconds() const;
   double idle_seconds() const;
@@ -62,6 +69,10 @@ class ThreadPool {
   mutable Mutex mu_;
   std::condition_variable_any cv_;
   std::vector<Queued> queue_ HR_GUARDED_BY(mu_);  // a heap (RunsLater)
+  // queue_'s top priority (kNoneQueued: empty), written under mu_.
+  static constexpr int64_t kNoneQueued = INT64_MAX;
+  std::atomic<int64_t> first_queued_{kNoneQueued};
+  std::function<void()> on_queued_;
   uint64_t submitted_ HR_GUARDED_BY(mu_) = 0;
   bool stopping_ HR_GUARDED_BY(mu_) = false;
   int64_t busy_ns_ HR_GUARDED_BY(mu_) = 0;
