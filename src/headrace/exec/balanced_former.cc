@@ -25,6 +25,8 @@
 // the local run's.
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <memory>
 #include <climits>
 #include <span>
 #include <string>
@@ -32,6 +34,7 @@
 #include <vector>
 
 #include "headrace/exec/batch_formers.h"
+#include "headrace/exec/epoch_order.h"
 #include "headrace/exec/pack_sizer.h"
 #include "headrace/exec/size_index.h"
 #include "headrace/exec/step_deal.h"
@@ -188,13 +191,12 @@ class StepDealer {
     return std::move(dealt.ranks[rank]);
   }
 
-  // The rows rank `rank` keeps of a step's `rows`, planned over every rank's samples of
-  // the step (PackPlanner::RowDeal; `told`: each row's samples' sizes), as DealRows deals
-  // them (exec/step_deal.h). Adds the step to `seen`, and the kinds of the kept rows'
-  // samples to `kinds` (with every_rank).
-  std::vector<size_t> RowsOf(int rank, std::span<const std::vector<int64_t>> rows,
-                             std::span<const std::vector<std::optional<PackPlanner::Told>>> told,
-                             StepsSeen& seen, SampleKinds& kinds) const {
+  // A step's `rows`, planned over every rank's samples of the step (PackPlanner::RowDeal;
+  // `told`: each row's samples' sizes), dealt as DealRows deals them (exec/step_deal.h):
+  // each rank's row numbers. Adds the step to `seen`.
+  DealtStep DealRowsOf(std::span<const std::vector<int64_t>> rows,
+                       std::span<const std::vector<std::optional<PackPlanner::Told>>> told,
+                       StepsSeen& seen) const {
     std::vector<std::optional<SampleSize>> sizes;
     for (const auto& row : told) {
       for (const auto& t : row) sizes.push_back(SizeOf(t));
@@ -209,22 +211,36 @@ class StepDealer {
         if (sizes[k].has_value()) modalities[r] |= sizes[k]->modalities;
       }
     }
-    const DealtStep dealt = DealRows(costs, modalities, world_, every_rank_);
+    DealtStep dealt = DealRows(costs, modalities, world_, every_rank_);
     seen.Add(dealt, untold);
-    std::vector<size_t> kept(dealt.ranks[rank].begin(), dealt.ranks[rank].end());
-    if (every_rank_ != 0) {
-      std::vector<int64_t> samples;
-      std::vector<uint32_t> each;
-      for (const size_t r : kept) {
-        for (size_t s = 0; s < rows[r].size(); ++s) {
-          samples.push_back(rows[r][s]);
-          each.push_back(told[r][s].has_value() ? told[r][s]->modalities : 0);
-        }
-      }
-      kinds.Add(samples, each);
-    }
-    return kept;
+    return dealt;
   }
+  // With every_rank: the kinds of the samples of rows `kept` of `rows` to `kinds`.
+  void AddKinds(std::span<const std::vector<int64_t>> rows,
+                std::span<const std::vector<std::optional<PackPlanner::Told>>> told,
+                std::span<const int64_t> kept, SampleKinds& kinds) const {
+    if (every_rank_ == 0) return;
+    std::vector<int64_t> samples;
+    std::vector<uint32_t> each;
+    for (const int64_t r : kept) {
+      for (size_t s = 0; s < rows[r].size(); ++s) {
+        samples.push_back(rows[r][s]);
+        each.push_back(told[r][s].has_value() ? told[r][s]->modalities : 0);
+      }
+    }
+    kinds.Add(samples, each);
+  }
+  // The rows rank `rank` keeps of a step's `rows` (DealRowsOf), their samples' kinds added
+  // to `kinds`.
+  std::vector<size_t> RowsOf(int rank, std::span<const std::vector<int64_t>> rows,
+                             std::span<const std::vector<std::optional<PackPlanner::Told>>> told,
+                             StepsSeen& seen, SampleKinds& kinds) const {
+    const DealtStep dealt = DealRowsOf(rows, told, seen);
+    AddKinds(rows, told, dealt.ranks[rank], kinds);
+    return {dealt.ranks[rank].begin(), dealt.ranks[rank].end()};
+  }
+
+  int world() const { return world_; }
 
  private:
   static std::vector<int64_t> Joined(const std::vector<std::vector<int64_t>>& batches) {
@@ -241,6 +257,88 @@ class StepDealer {
   const PackPlanner::Sizer sizer_;
   const StepCost cost_;
   const uint32_t every_rank_;
+};
+
+// An on-demand run's rows dealt (a Ray worker, batch.balance with a packing window): the
+// epoch's steps planned in order as every rank's planner plans them (PackPlanner with a
+// RowDeal, over the same sizes), each rank's kept rows remembered for the last steps
+// planned, so that the worker computes any rank's batch of a step: that rank's rows'
+// samples, in row order, which the rank lays out by its own plan (PlannedPackFormer,
+// planning as the batches arrive). A step older than those remembered is planned again
+// from its epoch's start. Thread-safe.
+class StepRowsPlan {
+ public:
+  // Steps whose rows are remembered: past the batches a Ray loader keeps in flight.
+  static constexpr int64_t kKeptSteps = 64;
+
+  StepRowsPlan(std::shared_ptr<const StepDealer> dealer, PackOptions planning,
+               PackPlanner::Sizer sizer, std::shared_ptr<StepsSeen> seen,
+               std::shared_ptr<SampleKinds> kinds)
+      : dealer_(std::move(dealer)),
+        planning_(std::move(planning)),
+        sizer_(std::move(sizer)),
+        seen_(std::move(seen)),
+        kinds_(std::move(kinds)) {}
+
+  // The samples of the rows the rank whose epoch batch `position` is keeps of its step.
+  std::vector<int64_t> SamplesOf(const BatchPosition& position) {
+    const int world = dealer_->world();
+    const int64_t step = position.index_in_epoch / world;
+    const auto rank = static_cast<size_t>(position.index_in_epoch % world);
+    MutexLock lock(mu_);
+    if (planner_ == nullptr || position.epoch != epoch_ ||
+        (step < next_step_ && !kept_.contains(step))) {
+      Restart(position.epoch);
+    }
+    while (next_step_ <= step) PlanNext(position);
+    return kept_.at(step).at(rank);
+  }
+
+ private:
+  void Restart(int64_t epoch) HR_REQUIRES(mu_) {
+    epoch_ = epoch;
+    next_step_ = 0;
+    kept_.clear();
+    PackPlanner::RowDeal deal{.world = dealer_->world(), .rank = 0};
+    deal.deal = [this](std::span<const std::vector<int64_t>> rows,
+                       std::span<const std::vector<std::optional<PackPlanner::Told>>> told) {
+      // Called by planner_->Plan, under mu_ (PlanNext).
+      const DealtStep dealt = dealer_->DealRowsOf(rows, told, *seen_);
+      dealt_.assign(dealt.ranks.size(), {});
+      for (size_t r = 0; r < dealt.ranks.size(); ++r) {
+        dealer_->AddKinds(rows, told, dealt.ranks[r], *kinds_);
+        for (const int64_t row : dealt.ranks[r]) {
+          dealt_[r].insert(dealt_[r].end(), rows[row].begin(), rows[row].end());
+        }
+      }
+      return std::vector<size_t>(dealt.ranks[0].begin(), dealt.ranks[0].end());
+    };
+    planner_ = std::make_unique<PackPlanner>(planning_, sizer_, std::move(deal));
+  }
+  void PlanNext(const BatchPosition& position) HR_REQUIRES(mu_) {
+    BatchPosition first = position;
+    first.index_in_epoch = next_step_ * dealer_->world();
+    const int64_t global = epoch_ * planning_.epoch_batches + next_step_;
+    (void)planner_->Plan(epoch_, next_step_, global, next_step_ + 1 == planning_.epoch_batches,
+                         dealer_->StepOf(first));
+    (void)planner_->Take(global);
+    kept_[next_step_] = std::move(dealt_);
+    kept_.erase(next_step_ - kKeptSteps);
+    ++next_step_;
+  }
+
+  const std::shared_ptr<const StepDealer> dealer_;
+  const PackOptions planning_;  // epoch_batches: each rank's batches an epoch
+  const PackPlanner::Sizer sizer_;
+  const std::shared_ptr<StepsSeen> seen_;
+  const std::shared_ptr<SampleKinds> kinds_;
+  Mutex mu_;
+  std::unique_ptr<PackPlanner> planner_ HR_GUARDED_BY(mu_);
+  int64_t epoch_ HR_GUARDED_BY(mu_) = -1;
+  int64_t next_step_ HR_GUARDED_BY(mu_) = 0;
+  // Each step's rows' samples by rank, of the last kKeptSteps steps planned.
+  std::map<int64_t, std::vector<std::vector<int64_t>>> kept_ HR_GUARDED_BY(mu_);
+  std::vector<std::vector<int64_t>> dealt_;  // the deal's, while Plan runs (under mu_)
 };
 
 // A rank's input batches that an on-demand run dealt and computed (a Ray worker's), as
@@ -291,10 +389,13 @@ class BalancedFormer final : public BatchFormer {
   // rank packs them): they leave with their samples' kinds, not flagged.
   // `rows`: the inner former (a planned pack) deals each step's rows (FormingRun::
   // row_deal, adding to `seen` and `kinds`): it composes from the whole step.
+  // `rows_plan`: on demand with rows dealt, the plan whose rows' samples it composes.
   BalancedFormer(std::shared_ptr<const StepDealer> dealer, std::shared_ptr<BatchFormer> inner,
                  uint32_t every_rank, bool peers, bool consumer_forms, bool rows,
-                 std::shared_ptr<StepsSeen> seen, std::shared_ptr<SampleKinds> kinds)
-      : dealer_(std::move(dealer)),
+                 std::shared_ptr<StepsSeen> seen, std::shared_ptr<SampleKinds> kinds,
+                 std::shared_ptr<StepRowsPlan> rows_plan)
+      : rows_plan_(std::move(rows_plan)),
+        dealer_(std::move(dealer)),
         inner_(std::move(inner)),
         name_("balanced " + std::string(rows ? "rows, " : "") + std::string(inner_->name())),
         every_rank_(every_rank),
@@ -308,9 +409,10 @@ class BalancedFormer final : public BatchFormer {
   std::optional<std::vector<int64_t>> Compose(const BatchPosition& position,
                                               std::span<const int64_t>,
                                               std::stop_token stop) override {
-    std::vector<int64_t> share = rows_ ? dealer_->StepOf(position)
-                                       : dealer_->SamplesOf(position, stop, seen_.get(),
-                                                            kinds_.get());
+    std::vector<int64_t> share =
+        rows_plan_ != nullptr ? rows_plan_->SamplesOf(position)
+        : rows_              ? dealer_->StepOf(position)
+                             : dealer_->SamplesOf(position, stop, seen_.get(), kinds_.get());
     std::optional<std::vector<int64_t>> formed = inner_->Compose(position, share, stop);
     return formed.has_value() ? std::move(formed) : std::move(share);
   }
@@ -373,6 +475,7 @@ class BalancedFormer final : public BatchFormer {
     return Status::Ok();
   }
 
+  const std::shared_ptr<StepRowsPlan> rows_plan_;
   const std::shared_ptr<const StepDealer> dealer_;
   const std::shared_ptr<BatchFormer> inner_;
   const std::string name_;
@@ -437,16 +540,35 @@ Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run) {
   // With batch.pack and a window, each step's rows are planned over every rank's samples
   // and the rows dealt (PackPlanner::RowDeal).
   const bool rows = BalanceDealsRows(run.pack, world);
-  if (rows && (on_demand || !run.plan_packing)) {
-    return Status::InvalidArgument(
-        "batch.pack.window: " + std::to_string(run.pack->window) +
-        " with batch.balance deals each step's packed rows over the ranks, planned before "
-        "the samples run; a Ray loader's workers compute samples, not rows (and a run "
-        "with plan_packing off plans none): set batch.pack.window: 0 (each rank's share "
-        "packed alone: its steps stay balanced), or run the loader in the trainer's "
-        "processes (headrace.Loader)");
-  }
-  if (rows) {
+  std::shared_ptr<StepRowsPlan> rows_plan;
+  if (rows && on_demand) {
+    // A Ray worker: the rows' samples of whichever rank's batch it computes, from the plan
+    // every rank makes (StepRowsPlan); the rank lays them out by its own plan.
+    const std::optional<int> pack_field = TellingTokenField(inputs, run.pack->token_field);
+    if (!pack_field.has_value()) {
+      return Status::InvalidArgument(
+          "batch.pack.window with batch.balance plans rows from the tokens the chain's size "
+          "pass tells into batch.pack.field '" + run.pack->token_field + "'; it does not");
+    }
+    EpochOrderOptions ranks = run.engine->order;
+    ranks.world_size = world;
+    ranks.rank = 0;
+    HR_ASSIGN_OR_RETURN(EpochOrder rank_order, EpochOrder::Make(ranks));
+    PackOptions planning = *run.pack;
+    planning.epoch_batches = rank_order.batches_per_rank_epoch();
+    PackPlanner::Sizer sizer =
+        SizeByTheSizePass(run.inputs, *pack_field, planning, nullptr, run.engine->io_budget_bytes,
+                          nullptr, run.engine->io_inflight);
+    const std::shared_ptr<const SizeIndex> index =
+        run.sizes != nullptr ? run.sizes : run.balance->index;
+    if (index != nullptr) sizer = SizeByTheIndex(index, planning.seq_len, std::move(sizer));
+    rows_plan = std::make_shared<StepRowsPlan>(dealer, std::move(planning), std::move(sizer),
+                                               seen, kinds);
+  } else if (rows) {
+    // A Ray rank (plan_packing off: its workers computed the rows' samples) plans each
+    // step as its batch arrives, to lay it out as the workers' plan did.
+    run.plans_at_push = !run.plan_packing;
+    run.plan_packing = true;
     // The planned pack plans the whole step, and replays its window from whole steps.
     run.samples_of = [dealer](const BatchPosition& position) { return dealer->StepOf(position); };
     if (run.sizes == nullptr) run.sizes = run.balance->index;
@@ -467,8 +589,8 @@ Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run) {
                       MakeFormerAfter(&MakeBalancedFormer, run));
   return std::shared_ptr<BatchFormer>(std::make_shared<BalancedFormer>(
       std::move(dealer), std::move(inner), run.balance->every_rank, world > 1,
-      /*consumer_forms=*/on_demand && run.pack.has_value(), rows, std::move(seen),
-      std::move(kinds)));
+      /*consumer_forms=*/on_demand && run.pack.has_value(), rows && !on_demand,
+      std::move(seen), std::move(kinds), std::move(rows_plan)));
 }
 
 }  // namespace headrace

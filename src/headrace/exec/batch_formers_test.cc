@@ -627,19 +627,38 @@ TEST(BatchFormers, ABalancedPackWithAWindowDealsRowsWithAnImageToEveryRankItCan)
   EXPECT_GT(lacking, 0) << "some step has fewer image rows than ranks: flagged";
 }
 
-TEST(BatchFormers, ABalancedPackWithAWindowNeedsItsRowsPlanned) {
-  // A Ray rank packs what its workers computed (no plan): it cannot deal rows.
+TEST(BatchFormers, AnOnDemandRunWithRowsDealtComputesEachRanksRowsAsItsOwnRunPlansThem) {
+  // A Ray worker with batch.pack and a window: its epoch batch b is the samples of the
+  // rows rank b mod 2's own run keeps of step b div 2, in row order (the rank lays them
+  // out by its own plan), whichever order the ranks' requests come in.
   const std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
+  const RankBatches ranks[2] = {PackedRank(inputs, 0, {.balance = BalanceOptions{}}),
+                                PackedRank(inputs, 1, {.balance = BalanceOptions{}})};
   EngineOptions engine = SkewedRun(0);
-  FormingRun run{.inputs = inputs, .pack = Pack(4), .engine = &engine, .plan_packing = false};
+  engine.order.world_size = 1;
+  engine.schedule = Schedule::kOnDemand;
+  FormingRun run{.inputs = inputs, .pack = Pack(4), .engine = &engine};
+  run.pack->seq_len = 256;
   run.balance = BalanceOptions{};
+  run.balance->ranks = 2;
   Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
-  ASSERT_FALSE(former.ok());
-  EXPECT_NE(former.status().message().find("batch.pack.window: 4"), std::string::npos)
-      << former.status().ToString();
-  run.pack->window = 0;
-  run.row_deal.reset();
-  EXPECT_TRUE(MakeBatchFormer(run).ok()) << "each rank's share packed alone";
+  ASSERT_TRUE(former.ok()) << former.status().ToString();
+  Result<EpochOrder> order = EpochOrder::Make(engine.order);
+  ASSERT_TRUE(order.ok());
+  for (const int64_t b : {5, 0, 15, 1, 8, 9, 2, 3, 4, 6, 7, 10, 11, 12, 13, 14, 0, 1}) {
+    const BatchPosition p{.epoch = 0, .index_in_epoch = b};
+    std::optional<std::vector<int64_t>> samples =
+        (*former)->Compose(p, order->SampleIndices(p), {});
+    ASSERT_TRUE(samples.has_value());
+    EXPECT_EQ(*samples, ranks[b % 2].samples[static_cast<size_t>(b / 2)]) << "batch " << b;
+  }
+  // Epoch 1 after epoch 0 from its start, then epoch 0 again (planned anew).
+  for (const auto& [epoch, b] : {std::pair<int64_t, int64_t>{1, 0}, {0, 3}}) {
+    const BatchPosition p{.epoch = epoch, .index_in_epoch = b};
+    ASSERT_TRUE((*former)->Compose(p, order->SampleIndices(p), {}).has_value());
+  }
+  const BatchPosition again{.epoch = 0, .index_in_epoch = 3};
+  EXPECT_EQ(*(*former)->Compose(again, order->SampleIndices(again), {}), ranks[1].samples[1]);
 }
 
 // Rank 0's packed batches (seq_len 64, window 4) of SkewedInputs(64) as a planned pack
