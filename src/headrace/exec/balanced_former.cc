@@ -22,15 +22,19 @@
 // batches from its workers' batches with this same former (Compose never called there):
 // under every_rank each worker batch carries its samples' kinds (kSampleKindsField),
 // which the rank's former takes out of its input, so that its `dummy_kinds` are those of
-// the local run's.
+// the local run's. With a packing window (rows dealt) a worker plans every step's rows as
+// every rank does (StepRowsPlan) and computes the rows' samples of the rank asking; the
+// rank plans each step as its batch arrives (FormingRun::plans_at_push), checks the batch
+// holds the planned samples, lays it out and tells its rows' kinds from that plan.
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <map>
 #include <memory>
-#include <climits>
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "headrace/exec/batch_formers.h"
@@ -69,31 +73,38 @@ class StepsSeen {
 };
 
 // With batch.balance.every_rank: the kinds of media (ModalityBit) of the samples a rank
-// was dealt and has not delivered yet, by dataset index; what a delivered batch's
-// `dummy_kinds` field is computed from. Each is stamped with the batch it was dealt in,
-// and those dealt kKeptBatches batches before the one delivered are forgotten (a sample
-// that failed, or that packing left out, is never delivered): the map holds the samples
-// of the batches in flight and a packing window's. Thread-safe (dealt by the run, taken
-// by the consumer).
+// was dealt and has not delivered yet, by (epoch, dataset index); what a delivered
+// batch's `dummy_kinds` field is computed from. Each is stamped with the batch it was
+// dealt in, and those dealt kKeptBatches batches before the one delivered are forgotten
+// (a sample that failed, or that packing left out, is never delivered): the map holds the
+// samples of the batches in flight and a packing window's. Thread-safe (dealt by the run,
+// taken by the consumer).
+//
+// Why the epoch is in the key: a sample is in every epoch, and the run deals the next
+// epoch's first batches while the consumer still takes this epoch's last ones (prefetch).
+// Keyed by index alone, taking epoch e's batch also took the kinds dealt for the same
+// sample in epoch e + 1, whose batch then flagged a kind it holds: in the rows case of
+// tests/python/test_ray.py a local run's rank 0 flagged `image` on epoch 1's first batch
+// (samples 6 and 31, in its epoch 0 batches 4 and 10) in 2 to 5 runs of 30.
 class SampleKinds {
  public:
   // Batches a dealt sample's kinds are kept for: past any prefetch depth and packing
   // window; one forgotten too early counts as holding no kind (a dummy too many).
   static constexpr int64_t kKeptBatches = 64;
 
-  // Samples dealt for the next batch.
-  void Add(std::span<const int64_t> indices, std::span<const uint32_t> kinds) {
+  // Samples `indices` of epoch `epoch` dealt for the next batch.
+  void Add(int64_t epoch, std::span<const int64_t> indices, std::span<const uint32_t> kinds) {
     MutexLock lock(mu_);
-    for (size_t i = 0; i < indices.size(); ++i) kinds_[indices[i]] = {kinds[i], dealt_};
+    for (size_t i = 0; i < indices.size(); ++i) kinds_[{epoch, indices[i]}] = {kinds[i], dealt_};
     ++dealt_;
   }
-  // The kinds of each of the next delivered batch's samples `indices` (0: not dealt
-  // here, or forgotten).
-  std::vector<uint32_t> TakeEach(std::span<const int64_t> indices) {
+  // The kinds of each of the next delivered batch's samples `indices` of epoch `epoch`
+  // (0: not dealt here, or forgotten).
+  std::vector<uint32_t> TakeEach(int64_t epoch, std::span<const int64_t> indices) {
     MutexLock lock(mu_);
     std::vector<uint32_t> each(indices.size(), 0);
     for (size_t k = 0; k < indices.size(); ++k) {
-      if (auto it = kinds_.find(indices[k]); it != kinds_.end()) {
+      if (auto it = kinds_.find({epoch, indices[k]}); it != kinds_.end()) {
         each[k] = it->second.kinds;
         kinds_.erase(it);
       }
@@ -103,10 +114,10 @@ class SampleKinds {
     }
     return each;
   }
-  // The kinds the next delivered batch's samples `indices` hold together.
-  uint32_t Take(std::span<const int64_t> indices) {
+  // The kinds the next delivered batch's samples `indices` of epoch `epoch` hold together.
+  uint32_t Take(int64_t epoch, std::span<const int64_t> indices) {
     uint32_t held = 0;
-    for (uint32_t kinds : TakeEach(indices)) held |= kinds;
+    for (uint32_t kinds : TakeEach(epoch, indices)) held |= kinds;
     return held;
   }
 
@@ -116,7 +127,7 @@ class SampleKinds {
     int64_t dealt = 0;  // the batch it was dealt in (the count of Adds before)
   };
   Mutex mu_;
-  std::unordered_map<int64_t, Dealt> kinds_ HR_GUARDED_BY(mu_);
+  std::map<std::pair<int64_t, int64_t>, Dealt> kinds_ HR_GUARDED_BY(mu_);  // (epoch, index)
   int64_t dealt_ HR_GUARDED_BY(mu_) = 0;
   int64_t taken_ HR_GUARDED_BY(mu_) = 0;
 };
@@ -186,7 +197,7 @@ class StepDealer {
       for (size_t i = 0; i < samples.size(); ++i) of.emplace(samples[i], modalities[i]);
       std::vector<uint32_t> share;
       for (int64_t s : dealt.ranks[rank]) share.push_back(of[s]);
-      kinds->Add(dealt.ranks[rank], share);
+      kinds->Add(position.epoch, dealt.ranks[rank], share);
     }
     return std::move(dealt.ranks[rank]);
   }
@@ -215,28 +226,23 @@ class StepDealer {
     seen.Add(dealt, untold);
     return dealt;
   }
-  // With every_rank: the kinds of the samples of rows `kept` of `rows` to `kinds`.
-  void AddKinds(std::span<const std::vector<int64_t>> rows,
-                std::span<const std::vector<std::optional<PackPlanner::Told>>> told,
-                std::span<const int64_t> kept, SampleKinds& kinds) const {
-    if (every_rank_ == 0) return;
-    std::vector<int64_t> samples;
-    std::vector<uint32_t> each;
-    for (const int64_t r : kept) {
-      for (size_t s = 0; s < rows[r].size(); ++s) {
-        samples.push_back(rows[r][s]);
-        each.push_back(told[r][s].has_value() ? told[r][s]->modalities : 0);
-      }
-    }
-    kinds.Add(samples, each);
-  }
-  // The rows rank `rank` keeps of a step's `rows` (DealRowsOf), their samples' kinds added
-  // to `kinds`.
-  std::vector<size_t> RowsOf(int rank, std::span<const std::vector<int64_t>> rows,
+  // The rows rank `rank` keeps of a step of epoch `epoch` (DealRowsOf), with every_rank
+  // their samples' kinds added to `kinds`.
+  std::vector<size_t> RowsOf(int rank, int64_t epoch, std::span<const std::vector<int64_t>> rows,
                              std::span<const std::vector<std::optional<PackPlanner::Told>>> told,
                              StepsSeen& seen, SampleKinds& kinds) const {
     const DealtStep dealt = DealRowsOf(rows, told, seen);
-    AddKinds(rows, told, dealt.ranks[rank], kinds);
+    if (every_rank_ != 0) {
+      std::vector<int64_t> samples;
+      std::vector<uint32_t> each;
+      for (const int64_t r : dealt.ranks[rank]) {
+        for (size_t s = 0; s < rows[r].size(); ++s) {
+          samples.push_back(rows[r][s]);
+          each.push_back(told[r][s].has_value() ? told[r][s]->modalities : 0);
+        }
+      }
+      kinds.Add(epoch, samples, each);
+    }
     return {dealt.ranks[rank].begin(), dealt.ranks[rank].end()};
   }
 
@@ -264,7 +270,8 @@ class StepDealer {
 // RowDeal, over the same sizes), each rank's kept rows remembered for the last steps
 // planned, so that the worker computes any rank's batch of a step: that rank's rows'
 // samples, in row order, which the rank lays out by its own plan (PlannedPackFormer,
-// planning as the batches arrive). A step older than those remembered is planned again
+// planning as the batches arrive, which also tells the kinds of its rows' samples for its
+// `dummy_kinds`: none are told here). A step older than those remembered is planned again
 // from its epoch's start. Thread-safe.
 class StepRowsPlan {
  public:
@@ -272,13 +279,11 @@ class StepRowsPlan {
   static constexpr int64_t kKeptSteps = 64;
 
   StepRowsPlan(std::shared_ptr<const StepDealer> dealer, PackOptions planning,
-               PackPlanner::Sizer sizer, std::shared_ptr<StepsSeen> seen,
-               std::shared_ptr<SampleKinds> kinds)
+               PackPlanner::Sizer sizer, std::shared_ptr<StepsSeen> seen)
       : dealer_(std::move(dealer)),
         planning_(std::move(planning)),
         sizer_(std::move(sizer)),
-        seen_(std::move(seen)),
-        kinds_(std::move(kinds)) {}
+        seen_(std::move(seen)) {}
 
   // The samples of the rows the rank whose epoch batch `position` is keeps of its step.
   std::vector<int64_t> SamplesOf(const BatchPosition& position) {
@@ -300,13 +305,12 @@ class StepRowsPlan {
     next_step_ = 0;
     kept_.clear();
     PackPlanner::RowDeal deal{.world = dealer_->world(), .rank = 0};
-    deal.deal = [this](std::span<const std::vector<int64_t>> rows,
+    deal.deal = [this](int64_t, std::span<const std::vector<int64_t>> rows,
                        std::span<const std::vector<std::optional<PackPlanner::Told>>> told) {
       // Called by planner_->Plan, under mu_ (PlanNext).
       const DealtStep dealt = dealer_->DealRowsOf(rows, told, *seen_);
       dealt_.assign(dealt.ranks.size(), {});
       for (size_t r = 0; r < dealt.ranks.size(); ++r) {
-        dealer_->AddKinds(rows, told, dealt.ranks[r], *kinds_);
         for (const int64_t row : dealt.ranks[r]) {
           dealt_[r].insert(dealt_[r].end(), rows[row].begin(), rows[row].end());
         }
@@ -331,7 +335,6 @@ class StepRowsPlan {
   const PackOptions planning_;  // epoch_batches: each rank's batches an epoch
   const PackPlanner::Sizer sizer_;
   const std::shared_ptr<StepsSeen> seen_;
-  const std::shared_ptr<SampleKinds> kinds_;
   Mutex mu_;
   std::unique_ptr<PackPlanner> planner_ HR_GUARDED_BY(mu_);
   int64_t epoch_ HR_GUARDED_BY(mu_) = -1;
@@ -372,7 +375,7 @@ class KindsFromInput final : public BatchInput {
     }
     const int32_t* bits = kinds->data<int32_t>();
     const std::vector<uint32_t> each(bits, bits + kinds->numel());
-    kinds_.Add({index->data<int64_t>(), static_cast<size_t>(index->numel())}, each);
+    kinds_.Add(batch.epoch, {index->data<int64_t>(), static_cast<size_t>(index->numel())}, each);
     std::erase_if(batch.fields, [](const auto& f) { return f.first == kSampleKindsField; });
     return Status::Ok();
   }
@@ -429,9 +432,11 @@ class BalancedFormer final : public BatchFormer {
     return batch;
   }
   // A Ray worker's batch: the flags its rank's own run would add in Next(), or, where
-  // the rank forms its batches from it, its samples' kinds for the rank's Next().
+  // the rank forms its batches from it, its samples' kinds for the rank's Next(). With
+  // rows dealt (rows_plan_) nothing: the rank's own plan of each step tells its rows'
+  // kinds (FormingRun::row_deal).
   Status FinishTaken(Batch& batch) override {
-    if (every_rank_ == 0) return Status::Ok();
+    if (every_rank_ == 0 || rows_plan_ != nullptr) return Status::Ok();
     return consumer_forms_ ? AddSampleKinds(batch) : AddDummyKinds(batch);
   }
   bool ready() const override { return inner_->ready(); }
@@ -451,8 +456,8 @@ class BalancedFormer final : public BatchFormer {
     const Tensor* index = batch.Find("index");
     const uint32_t held =
         index == nullptr ? 0
-                         : kinds_->Take({index->data<int64_t>(),
-                                        static_cast<size_t>(index->numel())});
+                         : kinds_->Take(batch.epoch, {index->data<int64_t>(),
+                                                     static_cast<size_t>(index->numel())});
     constexpr int64_t kKinds = std::size(kBalanceKinds);
     HR_ASSIGN_OR_RETURN(Tensor field, Tensor::Allocate(DType::kU8, {kKinds}));
     for (int64_t k = 0; k < kKinds; ++k) {
@@ -467,7 +472,8 @@ class BalancedFormer final : public BatchFormer {
     const Tensor* index = batch.Find("index");
     if (index == nullptr) return Status::Internal("balanced: a taken batch without 'index'");
     const std::vector<uint32_t> each =
-        kinds_->TakeEach({index->data<int64_t>(), static_cast<size_t>(index->numel())});
+        kinds_->TakeEach(batch.epoch,
+                         {index->data<int64_t>(), static_cast<size_t>(index->numel())});
     HR_ASSIGN_OR_RETURN(Tensor field,
                         Tensor::Allocate(DType::kI32, {static_cast<int64_t>(each.size())}));
     std::copy(each.begin(), each.end(), field.mutable_data<int32_t>());
@@ -563,7 +569,7 @@ Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run) {
         run.sizes != nullptr ? run.sizes : run.balance->index;
     if (index != nullptr) sizer = SizeByTheIndex(index, planning.seq_len, std::move(sizer));
     rows_plan = std::make_shared<StepRowsPlan>(dealer, std::move(planning), std::move(sizer),
-                                               seen, kinds);
+                                               seen);
   } else if (rows) {
     // A Ray rank (plan_packing off: its workers computed the rows' samples) plans each
     // step as its batch arrives, to lay it out as the workers' plan did.
@@ -575,9 +581,9 @@ Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run) {
     run.row_deal = PackPlanner::RowDeal{
         world, run.engine->order.rank,
         [dealer, seen, kinds, rank = run.engine->order.rank](
-            std::span<const std::vector<int64_t>> step_rows,
+            int64_t epoch, std::span<const std::vector<int64_t>> step_rows,
             std::span<const std::vector<std::optional<PackPlanner::Told>>> told) {
-          return dealer->RowsOf(rank, step_rows, told, *seen, *kinds);
+          return dealer->RowsOf(rank, epoch, step_rows, told, *seen, *kinds);
         }};
   } else {
     // The formers below see the dealt samples wherever they ask for a batch's samples.

@@ -404,6 +404,50 @@ TEST(BatchFormers, AnOnDemandModalitySafeBatchIsDealtAndFlaggedAsItsRanksOwn) {
   EXPECT_GT(holding, 0);
 }
 
+TEST(BatchFormers, AModalitySafeBatchIsFlaggedByItsOwnEpochsDealWhileTheNextIsDealtAhead) {
+  // Samples 0-15 hold an image. Every sample is in both epochs; the next epoch's batches
+  // are dealt (Compose) before this epoch's leave (FinishTaken), as a run prefetching
+  // across the epoch's end deals them: each batch is still flagged by its own share.
+  std::shared_ptr<EngineInputs> inputs = ImagesBelow(16);
+  BalanceOptions safe;
+  safe.every_rank = ModalityBit(FieldKind::kImage);
+  EngineOptions engine = SkewedRun(0);
+  engine.order.world_size = 1;
+  engine.schedule = Schedule::kOnDemand;
+  FormingRun run{.inputs = inputs, .engine = &engine};
+  run.balance = safe;
+  run.balance->ranks = 2;
+  Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
+  ASSERT_TRUE(former.ok()) << former.status().ToString();
+  Result<EpochOrder> order = EpochOrder::Make(engine.order);
+  ASSERT_TRUE(order.ok());
+  std::vector<std::pair<BatchPosition, std::vector<int64_t>>> dealt;
+  for (const int64_t epoch : {1, 0}) {
+    for (int64_t b = 0; b < 16; ++b) {
+      const BatchPosition p{.epoch = epoch, .index_in_epoch = b};
+      dealt.emplace_back(p, *(*former)->Compose(p, order->SampleIndices(p), {}));
+    }
+  }
+  std::reverse(dealt.begin(), dealt.end());  // epoch 0's leave first
+  int64_t holding = 0;
+  for (const auto& [p, share] : dealt) {
+    Batch batch;
+    batch.epoch = p.epoch;
+    Result<Tensor> index = Tensor::Allocate(DType::kI64, {int64_t(share.size())});
+    ASSERT_TRUE(index.ok());
+    std::copy(share.begin(), share.end(), index->mutable_data<int64_t>());
+    batch.fields.emplace_back("index", *index);
+    ASSERT_TRUE((*former)->FinishTaken(batch).ok());
+    const Tensor* dummy = batch.Find("dummy_kinds");
+    ASSERT_NE(dummy, nullptr);
+    const bool image = std::any_of(share.begin(), share.end(), [](int64_t s) { return s < 16; });
+    EXPECT_EQ(dummy->data<uint8_t>()[0], image ? 0 : 1)
+        << "epoch " << p.epoch << ", batch " << p.index_in_epoch;
+    holding += image && p.epoch == 1;
+  }
+  EXPECT_GT(holding, 0);
+}
+
 TEST(BatchFormers, AModalitySafeBatchSaysWhichKindsItLacks) {
   // Samples 0-2 hold an image: most steps cannot give each rank one.
   std::shared_ptr<EngineInputs> inputs = ImagesBelow(3);
