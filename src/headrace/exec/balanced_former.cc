@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <span>
@@ -265,18 +266,26 @@ class StepDealer {
   const uint32_t every_rank_;
 };
 
-// An on-demand run's rows dealt (a Ray worker, batch.balance with a packing window): the
+// An on-demand run's rows dealt (a Ray worker, batch.balance with a packing window): each
 // epoch's steps planned in order as every rank's planner plans them (PackPlanner with a
 // RowDeal, over the same sizes), each rank's kept rows remembered for the last steps
 // planned, so that the worker computes any rank's batch of a step: that rank's rows'
 // samples, in row order, which the rank lays out by its own plan (PlannedPackFormer,
 // planning as the batches arrive, which also tells the kinds of its rows' samples for its
-// `dummy_kinds`: none are told here). A step older than those remembered is planned again
-// from its epoch's start. Thread-safe.
+// `dummy_kinds`: none are told here). A step older than those remembered, or of an epoch
+// no longer kept, is planned again from its epoch's start. Thread-safe.
+//
+// Why a plan per epoch: a rank asks for the next epoch's first batches before its last
+// ones of this epoch are computed (its request window crosses the epoch's end), and the
+// ranks may be an epoch apart; with one plan, each request of the other epoch planned its
+// epoch again from the start (every step of it sized again, without a size index by
+// reading headers) at every epoch's end.
 class StepRowsPlan {
  public:
   // Steps whose rows are remembered: past the batches a Ray loader keeps in flight.
   static constexpr int64_t kKeptSteps = 64;
+  // Epochs whose plans are kept: this one and the next (or the one before).
+  static constexpr size_t kKeptEpochs = 2;
 
   StepRowsPlan(std::shared_ptr<const StepDealer> dealer, PackOptions planning,
                PackPlanner::Sizer sizer, std::shared_ptr<StepsSeen> seen)
@@ -291,23 +300,32 @@ class StepRowsPlan {
     const int64_t step = position.index_in_epoch / world;
     const auto rank = static_cast<size_t>(position.index_in_epoch % world);
     MutexLock lock(mu_);
-    if (planner_ == nullptr || position.epoch != epoch_ ||
-        (step < next_step_ && !kept_.contains(step))) {
-      Restart(position.epoch);
-    }
-    while (next_step_ <= step) PlanNext(position);
-    return kept_.at(step).at(rank);
+    EpochRows& rows = PlanOf(position.epoch, step);
+    while (rows.next_step <= step) PlanNext(position.epoch, rows);
+    return rows.kept.at(step).at(rank);
   }
 
  private:
-  void Restart(int64_t epoch) HR_REQUIRES(mu_) {
-    epoch_ = epoch;
-    next_step_ = 0;
-    kept_.clear();
-    PackPlanner::RowDeal deal{.world = dealer_->world(), .rank = 0};
-    deal.deal = [this](int64_t, std::span<const std::vector<int64_t>> rows,
-                       std::span<const std::vector<std::optional<PackPlanner::Told>>> told) {
-      // Called by planner_->Plan, under mu_ (PlanNext).
+  // One epoch's plan.
+  struct EpochRows {
+    std::unique_ptr<PackPlanner> planner;
+    int64_t next_step = 0;  // the step its planner plans next
+    // Each step's rows' samples by rank, of the last kKeptSteps steps planned.
+    std::map<int64_t, std::vector<std::vector<int64_t>>> kept;
+  };
+
+  // The plan of `epoch` that has `step` or will plan it: kept, or started (the epoch
+  // furthest from `epoch` dropped past kKeptEpochs).
+  EpochRows& PlanOf(int64_t epoch, int64_t step) HR_REQUIRES(mu_) {
+    auto it = epochs_.find(epoch);
+    if (it != epochs_.end() && (step >= it->second.next_step || it->second.kept.contains(step))) {
+      return it->second;
+    }
+    // Every rank's rows kept (dealt_), rank 0's given to the planner: the window is every
+    // rank's, the same whichever rank's rows it keeps.
+    const auto deal = [this](int64_t, std::span<const std::vector<int64_t>> rows,
+                             std::span<const std::vector<std::optional<PackPlanner::Told>>> told) {
+      // Called by a planner's Plan, under mu_ (PlanNext).
       const DealtStep dealt = dealer_->DealRowsOf(rows, told, *seen_);
       dealt_.assign(dealt.ranks.size(), {});
       for (size_t r = 0; r < dealt.ranks.size(); ++r) {
@@ -317,18 +335,27 @@ class StepRowsPlan {
       }
       return std::vector<size_t>(dealt.ranks[0].begin(), dealt.ranks[0].end());
     };
-    planner_ = std::make_unique<PackPlanner>(planning_, sizer_, std::move(deal));
+    EpochRows started;
+    started.planner = std::make_unique<PackPlanner>(
+        planning_, sizer_,
+        PackPlanner::RowDeal{.world = dealer_->world(), .rank = 0, .deal = deal});
+    it = epochs_.insert_or_assign(epoch, std::move(started)).first;
+    while (epochs_.size() > kKeptEpochs) {
+      const auto front = epochs_.begin(), back = std::prev(epochs_.end());
+      epochs_.erase(epoch - front->first >= back->first - epoch ? front : back);
+    }
+    return it->second;
   }
-  void PlanNext(const BatchPosition& position) HR_REQUIRES(mu_) {
-    BatchPosition first = position;
-    first.index_in_epoch = next_step_ * dealer_->world();
-    const int64_t global = epoch_ * planning_.epoch_batches + next_step_;
-    (void)planner_->Plan(epoch_, next_step_, global, next_step_ + 1 == planning_.epoch_batches,
-                         dealer_->StepOf(first));
-    (void)planner_->Take(global);
-    kept_[next_step_] = std::move(dealt_);
-    kept_.erase(next_step_ - kKeptSteps);
-    ++next_step_;
+  void PlanNext(int64_t epoch, EpochRows& rows) HR_REQUIRES(mu_) {
+    const int64_t step = rows.next_step;
+    const BatchPosition first{.epoch = epoch, .index_in_epoch = step * dealer_->world()};
+    const int64_t global = epoch * planning_.epoch_batches + step;
+    (void)rows.planner->Plan(epoch, step, global, step + 1 == planning_.epoch_batches,
+                             dealer_->StepOf(first));
+    (void)rows.planner->Take(global);
+    rows.kept[step] = std::move(dealt_);
+    rows.kept.erase(step - kKeptSteps);
+    ++rows.next_step;
   }
 
   const std::shared_ptr<const StepDealer> dealer_;
@@ -336,11 +363,7 @@ class StepRowsPlan {
   const PackPlanner::Sizer sizer_;
   const std::shared_ptr<StepsSeen> seen_;
   Mutex mu_;
-  std::unique_ptr<PackPlanner> planner_ HR_GUARDED_BY(mu_);
-  int64_t epoch_ HR_GUARDED_BY(mu_) = -1;
-  int64_t next_step_ HR_GUARDED_BY(mu_) = 0;
-  // Each step's rows' samples by rank, of the last kKeptSteps steps planned.
-  std::map<int64_t, std::vector<std::vector<int64_t>>> kept_ HR_GUARDED_BY(mu_);
+  std::map<int64_t, EpochRows> epochs_ HR_GUARDED_BY(mu_);  // by epoch, at most kKeptEpochs
   std::vector<std::vector<int64_t>> dealt_;  // the deal's, while Plan runs (under mu_)
 };
 

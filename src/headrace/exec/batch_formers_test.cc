@@ -696,13 +696,16 @@ TEST(BatchFormers, AnOnDemandRunWithRowsDealtComputesEachRanksRowsAsItsOwnRunPla
     ASSERT_TRUE(samples.has_value());
     EXPECT_EQ(*samples, ranks[b % 2].samples[static_cast<size_t>(b / 2)]) << "batch " << b;
   }
-  // Epoch 1 after epoch 0 from its start, then epoch 0 again (planned anew).
-  for (const auto& [epoch, b] : {std::pair<int64_t, int64_t>{1, 0}, {0, 3}}) {
-    const BatchPosition p{.epoch = epoch, .index_in_epoch = b};
-    ASSERT_TRUE((*former)->Compose(p, order->SampleIndices(p), {}).has_value());
-  }
+  // Epoch 1's requests among epoch 0's (a request window across the epoch's end: both
+  // plans kept), then epoch 2's (epoch 0's plan dropped) and epoch 0's again (planned
+  // anew from its start): the same rows every time.
   const BatchPosition again{.epoch = 0, .index_in_epoch = 3};
-  EXPECT_EQ(*(*former)->Compose(again, order->SampleIndices(again), {}), ranks[1].samples[1]);
+  for (const int64_t epoch : {1, 0, 2, 0}) {
+    const BatchPosition p{.epoch = epoch, .index_in_epoch = 0};
+    ASSERT_TRUE((*former)->Compose(p, order->SampleIndices(p), {}).has_value());
+    EXPECT_EQ(*(*former)->Compose(again, order->SampleIndices(again), {}), ranks[1].samples[1])
+        << "after epoch " << epoch << "'s first batch";
+  }
 }
 
 // Rank 0's packed batches (seq_len 64, window 4) of SkewedInputs(64) as a planned pack
