@@ -219,7 +219,9 @@ def test_balanced_steps_from_workers_are_each_ranks_local_steps(cluster, py_samp
     # does and computes the rows' samples of the rank asking; the rank lays them out.
     rows = balanced({"cost": "tokens", "every_rank": "image"},
                     pack={"seq_len": 96, "window": 2})
-    for spec in (dealt, safe, packed, packed_safe, rows):
+    specs = {"dealt": dealt, "safe": safe, "packed": packed, "packed_safe": packed_safe,
+             "rows": rows}
+    for name, spec in specs.items():
         for rank in range(2):
             loader = hray.Loader(spec, rank=rank, world_size=2, workers=2,
                                  worker_resources=WORKER)
@@ -235,7 +237,7 @@ def test_balanced_steps_from_workers_are_each_ranks_local_steps(cluster, py_samp
             assert "sample_kinds" not in fields, "the workers' kinds stay inside the rank"
             if spec in (dealt, safe):
                 assert len(got) == 12
-            assert got == local_run(spec, rank=rank, world_size=2), f"rank {rank} spec {[dealt, safe, packed, packed_safe, rows].index(spec)}"
+            assert got == local_run(spec, rank=rank, world_size=2), f"{name}, rank {rank}"
     for spec, unbalanced in ((dealt, balanced(None)),
                              (packed, balanced(None, pack={"seq_len": 96})),
                              (rows, balanced(None, pack={"seq_len": 96, "window": 2}))):
