@@ -227,7 +227,7 @@ int BenchBalanceCommand(const Args& args) {
       }
       if (rows) {
         PackPlanner::RowDeal deal{.world = world, .rank = 0};
-        deal.deal = [&](std::span<const std::vector<int64_t>> planned,
+        deal.deal = [&](int64_t, std::span<const std::vector<int64_t>> planned,
                         std::span<const std::vector<std::optional<PackPlanner::Told>>>) {
           std::vector<double> row_costs;
           std::vector<uint32_t> row_kinds;

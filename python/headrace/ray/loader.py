@@ -422,10 +422,9 @@ class Loader(_LocalLoader):
     world_size > 1) share one pool; its coordinator journals to ``journal`` (default under
     the temp folder of its node).
     ``address``: the Ray cluster to attach to when this process is not attached yet.
-    ``batch.balance`` deals each step here as a local run does, except with ``batch.pack``
-    and a window, whose rows a local run plans over every rank's samples before they run:
-    refused, naming ``batch.pack.window`` (``window: 0`` deals to the same balance, with
-    less full rows).
+    ``batch.balance`` deals each step here as a local run does, with ``batch.pack`` and a
+    window too (each worker plans every step's rows as every rank does and computes the
+    asking rank's rows' samples; the rank lays them out by its own plan).
     ``lease_s``: the pool (coordinator and workers) ends when no rank was heard from for
     this many seconds (default 60): each rank's loader renews it every ``lease_s / 4`` from
     a thread while it is open, so only ranks that died (a SIGKILLed trainer) let it run

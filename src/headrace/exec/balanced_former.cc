@@ -22,16 +22,24 @@
 // batches from its workers' batches with this same former (Compose never called there):
 // under every_rank each worker batch carries its samples' kinds (kSampleKindsField),
 // which the rank's former takes out of its input, so that its `dummy_kinds` are those of
-// the local run's.
+// the local run's. With a packing window (rows dealt) a worker plans every step's rows as
+// every rank does (StepRowsPlan) and computes the rows' samples of the rank asking; the
+// rank plans each step as its batch arrives (FormingRun::plans_at_push), checks the batch
+// holds the planned samples, lays it out and tells its rows' kinds from that plan.
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <iterator>
+#include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "headrace/exec/batch_formers.h"
+#include "headrace/exec/epoch_order.h"
 #include "headrace/exec/pack_sizer.h"
 #include "headrace/exec/size_index.h"
 #include "headrace/exec/step_deal.h"
@@ -66,31 +74,38 @@ class StepsSeen {
 };
 
 // With batch.balance.every_rank: the kinds of media (ModalityBit) of the samples a rank
-// was dealt and has not delivered yet, by dataset index; what a delivered batch's
-// `dummy_kinds` field is computed from. Each is stamped with the batch it was dealt in,
-// and those dealt kKeptBatches batches before the one delivered are forgotten (a sample
-// that failed, or that packing left out, is never delivered): the map holds the samples
-// of the batches in flight and a packing window's. Thread-safe (dealt by the run, taken
-// by the consumer).
+// was dealt and has not delivered yet, by (epoch, dataset index); what a delivered
+// batch's `dummy_kinds` field is computed from. Each is stamped with the batch it was
+// dealt in, and those dealt kKeptBatches batches before the one delivered are forgotten
+// (a sample that failed, or that packing left out, is never delivered): the map holds the
+// samples of the batches in flight and a packing window's. Thread-safe (dealt by the run,
+// taken by the consumer).
+//
+// Why the epoch is in the key: a sample is in every epoch, and the run deals the next
+// epoch's first batches while the consumer still takes this epoch's last ones (prefetch).
+// Keyed by index alone, taking epoch e's batch also took the kinds dealt for the same
+// sample in epoch e + 1, whose batch then flagged a kind it holds: in the rows case of
+// tests/python/test_ray.py a local run's rank 0 flagged `image` on epoch 1's first batch
+// (samples 6 and 31, in its epoch 0 batches 4 and 10) in 2 to 5 runs of 30.
 class SampleKinds {
  public:
   // Batches a dealt sample's kinds are kept for: past any prefetch depth and packing
   // window; one forgotten too early counts as holding no kind (a dummy too many).
   static constexpr int64_t kKeptBatches = 64;
 
-  // Samples dealt for the next batch.
-  void Add(std::span<const int64_t> indices, std::span<const uint32_t> kinds) {
+  // Samples `indices` of epoch `epoch` dealt for the next batch.
+  void Add(int64_t epoch, std::span<const int64_t> indices, std::span<const uint32_t> kinds) {
     MutexLock lock(mu_);
-    for (size_t i = 0; i < indices.size(); ++i) kinds_[indices[i]] = {kinds[i], dealt_};
+    for (size_t i = 0; i < indices.size(); ++i) kinds_[{epoch, indices[i]}] = {kinds[i], dealt_};
     ++dealt_;
   }
-  // The kinds of each of the next delivered batch's samples `indices` (0: not dealt
-  // here, or forgotten).
-  std::vector<uint32_t> TakeEach(std::span<const int64_t> indices) {
+  // The kinds of each of the next delivered batch's samples `indices` of epoch `epoch`
+  // (0: not dealt here, or forgotten).
+  std::vector<uint32_t> TakeEach(int64_t epoch, std::span<const int64_t> indices) {
     MutexLock lock(mu_);
     std::vector<uint32_t> each(indices.size(), 0);
     for (size_t k = 0; k < indices.size(); ++k) {
-      if (auto it = kinds_.find(indices[k]); it != kinds_.end()) {
+      if (auto it = kinds_.find({epoch, indices[k]}); it != kinds_.end()) {
         each[k] = it->second.kinds;
         kinds_.erase(it);
       }
@@ -100,10 +115,10 @@ class SampleKinds {
     }
     return each;
   }
-  // The kinds the next delivered batch's samples `indices` hold together.
-  uint32_t Take(std::span<const int64_t> indices) {
+  // The kinds the next delivered batch's samples `indices` of epoch `epoch` hold together.
+  uint32_t Take(int64_t epoch, std::span<const int64_t> indices) {
     uint32_t held = 0;
-    for (uint32_t kinds : TakeEach(indices)) held |= kinds;
+    for (uint32_t kinds : TakeEach(epoch, indices)) held |= kinds;
     return held;
   }
 
@@ -113,7 +128,7 @@ class SampleKinds {
     int64_t dealt = 0;  // the batch it was dealt in (the count of Adds before)
   };
   Mutex mu_;
-  std::unordered_map<int64_t, Dealt> kinds_ HR_GUARDED_BY(mu_);
+  std::map<std::pair<int64_t, int64_t>, Dealt> kinds_ HR_GUARDED_BY(mu_);  // (epoch, index)
   int64_t dealt_ HR_GUARDED_BY(mu_) = 0;
   int64_t taken_ HR_GUARDED_BY(mu_) = 0;
 };
@@ -183,18 +198,17 @@ class StepDealer {
       for (size_t i = 0; i < samples.size(); ++i) of.emplace(samples[i], modalities[i]);
       std::vector<uint32_t> share;
       for (int64_t s : dealt.ranks[rank]) share.push_back(of[s]);
-      kinds->Add(dealt.ranks[rank], share);
+      kinds->Add(position.epoch, dealt.ranks[rank], share);
     }
     return std::move(dealt.ranks[rank]);
   }
 
-  // The rows rank `rank` keeps of a step's `rows`, planned over every rank's samples of
-  // the step (PackPlanner::RowDeal; `told`: each row's samples' sizes), as DealRows deals
-  // them (exec/step_deal.h). Adds the step to `seen`, and the kinds of the kept rows'
-  // samples to `kinds` (with every_rank).
-  std::vector<size_t> RowsOf(int rank, std::span<const std::vector<int64_t>> rows,
-                             std::span<const std::vector<std::optional<PackPlanner::Told>>> told,
-                             StepsSeen& seen, SampleKinds& kinds) const {
+  // A step's `rows`, planned over every rank's samples of the step (PackPlanner::RowDeal;
+  // `told`: each row's samples' sizes), dealt as DealRows deals them (exec/step_deal.h):
+  // each rank's row numbers. Adds the step to `seen`.
+  DealtStep DealRowsOf(std::span<const std::vector<int64_t>> rows,
+                       std::span<const std::vector<std::optional<PackPlanner::Told>>> told,
+                       StepsSeen& seen) const {
     std::vector<std::optional<SampleSize>> sizes;
     for (const auto& row : told) {
       for (const auto& t : row) sizes.push_back(SizeOf(t));
@@ -209,22 +223,31 @@ class StepDealer {
         if (sizes[k].has_value()) modalities[r] |= sizes[k]->modalities;
       }
     }
-    const DealtStep dealt = DealRows(costs, modalities, world_, every_rank_);
+    DealtStep dealt = DealRows(costs, modalities, world_, every_rank_);
     seen.Add(dealt, untold);
-    std::vector<size_t> kept(dealt.ranks[rank].begin(), dealt.ranks[rank].end());
+    return dealt;
+  }
+  // The rows rank `rank` keeps of a step of epoch `epoch` (DealRowsOf), with every_rank
+  // their samples' kinds added to `kinds`.
+  std::vector<size_t> RowsOf(int rank, int64_t epoch, std::span<const std::vector<int64_t>> rows,
+                             std::span<const std::vector<std::optional<PackPlanner::Told>>> told,
+                             StepsSeen& seen, SampleKinds& kinds) const {
+    const DealtStep dealt = DealRowsOf(rows, told, seen);
     if (every_rank_ != 0) {
       std::vector<int64_t> samples;
       std::vector<uint32_t> each;
-      for (const size_t r : kept) {
+      for (const int64_t r : dealt.ranks[rank]) {
         for (size_t s = 0; s < rows[r].size(); ++s) {
           samples.push_back(rows[r][s]);
           each.push_back(told[r][s].has_value() ? told[r][s]->modalities : 0);
         }
       }
-      kinds.Add(samples, each);
+      kinds.Add(epoch, samples, each);
     }
-    return kept;
+    return {dealt.ranks[rank].begin(), dealt.ranks[rank].end()};
   }
+
+  int world() const { return world_; }
 
  private:
   static std::vector<int64_t> Joined(const std::vector<std::vector<int64_t>>& batches) {
@@ -241,6 +264,107 @@ class StepDealer {
   const PackPlanner::Sizer sizer_;
   const StepCost cost_;
   const uint32_t every_rank_;
+};
+
+// An on-demand run's rows dealt (a Ray worker, batch.balance with a packing window): each
+// epoch's steps planned in order as every rank's planner plans them (PackPlanner with a
+// RowDeal, over the same sizes), each rank's kept rows remembered for the last steps
+// planned, so that the worker computes any rank's batch of a step: that rank's rows'
+// samples, in row order, which the rank lays out by its own plan (PlannedPackFormer,
+// planning as the batches arrive, which also tells the kinds of its rows' samples for its
+// `dummy_kinds`: none are told here). A step older than those remembered, or of an epoch
+// no longer kept, is planned again from its epoch's start. Thread-safe.
+//
+// Why a plan per epoch: a rank asks for the next epoch's first batches before its last
+// ones of this epoch are computed (its request window crosses the epoch's end), and the
+// ranks may be an epoch apart; with one plan, each request of the other epoch planned its
+// epoch again from the start (every step of it sized again, without a size index by
+// reading headers) at every epoch's end.
+class StepRowsPlan {
+ public:
+  // Steps whose rows are remembered: past the batches a Ray loader keeps in flight.
+  static constexpr int64_t kKeptSteps = 64;
+  // Epochs whose plans are kept: this one and the next (or the one before).
+  static constexpr size_t kKeptEpochs = 2;
+
+  StepRowsPlan(std::shared_ptr<const StepDealer> dealer, PackOptions planning,
+               PackPlanner::Sizer sizer, std::shared_ptr<StepsSeen> seen)
+      : dealer_(std::move(dealer)),
+        planning_(std::move(planning)),
+        sizer_(std::move(sizer)),
+        seen_(std::move(seen)) {}
+
+  // The samples of the rows the rank whose epoch batch `position` is keeps of its step.
+  std::vector<int64_t> SamplesOf(const BatchPosition& position) {
+    const int world = dealer_->world();
+    const int64_t step = position.index_in_epoch / world;
+    const auto rank = static_cast<size_t>(position.index_in_epoch % world);
+    MutexLock lock(mu_);
+    EpochRows& rows = PlanOf(position.epoch, step);
+    while (rows.next_step <= step) PlanNext(position.epoch, rows);
+    return rows.kept.at(step).at(rank);
+  }
+
+ private:
+  // One epoch's plan.
+  struct EpochRows {
+    std::unique_ptr<PackPlanner> planner;
+    int64_t next_step = 0;  // the step its planner plans next
+    // Each step's rows' samples by rank, of the last kKeptSteps steps planned.
+    std::map<int64_t, std::vector<std::vector<int64_t>>> kept;
+  };
+
+  // The plan of `epoch` that has `step` or will plan it: kept, or started (the epoch
+  // furthest from `epoch` dropped past kKeptEpochs).
+  EpochRows& PlanOf(int64_t epoch, int64_t step) HR_REQUIRES(mu_) {
+    auto it = epochs_.find(epoch);
+    if (it != epochs_.end() && (step >= it->second.next_step || it->second.kept.contains(step))) {
+      return it->second;
+    }
+    // Every rank's rows kept (dealt_), rank 0's given to the planner: the window is every
+    // rank's, the same whichever rank's rows it keeps.
+    const auto deal = [this](int64_t, std::span<const std::vector<int64_t>> rows,
+                             std::span<const std::vector<std::optional<PackPlanner::Told>>> told) {
+      // Called by a planner's Plan, under mu_ (PlanNext).
+      const DealtStep dealt = dealer_->DealRowsOf(rows, told, *seen_);
+      dealt_.assign(dealt.ranks.size(), {});
+      for (size_t r = 0; r < dealt.ranks.size(); ++r) {
+        for (const int64_t row : dealt.ranks[r]) {
+          dealt_[r].insert(dealt_[r].end(), rows[row].begin(), rows[row].end());
+        }
+      }
+      return std::vector<size_t>(dealt.ranks[0].begin(), dealt.ranks[0].end());
+    };
+    EpochRows started;
+    started.planner = std::make_unique<PackPlanner>(
+        planning_, sizer_,
+        PackPlanner::RowDeal{.world = dealer_->world(), .rank = 0, .deal = deal});
+    it = epochs_.insert_or_assign(epoch, std::move(started)).first;
+    while (epochs_.size() > kKeptEpochs) {
+      const auto front = epochs_.begin(), back = std::prev(epochs_.end());
+      epochs_.erase(epoch - front->first >= back->first - epoch ? front : back);
+    }
+    return it->second;
+  }
+  void PlanNext(int64_t epoch, EpochRows& rows) HR_REQUIRES(mu_) {
+    const int64_t step = rows.next_step;
+    const BatchPosition first{.epoch = epoch, .index_in_epoch = step * dealer_->world()};
+    const int64_t global = epoch * planning_.epoch_batches + step;
+    (void)rows.planner->Plan(epoch, step, global, step + 1 == planning_.epoch_batches,
+                             dealer_->StepOf(first));
+    (void)rows.planner->Take(global);
+    rows.kept[step] = std::move(dealt_);
+    rows.kept.erase(step - kKeptSteps);
+    ++rows.next_step;
+  }
+
+  const std::shared_ptr<const StepDealer> dealer_;
+  const PackOptions planning_;  // epoch_batches: each rank's batches an epoch
+  const PackPlanner::Sizer sizer_;
+  const std::shared_ptr<StepsSeen> seen_;
+  Mutex mu_;
+  std::map<int64_t, EpochRows> epochs_ HR_GUARDED_BY(mu_);  // by epoch, at most kKeptEpochs
+  std::vector<std::vector<int64_t>> dealt_;  // the deal's, while Plan runs (under mu_)
 };
 
 // A rank's input batches that an on-demand run dealt and computed (a Ray worker's), as
@@ -274,7 +398,7 @@ class KindsFromInput final : public BatchInput {
     }
     const int32_t* bits = kinds->data<int32_t>();
     const std::vector<uint32_t> each(bits, bits + kinds->numel());
-    kinds_.Add({index->data<int64_t>(), static_cast<size_t>(index->numel())}, each);
+    kinds_.Add(batch.epoch, {index->data<int64_t>(), static_cast<size_t>(index->numel())}, each);
     std::erase_if(batch.fields, [](const auto& f) { return f.first == kSampleKindsField; });
     return Status::Ok();
   }
@@ -291,10 +415,13 @@ class BalancedFormer final : public BatchFormer {
   // rank packs them): they leave with their samples' kinds, not flagged.
   // `rows`: the inner former (a planned pack) deals each step's rows (FormingRun::
   // row_deal, adding to `seen` and `kinds`): it composes from the whole step.
+  // `rows_plan`: on demand with rows dealt, the plan whose rows' samples it composes.
   BalancedFormer(std::shared_ptr<const StepDealer> dealer, std::shared_ptr<BatchFormer> inner,
                  uint32_t every_rank, bool peers, bool consumer_forms, bool rows,
-                 std::shared_ptr<StepsSeen> seen, std::shared_ptr<SampleKinds> kinds)
-      : dealer_(std::move(dealer)),
+                 std::shared_ptr<StepsSeen> seen, std::shared_ptr<SampleKinds> kinds,
+                 std::shared_ptr<StepRowsPlan> rows_plan)
+      : rows_plan_(std::move(rows_plan)),
+        dealer_(std::move(dealer)),
         inner_(std::move(inner)),
         name_("balanced " + std::string(rows ? "rows, " : "") + std::string(inner_->name())),
         every_rank_(every_rank),
@@ -308,9 +435,10 @@ class BalancedFormer final : public BatchFormer {
   std::optional<std::vector<int64_t>> Compose(const BatchPosition& position,
                                               std::span<const int64_t>,
                                               std::stop_token stop) override {
-    std::vector<int64_t> share = rows_ ? dealer_->StepOf(position)
-                                       : dealer_->SamplesOf(position, stop, seen_.get(),
-                                                            kinds_.get());
+    std::vector<int64_t> share =
+        rows_plan_ != nullptr ? rows_plan_->SamplesOf(position)
+        : rows_              ? dealer_->StepOf(position)
+                             : dealer_->SamplesOf(position, stop, seen_.get(), kinds_.get());
     std::optional<std::vector<int64_t>> formed = inner_->Compose(position, share, stop);
     return formed.has_value() ? std::move(formed) : std::move(share);
   }
@@ -327,9 +455,11 @@ class BalancedFormer final : public BatchFormer {
     return batch;
   }
   // A Ray worker's batch: the flags its rank's own run would add in Next(), or, where
-  // the rank forms its batches from it, its samples' kinds for the rank's Next().
+  // the rank forms its batches from it, its samples' kinds for the rank's Next(). With
+  // rows dealt (rows_plan_) nothing: the rank's own plan of each step tells its rows'
+  // kinds (FormingRun::row_deal).
   Status FinishTaken(Batch& batch) override {
-    if (every_rank_ == 0) return Status::Ok();
+    if (every_rank_ == 0 || rows_plan_ != nullptr) return Status::Ok();
     return consumer_forms_ ? AddSampleKinds(batch) : AddDummyKinds(batch);
   }
   bool ready() const override { return inner_->ready(); }
@@ -349,8 +479,8 @@ class BalancedFormer final : public BatchFormer {
     const Tensor* index = batch.Find("index");
     const uint32_t held =
         index == nullptr ? 0
-                         : kinds_->Take({index->data<int64_t>(),
-                                        static_cast<size_t>(index->numel())});
+                         : kinds_->Take(batch.epoch, {index->data<int64_t>(),
+                                                     static_cast<size_t>(index->numel())});
     constexpr int64_t kKinds = std::size(kBalanceKinds);
     HR_ASSIGN_OR_RETURN(Tensor field, Tensor::Allocate(DType::kU8, {kKinds}));
     for (int64_t k = 0; k < kKinds; ++k) {
@@ -365,7 +495,8 @@ class BalancedFormer final : public BatchFormer {
     const Tensor* index = batch.Find("index");
     if (index == nullptr) return Status::Internal("balanced: a taken batch without 'index'");
     const std::vector<uint32_t> each =
-        kinds_->TakeEach({index->data<int64_t>(), static_cast<size_t>(index->numel())});
+        kinds_->TakeEach(batch.epoch,
+                         {index->data<int64_t>(), static_cast<size_t>(index->numel())});
     HR_ASSIGN_OR_RETURN(Tensor field,
                         Tensor::Allocate(DType::kI32, {static_cast<int64_t>(each.size())}));
     std::copy(each.begin(), each.end(), field.mutable_data<int32_t>());
@@ -373,6 +504,7 @@ class BalancedFormer final : public BatchFormer {
     return Status::Ok();
   }
 
+  const std::shared_ptr<StepRowsPlan> rows_plan_;
   const std::shared_ptr<const StepDealer> dealer_;
   const std::shared_ptr<BatchFormer> inner_;
   const std::string name_;
@@ -437,25 +569,44 @@ Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run) {
   // With batch.pack and a window, each step's rows are planned over every rank's samples
   // and the rows dealt (PackPlanner::RowDeal).
   const bool rows = BalanceDealsRows(run.pack, world);
-  if (rows && (on_demand || !run.plan_packing)) {
-    return Status::InvalidArgument(
-        "batch.pack.window: " + std::to_string(run.pack->window) +
-        " with batch.balance deals each step's packed rows over the ranks, planned before "
-        "the samples run; a Ray loader's workers compute samples, not rows (and a run "
-        "with plan_packing off plans none): set batch.pack.window: 0 (each rank's share "
-        "packed alone: its steps stay balanced), or run the loader in the trainer's "
-        "processes (headrace.Loader)");
-  }
-  if (rows) {
+  std::shared_ptr<StepRowsPlan> rows_plan;
+  if (rows && on_demand) {
+    // A Ray worker: the rows' samples of whichever rank's batch it computes, from the plan
+    // every rank makes (StepRowsPlan); the rank lays them out by its own plan.
+    const std::optional<int> pack_field = TellingTokenField(inputs, run.pack->token_field);
+    if (!pack_field.has_value()) {
+      return Status::InvalidArgument(
+          "batch.pack.window with batch.balance plans rows from the tokens the chain's size "
+          "pass tells into batch.pack.field '" + run.pack->token_field + "'; it does not");
+    }
+    EpochOrderOptions ranks = run.engine->order;
+    ranks.world_size = world;
+    ranks.rank = 0;
+    HR_ASSIGN_OR_RETURN(EpochOrder rank_order, EpochOrder::Make(ranks));
+    PackOptions planning = *run.pack;
+    planning.epoch_batches = rank_order.batches_per_rank_epoch();
+    PackPlanner::Sizer sizer =
+        SizeByTheSizePass(run.inputs, *pack_field, planning, nullptr, run.engine->io_budget_bytes,
+                          nullptr, run.engine->io_inflight);
+    const std::shared_ptr<const SizeIndex> index =
+        run.sizes != nullptr ? run.sizes : run.balance->index;
+    if (index != nullptr) sizer = SizeByTheIndex(index, planning.seq_len, std::move(sizer));
+    rows_plan = std::make_shared<StepRowsPlan>(dealer, std::move(planning), std::move(sizer),
+                                               seen);
+  } else if (rows) {
+    // A Ray rank (plan_packing off: its workers computed the rows' samples) plans each
+    // step as its batch arrives, to lay it out as the workers' plan did.
+    run.plans_at_push = !run.plan_packing;
+    run.plan_packing = true;
     // The planned pack plans the whole step, and replays its window from whole steps.
     run.samples_of = [dealer](const BatchPosition& position) { return dealer->StepOf(position); };
     if (run.sizes == nullptr) run.sizes = run.balance->index;
     run.row_deal = PackPlanner::RowDeal{
         world, run.engine->order.rank,
         [dealer, seen, kinds, rank = run.engine->order.rank](
-            std::span<const std::vector<int64_t>> step_rows,
+            int64_t epoch, std::span<const std::vector<int64_t>> step_rows,
             std::span<const std::vector<std::optional<PackPlanner::Told>>> told) {
-          return dealer->RowsOf(rank, step_rows, told, *seen, *kinds);
+          return dealer->RowsOf(rank, epoch, step_rows, told, *seen, *kinds);
         }};
   } else {
     // The formers below see the dealt samples wherever they ask for a batch's samples.
@@ -467,8 +618,8 @@ Result<std::shared_ptr<BatchFormer>> MakeBalancedFormer(FormingRun& run) {
                       MakeFormerAfter(&MakeBalancedFormer, run));
   return std::shared_ptr<BatchFormer>(std::make_shared<BalancedFormer>(
       std::move(dealer), std::move(inner), run.balance->every_rank, world > 1,
-      /*consumer_forms=*/on_demand && run.pack.has_value(), rows, std::move(seen),
-      std::move(kinds)));
+      /*consumer_forms=*/on_demand && run.pack.has_value(), rows && !on_demand,
+      std::move(seen), std::move(kinds), std::move(rows_plan)));
 }
 
 }  // namespace headrace

@@ -88,6 +88,9 @@ struct FormingRun {
   // (samples_of and Compose give the whole step) and keeps the rows this deals its rank
   // (PackPlanner::RowDeal); nullopt: a rank plans its own samples' rows.
   std::optional<PackPlanner::RowDeal> row_deal;
+  // With row_deal on a Ray rank (its workers computed each step's rows' samples, Compose
+  // is never called): the planned pack plans each step as its batch arrives.
+  bool plans_at_push = false;
 };
 
 // A policy: the former of `run`, or null when it does not take the run.

@@ -404,6 +404,50 @@ TEST(BatchFormers, AnOnDemandModalitySafeBatchIsDealtAndFlaggedAsItsRanksOwn) {
   EXPECT_GT(holding, 0);
 }
 
+TEST(BatchFormers, AModalitySafeBatchIsFlaggedByItsOwnEpochsDealWhileTheNextIsDealtAhead) {
+  // Samples 0-15 hold an image. Every sample is in both epochs; the next epoch's batches
+  // are dealt (Compose) before this epoch's leave (FinishTaken), as a run prefetching
+  // across the epoch's end deals them: each batch is still flagged by its own share.
+  std::shared_ptr<EngineInputs> inputs = ImagesBelow(16);
+  BalanceOptions safe;
+  safe.every_rank = ModalityBit(FieldKind::kImage);
+  EngineOptions engine = SkewedRun(0);
+  engine.order.world_size = 1;
+  engine.schedule = Schedule::kOnDemand;
+  FormingRun run{.inputs = inputs, .engine = &engine};
+  run.balance = safe;
+  run.balance->ranks = 2;
+  Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
+  ASSERT_TRUE(former.ok()) << former.status().ToString();
+  Result<EpochOrder> order = EpochOrder::Make(engine.order);
+  ASSERT_TRUE(order.ok());
+  std::vector<std::pair<BatchPosition, std::vector<int64_t>>> dealt;
+  for (const int64_t epoch : {1, 0}) {
+    for (int64_t b = 0; b < 16; ++b) {
+      const BatchPosition p{.epoch = epoch, .index_in_epoch = b};
+      dealt.emplace_back(p, *(*former)->Compose(p, order->SampleIndices(p), {}));
+    }
+  }
+  std::reverse(dealt.begin(), dealt.end());  // epoch 0's leave first
+  int64_t holding = 0;
+  for (const auto& [p, share] : dealt) {
+    Batch batch;
+    batch.epoch = p.epoch;
+    Result<Tensor> index = Tensor::Allocate(DType::kI64, {int64_t(share.size())});
+    ASSERT_TRUE(index.ok());
+    std::copy(share.begin(), share.end(), index->mutable_data<int64_t>());
+    batch.fields.emplace_back("index", *index);
+    ASSERT_TRUE((*former)->FinishTaken(batch).ok());
+    const Tensor* dummy = batch.Find("dummy_kinds");
+    ASSERT_NE(dummy, nullptr);
+    const bool image = std::any_of(share.begin(), share.end(), [](int64_t s) { return s < 16; });
+    EXPECT_EQ(dummy->data<uint8_t>()[0], image ? 0 : 1)
+        << "epoch " << p.epoch << ", batch " << p.index_in_epoch;
+    holding += image && p.epoch == 1;
+  }
+  EXPECT_GT(holding, 0);
+}
+
 TEST(BatchFormers, AModalitySafeBatchSaysWhichKindsItLacks) {
   // Samples 0-2 hold an image: most steps cannot give each rank one.
   std::shared_ptr<EngineInputs> inputs = ImagesBelow(3);
@@ -627,19 +671,41 @@ TEST(BatchFormers, ABalancedPackWithAWindowDealsRowsWithAnImageToEveryRankItCan)
   EXPECT_GT(lacking, 0) << "some step has fewer image rows than ranks: flagged";
 }
 
-TEST(BatchFormers, ABalancedPackWithAWindowNeedsItsRowsPlanned) {
-  // A Ray rank packs what its workers computed (no plan): it cannot deal rows.
+TEST(BatchFormers, AnOnDemandRunWithRowsDealtComputesEachRanksRowsAsItsOwnRunPlansThem) {
+  // A Ray worker with batch.pack and a window: its epoch batch b is the samples of the
+  // rows rank b mod 2's own run keeps of step b div 2, in row order (the rank lays them
+  // out by its own plan), whichever order the ranks' requests come in.
   const std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
+  const RankBatches ranks[2] = {PackedRank(inputs, 0, {.balance = BalanceOptions{}}),
+                                PackedRank(inputs, 1, {.balance = BalanceOptions{}})};
   EngineOptions engine = SkewedRun(0);
-  FormingRun run{.inputs = inputs, .pack = Pack(4), .engine = &engine, .plan_packing = false};
+  engine.order.world_size = 1;
+  engine.schedule = Schedule::kOnDemand;
+  FormingRun run{.inputs = inputs, .pack = Pack(4), .engine = &engine};
+  run.pack->seq_len = 256;
   run.balance = BalanceOptions{};
+  run.balance->ranks = 2;
   Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
-  ASSERT_FALSE(former.ok());
-  EXPECT_NE(former.status().message().find("batch.pack.window: 4"), std::string::npos)
-      << former.status().ToString();
-  run.pack->window = 0;
-  run.row_deal.reset();
-  EXPECT_TRUE(MakeBatchFormer(run).ok()) << "each rank's share packed alone";
+  ASSERT_TRUE(former.ok()) << former.status().ToString();
+  Result<EpochOrder> order = EpochOrder::Make(engine.order);
+  ASSERT_TRUE(order.ok());
+  for (const int64_t b : {5, 0, 15, 1, 8, 9, 2, 3, 4, 6, 7, 10, 11, 12, 13, 14, 0, 1}) {
+    const BatchPosition p{.epoch = 0, .index_in_epoch = b};
+    std::optional<std::vector<int64_t>> samples =
+        (*former)->Compose(p, order->SampleIndices(p), {});
+    ASSERT_TRUE(samples.has_value());
+    EXPECT_EQ(*samples, ranks[b % 2].samples[static_cast<size_t>(b / 2)]) << "batch " << b;
+  }
+  // Epoch 1's requests among epoch 0's (a request window across the epoch's end: both
+  // plans kept), then epoch 2's (epoch 0's plan dropped) and epoch 0's again (planned
+  // anew from its start): the same rows every time.
+  const BatchPosition again{.epoch = 0, .index_in_epoch = 3};
+  for (const int64_t epoch : {1, 0, 2, 0}) {
+    const BatchPosition p{.epoch = epoch, .index_in_epoch = 0};
+    ASSERT_TRUE((*former)->Compose(p, order->SampleIndices(p), {}).has_value());
+    EXPECT_EQ(*(*former)->Compose(again, order->SampleIndices(again), {}), ranks[1].samples[1])
+        << "after epoch " << epoch << "'s first batch";
+  }
 }
 
 // Rank 0's packed batches (seq_len 64, window 4) of SkewedInputs(64) as a planned pack

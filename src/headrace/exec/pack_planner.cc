@@ -37,7 +37,8 @@ void PackPlanner::Admit(int64_t epoch, int64_t position, std::span<const int64_t
   }
 }
 
-void PackPlanner::KeepDealt(std::vector<std::vector<Entry>>& rows, PlannedPack& plan) const {
+void PackPlanner::KeepDealt(int64_t epoch, std::vector<std::vector<Entry>>& rows,
+                            PlannedPack& plan) const {
   std::vector<std::vector<int64_t>> indices;
   std::vector<std::vector<std::optional<Told>>> told;
   for (const std::vector<Entry>& row : rows) {
@@ -49,7 +50,9 @@ void PackPlanner::KeepDealt(std::vector<std::vector<Entry>>& rows, PlannedPack& 
     }
   }
   std::vector<std::vector<Entry>> kept;
-  for (const size_t r : row_deal_->deal(indices, told)) kept.push_back(std::move(rows.at(r)));
+  for (const size_t r : row_deal_->deal(epoch, indices, told)) {
+    kept.push_back(std::move(rows.at(r)));
+  }
   rows = std::move(kept);
   const auto elsewhere = [this](const SampleError& e) {
     return e.index % row_deal_->world != row_deal_->rank;
@@ -80,7 +83,7 @@ std::vector<int64_t> PackPlanner::Plan(int64_t epoch, int64_t position, int64_t 
   std::vector<std::vector<Entry>> rows =
       TakePackRows(window_, by_tokens_, options_.seq_len, last_in_epoch,
                    PackWindowAt(options_, position, static_cast<int64_t>(indices.size())), world);
-  if (row_deal_.has_value()) KeepDealt(rows, plan);
+  if (row_deal_.has_value()) KeepDealt(epoch, rows, plan);
   std::vector<int64_t> samples;
   for (std::vector<Entry>& row : rows) {
     std::vector<int64_t> ids;

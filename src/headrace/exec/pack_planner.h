@@ -81,9 +81,10 @@ class PackPlanner {
   struct RowDeal {
     int world = 1;
     int rank = 0;
-    // The step's rows (dataset indices) and what was told of each row's samples, row by
-    // row -> the rows this rank keeps, ascending (about rows / world of them).
-    std::function<std::vector<size_t>(std::span<const std::vector<int64_t>> rows,
+    // The step's epoch, its rows (dataset indices) and what was told of each row's
+    // samples, row by row -> the rows this rank keeps, ascending (about rows / world of
+    // them).
+    std::function<std::vector<size_t>(int64_t epoch, std::span<const std::vector<int64_t>> rows,
                                       std::span<const std::vector<std::optional<Told>>> told)>
         deal;
   };
@@ -131,8 +132,9 @@ class PackPlanner {
     if (row_deal.has_value()) options.window *= row_deal->world;
     return options;
   }
-  // With a RowDeal: the rows of `rows` this rank keeps, and the left-out samples it names.
-  void KeepDealt(std::vector<std::vector<Entry>>& rows, PlannedPack& plan) const;
+  // With a RowDeal: the rows of `rows` (of epoch `epoch`) this rank keeps, and the left-out
+  // samples it names.
+  void KeepDealt(int64_t epoch, std::vector<std::vector<Entry>>& rows, PlannedPack& plan) const;
 
   const PackOptions options_;
   const Sizer sizer_;

@@ -15,14 +15,17 @@ namespace {
 
 class PlannedPackFormer final : public PackFormer {
  public:
+  // `plan_at_push`: each input batch's plan is made as it arrives, from `batch_of` (a Ray
+  // rank with rows dealt: its workers computed the rows' samples; Compose is not called).
   PlannedPackFormer(PackingQueue queue, bool deliver_empty, std::shared_ptr<PackPlanner> planner,
                     std::shared_ptr<ReadMedia> read, std::shared_ptr<ToldSequences> told,
-                    int64_t per_epoch)
+                    int64_t per_epoch, std::optional<PackPlanner::InputBatch> plan_at_push)
       : PackFormer(std::move(queue), deliver_empty),
         planner_(std::move(planner)),
         read_(std::move(read)),
         told_(std::move(told)),
-        per_epoch_(per_epoch) {}
+        per_epoch_(per_epoch),
+        plan_at_push_(std::move(plan_at_push)) {}
 
   std::string_view name() const override { return "pack planned"; }
   std::optional<std::vector<int64_t>> Compose(const BatchPosition& p,
@@ -39,8 +42,9 @@ class PlannedPackFormer final : public PackFormer {
   bool keeps_sample_rows() const override { return false; }
 
  private:
-  Status Push(const Batch& in, int64_t position, bool, BatchInput&) override {
+  Status Push(const Batch& in, int64_t position, bool last, BatchInput&) override {
     // The engine's batch holds the packed batch's samples, in row order.
+    if (plan_at_push_.has_value()) HR_RETURN_IF_ERROR(PlanArrived(in, position, last));
     std::optional<PlannedPack> plan = planner_->Take(in.global_index);
     if (!plan.has_value()) {
       return Status::Internal("packing: no plan for batch " + std::to_string(in.global_index));
@@ -49,10 +53,28 @@ class PlannedPackFormer final : public PackFormer {
                               std::move(plan->failed), plan->before, plan->after);
   }
 
+  // Plans input batch `position` as it arrives; its samples must be the plan's, in row
+  // order (the plan the workers computed them by).
+  Status PlanArrived(const Batch& in, int64_t position, bool last) {
+    const std::vector<int64_t> planned = planner_->Plan(
+        in.epoch, position, in.global_index, last, (*plan_at_push_)(in.epoch, position));
+    const Tensor* index = in.Find("index");
+    if (index == nullptr ||
+        !std::equal(planned.begin(), planned.end(), index->data<int64_t>(),
+                    index->data<int64_t>() + index->numel())) {
+      return Status::Internal(
+          "packing: batch " + std::to_string(in.global_index) + " does not hold the samples "
+          "its rows were planned with (a worker sized them otherwise: give the run a size "
+          "index, batch.balance.index, so that every process plans from the same sizes)");
+    }
+    return Status::Ok();
+  }
+
   const std::shared_ptr<PackPlanner> planner_;
   const std::shared_ptr<ReadMedia> read_;
   const std::shared_ptr<ToldSequences> told_;  // run-scoped: this run's samples' only
   const int64_t per_epoch_;
+  const std::optional<PackPlanner::InputBatch> plan_at_push_;
 };
 
 }  // namespace
@@ -115,7 +137,8 @@ Result<std::shared_ptr<BatchFormer>> MakePlannedPackFormer(FormingRun& run) {
   }
   return std::shared_ptr<BatchFormer>(std::make_shared<PlannedPackFormer>(
       std::move(queue), deliver_empty, std::move(planner), std::move(read), std::move(told),
-      per_epoch));
+      per_epoch,
+      run.plans_at_push ? std::optional<PackPlanner::InputBatch>(batch_of) : std::nullopt));
 }
 
 }  // namespace headrace
