@@ -88,7 +88,8 @@ Status RaggedRows::ReserveTold(std::span<const int64_t> rows) {
     size_t told = 0;
     for (size_t f = 0; f < columns_.size(); ++f) {
       if (columns_[f].row_bytes == 0 || rows[f] <= 0) continue;
-      HR_ASSIGN_OR_RETURN(const size_t after, BytesAfter("ReserveTold", static_cast<int>(f), rows[f]));
+      HR_ASSIGN_OR_RETURN(const size_t after,
+                          BytesAfter("ReserveTold", static_cast<int>(f), rows[f]));
       told += after - columns_[f].used;
     }
     gate->Hold(told);
