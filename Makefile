@@ -65,6 +65,13 @@ test: build
 # (built in a worktree under .gl/, its ccache shared) and by this tree's; exits 1 if any
 # differ. `make check-digests BEFORE=main` (after a build of BEFORE's CLI).
 BEFORE ?= HEAD
+# The hostile-input probe of issue 50, rerun (tests/probe/hostile.py): each case a run
+# of its own under a watchdog (wall time, peak RSS), with its verdict; not in `make test`.
+.PHONY: probe-hostile
+probe-hostile: build
+	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
+	$(PY) tests/probe/hostile.py $(BUILD)/headrace
+
 .PHONY: check-digests
 check-digests: build
 	@rm -rf .gl/digests-before && git worktree prune

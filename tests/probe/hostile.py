@@ -1,0 +1,220 @@
+"""The hostile-input probe of issue 50, rerun: each case a `headrace` run of its own under
+a watchdog (wall time, and the peak RSS the kernel accounts for the child: os.wait4), then
+a verdict: no signal, the exit code the case expects, within its time and memory, and for
+runs that deliver, every sample either delivered or counted as an error (none lost).
+
+    make probe-hostile            # or: .venv/bin/python tests/probe/hostile.py build/headrace
+
+Not part of `make test` (a minute or two; each case's own test is in the suite: the
+docstrings name them). Prints one line per case and exits 1 if any fails.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from test_bad_input import png_bytes, png_header  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+MiB = 1 << 20
+
+
+def run_watched(binary, args, timeout):
+    """Runs `binary args` (its output to $PROBE_LOG); returns (exit code or -signal, wall s,
+    peak RSS bytes of the child, from its own rusage)."""
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:  # the child: its output to a file, so that nothing blocks on a pipe
+        with open(os.environ.get("PROBE_LOG", os.devnull), "ab") as log:
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+        os.execv(str(binary), [str(binary), *map(str, args)])
+    deadline = start + timeout
+    while True:
+        done, status, usage = os.wait4(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            done, status, usage = os.wait4(pid, 0)
+            break
+        time.sleep(0.02)  # polling the child's end, not a test's synchronisation
+    wall = time.monotonic() - start
+    code = os.waitstatus_to_exitcode(status)
+    return code, wall, usage.ru_maxrss * 1024
+
+
+def qwen_patches(root, records, max_items, tail):
+    (root / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    config = root / "p.yaml"
+    config.write_text(f"""
+source: {{manifest: {root / 'manifest.jsonl'},
+          fields: [{{name: images, kind: image, max_items: {max_items}}}]}}
+epochs: 1
+shuffle: false
+batch: {{size: 4}}
+memory: {{budget_bytes: 256MiB}}
+ops:
+  - image.decode: {{field: images}}
+  - image.smart_resize: {{field: images, preset: qwen2_vl}}
+  - vision.patchify: {{field: images, preset: qwen2_vl}}
+""" + tail)
+    return config
+
+
+def blend(root, until):
+    manifest = ROOT / "data/sample/manifest.jsonl"
+    config = root / "blend.yaml"
+    config.write_text(
+        "source:\n"
+        f"  mix:\n    - {{name: a, manifest: {manifest}, weight: 1}}\n"
+        f"    - {{name: b, manifest: {manifest}, weight: 1.0e-12}}\n"
+        f"  {until.replace(', ', chr(10) + '  ')}\n"
+        "batch: {size: 4}\nepochs: 1\n"
+        "ops: [image.decode, {image.resize: {shorter_side: 32}}, "
+        "{image.center_crop: {size: 32}}, image.normalize]\n")
+    return config
+
+
+def many_entries(root, n):
+    """A blend of `n` entries, each the same 4 samples of data/sample (issue 50: 5,000
+    entries took 52 s and 1.1 GB to load, 1,000 took 3.3 s)."""
+    sample = ROOT / "data/sample"
+    (root / "images").symlink_to(sample / "images")
+    manifest = root / "four.jsonl"
+    manifest.write_text("".join((sample / "manifest.jsonl").read_text().splitlines(True)[:4]))
+    config = root / "many.yaml"
+    entries = "".join(f"    - {{name: e{i}, manifest: {manifest}, weight: 1}}\n" for i in range(n))
+    config.write_text("source:\n  mix:\n" + entries + "  until: first_exhausted\n"
+                      "batch: {size: 4}\nepochs: 1\n"
+                      "ops: [image.decode, {image.resize: {shorter_side: 32}}, "
+                      "{image.center_crop: {size: 32}}, image.normalize]\n"
+                      "trainer: {step_ms: 0}\n")
+    return config
+
+
+def cases(root):
+    """(name, args, expected exit codes, seconds, RSS bytes, records or None, its test)."""
+    (root / "images").mkdir()
+    images = root / "images"
+    (images / "big.png").write_bytes(png_bytes(1000, 1000, pixel=(0, 0, 0)))
+    (images / "small.png").write_bytes(png_bytes(56, 56))
+    (images / "wide.png").write_bytes(png_header(1, 80_000_000))
+    out = []
+    for until in ("until: samples, samples: 68719476735", "until: samples, samples: 1000000000",
+                  "until: all_exhausted"):
+        d = root / f"blend{len(out)}"
+        d.mkdir()
+        out.append((f"blend {until.split(', ')[-1]}", ["run", blend(d, until)], {2}, 30,
+                    512 * MiB, None, "test_a_blend_epoch_too_long_to_hold_exits_2_at_once"))
+    for n, seconds in [(1000, 10), (5000, 50)]:  # linear: 5x the entries, about 5x the time
+        d = root / f"many{n}"
+        d.mkdir()
+        out.append((f"a blend of {n:,} entries", ["run", many_entries(d, n)], {0}, seconds,
+                    1024 * MiB, None, "tests/python/test_mix.py"))
+    for name, records, max_items, tail, expected in [
+        ("a 1 x 80,000,000 PNG header", [{"id": "wide", "images": ["images/wide.png"]},
+                                         {"id": "ok", "images": ["images/small.png"]}],
+         1, "errors: {max_error_rate: 0.9}\ntrainer: {step_ms: 0}\n", 2),
+        ("patches past what a batch may hold",
+         [{"id": n, "images": ["images/big.png"] * k}
+          for n, k in [("twelve", 12), ("eight", 8), ("two", 2), ("one", 1)]],
+         16, "errors: {max_error_rate: 0.9}\ntrainer: {step_ms: 0}\n", 4),
+        ("a burst of large samples after small ones",
+         [{"id": f"s{i}", "images": ["images/small.png"]} for i in range(32)] +
+         [{"id": f"b{i}", "images": ["images/big.png"] * 2} for i in range(16)],
+         4, "trainer: {step_ms: 100}\n", 48),
+    ]:
+        d = root / name.replace(" ", "_").replace(",", "")
+        d.mkdir()
+        (d / "images").symlink_to(images)
+        config = qwen_patches(d, records, max_items, tail)
+        # 256 MiB of budget: twice it, and the process's own ~100 MiB.
+        out.append((name, ["run", config, "--report", d / "r.json"], {0}, 120,
+                    2 * 256 * MiB + 128 * MiB, (d / "r.json", expected),
+                    "tests/test_bad_input.py"))
+    # Vision tokens typed in the text: with one image, the sample fails (it was delivered
+    # with 79 image tokens for 77 features); a second sample without them is delivered.
+    d = root / "typed"
+    d.mkdir()
+    (d / "images").symlink_to(images)
+    turns = {"typed": "<image>\n<|image_pad|><|image_pad|> What is this?",
+             "plain": "<image>\nWhat is this?"}
+    (d / "manifest.jsonl").write_text("".join(
+        json.dumps({"id": k, "images": ["images/small.png"],
+                    "conversations": [{"from": "human", "value": v},
+                                      {"from": "gpt", "value": "A square."}]}) + "\n"
+        for k, v in turns.items()))
+    for name, pack in [("vision tokens typed in the text", ""),
+                       ("batch.pack.field: labels", "  pack: {seq_len: 512, field: labels}\n")]:
+        config = d / f"p{len(pack)}.yaml"
+        config.write_text(f"""
+source:
+  manifest: {d / 'manifest.jsonl'}
+  fields:
+    - {{name: images, kind: image, key: images, max_items: 4}}
+    - {{name: conversation, kind: conversation, key: conversations, required: true}}
+epochs: 1
+shuffle: false
+batch:
+  size: 2
+{pack}ops:
+  - image.decode: {{field: images}}
+  - image.smart_resize: {{field: images, preset: qwen2_vl}}
+  - vision.patchify: {{field: images, preset: qwen2_vl}}
+  - text.tokenize:
+      tokenizer: {ROOT / 'data/vocabs/qwen2/tokenizer.json'}
+      preset: qwen2_vl
+      grid_field: image_grid_thw
+      pad: false
+errors: {{max_error_rate: 0.9}}
+trainer: {{step_ms: 0}}
+""")
+        if pack:
+            out.append((name, ["run", config], {2}, 30, 512 * MiB, None,
+                        "batch.pack.field checked at validation"))
+        else:
+            out.append((name, ["run", config, "--report", d / "r.json"], {0}, 60, 1024 * MiB,
+                        (d / "r.json", 2), "hf_tokenizer_test.cc (typed image pads)"))
+    return out
+
+
+def main():
+    binary = Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "build/headrace").resolve()
+    failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        os.environ["PROBE_LOG"] = str(root / "probe.log")
+        print(f"{'case':45} {'exit':>4} {'wall s':>7} {'peak RSS MiB':>13}  verdict")
+        for name, args, codes, seconds, rss, report, test in cases(root):
+            code, wall, peak = run_watched(binary, args, seconds)
+            why = []
+            if code < 0:
+                why.append(f"signal {-code}")
+            elif code not in codes:
+                why.append(f"exit {code}, expected {sorted(codes)}")
+            if wall > seconds:
+                why.append(f"over {seconds} s")
+            if peak > rss:
+                why.append(f"RSS over {rss // MiB} MiB")
+            if report is not None and code == 0:
+                path, records = report
+                r = json.loads(path.read_text())
+                if name.startswith("vision tokens") and r["samples"] != 1:
+                    why.append(f"{r['samples']} delivered: the typed one must fail")
+                if r["samples"] + r["errors"]["total"] != records:
+                    why.append(f"{r['samples']} delivered + {r['errors']['total']} errors "
+                               f"of {records}")
+            verdict = "ok" if not why else "FAIL: " + "; ".join(why)
+            failed += bool(why)
+            print(f"{name:45} {code:>4} {wall:>7.2f} {peak / MiB:>13.0f}  {verdict}")
+    print(f"{failed} of the cases failed" if failed else "every case held")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
