@@ -10,10 +10,11 @@ docstrings name them). Prints one line per case and exits 1 if any fails.
 """
 import json
 import os
-import subprocess
+import struct
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -46,6 +47,22 @@ def run_watched(binary, args, timeout):
     wall = time.monotonic() - start
     code = os.waitstatus_to_exitcode(status)
     return code, wall, usage.ru_maxrss * 1024
+
+
+def tall_png(height):
+    """An RGB PNG 1 pixel wide and `height` tall, black, compressed as it is made."""
+    pack = zlib.compressobj(9)
+    rows = b"\x00\x00\x00\x00" * (1 << 20)  # filter byte and one black pixel, 1 Mi rows
+    body = b"".join(pack.compress(rows[:4 * min(1 << 20, height - r)])
+                    for r in range(0, height, 1 << 20)) + pack.flush()
+
+    def chunk(kind, data):
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data)))
+
+    ihdr = struct.pack(">IIBBBBB", 1, height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", body)
+            + chunk(b"IEND", b""))
 
 
 def qwen_patches(root, records, max_items, tail):
@@ -137,6 +154,30 @@ def cases(root):
         out.append((name, ["run", config, "--report", d / "r.json"], {0}, 120,
                     2 * 256 * MiB + 128 * MiB, (d / "r.json", expected),
                     "tests/test_bad_input.py"))
+    # A 1-pixel-wide PNG of image.decode's max_pixels (1 x 89,478,485, 348 KB): decoded
+    # within max_pixels x 4 bytes and an eighth (it took 2.9 GB: rows padded to 32 bytes).
+    d = root / "tall"
+    d.mkdir()
+    (d / "images").mkdir()
+    (d / "images/tall.png").write_bytes(tall_png(89_478_485))
+    (d / "manifest.jsonl").write_text(json.dumps({"id": "tall", "image": "images/tall.png"}) + "\n")
+    config = d / "p.yaml"
+    config.write_text(f"""
+source: {{manifest: {d / 'manifest.jsonl'}, fields: [{{name: image, kind: image}}]}}
+epochs: 1
+batch: {{size: 1}}
+memory: {{budget_bytes: 256MiB}}
+ops: [image.decode, {{image.resize: {{width: 8, height: 8}}}}, image.normalize]
+errors: {{max_error_rate: 1.0}}
+trainer: {{step_ms: 0}}
+""")
+    # The decode's scratch (89,478,485 x 4.5 bytes) and the budget, with the process. Fails
+    # today (2026-12-07: 1.57 GB): image.resize's filter tables for a 89,478,485 -> 8 row
+    # reduction take ~14 bytes a source row (its Q14 and Q15 weights, the AVX2 lanes built
+    # for the row pass too, the exact weights, the row pointers), ~1.25 GB, kept per thread.
+    out.append(("a 1 x 89,478,485 PNG", ["run", config, "--report", d / "r.json"], {0}, 120,
+                384 * MiB + 256 * MiB + 128 * MiB, (d / "r.json", 1),
+                "decode_test.cc (one pixel wide)"))
     # Vision tokens typed in the text: with one image, the sample fails (it was delivered
     # with 79 image tokens for 77 features); a second sample without them is delivered.
     d = root / "typed"
