@@ -127,6 +127,33 @@ TEST(ResizeInto, AreaAverageOfExactBlocks) {
   }
 }
 
+TEST(ResizeInto, LongReductionsAreTheSameWhenTheirFiltersAreBuiltAgain) {
+  // 2^21 -> 256 (8192 taps an output, 2^21 weights): a filter of more than 2^20 weights
+  // is dropped after its resize (an 89,478,485-row PNG's took 1.25 GB and stayed with the
+  // thread), and the next resize builds its own, to the same pixels. The column pass
+  // averages each block exactly; the row pass, whose Q15 products round tap by tap, is
+  // only compared with itself here.
+  const auto halves = [](int i) { return i < (1 << 20) ? 40 : 200; };
+  const Image tall = MakeImage(1, 1 << 21, 3, [&](int, int y, int) { return halves(y); });
+  const Image wide = MakeImage(1 << 21, 1, 3, [&](int x, int, int) { return halves(x); });
+  const Image flat = MakeImage(97, 61, 3, [](int, int, int c) { return 17 + 80 * c; });
+  std::vector<uint8_t> first_down;
+  for (int round = 0; round < 2; ++round) {
+    Result<Image> down = Resize(tall.view(), 1, 256, true);
+    ASSERT_TRUE(down.ok());
+    std::vector<uint8_t> column;
+    for (int i = 0; i < 256; ++i) column.push_back(Pixel(down->view(), 0, i)[0]);
+    if (round == 0) first_down = column;
+    EXPECT_EQ(column, first_down);
+    Result<Image> across = Resize(wide.view(), 256, 1, true);
+    ASSERT_TRUE(across.ok());
+    for (int i = 0; i < 256; ++i) ASSERT_EQ(Pixel(across->view(), i, 0)[1], halves(i * 8192)) << i;
+    Result<Image> ordinary = Resize(flat.view(), 13, 7, true);
+    ASSERT_TRUE(ordinary.ok());
+    EXPECT_EQ(Pixel(ordinary->view(), 6, 3)[2], 177);
+  }
+}
+
 // Per-axis weights in double, straight from the definitions: area coverage when
 // downscaling, bilinear with half-pixel centres (clamped) otherwise.
 std::vector<std::vector<double>> ReferenceWeights(int src_n, int dst_n) {
