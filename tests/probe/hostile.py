@@ -18,7 +18,7 @@ import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_bad_input import png_bytes, png_header  # noqa: E402
+from test_bad_input import patch_pipeline, png_bytes, png_header  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
@@ -63,24 +63,6 @@ def tall_png(height):
     ihdr = struct.pack(">IIBBBBB", 1, height, 8, 2, 0, 0, 0)
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", body)
             + chunk(b"IEND", b""))
-
-
-def qwen_patches(root, records, max_items, tail):
-    (root / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    config = root / "p.yaml"
-    config.write_text(f"""
-source: {{manifest: {root / 'manifest.jsonl'},
-          fields: [{{name: images, kind: image, max_items: {max_items}}}]}}
-epochs: 1
-shuffle: false
-batch: {{size: 4}}
-memory: {{budget_bytes: 256MiB}}
-ops:
-  - image.decode: {{field: images}}
-  - image.smart_resize: {{field: images, preset: qwen2_vl}}
-  - vision.patchify: {{field: images, preset: qwen2_vl}}
-""" + tail)
-    return config
 
 
 def blend(root, until):
@@ -149,7 +131,7 @@ def cases(root):
         d = root / name.replace(" ", "_").replace(",", "")
         d.mkdir()
         (d / "images").symlink_to(images)
-        config = qwen_patches(d, records, max_items, tail)
+        config = patch_pipeline(d, records, max_items, tail)
         # 256 MiB of budget: twice it, and the process's own ~100 MiB.
         out.append((name, ["run", config, "--report", d / "r.json"], {0}, 120,
                     2 * 256 * MiB + 128 * MiB, (d / "r.json", expected),
