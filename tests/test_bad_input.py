@@ -325,6 +325,21 @@ def test_a_chat_template_failing_on_some_samples_skips_only_those(tmp_path, head
     assert "division or modulo by zero" in proc.stderr
 
 
+def lopsided_blend(root, manifest, until):
+    """A blend of `manifest` twice, weights 1 and 1e-12, ending as `until` says (YAML,
+    ", " between its keys); returns the config's path."""
+    config = root / "blend.yaml"
+    config.write_text(
+        "source:\n"
+        f"  mix:\n    - {{name: a, manifest: {manifest}, weight: 1}}\n"
+        f"    - {{name: b, manifest: {manifest}, weight: 1.0e-12}}\n"
+        f"  {until.replace(', ', chr(10) + '  ')}\n"
+        "batch: {size: 4}\nepochs: 1\n"
+        "ops: [image.decode, {image.resize: {shorter_side: 32}}, "
+        "{image.center_crop: {size: 32}}, image.normalize]\n")
+    return config
+
+
 @pytest.mark.parametrize("until", [
     "until: samples, samples: 68719476735",        # under the 2^36 cap, 550 GB of order
     "until: samples, samples: 1000000000",         # took 7.7 GB
@@ -334,16 +349,7 @@ def test_a_blend_epoch_too_long_to_hold_exits_2_at_once(tmp_path, headrace_bin, 
                                                        until):
     """A blend whose epoch order cannot be held is refused before any work, naming the
     key (it was allocated whole: 7.7 GB, std::bad_alloc, or a walk of minutes)."""
-    manifest = sample_dir / "manifest.jsonl"
-    config = tmp_path / "blend.yaml"
-    config.write_text(
-        "source:\n"
-        f"  mix:\n    - {{name: a, manifest: {manifest}, weight: 1}}\n"
-        f"    - {{name: b, manifest: {manifest}, weight: 1.0e-12}}\n"
-        f"  {until.replace(', ', chr(10) + '  ')}\n"
-        "batch: {size: 4}\nepochs: 1\n"
-        "ops: [image.decode, {image.resize: {shorter_side: 32}}, "
-        "{image.center_crop: {size: 32}}, image.normalize]\n")
+    config = lopsided_blend(tmp_path, sample_dir / "manifest.jsonl", until)
     proc = run_headrace(headrace_bin, "run", config, check=False, timeout=60)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert re.search(r"source\.(samples|mix)", proc.stderr), proc.stderr[-2000:]

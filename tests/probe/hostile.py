@@ -18,7 +18,7 @@ import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_bad_input import patch_pipeline, png_bytes, png_header  # noqa: E402
+from test_bad_input import lopsided_blend, patch_pipeline, png_bytes, png_header  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
@@ -65,20 +65,6 @@ def tall_png(height):
             + chunk(b"IEND", b""))
 
 
-def blend(root, until):
-    manifest = ROOT / "data/sample/manifest.jsonl"
-    config = root / "blend.yaml"
-    config.write_text(
-        "source:\n"
-        f"  mix:\n    - {{name: a, manifest: {manifest}, weight: 1}}\n"
-        f"    - {{name: b, manifest: {manifest}, weight: 1.0e-12}}\n"
-        f"  {until.replace(', ', chr(10) + '  ')}\n"
-        "batch: {size: 4}\nepochs: 1\n"
-        "ops: [image.decode, {image.resize: {shorter_side: 32}}, "
-        "{image.center_crop: {size: 32}}, image.normalize]\n")
-    return config
-
-
 def many_entries(root, n):
     """A blend of `n` entries, each the same 4 samples of data/sample (issue 50: 5,000
     entries took 52 s and 1.1 GB to load, 1,000 took 3.3 s)."""
@@ -108,7 +94,8 @@ def cases(root):
                   "until: all_exhausted"):
         d = root / f"blend{len(out)}"
         d.mkdir()
-        out.append((f"blend {until.split(', ')[-1]}", ["run", blend(d, until)], {2}, 30,
+        config = lopsided_blend(d, ROOT / "data/sample/manifest.jsonl", until)
+        out.append((f"blend {until.split(', ')[-1]}", ["run", config], {2}, 30,
                     512 * MiB, None, "test_a_blend_epoch_too_long_to_hold_exits_2_at_once"))
     for n, seconds in [(1000, 10), (5000, 50)]:  # linear: 5x the entries, about 5x the time
         d = root / f"many{n}"

@@ -404,16 +404,43 @@ TEST(BatchFormers, AnOnDemandModalitySafeBatchIsDealtAndFlaggedAsItsRanksOwn) {
   EXPECT_GT(holding, 0);
 }
 
+// A batch of samples `indices` (its `index` field), with `kinds` as kSampleKindsField if
+// given.
+Batch IndexedBatch(const std::vector<int64_t>& indices, const std::vector<int32_t>& kinds = {}) {
+  Batch batch;
+  Tensor index = *Tensor::Allocate(DType::kI64, {int64_t(indices.size())});
+  std::copy(indices.begin(), indices.end(), index.mutable_data<int64_t>());
+  batch.fields.emplace_back("index", std::move(index));
+  if (!kinds.empty()) {
+    Tensor field = *Tensor::Allocate(DType::kI32, {int64_t(kinds.size())});
+    std::copy(kinds.begin(), kinds.end(), field.mutable_data<int32_t>());
+    batch.fields.emplace_back(std::string(kSampleKindsField), std::move(field));
+  }
+  return batch;
+}
+
+// Balance with an image on every rank (every_rank: image).
+BalanceOptions ImageOnEveryRank() {
+  BalanceOptions safe;
+  safe.every_rank = ModalityBit(FieldKind::kImage);
+  return safe;
+}
+
+// A Ray worker's run: SkewedRun's order in one process, its batches on demand.
+EngineOptions WorkerRun() {
+  EngineOptions worker = SkewedRun(0);
+  worker.order.world_size = 1;
+  worker.schedule = Schedule::kOnDemand;
+  return worker;
+}
+
 TEST(BatchFormers, AModalitySafeBatchIsFlaggedByItsOwnEpochsDealWhileTheNextIsDealtAhead) {
   // Samples 0-15 hold an image. Every sample is in both epochs; the next epoch's batches
   // are dealt (Compose) before this epoch's leave (FinishTaken), as a run prefetching
   // across the epoch's end deals them: each batch is still flagged by its own share.
   std::shared_ptr<EngineInputs> inputs = ImagesBelow(16);
-  BalanceOptions safe;
-  safe.every_rank = ModalityBit(FieldKind::kImage);
-  EngineOptions engine = SkewedRun(0);
-  engine.order.world_size = 1;
-  engine.schedule = Schedule::kOnDemand;
+  const BalanceOptions safe = ImageOnEveryRank();
+  EngineOptions engine = WorkerRun();
   FormingRun run{.inputs = inputs, .engine = &engine};
   run.balance = safe;
   run.balance->ranks = 2;
@@ -431,12 +458,8 @@ TEST(BatchFormers, AModalitySafeBatchIsFlaggedByItsOwnEpochsDealWhileTheNextIsDe
   std::reverse(dealt.begin(), dealt.end());  // epoch 0's leave first
   int64_t holding = 0;
   for (const auto& [p, share] : dealt) {
-    Batch batch;
+    Batch batch = IndexedBatch(share);
     batch.epoch = p.epoch;
-    Result<Tensor> index = Tensor::Allocate(DType::kI64, {int64_t(share.size())});
-    ASSERT_TRUE(index.ok());
-    std::copy(share.begin(), share.end(), index->mutable_data<int64_t>());
-    batch.fields.emplace_back("index", *index);
     ASSERT_TRUE((*former)->FinishTaken(batch).ok());
     const Tensor* dummy = batch.Find("dummy_kinds");
     ASSERT_NE(dummy, nullptr);
@@ -822,31 +845,13 @@ TEST(BatchFormers, AnOnDemandRunDealsEachBatchAsItsRanksOwnRunDoes) {
   }
 }
 
-// A batch of samples `indices` (its `index` field), with `kinds` as kSampleKindsField if
-// given.
-Batch IndexedBatch(const std::vector<int64_t>& indices, const std::vector<int32_t>& kinds = {}) {
-  Batch batch;
-  Tensor index = *Tensor::Allocate(DType::kI64, {int64_t(indices.size())});
-  std::copy(indices.begin(), indices.end(), index.mutable_data<int64_t>());
-  batch.fields.emplace_back("index", std::move(index));
-  if (!kinds.empty()) {
-    Tensor field = *Tensor::Allocate(DType::kI32, {int64_t(kinds.size())});
-    std::copy(kinds.begin(), kinds.end(), field.mutable_data<int32_t>());
-    batch.fields.emplace_back(std::string(kSampleKindsField), std::move(field));
-  }
-  return batch;
-}
-
 TEST(BatchFormers, AModalitySafeRankFormingItsWorkersBatchesFlagsThemAsItsOwnRun) {
   // A Ray rank that packs its workers' batches deals nothing itself: each worker batch
   // leaves with its samples' kinds (kSampleKindsField), and the rank's former flags its
   // batches from them, as the rank's own run flags the shares it dealt.
   std::shared_ptr<EngineInputs> inputs = ImagesBelow(16);
-  BalanceOptions safe;
-  safe.every_rank = ModalityBit(FieldKind::kImage);
-  EngineOptions worker = SkewedRun(0);
-  worker.order.world_size = 1;
-  worker.schedule = Schedule::kOnDemand;
+  const BalanceOptions safe = ImageOnEveryRank();
+  EngineOptions worker = WorkerRun();
   FormingRun on_demand{.inputs = inputs, .pack = Pack(0), .engine = &worker};
   on_demand.balance = safe;
   on_demand.balance->ranks = 2;
