@@ -28,16 +28,27 @@ namespace {
 // in int16, each tap rounded as pmulhrsw does, (p * 128 * w15 + 2^14) >> 15, with the
 // weight in Q15; the horizontal pass sums Q7 x Q14 products in int32 (pmaddwd) and
 // rounds once. The vertical rounding is at most taps/256 of a grey level.
+//
+// Past kLongTaps taps an output (a reduction of more than 63x along an axis) the Q14/Q15
+// weights lose what they are for: every tap's rounding adds up (a flat 40 came out 64
+// at 8192:1) and a weight below half a unit rounds to 0, its share moved to one tap
+// (point sampling past 2^14 taps). Such an axis has no tables: each output's span and
+// the coverage of its two end pixels (Q16; every pixel between is covered whole) are
+// computed as it is filtered, values times coverage are summed in 64 bits, and the sum
+// is rounded once. Scalar on both paths, so they stay identical; the work is still one
+// multiply-add a source value, and the memory no longer grows with the source.
 
 constexpr int kWeightBits = 14;
 constexpr int kRowBits = 7;
 constexpr int kRowPadding = 16;  // int16 after a row that the SIMD pass may read (zeros)
+constexpr int kLongTaps = 64;    // past this, an area filter is a long one (above)
 
 // For each output index along one axis: the first source index and `taps` weights.
 struct AxisFilter {
   int src_n = -1, dst_n = -1;
   bool area = false;
-  int taps = 0;
+  bool long_area = false;  // past kLongTaps: no tables, spans computed (LongSpanOf)
+  int taps = 0;            // the most source indices one output touches
   std::vector<int32_t> start;
   std::vector<int16_t> weights;  // dst_n * taps
   // The same weights in Q15 (vertical pass, pmulhrsw; 1.0 saturates to 32767).
@@ -66,6 +77,15 @@ void BuildAxisFilter(int src_n, int dst_n, bool area, Pass pass, AxisFilter* f) 
   f->dst_n = dst_n;
   f->area = area;
   f->taps = taps;
+  f->long_area = area && taps > kLongTaps;
+  if (f->long_area) {
+    f->start = {};
+    f->weights = {};
+    f->weights15 = {};
+    f->lane_weights = {};
+    f->exact = {};
+    return;
+  }
   f->start.assign(dst_n, 0);
   f->weights.assign(static_cast<size_t>(dst_n) * taps, 0);
   std::vector<double>& w = f->exact;  // reused: RandomResizedCrop rebuilds per sample
@@ -130,7 +150,60 @@ constexpr size_t kKeptWeights = size_t{1} << 20;
 struct ResizeBuffers {
   AxisFilter x, y;
   std::vector<int16_t> row;  // one vertically filtered row, Q7, plus kRowPadding zeros
+  std::vector<uint64_t> sums;  // a long row pass's sums, one a value
 };
+
+// One output of a long area reduction: it covers source pixels [first, end), the two at
+// the ends by `head` and `tail` (Q16), every one between whole; `total` is the sum.
+struct LongSpan {
+  int first = 0, end = 0;
+  uint32_t head = 0, tail = 0;
+  uint64_t total = 0;
+  uint64_t Cover(int j) const { return j == first ? head : j == end - 1 ? tail : 1u << 16; }
+};
+
+LongSpan LongSpanOf(int src_n, int dst_n, int i) {
+  const double scale = static_cast<double>(src_n) / dst_n;
+  const double lo = i * scale, hi = std::min((i + 1) * scale, static_cast<double>(src_n));
+  LongSpan s;
+  s.first = static_cast<int>(lo);
+  s.end = std::clamp(static_cast<int>(std::ceil(hi)), s.first + 1, src_n);
+  const auto q16 = [](double part) { return static_cast<uint32_t>(std::lround(part * 65536)); };
+  s.head = q16(std::min(hi, s.first + 1.0) - lo);
+  s.tail = s.end - 1 > s.first ? q16(hi - (s.end - 1)) : s.head;
+  const int whole = std::max(0, s.end - s.first - 2);
+  s.total = s.head + (s.end - 1 > s.first ? s.tail : 0) + (uint64_t{1} << 16) * whole;
+  return s;
+}
+
+// The row pass of a long vertical reduction over values [begin, begin + n): each source
+// row's values times its coverage, summed in 64 bits (at most 255 x 2^16 x 2^31), then
+// rounded once into Q7.
+void LongRows(ImageView src, const LongSpan& s, int begin, int n, std::vector<uint64_t>& sums,
+              int16_t* out) {
+  sums.assign(n, 0);
+  for (int j = s.first; j < s.end; ++j) {
+    const uint8_t* p = src.row(j) + begin;
+    const uint64_t cover = s.Cover(j);
+    for (int i = 0; i < n; ++i) sums[i] += p[i] * cover;
+  }
+  for (int i = 0; i < n; ++i) {
+    out[i] = static_cast<int16_t>(std::min<uint64_t>((sums[i] * 128 + s.total / 2) / s.total, 32767));
+  }
+}
+
+// One output pixel of a long horizontal reduction, from the Q7 row of the span's source
+// columns (`row` starts at column s.first), rounded once into 8 bits.
+template <int C>
+void LongColPixel(const int16_t* row, const LongSpan& s, uint8_t* out) {
+  uint64_t sum[C] = {};
+  for (int j = s.first; j < s.end; ++j) {
+    const uint64_t cover = s.Cover(j);
+    for (int c = 0; c < C; ++c) sum[c] += static_cast<uint64_t>(row[(j - s.first) * C + c]) * cover;
+  }
+  const uint64_t unit = s.total * 128;
+  for (int c = 0; c < C; ++c) out[c] = static_cast<uint8_t>(std::min<uint64_t>((sum[c] + unit / 2) / unit, 255));
+}
 
 // One vertical tap, exactly as pmulhrsw computes it: (p * 128 * w15 + 2^14) >> 15.
 inline int32_t VerticalTap(uint8_t p, int16_t w15) {
@@ -297,27 +370,43 @@ Status ResizeWith(ImageView src, MutableImageView dst, bool antialias, bool simd
   BuildAxisFilter(src.height, dst.height, antialias && dst.height < src.height, Pass::kRows,
                   &b.y);
   const int n = src.width * c;
-  if (b.row.size() < static_cast<size_t>(n) + kRowPadding) b.row.assign(n + kRowPadding, 0);
-  std::fill(b.row.begin() + n, b.row.begin() + n + kRowPadding, 0);
-  constexpr int kMaxStackTaps = 64;
-  const uint8_t* stack_rows[kMaxStackTaps];
-  std::vector<const uint8_t*> heap_rows;
-  const uint8_t** rows = stack_rows;
-  if (b.y.taps > kMaxStackTaps) {  // only for extreme vertical reductions (> 63x)
-    heap_rows.resize(b.y.taps);
-    rows = heap_rows.data();
+  // A long horizontal reduction filters rows one output's span at a time: its rows are
+  // that long, not the source's width (an 89,478,485 x 1 PNG's would take 537 MB).
+  const int row_n = b.x.long_area ? b.x.taps * c : n;
+  if (b.row.size() < static_cast<size_t>(row_n) + kRowPadding) {
+    b.row.assign(row_n + kRowPadding, 0);
   }
+  std::fill(b.row.begin() + row_n, b.row.begin() + row_n + kRowPadding, 0);
+  constexpr int kMaxStackTaps = kLongTaps;
+  const uint8_t* rows[kMaxStackTaps];
   for (int y = 0; y < dst.height; ++y) {
-    const int first = b.y.start[y];
-    for (int k = 0; k < b.y.taps; ++k) rows[k] = src.row(first + k);
-    FilterRows(rows, &b.y.weights15[static_cast<size_t>(y) * b.y.taps], b.y.taps, n, b.row.data(),
-               simd);
-    FilterCols(b.row.data(), b.x, dst.width, c, dst.row(y), simd);
+    LongSpan span_y;
+    if (b.y.long_area) span_y = LongSpanOf(src.height, dst.height, y);
+    // The row pass over values [begin, begin + count) into b.row.
+    const auto filter_rows = [&](int begin, int count) {
+      if (b.y.long_area) return LongRows(src, span_y, begin, count, b.sums, b.row.data());
+      const int first = b.y.start[y];
+      for (int k = 0; k < b.y.taps; ++k) rows[k] = src.row(first + k) + begin;
+      FilterRows(rows, &b.y.weights15[static_cast<size_t>(y) * b.y.taps], b.y.taps, count,
+                 b.row.data(), simd);
+    };
+    if (!b.x.long_area) {
+      filter_rows(0, n);
+      FilterCols(b.row.data(), b.x, dst.width, c, dst.row(y), simd);
+      continue;
+    }
+    for (int x = 0; x < dst.width; ++x) {
+      const LongSpan span_x = LongSpanOf(src.width, dst.width, x);
+      filter_rows(span_x.first * c, (span_x.end - span_x.first) * c);
+      uint8_t* out = dst.row(y) + static_cast<int64_t>(x) * c;
+      c == 4 ? LongColPixel<4>(b.row.data(), span_x, out) : LongColPixel<3>(b.row.data(), span_x, out);
+    }
   }
   if (b.x.weights.size() > kKeptWeights || b.row.size() > kKeptWeights) {
     b.x = AxisFilter();
     b.row = {};
   }
+  if (b.sums.size() > kKeptWeights) b.sums = {};
   if (b.y.weights15.size() > kKeptWeights) b.y = AxisFilter();
   return Status::Ok();
 }
