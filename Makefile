@@ -69,6 +69,7 @@ BEFORE ?= HEAD
 # of its own under a watchdog (wall time, peak RSS), with its verdict; not in `make test`.
 .PHONY: probe-hostile
 probe-hostile: build
+	$(PY) scripts/fetch_vocabs.py
 	@$(MAKE) --no-print-directory $(DATA)/manifest.jsonl
 	$(PY) tests/probe/hostile.py $(BUILD)/headrace
 

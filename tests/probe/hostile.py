@@ -49,18 +49,22 @@ def run_watched(binary, args, timeout):
     return code, wall, usage.ru_maxrss * 1024
 
 
-def tall_png(height):
-    """An RGB PNG 1 pixel wide and `height` tall, black, compressed as it is made."""
+def line_png(width, height):
+    """A black RGB PNG `width` x `height` (a line: one of them small), compressed as it is
+    made: its rows (a filter byte, then 3 bytes a pixel) are all zeros."""
     pack = zlib.compressobj(9)
-    rows = b"\x00\x00\x00\x00" * (1 << 20)  # filter byte and one black pixel, 1 Mi rows
-    body = b"".join(pack.compress(rows[:4 * min(1 << 20, height - r)])
-                    for r in range(0, height, 1 << 20)) + pack.flush()
+    left, piece = height * (1 + 3 * width), bytes(1 << 22)
+    body = b""
+    while left:
+        body += pack.compress(piece[:min(left, len(piece))])
+        left -= min(left, len(piece))
+    body += pack.flush()
 
     def chunk(kind, data):
         return (struct.pack(">I", len(data)) + kind + data
                 + struct.pack(">I", zlib.crc32(kind + data)))
 
-    ihdr = struct.pack(">IIBBBBB", 1, height, 8, 2, 0, 0, 0)
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", body)
             + chunk(b"IEND", b""))
 
@@ -123,15 +127,20 @@ def cases(root):
         out.append((name, ["run", config, "--report", d / "r.json"], {0}, 120,
                     2 * 256 * MiB + 128 * MiB, (d / "r.json", expected),
                     "tests/test_bad_input.py"))
-    # A 1-pixel-wide PNG of image.decode's max_pixels (1 x 89,478,485, 348 KB): decoded
-    # within max_pixels x 4 bytes and an eighth (it took 2.9 GB: rows padded to 32 bytes).
-    d = root / "tall"
-    d.mkdir()
-    (d / "images").mkdir()
-    (d / "images/tall.png").write_bytes(tall_png(89_478_485))
-    (d / "manifest.jsonl").write_text(json.dumps({"id": "tall", "image": "images/tall.png"}) + "\n")
-    config = d / "p.yaml"
-    config.write_text(f"""
+    # A PNG 1 pixel wide, and one 1 pixel tall, of image.decode's max_pixels (89,478,485
+    # pixels, 348 KB). The tall one is decoded within max_pixels x 4 bytes and an eighth
+    # (it took 2.9 GB: rows padded to 32 bytes), then resized to 8 x 8. The wide one took
+    # 973 MiB, 626 MB of it libpng's two row buffers: now refused from its header (rows
+    # wider than 5,592,405 pixels).
+    for name, width, height in [("tall", 1, 89_478_485), ("wide", 89_478_485, 1)]:
+        d = root / name
+        d.mkdir()
+        (d / "images").mkdir()
+        (d / f"images/{name}.png").write_bytes(line_png(width, height))
+        (d / "manifest.jsonl").write_text(
+            json.dumps({"id": name, "image": f"images/{name}.png"}) + "\n")
+        config = d / "p.yaml"
+        config.write_text(f"""
 source: {{manifest: {d / 'manifest.jsonl'}, fields: [{{name: image, kind: image}}]}}
 epochs: 1
 batch: {{size: 1}}
@@ -140,13 +149,13 @@ ops: [image.decode, {{image.resize: {{width: 8, height: 8}}}}, image.normalize]
 errors: {{max_error_rate: 1.0}}
 trainer: {{step_ms: 0}}
 """)
-    # The decode's scratch (89,478,485 x 4.5 bytes) and the budget, with the process. It
-    # took 1.57 GB until 2026-12-07: image.resize's filter tables for the 89,478,485 -> 8
-    # row reduction were ~14 bytes a source row (Q14 and Q15 weights, AVX2 lanes built for
-    # the row pass too), kept by the thread; now ~4 while it runs (718 MiB in all).
-    out.append(("a 1 x 89,478,485 PNG", ["run", config, "--report", d / "r.json"], {0}, 120,
-                384 * MiB + 256 * MiB + 128 * MiB, (d / "r.json", 1),
-                "decode_test.cc (one pixel wide)"))
+        # The decode's scratch (89,478,485 x 4.5 bytes) and the budget, with the process.
+        # Until 2026-12-07 image.resize's filter tables for the 89,478,485 -> 8 reduction
+        # took ~14 bytes a source row, kept by the thread (1.57 GB in all), then ~4 while
+        # it ran (718 MiB); now an axis reduced past 64 taps has no tables (376 MiB).
+        out.append((f"a {width:,} x {height:,} PNG", ["run", config, "--report", d / "r.json"],
+                    {0}, 120, 384 * MiB + 256 * MiB + 128 * MiB, (d / "r.json", 1),
+                    "resize_test.cc (long reductions), decode_test.cc (one pixel wide or tall)"))
     # Vision tokens typed in the text: with one image, the sample fails (it was delivered
     # with 79 image tokens for 77 features); a second sample without them is delivered.
     d = root / "typed"

@@ -412,6 +412,15 @@ Result<DecodePlan> PlanDecode(const uint8_t* data, size_t size, const DecodeSpec
                               Dims(h.width, h.height) + " = " + std::to_string(pixels) +
                               " pixels, above max_pixels " + std::to_string(spec.max_pixels));
   }
+  // libpng reads a row into two buffers of its own (the file's row, up to 8 bytes a
+  // pixel, and the transformed RGBX one), each as wide as the image: an 89,478,485 x 1
+  // PNG took 626 MB in them beside its 358 MB of pixels.
+  if (h.format == ImageFormat::kPng && h.width > kPngMaxWidth) {
+    return Status::PixelLimit("PNG header declares " + Dims(h.width, h.height) + ": rows wider than " +
+                              std::to_string(kPngMaxWidth) +
+                              " pixels are refused (libpng holds two rows of up to 12 bytes a "
+                              "pixel as it reads; SECURITY.md)");
+  }
   // The same rule and words as image.smart_resize's (SmartResizeSize), from the header:
   // a 1 x 89M image would otherwise be decoded (hundreds of MB) only to be refused.
   const double ratio = static_cast<double>(std::max(h.width, h.height)) /

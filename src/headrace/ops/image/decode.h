@@ -89,8 +89,12 @@ struct DecodePlan {
 // headers and kUnsupportedFormat for unknown magic bytes.
 Result<ImageHeader> ReadImageHeader(const uint8_t* data, size_t size);
 
-// Reads the header, enforces spec.max_pixels (kPixelLimit, before any pixel is decoded)
-// and picks the DCT scale for `target`.
+// The widest PNG decoded: libpng's two row buffers (up to 8 + 4 bytes a pixel) stay
+// within 64 MiB. (JPEG and WebP headers cannot declare rows this wide.)
+inline constexpr int kPngMaxWidth = (64 << 20) / 12;
+
+// Reads the header, enforces spec.max_pixels and kPngMaxWidth (kPixelLimit, before any
+// pixel is decoded) and picks the DCT scale for `target`.
 Result<DecodePlan> PlanDecode(const uint8_t* data, size_t size, const DecodeSpec& spec,
                               DecodeTarget target);
 

@@ -506,6 +506,50 @@ TEST(DecodeOp, ANarrowImageHoldsNoMoreThanItsPixels) {
   }
 }
 
+// A PNG row wider than kPngMaxWidth is refused from its header: libpng's two row
+// buffers would take up to 12 bytes a pixel of it (an 89,478,485 x 1 PNG took 626 MB
+// in them). The widest it takes is decoded.
+// One black RGB row `width` pixels wide, by the classic API: the simplified writer, like
+// libpng's reader by default, refuses rows wider than 1,000,000 pixels.
+Bytes OneRowPng(int width) {
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+  png_infop info = png_create_info_struct(png);
+  Bytes out;
+  png_set_write_fn(
+      png, &out,
+      [](png_structp p, png_bytep data, png_size_t n) {
+        auto* o = static_cast<Bytes*>(png_get_io_ptr(p));
+        o->insert(o->end(), data, data + n);
+      },
+      nullptr);
+  png_set_user_limits(png, 0x7fffffff, 0x7fffffff);
+  png_set_IHDR(png, info, width, 1, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
+               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  png_write_info(png, info);
+  std::vector<uint8_t> row(static_cast<size_t>(width) * 3, 0);
+  png_write_row(png, row.data());
+  png_write_end(png, nullptr);
+  png_destroy_write_struct(&png, &info);
+  return out;
+}
+
+TEST(DecodeOp, APngWiderThanItsRowBuffersMayHoldIsRefusedFromItsHeader) {
+  for (const int w : {kPngMaxWidth + 1, kPngMaxWidth}) {
+    testing::TestContext t;
+    t.SetMedia(OneRowPng(w));
+    DecodeOp op(DecodeSpec{}, DecodeTarget{}, testing::TestContext::kImageSlot);
+    const Status status = op.Run(t.ctx);
+    if (w > kPngMaxWidth) {
+      EXPECT_EQ(status.code(), StatusCode::kPixelLimit) << status.ToString();
+      EXPECT_THAT(status.message(), ::testing::HasSubstr("rows wider than 5592405 pixels are refused"));
+      EXPECT_EQ(t.scratch.capacity(), 0u) << "nothing decoded";
+    } else {
+      ASSERT_TRUE(status.ok()) << status.ToString();
+      EXPECT_EQ(t.image().width, w);
+    }
+  }
+}
+
 // image.smart_resize's max_aspect_ratio, passed back by the planner: a wider image is
 // refused from its header, with smart_resize's rule (above, not at, the ratio).
 TEST(DecodeOp, AnImageWiderThanTheLaterResizeTakesIsRefusedFromItsHeader) {
