@@ -219,6 +219,35 @@ def test_bad_shards_fail_per_sample_and_nothing_else_is_lost(sharded, headrace_b
     assert "009.json" in corrupt["reason"], corrupt
 
 
+# Tar names are bytes. A sample whose name is not UTF-8 is a bad_record, named with each
+# invalid byte as U+FFFD: the run report held the raw bytes (json.load refused it) and a
+# Python loop died on UnicodeDecodeError at the batch carrying that sample's error.
+def test_a_member_name_that_is_not_utf8_is_named_in_valid_text(sharded, headrace_bin, tmp_path):
+    d = tmp_path / "names"
+    d.mkdir()
+    good = [m for i in range(3) for m in sample_members(sharded, f"{i:03d}", i)]
+    odd = [(name.replace("003", "b\udcffd"), data)
+           for name, data in sample_members(sharded, "003", 3)]
+    (d / "names-0.tar").write_bytes(tar_bytes(good + odd))  # tarfile writes the raw byte
+    config = shards_config(tmp_path / "names.yaml", sharded, pattern=f"{d}/names-0.tar",
+                           extra="errors: {max_error_rate: 0.5}\nshuffle: false")
+    report, _ = run(headrace_bin, config, tmp_path, "names")  # strict UTF-8 JSON
+    assert report["samples"] == 3
+    assert [(e["index"], e["uri"], e["kind"]) for e in report["errors"]["first"]] == [
+        (3, f"{d}/names-0.tar#b\ufffdd", "bad_record")], report["errors"]
+    headrace = pytest.importorskip("headrace")
+    ops = headrace.ops
+    loader = headrace.Loader(headrace.Pipeline(
+        source={"shards": str(d / "names-0.tar")},
+        ops=[ops.decode(), ops.resize(shorter_side=32), ops.center_crop(32), ops.normalize()],
+        batch_size=4, shuffle=False, epochs=1, overrides={"errors.max_error_rate": 0.5}))
+    errors = [e for batch in loader for e in batch.errors]
+    loader.close()
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"epoch 0, index 3, {d}/names-0.tar#b\ufffdd: bad_record: "), errors
+    assert errors[0].endswith("a member's name is not UTF-8"), errors
+
+
 def test_a_shard_that_does_not_exist_is_a_configuration_error(sharded, headrace_bin, tmp_path):
     n = len(list((sharded / "shards").glob("shard-*.tar")))
     config = shards_config(tmp_path / "m.yaml", sharded, pattern=shard_pattern(sharded, n + 1))

@@ -8,10 +8,13 @@ runs that deliver, every sample either delivered or counted as an error (none lo
 Not part of `make test` (a minute or two; each case's own test is in the suite: the
 docstrings name them). Prints one line per case and exits 1 if any fails.
 """
+import io
 import json
 import os
 import struct
+import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import zlib
@@ -156,6 +159,55 @@ trainer: {{step_ms: 0}}
         out.append((f"a {width:,} x {height:,} PNG", ["run", config, "--report", d / "r.json"],
                     {0}, 120, 384 * MiB + 256 * MiB + 128 * MiB, (d / "r.json", 1),
                     "resize_test.cc (long reductions), decode_test.cc (one pixel wide or tall)"))
+    # Raw H.264 (no container) declaring 16000 x 16000 in its SPS, beside a small clip:
+    # the probe that finds its size decodes under the allowance's pixels, and the sample
+    # is refused with resource_exhausted (it decoded at full size: 2.3-3.8 GB a file).
+    # ffmpeg (a Debian package scripts/setup.sh installs) encodes both, ~6 s and ~2 GB.
+    d = root / "h264"
+    d.mkdir()
+    for name, size, seconds in [("big", "16000x16000", 0.04), ("small", "64x48", 0.4)]:
+        subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+                        f"color=black:s={size}:d={seconds}", "-c:v", "libx264", "-preset",
+                        "ultrafast", "-f", "h264", d / f"{name}.h264"], check=True)
+    (d / "manifest.jsonl").write_text("".join(
+        json.dumps({"id": k, "video": f"{k}.h264"}) + "\n" for k in ("big", "small")))
+    config = d / "p.yaml"
+    config.write_text(f"""
+source: {{manifest: {d / 'manifest.jsonl'}, fields: [{{name: video, kind: video}}]}}
+epochs: 1
+batch: {{size: 1}}
+memory: {{budget_bytes: 256MiB}}
+ops: [{{video.decode: {{frames: 4, width: 32, height: 24}}}}]
+errors: {{max_error_rate: 1.0}}
+trainer: {{step_ms: 0}}
+""")
+    out.append(("raw H.264 with a 16000 x 16000 SPS", ["run", config, "--report", d / "r.json"],
+                {0}, 60, 256 * MiB + 128 * MiB, (d / "r.json", 2),
+                "decode_test.cc (VideoDecode, the allowance)"))
+    # A tar shard whose member name is not UTF-8, beside a good one: that sample is a
+    # bad_record and the report stays JSON (a Python loop died on UnicodeDecodeError,
+    # and the report was not JSON).
+    d = root / "tar"
+    d.mkdir()
+    with tarfile.open(d / "shard-0.tar", "w", format=tarfile.USTAR_FORMAT,
+                      encoding="utf-8", errors="surrogateescape") as tar:
+        for name in ("good.png", "b\udcffd.png"):
+            info = tarfile.TarInfo(name)
+            data = png_bytes(56, 56)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    config = d / "p.yaml"
+    config.write_text(f"""
+source: {{shards: {d / 'shard-0.tar'}, fields: [{{name: image, kind: image, key: png}}]}}
+epochs: 1
+batch: {{size: 1}}
+ops: [image.decode, {{image.resize: {{width: 8, height: 8}}}}, image.normalize]
+errors: {{max_error_rate: 1.0}}
+trainer: {{step_ms: 0}}
+""")
+    out.append(("a tar member name that is not UTF-8", ["run", config, "--report", d / "r.json"],
+                {0}, 30, 256 * MiB, (d / "r.json", 2),
+                "test_shards.py (a member name that is not UTF-8)"))
     # Vision tokens typed in the text: with one image, the sample fails (it was delivered
     # with 79 image tokens for 77 features); a second sample without them is delivered.
     d = root / "typed"
@@ -220,9 +272,15 @@ def main():
                 why.append(f"over {seconds} s")
             if peak > rss:
                 why.append(f"RSS over {rss // MiB} MiB")
+            r = None
             if report is not None and code == 0:
                 path, records = report
-                r = json.loads(path.read_text())
+                try:
+                    r = json.loads(path.read_text(encoding="utf-8"))
+                except ValueError as e:  # UnicodeDecodeError and JSONDecodeError
+                    why.append(f"the report is not JSON: {e}")
+                    r = None
+            if r is not None:
                 if name.startswith("vision tokens") and r["samples"] != 1:
                     why.append(f"{r['samples']} delivered: the typed one must fail")
                 if r["samples"] + r["errors"]["total"] != records:

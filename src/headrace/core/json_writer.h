@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "headrace/core/strings.h"
+
 namespace headrace {
 
 class JsonWriter {
@@ -95,6 +97,10 @@ class JsonWriter {
     out_.append(first_.size() * 2, ' ');
   }
   void AppendString(std::string_view s) {
+    // Valid UTF-8 whatever the bytes (a name from a tar shard or a file system may not
+    // be): each invalid subsequence becomes U+FFFD, so the document always parses.
+    std::string sanitized;
+    if (SanitizeUtf8(s, &sanitized)) s = sanitized;
     out_ += '"';
     for (unsigned char c : s) {
       switch (c) {

@@ -20,5 +20,13 @@ TEST(JsonWriter, EscapesStringsAndNonFiniteNumbers) {
   EXPECT_EQ(w.str(), R"(["q\"\\\n\u0001",null])");
 }
 
+// A name from a tar shard or a file system may hold any bytes: the document stays UTF-8
+// (a run report with a tar member's raw name in a URI did not parse).
+TEST(JsonWriter, WritesInvalidUtf8AsReplacementCharacters) {
+  JsonWriter w(false);
+  w.BeginObject().Key("k\xff").String("shard.tar#b\xff\xfe\xc3\xa9").EndObject();
+  EXPECT_EQ(w.str(), "{\"k\xEF\xBF\xBD\":\"shard.tar#b\xEF\xBF\xBD\xEF\xBF\xBD\xc3\xa9\"}");
+}
+
 }  // namespace
 }  // namespace headrace

@@ -2,6 +2,88 @@
 
 namespace headrace {
 
+// Length of the valid UTF-8 sequence at text[i], 0 when it is not valid there.
+size_t ValidSequenceLength(std::string_view text, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<uint8_t>(text[k]); };
+  const uint8_t c = b(i);
+  if (c < 0x80) return 1;
+  size_t n;
+  uint8_t lo = 0x80, hi = 0xBF;
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;  // no surrogates
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  // Maximal subpart: how many continuation bytes are valid decides what one U+FFFD covers.
+  for (size_t k = 1; k < n; ++k) {
+    if (i + k >= text.size()) return 0;
+    const uint8_t cc = b(i + k);
+    if (cc < (k == 1 ? lo : 0x80) || cc > (k == 1 ? hi : 0xBF)) return 0;
+  }
+  return n;
+}
+
+// Bytes of the maximal invalid subpart at text[i] (at least 1).
+size_t InvalidSubpartLength(std::string_view text, size_t i) {
+  const uint8_t c = static_cast<uint8_t>(text[i]);
+  size_t n;
+  uint8_t lo = 0x80, hi = 0xBF;
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 1;
+  }
+  size_t k = 1;
+  for (; k < n && i + k < text.size(); ++k) {
+    const uint8_t cc = static_cast<uint8_t>(text[i + k]);
+    if (cc < (k == 1 ? lo : 0x80) || cc > (k == 1 ? hi : 0xBF)) break;
+  }
+  return k;
+}
+
+bool SanitizeUtf8(std::string_view text, std::string* out) {
+  size_t i = 0;
+  while (i < text.size()) {
+    // ASCII runs are by far the common case.
+    if (static_cast<uint8_t>(text[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    const size_t n = ValidSequenceLength(text, i);
+    if (n == 0) break;
+    i += n;
+  }
+  if (i == text.size()) return false;
+  out->assign(text.substr(0, i));
+  while (i < text.size()) {
+    const size_t n = ValidSequenceLength(text, i);
+    if (n > 0) {
+      out->append(text.substr(i, n));
+      i += n;
+    } else {
+      out->append("\xEF\xBF\xBD");
+      i += InvalidSubpartLength(text, i);
+    }
+  }
+  return true;
+}
+
 std::string QuoteForMessage(std::string_view s, size_t max_bytes) {
   size_t n = std::min(s.size(), max_bytes);
   // Never cut inside a UTF-8 sequence: back up to the start of the character.

@@ -32,6 +32,19 @@ inline bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   return true;
 }
 
+// --- UTF-8 (the rules of Python's bytes.decode("utf-8", "replace")) ---
+
+// Length of the valid UTF-8 sequence at text[i], 0 when it is not valid there.
+size_t ValidSequenceLength(std::string_view text, size_t i);
+
+// Bytes of the maximal invalid subpart at text[i] (at least 1): what one U+FFFD replaces.
+size_t InvalidSubpartLength(std::string_view text, size_t i);
+
+// Makes `text` valid UTF-8: each maximal invalid subsequence becomes U+FFFD, as Python's
+// bytes.decode("utf-8", "replace") and Rust's String::from_utf8_lossy do. Returns false
+// (and leaves *out untouched) when `text` is already valid. `out` must not view `text`.
+bool SanitizeUtf8(std::string_view text, std::string* out);
+
 // `s` in single quotes for an error message, cut to at most `max_bytes` (at a UTF-8
 // character boundary) with "...(N bytes)" after a cut, so that a huge path or field
 // from untrusted input cannot flood a log; NUL and other control bytes are shown as

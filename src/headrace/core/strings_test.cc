@@ -28,6 +28,14 @@ TEST(QuoteForMessage, ShowsControlBytes) {
   EXPECT_EQ(QuoteForMessage(std::string_view("a\0b\n", 4)), "'a\\x00b\\x0a'");
 }
 
+TEST(SanitizeUtf8, ReplacesEachMaximalInvalidSubpartAsPythonDoes) {
+  std::string out;
+  EXPECT_FALSE(SanitizeUtf8("plain ünï 猫", &out));
+  ASSERT_TRUE(SanitizeUtf8("a\xff" "b\xe2\x82" "c\xed\xa0\x80", &out));
+  // One U+FFFD per maximal invalid subpart; a surrogate's three bytes are three.
+  EXPECT_EQ(out, "a\xEF\xBF\xBD" "b\xEF\xBF\xBD" "c\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
 TEST(SampleError, ToStringShortensAHugeUri) {
   const SampleError short_uri{0, 3, "/data/x.jpg", Status::NotFound("gone")};
   EXPECT_EQ(short_uri.ToString(), "epoch 0, index 3, /data/x.jpg: not_found: gone");

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "headrace/core/json_writer.h"
+#include "headrace/core/strings.h"
 
 namespace headrace {
 namespace {
@@ -198,6 +199,9 @@ std::vector<TarSample> GroupSamples(std::span<const TarMember> members,
     s.fields.push_back({field, m.offset, m.size});
   }
   for (TarSample& s : samples) {
+    // A key that is not UTF-8 (its sample failed above) names the sample in its error's
+    // URI, the report and Python: its bytes are replaced as Python's "replace" does.
+    if (std::string key; SanitizeUtf8(s.key, &key)) s.key = std::move(key);
     for (const std::string& required : required_fields) {
       bool found = false;
       for (const TarField& f : s.fields) found |= f.name == required;

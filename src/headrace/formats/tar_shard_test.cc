@@ -272,6 +272,9 @@ TEST(GroupSamples, ANameThatIsNotUtf8IsItsSamplesErrorAndTheIndexStillParses) {
   EXPECT_TRUE(samples[0].status.ok());
   EXPECT_EQ(samples[1].status.code(), StatusCode::kBadRecord);
   EXPECT_NE(samples[1].status.message().find("not UTF-8"), std::string::npos);
+  // Its key, which names it in its error's URI, the report and Python, is UTF-8: each
+  // invalid byte is U+FFFD (Loader.__next__ raised UnicodeDecodeError on the raw bytes).
+  EXPECT_EQ(samples[1].key, "\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_EQ(samples[2].status.code(), StatusCode::kBadRecord);  // a field cut mid-character
   EXPECT_TRUE(samples[3].status.ok()) << samples[3].status.ToString();  // UTF-8: fine
   const Result<ShardIndex> parsed =

@@ -27,13 +27,11 @@
 #include <vector>
 
 #include "headrace/core/status.h"
+#include "headrace/core/strings.h"
 
 namespace headrace {
 
-// Makes `text` valid UTF-8: each maximal invalid subsequence becomes U+FFFD, as Python's
-// bytes.decode("utf-8", "replace") and Rust's String::from_utf8_lossy do. Returns false
-// (and leaves *out untouched) when `text` is already valid.
-bool SanitizeUtf8(std::string_view text, std::string* out);
+// SanitizeUtf8 (core/strings.h) makes text valid UTF-8 as the tokenizers receive it.
 
 class HfTokenizer {
  public:
