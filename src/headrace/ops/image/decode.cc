@@ -416,8 +416,8 @@ Result<DecodePlan> PlanDecode(const uint8_t* data, size_t size, const DecodeSpec
   // pixel, and the transformed RGBX one), each as wide as the image: an 89,478,485 x 1
   // PNG took 626 MB in them beside its 358 MB of pixels.
   if (h.format == ImageFormat::kPng && h.width > kPngMaxWidth) {
-    return Status::PixelLimit("PNG header declares " + Dims(h.width, h.height) + ": rows wider than " +
-                              std::to_string(kPngMaxWidth) +
+    return Status::PixelLimit("PNG header declares " + Dims(h.width, h.height) +
+                              ": rows wider than " + std::to_string(kPngMaxWidth) +
                               " pixels are refused (libpng holds two rows of up to 12 bytes a "
                               "pixel as it reads; SECURITY.md)");
   }

@@ -541,7 +541,8 @@ TEST(DecodeOp, APngWiderThanItsRowBuffersMayHoldIsRefusedFromItsHeader) {
     const Status status = op.Run(t.ctx);
     if (w > kPngMaxWidth) {
       EXPECT_EQ(status.code(), StatusCode::kPixelLimit) << status.ToString();
-      EXPECT_THAT(status.message(), ::testing::HasSubstr("rows wider than 5592405 pixels are refused"));
+      EXPECT_THAT(status.message(),
+                  ::testing::HasSubstr("rows wider than 5592405 pixels are refused"));
       EXPECT_EQ(t.scratch.capacity(), 0u) << "nothing decoded";
     } else {
       ASSERT_TRUE(status.ok()) << status.ToString();

@@ -168,7 +168,9 @@ LongSpan LongSpanOf(int src_n, int dst_n, int i) {
   LongSpan s;
   s.first = static_cast<int>(lo);
   s.end = std::clamp(static_cast<int>(std::ceil(hi)), s.first + 1, src_n);
-  const auto q16 = [](double part) { return static_cast<uint32_t>(std::lround(part * 65536)); };
+  const auto q16 = [](double part) {
+    return static_cast<uint32_t>(std::lround(part * 65536));
+  };
   s.head = q16(std::min(hi, s.first + 1.0) - lo);
   s.tail = s.end - 1 > s.first ? q16(hi - (s.end - 1)) : s.head;
   const int whole = std::max(0, s.end - s.first - 2);
@@ -188,7 +190,8 @@ void LongRows(ImageView src, const LongSpan& s, int begin, int n, std::vector<ui
     for (int i = 0; i < n; ++i) sums[i] += p[i] * cover;
   }
   for (int i = 0; i < n; ++i) {
-    out[i] = static_cast<int16_t>(std::min<uint64_t>((sums[i] * 128 + s.total / 2) / s.total, 32767));
+    const uint64_t q7 = (sums[i] * 128 + s.total / 2) / s.total;
+    out[i] = static_cast<int16_t>(std::min<uint64_t>(q7, 32767));
   }
 }
 
@@ -199,10 +202,13 @@ void LongColPixel(const int16_t* row, const LongSpan& s, uint8_t* out) {
   uint64_t sum[C] = {};
   for (int j = s.first; j < s.end; ++j) {
     const uint64_t cover = s.Cover(j);
-    for (int c = 0; c < C; ++c) sum[c] += static_cast<uint64_t>(row[(j - s.first) * C + c]) * cover;
+    const int16_t* p = row + static_cast<int64_t>(j - s.first) * C;
+    for (int c = 0; c < C; ++c) sum[c] += static_cast<uint64_t>(p[c]) * cover;
   }
   const uint64_t unit = s.total * 128;
-  for (int c = 0; c < C; ++c) out[c] = static_cast<uint8_t>(std::min<uint64_t>((sum[c] + unit / 2) / unit, 255));
+  for (int c = 0; c < C; ++c) {
+    out[c] = static_cast<uint8_t>(std::min<uint64_t>((sum[c] + unit / 2) / unit, 255));
+  }
 }
 
 // One vertical tap, exactly as pmulhrsw computes it: (p * 128 * w15 + 2^14) >> 15.
@@ -399,7 +405,8 @@ Status ResizeWith(ImageView src, MutableImageView dst, bool antialias, bool simd
       const LongSpan span_x = LongSpanOf(src.width, dst.width, x);
       filter_rows(span_x.first * c, (span_x.end - span_x.first) * c);
       uint8_t* out = dst.row(y) + static_cast<int64_t>(x) * c;
-      c == 4 ? LongColPixel<4>(b.row.data(), span_x, out) : LongColPixel<3>(b.row.data(), span_x, out);
+      c == 4 ? LongColPixel<4>(b.row.data(), span_x, out)
+             : LongColPixel<3>(b.row.data(), span_x, out);
     }
   }
   if (b.x.weights.size() > kKeptWeights || b.row.size() > kKeptWeights) {
