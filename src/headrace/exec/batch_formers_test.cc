@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <numeric>
+#include <tuple>
 
 #include "headrace/core/record_store.h"
 
@@ -524,17 +525,19 @@ struct RankBatches {
   std::vector<int> lacks_image;  // dummy_kinds[0], where the batch has the field
   std::vector<std::vector<std::vector<int64_t>>> row_samples;  // each batch's rows' samples
   std::string name;
+  std::optional<BalanceSeen> balance;  // the former's, once the run ended
 };
 
 // How PackedRank runs: a planned pack of `seq_len`-token rows and `window`, with
-// `balance` (nullopt: none), from `resume` (nullopt: the start), planned by `sizes`
-// (null: the size pass).
+// `balance` (nullopt: none), from `resume` (nullopt: the start, or batch `start_batch`
+// with no saved state), planned by `sizes` (null: the size pass).
 struct PackedRun {
   std::optional<BalanceOptions> balance;
   std::optional<PackState> resume;
   int64_t seq_len = 256;
   int64_t window = 4;
   std::shared_ptr<const SizeIndex> sizes;
+  int64_t start_batch = 0;
 };
 
 // Rank `rank` of 2 over SkewedInputs as `how` runs it. Samples cut to a row count
@@ -543,6 +546,7 @@ RankBatches PackedRank(const std::shared_ptr<EngineInputs>& inputs, int rank,
                        const PackedRun& how) {
   EngineOptions engine = SkewedRun(rank);
   engine.budget.max_error_rate = 1;
+  engine.start_batch = how.start_batch;
   FormingRun run{.inputs = inputs, .pack = Pack(how.window), .engine = &engine,
                  .resume = how.resume, .sizes = how.sizes};
   run.pack->seq_len = how.seq_len;
@@ -586,6 +590,7 @@ RankBatches PackedRank(const std::shared_ptr<EngineInputs>& inputs, int rank,
       out.lacks_image.push_back(dummy->data<uint8_t>()[0]);
     }
   }
+  out.balance = (*former)->balance();
   return out;
 }
 
@@ -657,6 +662,30 @@ TEST(BatchFormers, ABalancedPackWithAWindowDealsEachStepsRowsOverTheRanks) {
           << "rank " << rank << ", step " << k + 3;
     }
   }
+}
+
+// What a former's balance statistics say (BatchFormer::balance), to compare whole.
+auto Counted(const BalanceSeen& seen) {
+  return std::tuple(seen.steps, seen.untold, seen.max_before, seen.max_after, seen.mean,
+                    seen.short_ranks);
+}
+
+TEST(BatchFormers, ABalancedPackStartedMidEpochCountsOnlyTheStepsItDeals) {
+  // A start at step 3 without a saved state replays the window over steps 0-2
+  // (PackPlanner::Skip); their rows are no rank's from this run, so the balance statistics
+  // count steps 3-7 only, as a resume from the state saved after step 2 counts them.
+  const std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
+  const RankBatches whole = PackedRank(inputs, 1, {.balance = BalanceOptions{}});
+  ASSERT_EQ(whole.states.size(), 8u);
+  const RankBatches resumed =
+      PackedRank(inputs, 1, {.balance = BalanceOptions{}, .resume = whole.states[2]});
+  const RankBatches started =
+      PackedRank(inputs, 1, {.balance = BalanceOptions{}, .start_batch = 3});
+  ASSERT_TRUE(whole.balance && resumed.balance && started.balance);
+  EXPECT_EQ(whole.balance->steps, 8);
+  EXPECT_EQ(started.samples, resumed.samples) << "the unbroken run's steps 3-7";
+  EXPECT_EQ(resumed.balance->steps, 5);
+  EXPECT_EQ(Counted(*started.balance), Counted(*resumed.balance));
 }
 
 TEST(BatchFormers, ABalancedPackWithAWindowDealsRowsWithAnImageToEveryRankItCan) {
