@@ -760,6 +760,46 @@ TEST(BatchFormers, AnOnDemandRunWithRowsDealtComputesEachRanksRowsAsItsOwnRunPla
   }
 }
 
+TEST(BatchFormers, AnOnDemandRunWithRowsDealtCountsEachStepOnceHoweverOftenItPlansIt) {
+  // A Ray worker's balance statistics with rows dealt count each step of an epoch once,
+  // as a rank's own run counts the steps it deals, though the worker plans an epoch again
+  // from its start when asked for one whose plan it no longer keeps (StepRowsPlan).
+  const std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
+  const RankBatches rank = PackedRank(inputs, 0, {.balance = BalanceOptions{}});
+  ASSERT_TRUE(rank.balance.has_value());
+  ASSERT_EQ(rank.balance->steps, 8);
+  EngineOptions engine = SkewedRun(0);
+  engine.order.world_size = 1;
+  engine.schedule = Schedule::kOnDemand;
+  FormingRun run{.inputs = inputs, .pack = Pack(4), .engine = &engine};
+  run.pack->seq_len = 256;
+  run.balance = BalanceOptions{};
+  run.balance->ranks = 2;
+  Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
+  ASSERT_TRUE(former.ok()) << former.status().ToString();
+  Result<EpochOrder> order = EpochOrder::Make(engine.order);
+  ASSERT_TRUE(order.ok());
+  const auto compose = [&](int64_t epoch, int64_t b) {
+    const BatchPosition p{.epoch = epoch, .index_in_epoch = b};
+    EXPECT_TRUE((*former)->Compose(p, order->SampleIndices(p), {}).has_value());
+  };
+  for (const int64_t b : {5, 0, 15, 1, 8, 9, 2, 3, 4, 6, 7, 10, 11, 12, 13, 14, 0, 1}) {
+    compose(0, b);
+  }
+  EXPECT_EQ(Counted(*(*former)->balance()), Counted(*rank.balance)) << "epoch 0, as rank 0's";
+  // Epochs 1 and 2's first steps (epoch 0's plan dropped), then epoch 0's last batch: the
+  // whole epoch planned again, no step of it counted again.
+  compose(1, 0);
+  compose(2, 0);
+  const BalanceSeen three_epochs = *(*former)->balance();
+  EXPECT_EQ(three_epochs.steps, 8 + 1 + 1);
+  compose(0, 15);
+  EXPECT_EQ(Counted(*(*former)->balance()), Counted(three_epochs));
+  // Epoch 2's second step (its plan dropped in turn): its first planned again, uncounted.
+  compose(2, 3);
+  EXPECT_EQ((*former)->balance()->steps, 8 + 1 + 2);
+}
+
 // Rank 0's packed batches (seq_len 64, window 4) of SkewedInputs(64) as a planned pack
 // forms them, each as its `index` and `input_ids` values; `sizes`: the run's size index.
 std::vector<std::vector<int64_t>> PlannedPackRun(const std::shared_ptr<EngineInputs>& inputs,
