@@ -54,13 +54,18 @@ def pipeline(make_pipeline):
     return make_pipeline(epochs=2)  # 48 samples, batch 8: 6 batches per epoch
 
 
+def fields(batch):
+    """Each field's bytes (strings as text), by name."""
+    return {name: repr(value).encode() if isinstance(value, list) else np.asarray(value).tobytes()
+            for name, value in batch.items()}
+
+
 def digest(batch):
     """Everything a batch holds: each field's bytes (strings as text), epoch and indices."""
     h = hashlib.sha256()
-    for name in sorted(batch):
-        value = batch[name]
+    for name, value in sorted(fields(batch).items()):
         h.update(name.encode())
-        h.update(repr(value).encode() if isinstance(value, list) else np.asarray(value).tobytes())
+        h.update(value)
     return (batch.epoch, batch.index, batch.global_index, h.hexdigest())
 
 
@@ -196,20 +201,30 @@ def test_a_ranks_batches_are_byte_identical_to_the_local_loaders(cluster, pipeli
     assert stats["bytes_moved"] > 0 and stats["reassignments"] == 0
 
 
+def balanced_pipeline(py_sample, balance, **grouping):
+    """The sample dataset tokenized, in batches of 4, its steps dealt by `balance`."""
+    ops = headrace.ops
+    return headrace.Pipeline(
+        source=py_sample / "manifest.jsonl",
+        ops=[ops.tokenize(py_sample / "tokenizer.model", max_length=64, pad=False)],
+        batch_size=4, seed=3, cpu_threads=2, memory_budget="64MiB", epochs=2,
+        balance=balance, **grouping)
+
+
+# batch.balance with a packing window: each step's rows are dealt over the ranks.
+ROWS_DEALT = dict(balance={"cost": "tokens", "every_rank": "image"},
+                  pack={"seq_len": 96, "window": 2})
+
+
 def test_balanced_steps_from_workers_are_each_ranks_local_steps(cluster, py_sample):
     """batch.balance (issue 49) on Ray: the worker that computes rank r's batch of a step
     deals the step over the trainers' ranks by cost, as rank r's own local run deals it,
     and with every_rank flags it (dummy_kinds) as that run does. With batch.pack the
     workers' batches are the dealt shares and the rank packs them: its packed batches,
     dummy_kinds included, are the local run's too."""
-    ops = headrace.ops
 
     def balanced(balance, **grouping):
-        return headrace.Pipeline(
-            source=py_sample / "manifest.jsonl",
-            ops=[ops.tokenize(py_sample / "tokenizer.model", max_length=64, pad=False)],
-            batch_size=4, seed=3, cpu_threads=2, memory_budget="64MiB", epochs=2,
-            balance=balance, **grouping)
+        return balanced_pipeline(py_sample, balance, **grouping)
 
     dealt = balanced("tokens")
     safe = balanced({"cost": "tokens", "every_rank": "image"})
@@ -217,8 +232,7 @@ def test_balanced_steps_from_workers_are_each_ranks_local_steps(cluster, py_samp
     packed_safe = balanced({"cost": "tokens", "every_rank": "image"}, pack={"seq_len": 96})
     # With a window the step's rows are dealt: each worker plans the rows as every rank
     # does and computes the rows' samples of the rank asking; the rank lays them out.
-    rows = balanced({"cost": "tokens", "every_rank": "image"},
-                    pack={"seq_len": 96, "window": 2})
+    rows = balanced(**ROWS_DEALT)
     specs = {"dealt": dealt, "safe": safe, "packed": packed, "packed_safe": packed_safe,
              "rows": rows}
     for name, spec in specs.items():
@@ -422,6 +436,59 @@ def test_an_elastic_resume_on_workers_is_the_local_loaders(cluster, py_sample, p
         rest_indices += [int(i) for b in loader for i in np.asarray(b["index"])]
     seen = before + rest_indices
     assert len(seen) == len(set(seen))
+
+
+def test_a_balanced_pack_with_a_window_resumes_elastically_on_workers_as_locally(cluster,
+                                                                              py_sample):
+    """batch.balance with a packing window (rows dealt) over Ray: the states of a world of
+    2 taken mid-epoch on workers are the local loaders'; merged, the rest of the epoch
+    resumes on 3 ranks (the workers plan the rest's rows and deal them over 3) and on 1 as
+    the local loaders resume it, field by field, and every sample of the epoch comes once
+    over the two parts (the rest is 9 batches of 4: 3 for each of 3 ranks)."""
+    spec = balanced_pipeline(py_sample, **ROWS_DEALT)
+
+    def on_ray(world, each):
+        """each(loader) of a pool's `world` ranks, opened in turn; the pool closed."""
+        opened, out = [], []
+        try:
+            for rank in range(world):
+                opened.append(hray.Loader(spec, rank=rank, world_size=world, workers=2,
+                                          worker_resources=WORKER))
+                out.append(each(opened[-1]))
+        finally:
+            for loader in opened:
+                loader.close()
+        return out
+
+    def locally(world, each):
+        out = []
+        for rank in range(world):
+            with headrace.Loader(spec, rank=rank, world_size=world) as loader:
+                out.append(each(loader))
+        return out
+
+    def two_steps(loader):
+        it = iter(loader)
+        taken = [int(i) for _ in range(2) for i in np.asarray(next(it)["index"])]
+        return taken, loader.state_dict()
+
+    taken = on_ray(2, two_steps)
+    assert taken == locally(2, two_steps)
+    assert taken[0][1]["pack"]["waiting"], "the shared window holds samples at step 2"
+    before = taken[0][0] + taken[1][0]
+    merged = headrace.merge_state_dicts([state for _, state in taken])
+
+    def rest(loader):
+        loader.load_state_dict(merged)
+        return [fields(b) for b in loader]
+
+    for world in (3, 1):
+        got = on_ray(world, rest)
+        assert got == locally(world, rest), f"world {world}"
+        assert all(got), f"world {world}: every rank has batches left"
+        seen = before + [int(i) for part in got for b in part
+                         for i in np.frombuffer(b["index"], dtype=np.int64)]
+        assert sorted(seen) == list(range(48)), f"world {world}: each sample once"
 
 
 def test_a_blend_from_workers_is_the_local_loaders_and_resumes_with_new_weights(cluster,

@@ -205,10 +205,10 @@ class StepDealer {
 
   // A step's `rows`, planned over every rank's samples of the step (PackPlanner::RowDeal;
   // `told`: each row's samples' sizes), dealt as DealRows deals them (exec/step_deal.h):
-  // each rank's row numbers. Adds the step to `seen`.
+  // each rank's row numbers. Adds the step to `seen` (null: not counted).
   DealtStep DealRowsOf(std::span<const std::vector<int64_t>> rows,
                        std::span<const std::vector<std::optional<PackPlanner::Told>>> told,
-                       StepsSeen& seen) const {
+                       StepsSeen* seen) const {
     std::vector<std::optional<SampleSize>> sizes;
     for (const auto& row : told) {
       for (const auto& t : row) sizes.push_back(SizeOf(t));
@@ -224,7 +224,7 @@ class StepDealer {
       }
     }
     DealtStep dealt = DealRows(costs, modalities, world_, every_rank_);
-    seen.Add(dealt, untold);
+    if (seen != nullptr) seen->Add(dealt, untold);
     return dealt;
   }
   // The rows rank `rank` keeps of a step of epoch `epoch` (DealRowsOf), with every_rank
@@ -232,7 +232,7 @@ class StepDealer {
   std::vector<size_t> RowsOf(int rank, int64_t epoch, std::span<const std::vector<int64_t>> rows,
                              std::span<const std::vector<std::optional<PackPlanner::Told>>> told,
                              StepsSeen& seen, SampleKinds& kinds) const {
-    const DealtStep dealt = DealRowsOf(rows, told, seen);
+    const DealtStep dealt = DealRowsOf(rows, told, &seen);
     if (every_rank_ != 0) {
       std::vector<int64_t> samples;
       std::vector<uint32_t> each;
@@ -280,6 +280,10 @@ class StepDealer {
 // ranks may be an epoch apart; with one plan, each request of the other epoch planned its
 // epoch again from the start (every step of it sized again, without a size index by
 // reading headers) at every epoch's end.
+//
+// The balance statistics (`seen`) count each step of an epoch once, the first time it is
+// planned, as a rank's own run counts the steps it deals: an epoch planned again adds
+// nothing for the steps it had planned before.
 class StepRowsPlan {
  public:
   // Steps whose rows are remembered: past the batches a Ray loader keeps in flight.
@@ -326,7 +330,8 @@ class StepRowsPlan {
     const auto deal = [this](int64_t, std::span<const std::vector<int64_t>> rows,
                              std::span<const std::vector<std::optional<PackPlanner::Told>>> told) {
       // Called by a planner's Plan, under mu_ (PlanNext).
-      const DealtStep dealt = dealer_->DealRowsOf(rows, told, *seen_);
+      const DealtStep dealt =
+          dealer_->DealRowsOf(rows, told, counting_ ? seen_.get() : nullptr);
       dealt_.assign(dealt.ranks.size(), {});
       for (size_t r = 0; r < dealt.ranks.size(); ++r) {
         for (const int64_t row : dealt.ranks[r]) {
@@ -350,6 +355,9 @@ class StepRowsPlan {
     const int64_t step = rows.next_step;
     const BatchPosition first{.epoch = epoch, .index_in_epoch = step * dealer_->world()};
     const int64_t global = epoch * planning_.epoch_batches + step;
+    int64_t& counted = counted_[epoch];
+    counting_ = step >= counted;
+    if (counting_) counted = step + 1;
     (void)rows.planner->Plan(epoch, step, global, step + 1 == planning_.epoch_batches,
                              dealer_->StepOf(first));
     (void)rows.planner->Take(global);
@@ -364,7 +372,11 @@ class StepRowsPlan {
   const std::shared_ptr<StepsSeen> seen_;
   Mutex mu_;
   std::map<int64_t, EpochRows> epochs_ HR_GUARDED_BY(mu_);  // by epoch, at most kKeptEpochs
-  std::vector<std::vector<int64_t>> dealt_;  // the deal's, while Plan runs (under mu_)
+  // Each epoch's steps counted in `seen_`: [0, counted); one entry an epoch planned.
+  std::map<int64_t, int64_t> counted_ HR_GUARDED_BY(mu_);
+  // While Plan runs (under mu_): the deal's rows by rank, and whether it counts the step.
+  std::vector<std::vector<int64_t>> dealt_;
+  bool counting_ = false;
 };
 
 // A rank's input batches that an on-demand run dealt and computed (a Ray worker's), as

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <numeric>
+#include <tuple>
 
 #include "headrace/core/record_store.h"
 
@@ -524,17 +525,19 @@ struct RankBatches {
   std::vector<int> lacks_image;  // dummy_kinds[0], where the batch has the field
   std::vector<std::vector<std::vector<int64_t>>> row_samples;  // each batch's rows' samples
   std::string name;
+  std::optional<BalanceSeen> balance;  // the former's, once the run ended
 };
 
 // How PackedRank runs: a planned pack of `seq_len`-token rows and `window`, with
-// `balance` (nullopt: none), from `resume` (nullopt: the start), planned by `sizes`
-// (null: the size pass).
+// `balance` (nullopt: none), from `resume` (nullopt: the start, or batch `start_batch`
+// with no saved state), planned by `sizes` (null: the size pass).
 struct PackedRun {
   std::optional<BalanceOptions> balance;
   std::optional<PackState> resume;
   int64_t seq_len = 256;
   int64_t window = 4;
   std::shared_ptr<const SizeIndex> sizes;
+  int64_t start_batch = 0;
 };
 
 // Rank `rank` of 2 over SkewedInputs as `how` runs it. Samples cut to a row count
@@ -543,6 +546,7 @@ RankBatches PackedRank(const std::shared_ptr<EngineInputs>& inputs, int rank,
                        const PackedRun& how) {
   EngineOptions engine = SkewedRun(rank);
   engine.budget.max_error_rate = 1;
+  engine.start_batch = how.start_batch;
   FormingRun run{.inputs = inputs, .pack = Pack(how.window), .engine = &engine,
                  .resume = how.resume, .sizes = how.sizes};
   run.pack->seq_len = how.seq_len;
@@ -586,6 +590,7 @@ RankBatches PackedRank(const std::shared_ptr<EngineInputs>& inputs, int rank,
       out.lacks_image.push_back(dummy->data<uint8_t>()[0]);
     }
   }
+  out.balance = (*former)->balance();
   return out;
 }
 
@@ -659,6 +664,30 @@ TEST(BatchFormers, ABalancedPackWithAWindowDealsEachStepsRowsOverTheRanks) {
   }
 }
 
+// What a former's balance statistics say (BatchFormer::balance), to compare whole.
+auto Counted(const BalanceSeen& seen) {
+  return std::tuple(seen.steps, seen.untold, seen.max_before, seen.max_after, seen.mean,
+                    seen.short_ranks);
+}
+
+TEST(BatchFormers, ABalancedPackStartedMidEpochCountsOnlyTheStepsItDeals) {
+  // A start at step 3 without a saved state replays the window over steps 0-2
+  // (PackPlanner::Skip); their rows are no rank's from this run, so the balance statistics
+  // count steps 3-7 only, as a resume from the state saved after step 2 counts them.
+  const std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
+  const RankBatches whole = PackedRank(inputs, 1, {.balance = BalanceOptions{}});
+  ASSERT_EQ(whole.states.size(), 8u);
+  const RankBatches resumed =
+      PackedRank(inputs, 1, {.balance = BalanceOptions{}, .resume = whole.states[2]});
+  const RankBatches started =
+      PackedRank(inputs, 1, {.balance = BalanceOptions{}, .start_batch = 3});
+  ASSERT_TRUE(whole.balance && resumed.balance && started.balance);
+  EXPECT_EQ(whole.balance->steps, 8);
+  EXPECT_EQ(started.samples, resumed.samples) << "the unbroken run's steps 3-7";
+  EXPECT_EQ(resumed.balance->steps, 5);
+  EXPECT_EQ(Counted(*started.balance), Counted(*resumed.balance));
+}
+
 TEST(BatchFormers, ABalancedPackWithAWindowDealsRowsWithAnImageToEveryRankItCan) {
   // Samples 0-7 hold an image. The rows are dealt with every_rank: image: each rank's
   // packed batch holds an image whenever two of the step's rows do, and its dummy_kinds
@@ -729,6 +758,46 @@ TEST(BatchFormers, AnOnDemandRunWithRowsDealtComputesEachRanksRowsAsItsOwnRunPla
     EXPECT_EQ(*(*former)->Compose(again, order->SampleIndices(again), {}), ranks[1].samples[1])
         << "after epoch " << epoch << "'s first batch";
   }
+}
+
+TEST(BatchFormers, AnOnDemandRunWithRowsDealtCountsEachStepOnceHoweverOftenItPlansIt) {
+  // A Ray worker's balance statistics with rows dealt count each step of an epoch once,
+  // as a rank's own run counts the steps it deals, though the worker plans an epoch again
+  // from its start when asked for one whose plan it no longer keeps (StepRowsPlan).
+  const std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
+  const RankBatches rank = PackedRank(inputs, 0, {.balance = BalanceOptions{}});
+  ASSERT_TRUE(rank.balance.has_value());
+  ASSERT_EQ(rank.balance->steps, 8);
+  EngineOptions engine = SkewedRun(0);
+  engine.order.world_size = 1;
+  engine.schedule = Schedule::kOnDemand;
+  FormingRun run{.inputs = inputs, .pack = Pack(4), .engine = &engine};
+  run.pack->seq_len = 256;
+  run.balance = BalanceOptions{};
+  run.balance->ranks = 2;
+  Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
+  ASSERT_TRUE(former.ok()) << former.status().ToString();
+  Result<EpochOrder> order = EpochOrder::Make(engine.order);
+  ASSERT_TRUE(order.ok());
+  const auto compose = [&](int64_t epoch, int64_t b) {
+    const BatchPosition p{.epoch = epoch, .index_in_epoch = b};
+    EXPECT_TRUE((*former)->Compose(p, order->SampleIndices(p), {}).has_value());
+  };
+  for (const int64_t b : {5, 0, 15, 1, 8, 9, 2, 3, 4, 6, 7, 10, 11, 12, 13, 14, 0, 1}) {
+    compose(0, b);
+  }
+  EXPECT_EQ(Counted(*(*former)->balance()), Counted(*rank.balance)) << "epoch 0, as rank 0's";
+  // Epochs 1 and 2's first steps (epoch 0's plan dropped), then epoch 0's last batch: the
+  // whole epoch planned again, no step of it counted again.
+  compose(1, 0);
+  compose(2, 0);
+  const BalanceSeen three_epochs = *(*former)->balance();
+  EXPECT_EQ(three_epochs.steps, 8 + 1 + 1);
+  compose(0, 15);
+  EXPECT_EQ(Counted(*(*former)->balance()), Counted(three_epochs));
+  // Epoch 2's second step (its plan dropped in turn): its first planned again, uncounted.
+  compose(2, 3);
+  EXPECT_EQ((*former)->balance()->steps, 8 + 1 + 2);
 }
 
 // Rank 0's packed batches (seq_len 64, window 4) of SkewedInputs(64) as a planned pack

@@ -71,11 +71,9 @@ PackState PackPlanner::StateAfter(int64_t epoch, int64_t next_batch) const {
   return state;
 }
 
-std::vector<int64_t> PackPlanner::Plan(int64_t epoch, int64_t position, int64_t global,
-                                       bool last_in_epoch, std::span<const int64_t> indices,
-                                       std::stop_token stop) {
-  const std::vector<std::optional<Told>> told = sizer_(epoch, indices, std::move(stop));
-  MutexLock lock(mu_);
+PlannedPack PackPlanner::PlanLocked(int64_t epoch, int64_t position, bool last_in_epoch,
+                                    std::span<const int64_t> indices,
+                                    const std::vector<std::optional<Told>>& told, bool deal) {
   PlannedPack plan;
   plan.before = StateAfter(epoch, position);
   Admit(epoch, position, indices, told, plan);
@@ -83,20 +81,25 @@ std::vector<int64_t> PackPlanner::Plan(int64_t epoch, int64_t position, int64_t 
   std::vector<std::vector<Entry>> rows =
       TakePackRows(window_, by_tokens_, options_.seq_len, last_in_epoch,
                    PackWindowAt(options_, position, static_cast<int64_t>(indices.size())), world);
-  if (row_deal_.has_value()) KeepDealt(epoch, rows, plan);
-  std::vector<int64_t> samples;
+  if (row_deal_.has_value() && deal) KeepDealt(epoch, rows, plan);
   for (std::vector<Entry>& row : rows) {
     std::vector<int64_t> ids;
-    for (const Entry& e : row) {
-      ids.push_back(e.index);
-      samples.push_back(e.index);
-    }
+    for (const Entry& e : row) ids.push_back(e.index);
     plan.rows.push_back(std::move(ids));
   }
-  if (last_in_epoch) {
-    plan.after = StateAfter(epoch + 1, 0);
-  } else {
-    plan.after = StateAfter(epoch, position + 1);
+  plan.after = last_in_epoch ? StateAfter(epoch + 1, 0) : StateAfter(epoch, position + 1);
+  return plan;
+}
+
+std::vector<int64_t> PackPlanner::Plan(int64_t epoch, int64_t position, int64_t global,
+                                       bool last_in_epoch, std::span<const int64_t> indices,
+                                       std::stop_token stop) {
+  const std::vector<std::optional<Told>> told = sizer_(epoch, indices, std::move(stop));
+  MutexLock lock(mu_);
+  PlannedPack plan = PlanLocked(epoch, position, last_in_epoch, indices, told, /*deal=*/true);
+  std::vector<int64_t> samples;
+  for (const std::vector<int64_t>& row : plan.rows) {
+    samples.insert(samples.end(), row.begin(), row.end());
   }
   plans_[global] = std::move(plan);
   return samples;
@@ -147,9 +150,11 @@ Status PackPlanner::Restore(const PackState& state, const InputBatch& batch_of) 
 void PackPlanner::Skip(int64_t epoch, int64_t to, const InputBatch& batch_of) {
   for (int64_t p = 0; p < to; ++p) {
     const std::vector<int64_t> indices = batch_of(epoch, p);
-    (void)Plan(epoch, p, -1 - p, false, indices);
+    const std::vector<std::optional<Told>> told = sizer_(epoch, indices, {});
     MutexLock lock(mu_);
-    plans_.erase(-1 - p);
+    // Only the window after each batch matters here: the rows are dropped, so a RowDeal's
+    // deal is not asked (it would count the skipped steps as dealt: BatchFormer::balance).
+    (void)PlanLocked(epoch, p, false, indices, told, /*deal=*/false);
   }
 }
 

@@ -109,7 +109,8 @@ class PackPlanner {
   // batches no longer hold the waiting samples (the dataset or the pipeline changed).
   Status Restore(const PackState& state, const InputBatch& batch_of);
   // Plans input batches [0, to) of `epoch` and drops them (a start at batch `to` without
-  // a saved state: the window as an unbroken run has it there).
+  // a saved state: the window as an unbroken run has it there). A RowDeal's deal is not
+  // asked for them: no rank delivers their rows from here, so they are not dealt steps.
   void Skip(int64_t epoch, int64_t to, const InputBatch& batch_of);
 
   int64_t samples_sized() const;
@@ -126,6 +127,13 @@ class PackPlanner {
   void Admit(int64_t epoch, int64_t position, std::span<const int64_t> indices,
              const std::vector<std::optional<Told>>& told, PlannedPack& plan) HR_REQUIRES(mu_);
   PackState StateAfter(int64_t epoch, int64_t next_batch) const HR_REQUIRES(mu_);
+  // Input batch `position` of `epoch`, its samples told `told`: the window's next rows
+  // (with a RowDeal and `deal`, those the deal gives this rank; without `deal`, every
+  // rank's: Skip, which drops them, does not ask the deal).
+  PlannedPack PlanLocked(int64_t epoch, int64_t position, bool last_in_epoch,
+                         std::span<const int64_t> indices,
+                         const std::vector<std::optional<Told>>& told, bool deal)
+      HR_REQUIRES(mu_);
 
   // `options` with a RowDeal's window: every rank's.
   static PackOptions Widened(PackOptions options, const std::optional<RowDeal>& row_deal) {
