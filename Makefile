@@ -93,7 +93,7 @@ check-digests: build
 wheel:
 	JOBS=$(JOBS) scripts/build_wheel.sh
 
-# The same wheels for glibc 2.31 (manylinux_2_31: Debian 11+, Ubuntu 20.04+, RHEL 9+),
+# The same wheels for glibc 2.28 (manylinux_2_28: RHEL 8+, Debian 10+, Ubuntu 20.04+),
 # compiled against a Debian 11 sysroot (scripts/build_wheel_manylinux.sh; root). They
 # replace `make wheel`'s in dist/. From nothing ~25 minutes on 2 shared cores (measured
 # in parts, not in one run: the Debian 11 root 2, the libraries built for it ~9, FFmpeg

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# `make wheel-manylinux`: the wheels of `make wheel`, built for glibc 2.31 instead of this
-# machine's 2.36, so that they install on Debian 11+, Ubuntu 20.04+, RHEL/Rocky/Alma 9,
-# Amazon Linux 2023 (docs/wheels.md). Same tags, cp310, cp311 and cp312-abi3 (the
-# cp310 one and the Arrow bridges not built this way yet: no sysroot was at hand), and the same
-# `auditwheel repair`, with --plat manylinux_2_31_x86_64 (PLAT= picks another).
+# `make wheel-manylinux`: the wheels of `make wheel`, built for glibc 2.28 instead of this
+# machine's 2.36, so that they install on RHEL/Rocky/Alma 8+, Debian 10+, Ubuntu 18.10+,
+# Amazon Linux 2023 (docs/wheels.md). Same tags, cp310, cp311 and cp312-abi3, and the
+# same `auditwheel repair`, with --plat manylinux_2_28_x86_64 (PLAT= picks another).
 #
 # How: this machine's g++ 12 compiles and links against a Debian 11 (bullseye, glibc
 # 2.31) root file system used as a sysroot (--sysroot, CMAKE_SYSROOT, pkg-config's
@@ -23,12 +22,21 @@
 # - zig cc -target x86_64-linux-gnu.2.28: zig's C++ is libc++, while pyarrow's libarrow,
 #   whose std::shared_ptr and std::string cross the Arrow bridges' calls, is built on
 #   libstdc++ (the bridges are modules too, linked with the same static libstdc++).
-# So glibc 2.31 (bullseye's, the oldest Debian that deb.debian.org still serves) is the
-# floor of this recipe; 2.28 would take Debian 10's or a RHEL 8 / manylinux_2_28 root,
-# neither reachable from here. (What holds the wheel above 2.28, by `objdump -T`: exp, log
-# and pow of GLIBC_2.29, which anything compiled against glibc 2.29+ headers calls,
-# Debian 11's own libraries among them; and pthread_cond_clockwait of GLIBC_2.30 in our
-# two binaries, which GCC 12's <condition_variable> calls.)
+# So the sysroot is glibc 2.31 (bullseye's, the oldest Debian that deb.debian.org still
+# serves; no Debian 10 or RHEL 8 / manylinux_2_28 root is reachable from here), and what
+# would hold the wheel above 2.28 is removed one by one (by `objdump -T`):
+# - exp, exp2, log, log2, pow of GLIBC_2.29 (new versions without the SVID error path),
+#   which anything compiled against glibc 2.29+ headers calls: bound to their GLIBC_2.2.5
+#   versions, which every glibc since still exports, in what is compiled here by
+#   scripts/glibc_2_28.h (forced into every compile by the wrappers), and in Debian 11's
+#   libraries by scripts/glibc_compat_versions.py (their version-needed entry renamed;
+#   it refuses any other symbol past 2.28);
+# - pthread_cond_clockwait of GLIBC_2.30, which GCC 12's <condition_variable> calls:
+#   defined in scripts/glibc_shims.c;
+# - yaml-cpp, whose Debian 11 build needs GLIBCXX_3.4.26 (manylinux_2_28 allows 3.4.24):
+#   Debian 12's source built here, static, into our binaries.
+# `auditwheel repair --plat manylinux_2_28_x86_64` checks the result. No glibc 2.28 root
+# is at hand to run it in: tests/wheel/run.sh runs it on 2.31 (Debian 11) and 2.36.
 #
 # The compilers are wrappers (.whl/toolchain-bullseye/): Debian's GCC also needs -B and -L
 # into the sysroot, or it links this machine's glibc (below). The static libstdc++.a is
@@ -55,25 +63,37 @@ JOBS=${JOBS:-2}
 SUITE=bullseye
 SYSROOT=$CACHE/sysroot-$SUITE
 HR=/opt/hr  # inside the sysroot: what is built here
-PLAT=${PLAT:-manylinux_2_31_x86_64}
+PLAT=${PLAT:-manylinux_2_28_x86_64}
 # The -dev packages of what CMakeLists.txt's pkg_check_modules asks for (less simdjson's,
 # SentencePiece's, libyuv's and FFmpeg's, built below), and of CPython 3.11's modules
 # (tests/wheel builds one inside this root: Debian 11's python3 is 3.9).
 DEV_PACKAGES=libc6-dev,libgcc-10-dev,libturbojpeg0-dev,libpng-dev,libwebp-dev,libexif-dev
-DEV_PACKAGES+=,libyaml-cpp-dev,libarchive-dev,libtesseract-dev,libutf8proc-dev
+DEV_PACKAGES+=,libarchive-dev,libtesseract-dev,libutf8proc-dev
 DEV_PACKAGES+=,libleptonica-dev,libfreetype-dev,liblzf-dev,libcurl4-openssl-dev,libssl-dev
 DEV_PACKAGES+=,zlib1g-dev,libpcre2-dev,libffi-dev,libbz2-dev,liblzma-dev,libsqlite3-dev
 DEV_PACKAGES+=,uuid-dev,gcc,make  # (gcc, make: GCC 10, for tests/wheel/python_bullseye.sh only)
-SOURCES=(simdjson sentencepiece libyuv openh264)  # Debian 12 source packages built into $HR
+SOURCES=(simdjson sentencepiece libyuv openh264 yaml-cpp)  # Debian 12 source packages built into $HR
 
 die() { echo "build_wheel_manylinux: $*" >&2; exit 1; }
 say() { echo "build_wheel_manylinux: $*"; }
 [ "$(id -u)" = 0 ] || die "needs root (debootstrap)"
 
+# This machine's tools: debootstrap, and nasm for OpenH264's assembly (built below, before
+# scripts/build_ffmpeg.sh would install it; a fresh machine stopped there). And
+# libopenh264-7, Debian 12's build of the OpenH264 built here: scripts/wheel_fixup.py
+# takes the notices of what is built from Debian 12's source packages from this
+# machine's installed packages (the others are installed by scripts/setup.sh).
+missing=()
+for p in debootstrap nasm libopenh264-7; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  say "installing ${missing[*]}"
+  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+fi
+
 # --- The sysroot ------------------------------------------------------------------------
 if [ "$(cat "$SYSROOT/.packages" 2>/dev/null)" != "$DEV_PACKAGES" ]; then
-  command -v debootstrap >/dev/null || {
-    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap; }
   say "debootstrap $SUITE + its -dev packages into $SYSROOT (~3 min)"
   rm -rf "$SYSROOT" "$SYSROOT.tmp"
   nice -n 19 debootstrap --variant=minbase --include="$DEV_PACKAGES" "$SUITE" "$SYSROOT.tmp" \
@@ -107,8 +127,8 @@ fi
 TC=$CACHE/toolchain-$SUITE
 mkdir -p "$TC"
 for tool in gcc g++; do
-  printf '#!/bin/sh\nexec /usr/bin/%s --sysroot=%s -B%s/usr/lib/x86_64-linux-gnu/ -L%s/usr/lib/x86_64-linux-gnu "$@"\n' \
-    "$tool" "$SYSROOT" "$SYSROOT" "$SYSROOT" > "$TC/$tool.tmp"
+  printf '#!/bin/sh\nexec /usr/bin/%s --sysroot=%s -B%s/usr/lib/x86_64-linux-gnu/ -L%s/usr/lib/x86_64-linux-gnu -include %s "$@"\n' \
+    "$tool" "$SYSROOT" "$SYSROOT" "$SYSROOT" "$ROOT/scripts/glibc_2_28.h" > "$TC/$tool.tmp"
   chmod +x "$TC/$tool.tmp"
   cmp -s "$TC/$tool.tmp" "$TC/$tool" && rm "$TC/$tool.tmp" || mv "$TC/$tool.tmp" "$TC/$tool"
 done
@@ -129,7 +149,7 @@ CMAKE_SYSROOT_ARGS=(-DCMAKE_SYSROOT="$SYSROOT" -DCMAKE_FIND_ROOT_PATH_MODE_PROGR
                     -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$HR"
                     -DCMAKE_INSTALL_LIBDIR=lib)
 # A library's stamp holds the toolchain it was built with: a change rebuilds them all.
-TOOLCHAIN_ID=$(cat "$TC/gcc" "$TC/g++" scripts/glibc_shims.c | sha256sum | cut -c1-16)
+TOOLCHAIN_ID=$(cat "$TC/gcc" "$TC/g++" scripts/glibc_shims.c scripts/glibc_2_28.h | sha256sum | cut -c1-16)
 
 # --- Libraries from Debian 12's source packages -----------------------------------------
 mkdir -p "$CACHE/src-bookworm/apt/lists/partial"
@@ -179,6 +199,15 @@ for pkg in "${SOURCES[@]}"; do
       mkdir -p "$SYSROOT$HR/lib" "$SYSROOT$HR/include"
       cp "$build/libyuv.a" "$SYSROOT$HR/lib/"
       cp -r "$src/include/." "$SYSROOT$HR/include/" ;;
+    yaml-cpp)
+      # Static and position-independent, linked into our binaries (Debian 11's shared one
+      # needs GLIBCXX_3.4.26, past manylinux_2_28); libstdc++ is then ours, static.
+      nice -n 19 cmake -S "$src" -B "$build" "${CMAKE_SYSROOT_ARGS[@]}" \
+        -DYAML_BUILD_SHARED_LIBS=OFF -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
+        -DYAML_CPP_BUILD_TESTS=OFF -DYAML_CPP_BUILD_TOOLS=OFF -DYAML_CPP_BUILD_CONTRIB=OFF \
+        -DCMAKE_POLICY_VERSION_MINIMUM=3.5 > "$build/log" 2>&1 || { tail -20 "$build/log"; exit 1; }
+      nice -n 19 cmake --build "$build" -j "$JOBS" >> "$build/log" 2>&1 || { tail -20 "$build/log"; exit 1; }
+      DESTDIR=$SYSROOT cmake --install "$build" >> "$build/log" 2>&1 ;;
     openh264)
       # Its own Makefile; assembly on (nasm). libstdc++ static, as for our binaries. (Its
       # install target links again: the same variables there.)
@@ -199,8 +228,8 @@ SYSROOT=$SYSROOT TOOLCHAIN_ID=$TOOLCHAIN_ID scripts/build_ffmpeg.sh
 # (its -dev package, or a package that depends on it) comes first on some link lines, as
 # libsimdjson 0.7's did once: the binaries then called 0.7 with 3.0's structures, and
 # every JSON parse failed.
-for lib in libsimdjson libsentencepiece libyuv libopenh264 libavcodec libavformat libavutil \
-           libswscale libswresample; do
+for lib in libsimdjson libsentencepiece libyuv libopenh264 libyaml-cpp libavcodec libavformat \
+           libavutil libswscale libswresample; do
   if compgen -G "$SYSROOT/usr/lib/x86_64-linux-gnu/$lib[.-]*" >/dev/null; then
     die "the sysroot has Debian 11's $lib besides $HR's: remove its package (or $SYSROOT)"
   fi
@@ -217,19 +246,30 @@ mkdir -p "$LIBS"
 for dir in "$SYSROOT$HR/lib" "$SYSROOT/usr/lib/x86_64-linux-gnu"; do
   for f in "$dir"/*.so.*; do
     case $(basename "$f") in
-      libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|libresolv.so.*|libutil.so.*|\
+      libc.so.*|libm.so.*|libmvec.so.*|libdl.so.*|libpthread.so.*|librt.so.*|libresolv.so.*|libutil.so.*|\
       libnsl.so.*|libanl.so.*|ld-linux*|libstdc++.so.*|libgcc_s.so.*|libBrokenLocale.so.*|\
       libthread_db.so.*|libcrypt.so.*) ;;
-      *) [ -e "$LIBS/$(basename "$f")" ] || ln -s "$f" "$LIBS/$(basename "$f")" ;;
+      *) [ -e "$LIBS/$(basename "$f")" ] && continue
+         # Debian 11's libm calls of GLIBC_2.29 bound to GLIBC_2.2.5 (above): a copy
+         # where the library has them, else a link.
+         # (Not `objdump | grep -q`: under pipefail, grep's early exit fails the pipe.)
+         if grep -q 'GLIBC_2\.29' <<< "$(objdump -T "$f" 2>/dev/null)"; then
+           python3 scripts/glibc_compat_versions.py "$f" "$LIBS/$(basename "$f")" ||
+             ln -s "$f" "$LIBS/$(basename "$f")"  # (auditwheel refuses it if the wheel needs it)
+         else
+           ln -s "$f" "$LIBS/$(basename "$f")"
+         fi ;;
     esac
   done
 done
 
-LINK_FLAGS=$STATIC_LIBSTDCXX
+# libyuv and yaml-cpp, linked in statically, stay local to each binary as libstdc++ does:
+# a copy another library in the process exports never serves our calls.
+LINK_FLAGS="$STATIC_LIBSTDCXX -Wl,--exclude-libs,libyuv.a:libyaml-cpp.a"
 export WHEEL_PLAT=$PLAT WHEEL_LIBRARY_PATH=$LIBS WHEEL_BUILD_SUFFIX=-$SUITE
 # The notices (scripts/wheel_fixup.py): the sysroot's packages; libyuv, linked in, is
-# this machine's libyuv0 (the same Debian 12 source package and version).
-export WHEEL_DPKG_ROOT=$SYSROOT WHEEL_LINKED_PACKAGES=libyuv0
+# this machine's libyuv0 and libyaml-cpp0.7 (the same Debian 12 source packages and versions).
+export WHEEL_DPKG_ROOT=$SYSROOT WHEEL_LINKED_PACKAGES="libyuv0 libyaml-cpp0.7"
 export WHEEL_CMAKE_DEFINES="CMAKE_SYSROOT=$SYSROOT;CMAKE_EXE_LINKER_FLAGS=$LINK_FLAGS"
 WHEEL_CMAKE_DEFINES+=";CMAKE_C_COMPILER=$CC;CMAKE_CXX_COMPILER=$CXX;CMAKE_FIND_ROOT_PATH_MODE_PROGRAM=NEVER"
 WHEEL_CMAKE_DEFINES+=";CMAKE_SHARED_LINKER_FLAGS=$LINK_FLAGS;CMAKE_MODULE_LINKER_FLAGS=$LINK_FLAGS"
