@@ -103,7 +103,8 @@ wheel-manylinux:
 	JOBS=$(JOBS) scripts/build_wheel_manylinux.sh
 
 # The wheels installed and run in a Debian 12 root file system with none of our build
-# dependencies (tests/wheel/run.sh; root). Not part of `make test`, which CI runs and
+# dependencies (tests/wheel/run.sh; root), after each wheel's manylinux tag is checked to
+# be the one `auditwheel show` finds (tests/wheel/tags.sh). Not part of `make test`, which CI runs and
 # which must stay under 30 minutes: from a fresh worktree `make wheel` takes ~6 minutes
 # on 2 cores (the minimal FFmpeg ~3 of them; the C++ core from ccache), then ~2, and
 # `make test-wheel` ~4 (debootstrap), then ~3. Intended schedule: nightly and before every
@@ -114,6 +115,7 @@ wheel-manylinux:
 # time ~2 more for its debootstrap and ~7 each for the CPython 3.11 and 3.13 it builds
 # for that root).
 test-wheel:
+	tests/wheel/tags.sh
 	tests/wheel/run.sh
 	@if ls dist/headrace-*-cp311-cp311-manylinux_2_[23][0-9]_x86_64.whl 2>/dev/null | \
 	    grep -qE 'manylinux_2_(2[0-9]|3[01])_'; then \
