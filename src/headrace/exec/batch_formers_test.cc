@@ -723,6 +723,38 @@ TEST(BatchFormers, ABalancedPackWithAWindowDealsRowsWithAnImageToEveryRankItCan)
   EXPECT_GT(lacking, 0) << "some step has fewer image rows than ranks: flagged";
 }
 
+// A Ray worker's former with rows dealt: on demand, one engine rank, asked for 2 ranks'
+// balanced packed steps (window 4, seq_len 256) of SkewedInputs, by epoch and batch.
+class RowsDealtWorker {
+ public:
+  explicit RowsDealtWorker(const std::shared_ptr<EngineInputs>& inputs)
+      : engine_(SkewedRun(0)) {
+    engine_.order.world_size = 1;
+    engine_.schedule = Schedule::kOnDemand;
+    FormingRun run{.inputs = inputs, .pack = Pack(4), .engine = &engine_};
+    run.pack->seq_len = 256;
+    run.balance = BalanceOptions{};
+    run.balance->ranks = 2;
+    Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
+    EXPECT_TRUE(former.ok()) << former.status().ToString();
+    if (former.ok()) former_ = *former;
+    Result<EpochOrder> order = EpochOrder::Make(engine_.order);
+    EXPECT_TRUE(order.ok());
+    if (order.ok()) order_.emplace(std::move(*order));
+  }
+  bool ok() const { return former_ != nullptr && order_.has_value(); }
+  BatchFormer& former() { return *former_; }
+  std::optional<std::vector<int64_t>> Compose(int64_t epoch, int64_t b) {
+    const BatchPosition p{.epoch = epoch, .index_in_epoch = b};
+    return former_->Compose(p, order_->SampleIndices(p), {});
+  }
+
+ private:
+  EngineOptions engine_;
+  std::shared_ptr<BatchFormer> former_;
+  std::optional<EpochOrder> order_;
+};
+
 TEST(BatchFormers, AnOnDemandRunWithRowsDealtComputesEachRanksRowsAsItsOwnRunPlansThem) {
   // A Ray worker with batch.pack and a window: its epoch batch b is the samples of the
   // rows rank b mod 2's own run keeps of step b div 2, in row order (the rank lays them
@@ -730,32 +762,19 @@ TEST(BatchFormers, AnOnDemandRunWithRowsDealtComputesEachRanksRowsAsItsOwnRunPla
   const std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
   const RankBatches ranks[2] = {PackedRank(inputs, 0, {.balance = BalanceOptions{}}),
                                 PackedRank(inputs, 1, {.balance = BalanceOptions{}})};
-  EngineOptions engine = SkewedRun(0);
-  engine.order.world_size = 1;
-  engine.schedule = Schedule::kOnDemand;
-  FormingRun run{.inputs = inputs, .pack = Pack(4), .engine = &engine};
-  run.pack->seq_len = 256;
-  run.balance = BalanceOptions{};
-  run.balance->ranks = 2;
-  Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
-  ASSERT_TRUE(former.ok()) << former.status().ToString();
-  Result<EpochOrder> order = EpochOrder::Make(engine.order);
-  ASSERT_TRUE(order.ok());
+  RowsDealtWorker worker(inputs);
+  ASSERT_TRUE(worker.ok());
   for (const int64_t b : {5, 0, 15, 1, 8, 9, 2, 3, 4, 6, 7, 10, 11, 12, 13, 14, 0, 1}) {
-    const BatchPosition p{.epoch = 0, .index_in_epoch = b};
-    std::optional<std::vector<int64_t>> samples =
-        (*former)->Compose(p, order->SampleIndices(p), {});
+    std::optional<std::vector<int64_t>> samples = worker.Compose(0, b);
     ASSERT_TRUE(samples.has_value());
     EXPECT_EQ(*samples, ranks[b % 2].samples[static_cast<size_t>(b / 2)]) << "batch " << b;
   }
   // Epoch 1's requests among epoch 0's (a request window across the epoch's end: both
   // plans kept), then epoch 2's (epoch 0's plan dropped) and epoch 0's again (planned
   // anew from its start): the same rows every time.
-  const BatchPosition again{.epoch = 0, .index_in_epoch = 3};
   for (const int64_t epoch : {1, 0, 2, 0}) {
-    const BatchPosition p{.epoch = epoch, .index_in_epoch = 0};
-    ASSERT_TRUE((*former)->Compose(p, order->SampleIndices(p), {}).has_value());
-    EXPECT_EQ(*(*former)->Compose(again, order->SampleIndices(again), {}), ranks[1].samples[1])
+    ASSERT_TRUE(worker.Compose(epoch, 0).has_value());
+    EXPECT_EQ(*worker.Compose(0, 3), ranks[1].samples[1])
         << "after epoch " << epoch << "'s first batch";
   }
 }
@@ -768,36 +787,26 @@ TEST(BatchFormers, AnOnDemandRunWithRowsDealtCountsEachStepOnceHoweverOftenItPla
   const RankBatches rank = PackedRank(inputs, 0, {.balance = BalanceOptions{}});
   ASSERT_TRUE(rank.balance.has_value());
   ASSERT_EQ(rank.balance->steps, 8);
-  EngineOptions engine = SkewedRun(0);
-  engine.order.world_size = 1;
-  engine.schedule = Schedule::kOnDemand;
-  FormingRun run{.inputs = inputs, .pack = Pack(4), .engine = &engine};
-  run.pack->seq_len = 256;
-  run.balance = BalanceOptions{};
-  run.balance->ranks = 2;
-  Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
-  ASSERT_TRUE(former.ok()) << former.status().ToString();
-  Result<EpochOrder> order = EpochOrder::Make(engine.order);
-  ASSERT_TRUE(order.ok());
+  RowsDealtWorker worker(inputs);
+  ASSERT_TRUE(worker.ok());
   const auto compose = [&](int64_t epoch, int64_t b) {
-    const BatchPosition p{.epoch = epoch, .index_in_epoch = b};
-    EXPECT_TRUE((*former)->Compose(p, order->SampleIndices(p), {}).has_value());
+    EXPECT_TRUE(worker.Compose(epoch, b).has_value()) << epoch << ", " << b;
   };
   for (const int64_t b : {5, 0, 15, 1, 8, 9, 2, 3, 4, 6, 7, 10, 11, 12, 13, 14, 0, 1}) {
     compose(0, b);
   }
-  EXPECT_EQ(Counted(*(*former)->balance()), Counted(*rank.balance)) << "epoch 0, as rank 0's";
+  EXPECT_EQ(Counted(*worker.former().balance()), Counted(*rank.balance)) << "epoch 0, as rank 0's";
   // Epochs 1 and 2's first steps (epoch 0's plan dropped), then epoch 0's last batch: the
   // whole epoch planned again, no step of it counted again.
   compose(1, 0);
   compose(2, 0);
-  const BalanceSeen three_epochs = *(*former)->balance();
+  const BalanceSeen three_epochs = *worker.former().balance();
   EXPECT_EQ(three_epochs.steps, 8 + 1 + 1);
   compose(0, 15);
-  EXPECT_EQ(Counted(*(*former)->balance()), Counted(three_epochs));
+  EXPECT_EQ(Counted(*worker.former().balance()), Counted(three_epochs));
   // Epoch 2's second step (its plan dropped in turn): its first planned again, uncounted.
   compose(2, 3);
-  EXPECT_EQ((*former)->balance()->steps, 8 + 1 + 2);
+  EXPECT_EQ(worker.former().balance()->steps, 8 + 1 + 2);
 }
 
 // Rank 0's packed batches (seq_len 64, window 4) of SkewedInputs(64) as a planned pack

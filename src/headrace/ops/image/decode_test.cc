@@ -120,10 +120,10 @@ TEST(Decode, PngGrayscaleBecomesRgb) {
   ExpectColour(image->view(), 7, 3, 140, 140, 140, 0);
 }
 
-TEST(Decode, PngSixteenBitIsScaledToEightBits) {
-  const Bytes pixels = MakePixels(4, 4, 3, [](int x, int, int c) { return c == 0 ? 255 : x * 60; });
-  // The simplified writer stores 16-bit linear data when given PNG_FORMAT_FLAG_LINEAR;
-  // build a 16-bit RGB file with the classic API instead.
+// An RGB PNG `width` wide, `depth` bits a channel, of `rows`, by libpng's classic API
+// (the simplified writer stores 16-bit data as linear, and refuses rows wider than
+// 1,000,000 pixels: its limits are raised here).
+Bytes ClassicRgbPng(int width, int depth, const std::vector<std::vector<uint8_t>>& rows) {
   png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
   png_infop info = png_create_info_struct(png);
   Bytes out;
@@ -134,19 +134,29 @@ TEST(Decode, PngSixteenBitIsScaledToEightBits) {
         o->insert(o->end(), data, data + n);
       },
       nullptr);
-  png_set_IHDR(png, info, 4, 4, 16, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
-               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  png_set_user_limits(png, 0x7fffffff, 0x7fffffff);
+  png_set_IHDR(png, info, width, static_cast<png_uint_32>(rows.size()), depth,
+               PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
+               PNG_FILTER_TYPE_DEFAULT);
   png_write_info(png, info);
-  std::vector<uint8_t> row(4 * 3 * 2);
-  for (int y = 0; y < 4; ++y) {
-    for (int i = 0; i < 12; ++i) {
-      row[2 * i] = pixels[y * 12 + i];  // big-endian 16-bit: v * 257
-      row[2 * i + 1] = pixels[y * 12 + i];
-    }
-    png_write_row(png, row.data());
-  }
+  for (const std::vector<uint8_t>& row : rows) png_write_row(png, row.data());
   png_write_end(png, nullptr);
   png_destroy_write_struct(&png, &info);
+  return out;
+}
+
+TEST(Decode, PngSixteenBitIsScaledToEightBits) {
+  const Bytes pixels = MakePixels(4, 4, 3, [](int x, int, int c) { return c == 0 ? 255 : x * 60; });
+  // The simplified writer stores 16-bit linear data when given PNG_FORMAT_FLAG_LINEAR;
+  // build a 16-bit RGB file with the classic API instead.
+  std::vector<std::vector<uint8_t>> rows(4, std::vector<uint8_t>(4 * 3 * 2));
+  for (int y = 0; y < 4; ++y) {
+    for (int i = 0; i < 12; ++i) {
+      rows[y][2 * i] = pixels[y * 12 + i];  // big-endian 16-bit: v * 257
+      rows[y][2 * i + 1] = pixels[y * 12 + i];
+    }
+  }
+  const Bytes out = ClassicRgbPng(4, 16, rows);
   Result<Image> image = Decode(out);
   ASSERT_TRUE(image.ok()) << image.status().ToString();
   ExpectColour(image->view(), 2, 1, 255, 120, 120, 0);
@@ -509,34 +519,11 @@ TEST(DecodeOp, ANarrowImageHoldsNoMoreThanItsPixels) {
 // A PNG row wider than kPngMaxWidth is refused from its header: libpng's two row
 // buffers would take up to 12 bytes a pixel of it (an 89,478,485 x 1 PNG took 626 MB
 // in them). The widest it takes is decoded.
-// One black RGB row `width` pixels wide, by the classic API: the simplified writer, like
-// libpng's reader by default, refuses rows wider than 1,000,000 pixels.
-Bytes OneRowPng(int width) {
-  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
-  png_infop info = png_create_info_struct(png);
-  Bytes out;
-  png_set_write_fn(
-      png, &out,
-      [](png_structp p, png_bytep data, png_size_t n) {
-        auto* o = static_cast<Bytes*>(png_get_io_ptr(p));
-        o->insert(o->end(), data, data + n);
-      },
-      nullptr);
-  png_set_user_limits(png, 0x7fffffff, 0x7fffffff);
-  png_set_IHDR(png, info, width, 1, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
-               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-  png_write_info(png, info);
-  std::vector<uint8_t> row(static_cast<size_t>(width) * 3, 0);
-  png_write_row(png, row.data());
-  png_write_end(png, nullptr);
-  png_destroy_write_struct(&png, &info);
-  return out;
-}
-
 TEST(DecodeOp, APngWiderThanItsRowBuffersMayHoldIsRefusedFromItsHeader) {
   for (const int w : {kPngMaxWidth + 1, kPngMaxWidth}) {
     testing::TestContext t;
-    t.SetMedia(OneRowPng(w));
+    // One black row: the simplified writer refuses rows wider than 1,000,000 pixels.
+    t.SetMedia(ClassicRgbPng(w, 8, {std::vector<uint8_t>(static_cast<size_t>(w) * 3, 0)}));
     DecodeOp op(DecodeSpec{}, DecodeTarget{}, testing::TestContext::kImageSlot);
     const Status status = op.Run(t.ctx);
     if (w > kPngMaxWidth) {
