@@ -89,6 +89,20 @@ def many_entries(root, n):
     return config
 
 
+# The ops of the cases that decode an image and resize it to 8 x 8.
+DECODE_TO_8X8 = "[image.decode, {image.resize: {width: 8, height: 8}}, image.normalize]"
+
+
+def one_by_one(d, source, ops):
+    """A run's config in `d`: `source` and `ops` (YAML flow text), one epoch in batches of
+    one within a 256 MiB budget, any sample allowed to fail (its case counts them)."""
+    config = d / "p.yaml"
+    config.write_text(f"source: {source}\nepochs: 1\nbatch: {{size: 1}}\n"
+                      f"memory: {{budget_bytes: 256MiB}}\nops: {ops}\n"
+                      "errors: {max_error_rate: 1.0}\ntrainer: {step_ms: 0}\n")
+    return config
+
+
 def cases(root):
     """(name, args, expected exit codes, seconds, RSS bytes, records or None, its test)."""
     (root / "images").mkdir()
@@ -142,16 +156,9 @@ def cases(root):
         (d / f"images/{name}.png").write_bytes(line_png(width, height))
         (d / "manifest.jsonl").write_text(
             json.dumps({"id": name, "image": f"images/{name}.png"}) + "\n")
-        config = d / "p.yaml"
-        config.write_text(f"""
-source: {{manifest: {d / 'manifest.jsonl'}, fields: [{{name: image, kind: image}}]}}
-epochs: 1
-batch: {{size: 1}}
-memory: {{budget_bytes: 256MiB}}
-ops: [image.decode, {{image.resize: {{width: 8, height: 8}}}}, image.normalize]
-errors: {{max_error_rate: 1.0}}
-trainer: {{step_ms: 0}}
-""")
+        config = one_by_one(d, f"{{manifest: {d / 'manifest.jsonl'}, "
+                               "fields: [{name: image, kind: image}]}",
+                            DECODE_TO_8X8)
         # The decode's scratch (89,478,485 x 4.5 bytes) and the budget, with the process.
         # Until 2026-12-07 image.resize's filter tables for the 89,478,485 -> 8 reduction
         # took ~14 bytes a source row, kept by the thread (1.57 GB in all), then ~4 while
@@ -171,16 +178,9 @@ trainer: {{step_ms: 0}}
                         "ultrafast", "-f", "h264", d / f"{name}.h264"], check=True)
     (d / "manifest.jsonl").write_text("".join(
         json.dumps({"id": k, "video": f"{k}.h264"}) + "\n" for k in ("big", "small")))
-    config = d / "p.yaml"
-    config.write_text(f"""
-source: {{manifest: {d / 'manifest.jsonl'}, fields: [{{name: video, kind: video}}]}}
-epochs: 1
-batch: {{size: 1}}
-memory: {{budget_bytes: 256MiB}}
-ops: [{{video.decode: {{frames: 4, width: 32, height: 24}}}}]
-errors: {{max_error_rate: 1.0}}
-trainer: {{step_ms: 0}}
-""")
+    config = one_by_one(d, f"{{manifest: {d / 'manifest.jsonl'}, "
+                           "fields: [{name: video, kind: video}]}",
+                        "[{video.decode: {frames: 4, width: 32, height: 24}}]")
     out.append(("raw H.264 with a 16000 x 16000 SPS", ["run", config, "--report", d / "r.json"],
                 {0}, 60, 256 * MiB + 128 * MiB, (d / "r.json", 2),
                 "decode_test.cc (VideoDecode, the allowance)"))
@@ -196,15 +196,9 @@ trainer: {{step_ms: 0}}
             data = png_bytes(56, 56)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    config = d / "p.yaml"
-    config.write_text(f"""
-source: {{shards: {d / 'shard-0.tar'}, fields: [{{name: image, kind: image, key: png}}]}}
-epochs: 1
-batch: {{size: 1}}
-ops: [image.decode, {{image.resize: {{width: 8, height: 8}}}}, image.normalize]
-errors: {{max_error_rate: 1.0}}
-trainer: {{step_ms: 0}}
-""")
+    config = one_by_one(d, f"{{shards: {d / 'shard-0.tar'}, "
+                           "fields: [{name: image, kind: image, key: png}]}",
+                        DECODE_TO_8X8)
     out.append(("a tar member name that is not UTF-8", ["run", config, "--report", d / "r.json"],
                 {0}, 30, 256 * MiB, (d / "r.json", 2),
                 "test_shards.py (a member name that is not UTF-8)"))

@@ -2,11 +2,17 @@
 
 namespace headrace {
 
-// Length of the valid UTF-8 sequence at text[i], 0 when it is not valid there.
-size_t ValidSequenceLength(std::string_view text, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<uint8_t>(text[k]); };
-  const uint8_t c = b(i);
-  if (c < 0x80) return 1;
+namespace {
+
+// The UTF-8 sequence starting at text[i]: how many bytes its lead byte asks for (0: not a
+// lead byte) and how many of them, the lead included, are there and valid.
+struct Utf8Start {
+  size_t wanted = 0, valid = 0;
+};
+
+Utf8Start ReadUtf8Start(std::string_view text, size_t i) {
+  const uint8_t c = static_cast<uint8_t>(text[i]);
+  if (c < 0x80) return {1, 1};
   size_t n;
   uint8_t lo = 0x80, hi = 0xBF;
   if (c >= 0xC2 && c <= 0xDF) {
@@ -20,41 +26,27 @@ size_t ValidSequenceLength(std::string_view text, size_t i) {
     if (c == 0xF0) lo = 0x90;
     if (c == 0xF4) hi = 0x8F;
   } else {
-    return 0;
+    return {};
   }
   // Maximal subpart: how many continuation bytes are valid decides what one U+FFFD covers.
-  for (size_t k = 1; k < n; ++k) {
-    if (i + k >= text.size()) return 0;
-    const uint8_t cc = b(i + k);
-    if (cc < (k == 1 ? lo : 0x80) || cc > (k == 1 ? hi : 0xBF)) return 0;
-  }
-  return n;
-}
-
-// Bytes of the maximal invalid subpart at text[i] (at least 1).
-size_t InvalidSubpartLength(std::string_view text, size_t i) {
-  const uint8_t c = static_cast<uint8_t>(text[i]);
-  size_t n;
-  uint8_t lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) {
-    n = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 1;
-  }
   size_t k = 1;
   for (; k < n && i + k < text.size(); ++k) {
     const uint8_t cc = static_cast<uint8_t>(text[i + k]);
     if (cc < (k == 1 ? lo : 0x80) || cc > (k == 1 ? hi : 0xBF)) break;
   }
-  return k;
+  return {n, k};
+}
+
+}  // namespace
+
+size_t ValidSequenceLength(std::string_view text, size_t i) {
+  const Utf8Start start = ReadUtf8Start(text, i);
+  return start.wanted != 0 && start.valid == start.wanted ? start.wanted : 0;
+}
+
+size_t InvalidSubpartLength(std::string_view text, size_t i) {
+  const Utf8Start start = ReadUtf8Start(text, i);
+  return start.wanted == 0 ? 1 : start.valid;
 }
 
 bool SanitizeUtf8(std::string_view text, std::string* out) {

@@ -50,6 +50,13 @@ PackOptions Pack(int64_t window) {
   return o;
 }
 
+// A packing window with rows dealt (balance with window > 0): window 4, rows of 256.
+PackOptions RowsDealt() {
+  PackOptions pack = Pack(4);
+  pack.seq_len = 256;
+  return pack;
+}
+
 TEST(BatchFormers, EachRunGetsThePolicyThatTakesIt) {
   EXPECT_EQ(Form(std::nullopt, true).former->name(), "plain");
   EXPECT_EQ(Form(Pack(0), false).former->name(), "pack") << "the chain cannot tell tokens";
@@ -363,48 +370,6 @@ class OneBatchInput final : public BatchInput {
   Status CountLost(std::span<const LostSample>, bool) override { return Status::Ok(); }
 };
 
-TEST(BatchFormers, AnOnDemandModalitySafeBatchIsDealtAndFlaggedAsItsRanksOwn) {
-  // Samples 0-15 hold an image. A worker's batch b (any order) holds rank b mod 2's
-  // modality-safe share of its step, and leaves (FinishTaken) flagged as that rank's
-  // Next() flags it: image where the share holds none.
-  std::shared_ptr<EngineInputs> inputs = ImagesBelow(16);
-  BalanceOptions safe;
-  safe.every_rank = ModalityBit(FieldKind::kImage);
-  const std::vector<std::vector<int64_t>> ranks[2] = {Shares(inputs, 0, safe),
-                                                      Shares(inputs, 1, safe)};
-  EngineOptions engine = SkewedRun(0);
-  engine.order.world_size = 1;
-  engine.schedule = Schedule::kOnDemand;
-  FormingRun run{.inputs = inputs, .engine = &engine};
-  run.balance = safe;
-  run.balance->ranks = 2;
-  Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
-  ASSERT_TRUE(former.ok()) << former.status().ToString();
-  Result<EpochOrder> order = EpochOrder::Make(engine.order);
-  ASSERT_TRUE(order.ok());
-  int64_t lacking = 0, holding = 0;
-  for (const int64_t b : {3, 0, 1, 2, 15, 14, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}) {
-    const BatchPosition p{.epoch = 0, .index_in_epoch = b};
-    const std::vector<int64_t> share = *(*former)->Compose(p, order->SampleIndices(p), {});
-    EXPECT_EQ(share, ranks[b % 2][static_cast<size_t>(b / 2)]) << "batch " << b;
-    Batch batch;
-    Result<Tensor> index = Tensor::Allocate(DType::kI64, {int64_t(share.size())});
-    ASSERT_TRUE(index.ok());
-    std::copy(share.begin(), share.end(), index->mutable_data<int64_t>());
-    batch.fields.emplace_back("index", *index);
-    ASSERT_TRUE((*former)->FinishTaken(batch).ok());
-    const Tensor* dummy = batch.Find("dummy_kinds");
-    ASSERT_NE(dummy, nullptr);
-    const bool image = std::any_of(share.begin(), share.end(), [](int64_t s) { return s < 16; });
-    EXPECT_EQ(std::vector<uint8_t>(dummy->data<uint8_t>(), dummy->data<uint8_t>() + 4),
-              (std::vector<uint8_t>{uint8_t(image ? 0 : 1), 0, 0, 0}))
-        << "batch " << b;
-    (image ? holding : lacking) += 1;
-  }
-  EXPECT_GT(lacking, 0);
-  EXPECT_GT(holding, 0);
-}
-
 // A batch of samples `indices` (its `index` field), with `kinds` as kSampleKindsField if
 // given.
 Batch IndexedBatch(const std::vector<int64_t>& indices, const std::vector<int32_t>& kinds = {}) {
@@ -435,25 +400,77 @@ EngineOptions WorkerRun() {
   return worker;
 }
 
+// A Ray worker's former (WorkerRun) asked for 2 ranks' steps balanced by `balance`,
+// packed by `pack` if given, with the epoch order it is asked from, by epoch and batch.
+class TwoRankWorker {
+ public:
+  TwoRankWorker(const std::shared_ptr<EngineInputs>& inputs, BalanceOptions balance,
+                std::optional<PackOptions> pack = std::nullopt)
+      : engine_(WorkerRun()) {
+    FormingRun run{.inputs = inputs, .pack = std::move(pack), .engine = &engine_};
+    run.balance = std::move(balance);
+    run.balance->ranks = 2;
+    Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
+    EXPECT_TRUE(former.ok()) << former.status().ToString();
+    if (former.ok()) former_ = *former;
+    Result<EpochOrder> order = EpochOrder::Make(engine_.order);
+    EXPECT_TRUE(order.ok());
+    if (order.ok()) order_.emplace(std::move(*order));
+  }
+  bool ok() const { return former_ != nullptr && order_.has_value(); }
+  BatchFormer& former() { return *former_; }
+  const EpochOrder& order() const { return *order_; }
+  std::optional<std::vector<int64_t>> Compose(int64_t epoch, int64_t b) {
+    const BatchPosition p{.epoch = epoch, .index_in_epoch = b};
+    return former_->Compose(p, order_->SampleIndices(p), {});
+  }
+
+ private:
+  EngineOptions engine_;
+  std::shared_ptr<BatchFormer> former_;
+  std::optional<EpochOrder> order_;
+};
+
+TEST(BatchFormers, AnOnDemandModalitySafeBatchIsDealtAndFlaggedAsItsRanksOwn) {
+  // Samples 0-15 hold an image. A worker's batch b (any order) holds rank b mod 2's
+  // modality-safe share of its step, and leaves (FinishTaken) flagged as that rank's
+  // Next() flags it: image where the share holds none.
+  std::shared_ptr<EngineInputs> inputs = ImagesBelow(16);
+  const BalanceOptions safe = ImageOnEveryRank();
+  const std::vector<std::vector<int64_t>> ranks[2] = {Shares(inputs, 0, safe),
+                                                      Shares(inputs, 1, safe)};
+  TwoRankWorker worker(inputs, safe);
+  ASSERT_TRUE(worker.ok());
+  int64_t lacking = 0, holding = 0;
+  for (const int64_t b : {3, 0, 1, 2, 15, 14, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}) {
+    const std::vector<int64_t> share = *worker.Compose(0, b);
+    EXPECT_EQ(share, ranks[b % 2][static_cast<size_t>(b / 2)]) << "batch " << b;
+    Batch batch = IndexedBatch(share);
+    ASSERT_TRUE(worker.former().FinishTaken(batch).ok());
+    const Tensor* dummy = batch.Find("dummy_kinds");
+    ASSERT_NE(dummy, nullptr);
+    const bool image = std::any_of(share.begin(), share.end(), [](int64_t s) { return s < 16; });
+    EXPECT_EQ(std::vector<uint8_t>(dummy->data<uint8_t>(), dummy->data<uint8_t>() + 4),
+              (std::vector<uint8_t>{uint8_t(image ? 0 : 1), 0, 0, 0}))
+        << "batch " << b;
+    (image ? holding : lacking) += 1;
+  }
+  EXPECT_GT(lacking, 0);
+  EXPECT_GT(holding, 0);
+}
+
 TEST(BatchFormers, AModalitySafeBatchIsFlaggedByItsOwnEpochsDealWhileTheNextIsDealtAhead) {
   // Samples 0-15 hold an image. Every sample is in both epochs; the next epoch's batches
   // are dealt (Compose) before this epoch's leave (FinishTaken), as a run prefetching
   // across the epoch's end deals them: each batch is still flagged by its own share.
   std::shared_ptr<EngineInputs> inputs = ImagesBelow(16);
-  const BalanceOptions safe = ImageOnEveryRank();
-  EngineOptions engine = WorkerRun();
-  FormingRun run{.inputs = inputs, .engine = &engine};
-  run.balance = safe;
-  run.balance->ranks = 2;
-  Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
-  ASSERT_TRUE(former.ok()) << former.status().ToString();
-  Result<EpochOrder> order = EpochOrder::Make(engine.order);
-  ASSERT_TRUE(order.ok());
+  TwoRankWorker worker(inputs, ImageOnEveryRank());
+  ASSERT_TRUE(worker.ok());
   std::vector<std::pair<BatchPosition, std::vector<int64_t>>> dealt;
   for (const int64_t epoch : {1, 0}) {
     for (int64_t b = 0; b < 16; ++b) {
-      const BatchPosition p{.epoch = epoch, .index_in_epoch = b};
-      dealt.emplace_back(p, *(*former)->Compose(p, order->SampleIndices(p), {}));
+      dealt.emplace_back(BatchPosition{.epoch = epoch, .index_in_epoch = b},
+                         *worker.Compose(epoch, b));
     }
   }
   std::reverse(dealt.begin(), dealt.end());  // epoch 0's leave first
@@ -461,7 +478,7 @@ TEST(BatchFormers, AModalitySafeBatchIsFlaggedByItsOwnEpochsDealWhileTheNextIsDe
   for (const auto& [p, share] : dealt) {
     Batch batch = IndexedBatch(share);
     batch.epoch = p.epoch;
-    ASSERT_TRUE((*former)->FinishTaken(batch).ok());
+    ASSERT_TRUE(worker.former().FinishTaken(batch).ok());
     const Tensor* dummy = batch.Find("dummy_kinds");
     ASSERT_NE(dummy, nullptr);
     const bool image = std::any_of(share.begin(), share.end(), [](int64_t s) { return s < 16; });
@@ -723,38 +740,6 @@ TEST(BatchFormers, ABalancedPackWithAWindowDealsRowsWithAnImageToEveryRankItCan)
   EXPECT_GT(lacking, 0) << "some step has fewer image rows than ranks: flagged";
 }
 
-// A Ray worker's former with rows dealt: on demand, one engine rank, asked for 2 ranks'
-// balanced packed steps (window 4, seq_len 256) of SkewedInputs, by epoch and batch.
-class RowsDealtWorker {
- public:
-  explicit RowsDealtWorker(const std::shared_ptr<EngineInputs>& inputs)
-      : engine_(SkewedRun(0)) {
-    engine_.order.world_size = 1;
-    engine_.schedule = Schedule::kOnDemand;
-    FormingRun run{.inputs = inputs, .pack = Pack(4), .engine = &engine_};
-    run.pack->seq_len = 256;
-    run.balance = BalanceOptions{};
-    run.balance->ranks = 2;
-    Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
-    EXPECT_TRUE(former.ok()) << former.status().ToString();
-    if (former.ok()) former_ = *former;
-    Result<EpochOrder> order = EpochOrder::Make(engine_.order);
-    EXPECT_TRUE(order.ok());
-    if (order.ok()) order_.emplace(std::move(*order));
-  }
-  bool ok() const { return former_ != nullptr && order_.has_value(); }
-  BatchFormer& former() { return *former_; }
-  std::optional<std::vector<int64_t>> Compose(int64_t epoch, int64_t b) {
-    const BatchPosition p{.epoch = epoch, .index_in_epoch = b};
-    return former_->Compose(p, order_->SampleIndices(p), {});
-  }
-
- private:
-  EngineOptions engine_;
-  std::shared_ptr<BatchFormer> former_;
-  std::optional<EpochOrder> order_;
-};
-
 TEST(BatchFormers, AnOnDemandRunWithRowsDealtComputesEachRanksRowsAsItsOwnRunPlansThem) {
   // A Ray worker with batch.pack and a window: its epoch batch b is the samples of the
   // rows rank b mod 2's own run keeps of step b div 2, in row order (the rank lays them
@@ -762,7 +747,7 @@ TEST(BatchFormers, AnOnDemandRunWithRowsDealtComputesEachRanksRowsAsItsOwnRunPla
   const std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
   const RankBatches ranks[2] = {PackedRank(inputs, 0, {.balance = BalanceOptions{}}),
                                 PackedRank(inputs, 1, {.balance = BalanceOptions{}})};
-  RowsDealtWorker worker(inputs);
+  TwoRankWorker worker(inputs, BalanceOptions{}, RowsDealt());
   ASSERT_TRUE(worker.ok());
   for (const int64_t b : {5, 0, 15, 1, 8, 9, 2, 3, 4, 6, 7, 10, 11, 12, 13, 14, 0, 1}) {
     std::optional<std::vector<int64_t>> samples = worker.Compose(0, b);
@@ -787,7 +772,7 @@ TEST(BatchFormers, AnOnDemandRunWithRowsDealtCountsEachStepOnceHoweverOftenItPla
   const RankBatches rank = PackedRank(inputs, 0, {.balance = BalanceOptions{}});
   ASSERT_TRUE(rank.balance.has_value());
   ASSERT_EQ(rank.balance->steps, 8);
-  RowsDealtWorker worker(inputs);
+  TwoRankWorker worker(inputs, BalanceOptions{}, RowsDealt());
   ASSERT_TRUE(worker.ok());
   const auto compose = [&](int64_t epoch, int64_t b) {
     EXPECT_TRUE(worker.Compose(epoch, b).has_value()) << epoch << ", " << b;
@@ -891,35 +876,22 @@ TEST(BatchFormers, AnOnDemandRunDealsEachBatchAsItsRanksOwnRunDoes) {
   const std::shared_ptr<EngineInputs> inputs = SkewedInputs(64);
   const std::vector<std::vector<int64_t>> ranks[2] = {Shares(inputs, 0, BalanceOptions{}),
                                                       Shares(inputs, 1, BalanceOptions{})};
-  EngineOptions engine = SkewedRun(0);
-  engine.order.world_size = 1;
-  engine.schedule = Schedule::kOnDemand;
-  FormingRun run{.inputs = inputs, .engine = &engine};
-  run.balance = BalanceOptions{};
-  run.balance->ranks = 2;
-  Result<std::shared_ptr<BatchFormer>> former = MakeBatchFormer(run);
-  ASSERT_TRUE(former.ok()) << former.status().ToString();
-  Result<EpochOrder> order = EpochOrder::Make(engine.order);
-  ASSERT_TRUE(order.ok());
-  ASSERT_EQ(order->batches_per_epoch(), 16);
+  TwoRankWorker worker(inputs, BalanceOptions{});
+  ASSERT_TRUE(worker.ok());
+  ASSERT_EQ(worker.order().batches_per_epoch(), 16);
   // Out of order, as the ranks' requests come.
   for (const int64_t b : {5, 0, 15, 1, 8, 9, 2, 3, 4, 6, 7, 10, 11, 12, 13, 14}) {
-    const BatchPosition p{.epoch = 0, .index_in_epoch = b};
-    std::optional<std::vector<int64_t>> share = (*former)->Compose(p, order->SampleIndices(p), {});
+    std::optional<std::vector<int64_t>> share = worker.Compose(0, b);
     ASSERT_TRUE(share.has_value());
     EXPECT_EQ(*share, ranks[b % 2][static_cast<size_t>(b / 2)]) << "batch " << b;
   }
   // With batch.pack the worker deals alike and leaves the rows to the rank: its batches
   // are the shares, unpacked.
-  run.pack = Pack(0);
-  former = MakeBatchFormer(run);
-  ASSERT_TRUE(former.ok()) << former.status().ToString();
-  EXPECT_EQ((*former)->name(), "balanced plain");
+  TwoRankWorker packing(inputs, BalanceOptions{}, Pack(0));
+  ASSERT_TRUE(packing.ok());
+  EXPECT_EQ(packing.former().name(), "balanced plain");
   for (const int64_t b : {3, 0, 1}) {
-    const BatchPosition p{.epoch = 0, .index_in_epoch = b};
-    EXPECT_EQ(*(*former)->Compose(p, order->SampleIndices(p), {}),
-              ranks[b % 2][static_cast<size_t>(b / 2)])
-        << "batch " << b;
+    EXPECT_EQ(*packing.Compose(0, b), ranks[b % 2][static_cast<size_t>(b / 2)]) << "batch " << b;
   }
 }
 
@@ -929,14 +901,8 @@ TEST(BatchFormers, AModalitySafeRankFormingItsWorkersBatchesFlagsThemAsItsOwnRun
   // batches from them, as the rank's own run flags the shares it dealt.
   std::shared_ptr<EngineInputs> inputs = ImagesBelow(16);
   const BalanceOptions safe = ImageOnEveryRank();
-  EngineOptions worker = WorkerRun();
-  FormingRun on_demand{.inputs = inputs, .pack = Pack(0), .engine = &worker};
-  on_demand.balance = safe;
-  on_demand.balance->ranks = 2;
-  Result<std::shared_ptr<BatchFormer>> computes = MakeBatchFormer(on_demand);
-  ASSERT_TRUE(computes.ok()) << computes.status().ToString();
-  Result<EpochOrder> every = EpochOrder::Make(worker.order);
-  ASSERT_TRUE(every.ok());
+  TwoRankWorker worker(inputs, safe, Pack(0));
+  ASSERT_TRUE(worker.ok());
 
   // Rank 1's run (plain here: the kinds' path is the former's, whatever it wraps).
   EngineOptions engine = SkewedRun(1);
@@ -947,10 +913,9 @@ TEST(BatchFormers, AModalitySafeRankFormingItsWorkersBatchesFlagsThemAsItsOwnRun
   OneBatchInput input;
   int64_t lacking = 0, holding = 0;
   for (int64_t step = 0; step < 8; ++step) {
-    const BatchPosition p{.epoch = 0, .index_in_epoch = step * 2 + 1};
-    const std::vector<int64_t> share = *(*computes)->Compose(p, every->SampleIndices(p), {});
+    const std::vector<int64_t> share = *worker.Compose(0, step * 2 + 1);
     Batch computed = IndexedBatch(share);
-    ASSERT_TRUE((*computes)->FinishTaken(computed).ok());
+    ASSERT_TRUE(worker.former().FinishTaken(computed).ok());
     EXPECT_EQ(computed.Find("dummy_kinds"), nullptr) << "the rank flags its own batches";
     const Tensor* kinds = computed.Find(kSampleKindsField);
     ASSERT_NE(kinds, nullptr);
